@@ -1,0 +1,5 @@
+import sys
+
+from kinterval.cli import main
+
+sys.exit(main())

@@ -1,0 +1,9 @@
+"""The K-interval operator family: names, reference maths, closed-form backward, fused kernels, diagnostics.
+
+``ops`` imports nothing from the rest of kinterval.
+"""
+
+from kinterval.ops.api import attention_probs, kinterval_attention
+from kinterval.ops.spec import OperatorSpec
+
+__all__ = ["OperatorSpec", "attention_probs", "kinterval_attention"]

@@ -1,0 +1,166 @@
+"""Public entry points: ``attention_probs`` and ``kinterval_attention``.
+
+Input checking and the dtype policy live here; the maths lives in ``reference`` (autograd of the direct
+formulas), ``closed_form`` (the paper's explicit backward) and ``triton`` (fused GPU kernels).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from kinterval.ops.spec import OperatorSpec
+
+BACKENDS = ("auto", "reference", "closed_form", "triton")
+PRECISIONS = ("tf32", "ieee")
+
+
+def as_spec(spec: OperatorSpec | str) -> OperatorSpec:
+    if isinstance(spec, OperatorSpec):
+        return spec
+    if isinstance(spec, str):
+        return OperatorSpec.from_full_name(spec)
+    raise ValueError(f"spec must be an OperatorSpec or an operator name, got {type(spec).__name__}")
+
+
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 stays float64; float32, bf16 and fp16 are computed in float32."""
+    if dtype == torch.float64:
+        return torch.float64
+    if dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return torch.float32
+    raise ValueError(f"scores must be a floating tensor (float64/32, bfloat16, float16), got {dtype}")
+
+
+def valid_mask(scores_shape: torch.Size, device, *, causal: bool, mask: Tensor | None) -> Tensor:
+    """Boolean mask, True where the query may attend, broadcast to ``scores_shape`` (..., Tq, Tk).
+
+    ``causal`` aligns the last query with the last key: key j is visible to query i iff j <= i + Tk - Tq.
+    """
+    Tq, Tk = scores_shape[-2], scores_shape[-1]
+    valid = torch.ones((), dtype=torch.bool, device=device)
+    if causal:
+        if Tq > Tk:
+            raise ValueError(f"causal attention needs Tq <= Tk, got Tq={Tq}, Tk={Tk}")
+        i = torch.arange(Tq, device=device).unsqueeze(-1)
+        j = torch.arange(Tk, device=device)
+        valid = j <= i + (Tk - Tq)
+    if mask is not None:
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+            raise ValueError(f"mask must be a boolean tensor (True = may attend), got {got}")
+        try:
+            torch.broadcast_shapes(mask.shape, scores_shape)
+        except RuntimeError as err:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(scores_shape)}"
+            ) from err
+        valid = valid & mask.to(device)
+    return valid.expand(scores_shape)
+
+
+def check_scores(scores: Tensor) -> None:
+    if not isinstance(scores, Tensor):
+        raise ValueError(f"scores must be a tensor, got {type(scores).__name__}")
+    if scores.dim() < 2:
+        raise ValueError(f"scores must have shape (..., Tq, Tk), got {tuple(scores.shape)}")
+    working_dtype(scores.dtype)
+
+
+def attention_probs(
+    scores: Tensor,
+    spec: OperatorSpec | str,
+    *,
+    causal: bool = False,
+    mask: Tensor | None = None,
+    backend: str = "reference",
+) -> Tensor:
+    """Attention probabilities P of ``spec`` over the last dimension of ``scores`` (..., Tq, Tk).
+
+    float64 is computed in float64; float32, bf16 and fp16 in float32 (the result is float32). Keys with score
+    is ``-inf`` count as masked. NaN or ``+inf`` scores raise ``ValueError``.
+    """
+    spec = as_spec(spec)
+    check_scores(scores)
+    s = scores.to(working_dtype(scores.dtype))
+    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
+    if torch.isnan(s).any() or torch.isposinf(s).any():
+        raise ValueError("scores contain NaN or +inf")
+    valid = valid & ~torch.isneginf(s)
+    return _probs(s, valid, spec, backend)
+
+
+def _probs(s: Tensor, valid: Tensor, spec: OperatorSpec, backend: str) -> Tensor:
+    if backend == "reference":
+        from kinterval.ops.reference import reference_probs
+
+        return reference_probs(s, valid, spec)
+    if backend == "closed_form":
+        from kinterval.ops.closed_form import closed_form_probs
+
+        return closed_form_probs(s, valid, spec)
+    raise ValueError(f"backend {backend!r} is not a probability backend; use 'reference' or 'closed_form'")
+
+
+def kinterval_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    spec: OperatorSpec | str,
+    *,
+    causal: bool = False,
+    mask: Tensor | None = None,
+    scale: float | None = None,
+    backend: str = "auto",
+    precision: str | None = None,
+) -> Tensor:
+    """Attention ``P(q k^T * scale) v`` with the probabilities of ``spec``; mirrors SDPA's signature.
+
+    q is (B, H, Tq, D); k and v are (B, H, Tk, D). ``mask`` is boolean, True where the query may attend,
+    broadcastable to (B, H, Tq, Tk). The default scale is 1/sqrt(D). The operator runs in float32 (float64 for
+    float64 inputs); the output has q's dtype. ``backend``: "reference", "closed_form", "triton" or "auto"
+    (triton on CUDA when available, else closed_form). ``precision`` ("tf32" or "ieee") selects the dot
+    product precision of the triton backend; the other backends follow ``torch.backends`` settings.
+    """
+    spec = as_spec(spec)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor) or x.dim() != 4:
+            raise ValueError(f"{name} must be a 4-d tensor (B, H, T, D), got {getattr(x, 'shape', type(x))}")
+        working_dtype(x.dtype)
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"k and v must agree in (B, H, Tk), got {tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in B, H and D")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+
+    if backend == "auto":
+        backend = "triton" if (q.is_cuda and _triton_available()) else "closed_form"
+    if backend == "triton":
+        from kinterval.ops.triton import triton_attention
+
+        return triton_attention(q, k, v, spec, causal=causal, mask=mask, scale=scale, precision=precision)
+
+    wd = working_dtype(q.dtype)
+    with torch.autocast(device_type=q.device.type, enabled=False):  # the operator runs outside autocast
+        scores = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
+        valid = valid_mask(scores.shape, scores.device, causal=causal, mask=mask)
+        P = _probs(scores, valid, spec, backend)
+        out = torch.matmul(P, v.to(wd))
+    return out.to(q.dtype)
+
+
+def _triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True

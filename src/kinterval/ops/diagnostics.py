@@ -1,0 +1,125 @@
+"""Gradient-consistency diagnostics run when the detach defect was found (App. F, "Gradient-consistency
+diagnostics"): A1 shift invariance, A2 the zero-sum residual, A3 the all-ones directional finite difference,
+A4 the interior finite difference; the fixed-upstream decomposition g_full = g_self + g_M + g_m; and the
+derivative of the MinMax hard map with the index held fixed, eq. (5) of App. B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from kinterval.ops.api import as_spec, attention_probs, valid_mask
+from kinterval.ops.closed_form import score_grad_terms
+from kinterval.ops.reference import grid, row_extrema
+from kinterval.ops.spec import OperatorSpec
+
+
+def _loss(scores: Tensor, spec: OperatorSpec, upstream: Tensor, **mask_kw) -> Tensor:
+    """L = <upstream, P(scores)>: a linear loss whose gradient at P is ``upstream``."""
+    return (attention_probs(scores, spec, **mask_kw) * upstream).sum()
+
+
+def score_gradient(scores: Tensor, spec, upstream: Tensor, *, causal=False, mask=None, backend="reference"):
+    """The implemented score gradient dL/ds for L = <upstream, P>."""
+    s = scores.detach().clone().requires_grad_()
+    P = attention_probs(s, as_spec(spec), causal=causal, mask=mask, backend=backend)
+    (grad,) = torch.autograd.grad((P * upstream).sum(), s)
+    return grad
+
+
+# ----------------------------------------------------------------------------------------------- A1 - A4
+def shift_invariance(scores: Tensor, spec, c: float = 3.0, *, causal=False, mask=None) -> float:
+    """A1: max |F(s + c 1) - F(s)| over all entries (0 up to rounding for every operator)."""
+    spec = as_spec(spec)
+    P0 = attention_probs(scores, spec, causal=causal, mask=mask)
+    P1 = attention_probs(scores + c, spec, causal=causal, mask=mask)
+    return (P1 - P0).abs().max().item()
+
+
+def zero_sum_residual(grad: Tensor, valid: Tensor | None = None) -> Tensor:
+    """A2: rho = |sum_j g_ij| / sum_j |g_ij| per row (rows with zero gradient give 0)."""
+    if valid is not None:
+        grad = torch.where(valid, grad, torch.zeros_like(grad))
+    denom = grad.abs().sum(-1)
+    return torch.where(denom > 0, grad.sum(-1).abs() / denom.clamp(min=torch.finfo(grad.dtype).tiny), 0.0)
+
+
+@dataclass
+class DirectionalCheck:
+    autograd: float  # the implemented derivative along the direction
+    finite_difference: float  # central finite difference of the forward
+
+
+def all_ones_directional(scores, spec, upstream, eps: float = 1e-4, *, causal=False, mask=None):
+    """A3: the derivative along s + c 1. The forward is shift invariant, so the true value is 0; the
+    implemented gradient gives sum_ij dL/ds_ij (nonzero under detach)."""
+    spec = as_spec(spec)
+    s = scores.to(torch.float64)
+    grad = score_gradient(s, spec, upstream, causal=causal, mask=mask)
+    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
+    fd = (
+        _loss(s + eps, spec, upstream, causal=causal, mask=mask)
+        - _loss(s - eps, spec, upstream, causal=causal, mask=mask)
+    ) / (2 * eps)
+    return DirectionalCheck(torch.where(valid, grad, 0.0).sum().item(), fd.item())
+
+
+def interior_fd(scores, spec, upstream, index: tuple, eps: float = 1e-6, *, causal=False, mask=None):
+    """A4: dL/ds at one entry ``index`` (a key that is neither extremum of its row and away from grid
+    boundaries) by autograd and by central finite differences; LERP slopes must match for full and detach."""
+    spec = as_spec(spec)
+    s = scores.to(torch.float64)
+    grad = score_gradient(s, spec, upstream, causal=causal, mask=mask)
+    e = torch.zeros_like(s)
+    e[index] = eps
+    fd = (
+        _loss(s + e, spec, upstream, causal=causal, mask=mask)
+        - _loss(s - e, spec, upstream, causal=causal, mask=mask)
+    ) / (2 * eps)
+    return DirectionalCheck(grad[index].item(), fd.item())
+
+
+# ------------------------------------------------------------------------------ fixed-upstream decomposition
+def decompose_score_grad(
+    scores: Tensor, upstream: Tensor, spec, *, causal=False, mask=None
+) -> dict[str, Tensor]:
+    """g_self, g_M, g_m of the local VJP at fixed upstream u = dL/dP (Table S-graddecomp).
+
+    g_full = g_self + g_M + g_m; detach = g_self; max_only = g_self + g_M; min_only = g_self + g_m. The M and
+    m terms fall entirely on the arg-max and arg-min keys.
+    """
+    spec = as_spec(spec)
+    s = scores if scores.dtype == torch.float64 else scores.float()
+    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
+    t = score_grad_terms(s, valid, spec, upstream.to(s.dtype))
+    return {"g_self": t["self"], "g_M": t["M"], "g_m": t["m"], "g_full": t["self"] + t["M"] + t["m"]}
+
+
+# ----------------------------------------------------------------------------------------------- eq. (5)
+def minmax_hard_weights(s: Tensor, K: int, ell: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """w^N of a MinMax row with the index ell held fixed (computed from s if not given), differentiable
+    through M and m: w^N_j = exp(b_{ell_j}), b_ell = (1 - ell/K)(m - M). Rows are the last dim, all valid."""
+    spec = OperatorSpec.parse(f"minmax-weight-k{K}")
+    valid = torch.ones_like(s, dtype=torch.bool)
+    if ell is None:
+        with torch.no_grad():
+            ext = row_extrema(s, valid)
+            g = grid(s, valid, spec, ext.M, ext.m)
+            ell = g.r + (g.t >= 0.5).to(s.dtype)
+    M = s.amax(-1, keepdim=True)
+    m = s.amin(-1, keepdim=True)
+    return torch.exp((1 - ell / K) * (m - M)), ell
+
+
+def minmax_hard_jacobian(s: Tensor, K: int) -> Tensor:
+    """Eq. (5): dw^N_j/ds_i = c_j w^N_j ([i = argmin] - [i = argmax]), c_j = 1 - ell_j/K, for one row s (n,).
+    Returns the (n, n) Jacobian J[j, i] (unique extrema assumed)."""
+    w, ell = minmax_hard_weights(s, K)
+    c = 1 - ell / K
+    n = s.shape[-1]
+    onehot_min = torch.nn.functional.one_hot(s.argmin(), n).to(s.dtype)
+    onehot_max = torch.nn.functional.one_hot(s.argmax(), n).to(s.dtype)
+    return (c * w).unsqueeze(-1) * (onehot_min - onehot_max).unsqueeze(0)

@@ -1,0 +1,156 @@
+"""Operator names and their parsing: the three design axes of the paper (Table 1) plus the baselines.
+
+An operator is identified by its canonical name (``str(spec)``), e.g. ``lerp-k4``, ``fwm-prob-k16`` or
+``softmax``; the overrides ``tau``, ``range_grad`` and ``arithmetic`` are fields of the spec.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+CALIBRATIONS = ("minmax", "fwm", "resolved")
+RECONSTRUCTIONS = ("lerp", "nearest")
+SURROGATES = ("weight", "prob")  # Weight-STE, Prob-STE (only with Nearest reconstruction)
+RANGE_GRADS = ("full", "detach", "max_only", "min_only", "p1")
+ARITHMETICS = ("strict", "historical")  # App. C.2 (iii) strict forward vs the historical expressions
+BASELINES = ("softmax", "bf16-exp", "fp8-exp")
+
+DEFAULT_TAU = 6.0
+
+VALID_FORMS = (
+    "softmax | bf16-exp | fp8-exp | lerp-k{K} | fwm-lerp-k{K} | resolved-lerp-k{K} | "
+    "{minmax|fwm|resolved}-{weight|prob}-k{K}   (K an integer >= 1; overrides: tau=<float > 0> for "
+    "fwm/resolved, range_grad in {full, detach, max_only, min_only, p1} for K-interval operators, "
+    "arithmetic in {strict, historical} for the weight/prob surrogates)"
+)
+
+_LERP_RE = re.compile(r"^(?:(minmax|fwm|resolved)-)?lerp-k(-?\d+)$")
+_STE_RE = re.compile(r"^(minmax|fwm|resolved)-(weight|prob)-k(-?\d+)$")
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """One attention operator of the family.
+
+    ``kind`` is ``"kinterval"`` or one of the baselines; for K-interval operators ``calibration``,
+    ``reconstruction``, ``surrogate`` (None for LERP) and ``K`` give the design axes.
+    """
+
+    kind: str
+    calibration: str | None = None
+    reconstruction: str | None = None
+    surrogate: str | None = None
+    K: int | None = None
+    tau: float = DEFAULT_TAU
+    range_grad: str = "full"
+    arithmetic: str = "strict"
+
+    # ------------------------------------------------------------------ parsing
+    @classmethod
+    def parse(cls, name: str | OperatorSpec, **overrides) -> OperatorSpec:
+        """Parse a name such as ``fwm-prob-k4`` (case-insensitive) with optional overrides."""
+        if isinstance(name, OperatorSpec):
+            base = name
+        else:
+            if not isinstance(name, str):
+                raise ValueError(
+                    f"operator name must be a string, got {type(name).__name__}; valid forms: {VALID_FORMS}"
+                )
+            base = cls._parse_name(name.strip().lower())
+        unknown = set(overrides) - {"tau", "range_grad", "arithmetic"}
+        if unknown:
+            raise ValueError(f"unknown override(s) {sorted(unknown)}; valid forms: {VALID_FORMS}")
+        fields = asdict(base)
+        fields.update(overrides)
+        spec = cls(**fields)
+        spec._validate(explicit=set(overrides))
+        return spec
+
+    @classmethod
+    def _parse_name(cls, name: str) -> OperatorSpec:
+        if name in BASELINES:
+            return cls(kind=name)
+        m = _LERP_RE.match(name)
+        if m:
+            return cls(
+                kind="kinterval", calibration=m.group(1) or "minmax", reconstruction="lerp", K=int(m.group(2))
+            )
+        m = _STE_RE.match(name)
+        if m:
+            return cls(
+                kind="kinterval",
+                calibration=m.group(1),
+                reconstruction="nearest",
+                surrogate=m.group(2),
+                K=int(m.group(3)),
+            )
+        raise ValueError(f"unknown operator name {name!r}; valid forms: {VALID_FORMS}")
+
+    def _validate(self, explicit: set[str]) -> None:
+        def bad(msg: str) -> ValueError:
+            return ValueError(f"{msg} (operator {self}); valid forms: {VALID_FORMS}")
+
+        if self.range_grad not in RANGE_GRADS:
+            raise bad(f"range_grad must be one of {RANGE_GRADS}, got {self.range_grad!r}")
+        if self.arithmetic not in ARITHMETICS:
+            raise bad(f"arithmetic must be one of {ARITHMETICS}, got {self.arithmetic!r}")
+        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)):
+            raise bad(f"tau must be a number, got {self.tau!r}")
+        if not math.isfinite(self.tau) or self.tau <= 0:
+            raise bad(f"tau must be a finite number > 0, got {self.tau!r}")
+        if self.kind == "kinterval" and (self.K is None or self.K < 1):
+            raise bad(f"K must be an integer >= 1, got {self.K!r}")
+        # Overrides that make no sense for this operator are errors when set to a non-default value.
+        if "tau" in explicit and self.tau != DEFAULT_TAU and self.calibration not in ("fwm", "resolved"):
+            raise bad("tau applies only to fwm and resolved calibration")
+        if "range_grad" in explicit and self.range_grad != "full" and self.kind != "kinterval":
+            raise bad("range_grad applies only to K-interval operators (baselines keep the max on the tape)")
+        if "arithmetic" in explicit and self.arithmetic != "strict" and self.surrogate is None:
+            raise bad("arithmetic applies only to the weight/prob surrogates (Nearest reconstruction)")
+        object.__setattr__(self, "tau", float(self.tau))
+
+    # ------------------------------------------------------------------ naming
+    def __str__(self) -> str:
+        if self.kind != "kinterval":
+            return self.kind
+        if self.reconstruction == "lerp":
+            prefix = "" if self.calibration == "minmax" else f"{self.calibration}-"
+            return f"{prefix}lerp-k{self.K}"
+        return f"{self.calibration}-{self.surrogate}-k{self.K}"
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    @property
+    def full_name(self) -> str:
+        """Canonical name plus every non-default override, e.g. ``fwm-prob-k4[tau=5,range_grad=detach]``."""
+        extra = []
+        if self.calibration in ("fwm", "resolved") and self.tau != DEFAULT_TAU:
+            extra.append(f"tau={self.tau:g}")
+        if self.range_grad != "full":
+            extra.append(f"range_grad={self.range_grad}")
+        if self.arithmetic != "strict":
+            extra.append(f"arithmetic={self.arithmetic}")
+        return f"{self}[{','.join(extra)}]" if extra else str(self)
+
+    @classmethod
+    def from_full_name(cls, full: str) -> OperatorSpec:
+        """Inverse of :attr:`full_name`."""
+        m = re.fullmatch(r"([^\[\]]+)(?:\[([^\]]*)\])?", full.strip())
+        if not m:
+            raise ValueError(f"cannot parse operator {full!r}; valid forms: {VALID_FORMS}")
+        overrides: dict = {}
+        for item in filter(None, (m.group(2) or "").split(",")):
+            key, _, value = item.partition("=")
+            overrides[key.strip()] = float(value) if key.strip() == "tau" else value.strip()
+        return cls.parse(m.group(1), **overrides)
+
+    def to_dict(self) -> dict:
+        return {"name": str(self), "full_name": self.full_name, **asdict(self)}
+
+    @property
+    def is_kinterval(self) -> bool:
+        return self.kind == "kinterval"

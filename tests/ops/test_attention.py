@@ -1,0 +1,78 @@
+"""kinterval_attention: SDPA-compatible semantics, backends agree, masks and causal alignment."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kinterval.ops import OperatorSpec, attention_probs, kinterval_attention
+
+
+def _qkv(B=2, H=3, Tq=7, Tk=7, D=8, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) * 1.5 for T in (Tq, Tk, Tk)]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softmax_matches_sdpa(causal, dtype):
+    q, k, v = _qkv(dtype=dtype)
+    out = kinterval_attention(q, k, v, "softmax", causal=causal)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    mask = torch.rand(2, 1, 7, 7, generator=torch.Generator().manual_seed(1)) > 0.3
+    mask[..., 0] = True  # SDPA returns NaN on fully masked rows
+    out = kinterval_attention(q, k, v, "softmax", mask=mask, scale=0.3)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_causal_aligns_last_query_with_last_key():
+    q, k, v = _qkv(Tq=3, Tk=6)
+    out = kinterval_attention(q, k, v, "lerp-k4", causal=True)
+    s = q @ k.transpose(-2, -1) / 8**0.5
+    mask = torch.ones(3, 6, dtype=torch.bool).tril(diagonal=3)
+    torch.testing.assert_close(out, attention_probs(s, "lerp-k4", mask=mask) @ v)
+    assert mask[0].sum() == 4 and mask[-1].all()
+
+
+@pytest.mark.parametrize("op", ["lerp-k4", "minmax-weight-k4", "fwm-prob-k4", "resolved-weight-k8"])
+@pytest.mark.parametrize("rg", ["full", "detach", "p1"])
+def test_closed_form_backend_matches_reference_for_qkv(op, rg):
+    spec = OperatorSpec.parse(op, range_grad=rg)
+    grads = {}
+    for backend in ("reference", "closed_form"):
+        q, k, v = (x.requires_grad_() for x in _qkv(Tq=9, Tk=9, seed=3))
+        out = kinterval_attention(q, k, v, spec, causal=True, backend=backend)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        grads[backend] = (out.detach(), q.grad, k.grad, v.grad)
+    for a, b in zip(grads["reference"], grads["closed_form"]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_low_precision_inputs_run_operator_in_float32():
+    q, k, v = _qkv(dtype=torch.float32)
+    out = kinterval_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), "fwm-weight-k4", causal=True)
+    assert out.dtype == torch.bfloat16
+    ref = kinterval_attention(
+        q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), "fwm-weight-k4", causal=True
+    )
+    torch.testing.assert_close(out, ref.bfloat16())
+
+
+def test_autocast_does_not_reach_the_operator():
+    q, k, v = _qkv(dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = kinterval_attention(q, k, v, "minmax-prob-k4", causal=True)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, kinterval_attention(q, k, v, "minmax-prob-k4", causal=True))
+
+
+def test_fully_masked_rows_give_zero_output_and_gradients():
+    q, k, v = (x.requires_grad_() for x in _qkv(Tq=4, Tk=4))
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    mask[..., 2, :] = False
+    out = kinterval_attention(q, k, v, "fwm-prob-k4", mask=mask)
+    out.sum().backward()
+    assert (out[:, :, 2] == 0).all() and torch.isfinite(q.grad).all() and (q.grad[:, :, 2] == 0).all()

@@ -1,0 +1,142 @@
+"""App. F diagnostics A1-A4, the fixed-upstream decomposition, and eq. (5) of App. B."""
+
+from __future__ import annotations
+
+import torch
+
+from kinterval.ops import OperatorSpec, attention_probs
+from kinterval.ops.api import valid_mask
+from kinterval.ops.diagnostics import (
+    all_ones_directional,
+    decompose_score_grad,
+    interior_fd,
+    minmax_hard_jacobian,
+    minmax_hard_weights,
+    score_gradient,
+    shift_invariance,
+    zero_sum_residual,
+)
+
+OPS = [
+    "softmax",
+    "lerp-k4",
+    "lerp-k32",
+    "minmax-weight-k2",
+    "minmax-prob-k8",
+    "fwm-weight-k4",
+    "resolved-prob-k4",
+]
+
+
+def _scores(seed=0, T=24, scale=5.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(2, T, T, generator=g, dtype=torch.float64) * scale, torch.randn(
+        2, T, T, generator=g, dtype=torch.float64
+    )
+
+
+def test_a1_shift_invariance():
+    s, _ = _scores()
+    for op in OPS:
+        assert shift_invariance(s, op, c=0.75, causal=True) < 1e-12, op  # exact up to rounding of s + c
+
+
+def test_a2_zero_sum_residual_full_vs_detach():
+    s, up = _scores(1)
+    valid = valid_mask(s.shape, s.device, causal=True, mask=None)
+    full = zero_sum_residual(score_gradient(s, "lerp-k32", up, causal=True), valid)[:, 1:]
+    det = zero_sum_residual(
+        score_gradient(s, OperatorSpec.parse("lerp-k32", range_grad="detach"), up, causal=True), valid
+    )[:, 1:]
+    assert full.max() < 1e-12
+    assert det.median() > 1e-3
+
+
+def test_a3_all_ones_directional_derivative():
+    s, up = _scores(2)
+    full = all_ones_directional(s, "lerp-k32", up, causal=True)
+    det = all_ones_directional(s, OperatorSpec.parse("lerp-k32", range_grad="detach"), up, causal=True)
+    assert (
+        abs(full.finite_difference) < 1e-9 and abs(det.finite_difference) < 1e-9
+    )  # the forward is invariant
+    assert abs(full.autograd) < 1e-12
+    assert abs(det.autograd) > 1e-4  # detach carries a spurious common-mode component
+
+
+def test_a4_interior_finite_difference_matches_for_softmax_full_and_detach():
+    s, up = _scores(3, T=12)
+    row = s[0, 11]
+    # an interior key: neither extremum of its row
+    j = int(torch.argsort(row)[6])
+    for spec in ("softmax", "lerp-k32", OperatorSpec.parse("lerp-k32", range_grad="detach")):
+        r = interior_fd(s, spec, up, (0, 11, j), causal=True)
+        assert abs(r.autograd - r.finite_difference) <= 1e-6 * max(1e-3, abs(r.autograd)), (spec, r)
+
+
+def test_decomposition_identity_and_extremum_support():
+    s, up = _scores(4)
+    for op in ("lerp-k32", "minmax-weight-k4", "fwm-prob-k4"):
+        d = decompose_score_grad(s, up, op, causal=True)
+        full = score_gradient(s, op, up, causal=True)
+        torch.testing.assert_close(d["g_full"], full, rtol=1e-10, atol=1e-14)
+        for mode, parts in (
+            ("detach", ["g_self"]),
+            ("max_only", ["g_self", "g_M"]),
+            ("min_only", ["g_self", "g_m"]),
+        ):
+            g_mode = score_gradient(s, OperatorSpec.parse(op, range_grad=mode), up, causal=True)
+            torch.testing.assert_close(sum(d[p] for p in parts), g_mode, rtol=1e-10, atol=1e-14)
+        # M and m terms fall entirely on the arg-max / arg-min keys
+        valid = valid_mask(s.shape, s.device, causal=True, mask=None)
+        masked = s.masked_fill(~valid, float("nan"))
+        not_max = valid & (s != masked.nan_to_num(float("-inf")).amax(-1, keepdim=True))
+        assert (d["g_M"][not_max] == 0).all()
+
+
+def test_eq5_hard_jacobian_against_autograd_and_finite_differences():
+    g = torch.Generator().manual_seed(5)
+    worst_ad, worst_fd = 0.0, 0.0
+    for _ in range(100):
+        s = torch.randn(9, generator=g, dtype=torch.float64) * 4
+        for K in (2, 4, 16):
+            J = minmax_hard_jacobian(s, K)
+            _, ell = minmax_hard_weights(s, K)
+            J_ad = torch.autograd.functional.jacobian(
+                lambda x, ell=ell, K=K: minmax_hard_weights(x, K, ell)[0], s
+            )
+            eps = 1e-6
+            J_fd = torch.stack(
+                [
+                    (
+                        minmax_hard_weights(s + eps * e, K, ell)[0]
+                        - minmax_hard_weights(s - eps * e, K, ell)[0]
+                    )
+                    / (2 * eps)
+                    for e in torch.eye(9, dtype=torch.float64)
+                ],
+                dim=1,
+            )
+            worst_ad = max(worst_ad, (J - J_ad).abs().max().item())
+            worst_fd = max(worst_fd, (J - J_fd).abs().max().item())
+    assert worst_ad < 1e-15  # paper: 2.8e-17
+    assert worst_fd < 1e-8  # paper: 8.8e-11
+
+
+def test_two_key_minmax_hard_row_is_two_element_softmax():
+    g = torch.Generator().manual_seed(6)
+    s = torch.randn(200, 2, generator=g, dtype=torch.float64) * 5
+    for K in (1, 2, 4, 16):
+        for sur in ("weight", "prob"):
+            P = attention_probs(s, f"minmax-{sur}-k{K}")
+            torch.testing.assert_close(P, torch.softmax(s, -1), rtol=0, atol=1e-15)
+
+
+def test_fwm_hard_map_has_zero_jacobian():
+    """Under FWM the hard weights are locally constant: small perturbations do not move the forward."""
+    g = torch.Generator().manual_seed(7)
+    s = torch.randn(20, 16, generator=g, dtype=torch.float64) * 3
+    P0 = attention_probs(s, "fwm-weight-k4")
+    moved = attention_probs(
+        s + 1e-9 * torch.randn(s.shape, generator=g, dtype=torch.float64), "fwm-weight-k4"
+    )
+    assert torch.equal(P0, moved)

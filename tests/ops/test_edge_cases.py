@@ -1,0 +1,146 @@
+"""Table S1: forward/backward edge cases, in float32 and float64, for every operator of the family."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from kinterval.ops import OperatorSpec, attention_probs
+
+NAN = float("nan")
+
+# (description, row scores, valid mask or None). K = 4, tau = 6 puts grid points at multiples of 1.5 for FWM.
+ROWS = {
+    "tied maxima": ([3.0, 3.0, 1.0, -2.0, 0.5], None),
+    "tied minima": ([3.0, -2.0, 1.0, -2.0, 0.5], None),
+    "ties at both ends": ([3.0, 3.0, -2.0, -2.0, 0.5], None),
+    "equal scores": ([2.5] * 5, None),
+    "single valid key": ([1.0, 7.0, -3.0, 0.0, 2.0], [False, True, False, False, False]),
+    "fully masked": ([1.0, 7.0, -3.0, 0.0, 2.0], [False] * 5),
+    "span below eps": ([1.0, 1.0 + 1e-13, 1.0, 1.0, 1.0], None),
+    "very small positive span": ([1.0, 1.0 + 1e-6, 1.0, 1.0 - 1e-6, 1.0], None),
+    "grid boundaries (MinMax K4 span 8)": ([0.0, -2.0, -4.0, -6.0, -8.0], None),
+    "midpoints (MinMax K4 span 8)": ([0.0, -1.0, -3.0, -5.0, -8.0], None),
+    "FWM window edge z = -tau": ([0.0, -6.0, -1.5, -3.0, -4.5], None),
+    "FWM just past the edge": ([0.0, -6.000001, -6.5, -30.0, -0.75], None),
+    "FWM grid midpoints": ([0.0, -0.75, -2.25, -3.75, -5.25], None),
+    "wide span (detach-like)": ([900.0, 0.0, -300.0, 450.0, 899.0], None),
+    "large negative offset": ([-1e4, -1e4 - 3.0, -1e4 - 7.0, -1e4 - 1.0, -1e4 - 12.0], None),
+    "masked extremum": ([50.0, 1.0, -50.0, 0.0, 2.0], [False, True, False, True, True]),
+}
+
+OPERATORS = [
+    "softmax",
+    "bf16-exp",
+    "fp8-exp",
+    "lerp-k1",
+    "lerp-k4",
+    "lerp-k16",
+    "fwm-lerp-k4",
+    "resolved-lerp-k4",
+    "minmax-weight-k4",
+    "minmax-prob-k4",
+    "minmax-weight-k16",
+    "minmax-prob-k16",
+    "fwm-weight-k4",
+    "fwm-prob-k4",
+    "resolved-weight-k4",
+    "resolved-prob-k4",
+]
+
+
+def _case(name: str, dtype):
+    s, valid = ROWS[name]
+    s = torch.tensor([s], dtype=dtype)
+    mask = None if valid is None else torch.tensor([valid])
+    return s, mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("op", OPERATORS)
+def test_edge_case_matrix(op, dtype):
+    """Every edge case: finite forward and backward, row sums 1 (0 for an empty row), masked keys zero."""
+    n_cases = 0
+    for row, backend, rg in itertools.product(ROWS, ("reference", "closed_form"), ("full", "detach", "p1")):
+        spec = (
+            OperatorSpec.parse(op)
+            if not OperatorSpec.parse(op).is_kinterval
+            else OperatorSpec.parse(op, range_grad=rg)
+        )
+        if not spec.is_kinterval and rg != "full":
+            continue
+        s, mask = _case(row, dtype)
+        x = s.clone().requires_grad_()
+        P = attention_probs(x, spec, mask=mask, backend=backend)
+        up = torch.linspace(-1, 1, s.shape[-1], dtype=dtype)[None]
+        (P * up).sum().backward()
+        assert torch.isfinite(P).all() and torch.isfinite(x.grad).all(), (row, spec.full_name, backend)
+        empty = mask is not None and not mask.any()
+        target = 0.0 if empty else 1.0
+        assert abs(P.sum().item() - target) <= 1e-6, (row, spec.full_name, P)
+        if mask is not None:
+            assert (P[~mask] == 0).all() and (x.grad[~mask] == 0).all()
+        if empty:
+            assert (x.grad == 0).all()
+        n_cases += 1
+    assert n_cases >= 16
+
+
+def test_edge_case_count_is_at_least_150():
+    """The matrix above covers >= 150 forward/backward cases per dtype (paper: 152)."""
+    per_op = len(ROWS) * 2  # two backends, full mode alone
+    assert per_op * len(OPERATORS) >= 150
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_degenerate_minmax_row_is_uniform_with_zero_gradient(dtype):
+    for row in ("equal scores", "span below eps", "single valid key"):
+        s, mask = _case(row, dtype)
+        for op in ("lerp-k4", "minmax-weight-k4", "minmax-prob-k16"):
+            x = s.clone().requires_grad_()
+            P = attention_probs(x, op, mask=mask)
+            (P * torch.arange(5, dtype=dtype)).sum().backward()
+            valid = torch.ones_like(s, dtype=torch.bool) if mask is None else mask
+            torch.testing.assert_close(P[valid], torch.full_like(P[valid], 1 / valid.sum().item()))
+            assert (x.grad == 0).all()
+
+
+def test_very_small_span_uses_regular_branch():
+    s, _ = _case("very small positive span", torch.float64)
+    x = s.clone().requires_grad_()
+    P = attention_probs(x, "lerp-k4")
+    (P * torch.arange(5.0, dtype=torch.float64)).sum().backward()
+    assert x.grad.abs().sum() > 0 and torch.isfinite(x.grad).all()
+
+
+def test_fwm_equal_scores_all_at_top_grid_value():
+    s, _ = _case("equal scores", torch.float64)
+    for op in ("fwm-weight-k4", "fwm-prob-k4", "fwm-lerp-k4", "resolved-weight-k4"):
+        P = attention_probs(s, op)
+        torch.testing.assert_close(P, torch.full_like(P, 0.2))
+
+
+def test_tied_extrema_split_gradient_evenly():
+    s, _ = _case("ties at both ends", torch.float64)
+    from kinterval.ops.api import valid_mask
+    from kinterval.ops.closed_form import score_grad_terms
+
+    valid = valid_mask(s.shape, s.device, causal=False, mask=None)
+    t = score_grad_terms(
+        s, valid, OperatorSpec.parse("lerp-k4"), torch.linspace(-1, 1, 5, dtype=torch.float64)[None]
+    )
+    assert t["M"][0, 0] == t["M"][0, 1] != 0 and (t["M"][0, 2:] == 0).all()
+    assert t["m"][0, 2] == t["m"][0, 3] != 0 and t["m"][0, [0, 1, 4]].abs().sum() == 0
+
+
+def test_fwm_tail_keys_get_zero_weight_and_gradient():
+    s, _ = _case("FWM just past the edge", torch.float64)
+    x = s.clone().requires_grad_()
+    P = attention_probs(x, "fwm-weight-k4")
+    (P * torch.arange(5.0, dtype=torch.float64)).sum().backward()
+    assert (P[0, 1:4] == 0).all() and (x.grad[0, 1:4] == 0).all()
+    s, _ = _case("FWM window edge z = -tau", torch.float64)
+    P = attention_probs(s, "fwm-weight-k4")
+    assert P[0, 1] > 0  # z = -tau itself is in the window (the tail is z < -tau)

@@ -1,0 +1,225 @@
+"""The operator family against the paper: closed form vs autograd, an independent transcription."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from paper_formulas import row_probs_and_grad
+from torch.autograd.gradcheck import GradcheckError
+
+from kinterval.ops import OperatorSpec, attention_probs
+from kinterval.ops.catalog import FAMILY_FORMS
+from kinterval.ops.spec import BASELINES, RANGE_GRADS
+
+KS = (1, 2, 4, 16, 64)
+SCALES = (1.0, 6.0, 25.0, 100.0)
+
+
+def run(s, spec, up, backend="reference", **kw):
+    x = s.detach().clone().requires_grad_()
+    P = attention_probs(x, spec, backend=backend, **kw)
+    (P * up).sum().backward()
+    return P.detach(), x.grad
+
+
+def specs_for(form: str, K: int):
+    for rg in RANGE_GRADS:
+        for ar in ("strict",) if "lerp" in form else ("strict", "historical"):
+            yield OperatorSpec.parse(form.format(K=K), range_grad=rg, arithmetic=ar)
+
+
+@pytest.mark.parametrize("form", list(FAMILY_FORMS) + list(BASELINES))
+def test_closed_form_matches_autograd_float64(form):
+    """Every name x range_grad x K x score scale x {causal, mask}: identical forward, gradient <= 1e-9."""
+    gen = torch.Generator().manual_seed(zlib.crc32(form.encode()))
+    worst = 0.0
+    for K, scale, causal in itertools.product(KS, SCALES, (True, False)):
+        specs = [OperatorSpec.parse(form)] if form in BASELINES else list(specs_for(form, K))
+        s = torch.randn(2, 2, 13, 13, generator=gen, dtype=torch.float64) * scale
+        up = torch.randn(s.shape, generator=gen, dtype=torch.float64)
+        kw = {"causal": True} if causal else {"mask": torch.rand(2, 1, 13, 13, generator=gen) > 0.35}
+        for spec in specs:
+            P_ref, g_ref = run(s, spec, up, "reference", **kw)
+            P_cf, g_cf = run(s, spec, up, "closed_form", **kw)
+            assert torch.equal(P_ref, P_cf), spec.full_name
+            err = ((g_cf - g_ref).abs().max() / g_ref.abs().max().clamp(min=1e-300)).item()
+            assert err <= 1e-9, (spec.full_name, K, scale, causal, err)
+            worst = max(worst, err)
+        if form in BASELINES:
+            break
+    assert worst < 1e-9
+
+
+@pytest.mark.parametrize("form", FAMILY_FORMS)
+@pytest.mark.parametrize("K", (1, 3, 4, 16))
+def test_reference_matches_independent_paper_transcription(form, K):
+    """Forward and eq. (4) backward against a numpy transcription that shares no code with kinterval."""
+    calib = "minmax" if form.startswith("lerp") else form.split("-")[0]
+    surrogate = None if "lerp" in form else form.split("-")[1]
+    rng = np.random.default_rng(K * 7 + len(form))
+    for rg in RANGE_GRADS:
+        spec = OperatorSpec.parse(form.format(K=K), range_grad=rg)
+        s = rng.normal(size=(6, 11)) * rng.choice([2.0, 6.0, 20.0])
+        valid = rng.random((6, 11)) > 0.3
+        valid[0] = False  # fully masked row
+        valid[1] = False
+        valid[1, 4] = True  # single valid key
+        g = rng.normal(size=(6, 11))
+        P, grad = run(torch.tensor(s), spec, torch.tensor(g), mask=torch.tensor(valid))
+        for i in range(6):
+            P_np, grad_np = row_probs_and_grad(s[i], valid[i], g[i], calib, K, surrogate, rg)
+            np.testing.assert_allclose(P[i].numpy(), P_np, rtol=1e-12, atol=1e-15)
+            # atol: float64 rounding of gamma = (g - <g>)/W, which cancels when one key holds almost all mass
+            np.testing.assert_allclose(grad[i].numpy(), grad_np, rtol=1e-9, atol=1e-13 * np.abs(g[i]).max())
+
+
+@pytest.mark.parametrize("calib", ("minmax", "fwm", "resolved"))
+def test_prob_ste_backward_is_the_lerp_jacobian(calib):
+    """Prob-STE's backward is the Jacobian of normalize(w^L) (§3): same gradient as the LERP operator."""
+    lerp = "lerp-k4" if calib == "minmax" else f"{calib}-lerp-k4"
+    gen = torch.Generator().manual_seed(3)
+    s = torch.randn(3, 17, 17, generator=gen, dtype=torch.float64) * 8
+    up = torch.randn(s.shape, generator=gen, dtype=torch.float64)
+    for rg in RANGE_GRADS:
+        _, g_prob = run(s, OperatorSpec.parse(f"{calib}-prob-k4", range_grad=rg), up, causal=True)
+        _, g_lerp = run(s, OperatorSpec.parse(lerp, range_grad=rg), up, causal=True)
+        torch.testing.assert_close(g_prob, g_lerp, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["lerp-k1", "lerp-k4", "fwm-lerp-k4", "resolved-lerp-k3"])
+def test_gradcheck_lerp(name):
+    """The LERP operators are differentiable: autograd equals finite differences (away from boundaries)."""
+    gen = torch.Generator().manual_seed(5)
+    s = (torch.randn(2, 6, 6, generator=gen, dtype=torch.float64) * 3).requires_grad_()
+    for rg in ("full", "detach"):
+        spec = OperatorSpec.parse(name, range_grad=rg)
+        if rg == "full":
+            assert torch.autograd.gradcheck(lambda x, sp=spec: attention_probs(x, sp, causal=True), (s,))
+        else:  # detach is not the derivative of the forward: gradcheck must fail
+            with pytest.raises(GradcheckError):
+                torch.autograd.gradcheck(lambda x, sp=spec: attention_probs(x, sp, causal=True), (s,))
+
+
+def test_zero_sum_identity_full_and_not_detach():
+    gen = torch.Generator().manual_seed(11)
+    s = torch.randn(4, 32, 32, generator=gen, dtype=torch.float64) * 6
+    up = torch.randn(s.shape, generator=gen, dtype=torch.float64)
+    valid = torch.ones(32, 32, dtype=torch.bool).tril()
+    for form in FAMILY_FORMS:
+        for rg in RANGE_GRADS:
+            spec = OperatorSpec.parse(form.format(K=4), range_grad=rg)
+            _, g = run(s, spec, up, causal=True)
+            rows = g[..., 1:, :]  # rows with at least two keys
+            l1 = rows.abs().sum(-1)
+            resid = torch.where(
+                l1 > 0, rows.sum(-1).abs() / l1.clamp(min=1e-300), 0.0
+            )  # FWM: a lone window key
+            if rg in ("full", "p1"):
+                assert resid.max() <= 1e-9, (spec.full_name, resid.max())
+            elif rg == "detach":
+                assert resid.median() > 1e-3, (spec.full_name, resid.median())
+            assert torch.all(g[~valid.expand_as(g)] == 0)
+
+
+def test_strict_forward_bit_identical_to_direct_hard_forward():
+    """Strict surrogates return w^N / sum w^N bit for bit; historical differs only by rounding."""
+    gen = torch.Generator().manual_seed(2)
+    for dtype, scale in itertools.product((torch.float32, torch.float64), (1.0, 6.0, 25.0, 100.0)):
+        s = torch.randn(8, 40, generator=gen, dtype=dtype) * scale
+        M, m = s.amax(-1, keepdim=True), s.amin(-1, keepdim=True)
+        for K in (1, 4, 16):
+            # Direct MinMax hard forward written out from App. A.
+            h = (M - m) / K
+            z, zmin = s - M, m - M
+            r = torch.floor((z - zmin) / h).clamp(0, K - 1)
+            t = ((z - (zmin + r * h)) / h).clamp(0, 1)
+            wN = torch.exp(zmin + (r + (t >= 0.5).to(dtype)) * h)
+            direct_minmax = wN / wN.sum(-1, keepdim=True)
+            # Direct FWM hard forward.
+            hf = 6.0 / K
+            zt = z.clamp(-6.0, 0)
+            rf = torch.floor((zt + 6.0) / hf).clamp(0, K - 1)
+            tf = ((zt - (-6.0 + rf * hf)) / hf).clamp(0, 1)
+            wf = torch.where(z >= -6.0, torch.exp(-6.0 + (rf + (tf >= 0.5).to(dtype)) * hf), 0.0)
+            direct_fwm = wf / wf.sum(-1, keepdim=True)
+            for calib, direct in (("minmax", direct_minmax), ("fwm", direct_fwm)):
+                for sur in ("weight", "prob"):
+                    P = attention_probs(s, f"{calib}-{sur}-k{K}")
+                    assert torch.equal(P, direct), (calib, sur, K, dtype, scale)
+                    P_hist = attention_probs(
+                        s, OperatorSpec.parse(f"{calib}-{sur}-k{K}", arithmetic="historical")
+                    )
+                    tol = 64 * torch.finfo(dtype).eps
+                    assert (P_hist - direct).abs().max() <= tol
+
+
+def test_baselines_as_in_appendix_d5():
+    gen = torch.Generator().manual_seed(4)
+    s = torch.randn(5, 24, generator=gen) * 6
+    z = s - s.amax(-1, keepdim=True)
+    soft = torch.exp(z) / torch.exp(z).sum(-1, keepdim=True)
+    torch.testing.assert_close(attention_probs(s, "softmax"), soft, rtol=0, atol=1e-7)
+    w = torch.exp(z.to(torch.bfloat16)).float()
+    assert torch.equal(attention_probs(s, "bf16-exp"), w / w.sum(-1, keepdim=True))
+    w8 = torch.exp(z).to(torch.float8_e4m3fn).float()
+    assert torch.equal(attention_probs(s, "fp8-exp"), w8 / w8.sum(-1, keepdim=True))
+    # E4M3 underflows weights below 2^-10, i.e. z below about -6.93 (App. D.5)
+    row = torch.tensor([[0.0, -6.8, -7.0, -20.0]])
+    P8 = attention_probs(row, "fp8-exp")
+    assert P8[0, 1] > 0 and P8[0, 2] == 0 and P8[0, 3] == 0
+    # FP8's backward is the fp32 exp derivative with normalization at the rounded weights (max on the tape)
+    x = s.clone().requires_grad_()
+    up = torch.randn(s.shape, generator=gen)
+    (attention_probs(x, "fp8-exp") * up).sum().backward()
+    P = w8 / w8.sum(-1, keepdim=True)
+    gamma = (up - (P * up).sum(-1, keepdim=True)) / w8.sum(-1, keepdim=True)
+    dz = gamma * torch.exp(z)
+    expected = dz - (s == s.amax(-1, keepdim=True)) * dz.sum(-1, keepdim=True)
+    torch.testing.assert_close(x.grad, expected, rtol=1e-5, atol=1e-7)
+    assert (x.grad.sum(-1).abs() / x.grad.abs().sum(-1)).max() < 1e-5
+
+
+def test_nearest_rounds_to_grid_center_midpoint_up():
+    """Nearest picks the nearest grid point in z (not the nearest exponential value); t = 1/2 rounds up."""
+    # MinMax K=2 on [-4, 0]: grid b = -4, -2, 0. z = -3 is the midpoint of [-4, -2] and rounds up to -2.
+    s = torch.tensor([[0.0, -3.0, -4.0, -1.2]], dtype=torch.float64)
+    P = attention_probs(s, "minmax-weight-k2")
+    wN = torch.exp(torch.tensor([[0.0, -2.0, -4.0, -2.0]], dtype=torch.float64))
+    torch.testing.assert_close(P, wN / wN.sum(), rtol=1e-15, atol=0)
+    # FWM K=4, tau=6: h=1.5, grid -6, -4.5, -3, -1.5, 0; z=-6 is in the window (strict tail z < -tau)
+    s = torch.tensor([[0.0, -6.0, -6.0000001, -0.75, -0.74]], dtype=torch.float64)
+    P = attention_probs(s, "fwm-weight-k4")
+    w = torch.exp(torch.tensor([[0.0, -6.0, 0.0, 0.0, 0.0]], dtype=torch.float64))
+    w[0, 2] = 0.0
+    w[0, 3] = 1.0  # z = -0.75 is the midpoint of [-1.5, 0]: rounds up to 0
+    w[0, 4] = 1.0
+    torch.testing.assert_close(P, w / w.sum(), rtol=1e-15, atol=0)
+    # LERP K=1 interpolates between e^{z_min} and 1 (App. A)
+    s = torch.tensor([[0.0, -1.0, -4.0]], dtype=torch.float64)
+    t = torch.tensor([1.0, 0.75, 0.0], dtype=torch.float64)
+    w = (1 - t) * torch.exp(torch.tensor(-4.0, dtype=torch.float64)) + t
+    torch.testing.assert_close(attention_probs(s, "lerp-k1"), (w / w.sum())[None], rtol=1e-15, atol=0)
+
+
+def test_resolved_continues_grid_below_window():
+    """Resolved keeps FWM's step and origin but never truncates: in-window weights equal FWM's."""
+    s = torch.tensor([[0.0, -1.0, -5.0, -7.0, -13.0, -30.0]], dtype=torch.float64)
+    from kinterval.ops.api import valid_mask
+    from kinterval.ops.reference import grid, place, row_extrema
+
+    valid = valid_mask(s.shape, s.device, causal=False, mask=None)
+    ext = row_extrema(s, valid)
+    fwm = place(
+        grid(s, valid, OperatorSpec.parse("fwm-weight-k4"), ext.M, ext.m).wN,
+        grid(s, valid, OperatorSpec.parse("fwm-weight-k4"), ext.M, ext.m),
+    )
+    g_res = grid(s, valid, OperatorSpec.parse("resolved-weight-k4"), ext.M, ext.m)
+    res = place(g_res.wN, g_res)
+    assert torch.equal(res[0, :3], fwm[0, :3]) and (fwm[0, 3:] == 0).all()
+    assert (res[0, 3:] > 0).all() and g_res.r[0, 4] < 0  # negative grid index below -tau
+    P = attention_probs(s, "resolved-weight-k4")
+    assert P[0, 3] > 0 and abs(P.sum().item() - 1) < 1e-15

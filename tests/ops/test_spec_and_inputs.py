@@ -1,0 +1,117 @@
+"""Operator names, overrides, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kinterval.ops import OperatorSpec, attention_probs, kinterval_attention
+from kinterval.ops.catalog import all_specs
+
+
+@pytest.mark.parametrize(
+    "name, canonical, axes",
+    [
+        ("softmax", "softmax", ("softmax", None, None, None, None)),
+        ("BF16-exp", "bf16-exp", ("bf16-exp", None, None, None, None)),
+        ("lerp-k4", "lerp-k4", ("kinterval", "minmax", "lerp", None, 4)),
+        ("minmax-lerp-k4", "lerp-k4", ("kinterval", "minmax", "lerp", None, 4)),
+        ("fwm-lerp-k1", "fwm-lerp-k1", ("kinterval", "fwm", "lerp", None, 1)),
+        ("resolved-lerp-k7", "resolved-lerp-k7", ("kinterval", "resolved", "lerp", None, 7)),
+        ("minmax-weight-k16", "minmax-weight-k16", ("kinterval", "minmax", "nearest", "weight", 16)),
+        ("fwm-prob-k4", "fwm-prob-k4", ("kinterval", "fwm", "nearest", "prob", 4)),
+        (" Resolved-Prob-K64 ", "resolved-prob-k64", ("kinterval", "resolved", "nearest", "prob", 64)),
+    ],
+)
+def test_parse_canonical_names(name, canonical, axes):
+    spec = OperatorSpec.parse(name)
+    assert str(spec) == canonical
+    assert (spec.kind, spec.calibration, spec.reconstruction, spec.surrogate, spec.K) == axes
+    assert OperatorSpec.parse(str(spec)) == spec
+
+
+def test_overrides_and_full_name_round_trip():
+    spec = OperatorSpec.parse("fwm-prob-k4", tau=5, range_grad="detach", arithmetic="historical")
+    assert (spec.tau, spec.range_grad, spec.arithmetic) == (5.0, "detach", "historical")
+    assert str(spec) == "fwm-prob-k4"
+    assert spec.full_name == "fwm-prob-k4[tau=5,range_grad=detach,arithmetic=historical]"
+    assert OperatorSpec.from_full_name(spec.full_name) == spec
+    for s in all_specs(Ks=(1, 4)):
+        assert OperatorSpec.from_full_name(s.full_name) == s
+    # defaults passed explicitly are harmless
+    assert OperatorSpec.parse("softmax", range_grad="full") == OperatorSpec.parse("softmax")
+    assert OperatorSpec.parse("lerp-k4", tau=6.0) == OperatorSpec.parse("lerp-k4")
+
+
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("sofmax", {}),
+        ("lerp-k0", {}),
+        ("lerp-k-1", {}),
+        ("minmax-weight-k", {}),
+        ("fwm-nearest-k4", {}),
+        ("minmax-weight-k4.5", {}),
+        ("fwm-prob-k4", {"tau": 0}),
+        ("fwm-prob-k4", {"tau": -1.0}),
+        ("fwm-prob-k4", {"tau": float("nan")}),
+        ("fwm-prob-k4", {"tau": "6"}),
+        ("minmax-weight-k4", {"tau": 5.0}),
+        ("softmax", {"range_grad": "detach"}),
+        ("fp8-exp", {"range_grad": "p1"}),
+        ("lerp-k4", {"range_grad": "sideways"}),
+        ("lerp-k4", {"arithmetic": "historical"}),
+        ("minmax-prob-k4", {"arithmetic": "approximate"}),
+        ("minmax-prob-k4", {"temperature": 1.0}),
+    ],
+)
+def test_bad_names_and_overrides_raise_with_valid_forms(name, overrides):
+    with pytest.raises(ValueError, match="valid forms"):
+        OperatorSpec.parse(name, **overrides)
+
+
+def test_bad_inputs_raise_clear_errors():
+    s = torch.randn(2, 4, 4)
+    with pytest.raises(ValueError, match="floating"):
+        attention_probs(torch.ones(4, 4, dtype=torch.long), "softmax")
+    with pytest.raises(ValueError, match="shape"):
+        attention_probs(torch.randn(4), "softmax")
+    with pytest.raises(ValueError, match="boolean"):
+        attention_probs(s, "softmax", mask=torch.ones(4, 4))
+    with pytest.raises(ValueError, match="broadcast"):
+        attention_probs(s, "softmax", mask=torch.ones(3, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="Tq <= Tk"):
+        attention_probs(torch.randn(5, 4), "softmax", causal=True)
+    with pytest.raises(ValueError, match="NaN"):
+        attention_probs(torch.tensor([[0.0, float("nan")]]), "lerp-k4")
+    with pytest.raises(ValueError, match="unknown operator"):
+        attention_probs(s, "quantized")
+    with pytest.raises(ValueError, match="backend"):
+        attention_probs(s, "softmax", backend="cuda")
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="4-d"):
+        kinterval_attention(q[0], q[0], q[0], "softmax")
+    with pytest.raises(ValueError, match="agree"):
+        kinterval_attention(q, torch.randn(1, 2, 4, 6), torch.randn(1, 2, 4, 6), "softmax")
+    with pytest.raises(ValueError, match="share a dtype"):
+        kinterval_attention(q, q.double(), q, "softmax")
+    with pytest.raises(ValueError, match="unknown backend"):
+        kinterval_attention(q, q, q, "softmax", backend="flash")
+
+
+def test_neg_inf_scores_count_as_masked():
+    s = torch.tensor([[1.0, float("-inf"), 0.0]])
+    P = attention_probs(s, "fwm-weight-k4")
+    assert P[0, 1] == 0 and abs(P.sum().item() - 1) < 1e-6
+    P = attention_probs(torch.full((1, 3), float("-inf")), "lerp-k4")
+    assert (P == 0).all()
+
+
+def test_dtype_policy():
+    s = torch.randn(3, 5, 5)
+    assert attention_probs(s.double(), "lerp-k4").dtype == torch.float64
+    assert attention_probs(s, "lerp-k4").dtype == torch.float32
+    for low in (torch.bfloat16, torch.float16):
+        P = attention_probs(s.to(low), "fwm-prob-k4")
+        assert P.dtype == torch.float32
+        assert torch.equal(P, attention_probs(s.to(low).float(), "fwm-prob-k4"))
