@@ -1,0 +1,118 @@
+"""lm-evaluation-harness model ``kinterval`` (paper App. C.3, layer 3) over kinterval training checkpoints.
+
+    lm_eval --model kinterval --model_args run=RUN,checkpoint=latest,operator=softmax,device=cpu --tasks ...
+
+The tokenizer is the offline GPT-2 BPE (``kinterval.data.tokenizer``). The run's own operator is used unless
+``operator`` substitutes another (softmax substitution). Inputs longer than the context keep their last
+``block_size`` tokens. Greedy decoding only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.api.registry import register_model
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+except ImportError:  # pragma: no cover - the hint replaces the traceback chain
+    raise ImportError("kinterval.eval.lm_eval_adapter needs lm-eval: pip install 'kinterval[eval]'") from None
+
+from kinterval.data.tokenizer import EOT, gpt2_encoding
+from kinterval.eval.probes import load_run_model
+from kinterval.model.numerics import autocast, eval_precision
+
+
+@register_model("kinterval")
+class KIntervalLM(TemplateLM):
+    def __init__(self, run: str, checkpoint="latest", operator: str | None = None, device: str = "cpu",
+                 batch_size=1, max_gen_toks: int = 256, backend: str | None = None,
+                 bpe_file: str | None = None, **_ignored) -> None:  # fmt: skip
+        super().__init__()
+        device = device or "cpu"
+        self.model, self.state = load_run_model(run, checkpoint, operator, device, backend)
+        self._device = torch.device(device)
+        self.enc = gpt2_encoding(bpe_file)
+        self.batch_size = 1 if batch_size in (None, "auto") else int(str(batch_size).split(":")[0])
+        self.max_gen_toks = int(max_gen_toks)
+        self.operator = self.model.operator
+
+    # ------------------------------------------------------------------ tokens
+    @property
+    def eot_token_id(self) -> int:
+        return EOT
+
+    @property
+    def max_length(self) -> int:
+        return self.model.config.block_size
+
+    def tok_encode(self, string: str, **kwargs) -> list[int]:
+        return self.enc.encode_ordinary(string)
+
+    def tok_decode(self, tokens) -> str:
+        return self.enc.decode(list(tokens))
+
+    @torch.no_grad()
+    def _logprobs(self, batch: list[list[int]]) -> torch.Tensor:
+        """log-softmax (float32) of right-padded inputs; causal attention keeps padding out of real tokens."""
+        n = max(map(len, batch))
+        x = torch.tensor([s + [EOT] * (n - len(s)) for s in batch], device=self._device)
+        numerics = self.model.config.numerics
+        with eval_precision(numerics), autocast(numerics, self._device):
+            logits, _ = self.model(x)
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    # ------------------------------------------------------------------ requests
+    def _loglikelihood_tokens(
+        self, requests, disable_tqdm: bool = False, **kwargs
+    ) -> list[tuple[float, bool]]:
+        """(sum log p(cont | ctx), cont is the greedy one) per request ((ctx, cont), ctx_enc, cont_enc)."""
+        out = []
+        for start in range(0, len(requests), self.batch_size):
+            chunk = requests[start : start + self.batch_size]
+            inputs, conts = [], []
+            for _, ctx, cont in chunk:
+                full = (ctx + cont)[-(self.max_length + 1) :]
+                inputs.append(full[:-1])
+                conts.append(cont)
+            logp = self._logprobs(inputs)
+            for row, (inp, cont) in enumerate(zip(inputs, conts)):
+                pos = torch.arange(len(inp) - len(cont), len(inp), device=self._device)
+                lp = logp[row, pos]
+                tgt = torch.tensor(cont, device=self._device)
+                ll = lp.gather(-1, tgt[:, None]).sum().item()
+                out.append((ll, bool((lp.argmax(-1) == tgt).all())))
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """Total log-likelihood of each string, in disjoint windows of the model's context (as HFLM)."""
+        out = []
+        for (string,) in (req.args for req in requests):
+            windows = get_rolling_token_windows(
+                token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
+                max_seq_len=self.max_length, context_len=1,
+            )  # fmt: skip
+            reqs = [(None, ctx, cont) for ctx, cont in map(make_disjoint_window, windows)]
+            out.append(sum(ll for ll, _ in self._loglikelihood_tokens(reqs)))
+        return out
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Greedy decoding until an ``until`` string, EOT or ``max_gen_toks`` new tokens."""
+        out = []
+        for context, gen_kwargs in (req.args for req in requests):
+            until = gen_kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_new = int(gen_kwargs.get("max_gen_toks", self.max_gen_toks))
+            tokens, new = self.tok_encode(context), []
+            for _ in range(max_new):
+                nxt = int(self._logprobs([(tokens + new)[-self.max_length :]])[0, -1].argmax())
+                if nxt == EOT:
+                    break
+                new.append(nxt)
+                if any(u in self.tok_decode(new) for u in until):
+                    break
+            text = self.tok_decode(new)
+            for u in until:
+                text = text.split(u)[0]
+            out.append(text)
+        return out

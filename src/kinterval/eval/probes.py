@@ -1,0 +1,272 @@
+"""Synthetic probes (paper App. C.3, layer 2): induction, key-value retrieval and prefix copying.
+
+Every sample is a random token sequence over the model's vocabulary (fixed seed, one RNG stream per family)
+plus the positions to score: position ``i`` scores the prediction of ``tokens[i + 1]``.
+
+* Probe A, induction: a bigram (A, B) at position p and A again at p + d; score B. Its matched control is
+  the same sequence with the earlier (A, B) replaced by random tokens. One family = one (A, B) and one filler
+  stream at every distance d (distances that do not fit the context are skipped and recorded).
+* Probe B, key-value retrieval: n pairs ``k1 v1 ... kn vn`` then a query key; score its value. ``near``
+  queries a key of the last quarter of pairs, ``far`` one of the first quarter.
+* Probe C, prefix copying: a random segment of length L, a separator, the segment again; every token of the
+  second copy is scored.
+
+Scores per sample: mean target NLL (nats), top-1 accuracy; probe A also gives the induction gain (control NLL
+minus induction NLL, per family and distance). Intervals: family bootstrap (every distance and pairing of a
+family is resampled together).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DISTANCES = (64, 128, 256, 512, 896)
+N_PAIRS = (16, 32, 64)
+SEGMENT_LENGTHS = (32, 64, 128)
+PREFIX = 16  # random tokens before the first structure, so nothing starts at position 0
+EOT = 50256
+
+
+@dataclass
+class Sample:
+    probe: str  # "A", "B" or "C"
+    family: int
+    condition: str  # A: induction/control, B: near/far, C: copy
+    param: int  # A: distance d, B: number of pairs, C: segment length L
+    tokens: list[int]
+    score_pos: list[int] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- generators
+def _rng(seed: int, probe: str, family: int) -> np.random.Generator:
+    return np.random.default_rng([seed, ord(probe), family])
+
+
+def _draw(rng, vocab: int, n: int, exclude=()) -> np.ndarray:
+    """n tokens uniform over [0, vocab) minus ``exclude`` (EOT is always excluded)."""
+    bad = np.array(sorted(set(exclude) | {EOT}))
+    out = rng.integers(0, vocab, size=n)
+    while True:
+        redo = np.isin(out, bad)
+        if not redo.any():
+            return out
+        out[redo] = rng.integers(0, vocab, size=int(redo.sum()))
+
+
+def _distinct(rng, vocab: int, n: int) -> np.ndarray:
+    return rng.choice(np.setdiff1d(np.arange(vocab), [EOT]), size=n, replace=False)
+
+
+def induction_samples(n_families: int, vocab: int, block: int, distances=DISTANCES, seed: int = 0):
+    """Probe A samples (induction + control per family and distance) and the distances skipped."""
+    fits = [d for d in distances if PREFIX + d + 1 <= block]  # input length PREFIX + d + 1
+    skipped = [d for d in distances if d not in fits]
+    samples = []
+    for f in range(n_families):
+        rng = _rng(seed, "A", f)
+        a, b = (int(t) for t in _distinct(rng, vocab, 2))
+        stream = _draw(rng, vocab, PREFIX + max(distances, default=0) + 2, exclude=(a, b))
+        for d in fits:
+            seq = stream[: PREFIX + d + 2].copy()
+            seq[PREFIX], seq[PREFIX + 1], seq[PREFIX + d], seq[PREFIX + d + 1] = a, b, a, b
+            control = seq.copy()
+            control[PREFIX : PREFIX + 2] = stream[-2:]  # the earlier (A, B) replaced by other random tokens
+            for cond, s in (("induction", seq), ("control", control)):
+                samples.append(Sample("A", f, cond, d, s.tolist(), [PREFIX + d]))
+    return samples, skipped
+
+
+def retrieval_samples(n_families: int, vocab: int, block: int, n_pairs=N_PAIRS, seed: int = 0):
+    """Probe B samples (near and far query per family and pair count) and the pair counts skipped."""
+    fits = [n for n in n_pairs if 2 * n + 1 <= block]
+    samples = []
+    for f in range(n_families):
+        rng = _rng(seed, "B", f)
+        for n in fits:
+            keys = _distinct(rng, vocab, n)
+            values = _draw(rng, vocab, n, exclude=keys.tolist())
+            body = np.stack([keys, values], 1).reshape(-1)
+            q = max(1, n // 4)
+            for cond, i in (("near", int(rng.integers(n - q, n))), ("far", int(rng.integers(0, q)))):
+                seq = np.concatenate([body, [keys[i], values[i]]])
+                samples.append(Sample("B", f, cond, n, seq.tolist(), [2 * n]))
+    return samples, [n for n in n_pairs if n not in fits]
+
+
+def copy_samples(n_families: int, vocab: int, block: int, lengths=SEGMENT_LENGTHS, seed: int = 0):
+    """Probe C samples (one copy task per family and segment length) and the lengths skipped."""
+    sep = EOT if vocab > EOT else vocab - 1
+    fits = [L for L in lengths if PREFIX + 2 * L + 1 <= block]
+    samples = []
+    for f in range(n_families):
+        rng = _rng(seed, "C", f)
+        for L in fits:
+            pre, seg = _draw(rng, vocab, PREFIX, exclude=(sep,)), _draw(rng, vocab, L, exclude=(sep,))
+            seq = np.concatenate([pre, seg, [sep], seg])
+            start = PREFIX + L  # the separator predicts seg[0]
+            samples.append(Sample("C", f, "copy", L, seq.tolist(), list(range(start, start + L))))
+    return samples, [L for L in lengths if L not in fits]
+
+
+def all_samples(n_families: int, vocab: int, block: int, seed: int = 0, distances=DISTANCES):
+    a, skip_a = induction_samples(n_families, vocab, block, distances, seed)
+    b, skip_b = retrieval_samples(n_families, vocab, block, seed=seed)
+    c, skip_c = copy_samples(n_families, vocab, block, seed=seed)
+    return a + b + c, {"A": skip_a, "B": skip_b, "C": skip_c}
+
+
+# ---------------------------------------------------------------------- scoring
+@torch.no_grad()
+def score(model, samples: list[Sample], *, device="cpu", batch_size: int = 8) -> list[dict]:
+    """Per-sample rows: the sample's identity plus mean target NLL and top-1 accuracy over its scored tokens.
+
+    ``model(idx)`` must return ``(logits, ...)`` as :class:`kinterval.model.GPT` does.
+    """
+    from kinterval.model.numerics import autocast, eval_precision
+
+    numerics = getattr(getattr(model, "config", None), "numerics", None)
+    rows: list[dict | None] = [None] * len(samples)
+    by_len = defaultdict(list)  # equal lengths batch without padding
+    for i, s in enumerate(samples):
+        by_len[len(s.tokens)].append(i)
+    for idx in by_len.values():
+        for start in range(0, len(idx), batch_size):
+            chunk = idx[start : start + batch_size]
+            seqs = torch.tensor([samples[i].tokens for i in chunk], device=device)
+            ctx = (eval_precision(numerics), autocast(numerics, device)) if numerics is not None else ()
+            with _stack(ctx):
+                logits = model(seqs[:, :-1])[0]
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            for row, i in enumerate(chunk):
+                pos = torch.tensor(samples[i].score_pos, device=device)
+                tgt = seqs[row, pos + 1]
+                nll = -logp[row, pos].gather(-1, tgt[:, None]).squeeze(-1)
+                acc = (logp[row, pos].argmax(-1) == tgt).float()
+                s = samples[i]
+                rows[i] = {"probe": s.probe, "family": s.family, "condition": s.condition, "param": s.param,
+                           "nll": nll.mean().item(), "acc": acc.mean().item(),
+                           "n_scored": len(pos)}  # fmt: skip
+    return rows
+
+
+def _stack(ctxs):
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    for c in ctxs:
+        stack.enter_context(c)
+    return stack
+
+
+# ---------------------------------------------------------------------- summaries
+def summarize(rows: list[dict], *, n_resamples: int = 4000, seed: int = 0) -> list[dict]:
+    """Table rows ``{probe, metric, param, condition, mean, lo, hi, n}`` with family-bootstrap 95% CIs.
+
+    Probe A adds ``metric="gain"`` (control NLL - induction NLL) per distance and pooled (``param="all"``).
+    """
+    from kinterval.stats import family_bootstrap_ci
+
+    def row(probe, metric, param, cond, values, fams):
+        values, fams = np.asarray(values, float), np.asarray(fams)
+        mean, lo, hi = float(values.mean()), float("nan"), float("nan")
+        if len(np.unique(fams)) >= 2:
+            ci = family_bootstrap_ci(values, fams, n_resamples=n_resamples, seed=seed)
+            lo, hi = ci.lo, ci.hi
+        return {"probe": probe, "metric": metric, "param": param, "condition": cond, "mean": mean, "lo": lo,
+                "hi": hi, "n": len(values)}  # fmt: skip
+
+    out = []
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["probe"], r["param"], r["condition"])].append(r)
+    for (probe, param, cond), rs in sorted(groups.items()):
+        for metric in ("nll", "acc"):
+            out.append(row(probe, metric, param, cond, [r[metric] for r in rs], [r["family"] for r in rs]))
+    # induction gain, paired within (family, distance)
+    nll = {(r["family"], r["param"], r["condition"]): r["nll"] for r in rows if r["probe"] == "A"}
+    pairs = [(f, d, nll[(f, d, "control")] - v) for (f, d, c), v in nll.items() if c == "induction"]
+    for d in sorted({p[1] for p in pairs}):
+        sel = [p for p in pairs if p[1] == d]
+        out.append(row("A", "gain", d, "control-induction", [p[2] for p in sel], [p[0] for p in sel]))
+    if pairs:
+        out.append(row("A", "gain", "all", "control-induction", [p[2] for p in pairs], [p[0] for p in pairs]))
+    return out
+
+
+def probe_tables(results_dir: str | Path) -> list[dict]:
+    """The summary table rows of a ``kinterval probes`` output folder (see :func:`summarize`), each with the
+    run's ``operator`` added."""
+    results_dir = Path(results_dir)
+    summary = json.loads((results_dir / "summary.json").read_text())
+    return [dict(r, operator=summary["operator"]) for r in summary["table"]]
+
+
+# ---------------------------------------------------------------------- runs and checkpoints
+def load_run_model(
+    run, checkpoint="latest", operator: str | None = None, device="cpu", backend: str | None = None
+):
+    """(model, state) of a training run's checkpoint; ``operator`` substitutes the attention operator
+    (e.g. ``softmax``) in the trained weights, else the run's own operator is used.
+
+    ``run`` is a run folder (``checkpoint``: ``latest``, a step number or a checkpoint path) or a checkpoint
+    folder itself.
+    """
+    from kinterval.model import GPT, ModelConfig
+    from kinterval.train.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint
+
+    run = Path(run)
+    if (run / "state.json").is_file():
+        path = run
+    elif checkpoint in (None, "latest"):
+        path = latest_checkpoint(run)
+    elif str(checkpoint).isdigit():
+        path = checkpoint_dir(run) / f"step_{int(checkpoint):06d}"
+    else:
+        path = Path(checkpoint)
+    if path is None or not path.is_dir():
+        raise FileNotFoundError(f"no checkpoint {checkpoint!r} in {run}")
+    ckpt = load_checkpoint(path)
+    op_cfg = ckpt.state["config"]["operator"]
+    model = GPT(ModelConfig.from_dict(ckpt.state["model_config"]), operator or op_cfg["name"],
+                backend or op_cfg.get("backend", "auto"))  # fmt: skip
+    model.load_state_dict(ckpt.model)
+    return model.to(device).eval(), ckpt.state
+
+
+def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 400, device="cpu",
+               seed: int = 0, batch_size: int = 8, distances=DISTANCES) -> dict:  # fmt: skip
+    """Generate, score and write ``samples.jsonl`` (one row per sample) and ``summary.json``."""
+    model, state = load_run_model(run, checkpoint, operator, device)
+    cfg = model.config
+    samples, skipped = all_samples(families, cfg.vocab_size, cfg.block_size, seed, distances)
+    rows = score(model, samples, device=device, batch_size=batch_size)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "samples.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    summary = {"run": str(run), "checkpoint_step": state.get("step"), "operator": model.operator,
+               "native_operator": state["config"]["operator"]["name"], "families": families, "seed": seed,
+               "block_size": cfg.block_size, "skipped": skipped, "table": summarize(rows)}  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+__all__ = [
+    "DISTANCES",
+    "Sample",
+    "all_samples",
+    "copy_samples",
+    "induction_samples",
+    "load_run_model",
+    "probe_tables",
+    "retrieval_samples",
+    "run_probes",
+    "score",
+    "summarize",
+]

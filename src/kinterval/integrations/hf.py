@@ -1,0 +1,173 @@
+"""Hugging Face ``transformers`` drop-in: K-interval attention as an ``attn_implementation``.
+
+Registration goes through the public extension points only: ``transformers.AttentionInterface`` for the
+attention function and ``transformers.masking_utils.AttentionMaskInterface`` for the mask (we reuse the sdpa
+mask builder, so every model hands us a boolean mask, True = may attend, or ``None`` when sdpa would rely on
+``is_causal``). Importing this module registers
+
+* ``"kinterval"``: the operator chosen with :func:`set_operator` (default ``fwm-prob-k4``), or, per model,
+  the config attribute ``kinterval_operator`` (saved with ``save_pretrained``);
+* ``"kinterval-<operator>"`` for the baselines and every family with K in :data:`AUTO_K`, e.g.
+  ``"kinterval-fwm-prob-k4"``; any other operator (other K, overrides) via :func:`attn_implementation_name`.
+
+>>> model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-fwm-prob-k4")
+
+Dropout: with ``attention_dropout > 0`` in training mode, dropout is applied to the operator's probabilities
+(as transformers' eager path does); that path computes P explicitly (``closed_form``/``reference`` backend,
+never the fused kernel). Additive float biases (ALiBi, T5 position bias) and ``softcap`` are not supported.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from kinterval.ops import OperatorSpec, attention_probs, kinterval_attention
+from kinterval.ops.spec import BASELINES
+
+try:
+    from transformers import AttentionInterface
+except ImportError:  # pragma: no cover - the hint replaces the traceback chain
+    raise ImportError("kinterval.integrations.hf needs transformers: pip install 'kinterval[hf]'") from None
+
+try:  # transformers >= 4.53; older versions build a float mask themselves, which we also accept
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+except ImportError:  # pragma: no cover
+    AttentionMaskInterface = sdpa_mask = None
+
+__all__ = [
+    "AUTO_K",
+    "DEFAULT_OPERATOR",
+    "PREFIX",
+    "attn_implementation_name",
+    "get_operator",
+    "register",
+    "register_all",
+    "registered_names",
+    "set_operator",
+]
+
+PREFIX = "kinterval"
+DEFAULT_OPERATOR = "fwm-prob-k4"
+AUTO_K = (1, 2, 3, 4, 8, 16, 32, 64)
+_FAMILIES = (
+    "lerp", "fwm-lerp", "resolved-lerp",
+    "minmax-weight", "fwm-weight", "resolved-weight",
+    "minmax-prob", "fwm-prob", "resolved-prob",
+)  # fmt: skip
+
+# implementation name -> (spec, backend); the plain PREFIX entry is what set_operator changes.
+_REGISTRY: dict[str, tuple[OperatorSpec, str]] = {}
+
+
+@lru_cache(maxsize=256)
+def _parse(name: str) -> OperatorSpec:
+    return OperatorSpec.from_full_name(name)
+
+
+def _to_valid(mask: Tensor) -> Tensor:
+    """Boolean "may attend" mask from a boolean or additive float mask (0 = attend, very negative = off)."""
+    if mask.dtype == torch.bool:
+        return mask
+    blocked = mask <= torch.finfo(mask.dtype).min / 2
+    if torch.any(torch.where(blocked, 0.0, mask.float()) != 0):
+        raise ValueError("kinterval attention supports boolean or 0/-inf masks, not additive biases")
+    return ~blocked
+
+
+def _attention(name: str, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    spec, backend = _REGISTRY[name]
+    if name == PREFIX and getattr(getattr(module, "config", None), "kinterval_operator", None):
+        spec = _parse(module.config.kinterval_operator)
+    if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
+        raise ValueError("kinterval attention does not support softcap or additive position biases")
+    n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: repeat the k/v heads
+    if n_rep > 1:
+        key = key.repeat_interleave(n_rep, dim=1)
+        value = value.repeat_interleave(n_rep, dim=1)
+    is_causal = kwargs.get("is_causal")
+    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    tq, causal, mask = query.shape[2], False, None
+    if attention_mask is not None:
+        mask = _to_valid(attention_mask[:, :, :, : key.shape[2]])
+    elif is_causal and tq > 1:
+        # sdpa semantics for a skipped mask: causal, and an empty static cache is cut to the query length
+        causal, key, value = True, key[:, :, :tq], value[:, :, :tq]
+    if dropout > 0.0 and module.training:
+        out = _dropout_attention(query, key, value, spec, causal, mask, scaling, dropout, backend)
+    else:
+        out = kinterval_attention(
+            query, key, value, spec, causal=causal, mask=mask, scale=scaling, backend=backend
+        )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _dropout_attention(q, k, v, spec, causal, mask, scale, p, backend):
+    """Explicit-P path: dropout on the operator's probabilities, as in transformers' eager attention."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
+        probs_backend = backend if backend in ("reference", "closed_form") else "closed_form"
+        P = attention_probs(scores, spec, causal=causal, mask=mask, backend=probs_backend)
+        out = torch.matmul(torch.nn.functional.dropout(P, p=p, training=True), v.float())
+    return out.to(q.dtype)
+
+
+def _install(name: str, spec: OperatorSpec, backend: str) -> str:
+    if name not in _REGISTRY:
+        AttentionInterface.register(name, lambda *a, **kw: _attention(name, *a, **kw))
+        if AttentionMaskInterface is not None:
+            AttentionMaskInterface.register(name, sdpa_mask)
+    _REGISTRY[name] = (spec, backend)
+    return name
+
+
+def register(
+    name: str | None = PREFIX,
+    operator: str | OperatorSpec = DEFAULT_OPERATOR,
+    backend: str = "auto",
+    **overrides,
+) -> str:
+    """Register ``name`` as an ``attn_implementation`` computing ``operator`` and return the name.
+
+    ``name=None`` gives the canonical ``"kinterval-<operator full name>"``. ``overrides`` (tau, range_grad,
+    arithmetic) go to :meth:`OperatorSpec.parse`; ``backend`` to :func:`kinterval_attention`.
+    """
+    spec = OperatorSpec.parse(_parse(operator) if isinstance(operator, str) else operator, **overrides)
+    return _install(name or f"{PREFIX}-{spec.full_name}", spec, backend)
+
+
+def attn_implementation_name(operator: str | OperatorSpec, backend: str = "auto", **overrides) -> str:
+    """The registered name for ``operator`` (registering it on first use), e.g. ``"kinterval-fwm-prob-k4"``.
+
+    A non-default backend is part of the name: ``"kinterval-fwm-prob-k4@reference"``.
+    """
+    spec = OperatorSpec.parse(_parse(operator) if isinstance(operator, str) else operator, **overrides)
+    name = f"{PREFIX}-{spec.full_name}" + ("" if backend == "auto" else f"@{backend}")
+    return name if _REGISTRY.get(name) == (spec, backend) else _install(name, spec, backend)
+
+
+def set_operator(operator: str | OperatorSpec, backend: str = "auto", **overrides) -> str:
+    """Choose the operator behind the plain ``"kinterval"`` implementation (process-wide)."""
+    return register(PREFIX, operator, backend, **overrides)
+
+
+def get_operator(name: str = PREFIX) -> OperatorSpec:
+    """The operator a registered implementation name computes."""
+    return _REGISTRY[name][0]
+
+
+def register_all(ks: tuple[int, ...] = AUTO_K) -> list[str]:
+    """Register ``"kinterval-<operator>"`` for the baselines and every family with K in ``ks``."""
+    ops = list(BASELINES) + [f"{family}-k{k}" for family in _FAMILIES for k in ks]
+    return [attn_implementation_name(op) for op in ops]
+
+
+def registered_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+set_operator(DEFAULT_OPERATOR)
+register_all()

@@ -1,0 +1,149 @@
+"""lm-eval adapter: offline local tasks through lm_eval.simple_evaluate on a tiny random-init checkpoint."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("lm_eval")
+
+from kinterval.data.tokenizer import EOT, gpt2_encoding  # noqa: E402
+from kinterval.eval.downstream_commands import downstream_compare, run_downstream  # noqa: E402
+from kinterval.eval.probes import load_run_model  # noqa: E402
+from kinterval.model import GPT, ModelConfig  # noqa: E402
+from kinterval.train.checkpoint import save_checkpoint  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+
+
+def make_run(root: Path, operator="fwm-prob-k4", seed=0, block=64) -> Path:
+    """A run folder with one checkpoint of a random-init GPT over the GPT-2 vocabulary."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=block, vocab_size=50257)
+    model = GPT(cfg, operator, "closed_form")
+    state = {"step": 1, "config": {"operator": {"name": operator, "backend": "closed_form"}},
+             "model_config": cfg.to_dict()}  # fmt: skip
+    save_checkpoint(root, 1, model.state_dict(), {}, state)
+    return root
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("run"))
+
+
+@pytest.fixture
+def in_data(monkeypatch):
+    monkeypatch.chdir(DATA)  # the task YAMLs name their JSONL relative to the working directory
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+def direct_logprob(model, ctx: list[int], cont: list[int]) -> float:
+    x = torch.tensor([ctx + cont])
+    with torch.no_grad():
+        logits, _ = model(x[:, :-1])
+    lp = torch.log_softmax(logits.float(), -1)[0, len(ctx) - 1 :]
+    return lp.gather(-1, torch.tensor(cont)[:, None]).sum().item()
+
+
+def test_multiple_choice_and_rolling_match_direct_nll(run, tmp_path, in_data):
+    out = tmp_path / "native"
+    summary = run_downstream(run, ["kinterval_tiny_mc", "kinterval_tiny_ppl"], out=out, include_path=DATA)
+    assert summary["operator"] == "fwm-prob-k4" and summary["checkpoint_step"] == 1
+    model, _ = load_run_model(run)
+    enc = gpt2_encoding()
+    docs = [json.loads(line) for line in (DATA / "tiny_mc.jsonl").read_text().splitlines()]
+    items = [json.loads(line) for line in (out / "kinterval_tiny_mc.jsonl").read_text().splitlines()]
+    assert [it["doc_id"] for it in items] == list(range(len(docs)))
+    for it, doc in zip(items, docs):
+        ctx = enc.encode_ordinary(doc["question"])
+        want = [direct_logprob(model, ctx, enc.encode_ordinary(" " + c)) for c in doc["choices"]]
+        np.testing.assert_allclose(it["loglikelihoods"], want, rtol=0, atol=1e-5)
+        assert it["metrics"]["acc"] == float(np.argmax(want) == doc["label"])
+    # rolling: total log-likelihood after an EOT prefix, in disjoint 64-token windows (T = 64)
+    texts = [json.loads(line)["text"] for line in (DATA / "tiny_text.jsonl").read_text().splitlines()]
+    rolled = [json.loads(line) for line in (out / "kinterval_tiny_ppl.jsonl").read_text().splitlines()]
+    n_two = 0
+    for it, text in zip(rolled, texts):
+        toks = enc.encode_ordinary(text)
+        want = direct_logprob(model, [EOT], toks[:64])
+        if len(toks) > 64:  # second window: the last 64 tokens as input, scoring tokens 64.. only
+            assert len(toks) <= 128
+            want += direct_logprob(model, toks[len(toks) - 65 : 64], toks[64:])
+            n_two += 1
+        np.testing.assert_allclose(it["loglikelihoods"][0], want, rtol=0, atol=1e-4)
+    assert n_two == 1
+
+
+def test_generate_until_and_softmax_substitution(run, tmp_path, in_data):
+    out = tmp_path / "softmax"
+    summary = run_downstream(run, ["kinterval_tiny_gen", "kinterval_tiny_mc"], out=out, include_path=DATA,
+                             operator="softmax", limit=3)  # fmt: skip
+    assert summary["operator"] == "softmax" and summary["native_operator"] == "fwm-prob-k4"
+    gen = [json.loads(line) for line in (out / "kinterval_tiny_gen.jsonl").read_text().splitlines()]
+    assert len(gen) == 3 and all(isinstance(g["responses"][0], str) for g in gen)
+    # greedy output equals a direct greedy decode of the substituted model (up to 8 tokens, stop at . or \n)
+    model, _ = load_run_model(run, operator="softmax")
+    enc = gpt2_encoding()
+    doc = json.loads((DATA / "tiny_gen.jsonl").read_text().splitlines()[0])
+    toks, new = enc.encode_ordinary(doc["question"]), []
+    for _ in range(8):
+        with torch.no_grad():
+            nxt = int(model(torch.tensor([toks + new]))[0][0, -1].argmax())
+        if nxt == EOT:
+            break
+        new.append(nxt)
+        if any(u in enc.decode(new) for u in ("\n", ".")):
+            break
+    want = enc.decode(new).split("\n")[0].split(".")[0]
+    assert gen[0]["responses"][0] == want
+
+
+def test_downstream_compare_paired(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    rng = np.random.default_rng(0)
+    for folder, shift in ((a, 0.0), (b, 0.3)):
+        with open(folder / "t.jsonl", "w") as fh:
+            for i in range(40):
+                acc = float(rng.random() < 0.4 + shift)
+                fh.write(
+                    json.dumps(
+                        {
+                            "doc_id": i,
+                            "metrics": {"acc": acc, "f1": 0.5},
+                            "loglikelihoods": [-1.0, -2.0],
+                            "is_greedy": [True, False],
+                        }
+                    )
+                    + "\n"
+                )
+    rows = downstream_compare(a, b)
+    by = {r["metric"]: r for r in rows}
+    assert set(by) == {"acc", "f1"} and by["acc"]["n"] == 40
+    assert by["acc"]["lo"] <= by["acc"]["diff"] <= by["acc"]["hi"]
+    assert 0 < by["acc"]["p"] <= 1 and by["acc"]["q"] >= by["acc"]["p"]
+    assert by["f1"]["diff"] == 0 and by["f1"]["p"] == 1.0
+
+
+def cli(argv):
+    """Run one of this module's commands through its own parser (independent of the other layers' CLIs)."""
+    import argparse
+
+    from kinterval.eval import downstream_commands
+
+    parser = argparse.ArgumentParser()
+    downstream_commands.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_downstream_and_compare(run, tmp_path, in_data, capsys):
+    args = ["--run", str(run), "--tasks", "kinterval_tiny_mc", "--include-path", str(DATA), "--limit", "4"]
+    assert cli(["downstream", *args, "--out", str(tmp_path / "n")]) == 0
+    assert cli(["downstream", *args, "--operator", "softmax", "--out", str(tmp_path / "s")]) == 0
+    assert cli(["downstream-compare", str(tmp_path / "s"), str(tmp_path / "n")]) == 0
+    assert "kinterval_tiny_mc" in capsys.readouterr().out

@@ -1,0 +1,204 @@
+"""The Hugging Face drop-in: tiny random-init GPT-2, Llama (GQA) and BERT models from config, no download."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+hf = pytest.importorskip("kinterval.integrations.hf")
+
+from transformers import (  # noqa: E402
+    AttentionInterface,
+    AutoModel,
+    AutoModelForCausalLM,
+    BertConfig,
+    GPT2Config,
+    LlamaConfig,
+)
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: E402
+
+from kinterval.ops import kinterval_attention  # noqa: E402
+
+V, T = 128, 12
+CONFIGS = {
+    "gpt2": lambda: GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=V, n_positions=64,
+                               attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0),
+    "llama": lambda: LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64),
+}  # fmt: skip
+
+
+def make(kind, impl, seed=0):
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(CONFIGS[kind](), attn_implementation=impl).double()
+
+
+def batch(padding):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, V, (2, T), generator=g)
+    am = torch.ones(2, T, dtype=torch.long)
+    if padding == "left":
+        am[0, :4] = 0
+    elif padding == "right":
+        am[0, -4:] = 0
+    return ids, am
+
+
+# A direct implementation used as the reference: explicit causal-and-padding mask, k/v heads expanded by view.
+_SEEN = {}
+
+
+def direct_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    am = _SEEN["am"].bool()
+    tq, tk = query.shape[2], key.shape[2]
+    mask = torch.ones(tq, tk, dtype=torch.bool).tril() & am[:, None, None, :]
+    b, hk, _, d = key.shape
+    rep = query.shape[1] // hk
+    key = key[:, :, None].expand(b, hk, rep, tk, d).reshape(b, hk * rep, tk, d)
+    value = value[:, :, None].expand(b, hk, rep, tk, d).reshape(b, hk * rep, tk, d)
+    out = kinterval_attention(query, key, value, _SEEN["op"], mask=mask, scale=scaling)
+    return out.transpose(1, 2), None
+
+
+AttentionInterface.register("test-direct", direct_attention)
+AttentionMaskInterface.register("test-direct", sdpa_mask)
+
+
+def loss_and_grads(model, ids, am):
+    out = model(ids, attention_mask=am)
+    keep = am.bool()
+    loss = out.logits[keep].logsumexp(-1).sum() - out.logits[keep][:, 0].sum()
+    model.zero_grad()
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.logits.detach(), grads, keep
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("op", ["fwm-prob-k4", "lerp-k4", "minmax-weight-k2"])
+def test_matches_direct_kinterval_attention(kind, op):
+    ids, am = batch("left")
+    model = make(kind, hf.attn_implementation_name(op))
+    logits, grads, keep = loss_and_grads(model, ids, am)
+    _SEEN.update(am=am, op=op)
+    model.set_attn_implementation("test-direct")
+    ref_logits, ref_grads, _ = loss_and_grads(model, ids, am)
+    torch.testing.assert_close(logits[keep], ref_logits[keep], rtol=0, atol=1e-10)
+    assert grads.keys() == ref_grads.keys() and len(grads) > 0
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=0, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("padding", [None, "left", "right"])
+def test_softmax_reproduces_eager_and_sdpa(kind, padding):
+    ids, am = batch(padding)
+    model = make(kind, "kinterval-softmax").float()
+    keep = am.bool()
+    with torch.no_grad():
+        ours = model(ids, attention_mask=am).logits
+        for impl in ("eager", "sdpa"):
+            model.set_attn_implementation(impl)
+            torch.testing.assert_close(
+                ours[keep], model(ids, attention_mask=am).logits[keep], rtol=0, atol=1e-5
+            )
+
+
+def test_generate_matches_sdpa():
+    ids, _ = batch(None)
+    model = make("llama", "kinterval-softmax").float()
+    ours = model.generate(ids[:1], max_new_tokens=6, do_sample=False)
+    model.set_attn_implementation("sdpa")
+    assert torch.equal(ours, model.generate(ids[:1], max_new_tokens=6, do_sample=False))
+
+
+def test_bert_non_causal_with_padding():
+    cfg = BertConfig(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModel.from_config(cfg, attn_implementation="kinterval-softmax").eval()
+    ids, am = batch("right")
+    with torch.no_grad():
+        ours = model(ids, attention_mask=am).last_hidden_state
+        model.set_attn_implementation("sdpa")
+        ref = model(ids, attention_mask=am).last_hidden_state
+    torch.testing.assert_close(ours[am.bool()], ref[am.bool()], rtol=0, atol=1e-5)
+
+
+def test_training_steps_reduce_loss():
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(CONFIGS["llama"](), attn_implementation="kinterval-fwm-prob-k4")
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    ids = torch.randint(0, V, (4, 16), generator=torch.Generator().manual_seed(2))
+    losses = []
+    for _ in range(15):
+        loss = model(ids, labels=ids).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(map(torch.isfinite, map(torch.tensor, losses)))
+    assert losses[-1] < losses[0] - 0.5
+
+
+def test_dropout_applies_in_training_only():
+    cfg = CONFIGS["gpt2"]()
+    cfg.attn_pdrop = 0.5
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-fwm-prob-k4")
+    ids, _ = batch(None)
+    model.eval()
+    a, b = model(ids).logits, model(ids).logits
+    assert torch.equal(a, b)
+    model.train()
+    c = model(ids).logits
+    assert not torch.allclose(a, c)
+    c.sum().backward()  # the explicit-P path has a backward too
+
+
+def test_names_and_operator_choice():
+    assert "kinterval-fwm-prob-k4" in hf.registered_names()
+    assert hf.attn_implementation_name("FWM-prob-k4") == "kinterval-fwm-prob-k4"
+    name = hf.attn_implementation_name("fwm-prob-k5", tau=3.0)
+    assert name == "kinterval-fwm-prob-k5[tau=3]" and hf.get_operator(name).tau == 3.0
+    assert hf.attn_implementation_name("lerp-k4", backend="reference") == "kinterval-lerp-k4@reference"
+    assert hf.register("my-attn", "resolved-weight-k8") == "my-attn"
+    assert str(hf.get_operator("my-attn")) == "resolved-weight-k8"
+    try:
+        hf.set_operator("softmax")
+        model = make("llama", "kinterval").float()
+        ids, _ = batch(None)
+        with torch.no_grad():
+            plain = model(ids).logits
+            model.set_attn_implementation("sdpa")
+            torch.testing.assert_close(plain, model(ids).logits, rtol=0, atol=1e-5)
+            # the config attribute wins over set_operator for the plain name
+            model.set_attn_implementation("kinterval")
+            model.config.kinterval_operator = "lerp-k2"
+            via_config = model(ids).logits
+            model.set_attn_implementation("kinterval-lerp-k2")
+            assert torch.equal(via_config, model(ids).logits) and not torch.equal(via_config, plain)
+    finally:
+        hf.set_operator(hf.DEFAULT_OPERATOR)
+
+
+def test_float_masks_and_biases():
+    neg = torch.finfo(torch.float32).min
+    add = torch.tensor([[0.0, neg], [0.0, 0.0]])
+    assert torch.equal(hf._to_valid(add), torch.tensor([[True, False], [True, True]]))
+    assert torch.equal(hf._to_valid(torch.tensor([0.0, float("-inf")])), torch.tensor([True, False]))
+    with pytest.raises(ValueError, match="additive biases"):
+        hf._to_valid(torch.tensor([0.0, -1.5]))
+
+
+def test_missing_transformers_gives_one_line_hint():
+    code = "import sys; sys.modules['transformers'] = None\nimport kinterval.integrations.hf"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode != 0
+    assert (
+        "ImportError: kinterval.integrations.hf needs transformers: pip install 'kinterval[hf]'" in res.stderr
+    )
+    assert "During handling" not in res.stderr
