@@ -1,0 +1,102 @@
+"""``import_bin``: wrap existing flat uint16 token files (e.g. shared/corpora/docs) as a prepared dataset."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from kinterval.data import sources
+from kinterval.data.tokenizer import EOT, GPT2_VOCAB, file_sha256, tokenizer_hash
+from kinterval.data.writer import DTYPE, ShardWriter, clear_outputs, write_meta
+
+
+def find_bin_files(directory: str | Path) -> dict[str, list[Path]]:
+    """Flat uint16 files of a folder by split: ``*.{split}.bin``, ``{split}.bin`` or ``{split}_*.bin``."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"bin source directory not found: {directory}")
+    found: dict[str, list[Path]] = {}
+    for split in sources.SPLITS:
+        names = [split] + [a for a, s in sources.SPLIT_ALIASES.items() if s == split]
+        files = sorted(
+            {
+                p
+                for n in names
+                for pat in (f"*.{n}.bin", f"{n}.bin", f"{n}_*.bin")
+                for p in directory.glob(pat)
+            }
+        )
+        if files:
+            found[split] = files
+    if not found:
+        raise ValueError(f"no *.train.bin / *.val.bin / *.test.bin files in {directory}")
+    return found
+
+
+def import_bin(
+    files: dict[str, str | Path | list[str | Path]],
+    out: str | Path,
+    *,
+    vocab_size: int = GPT2_VOCAB,
+    eot: int = EOT,
+    tokenizer: dict | None = None,
+    source: str = "bin",
+    copy: bool = True,
+    shard_tokens: int = 100_000_000,
+    progress: bool = True,
+) -> dict:
+    """Wrap existing flat little-endian uint16 token files as a prepared dataset.
+
+    ``copy=True`` re-shards them into ``out``; ``copy=False`` references them in place (meta.json stores their
+    paths relative to ``out``). Every id is checked against ``vocab_size``; sha256 is recorded either way.
+    """
+    out = Path(out)
+    files = {
+        sources.SPLIT_ALIASES.get(s, s): [Path(p) for p in (f if isinstance(f, list) else [f])]
+        for s, f in files.items()
+    }
+    for path in (p for group in files.values() for p in group):
+        if not path.is_file():
+            raise FileNotFoundError(f"token file not found: {path}")
+        if path.stat().st_size % DTYPE.itemsize:
+            raise ValueError(f"{path}: odd byte size, not a flat uint16 token file")
+        if path.resolve().parent == out.resolve() and path.name.startswith(tuple(f"{s}_" for s in files)):
+            raise ValueError(f"{path}: importing into its own folder would overwrite it; choose another out")
+    clear_outputs(out, files)
+    records = {
+        s: _import_split(out, s, g, vocab_size, eot, copy, shard_tokens, progress) for s, g in files.items()
+    }
+    tokenizer = tokenizer or {"name": "gpt2", "sha256": tokenizer_hash()}
+    params = {
+        "files": {s: [str(p) for p in g] for s, g in files.items()},
+        "copy": copy,
+        "shard_tokens": shard_tokens,
+    }
+    return write_meta(out, source, records, vocab_size, eot, tokenizer, None, params)
+
+
+def _import_split(out, split, group, vocab_size, eot, copy, shard_tokens, progress) -> dict:
+    """Scan (vocabulary check, document count) and copy or reference the files of one split."""
+    writer = ShardWriter(out, split, vocab_size, shard_tokens) if copy else None
+    shards, n_docs = [], 0
+    for path in group:
+        ids = np.memmap(path, dtype=DTYPE, mode="r") if path.stat().st_size else np.zeros(0, DTYPE)
+        with tqdm(total=len(ids), desc=f"import {path.name}", unit="tok", disable=not progress) as bar:
+            for start in range(0, len(ids), 1 << 24):
+                chunk = np.asarray(ids[start : start + (1 << 24)])
+                if int(chunk.max()) >= vocab_size:
+                    raise ValueError(f"{path}: token id {int(chunk.max())} >= vocab_size {vocab_size}")
+                n_docs += int(np.count_nonzero(chunk == eot))
+                if writer is not None:
+                    writer.write(chunk)
+                bar.update(len(chunk))
+        if writer is None:  # referenced in place, by a path relative to out
+            rel = os.path.relpath(path.resolve(), out.resolve())
+            shards.append(
+                {"file": rel, "n_tokens": len(ids), "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+            )
+    shards = writer.close() if writer is not None else shards
+    return {"n_tokens": sum(s["n_tokens"] for s in shards), "n_documents": n_docs, "shards": shards}

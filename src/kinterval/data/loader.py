@@ -1,0 +1,176 @@
+"""Reading prepared datasets: validated token splits, validation blocks and the training sequence order.
+
+A prepared dataset is a folder with ``meta.json`` and flat little-endian uint16 shards (see ``prepare.py``).
+Validation block ``k`` of length ``T`` is ``x = data[kT:kT+T]``, ``y = data[kT+1:kT+T+1]`` (non-overlapping).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kinterval.data.sources import SPLIT_ALIASES
+from kinterval.data.tokenizer import file_sha256
+from kinterval.data.writer import DTYPE, FORMAT_VERSION
+
+VOCAB_CHECK_TOKENS = 1_000_000  # ids checked at each end of every shard when a split is opened
+
+
+def read_meta(root: str | Path) -> dict:
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"dataset directory not found: {root}")
+    path = root / "meta.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found (prepare the dataset with `kinterval data prepare`)")
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: format_version {meta.get('format_version')!r}, expected {FORMAT_VERSION}")
+    return meta
+
+
+class TokenShards:
+    """One split of a prepared dataset (validated against meta.json)."""
+
+    def __init__(self, root: str | Path, split: str, *, verify: bool = False):
+        self.root = Path(root)
+        self.meta = read_meta(self.root)
+        split = SPLIT_ALIASES.get(split, split)
+        if split not in self.meta["splits"]:
+            available = ", ".join(sorted(self.meta["splits"]))
+            raise ValueError(f"{self.root / 'meta.json'}: unknown split {split!r} (available: {available})")
+        self.split = split
+        self.vocab_size = int(self.meta["vocab_size"])
+        self.eot = int(self.meta["eot"])
+        info = self.meta["splits"][split]
+        self.n_tokens = int(info["n_tokens"])
+        self.paths = [
+            self.root / s["file"] for s in info["shards"]
+        ]  # "file" may be relative to root (import_bin)
+        for path, shard in zip(self.paths, info["shards"]):
+            self._check_shard(path, shard, verify)
+        if sum(s["n_tokens"] for s in info["shards"]) != self.n_tokens:
+            raise ValueError(
+                f"{self.root / 'meta.json'}: shard token counts do not add up to {self.n_tokens}"
+            )
+        self._tokens: np.ndarray | None = None
+
+    def _check_shard(self, path: Path, shard: dict, verify: bool) -> None:
+        if not path.is_file():
+            raise FileNotFoundError(f"shard not found: {path} (listed in {self.root / 'meta.json'})")
+        size = path.stat().st_size
+        if size != shard["bytes"] or size != shard["n_tokens"] * DTYPE.itemsize:
+            raise ValueError(
+                f"{path}: {size} bytes, meta.json says {shard['bytes']} (truncated or corrupt shard)"
+            )
+        if verify and file_sha256(path) != shard["sha256"]:
+            raise ValueError(f"{path}: sha256 does not match meta.json (corrupt shard)")
+        if size:  # cheap vocabulary check on both ends of the shard
+            ids = np.memmap(path, dtype=DTYPE, mode="r")
+            top = max(int(ids[:VOCAB_CHECK_TOKENS].max()), int(ids[-VOCAB_CHECK_TOKENS:].max()))
+            if top >= self.vocab_size:
+                raise ValueError(f"{path}: token id {top} >= vocab_size {self.vocab_size} (wrong vocabulary)")
+
+    def tokens(self) -> np.ndarray:
+        """1-D uint16 array of the whole split (a read-only memmap when there is one shard)."""
+        if self._tokens is None:
+            parts = [np.memmap(p, dtype=DTYPE, mode="r") for p in self.paths if p.stat().st_size]
+            if len(parts) == 1:
+                self._tokens = parts[0]
+            else:
+                self._tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=DTYPE)
+        return self._tokens
+
+    def check_vocab(self, model_vocab_size: int) -> None:
+        if self.vocab_size > model_vocab_size:
+            meta = self.root / "meta.json"
+            raise ValueError(
+                f"{meta}: data vocab_size {self.vocab_size} > model vocab_size {model_vocab_size}"
+            )
+
+    def n_blocks(self, T: int) -> int:
+        return n_blocks(self.n_tokens, T)
+
+    def __len__(self) -> int:
+        return self.n_tokens
+
+    def __repr__(self) -> str:
+        root, split = str(self.root), self.split
+        return f"TokenShards({root!r}, {split!r}, n_tokens={self.n_tokens}, vocab={self.vocab_size})"
+
+
+def n_blocks(n_tokens: int, T: int) -> int:
+    """Number of non-overlapping blocks ``x = data[kT:kT+T]``, ``y = data[kT+1:kT+T+1]``."""
+    if T < 1:
+        raise ValueError(f"block size must be positive, got {T}")
+    return max(0, (n_tokens - 1) // T)
+
+
+def get_block(tokens: np.ndarray, k: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validation block ``k``: x, y int64 of shape (T,)."""
+    if not 0 <= k < n_blocks(len(tokens), T):
+        raise IndexError(f"block {k} out of range: {n_blocks(len(tokens), T)} blocks of {T} tokens")
+    buf = torch.from_numpy(np.asarray(tokens[k * T : k * T + T + 1], dtype=np.int64))
+    return buf[:-1], buf[1:]
+
+
+class SequenceSampler:
+    """Deterministic training sequence order: sequence #i (global index) -> start offset.
+
+    Epoch e is a seeded permutation (np.random.default_rng([seed, e])) of the non-overlapping windows
+    [j*T, j*T+T+1); independent of micro-batch size, accumulation and world size, so a run can be resumed
+    from a sequence counter and split across ranks exactly."""
+
+    def __init__(self, n_tokens: int, T: int, seed: int):
+        self.n_windows = n_blocks(n_tokens, T)
+        if self.n_windows == 0:
+            raise ValueError(f"{n_tokens} tokens hold no training window of {T}+1 tokens")
+        self.n_tokens, self.T, self.seed = n_tokens, T, seed
+        self._cache: dict[int, np.ndarray] = {}
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        if epoch not in self._cache:
+            if len(self._cache) >= 2:  # runs move forward: keep only the newest epochs
+                self._cache.pop(min(self._cache))
+            self._cache[epoch] = np.random.default_rng([self.seed, epoch]).permutation(self.n_windows)
+        return self._cache[epoch]
+
+    def epoch(self, i: int) -> int:
+        return i // self.n_windows
+
+    def offsets(self, start: int, count: int) -> np.ndarray:
+        """int64 start offsets of sequences ``start .. start+count-1``."""
+        if start < 0 or count < 0:
+            raise ValueError(f"start and count must be >= 0, got {start}, {count}")
+        index = np.arange(start, start + count, dtype=np.int64)
+        out = np.empty(count, dtype=np.int64)
+        for e in np.unique(index // self.n_windows).tolist():
+            mask = index // self.n_windows == e
+            out[mask] = self.permutation(e)[index[mask] % self.n_windows] * self.T
+        return out
+
+
+def load_batch(tokens: np.ndarray, offsets: np.ndarray, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences at ``offsets``: x = tokens[o:o+T], y = tokens[o+1:o+T+1]; int64 tensors of shape (n, T)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets.size and (offsets.min() < 0 or offsets.max() + T + 1 > len(tokens)):
+        raise ValueError(f"offsets out of range for {len(tokens)} tokens with T={T}")
+    buf = torch.from_numpy(np.asarray(tokens[offsets[:, None] + np.arange(T + 1)], dtype=np.int64))
+    return buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
+
+
+def decode_tokens(ids, meta: dict, bpe_file: str | Path | None = None) -> str:
+    """Text (GPT-2 data) or a readable rendering (synthetic data) of token ids."""
+    if meta["tokenizer"]["name"] == "synthetic":
+        from kinterval.data.synthetic import describe
+
+        return describe(ids)
+    from kinterval.data.tokenizer import gpt2_encoding
+
+    return gpt2_encoding(bpe_file).decode([int(t) for t in np.asarray(ids).ravel()])

@@ -1,0 +1,205 @@
+"""``prepare``: turn a source into a prepared dataset folder (uint16 shards + meta.json).
+
+Sources: ``synthetic`` (embedded default), ``wikitext103``, ``fineweb-edu``, ``text:PATH`` (local text) and
+``bin:DIR`` (existing flat uint16 files, e.g. shared/corpora/docs, wrapped by ``import_bin``).
+Shards are written as ``*.tmp`` and renamed; meta.json is removed first and written last (``writer.py``), so
+a folder with a meta.json is always complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from kinterval.data import sources, synthetic
+from kinterval.data.import_bin import find_bin_files, import_bin
+from kinterval.data.loader import n_blocks
+from kinterval.data.tokenizer import (
+    EOT,
+    GPT2_VOCAB,
+    encode_documents,
+    gpt2_encoding,
+    tokenizer_hash,
+)
+from kinterval.data.writer import ShardWriter, clear_outputs, write_meta
+
+SOURCES = ("synthetic", "wikitext103", "fineweb-edu", "text:PATH", "bin:DIR")
+SYNTHETIC_TRAIN_TOKENS = 2_000_000
+SYNTHETIC_MIN_EVAL_TOKENS = 64 * 128 + 1  # at least 64 blocks of T=128
+FINEWEB_TOKENS = 3_000_000_000  # the paper's FineWebEdu-3B
+FINEWEB_VAL_TOKENS = 1_000_000  # (1e6 - 1) // 1024 = 976 validation blocks, as in the paper
+DOC_BATCH = 512  # documents per tiktoken batch
+
+
+def _write(writer: ShardWriter, chunks: Iterable[np.ndarray], limit: int | None, eot: int, bar: tqdm) -> dict:
+    """Write chunks until ``limit`` tokens (None: all); return the split record of meta.json."""
+    n_docs = 0
+    for chunk in chunks:
+        if limit is not None:
+            chunk = chunk[: limit - writer.n_tokens]
+        writer.write(chunk)
+        n_docs += int(np.count_nonzero(chunk == eot))
+        bar.update(len(chunk))
+        if limit is not None and writer.n_tokens >= limit:
+            break
+    return {"n_tokens": writer.n_tokens, "n_documents": n_docs, "shards": writer.close()}
+
+
+def _encoded(enc, docs: Iterable[str]) -> Iterator[np.ndarray]:
+    batch: list[str] = []
+    for doc in docs:
+        batch.append(doc)
+        if len(batch) == DOC_BATCH:
+            yield encode_documents(enc, batch)
+            batch = []
+    if batch:
+        yield encode_documents(enc, batch)
+
+
+def _synthetic(out, splits, tokens, shard_tokens, seed, progress) -> tuple[dict, dict, dict]:
+    train = SYNTHETIC_TRAIN_TOKENS if tokens is None else tokens
+    sizes = {"train": train, "val": max(train // 20, SYNTHETIC_MIN_EVAL_TOKENS)}
+    sizes["test"] = sizes["val"]
+    records = {}
+    for split in splits:
+        # Each split is its own stream (seed, index): val/test never repeat train documents' randomness.
+        stream = sources.SPLITS.index(split)
+        writer = ShardWriter(out, split, synthetic.VOCAB_SIZE, shard_tokens)
+        with tqdm(total=sizes[split], desc=f"synthetic {split}", unit="tok", disable=not progress) as bar:
+            docs = synthetic.documents(seed, stream)  # endless; cut at the exact size
+            records[split] = _write(writer, docs, sizes[split], synthetic.EOT, bar)
+    tokenizer = {"name": "synthetic", "sha256": None, "layout": synthetic.LAYOUT}
+    return records, tokenizer, {"synthetic_streams": {s: sources.SPLITS.index(s) for s in splits}}
+
+
+def _text_like(
+    out, splits, docs_by_split, limit, shard_tokens, bpe_file, progress, name
+) -> tuple[dict, dict]:
+    enc = gpt2_encoding(bpe_file)
+    records = {}
+    for split in splits:
+        writer = ShardWriter(out, split, GPT2_VOCAB, shard_tokens)
+        cap = limit if split == "train" else None
+        with tqdm(desc=f"{name} {split}", unit="tok", disable=not progress) as bar:
+            records[split] = _write(writer, _encoded(enc, docs_by_split[split]), cap, EOT, bar)
+    return records, {"name": "gpt2", "sha256": tokenizer_hash(bpe_file)}
+
+
+def _fineweb(
+    out, splits, tokens, val_tokens, shard_tokens, bpe_file, progress, rows=None
+) -> tuple[dict, dict]:
+    """Stream FineWebEdu until the train budget is met; val documents (md5 of id) fill ``val_tokens``."""
+    enc = gpt2_encoding(bpe_file)
+    budget = {"train": tokens, "val": val_tokens}
+    writers = {s: ShardWriter(out, s, GPT2_VOCAB, shard_tokens) for s in ("train", "val") if s in splits}
+    n_docs = dict.fromkeys(writers, 0)
+    rows = sources.stream_fineweb_edu() if rows is None else rows
+    batch: list[dict] = []
+    with tqdm(total=tokens, desc="fineweb-edu train", unit="tok", disable=not progress) as bar:
+        for row in rows:
+            batch.append(row)
+            if len(batch) < DOC_BATCH:
+                continue
+            if _fineweb_batch(enc, batch, writers, budget, n_docs, bar):
+                break
+            batch = []
+        else:
+            _fineweb_batch(enc, batch, writers, budget, n_docs, bar)
+    records = {
+        s: {"n_tokens": w.n_tokens, "n_documents": n_docs[s], "shards": w.close()} for s, w in writers.items()
+    }
+    return records, {"name": "gpt2", "sha256": tokenizer_hash(bpe_file)}
+
+
+def _fineweb_batch(enc, batch, writers, budget, n_docs, bar) -> bool:
+    """Route one batch of rows; True once every budget is met (or train is, which ends the stream)."""
+    ids = enc.encode_ordinary_batch([r["text"] for r in batch])
+    for row, doc in zip(batch, ids):
+        split = sources.fineweb_split(str(row["id"]))
+        writer = writers.get(split)
+        if writer is None or writer.n_tokens >= budget[split]:
+            continue
+        chunk = np.append(np.asarray(doc, dtype=np.uint16), np.uint16(EOT))[: budget[split] - writer.n_tokens]
+        writer.write(chunk)
+        n_docs[split] += 1
+        if split == "train":
+            bar.update(len(chunk))
+    train = writers.get("train")
+    return train is None or train.n_tokens >= budget["train"]
+
+
+def _wikitext(out, splits, tokens, shard_tokens, bpe_file, progress, dataset=None) -> tuple[dict, dict]:
+    dataset = sources.load_wikitext103() if dataset is None else dataset
+    hf_name = {"train": "train", "val": "validation", "test": "test"}
+    docs = {s: sources.wikitext_articles(dataset[hf_name[s]]["text"]) for s in splits}
+    return _text_like(out, splits, docs, tokens, shard_tokens, bpe_file, progress, "wikitext103")
+
+
+def prepare(
+    source: str,
+    out: str | Path,
+    *,
+    tokens: int | None = None,
+    seed: int = 0,
+    bpe_file: str | Path | None = None,
+    shard_tokens: int = 100_000_000,
+    splits: Iterable[str] = sources.SPLITS,
+    val_tokens: int = FINEWEB_VAL_TOKENS,
+    copy: bool = True,
+    progress: bool = True,
+) -> dict:
+    """Prepare ``source`` into ``out`` and return its meta.json contents.
+
+    ``tokens`` caps the train split (synthetic: its exact size, default 2M; fineweb-edu: the streamed
+    budget, default 3B); ``val_tokens`` caps fineweb-edu's held-out split. ``seed`` drives the synthetic
+    generator only; ``copy=False`` makes ``bin:DIR`` reference its files instead of copying them.
+    """
+    out = Path(out)
+    splits = tuple(dict.fromkeys(sources.SPLIT_ALIASES.get(s, s) for s in splits))
+    unknown = [s for s in splits if s not in sources.SPLITS]
+    if unknown:
+        raise ValueError(f"unknown split(s) {unknown}; choose from {list(sources.SPLITS)}")
+    if tokens is not None and tokens < 1:
+        raise ValueError(f"tokens must be positive, got {tokens}")
+    params = {"tokens": tokens, "shard_tokens": shard_tokens, "splits": list(splits)}
+    if source.startswith("bin:"):
+        found = find_bin_files(source[4:])
+        return import_bin({s: f for s, f in found.items() if s in splits}, out, source=source, copy=copy,
+                          shard_tokens=shard_tokens, progress=progress)  # fmt: skip
+    if source == "synthetic":
+        clear_outputs(out, splits)
+        records, tokenizer, extra = _synthetic(out, splits, tokens, shard_tokens, seed, progress)
+        return write_meta(
+            out, source, records, synthetic.VOCAB_SIZE, synthetic.EOT, tokenizer, seed, params | extra
+        )
+    if source == "wikitext103":
+        clear_outputs(out, splits)
+        records, tokenizer = _wikitext(out, splits, tokens, shard_tokens, bpe_file, progress)
+    elif source == "fineweb-edu":
+        splits = tuple(s for s in splits if s != "test")  # FineWebEdu has no test split here
+        params |= {"tokens": tokens or FINEWEB_TOKENS, "val_tokens": val_tokens, "splits": list(splits),
+                   "val_rule": "int(md5(id), 16) % 1000 == 0"}  # fmt: skip
+        clear_outputs(out, splits)
+        records, tokenizer = _fineweb(
+            out, splits, tokens or FINEWEB_TOKENS, val_tokens, shard_tokens, bpe_file, progress
+        )
+    elif source.startswith("text:"):
+        clear_outputs(out, splits)
+        docs = sources.text_documents(source[5:])
+        params["split_rule"] = "int(md5(relative path), 16) % 100: 0-1 val, 2-3 test, else train"
+        records, tokenizer = _text_like(out, splits, docs, tokens, shard_tokens, bpe_file, progress, "text")
+    else:
+        raise ValueError(f"unknown source {source!r}; choose from {', '.join(SOURCES)}")
+    return write_meta(out, source, records, GPT2_VOCAB, EOT, tokenizer, None, params)
+
+
+def summary_table(meta: dict, block_size: int = 1024) -> str:
+    """Per split: tokens, documents and non-overlapping blocks of ``block_size`` tokens."""
+    rows = [f"{'split':<6} {'tokens':>14} {'documents':>10} {f'blocks@T={block_size}':>14}"]
+    for split, rec in meta["splits"].items():
+        n = rec["n_tokens"]
+        rows.append(f"{split:<6} {n:>14,} {rec.get('n_documents', 0):>10,} {n_blocks(n, block_size):>14,}")
+    return "\n".join(rows)

@@ -1,0 +1,158 @@
+"""Where documents come from: WikiText-103 and FineWebEdu (Hugging Face ``datasets``) and local text files.
+
+Split rules (all deterministic, documented in docs/data.md):
+
+* WikiText-103 keeps its own train/validation/test splits. HF rows are single lines (blank lines are ``""``);
+  an article starts at a level-1 heading row `` = Title = `` and runs to the next one.
+* FineWebEdu ``sample-10BT`` has only ``train``; a document goes to ``val`` when
+  ``int(md5(id), 16) % 1000 == 0`` (0.1 %), everything else to ``train``.
+* Local text: one document per file for a folder (``*.txt``/``*.md``/``*.rst`` recursively, or every
+  non-hidden file when there are none of those); a single file is split into paragraphs at blank lines
+  (``"\\n\\n"``, as ``datasets``' ``sample_by="paragraph"``). The split of a document follows
+  ``int(md5(key), 16) % 100``: 0-1 val, 2-3 test, the rest train, with key = the path relative to the folder
+  (or ``name#i`` for the i-th paragraph of a single file); within a split documents are ordered by that md5.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+SPLITS = ("train", "val", "test")
+SPLIT_ALIASES = {"validation": "val", "valid": "val"}
+TEXT_SUFFIXES = {".txt", ".md", ".rst"}
+_WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")
+
+
+def md5_int(key: str) -> int:
+    return int(hashlib.md5(key.encode("utf-8")).hexdigest(), 16)
+
+
+def md5_split(key: str) -> str:
+    """0-1 val, 2-3 test, 4-99 train (the rule of shared/corpora/docs)."""
+    bucket = md5_int(key) % 100
+    return "val" if bucket < 2 else "test" if bucket < 4 else "train"
+
+
+# ---- WikiText-103 ---------------------------------------------------------------------------------------
+
+
+def wikitext_articles(rows: Iterable[str]) -> Iterator[str]:
+    """Group WikiText line rows into articles; blank rows stay blank lines, text before a title is kept."""
+    current: list[str] = []
+    for row in rows:
+        line = row.rstrip("\n")
+        if _WIKITEXT_TITLE.match(line) and any(s.strip() for s in current):
+            yield "\n".join(current).strip("\n") + "\n"
+            current = []
+        current.append(line)
+    if any(s.strip() for s in current):
+        yield "\n".join(current).strip("\n") + "\n"
+
+
+def load_wikitext103():
+    """HF DatasetDict with train/validation/test rows of ``{"text": line}`` (downloads once, then cached)."""
+    import datasets
+
+    return datasets.load_dataset("Salesforce/wikitext", "wikitext-103-raw-v1")
+
+
+# ---- FineWebEdu -----------------------------------------------------------------------------------------
+
+
+def fineweb_split(doc_id: str) -> str:
+    return "val" if md5_int(doc_id) % 1000 == 0 else "train"
+
+
+def stream_fineweb_edu():
+    """Streaming ``{"id", "text", ...}`` rows of FineWebEdu sample-10BT (network, no full download)."""
+    import datasets
+
+    return datasets.load_dataset(
+        "HuggingFaceFW/fineweb-edu", name="sample-10BT", split="train", streaming=True
+    )
+
+
+# ---- local text -----------------------------------------------------------------------------------------
+
+
+def list_text_files(root: Path) -> list[Path]:
+    if not root.exists():
+        raise FileNotFoundError(f"text source not found: {root}")
+    if root.is_file():
+        return [root]
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts)
+    )
+    texts = [p for p in files if p.suffix.lower() in TEXT_SUFFIXES]
+    if not (texts or files):
+        raise ValueError(f"no text files under {root}")
+    return texts or files
+
+
+def _read_plain(files: list[Path], paragraphs: bool) -> list[str]:
+    out = []
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")  # universal newlines, like datasets' text builder
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{f}: not UTF-8 text ({err})") from None
+        out += [p for p in text.split("\n\n") if p] if paragraphs else [text]
+    return out
+
+
+def _read_datasets(files: list[Path], paragraphs: bool) -> list[str]:
+    import datasets
+
+    mode = "paragraph" if paragraphs else "document"
+    bars_were_off = datasets.utils.are_progress_bars_disabled()
+    datasets.utils.disable_progress_bars()  # local files load in a blink; keep the output clean
+    with tempfile.TemporaryDirectory() as cache:  # a private cache: nothing stale, nothing left behind
+        try:
+            ds = datasets.load_dataset(
+                "text",
+                data_files={"train": [str(f) for f in files]},
+                sample_by=mode,
+                split="train",
+                cache_dir=cache,
+            )
+        except datasets.exceptions.DatasetGenerationError as err:
+            _read_plain(files, paragraphs)  # re-reads to name the offending file (e.g. not UTF-8)
+            raise ValueError(f"{files[0].parent}: datasets could not read the text files ({err})") from err
+        finally:
+            if not bars_were_off:
+                datasets.utils.enable_progress_bars()
+        texts = list(ds["text"])
+    if not paragraphs and len(texts) != len(files):
+        raise ValueError(f"datasets returned {len(texts)} documents for {len(files)} files")
+    return texts
+
+
+def text_documents(path: str | Path, use_datasets: bool | None = None) -> dict[str, list[str]]:
+    """Documents of a local file or folder by split; read through ``datasets`` when installed (or asked)."""
+    root = Path(path)
+    files = list_text_files(root)
+    single = root.is_file()
+    if use_datasets is None:
+        try:
+            import datasets  # noqa: F401
+
+            use_datasets = True
+        except ImportError:
+            use_datasets = False
+    texts = (_read_datasets if use_datasets else _read_plain)(files, single)
+    keys = (
+        [f"{root.name}#{i}" for i in range(len(texts))]
+        if single
+        else [f.relative_to(root).as_posix() for f in files]
+    )
+    by_split: dict[str, list[tuple[int, str]]] = {s: [] for s in SPLITS}
+    for key, text in zip(keys, texts):
+        if text.strip():
+            by_split[md5_split(key)].append((md5_int(key), text))
+    return {s: [t for _, t in sorted(docs, key=lambda d: d[0])] for s, docs in by_split.items()}

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kinterval.data import (
+    SequenceSampler,
+    TokenShards,
+    decode_tokens,
+    get_block,
+    load_batch,
+    n_blocks,
+    prepare,
+)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("syn")
+    prepare("synthetic", out, tokens=30_000, seed=1, shard_tokens=12_000, progress=False)
+    return out
+
+
+def test_n_blocks_formula_and_paper_counts():
+    assert n_blocks(1_000_000, 1024) == 976  # FineWebEdu validation in the paper
+    assert n_blocks(243 * 1024 + 1, 1024) == 243 and n_blocks(243 * 1024, 1024) == 242
+    assert [n_blocks(n, 4) for n in range(0, 11)] == [max(0, (n - 1) // 4) for n in range(0, 11)]
+    with pytest.raises(ValueError):
+        n_blocks(10, 0)
+
+
+def test_get_block_is_shifted_non_overlapping_slice():
+    data = np.arange(1000, 1000 + 4 * 8 + 1, dtype=np.uint16)
+    for k in range(n_blocks(len(data), 8)):
+        x, y = get_block(data, k, 8)
+        assert x.dtype == y.dtype == torch.int64 and x.shape == y.shape == (8,)
+        assert (
+            x.tolist() == data[8 * k : 8 * k + 8].tolist()
+            and y.tolist() == data[8 * k + 1 : 8 * k + 9].tolist()
+        )
+    with pytest.raises(IndexError):
+        get_block(data, 4, 8)
+    with pytest.raises(IndexError):
+        get_block(data[:-1], 3, 8)  # the last block needs its target token
+
+
+def test_sampler_permutes_each_epoch_deterministically():
+    s = SequenceSampler(n_tokens=1001, T=10, seed=3)
+    assert s.n_windows == 100
+    e0, e1 = s.offsets(0, 100), s.offsets(100, 100)
+    assert e0.dtype == np.int64
+    assert sorted(e0.tolist()) == sorted(e1.tolist()) == list(range(0, 1000, 10))
+    assert not np.array_equal(e0, e1)
+    assert np.array_equal(e0, np.random.default_rng([3, 0]).permutation(100) * 10)
+    assert np.array_equal(SequenceSampler(1001, 10, 3).offsets(0, 200), np.concatenate([e0, e1]))
+    assert not np.array_equal(SequenceSampler(1001, 10, 4).offsets(0, 100), e0)
+    assert (e0 + 10 + 1 <= 1001).all()
+
+
+def test_sampler_independent_of_chunking():
+    s = SequenceSampler(n_tokens=5000, T=64, seed=0)
+    assert np.array_equal(s.offsets(0, 10), np.concatenate([s.offsets(0, 4), s.offsets(4, 6)]))
+    whole = SequenceSampler(5000, 64, 0).offsets(50, 300)  # crosses epoch boundaries (78 windows)
+    pieces = np.concatenate([s.offsets(50 + i, 7) for i in range(0, 294, 7)] + [s.offsets(344, 6)])
+    assert np.array_equal(whole, pieces)
+    # Ranks taking every world_size-th sequence reassemble the single-process order.
+    world = [SequenceSampler(5000, 64, 0).offsets(0, 120)[r::3] for r in range(3)]
+    assert np.array_equal(np.stack(world, 1).ravel(), s.offsets(0, 120))
+    assert s.offsets(7, 0).shape == (0,)
+
+
+def test_load_batch_matches_slices():
+    data = np.random.default_rng(0).integers(0, 500, 2000).astype(np.uint16)
+    offsets = np.array([0, 17, 2000 - 33])
+    x, y = load_batch(data, offsets, 32)
+    assert x.dtype == y.dtype == torch.int64 and x.shape == y.shape == (3, 32)
+    for row, o in enumerate(offsets):
+        assert (
+            x[row].tolist() == data[o : o + 32].tolist() and y[row].tolist() == data[o + 1 : o + 33].tolist()
+        )
+    with pytest.raises(ValueError, match="out of range"):
+        load_batch(data, np.array([2000 - 32]), 32)
+
+
+def test_token_shards_memmap_and_concatenation(prepared):
+    val = TokenShards(prepared, "val")
+    assert isinstance(val.tokens(), np.memmap) and val.tokens().dtype == np.uint16
+    train = TokenShards(prepared, "train", verify=True)
+    assert len(train.meta["splits"]["train"]["shards"]) == 3
+    whole = train.tokens()
+    assert whole.shape == (30_000,) and not isinstance(whole, np.memmap)
+    parts = [np.fromfile(prepared / f"train_{k:04d}.bin", dtype="<u2") for k in range(3)]
+    assert np.array_equal(whole, np.concatenate(parts))
+    assert train.split == "train" and train.vocab_size == 512 and train.eot == 511 and len(train) == 30_000
+    train.check_vocab(512)
+    sampler = SequenceSampler(train.n_tokens, 128, seed=0)
+    x, y = load_batch(whole, sampler.offsets(0, 4), 128)
+    assert x.shape == (4, 128) and torch.equal(x[:, 1:], y[:, :-1])
+    assert decode_tokens(whole[:3], train.meta).count(" ") == 2

@@ -1,0 +1,201 @@
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kinterval.data import TokenShards, import_bin, n_blocks, prepare, sources, synthetic
+from kinterval.data.prepare import _fineweb, _wikitext
+from kinterval.data.tokenizer import EOT, GPT2_BPE_SHA256, GPT2_VOCAB, file_sha256, gpt2_encoding
+
+SHARED = Path(__file__).parents[2].parent / "shared"
+SHARED_BPE = SHARED / "tokenizers/gpt2.tiktoken"
+
+
+def _name_in(split: str, stem: str, suffix: str) -> str:
+    """A file name whose md5 split is ``split``."""
+    i = 0
+    while sources.md5_split(f"{stem}{i}{suffix}") != split:
+        i += 1
+    return f"{stem}{i}{suffix}"
+
+
+@pytest.fixture()
+def text_dir(tmp_path) -> Path:
+    root = tmp_path / "corpus"
+    (root / "sub").mkdir(parents=True)
+    (root / ".hidden").mkdir()
+    files = {
+        _name_in("val", "v", ".txt"): "Validation text: ünïcode, numbers 123 and tabs\t.\n",
+        _name_in("test", "t", ".md"): "# Test doc\n\nIt's a *markdown* file.\n",
+        "a.txt": "Alpha document.\nSecond line.\n",
+        "sub/b.rst": "Beta\n====\n\nA reStructuredText file with   spaces.\n",
+        "sub/c.txt": "Gamma, the third train document.\r\nWindows newline.\r\n",
+        "empty.txt": "  \n\n",  # whitespace only: skipped
+    }
+    for name, text in files.items():
+        (root / name).write_bytes(text.encode("utf-8"))
+    (root / ".hidden/x.txt").write_text("hidden file, ignored")
+    (root / "notes.bin").write_bytes(b"\xff\xfe not text, ignored because text files exist")
+    return root
+
+
+def _expected(enc, docs: list[str]) -> list[int]:
+    return [t for d in docs for t in enc.encode_ordinary(d) + [EOT]]
+
+
+def test_text_folder_documents_and_split_rule(text_dir):
+    docs = sources.text_documents(text_dir, use_datasets=False)
+    assert docs["val"] == ["Validation text: ünïcode, numbers 123 and tabs\t.\n"]
+    assert docs["test"] == ["# Test doc\n\nIt's a *markdown* file.\n"]
+    keys = sorted(["a.txt", "sub/b.rst", "sub/c.txt"], key=sources.md5_int)
+    texts = {k: (text_dir / k).read_text(encoding="utf-8") for k in keys}
+    assert docs["train"] == [texts[k] for k in keys]
+    assert "Windows newline.\n" in texts["sub/c.txt"]  # universal newlines
+
+
+def test_datasets_route_matches_plain_reader(text_dir, tmp_path, monkeypatch):
+    import datasets
+
+    calls = []
+    real = datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append((a, k)) or real(*a, **k))
+    assert sources.text_documents(text_dir) == sources.text_documents(text_dir, use_datasets=False)
+    assert calls and calls[0][0] == ("text",) and calls[0][1]["sample_by"] == "document"
+    single = tmp_path / "book.txt"
+    single.write_text("".join(f"Paragraph {i} line one.\nline two.\n\n\n" for i in range(300)))
+    by_hf = sources.text_documents(single)
+    assert calls[-1][1]["sample_by"] == "paragraph"
+    assert by_hf == sources.text_documents(single, use_datasets=False)
+    assert sum(len(v) for v in by_hf.values()) == 300 and by_hf["val"] and by_hf["test"]
+
+
+def test_prepare_text_writes_shards_meta_and_eot(text_dir, tmp_path):
+    out = tmp_path / "prepared"
+    meta = prepare(f"text:{text_dir}", out, bpe_file=SHARED_BPE, progress=False)
+    enc = gpt2_encoding(SHARED_BPE)
+    docs = sources.text_documents(text_dir)
+    saved = json.loads((out / "meta.json").read_text())
+    assert saved == meta
+    assert meta["format_version"] == 1 and meta["source"] == f"text:{text_dir}"
+    assert meta["vocab_size"] == GPT2_VOCAB and meta["eot"] == EOT
+    assert meta["tokenizer"] == {"name": "gpt2", "sha256": GPT2_BPE_SHA256}
+    for split in ("train", "val", "test"):
+        rec = meta["splits"][split]
+        ids = TokenShards(out, split, verify=True).tokens()
+        assert ids.tolist() == _expected(enc, docs[split])
+        assert rec["n_tokens"] == len(ids) and rec["n_documents"] == len(docs[split]) == np.sum(ids == EOT)
+        assert ids[-1] == EOT
+        (shard,) = rec["shards"]
+        assert shard["file"] == f"{split}_0000.bin"
+        assert shard["bytes"] == (out / shard["file"]).stat().st_size == 2 * len(ids)
+        assert shard["sha256"] == hashlib.sha256((out / shard["file"]).read_bytes()).hexdigest()
+    assert not list(out.glob("*.tmp"))
+
+
+def test_prepare_synthetic_sizes_blocks_and_shards(tmp_path):
+    out = tmp_path / "syn"
+    meta = prepare("synthetic", out, tokens=50_000, seed=5, shard_tokens=20_000, progress=False)
+    assert meta["vocab_size"] == synthetic.VOCAB_SIZE and meta["eot"] == synthetic.EOT and meta["seed"] == 5
+    assert meta["tokenizer"]["name"] == "synthetic" and meta["tokenizer"]["layout"] == synthetic.LAYOUT
+    train = TokenShards(out, "train", verify=True)
+    assert train.n_tokens == 50_000 and [s["n_tokens"] for s in meta["splits"]["train"]["shards"]] == [
+        20_000
+    ] * 2 + [10_000]
+    assert np.array_equal(train.tokens(), synthetic.generate(50_000, 5, stream=0))
+    assert n_blocks(train.n_tokens, 128) == 49_999 // 128 == 390
+    for split in ("val", "test"):
+        shards = TokenShards(out, split)
+        assert shards.n_tokens == 64 * 128 + 1 and shards.n_blocks(128) == 64
+    assert meta["splits"]["train"]["n_documents"] == int(np.sum(train.tokens() == synthetic.EOT))
+    val, test = TokenShards(out, "val").tokens(), TokenShards(out, "test").tokens()
+    assert not np.array_equal(val, test) and not np.array_equal(val, train.tokens()[: len(val)])
+    # Re-preparing the folder with fewer shards leaves no stale shard behind.
+    prepare("synthetic", out, tokens=10_000, seed=5, progress=False)
+    assert sorted(p.name for p in out.glob("train_*")) == ["train_0000.bin"]
+
+
+def test_import_bin_copy_and_reference(tmp_path):
+    src = tmp_path / "raw"
+    src.mkdir()
+    data = {s: np.random.default_rng(i).integers(0, 1000, n).astype("<u2") for i, (s, n) in
+            enumerate([("train", 5000), ("val", 2049), ("test", 1025)])}  # fmt: skip
+    data["val"][-1] = EOT
+    for s, ids in data.items():
+        ids.tofile(src / f"tiny.{s}.bin")
+    for copy in (True, False):
+        out = tmp_path / f"imported_{copy}"
+        meta = prepare(f"bin:{src}", out, copy=copy, progress=False)
+        assert meta["splits"]["val"]["n_documents"] == 1
+        for s, ids in data.items():
+            shards = TokenShards(out, s, verify=True)
+            assert np.array_equal(shards.tokens(), ids)
+            assert meta["splits"][s]["shards"][0]["sha256"] == file_sha256(src / f"tiny.{s}.bin")
+        assert (out / "val_0000.bin").exists() == copy
+    assert n_blocks(2049, 1024) == TokenShards(out, "val").n_blocks(1024) == 2
+
+
+def test_import_shared_docs_val_by_reference(tmp_path):
+    val = SHARED / "corpora/docs/docs.val.bin"
+    if not val.is_file():
+        pytest.skip("shared docs corpus not available")
+    meta = import_bin({"validation": val}, tmp_path / "docs", copy=False, progress=False)
+    assert meta["splits"]["val"]["shards"][0]["sha256"] == (
+        "89e293056fbb94db4bee46580c27d6c617d8d8c0059b0f33a3992807670959b3"
+    )
+    shards = TokenShards(tmp_path / "docs", "val")
+    assert shards.n_tokens == 360_457 and shards.n_blocks(1024) == 352 and shards.tokens()[-1] == EOT
+
+
+def test_wikitext_articles_grouping():
+    rows = ["", " = Alpha = \n", "", " Alpha text . \n", "", " = = Section = = \n", " More . \n", "",
+            " = Beta = \n", "", " Beta text @-@ here . \n", ""]  # fmt: skip
+    articles = list(sources.wikitext_articles(rows))
+    assert articles == [
+        " = Alpha = \n\n Alpha text . \n\n = = Section = = \n More . \n",
+        " = Beta = \n\n Beta text @-@ here . \n",
+    ]
+
+
+def test_wikitext_prepare_with_local_rows(tmp_path):
+    fake = {
+        "train": {"text": ["", " = A = \n", " a . \n", " = B = \n", " b . \n"]},
+        "validation": {"text": [" = V = \n", " v . \n"]},
+        "test": {"text": [" = T = \n", " t . \n", " = U = \n", " u . \n", " = W = \n", " w . \n"]},
+    }
+    records, tok = _wikitext(tmp_path, ("train", "val", "test"), None, 1000, SHARED_BPE, False, dataset=fake)
+    assert [records[s]["n_documents"] for s in ("train", "val", "test")] == [2, 1, 3]
+    enc = gpt2_encoding(SHARED_BPE)
+    val = np.fromfile(tmp_path / "val_0000.bin", dtype="<u2").tolist()
+    assert val == enc.encode_ordinary(" = V = \n v . \n") + [EOT]
+
+
+def test_fineweb_budget_and_md5_val_routing(tmp_path):
+    rows = [{"id": f"<urn:uuid:{i}>", "text": f"Document number {i} about science."} for i in range(6000)]
+    val_ids = [r["id"] for r in rows if sources.fineweb_split(r["id"]) == "val"]
+    assert 0 < len(val_ids) < 20
+    records, _ = _fineweb(tmp_path, ("train", "val"), 20_000, 30, 8_000, SHARED_BPE, False, rows=rows)
+    assert records["train"]["n_tokens"] == 20_000 and len(records["train"]["shards"]) == 3
+    assert records["val"]["n_tokens"] == 30  # capped exactly
+    enc = gpt2_encoding(SHARED_BPE)
+    val = np.fromfile(tmp_path / "val_0000.bin", dtype="<u2").tolist()
+    first = next(r for r in rows if r["id"] == val_ids[0])
+    assert val[: len(enc.encode_ordinary(first["text"])) + 1] == enc.encode_ordinary(first["text"]) + [EOT]
+    train = np.concatenate([np.fromfile(tmp_path / f"train_{k:04d}.bin", dtype="<u2") for k in range(3)])
+    first_train = enc.encode_ordinary(rows[0]["text"]) + [EOT]
+    assert (
+        train[: len(first_train)].tolist() == first_train and sources.fineweb_split(rows[0]["id"]) == "train"
+    )
+
+
+def test_md5_split_rule_matches_docs_corpus_rule():
+    # shared/corpora/docs: int(md5(doc_path).hexdigest(), 16) % 100 -> 0-1 val, 2-3 test, the rest train.
+    keys = [f"pkg/usr/share/doc/file{i}.rst" for i in range(2000)]
+    for key in keys:
+        bucket = int(hashlib.md5(key.encode()).hexdigest(), 16) % 100
+        assert sources.md5_split(key) == ("val" if bucket < 2 else "test" if bucket < 4 else "train")
+    counts = {s: sum(sources.md5_split(k) == s for k in keys) for s in ("val", "test")}
+    assert 15 < counts["val"] < 65 and 15 < counts["test"] < 65
