@@ -1,0 +1,164 @@
+"""``kinterval eval``, ``kinterval geometry``, ``kinterval graddiag`` and ``kinterval tau-screen``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from kinterval.eval.evaluate import evaluate_run
+
+    rows = evaluate_run(
+        args.run,
+        checkpoint=args.checkpoint,
+        operator=args.operator,
+        split=args.split,
+        data=args.data,
+        out_dir=args.out,
+        doc_clusters=args.doc_clusters,
+        device=args.device,
+        max_blocks=args.max_blocks,
+        force=args.force,
+        progress=not args.quiet,
+    )
+    for r in rows:
+        extra = f" (override of {r['operator_trained']})" if r["operator_override"] else ""
+        docs = f"  doc-cluster {r['doc_cluster_mean_nll']:.4f}" if "doc_cluster_mean_nll" in r else ""
+        state = "cached" if r["skipped"] else "evaluated"
+        print(
+            f"{r['checkpoint']}  step {r['step']:>7}  {r['operator_used']}{extra}  {r['split']}  "
+            f"{r['n_blocks']} blocks  mean NLL {r['mean_nll']:.4f} nats/token{docs}  [{state}]"
+        )
+    return 0
+
+
+def _diag(kind: str):
+    def run(args: argparse.Namespace) -> int:
+        from kinterval.eval.diagnostics import diagnose_run
+
+        kw = {"spec": args.as_operator} if kind == "geometry" else {}
+        rows = diagnose_run(
+            args.run,
+            kind,
+            checkpoint=args.checkpoint,
+            blocks=args.blocks,
+            data=args.data,
+            split=args.split,
+            out_dir=args.out,
+            device=args.device,
+            force=args.force,
+            **kw,
+        )
+        for r in rows:
+            mean = "  ".join(f"{k} {v:.4g}" for k, v in r["mean"].items())
+            print(f"{r['checkpoint']}  step {r['step']}  {r['operator']}  layer mean: {mean}")
+        return 0
+
+    return run
+
+
+def _tau_screen(args: argparse.Namespace) -> int:
+    from kinterval.data.loader import TokenShards
+    from kinterval.eval.checkpoints import load_model, pick_device, select_checkpoints
+    from kinterval.eval.tau_screen import PAPER_STAGES, Stage, run_stage, stage3_table
+
+    ckpt = select_checkpoints(args.run, args.checkpoint)[-1]
+    model, state = load_model(ckpt, device=pick_device(args.device), backend="closed_form")
+    if model.operator not in ("softmax", "sdpa"):
+        print(f"warning: {ckpt} was trained with {model.operator}, not softmax; screening it anyway")
+    tokens = TokenShards(args.data or state["config"]["data"]["dir"], args.split).tokens()
+    out = Path(args.out) if args.out else Path(args.run) / "diagnostics" / "tau_screen"
+    out.mkdir(parents=True, exist_ok=True)
+    stages = {s.name: s for s in PAPER_STAGES}
+    for name in args.stages.split(","):
+        if name not in stages:
+            raise ValueError(f"unknown stage {name!r}; choose from {sorted(stages)}")
+        st = stages[name]
+        st = Stage(
+            st.name,
+            st.tail,
+            tuple(args.K) if args.K else st.K,
+            tuple(args.taus) if args.taus else st.taus,
+            st.blocks if st.blocks is None else args.subset_blocks,
+            st.minmax,
+        )
+        if st.blocks is None and args.max_blocks:
+            st = Stage(st.name, st.tail, st.K, st.taus, args.max_blocks, st.minmax)
+        res = run_stage(model, tokens, st, reconstruction=args.reconstruction, progress=print)
+        record = {
+            "checkpoint": str(ckpt),
+            "stage": st.name,
+            "tail": st.tail,
+            "K": list(st.K),
+            "taus": list(st.taus),
+            "blocks": st.blocks,
+            "reconstruction": args.reconstruction,
+            "nll": res.nll,
+        }
+        if not st.minmax:
+            record["best_tau"] = {str(K): res.best_tau(K) for K in st.K}
+            print(f"stage {st.name} ({st.tail} tail): best tau per K {record['best_tau']}")
+        else:
+            md, rows = stage3_table(res, n_resamples=args.resamples)
+            tex, _ = stage3_table(res, n_resamples=args.resamples, fmt="tex")
+            record["table"] = rows
+            (out / f"stage{st.name}.md").write_text(md)
+            (out / f"stage{st.name}.tex").write_text(tex)
+            print(md)
+        (out / f"stage{st.name}.json").write_text(json.dumps(record, indent=1, default=float) + "\n")
+    print(f"written to {out}")
+    return 0
+
+
+def _common(p, *, checkpoint="all") -> None:
+    p.add_argument("--run", required=True, help="run folder (holds checkpoints/)")
+    p.add_argument("--checkpoint", default=checkpoint, help="all | latest | STEP")
+    p.add_argument("--split", default="val", help="split of the data folder (val, test, ...)")
+    p.add_argument("--data", default=None, help="prepared data folder (default: the run's training data)")
+    p.add_argument("--out", default=None, help="output folder (default: inside the run folder)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("eval", help="per-block validation NLL of a run's checkpoints (resumable)")
+    _common(p)
+    p.add_argument("--operator", default=None, help="evaluate through this operator instead (e.g. softmax)")
+    p.add_argument("--doc-clusters", action="store_true", help="also per-document NLL + document-cluster CI")
+    p.add_argument("--max-blocks", type=int, default=None, help="only the first N blocks (not the protocol)")
+    p.add_argument("--force", action="store_true", help="re-evaluate checkpoints that already have results")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_eval)
+
+    for kind, help_ in (
+        ("geometry", "geometry probe (span, h, TV, ...) per layer on the first validation blocks"),
+        ("graddiag", "zero-sum residual and self/M/m decomposition of the score gradient"),
+    ):
+        p = subparsers.add_parser(kind, help=help_)
+        _common(p)
+        p.add_argument("--blocks", type=int, default=8, help="first N validation blocks (default 8)")
+        p.add_argument("--force", action="store_true", help="recompute existing results")
+        if kind == "geometry":
+            p.add_argument(
+                "--as",
+                dest="as_operator",
+                default=None,
+                help="operator defining h/buckets/TV (default: the run's own; needed for softmax runs)",
+            )
+        p.set_defaults(func=_diag(kind))
+
+    p = subparsers.add_parser(
+        "tau-screen", help="inference-time tau x K screen on a frozen softmax checkpoint"
+    )
+    _common(p, checkpoint="latest")
+    p.add_argument("--stages", default="1,2a,2b,3", help="comma-separated stages (1, 2a, 2b, 3)")
+    p.add_argument("--K", type=int, nargs="+", default=None, help="override the K values of every stage")
+    p.add_argument(
+        "--taus", type=float, nargs="+", default=None, help="override the tau values of every stage"
+    )
+    p.add_argument("--subset-blocks", type=int, default=32, help="blocks of the subset stages (default 32)")
+    p.add_argument("--max-blocks", type=int, default=None, help="cap the full-split stage (testing only)")
+    p.add_argument("--reconstruction", default="nearest", choices=["nearest", "lerp"])
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples of the stage-3 CI")
+    p.set_defaults(func=_tau_screen)

@@ -1,0 +1,79 @@
+"""Per-checkpoint diagnostics written next to the evaluations: ``RUN/diagnostics/<kind>/step_XXXXXX.json``.
+
+``kind`` is ``geometry`` (:func:`~kinterval.eval.geometry.geometry_probe`) or ``graddiag``
+(:func:`~kinterval.eval.graddiag.gradient_diagnostics`); existing results for the same checkpoint are skipped.
+A geometry probe under another operator goes to ``diagnostics/geometry__as-<operator>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kinterval.data.loader import TokenShards
+from kinterval.eval.checkpoints import load_model, pick_device, select_checkpoints, state_sha256
+from kinterval.eval.evaluate import safe_operator
+from kinterval.eval.geometry import geometry_probe
+from kinterval.eval.graddiag import gradient_diagnostics
+
+KINDS = ("geometry", "graddiag")
+
+
+def diagnostics_dir(run_dir: str | Path, kind: str) -> Path:
+    return Path(run_dir) / "diagnostics" / kind
+
+
+def diagnose_checkpoint(
+    ckpt: str | Path,
+    kind: str,
+    *,
+    blocks: int = 8,
+    spec: str | None = None,
+    data: str | Path | None = None,
+    split: str = "val",
+    out_dir: str | Path | None = None,
+    device: str = "auto",
+    force: bool = False,
+) -> dict:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    ckpt = Path(ckpt)
+    if out_dir is None:
+        out_dir = diagnostics_dir(ckpt.parent.parent, kind)
+        if spec:  # a probe under another operator never replaces the run's own probe
+            out_dir = out_dir.with_name(f"{kind}__as-{safe_operator(spec)}")
+    out_dir = Path(out_dir)
+    path = out_dir / f"{ckpt.name}.json"
+    sha = state_sha256(ckpt)
+    if path.is_file() and not force:
+        old = json.loads(path.read_text())
+        if old.get("checkpoint_state_sha256") == sha and old.get("probe_operator_arg") == spec:
+            return dict(old, skipped=True)
+    model, state = load_model(ckpt, device=pick_device(device), backend="closed_form")
+    shards = TokenShards(data or state["config"]["data"]["dir"], split)
+    tokens = shards.tokens()
+    if kind == "geometry":
+        res = geometry_probe(model, tokens, blocks=blocks, spec=spec)
+    else:
+        res = gradient_diagnostics(model, tokens, blocks=blocks)
+    res.update(
+        kind=kind,
+        checkpoint=ckpt.name,
+        step=int(state["step"]),
+        tokens=int(state.get("tokens", 0)),
+        checkpoint_state_sha256=sha,
+        operator_trained=model.operator,
+        probe_operator_arg=spec,
+        split=shards.split,
+        train_code=state.get("code", {}),
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(res, indent=1) + "\n")
+    os.replace(tmp, path)
+    return dict(res, skipped=False)
+
+
+def diagnose_run(run_dir: str | Path, kind: str, *, checkpoint: str | int = "all", **kwargs) -> list[dict]:
+    return [diagnose_checkpoint(c, kind, **kwargs) for c in select_checkpoints(run_dir, checkpoint)]

@@ -1,0 +1,163 @@
+"""``evaluate_run``: per-block NLL of every checkpoint of a run, resumable, one NPZ + one JSON per checkpoint.
+
+Layout: ``RUN/eval/<tag>/step_000123.npz`` (``nll``: per-block NLL; with document clusters also ``doc_ids``,
+``doc_nll``, ``doc_tokens``) and ``step_000123.json`` (summary: mean NLL, n_blocks, operator trained/used,
+checkpoint identity and code identity of both training and evaluation). ``tag`` is the split, plus the data
+folder name when ``data`` is given and ``op-<operator>`` when the operator is overridden.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kinterval.data.loader import TokenShards
+from kinterval.eval.checkpoints import (
+    load_model,
+    pick_device,
+    select_checkpoints,
+    state_sha256,
+    trained_operator,
+)
+from kinterval.eval.nll import document_ids, per_document, token_nll
+from kinterval.model import operator_name
+from kinterval.stats import block_bootstrap_ci, cluster_bootstrap_ci
+from kinterval.train.checkpoint import code_identity, read_state
+
+SUMMARY_VERSION = 1
+
+
+def safe_operator(op: str) -> str:
+    """``lerp-k32[range_grad=detach]`` -> ``lerp-k32.range_grad-detach``."""
+    base, _, extra = op.partition("[")
+    return ".".join([base, *[p.replace("=", "-") for p in extra.rstrip("]").split(",") if p]])
+
+
+def eval_tag(split: str = "val", data: str | Path | None = None, operator: str | None = None) -> str:
+    parts = [split]
+    if data is not None:
+        parts.append(Path(data).resolve().name)
+    if operator is not None:
+        parts.append("op-" + safe_operator(operator_name(operator)))
+    return "__".join(parts)
+
+
+def eval_dir(run_dir: str | Path, split: str = "val", data=None, operator=None) -> Path:
+    return Path(run_dir) / "eval" / eval_tag(split, data, operator)
+
+
+def result_paths(out_dir: str | Path, ckpt: str | Path) -> tuple[Path, Path]:
+    name = Path(ckpt).name
+    return Path(out_dir) / f"{name}.npz", Path(out_dir) / f"{name}.json"
+
+
+def read_summary(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def _is_current(json_path: Path, npz_path: Path, ckpt: Path) -> bool:
+    if not (json_path.is_file() and npz_path.is_file()):
+        return False
+    try:
+        return read_summary(json_path).get("checkpoint_state_sha256") == state_sha256(ckpt)
+    except (json.JSONDecodeError, OSError):
+        return False
+
+
+def evaluate_checkpoint(
+    ckpt: str | Path,
+    *,
+    operator: str | None = None,
+    split: str = "val",
+    data: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    doc_clusters: bool = False,
+    device: str = "auto",
+    max_blocks: int | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> dict:
+    """Evaluate one checkpoint (skipped if an up-to-date result exists, unless ``force``); its summary."""
+    ckpt = Path(ckpt)
+    run_dir = ckpt.parent.parent
+    out_dir = Path(out_dir) if out_dir is not None else eval_dir(run_dir, split, data, operator)
+    npz_path, json_path = result_paths(out_dir, ckpt)
+    if not force and _is_current(json_path, npz_path, ckpt):
+        return dict(read_summary(json_path), skipped=True)
+    dev = pick_device(device)
+    model, state = load_model(ckpt, operator=operator, device=dev)
+    data_dir = Path(data) if data is not None else Path(state["config"]["data"]["dir"])
+    shards = TokenShards(data_dir, split)
+    shards.check_vocab(model.config.vocab_size)
+    T = model.config.block_size
+    tokens = shards.tokens()
+    t0 = time.perf_counter()
+    tok = token_nll(model, tokens, T, max_blocks=max_blocks, progress=progress)
+    nll = tok.mean(axis=1)
+    arrays = {"nll": nll}
+    summary = {
+        "summary_version": SUMMARY_VERSION,
+        "run_dir": str(run_dir),
+        "checkpoint": ckpt.name,
+        "step": int(state["step"]),
+        "tokens": int(state.get("tokens", 0)),
+        "checkpoint_state_sha256": state_sha256(ckpt),
+        "checkpoint_files": state.get("files", {}),
+        "operator_trained": trained_operator(state),
+        "operator_used": model.operator,
+        "operator_override": operator is not None,
+        "split": shards.split,
+        "data_dir": str(data_dir),
+        "data_source": shards.meta.get("source"),
+        "T": T,
+        "n_blocks": int(nll.size),
+        "all_blocks": max_blocks is None,
+        "mean_nll": float(nll.mean()),
+        "batch": 1,
+        "tf32": False,
+        "device": str(dev),
+        "train_code": state.get("code", {}),
+        "eval_code": code_identity(),
+        "train_config": state["config"],
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    if nll.size >= 2:
+        ci = block_bootstrap_ci(nll, block=min(16, nll.size))
+        summary["mean_ci95"] = [ci.lo, ci.hi]
+    if doc_clusters:
+        ids, doc_sum, doc_n = per_document(tok, document_ids(tokens, shards.eot, nll.size, T))
+        arrays.update(doc_ids=ids, doc_nll=doc_sum, doc_tokens=doc_n)
+        summary["n_documents"] = int(ids.size)
+        if ids.size >= 2:
+            ci = cluster_bootstrap_ci(doc_sum / doc_n, ids, weights=doc_n)
+            summary["doc_cluster_mean_nll"] = ci.mean
+            summary["doc_cluster_ci95"] = [ci.lo, ci.hi]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = npz_path.with_name(npz_path.stem + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, npz_path)
+    tmp = json_path.with_name(json_path.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    os.replace(tmp, json_path)  # the JSON is written last: its presence marks a finished evaluation
+    return dict(summary, skipped=False)
+
+
+def evaluate_run(run_dir: str | Path, *, checkpoint: str | int = "all", **kwargs) -> list[dict]:
+    """Evaluate the selected checkpoints of a run (see :func:`evaluate_checkpoint` for the options)."""
+    return [evaluate_checkpoint(c, **kwargs) for c in select_checkpoints(run_dir, checkpoint)]
+
+
+def load_result(json_path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """(summary, arrays) of one evaluated checkpoint."""
+    json_path = Path(json_path)
+    with np.load(json_path.with_suffix(".npz")) as z:
+        arrays = {k: z[k] for k in z.files}
+    return read_summary(json_path), arrays
+
+
+def checkpoint_step(path: str | Path) -> int:
+    return int(read_state(path)["step"])

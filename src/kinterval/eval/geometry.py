@@ -1,0 +1,160 @@
+"""Geometry probe (paper §4, App. C.3): what the operator does to the model's own learned scores.
+
+On the first 8 validation blocks forward pre-hooks on every attention layer recompute its fp32 scores exactly
+as the operator does (``eval.attention.qkv_scores``) while the model runs unchanged. For every row ``i >= 1``
+(at least two keys) we record the span ``M - m``, the native width ``h`` (``(M-m)/K`` MinMax, ``tau/K``
+FWM/resolved), the 0.1% quantile of ``z = s - M``, the per-token query/key norms, the softmax entropy, the
+fraction of keys with ``z < -6``, the top-bucket mass (softmax mass on
+keys in the operator's top interval (LERP) or top level (Nearest)), the effective number of buckets
+``exp H(q)`` with ``q_b ~ sum_{j in b} P^E_j`` (tail keys truncated by FWM form one bucket) and
+``TV = 1/2 sum_j |P^native_j - P^E_j|``. Rows are averaged per layer; the layer mean is reported too.
+For a softmax run the operator-dependent quantities need ``spec`` (e.g. the operator one would deploy).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from kinterval.data.loader import get_block, n_blocks
+from kinterval.eval.attention import attention_layers, layer_spec, qkv_scores
+from kinterval.model import autocast, eval_precision
+from kinterval.ops import OperatorSpec
+from kinterval.ops.reference import grid, reference_probs, row_extrema
+
+ROW_METRICS = ("span", "h", "z_q001", "entropy", "frac_z_below_6", "top_bucket_mass", "eff_buckets", "tv")
+METRICS = (*ROW_METRICS, "q_norm", "k_norm")
+
+
+def _quantile(z: Tensor, valid: Tensor, q: float) -> Tensor:
+    """Per-row ``q`` quantile of the valid entries (linear interpolation, as numpy/torch.quantile)."""
+    zs = torch.where(valid, z, torch.full_like(z, float("inf"))).sort(-1).values
+    n = valid.sum(-1, keepdim=True)
+    pos = q * (n - 1).clamp(min=0).to(z.dtype)
+    lo = pos.floor().long()
+    hi = torch.minimum(lo + 1, (n - 1).clamp(min=0))
+    a, b = zs.gather(-1, lo), zs.gather(-1, hi)
+    return (a + (pos - lo.to(z.dtype)) * (b - a)).squeeze(-1)
+
+
+def _buckets(s: Tensor, valid: Tensor, spec: OperatorSpec) -> tuple[Tensor, Tensor, Tensor]:
+    """(bucket id, top-bucket indicator, tail indicator) per key: the interval index r (LERP) or the level
+    l = r + [t >= 1/2] (Nearest); keys the operator sets to zero (FWM tail) are the tail."""
+    ext = row_extrema(s, valid)
+    s_safe = torch.where(valid, s, ext.M.expand_as(s))
+    g = grid(s_safe, valid, spec, ext.M, ext.m)
+    ids = g.r if spec.reconstruction == "lerp" else g.r + (g.t >= 0.5).to(s.dtype)
+    top_id = spec.K - 1 if spec.reconstruction == "lerp" else spec.K
+    ids = torch.where(g.ones, torch.full_like(ids, top_id), ids)  # degenerate MinMax rows: one bucket
+    top = (g.keep & (ids == top_id)) | g.ones
+    return ids, top, valid & ~g.keep & ~g.ones
+
+
+def effective_buckets(PE: Tensor, ids: Tensor, tail: Tensor, valid: Tensor) -> Tensor:
+    """exp H(q) with q_b proportional to the softmax mass of the keys in bucket b (the tail is one bucket)."""
+    shape = PE.shape[:-1]
+    PE, ids, tail, valid = (x.reshape(-1, x.shape[-1]) for x in (PE, ids, tail, valid))
+    inb = valid & ~tail
+    lo = ids.masked_fill(~inb, float("inf")).amin(-1, keepdim=True)
+    lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
+    idx = torch.where(inb, (ids - lo).round().long(), torch.zeros_like(ids, dtype=torch.long))
+    nb = int(idx.max()) + 2 if idx.numel() else 2
+    idx = torch.where(tail, torch.full_like(idx, nb - 1), idx)
+    q = torch.zeros(idx.shape[0], nb, dtype=PE.dtype, device=PE.device)
+    q.scatter_add_(1, idx, torch.where(valid, PE, torch.zeros_like(PE)))
+    q = q / q.sum(-1, keepdim=True).clamp(min=1e-300)
+    H = -(q * torch.where(q > 0, q.log(), torch.zeros_like(q))).sum(-1)
+    return H.exp().reshape(shape)
+
+
+def row_geometry(s: Tensor, valid: Tensor, spec: OperatorSpec | str | None = None) -> dict[str, Tensor]:
+    """Per-row geometry of scores ``s`` (..., T) under ``spec``; rows with fewer than two valid keys are NaN.
+
+    Operator-dependent values (h, top-bucket mass, effective buckets, TV) are NaN when ``spec`` is None or a
+    baseline (softmax, bf16-exp, fp8-exp).
+    """
+    s = s.double() if s.dtype == torch.float64 else s.float()
+    spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else spec
+    ext = row_extrema(s, valid)
+    z = torch.where(valid, s - ext.M, torch.zeros_like(s))
+    nv = valid.sum(-1).to(s.dtype)
+    ok = nv >= 2
+    PE = reference_probs(s, valid, OperatorSpec.parse("softmax"))
+    logP = torch.where(PE > 0, PE.log(), torch.zeros_like(PE))
+    out = {
+        "span": (ext.M - ext.m).squeeze(-1),
+        "z_q001": _quantile(z, valid, 0.001),
+        "entropy": -(PE * logP).sum(-1),
+        "frac_z_below_6": (valid & (z < -6)).sum(-1).to(s.dtype) / nv.clamp(min=1),
+    }
+    nan = torch.full_like(out["span"], float("nan"))
+    if spec is not None and spec.is_kinterval:
+        span = out["span"]
+        out["h"] = span / spec.K if spec.calibration == "minmax" else torch.full_like(span, spec.tau / spec.K)
+        ids, top, tail = _buckets(s, valid, spec)
+        out["top_bucket_mass"] = (PE * top).sum(-1)
+        out["eff_buckets"] = effective_buckets(PE, ids, tail, valid)
+        Pn = reference_probs(s, valid, spec)
+        out["tv"] = 0.5 * (Pn - PE).abs().sum(-1)
+    else:
+        out.update(h=nan, top_bucket_mass=nan.clone(), eff_buckets=nan.clone(), tv=nan.clone())
+    return {k: torch.where(ok, v, torch.full_like(v, float("nan"))) for k, v in out.items()}
+
+
+@torch.no_grad()
+def geometry_probe(
+    model: torch.nn.Module,
+    tokens: np.ndarray,
+    T: int | None = None,
+    *,
+    blocks: int = 8,
+    spec: OperatorSpec | str | None = None,
+) -> dict:
+    """Layer-wise geometry over the first ``blocks`` validation blocks (rows i >= 1, averaged over rows).
+
+    ``spec``: the operator whose grid defines h, buckets and TV; default each layer's own operator.
+    Returns ``{"layers": [{metric: value}], "mean": {metric: layer mean}, "operator": name, "n_blocks": n}``.
+    """
+    T = T or model.config.block_size
+    n = min(blocks, n_blocks(len(tokens), T))
+    layers = attention_layers(model)
+    sums = [dict.fromkeys(METRICS, 0.0) for _ in layers]
+    counts = [dict.fromkeys(METRICS, 0) for _ in layers]
+    used = {}
+
+    def hook(idx):
+        def pre_hook(module, args):
+            q, k, _, s, valid = qkv_scores(module, args[0])
+            own = layer_spec(module)
+            probe_spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else (spec or own)
+            used[idx] = probe_spec.full_name
+            rows = row_geometry(s[..., 1:, :], valid[..., 1:, :], probe_spec)
+            rows["q_norm"] = q[..., 1:, :].norm(dim=-1)
+            rows["k_norm"] = k[..., 1:, :].norm(dim=-1)
+            for key, v in rows.items():
+                finite = torch.isfinite(v)
+                sums[idx][key] += float(v[finite].double().sum())
+                counts[idx][key] += int(finite.sum())
+
+        return pre_hook
+
+    numerics = model.config.numerics
+    device = next(model.parameters()).device
+    model.eval()
+    handles = [m.register_forward_pre_hook(hook(i)) for i, m in enumerate(layers)]
+    try:
+        with eval_precision(numerics):
+            for b in range(n):
+                x, _ = get_block(tokens, b, T)
+                with autocast(numerics, device):
+                    model(x[None].to(device))
+    finally:
+        for h in handles:
+            h.remove()
+    per_layer = [
+        {k: (sums[i][k] / counts[i][k] if counts[i][k] else float("nan")) for k in METRICS}
+        for i in range(len(layers))
+    ]
+    mean = {k: float(np.mean([row[k] for row in per_layer])) for k in METRICS}
+    return {"layers": per_layer, "mean": mean, "operator": used.get(0), "n_blocks": n}

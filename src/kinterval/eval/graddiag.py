@@ -1,0 +1,118 @@
+"""Gradient diagnostics (paper App. F): zero-sum residual of the implemented score gradient along training and
+the fixed-upstream decomposition of the score gradient into self, M and m terms.
+
+The loss over the first ``blocks`` validation blocks is back-propagated block by block (``loss_b / blocks``)
+through the checkpoint's own operator with the closed-form backward (the implemented gradient, including any
+``range_grad`` modification). Per layer we record
+
+* the zero-sum residual ``|sum_j g_ij| / sum_j |g_ij|`` of every row ``i >= 1`` with a nonzero gradient;
+  summarised as the median over rows, then the mean over layers;
+* with the upstream ``u = dL/dP`` of that layer fixed, the terms ``self``, ``M``, ``m`` of the full-gradient
+  operator at the same scores (:func:`kinterval.ops.closed_form.score_grad_terms`), ``g_full = self + M + m``:
+  norm ratios ``||term|| / ||g_full||`` and relative errors ``||g_mode - g_full|| / ||g_full||`` for detach
+  (self), min_only (self + m), max_only (self + M) and "P1 (local)" (the zero-sum projection of self);
+  per layer, then averaged over layers. This local VJP is not the whole-model in-graph backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kinterval.data.loader import get_block, n_blocks
+from kinterval.eval.attention import attention_layers, layer_spec, patched_attention
+from kinterval.model import autocast, eval_precision
+from kinterval.ops import OperatorSpec
+from kinterval.ops.closed_form import closed_form_probs, score_grad_terms
+from kinterval.ops.reference import project_zero_sum
+
+DECOMP = ("norm_self", "norm_M", "norm_m", "err_detach", "err_min_only", "err_max_only", "err_p1_local")
+
+
+def zero_sum_residual(g: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Per-row ``|sum_j g_j| / sum_j |g_j|`` over valid keys; rows with an all-zero gradient are dropped."""
+    g = torch.where(valid, g, torch.zeros_like(g)).double()
+    a = g.abs().sum(-1)
+    keep = a > 0
+    return (g.sum(-1).abs()[keep] / a[keep]).flatten()
+
+
+def full_spec(spec: OperatorSpec) -> OperatorSpec:
+    return OperatorSpec.parse(spec, range_grad="full") if spec.is_kinterval else spec
+
+
+def decomposition_sums(s, valid, spec: OperatorSpec, u) -> dict[str, float]:
+    """Squared norms of g_full, the three terms and the mode errors for one layer and block."""
+    t = score_grad_terms(s, valid, full_spec(spec), u)
+    full = t["self"] + t["M"] + t["m"]
+    p1 = project_zero_sum(t["self"], valid)
+
+    def sq(x):
+        return float(x.double().pow(2).sum())
+
+    return {
+        "full": sq(full),
+        "norm_self": sq(t["self"]),
+        "norm_M": sq(t["M"]),
+        "norm_m": sq(t["m"]),
+        "err_detach": sq(t["M"] + t["m"]),
+        "err_min_only": sq(t["M"]),
+        "err_max_only": sq(t["m"]),
+        "err_p1_local": sq(p1 - full),
+    }
+
+
+def gradient_diagnostics(
+    model: torch.nn.Module,
+    tokens: np.ndarray,
+    T: int | None = None,
+    *,
+    blocks: int = 8,
+    decompose: bool = True,
+) -> dict:
+    """Zero-sum residual (and optionally the decomposition) over the first ``blocks`` blocks."""
+    T = T or model.config.block_size
+    n = min(blocks, n_blocks(len(tokens), T))
+    layers = attention_layers(model)
+    specs = [layer_spec(m) for m in layers]
+    residuals: list[list[torch.Tensor]] = [[] for _ in layers]
+    sums = [dict.fromkeys(("full", *DECOMP), 0.0) for _ in layers]
+    captured: dict[int, dict] = {}
+
+    def fn(idx, s, valid, q, k):
+        P = closed_form_probs(s, valid, specs[idx])
+        slot = captured.setdefault(idx, {"s": s.detach(), "valid": valid})
+        s.register_hook(lambda g: slot.__setitem__("g", g.detach()))
+        P.register_hook(lambda u: slot.__setitem__("u", u.detach()))
+        return P
+
+    numerics = model.config.numerics
+    device = next(model.parameters()).device
+    model.eval()
+    with eval_precision(numerics), patched_attention(model, fn), torch.enable_grad():
+        for b in range(n):
+            captured.clear()
+            x, y = get_block(tokens, b, T)
+            with autocast(numerics, device):
+                _, loss = model(x[None].to(device), y[None].to(device))
+            (loss / n).backward()
+            for idx, slot in captured.items():
+                rows = (slot["s"][..., 1:, :], slot["valid"][..., 1:, :])
+                residuals[idx].append(zero_sum_residual(slot["g"][..., 1:, :], rows[1]).cpu())
+                if decompose:
+                    for key, v in decomposition_sums(*rows, specs[idx], slot["u"][..., 1:, :]).items():
+                        sums[idx][key] += v
+    model.zero_grad(set_to_none=True)
+    per_layer = []
+    for idx in range(len(layers)):
+        r = torch.cat(residuals[idx]) if residuals[idx] else torch.zeros(0)
+        row = {
+            "zero_sum_residual": float(r.median()) if r.numel() else float("nan"),
+            "rows_above_1e-3": float((r > 1e-3).double().mean()) if r.numel() else float("nan"),
+        }
+        if decompose:
+            full = np.sqrt(sums[idx]["full"])
+            row.update({k: (np.sqrt(sums[idx][k]) / full if full > 0 else float("nan")) for k in DECOMP})
+        per_layer.append(row)
+    mean = {k: float(np.mean([row[k] for row in per_layer])) for k in per_layer[0]}
+    return {"layers": per_layer, "mean": mean, "operator": specs[0].full_name, "n_blocks": n}

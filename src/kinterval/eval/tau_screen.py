@@ -1,0 +1,158 @@
+"""Inference-time tau screen on a frozen softmax checkpoint (paper App. C.3, "Selection of tau").
+
+The attention operator of every layer is swapped at inference for a fixed-window (FWM) operator with window
+``tau`` and ``K`` intervals and the validation NLL is measured per block. Two tail policies:
+
+* ``zero`` — FWM as trained (keys with ``z < -tau`` get weight 0): ``fwm-<recon>-k{K}[tau=...]``;
+* ``floor`` — the "floor tail" screening variant, *not* an operator of the family: scores are first floored at
+  the window edge, ``z <- max(z, -tau)``, so tail keys keep the lowest level ``e^{-tau}`` instead of 0
+  (implemented here as a score transform before the FWM operator).
+
+Stages (defaults as in the paper): (1) floor tail, first 32 blocks, K in {4,16,32}, tau in {8,...,32};
+(2a) floor tail and (2b) zero tail, tau in {4,5,6,7,8,10,12}; (3) zero tail, every block, K in {4,8,16,32},
+tau in {5,6,7}, with MinMax at the same K and softmax as references. The stage-3 table marks the best tau of
+each K and gives ``tau* - softmax`` with a circular block-bootstrap CI, tau* being the tau with the lowest
+mean NLL averaged over K. The forward uses the model's own numerics (bf16 autocast outside attention on CUDA).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from kinterval.eval.attention import patched_attention
+from kinterval.eval.nll import token_nll
+from kinterval.ops import OperatorSpec
+from kinterval.ops.reference import reference_probs, row_extrema
+from kinterval.stats import block_bootstrap_ci
+
+RECONSTRUCTIONS = {"nearest": "weight", "lerp": "lerp"}
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    tail: str  # "floor" or "zero"
+    K: tuple[int, ...]
+    taus: tuple[float, ...]
+    blocks: int | None  # None: the full split
+    minmax: bool = False
+
+
+PAPER_STAGES = (
+    Stage("1", "floor", (4, 16, 32), (8, 12, 16, 20, 24, 32), 32),
+    Stage("2a", "floor", (4, 16, 32), (4, 5, 6, 7, 8, 10, 12), 32),
+    Stage("2b", "zero", (4, 16, 32), (4, 5, 6, 7, 8, 10, 12), 32),
+    Stage("3", "zero", (4, 8, 16, 32), (5, 6, 7), None, minmax=True),
+)
+
+
+def fwm_spec(K: int, tau: float, reconstruction: str = "nearest") -> OperatorSpec:
+    if reconstruction == "lerp":
+        return OperatorSpec.parse(f"fwm-lerp-k{K}", tau=tau)
+    return OperatorSpec.parse(f"fwm-weight-k{K}", tau=tau)
+
+
+def minmax_spec(K: int, reconstruction: str = "nearest") -> OperatorSpec:
+    return OperatorSpec.parse(f"lerp-k{K}" if reconstruction == "lerp" else f"minmax-weight-k{K}")
+
+
+def floor_tail(s: torch.Tensor, valid: torch.Tensor, tau: float) -> torch.Tensor:
+    """``z <- max(z, -tau)``: scores below the window edge ``M - tau`` are raised to it (valid keys only)."""
+    M = row_extrema(s, valid).M
+    return torch.where(valid, torch.maximum(s, M - tau), s)
+
+
+def probs_fn(spec: OperatorSpec, tail: str = "zero"):
+    if tail == "floor":
+        return lambda idx, s, valid, q, k: reference_probs(floor_tail(s, valid, spec.tau), valid, spec)
+    if tail != "zero":
+        raise ValueError(f"tail must be 'floor' or 'zero', got {tail!r}")
+    return lambda idx, s, valid, q, k: reference_probs(s, valid, spec)
+
+
+def swapped_nll(
+    model, tokens, spec: OperatorSpec, *, tail: str = "zero", blocks: int | None = None
+) -> np.ndarray:
+    """Per-block NLL with every layer's operator replaced by ``spec`` (``tail`` policy for FWM)."""
+    with patched_attention(model, probs_fn(spec, tail)):
+        return token_nll(model, tokens, model.config.block_size, max_blocks=blocks).mean(axis=1)
+
+
+@dataclass
+class StageResult:
+    stage: Stage
+    nll: dict[str, float] = field(
+        default_factory=dict
+    )  # condition -> mean NLL; keys "K=4 tau=6", "K=4 minmax"
+    per_block: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def best_tau(self, K: int) -> float:
+        return min(self.stage.taus, key=lambda t: self.nll[key(K, t)])
+
+    def global_tau(self) -> float:
+        return min(self.stage.taus, key=lambda t: np.mean([self.nll[key(K, t)] for K in self.stage.K]))
+
+
+def key(K: int, tau: float | str) -> str:
+    return f"K={K} tau={tau:g}" if not isinstance(tau, str) else f"K={K} {tau}"
+
+
+def run_stage(model, tokens, stage: Stage, *, reconstruction: str = "nearest", progress=None) -> StageResult:
+    res = StageResult(stage)
+    conds = [(key(K, t), fwm_spec(K, t, reconstruction), stage.tail) for K in stage.K for t in stage.taus]
+    if stage.minmax:
+        conds += [(key(K, "minmax"), minmax_spec(K, reconstruction), "zero") for K in stage.K]
+        conds.append(("softmax", OperatorSpec.parse("softmax"), "zero"))
+    for name, spec, tail in conds:
+        nll = swapped_nll(model, tokens, spec, tail=tail, blocks=stage.blocks)
+        res.per_block[name], res.nll[name] = nll, float(nll.mean())
+        if progress:
+            progress(f"stage {stage.name} {name}: {res.nll[name]:.4f} ({nll.size} blocks)")
+    return res
+
+
+def stage3_table(res: StageResult, *, n_resamples: int = 10_000, fmt: str = "md") -> tuple[str, list[dict]]:
+    """The stage-3 table: K rows; MinMax, one column per tau (best per row marked), tau* - softmax [CI]."""
+    st = res.stage
+    tau_star = res.global_tau()
+    soft = res.per_block["softmax"]
+    rows = []
+    for K in st.K:
+        d = res.per_block[key(K, tau_star)] - soft
+        ci = block_bootstrap_ci(d, block=min(16, d.size), n_resamples=n_resamples) if d.size >= 2 else None
+        rows.append(
+            {
+                "K": K,
+                "minmax": res.nll.get(key(K, "minmax")),
+                "tau": {t: res.nll[key(K, t)] for t in st.taus},
+                "best_tau": res.best_tau(K),
+                "tau_star": tau_star,
+                "delta": float(d.mean()),
+                "lo": ci.lo if ci else float("nan"),
+                "hi": ci.hi if ci else float("nan"),
+            }
+        )
+    bold = (lambda x: f"**{x}**") if fmt == "md" else (lambda x: f"\\textbf{{{x}}}")
+    head = ["K", "MinMax", *[f"tau={t:g}" for t in st.taus], f"tau*={tau_star:g} - softmax [95% CI]"]
+    lines = []
+    for r in rows:
+        cells = [str(r["K"]), f"{r['minmax']:.4f}" if r["minmax"] is not None else "-"]
+        cells += [bold(f"{v:.4f}") if t == r["best_tau"] else f"{v:.4f}" for t, v in r["tau"].items()]
+        cells.append(f"{r['delta']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}]")
+        lines.append(cells)
+    note = f"softmax {res.nll['softmax']:.4f}; {soft.size} blocks; best tau per K in bold"
+    if fmt == "md":
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+            "| " + " | ".join(c) + " |" for c in lines
+        ]
+        return "\n".join(out) + f"\n\n{note}\n", rows
+    head = [h.replace("tau", "$\\tau$").replace("*", "^*") for h in head]
+    body = " \\\\\n".join(" & ".join(c) for c in lines)
+    tex = (
+        f"\\begin{{tabular}}{{{'r' * (len(head) - 1)}l}}\n\\toprule\n{' & '.join(head)} \\\\\n\\midrule\n"
+        f"{body} \\\\\n\\bottomrule\n\\end{{tabular}}\n% {note}\n"
+    )
+    return tex, rows

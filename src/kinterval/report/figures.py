@@ -1,0 +1,101 @@
+"""Figures (matplotlib, Agg backend): ΔNLL trajectories, geometry panels, detach-vs-full trajectories, and the
+endpoint ΔNLL bar chart used by the demo. Every figure is a PNG with labelled axes and units."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+GEOMETRY = (
+    ("span", "row span M − m (score units)"),
+    ("h", "native width h (score units)"),
+    ("tv", "TV(native, softmax)"),
+)
+
+
+def _legend(ax, n: int) -> None:
+    if n:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+
+
+def _tokens_axis(ax) -> None:
+    ax.set_xlabel("training tokens")
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+    ax.grid(alpha=0.3)
+
+
+def trajectory_figure(traj: dict, path: Path, title: str) -> Path:
+    """ΔNLL vs training tokens, one line per condition with its CI band."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for op, pts in sorted(traj.items()):
+        t = [p[0] for p in pts]
+        line = ax.plot(t, [p[1] for p in pts], marker="o", ms=3, lw=1.2, label=op)[0]
+        ax.fill_between(t, [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.15, lw=0)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_ylabel("ΔNLL vs softmax (nats/token)")
+    ax.set_title(title, fontsize=10)
+    _tokens_axis(ax)
+    _legend(ax, len(traj))
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def geometry_figure(series: dict[str, list[tuple[int, dict]]], path: Path, title: str) -> Path:
+    """Layer-mean span, h and TV vs training tokens per condition."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, (key, label) in zip(axes, GEOMETRY):
+        for op, pts in sorted(series.items()):
+            vals = [(t, g.get(key)) for t, g in pts if g.get(key) is not None and g.get(key) == g.get(key)]
+            if vals:
+                ax.plot([v[0] for v in vals], [v[1] for v in vals], marker="o", ms=3, lw=1.2, label=op)
+        ax.set_ylabel(label)
+        _tokens_axis(ax)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.86, 0.5), frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.85, 0.95))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def detach_figure(pairs: dict, path: Path, title: str) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for op, d in sorted(pairs.items()):
+        for which, style in (("modified", "-"), ("full", "--")):
+            pts = d[which]
+            label = op if which == "modified" else f"{d['full_operator']} (full)"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, label=label)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_ylabel("ΔNLL vs softmax (nats/token)")
+    ax.set_title(title, fontsize=10)
+    _tokens_axis(ax)
+    _legend(ax, len(pairs))
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def endpoint_figure(rows: list[dict], path: Path, title: str) -> Path:
+    """Horizontal bars: ΔNLL per condition with its 95% CI."""
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.5))
+    y = list(range(len(rows)))
+    ax.barh(y, [r["delta"] for r in rows], color="#4c72b0", alpha=0.8)
+    err = [[r["delta"] - r["lo"] for r in rows], [r["hi"] - r["delta"] for r in rows]]
+    ax.errorbar([r["delta"] for r in rows], y, xerr=err, fmt="none", ecolor="k", capsize=3, lw=1)
+    ax.set_yticks(y, [r["operator"] for r in rows], fontsize=8)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel("ΔNLL vs softmax (nats/token), 95% CI")
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

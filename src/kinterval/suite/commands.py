@@ -1,0 +1,106 @@
+"""``kinterval suite list|show|run|run-one|gate``."""
+
+from __future__ import annotations
+
+
+def _list(args) -> int:
+    from kinterval.suite.definition import load_suite, shipped_suites
+
+    for name in shipped_suites():
+        s = load_suite(name)
+        print(
+            f"{name:14s} {len(s.runs):4d} runs {s.n_jobs:5d} eval jobs  protocol {s.protocol:10s} {s.title}"
+        )
+    return 0
+
+
+def _show(args) -> int:
+    from kinterval.suite.definition import load_suite, select
+
+    s = load_suite(args.name)
+    runs = select(s.runs, args.only)
+    print(f"suite {s.name}: {s.title} ({len(runs)} runs, protocol {s.protocol}, corpus {s.corpus or '-'})")
+    for r in runs:
+        print(f"  {r.run_id:60s} {r.group:20s} seed {r.seed:5d}  {r.checkpoints} ckpts  {r.protocol}")
+    return 0
+
+
+def _run(args) -> int:
+    from kinterval.suite.runner import run_suite
+
+    slurm_args = {"slurm_partition": args.slurm_partition, "timeout_min": args.slurm_time}
+    res = run_suite(
+        args.name,
+        args.out,
+        data=args.data,
+        only=args.only,
+        gpus=args.gpus,
+        slurm=args.slurm,
+        slurm_args=slurm_args,
+        device=args.device,
+        threads=args.threads,
+    )
+    bad = {k: v for k, v in res.items() if not (v == "completed" or v.startswith("submitted"))}
+    print(f"{len(res) - len(bad)} of {len(res)} runs ok" + (f"; failed: {sorted(bad)}" if bad else ""))
+    if not args.slurm:
+        print(f"next: kinterval suite gate {args.out}")
+    return 1 if bad else 0
+
+
+def _run_one(args) -> int:
+    from kinterval.suite.runner import run_one
+
+    return 0 if run_one(args.out, args.run_id, device=args.device) == "completed" else 1
+
+
+def _gate(args) -> int:
+    from kinterval.suite.gate import gate
+
+    rep = gate(args.dir)
+    for e in rep.errors[: args.max_errors]:
+        print(f"ERROR {e}")
+    if len(rep.errors) > args.max_errors:
+        print(f"... and {len(rep.errors) - args.max_errors} more errors")
+    print(f"integrity gate, suite {rep.suite}: {rep.summary()}")
+    return 0 if rep.ok else 1
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "suite", help="the paper's suites: list, run (train + evaluate), integrity gate"
+    )
+    sub = p.add_subparsers(dest="suite_command", metavar="ACTION")
+    sub.required = True
+    q = sub.add_parser("list", help="shipped suites")
+    q.set_defaults(func=_list)
+    q = sub.add_parser("show", help="the runs of a suite")
+    q.add_argument("name", help="shipped suite name (A, B, C, D, supplementary, ci, mini) or a .toml path")
+    q.add_argument("--only", nargs="+", default=None, help="run id / group / operator patterns (* wildcards)")
+    q.set_defaults(func=_show)
+    q = sub.add_parser(
+        "run", help="train and evaluate a suite into --out (skips finished work, resumes runs)"
+    )
+    q.add_argument("name", help="shipped suite name or a .toml path")
+    q.add_argument("--out", required=True, help="suite folder (manifest.json, runs/, data/)")
+    q.add_argument(
+        "--data", default=None, help="prepared data folder (required unless the suite prepares its own)"
+    )
+    q.add_argument("--only", nargs="+", default=None, help="run id / group / operator patterns (* wildcards)")
+    q.add_argument("--gpus", type=int, default=0, help="run N runs in parallel, one per GPU")
+    q.add_argument("--slurm", action="store_true", help="submit one Slurm job per run (needs submitit)")
+    q.add_argument("--slurm-partition", default=None)
+    q.add_argument("--slurm-time", type=int, default=None, help="job time limit in minutes")
+    q.add_argument("--device", default=None, help="override the protocol's device (cpu, cuda)")
+    q.add_argument("--threads", type=int, default=None, help="torch CPU threads (e.g. 1 for the ci suite)")
+    q.set_defaults(func=_run)
+    q = sub.add_parser(
+        "run-one", help="train + evaluate one run of an initialised suite folder (used by --gpus)"
+    )
+    q.add_argument("run_id")
+    q.add_argument("--out", required=True)
+    q.add_argument("--device", default=None)
+    q.set_defaults(func=_run_one)
+    q = sub.add_parser("gate", help="integrity gate: every run complete, evaluated, on protocol, same code")
+    q.add_argument("dir", help="suite folder")
+    q.add_argument("--max-errors", type=int, default=50, help="errors to print")
+    q.set_defaults(func=_gate)

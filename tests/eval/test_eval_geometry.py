@@ -1,0 +1,103 @@
+"""Geometry probe on hand-made score rows: every quantity against a direct computation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from kinterval.eval.geometry import row_geometry
+
+ROW = [0.0, -1.0, -2.5, -7.0, -3.0, -0.2]
+
+
+def _softmax(s):
+    e = np.exp(np.asarray(s) - max(s))
+    return e / e.sum()
+
+
+def _row(op):
+    s = torch.tensor([ROW], dtype=torch.float64)
+    return {k: float(v[0]) for k, v in row_geometry(s, torch.ones_like(s, dtype=torch.bool), op).items()}
+
+
+def test_minmax_nearest_row_against_direct_computation():
+    g = _row("minmax-weight-k4")
+    span = max(ROW) - min(ROW)
+    h = span / 4
+    assert g["span"] == pytest.approx(span)
+    assert g["h"] == pytest.approx(h)
+    # Nearest level of each key on the grid b_l = m - M + l h, weights e^{b_l}.
+    z = np.asarray(ROW) - max(ROW)
+    levels = np.clip(np.floor((z + span) / h), 0, 3)
+    t = (z + span - levels * h) / h
+    levels = levels + (t >= 0.5)
+    w = np.exp(-span + levels * h)
+    pn, pe = w / w.sum(), _softmax(ROW)
+    assert g["tv"] == pytest.approx(0.5 * np.abs(pn - pe).sum(), abs=1e-12)
+    assert g["top_bucket_mass"] == pytest.approx(pe[levels == 4].sum())
+    q = np.array([pe[levels == b].sum() for b in np.unique(levels)])
+    assert g["eff_buckets"] == pytest.approx(math.exp(-(q * np.log(q)).sum()))
+    assert g["entropy"] == pytest.approx(-(pe * np.log(pe)).sum())
+    assert g["frac_z_below_6"] == pytest.approx(1 / 6)
+    assert g["z_q001"] == pytest.approx(np.quantile(z, 0.001))
+
+
+def test_fwm_width_tail_bucket_and_tv():
+    g = _row("fwm-prob-k4")  # tau = 6: the key at z = -7 is in the zero tail
+    assert g["h"] == pytest.approx(6 / 4)
+    z = np.asarray(ROW)
+    r = np.clip(np.floor((z + 6) / 1.5), 0, 3)
+    t = (np.clip(z, -6, 0) + 6 - r * 1.5) / 1.5
+    lev = r + (t >= 0.5)
+    w = np.where(z >= -6, np.exp(-6 + lev * 1.5), 0.0)
+    pe = _softmax(ROW)
+    assert g["tv"] == pytest.approx(0.5 * np.abs(w / w.sum() - pe).sum(), abs=1e-12)
+    buckets = [pe[(z >= -6) & (lev == b)].sum() for b in np.unique(lev[z >= -6])] + [pe[z < -6].sum()]
+    q = np.array([b for b in buckets if b > 0])
+    assert g["eff_buckets"] == pytest.approx(math.exp(-(q * np.log(q)).sum()))
+
+
+def test_softmax_has_no_operator_quantities_and_short_rows_are_nan():
+    g = _row("softmax")
+    assert math.isnan(g["h"]) and math.isnan(g["tv"])
+    s = torch.tensor([[1.0, 2.0]])
+    valid = torch.tensor([[True, False]])
+    out = row_geometry(s, valid, "lerp-k4")
+    assert math.isnan(float(out["span"][0]))
+
+
+def test_tv_is_zero_when_operator_is_exact():
+    # Scores on the MinMax grid points with LERP reproduce e^z exactly at the grid: TV ~ 0 at K=1 two keys.
+    s = torch.tensor([[0.0, -2.0]], dtype=torch.float64)
+    g = row_geometry(s, torch.ones_like(s, dtype=torch.bool), "lerp-k1")
+    assert float(g["tv"][0]) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_probe_hooks_recompute_the_layer_scores():
+    from kinterval.eval.attention import qkv_scores
+    from kinterval.eval.geometry import geometry_probe
+    from kinterval.model import GPT, preset
+
+    torch.manual_seed(0)
+    model = GPT(
+        preset("tiny", vocab_size=32, n_layer=2, n_head=2, n_embd=16, block_size=16),
+        "fwm-prob-k4",
+        "closed_form",
+    ).eval()
+    tokens = np.random.default_rng(0).integers(0, 32, size=2 * 16 + 1).astype(np.uint16)
+    res = geometry_probe(model, tokens, blocks=2)
+    assert len(res["layers"]) == 2 and res["n_blocks"] == 2 and res["operator"] == "fwm-prob-k4"
+    with torch.no_grad():
+        spans = []
+        for b in range(2):
+            x = torch.from_numpy(tokens[b * 16 : b * 16 + 16].astype(np.int64))[None]
+            h = model.transformer.h[0].ln_1
+            e = model.transformer.wte(x) + model.transformer.wpe(torch.arange(16))
+            _, _, _, s, valid = qkv_scores(model.transformer.h[0].attn, h(e))
+            s = s[..., 1:, :].masked_fill(~valid[..., 1:, :], float("nan"))
+            spans.append((np.nanmax(s.numpy(), -1) - np.nanmin(s.numpy(), -1)).ravel())
+    assert res["layers"][0]["span"] == pytest.approx(np.concatenate(spans).mean(), rel=1e-5)
+    assert res["layers"][0]["h"] == pytest.approx(1.5)

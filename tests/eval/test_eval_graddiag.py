@@ -1,0 +1,57 @@
+"""Zero-sum residual of the implemented score gradient and the fixed-upstream decomposition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kinterval.eval.graddiag import decomposition_sums, gradient_diagnostics, zero_sum_residual
+from kinterval.model import GPT, preset
+from kinterval.ops import OperatorSpec
+from kinterval.ops.closed_form import closed_form_probs
+
+
+def _rows(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    s = (torch.randn(64, 16, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    u = torch.randn(64, 16, generator=g, dtype=torch.float64)
+    return s, torch.ones(64, 16, dtype=torch.bool), u
+
+
+@pytest.mark.parametrize("op", ["lerp-k4", "minmax-weight-k4", "fwm-prob-k4", "softmax"])
+def test_full_gradient_is_zero_sum_and_detach_is_not(op):
+    s, valid, u = _rows()
+    (g_full,) = torch.autograd.grad(closed_form_probs(s, valid, OperatorSpec.parse(op)), s, u)
+    assert float(zero_sum_residual(g_full, valid).median()) < 1e-10
+    if op != "softmax":
+        spec = OperatorSpec.parse(op, range_grad="detach")
+        (g_det,) = torch.autograd.grad(closed_form_probs(s, valid, spec), s, u)
+        assert float(zero_sum_residual(g_det, valid).median()) > 1e-3
+
+
+def test_decomposition_identities():
+    s, valid, u = _rows(1)
+    d = decomposition_sums(s.detach(), valid, OperatorSpec.parse("lerp-k4"), u)
+    # detach misses M + m; min_only misses M; max_only misses m.
+    assert d["err_min_only"] == pytest.approx(d["norm_M"])
+    assert d["err_max_only"] == pytest.approx(d["norm_m"])
+    assert d["err_detach"] > 0 and d["full"] > 0
+    fwm = decomposition_sums(s.detach(), valid, OperatorSpec.parse("fwm-prob-k4"), u)
+    assert fwm["norm_m"] == 0.0  # FWM has no minimum channel
+
+
+def test_model_level_residual_full_vs_detach():
+    torch.manual_seed(0)
+    tokens = np.random.default_rng(0).integers(0, 64, size=4 * 32 + 1).astype(np.uint16)
+    cfg = preset("tiny", vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=32)
+    model = GPT(cfg, "lerp-k4", "closed_form")
+    full = gradient_diagnostics(model, tokens, blocks=2)
+    assert len(full["layers"]) == 2
+    assert full["mean"]["zero_sum_residual"] < 1e-5
+    model_d = GPT(cfg, "lerp-k4[range_grad=detach]", "closed_form")
+    model_d.load_state_dict(model.state_dict())
+    det = gradient_diagnostics(model_d, tokens, blocks=2)
+    assert det["mean"]["zero_sum_residual"] > max(1e-4, 100 * full["mean"]["zero_sum_residual"])
+    # the decomposition uses the full operator at the same upstream: err_detach = norm of the (M, m) terms
+    assert det["mean"]["err_detach"] == pytest.approx(full["mean"]["err_detach"], rel=1e-3)

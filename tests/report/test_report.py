@@ -1,0 +1,142 @@
+"""Reports regenerated from synthetic result files: numbers, tables (Markdown + LaTeX), figures, index."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kinterval.report import demo_report
+from kinterval.report.build import build_report
+from kinterval.report.results import load_results
+from kinterval.suite.definition import load_suite
+from kinterval.suite.manifest import build_manifest, write_manifest
+
+EFFECT = {
+    "softmax": 0.0,
+    "lerp-k4": 0.05,
+    "lerp-k16": 0.01,
+    "minmax-weight-k4": 0.20,
+    "minmax-prob-k4": 0.14,
+    "fwm-weight-k4": 0.04,
+    "fwm-prob-k4": 0.013,
+    "lerp-k4[range_grad=detach]": 0.5,
+}
+N = 64
+
+
+def _fake_suite(root):
+    """The ci manifest with per-block NLL files: softmax + EFFECT[op] * step fraction (+ seed noise)."""
+    m = build_manifest(load_suite("ci"), root, root / "data")
+    write_manifest(root, m)
+    base = np.random.default_rng(0).normal(5.0, 0.3, N)
+    for r in m["runs"]:
+        ev = root / r["eval_dir"]
+        ev.mkdir(parents=True)
+        geo = root / r["run_dir"] / "diagnostics" / "geometry"
+        geo.mkdir(parents=True)
+        for i, step in enumerate(r["checkpoint_steps"]):
+            frac = (i + 1) / len(r["checkpoint_steps"])
+            noise = np.random.default_rng([r["seed"], i]).normal(0, 0.01, N)
+            nll = base + noise + EFFECT[r["operator"]] * frac + (0.002 if r["seed"] == 42 else 0.0)
+            if r["operator"] == "softmax":
+                nll = base + noise
+            name = f"step_{step:06d}"
+            np.savez(ev / f"{name}.npz", nll=nll)
+            (ev / f"{name}.json").write_text(
+                json.dumps(
+                    {
+                        "step": step,
+                        "tokens": step * 512,
+                        "operator_used": r["operator"],
+                        "operator_override": False,
+                        "data_dir": str(root / "data"),
+                        "split": "val",
+                        "T": 64,
+                        "n_blocks": N,
+                        "mean_nll": nll.mean(),
+                    }
+                )
+            )
+            (geo / f"{name}.json").write_text(
+                json.dumps({"mean": {"span": 3.0 * frac, "h": 0.5, "tv": 0.05}})
+            )
+    return m
+
+
+@pytest.fixture
+def fake_suite(tmp_path):
+    _fake_suite(tmp_path / "ci")
+    return tmp_path / "ci"
+
+
+def test_results_read_identity_from_manifest(fake_suite):
+    res = load_results(fake_suite)
+    assert len(res.points) == 45
+    p = next(p for p in res.points if p.run_id == "fwm-prob-k4-s42")
+    assert (p.operator, p.seed, p.axes["calibration"], p.axes["surrogate"], p.K) == (
+        "fwm-prob-k4",
+        42,
+        "fwm",
+        "prob",
+        4,
+    )
+
+
+def test_report_numbers(fake_suite, tmp_path):
+    index = build_report(fake_suite, tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())["ci"]
+    rows = {r["operator"]: r for r in data["delta"]}
+    assert set(rows) == set(EFFECT) - {"softmax"}
+    for op, eff in EFFECT.items():
+        if op == "softmax":
+            continue
+        extra = 0.001 if op != "lerp-k4[range_grad=detach]" else 0.0  # mean of seeds 7 (+0) and 42 (+0.002)
+        assert rows[op]["delta"] == pytest.approx(eff + extra, abs=2e-3), op
+    assert rows["lerp-k4[range_grad=detach]"]["interval"] == "block bootstrap"
+    assert rows["lerp-k4[range_grad=detach]"]["separated"] is True
+    assert rows["minmax-weight-k4"]["interval"] == "t (1 df)"
+    fac = {r["effect"]: r for r in data["factorial"]}
+    assert fac["calibration"]["estimate"] == pytest.approx(
+        0.5 * (0.04 + 0.013) - 0.5 * (0.20 + 0.14), abs=2e-3
+    )
+    assert fac["surrogate"]["estimate"] == pytest.approx(0.5 * (0.14 - 0.20) + 0.5 * (0.013 - 0.04), abs=2e-3)
+    assert fac["interaction"]["estimate"] == pytest.approx((0.013 - 0.04) - (0.14 - 0.20), abs=2e-3)
+    trend = data["k_trends"][0]
+    assert trend["family"] == "lerp" and trend["slope"] == pytest.approx((0.01 - 0.05) / 2, abs=2e-3)
+    traj = data["trajectories"]["lerp-k4"]
+    assert [round(t[1], 2) for t in traj] == [round(0.05 / 3 + 0.001, 2), round(0.1 / 3 + 0.001, 2), 0.05]
+    text = index.read_text()
+    for f in ("ci_trajectories.png", "ci_geometry.png", "ci_detach.png", "ci_delta.tex", "ci_factorial.md"):
+        assert f in text and (tmp_path / "rep" / f).stat().st_size > 300
+    assert (tmp_path / "rep" / "ci_delta.tex").read_text().count("\\\\") == len(rows) + 1
+
+
+def test_cross_suite_table(fake_suite, tmp_path):
+    other = tmp_path / "other"
+    _fake_suite(other)
+    m = json.loads((other / "manifest.json").read_text())
+    m["suite"] = "ci2"
+    (other / "manifest.json").write_text(json.dumps(m))
+    index = build_report([fake_suite, other], tmp_path / "rep").read_text()
+    assert "Cross-suite" in index and "ci2: ΔNLL" in index
+    assert (tmp_path / "rep" / "cross_suite.tex").is_file()
+
+
+def test_demo_report(tmp_path):
+    rng = np.random.default_rng(1)
+    soft = rng.normal(4.0, 0.2, 40)
+    res = demo_report(
+        {"softmax": soft, "minmax-weight-k4": soft + 0.1, "fwm-prob-k4": soft + 0.001 * rng.normal(size=40)},
+        tmp_path / "demo",
+        trajectories={"softmax": [(100, 5.0), (200, 4.0)], "fwm-prob-k4": [(100, 5.1), (200, 4.02)]},
+    )
+    rows = {r["operator"]: r for r in res["rows"]}
+    assert rows["minmax-weight-k4"]["delta"] == pytest.approx(0.1)
+    assert rows["minmax-weight-k4"]["separated"] and not rows["fwm-prob-k4"]["separated"]
+    assert rows["fwm-prob-k4"]["lo"] <= rows["fwm-prob-k4"]["delta"] <= rows["fwm-prob-k4"]["hi"]
+    for f in ("delta.png", "delta.md", "delta.tex", "trajectories.png", "index.md"):
+        assert (tmp_path / "demo" / f).is_file()
+    with pytest.raises(ValueError, match="softmax"):
+        demo_report({"lerp-k4": soft}, tmp_path / "x")

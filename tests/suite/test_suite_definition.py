@@ -1,0 +1,99 @@
+"""Suite files: the paper's designs expand to the right runs; bad files fail clearly."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinterval.ops import OperatorSpec
+from kinterval.suite.definition import load_suite, safe_name, select, shipped_suites
+from kinterval.suite.manifest import build_manifest
+
+
+@pytest.mark.parametrize(
+    ("name", "runs", "jobs"),
+    [
+        ("A", 15, 300),
+        ("B", 10, 100),
+        ("C", 12, 60),
+        ("D", 130, 650),
+        ("supplementary", 29, 145),
+        ("mini", 7, 35),
+        ("ci", 15, 45),
+    ],
+)
+def test_paper_suite_sizes(name, runs, jobs):
+    s = load_suite(name)
+    assert len(s.runs) == runs and s.n_jobs == jobs
+
+
+def test_suite_conditions():
+    a = {r.spec.name for r in load_suite("A").runs}
+    assert a == {
+        "softmax",
+        "lerp-k1",
+        "lerp-k2",
+        "lerp-k4",
+        "lerp-k16",
+        "lerp-k32",
+        "minmax-weight-k4",
+        "minmax-weight-k16",
+        "minmax-weight-k32",
+        "minmax-weight-k64",
+        "minmax-prob-k4",
+        "fwm-weight-k2",
+        "fwm-weight-k4",
+        "fwm-weight-k16",
+        "fwm-prob-k4",
+    }
+    d = load_suite("D")
+    assert {r.seed for r in d.runs} == {7, 42, 253, 1337, 2026}
+    assert sum(r.spec.kind == "softmax" for r in d.runs) == 5
+    assert {r.spec.K for r in d.runs if r.spec.is_kinterval} == {4, 8, 16, 32, 64}
+    # formal STE runs carry the historical arithmetic, LERP has none
+    assert all(r.spec.arithmetic == "historical" for r in d.runs if r.spec.surrogate)
+    sup = {r.group: r for r in load_suite("supplementary").runs}
+    assert sup["strict-forward"].spec.arithmetic == "strict"
+    assert {r.spec.range_grad for r in load_suite("supplementary").runs if r.group == "single-channel"} == {
+        "max_only",
+        "min_only",
+    }
+    assert set(shipped_suites()) >= {"A", "B", "C", "D", "supplementary", "ci", "mini"}
+
+
+def test_manifest_rows_carry_identity_and_protocol(tmp_path):
+    s = load_suite("B")
+    m = build_manifest(s, tmp_path, "/data/fineweb")
+    row = next(r for r in m["runs"] if r["operator"].startswith("fwm-prob-k16"))
+    assert (row["calibration"], row["surrogate"], row["K"], row["tau"]) == ("fwm", "prob", 16, 6.0)
+    assert row["config"]["operator"]["name"] == row["operator"]
+    assert row["config"]["seed"] == 1337 and len(row["checkpoint_steps"]) == 10
+    assert OperatorSpec.from_full_name(row["operator"]).arithmetic == "historical"
+    assert m["code"]["ops_sha256"] and m["n_jobs"] == 100
+
+
+def test_select_and_safe_names():
+    runs = load_suite("ci").runs
+    assert {r.run_id for r in select(runs, ["softmax"])} == {"softmax-s7", "softmax-s42"}
+    assert len(select(runs, ["*-s42"])) == 7
+    assert safe_name("lerp-k32[range_grad=detach]") == "lerp-k32.range_grad-detach"
+
+
+def test_bad_suite_files(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name="x"\nprotocol="tiny-cpu"\nseeds=[1]\ncheckpoints=2\ncolour="red"\n[[group]]\noperators=["softmax"]\n'
+    )
+    with pytest.raises(ValueError, match="unknown suite field"):
+        load_suite(bad)
+    bad.write_text(
+        'name="x"\nprotocol="tiny-cpu"\nseeds=[1]\ncheckpoints=2\n[[group]]\noperators=["softmax","softmax"]\n'
+    )
+    with pytest.raises(ValueError, match="duplicate"):
+        load_suite(bad)
+    bad.write_text(
+        'name="x"\nprotocol="tiny-cpu"\nseeds=[1]\ncheckpoints=2\n[[group]]\noperators=["lerp-k{K}"]\n'
+    )
+    with pytest.raises(ValueError, match="placeholder"):
+        load_suite(bad)
+    with pytest.raises(FileNotFoundError):
+        load_suite("no-such-suite")
