@@ -121,8 +121,8 @@ def kinterval_attention(
     q is (B, H, Tq, D); k and v are (B, H, Tk, D). ``mask`` is boolean, True where the query may attend,
     broadcastable to (B, H, Tq, Tk). The default scale is 1/sqrt(D). The operator runs in float32 (float64 for
     float64 inputs); the output has q's dtype. ``backend``: "reference", "closed_form", "triton" or "auto"
-    (triton on CUDA when available, else closed_form). ``precision`` ("tf32" or "ieee") selects the dot
-    product precision of the triton backend; the other backends follow ``torch.backends`` settings.
+    (triton on CUDA when installed and the spec is supported, else closed_form). ``precision`` ("tf32" or
+    "ieee") selects the dot precision of the triton backend; the others follow ``torch.backends`` settings.
     """
     spec = as_spec(spec)
     if backend not in BACKENDS:
@@ -142,8 +142,8 @@ def kinterval_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
 
-    if backend == "auto":
-        backend = "triton" if (q.is_cuda and _triton_available()) else "closed_form"
+    if backend == "auto":  # the fused kernel where it runs and supports the spec, else the closed form
+        backend = "triton" if (q.is_cuda and _triton_supports(spec)) else "closed_form"
     if backend == "triton":
         from kinterval.ops.triton import triton_attention
 
@@ -158,9 +158,9 @@ def kinterval_attention(
     return out.to(q.dtype)
 
 
-def _triton_available() -> bool:
+def _triton_supports(spec: OperatorSpec) -> bool:
     try:
-        import triton  # noqa: F401
-    except ImportError:
+        from kinterval.ops.triton import triton_supports
+    except ImportError:  # triton is not installed
         return False
-    return True
+    return triton_supports(spec)

@@ -1,0 +1,122 @@
+"""Model shape and numerics configuration, plus the named presets.
+
+The vocabulary size comes from the training data's meta.json; a preset only fixes the Transformer shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+AUTOCAST_DTYPES = ("bfloat16", "float16", "none")
+
+
+@dataclass(frozen=True)
+class NumericsConfig:
+    """Precision policy (paper §4): bf16 autocast outside attention, fp32 attention, TF32 in training only.
+
+    ``autocast_dtype`` applies on CUDA; on CPU autocast stays off unless ``autocast_on_cpu`` is set (bf16
+    autocast on CPU is slow and changes the numerics the CPU tests pin down).
+    """
+
+    autocast_dtype: str = "bfloat16"
+    autocast_on_cpu: bool = False
+    attention_dtype: str = "float32"  # the attention operator always runs in fp32 outside autocast
+    tf32_train: bool = True
+    tf32_eval: bool = False
+
+    def validate(self) -> None:
+        if self.autocast_dtype not in AUTOCAST_DTYPES:
+            raise ValueError(
+                f"numerics.autocast_dtype must be one of {AUTOCAST_DTYPES}, got {self.autocast_dtype!r}"
+            )
+        if self.attention_dtype != "float32":
+            raise ValueError(f"numerics.attention_dtype must be 'float32', got {self.attention_dtype!r}")
+        for name in ("autocast_on_cpu", "tf32_train", "tf32_eval"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"numerics.{name} must be true or false, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """GPT-2 shape. ``vocab_multiple`` pads the embedding table (e.g. 50257 -> 50304 with 64) for speed only:
+    the padded rows never receive probability because the logits are cut back to ``vocab_size``."""
+
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    block_size: int = 1024
+    vocab_size: int = 50257
+    vocab_multiple: int = 1
+    bias: bool = True
+    numerics: NumericsConfig = field(default_factory=NumericsConfig)
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.vocab_multiple
+        return -(-self.vocab_size // m) * m
+
+    def validate(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "vocab_multiple"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
+            )
+        self.numerics.validate()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["padded_vocab_size"] = self.padded_vocab_size
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelConfig:
+        d = {k: v for k, v in d.items() if k != "padded_vocab_size"}
+        d["numerics"] = NumericsConfig(**d.get("numerics", {}))
+        return cls(**d)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # Paper App. C.1: 124M = 12 layers, 12 heads, d=768; 1B = 32 layers, 24 heads, d=1536 (~983M parameters).
+    "gpt2-124m": ModelConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_multiple=64),
+    "gpt2-1b": ModelConfig(n_layer=32, n_head=24, n_embd=1536, block_size=1024, vocab_multiple=64),
+    # Development sizes.
+    "small": ModelConfig(n_layer=6, n_head=6, n_embd=384, block_size=512),
+    "tiny": ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=128),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """A preset with field overrides (``None`` values are ignored), validated."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+    cfg = replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+    cfg.validate()
+    return cfg
+
+
+def count_params(cfg: ModelConfig, *, include_positions: bool = True) -> int:
+    """Parameter count of :class:`kinterval.model.GPT` without building it (tied embeddings counted once).
+
+    With ``include_positions=False`` this is nanoGPT's ``get_num_params()`` convention, which the paper's
+    "124M" and "983M" follow.
+    """
+    d, L, b = cfg.n_embd, cfg.n_layer, int(cfg.bias)
+    ln = 2 * d if cfg.bias else d
+    per_block = (
+        2 * ln  # ln_1, ln_2
+        + 3 * d * d
+        + b * 3 * d  # qkv
+        + d * d
+        + b * d  # attention output projection
+        + 4 * d * d
+        + b * 4 * d  # MLP up
+        + 4 * d * d
+        + b * d  # MLP down
+    )
+    total = cfg.padded_vocab_size * d + L * per_block + ln
+    if include_positions:
+        total += cfg.block_size * d
+    return total

@@ -1,0 +1,159 @@
+"""GPT-2 (nanoGPT style) whose attention probabilities come from a pluggable operator.
+
+Learned positions, pre-LayerNorm blocks, GELU MLP, tied input/output embeddings. The only difference between
+a softmax run and a K-interval run is the ``operator`` given to :class:`CausalSelfAttention`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from kinterval.model.config import ModelConfig
+from kinterval.ops import OperatorSpec, kinterval_attention
+
+SDPA = "sdpa"  # PyTorch's fused softmax attention, the reference baseline for speed and correctness
+ATTENTION_BACKENDS = ("auto", "reference", "closed_form", "triton")
+
+
+def parse_operator(operator: str | OperatorSpec) -> OperatorSpec | str:
+    """``"sdpa"`` or an :class:`OperatorSpec` (names accept ``OperatorSpec.full_name`` overrides)."""
+    if isinstance(operator, OperatorSpec):
+        return operator
+    if isinstance(operator, str) and operator.strip().lower() == SDPA:
+        return SDPA
+    if not isinstance(operator, str):
+        raise ValueError(f"operator must be a name or an OperatorSpec, got {type(operator).__name__}")
+    return OperatorSpec.from_full_name(operator)
+
+
+def operator_name(operator: str | OperatorSpec) -> str:
+    op = parse_operator(operator)
+    return op if op == SDPA else op.full_name
+
+
+def resolve_backend(backend: str, device: torch.device | str) -> str:
+    """``auto`` -> triton on CUDA, else closed_form; falls back to ``reference`` while a backend is absent."""
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; choose one of {ATTENTION_BACKENDS}")
+    if backend == "auto":
+        is_cuda = torch.device(device).type == "cuda"
+        backend = "triton" if is_cuda and importlib.util.find_spec("triton") else "closed_form"
+    if backend in ("closed_form", "triton") and importlib.util.find_spec(f"kinterval.ops.{backend}") is None:
+        return "reference"
+    return backend
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig, operator: str | OperatorSpec = "softmax", backend: str = "auto"):
+        super().__init__()
+        self.n_head = config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.operator = parse_operator(operator)
+        if backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"unknown attention backend {backend!r}; choose one of {ATTENTION_BACKENDS}")
+        self.backend = backend
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if self.operator == SDPA:
+            # Same precision policy as the operators: fp32 inputs, autocast off.
+            with torch.autocast(device_type=x.device.type, enabled=False):
+                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).to(
+                    q.dtype
+                )
+        else:
+            backend = resolve_backend(self.backend, x.device)
+            y = kinterval_attention(q, k, v, self.operator, causal=True, backend=backend)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, operator: str | OperatorSpec, backend: str):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config, operator, backend)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """``GPT(config, operator="fwm-prob-k4", backend="auto")``; ``forward(idx, targets=None)`` returns
+    ``(logits, loss)`` with the loss the mean token cross-entropy (None without targets)."""
+
+    def __init__(self, config: ModelConfig, operator: str | OperatorSpec = "softmax", backend: str = "auto"):
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.operator = operator_name(operator)
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.padded_vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                h=nn.ModuleList([Block(config, operator, backend) for _ in range(config.n_layer)]),
+                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+            )
+        )
+        self.lm_head = nn.Linear(config.n_embd, config.padded_vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied embeddings
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer).
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def set_backend(self, backend: str) -> None:
+        """Switch the operator backend of every layer (no parameters change)."""
+        for block in self.transformer.h:
+            block.attn.backend = backend
+
+    def num_params(self, include_positions: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())  # tied weight counted once
+        return n if include_positions else n - self.transformer.wpe.weight.numel()
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        logits = self.lm_head(x)
+        if self.config.padded_vocab_size != self.config.vocab_size:
+            logits = logits[..., : self.config.vocab_size]  # the padding rows never get probability
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss

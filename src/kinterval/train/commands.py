@@ -1,0 +1,159 @@
+"""CLI: ``kinterval train`` and ``kinterval demo``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from kinterval.train.config import TrainConfig, shipped_configs
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+# flag dest -> config field
+FLAG_FIELDS = {
+    "data": "data.dir",
+    "model": "model.preset",
+    "operator": "operator.name",
+    "backend": "operator.backend",
+    "tokens": "schedule.tokens",
+    "seed": "seed",
+    "device": "device",
+    "micro_batch": "schedule.micro_batch",
+    "accum": "schedule.accum",
+    "block_size": "model.block_size",
+    "lr": "optim.lr",
+    "warmup_tokens": "schedule.warmup_tokens",
+    "min_lr_ratio": "schedule.min_lr_ratio",
+    "weight_decay": "optim.weight_decay",
+    "grad_clip": "optim.grad_clip",
+    "checkpoints": "checkpoint.count",
+    "save_every": "checkpoint.save_every",
+    "strategy": "dist.strategy",
+    "log_every": "log.every",
+    "autocast": "numerics.autocast_dtype",
+}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="pretrain a GPT with a chosen attention operator",
+        description="Train (or --resume) a run; flags override the --config TOML.",
+    )
+    p.add_argument("--config", help=f"TOML file or shipped name ({', '.join(shipped_configs())})")
+    p.add_argument("--out", required=True, help="run folder (metrics.jsonl, status.json, checkpoints/)")
+    p.add_argument("--data", help="prepared dataset folder")
+    p.add_argument("--model", help="preset: gpt2-124m, gpt2-1b, small, tiny")
+    p.add_argument(
+        "--operator", help="softmax, sdpa, lerp-k4, fwm-prob-k4, ... (full names with [overrides] ok)"
+    )
+    p.add_argument("--backend", help="auto | reference | closed_form | triton")
+    p.add_argument("--tokens", type=int, help="token budget (rounded up to whole steps)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--micro-batch", type=int, help="sequences per forward pass")
+    p.add_argument("--accum", type=int, help="micro-batches per step per process")
+    p.add_argument("--block-size", type=int, help="sequence length T")
+    p.add_argument("--lr", type=float, help="peak learning rate")
+    p.add_argument("--warmup-tokens", type=int)
+    p.add_argument("--min-lr-ratio", type=float)
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--grad-clip", type=float)
+    p.add_argument("--checkpoints", type=int, help="number of evenly spaced checkpoints")
+    p.add_argument("--save-every", type=int, help="extra checkpoint every N steps")
+    p.add_argument("--strategy", choices=("ddp", "fsdp2"), help="multi-process strategy under torchrun")
+    p.add_argument("--log-every", type=int)
+    p.add_argument(
+        "--autocast", choices=("bfloat16", "float16", "none"), help="autocast dtype outside attention"
+    )
+    p.add_argument("--tensorboard", action="store_true", default=None, help="also write TensorBoard events")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override any config field, e.g. --set optim.beta2=0.99 (TOML value syntax)",
+    )
+    p.add_argument("--resume", action="store_true", help="continue from the run folder's newest checkpoint")
+    p.add_argument("--kill-after-step", type=int, help=argparse.SUPPRESS)  # test hook: hard exit, no cleanup
+    p.set_defaults(func=cmd_train)
+
+    d = subparsers.add_parser(
+        "demo",
+        help="prepare synthetic data, train softmax vs K-interval, compare NLL",
+        description="End-to-end demo on the embedded synthetic corpus (CPU, minutes).",
+    )
+    d.add_argument("--out", help="folder for data and runs (default: a new temporary folder)")
+    d.add_argument("--tokens", type=int, help="training tokens per operator")
+    d.add_argument(
+        "--operators",
+        default=",".join(("softmax", "minmax-weight-k4", "fwm-prob-k4")),
+        help="comma-separated operator names (softmax is always included)",
+    )
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--quick", action="store_true", help="a much smaller version (under a minute)")
+    d.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    d.add_argument("--no-progress", action="store_true")
+    d.set_defaults(func=cmd_demo)
+
+
+def config_from_args(args) -> TrainConfig:
+    cfg = TrainConfig.from_toml(args.config) if args.config else TrainConfig()
+    overrides = {field: getattr(args, dest) for dest, field in FLAG_FIELDS.items()}
+    if args.tensorboard:
+        overrides["log.tensorboard"] = True
+    if args.no_progress:
+        overrides["log.progress"] = False
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
+        try:
+            overrides[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            overrides[key.strip()] = value  # bare strings
+    return cfg.override(overrides).validate()
+
+
+def cmd_train(args) -> int:
+    from kinterval.train.loop import train
+
+    cfg = config_from_args(args)
+    hook = None
+    if args.kill_after_step is not None:
+
+        def hook(step, model):
+            if step >= args.kill_after_step:
+                os._exit(137)  # like SIGKILL: no cleanup, no final status
+
+    result = train(cfg, args.out, resume=args.resume, on_step=hook)
+    if result.status == "completed" and os.environ.get("RANK", "0") == "0":
+        print(
+            f"kinterval train: done, {result.steps} steps, {result.tokens:,} tokens, last loss "
+            f"{result.last_loss:.4f}; checkpoint {result.last_checkpoint}"
+        )
+    return result.exit_code
+
+
+def cmd_demo(args) -> int:
+    from kinterval.train.demo import format_table, run_demo
+
+    ops = [o.strip() for o in args.operators.split(",") if o.strip()]
+    t0 = time.perf_counter()
+    rows = run_demo(
+        args.out,
+        tokens=args.tokens,
+        operators=ops,
+        quick=args.quick,
+        seed=args.seed,
+        progress=not args.no_progress,
+        threads=args.threads or None,
+    )
+    print(format_table(rows))
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    return 0

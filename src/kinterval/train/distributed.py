@@ -1,0 +1,125 @@
+"""Process setup (single process or torchrun), model wrapping (DDP / FSDP2) and full state dicts.
+
+Under ``torchrun`` the process group is initialised from the environment (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT): gloo on CPU, nccl on CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    initialized_here: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but CUDA is not available")
+    return torch.device(name)
+
+
+def setup(device_name: str) -> DistInfo:
+    """Join the torchrun process group if WORLD_SIZE > 1; pick this process's device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    device = pick_device(device_name)
+    if world <= 1:
+        return DistInfo(device=device)
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    created = False
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        created = True
+    return DistInfo(rank, world, local_rank, device, created)
+
+
+def teardown(info: DistInfo) -> None:
+    if info.initialized_here and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(model: torch.nn.Module, info: DistInfo, strategy: str) -> torch.nn.Module:
+    if not info.distributed:
+        return model
+    if strategy == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.transformer.h:
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return getattr(model, "module", model)
+
+
+def grad_sync(model: torch.nn.Module, enabled: bool):
+    """Skip the gradient all-reduce on all but the last micro-batch of a step."""
+    if hasattr(model, "no_sync") and not enabled:
+        return model.no_sync()
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+        model.set_requires_gradient_sync(enabled)
+    return contextlib.nullcontext()
+
+
+def mean_across(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    if info.distributed:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        value /= info.world_size
+    return value
+
+
+def barrier(info: DistInfo) -> None:
+    if info.distributed:
+        dist.barrier()
+
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """Unsharded model and optimizer state dicts on CPU, keyed by parameter name (all ranks must call)."""
+    return get_model_state_dict(model, options=_FULL), get_optimizer_state_dict(
+        model, optimizer, options=_FULL
+    )
+
+
+def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, msd: dict, osd: dict) -> None:
+    opts = StateDictOptions(full_state_dict=True, strict=True)
+    set_model_state_dict(model, msd, options=opts)
+    set_optimizer_state_dict(model, optimizer, osd, options=StateDictOptions(full_state_dict=True))

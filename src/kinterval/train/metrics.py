@@ -1,0 +1,75 @@
+"""Run records: ``metrics.jsonl`` (one JSON object per logged step or event), ``status.json``, TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+
+class MetricsLog:
+    """Append-only JSONL log; ``truncate_after(step)`` drops rows a resumed run will redo."""
+
+    def __init__(self, run_dir: str | Path, tensorboard: bool = False):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise ValueError(
+                    "log.tensorboard needs the tensorboard package: pip install 'kinterval[tensorboard]'"
+                ) from err
+            self.tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    def truncate_after(self, step: int) -> None:
+        if not self.path.is_file():
+            return
+        keep = [
+            line
+            for line in self.path.read_text().splitlines()
+            if line and json.loads(line).get("step", 0) <= step
+        ]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        os.replace(tmp, self.path)
+
+    def write(self, row: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(_jsonable(row)) + "\n")
+        if self.tb is not None and "event" not in row:
+            for key, value in row.items():
+                if (
+                    key not in ("step", "tokens")
+                    and isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                ):
+                    self.tb.add_scalar(f"train/{key}", value, row["step"])
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
+
+
+def write_status(run_dir: str | Path, **status) -> None:
+    path = Path(run_dir) / "status.json"
+    tmp = path.with_name("status.json.tmp")
+    tmp.write_text(json.dumps(_jsonable(status), indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _jsonable(obj):
+    """Non-finite floats become the strings "nan"/"inf"/"-inf" so the files stay strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj

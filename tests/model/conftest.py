@@ -1,0 +1,11 @@
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and a busy CI machine makes OpenMP spin-waiting very slow."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -1,0 +1,121 @@
+"""The GPT model: presets, parameter counts, operator swap, numerics contexts."""
+
+import pytest
+import torch
+
+from kinterval.model import GPT, PRESETS, ModelConfig, NumericsConfig, autocast, count_params, preset, tf32
+from kinterval.model.gpt import resolve_backend
+
+TINY = preset("tiny", vocab_size=97, block_size=16)
+
+
+def build(operator, cfg=TINY, seed=0, backend="auto"):
+    torch.manual_seed(seed)
+    return GPT(cfg, operator, backend)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_analytic_count_matches_meta_model(name):
+    cfg = preset(name, vocab_size=50257)
+    with torch.device("meta"):
+        model = GPT(cfg)
+    assert model.num_params() == count_params(cfg)
+    assert model.num_params(include_positions=False) == count_params(cfg, include_positions=False)
+
+
+def test_paper_sizes():
+    cfg_1b = preset("gpt2-1b", vocab_size=50257, vocab_multiple=1)
+    n_1b = count_params(cfg_1b, include_positions=False)
+    print(f"gpt2-1b: {n_1b:,} parameters (nanoGPT convention), {count_params(cfg_1b):,} with positions")
+    assert 983e6 <= n_1b < 984e6  # paper App. C.1: ~983M
+    assert (cfg_1b.n_layer, cfg_1b.n_head, cfg_1b.n_embd, cfg_1b.block_size) == (32, 24, 1536, 1024)
+    cfg_124 = preset("gpt2-124m", vocab_size=50257)
+    assert cfg_124.padded_vocab_size == 50304
+    n_124 = count_params(cfg_124, include_positions=False)
+    print(f"gpt2-124m: {n_124:,} parameters (vocab padded to {cfg_124.padded_vocab_size})")
+    assert 123e6 < n_124 < 125e6
+
+
+def test_forward_shapes_and_loss():
+    cfg = preset("tiny", vocab_size=97, block_size=16, vocab_multiple=64)
+    model = build("softmax", cfg)
+    assert model.transformer.wte.weight.shape[0] == 128  # padded table
+    x, y = torch.randint(0, 97, (2, 3, 16))
+    logits, loss = model(x, y)
+    assert logits.shape == (3, 16, 97)  # padding rows never get probability
+    assert loss.ndim == 0 and abs(loss.item() - torch.log(torch.tensor(97.0)).item()) < 0.2
+    assert model(x)[1] is None
+    assert model.lm_head.weight is model.transformer.wte.weight
+    with pytest.raises(ValueError, match="block_size"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_operator_swap_changes_nothing_else():
+    models = [build(op) for op in ("softmax", "sdpa", "fwm-prob-k4", "minmax-weight-k4[range_grad=detach]")]
+    ref = models[0].state_dict()
+    for m in models[1:]:
+        sd = m.state_dict()
+        assert list(sd) == list(ref)
+        assert all(torch.equal(sd[k], ref[k]) for k in ref)
+    assert models[3].operator == "minmax-weight-k4[range_grad=detach]"
+
+
+@pytest.mark.parametrize("backend", ["reference", "closed_form"])
+def test_softmax_operator_matches_sdpa(backend):
+    x = torch.randint(0, 97, (2, 16))
+    a, b = build("softmax", backend=backend), build("sdpa")
+    la, loss_a = a(x, x)
+    lb, loss_b = b(x, x)
+    torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
+    loss_a.backward()
+    loss_b.backward()
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_kinterval_operator_changes_outputs():
+    x = torch.randint(0, 97, (2, 16))
+    a, b = build("softmax"), build("minmax-weight-k4")
+    assert not torch.allclose(a(x)[0], b(x)[0], atol=1e-4)
+
+
+def test_bad_configs_and_backends():
+    with pytest.raises(ValueError, match="divisible"):
+        preset("tiny", n_head=3)
+    with pytest.raises(ValueError, match="n_layer"):
+        preset("tiny", n_layer=0)
+    with pytest.raises(ValueError, match="unknown model preset"):
+        preset("gpt5")
+    with pytest.raises(ValueError, match="backend"):
+        resolve_backend("cuda-magic", "cpu")
+    with pytest.raises(ValueError, match="operator"):
+        build("softmaxx")
+    assert resolve_backend("auto", "cpu") == "closed_form"
+
+
+def test_config_roundtrip():
+    cfg = preset("small", vocab_size=300, numerics=NumericsConfig(autocast_dtype="none"))
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_tf32_context_sets_and_restores():
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    with tf32(True):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        with tf32(False):
+            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        assert torch.backends.cuda.matmul.allow_tf32
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+def test_autocast_policy_on_cpu():
+    x = torch.ones(2, 2)
+    with autocast(NumericsConfig(), "cpu"):  # off on CPU by default
+        assert (x @ x).dtype == torch.float32
+    with autocast(NumericsConfig(autocast_on_cpu=True), "cpu"):
+        assert (x @ x).dtype == torch.bfloat16
+    # The attention operator stays in fp32 inside an autocast region; the output comes back as q's dtype.
+    model = build("fwm-prob-k4")
+    with autocast(NumericsConfig(autocast_on_cpu=True), "cpu"):
+        logits, loss = model(torch.randint(0, 97, (1, 16)), torch.randint(0, 97, (1, 16)))
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32

@@ -1,0 +1,113 @@
+"""Config files, validation, and the token schedule."""
+
+import math
+
+import pytest
+
+from kinterval.train.config import TrainConfig, shipped_configs
+from kinterval.train.schedule import checkpoint_steps, lr_at, make_plan
+
+# Paper App. C.1: (config, final steps, final tokens, warmup tokens, peak lr, checkpoints)
+PROTOCOLS = [
+    ("124m-250m", 1908, 250_085_376, 25_000_000, 6e-4, 10),
+    ("124m-2p5b", 19_074, 2_500_067_328, 25_000_000, 6e-4, 20),
+    ("124m-100m", 763, 100_007_936, 10_000_000, 6e-4, 5),
+    ("1b-100m", 763, 100_007_936, 10_000_000, 3e-4, 5),
+]
+
+
+@pytest.mark.parametrize("name,steps,tokens,warmup,lr,count", PROTOCOLS)
+def test_paper_protocol_configs(name, steps, tokens, warmup, lr, count):
+    cfg = TrainConfig.from_toml(name).override({"data.dir": "/data"}).validate()
+    plan = make_plan(cfg, world_size=1)
+    assert plan.tokens_per_step == 131_072
+    assert (plan.steps, plan.total_tokens) == (steps, tokens)
+    assert cfg.schedule.warmup_tokens == warmup and cfg.optim.lr == lr
+    assert (cfg.optim.beta1, cfg.optim.beta2, cfg.optim.weight_decay, cfg.optim.grad_clip) == (
+        0.9,
+        0.95,
+        0.1,
+        1.0,
+    )
+    assert cfg.schedule.micro_batch == 1 and cfg.schedule.min_lr_ratio == 0.1
+    assert len(plan.checkpoint_steps) == count and plan.checkpoint_steps[-1] == steps
+    assert (
+        cfg.numerics.tf32_train and not cfg.numerics.tf32_eval and cfg.numerics.autocast_dtype == "bfloat16"
+    )
+    # Same global batch on 4 processes with a quarter of the accumulation: identical plan.
+    four = cfg.override({"schedule.accum": cfg.schedule.accum // 4})
+    assert make_plan(four, world_size=4) == plan
+
+
+def test_all_shipped_configs_load():
+    names = shipped_configs()
+    assert {"124m-250m.toml", "124m-2p5b.toml", "124m-100m.toml", "1b-100m.toml", "tiny-cpu.toml"} <= set(
+        names
+    )
+    for name in names:
+        TrainConfig.from_toml(name).override({"data.dir": "x"}).validate()
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("optim.lr", 0.0, "optim.lr must be > 0"),
+        ("optim.beta2", 1.0, "optim.beta2 must be < 1"),
+        ("schedule.micro_batch", 0, "schedule.micro_batch must be an integer >= 1"),
+        ("schedule.tokens", 1.5, "schedule.tokens must be an integer"),
+        ("schedule.min_lr_ratio", 2.0, "schedule.min_lr_ratio must be <= 1"),
+        ("operator.name", "softmaks", "unknown operator name"),
+        ("operator.backend", "cuda", "operator.backend must be one of"),
+        ("model.preset", "gpt9", "model.preset must be one of"),
+        ("device", "tpu", "device must be one of"),
+        ("optim.decay", "all", "optim.decay must be one of"),
+        ("schedule.warmup_tokens", 10**9, "warmup_tokens"),
+    ],
+)
+def test_bad_values_are_named(field, value, message):
+    cfg = TrainConfig().override({"data.dir": "x", field: value})
+    with pytest.raises(ValueError, match=message):
+        cfg.validate()
+
+
+def test_unknown_fields_and_missing_data(tmp_path):
+    with pytest.raises(ValueError, match="unknown config field"):
+        TrainConfig().override({"optim.momentum": 0.9})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[optim]\nlearning_rate = 1e-3\n")
+    with pytest.raises(ValueError, match="optim.learning_rate"):
+        TrainConfig.from_toml(bad)
+    with pytest.raises(ValueError, match="data.dir is required"):
+        TrainConfig().validate()
+    with pytest.raises(FileNotFoundError):
+        TrainConfig.from_toml(tmp_path / "missing.toml")
+
+
+def test_lr_schedule_known_points():
+    peak, total, warm = 6e-4, 1_000_000, 100_000
+    assert lr_at(50_000, total, peak, warm, 0.1) == pytest.approx(peak / 2)
+    assert lr_at(warm, total, peak, warm, 0.1) == pytest.approx(peak)
+    assert lr_at(total, total, peak, warm, 0.1) == pytest.approx(0.1 * peak)
+    assert lr_at((total + warm) // 2, total, peak, warm, 0.1) == pytest.approx(0.55 * peak)
+    # cosine shape: a quarter of the way through the decay
+    q = warm + (total - warm) // 4
+    assert lr_at(q, total, peak, warm, 0.1) == pytest.approx(
+        0.06e-3 + 0.5 * 0.54e-3 * (1 + math.cos(math.pi / 4))
+    )
+    assert lr_at(10, total, peak, 0, 0.1) == pytest.approx(peak, rel=1e-6)
+
+
+def test_plan_lr_reaches_floor_at_final_step():
+    cfg = TrainConfig.from_toml("124m-250m").override({"data.dir": "x"})
+    plan = make_plan(cfg, 1)
+    lrs = [plan.lr(s) for s in range(plan.steps)]
+    assert lrs[-1] == pytest.approx(6e-5)
+    assert max(lrs) == pytest.approx(6e-4, rel=1e-3)
+    assert min(lrs) == pytest.approx(lrs[0])  # first warmup step is the smallest
+    assert all(a <= b for a, b in zip(lrs[:190], lrs[1:191]))
+
+
+def test_checkpoint_steps():
+    assert checkpoint_steps(763, 5) == (153, 305, 458, 610, 763)
+    assert checkpoint_steps(10, 2, save_every=3) == (3, 5, 6, 9, 10)
+    assert checkpoint_steps(10, 0) == ()

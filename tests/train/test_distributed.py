@@ -1,0 +1,80 @@
+"""torchrun with 2 CPU processes (gloo; DDP and FSDP2) reproduces one process with doubled accumulation."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from kinterval.train.checkpoint import latest_checkpoint, load_checkpoint
+from kinterval.train.loop import train
+from kinterval.train.metrics import read_metrics
+
+
+def run_torchrun(data_dir, out, strategy="ddp"):
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "kinterval.cli",
+        "train",
+        "--data",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--model",
+        "tiny",
+        "--set",
+        "model.n_embd=32",
+        "--block-size",
+        "32",
+        "--tokens",
+        str(32 * 8 * 8),
+        "--micro-batch",
+        "2",
+        "--accum",
+        "2",
+        "--warmup-tokens",
+        "512",
+        "--lr",
+        "3e-3",
+        "--checkpoints",
+        "4",
+        "--device",
+        "cpu",
+        "--operator",
+        "fwm-prob-k4",
+        "--strategy",
+        strategy,
+        "--no-progress",
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_processes_match_one_process(make_config, data_dir, tmp_path, strategy):
+    proc = run_torchrun(data_dir, tmp_path / "ddp", strategy)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # One process, accumulation doubled: the same 8 global sequences per step.
+    single = make_config(**{"operator.name": "fwm-prob-k4", "schedule.micro_batch": 2, "schedule.accum": 4})
+    train(single, tmp_path / "one")
+    a = [r["train_loss"] for r in read_metrics(tmp_path / "ddp")]
+    b = [r["train_loss"] for r in read_metrics(tmp_path / "one")]
+    assert len(a) == len(b) == 8
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    da, db = (
+        load_checkpoint(latest_checkpoint(tmp_path / "ddp")),
+        load_checkpoint(latest_checkpoint(tmp_path / "one")),
+    )
+    assert da.state["world_size"] == 2 and da.state["seq_counter"] == db.state["seq_counter"] == 64
+    for k in db.model:
+        torch.testing.assert_close(da.model[k], db.model[k], rtol=1e-5, atol=1e-5)
+    run_cfg = json.loads((tmp_path / "ddp" / "run_config.json").read_text())
+    assert run_cfg["world_size"] == 2 and run_cfg["plan"]["seqs_per_step"] == 8

@@ -1,0 +1,212 @@
+"""End-to-end training on CPU: learning, invariance, exact resume, failure handling, checkpoint format."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from kinterval.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from kinterval.train.loop import train
+from kinterval.train.metrics import read_metrics
+
+
+class Killed(Exception):
+    pass
+
+
+def losses(run):
+    return [r["train_loss"] for r in read_metrics(run) if "event" not in r]
+
+
+def final_tensors(run):
+    ckpt = load_checkpoint(latest_checkpoint(run))
+    return ckpt.model, ckpt.optimizer
+
+
+def test_loss_falls_and_metrics_are_logged(make_config, tmp_path):
+    cfg = make_config(**{"schedule.tokens": 32 * 8 * 30})
+    result = train(cfg, tmp_path / "run")
+    assert result.status == "completed" and result.exit_code == 0 and result.steps == 30
+    rows = read_metrics(tmp_path / "run")
+    assert len(rows) == 30
+    for key in ("step", "tokens", "train_loss", "lr", "grad_norm", "clipped", "tokens_per_s", "peak_mem"):
+        assert key in rows[0]
+    assert rows[-1]["tokens"] == 30 * 256 and rows[-1]["lr"] == pytest.approx(3e-4)
+    first, last = np.mean([r["train_loss"] for r in rows[:3]]), np.mean([r["train_loss"] for r in rows[-3:]])
+    assert last < first - 0.3, (first, last)
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["status"] == "completed" and status["step"] == 30
+
+
+def test_micro_batch_invariance(make_config, tmp_path):
+    a = train(make_config(**{"schedule.micro_batch": 2, "schedule.accum": 4}), tmp_path / "a")
+    b = train(make_config(**{"schedule.micro_batch": 8, "schedule.accum": 1}), tmp_path / "b")
+    assert a.steps == b.steps == 8
+    np.testing.assert_allclose(losses(tmp_path / "a"), losses(tmp_path / "b"), rtol=1e-6)
+    ma, _ = final_tensors(tmp_path / "a")
+    mb, _ = final_tensors(tmp_path / "b")
+    for k in ma:
+        torch.testing.assert_close(ma[k], mb[k], rtol=1e-4, atol=1e-5)  # Adam normalizes tiny grads
+
+
+def test_kill_and_resume_is_bit_identical(make_config, tmp_path):
+    cfg = make_config(**{"operator.name": "fwm-prob-k4"})  # checkpoints after steps 2, 4, 6, 8
+    train(cfg, tmp_path / "full")
+
+    def kill(step, model):
+        if step == 5:  # one step past the checkpoint at 4: that step must be redone
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "killed", on_step=kill)
+    assert latest_checkpoint(tmp_path / "killed").name == "step_000004"
+    resumed = train(cfg, tmp_path / "killed", resume=True)
+    assert resumed.status == "completed"
+    assert losses(tmp_path / "killed") == losses(tmp_path / "full")  # exact floats
+    (ma, oa), (mb, ob) = final_tensors(tmp_path / "full"), final_tensors(tmp_path / "killed")
+    assert all(torch.equal(ma[k], mb[k]) for k in ma)
+    for name, st in oa["state"].items():
+        assert all(torch.equal(st[k], ob["state"][name][k]) for k in st)
+
+
+def test_cli_hard_kill_then_resume(data_dir, tmp_path):
+    args = [
+        sys.executable,
+        "-m",
+        "kinterval.cli",
+        "train",
+        "--data",
+        str(data_dir),
+        "--model",
+        "tiny",
+        "--operator",
+        "minmax-weight-k4",
+        "--tokens",
+        "1024",
+        "--block-size",
+        "32",
+        "--micro-batch",
+        "4",
+        "--accum",
+        "1",
+        "--seed",
+        "3",
+        "--device",
+        "cpu",
+        "--checkpoints",
+        "4",
+        "--warmup-tokens",
+        "256",
+        "--set",
+        "model.n_embd=32",
+        "--no-progress",
+        "--out",
+    ]
+    full = subprocess.run([*args, str(tmp_path / "full")], capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr
+    killed = subprocess.run(
+        [*args, str(tmp_path / "k"), "--kill-after-step", "3"], capture_output=True, text=True
+    )
+    assert killed.returncode == 137
+    status = json.loads((tmp_path / "k" / "status.json").read_text())
+    assert status["status"] == "running"  # a hard kill leaves no final status
+    resumed = subprocess.run([*args, str(tmp_path / "k"), "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert losses(tmp_path / "k") == losses(tmp_path / "full")
+    ma, mb = final_tensors(tmp_path / "full")[0], final_tensors(tmp_path / "k")[0]
+    assert all(torch.equal(ma[k], mb[k]) for k in ma)
+
+
+def test_nonfinite_loss_stops_cleanly(make_config, tmp_path):
+    def poison(step, model):
+        if step == 3:
+            with torch.no_grad():
+                model.transformer.ln_f.weight.fill_(float("nan"))
+
+    result = train(make_config(), tmp_path / "run", on_step=poison)
+    assert result.status == "nonfinite_loss" and result.exit_code != 0 and result.steps == 3
+    rows = read_metrics(tmp_path / "run")
+    assert rows[-1]["event"] == "nonfinite_loss" and rows[-1]["step"] == 4
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["status"] == "nonfinite_loss" and status["last_checkpoint"].endswith("step_000002")
+    ckpt = load_checkpoint(latest_checkpoint(tmp_path / "run"))
+    assert ckpt.state["step"] == 2
+    assert all(torch.isfinite(t).all() for t in ckpt.model.values())
+
+
+def test_mismatched_config_is_refused(make_config, tmp_path):
+    def stop(step, model):
+        if step == 2:
+            raise Killed
+
+    cfg = make_config()
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run", on_step=stop)
+    other = cfg.override({"operator.name": "lerp-k4", "seed": 5})
+    with pytest.raises(CheckpointError, match=r"operator\.name: 'softmax' -> 'lerp-k4'.*seed: 0 -> 5"):
+        train(other, tmp_path / "run", resume=True)
+    with pytest.raises(CheckpointError, match="schedule.tokens"):
+        train(cfg.override({"schedule.tokens": 4096}), tmp_path / "run", resume=True)
+    # Execution-only changes are allowed: a different micro-batch split of the same global batch.
+    ok = train(cfg.override({"schedule.micro_batch": 8, "schedule.accum": 1}), tmp_path / "run", resume=True)
+    assert ok.status == "completed"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "state"])
+def test_corrupt_checkpoint_is_refused(make_config, tmp_path, damage):
+    cfg = make_config(**{"checkpoint.count": 1, "schedule.tokens": 512, "schedule.warmup_tokens": 256})
+    train(cfg, tmp_path / "run")
+    path = latest_checkpoint(tmp_path / "run")
+    if damage == "truncate":
+        f = path / "model.safetensors"
+        f.write_bytes(f.read_bytes()[:-100])
+        match = "model.safetensors is corrupt or truncated"
+    elif damage == "flip":
+        f = path / "optimizer.safetensors"
+        data = bytearray(f.read_bytes())
+        data[-5] ^= 0xFF
+        f.write_bytes(bytes(data))
+        match = "optimizer.safetensors is corrupt"
+    else:
+        (path / "state.json").write_text('{"step": 2, "trunc')
+        match = "state.json is corrupt"
+    with pytest.raises(CheckpointError, match=match):
+        train(cfg, tmp_path / "run", resume=True)
+
+
+def test_checkpoints_hold_no_pickle(make_config, tmp_path):
+    cfg = make_config(**{"checkpoint.count": 1, "schedule.tokens": 512, "schedule.warmup_tokens": 256})
+    train(cfg, tmp_path / "run")
+    path = latest_checkpoint(tmp_path / "run")
+    names = sorted(p.name for p in path.iterdir())
+    assert names == ["model.safetensors", "optimizer.safetensors", "rng.safetensors", "state.json"]
+    for p in path.iterdir():
+        raw = p.read_bytes()
+        assert not raw.startswith(b"\x80") and not raw.startswith(b"PK")  # pickle / torch.save zip
+        if p.suffix == ".safetensors":
+            (n,) = struct.unpack("<Q", raw[:8])
+            header = json.loads(raw[8 : 8 + n])  # a safetensors file is a JSON header + raw tensor bytes
+            assert header["__metadata__"]["format"] == "kinterval-checkpoint"
+        else:
+            state = json.loads(raw)
+    assert state["step"] == 2 and state["tokens"] == 512 and state["seq_counter"] == 16
+    assert state["config"]["operator"]["name"] == "softmax"
+    assert len(state["code"]["ops_sha256"]) == 64 and state["code"]["version"]
+    assert "transformer.wte.weight" in state["decayed_params"]
+    assert "transformer.h.0.ln_1.weight" not in state["decayed_params"]
+    assert not any(".bias" in n for n in state["decayed_params"])
+    assert state["model_config"]["numerics"]["tf32_train"] is True
+
+
+def test_existing_run_requires_resume(make_config, tmp_path):
+    cfg = make_config(**{"checkpoint.count": 1, "schedule.tokens": 512, "schedule.warmup_tokens": 256})
+    train(cfg, tmp_path / "run")
+    with pytest.raises(ValueError, match="--resume"):
+        train(cfg, tmp_path / "run")
+    assert train(cfg, tmp_path / "run", resume=True).status == "completed"  # finished: nothing to redo
+    assert os.path.isfile(tmp_path / "run" / "run_config.json")
