@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "kinterval.eval.downstream_commands",
     "kinterval.suite.commands",
     "kinterval.report.commands",
+    "kinterval.demo",
 )
 
 

@@ -29,6 +29,11 @@ def test_quick_demo_end_to_end(tmp_path, capsys):
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line[:1].isalpha()}
     assert {"softmax", "minmax-weight-k4", "fwm-prob-k4"} <= set(lines)
     assert float(lines["softmax"][2]) == 0.0  # ΔNLL of softmax against itself
+    # ΔNLL with block-bootstrap CIs, and a small report with a figure
+    lo, hi = (float(x.strip("[],")) for x in lines["minmax-weight-k4"][3:5])
+    assert lo <= float(lines["minmax-weight-k4"][2]) <= hi
+    assert (tmp_path / "report" / "delta.png").stat().st_size > 1000
+    assert (tmp_path / "report" / "index.md").is_file()
     for op in ("softmax", "minmax-weight-k4", "fwm-prob-k4"):
         nll = np.load(tmp_path / "runs" / op / "val_nll.npy")
         val = TokenShards(tmp_path / "data", "val")

@@ -1,10 +1,9 @@
-"""CLI: ``kinterval train`` and ``kinterval demo``."""
+"""CLI: ``kinterval train`` (the demo, which composes training and reporting, lives in kinterval.demo)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import time
 
 from kinterval.train.config import TrainConfig, shipped_configs
 
@@ -83,24 +82,6 @@ def register(subparsers) -> None:
     p.add_argument("--kill-after-step", type=int, help=argparse.SUPPRESS)  # test hook: hard exit, no cleanup
     p.set_defaults(func=cmd_train)
 
-    d = subparsers.add_parser(
-        "demo",
-        help="prepare synthetic data, train softmax vs K-interval, compare NLL",
-        description="End-to-end demo on the embedded synthetic corpus (CPU, minutes).",
-    )
-    d.add_argument("--out", help="folder for data and runs (default: a new temporary folder)")
-    d.add_argument("--tokens", type=int, help="training tokens per operator")
-    d.add_argument(
-        "--operators",
-        default=",".join(("softmax", "minmax-weight-k4", "fwm-prob-k4")),
-        help="comma-separated operator names (softmax is always included)",
-    )
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--quick", action="store_true", help="a much smaller version (under a minute)")
-    d.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
-    d.add_argument("--no-progress", action="store_true")
-    d.set_defaults(func=cmd_demo)
-
 
 def config_from_args(args) -> TrainConfig:
     cfg = TrainConfig.from_toml(args.config) if args.config else TrainConfig()
@@ -138,22 +119,3 @@ def cmd_train(args) -> int:
             f"{result.last_loss:.4f}; checkpoint {result.last_checkpoint}"
         )
     return result.exit_code
-
-
-def cmd_demo(args) -> int:
-    from kinterval.train.demo import format_table, run_demo
-
-    ops = [o.strip() for o in args.operators.split(",") if o.strip()]
-    t0 = time.perf_counter()
-    rows = run_demo(
-        args.out,
-        tokens=args.tokens,
-        operators=ops,
-        quick=args.quick,
-        seed=args.seed,
-        progress=not args.no_progress,
-        threads=args.threads or None,
-    )
-    print(format_table(rows))
-    print(f"total {time.perf_counter() - t0:.0f} s")
-    return 0

@@ -112,15 +112,3 @@ def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
         r["delta_nll"] = float(d.mean())
         r["delta_se"] = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
     return rows
-
-
-def format_table(rows: list[dict]) -> str:
-    lines = [f"{'operator':<22}{'val NLL':>10}{'ΔNLL vs softmax':>18}{'± SE':>9}{'train s':>9}", "-" * 68]
-    for r in rows:
-        lines.append(
-            f"{r['operator']:<22}{r['val_nll']:>10.4f}{r['delta_nll']:>+18.4f}{r['delta_se']:>9.4f}"
-            f"{r['train_s']:>9.1f}"
-        )
-    n = rows[0]["blocks"]
-    lines.append(f"({n} validation blocks; ΔNLL > 0: worse than softmax; SE over blocks, paired)")
-    return "\n".join(lines)

@@ -1,0 +1,68 @@
+"""``kinterval demo``: the main job on its embedded default.
+
+Prepares the synthetic corpus, trains softmax and K-interval operators on a tiny model (train layer), then
+reports ΔNLL against softmax with 95% circular block-bootstrap CIs and writes a small report with figures
+(report layer). It sits above both layers, next to the CLI.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_OPERATORS = ("softmax", "minmax-weight-k4", "fwm-prob-k4")
+
+
+def register(subparsers) -> None:
+    d = subparsers.add_parser(
+        "demo",
+        help="prepare synthetic data, train softmax vs K-interval, report ΔNLL with CIs",
+        description="End-to-end demo on the embedded synthetic corpus (CPU, minutes).",
+    )
+    d.add_argument("--out", help="folder for data, runs and report (default: a new temporary folder)")
+    d.add_argument("--tokens", type=int, help="training tokens per operator")
+    d.add_argument(
+        "--operators",
+        default=",".join(DEFAULT_OPERATORS),
+        help="comma-separated operator names (softmax is always included)",
+    )
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--quick", action="store_true", help="a much smaller version (under a minute)")
+    d.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    d.add_argument("--no-progress", action="store_true")
+    d.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args) -> int:
+    from kinterval.report import demo_report
+    from kinterval.train.demo import run_demo
+
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kinterval-demo-"))
+    ops = [o.strip() for o in args.operators.split(",") if o.strip()]
+    t0 = time.perf_counter()
+    rows = run_demo(
+        out,
+        tokens=args.tokens,
+        operators=ops,
+        quick=args.quick,
+        seed=args.seed,
+        progress=not args.no_progress,
+        threads=args.threads or None,
+    )
+    report = demo_report({r["operator"]: r["per_block"] for r in rows}, out / "report")
+    ci = {r["operator"]: r for r in report["rows"]}
+    head = f"{'operator':<22}{'val NLL':>10}{'ΔNLL vs softmax':>18}   {'95% block-bootstrap CI':<24}"
+    print(f"{head}{'train s':>8}\n" + "-" * 84)
+    for r in rows:
+        c = ci.get(r["operator"])
+        interval = f"[{c['lo']:+.4f}, {c['hi']:+.4f}]" + (" separated" if c["separated"] else "") if c else ""
+        line = f"{r['operator']:<22}{r['val_nll']:>10.4f}{r['delta_nll']:>+18.4f}   {interval:<24}"
+        print(f"{line}{r['train_s']:>8.1f}")
+    print(
+        f"({rows[0]['blocks']} validation blocks; ΔNLL > 0: worse than softmax, nats/token; circular block"
+        " bootstrap,\n block 16, 4000 resamples; 'separated': CI lower bound > +0.01)"
+    )
+    print(f"report: {report['index']}")
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    return 0
