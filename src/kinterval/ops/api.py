@@ -6,6 +6,7 @@ formulas), ``closed_form`` (the paper's explicit backward) and ``triton`` (fused
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import torch
@@ -143,7 +144,9 @@ def kinterval_attention(
         scale = 1.0 / math.sqrt(q.shape[-1])
 
     if backend == "auto":  # the fused kernel where it runs and supports the spec, else the closed form
-        backend = "triton" if (q.is_cuda and _triton_supports(spec)) else "closed_form"
+        backend = (
+            "triton" if (q.is_cuda and q.dtype != torch.float64 and _triton_supports(spec)) else "closed_form"
+        )
     if backend == "triton":
         from kinterval.ops.triton import triton_attention
 
@@ -159,8 +162,8 @@ def kinterval_attention(
 
 
 def _triton_supports(spec: OperatorSpec) -> bool:
-    try:
-        from kinterval.ops.triton import triton_supports
-    except ImportError:  # triton is not installed
+    if importlib.util.find_spec("triton") is None:
         return False
+    from kinterval.ops.triton import triton_supports  # pure Python: does not import triton
+
     return triton_supports(spec)

@@ -1,0 +1,204 @@
+"""Autograd wrapper over the fused kernels of ``kernels.py`` (launch code, input checks, precision policy)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+from torch import Tensor
+
+from kinterval.ops.spec import OperatorSpec
+from kinterval.ops.triton import unsupported_reason
+from kinterval.ops.triton.kernels import (
+    CALIB_CODES,
+    INTERPRET,
+    MODE_CODES,
+    RG_CODES,
+    _bwd_dkdv_kernel,
+    _bwd_dq_kernel,
+    _fwd_kernel,
+)
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+# Test hook: when True every buffer the kernels write is allocated pre-filled with NaN (-1 for indices), so a
+# test proves that each element is written (torch.empty would hide an unwritten element behind stale memory).
+POISON_OUTPUTS = False
+
+
+def _alloc(shape, dtype, device) -> Tensor:
+    if not POISON_OUTPUTS:
+        return torch.empty(shape, dtype=dtype, device=device)
+    fill = float("nan") if dtype.is_floating_point else -1
+    return torch.full(shape, fill, dtype=dtype, device=device)
+
+
+def resolve_precision(dtype: torch.dtype, precision: str | None) -> str:
+    """Dot precision: "tf32" or "ieee" for fp32 inputs (default: torch.backends.cuda.matmul.allow_tf32);
+    bf16/fp16 inputs use their native tensor-core dots with fp32 accumulation (the flag is ignored)."""
+    if precision not in (None, "tf32", "ieee"):
+        raise ValueError(f"unknown precision {precision!r}; choose None, 'tf32' or 'ieee'")
+    if dtype != torch.float32:
+        return "ieee"
+    if precision is None:
+        return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    return precision
+
+
+def _codes(spec: OperatorSpec) -> tuple[int, int, int, float, float]:
+    reason = unsupported_reason(spec)
+    if reason is not None:
+        raise ValueError(f"triton backend: {reason} (operator {getattr(spec, 'full_name', spec)})")
+    if not spec.is_kinterval:
+        return CALIB_CODES[None], MODE_CODES["softmax"], RG_CODES["full"], 1.0, 1.0
+    mode = MODE_CODES["lerp"] if spec.reconstruction == "lerp" else MODE_CODES[spec.surrogate]
+    return CALIB_CODES[spec.calibration], mode, RG_CODES[spec.range_grad], float(spec.K), float(spec.tau)
+
+
+def _block_d(D: int) -> int:
+    return max(16, triton.next_power_of_2(D))
+
+
+def _mask_arg(mask: Tensor | None, shape: tuple[int, int, int, int], device) -> tuple[Tensor, tuple, bool]:
+    """uint8 mask expanded (stride 0 on broadcast dims) to (B, H, Tq, Tk); a 1-element dummy when absent."""
+    if mask is None:
+        dummy = torch.ones(1, dtype=torch.uint8, device=device)
+        return dummy, (0, 0, 0, 0), False
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"mask must be a boolean tensor (True = may attend), got {got}")
+    if mask.dim() > 4:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {shape}")
+    m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).to(device=device, dtype=torch.uint8)
+    try:
+        m = m.expand(shape)
+    except RuntimeError as err:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {shape}") from err
+    return m, tuple(m.stride()), True
+
+
+class _TritonKIntervalAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, spec, causal, scale, precision):
+        B, H, Tq, D = q.shape
+        Tk = k.shape[2]
+        calib, mode, rg, kf, tau = _codes(spec)
+        mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
+        dev, f32 = q.device, torch.float32
+        o = _alloc((B, H, Tq, D), q.dtype, dev)
+        oL = _alloc((B, H, Tq, D), f32, dev) if mode == MODE_CODES["prob"] else o
+        M, m, Wf, Wa = (_alloc((B, H, Tq), f32, dev) for _ in range(4))
+        amax, amin = (_alloc((B, H, Tq), torch.int32, dev) for _ in range(2))
+        meta = dict(
+            CALIB=calib,
+            MODE=mode,
+            RG=rg,
+            IS_CAUSAL=bool(causal),
+            HAS_MASK=has_mask,
+            PREC=precision,
+            BLOCK_D=_block_d(D),
+        )
+
+        def grid(meta_):
+            return (triton.cdiv(Tq, meta_["BLOCK_M"]), B * H)
+
+        _fwd_kernel[grid](
+            q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin,
+            *q.stride(), *k.stride(), *v.stride(), *mstr,
+            H, Tq, Tk, D, scale, kf, tau, **meta,
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin)
+        ctx.meta = meta
+        ctx.mstr = mstr
+        ctx.consts = (scale, kf, tau)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin = ctx.saved_tensors
+        meta = ctx.meta
+        scale, kf, tau = ctx.consts
+        B, H, Tq, D = q.shape
+        Tk = k.shape[2]
+        do = do.contiguous()
+        # D_i = dO_i . O_i at the Jacobian point: O (softmax, LERP, Weight-STE: P = P^N), O^L (Prob-STE)
+        o_at = oL if meta["MODE"] == MODE_CODES["prob"] else o
+        delta = (do.float() * o_at.float()).sum(-1)
+        dev = q.device
+        GM, Gm, mu = (_alloc((B, H, Tq), torch.float32, dev) for _ in range(3))
+        dq = _alloc((B, H, Tq, D), q.dtype, dev)
+        dk = _alloc((B, H, Tk, D), k.dtype, dev)
+        dv = _alloc((B, H, Tk, D), v.dtype, dev)
+        strides = (*q.stride(), *k.stride(), *v.stride(), *ctx.mstr)
+
+        def grid_q(meta_):
+            return (triton.cdiv(Tq, meta_["BLOCK_M"]), B * H)
+
+        def grid_k(meta_):
+            return (triton.cdiv(Tk, meta_["BLOCK_N"]), B * H)
+
+        _bwd_dq_kernel[grid_q](
+            q, k, v, mask_t, do, dq, M, m, Wa, delta, amax, amin, GM, Gm, mu,
+            *strides, H, Tq, Tk, D, scale, kf, tau, **meta,
+        )  # fmt: skip
+        _bwd_dkdv_kernel[grid_k](
+            q, k, v, mask_t, do, dk, dv, M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu,
+            *strides, H, Tq, Tk, D, scale, kf, tau, **meta,
+        )  # fmt: skip
+        return dq, dk, dv, None, None, None, None, None
+
+
+def triton_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    spec: OperatorSpec | str,
+    *,
+    causal: bool = False,
+    mask: Tensor | None = None,
+    scale: float | None = None,
+    precision: str | None = None,
+) -> Tensor:
+    """``P(q k^T * scale) v`` with the probabilities of ``spec``, fused forward and backward.
+
+    q is (B, H, Tq, D), k and v (B, H, Tk, D), all float32, bfloat16 or float16 on one device (CUDA, or CPU
+    under ``TRITON_INTERPRET=1``). ``mask`` is boolean, True where the query may attend, broadcastable to
+    (B, H, Tq, Tk) (e.g. a key-padding mask (B, 1, 1, Tk)); ``causal`` aligns the last query with the last key
+    (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot precision ("tf32" or
+    "ieee"; None follows ``torch.backends.cuda.matmul.allow_tf32``). The output has q's dtype.
+
+    Conventions (docs/kernels.md): the calibration gradient of eq. (4) goes to ONE arg-max / arg-min key per
+    row, the first index among exact ties (the reference splits it evenly among ties); softmax drops the
+    max-channel term -sum_j dS_ij, which is zero in exact arithmetic.
+    """
+    if isinstance(spec, str):
+        spec = OperatorSpec.from_full_name(spec)
+    reason = unsupported_reason(spec)
+    if reason is not None:
+        raise ValueError(f"triton backend: {reason} (operator {getattr(spec, 'full_name', spec)})")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor) or x.dim() != 4:
+            raise ValueError(f"{name} must be a 4-d tensor (B, H, T, D), got {getattr(x, 'shape', type(x))}")
+    if q.dtype not in SUPPORTED_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(
+            f"triton backend needs q, k, v in one of {SUPPORTED_DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not agree")
+    if not (q.device == k.device == v.device):
+        raise ValueError("q, k, v must be on one device")
+    if q.device.type != "cuda" and not INTERPRET:
+        raise ValueError(
+            f"triton backend needs CUDA tensors, got {q.device} (CPU runs need TRITON_INTERPRET=1 set "
+            "before triton is imported)"
+        )
+    Tq, Tk = q.shape[2], k.shape[2]
+    if causal and Tq > Tk:
+        raise ValueError(f"causal attention needs Tq <= Tk, got Tq={Tq}, Tk={Tk}")
+    if Tq == 0 or Tk == 0 or q.shape[0] * q.shape[1] == 0:
+        raise ValueError(f"empty attention: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    prec = resolve_precision(q.dtype, precision)
+    return _TritonKIntervalAttention.apply(q, k, v, mask, spec, bool(causal), float(scale), prec)

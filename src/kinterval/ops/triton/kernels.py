@@ -1,0 +1,535 @@
+"""Triton kernels: a two-pass forward, a dQ kernel and a dK/dV kernel (FlashAttention-2-style recomputation).
+
+Notation follows ``closed_form.py`` and §3 / App. B of the paper. Per query row i and key j:
+s_ij = scale * q_i . k_j, M_i / m_i = row max / min over valid keys, z = s - M, grid (h, r, t_raw, t, E_r =
+e^{b_r}, E_r1 = e^{b_{r+1}}), w^L = (1 - t) E_r + t E_r1, w^N = e^{b_l} (l = r + [t >= 1/2]),
+Delta = (E_r1 - E_r) / h, c = [0 <= t_raw <= 1].
+
+Constexpr switches: CALIB 0 softmax, 1 minmax, 2 fwm, 3 resolved; MODE 0 softmax, 1 lerp, 2 weight
+(Weight-STE), 3 prob (Prob-STE); RG 0 full, 1 detach, 2 max_only, 3 min_only, 4 p1.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+EPS_DEGENERATE = 1e-12  # App. A: a MinMax row with M - m <= eps is degenerate
+
+CALIB_CODES = {None: 0, "minmax": 1, "fwm": 2, "resolved": 3}
+MODE_CODES = {"softmax": 0, "lerp": 1, "weight": 2, "prob": 3}
+RG_CODES = {"full": 0, "detach": 1, "max_only": 2, "min_only": 3, "p1": 4}
+
+
+def _configs(kind: str) -> list[triton.Config]:
+    """Autotune space; one small config in the interpreter (no benchmarking there)."""
+    if INTERPRET:
+        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    if kind == "fwd":
+        shapes = [(128, 64, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2)]
+    else:
+        # the backward keeps many (BLOCK_M, BLOCK_N) grid tiles live: ptxas (sm_90a) reports spills at D = 128
+        # for 64 x 64 even with 8 warps, hence the small-tile candidates
+        shapes = [
+            (64, 64, 8, 2),
+            (64, 32, 8, 2),
+            (64, 32, 4, 2),
+            (32, 64, 4, 2),
+            (32, 32, 4, 2),
+            (32, 32, 4, 1),
+        ]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes
+    ]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop tiles that do not fit a 256-wide head (register pressure); keep at least one."""
+    block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 64))
+    if block_d <= 128:
+        return configs
+    kept = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 32]
+    return kept or configs[-1:]
+
+
+def _patch_interpreter_index() -> None:
+    """Interpreter shim: scalars are 1-element arrays there, and numpy >= 2.3 refuses ``int()`` on them, which
+    breaks tensor loop bounds (``range(0, hi)``); read the single element instead. No effect on GPU."""
+    try:
+        import numpy as np
+        from triton.runtime import interpreter as interp
+    except ImportError:  # pragma: no cover
+        return
+    original = getattr(interp, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_kinterval_shim", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+    patched._kinterval_shim = True
+    interp._patch_lang_tensor = patched
+
+
+if INTERPRET:
+    _patch_interpreter_index()
+
+
+_KEY = ["Tq", "Tk", "BLOCK_D", "CALIB", "MODE", "RG", "IS_CAUSAL", "HAS_MASK", "PREC"]
+
+
+# ---------------------------------------------------------------------------------------- tile helpers
+_INTERP = tl.constexpr(INTERPRET)
+
+
+@triton.jit
+def _dot(a, b, PREC: tl.constexpr):
+    """tl.dot with fp32 accumulation; the interpreter mis-multiplies bf16, so it gets fp32 copies there."""
+    if _INTERP:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
+def _cast(x, dtype: tl.constexpr):
+    """fp32 -> dot/store dtype, round-to-nearest-even (the GPU's cast; the interpreter's bf16 cast truncates,
+    so there the rounding is done on the bits first and the cast is exact)."""
+    if dtype == tl.float32:
+        return x
+    elif _INTERP and dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        return bits.to(tl.float32, bitcast=True).to(dtype)
+    else:
+        return x.to(dtype)
+
+
+@triton.jit
+def _valid_tile(
+    offs_m, offs_n, Tq, Tk, mask_base, stride_mm, stride_mn, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr
+):
+    """Keys query i may attend: in bounds, causal (last query on last key), user mask (stride 0 ok)."""
+    inb = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
+    valid = inb
+    if IS_CAUSAL:
+        valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
+    if HAS_MASK:
+        mvals = tl.load(
+            mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn, mask=inb, other=0
+        )
+        valid = valid & (mvals != 0)
+    return valid
+
+
+@triton.jit
+def _row_consts(M, m, kf, tau, CALIB: tl.constexpr):
+    """Per-row grid constants: width h, origin b_0, e^h, (e^h - 1)/h and the degenerate flag (App. A)."""
+    if CALIB == 1:  # MinMax: h = (M - m)/K, b_0 = m - M; degenerate rows get the safe width 1
+        span = M - m
+        degen = span <= 1e-12
+        h = tl.where(degen, 1.0, span / kf)
+        b0 = m - M
+    else:  # FWM / resolved: h = tau/K, b_0 = -tau
+        degen = M != M  # all False
+        h = tl.zeros_like(M) + tau / kf
+        b0 = tl.zeros_like(M) - tau
+    eh = tl.exp(h)
+    dfac = (eh - 1.0) / h
+    return h, b0, eh, dfac, degen
+
+
+@triton.jit
+def _grid_tile(s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB: tl.constexpr):
+    """Reconstruction terms of one (BLOCK_M, BLOCK_N) score tile (§3, App. B; reference.grid).
+
+    The stored arg-max key (is_max) sits exactly at z = 0, r = K-1, t_raw = 1 and, for MinMax, the stored
+    arg-min key (is_min) at r = 0, t_raw = 0: their exact-arithmetic values, independent of the rounding of a
+    recomputed score or of (0 - b_{K-1})/h (the clamp derivative c = 1 there, as torch's closed clamp).
+    """
+    z = tl.where(valid & (~is_max), s, M[:, None]) - M[:, None]  # masked keys never reach exp / division
+    hh = h[:, None]
+    if CALIB == 1:  # MinMax: r = clamp(floor((z - b_0)/h), 0, K-1)
+        zin = z
+        r = tl.minimum(tl.maximum(tl.floor((z - b0[:, None]) / hh), 0.0), kf - 1.0)
+        keep = valid & (~degen[:, None])
+    elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), zero tail z < -tau
+        zin = tl.minimum(tl.maximum(z, -tau), 0.0)
+        r = tl.minimum(tl.maximum(tl.floor((zin + tau) / hh), 0.0), kf - 1.0)
+        keep = valid & (z >= -tau)
+    else:  # resolved: negative indices continue the grid below -tau
+        zin = z
+        r = tl.minimum(tl.floor((zin + tau) / hh), kf - 1.0)
+        keep = valid
+    r = tl.where(is_max, kf - 1.0, r)
+    if CALIB == 1:
+        r = tl.where(is_min & (~is_max), 0.0, r)
+    b_r = b0[:, None] + r * hh
+    t_raw = tl.where(is_max, 1.0, (zin - b_r) / hh)
+    if CALIB == 1:
+        t_raw = tl.where(is_min & (~is_max), 0.0, t_raw)
+    t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
+    E_r = tl.exp(b_r)
+    E_r1 = E_r * eh[:, None]  # e^{b_{r+1}} = e^{b_r} e^h
+    wL = (1.0 - t) * E_r + t * E_r1  # LERP
+    wN = tl.where(t >= 0.5, E_r1, E_r)  # Nearest: a midpoint rounds up
+    c = (t_raw >= 0.0) & (t_raw <= 1.0)  # derivative indicator of the clamp on t
+    cDelta = tl.where(c & keep, E_r * dfac[:, None], 0.0)  # c * Delta, Delta = (E_r1 - E_r)/h
+    ones = valid & degen[:, None]  # degenerate MinMax row: weight 1 on every valid key
+    return wL, wN, keep, ones, cDelta, r, t_raw, t, E_r, E_r1
+
+
+@triton.jit
+def _place(w, keep, ones):
+    return tl.where(keep, w, tl.where(ones, 1.0, 0.0))
+
+
+# --------------------------------------------------------------------------------------------- forward
+@triton.autotune(configs=_configs("fwd"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def _fwd_kernel(
+    Q, Kp, V, Mask, O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
+    H, Tq, Tk, D, scale, kf, tau,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    hd = bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    q = tl.load(
+        Q + b * sqb + hd * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+        mask=(offs_m[:, None] < Tq) & dmask[None, :],
+        other=0.0,
+    )
+    k_base = Kp + b * skb + hd * skh
+    v_base = V + b * svb + hd * svh
+    mask_base = Mask + b * smb + hd * smh
+    hi = Tk
+    if IS_CAUSAL:  # keys j <= i + Tk - Tq for the block's last row
+        hi = tl.minimum(Tk, (pid_m + 1) * BLOCK_M + Tk - Tq)
+
+    # Pass 1: row max M and row min m over valid keys, first index among ties (scores only).
+    M = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    m = tl.full([BLOCK_M], float("inf"), tl.float32)
+    amax = tl.zeros([BLOCK_M], tl.int32)
+    amin = tl.zeros([BLOCK_M], tl.int32)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kT = tl.load(
+            k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
+            mask=(offs_n[None, :] < Tk) & dmask[:, None],
+            other=0.0,
+        )
+        s = _dot(q, kT, PREC) * scale
+        valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK)
+        s_hi = tl.where(valid, s, float("-inf"))
+        bmax = tl.max(s_hi, 1)
+        imax = tl.min(tl.where(s_hi == bmax[:, None], offs_n[None, :], 2147483647), 1)
+        upd = bmax > M  # strict: the first index among ties wins
+        amax = tl.where(upd, imax, amax)
+        M = tl.where(upd, bmax, M)
+        if CALIB == 1:
+            s_lo = tl.where(valid, s, float("inf"))
+            bmin = tl.min(s_lo, 1)
+            imin = tl.min(tl.where(s_lo == bmin[:, None], offs_n[None, :], 2147483647), 1)
+            upd_lo = bmin < m
+            amin = tl.where(upd_lo, imin, amin)
+            m = tl.where(upd_lo, bmin, m)
+    nonempty = M > float("-inf")
+    M = tl.where(nonempty, M, 0.0)  # fully masked row: M = m = 0 (reference.row_extrema)
+    m = tl.where(nonempty, m, 0.0)
+    if CALIB != 1:
+        m = M
+        amin = amax
+
+    # Pass 2: weights at the final (M, m); W = sum w, O = sum w v (and W^L, O^L for Prob-STE).
+    h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+    W = tl.zeros([BLOCK_M], tl.float32)
+    WL = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    accL = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kT = tl.load(
+            k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
+            mask=(offs_n[None, :] < Tk) & dmask[:, None],
+            other=0.0,
+        )
+        v = tl.load(
+            v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
+            mask=(offs_n[:, None] < Tk) & dmask[None, :],
+            other=0.0,
+        )
+        s = _dot(q, kT, PREC) * scale
+        valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK)
+        if MODE == 0:  # softmax: e^{s - M}
+            w = tl.where(valid, tl.exp(tl.where(valid, s, M[:, None]) - M[:, None]), 0.0)
+        else:
+            is_max = offs_n[None, :] == amax[:, None]
+            is_min = offs_n[None, :] == amin[:, None]
+            wL, wN, keep, ones, cDelta, r, t_raw, t, E_r, E_r1 = _grid_tile(
+                s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB
+            )
+            if MODE == 1:  # LERP forward
+                w = _place(wL, keep, ones)
+            else:  # STE operators: the hard forward is Nearest
+                w = _place(wN, keep, ones)
+            if MODE == 3:  # Prob-STE also needs P^L V (eq. 2 backward point)
+                wLp = _place(wL, keep, ones)
+                WL += tl.sum(wLp, 1)
+                accL += _dot(_cast(wLp, v.dtype), v, PREC)
+        W += tl.sum(w, 1)
+        acc += _dot(_cast(w, v.dtype), v, PREC)
+
+    row = bh * Tq + offs_m
+    rmask = offs_m < Tq
+    o = tl.where(W[:, None] > 0, acc / tl.where(W > 0, W, 1.0)[:, None], 0.0)  # fully masked row: O = 0
+    o_ptrs = offs_m[:, None] * D + offs_d[None, :]
+    omask = rmask[:, None] & dmask[None, :]
+    tl.store(O + bh * Tq * D + o_ptrs, _cast(o, O.dtype.element_ty), mask=omask)
+    tl.store(Mrow + row, M, mask=rmask)
+    tl.store(mrow + row, m, mask=rmask)
+    tl.store(Wfwd + row, W, mask=rmask)
+    tl.store(Amax + row, amax, mask=rmask)
+    tl.store(Amin + row, amin, mask=rmask)
+    if MODE == 3:
+        oL = tl.where(WL[:, None] > 0, accL / tl.where(WL > 0, WL, 1.0)[:, None], 0.0)
+        tl.store(OL + bh * Tq * D + o_ptrs, oL, mask=omask)
+        tl.store(Wat + row, WL, mask=rmask)
+    else:
+        tl.store(Wat + row, W, mask=rmask)
+
+
+# -------------------------------------------------------------------------------------------- backward
+@triton.jit
+def _bwd_coefs(
+    s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau,
+    CALIB: tl.constexpr, MODE: tl.constexpr, NEED_GM: tl.constexpr,
+):  # fmt: skip
+    """Per-tile backward coefficients, formed before g = dO V^T so that few score-sized tiles stay live.
+
+    Returns the forward weight w (hard w^N for the STE operators, for dV = P^T dO), the kept-key mask, the
+    self-term factor cD (c Delta, eq. 4; w itself for softmax, where dS = P (g - D)) and dM = dw/dM of eq. (3)
+    (MinMax: X - w^L - c Delta rho, rho = (r + t_raw)/K, X = ((1 - t) r E_r + t (r + 1) E_r1)/K).
+    """
+    if MODE == 0:  # softmax
+        w = tl.where(valid, tl.exp(tl.where(valid, s, M[:, None]) - M[:, None]), 0.0)
+        keep = valid
+        cD = w
+        dM = w  # unused
+    else:
+        wL, wN, keep, ones, cD, r, t_raw, t, E_r, E_r1 = _grid_tile(
+            s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB
+        )
+        if MODE == 1:
+            w = _place(wL, keep, ones)
+        else:
+            w = _place(wN, keep, ones)
+        dM = cD  # unused unless NEED_GM
+        if NEED_GM:
+            X = ((1.0 - t) * r * E_r + t * (r + 1.0) * E_r1) / kf
+            dM = X - wL - cD * ((r + t_raw) / kf)
+    return w, keep, cD, dM
+
+
+@triton.jit
+def _gamma(g, keep, Dd, Wa):
+    """gamma = (g - D)/W at the Jacobian point (eq. 1 Weight-STE: P^N, W^N; eq. 2 Prob-STE/LERP: P^L, W^L)."""
+    Ws = tl.where(Wa > 0, Wa, 1.0)
+    return tl.where(keep, (g - Dd[:, None]) / Ws[:, None], 0.0)
+
+
+@triton.autotune(configs=_configs("bwd"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def _bwd_dq_kernel(
+    Q, Kp, V, Mask, DO, DQ, Mrow, mrow, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
+    H, Tq, Tk, D, scale, kf, tau,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """dQ over one query block, plus the per-row calibration reductions G_M, G_m (eq. 4) and the P1 mean."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    hd = bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    rmask = offs_m < Tq
+    qmask = rmask[:, None] & dmask[None, :]
+    q = tl.load(Q + b * sqb + hd * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
+    o_ptrs = bh * Tq * D + offs_m[:, None] * D + offs_d[None, :]
+    do = tl.load(DO + o_ptrs, mask=qmask, other=0.0)
+    row = bh * Tq + offs_m
+    M = tl.load(Mrow + row, mask=rmask, other=0.0)
+    m = tl.load(mrow + row, mask=rmask, other=0.0)
+    Wa = tl.load(Wat + row, mask=rmask, other=0.0)
+    Dd = tl.load(Dlt + row, mask=rmask, other=0.0)
+    k_base = Kp + b * skb + hd * skh
+    v_base = V + b * svb + hd * svh
+    mask_base = Mask + b * smb + hd * smh
+    h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+    NEED_GM: tl.constexpr = (CALIB == 1) and (RG == 0 or RG == 2 or RG == 3)
+    amax = tl.load(Amax + row, mask=rmask, other=-1)
+    amin = tl.load(Amin + row, mask=rmask, other=-1)
+    hi = Tk
+    if IS_CAUSAL:
+        hi = tl.minimum(Tk, (pid_m + 1) * BLOCK_M + Tk - Tq)
+
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    ksum = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # P1: sum of k over valid keys
+    S1 = tl.zeros([BLOCK_M], tl.float32)  # sum_j gamma c Delta (row sum of the self term)
+    GM = tl.zeros([BLOCK_M], tl.float32)  # sum_j gamma dw/dM (MinMax)
+    nv = tl.zeros([BLOCK_M], tl.float32)  # number of valid keys (P1)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kvmask = (offs_n[:, None] < Tk) & dmask[None, :]
+        k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0)
+        s = _dot(q, tl.trans(k), PREC) * scale
+        valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK)
+        is_max = offs_n[None, :] == amax[:, None]
+        is_min = offs_n[None, :] == amin[:, None]
+        w, keep, cD, dM = _bwd_coefs(
+            s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB, MODE, NEED_GM
+        )
+        g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
+        gamma = _gamma(g, keep, Dd, Wa)
+        ds = gamma * cD  # eq. (4) self term (softmax: P (g - D))
+        dq += _dot(_cast(ds, k.dtype), k, PREC)
+        S1 += tl.sum(ds, 1)
+        if NEED_GM:  # G_M = sum_j gamma_ij dw_ij/dM (eq. 4)
+            GM += tl.sum(gamma * dM, 1)
+        if RG == 4:
+            nv += tl.sum(valid.to(tl.float32), 1)
+            ksum += _dot(_cast(valid.to(tl.float32), k.dtype), k, PREC)
+
+    # Calibration terms of eq. (4): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
+    if MODE == 0:  # softmax: G_M = -sum_j dS_ij = 0 exactly in exact arithmetic (not applied)
+        GMe = tl.zeros([BLOCK_M], tl.float32)
+        Gme = tl.zeros([BLOCK_M], tl.float32)
+    else:
+        if CALIB == 1:
+            Gm = -S1 - GM  # dw/dM + dw/dm = -c Delta
+        else:  # FWM / resolved: dw/dM = -c Delta, no m term
+            GM = -S1
+            Gm = tl.zeros([BLOCK_M], tl.float32)
+        if RG == 0 or RG == 2:
+            GMe = GM
+        else:
+            GMe = tl.zeros([BLOCK_M], tl.float32)
+        if RG == 0 or RG == 3:
+            Gme = Gm
+        else:
+            Gme = tl.zeros([BLOCK_M], tl.float32)
+    if MODE != 0:
+        if RG == 0 or RG == 2:
+            k_max = tl.load(
+                k_base + tl.maximum(amax, 0)[:, None] * skn + offs_d[None, :] * skd, mask=qmask, other=0.0
+            )
+            dq += GMe[:, None] * k_max.to(tl.float32)
+        if CALIB == 1 and (RG == 0 or RG == 3):
+            k_min = tl.load(
+                k_base + tl.maximum(amin, 0)[:, None] * skn + offs_d[None, :] * skd, mask=qmask, other=0.0
+            )
+            dq += Gme[:, None] * k_min.to(tl.float32)
+    mu = tl.zeros([BLOCK_M], tl.float32)
+    if RG == 4:  # P1: project dS onto the zero-sum subspace of the valid keys
+        mu = S1 / tl.maximum(nv, 1.0)
+        dq -= mu[:, None] * ksum
+    dq = dq * scale
+    tl.store(DQ + o_ptrs, _cast(dq, DQ.dtype.element_ty), mask=qmask)
+    tl.store(GMo + row, GMe, mask=rmask)
+    tl.store(Gmo + row, Gme, mask=rmask)
+    tl.store(MUo + row, mu, mask=rmask)
+
+
+@triton.autotune(configs=_configs("bwd"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def _bwd_dkdv_kernel(
+    Q, Kp, V, Mask, DO, DK, DV, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
+    H, Tq, Tk, D, scale, kf, tau,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """dK, dV over one key block (loop over query blocks); calibration terms on the arg-max/arg-min keys."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    hd = bh % H
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    kvmask = (offs_n[:, None] < Tk) & dmask[None, :]
+    k = tl.load(
+        Kp + b * skb + hd * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0
+    )
+    v = tl.load(
+        V + b * svb + hd * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0
+    )
+    q_base = Q + b * sqb + hd * sqh
+    mask_base = Mask + b * smb + hd * smh
+    lo = 0
+    if IS_CAUSAL:  # first query that sees key pid_n * BLOCK_N: i >= j - (Tk - Tq)
+        lo = tl.maximum(pid_n * BLOCK_N - (Tk - Tq), 0)
+        lo = (lo // BLOCK_M) * BLOCK_M
+
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    for start_m in range(lo, Tq, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        rmask = offs_m < Tq
+        qmask = rmask[:, None] & dmask[None, :]
+        q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
+        do = tl.load(DO + bh * Tq * D + offs_m[:, None] * D + offs_d[None, :], mask=qmask, other=0.0)
+        row = bh * Tq + offs_m
+        M = tl.load(Mrow + row, mask=rmask, other=0.0)
+        m = tl.load(mrow + row, mask=rmask, other=0.0)
+        Wf = tl.load(Wfwd + row, mask=rmask, other=0.0)
+        Wa = tl.load(Wat + row, mask=rmask, other=0.0)
+        Dd = tl.load(Dlt + row, mask=rmask, other=0.0)
+        amax = tl.load(Amax + row, mask=rmask, other=-1)
+        amin = tl.load(Amin + row, mask=rmask, other=-1)
+        h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+        s = _dot(q, tl.trans(k), PREC) * scale
+        valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK)
+        is_max = offs_n[None, :] == amax[:, None]
+        is_min = offs_n[None, :] == amin[:, None]
+        w, keep, cD, dM = _bwd_coefs(
+            s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB, MODE, False
+        )
+        # dV_j = sum_i P_ij dO_i with the forward P (hard P^N for the STE operators)
+        p = w / tl.where(Wf > 0, Wf, 1.0)[:, None]
+        dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
+        g = _dot(do, tl.trans(v), PREC)
+        ds = _gamma(g, keep, Dd, Wa) * cD  # eq. (4) self term
+        if MODE != 0:
+            if RG == 0 or RG == 2:  # eq. (4): + G_M on the arg-max key
+                GMe = tl.load(GMo + row, mask=rmask, other=0.0)
+                ds += tl.where(is_max, GMe[:, None], 0.0)
+            if CALIB == 1 and (RG == 0 or RG == 3):  # + G_m on the arg-min key
+                Gme = tl.load(Gmo + row, mask=rmask, other=0.0)
+                ds += tl.where(is_min, Gme[:, None], 0.0)
+            if RG == 4:  # P1 projection: dS_ij - mean over valid keys
+                mu = tl.load(MUo + row, mask=rmask, other=0.0)
+                ds = tl.where(valid, ds - mu[:, None], 0.0)
+        dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
+
+    dk = dk * scale
+    out = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
+    tl.store(DK + out, _cast(dk, DK.dtype.element_ty), mask=kvmask)
+    tl.store(DV + out, _cast(dv, DV.dtype.element_ty), mask=kvmask)

@@ -1,0 +1,371 @@
+"""Fused Triton kernels vs the float64 reference (forward output, dq, dk, dv).
+
+On a machine without CUDA the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set below
+before triton is imported) on a small parametrization; with CUDA they run on the GPU, plus a larger ``gpu``
+subset.
+
+Error bound (FlashAttention convention): err(kernel vs ref64) <= 2 * err(torch at the kernel's precision vs
+ref64) + atol, where "torch" is the reference backend at the kernel's input dtype (fp32 with the same TF32
+setting on GPU; the interpreter computes every dot in fp32) and, for bf16/fp16, also PyTorch's native
+low-precision attention maths (scores and P @ V in the low dtype, operator in fp32), whichever errs more, as
+FlashAttention's own tests do. ref64 is the reference backend on float64 copies of the same inputs.
+
+The range_grad modes other than "full" are tested on dyadic inputs (q, k in 1/64 steps, power-of-two scale and
+K, no score ties), whose scores, extrema and grid are exact in fp32 and fp64: there, the clamp indicator at
+the arg-max key (t_raw = 1 in exact arithmetic) is not decided by rounding, which otherwise makes the fp64 and
+fp32 references disagree by O(1) (in "full" mode the two extremum terms cancel that ambiguity).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: run the kernels in the CPU interpreter
+
+pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[triton]')")
+
+_kernels = sys.modules.get("kinterval.ops.triton.kernels")
+if _kernels is not None and not HAS_CUDA and not _kernels.INTERPRET:  # pragma: no cover
+    pytest.skip(
+        "kinterval.ops.triton.kernels was imported without TRITON_INTERPRET=1 and no CUDA device is present",
+        allow_module_level=True,
+    )
+
+from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
+from kinterval.ops.api import valid_mask  # noqa: E402
+from kinterval.ops.reference import reference_probs  # noqa: E402
+from kinterval.ops.triton import autograd as tri_autograd  # noqa: E402
+from kinterval.ops.triton import triton_attention, triton_supports, unsupported_reason  # noqa: E402
+
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+CORE_OPS = [
+    "softmax",
+    "lerp-k4",
+    "minmax-weight-k4",
+    "minmax-prob-k4",
+    "fwm-weight-k4",
+    "fwm-prob-k4",
+    "fwm-lerp-k4",
+    "resolved-weight-k4",
+    "resolved-prob-k4",
+    "resolved-lerp-k4",
+]
+OTHER_K = ["lerp-k1", "minmax-weight-k16", "fwm-prob-k3", "resolved-lerp-k8"]
+RANGE_GRADS = ["detach", "max_only", "min_only", "p1"]
+NAMES = ("out", "dq", "dk", "dv")
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    """Every kernel output starts as NaN (-1 for indices): a finite result proves each element was written."""
+    monkeypatch.setattr(tri_autograd, "POISON_OUTPUTS", True)
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def make_inputs(B, H, Tq, Tk, D, *, seed, dtype=torch.float32, dyadic=False):
+    g = torch.Generator().manual_seed(seed)
+    if dyadic:  # exact in fp32/fp64/tf32/bf16: multiples of 1/64 in [-2, 2], scores exact sums
+        while True:
+            q = torch.randint(-128, 129, (B, H, Tq, D), generator=g).double() / 64
+            k = torch.randint(-128, 129, (B, H, Tk, D), generator=g).double() / 64
+            if not _extremum_ties(q @ k.transpose(-2, -1)):
+                break  # no accidental ties of a row max/min: the reference's tie split never enters
+    else:  # scores span several grid intervals: s ~ 4 sd for q, k ~ 2 randn and scale 1/sqrt(D)
+        q = torch.randn(B, H, Tq, D, generator=g, dtype=torch.float64) * 2
+        k = torch.randn(B, H, Tk, D, generator=g, dtype=torch.float64) * 2
+    v = torch.randn(B, H, Tk, D, generator=g, dtype=torch.float64)
+    do = torch.randn(B, H, Tq, D, generator=g, dtype=torch.float64)
+    return [x.to(dtype) for x in (q, k, v, do)]
+
+
+def _extremum_ties(s):
+    """True if some causal row (last query on last key) or full row has a tied max or min."""
+    Tq, Tk = s.shape[-2:]
+    causal = torch.arange(Tk) <= torch.arange(Tq)[:, None] + (Tk - Tq)
+    for valid in (causal, torch.ones_like(causal)):
+        rows = valid.sum(-1) >= 2
+        top = s.masked_fill(~valid, float("-inf")).topk(min(2, Tk), dim=-1).values
+        bot = (-s).masked_fill(~valid, float("-inf")).topk(min(2, Tk), dim=-1).values
+        if Tk >= 2 and (((top[..., 0] == top[..., 1]) | (bot[..., 0] == bot[..., 1])) & rows).any():
+            return True
+    return False
+
+
+def _grads(fn, q, k, v, do):
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    out = fn(*leaves)
+    grads = torch.autograd.grad(out, leaves, do)
+    return [out.detach(), *grads]
+
+
+def _lowp_torch(q, k, v, spec, causal, mask, scale):
+    """PyTorch's native low-precision attention: scores and P @ V in q's dtype, the operator in fp32."""
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale
+    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
+    P = reference_probs(s.float(), valid, spec)
+    return torch.matmul(P.to(q.dtype), v)
+
+
+def check(spec, q, k, v, do, *, causal=False, mask=None, scale=None, precision=None, atol=None):
+    """Run the kernel and the references; assert the bound for out, dq, dk, dv; return the error table.
+
+    ``atol`` is relative to max(1, max |ref64|); default 2e-6 (fp32) or 2e-3 (bf16/fp16)."""
+    spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else spec
+    dtype = q.dtype
+    scale_ = scale if scale is not None else q.shape[-1] ** -0.5
+    dev = [x.to(DEVICE) for x in (q, k, v, do)]
+    mask_d = None if mask is None else mask.to(DEVICE)
+
+    res = _grads(
+        lambda a, b, c: triton_attention(
+            a, b, c, spec, causal=causal, mask=mask_d, scale=scale, precision=precision
+        ),
+        *dev,
+    )
+    ref64 = _grads(
+        lambda a, b, c: kinterval_attention(
+            a, b, c, spec, causal=causal, mask=mask, scale=scale, backend="reference"
+        ),
+        *[x.double() for x in (q, k, v, do)],
+    )
+    tf32 = (
+        HAS_CUDA
+        and dtype == torch.float32
+        and (precision == "tf32" or (precision is None and torch.backends.cuda.matmul.allow_tf32))
+    )
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        ref_t = _grads(
+            lambda a, b, c: kinterval_attention(
+                a, b, c, spec, causal=causal, mask=mask_d, scale=scale, backend="reference"
+            ),
+            *dev,
+        )
+        lowp = None
+        if dtype in (torch.bfloat16, torch.float16):
+            lowp = _grads(lambda a, b, c: _lowp_torch(a, b, c, spec, causal, mask_d, scale_), *dev)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+    table = {}
+    for i, name in enumerate(NAMES):
+        x = res[i]
+        assert x.dtype == dtype, f"{name} dtype {x.dtype} != {dtype}"
+        assert torch.isfinite(x).all(), f"{name}: non-finite values (unwritten or NaN) in the kernel result"
+        ref = ref64[i]
+        err = (x.double().cpu() - ref).abs().max().item()
+        err_t = (ref_t[i].double().cpu() - ref).abs().max().item()
+        if lowp is not None:
+            err_t = max(err_t, (lowp[i].double().cpu() - ref).abs().max().item())
+        mag = max(1.0, ref.abs().max().item())
+        tol_abs = (atol if atol is not None else (2e-6 if dtype == torch.float32 else 2e-3)) * mag
+        table[name] = (err, err_t)
+        assert err <= 2 * err_t + tol_abs, (
+            f"{spec.full_name} {name}: err {err:.3e} > 2 * torch err {err_t:.3e} + {tol_abs:.1e}"
+        )
+    return table, res, ref64
+
+
+# ------------------------------------------------------------------------------------------- operators
+@pytest.mark.parametrize("name", CORE_OPS + OTHER_K)
+def test_operator_causal(name):
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=zlib.crc32(name.encode()) % 1000)
+    check(name, q, k, v, do, causal=True)
+
+
+@pytest.mark.parametrize("range_grad", RANGE_GRADS)
+@pytest.mark.parametrize(
+    "name", ["lerp-k4", "minmax-weight-k4", "minmax-prob-k4", "fwm-prob-k4", "resolved-weight-k4"]
+)
+def test_range_grad(name, range_grad):
+    spec = OperatorSpec.parse(name, range_grad=range_grad)
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=7, dyadic=True)
+    check(spec, q, k, v, do, causal=True)
+
+
+# --------------------------------------------------------------------------------------- shapes, masks
+def _general_mask(B, H, Tq, Tk, seed):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(B, H, Tq, Tk, generator=g) > 0.4
+    mask[0, 1, 3] = False  # a fully masked row
+    mask[-1, 0, 5] = False  # a row with a single valid key
+    mask[-1, 0, 5, 7] = True
+    return mask
+
+
+CASES = {
+    # name: (op, B, H, Tq, Tk, D, causal, mask kind, dyadic)
+    "tq_ne_tk_causal_keypad": ("minmax-prob-k4", 2, 2, 20, 45, 16, True, "keypad", False),
+    "general_mask_minmax": ("minmax-weight-k4", 2, 2, 20, 45, 32, False, "general", False),
+    "general_mask_fwm_p1": ("fwm-prob-k4[range_grad=p1]", 2, 2, 20, 45, 16, False, "general", False),
+    "general_mask_lerp_detach": ("lerp-k4[range_grad=detach]", 2, 2, 20, 33, 16, False, "general", True),
+    "general_mask_softmax": ("softmax", 2, 2, 20, 45, 32, False, "general", False),
+    "mask_2d_resolved": ("resolved-prob-k4", 1, 2, 30, 30, 16, True, "2d", False),
+    "head_dim_24": ("lerp-k4", 1, 2, 33, 33, 24, True, None, False),
+    "tq_1": ("minmax-weight-k4", 1, 2, 1, 40, 16, True, None, False),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_shapes_and_masks(case):
+    op, B, H, Tq, Tk, D, causal, kind, dyadic = CASES[case]
+    q, k, v, do = make_inputs(B, H, Tq, Tk, D, seed=11, dyadic=dyadic)
+    mask = None
+    if kind == "keypad":
+        mask = torch.ones(B, 1, 1, Tk, dtype=torch.bool)
+        mask[0, ..., 30:] = False
+        mask[1, ..., ::3] = False
+    elif kind == "general":
+        mask = _general_mask(B, H, Tq, Tk, seed=3)
+    elif kind == "2d":
+        mask = torch.rand(Tq, Tk, generator=torch.Generator().manual_seed(5)) > 0.3
+    table, res, _ = check(op, q, k, v, do, causal=causal, mask=mask, scale=0.25 if dyadic else None)
+    if kind == "general":  # the fully masked row: O = 0 and zero gradient (never NaN)
+        assert torch.equal(res[0][0, 1, 3].cpu(), torch.zeros(D))
+        assert torch.equal(res[1][0, 1, 3].cpu(), torch.zeros(D))
+
+
+def test_non_contiguous_inputs():
+    q, k, v, do = make_inputs(1, 2, 29, 29, 16, seed=2)
+    # (B, T, H, D) storage viewed as (B, H, T, D)
+    q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    assert not q.is_contiguous()
+    check("fwm-weight-k4", q, k, v, do, causal=True)
+
+
+@pytest.mark.parametrize("name", ["minmax-weight-k4", "minmax-prob-k4", "lerp-k4"])
+def test_degenerate_and_empty_rows(name):
+    B, H, T, D = 1, 2, 21, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=4)
+    q[0, 0, 9] = 0.0  # all scores equal: degenerate MinMax row (M - m = 0)
+    mask = torch.ones(B, H, T, T, dtype=torch.bool)
+    mask[0, 1, 4] = False  # fully masked row
+    mask[0, 1, 6] = False
+    mask[0, 1, 6, 2] = True  # single valid key
+    table, res, ref = check(name, q, k, v, do, mask=mask)
+    for row in ((0, 0, 9), (0, 1, 6), (0, 1, 4)):  # zero score gradient on degenerate / empty rows
+        assert res[1][row].abs().max().item() == 0.0
+    assert torch.equal(res[0][0, 1, 4].cpu(), torch.zeros(D))
+
+
+@pytest.mark.parametrize("name", ["minmax-weight-k4", "fwm-prob-k4"])
+def test_tie_convention(name):
+    """Documented deviation: on exact ties of the row max/min the kernel gives the calibration gradient to the
+    first tied key, the reference splits it evenly. out, dq, dv and the tied keys' summed dk agree."""
+    B, H, T, D = 1, 1, 24, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=9, dyadic=True)
+    k[0, 0, 17] = k[0, 0, 5]  # identical keys: exact score ties in every row
+    spec = OperatorSpec.parse(name)
+    dev = [x.to(DEVICE) for x in (q, k, v, do)]
+    res = _grads(lambda a, b, c: triton_attention(a, b, c, spec, scale=0.25), *dev)
+    ref = _grads(
+        lambda a, b, c: kinterval_attention(a, b, c, spec, scale=0.25, backend="reference"),
+        *[x.double() for x in (q, k, v, do)],
+    )
+    res = [x.double().cpu() for x in res]
+    for i in (0, 1, 3):
+        torch.testing.assert_close(res[i], ref[i], atol=2e-5, rtol=1e-5)
+    others = [j for j in range(T) if j not in (5, 17)]
+    torch.testing.assert_close(res[2][..., others, :], ref[2][..., others, :], atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        res[2][..., 5, :] + res[2][..., 17, :], ref[2][..., 5, :] + ref[2][..., 17, :], atol=2e-5, rtol=1e-5
+    )
+    s = (q.double() @ k.double().transpose(-2, -1)) * 0.25
+    tied_max = (s.argmax(-1) == 5) | (s.argmax(-1) == 17)
+    if tied_max.any():  # the kernel's first-index convention differs from the even split
+        assert (res[2][..., 5, :] - ref[2][..., 5, :]).abs().max() > 1e-6
+
+
+# ----------------------------------------------------------------------------------- dtypes, precision
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["softmax", "minmax-prob-k4", "fwm-weight-k4"])
+def test_low_precision(name, dtype):
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=13, dtype=dtype)
+    check(name, q, k, v, do, causal=True)
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+def test_precision_modes(precision):
+    q, k, v, do = make_inputs(1, 2, 23, 23, 16, seed=17)
+    check("lerp-k4", q, k, v, do, causal=True, precision=precision)
+
+
+def test_resolve_precision():
+    assert tri_autograd.resolve_precision(torch.float32, "ieee") == "ieee"
+    assert tri_autograd.resolve_precision(torch.float32, "tf32") == "tf32"
+    expected = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    assert tri_autograd.resolve_precision(torch.float32, None) == expected
+    assert tri_autograd.resolve_precision(torch.bfloat16, "tf32") == "ieee"
+    with pytest.raises(ValueError, match="precision"):
+        tri_autograd.resolve_precision(torch.float32, "fp64")
+
+
+# -------------------------------------------------------------------------------------- support matrix
+def test_supports_matrix():
+    for name in CORE_OPS + OTHER_K:
+        for rg in ["full"] if name == "softmax" else ["full", *RANGE_GRADS]:
+            spec = OperatorSpec.parse(name) if name == "softmax" else OperatorSpec.parse(name, range_grad=rg)
+            assert triton_supports(spec), spec.full_name
+    for spec in (
+        OperatorSpec.parse("bf16-exp"),
+        OperatorSpec.parse("fp8-exp"),
+        OperatorSpec.parse("minmax-weight-k4", arithmetic="historical"),
+        OperatorSpec.parse("fwm-prob-k4", arithmetic="historical"),
+    ):
+        assert not triton_supports(spec)
+        assert unsupported_reason(spec)
+        q, k, v, _ = make_inputs(1, 1, 16, 16, 16, seed=0)
+        with pytest.raises(ValueError, match="triton backend"):
+            triton_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), spec)
+
+
+def test_input_errors():
+    q, k, v, _ = make_inputs(1, 1, 20, 16, 16, seed=0)
+    q, k, v = (x.to(DEVICE) for x in (q, k, v))
+    with pytest.raises(ValueError, match="causal"):
+        triton_attention(q, k, v, "lerp-k4", causal=True)  # Tq > Tk
+    with pytest.raises(ValueError, match="dtype|float"):
+        triton_attention(q.double(), k.double(), v.double(), "lerp-k4")
+    with pytest.raises(ValueError, match="boolean"):
+        triton_attention(q, k, v, "lerp-k4", mask=torch.ones(20, 16, device=DEVICE))
+    with pytest.raises(ValueError, match="broadcast"):
+        triton_attention(q, k, v, "lerp-k4", mask=torch.ones(3, 20, 16, dtype=torch.bool, device=DEVICE))
+
+
+def test_api_backend_triton():
+    q, k, v, do = make_inputs(1, 2, 19, 19, 16, seed=21)
+    q, k, v = (x.to(DEVICE) for x in (q, k, v))
+    out = kinterval_attention(q, k, v, "fwm-prob-k4", causal=True, backend="triton")
+    ref = kinterval_attention(
+        q.double(), k.double(), v.double(), "fwm-prob-k4", causal=True, backend="reference"
+    )
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+# -------------------------------------------------------------------------------------------- GPU only
+GPU_SHAPES = [(2, 4, 128, 128, 64), (1, 4, 1000, 1000, 64), (1, 2, 300, 777, 128), (1, 2, 257, 257, 256)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (the CPU interpreter runs the small subset)")
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("mode", ["fp32-ieee", "fp32-tf32", "bf16"])
+@pytest.mark.parametrize(
+    "name", CORE_OPS + ["lerp-k4[range_grad=p1]", "minmax-weight-k4[range_grad=max_only]"]
+)
+def test_gpu_large(name, mode, shape):
+    B, H, Tq, Tk, D = shape
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    precision = None if mode == "bf16" else mode.split("-")[1]
+    dyadic = "range_grad" in name
+    q, k, v, do = make_inputs(B, H, Tq, Tk, D, seed=Tq + D, dtype=dtype, dyadic=dyadic)
+    atol = {"fp32-ieee": 1e-5, "fp32-tf32": 1e-3, "bf16": 2e-3}[mode]  # GPU exp is not torch's expf
+    check(name, q, k, v, do, causal=True, precision=precision, scale=0.125 if dyadic else None, atol=atol)
