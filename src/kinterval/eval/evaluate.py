@@ -23,10 +23,11 @@ from kinterval.eval.checkpoints import (
     state_sha256,
     trained_operator,
 )
-from kinterval.eval.nll import document_ids, per_document, token_nll
+from kinterval.eval.nll import document_ids, per_document
 from kinterval.model import operator_name
 from kinterval.stats import block_bootstrap_ci, cluster_bootstrap_ci
 from kinterval.train.checkpoint import code_identity, read_state
+from kinterval.train.evaluate import token_nll
 
 SUMMARY_VERSION = 1
 

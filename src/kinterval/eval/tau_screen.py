@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from kinterval.eval.attention import patched_attention
-from kinterval.eval.nll import token_nll
 from kinterval.ops import OperatorSpec
 from kinterval.ops.reference import reference_probs, row_extrema
 from kinterval.stats import block_bootstrap_ci
+from kinterval.train.evaluate import token_nll
 
 RECONSTRUCTIONS = {"nearest": "weight", "lerp": "lerp"}
 

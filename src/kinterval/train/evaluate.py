@@ -1,9 +1,14 @@
-"""Validation NLL per block (paper §4): non-overlapping T-token blocks, batch 1, TF32 off."""
+"""Validation NLL (paper §4): non-overlapping T-token blocks, batch 1, the model's numerics with TF32 off.
+
+Block ``k`` is ``x = tokens[kT:kT+T]``, ``y = tokens[kT+1:kT+T+1]``. This is the one evaluator: the demo uses
+the block means, ``kinterval.eval`` the per-token values (document clusters, the τ screen).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from kinterval.data.loader import get_block, n_blocks
@@ -11,7 +16,7 @@ from kinterval.model.numerics import autocast, eval_precision
 
 
 @torch.no_grad()
-def evaluate_nll(
+def token_nll(
     model: torch.nn.Module,
     tokens: np.ndarray,
     T: int,
@@ -19,15 +24,17 @@ def evaluate_nll(
     max_blocks: int | None = None,
     progress: bool = False,
 ) -> np.ndarray:
-    """Mean next-token NLL (nats) of every block ``k``: x = tokens[kT:kT+T], y = tokens[kT+1:kT+T+1].
+    """Per-token next-token NLL (nats), float64 array of shape (n_blocks, T).
 
-    Runs the model in eval mode on its own device with the model's numerics (autocast as in training,
-    TF32 set to ``numerics.tf32_eval``); returns a float64 array of length ``n_blocks(len(tokens), T)``.
+    Runs the model in eval mode on its own device with its numerics (autocast as in training, TF32 set to
+    ``numerics.tf32_eval``) and restores the previous train/eval mode.
     """
     numerics = model.config.numerics
     device = next(model.parameters()).device
     n = n_blocks(len(tokens), T) if max_blocks is None else min(max_blocks, n_blocks(len(tokens), T))
-    out = np.empty(n, dtype=np.float64)
+    if n == 0:
+        raise ValueError(f"the split holds no block of {T}+1 tokens ({len(tokens)} tokens)")
+    out = np.empty((n, T), dtype=np.float64)
     was_training = model.training
     model.eval()
     try:
@@ -35,8 +42,14 @@ def evaluate_nll(
             for k in tqdm(range(n), desc="eval", disable=not progress, leave=False):
                 x, y = get_block(tokens, k, T)
                 with autocast(numerics, device):
-                    _, loss = model(x[None].to(device), y[None].to(device))
-                out[k] = loss.item()
+                    logits, _ = model(x[None].to(device))
+                nll = F.cross_entropy(logits[0].float(), y.to(device), reduction="none")
+                out[k] = nll.double().cpu().numpy()
     finally:
         model.train(was_training)
     return out
+
+
+def evaluate_nll(model: torch.nn.Module, tokens: np.ndarray, T: int, **kw) -> np.ndarray:
+    """Mean NLL of every block, float64 array of length ``n_blocks(len(tokens), T)``."""
+    return token_nll(model, tokens, T, **kw).mean(axis=1)
