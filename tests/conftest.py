@@ -8,3 +8,14 @@ import torch
 # its @triton.jit functions, and other test modules may import libraries that import triton during collection.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# In CI the dev extras and ../shared are part of the setup: their absence must fail, not skip tests.
+if os.environ.get("CI"):
+    import datasets  # noqa: F401
+    import lm_eval  # noqa: F401
+    import transformers  # noqa: F401
+    import triton  # noqa: F401
+
+    _shared = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tokenizers", "gpt2.tiktoken")
+    if not os.path.isfile(_shared):
+        raise RuntimeError(f"CI needs ../shared beside the clone ({_shared} is missing)")

@@ -10,10 +10,10 @@ setting on GPU; the interpreter computes every dot in fp32) and, for bf16/fp16, 
 low-precision attention maths (scores and P @ V in the low dtype, operator in fp32), whichever errs more, as
 FlashAttention's own tests do. ref64 is the reference backend on float64 copies of the same inputs.
 
-The range_grad modes other than "full" are tested on dyadic inputs (q, k in 1/64 steps, power-of-two scale and
-K, no score ties), whose scores, extrema and grid are exact in fp32 and fp64: there, the clamp indicator at
-the arg-max key (t_raw = 1 in exact arithmetic) is not decided by rounding, which otherwise makes the fp64 and
-fp32 references disagree by O(1) (in "full" mode the two extremum terms cancel that ambiguity).
+Every range_grad mode is tested on fresh random inputs: the reference differentiates the clamp on t as the
+identity (docs/operators.md), so its gradient does not hinge on whether t_raw rounds to 1 +- 1ulp at the
+arg-max key, and the fp32 and fp64 references agree to rounding. Dyadic inputs (q, k in 1/64 steps, exact
+scores) are used only where exact ties are the point (the tie convention).
 """
 
 from __future__ import annotations
@@ -33,9 +33,8 @@ pytest.importorskip("triton", reason="triton is not installed (pip install -e '.
 
 _kernels = sys.modules.get("kinterval.ops.triton.kernels")
 if _kernels is not None and not HAS_CUDA and not _kernels.INTERPRET:  # pragma: no cover
-    pytest.skip(
-        "kinterval.ops.triton.kernels was imported without TRITON_INTERPRET=1 and no CUDA device is present",
-        allow_module_level=True,
+    raise RuntimeError(  # tests/conftest.py sets TRITON_INTERPRET before collection; a skip would hide this
+        "kinterval.ops.triton.kernels was imported without TRITON_INTERPRET=1 and no CUDA device is present"
     )
 
 from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
@@ -187,7 +186,7 @@ def test_operator_causal(name):
 )
 def test_range_grad(name, range_grad):
     spec = OperatorSpec.parse(name, range_grad=range_grad)
-    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=7, dyadic=True)
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=7, dyadic=False)
     check(spec, q, k, v, do, causal=True)
 
 
@@ -206,7 +205,7 @@ CASES = {
     "tq_ne_tk_causal_keypad": ("minmax-prob-k4", 2, 2, 20, 45, 16, True, "keypad", False),
     "general_mask_minmax": ("minmax-weight-k4", 2, 2, 20, 45, 32, False, "general", False),
     "general_mask_fwm_p1": ("fwm-prob-k4[range_grad=p1]", 2, 2, 20, 45, 16, False, "general", False),
-    "general_mask_lerp_detach": ("lerp-k4[range_grad=detach]", 2, 2, 20, 33, 16, False, "general", True),
+    "general_mask_lerp_detach": ("lerp-k4[range_grad=detach]", 2, 2, 20, 33, 16, False, "general", False),
     "general_mask_softmax": ("softmax", 2, 2, 20, 45, 32, False, "general", False),
     "mask_2d_resolved": ("resolved-prob-k4", 1, 2, 30, 30, 16, True, "2d", False),
     "head_dim_24": ("lerp-k4", 1, 2, 33, 33, 24, True, None, False),
@@ -365,7 +364,6 @@ def test_gpu_large(name, mode, shape):
     B, H, Tq, Tk, D = shape
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     precision = None if mode == "bf16" else mode.split("-")[1]
-    dyadic = "range_grad" in name
-    q, k, v, do = make_inputs(B, H, Tq, Tk, D, seed=Tq + D, dtype=dtype, dyadic=dyadic)
+    q, k, v, do = make_inputs(B, H, Tq, Tk, D, seed=Tq + D, dtype=dtype)
     atol = {"fp32-ieee": 1e-5, "fp32-tf32": 1e-3, "bf16": 2e-3}[mode]  # GPU exp is not torch's expf
-    check(name, q, k, v, do, causal=True, precision=precision, scale=0.125 if dyadic else None, atol=atol)
+    check(name, q, k, v, do, causal=True, precision=precision, atol=atol)

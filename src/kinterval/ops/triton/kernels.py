@@ -3,7 +3,7 @@
 Notation follows ``closed_form.py`` and §3 / App. B of the paper. Per query row i and key j:
 s_ij = scale * q_i . k_j, M_i / m_i = row max / min over valid keys, z = s - M, grid (h, r, t_raw, t, E_r =
 e^{b_r}, E_r1 = e^{b_{r+1}}), w^L = (1 - t) E_r + t E_r1, w^N = e^{b_l} (l = r + [t >= 1/2]),
-Delta = (E_r1 - E_r) / h, c = [0 <= t_raw <= 1].
+Delta = (E_r1 - E_r) / h. t is differentiated as t_raw: the clamp on t only catches rounding (reference.py).
 
 Constexpr switches: CALIB 0 softmax, 1 minmax, 2 fwm, 3 resolved; MODE 0 softmax, 1 lerp, 2 weight
 (Weight-STE), 3 prob (Prob-STE); RG 0 full, 1 detach, 2 max_only, 3 min_only, 4 p1.
@@ -149,7 +149,7 @@ def _grid_tile(s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CAL
 
     The stored arg-max key (is_max) sits exactly at z = 0, r = K-1, t_raw = 1 and, for MinMax, the stored
     arg-min key (is_min) at r = 0, t_raw = 0: their exact-arithmetic values, independent of the rounding of a
-    recomputed score or of (0 - b_{K-1})/h (the clamp derivative c = 1 there, as torch's closed clamp).
+    recomputed score or of (0 - b_{K-1})/h.
     """
     z = tl.where(valid & (~is_max), s, M[:, None]) - M[:, None]  # masked keys never reach exp / division
     hh = h[:, None]
@@ -177,8 +177,7 @@ def _grid_tile(s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CAL
     E_r1 = E_r * eh[:, None]  # e^{b_{r+1}} = e^{b_r} e^h
     wL = (1.0 - t) * E_r + t * E_r1  # LERP
     wN = tl.where(t >= 0.5, E_r1, E_r)  # Nearest: a midpoint rounds up
-    c = (t_raw >= 0.0) & (t_raw <= 1.0)  # derivative indicator of the clamp on t
-    cDelta = tl.where(c & keep, E_r * dfac[:, None], 0.0)  # c * Delta, Delta = (E_r1 - E_r)/h
+    cDelta = tl.where(keep, E_r * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
     ones = valid & degen[:, None]  # degenerate MinMax row: weight 1 on every valid key
     return wL, wN, keep, ones, cDelta, r, t_raw, t, E_r, E_r1
 
@@ -319,8 +318,9 @@ def _bwd_coefs(
     """Per-tile backward coefficients, formed before g = dO V^T so that few score-sized tiles stay live.
 
     Returns the forward weight w (hard w^N for the STE operators, for dV = P^T dO), the kept-key mask, the
-    self-term factor cD (c Delta, eq. 4; w itself for softmax, where dS = P (g - D)) and dM = dw/dM of eq. (3)
-    (MinMax: X - w^L - c Delta rho, rho = (r + t_raw)/K, X = ((1 - t) r E_r + t (r + 1) E_r1)/K).
+    self-term factor cD (Delta on kept keys, eq. 4; w for softmax: dS = P (g - D)) and dM = dw/dM (eq. 3)
+    (MinMax: -Y - Delta rho, rho = (r + t_raw)/K, Y = w^L - X = (1-t) E_r (1 - r/K) + t E_r1 (1 - (r+1)/K):
+    eq. (3)'s -w + X as a sum of non-negative terms, which does not cancel in fp32).
     """
     if MODE == 0:  # softmax
         w = tl.where(valid, tl.exp(tl.where(valid, s, M[:, None]) - M[:, None]), 0.0)
@@ -337,8 +337,8 @@ def _bwd_coefs(
             w = _place(wN, keep, ones)
         dM = cD  # unused unless NEED_GM
         if NEED_GM:
-            X = ((1.0 - t) * r * E_r + t * (r + 1.0) * E_r1) / kf
-            dM = X - wL - cD * ((r + t_raw) / kf)
+            Y = (1.0 - t) * E_r * (1.0 - r / kf) + t * E_r1 * (1.0 - (r + 1.0) / kf)
+            dM = -Y - cD * ((r + t_raw) / kf)
     return w, keep, cD, dM
 
 
@@ -390,7 +390,7 @@ def _bwd_dq_kernel(
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     ksum = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # P1: sum of k over valid keys
-    S1 = tl.zeros([BLOCK_M], tl.float32)  # sum_j gamma c Delta (row sum of the self term)
+    S1 = tl.zeros([BLOCK_M], tl.float32)  # sum_j gamma Delta (row sum of the self term)
     GM = tl.zeros([BLOCK_M], tl.float32)  # sum_j gamma dw/dM (MinMax)
     nv = tl.zeros([BLOCK_M], tl.float32)  # number of valid keys (P1)
     for start_n in range(0, hi, BLOCK_N):
@@ -422,8 +422,8 @@ def _bwd_dq_kernel(
         Gme = tl.zeros([BLOCK_M], tl.float32)
     else:
         if CALIB == 1:
-            Gm = -S1 - GM  # dw/dM + dw/dm = -c Delta
-        else:  # FWM / resolved: dw/dM = -c Delta, no m term
+            Gm = -S1 - GM  # dw/dM + dw/dm = -Delta
+        else:  # FWM / resolved: dw/dM = -Delta, no m term
             GM = -S1
             Gm = tl.zeros([BLOCK_M], tl.float32)
         if RG == 0 or RG == 2:
