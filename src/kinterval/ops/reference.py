@@ -68,17 +68,15 @@ def grid(s: Tensor, valid: Tensor, spec: OperatorSpec, M: Tensor, m: Tensor) -> 
         span = M - m
         degenerate = span <= EPS_DEGENERATE  # also single-key and empty rows (span 0)
         h = torch.where(degenerate, torch.ones_like(span), span / K)  # safe width before any division
-        z_min = m - M
-        r = torch.floor((z - z_min) / h).clamp(0, K - 1)
-        b_r = z_min + r * h
-        b_r1 = z_min + (r + 1) * h
-        t_raw = (z - b_r) / h
-        b_origin = z_min
+        b_origin = m - M  # z_min
+        z_in = z
+        r = torch.floor((z - b_origin) / h).clamp(0, K - 1)
         keep = valid & ~degenerate
         ones = valid & degenerate
     else:  # fwm, resolved: step tau/K, origin -tau, anchored at M
         tau = spec.tau
         h = torch.full_like(M, tau / K)
+        b_origin = -tau
         if spec.calibration == "fwm":
             z_in = z.clamp(-tau, 0)  # z~ = clip(z, -tau, 0)
             r = torch.floor((z_in + tau) / h).clamp(0, K - 1)
@@ -87,11 +85,10 @@ def grid(s: Tensor, valid: Tensor, spec: OperatorSpec, M: Tensor, m: Tensor) -> 
             z_in = z
             r = torch.floor((z_in + tau) / h).clamp(max=K - 1)
             keep = valid
-        b_r = -tau + r * h
-        b_r1 = -tau + (r + 1) * h
-        t_raw = (z_in - b_r) / h
-        b_origin = -tau
         ones = torch.zeros_like(valid)
+    b_r = b_origin + r * h  # b_r = z_min + r h (MinMax), -tau + r h (FWM, resolved)
+    b_r1 = b_origin + (r + 1) * h
+    t_raw = (z_in - b_r) / h
     t = _RoundingClamp.apply(t_raw)
     E_r, E_r1 = torch.exp(b_r), torch.exp(b_r1)
     wL = (1 - t) * E_r + t * E_r1
@@ -150,11 +147,6 @@ def extrema_for_grad(ext: RowExtrema, range_grad: str) -> tuple[Tensor, Tensor]:
     M = ext.M if range_grad in ("full", "max_only") else ext.M.detach()
     m = ext.m if range_grad in ("full", "min_only") else ext.m.detach()
     return M, m
-
-
-def hard_weights(g: Grid) -> Tensor:
-    """w^N on kept keys (the hard forward's unnormalized weights)."""
-    return place(g.wN, g)
 
 
 def reference_probs(s: Tensor, valid: Tensor, spec: OperatorSpec) -> Tensor:
