@@ -8,6 +8,9 @@ import torch
 # its @triton.jit functions, and other test modules may import libraries that import triton during collection.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+else:  # on a GPU the tests run each kernel's default config (autotuning compiles every candidate per
+    # operator: minutes); test_gpu_every_autotune_candidate runs the others
+    os.environ.setdefault("KINTERVAL_TRITON_AUTOTUNE", "0")
 
 # In CI the dev extras and ../shared are part of the setup: their absence must fail, not skip tests.
 if os.environ.get("CI"):

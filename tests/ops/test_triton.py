@@ -354,6 +354,32 @@ GPU_SHAPES = [(2, 4, 128, 128, 64), (1, 4, 1000, 1000, 64), (1, 2, 300, 777, 128
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (the interpreter has a single config)")
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("mode", ["fp32-tf32", "bf16"])
+def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
+    """Each tile config of each kernel is run (the GPU tests otherwise run the default config only when
+    KINTERVAL_TRITON_AUTOTUNE=0, and autotuning runs whichever candidate is fastest)."""
+    from kinterval.ops.triton import kernels as K
+
+    kernels = {"fwd": K._fwd_kernel, "dq": K._bwd_dq_kernel, "dkdv": K._bwd_dkdv_kernel}
+    lists = {kind: K.candidate_configs(kind) for kind in kernels}
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    precision = None if mode == "bf16" else "tf32"
+    atol = {"fp32-tf32": 1e-3, "bf16": 2e-3}[mode]
+    B, H, T = 2, 2, 200  # not a multiple of any block size
+    mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
+    mask[1, ..., 150:] = False  # key padding
+    for i in range(max(len(c) for c in lists.values())):
+        for kind, kern in kernels.items():
+            monkeypatch.setattr(kern, "configs", [lists[kind][i % len(lists[kind])]])
+            monkeypatch.setattr(kern, "cache", {})
+        q, k, v, do = make_inputs(B, H, T, T, D, seed=100 + i, dtype=dtype)
+        check("minmax-prob-k4", q, k, v, do, causal=True, mask=mask, precision=precision, atol=atol)
+        check("fwm-weight-k4", q, k, v, do, causal=True, precision=precision, atol=atol)
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (the CPU interpreter runs the small subset)")
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("mode", ["fp32-ieee", "fp32-tf32", "bf16"])

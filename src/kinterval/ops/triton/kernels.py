@@ -24,26 +24,34 @@ MODE_CODES = {"softmax": 0, "lerp": 1, "weight": 2, "prob": 3}
 RG_CODES = {"full": 0, "detach": 1, "max_only": 2, "min_only": 3, "p1": 4}
 
 
+# KINTERVAL_TRITON_AUTOTUNE=0 skips autotuning: each kernel runs its first (default) candidate below.
+AUTOTUNE = os.environ.get("KINTERVAL_TRITON_AUTOTUNE", "1") != "0"
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages); the first of each list is the default. ptxas (sm_90a, bf16) shows
+# no spills for the defaults at D = 64 and a few hundred bytes at D = 128 (benchmarks/kernel_resources.py):
+# the grid keeps several score-sized tiles live, so the backward prefers narrow key blocks.
+CANDIDATES = {
+    "fwd": [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (128, 64, 4, 3)],
+    "dq": [(64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2), (128, 32, 8, 2), (32, 32, 4, 2)],
+    "dkdv": [(64, 32, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2), (32, 32, 4, 2), (64, 32, 4, 2)],
+}
+
+
+def candidate_configs(kind: str) -> list[triton.Config]:
+    """Every autotune candidate of one kernel ("fwd", "dq" or "dkdv")."""
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
+        for bm, bn, w, st in CANDIDATES[kind]
+    ]
+
+
 def _configs(kind: str) -> list[triton.Config]:
-    """Autotune space; one small config in the interpreter (no benchmarking there)."""
+    """The autotune space of one kernel: one small config in the interpreter (no benchmarking there), the
+    default alone when KINTERVAL_TRITON_AUTOTUNE=0."""
     if INTERPRET:
         return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    if kind == "fwd":
-        shapes = [(128, 64, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2)]
-    else:
-        # the backward keeps many (BLOCK_M, BLOCK_N) grid tiles live: ptxas (sm_90a) reports spills at D = 128
-        # for 64 x 64 even with 8 warps, hence the small-tile candidates
-        shapes = [
-            (64, 64, 8, 2),
-            (64, 32, 8, 2),
-            (64, 32, 4, 2),
-            (32, 64, 4, 2),
-            (32, 32, 4, 2),
-            (32, 32, 4, 1),
-        ]
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes
-    ]
+    configs = candidate_configs(kind)
+    return configs if AUTOTUNE else configs[:1]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -128,7 +136,7 @@ def _valid_tile(
 
 @triton.jit
 def _row_consts(M, m, kf, tau, CALIB: tl.constexpr):
-    """Per-row grid constants: width h, origin b_0, e^h, (e^h - 1)/h and the degenerate flag (App. A)."""
+    """Per-row grid constants: width h, 1/h, origin b_0, e^h, (e^h - 1)/h and the degenerate flag (App. A)."""
     if CALIB == 1:  # MinMax: h = (M - m)/K, b_0 = m - M; degenerate rows get the safe width 1
         span = M - m
         degen = span <= 1e-12
@@ -139,12 +147,13 @@ def _row_consts(M, m, kf, tau, CALIB: tl.constexpr):
         h = tl.zeros_like(M) + tau / kf
         b0 = tl.zeros_like(M) - tau
     eh = tl.exp(h)
-    dfac = (eh - 1.0) / h
-    return h, b0, eh, dfac, degen
+    inv_h = 1.0 / h  # tiles multiply by 1/h: a precise division per score costs ~10 instructions
+    dfac = (eh - 1.0) * inv_h
+    return h, inv_h, b0, eh, dfac, degen
 
 
 @triton.jit
-def _grid_tile(s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB: tl.constexpr):
+def _grid_tile(s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB: tl.constexpr):
     """Reconstruction terms of one (BLOCK_M, BLOCK_N) score tile (§3, App. B; reference.grid).
 
     The stored arg-max key (is_max) sits exactly at z = 0, r = K-1, t_raw = 1 and, for MinMax, the stored
@@ -153,23 +162,24 @@ def _grid_tile(s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CAL
     """
     z = tl.where(valid & (~is_max), s, M[:, None]) - M[:, None]  # masked keys never reach exp / division
     hh = h[:, None]
+    ih = inv_h[:, None]
     if CALIB == 1:  # MinMax: r = clamp(floor((z - b_0)/h), 0, K-1)
         zin = z
-        r = tl.minimum(tl.maximum(tl.floor((z - b0[:, None]) / hh), 0.0), kf - 1.0)
+        r = tl.minimum(tl.maximum(tl.floor((z - b0[:, None]) * ih), 0.0), kf - 1.0)
         keep = valid & (~degen[:, None])
     elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), zero tail z < -tau
         zin = tl.minimum(tl.maximum(z, -tau), 0.0)
-        r = tl.minimum(tl.maximum(tl.floor((zin + tau) / hh), 0.0), kf - 1.0)
+        r = tl.minimum(tl.maximum(tl.floor((zin + tau) * ih), 0.0), kf - 1.0)
         keep = valid & (z >= -tau)
     else:  # resolved: negative indices continue the grid below -tau
         zin = z
-        r = tl.minimum(tl.floor((zin + tau) / hh), kf - 1.0)
+        r = tl.minimum(tl.floor((zin + tau) * ih), kf - 1.0)
         keep = valid
     r = tl.where(is_max, kf - 1.0, r)
     if CALIB == 1:
         r = tl.where(is_min & (~is_max), 0.0, r)
     b_r = b0[:, None] + r * hh
-    t_raw = tl.where(is_max, 1.0, (zin - b_r) / hh)
+    t_raw = tl.where(is_max, 1.0, (zin - b_r) * ih)
     if CALIB == 1:
         t_raw = tl.where(is_min & (~is_max), 0.0, t_raw)
     t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
@@ -252,7 +262,7 @@ def _fwd_kernel(
         amin = amax
 
     # Pass 2: weights at the final (M, m); W = sum w, O = sum w v (and W^L, O^L for Prob-STE).
-    h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+    h, inv_h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
     W = tl.zeros([BLOCK_M], tl.float32)
     WL = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -277,7 +287,7 @@ def _fwd_kernel(
             is_max = offs_n[None, :] == amax[:, None]
             is_min = offs_n[None, :] == amin[:, None]
             wL, wN, keep, ones, cDelta, r, t_raw, t, E_r, E_r1 = _grid_tile(
-                s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB
+                s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
             )
             if MODE == 1:  # LERP forward
                 w = _place(wL, keep, ones)
@@ -292,7 +302,7 @@ def _fwd_kernel(
 
     row = bh * Tq + offs_m
     rmask = offs_m < Tq
-    o = tl.where(W[:, None] > 0, acc / tl.where(W > 0, W, 1.0)[:, None], 0.0)  # fully masked row: O = 0
+    o = acc * tl.where(W > 0, 1.0 / W, 0.0)[:, None]  # fully masked row: O = 0
     o_ptrs = offs_m[:, None] * D + offs_d[None, :]
     omask = rmask[:, None] & dmask[None, :]
     tl.store(O + bh * Tq * D + o_ptrs, _cast(o, O.dtype.element_ty), mask=omask)
@@ -302,7 +312,7 @@ def _fwd_kernel(
     tl.store(Amax + row, amax, mask=rmask)
     tl.store(Amin + row, amin, mask=rmask)
     if MODE == 3:
-        oL = tl.where(WL[:, None] > 0, accL / tl.where(WL > 0, WL, 1.0)[:, None], 0.0)
+        oL = accL * tl.where(WL > 0, 1.0 / WL, 0.0)[:, None]
         tl.store(OL + bh * Tq * D + o_ptrs, oL, mask=omask)
         tl.store(Wat + row, WL, mask=rmask)
     else:
@@ -312,7 +322,7 @@ def _fwd_kernel(
 # -------------------------------------------------------------------------------------------- backward
 @triton.jit
 def _bwd_coefs(
-    s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau,
+    s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau,
     CALIB: tl.constexpr, MODE: tl.constexpr, NEED_GM: tl.constexpr,
 ):  # fmt: skip
     """Per-tile backward coefficients, formed before g = dO V^T so that few score-sized tiles stay live.
@@ -329,7 +339,7 @@ def _bwd_coefs(
         dM = w  # unused
     else:
         wL, wN, keep, ones, cD, r, t_raw, t, E_r, E_r1 = _grid_tile(
-            s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB
+            s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
         )
         if MODE == 1:
             w = _place(wL, keep, ones)
@@ -337,19 +347,19 @@ def _bwd_coefs(
             w = _place(wN, keep, ones)
         dM = cD  # unused unless NEED_GM
         if NEED_GM:
-            Y = (1.0 - t) * E_r * (1.0 - r / kf) + t * E_r1 * (1.0 - (r + 1.0) / kf)
-            dM = -Y - cD * ((r + t_raw) / kf)
+            Y = (1.0 - t) * E_r * (1.0 - r * inv_k) + t * E_r1 * (1.0 - (r + 1.0) * inv_k)
+            dM = -Y - cD * ((r + t_raw) * inv_k)
     return w, keep, cD, dM
 
 
 @triton.jit
-def _gamma(g, keep, Dd, Wa):
-    """gamma = (g - D)/W at the Jacobian point (eq. 1 Weight-STE: P^N, W^N; eq. 2 Prob-STE/LERP: P^L, W^L)."""
-    Ws = tl.where(Wa > 0, Wa, 1.0)
-    return tl.where(keep, (g - Dd[:, None]) / Ws[:, None], 0.0)
+def _gamma(g, keep, Dd, inv_Wa):
+    """gamma = (g - D)/W at the Jacobian point (eq. 1 Weight-STE: P^N, W^N; eq. 2 Prob-STE/LERP: P^L, W^L);
+    ``inv_Wa`` is the per-row 1/W (0 on empty rows)."""
+    return tl.where(keep, (g - Dd[:, None]) * inv_Wa[:, None], 0.0)
 
 
-@triton.autotune(configs=_configs("bwd"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=_configs("dq"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _bwd_dq_kernel(
     Q, Kp, V, Mask, DO, DQ, Mrow, mrow, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
@@ -380,7 +390,9 @@ def _bwd_dq_kernel(
     k_base = Kp + b * skb + hd * skh
     v_base = V + b * svb + hd * svh
     mask_base = Mask + b * smb + hd * smh
-    h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+    h, inv_h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+    inv_Wa = tl.where(Wa > 0, 1.0 / Wa, 0.0)
+    inv_k = 1.0 / kf
     NEED_GM: tl.constexpr = (CALIB == 1) and (RG == 0 or RG == 2 or RG == 3)
     amax = tl.load(Amax + row, mask=rmask, other=-1)
     amin = tl.load(Amin + row, mask=rmask, other=-1)
@@ -403,10 +415,10 @@ def _bwd_dq_kernel(
         is_max = offs_n[None, :] == amax[:, None]
         is_min = offs_n[None, :] == amin[:, None]
         w, keep, cD, dM = _bwd_coefs(
-            s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB, MODE, NEED_GM
+            s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau, CALIB, MODE, NEED_GM
         )
         g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
-        gamma = _gamma(g, keep, Dd, Wa)
+        gamma = _gamma(g, keep, Dd, inv_Wa)
         ds = gamma * cD  # eq. (4) self term (softmax: P (g - D))
         dq += _dot(_cast(ds, k.dtype), k, PREC)
         S1 += tl.sum(ds, 1)
@@ -456,7 +468,7 @@ def _bwd_dq_kernel(
     tl.store(MUo + row, mu, mask=rmask)
 
 
-@triton.autotune(configs=_configs("bwd"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _bwd_dkdv_kernel(
     Q, Kp, V, Mask, DO, DK, DV, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
@@ -504,19 +516,19 @@ def _bwd_dkdv_kernel(
         Dd = tl.load(Dlt + row, mask=rmask, other=0.0)
         amax = tl.load(Amax + row, mask=rmask, other=-1)
         amin = tl.load(Amin + row, mask=rmask, other=-1)
-        h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+        h, inv_h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
         s = _dot(q, tl.trans(k), PREC) * scale
         valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK)
         is_max = offs_n[None, :] == amax[:, None]
         is_min = offs_n[None, :] == amin[:, None]
         w, keep, cD, dM = _bwd_coefs(
-            s, valid, is_max, is_min, M, h, b0, eh, dfac, degen, kf, tau, CALIB, MODE, False
+            s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, 1.0, tau, CALIB, MODE, False
         )
         # dV_j = sum_i P_ij dO_i with the forward P (hard P^N for the STE operators)
-        p = w / tl.where(Wf > 0, Wf, 1.0)[:, None]
+        p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
         dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
         g = _dot(do, tl.trans(v), PREC)
-        ds = _gamma(g, keep, Dd, Wa) * cD  # eq. (4) self term
+        ds = _gamma(g, keep, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0)) * cD  # eq. (4) self term
         if MODE != 0:
             if RG == 0 or RG == 2:  # eq. (4): + G_M on the arg-max key
                 GMe = tl.load(GMo + row, mask=rmask, other=0.0)

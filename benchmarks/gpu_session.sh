@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine: environment, kernel tests, attention table, training throughput.
+#
+#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench] [train]     (default: all three, bench-quick)
+#
+# Logs go to $OUT (or ./out); each stage has its own time limit so that one slow stage cannot eat the rest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(tests bench-quick train)
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/env.txt"
+$PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
+
+for stage in "${stages[@]}"; do
+  t0=$(date +%s)
+  case "$stage" in
+    tests)  # every kernel test, on the GPU (xdist: compilation dominates)
+      timeout 300 $PY -m pytest -q -p no:cacheprovider -n 16 --tb=short -rf --junitxml="$OUT/junit.xml" \
+        -W ignore::DeprecationWarning -p no:benchmark tests/ops/test_triton.py 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+    tests-all)  # the whole suite with a GPU present (model/train tests pick the triton backend)
+      timeout 540 $PY -m pytest -q -p no:cacheprovider -n 16 --tb=short -rf -p no:benchmark tests 2>&1 \
+        | tee "$OUT/tests_all.log" | tail -25 ;;
+    bench-quick)
+      timeout 300 $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes bf16,tf32 \
+        --T 1024,4096 --D 64,128 --compile-t '' --ref-max-t 1024 --csv "$OUT/bench_quick.csv" 2>"$OUT/bench_quick.err" \
+        | tee "$OUT/bench_quick.md" ;;
+    bench)
+      timeout 590 $PY benchmarks/attention.py --ops softmax,lerp-k4,minmax-weight-k4,fwm-prob-k4 \
+        --dtypes bf16,tf32 --csv "$OUT/bench.csv" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
+    train)
+      timeout 240 $PY benchmarks/train_throughput.py --operators sdpa,softmax,minmax-weight-k4,fwm-prob-k4 \
+        2>&1 | tee "$OUT/train.md" ;;
+    train-ref)  # the materialized operator (closed_form backend), for the issue's comparison
+      timeout 200 $PY benchmarks/train_throughput.py --backend closed_form --micro-batch 4 \
+        --operators minmax-weight-k4 2>&1 | tee "$OUT/train_ref.md" ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+  echo "== stage $stage: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/env.txt"
+done

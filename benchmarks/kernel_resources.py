@@ -1,0 +1,119 @@
+"""Compile the fused kernels for sm_90 WITHOUT a GPU and print ptxas's resource report (no timing).
+
+For each (kernel, operator, dtype, D, tile config) the table gives registers per thread, spill stores/loads
+(bytes), shared memory and the compile time. Spills are the first thing to look at when a kernel is slow.
+
+Usage:  python benchmarks/kernel_resources.py [--ops minmax-prob-k4,softmax] [--dtypes bf16,tf32] [--D 64,128]
+        [--configs all|default] [--arch sm_90a]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+KERNEL_NAMES = ("fwd", "dq", "dkdv")
+
+
+def _signature(fn, ptr_ty: str) -> dict[str, str]:
+    """Triton signature strings of a kernel's arguments, read off its argument names (kernels.py)."""
+    sig = {}
+    for n in fn.arg_names:
+        if n.isupper() and n not in ("Q", "V", "O", "OL", "DO", "DQ", "DK", "DV", "H", "D"):
+            sig[n] = "constexpr"  # CALIB, MODE, ..., BLOCK_D
+        elif n in ("scale", "kf", "tau"):
+            sig[n] = "fp32"
+        elif n.startswith("s") or n in ("H", "Tq", "Tk", "D"):
+            sig[n] = "i32"  # strides and sizes
+        elif n == "Mask":
+            sig[n] = "*u8"
+        elif n in ("Amax", "Amin"):
+            sig[n] = "*i32"
+        elif n in ("Q", "Kp", "V", "O", "DO", "DQ", "DK", "DV"):
+            sig[n] = ptr_ty
+        else:
+            sig[n] = "*fp32"  # per-row statistics and O^L
+    return sig
+
+
+def compile_one(kernel, spec, dtype_mode, D, cfg, arch):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kinterval.ops.triton import kernels as K
+    from kinterval.ops.triton.autograd import _codes
+
+    fn = {"fwd": K._fwd_kernel, "dq": K._bwd_dq_kernel, "dkdv": K._bwd_dkdv_kernel}[kernel].fn
+    ptr_ty = {"bf16": "*bf16", "fp16": "*fp16", "tf32": "*fp32", "ieee": "*fp32"}[dtype_mode]
+    prec = {"bf16": "ieee", "fp16": "ieee", "tf32": "tf32", "ieee": "ieee"}[dtype_mode]
+    calib, mode, rg, _, _ = _codes(spec)
+    constexprs = dict(CALIB=calib, MODE=mode, RG=rg, IS_CAUSAL=True, HAS_MASK=False, PREC=prec,
+                      BLOCK_M=cfg.kwargs["BLOCK_M"], BLOCK_N=cfg.kwargs["BLOCK_N"],
+                      BLOCK_D=max(16, triton.next_power_of_2(D)))  # fmt: skip
+    sig = _signature(fn, ptr_ty)
+    src = ASTSource(
+        fn=fn, signature=sig, constexprs={(list(sig).index(k),): v for k, v in constexprs.items()}
+    )
+    t0 = time.perf_counter()
+    out = triton.compile(
+        src,
+        target=GPUTarget("cuda", 90, 32),
+        options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
+    )
+    secs = time.perf_counter() - t0
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(out.asm["ptx"])
+    res = subprocess.run(
+        [ptxas, "-v", f"-arch={arch}", f.name, "-o", os.devnull], capture_output=True, text=True
+    )
+    os.unlink(f.name)
+    log = res.stdout + res.stderr
+    regs = re.search(r"Used (\d+) registers", log)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    smem = out.metadata.shared
+    st, ld = (int(spill.group(1)), int(spill.group(2))) if spill else (None, None)
+    return dict(regs=int(regs.group(1)) if regs else None, spill_st=st, spill_ld=ld, smem=smem, secs=secs)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ops", default="softmax,minmax-prob-k4,fwm-weight-k4")
+    p.add_argument("--dtypes", default="bf16")
+    p.add_argument("--D", default="64,128")
+    p.add_argument("--kernels", default=",".join(KERNEL_NAMES))
+    p.add_argument("--configs", default="all", help="'all' (the autotune space) or 'first'")
+    p.add_argument("--arch", default="sm_90a")
+    args = p.parse_args(argv)
+    os.environ.pop("TRITON_INTERPRET", None)
+    from kinterval.ops import OperatorSpec
+    from kinterval.ops.triton import kernels as K
+
+    print(
+        "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B | compile s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for D in (int(x) for x in args.D.split(",")):
+        for dm in args.dtypes.split(","):
+            for name in args.ops.split(","):
+                spec = OperatorSpec.from_full_name(name)
+                for kernel in args.kernels.split(","):
+                    cfgs = K.candidate_configs(kernel)
+                    cfgs = cfgs[:1] if args.configs == "first" else cfgs
+                    for cfg in cfgs:
+                        r = compile_one(kernel, spec, dm, D, cfg, args.arch)
+                        kw = cfg.kwargs
+                        c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"
+                        print(f"| {kernel} | {name} | {dm} | {D} | {c} | {r['regs']} | {r['spill_st']}/"
+                              f"{r['spill_ld']} | {r['smem']} | {r['secs']:.1f} |", flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
