@@ -110,39 +110,46 @@ def main(argv=None) -> int:
     bench = _make_bench(on_gpu, args)
     rows = []
     sdpa_cache: dict = {}
-    for D in Ds:
-        H = max(1, args.model_dim // D)
-        for T in Ts:
-            B = max(1, args.tokens // T)
-            for mode in modes:
-                dtype = getattr(torch, DTYPE_MODES[mode][0])
-                precision = DTYPE_MODES[mode][1]
-                sets = _inputs(B, H, T, D, dtype, device, args.rotate)
-                sdpa_ms = None
-                if on_gpu and not args.no_sdpa:
-                    key = (B, H, T, D)
-                    if key not in sdpa_cache:
-                        sdpa_cache[key] = _time_sdpa(bench, B, H, T, D, device, causal, args.rotate)
-                    sdpa_ms = sdpa_cache[key]
-                for spec in ops:
-                    run_compiled = (T in compile_ts and mode in compile_modes and D in compile_ds
-                                    and (compile_ops is None or spec.full_name in compile_ops))  # fmt: skip
-                    t_row = time.perf_counter()
-                    row = _measure(bench, spec, sets, causal, precision, on_gpu, T <= args.ref_max_t,
-                                   run_compiled, triton_attention, kinterval_attention)  # fmt: skip
-                    fb = row["f+b ms"]
-                    flops_fwd = 4 * B * H * T * T * D / (2 if causal else 1)
-                    row.update({"operator": spec.full_name, "dtype": mode, "T": T, "D": D, "B": B, "H": H,
-                                "TFLOP/s": (3.5 * flops_fwd / (fb * 1e-3) / 1e12) if fb else None,
-                                "SDPA f+b ms": sdpa_ms,
-                                "x SDPA": (fb / sdpa_ms) if (fb and sdpa_ms) else None})  # fmt: skip
-                    rows.append(row)
-                    print(
-                        f"{_fmt_row(row)}  [{time.perf_counter() - t_row:.0f} s]", file=sys.stderr, flush=True
-                    )  # progress on stderr; fmt: skip
-                del sets
-                if on_gpu:
-                    torch.cuda.empty_cache()
+    try:  # SIGINT (e.g. `timeout -s INT`) still prints the rows measured so far
+        for D in Ds:
+            H = max(1, args.model_dim // D)
+            for T in Ts:
+                B = max(1, args.tokens // T)
+                for mode in modes:
+                    dtype = getattr(torch, DTYPE_MODES[mode][0])
+                    precision = DTYPE_MODES[mode][1]
+                    sets = _inputs(B, H, T, D, dtype, device, args.rotate)
+                    sdpa_ms = None
+                    if on_gpu and not args.no_sdpa:
+                        key = (B, H, T, D)
+                        if key not in sdpa_cache:
+                            sdpa_cache[key] = _time_sdpa(bench, B, H, T, D, device, causal, args.rotate)
+                        sdpa_ms = sdpa_cache[key]
+                    for spec in ops:
+                        wanted = compile_ops is None or spec.full_name in compile_ops
+                        run_compiled = (
+                            wanted and T in compile_ts and mode in compile_modes and D in compile_ds
+                        )
+                        t_row = time.perf_counter()
+                        row = _measure(bench, spec, sets, causal, precision, on_gpu, T <= args.ref_max_t,
+                                       run_compiled, triton_attention, kinterval_attention)  # fmt: skip
+                        fb = row["f+b ms"]
+                        flops_fwd = 4 * B * H * T * T * D / (2 if causal else 1)
+                        row.update({"operator": spec.full_name, "dtype": mode, "T": T, "D": D, "B": B, "H": H,
+                                    "TFLOP/s": (3.5 * flops_fwd / (fb * 1e-3) / 1e12) if fb else None,
+                                    "SDPA f+b ms": sdpa_ms,
+                                    "x SDPA": (fb / sdpa_ms) if (fb and sdpa_ms) else None})  # fmt: skip
+                        rows.append(row)
+                        print(
+                            f"{_fmt_row(row)}  [{time.perf_counter() - t_row:.0f} s]",
+                            file=sys.stderr,
+                            flush=True,
+                        )  # progress on stderr; fmt: skip
+                    del sets
+                    if on_gpu:
+                        torch.cuda.empty_cache()
+    except KeyboardInterrupt:
+        print(f"interrupted after {len(rows)} rows", file=sys.stderr)
     _print_table(rows, device, on_gpu)
     if args.csv:
         with open(args.csv, "w", newline="") as f:

@@ -36,6 +36,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vocab-size", type=int, default=50257)
     p.add_argument("--steps", type=int, default=10, help="timed optimizer steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (kernel compilation, caches)")
+    p.add_argument(
+        "--repeats", type=int, default=1, help="interleaved passes over the operators; median shown"
+    )
     p.add_argument("--threads", type=int, help="torch CPU threads")
     return p.parse_args(argv)
 
@@ -90,6 +93,14 @@ def measure(op: str, args, device: torch.device) -> dict:
     return row
 
 
+def _median_row(runs: list[dict]) -> dict:
+    """The run with the median tokens/s (an error if any run failed)."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    return sorted(runs, key=lambda r: r["tokens_per_s"])[len(runs) // 2]
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.threads:
@@ -99,22 +110,24 @@ def main(argv=None) -> None:
         if args.device == "auto" and torch.cuda.is_available()
         else ("cpu" if args.device == "auto" else args.device)
     )
-    rows = []
-    for op in [o.strip() for o in args.operators.split(",") if o.strip()]:
-        try:
-            rows.append(measure(op, args, device))
+    ops = [o.strip() for o in args.operators.split(",") if o.strip()]
+    runs: dict[str, list[dict]] = {op: [] for op in ops}
+    for _ in range(max(1, args.repeats)):  # interleaved, so that drift and order effects hit every operator
+        for op in ops:
+            try:
+                runs[op].append(measure(op, args, device))
+            except (RuntimeError, ValueError) as err:  # e.g. CUDA out of memory: report and go on
+                runs[op].append({"operator": op, "error": str(err).splitlines()[0][:60]})
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        except (RuntimeError, ValueError) as err:  # e.g. CUDA out of memory: report and go on
-            rows.append({"operator": op, "error": str(err).splitlines()[0][:60]})
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    rows = [_median_row(runs[op]) for op in ops]
     sdpa = next((r["tokens_per_s"] for r in rows if r["operator"] == "sdpa" and "error" not in r), None)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(
         f"model {args.model}, micro-batch {args.micro_batch}, device {name}, torch {torch.__version__}, "
-        f"{args.steps} timed steps after {args.warmup} warmup"
+        f"{args.steps} timed steps after {args.warmup} warmup, median of {max(1, args.repeats)} interleaved "
+        "runs"
     )
     print(f"{'operator':<22}{'backend':<13}{'tokens/s':>12}{'vs sdpa':>9}{'step ms':>10}{'peak mem GiB':>14}")
     for r in rows:
