@@ -322,6 +322,22 @@ def test_precision_modes(precision):
     check("lerp-k4", q, k, v, do, causal=True, precision=precision)
 
 
+def test_autotune_space_and_pruning(monkeypatch):
+    """Pure Python: the candidate lists, the D = 256 pruning and KINTERVAL_TRITON_AUTOTUNE=0 (first fit)."""
+    from kinterval.ops.triton import kernels as K
+
+    for kind in ("fwd", "dq", "dkdv"):
+        cands = K.candidate_configs(kind)
+        assert len(cands) >= 3 and len({str(c) for c in cands}) == len(cands)
+        monkeypatch.setattr(K, "AUTOTUNE", True)
+        assert K._prune(cands, {}, BLOCK_D=128) == cands
+        wide = K._prune(cands, {}, BLOCK_D=256)
+        assert wide and all(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 32 for c in wide)
+        monkeypatch.setattr(K, "AUTOTUNE", False)
+        assert K._prune(cands, {}, BLOCK_D=64) == cands[:1]
+        assert K._prune(cands, {}, BLOCK_D=256) == wide[:1]
+
+
 def test_resolve_precision():
     assert tri_autograd.resolve_precision(torch.float32, "ieee") == "ieee"
     assert tri_autograd.resolve_precision(torch.float32, "tf32") == "tf32"

@@ -46,21 +46,20 @@ def candidate_configs(kind: str) -> list[triton.Config]:
 
 
 def _configs(kind: str) -> list[triton.Config]:
-    """The autotune space of one kernel: one small config in the interpreter (no benchmarking there), the
-    default alone when KINTERVAL_TRITON_AUTOTUNE=0."""
+    """The autotune space of one kernel (one small config in the interpreter: no benchmarking there)."""
     if INTERPRET:
         return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    configs = candidate_configs(kind)
-    return configs if AUTOTUNE else configs[:1]
+    return candidate_configs(kind)
 
 
 def _prune(configs, named_args, **kwargs):
-    """Drop tiles that do not fit a 256-wide head (register pressure); keep at least one."""
+    """Drop tiles that do not fit a 256-wide head (register pressure); keep at least one. Without autotuning
+    (KINTERVAL_TRITON_AUTOTUNE=0) keep the first that fits: the default for this head dim."""
     block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 64))
-    if block_d <= 128:
-        return configs
-    kept = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 32]
-    return kept or configs[-1:]
+    kept = configs
+    if block_d > 128:
+        kept = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 32] or configs[-1:]
+    return kept if AUTOTUNE else kept[:1]
 
 
 def _patch_interpreter_index() -> None:
