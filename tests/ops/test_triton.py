@@ -18,9 +18,11 @@ by O(gamma Delta), a whole row of dq and of dk. With ~10^6 scores a few such fli
 evaluation. At (1, 4, 1000, 1000, 64) fp32, MinMax K = 4, the max dq error of the kernel (interpreter) and of
 torch's fp32 reference is the same 4.0e-4, in the one row holding a key 1.2e-7 h below an interval boundary;
 the 99.9th percentile is 5.7e-6. The interpreter and torch's CPU fp32 sum in the same order and flip together;
-on a GPU the kernel's dots and cuBLAS's do not, so the max bound there allows FLIP_TOL * max(1, max |ref64|)
-(1%), while the Frobenius bound keeps the 2x-torch rule. NOT yet confirmed on a GPU: that flips are the cause
-of the GPU failures seen on 2026-11-22 (docs/performance.md).
+on a GPU the kernel's dots and cuBLAS's do not. One flip there is 8e-6 of max |ref| in the max error (dq:
+4.0e-4 against 49.8) and raises dq's relative Frobenius error from 5.0e-7 to 1.8e-6, under the fp32 atol. So
+on a GPU the max bound allows FLIP_TOL * max(1, max |ref64|) (0.1%: over 100 times one flip), while the Frobenius
+bound keeps the 2x-torch rule. NOT yet confirmed on a GPU: that flips are the cause of the GPU failures seen
+on 2026-11-22 (docs/performance.md).
 
 Every range_grad mode is tested on fresh random inputs: the reference differentiates the clamp on t as the
 identity (docs/operators.md), so its gradient does not hinge on whether t_raw rounds to 1 +- 1ulp at the
@@ -71,7 +73,7 @@ CORE_OPS = [
 OTHER_K = ["lerp-k1", "minmax-weight-k16", "fwm-prob-k3", "resolved-lerp-k8"]
 RANGE_GRADS = ["detach", "max_only", "min_only", "p1"]
 NAMES = ("out", "dq", "dk", "dv")
-FLIP_TOL = 1e-2 if HAS_CUDA else 0.0  # module doc: flipped grid decisions on a GPU
+FLIP_TOL = 1e-3 if HAS_CUDA else 0.0  # module doc: flipped grid decisions on a GPU
 
 
 @pytest.fixture(autouse=True)
