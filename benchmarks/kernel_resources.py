@@ -41,7 +41,7 @@ def _signature(fn, ptr_ty: str) -> dict[str, str]:
     return sig
 
 
-def compile_one(kernel, spec, dtype_mode, D, cfg, arch):
+def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -53,7 +53,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch):
     ptr_ty = {"bf16": "*bf16", "fp16": "*fp16", "tf32": "*fp32", "ieee": "*fp32"}[dtype_mode]
     prec = {"bf16": "ieee", "fp16": "ieee", "tf32": "tf32", "ieee": "ieee"}[dtype_mode]
     calib, mode, rg, _, _ = _codes(spec)
-    constexprs = dict(CALIB=calib, MODE=mode, RG=rg, IS_CAUSAL=True, HAS_MASK=False, PREC=prec,
+    constexprs = dict(CALIB=calib, MODE=mode, RG=rg, IS_CAUSAL=causal, HAS_MASK=has_mask, PREC=prec,
                       BLOCK_M=cfg.kwargs["BLOCK_M"], BLOCK_N=cfg.kwargs["BLOCK_N"],
                       BLOCK_D=max(16, triton.next_power_of_2(D)))  # fmt: skip
     sig = _signature(fn, ptr_ty)
@@ -90,28 +90,36 @@ def main(argv=None) -> int:
     p.add_argument("--kernels", default=",".join(KERNEL_NAMES))
     p.add_argument("--configs", default="all", help="'all' (the autotune space) or 'first'")
     p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--masks", default="causal", help="comma-separated from causal, mask, none")
+    p.add_argument("--split-max-d", type=int, help="override kernels.SPLIT_MAX_D (0: never split the loops)")
     args = p.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
     from kinterval.ops import OperatorSpec
     from kinterval.ops.triton import kernels as K
 
+    if args.split_max_d is not None:
+        import triton.language as tl
+
+        K.SPLIT_MAX_D = tl.constexpr(args.split_max_d)
+
     print(
         "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B | compile s |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for D in (int(x) for x in args.D.split(",")):
-        for dm in args.dtypes.split(","):
-            for name in args.ops.split(","):
-                spec = OperatorSpec.from_full_name(name)
-                for kernel in args.kernels.split(","):
-                    cfgs = K.candidate_configs(kernel)
-                    cfgs = cfgs[:1] if args.configs == "first" else cfgs
-                    for cfg in cfgs:
-                        r = compile_one(kernel, spec, dm, D, cfg, args.arch)
-                        kw = cfg.kwargs
-                        c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"
-                        print(f"| {kernel} | {name} | {dm} | {D} | {c} | {r['regs']} | {r['spill_st']}/"
-                              f"{r['spill_ld']} | {r['smem']} | {r['secs']:.1f} |", flush=True)  # fmt: skip
+    masks = {"causal": (True, False), "mask": (False, True), "none": (False, False)}
+    jobs = [(D, dm, name, kernel, mk) for D in (int(x) for x in args.D.split(","))
+            for dm in args.dtypes.split(",") for name in args.ops.split(",")
+            for kernel in args.kernels.split(",") for mk in args.masks.split(",")]  # fmt: skip
+    for D, dm, name, kernel, mk in jobs:
+        spec = OperatorSpec.from_full_name(name)
+        cfgs = K.candidate_configs(kernel)
+        for cfg in cfgs[:1] if args.configs == "first" else cfgs:
+            r = compile_one(kernel, spec, dm, D, cfg, args.arch, *masks[mk])
+            kw = cfg.kwargs
+            c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"
+            spill = f"{r['spill_st']}/{r['spill_ld']}"
+            print(f"| {kernel} | {name} ({mk}) | {dm} | {D} | {c} | {r['regs']} | {spill} | {r['smem']} "
+                  f"| {r['secs']:.1f} |", flush=True)  # fmt: skip
     return 0
 
 

@@ -86,6 +86,12 @@ if INTERPRET:
     _patch_interpreter_index()
 
 
+# Interior tiles (in bounds, left of the causal diagonal, no user mask) run an unmasked copy of each loop
+# body for 16-bit inputs and head dims up to SPLIT_MAX_D. Results are bit-identical either way. Elsewhere the
+# second copy raises ptxas's spills (bf16 D = 128: dQ 200 -> 420 B, dK/dV 0 -> 140 B; fp32 D = 64: dK/dV
+# 12 -> 188 B), so it is off there until a GPU says which is faster.
+SPLIT_MAX_D = tl.constexpr(64)
+
 _KEY = ["Tq", "Tk", "BLOCK_D", "CALIB", "MODE", "RG", "IS_CAUSAL", "HAS_MASK", "PREC"]
 
 
@@ -118,9 +124,13 @@ def _cast(x, dtype: tl.constexpr):
 
 @triton.jit
 def _valid_tile(
-    offs_m, offs_n, Tq, Tk, mask_base, stride_mm, stride_mn, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr
-):
-    """Keys query i may attend: in bounds, causal (last query on last key), user mask (stride 0 ok)."""
+    offs_m, offs_n, Tq, Tk, mask_base, stride_mm, stride_mn,
+    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, FULL: tl.constexpr,
+):  # fmt: skip
+    """Keys query i may attend: in bounds, causal (last query on last key), user mask (stride 0 ok).
+    FULL: an interior tile the caller knows to be entirely valid; a constant tile folds the selects on it."""
+    if FULL:
+        return tl.full([offs_m.shape[0], offs_n.shape[0]], 1, tl.int1)
     inb = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
     valid = inb
     if IS_CAUSAL:
@@ -131,6 +141,38 @@ def _valid_tile(
         )
         valid = valid & (mvals != 0)
     return valid
+
+
+@triton.jit
+def _full_key_end(pid_m, Tq, Tk, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr):  # fmt: skip
+    """End of the leading key tiles that every row of query block pid_m may attend entirely: in bounds and,
+    causal, at or left of the diagonal of the block's first row. 0 with a user mask (no tile is known valid).
+    Rows past Tq in the last block are treated as valid there: nothing of theirs is stored."""
+    if HAS_MASK:
+        return 0
+    end = Tk
+    if IS_CAUSAL:
+        end = tl.maximum(tl.minimum(Tk, pid_m * BLOCK_M + Tk - Tq + 1), 0)
+    return (end // BLOCK_N) * BLOCK_N
+
+
+@triton.jit
+def _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """[full_lo, full_hi): the query blocks (aligned with lo) that are in bounds and see every key of key
+    block pid_n; empty (lo, lo) with a user mask or for the last, partial key block. dK/dV sums over rows, so
+    rows past Tq must stay masked there."""
+    if HAS_MASK:
+        return lo, lo
+    key_end = (pid_n + 1) * BLOCK_N
+    full_lo = lo
+    if IS_CAUSAL:  # first row that sees the block's last key: i >= key_end - 1 - (Tk - Tq)
+        first = tl.maximum(key_end - 1 - (Tk - Tq), 0)
+        full_lo = tl.maximum(lo, ((first + BLOCK_M - 1) // BLOCK_M) * BLOCK_M)
+    full_hi = tl.maximum((Tq // BLOCK_M) * BLOCK_M, full_lo)
+    ok = key_end <= Tk
+    return tl.where(ok, full_lo, lo), tl.where(ok, full_hi, lo)
 
 
 @triton.jit
@@ -197,6 +239,70 @@ def _place(w, keep, ones):
 
 
 # --------------------------------------------------------------------------------------------- forward
+@triton.jit
+def _extrema_step(
+    q, k_base, start_n, offs_m, offs_d, dmask, M, m, amax, amin, Tq, Tk, mask_base, smm, smn, skn, skd, scale,
+    CALIB: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    FULL: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Pass 1 over one key tile: running row max M and min m, first index among ties (scores only)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
+    kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
+    s = _dot(q, kT, PREC) * scale
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
+    s_hi = tl.where(valid, s, float("-inf"))
+    bmax = tl.max(s_hi, 1)
+    imax = tl.min(tl.where(s_hi == bmax[:, None], offs_n[None, :], 2147483647), 1)
+    upd = bmax > M  # strict: the first index among ties wins
+    amax = tl.where(upd, imax, amax)
+    M = tl.where(upd, bmax, M)
+    if CALIB == 1:
+        s_lo = tl.where(valid, s, float("inf"))
+        bmin = tl.min(s_lo, 1)
+        imin = tl.min(tl.where(s_lo == bmin[:, None], offs_n[None, :], 2147483647), 1)
+        upd_lo = bmin < m
+        amin = tl.where(upd_lo, imin, amin)
+        m = tl.where(upd_lo, bmin, m)
+    return M, m, amax, amin
+
+
+@triton.jit
+def _weights_step(
+    q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac, degen, kf, tau,
+    W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
+    CALIB: tl.constexpr, MODE: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Pass 2 over one key tile: weights at the final (M, m); W += sum w, O += w v (W^L, O^L for Prob-STE)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
+    vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
+    kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
+    v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
+    s = _dot(q, kT, PREC) * scale
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
+    if MODE == 0:  # softmax: e^{s - M}
+        w = tl.where(valid, tl.exp(tl.where(valid, s, M[:, None]) - M[:, None]), 0.0)
+    else:
+        is_max = offs_n[None, :] == amax[:, None]
+        is_min = offs_n[None, :] == amin[:, None]
+        wL, wN, keep, ones, cDelta, r, t_raw, t, E_r, E_r1 = _grid_tile(
+            s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
+        )
+        if MODE == 1:  # LERP forward
+            w = _place(wL, keep, ones)
+        else:  # STE operators: the hard forward is Nearest
+            w = _place(wN, keep, ones)
+        if MODE == 3:  # Prob-STE also needs P^L V (eq. 2 backward point)
+            wLp = _place(wL, keep, ones)
+            WL += tl.sum(wLp, 1)
+            accL += _dot(_cast(wLp, v.dtype), v, PREC)
+    W += tl.sum(w, 1)
+    acc += _dot(_cast(w, v.dtype), v, PREC)
+    return W, WL, acc, accL
+
+
 @triton.autotune(configs=_configs("fwd"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _fwd_kernel(
@@ -209,6 +315,9 @@ def _fwd_kernel(
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
+    SPLIT: tl.constexpr = (
+        (not HAS_MASK) and BLOCK_D <= SPLIT_MAX_D and Q.dtype.element_ty.primitive_bitwidth <= 16
+    )
     b = bh // H
     hd = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -226,33 +335,24 @@ def _fwd_kernel(
     if IS_CAUSAL:  # keys j <= i + Tk - Tq for the block's last row
         hi = tl.minimum(Tk, (pid_m + 1) * BLOCK_M + Tk - Tq)
 
-    # Pass 1: row max M and row min m over valid keys, first index among ties (scores only).
+    # Pass 1: row max M and row min m over valid keys; unmasked interior tiles first, then the rest.
     M = tl.full([BLOCK_M], float("-inf"), tl.float32)
     m = tl.full([BLOCK_M], float("inf"), tl.float32)
     amax = tl.zeros([BLOCK_M], tl.int32)
     amin = tl.zeros([BLOCK_M], tl.int32)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        kT = tl.load(
-            k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
-            mask=(offs_n[None, :] < Tk) & dmask[:, None],
-            other=0.0,
-        )
-        s = _dot(q, kT, PREC) * scale
-        valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK)
-        s_hi = tl.where(valid, s, float("-inf"))
-        bmax = tl.max(s_hi, 1)
-        imax = tl.min(tl.where(s_hi == bmax[:, None], offs_n[None, :], 2147483647), 1)
-        upd = bmax > M  # strict: the first index among ties wins
-        amax = tl.where(upd, imax, amax)
-        M = tl.where(upd, bmax, M)
-        if CALIB == 1:
-            s_lo = tl.where(valid, s, float("inf"))
-            bmin = tl.min(s_lo, 1)
-            imin = tl.min(tl.where(s_lo == bmin[:, None], offs_n[None, :], 2147483647), 1)
-            upd_lo = bmin < m
-            amin = tl.where(upd_lo, imin, amin)
-            m = tl.where(upd_lo, bmin, m)
+    full_hi = 0
+    if SPLIT:
+        full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
+        for start_n in range(0, full_hi, BLOCK_N):
+            M, m, amax, amin = _extrema_step(
+                q, k_base, start_n, offs_m, offs_d, dmask, M, m, amax, amin, Tq, Tk, mask_base, smm, smn,
+                skn, skd, scale, CALIB, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
+            )  # fmt: skip
+    for start_n in range(full_hi, hi, BLOCK_N):
+        M, m, amax, amin = _extrema_step(
+            q, k_base, start_n, offs_m, offs_d, dmask, M, m, amax, amin, Tq, Tk, mask_base, smm, smn,
+            skn, skd, scale, CALIB, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
+        )  # fmt: skip
     nonempty = M > float("-inf")
     M = tl.where(nonempty, M, 0.0)  # fully masked row: M = m = 0 (reference.row_extrema)
     m = tl.where(nonempty, m, 0.0)
@@ -266,38 +366,19 @@ def _fwd_kernel(
     WL = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     accL = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        kT = tl.load(
-            k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
-            mask=(offs_n[None, :] < Tk) & dmask[:, None],
-            other=0.0,
-        )
-        v = tl.load(
-            v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
-            mask=(offs_n[:, None] < Tk) & dmask[None, :],
-            other=0.0,
-        )
-        s = _dot(q, kT, PREC) * scale
-        valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK)
-        if MODE == 0:  # softmax: e^{s - M}
-            w = tl.where(valid, tl.exp(tl.where(valid, s, M[:, None]) - M[:, None]), 0.0)
-        else:
-            is_max = offs_n[None, :] == amax[:, None]
-            is_min = offs_n[None, :] == amin[:, None]
-            wL, wN, keep, ones, cDelta, r, t_raw, t, E_r, E_r1 = _grid_tile(
-                s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
-            )
-            if MODE == 1:  # LERP forward
-                w = _place(wL, keep, ones)
-            else:  # STE operators: the hard forward is Nearest
-                w = _place(wN, keep, ones)
-            if MODE == 3:  # Prob-STE also needs P^L V (eq. 2 backward point)
-                wLp = _place(wL, keep, ones)
-                WL += tl.sum(wLp, 1)
-                accL += _dot(_cast(wLp, v.dtype), v, PREC)
-        W += tl.sum(w, 1)
-        acc += _dot(_cast(w, v.dtype), v, PREC)
+    if SPLIT:
+        for start_n in range(0, full_hi, BLOCK_N):
+            W, WL, acc, accL = _weights_step(
+                q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
+                degen, kf, tau, W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
+                CALIB, MODE, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
+            )  # fmt: skip
+    for start_n in range(full_hi, hi, BLOCK_N):
+        W, WL, acc, accL = _weights_step(
+            q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
+            degen, kf, tau, W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
+            CALIB, MODE, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
+        )  # fmt: skip
 
     row = bh * Tq + offs_m
     rmask = offs_m < Tq
@@ -358,6 +439,39 @@ def _gamma(g, keep, Dd, inv_Wa):
     return tl.where(keep, (g - Dd[:, None]) * inv_Wa[:, None], 0.0)
 
 
+@triton.jit
+def _dq_step(
+    q, do, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac, degen, kf,
+    inv_k, tau, Dd, inv_Wa, dq, ksum, S1, GM, nv, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, NEED_GM: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One key tile of the dQ loop: self term of eq. (4) into dq, row sums S1 (and G_M, the P1 sums)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    kvmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
+    k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0)
+    v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0)
+    s = _dot(q, tl.trans(k), PREC) * scale
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
+    is_max = offs_n[None, :] == amax[:, None]
+    is_min = offs_n[None, :] == amin[:, None]
+    w, keep, cD, dM = _bwd_coefs(
+        s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau, CALIB, MODE, NEED_GM
+    )
+    g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
+    gamma = _gamma(g, keep, Dd, inv_Wa)
+    ds = gamma * cD  # eq. (4) self term (softmax: P (g - D))
+    dq += _dot(_cast(ds, k.dtype), k, PREC)
+    S1 += tl.sum(ds, 1)
+    if NEED_GM:  # G_M = sum_j gamma_ij dw_ij/dM (eq. 4)
+        GM += tl.sum(gamma * dM, 1)
+    if RG == 4:
+        nv += tl.sum(valid.to(tl.float32), 1)
+        ksum += _dot(_cast(valid.to(tl.float32), k.dtype), k, PREC)
+    return dq, ksum, S1, GM, nv
+
+
 @triton.autotune(configs=_configs("dq"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _bwd_dq_kernel(
@@ -371,6 +485,9 @@ def _bwd_dq_kernel(
     """dQ over one query block, plus the per-row calibration reductions G_M, G_m (eq. 4) and the P1 mean."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
+    SPLIT: tl.constexpr = (
+        (not HAS_MASK) and BLOCK_D <= SPLIT_MAX_D and Q.dtype.element_ty.primitive_bitwidth <= 16
+    )
     b = bh // H
     hd = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -404,28 +521,21 @@ def _bwd_dq_kernel(
     S1 = tl.zeros([BLOCK_M], tl.float32)  # sum_j gamma Delta (row sum of the self term)
     GM = tl.zeros([BLOCK_M], tl.float32)  # sum_j gamma dw/dM (MinMax)
     nv = tl.zeros([BLOCK_M], tl.float32)  # number of valid keys (P1)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        kvmask = (offs_n[:, None] < Tk) & dmask[None, :]
-        k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0)
-        s = _dot(q, tl.trans(k), PREC) * scale
-        valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK)
-        is_max = offs_n[None, :] == amax[:, None]
-        is_min = offs_n[None, :] == amin[:, None]
-        w, keep, cD, dM = _bwd_coefs(
-            s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau, CALIB, MODE, NEED_GM
-        )
-        g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
-        gamma = _gamma(g, keep, Dd, inv_Wa)
-        ds = gamma * cD  # eq. (4) self term (softmax: P (g - D))
-        dq += _dot(_cast(ds, k.dtype), k, PREC)
-        S1 += tl.sum(ds, 1)
-        if NEED_GM:  # G_M = sum_j gamma_ij dw_ij/dM (eq. 4)
-            GM += tl.sum(gamma * dM, 1)
-        if RG == 4:
-            nv += tl.sum(valid.to(tl.float32), 1)
-            ksum += _dot(_cast(valid.to(tl.float32), k.dtype), k, PREC)
+    full_hi = 0
+    if SPLIT:
+        full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
+        for start_n in range(0, full_hi, BLOCK_N):  # unmasked interior tiles, then the rest
+            dq, ksum, S1, GM, nv = _dq_step(
+                q, do, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh,
+                dfac, degen, kf, inv_k, tau, Dd, inv_Wa, dq, ksum, S1, GM, nv, Tq, Tk, mask_base, smm, smn,
+                skn, skd, svn, svd, scale, CALIB, MODE, RG, NEED_GM, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
+            )  # fmt: skip
+    for start_n in range(full_hi, hi, BLOCK_N):
+        dq, ksum, S1, GM, nv = _dq_step(
+            q, do, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
+            degen, kf, inv_k, tau, Dd, inv_Wa, dq, ksum, S1, GM, nv, Tq, Tk, mask_base, smm, smn, skn, skd,
+            svn, svd, scale, CALIB, MODE, RG, NEED_GM, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
+        )  # fmt: skip
 
     # Calibration terms of eq. (4): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
     if MODE == 0:  # softmax: G_M = -sum_j dS_ij = 0 exactly in exact arithmetic (not applied)
@@ -467,6 +577,54 @@ def _bwd_dq_kernel(
     tl.store(MUo + row, mu, mask=rmask)
 
 
+@triton.jit
+def _dkdv_step(
+    k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n, offs_d,
+    dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    HAS_MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """One query tile of the dK/dV loop: dV += P^T dO, dK += dS^T q with the calibration terms of eq. (4)."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    rmask = offs_m < Tq
+    qmask = dmask[None, :] if FULL else rmask[:, None] & dmask[None, :]
+    q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
+    do = tl.load(DO + bh * Tq * D + offs_m[:, None] * D + offs_d[None, :], mask=qmask, other=0.0)
+    row = bh * Tq + offs_m
+    M = tl.load(Mrow + row, mask=rmask, other=0.0)
+    m = tl.load(mrow + row, mask=rmask, other=0.0)
+    Wf = tl.load(Wfwd + row, mask=rmask, other=0.0)
+    Wa = tl.load(Wat + row, mask=rmask, other=0.0)
+    Dd = tl.load(Dlt + row, mask=rmask, other=0.0)
+    amax = tl.load(Amax + row, mask=rmask, other=-1)
+    amin = tl.load(Amin + row, mask=rmask, other=-1)
+    h, inv_h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+    s = _dot(q, tl.trans(k), PREC) * scale
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
+    is_max = offs_n[None, :] == amax[:, None]
+    is_min = offs_n[None, :] == amin[:, None]
+    w, keep, cD, dM = _bwd_coefs(
+        s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, 1.0, tau, CALIB, MODE, False
+    )
+    # dV_j = sum_i P_ij dO_i with the forward P (hard P^N for the STE operators)
+    p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
+    dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
+    g = _dot(do, tl.trans(v), PREC)
+    ds = _gamma(g, keep, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0)) * cD  # eq. (4) self term
+    if MODE != 0:
+        if RG == 0 or RG == 2:  # eq. (4): + G_M on the arg-max key
+            GMe = tl.load(GMo + row, mask=rmask, other=0.0)
+            ds += tl.where(is_max, GMe[:, None], 0.0)
+        if CALIB == 1 and (RG == 0 or RG == 3):  # + G_m on the arg-min key
+            Gme = tl.load(Gmo + row, mask=rmask, other=0.0)
+            ds += tl.where(is_min, Gme[:, None], 0.0)
+        if RG == 4:  # P1 projection: dS_ij - mean over valid keys
+            mu = tl.load(MUo + row, mask=rmask, other=0.0)
+            ds = tl.where(valid, ds - mu[:, None], 0.0)
+    dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
+    return dk, dv
+
+
 @triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _bwd_dkdv_kernel(
@@ -480,6 +638,9 @@ def _bwd_dkdv_kernel(
     """dK, dV over one key block (loop over query blocks); calibration terms on the arg-max/arg-min keys."""
     pid_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
+    SPLIT: tl.constexpr = (
+        (not HAS_MASK) and BLOCK_D <= SPLIT_MAX_D and Q.dtype.element_ty.primitive_bitwidth <= 16
+    )
     b = bh // H
     hd = bh % H
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -501,44 +662,27 @@ def _bwd_dkdv_kernel(
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    for start_m in range(lo, Tq, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        rmask = offs_m < Tq
-        qmask = rmask[:, None] & dmask[None, :]
-        q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
-        do = tl.load(DO + bh * Tq * D + offs_m[:, None] * D + offs_d[None, :], mask=qmask, other=0.0)
-        row = bh * Tq + offs_m
-        M = tl.load(Mrow + row, mask=rmask, other=0.0)
-        m = tl.load(mrow + row, mask=rmask, other=0.0)
-        Wf = tl.load(Wfwd + row, mask=rmask, other=0.0)
-        Wa = tl.load(Wat + row, mask=rmask, other=0.0)
-        Dd = tl.load(Dlt + row, mask=rmask, other=0.0)
-        amax = tl.load(Amax + row, mask=rmask, other=-1)
-        amin = tl.load(Amin + row, mask=rmask, other=-1)
-        h, inv_h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
-        s = _dot(q, tl.trans(k), PREC) * scale
-        valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK)
-        is_max = offs_n[None, :] == amax[:, None]
-        is_min = offs_n[None, :] == amin[:, None]
-        w, keep, cD, dM = _bwd_coefs(
-            s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, 1.0, tau, CALIB, MODE, False
-        )
-        # dV_j = sum_i P_ij dO_i with the forward P (hard P^N for the STE operators)
-        p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
-        dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
-        g = _dot(do, tl.trans(v), PREC)
-        ds = _gamma(g, keep, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0)) * cD  # eq. (4) self term
-        if MODE != 0:
-            if RG == 0 or RG == 2:  # eq. (4): + G_M on the arg-max key
-                GMe = tl.load(GMo + row, mask=rmask, other=0.0)
-                ds += tl.where(is_max, GMe[:, None], 0.0)
-            if CALIB == 1 and (RG == 0 or RG == 3):  # + G_m on the arg-min key
-                Gme = tl.load(Gmo + row, mask=rmask, other=0.0)
-                ds += tl.where(is_min, Gme[:, None], 0.0)
-            if RG == 4:  # P1 projection: dS_ij - mean over valid keys
-                mu = tl.load(MUo + row, mask=rmask, other=0.0)
-                ds = tl.where(valid, ds - mu[:, None], 0.0)
-        dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
+    full_hi = lo
+    if SPLIT:
+        full_lo, full_hi = _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
+        for start_m in range(lo, full_lo, BLOCK_M):  # masked, unmasked interior, masked (last rows)
+            dk, dv = _dkdv_step(
+                k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n,
+                offs_d, dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
+                CALIB, MODE, RG, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_M,
+            )  # fmt: skip
+        for start_m in range(full_lo, full_hi, BLOCK_M):
+            dk, dv = _dkdv_step(
+                k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n,
+                offs_d, dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
+                CALIB, MODE, RG, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_M,
+            )  # fmt: skip
+    for start_m in range(full_hi, Tq, BLOCK_M):
+        dk, dv = _dkdv_step(
+            k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n,
+            offs_d, dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
+            CALIB, MODE, RG, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_M,
+        )  # fmt: skip
 
     dk = dk * scale
     out = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
