@@ -39,13 +39,6 @@ for stage in "${stages[@]}"; do
     train-ref)  # the materialized operator (closed_form backend), for the comparison
       timeout 200 $PY benchmarks/train_throughput.py --backend closed_form --micro-batch 4 \
         --operators minmax-weight-k4 2>&1 | tee "$OUT/train_ref.md" ;;
-    bench-rest)  # rows the quick table lacks: T = 512, 2048, 8192, the compiled reference at T = 1024
-      timeout 170 $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes bf16,tf32 \
-        --T 512,1024,2048,8192 --D 64 --ref-max-t 2048 --compile-t 1024 --compile-ops minmax-weight-k4 \
-        --warmup 10 --rep 50 --csv "$OUT/bench_rest.csv" 2>"$OUT/bench_rest.err" | tee "$OUT/bench_rest.md" ;;
-    train-quick)
-      KINTERVAL_TRITON_AUTOTUNE=0 timeout 110 $PY benchmarks/train_throughput.py \
-        --operators sdpa,softmax,minmax-weight-k4,fwm-prob-k4 --steps 6 --warmup 2 2>&1 | tee "$OUT/train.md" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
   echo "== stage $stage: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/env.txt"

@@ -92,6 +92,13 @@ if INTERPRET:
 # 12 -> 188 B), so it is off there until a GPU says which is faster.
 SPLIT_MAX_D = tl.constexpr(64)
 
+
+@triton.constexpr_function
+def _split_loops(dtype, block_d, has_mask):
+    """Whether a kernel runs its interior tiles through the unmasked copy of its loop body (see above)."""
+    return (not has_mask) and block_d <= SPLIT_MAX_D and dtype.primitive_bitwidth <= 16
+
+
 _KEY = ["Tq", "Tk", "BLOCK_D", "CALIB", "MODE", "RG", "IS_CAUSAL", "HAS_MASK", "PREC"]
 
 
@@ -315,9 +322,7 @@ def _fwd_kernel(
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    SPLIT: tl.constexpr = (
-        (not HAS_MASK) and BLOCK_D <= SPLIT_MAX_D and Q.dtype.element_ty.primitive_bitwidth <= 16
-    )
+    SPLIT: tl.constexpr = _split_loops(Q.dtype.element_ty, BLOCK_D, HAS_MASK)
     b = bh // H
     hd = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -485,9 +490,7 @@ def _bwd_dq_kernel(
     """dQ over one query block, plus the per-row calibration reductions G_M, G_m (eq. 4) and the P1 mean."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    SPLIT: tl.constexpr = (
-        (not HAS_MASK) and BLOCK_D <= SPLIT_MAX_D and Q.dtype.element_ty.primitive_bitwidth <= 16
-    )
+    SPLIT: tl.constexpr = _split_loops(Q.dtype.element_ty, BLOCK_D, HAS_MASK)
     b = bh // H
     hd = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -638,9 +641,7 @@ def _bwd_dkdv_kernel(
     """dK, dV over one key block (loop over query blocks); calibration terms on the arg-max/arg-min keys."""
     pid_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    SPLIT: tl.constexpr = (
-        (not HAS_MASK) and BLOCK_D <= SPLIT_MAX_D and Q.dtype.element_ty.primitive_bitwidth <= 16
-    )
+    SPLIT: tl.constexpr = _split_loops(Q.dtype.element_ty, BLOCK_D, HAS_MASK)
     b = bh // H
     hd = bh % H
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
