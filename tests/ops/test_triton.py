@@ -359,19 +359,31 @@ def test_unsplit_loops_match(name, monkeypatch):
 
 
 def test_autotune_space_and_pruning(monkeypatch):
-    """Pure Python: the candidate lists, the D = 256 pruning and KINTERVAL_TRITON_AUTOTUNE=0 (first fit)."""
+    """Pure Python: the candidate lists, the choice of list by dot precision (fp32 "ieee" runs the FMA list),
+    the head-dim pruning and KINTERVAL_TRITON_AUTOTUNE=0 (first fit)."""
     from kinterval.ops.triton import kernels as K
 
+    def area(c):
+        return c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"]
+
+    fp32, bf16 = torch.empty(0), torch.empty(0, dtype=torch.bfloat16)
     for kind in ("fwd", "dq", "dkdv"):
-        cands = K.candidate_configs(kind)
-        assert len(cands) >= 3 and len({str(c) for c in cands}) == len(cands)
+        mma, fma = K.candidate_configs(kind), K.candidate_configs(kind, fma=True)
+        space = mma + fma
+        assert len(mma) >= 3 and len(fma) >= 3 and len({K._tile(c) for c in space}) == len(space)
         monkeypatch.setattr(K, "AUTOTUNE", True)
-        assert K._prune(cands, {}, BLOCK_D=128) == cands
-        wide = K._prune(cands, {}, BLOCK_D=256)
-        assert wide and all(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 32 for c in wide)
+        for q, prec, want in ((bf16, "ieee", mma), (fp32, "tf32", mma), (fp32, "ieee", fma)):
+            assert K._prune(space, {"Q": q}, kind=kind, PREC=prec, BLOCK_D=64) == want
+        assert K._prune(space, {"Q": bf16}, kind=kind, PREC="ieee", BLOCK_D=128) == mma
+        wide = K._prune(space, {"Q": bf16}, kind=kind, PREC="ieee", BLOCK_D=256)
+        assert wide and all(area(c) <= 64 * 32 for c in wide)
+        fma128 = K._prune(space, {"Q": fp32}, kind=kind, PREC="ieee", BLOCK_D=128)
+        assert fma128 and all(area(c) <= 512 for c in fma128)
         monkeypatch.setattr(K, "AUTOTUNE", False)
-        assert K._prune(cands, {}, BLOCK_D=64) == cands[:1]
-        assert K._prune(cands, {}, BLOCK_D=256) == wide[:1]
+        assert K._prune(space, {"Q": bf16}, kind=kind, PREC="ieee", BLOCK_D=64) == mma[:1]
+        assert K._prune(space, {"Q": fp32}, kind=kind, PREC="ieee", BLOCK_D=64) == fma[:1]
+        assert K._prune(space, {"Q": bf16}, kind=kind, PREC="ieee", BLOCK_D=256) == wide[:1]
+        assert K._prune(space, {"Q": fp32}, kind=kind, PREC="ieee", BLOCK_D=128) == fma128[:1]
 
 
 def test_resolve_precision():
@@ -475,17 +487,17 @@ GPU_SHAPES = [(2, 4, 128, 128, 64), (1, 4, 1000, 1000, 64), (1, 2, 300, 777, 128
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (the interpreter has a single config)")
 @pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("mode", ["fp32-tf32", "bf16"])
+@pytest.mark.parametrize("mode", ["fp32-ieee", "fp32-tf32", "bf16"])
 def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
     """Each tile config of each kernel is run (the GPU tests otherwise run the default config only when
     KINTERVAL_TRITON_AUTOTUNE=0, and autotuning runs whichever candidate is fastest)."""
     from kinterval.ops.triton import kernels as K
 
     kernels = {"fwd": K._fwd_kernel, "dq": K._bwd_dq_kernel, "dkdv": K._bwd_dkdv_kernel}
-    lists = {kind: K.candidate_configs(kind) for kind in kernels}
+    lists = {kind: K.candidate_configs(kind, fma=mode == "fp32-ieee") for kind in kernels}
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-    precision = None if mode == "bf16" else "tf32"
-    atol = {"fp32-tf32": 1e-3, "bf16": 2e-3}[mode]
+    precision = None if mode == "bf16" else mode.split("-")[1]
+    atol = {"fp32-ieee": 1e-5, "fp32-tf32": 1e-3, "bf16": 2e-3}[mode]
     B, H, T = 2, 2, 200  # not a multiple of any block size
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
     mask[1, ..., 150:] = False  # key padding

@@ -11,6 +11,7 @@ Constexpr switches: CALIB 0 softmax, 1 minmax, 2 fwm, 3 resolved; MODE 0 softmax
 
 from __future__ import annotations
 
+import functools
 import os
 
 import triton
@@ -35,31 +36,55 @@ CANDIDATES = {
     "dq": [(64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2), (128, 32, 8, 2), (32, 32, 4, 2)],
     "dkdv": [(64, 32, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2), (32, 32, 4, 2), (64, 32, 4, 2)],
 }
+# fp32 inputs with full-precision dots ("ieee") run Triton's FMA dot, not the tensor cores, and on the tiles
+# above ptxas collapses to 32 registers and spills 10-60 KB per thread (minmax-prob-k4, D = 64, forward
+# 128x64/8 warps: 34 KB). These tiles keep <= 8 scores per thread in one stage; at D = 64 their defaults do
+# not spill, at D = 128 (32x16 tiles, below) the forward and dQ do not and dK/dV spills 16 B.
+CANDIDATES_FMA = {
+    "fwd": [(64, 32, 8, 1), (32, 32, 8, 1), (64, 16, 8, 1), (32, 16, 8, 1)],
+    "dq": [(64, 16, 8, 1), (32, 32, 8, 1), (32, 16, 8, 1)],
+    "dkdv": [(16, 64, 8, 1), (32, 16, 8, 1), (16, 32, 4, 1)],
+}
 
 
-def candidate_configs(kind: str) -> list[triton.Config]:
-    """Every autotune candidate of one kernel ("fwd", "dq" or "dkdv")."""
+def candidate_configs(kind: str, fma: bool = False) -> list[triton.Config]:
+    """The autotune candidates of one kernel ("fwd", "dq" or "dkdv"); ``fma``: those for fp32 "ieee" dots."""
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-        for bm, bn, w, st in CANDIDATES[kind]
+        for bm, bn, w, st in (CANDIDATES_FMA if fma else CANDIDATES)[kind]
     ]
 
 
 def _configs(kind: str) -> list[triton.Config]:
-    """The autotune space of one kernel (one small config in the interpreter: no benchmarking there)."""
+    """The autotune space of one kernel, both lists (one small config in the interpreter: no benchmarking)."""
     if INTERPRET:
         return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    return candidate_configs(kind)
+    return candidate_configs(kind) + candidate_configs(kind, fma=True)
 
 
-def _prune(configs, named_args, **kwargs):
-    """Drop tiles that do not fit a 256-wide head (register pressure); keep at least one. Without autotuning
-    (KINTERVAL_TRITON_AUTOTUNE=0) keep the first that fits: the default for this head dim."""
+def _tile(c: triton.Config) -> tuple[int, int, int, int]:
+    return c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages
+
+
+def _prune(configs, named_args, kind="fwd", **kwargs):
+    """Keep the list that fits the dot precision (CANDIDATES_FMA for fp32 "ieee", else CANDIDATES), drop tiles
+    too large for the head dim (register pressure); keep at least one. Without autotuning
+    (KINTERVAL_TRITON_AUTOTUNE=0) keep the first that fits: the default for this precision and head dim."""
     block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 64))
-    kept = configs
-    if block_d > 128:
-        kept = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 32] or configs[-1:]
+    q = named_args.get("Q")
+    fma = (
+        kwargs.get("PREC", named_args.get("PREC")) == "ieee"
+        and str(getattr(q, "dtype", "")) == "torch.float32"
+    )
+    wanted = set((CANDIDATES_FMA if fma else CANDIDATES)[kind])
+    kept = [c for c in configs if _tile(c) in wanted] or configs
+    limit = (512 if block_d > 64 else 1 << 30) if fma else (64 * 32 if block_d > 128 else 1 << 30)
+    kept = [c for c in kept if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= limit] or kept[-1:]
     return kept if AUTOTUNE else kept[:1]
+
+
+def _pruner(kind: str) -> dict:
+    return {"early_config_prune": functools.partial(_prune, kind=kind)}
 
 
 def _patch_interpreter_index() -> None:
@@ -310,7 +335,7 @@ def _weights_step(
     return W, WL, acc, accL
 
 
-@triton.autotune(configs=_configs("fwd"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=_configs("fwd"), key=_KEY, prune_configs_by=_pruner("fwd"))
 @triton.jit
 def _fwd_kernel(
     Q, Kp, V, Mask, O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin,
@@ -477,7 +502,7 @@ def _dq_step(
     return dq, ksum, S1, GM, nv
 
 
-@triton.autotune(configs=_configs("dq"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=_configs("dq"), key=_KEY, prune_configs_by=_pruner("dq"))
 @triton.jit
 def _bwd_dq_kernel(
     Q, Kp, V, Mask, DO, DQ, Mrow, mrow, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
@@ -628,7 +653,7 @@ def _dkdv_step(
     return dk, dv
 
 
-@triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by=_pruner("dkdv"))
 @triton.jit
 def _bwd_dkdv_kernel(
     Q, Kp, V, Mask, DO, DK, DV, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
