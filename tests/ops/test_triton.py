@@ -140,6 +140,15 @@ def _errs(x, ref, skip=None):
     return d.abs().max().item(), (d.norm() / ref.norm().clamp_min(1e-300)).item()
 
 
+def _where(x, ref, skip=None):
+    """Failure context: the (b, h, row) of the largest error and how many rows were left out as flip-prone."""
+    x = x.double().cpu()
+    if skip is not None and skip.any():
+        x = torch.where(skip[..., None], ref, x)
+    idx = torch.unravel_index((x - ref).abs().argmax(), ref.shape)
+    return f"largest at (b, h, row) = {tuple(int(i) for i in idx[:3])}"
+
+
 def check(
     spec, q, k, v, do, *, causal=False, mask=None, scale=None, precision=None, atol=None,
     kernel=triton_attention, exclude_flips=True,
@@ -204,12 +213,17 @@ def check(
         tol = atol if atol is not None else (2e-6 if dtype == torch.float32 else 2e-3)
         table[name] = (err, err_t)
         # relative Frobenius error: what a systematic error moves
+        context = f"{int(flips.sum())} of {flips.numel()} rows left out as flip-prone"
         assert fro <= 2 * fro_t + tol, (
-            f"{spec.full_name} {name}: relative Frobenius err {fro:.3e} > 2 * torch {fro_t:.3e} + {tol:.1e}"
+            f"{spec.full_name} {name}: relative Frobenius err {fro:.3e} > 2 * torch {fro_t:.3e} + {tol:.1e}; "
+            f"{_where(x, ref, skip)}; {context}"
         )
         # max error: what a localized error moves
         bound = 2 * err_t + tol * mag
-        assert err <= bound, f"{spec.full_name} {name}: max err {err:.3e} > {bound:.3e} (torch {err_t:.3e})"
+        assert err <= bound, (
+            f"{spec.full_name} {name}: max err {err:.3e} > {bound:.3e} (torch {err_t:.3e}); "
+            f"{_where(x, ref, skip)}; {context}"
+        )
     return table, res, ref64
 
 
