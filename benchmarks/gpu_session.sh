@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine: environment, kernel tests, attention table, training throughput.
 #
-#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench] [train]     (default: all three, bench-quick)
+#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench|bench-ieee] [train]   (default: tests bench-quick train)
 #
 # Logs go to $OUT (or ./out); each stage has its own time limit so that one slow stage cannot eat the rest.
 set -uo pipefail
@@ -30,6 +30,10 @@ for stage in "${stages[@]}"; do
       timeout 300 $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes bf16,tf32 \
         --T 1024,4096 --D 64,128 --compile-t '' --ref-max-t 1024 --csv "$OUT/bench_quick.csv" 2>"$OUT/bench_quick.err" \
         | tee "$OUT/bench_quick.md" ;;
+    bench-ieee)  # fp32 with full-precision dots (the evaluation numerics): Triton's FMA dot, its own tiles
+      timeout 240 $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes ieee \
+        --T 1024 --D 64,128 --compile-t '' --ref-max-t 1024 --csv "$OUT/bench_ieee.csv" 2>"$OUT/bench_ieee.err" \
+        | tee "$OUT/bench_ieee.md" ;;
     bench)
       timeout 590 $PY benchmarks/attention.py --ops softmax,lerp-k4,minmax-weight-k4,fwm-prob-k4 \
         --dtypes bf16,tf32 --csv "$OUT/bench.csv" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
