@@ -66,10 +66,15 @@ def _tile(c: triton.Config) -> tuple[int, int, int, int]:
     return c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages
 
 
+def _area(c: triton.Config) -> int:
+    return c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"]
+
+
 def _prune(configs, named_args, kind="fwd", **kwargs):
     """Keep the list that fits the dot precision (CANDIDATES_FMA for fp32 "ieee", else CANDIDATES), drop tiles
     too large for the head dim (register pressure); keep at least one. Without autotuning
-    (KINTERVAL_TRITON_AUTOTUNE=0) keep the first that fits: the default for this precision and head dim."""
+    (KINTERVAL_TRITON_AUTOTUNE=0) keep the first that also fits the device's shared memory: the default for
+    this precision and head dim (autotuning skips a candidate that does not fit by itself)."""
     block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 64))
     q = named_args.get("Q")
     fma = (
@@ -79,8 +84,29 @@ def _prune(configs, named_args, kind="fwd", **kwargs):
     wanted = set((CANDIDATES_FMA if fma else CANDIDATES)[kind])
     kept = [c for c in configs if _tile(c) in wanted] or configs
     limit = (512 if block_d > 64 else 1 << 30) if fma else (64 * 32 if block_d > 128 else 1 << 30)
-    kept = [c for c in kept if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= limit] or kept[-1:]
-    return kept if AUTOTUNE else kept[:1]
+    kept = [c for c in kept if _area(c) <= limit] or [min(kept, key=_area)]
+    if AUTOTUNE:
+        return kept
+    # e.g. D = 256, TF32: the 64 x 32 dQ tile needs 256 KB of shared memory, an H100 has 227 KB
+    fits = (c for c in kept if _fits_shared_memory(kind, c, named_args, kwargs))
+    return [next(fits, min(kept, key=_area))]
+
+
+def _fits_shared_memory(kind, config, named_args, kwargs) -> bool:
+    """Whether ``config`` of kernel ``kind`` fits the shared memory of the device of Q: compiles it (Triton
+    caches the binary for the launch that follows). True off CUDA (the interpreter has no such limit)."""
+    q = named_args.get("Q")
+    if INTERPRET or getattr(getattr(q, "device", None), "type", None) != "cuda":
+        return True
+    fn = {"fwd": _fwd_kernel, "dq": _bwd_dq_kernel, "dkdv": _bwd_dkdv_kernel}[kind].fn
+    compiled = fn.warmup(*named_args.values(), grid=(1,), **kwargs, **config.all_kwargs())
+    if hasattr(compiled, "result"):  # asynchronous compilation mode
+        compiled = compiled.result()
+    if compiled is None:
+        return True
+    driver = triton.runtime.driver.active
+    props = driver.utils.get_device_properties(driver.get_current_device())
+    return compiled.metadata.shared <= props["max_shared_mem"]
 
 
 def _pruner(kind: str) -> dict:
