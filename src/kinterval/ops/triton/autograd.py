@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -32,6 +33,11 @@ def _alloc(shape, dtype, device) -> Tensor:
         return torch.empty(shape, dtype=dtype, device=device)
     fill = float("nan") if dtype.is_floating_point else -1
     return torch.full(shape, fill, dtype=dtype, device=device)
+
+
+def _on_device(x: Tensor):
+    """Triton launches on the current CUDA device: make it x's (tensors on cuda:1 while cuda:0 is current)."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
 def resolve_precision(dtype: torch.dtype, precision: str | None) -> str:
@@ -103,11 +109,12 @@ class _TritonKIntervalAttention(torch.autograd.Function):
         def grid(meta_):
             return (triton.cdiv(Tq, meta_["BLOCK_M"]), B * H)
 
-        _fwd_kernel[grid](
-            q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin,
-            *q.stride(), *k.stride(), *v.stride(), *mstr,
-            H, Tq, Tk, D, scale, kf, tau, **meta,
-        )  # fmt: skip
+        with _on_device(q):
+            _fwd_kernel[grid](
+                q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin,
+                *q.stride(), *k.stride(), *v.stride(), *mstr,
+                H, Tq, Tk, D, scale, kf, tau, **meta,
+            )  # fmt: skip
         ctx.save_for_backward(q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin)
         ctx.meta = meta
         ctx.mstr = mstr
@@ -138,14 +145,15 @@ class _TritonKIntervalAttention(torch.autograd.Function):
         def grid_k(meta_):
             return (triton.cdiv(Tk, meta_["BLOCK_N"]), B * H)
 
-        _bwd_dq_kernel[grid_q](
-            q, k, v, mask_t, do, dq, M, m, Wa, delta, amax, amin, GM, Gm, mu,
-            *strides, H, Tq, Tk, D, scale, kf, tau, **meta,
-        )  # fmt: skip
-        _bwd_dkdv_kernel[grid_k](
-            q, k, v, mask_t, do, dk, dv, M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu,
-            *strides, H, Tq, Tk, D, scale, kf, tau, **meta,
-        )  # fmt: skip
+        with _on_device(q):
+            _bwd_dq_kernel[grid_q](
+                q, k, v, mask_t, do, dq, M, m, Wa, delta, amax, amin, GM, Gm, mu,
+                *strides, H, Tq, Tk, D, scale, kf, tau, **meta,
+            )  # fmt: skip
+            _bwd_dkdv_kernel[grid_k](
+                q, k, v, mask_t, do, dk, dv, M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu,
+                *strides, H, Tq, Tk, D, scale, kf, tau, **meta,
+            )  # fmt: skip
         return dq, dk, dv, None, None, None, None, None
 
 
