@@ -53,9 +53,11 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     ptr_ty = {"bf16": "*bf16", "fp16": "*fp16", "tf32": "*fp32", "ieee": "*fp32"}[dtype_mode]
     prec = {"bf16": "ieee", "fp16": "ieee", "tf32": "tf32", "ieee": "ieee"}[dtype_mode]
     calib, mode, rg, _, _ = _codes(spec)
+    block_d = max(16, triton.next_power_of_2(D))
+    split = K.split_loops(2 if dtype_mode in ("bf16", "fp16") else 4, block_d, has_mask)
     constexprs = dict(CALIB=calib, MODE=mode, RG=rg, IS_CAUSAL=causal, HAS_MASK=has_mask, PREC=prec,
-                      BLOCK_M=cfg.kwargs["BLOCK_M"], BLOCK_N=cfg.kwargs["BLOCK_N"],
-                      BLOCK_D=max(16, triton.next_power_of_2(D)))  # fmt: skip
+                      SPLIT=split, BLOCK_M=cfg.kwargs["BLOCK_M"], BLOCK_N=cfg.kwargs["BLOCK_N"],
+                      BLOCK_D=block_d)  # fmt: skip
     sig = _signature(fn, ptr_ty)
     src = ASTSource(
         fn=fn, signature=sig, constexprs={(list(sig).index(k),): v for k, v in constexprs.items()}
@@ -98,9 +100,7 @@ def main(argv=None) -> int:
     from kinterval.ops.triton import kernels as K
 
     if args.split_max_d is not None:
-        import triton.language as tl
-
-        K.SPLIT_MAX_D = tl.constexpr(args.split_max_d)
+        K.SPLIT_MAX_D = args.split_max_d
 
     print(
         "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B | compile s |"

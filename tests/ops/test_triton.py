@@ -356,8 +356,6 @@ def test_precision_modes(precision):
 def test_unsplit_loops_match(name, monkeypatch):
     """16-bit inputs with D <= SPLIT_MAX_D run interior tiles through an unmasked copy of the loop body; force
     the single masked body here: the results must be bit-identical."""
-    import triton.language as tl
-
     from kinterval.ops.triton import kernels as K
 
     q, k, v, do = make_inputs(2, 2, 37, 45, 16, seed=23, dtype=torch.bfloat16)
@@ -365,7 +363,8 @@ def test_unsplit_loops_match(name, monkeypatch):
     mask[1, ..., 40:] = False
     split = _grads(lambda a, b, c: triton_attention(a, b, c, name, causal=True), q, k, v, do)
     split_m = _grads(lambda a, b, c: triton_attention(a, b, c, name, mask=mask), q, k, v, do)
-    monkeypatch.setattr(K, "SPLIT_MAX_D", tl.constexpr(0))
+    assert K.split_loops(2, 16, False) and not K.split_loops(2, 16, True)  # the causal runs split
+    monkeypatch.setattr(K, "SPLIT_MAX_D", 0)
     whole = _grads(lambda a, b, c: triton_attention(a, b, c, name, causal=True), q, k, v, do)
     whole_m = _grads(lambda a, b, c: triton_attention(a, b, c, name, mask=mask), q, k, v, do)
     for a, b in zip(split + split_m, whole + whole_m):

@@ -19,6 +19,7 @@ from kinterval.ops.triton.kernels import (
     _bwd_dkdv_kernel,
     _bwd_dq_kernel,
     _fwd_kernel,
+    split_loops,
 )
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -103,6 +104,7 @@ class _TritonKIntervalAttention(torch.autograd.Function):
             IS_CAUSAL=bool(causal),
             HAS_MASK=has_mask,
             PREC=precision,
+            SPLIT=split_loops(q.element_size(), _block_d(D), has_mask),
             BLOCK_D=_block_d(D),
         )
 

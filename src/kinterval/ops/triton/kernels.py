@@ -140,17 +140,18 @@ if INTERPRET:
 # Interior tiles (in bounds, left of the causal diagonal, no user mask) run an unmasked copy of each loop
 # body for 16-bit inputs and head dims up to SPLIT_MAX_D. Results are bit-identical either way. Elsewhere the
 # second copy raises ptxas's spills (bf16 D = 128: dQ 200 -> 420 B, dK/dV 0 -> 140 B; fp32 D = 64: dK/dV
-# 12 -> 188 B), so it is off there until a GPU says which is faster.
-SPLIT_MAX_D = tl.constexpr(64)
+# 12 -> 188 B), so it is off there until a GPU says which is faster. KINTERVAL_TRITON_SPLIT_MAX_D=0 (read at
+# import) turns it off everywhere, for timing one against the other.
+SPLIT_MAX_D = int(os.environ.get("KINTERVAL_TRITON_SPLIT_MAX_D", "64"))
 
 
-@triton.constexpr_function
-def _split_loops(dtype, block_d, has_mask):
-    """Whether a kernel runs its interior tiles through the unmasked copy of its loop body (see above)."""
-    return (not has_mask) and block_d <= SPLIT_MAX_D and dtype.primitive_bitwidth <= 16
+def split_loops(element_size: int, block_d: int, has_mask: bool) -> bool:
+    """Whether the kernels run interior tiles through the unmasked copy of their loop body (see above); the
+    launcher passes it as the constexpr SPLIT, so that it is part of every compile and autotune key."""
+    return (not has_mask) and block_d <= SPLIT_MAX_D and element_size <= 2
 
 
-_KEY = ["Tq", "Tk", "BLOCK_D", "CALIB", "MODE", "RG", "IS_CAUSAL", "HAS_MASK", "PREC"]
+_KEY = ["Tq", "Tk", "BLOCK_D", "CALIB", "MODE", "RG", "IS_CAUSAL", "HAS_MASK", "PREC", "SPLIT"]
 
 
 # ---------------------------------------------------------------------------------------- tile helpers
@@ -368,12 +369,11 @@ def _fwd_kernel(
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
     H, Tq, Tk, D, scale, kf, tau,
     CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    SPLIT: tl.constexpr = _split_loops(Q.dtype.element_ty, BLOCK_D, HAS_MASK)
     b = bh // H
     hd = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -535,13 +535,12 @@ def _bwd_dq_kernel(
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
     H, Tq, Tk, D, scale, kf, tau,
     CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """dQ over one query block, plus the per-row calibration reductions G_M, G_m (eq. 4) and the P1 mean."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    SPLIT: tl.constexpr = _split_loops(Q.dtype.element_ty, BLOCK_D, HAS_MASK)
     b = bh // H
     hd = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -686,13 +685,12 @@ def _bwd_dkdv_kernel(
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
     H, Tq, Tk, D, scale, kf, tau,
     CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """dK, dV over one key block (loop over query blocks); calibration terms on the arg-max/arg-min keys."""
     pid_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    SPLIT: tl.constexpr = _split_loops(Q.dtype.element_ty, BLOCK_D, HAS_MASK)
     b = bh // H
     hd = bh % H
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
