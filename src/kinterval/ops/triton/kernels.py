@@ -142,7 +142,10 @@ if INTERPRET:
 # second copy raises ptxas's spills (bf16 D = 128: dQ 200 -> 420 B, dK/dV 0 -> 140 B; fp32 D = 64: dK/dV
 # 12 -> 188 B), so it is off there until a GPU says which is faster. KINTERVAL_TRITON_SPLIT_MAX_D=0 (read at
 # import) turns it off everywhere, for timing one against the other.
-SPLIT_MAX_D = int(os.environ.get("KINTERVAL_TRITON_SPLIT_MAX_D", "64"))
+_split_env = os.environ.get("KINTERVAL_TRITON_SPLIT_MAX_D", "64")
+if not _split_env.isdigit():
+    raise ValueError(f"KINTERVAL_TRITON_SPLIT_MAX_D must be a non-negative integer, got {_split_env!r}")
+SPLIT_MAX_D = int(_split_env)
 
 
 def split_loops(element_size: int, block_d: int, has_mask: bool) -> bool:
