@@ -12,6 +12,8 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 stages=("$@")
+XDIST=""  # 16 test workers where pytest-xdist is installed (the GPU machine has no package registry)
+$PY -c "import xdist" 2>/dev/null && XDIST="-n 16"
 [ ${#stages[@]} -eq 0 ] && stages=(tests bench-quick train)
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/env.txt"
@@ -21,11 +23,11 @@ for stage in "${stages[@]}"; do
   t0=$(date +%s)
   case "$stage" in
     tests)  # every kernel test on the GPU; SIGINT at the limit still prints one line per failure
-      OMP_NUM_THREADS=1 timeout -s INT -k 20 ${TEST_LIMIT:-300} $PY -m pytest -q -p no:cacheprovider -n 16 \
+      OMP_NUM_THREADS=1 timeout -s INT -k 20 ${TEST_LIMIT:-300} $PY -m pytest -q -p no:cacheprovider $XDIST \
         --tb=line -rf --durations=15 -p no:benchmark -W ignore::DeprecationWarning tests/ops/test_triton.py 2>&1 \
         | tee "$OUT/tests.log" | grep -E "FAILED|passed|failed|rror|s call" | cut -c1-260 | tail -80 ;;
     tests-all)  # the whole suite with a GPU present (model/train tests pick the triton backend)
-      OMP_NUM_THREADS=1 timeout -s INT -k 20 540 $PY -m pytest -q -p no:cacheprovider -n 16 --tb=line -rf \
+      OMP_NUM_THREADS=1 timeout -s INT -k 20 540 $PY -m pytest -q -p no:cacheprovider $XDIST --tb=line -rf \
         -p no:benchmark tests 2>&1 | tee "$OUT/tests_all.log" | grep -E "FAILED|passed|failed|rror" | tail -60 ;;
     bench-quick)
       timeout 300 $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes bf16,tf32 \
