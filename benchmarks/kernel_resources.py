@@ -41,6 +41,59 @@ def _signature(fn, ptr_ty: str) -> dict[str, str]:
     return sig
 
 
+def _runtime_specialization(fn, sig, D, has_mask, B=16, H=32, T=1024):
+    """What Triton's launcher specializes for contiguous (B, H, T, D) inputs at this shape: ints equal to 1
+    become constexprs, ints divisible by 16 and 16-byte-aligned pointers get the divisibility hint. Without
+    this the compile would assume unit strides might not be 1 (no vector loads), unlike the real launch."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    ints = {"H": H, "Tq": T, "Tk": T, "D": D}
+    for t in "qkv":
+        ints.update(
+            zip((f"s{t}b", f"s{t}h", f"s{t}{'m' if t == 'q' else 'n'}", f"s{t}d"), (H * T * D, T * D, D, 1))
+        )
+    ints.update(zip(("smb", "smh", "smm", "smn"), (T, 0, 0, 1) if has_mask else (0, 0, 0, 0)))
+    constexprs, attrs = {}, {}
+    for i, (name, ty) in enumerate(sig.items()):
+        if ty.startswith("*"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif name in ints:
+            kind, key = native_specialize_impl(BaseBackend, ints[name], False, True, True)
+            if kind == "constexpr":
+                constexprs[name] = key
+            elif "D" in key:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return constexprs, attrs
+
+
+def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> tuple[int, float]:
+    """(instructions, instructions per score) of the longest loop in the SASS (nvdisasm): the kernels are
+    bound by instruction issue, so this per-score count is their cost model."""
+    import triton
+
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    txt = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    addr, label, code = {}, None, []  # label -> address of its first instruction; (address, text)
+    for line in txt.splitlines():
+        if m := re.match(r"^\s*\.(L_x_\d+):", line):
+            label = m.group(1)
+        elif m := re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line):
+            a = int(m.group(1), 16)
+            if label:
+                addr[label], label = a, None
+            code.append((a, m.group(2)))
+    longest = 0
+    for a, ins in code:  # a loop: a branch back to an earlier label
+        m = re.search(r"BRA\W.*?(L_x_\d+)", ins)
+        if m and addr.get(m.group(1), a) < a:
+            longest = max(longest, sum(1 for b, _ in code if addr[m.group(1)] <= b <= a))
+    return longest, longest / scores_per_thread
+
+
 def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -59,8 +112,15 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
                       SPLIT=split, BLOCK_M=cfg.kwargs["BLOCK_M"], BLOCK_N=cfg.kwargs["BLOCK_N"],
                       BLOCK_D=block_d)  # fmt: skip
     sig = _signature(fn, ptr_ty)
+    runtime_constexprs, attrs = _runtime_specialization(fn, sig, D, has_mask)
+    constexprs.update(runtime_constexprs)
+    for name in runtime_constexprs:
+        sig[name] = "constexpr"
     src = ASTSource(
-        fn=fn, signature=sig, constexprs={(list(sig).index(k),): v for k, v in constexprs.items()}
+        fn=fn,
+        signature=sig,
+        constexprs={(list(sig).index(k),): v for k, v in constexprs.items()},
+        attrs=attrs,
     )
     t0 = time.perf_counter()
     out = triton.compile(
@@ -81,7 +141,17 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     smem = out.metadata.shared
     st, ld = (int(spill.group(1)), int(spill.group(2))) if spill else (None, None)
-    return dict(regs=int(regs.group(1)) if regs else None, spill_st=st, spill_ld=ld, smem=smem, secs=secs)
+    per_thread = cfg.kwargs["BLOCK_M"] * cfg.kwargs["BLOCK_N"] / (32 * cfg.num_warps)
+    loop, per_score = sass_loop_stats(out.asm["cubin"], per_thread)
+    return dict(
+        regs=int(regs.group(1)) if regs else None,
+        spill_st=st,
+        spill_ld=ld,
+        smem=smem,
+        secs=secs,
+        loop=loop,
+        per_score=per_score,
+    )
 
 
 def main(argv=None) -> int:
@@ -103,9 +173,10 @@ def main(argv=None) -> int:
         K.SPLIT_MAX_D = args.split_max_d
 
     print(
-        "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B | compile s |"
+        "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B "
+        "| loop instr | instr/score | compile s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     masks = {"causal": (True, False), "mask": (False, True), "none": (False, False)}
     jobs = [(D, dm, name, kernel, mk) for D in (int(x) for x in args.D.split(","))
             for dm in args.dtypes.split(",") for name in args.ops.split(",")
@@ -119,7 +190,7 @@ def main(argv=None) -> int:
             c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"
             spill = f"{r['spill_st']}/{r['spill_ld']}"
             print(f"| {kernel} | {name} ({mk}) | {dm} | {D} | {c} | {r['regs']} | {spill} | {r['smem']} "
-                  f"| {r['secs']:.1f} |", flush=True)  # fmt: skip
+                  f"| {r['loop']} | {r['per_score']:.0f} | {r['secs']:.1f} |", flush=True)  # fmt: skip
     return 0
 
 
