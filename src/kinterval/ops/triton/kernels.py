@@ -239,7 +239,8 @@ def _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.c
 
 @triton.jit
 def _row_consts(M, m, kf, tau, CALIB: tl.constexpr):
-    """Per-row grid constants: width h, 1/h, origin b_0, e^h, (e^h - 1)/h and the degenerate flag (App. A)."""
+    """Per-row grid constants: width h, 1/h, origin b_0, e^h, Delta's factor (e^h - 1)/h (0 on a degenerate
+    row: no gradient) and the degenerate flag (App. A)."""
     if CALIB == 1:  # MinMax: h = (M - m)/K, b_0 = m - M; degenerate rows get the safe width 1
         span = M - m
         degen = span <= 1e-12
@@ -251,7 +252,7 @@ def _row_consts(M, m, kf, tau, CALIB: tl.constexpr):
         b0 = tl.zeros_like(M) - tau
     eh = tl.exp(h)
     inv_h = 1.0 / h  # tiles multiply by 1/h: a precise division per score costs ~10 instructions
-    dfac = (eh - 1.0) * inv_h
+    dfac = tl.where(degen, 0.0, (eh - 1.0) * inv_h)
     return h, inv_h, b0, eh, dfac, degen
 
 
@@ -261,15 +262,17 @@ def _grid_tile(s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, t
 
     The stored arg-max key (is_max) sits exactly at z = 0, r = K-1, t_raw = 1 and, for MinMax, the stored
     arg-min key (is_min) at r = 0, t_raw = 0: their exact-arithmetic values, independent of the rounding of a
-    recomputed score or of (0 - b_{K-1})/h.
+    recomputed score or of (0 - b_{K-1})/h. Masked keys (finite scores: their loads are zero-filled) go
+    through the same finite arithmetic and are dropped by ``keep`` and ``_place``: no per-score select.
+    Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and ``_place`` gives them weight 1.
     """
-    z = tl.where(valid & (~is_max), s, M[:, None]) - M[:, None]  # masked keys never reach exp / division
+    z = s - M[:, None]
     hh = h[:, None]
     ih = inv_h[:, None]
     if CALIB == 1:  # MinMax: r = clamp(floor((z - b_0)/h), 0, K-1)
         zin = z
         r = tl.minimum(tl.maximum(tl.floor((z - b0[:, None]) * ih), 0.0), kf - 1.0)
-        keep = valid & (~degen[:, None])
+        keep = valid
     elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), zero tail z < -tau
         zin = tl.minimum(tl.maximum(z, -tau), 0.0)
         r = tl.minimum(tl.maximum(tl.floor((zin + tau) * ih), 0.0), kf - 1.0)
@@ -291,13 +294,18 @@ def _grid_tile(s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, t
     wL = (1.0 - t) * E_r + t * E_r1  # LERP
     wN = tl.where(t >= 0.5, E_r1, E_r)  # Nearest: a midpoint rounds up
     cDelta = tl.where(keep, E_r * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
-    ones = valid & degen[:, None]  # degenerate MinMax row: weight 1 on every valid key
-    return wL, wN, keep, ones, cDelta, r, t_raw, t, E_r, E_r1
+    one = degen.to(tl.float32)[:, None]  # degenerate MinMax row: weight 1 on every valid key
+    return wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1
 
 
 @triton.jit
-def _place(w, keep, ones):
-    return tl.where(keep, w, tl.where(ones, 1.0, 0.0))
+def _place(w, keep, one, CALIB: tl.constexpr):
+    """The weight on kept keys, 0 elsewhere; 1 on the valid keys of a degenerate MinMax row (one = 1:
+    w * 0 + 1 is exactly 1, and w * 1 + 0 exactly w)."""
+    if CALIB == 1:
+        return tl.where(keep, w * (1.0 - one) + one, 0.0)
+    else:
+        return tl.where(keep, w, 0.0)
 
 
 # --------------------------------------------------------------------------------------------- forward
@@ -345,19 +353,19 @@ def _weights_step(
     s = _dot(q, kT, PREC) * scale
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
     if MODE == 0:  # softmax: e^{s - M}
-        w = tl.where(valid, tl.exp(tl.where(valid, s, M[:, None]) - M[:, None]), 0.0)
+        w = tl.where(valid, tl.exp(s - M[:, None]), 0.0)
     else:
         is_max = offs_n[None, :] == amax[:, None]
         is_min = offs_n[None, :] == amin[:, None]
-        wL, wN, keep, ones, cDelta, r, t_raw, t, E_r, E_r1 = _grid_tile(
+        wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1 = _grid_tile(
             s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
         )
         if MODE == 1:  # LERP forward
-            w = _place(wL, keep, ones)
+            w = _place(wL, keep, one, CALIB)
         else:  # STE operators: the hard forward is Nearest
-            w = _place(wN, keep, ones)
+            w = _place(wN, keep, one, CALIB)
         if MODE == 3:  # Prob-STE also needs P^L V (eq. 2 backward point)
-            wLp = _place(wL, keep, ones)
+            wLp = _place(wL, keep, one, CALIB)
             WL += tl.sum(wLp, 1)
             accL += _dot(_cast(wLp, v.dtype), v, PREC)
     W += tl.sum(w, 1)
@@ -472,18 +480,18 @@ def _bwd_coefs(
     eq. (3)'s -w + X as a sum of non-negative terms, which does not cancel in fp32).
     """
     if MODE == 0:  # softmax
-        w = tl.where(valid, tl.exp(tl.where(valid, s, M[:, None]) - M[:, None]), 0.0)
+        w = tl.where(valid, tl.exp(s - M[:, None]), 0.0)
         keep = valid
         cD = w
         dM = w  # unused
     else:
-        wL, wN, keep, ones, cD, r, t_raw, t, E_r, E_r1 = _grid_tile(
+        wL, wN, keep, one, cD, r, t_raw, t, E_r, E_r1 = _grid_tile(
             s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
         )
         if MODE == 1:
-            w = _place(wL, keep, ones)
+            w = _place(wL, keep, one, CALIB)
         else:
-            w = _place(wN, keep, ones)
+            w = _place(wN, keep, one, CALIB)
         dM = cD  # unused unless NEED_GM
         if NEED_GM:
             Y = (1.0 - t) * E_r * (1.0 - r * inv_k) + t * E_r1 * (1.0 - (r + 1.0) * inv_k)
@@ -563,7 +571,7 @@ def _bwd_dq_kernel(
     v_base = V + b * svb + hd * svh
     mask_base = Mask + b * smb + hd * smh
     h, inv_h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
-    inv_Wa = tl.where(Wa > 0, 1.0 / Wa, 0.0)
+    inv_Wa = tl.where((Wa > 0) & (~degen), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
     inv_k = 1.0 / kf
     NEED_GM: tl.constexpr = (CALIB == 1) and (RG == 0 or RG == 2 or RG == 3)
     amax = tl.load(Amax + row, mask=rmask, other=-1)
@@ -666,7 +674,9 @@ def _dkdv_step(
     p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
     g = _dot(do, tl.trans(v), PREC)
-    ds = _gamma(g, keep, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0)) * cD  # eq. (4) self term
+    ds = (
+        (g - Dd[:, None]) * tl.where(Wa > 0, 1.0 / Wa, 0.0)[:, None] * cD
+    )  # eq. (4) self term (cD = 0 off keep)
     if MODE != 0:
         if RG == 0 or RG == 2:  # eq. (4): + G_M on the arg-max key
             GMe = tl.load(GMo + row, mask=rmask, other=0.0)
