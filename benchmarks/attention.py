@@ -32,7 +32,7 @@ DEFAULT_OPS = "softmax,lerp-k4,minmax-weight-k4,minmax-prob-k4,fwm-weight-k4,fwm
 DTYPE_MODES = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "tf32": ("float32", "tf32"),
                "ieee": ("float32", "ieee")}  # fmt: skip
 COLUMNS = ["operator", "dtype", "T", "D", "B", "H", "fwd ms", "f+b ms", "TFLOP/s", "SDPA f+b ms", "x SDPA",
-           "x ref eager", "x ref compiled", "peak MiB", "ref MiB"]  # fmt: skip
+           "x ref eager", "x ref compiled", "peak MiB", "ref MiB", "tiles"]  # fmt: skip
 
 
 def parse_args(argv=None):
@@ -134,6 +134,7 @@ def main(argv=None) -> int:
                         row = _measure(bench, spec, sets, causal, precision, on_gpu, T <= args.ref_max_t,
                                        run_compiled, triton_attention, kinterval_attention)  # fmt: skip
                         fb = row["f+b ms"]
+                        row["tiles"] = _tiles()  # the tiles the autotuner chose (or the defaults)
                         flops_fwd = 4 * B * H * T * T * D / (2 if causal else 1)
                         row.update({"operator": spec.full_name, "dtype": mode, "T": T, "D": D, "B": B, "H": H,
                                     "TFLOP/s": (3.5 * flops_fwd / (fb * 1e-3) / 1e12) if fb else None,
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
                                     "x SDPA": (fb / sdpa_ms) if (fb and sdpa_ms) else None})  # fmt: skip
                         rows.append(row)
                         print(
-                            f"{_fmt_row(row)}  [{time.perf_counter() - t_row:.0f} s]",
+                            f"{_fmt_row(row)}  [{time.perf_counter() - t_row:.0f} s; {row['tiles']}]",
                             file=sys.stderr,
                             flush=True,
                         )  # progress on stderr; fmt: skip
@@ -179,6 +180,17 @@ def _compile_worker(job):
     triton_attention(q, k, v, name, causal=causal, precision=precision).backward(do)
     torch.cuda.synchronize()
     return name
+
+
+def _tiles() -> str:
+    """BLOCK_M x BLOCK_N / warps / stages that each kernel ran last (autotuned or default)."""
+    from kinterval.ops.triton import kernels as K
+
+    out = []
+    for name, kern in (("fwd", K._fwd_kernel), ("dq", K._bwd_dq_kernel), ("dkdv", K._bwd_dkdv_kernel)):
+        c = getattr(kern, "best_config", None)
+        out.append(f"{name} " + ("-" if c is None else "{}x{}/{}/{}".format(*K._tile(c))))
+    return ", ".join(out)
 
 
 def _precompile(ops, modes, Ds, causal, workers):

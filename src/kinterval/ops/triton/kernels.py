@@ -28,13 +28,15 @@ RG_CODES = {"full": 0, "detach": 1, "max_only": 2, "min_only": 3, "p1": 4}
 # KINTERVAL_TRITON_AUTOTUNE=0 skips autotuning: each kernel runs its first (default) candidate below.
 AUTOTUNE = os.environ.get("KINTERVAL_TRITON_AUTOTUNE", "1") != "0"
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages); the first of each list is the default. ptxas (sm_90a, bf16) shows
-# no spills for the defaults at D = 64 and a few hundred bytes at D = 128 (benchmarks/kernel_resources.py):
-# the grid keeps several score-sized tiles live, so the backward prefers narrow key blocks.
+# (BLOCK_M, BLOCK_N, num_warps, num_stages); the first of each list is the default. A warpgroup (4 warps) owns
+# 64 rows of a tensor-core tile: 8 warps on 64 rows (or 4 on 32) hold every score twice, and the SASS loop
+# then has ~2x the instructions per score (benchmarks/kernel_resources.py, bf16 D = 64, minmax-weight-k4:
+# dQ 64x32/8 warps 107 against 128x32/8 warps 53; dK/dV 137 against 64x32/4 warps 70). So the defaults keep
+# 64 rows per warpgroup; ptxas shows no spills for them at D = 64 and <= 132 B at D = 128 (TF32 dQ).
 CANDIDATES = {
     "fwd": [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (128, 64, 4, 3)],
-    "dq": [(64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2), (128, 32, 8, 2), (32, 32, 4, 2)],
-    "dkdv": [(64, 32, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2), (32, 32, 4, 2), (64, 32, 4, 2)],
+    "dq": [(128, 32, 8, 2), (64, 32, 4, 2), (64, 32, 8, 2), (64, 64, 8, 2), (32, 32, 4, 2)],
+    "dkdv": [(64, 32, 4, 2), (32, 64, 4, 2), (64, 32, 8, 2), (64, 64, 8, 2), (32, 32, 4, 2)],
 }
 # fp32 inputs with full-precision dots ("ieee") run Triton's FMA dot, not the tensor cores, and on the tiles
 # above ptxas collapses to 32 registers and spills 10-60 KB per thread (minmax-prob-k4, D = 64, forward
