@@ -262,34 +262,33 @@ def _row_consts(M, m, kf, tau, CALIB: tl.constexpr):
 def _grid_tile(s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB: tl.constexpr):
     """Reconstruction terms of one (BLOCK_M, BLOCK_N) score tile (§3, App. B; reference.grid).
 
-    The stored arg-max key (is_max) sits exactly at z = 0, r = K-1, t_raw = 1 and, for MinMax, the stored
-    arg-min key (is_min) at r = 0, t_raw = 0: their exact-arithmetic values, independent of the rounding of a
-    recomputed score or of (0 - b_{K-1})/h. Masked keys (finite scores: their loads are zero-filled) go
+    The stored arg-max key (is_max) sits exactly at x = K (r = K-1, t_raw = 1) and, for MinMax, the stored
+    arg-min key (is_min) at x = 0 (r = 0, t_raw = 0): their exact-arithmetic values, independent of the
+    rounding of a recomputed score. t_raw = x - r is exact given x; the reference's (z~ - b_r)/h differs from
+    it by rounding only. Masked keys (finite scores: their loads are zero-filled) go
     through the same finite arithmetic and are dropped by ``keep`` and ``_place``: no per-score select.
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and ``_place`` gives them weight 1.
     """
     z = s - M[:, None]
-    hh = h[:, None]
     ih = inv_h[:, None]
-    if CALIB == 1:  # MinMax: r = clamp(floor((z - b_0)/h), 0, K-1)
-        zin = z
-        r = tl.minimum(tl.maximum(tl.floor((z - b0[:, None]) * ih), 0.0), kf - 1.0)
+    # grid position x = (z~ - b_0)/h; r = floor(x) clamped to the calibration's range, t_raw = x - r (exact)
+    if CALIB == 1:  # MinMax: b_0 = m - M, r in [0, K-1]
+        x = (z - b0[:, None]) * ih
+        x = tl.where(is_min, 0.0, x)
         keep = valid
-    elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), zero tail z < -tau
-        zin = tl.minimum(tl.maximum(z, -tau), 0.0)
-        r = tl.minimum(tl.maximum(tl.floor((zin + tau) * ih), 0.0), kf - 1.0)
+    elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), b_0 = -tau, zero tail z < -tau
+        x = (tl.minimum(tl.maximum(z, -tau), 0.0) + tau) * ih
         keep = valid & (z >= -tau)
     else:  # resolved: negative indices continue the grid below -tau
-        zin = z
-        r = tl.minimum(tl.floor((zin + tau) * ih), kf - 1.0)
+        x = (z + tau) * ih
         keep = valid
-    r = tl.where(is_max, kf - 1.0, r)
-    if CALIB == 1:
-        r = tl.where(is_min & (~is_max), 0.0, r)
-    b_r = b0[:, None] + r * hh
-    t_raw = tl.where(is_max, 1.0, (zin - b_r) * ih)
-    if CALIB == 1:
-        t_raw = tl.where(is_min & (~is_max), 0.0, t_raw)
+    x = tl.where(is_max, kf, x)  # after the arg-min pin: a key both (degenerate row) counts as the max
+    if CALIB == 3:
+        r = tl.minimum(tl.floor(x), kf - 1.0)
+    else:
+        r = tl.minimum(tl.maximum(tl.floor(x), 0.0), kf - 1.0)
+    b_r = b0[:, None] + r * h[:, None]
+    t_raw = x - r
     t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
     E_r = tl.exp(b_r)
     E_r1 = E_r * eh[:, None]  # e^{b_{r+1}} = e^{b_r} e^h
