@@ -187,7 +187,7 @@ def _tiles() -> str:
     from kinterval.ops.triton import kernels as K
 
     out = []
-    for name, kern in (("fwd", K._fwd_kernel), ("dq", K._bwd_dq_kernel), ("dkdv", K._bwd_dkdv_kernel)):
+    for name, kern in K.KERNELS.items():
         c = getattr(kern, "best_config", None)
         out.append(f"{name} " + ("-" if c is None else "{}x{}/{}/{}".format(*K._tile(c))))
     return ", ".join(out)

@@ -102,7 +102,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     from kinterval.ops.triton import kernels as K
     from kinterval.ops.triton.autograd import _codes
 
-    fn = {"fwd": K._fwd_kernel, "dq": K._bwd_dq_kernel, "dkdv": K._bwd_dkdv_kernel}[kernel].fn
+    fn = K.KERNELS[kernel].fn
     ptr_ty = {"bf16": "*bf16", "fp16": "*fp16", "tf32": "*fp32", "ieee": "*fp32"}[dtype_mode]
     prec = {"bf16": "ieee", "fp16": "ieee", "tf32": "tf32", "ieee": "ieee"}[dtype_mode]
     calib, mode, rg, _, _ = _codes(spec)

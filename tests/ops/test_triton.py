@@ -130,22 +130,23 @@ def _lowp_torch(q, k, v, spec, causal, mask, scale):
     return torch.matmul(P.to(q.dtype), v)
 
 
-def _errs(x, ref, skip=None):
-    """(max abs error, relative Frobenius error) of x against the float64 reference; rows where ``skip`` is
-    True count as exact."""
+def _diff(x, ref, skip=None):
+    """x - ref in float64 on the CPU; rows where ``skip`` is True count as exact."""
     x = x.double().cpu()
     if skip is not None and skip.any():
         x = torch.where(skip[..., None], ref, x)
-    d = x - ref
+    return x - ref
+
+
+def _errs(x, ref, skip=None):
+    """(max abs error, relative Frobenius error) of x against the float64 reference."""
+    d = _diff(x, ref, skip)
     return d.abs().max().item(), (d.norm() / ref.norm().clamp_min(1e-300)).item()
 
 
 def _where(x, ref, skip=None):
-    """Failure context: the (b, h, row) of the largest error and how many rows were left out as flip-prone."""
-    x = x.double().cpu()
-    if skip is not None and skip.any():
-        x = torch.where(skip[..., None], ref, x)
-    idx = torch.unravel_index((x - ref).abs().argmax(), ref.shape)
+    """Failure context: the (b, h, row) of the largest error."""
+    idx = torch.unravel_index(_diff(x, ref, skip).abs().argmax(), ref.shape)
     return f"largest at (b, h, row) = {tuple(int(i) for i in idx[:3])}"
 
 
@@ -516,7 +517,7 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
 
     from kinterval.ops.triton import kernels as K
 
-    kernels = {"fwd": K._fwd_kernel, "dq": K._bwd_dq_kernel, "dkdv": K._bwd_dkdv_kernel}
+    kernels = K.KERNELS
     lists = {kind: K.candidate_configs(kind, fma=mode == "fp32-ieee") for kind in kernels}
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     precision = None if mode == "bf16" else mode.split("-")[1]
