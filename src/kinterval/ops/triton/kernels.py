@@ -101,14 +101,19 @@ def _fits_shared_memory(kind, config, named_args, kwargs) -> bool:
     if INTERPRET or getattr(getattr(q, "device", None), "type", None) != "cuda":
         return True
     fn = KERNELS[kind].fn
-    compiled = fn.warmup(*named_args.values(), grid=(1,), **kwargs, **config.all_kwargs())
+    # the autotuner hands the pruner its launch keywords too (grid, warmup): compile-only here
+    constexprs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+    compiled = fn.warmup(*named_args.values(), grid=(1,), **constexprs, **config.all_kwargs())
     if hasattr(compiled, "result"):  # asynchronous compilation mode
         compiled = compiled.result()
     if compiled is None:
         return True
+    return compiled.metadata.shared <= _max_shared_mem()
+
+
+def _max_shared_mem() -> int:
     driver = triton.runtime.driver.active
-    props = driver.utils.get_device_properties(driver.get_current_device())
-    return compiled.metadata.shared <= props["max_shared_mem"]
+    return driver.utils.get_device_properties(driver.get_current_device())["max_shared_mem"]
 
 
 def _pruner(kind: str) -> dict:
