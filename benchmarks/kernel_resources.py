@@ -107,7 +107,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     prec = {"bf16": "ieee", "fp16": "ieee", "tf32": "tf32", "ieee": "ieee"}[dtype_mode]
     calib, mode, rg, _, _ = _codes(spec)
     block_d = max(16, triton.next_power_of_2(D))
-    split = K.split_loops(2 if dtype_mode in ("bf16", "fp16") else 4, block_d, has_mask)
+    split = K.split_loops(kernel, 2 if dtype_mode in ("bf16", "fp16") else 4, block_d, has_mask)
     constexprs = dict(CALIB=calib, MODE=mode, RG=rg, IS_CAUSAL=causal, HAS_MASK=has_mask, PREC=prec,
                       SPLIT=split, BLOCK_M=cfg.kwargs["BLOCK_M"], BLOCK_N=cfg.kwargs["BLOCK_N"],
                       BLOCK_D=block_d)  # fmt: skip
@@ -163,14 +163,16 @@ def main(argv=None) -> int:
     p.add_argument("--configs", default="all", help="'all' (the autotune space) or 'first'")
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--masks", default="causal", help="comma-separated from causal, mask, none")
-    p.add_argument("--split-max-d", type=int, help="override kernels.SPLIT_MAX_D (0: never split the loops)")
+    p.add_argument(
+        "--split-max-d", type=int, help="override kernels.SPLIT_MAX_D, every kernel (0: never split)"
+    )
     args = p.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
     from kinterval.ops import OperatorSpec
     from kinterval.ops.triton import kernels as K
 
     if args.split_max_d is not None:
-        K.SPLIT_MAX_D = args.split_max_d
+        K.SPLIT_MAX_D = {"fwd": args.split_max_d, "bwd": args.split_max_d}
 
     print(
         "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B "

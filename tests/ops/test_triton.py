@@ -358,20 +358,24 @@ def test_precision_modes(precision):
     check("lerp-k4", q, k, v, do, causal=True, precision=precision)
 
 
-@pytest.mark.skipif(HAS_CUDA, reason="on a GPU the fp32 and D >= 128 cases run the unsplit loops")
+@pytest.mark.skipif(
+    HAS_CUDA, reason="interpreter check of the two loop bodies; GPU: test_gpu_large runs both"
+)
 @pytest.mark.parametrize("name", ["minmax-prob-k4", "lerp-k4[range_grad=p1]"])
 def test_unsplit_loops_match(name, monkeypatch):
-    """16-bit inputs with D <= SPLIT_MAX_D run interior tiles through an unmasked copy of the loop body; force
-    the single masked body here: the results must be bit-identical."""
+    """16-bit inputs with D <= SPLIT_MAX_D run interior tiles through an unmasked copy of the loop body (by
+    default the forward only); force it on in all three kernels, then off: the results must be
+    bit-identical."""
     from kinterval.ops.triton import kernels as K
 
     q, k, v, do = make_inputs(2, 2, 37, 45, 16, seed=23, dtype=torch.bfloat16)
     mask = torch.ones(2, 1, 1, 45, dtype=torch.bool)
     mask[1, ..., 40:] = False
+    monkeypatch.setattr(K, "SPLIT_MAX_D", {"fwd": 64, "bwd": 64})
+    assert K.split_loops("dq", 2, 16, False) and not K.split_loops("fwd", 2, 16, True)  # causal runs split
     split = _grads(lambda a, b, c: triton_attention(a, b, c, name, causal=True), q, k, v, do)
     split_m = _grads(lambda a, b, c: triton_attention(a, b, c, name, mask=mask), q, k, v, do)
-    assert K.split_loops(2, 16, False) and not K.split_loops(2, 16, True)  # the causal runs split
-    monkeypatch.setattr(K, "SPLIT_MAX_D", 0)
+    monkeypatch.setattr(K, "SPLIT_MAX_D", {"fwd": 0, "bwd": 0})
     whole = _grads(lambda a, b, c: triton_attention(a, b, c, name, causal=True), q, k, v, do)
     whole_m = _grads(lambda a, b, c: triton_attention(a, b, c, name, mask=mask), q, k, v, do)
     for a, b in zip(split + split_m, whole + whole_m):

@@ -104,7 +104,7 @@ class _TritonKIntervalAttention(torch.autograd.Function):
             IS_CAUSAL=bool(causal),
             HAS_MASK=has_mask,
             PREC=precision,
-            SPLIT=split_loops(q.element_size(), _block_d(D), has_mask),
+            SPLIT=split_loops("fwd", q.element_size(), _block_d(D), has_mask),
             BLOCK_D=_block_d(D),
         )
 
@@ -140,6 +140,10 @@ class _TritonKIntervalAttention(torch.autograd.Function):
         dk = _alloc((B, H, Tk, D), k.dtype, dev)
         dv = _alloc((B, H, Tk, D), v.dtype, dev)
         strides = (*q.stride(), *k.stride(), *v.stride(), *ctx.mstr)
+        split = {
+            kind: split_loops(kind, q.element_size(), meta["BLOCK_D"], meta["HAS_MASK"])
+            for kind in ("dq", "dkdv")
+        }
 
         def grid_q(meta_):
             return (triton.cdiv(Tq, meta_["BLOCK_M"]), B * H)
@@ -150,11 +154,11 @@ class _TritonKIntervalAttention(torch.autograd.Function):
         with _on_device(q):
             _bwd_dq_kernel[grid_q](
                 q, k, v, mask_t, do, dq, M, m, Wa, delta, amax, amin, GM, Gm, mu,
-                *strides, H, Tq, Tk, D, scale, kf, tau, **meta,
+                *strides, H, Tq, Tk, D, scale, kf, tau, **{**meta, "SPLIT": split["dq"]},
             )  # fmt: skip
             _bwd_dkdv_kernel[grid_k](
                 q, k, v, mask_t, do, dk, dv, M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu,
-                *strides, H, Tq, Tk, D, scale, kf, tau, **meta,
+                *strides, H, Tq, Tk, D, scale, kf, tau, **{**meta, "SPLIT": split["dkdv"]},
             )  # fmt: skip
         return dq, dk, dv, None, None, None, None, None
 

@@ -144,21 +144,32 @@ if INTERPRET:
     _patch_interpreter_index()
 
 
-# Interior tiles (in bounds, left of the causal diagonal, no user mask) run an unmasked copy of each loop
-# body for 16-bit inputs and head dims up to SPLIT_MAX_D. Results are bit-identical either way. Elsewhere the
-# second copy raises ptxas's spills (bf16 D = 128: dQ 200 -> 420 B, dK/dV 0 -> 140 B; fp32 D = 64: dK/dV
-# 12 -> 188 B), so it is off there until a GPU says which is faster. KINTERVAL_TRITON_SPLIT_MAX_D=0 (read at
-# import) turns it off everywhere, for timing one against the other.
-_split_env = os.environ.get("KINTERVAL_TRITON_SPLIT_MAX_D", "64")
-if not _split_env.isdigit():
-    raise ValueError(f"KINTERVAL_TRITON_SPLIT_MAX_D must be a non-negative integer, got {_split_env!r}")
-SPLIT_MAX_D = int(_split_env)
+# Interior tiles (in bounds, left of the causal diagonal, no user mask) can run an unmasked copy of each loop
+# body, for 16-bit inputs up to a head dim read at import: KINTERVAL_TRITON_SPLIT_MAX_D (forward) and
+# KINTERVAL_TRITON_SPLIT_BWD_MAX_D (dQ and dK/dV), both 64 by default; 0 never splits. Results are
+# bit-identical either way; only speed differs. Measured on an H100 (bf16, D = 64, T = 1024 and 4096, two
+# runs each, docs/performance.md): the split forward is faster (fwm-prob-k4 1.09 -> 0.84 ms), the split
+# backward 7-10% slower. The backward default stays 64, the setting the GPU tests passed with, until a GPU run
+# tests and times BWD = 0. Above D = 64 the second copy raises ptxas's spills (bf16 D = 128: dQ 200 -> 420 B).
+def _env_max_d(name: str, default: str) -> int:
+    value = os.environ.get(name, default)
+    if not value.isdigit():
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
 
 
-def split_loops(element_size: int, block_d: int, has_mask: bool) -> bool:
-    """Whether the kernels run interior tiles through the unmasked copy of their loop body (see above); the
-    launcher passes it as the constexpr SPLIT, so that it is part of every compile and autotune key."""
-    return (not has_mask) and block_d <= SPLIT_MAX_D and element_size <= 2
+SPLIT_MAX_D = {
+    "fwd": _env_max_d("KINTERVAL_TRITON_SPLIT_MAX_D", "64"),
+    "bwd": _env_max_d("KINTERVAL_TRITON_SPLIT_BWD_MAX_D", "64"),
+}
+
+
+def split_loops(kind: str, element_size: int, block_d: int, has_mask: bool) -> bool:
+    """Whether kernel ``kind`` (fwd, dq, dkdv) runs interior tiles through the unmasked copy of its loop body
+    (see above); the launcher passes it as the constexpr SPLIT, so that it is part of every compile and
+    autotune key."""
+    limit = SPLIT_MAX_D["fwd" if kind == "fwd" else "bwd"]
+    return (not has_mask) and block_d <= limit and element_size <= 2
 
 
 _KEY = ["Tq", "Tk", "BLOCK_D", "CALIB", "MODE", "RG", "IS_CAUSAL", "HAS_MASK", "PREC", "SPLIT"]
