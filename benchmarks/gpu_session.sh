@@ -37,11 +37,12 @@ for stage in "${stages[@]}"; do
       timeout 240 $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes ieee \
         --T 1024 --D 64,128 --compile-t '' --ref-max-t 1024 --csv "$OUT/bench_ieee.csv" 2>"$OUT/bench_ieee.err" \
         | tee "$OUT/bench_ieee.md" ;;
-    bench-split)  # interior tiles on (64) and off (0), bf16, D = 64, twice each: the change of 2ec7b59, untimed
-      for s in 64 0 64 0; do
-        KINTERVAL_TRITON_SPLIT_MAX_D=$s timeout 140 $PY benchmarks/attention.py \
-          --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes bf16 --T 1024,4096 --D 64 --compile-t '' \
-          --ref-max-t 0 --no-sdpa 2>>"$OUT/bench_split.err" | sed "s/^/split=$s /" | tee -a "$OUT/bench_split.md"
+    bench-split)  # interior tiles: forward/backward split limits 64/64 (default), 64/0, 0/0; bf16, D = 64, twice
+      for s in 64/64 64/0 0/0 64/64 64/0 0/0; do
+        KINTERVAL_TRITON_SPLIT_MAX_D=${s%/*} KINTERVAL_TRITON_SPLIT_BWD_MAX_D=${s#*/} timeout 90 \
+          $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes bf16 --T 1024,4096 \
+          --D 64 --compile-t '' --ref-max-t 0 --no-sdpa 2>>"$OUT/bench_split.err" | grep -E "^\| +[a-z]" \
+          | sed "s|^|split=$s |" | tee -a "$OUT/bench_split.md"
       done ;;
     bench)
       timeout 590 $PY benchmarks/attention.py --ops softmax,lerp-k4,minmax-weight-k4,fwm-prob-k4 \
