@@ -371,8 +371,14 @@ def test_unsplit_loops_match(name, monkeypatch):
     q, k, v, do = make_inputs(2, 2, 37, 45, 16, seed=23, dtype=torch.bfloat16)
     mask = torch.ones(2, 1, 1, 45, dtype=torch.bool)
     mask[1, ..., 40:] = False
+    monkeypatch.setattr(K, "SPLIT_MAX_D", {"fwd": 64, "bwd": 0})  # each pass reads its own limit
+    assert K.split_loops("fwd", 2, 16, False) and not K.split_loops("dq", 2, 16, False)
+    assert not K.split_loops("dkdv", 2, 16, False)
+    monkeypatch.setattr(K, "SPLIT_MAX_D", {"fwd": 0, "bwd": 64})
+    assert not K.split_loops("fwd", 2, 16, False) and K.split_loops("dkdv", 2, 16, False)
     monkeypatch.setattr(K, "SPLIT_MAX_D", {"fwd": 64, "bwd": 64})
     assert K.split_loops("dq", 2, 16, False) and not K.split_loops("fwd", 2, 16, True)  # causal runs split
+    assert not K.split_loops("fwd", 4, 16, False) and not K.split_loops("dq", 2, 128, False)  # fp32, D > 64
     split = _grads(lambda a, b, c: triton_attention(a, b, c, name, causal=True), q, k, v, do)
     split_m = _grads(lambda a, b, c: triton_attention(a, b, c, name, mask=mask), q, k, v, do)
     monkeypatch.setattr(K, "SPLIT_MAX_D", {"fwd": 0, "bwd": 0})

@@ -149,7 +149,7 @@ if INTERPRET:
 # KINTERVAL_TRITON_SPLIT_BWD_MAX_D (dQ and dK/dV), both 64 by default; 0 never splits. Results are
 # bit-identical either way; only speed differs. Measured on an H100 (bf16, D = 64, T = 1024 and 4096, two
 # runs each, docs/performance.md): the split forward is faster (fwm-prob-k4 1.09 -> 0.84 ms), the split
-# backward 7-10% slower. The backward default stays 64, the setting the GPU tests passed with, until a GPU run
+# backward 2-9% slower. The backward default stays 64, the setting the GPU tests passed with, until a GPU run
 # tests and times BWD = 0. Above D = 64 the second copy raises ptxas's spills (bf16 D = 128: dQ 200 -> 420 B).
 def _env_max_d(name: str, default: str) -> int:
     value = os.environ.get(name, default)
