@@ -18,7 +18,7 @@ import time
 import torch
 
 from kinterval.model import GPT, autocast, preset, train_precision
-from kinterval.model.gpt import resolve_backend
+from kinterval.ops import resolve_backend
 
 DEFAULT_OPERATORS = "softmax,sdpa,minmax-weight-k4,fwm-prob-k4"
 
@@ -82,7 +82,7 @@ def measure(op: str, args, device: torch.device) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         dt = time.perf_counter() - t0
-    backend = "torch" if op == "sdpa" else resolve_backend(args.backend, device)
+    backend = "torch" if op == "sdpa" else resolve_backend(op, device, backend=args.backend)  # what ran
     row = {
         "operator": op,
         "backend": backend,

@@ -11,10 +11,11 @@ import torch
 from kinterval.cli import main
 from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
-from kinterval.eval.checkpoints import list_checkpoints, load_model
+from kinterval.eval.checkpoints import list_checkpoints
 from kinterval.eval.evaluate import eval_dir, evaluate_run
 from kinterval.eval.tau_screen import Stage, floor_tail, run_stage, stage3_table
 from kinterval.train.config import TrainConfig
+from kinterval.train.load import load_run
 from kinterval.train.loop import train
 
 
@@ -110,7 +111,7 @@ def test_floor_tail_transform():
 
 
 def test_tau_screen_on_softmax_checkpoint(tiny_run, capsys):
-    model, _ = load_model(list_checkpoints(tiny_run / "run")[-1], backend="closed_form")
+    model = load_run(list_checkpoints(tiny_run / "run")[-1], backend="closed_form").model
     tokens = TokenShards(tiny_run / "data", "val").tokens()
     sub = run_stage(model, tokens, Stage("2a", "floor", (4,), (4.0, 8.0), 3))
     assert set(sub.nll) == {"K=4 tau=4", "K=4 tau=8"} and sub.per_block["K=4 tau=4"].size == 3

@@ -11,9 +11,9 @@ pytest.importorskip("lm_eval")
 
 from kinterval.data.tokenizer import EOT, gpt2_encoding  # noqa: E402
 from kinterval.eval.downstream_commands import downstream_compare, run_downstream  # noqa: E402
-from kinterval.eval.probes import load_run_model  # noqa: E402
 from kinterval.model import GPT, ModelConfig  # noqa: E402
 from kinterval.train.checkpoint import save_checkpoint  # noqa: E402
+from kinterval.train.load import load_run  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 
@@ -53,7 +53,7 @@ def test_multiple_choice_and_rolling_match_direct_nll(run, tmp_path, in_data):
     out = tmp_path / "native"
     summary = run_downstream(run, ["kinterval_tiny_mc", "kinterval_tiny_ppl"], out=out, include_path=DATA)
     assert summary["operator"] == "fwm-prob-k4" and summary["checkpoint_step"] == 1
-    model, _ = load_run_model(run)
+    model = load_run(run).model
     enc = gpt2_encoding()
     docs = [json.loads(line) for line in (DATA / "tiny_mc.jsonl").read_text().splitlines()]
     items = [json.loads(line) for line in (out / "kinterval_tiny_mc.jsonl").read_text().splitlines()]
@@ -86,7 +86,7 @@ def test_generate_until_and_softmax_substitution(run, tmp_path, in_data):
     gen = [json.loads(line) for line in (out / "kinterval_tiny_gen.jsonl").read_text().splitlines()]
     assert len(gen) == 3 and all(isinstance(g["responses"][0], str) for g in gen)
     # greedy output equals a direct greedy decode of the substituted model (up to 8 tokens, stop at . or \n)
-    model, _ = load_run_model(run, operator="softmax")
+    model = load_run(run, operator="softmax").model
     enc = gpt2_encoding()
     doc = json.loads((DATA / "tiny_gen.jsonl").read_text().splitlines()[0])
     toks, new = enc.encode_ordinary(doc["question"]), []

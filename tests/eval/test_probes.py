@@ -11,6 +11,7 @@ from kinterval.eval import probes
 from kinterval.eval.probes import EOT, PREFIX
 from kinterval.model import GPT, ModelConfig
 from kinterval.train.checkpoint import save_checkpoint
+from kinterval.train.load import load_run
 
 V = 1000
 
@@ -128,4 +129,4 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
 @pytest.mark.parametrize("bad", ["nope"])
 def test_missing_checkpoint_is_a_clear_error(tmp_path, bad):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        probes.load_run_model(tmp_path / bad)
+        load_run(tmp_path / bad)

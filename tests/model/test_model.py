@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kinterval.model import GPT, PRESETS, ModelConfig, NumericsConfig, autocast, count_params, preset, tf32
-from kinterval.model.gpt import resolve_backend
+from kinterval.ops import OperatorSpec
 
 TINY = preset("tiny", vocab_size=97, block_size=16)
 
@@ -87,10 +87,23 @@ def test_bad_configs_and_backends():
     with pytest.raises(ValueError, match="unknown model preset"):
         preset("gpt5")
     with pytest.raises(ValueError, match="backend"):
-        resolve_backend("cuda-magic", "cpu")
+        build("softmax", backend="cuda-magic")
     with pytest.raises(ValueError, match="operator"):
         build("softmaxx")
-    assert resolve_backend("auto", "cpu") == "closed_form"
+
+
+def test_historical_ste_model_runs_under_auto_and_rejects_an_unsupported_backend():
+    """Suite D's STE operators (historical arithmetic): auto picks a backend that runs them."""
+    x = torch.randint(0, 97, (2, 16))
+    spec = OperatorSpec.parse("minmax-weight-k4", arithmetic="historical")
+    model = build(spec)
+    _, loss = model(x, x)
+    loss.backward()
+    assert torch.isfinite(loss) and model.transformer.wte.weight.grad.abs().sum() > 0
+    assert model.transformer.h[0].attn.operator.arithmetic == "historical"
+    bad = build("bf16-exp", backend="triton")  # no fused kernel for bf16-exp, on any device
+    with pytest.raises(ValueError, match="'triton' cannot run operator bf16-exp.*'closed_form' can"):
+        bad(x)
 
 
 def test_config_roundtrip():

@@ -17,7 +17,7 @@ from kinterval.suite.manifest import build_manifest
         ("C", 12, 60),
         ("D", 130, 650),
         ("supplementary", 29, 145),
-        ("mini", 7, 35),
+        ("mini", 9, 45),
         ("ci", 15, 45),
     ],
 )

@@ -61,11 +61,13 @@ def _diag(kind: str):
 
 def _tau_screen(args: argparse.Namespace) -> int:
     from kinterval.data.loader import TokenShards
-    from kinterval.eval.checkpoints import load_model, pick_device, select_checkpoints
+    from kinterval.eval.checkpoints import pick_device, select_checkpoints
     from kinterval.eval.tau_screen import PAPER_STAGES, Stage, run_stage, stage3_table
+    from kinterval.train.load import load_run
 
     ckpt = select_checkpoints(args.run, args.checkpoint)[-1]
-    model, state = load_model(ckpt, device=pick_device(args.device), backend="closed_form")
+    loaded = load_run(ckpt, device=pick_device(args.device), backend="closed_form")  # the screen forms P
+    model, state = loaded.model, loaded.state
     if model.operator not in ("softmax", "sdpa"):
         print(f"warning: {ckpt} was trained with {model.operator}, not softmax; screening it anyway")
     tokens = TokenShards(args.data or state["config"]["data"]["dir"], args.split).tokens()

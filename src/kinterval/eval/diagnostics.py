@@ -12,10 +12,11 @@ import os
 from pathlib import Path
 
 from kinterval.data.loader import TokenShards
-from kinterval.eval.checkpoints import load_model, pick_device, select_checkpoints, state_sha256
+from kinterval.eval.checkpoints import pick_device, select_checkpoints, state_sha256
 from kinterval.eval.evaluate import safe_operator
 from kinterval.eval.geometry import geometry_probe
 from kinterval.eval.graddiag import gradient_diagnostics
+from kinterval.train.load import load_run
 
 KINDS = ("geometry", "graddiag")
 
@@ -50,7 +51,9 @@ def diagnose_checkpoint(
         old = json.loads(path.read_text())
         if old.get("checkpoint_state_sha256") == sha and old.get("probe_operator_arg") == spec:
             return dict(old, skipped=True)
-    model, state = load_model(ckpt, device=pick_device(device), backend="closed_form")
+    # closed_form: the probes form P explicitly and differentiate it
+    loaded = load_run(ckpt, device=pick_device(device), backend="closed_form")
+    model, state = loaded.model, loaded.state
     shards = TokenShards(data or state["config"]["data"]["dir"], split)
     tokens = shards.tokens()
     if kind == "geometry":

@@ -16,18 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from kinterval.data.loader import TokenShards
-from kinterval.eval.checkpoints import (
-    load_model,
-    pick_device,
-    select_checkpoints,
-    state_sha256,
-    trained_operator,
-)
+from kinterval.eval.checkpoints import pick_device, select_checkpoints, state_sha256, trained_operator
 from kinterval.eval.nll import document_ids, per_document
 from kinterval.model import operator_name
 from kinterval.stats import block_bootstrap_ci, cluster_bootstrap_ci
 from kinterval.train.checkpoint import code_identity, read_state
 from kinterval.train.evaluate import token_nll
+from kinterval.train.load import load_run
 
 SUMMARY_VERSION = 1
 
@@ -90,7 +85,8 @@ def evaluate_checkpoint(
     if not force and _is_current(json_path, npz_path, ckpt):
         return dict(read_summary(json_path), skipped=True)
     dev = pick_device(device)
-    model, state = load_model(ckpt, operator=operator, device=dev)
+    loaded = load_run(ckpt, device=dev, operator=operator)  # weights checked against state.json's sha256
+    model, state = loaded.model, loaded.state
     data_dir = Path(data) if data is not None else Path(state["config"]["data"]["dir"])
     shards = TokenShards(data_dir, split)
     shards.check_vocab(model.config.vocab_size)

@@ -19,8 +19,8 @@ except ImportError:  # pragma: no cover - the hint replaces the traceback chain
     raise ImportError("kinterval.eval.lm_eval_adapter needs lm-eval: pip install 'kinterval[eval]'") from None
 
 from kinterval.data.tokenizer import EOT, gpt2_encoding
-from kinterval.eval.probes import load_run_model
 from kinterval.model.numerics import autocast, eval_precision
+from kinterval.train.load import load_run
 
 
 @register_model("kinterval")
@@ -30,7 +30,8 @@ class KIntervalLM(TemplateLM):
                  bpe_file: str | None = None, **_ignored) -> None:  # fmt: skip
         super().__init__()
         device = device or "cpu"
-        self.model, self.state = load_run_model(run, checkpoint, operator, device, backend)
+        loaded = load_run(run, checkpoint, device, operator, backend or "auto")
+        self.model, self.state = loaded.model, loaded.state
         self._device = torch.device(device)
         self.enc = gpt2_encoding(bpe_file)
         self.batch_size = 1 if batch_size in (None, "auto") else int(str(batch_size).split(":")[0])

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kinterval.train.load import load_run
+
 DISTANCES = (64, 128, 256, 512, 896)
 N_PAIRS = (16, 32, 64)
 SEGMENT_LENGTHS = (32, 64, 128)
@@ -207,42 +209,11 @@ def probe_tables(results_dir: str | Path) -> list[dict]:
     return [dict(r, operator=summary["operator"]) for r in summary["table"]]
 
 
-# ---------------------------------------------------------------------- runs and checkpoints
-def load_run_model(
-    run, checkpoint="latest", operator: str | None = None, device="cpu", backend: str | None = None
-):
-    """(model, state) of a training run's checkpoint; ``operator`` substitutes the attention operator
-    (e.g. ``softmax``) in the trained weights, else the run's own operator is used.
-
-    ``run`` is a run folder (``checkpoint``: ``latest``, a step number or a checkpoint path) or a checkpoint
-    folder itself.
-    """
-    from kinterval.model import GPT, ModelConfig
-    from kinterval.train.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint
-
-    run = Path(run)
-    if (run / "state.json").is_file():
-        path = run
-    elif checkpoint in (None, "latest"):
-        path = latest_checkpoint(run)
-    elif str(checkpoint).isdigit():
-        path = checkpoint_dir(run) / f"step_{int(checkpoint):06d}"
-    else:
-        path = Path(checkpoint)
-    if path is None or not path.is_dir():
-        raise FileNotFoundError(f"no checkpoint {checkpoint!r} in {run}")
-    ckpt = load_checkpoint(path)
-    op_cfg = ckpt.state["config"]["operator"]
-    model = GPT(ModelConfig.from_dict(ckpt.state["model_config"]), operator or op_cfg["name"],
-                backend or op_cfg.get("backend", "auto"))  # fmt: skip
-    model.load_state_dict(ckpt.model)
-    return model.to(device).eval(), ckpt.state
-
-
 def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 400, device="cpu",
                seed: int = 0, batch_size: int = 8, distances=DISTANCES) -> dict:  # fmt: skip
     """Generate, score and write ``samples.jsonl`` (one row per sample) and ``summary.json``."""
-    model, state = load_run_model(run, checkpoint, operator, device)
+    loaded = load_run(run, checkpoint, device, operator)
+    model, state = loaded.model, loaded.state
     cfg = model.config
     samples, skipped = all_samples(families, cfg.vocab_size, cfg.block_size, seed, distances)
     rows = score(model, samples, device=device, batch_size=batch_size)
@@ -263,7 +234,6 @@ __all__ = [
     "all_samples",
     "copy_samples",
     "induction_samples",
-    "load_run_model",
     "probe_tables",
     "retrieval_samples",
     "run_probes",

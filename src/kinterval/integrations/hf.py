@@ -14,7 +14,9 @@ mask builder, so every model hands us a boolean mask, True = may attend, or ``No
 
 Dropout: with ``attention_dropout > 0`` in training mode, dropout is applied to the operator's probabilities
 (as transformers' eager path does); that path computes P explicitly (``closed_form``/``reference`` backend,
-never the fused kernel). Additive float biases (ALiBi, T5 position bias) and ``softcap`` are not supported.
+never the fused kernel, so an explicit ``backend="triton"`` raises there). The backend is chosen by
+:func:`kinterval.ops.resolve_backend`. Additive float biases (ALiBi, T5 position bias) and ``softcap`` are
+not supported.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from kinterval.ops import OperatorSpec, attention_probs, kinterval_attention
+from kinterval.ops import BACKENDS, OperatorSpec, attention_probs, kinterval_attention, resolve_backend
 from kinterval.ops.spec import BASELINES
 
 try:
@@ -109,13 +111,15 @@ def _dropout_attention(q, k, v, spec, causal, mask, scale, p, backend):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     with torch.autocast(device_type=q.device.type, enabled=False):
         scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
-        probs_backend = backend if backend in ("reference", "closed_form") else "closed_form"
+        probs_backend = resolve_backend(spec, scores.device, scores.dtype, backend=backend, probs=True)
         P = attention_probs(scores, spec, causal=causal, mask=mask, backend=probs_backend)
         out = torch.matmul(torch.nn.functional.dropout(P, p=p, training=True), v.float())
     return out.to(q.dtype)
 
 
 def _install(name: str, spec: OperatorSpec, backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if name not in _REGISTRY:
         AttentionInterface.register(name, lambda *a, **kw: _attention(name, *a, **kw))
         if AttentionMaskInterface is not None:

@@ -6,7 +6,6 @@ a softmax run and a K-interval run is the ``operator`` given to :class:`CausalSe
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import torch
@@ -14,10 +13,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kinterval.model.config import ModelConfig
-from kinterval.ops import OperatorSpec, kinterval_attention
+from kinterval.ops import BACKENDS, OperatorSpec, kinterval_attention, resolve_backend
 
 SDPA = "sdpa"  # PyTorch's fused softmax attention, the reference baseline for speed and correctness
-ATTENTION_BACKENDS = ("auto", "reference", "closed_form", "triton")
+ATTENTION_BACKENDS = BACKENDS  # "auto" = kinterval.ops.resolve_backend
 
 
 def parse_operator(operator: str | OperatorSpec) -> OperatorSpec | str:
@@ -34,18 +33,6 @@ def parse_operator(operator: str | OperatorSpec) -> OperatorSpec | str:
 def operator_name(operator: str | OperatorSpec) -> str:
     op = parse_operator(operator)
     return op if op == SDPA else op.full_name
-
-
-def resolve_backend(backend: str, device: torch.device | str) -> str:
-    """``auto`` -> triton on CUDA, else closed_form; falls back to ``reference`` while a backend is absent."""
-    if backend not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {backend!r}; choose one of {ATTENTION_BACKENDS}")
-    if backend == "auto":
-        is_cuda = torch.device(device).type == "cuda"
-        backend = "triton" if is_cuda and importlib.util.find_spec("triton") else "closed_form"
-    if backend in ("closed_form", "triton") and importlib.util.find_spec(f"kinterval.ops.{backend}") is None:
-        return "reference"
-    return backend
 
 
 class CausalSelfAttention(nn.Module):
@@ -69,8 +56,8 @@ class CausalSelfAttention(nn.Module):
                 y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).to(
                     q.dtype
                 )
-        else:
-            backend = resolve_backend(self.backend, x.device)
+        else:  # "auto": the fastest backend that supports the operator on this device and dtype
+            backend = resolve_backend(self.operator, x.device, q.dtype, backend=self.backend)
             y = kinterval_attention(q, k, v, self.operator, causal=True, backend=backend)
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 

@@ -4,6 +4,7 @@
 """
 
 from kinterval.ops.api import attention_probs, kinterval_attention
+from kinterval.ops.backends import BACKENDS, resolve_backend
 from kinterval.ops.spec import OperatorSpec
 
-__all__ = ["OperatorSpec", "attention_probs", "kinterval_attention"]
+__all__ = ["BACKENDS", "OperatorSpec", "attention_probs", "kinterval_attention", "resolve_backend"]

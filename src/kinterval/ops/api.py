@@ -6,15 +6,14 @@ formulas), ``closed_form`` (the paper's explicit backward) and ``triton`` (fused
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import torch
 from torch import Tensor
 
+from kinterval.ops.backends import BACKENDS, resolve_backend
 from kinterval.ops.spec import OperatorSpec
 
-BACKENDS = ("auto", "reference", "closed_form", "triton")
 PRECISIONS = ("tf32", "ieee")
 
 
@@ -122,7 +121,8 @@ def kinterval_attention(
     q is (B, H, Tq, D); k and v are (B, H, Tk, D). ``mask`` is boolean, True where the query may attend,
     broadcastable to (B, H, Tq, Tk). The default scale is 1/sqrt(D). The operator runs in float32 (float64 for
     float64 inputs); the output has q's dtype. ``backend``: "reference", "closed_form", "triton" or "auto"
-    (triton on CUDA when installed and the spec is supported, else closed_form). ``precision`` ("tf32" or
+    (:func:`~kinterval.ops.backends.resolve_backend`: the fastest backend that supports the spec on q's device
+    and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32" or
     "ieee") selects the dot precision of the triton backend; the others follow ``torch.backends`` settings.
     """
     spec = as_spec(spec)
@@ -143,10 +143,7 @@ def kinterval_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
 
-    if backend == "auto":  # the fused kernel where it runs and supports the spec, else the closed form
-        backend = (
-            "triton" if (q.is_cuda and q.dtype != torch.float64 and _triton_supports(spec)) else "closed_form"
-        )
+    backend = resolve_backend(spec, q.device, q.dtype, backend=backend)  # "auto": the fastest that runs spec
     if backend == "triton":
         from kinterval.ops.triton import triton_attention
 
@@ -159,11 +156,3 @@ def kinterval_attention(
         P = _probs(scores, valid, spec, backend)
         out = torch.matmul(P, v.to(wd))
     return out.to(q.dtype)
-
-
-def _triton_supports(spec: OperatorSpec) -> bool:
-    if importlib.util.find_spec("triton") is None:
-        return False
-    from kinterval.ops.triton import triton_supports  # pure Python: does not import triton
-
-    return triton_supports(spec)

@@ -28,22 +28,27 @@ def _show(args) -> int:
 def _run(args) -> int:
     from kinterval.suite.runner import run_suite
 
-    slurm_args = {"slurm_partition": args.slurm_partition, "timeout_min": args.slurm_time}
+    slurm_args = {"partition": args.slurm_partition, "time": args.slurm_time}
     res = run_suite(
         args.name,
         args.out,
         data=args.data,
         only=args.only,
         gpus=args.gpus,
+        per_gpu=args.per_gpu,
         slurm=args.slurm,
         slurm_args=slurm_args,
         device=args.device,
         threads=args.threads,
     )
-    bad = {k: v for k, v in res.items() if not (v == "completed" or v.startswith("submitted"))}
+    if args.slurm:  # submitted is not done: the gate says when the jobs have finished
+        print(
+            f"{len(res)} runs submitted to Slurm, 0 finished yet; afterwards: kinterval suite gate {args.out}"
+        )
+        return 0
+    bad = {k: v for k, v in res.items() if v != "completed"}
     print(f"{len(res) - len(bad)} of {len(res)} runs ok" + (f"; failed: {sorted(bad)}" if bad else ""))
-    if not args.slurm:
-        print(f"next: kinterval suite gate {args.out}")
+    print(f"next: kinterval suite gate {args.out}")
     return 1 if bad else 0
 
 
@@ -83,10 +88,15 @@ def register(subparsers) -> None:
     q.add_argument("name", help="shipped suite name or a .toml path")
     q.add_argument("--out", required=True, help="suite folder (manifest.json, runs/, data/)")
     q.add_argument(
-        "--data", default=None, help="prepared data folder (required unless the suite prepares its own)"
+        "--data",
+        default=None,
+        help="prepared data folder (`kinterval data prepare`); required unless the suite prepares its own",
     )
     q.add_argument("--only", nargs="+", default=None, help="run id / group / operator patterns (* wildcards)")
     q.add_argument("--gpus", type=int, default=0, help="run N runs in parallel, one per GPU")
+    q.add_argument(
+        "--per-gpu", type=int, default=1, help="with --gpus: up to M runs at once on each GPU (small models)"
+    )
     q.add_argument("--slurm", action="store_true", help="submit one Slurm job per run (needs submitit)")
     q.add_argument("--slurm-partition", default=None)
     q.add_argument("--slurm-time", type=int, default=None, help="job time limit in minutes")

@@ -1,7 +1,8 @@
 """``kinterval suite run``: train every run of a suite, evaluate every checkpoint, skip what is done.
 
 Sequential in this process by default; ``gpus=N`` runs one run per GPU in child processes
-(``CUDA_VISIBLE_DEVICES``); ``slurm=True`` submits one job per run through submitit. A run whose status is
+(``CUDA_VISIBLE_DEVICES``), ``per_gpu=M`` up to M runs on each GPU at once (a small model does not fill a
+large GPU); ``slurm=True`` submits one job per run to Slurm through submitit. A run whose status is
 ``completed`` with all its checkpoints is not retrained; an interrupted run resumes from its last checkpoint;
 evaluations and geometry probes already on disk for the same checkpoint are kept.
 """
@@ -20,13 +21,14 @@ from kinterval.suite.manifest import MANIFEST, build_manifest, read_manifest, ru
 
 def prepare_data(suite: Suite, out: Path, data: str | Path | None) -> Path:
     """``data`` if given, else the suite's own ``[data]`` source prepared once into ``OUT/data``."""
+    how = "make one with `kinterval data prepare --source bin:DIR|text:FILE|synthetic --out DIR`"
     if data is not None:
-        return Path(data).resolve()
+        data = Path(data).resolve()
+        if not (data / "meta.json").is_file():
+            raise ValueError(f"--data {data} is not a prepared data folder (no meta.json); {how}")
+        return data
     if not suite.data.get("source"):
-        raise ValueError(
-            f"suite {suite.name} trains on {suite.corpus or 'a prepared corpus'}: pass --data DIR "
-            "(a folder made by `kinterval data prepare`)"
-        )
+        raise ValueError(f"suite {suite.name} needs --data DIR, a prepared data folder; {how}")
     target = (out / "data").resolve()
     if not (target / "meta.json").is_file():
         from kinterval.data.prepare import prepare
@@ -109,6 +111,7 @@ def run_suite(
     data=None,
     only: list[str] | None = None,
     gpus: int = 0,
+    per_gpu: int = 1,
     slurm: bool = False,
     slurm_args: dict | None = None,
     device: str | None = None,
@@ -127,18 +130,21 @@ def run_suite(
     if not ids:
         raise ValueError(f"--only {only} matches no run of suite {manifest['suite']}")
     log(f"suite {manifest['suite']}: {len(ids)} of {manifest['n_runs']} runs -> {out}")
+    if per_gpu < 1 or (per_gpu > 1 and not gpus):
+        raise ValueError(f"--per-gpu must be >= 1 and needs --gpus N (got per_gpu={per_gpu}, gpus={gpus})")
     if slurm:
-        return _submit_slurm(out, ids, slurm_args or {}, log)
+        return submit_slurm(out, ids, slurm_args or {}, log)
     if gpus and gpus > 0:
-        return _run_gpus(out, ids, gpus, log)
+        return _run_gpus(out, ids, gpus, log, per_gpu=per_gpu)
     return {rid: run_one(out, rid, device=device, log=log) for rid in ids}
 
 
-def _run_gpus(out: Path, ids: list[str], gpus: int, log) -> dict:
-    """One child process per run, at most one per GPU at a time."""
+def _run_gpus(out: Path, ids: list[str], gpus: int, log, per_gpu: int = 1) -> dict:
+    """One child process per run, at most ``per_gpu`` of them on each GPU at a time."""
     pending, running, done = list(ids), {}, {}
     while pending or running:
-        free = [g for g in range(gpus) if g not in running.values()]
+        load = [list(running.values()).count(g) for g in range(gpus)]
+        free = [g for slot in range(per_gpu) for g in range(gpus) if load[g] <= slot]  # least loaded first
         while pending and free:
             rid, gpu = pending.pop(0), free.pop(0)
             (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -156,24 +162,41 @@ def _run_gpus(out: Path, ids: list[str], gpus: int, log) -> dict:
     return done
 
 
-def _submit_slurm(out: Path, ids: list[str], slurm_args: dict, log) -> dict:
-    try:
-        import submitit
-    except ImportError as err:
-        raise ValueError("--slurm needs submitit: pip install 'kinterval[slurm]'") from err
-    ex = submitit.AutoExecutor(folder=str(out / "slurm" / "%j"))
-    ex.update_parameters(
-        gpus_per_node=1,
-        tasks_per_node=1,
-        nodes=1,
-        name="kinterval",
-        **{k: v for k, v in slurm_args.items() if v is not None},
-    )
+def submit_slurm(out: Path, ids: list[str], slurm_args: dict, log, executor=None) -> dict:
+    """Submit one Slurm job per run: ``{run_id: "submitted (slurm job N)"}``, not results (those come later).
+
+    A GPU is requested only when the runs train on one (a CPU protocol such as ``tiny-cpu`` asks for none).
+    ``executor`` replaces submitit's ``SlurmExecutor`` (tests).
+    """
+    manifest = read_manifest(out)
+    devices = {run_entry(manifest, rid)["config"].get("device", "auto") for rid in ids}
+    params = dict(nodes=1, ntasks_per_node=1, job_name="kinterval")
+    if devices != {"cpu"}:
+        params["gpus_per_node"] = 1
+    params.update({k: v for k, v in slurm_args.items() if v is not None})
+    if executor is None:
+        executor = _slurm_executor(out)
+    executor.update_parameters(**params)
     jobs = {}
-    with ex.batch():
-        pending = [(rid, ex.submit(run_one, str(out), rid)) for rid in ids]
+    with executor.batch():
+        pending = [(rid, executor.submit(run_one, str(out), rid)) for rid in ids]
     for rid, job in pending:
         jobs[rid] = f"submitted (slurm job {job.job_id})"
         log(f"{rid}: {jobs[rid]}")
     log(f"when the jobs finish: kinterval suite gate {out}")
     return jobs
+
+
+def _slurm_executor(out: Path):
+    """submitit's Slurm executor; an error, not a silent local run, when this machine has no Slurm."""
+    import shutil
+
+    try:
+        import submitit
+    except ImportError as err:
+        raise ValueError("--slurm needs submitit: pip install 'kinterval[slurm]'") from err
+    if shutil.which("sbatch") is None:
+        raise ValueError(
+            "--slurm: no Slurm on this machine (sbatch not found); run without --slurm to train here"
+        )
+    return submitit.SlurmExecutor(folder=str(out / "slurm" / "%j"))

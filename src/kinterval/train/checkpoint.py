@@ -275,3 +275,30 @@ def config_differences(saved: dict, requested: dict) -> list[str]:
 
     a, b = flatten(saved), flatten(requested)
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+# ---------------------------------------------------------------------- model weights only (eval, export)
+def read_model_weights(ckpt_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The model tensors of a checkpoint (the tied ``lm_head.weight`` restored), after checking
+    ``model.safetensors`` against the sha256 that ``state.json`` records; ``CheckpointError`` names the file
+    when it is missing, truncated, corrupt or unrecorded."""
+    path = Path(ckpt_dir)
+    state = read_state(path)
+    name = "model.safetensors"
+    weights = path / name
+    if not weights.is_file():
+        raise CheckpointError(f"checkpoint {path}: {name} is missing")
+    recorded = (state.get("files") or {}).get(name)
+    if not recorded:
+        raise CheckpointError(f"checkpoint {path}: state.json records no sha256 for {name}")
+    if _sha256(weights) != recorded:
+        raise CheckpointError(
+            f"checkpoint {path}: {name} is corrupt or truncated (sha256 differs from state.json)"
+        )
+    try:
+        tensors = load_file(weights)
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {path}: {name} is unreadable ({err})") from None
+    if TIED[1] in tensors:
+        tensors[TIED[0]] = tensors[TIED[1]]
+    return tensors

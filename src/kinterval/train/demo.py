@@ -16,27 +16,14 @@ import torch
 
 from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
-from kinterval.train.checkpoint import latest_checkpoint, load_checkpoint
 from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
+from kinterval.train.load import load_run
 from kinterval.train.loop import train
 
 DEFAULT_OPERATORS = ("softmax", "minmax-weight-k4", "fwm-prob-k4")
 FULL = {"data_tokens": 1_000_000, "tokens": 600_000}
 QUICK = {"data_tokens": 100_000, "tokens": 16_384}
-
-
-def load_model(run_dir: str | Path, device: str = "cpu"):
-    """The model of a run's newest checkpoint (safetensors + JSON only)."""
-    from kinterval.model import GPT, ModelConfig
-
-    ckpt = load_checkpoint(latest_checkpoint(run_dir))
-    cfg = ckpt.state["config"]
-    model = GPT(
-        ModelConfig.from_dict(ckpt.state["model_config"]), cfg["operator"]["name"], cfg["operator"]["backend"]
-    )
-    model.load_state_dict(ckpt.model)
-    return model.to(device)
 
 
 def run_demo(
@@ -94,7 +81,7 @@ def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
         if result.status != "completed":
             raise ValueError(f"demo run {op} stopped: {result.status}")
         train_s = time.perf_counter() - t0
-        nll = evaluate_nll(load_model(run), val, cfg.block_size)
+        nll = evaluate_nll(load_run(run).model, val, cfg.block_size)
         np.save(run / "val_nll.npy", nll)
         rows.append(
             {

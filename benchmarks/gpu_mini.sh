@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The mini suite on a lent GPU machine, in stages that each fit one 10-minute command.
+#
+#   bash benchmarks/gpu_mini.sh env measure auto start   # first call: versions, --per-gpu timing, auto check
+#   bash benchmarks/gpu_mini.sh wait                     # later calls (machine still warm): follow the suite
+#   bash benchmarks/gpu_mini.sh wait pack                # last call: the results tarball into $OUT
+#
+# The corpus travels with the working tree from a git-ignored folder inside the repository. Once, in the
+# repository root, before the first call:
+#   echo /.corpus/ >> .git/info/exclude
+#   mkdir -p .corpus/docs && cp PATH_TO_YOUR_TOKEN_FILES/*.bin .corpus/docs/   # flat uint16 GPT-2 tokens
+# and name `.corpus` in the call's carry list. Everything the suite writes stays under .mini/ (add
+# `/.mini/` to .git/info/exclude too): the machine keeps it between calls while it is warm, and `start`
+# leaves the suite running in its own process session, so `wait` calls only follow it. A machine given back
+# loses .mini/: `pack` before the lease ends (checkpoints are too large to come back; evaluations,
+# geometry, manifest, status and logs do, in one tarball of at most 16 MiB).
+#
+# Stages:
+#   env      GPU, driver, torch, triton versions and the commit (into $OUT/env.txt)
+#   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best --per-gpu)
+#   auto     minmax-weight-k4 in historical arithmetic, suite D's protocol, a few steps under backend="auto"
+#   start    prepare .corpus/docs into .mini/data, start `kinterval suite run mini` in the background
+#   wait     follow the suite for up to WAIT_S seconds (default 540), print progress
+#   pack     manifest, evaluations, diagnostics, status, metrics and logs into $OUT/mini_results.tar.gz
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT" .mini
+export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+CORPUS=${CORPUS:-.corpus/docs}
+PER_GPU=${PER_GPU:-3}  # set from the `measure` stage's best row
+SUITE=.mini/suite
+
+kinterval() { $PY -m kinterval "$@"; }
+
+for stage in "$@"; do
+  t0=$(date +%s)
+  case "$stage" in
+    env)
+      {
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+        $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+        echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+      } | tee "$OUT/env.txt" ;;
+    measure)  # tokens/s of N concurrent training processes of the mini model (bf16 autocast, auto backend)
+      for n in 1 2 3 4; do
+        for i in $(seq "$n"); do
+          timeout 240 $PY benchmarks/train_throughput.py --model small --block-size 256 --micro-batch 64 \
+            --operators lerp-k16 --steps 20 --warmup 5 > ".mini/measure_${n}_${i}.txt" 2>&1 &
+        done
+        wait
+        total=$(cat .mini/measure_"${n}"_*.txt | awk '/^lerp-k16/ {gsub(",", "", $3); s += $3} END {print s + 0}')
+        echo "per-gpu $n: $total tokens/s in all" | tee -a "$OUT/measure.txt"
+      done ;;
+    auto)  # the formal suites' STE runs train under backend="auto" (issue: the default backend crashed)
+      timeout 300 $PY - <<'EOF' 2>&1 | tee "$OUT/auto.txt"
+import shutil, tempfile
+from pathlib import Path
+
+import torch
+
+from kinterval.data.prepare import prepare
+from kinterval.ops import resolve_backend
+from kinterval.suite.definition import load_suite
+from kinterval.suite.manifest import expected_config
+from kinterval.train.loop import train
+
+run = load_suite("D").run("minmax-weight-k4.arithmetic-historical-s7")
+data = Path(".mini/data") if Path(".mini/data/meta.json").is_file() else Path(tempfile.mkdtemp()) / "synthetic"
+if not (data / "meta.json").is_file():
+    prepare("synthetic", data, tokens=2_000_000, seed=0, progress=False)
+cfg = expected_config(run, data)
+steps = 4
+cfg = cfg.override({"schedule.tokens": steps * cfg.block_size * 128, "schedule.warmup_tokens": cfg.block_size * 128,
+                    "log.progress": False, "checkpoint.count": 1})
+print("operator", run.operator, "backend", cfg.operator.backend, "->",
+      resolve_backend(run.spec, "cuda", torch.bfloat16, backend=cfg.operator.backend), "(bf16 autocast)")
+out = Path(tempfile.mkdtemp()) / "run"
+res = train(cfg, out)
+print("status", res.status, "steps", res.steps, "last loss", res.last_loss)
+shutil.rmtree(out.parent, ignore_errors=True)
+EOF
+      ;;
+    start)
+      if [ ! -f .mini/data/meta.json ]; then
+        ls "$CORPUS"/*.bin > /dev/null || { echo "no $CORPUS/*.bin: copy the token files there and carry .corpus"; exit 2; }
+        kinterval data prepare --source "bin:$CORPUS" --out .mini/data || exit 2
+      fi
+      setsid nohup $PY -m kinterval suite run mini --out "$SUITE" --data .mini/data --gpus 1 --per-gpu "$PER_GPU" \
+        >> .mini/suite.log 2>&1 < /dev/null &
+      echo "suite started (pid $!), --per-gpu $PER_GPU; follow with: bash benchmarks/gpu_mini.sh wait" ;;
+    wait)
+      deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
+      while [ "$(date +%s)" -lt "$deadline" ]; do
+        grep -q "runs ok" .mini/suite.log 2>/dev/null && break
+        sleep 20
+      done
+      tail -n 20 .mini/suite.log
+      for f in "$SUITE"/runs/*/metrics.jsonl; do
+        [ -f "$f" ] && echo "$(basename "$(dirname "$f")"): $(wc -l < "$f") steps logged"
+      done ;;
+    pack)
+      cp .mini/suite.log "$SUITE/" 2>/dev/null
+      tar -czf "$OUT/mini_results.tar.gz" --exclude='checkpoints' -C .mini suite
+      size=$(stat -c %s "$OUT/mini_results.tar.gz")
+      echo "mini_results.tar.gz: $size bytes"
+      [ "$size" -le $((16 * 1024 * 1024)) ] || echo "WARNING: over 16 MiB, it will not come back" ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+  echo "[$stage] $(( $(date +%s) - t0 )) s"
+done

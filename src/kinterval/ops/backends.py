@@ -1,0 +1,126 @@
+"""Which backend computes an operator: one rule for the whole package.
+
+Three backends compute the same operator (``docs/operators.md``): ``triton`` (fused kernels, CUDA),
+``closed_form`` (the paper's explicit backward, any device) and ``reference`` (autograd of the direct
+formulas, any device). Each answers ``supports(spec, device, dtype)``; :func:`resolve_backend` returns the
+fastest one that supports the operator (``"auto"``), or checks an explicit choice and raises a ``ValueError``
+naming the operator, the backend and what would run it. Every caller (the model, evaluation, the Hugging Face
+integration, the lm-eval adapter, the benchmarks) goes through :func:`resolve_backend`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from kinterval.ops.spec import OperatorSpec
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A backend and its answer to "can you run this operator here?" (None: yes; else the reason why not)."""
+
+    name: str
+    why_not: Callable[[OperatorSpec, torch.device, torch.dtype | None], str | None]
+    forms_probs: bool  # computes P explicitly (can serve ``attention_probs``)
+
+    def supports(self, spec: OperatorSpec, device, dtype: torch.dtype | None = None) -> bool:
+        return self.why_not(_spec(spec), torch.device(device), dtype) is None
+
+
+@lru_cache(maxsize=1)
+def _triton_importable() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _interpreted() -> bool:
+    """Triton's CPU interpreter (``TRITON_INTERPRET=1``): the kernels run on CPU tensors, for tests only."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _triton_why_not(spec: OperatorSpec, device: torch.device, dtype: torch.dtype | None) -> str | None:
+    from kinterval.ops.triton import triton_supports, unsupported_reason  # pure Python: no triton import
+
+    if not _triton_importable():
+        return "triton is not installed"
+    if device.type != "cuda" and not (device.type == "cpu" and _interpreted()):
+        return f"the fused kernels need a CUDA device, got {device.type}"
+    if dtype == torch.float64:
+        return "the fused kernels do not run float64"
+    if not triton_supports(spec):
+        return unsupported_reason(spec) or "the fused kernels do not implement it"
+    return None
+
+
+def _everything(spec: OperatorSpec, device: torch.device, dtype: torch.dtype | None) -> str | None:
+    # closed_form implements every operator of the family (baselines, every calibration, surrogate and
+    # range_grad, both arithmetics) on any device, in float32 or float64; reference is the definition.
+    return None
+
+
+TRITON = Backend("triton", _triton_why_not, forms_probs=False)
+CLOSED_FORM = Backend("closed_form", _everything, forms_probs=True)
+REFERENCE = Backend("reference", _everything, forms_probs=True)
+
+REGISTRY: dict[str, Backend] = {b.name: b for b in (TRITON, CLOSED_FORM, REFERENCE)}  # fastest first
+BACKENDS = (AUTO, *REGISTRY)  # the names a user may pass
+
+
+def _spec(spec: OperatorSpec | str) -> OperatorSpec:
+    if isinstance(spec, OperatorSpec):
+        return spec
+    if isinstance(spec, str):
+        return OperatorSpec.from_full_name(spec)
+    raise ValueError(f"spec must be an OperatorSpec or an operator name, got {type(spec).__name__}")
+
+
+def _candidates(device: torch.device, probs: bool) -> list[Backend]:
+    """What ``auto`` may pick, fastest first; off CUDA triton only runs in its (slowest) interpreter."""
+    out = [b for b in REGISTRY.values() if b.forms_probs or not probs]
+    return out if device.type == "cuda" else [b for b in out if b is not TRITON]
+
+
+def resolve_backend(
+    spec: OperatorSpec | str,
+    device: torch.device | str,
+    dtype: torch.dtype | None = None,
+    *,
+    backend: str = AUTO,
+    probs: bool = False,
+) -> str:
+    """The backend that computes ``spec`` on ``device`` for inputs of ``dtype`` (None: any floating dtype).
+
+    ``backend="auto"`` (the default) returns the fastest backend that supports the operator there: ``triton``
+    on CUDA when installed and the kernels implement the operator (not float64), else ``closed_form``. An
+    explicit ``backend`` is returned unchanged when it supports the operator, else a ``ValueError`` names the
+    operator, the backend, the reason and the backend that would run it. ``probs=True`` asks for a backend
+    that forms the probabilities P explicitly (``attention_probs``; the fused kernel never does).
+    """
+    spec = _spec(spec)
+    device = torch.device(device)
+    if backend == AUTO:
+        for b in _candidates(device, probs):
+            if b.why_not(spec, device, dtype) is None:
+                return b.name
+        raise ValueError(f"no backend runs {spec.full_name} on {device.type}")  # reference runs everything
+    if backend not in REGISTRY:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    b = REGISTRY[backend]
+    reason = b.why_not(spec, device, dtype)
+    if reason is None and probs and not b.forms_probs:
+        reason = "it never forms the probabilities P explicitly"
+    if reason is not None:
+        other = resolve_backend(spec, device, dtype, probs=probs)
+        where = f"{device.type}" + (f", {dtype}" if dtype is not None else "")
+        raise ValueError(
+            f"backend {backend!r} cannot run operator {spec.full_name} on {where}: {reason}; "
+            f"backend {other!r} can (or pass backend='auto')"
+        )
+    return backend

@@ -1,0 +1,119 @@
+"""``load_run``: the model of a training run's checkpoint, ready for evaluation (the one loader).
+
+Evaluation, probes, the lm-eval adapter, the demo, the τ screen and the exports all load through here:
+
+>>> run = load_run("runs/fwm-prob-k4", checkpoint="latest", device="cuda")
+>>> logits, _ = run.model(tokens)
+
+Only safetensors and JSON are read (no pickle), and the weights are checked against the sha256 recorded in
+``state.json`` before they are used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kinterval.model import GPT, SDPA, ModelConfig, parse_operator
+from kinterval.ops import OperatorSpec, resolve_backend
+from kinterval.train.checkpoint import (
+    CheckpointError,
+    checkpoint_dir,
+    latest_checkpoint,
+    read_model_weights,
+    read_state,
+)
+from kinterval.train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A checkpoint loaded for evaluation."""
+
+    model: GPT  # in eval mode, on the requested device
+    operator: OperatorSpec | str  # the operator the model computes (``"sdpa"`` for PyTorch's softmax)
+    config: TrainConfig  # the training config recorded in the checkpoint
+    state: dict  # state.json: step, tokens, model config, data and code identity, file hashes
+    checkpoint: Path  # the checkpoint folder
+    backend: str | None  # the backend that runs the operator on this device in float32 (None for sdpa)
+
+    @property
+    def step(self) -> int:
+        return int(self.state["step"])
+
+    @property
+    def trained_operator(self) -> str:
+        return trained_operator(self.state)
+
+
+def trained_operator(state: dict) -> str:
+    """The operator (full name, or ``sdpa``) a checkpoint was trained with."""
+    op = state.get("operator") or {}
+    return op.get("full_name") or state["config"]["operator"]["name"]
+
+
+def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "latest") -> Path:
+    """The checkpoint folder that ``path`` (a run folder or a checkpoint folder) and ``checkpoint`` name.
+
+    ``checkpoint``: ``"latest"`` (LATEST, else the highest step), a step number, or a checkpoint path
+    (absolute, or relative to the run folder). A checkpoint folder given as ``path`` is used as it is.
+    """
+    path = Path(path)
+    if (path / "state.json").is_file():
+        return path
+    if checkpoint in (None, "latest"):
+        found = latest_checkpoint(path)
+        if found is None:
+            raise FileNotFoundError(f"no checkpoint in {path} (no {checkpoint_dir(path)}/step_*)")
+        return found
+    if isinstance(checkpoint, int) or str(checkpoint).isdigit():
+        found = checkpoint_dir(path) / f"step_{int(checkpoint):06d}"
+        if not (found / "state.json").is_file():
+            steps = sorted(p.name for p in checkpoint_dir(path).glob("step_*")) if path.is_dir() else []
+            raise FileNotFoundError(f"no checkpoint at step {int(checkpoint)} in {path} (have: {steps})")
+        return found
+    found = Path(checkpoint)
+    for candidate in (found, path / found):
+        if (candidate / "state.json").is_file():
+            return candidate
+    raise FileNotFoundError(f"no checkpoint {str(checkpoint)!r} in {path} (not a checkpoint folder)")
+
+
+def _pick_device(device: str | torch.device) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def load_run(
+    path: str | Path,
+    checkpoint: str | int | Path = "latest",
+    device: str | torch.device = "cpu",
+    operator: str | OperatorSpec | None = None,
+    backend: str = "auto",
+) -> LoadedRun:
+    """Load a run's checkpoint for evaluation.
+
+    ``path`` is a run folder or a checkpoint folder; ``checkpoint`` is ``"latest"``, a step number or a
+    checkpoint path (see :func:`find_checkpoint`). ``device`` may be ``"auto"`` (CUDA when available).
+    ``operator`` substitutes another attention operator in the trained weights (e.g. ``"softmax"``), else the
+    run's own is used. ``backend`` is ``"auto"`` (:func:`kinterval.ops.resolve_backend`) or an explicit
+    backend, which must support the operator on ``device``. ``CheckpointError`` (a ``ValueError``) names a
+    corrupt, truncated or malformed checkpoint.
+    """
+    ckpt = find_checkpoint(path, checkpoint)
+    device = _pick_device(device)
+    state = read_state(ckpt)
+    try:
+        model_config = ModelConfig.from_dict(state["model_config"])
+        config = TrainConfig.from_dict(state["config"])
+        op = parse_operator(operator if operator is not None else trained_operator(state))
+    except (KeyError, TypeError) as err:
+        raise CheckpointError(f"checkpoint {ckpt}: state.json lacks or garbles field {err}") from None
+    resolved = None if op == SDPA else resolve_backend(op, device, backend=backend)  # explicit: checked here
+    weights = read_model_weights(ckpt)
+    model = GPT(model_config, op, backend)
+    model.load_state_dict(weights)
+    return LoadedRun(model.to(device).eval(), op, config, state, ckpt, resolved)

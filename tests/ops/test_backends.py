@@ -1,0 +1,90 @@
+"""One dispatcher: every operator of every shipped suite resolves to a backend that supports it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from kinterval.ops import OperatorSpec, kinterval_attention, resolve_backend
+from kinterval.ops.backends import CLOSED_FORM, REFERENCE, REGISTRY, TRITON
+from kinterval.ops.triton import triton_supports
+from kinterval.suite.definition import load_suite, shipped_suites
+
+
+def suite_operators() -> list[OperatorSpec]:
+    ops = {r.operator for name in shipped_suites() for r in load_suite(name).runs if r.operator != "sdpa"}
+    return [OperatorSpec.from_full_name(op) for op in sorted(ops)]
+
+
+def test_every_suite_operator_resolves_to_a_supporting_backend():
+    specs = suite_operators()
+    historical = [s for s in specs if s.arithmetic == "historical"]
+    assert len(specs) > 40 and historical  # suites A-D and the supplementary group are all there
+    for spec in specs:
+        for dtype in (torch.float32, torch.bfloat16, None):
+            b = resolve_backend(spec, "cuda", dtype)
+            assert REGISTRY[b].supports(spec, "cuda", dtype), (spec.full_name, dtype, b)
+            # the fastest: triton exactly when the kernels implement the operator
+            assert (b == "triton") == triton_supports(spec), (spec.full_name, b)
+        assert resolve_backend(spec, "cpu", torch.float32) == "closed_form"
+
+
+def test_triton_answer_follows_triton_supports(monkeypatch):
+    spec = OperatorSpec.parse("minmax-weight-k4", arithmetic="historical")
+    import kinterval.ops.triton as kt
+
+    monkeypatch.setattr(kt, "triton_supports", lambda s: True)  # the kernels learn historical arithmetic
+    assert resolve_backend(spec, "cuda", torch.float32) == "triton"
+    monkeypatch.setattr(kt, "triton_supports", lambda s: False)
+    assert resolve_backend(OperatorSpec.parse("lerp-k4"), "cuda", torch.float32) == "closed_form"
+
+
+def test_float64_on_cuda_never_picks_triton():
+    for spec in suite_operators():
+        assert resolve_backend(spec, "cuda", torch.float64) == "closed_form"
+    assert not TRITON.supports(OperatorSpec.parse("softmax"), "cuda", torch.float64)
+    assert TRITON.supports(OperatorSpec.parse("softmax"), "cuda", torch.bfloat16)
+
+
+def test_closed_form_and_reference_support_everything():
+    for spec in suite_operators() + [OperatorSpec.parse(b) for b in ("bf16-exp", "fp8-exp")]:
+        for dev in ("cpu", "cuda"):
+            assert CLOSED_FORM.supports(spec, dev, torch.float64) and REFERENCE.supports(spec, dev)
+
+
+def test_unsupported_explicit_choice_names_spec_backend_and_alternative():
+    spec = OperatorSpec.parse("fwm-prob-k4", arithmetic="historical")
+    import kinterval.ops.triton as kt
+
+    if kt.triton_supports(spec):  # the kernels learned historical arithmetic: bf16-exp stays unsupported
+        spec = OperatorSpec.parse("bf16-exp")
+    with pytest.raises(
+        ValueError, match=rf"'triton' cannot run operator {re.escape(spec.full_name)}.*'closed_form' can"
+    ):
+        resolve_backend(spec, "cuda", torch.float32, backend="triton")
+    with pytest.raises(ValueError, match=r"'triton' cannot run operator lerp-k4 on cuda, torch.float64"):
+        resolve_backend("lerp-k4", "cuda", torch.float64, backend="triton")
+    with pytest.raises(ValueError, match="never forms the probabilities"):
+        resolve_backend("lerp-k4", "cuda", torch.float32, backend="triton", probs=True)
+    with pytest.raises(ValueError, match="unknown backend 'flash'"):
+        resolve_backend("lerp-k4", "cuda", backend="flash")
+    assert resolve_backend("lerp-k4", "cuda", torch.float32, backend="reference") == "reference"
+    assert resolve_backend("lerp-k4", "cuda", torch.float32, probs=True) == "closed_form"
+
+
+def test_triton_off_cuda_only_in_the_interpreter(monkeypatch):
+    spec = OperatorSpec.parse("lerp-k4")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="need a CUDA device"):
+        resolve_backend(spec, "cpu", torch.float32, backend="triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert resolve_backend(spec, "cpu", torch.float32, backend="triton") == "triton"
+    assert resolve_backend(spec, "cpu", torch.float32) == "closed_form"  # auto never picks the interpreter
+
+
+def test_attention_api_checks_an_explicit_backend():
+    q = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="cannot run operator lerp-k4"):
+        kinterval_attention(q.double(), q.double(), q.double(), "lerp-k4", backend="triton")

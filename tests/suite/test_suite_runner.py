@@ -1,0 +1,150 @@
+"""The suite runner: a required data folder, several runs per GPU, and honest Slurm submission."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from kinterval.cli import main
+from kinterval.data.prepare import prepare
+from kinterval.suite import runner
+from kinterval.suite.manifest import read_manifest
+from kinterval.suite.runner import init_suite, run_suite, submit_slurm
+
+TINY = """
+name = "tiny"
+protocol = "{protocol}"
+seeds = [1]
+checkpoints = 1
+[overrides]
+"model.n_layer" = 1
+"model.n_head" = 2
+"model.n_embd" = 32
+"model.block_size" = 32
+"schedule.tokens" = 1024
+"schedule.warmup_tokens" = 256
+"schedule.micro_batch" = 8
+"schedule.accum" = 1
+"operator.backend" = "closed_form"
+[eval]
+split = "val"
+[[group]]
+operators = ["softmax", "lerp-k4"]
+"""
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runner") / "data"
+    prepare("synthetic", out, tokens=20_000, seed=0, progress=False)
+    return out
+
+
+def suite_file(tmp_path, protocol="tiny-cpu"):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY.replace("{protocol}", protocol))
+    return path
+
+
+def test_mini_needs_a_prepared_data_folder(tmp_path, capsys):
+    assert main(["suite", "run", "mini", "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--data" in err[0] and "kinterval data prepare --source" in err[0]
+    assert main(["suite", "run", "mini", "--out", str(tmp_path / "m"), "--data", str(tmp_path)]) == 2
+    assert "not a prepared data folder" in capsys.readouterr().err
+
+
+def test_mini_is_portable_with_a_prepared_folder(tmp_path, data):
+    m = init_suite("mini", tmp_path / "m", data)
+    assert m["n_runs"] == 9 and m["data_dir"] == str(data.resolve())
+    ops = {r["operator"] for r in m["runs"]}
+    assert {"lerp-k32", "lerp-k32[range_grad=detach]", "fwm-prob-k4[arithmetic=historical]"} <= ops
+    assert all(r["config"]["model"]["n_embd"] == 384 for r in m["runs"])
+
+
+@pytest.mark.slow
+def test_two_runs_share_one_gpu_slot_each_and_both_complete(tmp_path, data):
+    """--gpus 1 --per-gpu 2: both child processes start before either finishes (order of the log)."""
+    logs = []
+    out = tmp_path / "out"
+    res = run_suite(suite_file(tmp_path), out, data=data, gpus=1, per_gpu=2, log=logs.append)
+    assert res == {"softmax-s1": "completed", "lerp-k4-s1": "completed"}
+    events = [line for line in logs if "started on GPU" in line or line.endswith(": completed")]
+    assert [("started" in e) for e in events] == [True, True, False, False], logs
+    m = read_manifest(out)
+    for r in m["runs"]:
+        status = json.loads((out / r["run_dir"] / "status.json").read_text())
+        assert status["status"] == "completed"
+        assert (out / r["eval_dir"] / f"step_{r['checkpoint_steps'][-1]:06d}.json").is_file()
+    assert main(["suite", "gate", str(out)]) == 0
+
+
+class FakeProc:
+    def __init__(self, cmd, env, stdout, stderr):
+        self.args, self.gpu, self.polls, self.returncode = cmd, env["CUDA_VISIBLE_DEVICES"], 0, None
+        FakeProc.live.append(self)
+        FakeProc.peak = max(FakeProc.peak, sum(p.gpu == self.gpu for p in FakeProc.live))
+
+    def poll(self):
+        self.polls += 1
+        if self.polls >= 2:
+            self.returncode = 0
+            FakeProc.live.remove(self)
+        return self.returncode
+
+
+def test_per_gpu_caps_each_gpu(tmp_path, monkeypatch):
+    FakeProc.live, FakeProc.peak = [], 0
+    monkeypatch.setattr(runner.subprocess, "Popen", FakeProc)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    logs = []
+    res = runner._run_gpus(tmp_path, [f"r{i}" for i in range(7)], 2, logs.append, per_gpu=3)
+    assert set(res.values()) == {"completed"} and len(res) == 7
+    assert FakeProc.peak == 3  # never more than 3 on one GPU
+    first = [line for line in logs if "started" in line][:6]
+    assert sorted(line.split()[-3] for line in first) == ["0", "0", "0", "1", "1", "1"]
+
+
+class FakeExecutor:
+    def __init__(self):
+        self.params, self.submitted = {}, []
+
+    def update_parameters(self, **kw):
+        self.params.update(kw)
+
+    def batch(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def submit(self, fn, *args):
+        self.submitted.append(args)
+        return types.SimpleNamespace(job_id=str(100 + len(self.submitted)))
+
+
+@pytest.mark.parametrize(("protocol", "gpu"), [("tiny-cpu", False), ("124m-100m", True)])
+def test_slurm_requests_a_gpu_only_for_gpu_protocols(tmp_path, data, protocol, gpu):
+    out = tmp_path / "out"
+    init_suite(suite_file(tmp_path, protocol), out, data)
+    ex = FakeExecutor()
+    res = submit_slurm(out, ["softmax-s1", "lerp-k4-s1"], {"partition": "p", "time": None}, print, ex)
+    assert res == {"softmax-s1": "submitted (slurm job 101)", "lerp-k4-s1": "submitted (slurm job 102)"}
+    assert ("gpus_per_node" in ex.params) == gpu and ex.params["partition"] == "p" and "time" not in ex.params
+
+
+def test_slurm_cli_counts_submitted_not_ok(tmp_path, data, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "_slurm_executor", lambda out: FakeExecutor())
+    argv = ["suite", "run", str(suite_file(tmp_path)), "--out", str(tmp_path / "o"), "--data", str(data)]
+    assert main([*argv, "--slurm"]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs submitted to Slurm, 0 finished yet" in out and "runs ok" not in out
+
+
+def test_slurm_without_slurm_is_an_error_not_a_local_run(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "submitit", types.SimpleNamespace(SlurmExecutor=None))
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ValueError, match="no Slurm on this machine"):
+        runner._slurm_executor(tmp_path)

@@ -1,0 +1,102 @@
+"""One loader: ``kinterval.load_run`` finds, verifies and loads a run's checkpoint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kinterval
+from kinterval.cli import main
+from kinterval.model import GPT
+from kinterval.ops import OperatorSpec
+from kinterval.train.checkpoint import CheckpointError, read_model_weights
+from kinterval.train.config import TrainConfig
+from kinterval.train.load import LoadedRun, find_checkpoint, load_run
+from kinterval.train.loop import train
+
+
+@pytest.fixture
+def tiny_run(make_config, tmp_path):
+    """fwm-prob-k4, 8 steps, checkpoints after steps 4 and 8."""
+    cfg = make_config(**{"operator.name": "fwm-prob-k4", "checkpoint.count": 2})
+    train(cfg, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_load_run_by_folder_step_and_path(tiny_run):
+    loaded = kinterval.load_run(tiny_run)
+    assert isinstance(loaded, LoadedRun) and loaded is not None
+    assert loaded.step == 8 and loaded.checkpoint.name == "step_000008"
+    assert loaded.operator == OperatorSpec.parse("fwm-prob-k4") and loaded.backend == "closed_form"
+    assert isinstance(loaded.config, TrainConfig) and loaded.config.operator.name == "fwm-prob-k4"
+    assert isinstance(loaded.model, GPT) and not loaded.model.training
+    ckpt4 = tiny_run / "checkpoints" / "step_000004"
+    for path, which in ((tiny_run, 4), (tiny_run, "4"), (tiny_run, ckpt4), (ckpt4, "latest")):
+        assert find_checkpoint(path, which) == ckpt4
+    early = load_run(tiny_run, checkpoint=4)
+    assert early.step == 4
+    x = torch.randint(0, 512, (1, 32))
+    with torch.no_grad():
+        assert not torch.equal(early.model(x)[0], loaded.model(x)[0])
+        soft = load_run(tiny_run, operator="softmax")
+        assert soft.operator == OperatorSpec.parse("softmax") and soft.trained_operator == "fwm-prob-k4"
+        assert not torch.equal(soft.model(x)[0], loaded.model(x)[0])  # same weights, another operator
+    assert load_run(tiny_run, operator="sdpa").backend is None
+
+
+def test_load_run_errors(tiny_run, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at step 5 .*step_000004"):
+        load_run(tiny_run, checkpoint=5)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_run(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="'triton' cannot run operator fwm-prob-k4 on cpu"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TRITON_INTERPRET", "0")
+            load_run(tiny_run, backend="triton")
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "unrecorded"])
+def test_read_model_weights_checks_the_recorded_hash(tiny_run, damage):
+    import json
+
+    ckpt = tiny_run / "checkpoints" / "step_000008"
+    good = read_model_weights(ckpt)
+    assert torch.equal(good["lm_head.weight"], good["transformer.wte.weight"])  # the tied key restored
+    weights = ckpt / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    if damage == "flip":
+        data[-5] ^= 0x01  # one bit of one weight: the file still parses
+        weights.write_bytes(bytes(data))
+    elif damage == "truncate":
+        weights.write_bytes(bytes(data[:-64]))
+    elif damage == "delete":
+        weights.unlink()
+    else:
+        state = json.loads((ckpt / "state.json").read_text())
+        del state["files"]["model.safetensors"]
+        (ckpt / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        read_model_weights(ckpt)
+
+
+def test_eval_refuses_a_bit_flipped_checkpoint(tiny_run, capsys):
+    """``kinterval eval --force`` used to score damaged weights and write a result."""
+    ckpt = tiny_run / "checkpoints" / "step_000008"
+    weights = ckpt / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x01
+    weights.write_bytes(bytes(data))
+    code = main(["eval", "--run", str(tiny_run), "--checkpoint", "latest", "--force", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "model.safetensors" in err[0] and "sha256" in err[0] and "step_000008" in err[0]
+    assert not list((tiny_run / "eval").rglob("step_000008.json"))  # no result written
+
+
+def test_import_kinterval_stays_light():
+    code = "import sys, kinterval; print('kinterval.train.load' in sys.modules, callable(kinterval.load_run))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
