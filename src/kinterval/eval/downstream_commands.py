@@ -1,4 +1,4 @@
-"""CLI: ``kinterval downstream``, ``kinterval downstream-compare`` and ``kinterval probes`` (App. C.3).
+"""CLI: ``kinterval downstream``, ``downstream-compare``, ``probes`` and ``probes-compare`` (App. C.3).
 
 ``downstream`` runs lm-evaluation-harness on a checkpoint and stores per-item results, one JSONL per
 task (``doc_id``, metric values, per-choice log-likelihoods), so that runs can be compared item by item:
@@ -307,6 +307,25 @@ def _probes(args) -> int:
     return 0
 
 
+def _probes_compare(args) -> int:
+    from kinterval.eval.probes import compare_probes
+
+    out = {}
+    for name, folder in (_condition(c) for c in args.conditions):
+        res = compare_probes(folder, args.reference, n_resamples=args.resamples, seed=args.seed)
+        out[name] = res
+        print(f"{name} ({res['operator']}) - reference ({res['reference_operator']})")
+        for r in res["deltas"]:
+            print(f"  {r['probe']} {r['metric']:<5} {r['param']!s:>4} {r['condition']:<18} {r['delta']:+.4f} "
+                  f"[{r['lo']:+.4f}, {r['hi']:+.4f}] n={r['n']}")  # fmt: skip
+        for r in res["slopes"]:
+            print(f"  {r['probe']} {r['metric']:<5} {r['condition']:<18} slope vs log2 {r['params']}: "
+                  f"{r['slope']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}]")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
 def _common(p) -> None:
     p.add_argument("--run", required=True, help="training run folder (or a checkpoint folder)")
     p.add_argument("--checkpoint", default="latest", help="latest, a step number or a checkpoint path")
@@ -349,3 +368,13 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
     p.set_defaults(func=_probes)
+
+    p = subparsers.add_parser(
+        "probes-compare", help="probe results minus a reference (softmax) on the same samples, with slopes"
+    )
+    p.add_argument("reference", help="reference `kinterval probes` output folder (e.g. softmax)")
+    p.add_argument("conditions", nargs="+", help="compared probe output folders, PATH or NAME=PATH")
+    p.add_argument("--resamples", type=int, default=4000, help="bootstrap resamples (default 4000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write {condition: {operator, reference_operator, deltas, slopes}} here")
+    p.set_defaults(func=_probes_compare)
