@@ -114,7 +114,7 @@ def test_tau_screen_on_softmax_checkpoint(tiny_run, capsys):
     model = load_run(list_checkpoints(tiny_run / "run")[-1], backend="closed_form").model
     tokens = TokenShards(tiny_run / "data", "val").tokens()
     sub = run_stage(model, tokens, Stage("2a", "floor", (4,), (4.0, 8.0), 3))
-    assert set(sub.nll) == {"K=4 tau=4", "K=4 tau=8"} and sub.per_block["K=4 tau=4"].size == 3
+    assert set(sub.nll) == {"K=4 tau=4", "K=4 tau=8", "softmax"} and sub.per_block["K=4 tau=4"].size == 3
     res = run_stage(model, tokens, Stage("3", "zero", (4, 8), (5.0, 6.0), 12, minmax=True))
     assert "softmax" in res.nll and "K=8 minmax" in res.nll
     md, rows = stage3_table(res, n_resamples=200)
@@ -143,3 +143,10 @@ def test_tau_screen_on_softmax_checkpoint(tiny_run, capsys):
         == 0
     )
     assert "tau*=6 - softmax" in capsys.readouterr().out
+    out = tiny_run / "run" / "diagnostics" / "tau_screen"
+    record = json.loads((out / "stage3.json").read_text())
+    with np.load(out / record["per_block"]) as z:
+        assert set(z.files) == {"K=4 tau=6", "K=4 minmax", "softmax"} and z["softmax"].size == 4
+        d = z["K=4 tau=6"] - z["softmax"]
+    assert [c["condition"] for c in record["contrasts"]] == ["K=4 tau=6", "K=4 minmax"]
+    assert record["contrasts"][0]["delta"] == pytest.approx(d.mean())

@@ -120,6 +120,21 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
     assert {r["probe"] for r in rows} == {"A", "B", "C"} and all(np.isfinite(r["nll"]) for r in rows)
     summary = json.loads((tmp_path / "p-None" / "summary.json").read_text())
     assert summary["skipped"]["A"] == [256, 512, 896] and summary["operator"] == "fwm-prob-k4"
+    out = tmp_path / "compare.json"
+    argv = [
+        "probes-compare",
+        str(tmp_path / "p-softmax"),
+        f"native={tmp_path / 'p-None'}",
+        "--json",
+        str(out),
+    ]
+    args = parser.parse_args(argv + ["--resamples", "100"])
+    assert args.func(args) == 0
+    res = json.loads(out.read_text())["native"]
+    assert res["operator"] == "fwm-prob-k4" and res["reference_operator"] == "softmax"
+    assert {(r["probe"], r["metric"]) for r in res["slopes"]} >= {("A", "nll"), ("A", "gain"), ("C", "nll")}
+    delta = next(r for r in res["deltas"] if (r["probe"], r["metric"], r["param"]) == ("C", "nll", 32))
+    assert delta["delta"] == pytest.approx(delta["value"] - delta["reference"]) and delta["n"] == 3
     table = probes.probe_tables(tmp_path / "p-softmax")
     assert table[0]["operator"] == "softmax" and {"probe", "metric", "param", "mean", "lo", "hi"} <= set(
         table[0]
@@ -130,3 +145,85 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
 def test_missing_checkpoint_is_a_clear_error(tmp_path, bad):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         load_run(tmp_path / bad)
+
+
+def planted_rows(seed=0, families=40, block=1024):
+    """Reference and condition rows on the same samples with planted condition - reference effects:
+    A induction NLL +0.2 log2 d (control 0, so the gain changes by -0.2 log2 d, plus a per-family offset
+    shared by every distance); B +1 at every pair count; C +0.5 log2 L - 2."""
+    samples, _ = probes.all_samples(families, V, block, seed=seed)
+    rng = np.random.default_rng(seed)
+    fam_offset = rng.normal(0, 0.5, families)
+    ref, cond = [], []
+    for s in samples:
+        base = {"probe": s.probe, "family": s.family, "condition": s.condition, "param": s.param}
+        nll = 5 + rng.normal(0, 0.3)
+        if s.probe == "A":
+            effect = 0.2 * np.log2(s.param) + fam_offset[s.family] if s.condition == "induction" else 0.0
+        elif s.probe == "B":
+            effect = 1.0
+        else:
+            effect = 0.5 * np.log2(s.param) - 2
+        noisy = effect + rng.normal(0, 0.1)
+        ref.append(dict(base, nll=nll, acc=0.0, n_scored=1))
+        cond.append(dict(base, nll=nll + noisy, acc=float(s.probe == "B"), n_scored=1))
+    return ref, cond
+
+
+def test_paired_deltas_recover_planted_effects():
+    from kinterval.stats import family_bootstrap_ci
+
+    ref, cond = planted_rows()
+    rows = probes.paired_deltas(cond, ref, n_resamples=500)
+    by = {(r["probe"], r["metric"], r["param"], r["condition"]): r for r in rows}
+    c32 = by[("C", "nll", 32, "copy")]
+    assert c32["lo"] < 0.5 * 5 - 2 < c32["hi"] and c32["n"] == 40
+    assert c32["delta"] == pytest.approx(c32["value"] - c32["reference"])
+    b = by[("B", "nll", "all", "far")]
+    assert b["lo"] < 1.0 < b["hi"] and b["hi"] - b["lo"] < 0.2
+    assert by[("B", "acc", "all", "near")]["delta"] == 1.0
+    assert by[("A", "nll", 64, "control")]["delta"] == pytest.approx(0, abs=0.05)
+    gain = by[("A", "gain", 128, "control-induction")]
+    assert gain["lo"] < -0.2 * 7 < gain["hi"] and gain["n"] == 40
+    # probe A resamples whole families: its interval is the family bootstrap of the paired differences
+    a = by[("A", "nll", "all", "induction")]
+    d = np.array(
+        [
+            c["nll"] - r["nll"]
+            for c, r in zip(cond, ref)
+            if c["probe"] == "A" and c["condition"] == "induction"
+        ]
+    )
+    f = [c["family"] for c in cond if c["probe"] == "A" and c["condition"] == "induction"]
+    ci = family_bootstrap_ci(d, f, n_resamples=500)
+    assert (a["lo"], a["hi"]) == (ci.lo, ci.hi) and a["n"] == 40 * 5
+
+
+def test_delta_slopes_against_log2_length():
+    ref, cond = planted_rows()
+    slopes = {
+        (r["probe"], r["metric"], r["condition"]): r for r in probes.delta_slopes(cond, ref, n_resamples=500)
+    }
+    c = slopes[("C", "nll", "copy")]
+    assert c["params"] == [32, 64, 128] and c["n_families"] == 40 and c["lo"] < 0.5 < c["hi"]
+    # the mean of per-family slopes is the least-squares slope over all samples
+    x = [np.log2(s["param"]) for s in cond if s["probe"] == "C"]
+    y = [a["nll"] - b["nll"] for a, b in zip(cond, ref) if a["probe"] == "C"]
+    assert c["slope"] == pytest.approx(np.polyfit(x, y, 1)[0])
+    g = slopes[("A", "gain", "control-induction")]
+    assert g["params"] == list(probes.DISTANCES) and g["lo"] < -0.2 < g["hi"] and g["hi"] < -0.1
+    b = slopes[("B", "nll", "near")]
+    assert abs(b["slope"]) < 0.05 and b["hi"] - b["lo"] < 0.1  # no planted trend on B
+
+
+def test_paired_deltas_refuse_other_samples(tmp_path):
+    ref, cond = planted_rows()
+    with pytest.raises(ValueError, match="probe C: the samples differ"):
+        probes.paired_deltas([r for r in cond if not (r["probe"] == "C" and r["family"] == 3)], ref)
+    for name, rows, seed in (("ref", ref, 0), ("cond", cond, 1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        summary = {"operator": name, "seed": seed, "families": 40, "skipped": {"A": [], "B": [], "C": []}}
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="probe seed differs"):
+        probes.compare_probes(tmp_path / "cond", tmp_path / "ref")

@@ -62,7 +62,14 @@ def _diag(kind: str):
 def _tau_screen(args: argparse.Namespace) -> int:
     from kinterval.data.loader import TokenShards
     from kinterval.eval.checkpoints import pick_device, select_checkpoints
-    from kinterval.eval.tau_screen import PAPER_STAGES, Stage, run_stage, stage3_table
+    from kinterval.eval.tau_screen import (
+        PAPER_STAGES,
+        Stage,
+        contrasts,
+        run_stage,
+        save_per_block,
+        stage3_table,
+    )
     from kinterval.train.load import load_run
 
     ckpt = select_checkpoints(args.run, args.checkpoint)[-1]
@@ -98,6 +105,8 @@ def _tau_screen(args: argparse.Namespace) -> int:
             "blocks": st.blocks,
             "reconstruction": args.reconstruction,
             "nll": res.nll,
+            "contrasts": contrasts(res, n_resamples=args.resamples),  # each condition - softmax [CI]
+            "per_block": save_per_block(res, out / f"stage{st.name}.npz").name,
         }
         if not st.minmax:
             record["best_tau"] = {str(K): res.best_tau(K) for K in st.K}
@@ -162,5 +171,5 @@ def register(subparsers) -> None:
     p.add_argument("--subset-blocks", type=int, default=32, help="blocks of the subset stages (default 32)")
     p.add_argument("--max-blocks", type=int, default=None, help="cap the full-split stage (testing only)")
     p.add_argument("--reconstruction", default="nearest", choices=["nearest", "lerp"])
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples of the stage-3 CI")
+    p.add_argument("--resamples", type=int, default=10_000, help="block-bootstrap resamples of the CIs")
     p.set_defaults(func=_tau_screen)

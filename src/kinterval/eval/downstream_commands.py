@@ -1,16 +1,17 @@
-"""CLI: ``kinterval downstream``, ``kinterval downstream-compare`` and ``kinterval probes`` (App. C.3).
+"""CLI: ``kinterval downstream``, ``downstream-compare``, ``probes`` and ``probes-compare`` (App. C.3).
 
 ``downstream`` runs lm-evaluation-harness on a checkpoint and stores per-item results, one JSONL per
-task (``doc_id``, metric values, per-choice log-likelihoods), so that two runs (e.g. an operator and
-softmax) can be compared item by item: ``downstream-compare A B`` gives the mean paired difference B - A
-per task and metric with a paired bootstrap CI (4000 resamples), a sign-flip permutation p (20,000 flips)
-and BH q over the family (all task x metric rows of the comparison).
+task (``doc_id``, metric values, per-choice log-likelihoods), so that runs can be compared item by item:
+``downstream-compare BASE C1 C2 ...`` gives, per task and metric, each condition's mean paired difference
+from the baseline with a paired bootstrap CI (4000 resamples), a sign-flip permutation p (20,000 flips), BH q
+within the task x metric family over the conditions, the App. C.3 labels and the BLiMP macro-average.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from numbers import Number
 from pathlib import Path
 
@@ -67,55 +68,190 @@ def _jsonable(x):
 
 
 # ---------------------------------------------------------------------- paired comparison
-def _per_item(folder: Path) -> dict[str, dict]:
-    """task -> {doc_id: {metric: float}}: scalar metrics, plus the item total ``loglikelihood`` (rolling)."""
+MARGIN = 0.01  # nats: the pre-declared practical-equivalence margin, NLL-type metrics only (App. C.3)
+NLL_METRICS = ("nll",)  # per-token NLL in nats; accuracy-type metrics get no margin status
+BLIMP_PREFIX = (
+    "blimp_"  # BLiMP paradigms are lm-eval tasks ``blimp_<paradigm>``; their macro row is ``blimp``
+)
+_SAMPLES = re.compile(r"samples_(?P<task>.+)_\d{4}-\d{2}-\d{2}T[0-9.\-]+\.jsonl")  # lm-eval --log_samples
+
+
+def _task_files(folder: Path) -> dict[str, Path]:
+    """task -> per-item file: ``<task>.jsonl`` (``kinterval downstream``) or lm-eval's
+    ``samples_<task>_<date>.jsonl`` (``lm_eval --log_samples --output_path``)."""
+    if not folder.is_dir():
+        raise ValueError(f"downstream result folder {folder} does not exist")
+    files: dict[str, Path] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        m = _SAMPLES.fullmatch(path.name)
+        task = m["task"] if m else path.stem
+        if task in files:
+            raise ValueError(
+                f"task {task!r}: more than one result file in {folder} ({files[task].name}, {path.name})"
+            )
+        files[task] = path
+    if not files:
+        raise ValueError(f"no per-item result files (*.jsonl) in {folder}")
+    return files
+
+
+def _per_item(folder) -> dict[str, dict]:
+    """task -> {doc_id: (target, {metric: float})}: scalar metrics, plus the item total ``loglikelihood`` of
+    rolling (perplexity) tasks."""
     tasks = {}
-    for path in sorted(Path(folder).glob("*.jsonl")):
+    for task, path in _task_files(Path(folder)).items():
         items = {}
         for line in path.read_text().splitlines():
             rec = json.loads(line)
+            if "filtered_resps" in rec:  # an lm-eval logged sample
+                rec = _item(rec)
             vals = {k: float(v) for k, v in rec["metrics"].items() if isinstance(v, (int, float))}
             if rec.get("loglikelihoods") and "is_greedy" not in rec:  # rolling (perplexity) tasks
                 vals["loglikelihood"] = float(sum(rec["loglikelihoods"]))
-            items[rec["doc_id"]] = vals
-        tasks[path.stem] = items
+            target = rec.get("target")
+            items[rec["doc_id"]] = (None if target is None else str(target), vals)
+        tasks[task] = items
     return tasks
 
 
-def downstream_compare(a, b, *, n_resamples: int = 4000, n_perm: int = 20000, seed: int = 0) -> list[dict]:
-    """Rows ``{task, metric, n, mean_a, mean_b, diff, lo, hi, p, q}``: B - A over the items both scored."""
-    from kinterval.stats import bh_q, paired_bootstrap_ci, permutation_p_random
+def _check_same_items(base_name: str, base: dict, name: str, cond: dict) -> None:
+    """Refuse conditions whose tasks, items (doc_id and target) or metrics differ from the baseline's."""
+    if set(base) != set(cond):
+        only = sorted(set(base) ^ set(cond))
+        raise ValueError(f"task(s) {only} are in only one of {base_name!r} and {name!r}")
+    for task in sorted(base):
+        a, b = base[task], cond[task]
+        if set(a) != set(b):
+            n_only = len(set(a) ^ set(b))
+            raise ValueError(f"task {task!r}: item sets differ between {base_name!r} ({len(a)} items) and "
+                             f"{name!r} ({len(b)} items); {n_only} doc_id(s) in only one")  # fmt: skip
+        for i in a:
+            (ta, ma), (tb, mb) = a[i], b[i]
+            if ta is not None and tb is not None and ta != tb:
+                raise ValueError(
+                    f"task {task!r}: item {i} has target {ta!r} in {base_name!r} but {tb!r} in {name!r}"
+                )
+            if set(ma) != set(mb):
+                raise ValueError(f"task {task!r}: item {i} has metrics {sorted(ma)} in {base_name!r} but "
+                                 f"{sorted(mb)} in {name!r}")  # fmt: skip
 
-    A, B = _per_item(a), _per_item(b)
-    rows = []
-    for task in sorted(set(A) & set(B)):
-        ids = sorted(set(A[task]) & set(B[task]))
-        metrics = sorted(set.intersection(*(set(A[task][i]) & set(B[task][i]) for i in ids))) if ids else []
-        for m in metrics:
-            xa = np.array([A[task][i][m] for i in ids])
-            xb = np.array([B[task][i][m] for i in ids])
-            d = xb - xa
-            row = {"task": task, "metric": m, "n": len(ids), "mean_a": xa.mean(), "mean_b": xb.mean(),
-                   "diff": d.mean(), "lo": math.nan, "hi": math.nan, "p": 1.0}  # fmt: skip
-            if len(d) >= 2 and np.any(d != 0):
-                ci = paired_bootstrap_ci(d, n_resamples=n_resamples, seed=seed)
-                row.update(lo=ci.lo, hi=ci.hi, p=permutation_p_random(d, n=n_perm, seed=seed))
-            elif len(d) >= 2:
-                row.update(lo=0.0, hi=0.0)
-            rows.append({k: (float(v) if isinstance(v, np.floating) else v) for k, v in row.items()})
-    if rows:
+
+def _metrics(task: str, items: dict) -> list[str]:
+    metric_sets = {frozenset(m) for _, m in items.values()}
+    if len(metric_sets) != 1:
+        raise ValueError(
+            f"task {task!r}: items carry different metric sets {sorted(map(sorted, metric_sets))}"
+        )
+    return sorted(next(iter(metric_sets)))
+
+
+def _paired(task, metric, name, base, cond, w, *, n_resamples, n_perm, seed) -> dict:
+    """One condition - baseline row; ``w`` (item weights, or None) makes the mean a weighted (macro) mean."""
+    from kinterval.stats import cluster_bootstrap_ci, paired_bootstrap_ci, permutation_p_random
+
+    d = cond - base
+    if w is None:
+        mean = lambda x: float(x.mean())  # noqa: E731
+    else:
+        mean = lambda x: float(np.sum(w * x) / np.sum(w))  # noqa: E731
+    row = {"task": task, "metric": metric, "condition": name, "n": len(d), "baseline": mean(base),
+           "value": mean(cond), "diff": mean(d), "lo": math.nan, "hi": math.nan, "p": 1.0}  # fmt: skip
+    if len(d) >= 2 and np.any(d != 0):
+        if w is None:
+            ci = paired_bootstrap_ci(d, n_resamples=n_resamples, seed=seed)
+            p = permutation_p_random(d, n=n_perm, seed=seed)
+        else:  # items resampled with their weights; sign flips of w_i d_i test the weighted mean
+            ci = cluster_bootstrap_ci(d, np.arange(len(d)), w, n_resamples=n_resamples, seed=seed)
+            p = permutation_p_random(w * d, n=n_perm, seed=seed)
+        row.update(lo=ci.lo, hi=ci.hi, p=p)
+    elif len(d) >= 2:
+        row.update(lo=0.0, hi=0.0)
+    return row
+
+
+def _label(row: dict, *, margin: float, nll_metrics) -> dict:
+    """The two independent labels of App. C.3 (detectability; margin status for NLL-type metrics only) and
+    the mark of the paper's tables: ``*`` BH q < 0.05, ``°`` CI excludes zero but q >= 0.05."""
+    from kinterval.stats import label_single_seed
+
+    if not (math.isfinite(row["lo"]) and math.isfinite(row["hi"])):
+        return dict(row, detectable=None, margin_status=None, mark="")
+    lab = label_single_seed(row["lo"], row["hi"], margin)
+    status = lab.margin_status if row["metric"] in nll_metrics else None  # no margin for accuracy metrics
+    mark = "*" if row["q"] < 0.05 else ("°" if lab.detectable else "")
+    return dict(row, detectable=lab.detectable, margin_status=status, mark=mark)
+
+
+def downstream_compare(
+    baseline, conditions, *, margin=MARGIN, nll_metrics=NLL_METRICS, n_resamples=4000, n_perm=20000, seed=0
+) -> list[dict]:
+    """N conditions against one baseline, paired per item (App. C.3, layer 3).
+
+    ``baseline`` is a result folder; ``conditions`` a folder, a list of folders or a mapping name -> folder.
+    Every condition must hold the baseline's tasks, items (doc_id, target) and metrics, else ``ValueError``
+    naming the task. Rows ``{task, metric, condition, n, baseline, value, diff, lo, hi, p, q, family_size,
+    detectable, margin_status, mark}``: ``diff`` is condition - baseline, with a paired bootstrap 95% CI
+    (``n_resamples``) and a sign-flip permutation p (``n_perm`` random flips); ``q`` is BH within the family
+    of one task x metric over the conditions (the paper's 14 comparisons per configuration x metric). The
+    BLiMP paradigms (tasks ``blimp_*``) add the macro-average rows of task ``blimp`` (mean over paradigms,
+    items resampled with weight 1/items-of-their-paradigm). ``margin_status`` (CI inside +-``margin`` nats)
+    is given for ``nll_metrics`` only.
+    """
+    from kinterval.stats import bh_q
+
+    if isinstance(conditions, (str, Path)):
+        conditions = [conditions]
+    if not isinstance(conditions, dict):
+        conditions = {str(c): c for c in conditions}
+    if not conditions:
+        raise ValueError("downstream_compare needs at least one condition")
+    base_name = str(baseline)
+    base = _per_item(baseline)
+    conds = {name: _per_item(folder) for name, folder in conditions.items()}
+    for name, cond in conds.items():
+        _check_same_items(base_name, base, name, cond)
+
+    kw = {"n_resamples": n_resamples, "n_perm": n_perm, "seed": seed}
+    families = {}  # (task, metric) -> rows, one per condition
+    for task in sorted(base):
+        ids = sorted(base[task])
+        for m in _metrics(task, base[task]):
+            xb = np.array([base[task][i][1][m] for i in ids])
+            rows = []
+            for name, c in conds.items():
+                xc = np.array([c[task][i][1][m] for i in ids])
+                rows.append(_paired(task, m, name, xb, xc, None, **kw))
+            families[(task, m)] = rows
+    paradigms = [t for t in sorted(base) if t.startswith(BLIMP_PREFIX)]
+    if paradigms:
+        if "blimp" in base:
+            raise ValueError("task 'blimp' is both a result file and the BLiMP macro-average row")
+        for m in sorted(set.intersection(*(set(_metrics(t, base[t])) for t in paradigms))):
+            keys = [(t, i) for t in paradigms for i in sorted(base[t])]
+            w = np.array([1.0 / len(base[t]) for t, _ in keys])  # each paradigm weighs 1
+            xb = np.array([base[t][i][1][m] for t, i in keys])
+            rows = []
+            for name, c in conds.items():
+                xc = np.array([c[t][i][1][m] for t, i in keys])
+                rows.append(dict(_paired("blimp", m, name, xb, xc, w, **kw), paradigms=len(paradigms)))
+            families[("blimp", m)] = rows
+    out = []
+    for rows in families.values():
         for row, q in zip(rows, bh_q([r["p"] for r in rows])):
-            row["q"] = float(q)
-    return rows
+            row = dict(row, q=float(q), family_size=len(rows))
+            out.append(_label(row, margin=margin, nll_metrics=nll_metrics))
+    return [{k: (float(v) if isinstance(v, np.floating) else v) for k, v in r.items()} for r in out]
 
 
 def format_compare(rows: list[dict]) -> str:
-    head = f"{'task':<24}{'metric':<16}{'n':>6}{'A':>10}{'B':>10}{'B-A':>10}{'95% CI':>22}{'p':>9}{'q':>9}"
+    head = (f"{'task':<24}{'metric':<12}{'condition':<20}{'n':>6}{'base':>9}{'cond':>9}{'diff':>10}"
+            f"{'95% CI':>22}{'p':>8}{'q':>8}  margin")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         ci = f"[{r['lo']:+.4f}, {r['hi']:+.4f}]"
-        lines.append(f"{r['task']:<24}{r['metric']:<16}{r['n']:>6}{r['mean_a']:>10.4f}{r['mean_b']:>10.4f}"
-                     f"{r['diff']:>+10.4f}{ci:>22}{r['p']:>9.4f}{r['q']:>9.4f}")  # fmt: skip
+        lines.append(f"{r['task']:<24}{r['metric']:<12}{r['condition']:<20}{r['n']:>6}{r['baseline']:>9.4f}"
+                     f"{r['value']:>9.4f}{r['diff']:>+10.4f}{ci:>22}{r['p']:>8.4f}{r['q']:>8.4f}{r['mark']:<2}"
+                     f"{r['margin_status'] or ''}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -133,11 +269,22 @@ def _downstream(args) -> int:
     return 0
 
 
+def _condition(arg: str) -> tuple[str, str]:
+    """``NAME=PATH`` or ``PATH`` (named by itself)."""
+    name, sep, path = arg.partition("=")
+    return (name, path) if sep and name and path else (arg, arg)
+
+
 def _compare(args) -> int:
-    rows = downstream_compare(args.a, args.b, seed=args.seed)
-    if not rows:
-        raise ValueError(f"no task with items in both {args.a} and {args.b}")
+    conditions = dict(_condition(c) for c in args.conditions)
+    if len(conditions) != len(args.conditions):
+        raise ValueError(f"condition names must be distinct: {args.conditions}")
+    kw = {"n_resamples": args.resamples, "n_perm": args.permutations, "seed": args.seed}
+    rows = downstream_compare(
+        args.baseline, conditions, margin=args.margin, nll_metrics=args.nll_metrics, **kw
+    )
     print(format_compare(rows))
+    print("* BH q < 0.05 within task x metric over the conditions; ° CI excludes 0 but q >= 0.05")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0
@@ -157,6 +304,25 @@ def _probes(args) -> int:
     if skipped:
         print(f"skipped (do not fit block_size {summary['block_size']}): {skipped}")
     print(f"per-sample results: {out}/samples.jsonl; summary: {out}/summary.json")
+    return 0
+
+
+def _probes_compare(args) -> int:
+    from kinterval.eval.probes import compare_probes
+
+    out = {}
+    for name, folder in (_condition(c) for c in args.conditions):
+        res = compare_probes(folder, args.reference, n_resamples=args.resamples, seed=args.seed)
+        out[name] = res
+        print(f"{name} ({res['operator']}) - reference ({res['reference_operator']})")
+        for r in res["deltas"]:
+            print(f"  {r['probe']} {r['metric']:<5} {r['param']!s:>4} {r['condition']:<18} {r['delta']:+.4f} "
+                  f"[{r['lo']:+.4f}, {r['hi']:+.4f}] n={r['n']}")  # fmt: skip
+        for r in res["slopes"]:
+            print(f"  {r['probe']} {r['metric']:<5} {r['condition']:<18} slope vs log2 {r['params']}: "
+                  f"{r['slope']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}]")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 
@@ -181,10 +347,17 @@ def register(subparsers) -> None:
     p.set_defaults(func=_downstream)
 
     p = subparsers.add_parser(
-        "downstream-compare", help="paired per-item comparison of two downstream outputs"
+        "downstream-compare", help="N conditions against one baseline, paired per item (BH per task x metric)"
     )
-    p.add_argument("a", help="baseline output folder (e.g. softmax)")
-    p.add_argument("b", help="compared output folder; differences are B - A")
+    p.add_argument("baseline", help="baseline result folder (e.g. softmax)")
+    p.add_argument(
+        "conditions", nargs="+", help="compared result folders, PATH or NAME=PATH; diff = cond - base"
+    )
+    p.add_argument("--margin", type=float, default=MARGIN, help="equivalence margin in nats (default 0.01)")
+    p.add_argument("--nll-metrics", nargs="+", default=list(NLL_METRICS),
+                   help="metrics in nats per token that get the margin label (default: nll)")  # fmt: skip
+    p.add_argument("--resamples", type=int, default=4000, help="paired bootstrap resamples (default 4000)")
+    p.add_argument("--permutations", type=int, default=20000, help="random sign flips (default 20000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the rows as JSON here")
     p.set_defaults(func=_compare)
@@ -195,3 +368,13 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
     p.set_defaults(func=_probes)
+
+    p = subparsers.add_parser(
+        "probes-compare", help="probe results minus a reference (softmax) on the same samples, with slopes"
+    )
+    p.add_argument("reference", help="reference `kinterval probes` output folder (e.g. softmax)")
+    p.add_argument("conditions", nargs="+", help="compared probe output folders, PATH or NAME=PATH")
+    p.add_argument("--resamples", type=int, default=4000, help="bootstrap resamples (default 4000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write {condition: {operator, reference_operator, deltas, slopes}} here")
+    p.set_defaults(func=_probes_compare)

@@ -209,6 +209,132 @@ def probe_tables(results_dir: str | Path) -> list[dict]:
     return [dict(r, operator=summary["operator"]) for r in summary["table"]]
 
 
+# ---------------------------------------------------------------------- paired comparison with softmax
+def _paired_ci(probe, values, families, n_resamples, seed):
+    """Probe A resamples whole families (distances and the induction/control pairing stay together); the
+    samples of probes B and C are independent and are resampled directly (paper, Table tab:probeab)."""
+    from kinterval.stats import family_bootstrap_ci, paired_bootstrap_ci
+
+    if len(values) < 2 or not np.any(values != values[0]):
+        return (float(values[0]),) * 2 if len(values) >= 2 else (float("nan"),) * 2
+    if probe == "A":
+        if len(np.unique(families)) < 2:
+            return float("nan"), float("nan")
+        ci = family_bootstrap_ci(values, families, n_resamples=n_resamples, seed=seed)
+    else:
+        ci = paired_bootstrap_ci(values, n_resamples=n_resamples, seed=seed)
+    return ci.lo, ci.hi
+
+
+def _sample_table(rows, ref_rows) -> dict[tuple, tuple[dict, dict]]:
+    """(probe, family, condition, param) -> (row, reference row); the two must score the same samples."""
+    key = lambda r: (r["probe"], r["family"], r["condition"], r["param"])  # noqa: E731
+    mine, ref = {key(r): r for r in rows}, {key(r): r for r in ref_rows}
+    for probe in sorted({k[0] for k in mine} | {k[0] for k in ref}):
+        a = {k for k in mine if k[0] == probe}
+        b = {k for k in ref if k[0] == probe}
+        if a != b:
+            raise ValueError(f"probe {probe}: the samples differ from the reference's ({len(a)} vs {len(b)} "
+                             f"samples, {len(a ^ b)} in only one); use the same --families, --seed and model "
+                             "context")  # fmt: skip
+    return {k: (mine[k], ref[k]) for k in mine}
+
+
+def _gains(rows) -> dict[tuple[int, int], float]:
+    """Probe A induction gain (control NLL - induction NLL) per (family, distance)."""
+    nll = {(r["family"], r["param"], r["condition"]): r["nll"] for r in rows if r["probe"] == "A"}
+    return {(f, d): nll[(f, d, "control")] - v for (f, d, c), v in nll.items() if c == "induction"}
+
+
+def paired_deltas(rows, ref_rows, *, n_resamples: int = 4000, seed: int = 0) -> list[dict]:
+    """Condition - reference (softmax) on the same samples, with paired 95% bootstrap CIs.
+
+    Rows ``{probe, metric, param, condition, reference, value, delta, lo, hi, n}`` per probe, metric (``nll``,
+    ``acc``; ``gain`` for probe A), param (distance / pair count / length, and ``"all"`` pooled) and sample
+    condition. ``reference`` and ``value`` are the two means, ``delta`` their paired difference.
+    """
+    pairs = _sample_table(rows, ref_rows)
+    groups = defaultdict(list)  # (probe, metric, param, condition) -> [(family, value, reference value)]
+    for (probe, fam, cond, param), (r, q) in sorted(pairs.items()):
+        for metric in ("nll", "acc"):
+            for p in (param, "all"):
+                groups[(probe, metric, p, cond)].append((fam, r[metric], q[metric]))
+    gains, ref_gains = _gains(rows), _gains(ref_rows)
+    for (fam, d), g in sorted(gains.items()):
+        for p in (d, "all"):
+            groups[("A", "gain", p, "control-induction")].append((fam, g, ref_gains[(fam, d)]))
+    out = []
+    for (probe, metric, param, cond), items in groups.items():
+        fams = np.array([i[0] for i in items])
+        value, ref = np.array([i[1] for i in items], float), np.array([i[2] for i in items], float)
+        lo, hi = _paired_ci(probe, value - ref, fams, n_resamples, seed)
+        out.append({"probe": probe, "metric": metric, "param": param, "condition": cond,
+                    "reference": float(ref.mean()), "value": float(value.mean()),
+                    "delta": float((value - ref).mean()), "lo": lo, "hi": hi, "n": len(items)})  # fmt: skip
+    order = lambda r: (r["probe"], r["metric"], r["condition"], r["param"] == "all", str(r["param"]).zfill(6))  # noqa: E731
+    return sorted(out, key=order)
+
+
+def delta_slopes(rows, ref_rows, *, n_resamples: int = 4000, seed: int = 0) -> list[dict]:
+    """Slope of the paired difference from the reference against log2 of the probe's length variable.
+
+    The length variable is the distance d (A), the number of pairs (B) or the copied length L (C; paper Table
+    tab:probec). Every family scores every length, so the least-squares slope over all samples equals the mean
+    of the per-family slopes; the 95% CI bootstraps the families' slopes. Rows ``{probe, metric, condition,
+    params, slope, lo, hi, n_families}`` for ``nll`` (every probe and condition) and ``gain`` (probe A).
+    """
+    from kinterval.stats import k_trend_slopes, paired_bootstrap_ci
+
+    pairs = _sample_table(rows, ref_rows)
+    series = defaultdict(dict)  # (probe, metric, condition) -> {(family, param): delta}
+    for (probe, fam, cond, param), (r, q) in pairs.items():
+        series[(probe, "nll", cond)][(fam, param)] = r["nll"] - q["nll"]
+    ref_gains = _gains(ref_rows)
+    for (fam, d), g in _gains(rows).items():
+        series[("A", "gain", "control-induction")][(fam, d)] = g - ref_gains[(fam, d)]
+    out = []
+    for (probe, metric, cond), deltas in sorted(series.items()):
+        params = sorted({p for _, p in deltas})
+        fams = sorted({f for f, _ in deltas})
+        if len(params) < 2 or len(fams) < 2:
+            continue  # a slope needs two lengths, its CI two families
+        d = np.array([[deltas[(f, p)] for p in params] for f in fams])
+        slopes = k_trend_slopes(params, d).slopes  # per-family OLS slope against log2(param)
+        ci = paired_bootstrap_ci(slopes, n_resamples=n_resamples, seed=seed)
+        row = {"probe": probe, "metric": metric, "condition": cond, "params": params}
+        out.append(dict(row, slope=float(slopes.mean()), lo=ci.lo, hi=ci.hi, n_families=len(fams)))
+    return out
+
+
+def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed: int = 0) -> dict:
+    """Paired deltas and slopes of a ``kinterval probes`` output folder against a reference (softmax) folder.
+
+    Both must come from the same samples: same ``seed``, ``families`` and skipped lengths (``ValueError``
+    naming the field otherwise). Returns ``{operator, reference_operator, deltas, slopes}`` (see
+    :func:`paired_deltas` and :func:`delta_slopes`).
+    """
+    folders = {"results": Path(results_dir), "reference": Path(reference_dir)}
+    summaries, rows = {}, {}
+    for name, folder in folders.items():
+        if not (folder / "summary.json").is_file() or not (folder / "samples.jsonl").is_file():
+            raise ValueError(f"{folder} is not a `kinterval probes` output (summary.json, samples.jsonl)")
+        summaries[name] = json.loads((folder / "summary.json").read_text())
+        rows[name] = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+    for field_ in ("seed", "families", "skipped"):
+        a, b = summaries["results"].get(field_), summaries["reference"].get(field_)
+        if a != b:
+            raise ValueError(
+                f"probe {field_} differs from the reference's ({a} vs {b}): not the same samples"
+            )
+    kw = {"n_resamples": n_resamples, "seed": seed}
+    ops = {
+        "operator": summaries["results"]["operator"],
+        "reference_operator": summaries["reference"]["operator"],
+    }
+    return dict(ops, deltas=paired_deltas(rows["results"], rows["reference"], **kw),
+                slopes=delta_slopes(rows["results"], rows["reference"], **kw))  # fmt: skip
+
+
 def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 400, device="cpu",
                seed: int = 0, batch_size: int = 8, distances=DISTANCES) -> dict:  # fmt: skip
     """Generate, score and write ``samples.jsonl`` (one row per sample) and ``summary.json``."""
@@ -232,8 +358,11 @@ __all__ = [
     "DISTANCES",
     "Sample",
     "all_samples",
+    "compare_probes",
     "copy_samples",
+    "delta_slopes",
     "induction_samples",
+    "paired_deltas",
     "probe_tables",
     "retrieval_samples",
     "run_probes",

@@ -10,14 +10,18 @@ The attention operator of every layer is swapped at inference for a fixed-window
 
 Stages (defaults as in the paper): (1) floor tail, first 32 blocks, K in {4,16,32}, tau in {8,...,32};
 (2a) floor tail and (2b) zero tail, tau in {4,5,6,7,8,10,12}; (3) zero tail, every block, K in {4,8,16,32},
-tau in {5,6,7}, with MinMax at the same K and softmax as references. The stage-3 table marks the best tau of
-each K and gives ``tau* - softmax`` with a circular block-bootstrap CI, tau* being the tau with the lowest
-mean NLL averaged over K. The forward uses the model's own numerics (bf16 autocast outside attention on CUDA).
+tau in {5,6,7}, with MinMax at the same K as a reference. Every stage also scores softmax on the same
+blocks, so each condition gets a paired per-block difference from softmax with a circular block-bootstrap
+CI (:func:`contrasts`); the per-block NLL arrays are kept (:func:`save_per_block`). The stage-3 table marks
+the best tau of each K and gives ``tau* - softmax`` [CI], tau* being the tau with the lowest mean NLL
+averaged over K, and every tau - softmax [CI]. The forward uses the model's own numerics (bf16 autocast
+outside attention on CUDA).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -105,7 +109,7 @@ def run_stage(model, tokens, stage: Stage, *, reconstruction: str = "nearest", p
     conds = [(key(K, t), fwm_spec(K, t, reconstruction), stage.tail) for K in stage.K for t in stage.taus]
     if stage.minmax:
         conds += [(key(K, "minmax"), minmax_spec(K, reconstruction), "zero") for K in stage.K]
-        conds.append(("softmax", OperatorSpec.parse("softmax"), "zero"))
+    conds.append(("softmax", OperatorSpec.parse("softmax"), "zero"))  # the reference of every contrast
     for name, spec, tail in conds:
         nll = swapped_nll(model, tokens, spec, tail=tail, blocks=stage.blocks)
         res.per_block[name], res.nll[name] = nll, float(nll.mean())
@@ -114,15 +118,63 @@ def run_stage(model, tokens, stage: Stage, *, reconstruction: str = "nearest", p
     return res
 
 
+def _ci(d: np.ndarray, n_resamples: int) -> tuple[float, float]:
+    """Circular block bootstrap (block 16, or the whole array when shorter) 95% CI of a per-block mean."""
+    if d.size < 2:
+        return float("nan"), float("nan")
+    ci = block_bootstrap_ci(d, block=min(16, d.size), n_resamples=n_resamples)
+    return ci.lo, ci.hi
+
+
+def contrasts(res: StageResult, *, n_resamples: int = 10_000) -> list[dict]:
+    """Every condition of a stage minus softmax, paired per block: rows ``{condition, K, tau, delta, lo, hi,
+    n_blocks}`` (``tau`` is ``"minmax"`` for the MinMax reference), 95% circular block-bootstrap CIs."""
+    if "softmax" not in res.per_block:
+        raise ValueError(f"stage {res.stage.name} has no softmax reference to contrast against")
+    soft = res.per_block["softmax"]
+    rows = []
+    for name, nll in res.per_block.items():
+        if name == "softmax":
+            continue
+        K, tau = name.split(" ", 1)
+        tau = tau.removeprefix("tau=")
+        d = nll - soft
+        lo, hi = _ci(d, n_resamples)
+        tau = tau if tau == "minmax" else float(tau)
+        rows.append({"condition": name, "K": int(K.removeprefix("K=")), "tau": tau, "delta": float(d.mean()),
+                     "lo": lo, "hi": hi, "n_blocks": int(d.size)})  # fmt: skip
+    return rows
+
+
+def save_per_block(res: StageResult, path) -> Path:
+    """Write the per-block NLL of every condition to ``path`` (npz; keys are the condition names)."""
+    path = Path(path)
+    np.savez(path, **{name: np.asarray(v, dtype=np.float64) for name, v in res.per_block.items()})
+    return path
+
+
+def load_per_block(path) -> dict[str, np.ndarray]:
+    """The per-block arrays written by :func:`save_per_block`."""
+    with np.load(path) as z:
+        return {name: z[name] for name in z.files}
+
+
 def stage3_table(res: StageResult, *, n_resamples: int = 10_000, fmt: str = "md") -> tuple[str, list[dict]]:
-    """The stage-3 table: K rows; MinMax, one column per tau (best per row marked), tau* - softmax [CI]."""
+    """The stage-3 table: K rows; MinMax, one column per tau (best per row marked), tau* - softmax [CI].
+
+    A second table gives every condition (MinMax and each tau) minus softmax [95% CI]; each row dict carries
+    them as ``minmax_ci`` and ``tau_ci`` (``{tau: {delta, lo, hi}}``).
+    """
     st = res.stage
     tau_star = res.global_tau()
     soft = res.per_block["softmax"]
+    ci = {
+        c["condition"]: {"delta": c["delta"], "lo": c["lo"], "hi": c["hi"]}
+        for c in contrasts(res, n_resamples=n_resamples)
+    }
     rows = []
     for K in st.K:
-        d = res.per_block[key(K, tau_star)] - soft
-        ci = block_bootstrap_ci(d, block=min(16, d.size), n_resamples=n_resamples) if d.size >= 2 else None
+        star = ci[key(K, tau_star)]
         rows.append(
             {
                 "K": K,
@@ -130,29 +182,42 @@ def stage3_table(res: StageResult, *, n_resamples: int = 10_000, fmt: str = "md"
                 "tau": {t: res.nll[key(K, t)] for t in st.taus},
                 "best_tau": res.best_tau(K),
                 "tau_star": tau_star,
-                "delta": float(d.mean()),
-                "lo": ci.lo if ci else float("nan"),
-                "hi": ci.hi if ci else float("nan"),
+                "delta": star["delta"],
+                "lo": star["lo"],
+                "hi": star["hi"],
+                "minmax_ci": ci.get(key(K, "minmax")),
+                "tau_ci": {t: ci[key(K, t)] for t in st.taus},
             }
         )
     bold = (lambda x: f"**{x}**") if fmt == "md" else (lambda x: f"\\textbf{{{x}}}")
+    cell = lambda c: f"{c['delta']:+.4f} [{c['lo']:+.4f}, {c['hi']:+.4f}]" if c else "-"  # noqa: E731
     head = ["K", "MinMax", *[f"tau={t:g}" for t in st.taus], f"tau*={tau_star:g} - softmax [95% CI]"]
-    lines = []
+    head2 = ["K", "MinMax - softmax", *[f"tau={t:g} - softmax" for t in st.taus]]
+    lines, lines2 = [], []
     for r in rows:
         cells = [str(r["K"]), f"{r['minmax']:.4f}" if r["minmax"] is not None else "-"]
         cells += [bold(f"{v:.4f}") if t == r["best_tau"] else f"{v:.4f}" for t, v in r["tau"].items()]
-        cells.append(f"{r['delta']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}]")
+        cells.append(cell(r))
         lines.append(cells)
+        lines2.append([str(r["K"]), cell(r["minmax_ci"]), *[cell(r["tau_ci"][t]) for t in st.taus]])
     note = f"softmax {res.nll['softmax']:.4f}; {soft.size} blocks; best tau per K in bold"
+    note2 = "each condition - softmax per block [95% circular block-bootstrap CI]"
     if fmt == "md":
-        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
-            "| " + " | ".join(c) + " |" for c in lines
-        ]
-        return "\n".join(out) + f"\n\n{note}\n", rows
+        return f"{_md(head, lines)}\n{note}\n\n{_md(head2, lines2)}\n{note2}\n", rows
+    return f"{_tex(head, lines)}% {note}\n{_tex(head2, lines2)}% {note2}\n", rows
+
+
+def _md(head, lines) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+        "| " + " | ".join(c) + " |" for c in lines
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _tex(head, lines) -> str:
     head = [h.replace("tau", "$\\tau$").replace("*", "^*") for h in head]
     body = " \\\\\n".join(" & ".join(c) for c in lines)
-    tex = (
+    return (
         f"\\begin{{tabular}}{{{'r' * (len(head) - 1)}l}}\n\\toprule\n{' & '.join(head)} \\\\\n\\midrule\n"
-        f"{body} \\\\\n\\bottomrule\n\\end{{tabular}}\n% {note}\n"
+        f"{body} \\\\\n\\bottomrule\n\\end{{tabular}}\n"
     )
-    return tex, rows

@@ -1,0 +1,169 @@
+"""``downstream-compare``: N conditions against one baseline on synthetic per-item result folders."""
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from kinterval.eval import downstream_commands
+from kinterval.eval.downstream_commands import downstream_compare
+
+FAST = {"n_resamples": 400, "n_perm": 2000}
+
+
+def write(folder, task, values, targets=None):
+    """One ``kinterval downstream`` per-item file: ``values`` maps metric -> per-item array."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(next(iter(values.values())))
+    with open(folder / f"{task}.jsonl", "w") as fh:
+        for i in range(n):
+            rec = {"doc_id": i, "target": targets[i] if targets else str(i % 3)}
+            rec["metrics"] = {m: float(v[i]) for m, v in values.items()}
+            fh.write(json.dumps(rec) + "\n")
+
+
+@pytest.fixture
+def folders(tmp_path):
+    """Baseline plus three conditions with planted effects.
+
+    * task ``qa``, ``acc``: ``big`` flips 120 of 400 wrong items to right (+0.30), ``tiny`` 2, ``same`` 0;
+    * task ``lm``, ``nll`` (nats/token): ``big`` +0.05, ``tiny`` +0.001, ``same`` 0 (plus small item noise);
+    * BLiMP paradigms ``blimp_a`` (100 pairs) and ``blimp_b`` (50 pairs): ``big`` +0.2 on a and 0 on b, so the
+      macro-average difference is 0.1 (the item-pooled mean would be 0.133).
+    """
+    rng = np.random.default_rng(1)
+    acc = np.zeros(400)
+    acc[:160] = 1.0  # 40 % right
+    nll = rng.normal(4.0, 0.5, 400)
+    pa, pb = np.r_[np.ones(50), np.zeros(50)], np.r_[np.ones(25), np.zeros(25)]
+    base = tmp_path / "softmax"
+    write(base, "qa", {"acc": acc})
+    write(base, "lm", {"nll": nll})
+    write(base, "blimp_a", {"acc": pa})
+    write(base, "blimp_b", {"acc": pb})
+    conds = {}
+    for name, flips, shift, blimp_flips in (
+        ("big", 120, 0.05, 20),
+        ("tiny", 2, 0.001, 0),
+        ("same", 0, 0.0, 0),
+    ):
+        folder = tmp_path / name
+        a = acc.copy()
+        a[160 : 160 + flips] = 1.0
+        write(folder, "qa", {"acc": a})
+        noise = rng.normal(0, 0.002, 400) if name != "same" else 0.0
+        write(folder, "lm", {"nll": nll + shift + noise})
+        b = pa.copy()
+        b[50 : 50 + blimp_flips] = 1.0
+        write(folder, "blimp_a", {"acc": b})
+        write(folder, "blimp_b", {"acc": pb})
+        conds[name] = folder
+    return base, conds
+
+
+def by_key(rows):
+    return {(r["task"], r["metric"], r["condition"]): r for r in rows}
+
+
+def test_planted_differences_come_back(folders):
+    base, conds = folders
+    rows = by_key(downstream_compare(base, conds, **FAST))
+    big = rows[("qa", "acc", "big")]
+    assert big["diff"] == pytest.approx(0.30) and big["lo"] < 0.30 < big["hi"] and big["lo"] > 0.2
+    assert big["baseline"] == pytest.approx(0.40) and big["value"] == pytest.approx(0.70)
+    assert big["q"] < 0.05 and big["mark"] == "*" and big["detectable"]
+    same = rows[("qa", "acc", "same")]
+    assert same["diff"] == 0 and same["p"] == 1.0 and same["mark"] == "" and not same["detectable"]
+    assert rows[("lm", "nll", "big")]["diff"] == pytest.approx(0.05, abs=3e-4)
+    assert rows[("qa", "acc", "tiny")]["n"] == 400
+
+
+def test_bh_family_is_the_conditions_of_one_task_and_metric(folders):
+    base, conds = folders
+    rows = downstream_compare(base, conds, **FAST)
+    families = {}
+    for r in rows:
+        families.setdefault((r["task"], r["metric"]), []).append(r)
+    assert set(families) == {
+        ("qa", "acc"),
+        ("lm", "nll"),
+        ("blimp_a", "acc"),
+        ("blimp_b", "acc"),
+        ("blimp", "acc"),
+    }
+    for fam in families.values():
+        assert [r["condition"] for r in fam] == ["big", "tiny", "same"]
+        assert all(r["family_size"] == 3 for r in fam)
+        want = stats.false_discovery_control([r["p"] for r in fam], method="bh")
+        np.testing.assert_allclose([r["q"] for r in fam], want, rtol=1e-12)
+    # BH over the whole table (the old family) would give other q values
+    pooled = stats.false_discovery_control([r["p"] for r in rows], method="bh")
+    assert not np.allclose([r["q"] for r in rows], pooled)
+
+
+def test_blimp_macro_average_weighs_each_paradigm_once(folders):
+    base, conds = folders
+    rows = by_key(downstream_compare(base, conds, **FAST))
+    macro = rows[("blimp", "acc", "big")]
+    assert macro["paradigms"] == 2 and macro["n"] == 150
+    assert macro["diff"] == pytest.approx(0.1)  # (0.2 + 0) / 2, not 20/150
+    assert macro["baseline"] == pytest.approx(0.5) and macro["value"] == pytest.approx(0.6)
+    assert macro["lo"] < 0.1 < macro["hi"]
+    assert rows[("blimp", "acc", "same")]["diff"] == 0
+
+
+def test_margin_label_for_nll_metrics_only(folders):
+    base, conds = folders
+    rows = by_key(downstream_compare(base, conds, **FAST))
+    tiny, big = rows[("lm", "nll", "tiny")], rows[("lm", "nll", "big")]
+    assert tiny["hi"] < 0.01 and tiny["margin_status"] == "within margin" and tiny["detectable"]
+    assert big["lo"] > 0.01 and big["margin_status"] == "not within margin"
+    # a wider margin flips the large effect; accuracy metrics never get a margin status
+    wide = by_key(downstream_compare(base, conds, margin=0.1, **FAST))
+    assert wide[("lm", "nll", "big")]["margin_status"] == "within margin"
+    assert rows[("qa", "acc", "tiny")]["margin_status"] is None
+
+
+def test_differing_items_are_refused_naming_the_task(folders, tmp_path):
+    base, conds = folders
+    short = tmp_path / "short"
+    short.mkdir()
+    for task in ("qa", "lm", "blimp_a"):
+        (short / f"{task}.jsonl").write_text((conds["big"] / f"{task}.jsonl").read_text())
+    lines = (conds["big"] / "blimp_b.jsonl").read_text().splitlines()
+    (short / "blimp_b.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(ValueError, match="task 'blimp_b': item sets differ"):
+        downstream_compare(base, {"big": conds["big"], "short": short}, **FAST)
+    # same doc_ids, other items
+    write(short, "blimp_b", {"acc": np.zeros(50)}, targets=[f"x{i}" for i in range(50)])
+    with pytest.raises(ValueError, match="task 'blimp_b': item 0 has target"):
+        downstream_compare(base, short, **FAST)
+    (short / "blimp_b.jsonl").unlink()
+    with pytest.raises(ValueError, match="blimp_b"):
+        downstream_compare(base, short, **FAST)
+
+
+def test_reads_lm_eval_sample_files_and_cli(folders, tmp_path, capsys):
+    base, conds = folders
+    lm = tmp_path / "lm_eval_out"
+    lm.mkdir()
+    for task in ("qa", "lm", "blimp_a", "blimp_b"):  # lm-eval --log_samples layout
+        with open(lm / f"samples_{task}_2026-11-23T10-00-00.123456.jsonl", "w") as fh:
+            for line in (conds["tiny"] / f"{task}.jsonl").read_text().splitlines():
+                rec = json.loads(line)
+                metrics = rec.pop("metrics")
+                sample = dict(rec, **metrics, metrics=list(metrics), filtered_resps=[["-1.5", "False"]])
+                fh.write(json.dumps(sample) + "\n")
+    parser = argparse.ArgumentParser()
+    downstream_commands.register(parser.add_subparsers())
+    out = tmp_path / "rows.json"
+    argv = ["downstream-compare", str(base), f"tiny={conds['tiny']}", f"lmeval={lm}", "--json", str(out)]
+    args = parser.parse_args(argv + ["--resamples", "200", "--permutations", "500"])
+    assert args.func(args) == 0
+    rows = by_key(json.loads(out.read_text()))
+    for task, metric in (("qa", "acc"), ("lm", "nll"), ("blimp", "acc")):
+        assert rows[(task, metric, "lmeval")]["diff"] == rows[(task, metric, "tiny")]["diff"]
+        assert rows[(task, metric, "lmeval")]["family_size"] == 2
+    assert "within margin" in capsys.readouterr().out
