@@ -114,8 +114,10 @@ def cmd_train(args) -> int:
 
     result = train(cfg, args.out, resume=args.resume, on_step=hook)
     if result.status == "completed" and os.environ.get("RANK", "0") == "0":
+        loss = "n/a" if result.last_loss is None else f"{result.last_loss:.4f}"
+        what = "already complete, nothing to do" if result.resumed_finished else "done"
         print(
-            f"kinterval train: done, {result.steps} steps, {result.tokens:,} tokens, last loss "
-            f"{result.last_loss:.4f}; checkpoint {result.last_checkpoint}"
+            f"kinterval train: {what}, {result.steps} steps, {result.tokens:,} tokens, last loss {loss}; "
+            f"checkpoint {result.last_checkpoint}"
         )
     return result.exit_code

@@ -9,6 +9,7 @@ gradient is that of the mean loss over all S sequences whatever the micro-batch,
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import resource
@@ -23,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from kinterval.data.loader import SequenceSampler, TokenShards, load_batch
-from kinterval.model import GPT, autocast, parse_operator, train_precision
+from kinterval.model import GPT, SDPA, autocast, parse_operator, resolve_backend, train_precision
 from kinterval.train import distributed as D
 from kinterval.train.checkpoint import (
     CheckpointError,
@@ -70,6 +71,8 @@ class TrainResult:
     tokens: int
     last_loss: float | None
     last_checkpoint: Path | None
+    train_s: float | None = None  # training wall time over all sessions of the run
+    resumed_finished: bool = False  # a resume found the run already complete and did nothing
 
     @property
     def exit_code(self) -> int:
@@ -151,12 +154,15 @@ def _train(
         )
     if resume and existing is not None:
         ckpt = load_checkpoint(existing)
-        diffs = config_differences(ckpt.state["identity"], want)
+        diffs = config_differences(ckpt.state.get("identity") or {}, want)
         if diffs:
             raise CheckpointError(
                 f"checkpoint {existing} was made with a different config; refusing to resume. "
                 f"Differing fields (checkpoint -> requested): {'; '.join(diffs)}"
             )
+        if ckpt.state["step"] == plan.steps:  # finished: nothing to redo, leave the run's records as they are
+            return _finished(out, info, plan, ckpt)
+    check_fits(cfg, model_cfg, len(tokens), info.device)
 
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)  # noqa: NPY002 (legacy global RNG, for user code)
@@ -166,8 +172,11 @@ def _train(
     optimizer, decayed = build_optimizer(model, cfg.optim, info.device)
     start = 0
     if ckpt is not None:
-        D.load_full_state(model, optimizer, ckpt.model, ckpt.optimizer)
-        restore_rng(ckpt.rng["tensors"], ckpt.rng["json"])
+        try:
+            D.load_full_state(model, optimizer, ckpt.model, ckpt.optimizer)
+            restore_rng(ckpt.rng["tensors"], ckpt.rng["json"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise CheckpointError(f"checkpoint {ckpt.path}: cannot be restored ({err})") from None
         start = int(ckpt.state["step"])
     last_ckpt = ckpt.path if ckpt is not None else None
 
@@ -204,7 +213,12 @@ def _train(
         disable=not show,
     )
     numerics = model_cfg.numerics
-    n_clipped, last_loss, t_last, steps_since = 0, None, time.perf_counter(), 0
+    # Clipped steps since step 0 (kept in the checkpoint); older checkpoints lack it: count from the resume.
+    n_clipped = int(ckpt.state.get("clipped_steps", 0)) if ckpt is not None else 0
+    clip_base = start if ckpt is not None and "clipped_steps" not in ckpt.state else 0
+    train_s0 = float(ckpt.state.get("train_s", 0.0)) if ckpt is not None else 0.0
+    last_loss, t_last, steps_since, t_start = None, time.perf_counter(), 0, time.perf_counter()
+    train_s = train_s0
     model.train()
     try:
         with train_precision(numerics):
@@ -224,6 +238,7 @@ def _train(
                 clipped = cfg.optim.grad_clip > 0 and grad_norm > cfg.optim.grad_clip
                 n_clipped += int(clipped)
                 last_loss = train_loss
+                train_s = train_s0 + time.perf_counter() - t_start  # over all sessions of the run
                 steps_since += 1
                 bar.update(1)
                 if info.is_main and (done % cfg.log.every == 0 or done == plan.steps):
@@ -236,7 +251,7 @@ def _train(
                             "lr": lr,
                             "grad_norm": grad_norm,
                             "clipped": bool(clipped),
-                            "clipped_frac": n_clipped / (done - start),
+                            "clipped_frac": n_clipped / (done - clip_base),
                             "tokens_per_s": steps_since * plan.tokens_per_step / max(now - t_last, 1e-9),
                             "peak_mem": _peak_mem(info.device),
                         }
@@ -244,8 +259,13 @@ def _train(
                     bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}")
                     t_last, steps_since = now, 0
                 if done in plan.checkpoint_steps:
+                    extra = {
+                        "train_loss": train_loss,
+                        "clipped_steps": n_clipped,
+                        "train_s": train_s,
+                    }
                     last_ckpt = _save(
-                        out, info, model, optimizer, cfg, model_cfg, plan, done, want, decayed, train_loss
+                        out, info, model, optimizer, cfg, model_cfg, plan, done, want, decayed, extra
                     )
                 if on_step is not None:
                     on_step(done, model)
@@ -262,8 +282,80 @@ def _train(
             tokens=plan.total_tokens,
             last_loss=last_loss,
             last_checkpoint=str(last_ckpt) if last_ckpt else None,
+            train_s=train_s,
         )
-    return TrainResult("completed", out, plan.steps, plan.total_tokens, last_loss, last_ckpt)
+    return TrainResult("completed", out, plan.steps, plan.total_tokens, last_loss, last_ckpt, train_s)
+
+
+def _finished(out: Path, info: D.DistInfo, plan: Plan, ckpt) -> TrainResult:
+    """Resume of a finished run: change nothing (status.json is only written if a kill left it unfinished)."""
+    state = ckpt.state
+    result = TrainResult(
+        "completed",
+        out,
+        plan.steps,
+        plan.total_tokens,
+        state.get("train_loss"),
+        ckpt.path,
+        state.get("train_s"),
+        resumed_finished=True,
+    )
+    status_file = out / "status.json"
+    try:
+        done = json.loads(status_file.read_text()).get("status") == "completed"
+    except (OSError, ValueError, AttributeError):
+        done = False
+    if info.is_main and not done:
+        write_status(
+            out,
+            status="completed",
+            step=plan.steps,
+            steps=plan.steps,
+            tokens=plan.total_tokens,
+            last_loss=result.last_loss,
+            last_checkpoint=str(ckpt.path),
+            train_s=result.train_s,
+        )
+    return result
+
+
+def check_fits(cfg: TrainConfig, model_cfg, n_tokens: int, device: torch.device) -> None:
+    """Refuse, before allocating, a block size the data or the device cannot hold.
+
+    The train split must hold one window of T+1 tokens. Without a fused kernel (backends other than triton,
+    and sdpa off CUDA) every layer keeps its (micro_batch, n_head, T, T) fp32 probabilities for the backward,
+    so ``n_layer * micro_batch * n_head * T^2 * 4`` bytes is a lower bound on the activation memory.
+    """
+    T, mb = cfg.block_size, cfg.schedule.micro_batch
+    if T + 1 > n_tokens:
+        raise ValueError(
+            f"model.block_size {T} needs {T + 1} tokens per training window; the train split of "
+            f"{cfg.data.dir} has {n_tokens}"
+        )
+    fused = (cfg.operator.name == SDPA and device.type == "cuda") or (
+        resolve_backend(cfg.operator.backend, device) == "triton"
+    )
+    if fused:
+        return
+    need = model_cfg.n_layer * mb * model_cfg.n_head * T * T * 4
+    have = device_memory(device)
+    if have and need > have:
+        raise ValueError(
+            f"model.block_size {T}: the attention probabilities kept for the backward alone need "
+            f"n_layer*micro_batch*n_head*T^2*4 = {need / 2**30:.1f} GiB, more than the "
+            f"{have / 2**30:.1f} GiB of {device}; lower --block-size or --micro-batch "
+            "(or use the triton backend on CUDA)"
+        )
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Total memory of a CUDA device, or the machine's physical memory for the CPU (None if unknown)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def accumulate_gradients(model, tokens, offsets, mb, T, numerics, device) -> torch.Tensor:
@@ -292,7 +384,7 @@ def clip_gradients(model: torch.nn.Module, grad_clip: float) -> float:
     return norm.item()
 
 
-def _save(out, info, model, optimizer, cfg, model_cfg, plan, done, want, decayed, train_loss) -> Path:
+def _save(out, info, model, optimizer, cfg, model_cfg, plan, done, want, decayed, extra) -> Path:
     msd, osd = D.full_state(model, optimizer)  # collective: every rank takes part
     path = out / "checkpoints" / f"step_{done:06d}"
     if info.is_main:
@@ -300,7 +392,7 @@ def _save(out, info, model, optimizer, cfg, model_cfg, plan, done, want, decayed
             "step": done,
             "tokens": done * plan.tokens_per_step,
             "seq_counter": done * plan.seqs_per_step,
-            "train_loss": train_loss,
+            **extra,
             "world_size": info.world_size,
             "config": cfg.to_dict(),
             "model_config": model_cfg.to_dict(),
