@@ -11,7 +11,7 @@ import torch
 from kinterval.cli import main
 from kinterval.model import GPT, ModelConfig
 from kinterval.train import checkpoint as C
-from kinterval.train import loop
+from kinterval.train import trainer as trainer_module
 from kinterval.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from kinterval.train.loop import train
 from kinterval.train.metrics import read_metrics
@@ -253,7 +253,7 @@ def test_block_size_longer_than_the_data_is_refused_up_front(make_config, tmp_pa
 
 
 def test_block_size_beyond_device_memory_is_refused_before_allocating(make_config, tmp_path, monkeypatch):
-    monkeypatch.setattr(loop, "device_memory", lambda device: 2**30)  # a 1 GiB machine
+    monkeypatch.setattr(trainer_module, "device_memory", lambda device: 2**30)  # a 1 GiB machine
     cfg = make_config(**{"model.block_size": 20_000, "operator.backend": "closed_form"})
     # 2 layers * 4 sequences * 2 heads * 20000^2 * 4 bytes = 23.8 GiB
     with pytest.raises(ValueError, match=r"model\.block_size 20000: .* 23\.8 GiB, more than the 1\.0 GiB"):
