@@ -33,6 +33,7 @@ FLAG_FIELDS = {
     "save_every": "checkpoint.save_every",
     "strategy": "dist.strategy",
     "log_every": "log.every",
+    "eval_every": "log.eval_every",
     "autocast": "numerics.autocast_dtype",
 }
 
@@ -66,6 +67,11 @@ def register(subparsers) -> None:
     p.add_argument("--save-every", type=int, help="extra checkpoint every N steps")
     p.add_argument("--strategy", choices=("ddp", "fsdp2"), help="multi-process strategy under torchrun")
     p.add_argument("--log-every", type=int)
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        help="log validation loss and row span every N steps (log.eval_blocks blocks; 0: off)",
+    )
     p.add_argument(
         "--autocast", choices=("bfloat16", "float16", "none"), help="autocast dtype outside attention"
     )

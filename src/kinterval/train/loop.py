@@ -68,6 +68,8 @@ def run(trainer: Trainer, resume: bool, on_step: StepHook | None = None) -> Trai
                     trainer.log_step(stats)
                 if stats.step in plan.checkpoint_steps:
                     trainer.save()
+                if cfg.log.eval_every and (stats.step % cfg.log.eval_every == 0 or stats.step == plan.steps):
+                    trainer.validate()
                 if on_step is not None:
                     on_step(stats.step, trainer.model)
     finally:

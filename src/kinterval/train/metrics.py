@@ -35,7 +35,10 @@ class MetricsLog:
     def write(self, row: dict) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(_jsonable(row)) + "\n")
-        if self.tb is not None and "event" not in row:
+        if self.tb is not None and row.get("event") == "validation":
+            for key in ("val_loss", "row_span"):
+                self.tb.add_scalar(f"val/{key}", row[key], row["step"])
+        elif self.tb is not None and "event" not in row:
             for key, value in row.items():
                 if (
                     key not in ("step", "tokens")

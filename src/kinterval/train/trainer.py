@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from kinterval.data.loader import SequenceSampler, TokenShards, load_batch
-from kinterval.model import GPT, SDPA, autocast, parse_operator, resolve_backend
+from kinterval.data.loader import SequenceSampler, TokenShards, load_batch, n_blocks
+from kinterval.model import GPT, SDPA, CausalSelfAttention, autocast, parse_operator, resolve_backend
+from kinterval.model.scores import attention_scores, row_span
 from kinterval.train import distributed as D
 from kinterval.train.checkpoint import (
     CheckpointError,
@@ -39,6 +40,7 @@ from kinterval.train.checkpoint import (
     save_checkpoint,
 )
 from kinterval.train.config import TrainConfig
+from kinterval.train.evaluate import evaluate_nll
 from kinterval.train.metrics import MetricsLog, write_status
 from kinterval.train.optim import build_optimizer
 from kinterval.train.schedule import Plan, make_plan
@@ -56,6 +58,8 @@ EXECUTION_FIELDS = frozenset(
         "log.every",
         "log.progress",
         "log.tensorboard",
+        "log.eval_every",
+        "log.eval_blocks",
         "checkpoint.count",
         "checkpoint.save_every",
         "data.dir",
@@ -119,6 +123,12 @@ class Trainer:
         self.optimizer, self.decayed = build_optimizer(self.model, cfg.optim, info.device)
         self.sampler = SequenceSampler(len(self.tokens), self.plan.block_size, cfg.seed)
         self.log = MetricsLog(self.out, cfg.log.tensorboard) if info.is_main else None
+        self.val_tokens = TokenShards(cfg.data.dir, "val").tokens() if cfg.log.eval_every else None
+        if self.val_tokens is not None and n_blocks(len(self.val_tokens), self.plan.block_size) == 0:
+            raise ValueError(
+                f"log.eval_every: the val split of {cfg.data.dir} holds no block of "
+                f"{self.plan.block_size}+1 tokens"
+            )
 
         self.done = 0  # optimizer steps completed
         self.clipped_steps, self.clip_base = 0, 0  # clipped_frac = clipped_steps / (done - clip_base)
@@ -252,6 +262,46 @@ class Trainer:
             )
         self._bar.set_postfix(loss=f"{stats.train_loss:.4f}", lr=f"{stats.lr:.2e}")
         self._t_last, self._since = now, 0
+
+    @torch.no_grad()
+    def validate(self) -> dict:
+        """Validation loss on the first ``log.eval_blocks`` validation blocks (the evaluator's protocol:
+        batch 1, TF32 off) and, in the same forward passes, the geometry probe's row span ``M - m`` (rows
+        i >= 1, averaged per layer, then over layers); written as a ``"validation"`` row of metrics.jsonl.
+        A collective under FSDP2 (every rank runs it); it changes no training state."""
+        model = D.unwrap(self.model)
+        layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+        sums, counts = [0.0] * len(layers), [0] * len(layers)
+
+        def hook(i):
+            def pre_hook(module, args):
+                _, _, _, s, valid = attention_scores(module, args[0])
+                span = row_span(s[..., 1:, :], valid[..., 1:, :])  # rows with at least two keys
+                sums[i] += float(span.double().sum())
+                counts[i] += span.numel()
+
+            return pre_hook
+
+        handles = [m.register_forward_pre_hook(hook(i)) for i, m in enumerate(layers)]
+        try:
+            n = self.cfg.log.eval_blocks
+            nll = evaluate_nll(model, self.val_tokens, self.plan.block_size, max_blocks=n)
+        finally:
+            for h in handles:
+                h.remove()
+        spans = [s / c for s, c in zip(sums, counts)]
+        row = {
+            "event": "validation",
+            "step": self.done,
+            "tokens": self.done * self.plan.tokens_per_step,
+            "val_loss": float(nll.mean()),
+            "val_blocks": len(nll),
+            "row_span": float(np.mean(spans)),
+            "row_span_layers": spans,
+        }
+        if self.info.is_main:
+            self.log.write(row)
+        return row
 
     # ------------------------------------------------------------------ checkpoints and the end
     def save(self) -> Path:
