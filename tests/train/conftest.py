@@ -29,6 +29,12 @@ def make_config(data_dir):
     return lambda **overrides: tiny_config(data_dir, **overrides)
 
 
+@pytest.fixture(scope="session")
+def shared_config(data_dir):
+    """``make_config`` for module- and session-scoped fixtures."""
+    return lambda **overrides: tiny_config(data_dir, **overrides)
+
+
 def tiny_config(data_dir, **overrides) -> TrainConfig:
     """A 2-layer d=32 model on T=32 sequences: a few ms per step on CPU."""
     base = {

@@ -8,9 +8,13 @@ Layout of ``RUN/checkpoints/step_{step:06d}/``::
     state.json             step, tokens, sequence counter, full config, model config, data identity, code
                            identity, optimizer structure, python/numpy RNG scalars, sha256 of every file above
 
-``RUN/checkpoints/LATEST`` names the newest complete checkpoint. A checkpoint is built in a ``.tmp-*`` folder
-and renamed into place, so a kill never leaves a half-written ``step_*`` folder. Loading reads safetensors and
-JSON only: no pickle, no code execution.
+``RUN/checkpoints/LATEST`` names the newest complete checkpoint (only a ``step_NNNNNN`` name inside the same
+folder is followed; an unreadable LATEST falls back to the newest ``step_*`` folder). A checkpoint is built
+in a ``.tmp-*`` folder, fsynced and renamed into place, so a kill never leaves a half-written ``step_*``
+folder; a re-saved step moves the old copy aside to ``.old-step_*`` first, and readers take that copy while
+the new one is not yet in place. Loading reads safetensors and JSON only: no pickle, no code execution.
+``state.json`` carries the sha256 of its own content (``state_sha256``); its step must match the folder name
+and the optimizer's step counters.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +39,8 @@ FORMAT = "kinterval-checkpoint"
 FORMAT_VERSION = 1
 FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
 TIED = ("lm_head.weight", "transformer.wte.weight")  # (dropped key, the key it equals)
+STEP_NAME = re.compile(r"step_(\d{6,})")  # a checkpoint folder; LATEST may name nothing else
+OLD_PREFIX = ".old-"  # a re-saved step's previous copy, while the new one is renamed in
 
 
 class CheckpointError(ValueError):
@@ -155,6 +163,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def state_sha256(state: dict) -> str:
+    """SHA-256 of a state.json's content without its own ``state_sha256`` field (canonical JSON)."""
+    body = {k: v for k, v in state.items() if k != "state_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -175,7 +194,7 @@ def save_checkpoint(
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
-    final, tmp = root / name, root / f".tmp-{name}"
+    final, tmp, old = root / name, root / f".tmp-{name}", root / f"{OLD_PREFIX}{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
 
@@ -187,45 +206,86 @@ def save_checkpoint(
     save_file(rng_tensors, tmp / "rng.safetensors", metadata={"format": FORMAT})
     state = dict(
         state,
+        step=step,
         format=FORMAT,
         format_version=FORMAT_VERSION,
         optimizer_structure=optim_struct,
         rng=rng_meta,
         files={f: _sha256(tmp / f) for f in FILES},
     )
+    state["state_sha256"] = state_sha256(state)
     (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
     for f in (*FILES, "state.json"):
-        with open(tmp / f, "rb") as fh:
-            os.fsync(fh.fileno())
+        _fsync_file(tmp / f)
+    _fsync_dir(tmp)  # the folder's entries are durable before it is renamed into place
 
-    if final.exists():  # re-saving the same step (e.g. after a resume): swap, then drop the old one
-        old = root / f".old-{name}"
-        shutil.rmtree(old, ignore_errors=True)
+    if final.exists():  # re-saving a step: move the old copy aside (readers use it meanwhile), swap, drop it
+        if old.exists():  # left by a kill in an earlier swap, and superseded by ``final``
+            shutil.rmtree(old)
         os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    shutil.rmtree(old, ignore_errors=True)
     latest_tmp = root / "LATEST.tmp"
     latest_tmp.write_text(name + "\n")
+    _fsync_file(latest_tmp)
     os.replace(latest_tmp, root / "LATEST")
     _fsync_dir(root)
     return final
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The checkpoint named by LATEST (else the highest ``step_*``), or None when the run has none."""
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step a checkpoint folder's name says (``step_NNNNNN`` or its ``.old-`` copy), else None."""
+    m = STEP_NAME.fullmatch(Path(path).name.removeprefix(OLD_PREFIX))
+    return int(m.group(1)) if m else None
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The run's checkpoint folders with a state.json, by step; a step whose ``step_*`` folder is being
+    replaced (a kill between the two renames of a re-save) is represented by its ``.old-step_*`` copy."""
     root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found: dict[int, Path] = {}
+    for p in root.iterdir():
+        step = checkpoint_step(p)
+        if step is None or not (p / "state.json").is_file():
+            continue
+        if step not in found or found[step].name.startswith(OLD_PREFIX):  # step_* wins over .old-step_*
+            found[step] = p
+    return [found[s] for s in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint named by LATEST, or None when the run has none.
+
+    LATEST must hold one ``step_NNNNNN`` name of a folder beside it; anything else (empty, binary, a path,
+    another run's folder) is not followed: a warning names the file and the newest checkpoint folder is used.
+    """
+    root = checkpoint_dir(run_dir)
+    found = list_checkpoints(run_dir)
     latest = root / "LATEST"
     if latest.is_file():
-        path = root / latest.read_text().strip()
-        if path.is_dir():
-            return path
-    steps = sorted(p for p in root.glob("step_*") if p.is_dir()) if root.is_dir() else []
-    return steps[-1] if steps else None
+        try:
+            name = latest.read_bytes().decode("ascii").strip()
+        except UnicodeDecodeError:
+            name = None
+        step = checkpoint_step(name) if name and STEP_NAME.fullmatch(name) else None
+        named = [p for p in found if checkpoint_step(p) == step]
+        if named:
+            return named[0]
+        if found:
+            warnings.warn(
+                f"{latest} does not name a checkpoint of this run ({name!r}); "
+                f"using the newest, {found[-1].name}",
+                stacklevel=2,
+            )
+    return found[-1] if found else None
 
 
-def read_state(path: str | Path) -> dict:
+def read_state(path: str | Path, *, verify: bool = False) -> dict:
+    """A checkpoint's state.json, checked: format, entries, its step against the folder name; with ``verify``
+    also its own sha256 (``state_sha256``, when recorded: an edited state.json is refused)."""
     path = Path(path)
     state_file = path / "state.json"
     if not state_file.is_file():
@@ -234,18 +294,32 @@ def read_state(path: str | Path) -> dict:
         state = json.loads(state_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"checkpoint {path}: state.json is corrupt ({err})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path}: state.json is not a JSON object")
     if state.get("format") != FORMAT or state.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint {path}: unknown format {state.get('format')!r} "
             f"v{state.get('format_version')!r}, expected {FORMAT} v{FORMAT_VERSION}"
         )
+    if verify and "state_sha256" in state and state["state_sha256"] != state_sha256(state):
+        raise CheckpointError(
+            f"checkpoint {path}: state.json was modified (its content differs from state_sha256)"
+        )
+    step, named = state.get("step"), checkpoint_step(path)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"checkpoint {path}: state.json has no valid step ({step!r})")
+    if named is not None and step != named:
+        raise CheckpointError(f"checkpoint {path}: state.json says step {step}, the folder name says {named}")
+    for key, kind in (("files", dict), ("optimizer_structure", (dict, list)), ("rng", dict)):
+        if not isinstance(state.get(key), kind):
+            raise CheckpointError(f"checkpoint {path}: state.json lacks a valid {key!r} entry")
     return state
 
 
 def load_checkpoint(path: str | Path, *, verify: bool = True) -> Checkpoint:
     """Read a checkpoint folder; with ``verify`` every file's sha256 is checked against state.json."""
     path = Path(path)
-    state = read_state(path)
+    state = read_state(path, verify=verify)
     tensors = {}
     for f in FILES:
         fp = path / f
@@ -262,7 +336,27 @@ def load_checkpoint(path: str | Path, *, verify: bool = True) -> Checkpoint:
     model = tensors["model.safetensors"]
     if TIED[1] in model:
         model[TIED[0]] = model[TIED[1]]
-    optimizer = unflatten_state(state["optimizer_structure"], tensors["optimizer.safetensors"])
+    try:
+        optimizer = unflatten_state(state["optimizer_structure"], tensors["optimizer.safetensors"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"checkpoint {path}: optimizer_structure does not match the tensors ({err})"
+        ) from None
+    # AdamW counts its steps per parameter: each counter must equal the checkpoint's step.
+    counters = (
+        {
+            float(s["step"])
+            for s in (optimizer.get("state") or {}).values()
+            if isinstance(s, dict) and "step" in s
+        }
+        if isinstance(optimizer, dict)
+        else set()
+    )
+    if counters and counters != {float(state["step"])}:
+        raise CheckpointError(
+            f"checkpoint {path}: state.json says step {state['step']}, the optimizer has taken "
+            f"{sorted(int(c) for c in counters)} steps"
+        )
     return Checkpoint(
         path, state, model, optimizer, {"tensors": tensors["rng.safetensors"], "json": state["rng"]}
     )

@@ -33,6 +33,7 @@ FLAG_FIELDS = {
     "save_every": "checkpoint.save_every",
     "strategy": "dist.strategy",
     "log_every": "log.every",
+    "eval_every": "log.eval_every",
     "autocast": "numerics.autocast_dtype",
 }
 
@@ -66,6 +67,11 @@ def register(subparsers) -> None:
     p.add_argument("--save-every", type=int, help="extra checkpoint every N steps")
     p.add_argument("--strategy", choices=("ddp", "fsdp2"), help="multi-process strategy under torchrun")
     p.add_argument("--log-every", type=int)
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        help="log validation loss and row span every N steps (log.eval_blocks blocks; 0: off)",
+    )
     p.add_argument(
         "--autocast", choices=("bfloat16", "float16", "none"), help="autocast dtype outside attention"
     )
@@ -114,8 +120,10 @@ def cmd_train(args) -> int:
 
     result = train(cfg, args.out, resume=args.resume, on_step=hook)
     if result.status == "completed" and os.environ.get("RANK", "0") == "0":
+        loss = "n/a" if result.last_loss is None else f"{result.last_loss:.4f}"
+        what = "already complete, nothing to do" if result.resumed_finished else "done"
         print(
-            f"kinterval train: done, {result.steps} steps, {result.tokens:,} tokens, last loss "
-            f"{result.last_loss:.4f}; checkpoint {result.last_checkpoint}"
+            f"kinterval train: {what}, {result.steps} steps, {result.tokens:,} tokens, last loss {loss}; "
+            f"checkpoint {result.last_checkpoint}"
         )
     return result.exit_code

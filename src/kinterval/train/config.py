@@ -85,6 +85,8 @@ class LogSection:
     every: int = 1  # steps between metrics.jsonl rows
     progress: bool = True  # tqdm bar (off anyway when stderr is not a TTY)
     tensorboard: bool = False
+    eval_every: int = 0  # every N steps: validation loss and row span on the first eval_blocks (0: off)
+    eval_blocks: int = 8  # validation blocks of that log (the geometry probe's 8)
 
 
 @dataclass
@@ -192,6 +194,8 @@ class TrainConfig:
         _int("checkpoint.count", self.checkpoint.count, 0)
         _int("checkpoint.save_every", self.checkpoint.save_every, 0)
         _int("log.every", self.log.every, 1)
+        _int("log.eval_every", self.log.eval_every, 0)
+        _int("log.eval_blocks", self.log.eval_blocks, 1)
         if not self.data.dir:
             raise ValueError("data.dir is required (a folder made by `kinterval data prepare`)")
         return self

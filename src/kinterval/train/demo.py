@@ -80,7 +80,8 @@ def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
         result = train(cfg, run, resume=True)  # resume: re-running the demo reuses finished runs
         if result.status != "completed":
             raise ValueError(f"demo run {op} stopped: {result.status}")
-        train_s = time.perf_counter() - t0
+        # A reused run reports the training time recorded in its checkpoint, not this call's.
+        train_s = result.train_s if result.train_s is not None else time.perf_counter() - t0
         nll = evaluate_nll(load_run(run).model, val, cfg.block_size)
         np.save(run / "val_nll.npy", nll)
         rows.append(

@@ -24,21 +24,21 @@ class MetricsLog:
             self.tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
 
     def truncate_after(self, step: int) -> None:
+        """Keep the rows up to ``step`` (a torn last line, as a kill mid-write leaves, is dropped)."""
         if not self.path.is_file():
             return
-        keep = [
-            line
-            for line in self.path.read_text().splitlines()
-            if line and json.loads(line).get("step", 0) <= step
-        ]
+        keep = [row for row in _parse(self.path) if row.get("step", 0) <= step]
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
         os.replace(tmp, self.path)
 
     def write(self, row: dict) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(_jsonable(row)) + "\n")
-        if self.tb is not None and "event" not in row:
+        if self.tb is not None and row.get("event") == "validation":
+            for key in ("val_loss", "row_span"):
+                self.tb.add_scalar(f"val/{key}", row[key], row["step"])
+        elif self.tb is not None and "event" not in row:
             for key, value in row.items():
                 if (
                     key not in ("step", "tokens")
@@ -53,8 +53,30 @@ class MetricsLog:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl ([] when there is none); a torn last line is left out."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
+    return _parse(path) if path.is_file() else []
+
+
+def _parse(path: Path) -> list[dict]:
+    """Every row of a JSONL file. Only the last line may be unreadable, and only when it is unterminated (a
+    write cut short by a kill): it is dropped. Anything unreadable before it is corruption: ValueError."""
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.split("\n")  # the last element is "" when the file ends with a newline
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            if i == len(lines) - 1:  # unterminated last line: torn by a kill, drop it
+                continue
+            raise ValueError(f"{path}: line {i + 1} is corrupt ({err}); refusing to use this log") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: line {i + 1} is not a JSON object")
+        rows.append(row)
+    return rows
 
 
 def write_status(run_dir: str | Path, **status) -> None:

@@ -1,0 +1,517 @@
+"""One training run's state and what can be done with it: :class:`Trainer`.
+
+A ``Trainer`` owns the run's components (model, AdamW optimizer, sequence sampler, step plan, metrics log) and
+its counters (completed steps, clipped steps, training time). ``step()`` takes one optimizer step, ``save()``
+writes a checkpoint, ``resume()`` restores the newest one. ``loop.train`` drives it top to bottom.
+
+One optimizer step sees the global sequences ``step*S .. step*S+S-1`` of the data order
+(``SequenceSampler``); rank ``r`` takes the ``r``-th contiguous share and splits it into micro-batches. Every
+micro-batch loss is scaled by ``micro_batch / per_rank_seqs`` (DDP/FSDP then average over ranks), so the
+step's gradient is that of the mean loss over all S sequences whatever the micro-batch, accumulation or world
+size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from kinterval.data.loader import SequenceSampler, TokenShards, load_batch, n_blocks
+from kinterval.model import GPT, SDPA, CausalSelfAttention, autocast, parse_operator
+from kinterval.model.scores import attention_scores, row_span
+from kinterval.ops import resolve_backend
+from kinterval.train import distributed as D
+from kinterval.train.checkpoint import (
+    CheckpointError,
+    code_identity,
+    config_differences,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
+from kinterval.train.config import TrainConfig
+from kinterval.train.evaluate import evaluate_nll
+from kinterval.train.metrics import MetricsLog, write_status
+from kinterval.train.optim import build_optimizer
+from kinterval.train.schedule import Plan, make_plan
+
+# Fields that change how a run executes but not what it computes (up to float rounding); a resume may
+# change them. Everything else in the config must match the checkpoint.
+EXECUTION_FIELDS = frozenset(
+    {
+        "name",
+        "device",
+        "operator.backend",
+        "schedule.micro_batch",
+        "schedule.accum",
+        "dist.strategy",
+        "log.every",
+        "log.progress",
+        "log.tensorboard",
+        "log.eval_every",
+        "log.eval_blocks",
+        "checkpoint.count",
+        "checkpoint.save_every",
+        "data.dir",
+        "data.verify",
+    }
+)
+
+EXIT_NONFINITE = 3
+
+
+@dataclass
+class TrainResult:
+    status: str  # "completed" or "nonfinite_loss"
+    run_dir: Path
+    steps: int  # optimizer steps completed
+    tokens: int
+    last_loss: float | None
+    last_checkpoint: Path | None
+    train_s: float | None = None  # training wall time over all sessions of the run
+    resumed_finished: bool = False  # a resume found the run already complete and did nothing
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status == "completed" else EXIT_NONFINITE
+
+
+@dataclass
+class StepStats:
+    """What one optimizer step reports."""
+
+    step: int  # steps completed after it (1-based)
+    lr: float
+    train_loss: float
+    grad_norm: float
+    clipped: bool
+
+    @property
+    def finite(self) -> bool:
+        return bool(np.isfinite(self.train_loss) and np.isfinite(self.grad_norm))
+
+
+class Trainer:
+    """The state of the run in folder ``out``: build with ``Trainer(cfg, out, info)``, then ``resume()``
+    (or ``start()``), ``step()`` repeatedly, ``save()`` at the plan's checkpoint steps and ``finish()``."""
+
+    def __init__(self, cfg: TrainConfig, out: str | Path, info: D.DistInfo):
+        self.cfg, self.out, self.info = cfg, Path(out), info
+        shards = TokenShards(cfg.data.dir, "train", verify=cfg.data.verify)
+        self.tokens = shards.tokens()
+        self.model_cfg = cfg.model_config(shards.vocab_size)
+        shards.check_vocab(self.model_cfg.vocab_size)
+        self.plan = make_plan(cfg, info.world_size)
+        self.identity = identity(cfg, self.plan, data_identity(shards))
+        check_fits(cfg, self.model_cfg, len(self.tokens), info.device)
+
+        torch.manual_seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)  # noqa: NPY002 (legacy global RNG, for user code)
+        random.seed(cfg.seed)
+        model = GPT(self.model_cfg, cfg.operator.name, cfg.operator.backend).to(info.device)
+        self.model = D.wrap(model, info, cfg.dist.strategy)
+        self.optimizer, self.decayed = build_optimizer(self.model, cfg.optim, info.device)
+        self.sampler = SequenceSampler(len(self.tokens), self.plan.block_size, cfg.seed)
+        self.log = MetricsLog(self.out, cfg.log.tensorboard) if info.is_main else None
+        self.val_tokens = TokenShards(cfg.data.dir, "val").tokens() if cfg.log.eval_every else None
+        if self.val_tokens is not None and n_blocks(len(self.val_tokens), self.plan.block_size) == 0:
+            raise ValueError(
+                f"log.eval_every: the val split of {cfg.data.dir} holds no block of "
+                f"{self.plan.block_size}+1 tokens"
+            )
+
+        self.done = 0  # optimizer steps completed
+        self.clipped_steps, self.clip_base = 0, 0  # clipped_frac = clipped_steps / (done - clip_base)
+        self.train_s, self._t0 = (
+            0.0,
+            time.perf_counter(),
+        )  # training time of earlier sessions; this one's start
+        self.last_loss: float | None = None
+        self.last_checkpoint: Path | None = None
+        self.finished = False  # resume() found the run complete
+        self._bar = None
+        self._saved = (-1, 0.0)  # (step, train_s) of the last checkpoint this session wrote
+
+    # ------------------------------------------------------------------ start / resume
+    def start(self) -> None:
+        """Begin a new run; a folder that already holds checkpoints is refused."""
+        existing = latest_checkpoint(self.out)
+        if existing is not None:
+            raise ValueError(
+                f"{self.out} already holds checkpoints ({existing.name}); "
+                "pass --resume or choose another --out"
+            )
+
+    def resume(self) -> None:
+        """Restore the newest checkpoint (none: start from scratch). A finished run sets ``finished``."""
+        path = latest_checkpoint(self.out)
+        if path is None:
+            return
+        ckpt = load_checkpoint(path)
+        diffs = config_differences(ckpt.state.get("identity") or {}, self.identity)
+        if diffs:
+            raise CheckpointError(
+                f"checkpoint {path} was made with a different config; refusing to resume. "
+                f"Differing fields (checkpoint -> requested): {'; '.join(diffs)}"
+            )
+        state = ckpt.state
+        self.done, self.last_checkpoint = int(state["step"]), ckpt.path
+        self.last_loss, self.train_s = state.get("train_loss"), float(state.get("train_s", 0.0))
+        # Clipped steps since step 0; checkpoints written before it was recorded count from the resume.
+        self.clipped_steps = int(state.get("clipped_steps", 0))
+        self.clip_base = 0 if "clipped_steps" in state else self.done
+        if self.done == self.plan.steps:
+            self.finished = True
+            return
+        try:
+            D.load_full_state(self.model, self.optimizer, ckpt.model, ckpt.optimizer)
+            restore_rng(ckpt.rng["tensors"], ckpt.rng["json"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise CheckpointError(f"checkpoint {ckpt.path}: cannot be restored ({err})") from None
+
+    def open_records(self) -> None:
+        """Drop the log rows a resumed run will redo, write run_config.json and a "running" status."""
+        self._t0 = time.perf_counter()
+        show = self.cfg.log.progress and self.info.is_main and sys.stderr.isatty()
+        self._bar = tqdm(
+            total=self.plan.steps,
+            initial=self.done,
+            desc=f"train {D.unwrap(self.model).operator}",
+            unit="step",
+            disable=not show,
+        )
+        self._since, self._t_last = 0, time.perf_counter()
+        if not self.info.is_main:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log.truncate_after(self.done)  # rows past the checkpoint are redone
+        run_config = {
+            "config": self.cfg.to_dict(),
+            "model": self.model_cfg.to_dict(),
+            "plan": asdict(self.plan),
+            "world_size": self.info.world_size,
+        }
+        (self.out / "run_config.json").write_text(json.dumps(run_config, indent=1) + "\n")
+        self._status("running")
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> StepStats:
+        """One optimizer step over this rank's share of the step's sequences. A non-finite loss or gradient
+        norm is reported without stepping the optimizer (the caller stops the run)."""
+        cfg, plan, info = self.cfg, self.plan, self.info
+        s = self.done  # 0-based index of this step
+        lr = plan.lr(s)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        per_rank = cfg.schedule.micro_batch * cfg.schedule.accum  # sequences per step on this rank
+        offsets = self.sampler.offsets(s * plan.seqs_per_step + info.rank * per_rank, per_rank)
+        loss_sum = accumulate_gradients(
+            self.model,
+            self.tokens,
+            offsets,
+            cfg.schedule.micro_batch,
+            plan.block_size,
+            self.model_cfg.numerics,
+            info.device,
+        )
+        train_loss = D.mean_across(loss_sum, info).item()
+        grad_norm = clip_gradients(self.model, cfg.optim.grad_clip)
+        clipped = cfg.optim.grad_clip > 0 and grad_norm > cfg.optim.grad_clip
+        stats = StepStats(s + 1, lr, train_loss, grad_norm, bool(clipped))
+        if not stats.finite:
+            return stats
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.done = s + 1
+        self.clipped_steps += int(clipped)
+        self.last_loss = train_loss
+        self._since += 1
+        self._bar.update(1)
+        return stats
+
+    def elapsed(self) -> float:
+        """Training time over all sessions of the run."""
+        return self.train_s + time.perf_counter() - self._t0
+
+    def log_step(self, stats: StepStats) -> None:
+        """Write the step's row to metrics.jsonl (main rank)."""
+        now = time.perf_counter()
+        if self.info.is_main:
+            self.log.write(
+                {
+                    "step": stats.step,
+                    "tokens": self.plan.tokens_after(stats.step - 1),
+                    "train_loss": stats.train_loss,
+                    "lr": stats.lr,
+                    "grad_norm": stats.grad_norm,
+                    "clipped": stats.clipped,
+                    "clipped_frac": self.clipped_steps / (stats.step - self.clip_base),
+                    "tokens_per_s": self._since * self.plan.tokens_per_step / max(now - self._t_last, 1e-9),
+                    "peak_mem": _peak_mem(self.info.device),
+                }
+            )
+        self._bar.set_postfix(loss=f"{stats.train_loss:.4f}", lr=f"{stats.lr:.2e}")
+        self._t_last, self._since = now, 0
+
+    @torch.no_grad()
+    def validate(self) -> dict:
+        """Validation loss on the first ``log.eval_blocks`` validation blocks (the evaluator's protocol:
+        batch 1, TF32 off) and, in the same forward passes, the geometry probe's row span ``M - m`` (rows
+        i >= 1, averaged per layer, then over layers); written as a ``"validation"`` row of metrics.jsonl.
+        A collective under FSDP2 (every rank runs it); it changes no training state."""
+        model = D.unwrap(self.model)
+        layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+        sums, counts = [0.0] * len(layers), [0] * len(layers)
+
+        def hook(i):
+            def pre_hook(module, args):
+                _, _, _, s, valid = attention_scores(module, args[0])
+                span = row_span(s[..., 1:, :], valid[..., 1:, :])  # rows with at least two keys
+                sums[i] += float(span.double().sum())
+                counts[i] += span.numel()
+
+            return pre_hook
+
+        handles = [m.register_forward_pre_hook(hook(i)) for i, m in enumerate(layers)]
+        try:
+            n = self.cfg.log.eval_blocks
+            nll = evaluate_nll(model, self.val_tokens, self.plan.block_size, max_blocks=n)
+        finally:
+            for h in handles:
+                h.remove()
+        spans = [s / c for s, c in zip(sums, counts)]
+        row = {
+            "event": "validation",
+            "step": self.done,
+            "tokens": self.done * self.plan.tokens_per_step,
+            "val_loss": float(nll.mean()),
+            "val_blocks": len(nll),
+            "row_span": float(np.mean(spans)),
+            "row_span_layers": spans,
+        }
+        if self.info.is_main:
+            self.log.write(row)
+        return row
+
+    # ------------------------------------------------------------------ checkpoints and the end
+    def save(self) -> Path:
+        """Checkpoint the completed steps (a collective: every rank takes part; rank 0 writes)."""
+        msd, osd = D.full_state(self.model, self.optimizer)
+        path = self.out / "checkpoints" / f"step_{self.done:06d}"
+        if self.info.is_main:
+            plan, done = self.plan, self.done
+            state = {
+                "step": done,
+                "tokens": done * plan.tokens_per_step,
+                "seq_counter": done * plan.seqs_per_step,
+                "train_loss": self.last_loss,
+                "clipped_steps": self.clipped_steps,
+                "train_s": self.elapsed(),
+                "world_size": self.info.world_size,
+                "config": self.cfg.to_dict(),
+                "model_config": self.model_cfg.to_dict(),
+                "operator": _operator_dict(self.cfg.operator.name),
+                "plan": asdict(plan),
+                "identity": self.identity,
+                "decayed_params": self.decayed,
+                "code": code_identity(),
+            }
+            path = save_checkpoint(self.out, done, msd, osd, state)
+            self._saved = (done, state["train_s"])
+        D.barrier(self.info)
+        self.last_checkpoint = path
+        return path
+
+    def finish(self) -> TrainResult:
+        """Record the completed run (a finished run found by ``resume()`` keeps its records)."""
+        plan = self.plan
+        if self.finished:
+            train_s = self.train_s
+            if self.info.is_main and not self._status_is("completed"):  # a kill before the final status
+                self._status("completed", last_loss=self.last_loss, train_s=train_s)
+        else:
+            train_s = self._final_train_s()
+            if self.info.is_main:
+                self._status("completed", last_loss=self.last_loss, train_s=train_s)
+        return TrainResult(
+            "completed",
+            self.out,
+            plan.steps,
+            plan.total_tokens,
+            self.last_loss,
+            self.last_checkpoint,
+            train_s,
+            resumed_finished=self.finished,
+        )
+
+    def stop_nonfinite(self, stats: StepStats) -> TrainResult:
+        """Leave the last good checkpoint untouched, record the event and report a failed run."""
+        done, plan = stats.step, self.plan
+        if self.info.is_main:
+            self.log.write(
+                {
+                    "event": "nonfinite_loss",
+                    "step": done,
+                    "tokens": done * plan.tokens_per_step,
+                    "train_loss": stats.train_loss,
+                    "grad_norm": stats.grad_norm,
+                }
+            )
+            self._status("nonfinite_loss", step=done, train_loss=stats.train_loss, grad_norm=stats.grad_norm)
+            print(
+                f"kinterval train: non-finite loss/gradient at step {done} "
+                f"(loss={stats.train_loss}, grad_norm={stats.grad_norm});"
+                f" stopped. Last good checkpoint: {self.last_checkpoint}",
+                file=sys.stderr,
+            )
+        return TrainResult(
+            "nonfinite_loss",
+            self.out,
+            done - 1,
+            (done - 1) * plan.tokens_per_step,
+            stats.train_loss,
+            self.last_checkpoint,
+        )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self.log is not None:
+            self.log.close()
+
+    def _final_train_s(self) -> float:
+        """The time recorded in the final checkpoint when the last step was saved (so that a later no-op
+        resume reports the same number), else the time now."""
+        step, seconds = self._saved
+        return seconds if step == self.done else self.elapsed()
+
+    def _status(self, status: str, **extra) -> None:
+        fields = {
+            "status": status,
+            "step": self.done,
+            "steps": self.plan.steps,
+            "tokens": self.done * self.plan.tokens_per_step,
+            "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
+        }
+        write_status(self.out, **{**fields, **extra})
+
+    def _status_is(self, status: str) -> bool:
+        try:
+            return json.loads((self.out / "status.json").read_text()).get("status") == status
+        except (OSError, ValueError, AttributeError):
+            return False
+
+
+def data_identity(shards: TokenShards) -> dict:
+    info = shards.meta["splits"][shards.split]
+    return {
+        "source": shards.meta.get("source"),
+        "vocab_size": shards.vocab_size,
+        "split": shards.split,
+        "n_tokens": shards.n_tokens,
+        "shards_sha256": [s.get("sha256") for s in info["shards"]],
+    }
+
+
+def identity(cfg: TrainConfig, plan: Plan, data: dict) -> dict:
+    """What a checkpoint must agree on to be resumed: config minus execution fields, plus derived values."""
+    from kinterval.train.config import flatten
+
+    flat = {k: v for k, v in flatten(cfg.to_dict()).items() if k not in EXECUTION_FIELDS}
+    flat["operator.name"] = str(
+        cfg.operator.name if cfg.operator.name == "sdpa" else parse_operator(cfg.operator.name).full_name
+    )
+    flat["derived.seqs_per_step"] = plan.seqs_per_step
+    flat["derived.steps"] = plan.steps
+    flat["data.identity"] = data
+    return flat
+
+
+def _peak_mem(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def check_fits(cfg: TrainConfig, model_cfg, n_tokens: int, device: torch.device) -> None:
+    """Refuse, before allocating, a block size the data or the device cannot hold.
+
+    The train split must hold one window of T+1 tokens. Without a fused kernel (backends other than triton,
+    and sdpa off CUDA) every layer keeps its (micro_batch, n_head, T, T) fp32 probabilities for the backward,
+    so ``n_layer * micro_batch * n_head * T^2 * 4`` bytes is a lower bound on the activation memory.
+    """
+    T, mb = cfg.block_size, cfg.schedule.micro_batch
+    if T + 1 > n_tokens:
+        raise ValueError(
+            f"model.block_size {T} needs {T + 1} tokens per training window; the train split of "
+            f"{cfg.data.dir} has {n_tokens}"
+        )
+    op = parse_operator(cfg.operator.name)
+    if op == SDPA:
+        fused = device.type == "cuda"
+    else:  # the attention runs in fp32 (the paper's numerics)
+        fused = resolve_backend(op, device, torch.float32, backend=cfg.operator.backend) == "triton"
+
+    if fused:
+        return
+    need = model_cfg.n_layer * mb * model_cfg.n_head * T * T * 4
+    have = device_memory(device)
+    if have and need > have:
+        raise ValueError(
+            f"model.block_size {T}: the attention probabilities kept for the backward alone need "
+            f"n_layer*micro_batch*n_head*T^2*4 = {need / 2**30:.1f} GiB, more than the "
+            f"{have / 2**30:.1f} GiB of {device}; lower --block-size or --micro-batch "
+            "(or use the triton backend on CUDA)"
+        )
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Total memory of a CUDA device, or the machine's physical memory for the CPU (None if unknown)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def accumulate_gradients(model, tokens, offsets, mb, T, numerics, device) -> torch.Tensor:
+    """Forward/backward the sequences at ``offsets`` in micro-batches of ``mb``; gradients of their mean loss.
+
+    Returns that mean loss (detached). The gradient all-reduce of DDP/FSDP2 runs only on the last micro-batch.
+    """
+    n = len(offsets)
+    loss_sum = torch.zeros((), device=device)
+    for j in range(0, n, mb):
+        x, y = load_batch(tokens, offsets[j : j + mb], T)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with D.grad_sync(model, j + mb >= n), autocast(numerics, device):
+            _, loss = model(x, y)
+            scaled = loss * (len(x) / n)
+            scaled.backward()
+        loss_sum += scaled.detach()
+    return loss_sum
+
+
+def clip_gradients(model: torch.nn.Module, grad_clip: float) -> float:
+    """Clip the global gradient norm at ``grad_clip`` (0: no clipping); return the norm before clipping."""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
+    if hasattr(norm, "full_tensor"):  # FSDP2 returns a DTensor
+        norm = norm.full_tensor()
+    return norm.item()
+
+
+def _operator_dict(name: str) -> dict:
+    op = parse_operator(name)
+    return {"name": "sdpa", "full_name": "sdpa"} if isinstance(op, str) else op.to_dict()

@@ -1,0 +1,260 @@
+"""Trust in the run's files: finished runs, torn logs, edited state, a misdirected LATEST, atomic saves,
+clip statistics across a resume and a block size that cannot fit."""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from kinterval.cli import main
+from kinterval.model import GPT, ModelConfig
+from kinterval.train import checkpoint as C
+from kinterval.train import trainer as trainer_module
+from kinterval.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from kinterval.train.loop import train
+from kinterval.train.metrics import read_metrics
+
+
+class Killed(Exception):
+    pass
+
+
+def kill_at(n):
+    def hook(step, model):
+        if step == n:
+            raise Killed
+
+    return hook
+
+
+def train_rows(run):
+    return [r for r in read_metrics(run) if "event" not in r]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, shared_config):
+    """A full run and the same run killed one step past its checkpoint at step 4 (checkpoints 2, 4, 6, 8);
+    grad_clip 0.9 clips some of the steps before the kill and none after it."""
+    torch.set_num_threads(1)
+    cfg = shared_config(**{"optim.grad_clip": 0.9})
+    root = tmp_path_factory.mktemp("runs")
+    train(cfg, root / "full")
+    with pytest.raises(Killed):
+        train(cfg, root / "killed", on_step=kill_at(5))
+    return cfg, root
+
+
+def copy_run(runs, name, tmp_path):
+    shutil.copytree(runs[1] / name, tmp_path / name)
+    return tmp_path / name
+
+
+# ---------------------------------------------------------------------- 3. finished runs
+def test_resume_of_finished_run_changes_nothing(data_dir, tmp_path, capsys):
+    args = ["train", "--data", str(data_dir), "--model", "tiny", "--tokens", "512", "--block-size", "32",
+            "--micro-batch", "4", "--accum", "1", "--warmup-tokens", "128", "--checkpoints", "1",
+            "--set", "model.n_embd=32", "--device", "cpu", "--no-progress"]  # fmt: skip
+    args += ["--out", str(tmp_path / "run")]
+    assert main(args) == 0
+    status = (tmp_path / "run" / "status.json").read_bytes()
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    last = json.loads(status)["last_loss"]
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "already complete" in out and f"{last:.4f}" in out
+    assert (tmp_path / "run" / "status.json").read_bytes() == status
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_finished_run_reports_its_recorded_loss_and_time(runs):
+    cfg, root = runs
+    result = train(cfg, root / "full", resume=True)
+    status = json.loads((root / "full" / "status.json").read_text())
+    assert result.status == "completed" and result.resumed_finished
+    assert result.last_loss == status["last_loss"] == train_rows(root / "full")[-1]["train_loss"]
+    assert result.train_s == status["train_s"] > 0
+
+
+def test_demo_rerun_shows_the_real_numbers(tmp_path):
+    from kinterval.train.demo import run_demo
+
+    kw = {"operators": ["softmax"], "quick": True, "tokens": 8192, "progress": False}
+    first = run_demo(tmp_path, **kw)[0]
+    again = run_demo(tmp_path, **kw)[0]
+    assert again["train_loss"] == first["train_loss"] is not None
+    assert again["train_s"] == first["train_s"] > 0
+    assert again["val_nll"] == first["val_nll"]
+
+
+# ---------------------------------------------------------------------- 4. torn metrics.jsonl
+def test_torn_last_metrics_line_is_dropped_on_resume(runs, tmp_path):
+    cfg, root = runs
+    run = copy_run(runs, "killed", tmp_path)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "train_loss": 3.1')  # a kill in the middle of a write
+    assert train(cfg, run, resume=True).status == "completed"
+    assert train_rows(run) == [
+        {**r, **_volatile(s)} for r, s in zip(train_rows(root / "full"), train_rows(run))
+    ]
+
+
+def test_corrupt_metrics_line_in_the_middle_is_refused(runs, tmp_path):
+    cfg, _ = runs
+    run = copy_run(runs, "killed", tmp_path)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1][:20]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"metrics\.jsonl: line 2 is corrupt"):
+        train(cfg, run, resume=True)
+
+
+def _volatile(row):
+    """Timing and memory differ between sessions; everything else must be equal."""
+    return {k: row[k] for k in ("tokens_per_s", "peak_mem")}
+
+
+# ---------------------------------------------------------------------- 5. state.json
+@pytest.mark.parametrize("edit", ["step", "step_unhashed", "step_and_folder"])
+def test_edited_state_step_is_refused(runs, tmp_path, edit):
+    cfg, _ = runs
+    run = copy_run(runs, "killed", tmp_path)
+    ck = run / "checkpoints" / "step_000004"
+    state = json.loads((ck / "state.json").read_text())
+    state["step"] = 2
+    match = "state.json was modified"
+    if edit != "step":
+        del state["state_sha256"]
+        match = "folder name says 4"
+    if edit == "step_and_folder":  # a consistent-looking forgery: only the optimizer's counters disagree
+        shutil.rmtree(run / "checkpoints" / "step_000002")
+        ck = ck.rename(run / "checkpoints" / "step_000002")
+        (run / "checkpoints" / "LATEST").write_text("step_000002\n")
+        match = r"says step 2, the optimizer has taken \[4\] steps"
+    (ck / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=match):
+        train(cfg, run, resume=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[1, 2]", "not a JSON object"),
+        ('{"format": "kinterval-checkpoint", "format_version": 1}', "no valid step"),
+        ('{"format": "kinterval-checkpoint", "format_version": 1, "step": 4}', "lacks a valid 'files'"),
+    ],
+)
+def test_malformed_state_json_is_a_checkpoint_error(runs, tmp_path, text, match):
+    cfg, _ = runs
+    run = copy_run(runs, "killed", tmp_path)
+    (run / "checkpoints" / "step_000004" / "state.json").write_text(text)
+    with pytest.raises(CheckpointError, match=match):
+        train(cfg, run, resume=True)
+
+
+# ---------------------------------------------------------------------- 6. LATEST
+def test_latest_pointing_at_another_run_is_not_followed(runs, tmp_path):
+    cfg, root = runs
+    run = copy_run(runs, "killed", tmp_path)
+    (run / "checkpoints" / "LATEST").write_text(str(root / "full" / "checkpoints" / "step_000008") + "\n")
+    with pytest.warns(UserWarning, match="does not name a checkpoint of this run"):
+        assert latest_checkpoint(run) == run / "checkpoints" / "step_000004"
+    with pytest.warns(UserWarning):
+        assert train(cfg, run, resume=True).status == "completed"
+    assert [r["train_loss"] for r in train_rows(run)] == [r["train_loss"] for r in train_rows(root / "full")]
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"\xff\xfe\x00garbage", b"../../full/checkpoints/step_000008", b"step_4"]
+)
+def test_unreadable_latest_falls_back_to_the_newest_checkpoint(runs, tmp_path, content):
+    run = copy_run(runs, "killed", tmp_path)
+    (run / "checkpoints" / "LATEST").write_bytes(content)
+    with pytest.warns(UserWarning, match="LATEST does not name"):
+        assert latest_checkpoint(run) == run / "checkpoints" / "step_000004"
+
+
+# ---------------------------------------------------------------------- 7. atomic saves
+def tiny_state():
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)
+    return GPT(cfg).state_dict(), {"step": 1, "model_config": cfg.to_dict()}
+
+
+def test_files_and_folders_are_fsynced_before_their_renames(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    if not os.path.exists("/proc/self/fd"):
+        pytest.skip("needs /proc to name file descriptors")
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(a, b):
+        events.append(("replace", str(a)))
+        real_replace(a, b)
+
+    monkeypatch.setattr(C.os, "fsync", fsync)
+    monkeypatch.setattr(C.os, "replace", replace)
+    msd, state = tiny_state()
+    save_checkpoint(tmp_path, 1, msd, {}, state)
+    root = str(tmp_path / "checkpoints")
+    tmp, latest_tmp = f"{root}/.tmp-step_000001", f"{root}/LATEST.tmp"
+    order = {e: i for i, e in enumerate(events)}
+    for f in (*C.FILES, "state.json"):
+        assert order[("fsync", f"{tmp}/{f}")] < order[("replace", tmp)]
+    assert order[("fsync", tmp)] < order[("replace", tmp)]  # the folder's entries
+    assert order[("fsync", latest_tmp)] < order[("replace", latest_tmp)]
+    assert events[-1] == ("fsync", root)  # the renames themselves
+
+
+def test_resave_killed_between_renames_keeps_the_checkpoint(tmp_path, monkeypatch):
+    msd, state = tiny_state()
+    save_checkpoint(tmp_path, 1, msd, {}, state)
+    real_replace = os.replace
+
+    def replace(a, b):
+        if os.path.basename(a).startswith(".tmp-"):
+            raise Killed  # after the old copy moved aside, before the new one is renamed in
+        real_replace(a, b)
+
+    monkeypatch.setattr(C.os, "replace", replace)
+    with pytest.raises(Killed):
+        save_checkpoint(tmp_path, 1, msd, {}, state)
+    monkeypatch.setattr(C.os, "replace", real_replace)
+    assert not (tmp_path / "checkpoints" / "step_000001").exists()
+    path = latest_checkpoint(tmp_path)
+    assert path is not None and path.name == ".old-step_000001"
+    assert torch.equal(load_checkpoint(path).model["transformer.wte.weight"], msd["transformer.wte.weight"])
+    save_checkpoint(tmp_path, 1, msd, {}, state)  # the next save completes the swap
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["LATEST", "step_000001"]
+
+
+# ---------------------------------------------------------------------- 8. clip statistics across a resume
+def test_clip_statistics_survive_kill_and_resume(runs, tmp_path):
+    cfg, root = runs
+    run = copy_run(runs, "killed", tmp_path)
+    train(cfg, run, resume=True)
+    full = [(r["clipped"], r["clipped_frac"]) for r in train_rows(root / "full")]
+    assert [(r["clipped"], r["clipped_frac"]) for r in train_rows(run)] == full
+    n = sum(c for c, _ in full)
+    assert 0 < n < len(full) and full[-1][1] == n / len(full)  # a running fraction over the whole run
+
+
+# ---------------------------------------------------------------------- 9. block size
+def test_block_size_longer_than_the_data_is_refused_up_front(make_config, tmp_path):
+    with pytest.raises(ValueError, match=r"model\.block_size 100000 needs 100001 tokens.*has 6\d{4}"):
+        train(make_config(**{"model.block_size": 100_000}), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_block_size_beyond_device_memory_is_refused_before_allocating(make_config, tmp_path, monkeypatch):
+    monkeypatch.setattr(trainer_module, "device_memory", lambda device: 2**30)  # a 1 GiB machine
+    cfg = make_config(**{"model.block_size": 20_000, "operator.backend": "closed_form"})
+    # 2 layers * 4 sequences * 2 heads * 20000^2 * 4 bytes = 23.8 GiB
+    with pytest.raises(ValueError, match=r"model\.block_size 20000: .* 23\.8 GiB, more than the 1\.0 GiB"):
+        train(cfg, tmp_path / "run")

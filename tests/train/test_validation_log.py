@@ -1,0 +1,79 @@
+"""Validation loss and row span logged during training (log.eval_every): right steps, the geometry probe's
+values, no effect on training, identical after kill and resume."""
+
+import numpy as np
+import pytest
+import torch
+
+from kinterval.data.loader import TokenShards
+from kinterval.eval.geometry import geometry_probe
+from kinterval.model import GPT, ModelConfig
+from kinterval.train.checkpoint import load_checkpoint
+from kinterval.train.evaluate import evaluate_nll
+from kinterval.train.loop import train
+from kinterval.train.metrics import read_metrics
+
+
+class Killed(Exception):
+    pass
+
+
+def rows(run, validation):
+    return [r for r in read_metrics(run) if (r.get("event") == "validation") == validation]
+
+
+def checkpoint_model(run, step):
+    ckpt = load_checkpoint(run / "checkpoints" / f"step_{step:06d}")
+    model = GPT(ModelConfig.from_dict(ckpt.state["model_config"]), ckpt.state["config"]["operator"]["name"])
+    model.load_state_dict(ckpt.model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory, shared_config, data_dir):
+    torch.set_num_threads(1)
+    cfg = shared_config(**{"operator.name": "minmax-weight-k4", "log.eval_every": 3, "log.eval_blocks": 5})
+    root = tmp_path_factory.mktemp("val")
+    train(cfg, root / "logged")  # 8 steps, checkpoints after 2, 4, 6, 8
+    train(cfg.override({"log.eval_every": 0}), root / "plain")
+    return cfg, root
+
+
+def test_validation_rows_at_the_right_steps_match_the_geometry_probe(logged, data_dir):
+    cfg, root = logged
+    val = rows(root / "logged", True)
+    assert [r["step"] for r in val] == [3, 6, 8]  # every 3 steps, and the final step
+    tokens = TokenShards(data_dir, "val").tokens()
+    for r in val:
+        assert r["val_blocks"] == 5 and len(r["row_span_layers"]) == 2
+        assert np.isfinite([r["val_loss"], r["row_span"], *r["row_span_layers"]]).all()
+        if r["step"] in (6, 8):  # checkpointed steps: recompute from the saved weights
+            model = checkpoint_model(root / "logged", r["step"])
+            probe = geometry_probe(model, tokens, 32, blocks=5)
+            assert r["row_span"] == pytest.approx(probe["mean"]["span"], rel=1e-9)
+            assert r["row_span_layers"] == pytest.approx([la["span"] for la in probe["layers"]], rel=1e-9)
+            assert r["val_loss"] == pytest.approx(
+                evaluate_nll(model, tokens, 32, max_blocks=5).mean(), rel=1e-12
+            )
+    assert val[0]["row_span"] != val[-1]["row_span"]  # a trajectory, not a constant
+
+
+def test_validation_logging_does_not_change_training(logged):
+    _, root = logged
+    losses = [[r["train_loss"] for r in rows(root / run, False)] for run in ("logged", "plain")]
+    assert losses[0] == losses[1] and len(losses[0]) == 8
+    a, b = checkpoint_model(root / "logged", 8), checkpoint_model(root / "plain", 8)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_validation_rows_survive_kill_and_resume(logged, tmp_path):
+    cfg, root = logged
+
+    def kill(step, model):
+        if step == 5:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run", on_step=kill)
+    train(cfg, tmp_path / "run", resume=True)
+    assert rows(tmp_path / "run", True) == rows(root / "logged", True)
