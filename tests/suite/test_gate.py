@@ -268,3 +268,17 @@ def test_results_only_needs_the_record(results_dir, tmp_path):
     (d / RECORD).unlink()
     rep = gate(d, results_only=True)
     assert len(rep.errors) == 1 and rep.errors[0].startswith(f"{RECORD}: not found")
+
+
+@pytest.mark.parametrize("how", ["removed", "edited"])
+def test_manifest_suite_file_must_be_there_and_intact(suite_dir, tmp_path, how):
+    d = _copy(suite_dir, tmp_path)
+    if how == "removed":
+        _edit_json(d / "manifest.json", lambda m: m.pop("suite_toml"))
+    else:
+        _edit_json(
+            d / "manifest.json", lambda m: m.update(suite_toml=m["suite_toml"].replace("[7, 42]", "[7, 43]"))
+        )
+    (err,) = gate(d).errors
+    assert err.startswith("manifest.json: cannot be checked against its suite file")
+    assert ("neither embedded nor shipped" if how == "removed" else "sha256") in err
