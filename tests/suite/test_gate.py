@@ -282,3 +282,10 @@ def test_manifest_suite_file_must_be_there_and_intact(suite_dir, tmp_path, how):
     (err,) = gate(d).errors
     assert err.startswith("manifest.json: cannot be checked against its suite file")
     assert ("neither embedded nor shipped" if how == "removed" else "sha256") in err
+
+
+def test_results_only_malformed_record_is_an_error_line(results_dir, tmp_path):
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / RECORD, lambda r: r.update(files=["manifest.json"]))
+    (err,) = gate(d, results_only=True).errors
+    assert err.startswith(f"{RECORD}: unusable")

@@ -456,6 +456,9 @@ class _Gate:
             rec = json.loads(path.read_text())
             if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
                 raise ValueError(f"not a {RECORD_FORMAT}")
+            shapes = {"files": dict, "checkpoints": dict, "runs": list}
+            if not all(isinstance(rec.get(k), t) for k, t in shapes.items()):
+                raise ValueError("files, checkpoints or runs malformed")
             if rec.get("suite") != self.m.get("suite"):
                 raise ValueError(f"it is the record of suite {rec.get('suite')!r}")
             self.record = rec
