@@ -16,7 +16,7 @@ from kinterval.suite.manifest import build_manifest
         ("B", 10, 100),
         ("C", 12, 60),
         ("D", 130, 650),
-        ("supplementary", 29, 145),
+        ("supplementary", 30, 150),
         ("mini", 9, 45),
         ("ci", 15, 45),
     ],
@@ -97,3 +97,40 @@ def test_bad_suite_files(tmp_path):
         load_suite(bad)
     with pytest.raises(FileNotFoundError):
         load_suite("no-such-suite")
+
+
+def test_supplementary_matches_the_papers_run_matrix():
+    """App. C.1 (hardware table) and App. F: historical detach record 16 runs (seed 1337 at 100M:
+    MinMax-Weight K=2/4/8/16 and LERP K=4/32 detached, P1; 5M: six MinMax-Weight confirmations, three softmax
+    references), detach replication 2, single-channel E1 4, strict-forward E2 4, tail policy 2, reduced
+    precision 2."""
+    runs = load_suite("supplementary").runs
+    groups = {}
+    for r in runs:
+        groups[r.group] = groups.get(r.group, 0) + 1
+    assert groups["detach-record"] + groups["detach-confirm-5m"] == 16
+    assert {k: v for k, v in groups.items() if not k.startswith("detach-")} == {
+        "single-channel": 4,
+        "strict-forward": 4,
+        "tail-policy": 2,
+        "reduced-precision": 2,
+    }
+    assert groups["detach-replication"] == 2
+    record = {
+        r.operator
+        for r in runs
+        if r.group == "detach-record" and r.seed == 1337 and not r.overrides.get("schedule.tokens")
+    }
+    assert record == {
+        *(f"minmax-weight-k{K}[range_grad=detach,arithmetic=historical]" for K in (2, 4, 8, 16)),
+        "lerp-k4[range_grad=detach]",
+        "lerp-k32[range_grad=detach]",
+        "lerp-k32[range_grad=p1]",
+    }
+    (p1,) = [r for r in runs if r.spec.range_grad == "p1"]
+    assert (p1.spec.name, p1.seed, p1.protocol, p1.run_id) == (
+        "lerp-k32",
+        1337,
+        "124m-100m",
+        "lerp-k32.range_grad-p1-s1337",
+    )

@@ -61,12 +61,15 @@ def _run_one(args) -> int:
 def _gate(args) -> int:
     from kinterval.suite.gate import gate
 
-    rep = gate(args.dir)
+    rep = gate(args.dir, results_only=args.results_only, write_record=not args.no_record)
     for e in rep.errors[: args.max_errors]:
         print(f"ERROR {e}")
     if len(rep.errors) > args.max_errors:
         print(f"... and {len(rep.errors) - args.max_errors} more errors")
-    print(f"integrity gate, suite {rep.suite}: {rep.summary()}")
+    mode = " (results only)" if rep.results_only else ""
+    print(f"integrity gate{mode}, suite {rep.suite}: {rep.summary()}")
+    if rep.record is not None:
+        print(f"wrote {rep.record} (what `kinterval suite gate --results-only` checks a copy against)")
     return 0 if rep.ok else 1
 
 
@@ -110,7 +113,16 @@ def register(subparsers) -> None:
     q.add_argument("--out", required=True)
     q.add_argument("--device", default=None)
     q.set_defaults(func=_run_one)
-    q = sub.add_parser("gate", help="integrity gate: every run complete, evaluated, on protocol, same code")
+    q = sub.add_parser(
+        "gate",
+        help="integrity gate: every run complete, evaluated, on protocol, same code, every byte hashed",
+    )
     q.add_argument("dir", help="suite folder")
+    q.add_argument(
+        "--results-only",
+        action="store_true",
+        help="a copy without checkpoints and data: check it against the gate.json the full gate wrote",
+    )
+    q.add_argument("--no-record", action="store_true", help="do not write gate.json after a clean full gate")
     q.add_argument("--max-errors", type=int, default=50, help="errors to print")
     q.set_defaults(func=_gate)

@@ -1,27 +1,59 @@
 """``kinterval suite gate DIR``: the integrity gate (paper App. C.3, "130 runs, 646 jobs, 0 errors").
 
-For every run of the manifest: the run is complete; every expected checkpoint exists; each checkpoint's config
-equals the manifest's (protocol + operator + seed; execution-only fields such as device or micro-batch split
-are
-ignored) and its operator is the manifest's; its code identity (``ops_sha256``) equals the manifest's; every
-checkpoint has an evaluation on the full split through its own operator (no override), for the current
-checkpoint bytes, by the same operator code, with a finite per-block NLL array of the right length.
+Full mode (a suite folder with its checkpoints and data), for every run of the manifest:
+
+- the manifest agrees with the suite file it was built from (embedded in the manifest), and each run's
+  checkpoint steps with the schedule of its config;
+- the run completed; every expected checkpoint exists, each of its files has the sha256 its ``state.json``
+  records, its config equals the suite's (execution-only fields such as device or micro-batch split excepted),
+  its operator and code identity (``ops_sha256``) the manifest's;
+- every checkpoint has an evaluation of the full split through its own operator (no override), of these
+  checkpoint bytes, by the same operator code, whose summary (mean NLL, its CI, block and document counts)
+  is what its per-block arrays give, with as many blocks as the split of the data folder has. Other
+  evaluations of the run (``eval/<tag>/``) must agree with their arrays and be of the current checkpoints.
+
+With 0 errors it writes ``DIR/gate.json``, the signed-off record: the sha256 of every result file (manifest,
+run status, metrics, evaluations, probes), the hashes of every checkpoint and each job's block count.
+
+Results-only mode (``results_only=True``; a copy without checkpoints or data, e.g. committed to git) runs the
+manifest checks and every evaluation's internal checks, and holds the folder against ``gate.json``: every
+result file's bytes, and the checkpoint hashes and block count each evaluation recorded.
+
+Each problem is reported once, at its cause: at most one error per subject (a run entry of the manifest, a
+job, a file), so that one edit gives one error; two evaluations swapped between runs are one error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from kinterval.data.loader import TokenShards
-from kinterval.suite.manifest import read_manifest
-from kinterval.train.checkpoint import CheckpointError, config_differences, read_state
+from kinterval.stats import block_bootstrap_ci, cluster_bootstrap_ci
+from kinterval.suite.manifest import (
+    MANIFEST,
+    MANIFEST_TSV,
+    eval_settings,
+    manifest_suite,
+    read_manifest,
+    run_row,
+)
+from kinterval.train.checkpoint import FILES, CheckpointError, config_differences, read_state
+from kinterval.train.config import TrainConfig
 from kinterval.train.loop import EXECUTION_FIELDS
+from kinterval.train.schedule import make_plan
 
+RECORD = "gate.json"
+RECORD_FORMAT = "kinterval-gate-record"
 IGNORED = EXECUTION_FIELDS - {"checkpoint.count", "data.dir"}
+_UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile)
 
 
 @dataclass
@@ -30,6 +62,8 @@ class GateReport:
     runs: int = 0
     jobs: int = 0
     errors: list[str] = field(default_factory=list)
+    results_only: bool = False
+    record: Path | None = None  # the gate.json this gate wrote
 
     @property
     def ok(self) -> bool:
@@ -39,83 +73,474 @@ class GateReport:
         return f"{self.runs} runs, {self.jobs} jobs, {len(self.errors)} errors"
 
 
-def _sha(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256((path / "state.json").read_bytes()).hexdigest()
-
-
-def _expected_blocks(data_dir: str, split: str, T: int, cache: dict) -> int | None:
-    key = (data_dir, split, T)
-    if key not in cache:
-        try:
-            cache[key] = TokenShards(data_dir, split).n_blocks(T)
-        except (FileNotFoundError, ValueError):
-            cache[key] = None
-    return cache[key]
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
-def gate(out: str | Path) -> GateReport:
+def result_files(out: str | Path) -> list[str]:
+    """Paths (relative, posix) of a suite folder's result files: the manifest and every file of the run
+    folders except their checkpoints."""
     out = Path(out)
-    m = read_manifest(out)
-    rep = GateReport(m["suite"])
-    code = m["code"].get("ops_sha256")
-    split = m["eval"]["split"]
-    blocks_cache: dict = {}
-    for r in m["runs"]:
-        rep.runs += 1
-        rid, run_dir = r["run_id"], out / r["run_dir"]
-        status_file = run_dir / "status.json"
-        status = json.loads(status_file.read_text()).get("status") if status_file.is_file() else "missing"
-        if status != "completed":
-            rep.errors.append(f"{rid}: run not complete (status {status})")
-        for step in r["checkpoint_steps"]:
-            rep.jobs += 1
-            ck = run_dir / "checkpoints" / f"step_{step:06d}"
-            job = f"{rid} step {step}"
+    files = [n for n in (MANIFEST, MANIFEST_TSV) if (out / n).is_file()]
+    if (out / "runs").is_dir():
+        for p in sorted((out / "runs").rglob("*")):
+            rel = p.relative_to(out)
+            if p.is_file() and rel.parts[2:3] != ("checkpoints",):
+                files.append(rel.as_posix())
+    return files
+
+
+def summary_problem(s: dict, arrays: dict) -> str | None:
+    """What in an evaluation summary disagrees with its per-block arrays (None when nothing): the block count,
+    ``mean_nll``, the block-bootstrap CI and, with document clusters, the document count, mean and CI."""
+    nll = arrays.get("nll")
+    if nll is None:
+        return "no 'nll' array"
+    if nll.ndim != 1 or nll.size == 0 or not np.issubdtype(nll.dtype, np.floating):
+        return f"'nll' is not a non-empty 1-D float array (shape {nll.shape}, {nll.dtype})"
+    if not np.all(np.isfinite(nll)):
+        return "'nll' holds non-finite values"
+    if nll.size != s.get("n_blocks"):
+        return f"{nll.size} blocks in 'nll', the summary says n_blocks {s.get('n_blocks')!r}"
+    if not _close(s.get("mean_nll"), float(nll.mean())):
+        return f"mean_nll {s.get('mean_nll')!r} != {float(nll.mean())!r}, the mean of 'nll'"
+    if nll.size >= 2:  # the CI evaluate_checkpoint computes (deterministic: seeded resampling)
+        ci = block_bootstrap_ci(nll, block=min(16, nll.size))
+        if not _close_all(s.get("mean_ci95"), (ci.lo, ci.hi)):
+            return f"mean_ci95 {s.get('mean_ci95')!r} != [{ci.lo!r}, {ci.hi!r}], the block bootstrap of 'nll'"
+    docs = [arrays.get(k) for k in ("doc_ids", "doc_nll", "doc_tokens")]
+    if "n_documents" in s or any(a is not None for a in docs):
+        if any(a is None for a in docs):
+            return "document clusters recorded without all of doc_ids, doc_nll, doc_tokens"
+        ids, doc_sum, doc_n = docs
+        if not ids.shape == doc_sum.shape == doc_n.shape == (s.get("n_documents"),):
+            n_docs = s.get("n_documents")
+            return f"document arrays of {ids.size} entries, the summary says n_documents {n_docs!r}"
+        if ids.size >= 2:
+            ci = cluster_bootstrap_ci(doc_sum / doc_n, ids, weights=doc_n)
+            if not (
+                _close(s.get("doc_cluster_mean_nll"), ci.mean)
+                and _close_all(s.get("doc_cluster_ci95"), (ci.lo, ci.hi))
+            ):
+                return "doc_cluster_mean_nll / doc_cluster_ci95 differ from the document arrays"
+    return None
+
+
+def _close(a, b: float) -> bool:
+    return isinstance(a, (int, float)) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _close_all(a, b) -> bool:
+    return isinstance(a, list) and len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+
+
+def _plain(obj):
+    """``obj`` as it reads back from JSON (tuples become lists), for comparison with stored rows."""
+    return json.loads(json.dumps(obj))
+
+
+class _Errors:
+    """The first error of each subject. A generic subject ``(kind,)`` gives way to specific ones
+    ``(kind, ...)``; an explained subject (the other half of a swap) reports nothing."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple, str] = {}
+        self.explained: set[tuple] = set()
+
+    def add(self, subject: tuple, msg: str) -> None:
+        if subject not in self.first and subject not in self.explained:
+            self.first[subject] = msg
+
+    def has(self, kind: str) -> bool:
+        return any(s[0] == kind for s in self.first)
+
+    def lines(self) -> list[str]:
+        specific = {s[0] for s in self.first if len(s) > 1}
+        return [m for s, m in self.first.items() if len(s) > 1 or s[0] not in specific]
+
+
+class _Gate:
+    def __init__(self, out: Path, m: dict, results_only: bool) -> None:
+        self.out, self.m, self.results_only = out, m, results_only
+        self.errs = _Errors()
+        self.code = (m.get("code") or {}).get("ops_sha256")
+        self.split = m["eval"]["split"]
+        self.expected: dict[str, dict] = {}  # run_id -> the row the suite file gives
+        self.record: dict | None = None  # gate.json (results-only mode)
+        self.checkpoints: dict[str, dict] = {}  # for the new gate.json (full mode)
+        self.blocks: dict = {}
+        self.runs = self.jobs = 0
+        self.subjects = {MANIFEST: ("manifest",), MANIFEST_TSV: ("manifest",)}
+        for r in m["runs"]:
             try:
-                state = read_state(ck)
-            except CheckpointError:
-                rep.errors.append(f"{job}: checkpoint missing or unreadable ({ck})")
-                continue
+                self.subjects[f"{r['run_dir']}/status.json"] = ("run", r["run_id"])
+                for s in r["checkpoint_steps"]:
+                    for ext in ("json", "npz"):
+                        self.subjects[f"{r['eval_dir']}/step_{int(s):06d}.{ext}"] = (
+                            "job",
+                            r["run_id"],
+                            int(s),
+                        )
+            except (KeyError, TypeError, ValueError):
+                continue  # reported by check_runs
+
+    def rel(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.out).as_posix()
+        except ValueError:
+            return str(path)
+
+    def subject(self, rel: str) -> tuple:
+        return self.subjects.get(rel, ("file", rel))
+
+    # ------------------------------------------------------------------ the manifest
+    def check_manifest(self) -> None:
+        m, add = self.m, self.errs.add
+        try:
+            suite = manifest_suite(m)
+            ev = eval_settings(suite)
+            self.expected = {r.run_id: _plain(run_row(r, m["data_dir"], ev)) for r in suite.runs}
+            if m.get("eval") != ev or m.get("suite") != suite.name:
+                add(("manifest",), f"{MANIFEST}: suite name or eval settings differ from the suite file")
+        except (OSError, ValueError, KeyError) as err:
+            add(("manifest",), f"{MANIFEST}: cannot be checked against its suite file ({err})")
+        listed = [r.get("run_id") if isinstance(r, dict) else None for r in m["runs"]]
+        for rid in self.expected:
+            if rid not in listed:
+                add(("manifest", rid), f"{MANIFEST}: run {rid} of the suite file is missing")
+        if self.record is not None:
+            for rid in self.record.get("runs", []):
+                if rid not in listed:
+                    add(("manifest", rid), f"{MANIFEST}: run {rid} of {RECORD} is missing")
+        n_jobs = 0
+        for r, rid in zip(m["runs"], listed):
+            try:
+                n_jobs += len(r["checkpoint_steps"])
+                self._check_row(r, rid)
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                add(("manifest", rid), f"{MANIFEST}: run entry {rid} is malformed ({err!r})")
+        if m.get("n_runs") != len(m["runs"]) or m.get("n_jobs") != n_jobs:
+            add(("manifest",), f"{MANIFEST}: n_runs / n_jobs differ from its run entries")
+
+    def _check_row(self, r: dict, rid: str) -> None:
+        subj = ("manifest", rid)
+        exp = self.expected.get(rid)
+        if self.expected and exp is None:
+            self.errs.add(subj, f"{MANIFEST}: run {rid} is not in the suite file")
+        elif exp is not None:
             diffs = [
-                d for d in config_differences(state["config"], r["config"]) if d.split(":")[0] not in IGNORED
+                f"{k}: {r.get(k)!r}, suite file {v!r}"
+                for k, v in exp.items()
+                if k != "config" and r.get(k) != v
+            ]
+            diffs += [f"config {d}" for d in config_differences(r["config"], exp["config"])]
+            if diffs:
+                self.errs.add(
+                    subj, f"{MANIFEST}: run {rid} differs from the suite file ({'; '.join(diffs[:3])})"
+                )
+        if self.record is not None and rid not in self.record.get("runs", []):
+            self.errs.add(subj, f"{MANIFEST}: run {rid} is not in {RECORD}")
+        steps = list(make_plan(TrainConfig.from_dict(r["config"]), 1).checkpoint_steps)
+        if r["checkpoint_steps"] != steps:
+            self.errs.add(
+                subj,
+                f"{MANIFEST}: run {rid}: checkpoint steps {r['checkpoint_steps']} != its schedule {steps}",
+            )
+
+    # ------------------------------------------------------------------ runs and jobs
+    def check_runs(self) -> None:
+        for r in self.m["runs"]:
+            self.runs += 1
+            try:
+                rid, run_dir, eval_dir = r["run_id"], self.out / r["run_dir"], self.out / r["eval_dir"]
+                steps = [int(s) for s in r["checkpoint_steps"]]
+                r["config"]["operator"]
+            except (KeyError, TypeError, ValueError):
+                continue  # reported by check_manifest
+            self._check_status(rid, run_dir)
+            exp = self.expected.get(rid, r)
+            for step in steps:
+                self.jobs += 1
+                self._check_job(r, exp, run_dir, eval_dir, step)
+            self._check_other_evals(rid, run_dir, eval_dir)
+
+    def _check_status(self, rid: str, run_dir: Path) -> None:
+        path = run_dir / "status.json"
+        try:
+            status = json.loads(path.read_text()).get("status") if path.is_file() else "missing"
+        except (OSError, ValueError, AttributeError) as err:
+            self.errs.add(("run", rid), f"{self.rel(path)}: unreadable ({err})")
+            return
+        if status != "completed":
+            self.errs.add(("run", rid), f"{rid}: run not complete (status {status})")
+
+    def _check_job(self, r: dict, exp: dict, run_dir: Path, eval_dir: Path, step: int) -> None:
+        rid, name = r["run_id"], f"step_{step:06d}"
+        subj, job, add = ("job", rid, step), f"{rid} step {step}", self.errs.add
+        if self.results_only:
+            ck = (self.record or {}).get("checkpoints", {}).get(f"{rid}/{name}")
+            if self.record is not None and ck is None:
+                add(subj, f"{job}: not in {RECORD}")
+        else:
+            ck = self._check_checkpoint(r, exp, run_dir / "checkpoints" / name, step, subj, job)
+            if ck is None:
+                return
+        res = self._read_eval(eval_dir / f"{name}.json", subj, job)
+        if res is None:
+            return
+        s, nll = res
+        try:
+            if s.get("checkpoint") != name or s.get("step") != step:
+                add(subj, f"{job}: the evaluation is of {s.get('checkpoint')} (step {s.get('step')})")
+            if s.get("operator_override") or s.get("operator_used") != r["operator"]:
+                add(
+                    subj,
+                    f"{job}: evaluated through {s.get('operator_used')}, "
+                    f"not the run's operator {r['operator']}",
+                )
+            if not s.get("all_blocks", False):
+                add(subj, f"{job}: evaluation did not cover the full split")
+            codes = {
+                (s.get("eval_code") or {}).get("ops_sha256"),
+                (s.get("train_code") or {}).get("ops_sha256"),
+            }
+            if codes != {self.code}:
+                add(subj, f"{job}: evaluation or training code identity differs from the manifest's")
+            diffs = [
+                d
+                for d in config_differences(s.get("train_config") or {}, exp["config"])
+                if d.split(":")[0] not in IGNORED
             ]
             if diffs:
-                rep.errors.append(f"{job}: config differs from the suite protocol ({'; '.join(diffs)})")
+                add(
+                    subj,
+                    f"{job}: evaluated checkpoint's config differs from the run's ({'; '.join(diffs[:3])})",
+                )
+            if ck is not None and s.get("checkpoint_state_sha256") != ck["state_sha256"]:
+                add(subj, f"{job}: evaluation is of a different checkpoint (state.json hash differs)")
+            if ck is not None and s.get("checkpoint_files") != ck["files"]:
+                add(subj, f"{job}: evaluation records other checkpoint file hashes than the checkpoint's")
+            if self.results_only:
+                want = (ck or {}).get("n_blocks")
+            else:
+                want = self._n_blocks(s.get("data_dir", exp["config"]["data"]["dir"]), int(s.get("T", 0)))
+                self.checkpoints[f"{rid}/{name}"] = dict(ck, n_blocks=want)
+        except (TypeError, ValueError, AttributeError, KeyError) as err:
+            add(subj, f"{self.rel(eval_dir / name)}.json: malformed summary ({err!r}) [{job}]")
+            return
+        if want is not None and nll.size != want:
+            add(subj, f"{job}: {nll.size} evaluated blocks, the split has {want}")
+
+    def _check_checkpoint(
+        self, r: dict, exp: dict, ck: Path, step: int, subj: tuple, job: str
+    ) -> dict | None:
+        """The checkpoint's hashes ({"state_sha256", "files"}), or None after reporting why it is unusable."""
+        add = self.errs.add
+        try:
+            state = read_state(ck)
+            files = state["files"]
+            for f in FILES:
+                if not (ck / f).is_file():
+                    add(subj, f"{self.rel(ck / f)}: missing [{job}]")
+                    return None
+                if sha256_file(ck / f) != files.get(f):
+                    add(
+                        subj,
+                        f"{self.rel(ck / f)}: corrupt, truncated or replaced "
+                        f"(sha256 differs from state.json) [{job}]",
+                    )
+                    return None
+            if state.get("step") != step:
+                add(subj, f"{job}: state.json says step {state.get('step')!r}")
+            diffs = [
+                d
+                for d in config_differences(state["config"], exp["config"])
+                if d.split(":")[0] not in IGNORED
+            ]
+            if diffs:
+                add(subj, f"{job}: config differs from the suite protocol ({'; '.join(diffs)})")
             op = (state.get("operator") or {}).get("full_name", state["config"]["operator"]["name"])
             if op != r["operator"]:
-                rep.errors.append(f"{job}: trained operator {op} != manifest {r['operator']}")
+                add(subj, f"{job}: trained operator {op} != manifest {r['operator']}")
             ck_code = (state.get("code") or {}).get("ops_sha256")
-            if ck_code != code:
-                rep.errors.append(f"{job}: code identity {str(ck_code)[:12]} != manifest {str(code)[:12]}")
-            rep.errors.extend(_check_eval(out / r["eval_dir"], ck, job, r, state, split, blocks_cache))
+            if ck_code != self.code:
+                add(subj, f"{job}: code identity {str(ck_code)[:12]} != manifest {str(self.code)[:12]}")
+        except CheckpointError:
+            add(subj, f"{job}: checkpoint missing or unreadable ({ck})")
+            return None
+        except (KeyError, TypeError, AttributeError) as err:
+            add(subj, f"{self.rel(ck / 'state.json')}: malformed ({err!r}) [{job}]")
+            return None
+        return {"state_sha256": sha256_file(ck / "state.json"), "files": files}
+
+    def _read_eval(self, js: Path, subj: tuple, job: str) -> tuple[dict, np.ndarray] | None:
+        """(summary, nll) of an evaluation whose summary agrees with its arrays; else None, reported."""
+        npz = js.with_suffix(".npz")
+        if not (js.is_file() and npz.is_file()):
+            self.errs.add(
+                subj, f"{job}: checkpoint not evaluated (no {js.name} / {npz.name} in {self.rel(js.parent)})"
+            )
+            return None
+        try:
+            s = json.loads(js.read_text())
+            if not isinstance(s, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            self.errs.add(subj, f"{self.rel(js)}: corrupt evaluation summary ({err}) [{job}]")
+            return None
+        try:
+            z = np.load(npz, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise ValueError("a bare .npy array, not an npz archive")
+            with z:
+                arrays = {k: z[k] for k in z.files}
+        except _UNREADABLE as err:
+            self.errs.add(subj, f"{self.rel(npz)}: unreadable ({type(err).__name__}: {err}) [{job}]")
+            return None
+        try:
+            problem = summary_problem(s, arrays)
+        except (TypeError, ValueError) as err:
+            problem = f"summary fields malformed ({err})"
+        if problem:
+            self.errs.add(subj, f"{self.rel(npz)}: {problem} [{job}]")
+            return None
+        return s, arrays["nll"]
+
+    def _check_other_evals(self, rid: str, run_dir: Path, eval_dir: Path) -> None:
+        """Evaluations of the run other than the protocol's (other data, operator overrides)."""
+        root = run_dir / "eval"
+        tags = sorted(p for p in root.iterdir() if p.is_dir() and p != eval_dir) if root.is_dir() else []
+        for js in (js for tag in tags for js in sorted(tag.glob("step_*.json"))):
+            subj, label = ("file", self.rel(js)), f"{rid} {js.parent.name}/{js.stem}"
+            res = self._read_eval(js, subj, label)
+            if res is None:
+                continue
+            if self.results_only:
+                want = (
+                    (self.record or {}).get("checkpoints", {}).get(f"{rid}/{js.stem}", {}).get("state_sha256")
+                )
+            else:
+                state = run_dir / "checkpoints" / js.stem / "state.json"
+                want = sha256_file(state) if state.is_file() else "(no such checkpoint)"
+            if (self.record is not None or not self.results_only) and res[0].get(
+                "checkpoint_state_sha256"
+            ) != want:
+                self.errs.add(
+                    subj,
+                    f"{self.rel(js)}: not an evaluation of the run's checkpoint {js.stem} "
+                    "(state.json hash differs)",
+                )
+
+    def _n_blocks(self, data_dir: str, T: int) -> int | None:
+        key = (data_dir, self.split, T)
+        if key not in self.blocks:
+            try:
+                self.blocks[key] = TokenShards(data_dir, self.split).n_blocks(T)
+            except (FileNotFoundError, ValueError) as err:
+                self.blocks[key] = None
+                self.errs.add(
+                    ("data", data_dir),
+                    f"data folder {data_dir}: cannot count the blocks of split {self.split} ({err}); "
+                    "the full gate needs the suite's data (--results-only checks a copy without it)",
+                )
+        return self.blocks[key]
+
+    # ------------------------------------------------------------------ gate.json
+    def read_record(self) -> None:
+        path = self.out / RECORD
+        try:
+            rec = json.loads(path.read_text())
+            if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
+                raise ValueError(f"not a {RECORD_FORMAT}")
+            shapes = {"files": dict, "checkpoints": dict, "runs": list}
+            if not all(isinstance(rec.get(k), t) for k, t in shapes.items()):
+                raise ValueError("files, checkpoints or runs malformed")
+            if rec.get("suite") != self.m.get("suite"):
+                raise ValueError(f"it is the record of suite {rec.get('suite')!r}")
+            self.record = rec
+        except FileNotFoundError:
+            self.errs.add(
+                ("record",), f"{RECORD}: not found (the full gate writes it, on the folder with checkpoints)"
+            )
+        except (OSError, ValueError) as err:
+            self.errs.add(("record",), f"{RECORD}: unusable ({err})")
+
+    def check_moved_files(self) -> dict[str, str]:
+        """Result files that hold the bytes the record has for another path; a swapped pair is one error."""
+        recorded = self.record["files"]
+        actual = {rel: sha256_file(self.out / rel) for rel in result_files(self.out)}
+        owner: dict[str, list[str]] = {}
+        for rel, sha in recorded.items():
+            owner.setdefault(sha, []).append(rel)
+        moved = {}
+        for rel, sha in actual.items():
+            others = [q for q in owner.get(sha, []) if q != rel] if recorded.get(rel) != sha else []
+            if others:
+                moved[rel] = others[0]
+        for p, q in sorted(moved.items()):
+            if moved.get(q) == p:
+                if p < q:
+                    self.errs.add(
+                        self.subject(p), f"{p} and {q} are swapped (each holds the other's recorded bytes)"
+                    )
+                    self.errs.explained.add(self.subject(q))
+            else:
+                self.errs.add(self.subject(p), f"{p}: holds the bytes {RECORD} has for {q}")
+        return actual
+
+    def check_files(self, actual: dict[str, str]) -> None:
+        for rel, sha in self.record["files"].items():
+            subj = self.subject(rel)
+            if subj == ("manifest",) and self.errs.has("manifest"):
+                continue  # explained by a specific manifest error
+            if rel not in actual:
+                self.errs.add(subj, f"{rel}: missing (listed in {RECORD})")
+            elif actual[rel] != sha:
+                self.errs.add(subj, f"{rel}: differs from the bytes {RECORD} has (sha256)")
+        for rel in actual:
+            if rel not in self.record["files"]:
+                self.errs.add(self.subject(rel), f"{rel}: not in {RECORD} (re-run the full gate)")
+
+    def write_record(self) -> Path:
+        rec = {
+            "format": RECORD_FORMAT,
+            "version": 1,
+            "suite": self.m["suite"],
+            "runs": [r["run_id"] for r in self.m["runs"]],
+            "n_jobs": self.jobs,
+            "checkpoints": self.checkpoints,
+            "files": {rel: sha256_file(self.out / rel) for rel in result_files(self.out)},
+        }
+        path = self.out / RECORD
+        tmp = path.with_name(RECORD + ".tmp")
+        tmp.write_text(json.dumps(rec, indent=1) + "\n")
+        os.replace(tmp, path)
+        return path
+
+
+def gate(out: str | Path, *, results_only: bool = False, write_record: bool = True) -> GateReport:
+    """Gate the suite folder ``out`` (see the module docstring). Never raises on a bad file: every problem is
+    an error line of the report. In full mode with 0 errors (and ``write_record``) it writes ``gate.json``."""
+    out = Path(out)
+    try:
+        m = read_manifest(out)
+        g = _Gate(out, m, results_only)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        return GateReport("?", errors=[f"{MANIFEST}: unreadable ({err!r})"], results_only=results_only)
+    actual = None
+    if results_only:
+        g.read_record()
+        if g.record is not None:
+            actual = g.check_moved_files()
+    g.check_manifest()
+    g.check_runs()
+    if actual is not None:
+        g.check_files(actual)
+    rep = GateReport(str(m.get("suite")), g.runs, g.jobs, g.errs.lines(), results_only)
+    if not results_only and write_record and rep.ok:
+        rep.record = g.write_record()
     return rep
-
-
-def _check_eval(
-    eval_dir: Path, ck: Path, job: str, r: dict, state: dict, split: str, cache: dict
-) -> list[str]:
-    js, npz = eval_dir / f"{ck.name}.json", eval_dir / f"{ck.name}.npz"
-    if not (js.is_file() and npz.is_file()):
-        return [f"{job}: checkpoint not evaluated (no {js.name} / {npz.name} in {eval_dir})"]
-    s = json.loads(js.read_text())
-    errs = []
-    if s.get("checkpoint_state_sha256") != _sha(ck):
-        errs.append(f"{job}: evaluation is of a different checkpoint (state.json hash differs)")
-    if s.get("operator_override") or s.get("operator_used") != r["operator"]:
-        errs.append(
-            f"{job}: evaluated through {s.get('operator_used')}, not the run's operator {r['operator']}"
-        )
-    if s.get("eval_code", {}).get("ops_sha256") != (state.get("code") or {}).get("ops_sha256"):
-        errs.append(f"{job}: evaluation code identity differs from the training code")
-    if not s.get("all_blocks", False):
-        errs.append(f"{job}: evaluation did not cover the full split")
-    with np.load(npz) as z:
-        nll = z["nll"]
-    want = _expected_blocks(s.get("data_dir", r["config"]["data"]["dir"]), split, int(s.get("T", 0)), cache)
-    if want is not None and nll.size != want:
-        errs.append(f"{job}: {nll.size} evaluated blocks, the split has {want}")
-    if nll.size != s.get("n_blocks") or not np.all(np.isfinite(nll)):
-        errs.append(f"{job}: per-block NLL array is inconsistent with its summary or not finite")
-    return errs

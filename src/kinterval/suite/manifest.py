@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
-from kinterval.suite.definition import RunSpec, Suite
+from kinterval.suite.definition import RunSpec, Suite, load_suite, suite_path
 from kinterval.train.checkpoint import code_identity
 from kinterval.train.config import TrainConfig
 from kinterval.train.schedule import make_plan
@@ -46,36 +47,38 @@ def eval_settings(suite: Suite) -> dict:
     }
 
 
+def run_row(run: RunSpec, data_dir: str | Path, ev: dict) -> dict:
+    """The manifest row of one run: identity, axes, expected config and checkpoint schedule, paths."""
+    cfg = expected_config(run, data_dir)
+    plan = make_plan(cfg, 1)
+    return {
+        "run_id": run.run_id,
+        "group": run.group,
+        "operator": run.operator,
+        **run.axes(),
+        "seed": run.seed,
+        "protocol": run.protocol,
+        "checkpoints": run.checkpoints,
+        "checkpoint_steps": list(plan.checkpoint_steps),
+        "steps": plan.steps,
+        "tokens": plan.total_tokens,
+        "overrides": run.overrides,
+        "config": cfg.to_dict(),
+        "run_dir": f"runs/{run.run_id}",
+        "eval_dir": f"runs/{run.run_id}/eval/{ev['split']}",
+    }
+
+
 def build_manifest(
     suite: Suite, out: str | Path, data_dir: str | Path, *, previous: dict | None = None
 ) -> dict:
     """Manifest of ``suite`` run into ``out``; the code identity of ``previous`` (an earlier manifest) is kept
-    so
-        that a resumed suite is checked against the code it started with."""
+    so that a resumed suite is checked against the code it started with. The suite file's text is embedded
+    (``suite_toml``), so that the gate can check every row against the file the suite was run from."""
     ev = eval_settings(suite)
-    runs = []
-    for r in suite.runs:
-        cfg = expected_config(r, data_dir)
-        plan = make_plan(cfg, 1)
-        runs.append(
-            {
-                "run_id": r.run_id,
-                "group": r.group,
-                "operator": r.operator,
-                **r.axes(),
-                "seed": r.seed,
-                "protocol": r.protocol,
-                "checkpoints": r.checkpoints,
-                "checkpoint_steps": list(plan.checkpoint_steps),
-                "steps": plan.steps,
-                "tokens": plan.total_tokens,
-                "overrides": r.overrides,
-                "config": cfg.to_dict(),
-                "run_dir": f"runs/{r.run_id}",
-                "eval_dir": f"runs/{r.run_id}/eval/{ev['split']}",
-            }
-        )
+    runs = [run_row(r, data_dir, ev) for r in suite.runs]
     src = Path(suite.source)
+    text = src.read_bytes().decode("utf-8") if src.is_file() else None
     code = (previous or {}).get("code") or code_identity()
     return {
         "format": "kinterval-suite-manifest",
@@ -84,7 +87,8 @@ def build_manifest(
         "title": suite.title,
         "corpus": suite.corpus,
         "suite_file": src.name,
-        "suite_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src.is_file() else None,
+        "suite_sha256": _sha256_text(text) if text is not None else None,
+        "suite_toml": text,
         "created": (previous or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "code": code,
         "data_dir": str(data_dir),
@@ -93,6 +97,34 @@ def build_manifest(
         "n_jobs": sum(len(r["checkpoint_steps"]) for r in runs),
         "runs": runs,
     }
+
+
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def manifest_suite(manifest: dict) -> Suite:
+    """The suite a manifest was built from: its embedded suite file, else the shipped suite file of that name
+    when its bytes are unchanged. ``ValueError`` when neither is available or the text does not match."""
+    text, sha = manifest.get("suite_toml"), manifest.get("suite_sha256")
+    if text is None:
+        try:
+            path = suite_path(manifest.get("suite", ""))
+        except FileNotFoundError:
+            raise ValueError(
+                f"suite file {manifest.get('suite_file')!r} is neither embedded nor shipped"
+            ) from None
+        text = path.read_bytes().decode("utf-8")
+        if _sha256_text(text) != sha:
+            raise ValueError(
+                f"the shipped suite file {path.name} changed since the manifest was written (sha256 differs)"
+            )
+    elif _sha256_text(text) != sha:
+        raise ValueError("the suite file embedded in the manifest does not match its recorded sha256")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / (manifest.get("suite_file") or "suite.toml")
+        path.write_bytes(text.encode("utf-8"))
+        return load_suite(path)
 
 
 def write_manifest(out: str | Path, manifest: dict) -> Path:

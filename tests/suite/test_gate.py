@@ -1,0 +1,291 @@
+"""The integrity gate on a tiny real suite (3 runs x 2 checkpoints, CPU, seconds): every checkpoint byte is
+hashed, summaries are checked against their arrays, the manifest against its suite file and its schedule,
+corrupt files are reported as ``ERROR <file>: ...`` lines; ``--results-only`` checks a copy without
+checkpoints against ``gate.json``, with exactly one error per tampering."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from kinterval.cli import main
+from kinterval.suite.gate import RECORD, gate
+from kinterval.suite.runner import run_suite
+
+TINY = """
+name = "tiny"
+protocol = "tiny-cpu"
+corpus = "synthetic"
+seeds = [7]
+checkpoints = 2
+[overrides]
+"model.n_layer" = 1
+"model.n_head" = 2
+"model.n_embd" = 32
+"model.block_size" = 32
+"schedule.tokens" = 4_096
+"schedule.warmup_tokens" = 512
+"schedule.micro_batch" = 8
+"operator.backend" = "closed_form"
+[data]
+source = "synthetic"
+tokens = 20_000
+[eval]
+split = "val"
+geometry = true
+geometry_blocks = 2
+[[group]]
+name = "softmax"
+operators = ["softmax"]
+[[group]]
+name = "lerp"
+operators = ["lerp-k4"]
+seeds = [7, 42]
+"""
+RUN = "lerp-k4-s7"
+
+
+@pytest.fixture(scope="module")
+def suite_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny_suite")
+    (root / "tiny.toml").write_text(TINY)
+    res = run_suite(root / "tiny.toml", root / "out", threads=1, log=lambda *_: None)
+    assert set(res.values()) == {"completed"}
+    rep = gate(root / "out")
+    assert rep.ok and rep.record == root / "out" / RECORD, rep.errors
+    return root / "out"
+
+
+@pytest.fixture(scope="module")
+def results_dir(suite_dir, tmp_path_factory):
+    """The suite folder as it would be committed: no checkpoints, no data."""
+    dst = tmp_path_factory.mktemp("results") / "tiny"
+    shutil.copytree(suite_dir, dst, ignore=shutil.ignore_patterns("checkpoints", "data"))
+    return dst
+
+
+def _copy(src, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("data"))
+    return dst
+
+
+def _edit_json(path, fn):
+    d = json.loads(path.read_text())
+    fn(d)
+    path.write_text(json.dumps(d, indent=1))
+
+
+def _eval(d, run=RUN, step=16):
+    return d / "runs" / run / "eval" / "val" / f"step_{step:06d}.json"
+
+
+def _ckpt(d, run=RUN, step=16):
+    return d / "runs" / run / "checkpoints" / f"step_{step:06d}"
+
+
+# ---------------------------------------------------------------------- tamperings
+def shift_npz(d):
+    npz = _eval(d).with_suffix(".npz")
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["nll"] = arrays["nll"] + 1.0
+    np.savez(npz, **arrays)
+
+
+def edit_mean_nll(d):
+    _edit_json(_eval(d), lambda s: s.update(mean_nll=s["mean_nll"] + 0.01))
+
+
+def edit_seed(d):
+    _edit_json(d / "manifest.json", lambda m: m["runs"][1].update(seed=8))
+
+
+def edit_config_seed(d):
+    _edit_json(d / "manifest.json", lambda m: m["runs"][1]["config"].update(seed=8))
+
+
+def delete_eval(d):
+    _eval(d, step=8).unlink()
+
+
+def delete_run_entry(d):
+    _edit_json(d / "manifest.json", lambda m: m["runs"].pop(2))
+
+
+def drop_checkpoint_step(d):
+    _edit_json(d / "manifest.json", lambda m: m["runs"][0]["checkpoint_steps"].pop(0))
+
+
+def swap_evals(d):
+    for ext in (".json", ".npz"):
+        a, b = _eval(d).with_suffix(ext), _eval(d, "lerp-k4-s42").with_suffix(ext)
+        tmp = a.with_name("swap")
+        a.rename(tmp)
+        b.rename(a)
+        tmp.rename(b)
+
+
+def edit_recorded_checkpoint_hash(d):
+    _edit_json(_eval(d), lambda s: s["checkpoint_files"].update({"model.safetensors": "0" * 64}))
+
+
+def edit_geometry(d):
+    _edit_json(d / "runs" / RUN / "diagnostics" / "geometry" / "step_000016.json", lambda g: g.update(step=3))
+
+
+TAMPERINGS = [
+    shift_npz,
+    edit_mean_nll,
+    edit_seed,
+    edit_config_seed,
+    delete_eval,
+    delete_run_entry,
+    drop_checkpoint_step,
+    swap_evals,
+    edit_recorded_checkpoint_hash,
+    edit_geometry,
+]
+
+
+# ---------------------------------------------------------------------- full mode
+def test_full_gate_records_every_result_file_and_checkpoint(suite_dir):
+    rec = json.loads((suite_dir / RECORD).read_text())
+    assert rec["runs"] == ["softmax-s7", "lerp-k4-s7", "lerp-k4-s42"]
+    assert set(rec["checkpoints"]) == {f"{r}/step_{s:06d}" for r in rec["runs"] for s in (8, 16)}
+    ck = rec["checkpoints"][f"{RUN}/step_000016"]
+    state = json.loads((_ckpt(suite_dir) / "state.json").read_text())
+    assert ck["files"] == state["files"] and ck["n_blocks"] > 0
+    assert "manifest.json" in rec["files"] and f"runs/{RUN}/eval/val/step_000016.npz" in rec["files"]
+    assert not any("/checkpoints/" in f for f in rec["files"])
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "delete", "swap"])
+def test_full_gate_hashes_checkpoint_weights(suite_dir, tmp_path, how):
+    d = _copy(suite_dir, tmp_path)
+    model = _ckpt(d) / "model.safetensors"
+    if how == "flip":
+        b = bytearray(model.read_bytes())
+        b[-5] ^= 0x01
+        model.write_bytes(bytes(b))
+    elif how == "truncate":
+        model.write_bytes(model.read_bytes()[:-64])
+    elif how == "delete":
+        model.unlink()
+    else:
+        other = _ckpt(d, "lerp-k4-s42") / "model.safetensors"
+        a, b = model.read_bytes(), other.read_bytes()
+        model.write_bytes(b)
+        other.write_bytes(a)
+    rep = gate(d)
+    assert len(rep.errors) == (2 if how == "swap" else 1), rep.errors
+    assert all("model.safetensors" in e for e in rep.errors) and rep.record is None
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [shift_npz, edit_mean_nll, edit_seed, delete_run_entry, drop_checkpoint_step],
+    ids=lambda f: f.__name__,
+)
+def test_full_gate_cross_checks_summaries_and_manifest(suite_dir, tmp_path, tamper):
+    d = _copy(suite_dir, tmp_path)
+    tamper(d)
+    rep = gate(d)
+    assert len(rep.errors) == 1, rep.errors
+
+
+def test_full_gate_needs_the_data_folder(suite_dir, tmp_path):
+    d = _copy(suite_dir, tmp_path)
+    data = suite_dir / "data"
+    moved = suite_dir / "data.moved"
+    data.rename(moved)
+    try:
+        rep = gate(d)
+    finally:
+        moved.rename(data)
+    assert len(rep.errors) == 1 and str(data) in rep.errors[0] and "data folder" in rep.errors[0]
+
+
+@pytest.mark.parametrize("what", ["garbage npz", "npy not npz", "corrupt json", "no nll"])
+def test_corrupt_result_files_are_error_lines(suite_dir, tmp_path, capsys, what):
+    d = _copy(suite_dir, tmp_path)
+    js = _eval(d)
+    npz = js.with_suffix(".npz")
+    if what == "garbage npz":
+        npz.write_bytes(b"\x00garbage" * 10)
+    elif what == "npy not npz":
+        np.save(npz.with_suffix(".npy"), np.zeros(3))
+        npz.with_suffix(".npy").rename(npz)
+    elif what == "corrupt json":
+        js.write_text('{"mean_nll": 5.0,')
+    else:
+        np.savez(npz, loss=np.zeros(3))
+    assert main(["suite", "gate", str(d)]) == 1
+    out = capsys.readouterr().out
+    bad = (js if what == "corrupt json" else npz).relative_to(d).as_posix()
+    lines = [x for x in out.splitlines() if x.startswith("ERROR")]
+    assert lines == [lines[0]] and lines[0].startswith(f"ERROR {bad}: ")
+    assert "3 runs, 6 jobs, 1 errors" in out
+
+
+def test_unreadable_manifest_is_an_error_line(tmp_path, capsys):
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert main(["suite", "gate", str(tmp_path)]) == 1
+    assert "ERROR manifest.json: unreadable" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- results-only mode
+def test_results_only_green(results_dir, capsys):
+    assert not any(results_dir.rglob("*.safetensors"))
+    assert main(["suite", "gate", str(results_dir), "--results-only"]) == 0
+    assert "(results only), suite tiny: 3 runs, 6 jobs, 0 errors" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tamper", TAMPERINGS, ids=lambda f: f.__name__)
+def test_results_only_one_error_per_tampering(results_dir, tmp_path, tamper):
+    d = _copy(results_dir, tmp_path)
+    tamper(d)
+    rep = gate(d, results_only=True)
+    assert len(rep.errors) == 1, rep.errors
+
+
+def test_results_only_names_the_cause(results_dir, tmp_path):
+    d = _copy(results_dir, tmp_path)
+    swap_evals(d)
+    (err,) = gate(d, results_only=True).errors
+    assert "swapped" in err and "lerp-k4-s7" in err and "lerp-k4-s42" in err
+    d = _copy(results_dir, tmp_path / "b")
+    edit_seed(d)
+    (err,) = gate(d, results_only=True).errors
+    assert "lerp-k4-s7" in err and "seed" in err
+
+
+def test_results_only_needs_the_record(results_dir, tmp_path):
+    d = _copy(results_dir, tmp_path)
+    (d / RECORD).unlink()
+    rep = gate(d, results_only=True)
+    assert len(rep.errors) == 1 and rep.errors[0].startswith(f"{RECORD}: not found")
+
+
+@pytest.mark.parametrize("how", ["removed", "edited"])
+def test_manifest_suite_file_must_be_there_and_intact(suite_dir, tmp_path, how):
+    d = _copy(suite_dir, tmp_path)
+    if how == "removed":
+        _edit_json(d / "manifest.json", lambda m: m.pop("suite_toml"))
+    else:
+        _edit_json(
+            d / "manifest.json", lambda m: m.update(suite_toml=m["suite_toml"].replace("[7, 42]", "[7, 43]"))
+        )
+    (err,) = gate(d).errors
+    assert err.startswith("manifest.json: cannot be checked against its suite file")
+    assert ("neither embedded nor shipped" if how == "removed" else "sha256") in err
+
+
+def test_results_only_malformed_record_is_an_error_line(results_dir, tmp_path):
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / RECORD, lambda r: r.update(files=["manifest.json"]))
+    (err,) = gate(d, results_only=True).errors
+    assert err.startswith(f"{RECORD}: unusable")
