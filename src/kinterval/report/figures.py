@@ -28,15 +28,25 @@ def _tokens_axis(ax) -> None:
     ax.grid(alpha=0.3)
 
 
-def trajectory_figure(traj: dict, path: Path, title: str) -> Path:
-    """ΔNLL vs training tokens, one line per condition with its CI band."""
+def trajectory_figure(
+    traj: dict,
+    path: Path,
+    title: str,
+    *,
+    ylabel: str = "ΔNLL vs softmax (nats/token)",
+    symlog: bool = True,
+) -> Path:
+    """ΔNLL vs training tokens, one line per condition with its CI band; symlog vertical axis (linear within
+    ±0.02 nats) as in the paper's figures, so that 0.01-nat and 1-nat gaps are both readable."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for op, pts in sorted(traj.items()):
         t = [p[0] for p in pts]
         line = ax.plot(t, [p[1] for p in pts], marker="o", ms=3, lw=1.2, label=op)[0]
         ax.fill_between(t, [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.15, lw=0)
     ax.axhline(0, color="k", lw=0.8)
-    ax.set_ylabel("ΔNLL vs softmax (nats/token)")
+    if symlog:
+        ax.set_yscale("symlog", linthresh=0.02)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     _tokens_axis(ax)
     _legend(ax, len(traj))
@@ -60,24 +70,6 @@ def geometry_figure(series: dict[str, list[tuple[int, dict]]], path: Path, title
     fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.86, 0.5), frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.85, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
-
-
-def detach_figure(pairs: dict, path: Path, title: str) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for op, d in sorted(pairs.items()):
-        for which, style in (("modified", "-"), ("full", "--")):
-            pts = d[which]
-            label = op if which == "modified" else f"{d['full_operator']} (full)"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, label=label)
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set_ylabel("ΔNLL vs softmax (nats/token)")
-    ax.set_title(title, fontsize=10)
-    _tokens_axis(ax)
-    _legend(ax, len(pairs))
-    fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path

@@ -1,8 +1,13 @@
-"""Markdown and LaTeX renderings of the analysis rows (same content, two formats)."""
+"""Markdown and LaTeX renderings of the analysis rows (same content, two formats).
+
+Each ``*_rows`` function turns :class:`~kinterval.report.analysis.Row` objects into (headers, cells).
+"""
 
 from __future__ import annotations
 
 import math
+
+from kinterval.report.analysis import Row
 
 
 def num(x, signed: bool = True, digits: int = 4) -> str:
@@ -29,59 +34,132 @@ def render(headers: list[str], rows: list[list[str]], fmt: str = "md", caption: 
     )
 
 
-def delta_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    multi = any(len(r["seeds"]) > 1 for r in rows)
-    headers = ["Condition", "Seeds", "NLL", "ΔNLL (nats/token)", "95% CI", "Interval"]
+def tokens(n: int) -> str:
+    """``100000000`` -> ``100M``."""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.4g}{unit}"
+    return str(n)
+
+
+def _setting_cells(rows: list[Row]) -> tuple[list[str], callable]:
+    """Budget/data/tag columns, shown only when the rows come from more than one setting."""
+    settings = {r.key.setting() for r in rows if r.key}
+    if len(settings) <= 1:
+        return [], lambda r: []
+    return ["Budget", "Data", "Eval"], lambda r: [tokens(r.key.budget), r.key.data, r.key.tag]
+
+
+def seeds(r: Row) -> str:
+    return ",".join(map(str, r.seeds))
+
+
+def estimate_headers(rows: list[Row]) -> list[str]:
+    if any(r.est.n_seeds > 1 for r in rows):
+        return ["95% CI", "Interval", "Seed SD", "Eval SE", "perm. p", "BH q"]
+    return ["95% CI", "Interval", "Separated (lo > +0.01)"]
+
+
+def estimate_cells(r: Row, multi: bool) -> list[str]:
+    e = r.est
+    cells = [ci(e.lo, e.hi), e.interval]
     if multi:
-        headers += ["Seed SD", "perm. p", "BH q"]
-    else:
-        headers += ["Separated (lo > +0.01)"]
-    out = []
-    for r in rows:
-        cells = [
-            r["operator"],
-            ",".join(map(str, r["seeds"])),
-            num(r["nll"], False),
-            num(r["delta"]),
-            ci(r["lo"], r["hi"]),
-            r["interval"],
+        return cells + [num(e.sd, False), num(e.eval_se, False), num(e.p, False, 3), num(r.q, False, 3)]
+    return cells + ["yes" if e.separated else "no"]
+
+
+def delta_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    multi = any(r.est.n_seeds > 1 for r in rows)
+    extra, cells_of = _setting_cells(rows)
+    headers = ["Condition", *extra, "Seeds", "NLL", "ΔNLL (nats/token)", *estimate_headers(rows)]
+    out = [
+        [
+            r.key.operator,
+            *cells_of(r),
+            seeds(r),
+            num(r.nll, False),
+            num(r.est.mean),
+            *estimate_cells(r, multi),
         ]
-        if multi:
-            cells += [num(r.get("sd"), False), num(r.get("p"), False, 3), num(r.get("q"), False, 3)]
-        else:
-            cells += ["yes" if r.get("separated") else "no"]
-        out.append(cells)
+        for r in rows
+    ]
     return headers, out
 
 
-def factorial_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    names = {
-        "calibration": "calibration (FWM - MinMax)",
-        "surrogate": "surrogate (Prob - Weight)",
-        "interaction": "interaction (FWM_P - FWM_W) - (MM_P - MM_W)",
-    }
-    headers = ["K", "Effect", "Estimate (nats/token)", "95% CI", "Seeds"]
+FACTORIAL_NAMES = {
+    "calibration": "calibration (FWM - MinMax)",
+    "surrogate": "surrogate (Prob - Weight)",
+    "interaction": "interaction (FWM_P - FWM_W) - (MM_P - MM_W)",
+}
+
+
+def factorial_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    multi = any(r.est.n_seeds > 1 for r in rows)
+    extra, cells_of = _setting_cells(rows)
+    headers = ["K", *extra, "Effect", "Estimate (nats/token)", *estimate_headers(rows), "Seeds", "Cells"]
     return headers, [
-        [str(r["K"]), names[r["effect"]], num(r["estimate"]), ci(r["lo"], r["hi"]), str(r["n_seeds"])]
+        [
+            str(r.K) if r.K is not None else "pooled",
+            *cells_of(r),
+            FACTORIAL_NAMES.get(r.contrast, r.contrast),
+            num(r.est.mean),
+            *estimate_cells(r, multi),
+            str(r.est.n_seeds),
+            r.family,
+        ]
         for r in rows
     ]
 
 
-def trend_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    headers = ["Family", "K values", "Seeds", "Slope (nats per doubling of K)", "95% CI"]
+def trend_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    extra, cells_of = _setting_cells(rows)
+    headers = ["Family", "K values", "Seeds", *extra, "Slope (nats per doubling of K)", "95% CI", "Interval"]
+    headers += ["Seed SD"]
     return headers, [
-        [r["family"], ",".join(map(str, r["K"])), str(r["n_seeds"]), num(r["slope"]), ci(r["lo"], r["hi"])]
+        [
+            r.family,
+            r.note,
+            str(r.est.n_seeds),
+            *cells_of(r),
+            num(r.est.mean),
+            ci(r.est.lo, r.est.hi),
+            r.est.interval,
+            num(r.est.sd, False),
+        ]
         for r in rows
     ]
 
 
-def cross_rows(rows: list[dict], suites: list[str]) -> tuple[list[str], list[list[str]]]:
-    headers = ["Condition", *[f"{s}: ΔNLL [95% CI]" for s in suites]]
+def detach_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    extra, cells_of = _setting_cells(rows)
+    headers = ["Condition", *extra, "Tokens", "Seeds", "Modified − full (nats/token)", "95% CI", "Interval"]
+    headers += ["Gap recovery"]
+    return headers, [
+        [
+            r.contrast,
+            *cells_of(r),
+            tokens(r.tokens),
+            seeds(r),
+            num(r.est.mean),
+            ci(r.est.lo, r.est.hi),
+            r.est.interval,
+            num(r.recovery, False, 3),
+        ]
+        for r in rows
+    ]
+
+
+def cross_rows(settings: list[tuple], table: dict) -> tuple[list[str], list[list[str]]]:
+    headers = ["Condition", *[f"{tokens(b)}, {d}, {t}: ΔNLL [95% CI]" for b, d, t in settings]]
     out = []
-    for r in rows:
-        cells = [r["operator"]]
-        for s in suites:
-            v = r["by_suite"].get(s)
-            cells.append("-" if v is None else f"{num(v[0])} {ci(v[1], v[2])}")
+    for op, by in table.items():
+        cells = [op]
+        for s in settings:
+            r = by.get(s)
+            cells.append("-" if r is None else f"{num(r.est.mean)} {ci(r.est.lo, r.est.hi)}")
         out.append(cells)
     return headers, out
+
+
+def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]:
+    return ["Run [eval]", "Why it has no control"], [[k, v] for k, v in sorted(unpaired.items())]
