@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from kinterval.report import analysis as A
+from kinterval.report import claims as C
 from kinterval.report import figures as F
 from kinterval.report import tables as T
 from kinterval.report.results import Key, load_many
@@ -97,6 +98,9 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     data["delta"] = rows
     if rows:
         ix.table("delta", *T.delta_rows(rows), "Endpoint ΔNLL vs same-seed softmax")
+    claims = C.paper_claims(primary)
+    data["claims"] = [c.to_dict() for c in claims]
+    ix.table("claims", *T.claim_rows(claims), "Paper claims")
     settings, cross = A.cross_setting(rows)
     if len(settings) > 1:
         ix.table("cross_setting", *T.cross_rows(settings, cross), "ΔNLL vs softmax across settings")

@@ -163,3 +163,12 @@ def cross_rows(settings: list[tuple], table: dict) -> tuple[list[str], list[list
 
 def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]:
     return ["Run [eval]", "Why it has no control"], [[k, v] for k, v in sorted(unpaired.items())]
+
+
+def claim_rows(claims) -> tuple[list[str], list[list[str]]]:
+    headers = ["Claim", "Paper", "Ours (95% CI)", "Status", "Direction agrees", "Separated (CI excludes 0)"]
+    headers += ["Tested"]
+    yn = {True: "yes", False: "no", None: "-"}
+    return headers, [
+        [c.claim, c.paper, c.ours, c.status, yn[c.direction_agrees], yn[c.separated], c.test] for c in claims
+    ]
