@@ -187,9 +187,9 @@ def pair_controls(points: list[Point], control_of) -> Pairing:
             why = f"{ctrl_op} seed {p.seed} was evaluated on other data"
         else:
             why = f"{ctrl_op} seed {p.seed} has no evaluation at {p.tokens} tokens, tag {p.tag}"
-        out.unpaired.setdefault(f"{p.run_id} [{p.tag}]", why)
+        out.unpaired.setdefault(f"{p.run_id} [{p.tag}] vs {ctrl_op}", why)
     # A run paired at some checkpoint is not "unpaired" because another checkpoint lacks its control.
-    paired_runs = {f"{x.point.run_id} [{x.point.tag}]" for x in out.pairs}
+    paired_runs = {f"{x.point.run_id} [{x.point.tag}] vs {x.control.operator}" for x in out.pairs}
     out.unpaired = {k: v for k, v in out.unpaired.items() if k not in paired_runs}
     return out
 

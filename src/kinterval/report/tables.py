@@ -162,7 +162,9 @@ def cross_rows(settings: list[tuple], table: dict) -> tuple[list[str], list[list
 
 
 def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]:
-    return ["Run [eval]", "Why it has no control"], [[k, v] for k, v in sorted(unpaired.items())]
+    return ["Run [eval] vs control", "Why it has no valid control"], [
+        [k, v] for k, v in sorted(unpaired.items())
+    ]
 
 
 def claim_rows(claims) -> tuple[list[str], list[list[str]]]:
