@@ -22,7 +22,7 @@ def test_estimate_one_seed_is_the_block_bootstrap():
     e = A.estimate({7: x})
     b = block_bootstrap_ci(x, block=16, n_resamples=4000)
     assert (e.mean, e.lo, e.hi, e.interval, e.n_seeds) == (b.mean, b.lo, b.hi, "block bootstrap", 1)
-    assert e.eval_se == pytest.approx(b.se) and e.sd is None and e.p is None
+    assert e.eval_se == pytest.approx(b.se) and e.sd is None and e.p == b.p == 2 / 4001
 
 
 def test_estimate_several_seeds_is_the_seed_summary():
@@ -46,7 +46,8 @@ def test_factorial_takes_tau_from_the_spec():
     }
     pts = [point(op, 7, base + e) for op, e in eff.items()]
     rows = {r.contrast: r for r in A.factorial_effects(pts)}
-    assert set(rows) == {"calibration", "surrogate", "interaction"}
+    assert {"calibration", "surrogate", "interaction", "Prob − Weight under FWM"} <= set(rows)
+    assert rows["Prob − Weight under FWM"].est.mean == pytest.approx(0.01 - 0.04)
     assert rows["interaction"].est.mean == pytest.approx((0.01 - 0.04) - (0.14 - 0.2))
     assert "tau=5" in rows["interaction"].family
     assert rows["interaction"].est.interval == "block bootstrap"

@@ -50,7 +50,7 @@ class Estimate:
     per_seed: tuple[float, ...]  # the per-seed mean contrasts
     eval_se: float | None = None  # mean over seeds of the block-bootstrap SE (evaluation sampling)
     sd: float | None = None  # seed SD (several seeds)
-    p: float | None = None  # exact sign-permutation p (several seeds)
+    p: float | None = None  # exact sign-permutation p (several seeds), percentile-bootstrap p (one seed)
 
     @property
     def excludes_zero(self) -> bool:
@@ -86,7 +86,8 @@ def estimate(per_seed: Mapping[int, np.ndarray]) -> Estimate:
     if len(series) == 1:
         b = boots[0]
         lo, hi = (b.lo, b.hi) if b is not None else (float("nan"), float("nan"))
-        return Estimate(means[0], lo, hi, "block bootstrap", 1, means, eval_se)
+        p = b.p if b is not None else None  # percentile-bootstrap p: BH over single-seed conditions
+        return Estimate(means[0], lo, hi, "block bootstrap", 1, means, eval_se, p=p)
     ss = seed_summary(means)
     p = permutation_p_exact(means) if len(means) <= MAX_EXACT_N else permutation_p_random(means)
     return Estimate(ss.mean, ss.lo, ss.hi, f"t ({ss.df} df)", ss.n, means, eval_se, ss.sd, p)
@@ -105,6 +106,7 @@ class Row:
     family: str = ""
     group: str = ""
     nll: float | None = None  # the condition's mean NLL, mean over seeds
+    nll_sd: float | None = None  # its seed SD (several seeds)
     control_nll: float | None = None  # its control's mean NLL, mean over seeds
     q: float | None = None  # BH q within the table's family
     recovery: float | None = None  # gap recovery (detach pairs)
@@ -223,6 +225,7 @@ def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
         family=p0.family,
         group=p0.group,
         nll=float(np.mean([x.point.mean for x in pairs])),
+        nll_sd=float(np.std([x.point.mean for x in pairs], ddof=1)) if len(pairs) > 1 else None,
         control_nll=float(np.mean([x.control.mean for x in pairs])),
         **kw,
     )
@@ -289,10 +292,23 @@ def _cells(points: list[Point]) -> dict[tuple, dict[str, dict[int, Point]]]:
     return out
 
 
+SIMPLE_EFFECTS = {
+    "Prob − Weight under MinMax": {"mm_p": 1.0, "mm_w": -1.0},
+    "Prob − Weight under FWM": {"fwm_p": 1.0, "fwm_w": -1.0},
+    "FWM − MinMax under Weight-STE": {"fwm_w": 1.0, "mm_w": -1.0},
+    "FWM − MinMax under Prob-STE": {"fwm_p": 1.0, "mm_p": -1.0},
+}
+VS_LERP = {"mm_w": "MinMax–Weight", "fwm_w": "FWM–Weight", "fwm_p": "FWM–Prob"}
+
+
 def factorial_effects(points: list[Point]) -> list[Row]:
-    """2x2 calibration x surrogate main effects and interaction per K (App. C.3 weights), per seed and
-    block."""
-    rows = []
+    """The 2x2 calibration x surrogate factorial (App. C.3, Table 3 / tab:crossfull / tab:seedfact), per seed
+    and block: per K the main effects and interaction (±1/2 weights), the four simple effects and the
+    ΔNLL-vs-LERP contrasts (cell − LERP at the same K and seed); over K the pooled row (each effect averaged
+    over K) and the K× rows (effect at K minus effect at the smallest K)."""
+    lerp = {(p.key.setting(), p.K, p.seed): p for p in final(points) if p.operator == f"lerp-k{p.K}"}
+    rows: list[Row] = []
+    by_design: dict[tuple, dict[int, dict[str, dict[int, np.ndarray]]]] = defaultdict(dict)
     for (setting, K, arith, rg, tau), cells in sorted(_cells(points).items(), key=lambda kv: str(kv[0])):
         if set(cells) != set(FACTORIAL):
             continue
@@ -300,19 +316,69 @@ def factorial_effects(points: list[Point]) -> list[Row]:
         seeds = [s for s in seeds if len({cells[c][s].nll.size for c in FACTORIAL}) == 1]
         if not seeds:
             continue
-        for effect, w in FACTORIAL_WEIGHTS.items():
-            per_seed = {s: sum(a * cells[c][s].nll for c, a in w.items()) for s in seeds}
+        design = f"arithmetic={arith}, range_grad={rg}, tau={tau:g}"
+        tokens = cells["mm_w"][seeds[0]].tokens
+
+        def row(name, per_seed, K=K, setting=setting, design=design, tokens=tokens):
+            return Row(
+                contrast=name,
+                key=Key(f"factorial K{K}" if K else "factorial, pooled over K", *setting),
+                seeds=tuple(sorted(per_seed)),
+                est=estimate(per_seed),
+                K=K,
+                family=design,
+                tokens=tokens,
+            )
+
+        effects = {}
+        for name, w in {**FACTORIAL_WEIGHTS, **SIMPLE_EFFECTS}.items():
+            effects[name] = {s: sum(a * cells[c][s].nll for c, a in w.items()) for s in seeds}
+            rows.append(row(name, effects[name]))
+        for c, label in VS_LERP.items():
+            per_seed = {
+                s: cells[c][s].nll - lerp[(setting, K, s)].nll
+                for s in seeds
+                if (setting, K, s) in lerp and lerp[(setting, K, s)].nll.size == cells[c][s].nll.size
+            }
+            if per_seed:
+                rows.append(row(f"{label} K{K} − LERP K{K}", per_seed))
+        by_design[(setting, design, tokens)][K] = {e: effects[e] for e in FACTORIAL_WEIGHTS}
+    for (setting, design, tokens), by_K in by_design.items():
+        if len(by_K) < 2:
+            continue
+        Ks = sorted(by_K)
+        for effect in FACTORIAL_WEIGHTS:
+            seeds = sorted(set.intersection(*(set(by_K[K][effect]) for K in Ks)))
+            if not seeds:
+                continue
+            pooled = {s: np.mean([by_K[K][effect][s] for K in Ks], axis=0) for s in seeds}
             rows.append(
                 Row(
-                    contrast=effect,
-                    key=Key(f"factorial K{K}", setting[0], setting[1], setting[2]),
-                    seeds=tuple(seeds),
-                    est=estimate(per_seed),
-                    K=K,
-                    family=f"arithmetic={arith}, range_grad={rg}, tau={tau:g}",
-                    tokens=cells["mm_w"][seeds[0]].tokens,
+                    effect,
+                    Key("factorial, pooled over K", *setting),
+                    tuple(seeds),
+                    estimate(pooled),
+                    K=None,
+                    family=design,
+                    tokens=tokens,
+                    note=",".join(map(str, Ks)),
                 )
             )
+            if effect == "interaction":
+                continue
+            for K in Ks[1:]:
+                diff = {s: by_K[K][effect][s] - by_K[Ks[0]][effect][s] for s in seeds}
+                rows.append(
+                    Row(
+                        f"K×{effect} (K{K} − K{Ks[0]})",
+                        Key("factorial, K×", *setting),
+                        tuple(seeds),
+                        estimate(diff),
+                        K=K,
+                        family=design,
+                        tokens=tokens,
+                    )
+                )
     return rows
 
 
@@ -383,3 +449,115 @@ def cross_setting(rows: list[Row]) -> tuple[list[tuple], dict[str, dict[tuple, R
     for r in rows:
         table[r.key.operator][r.key.setting()] = r
     return settings, dict(sorted(table.items()))
+
+
+def final_geometry(points: list[Point]) -> dict[Key, dict[str, float]]:
+    """Layer-mean geometry at each key's final checkpoint, averaged over seeds (finite values only)."""
+    acc: dict[Key, list[dict]] = defaultdict(list)
+    for p in final([p for p in points if p.primary and p.geometry]):
+        acc[p.key].append(p.geometry)
+    out = {}
+    for k, gs in acc.items():
+        vals = {m: [g[m] for g in gs if g.get(m) is not None and np.isfinite(g[m])] for m in gs[0]}
+        out[k] = {m: float(np.mean(v)) for m, v in vals.items() if v}
+    return out
+
+
+@dataclass
+class RankStats:
+    """Reproducibility of the condition ordering over seeds (§5, App. D) and cross-condition associations of
+    the condition-mean ΔNLL with geometry (Figure widthgap): descriptive, not causal."""
+
+    setting: tuple
+    seeds: tuple[int, ...]
+    conditions: tuple[str, ...]
+    kendall_w: float | None  # over seeds (raters) and conditions
+    pairwise_spearman: tuple[float, ...]  # every seed pair
+    spearman_h: tuple[float, float] | None  # (rho, p) of mean ΔNLL against native width h
+    spearman_span: tuple[float, float] | None  # (rho, p) against row span
+
+
+def rank_statistics(delta: list[Row], geometry: dict[Key, dict[str, float]]) -> list[RankStats]:
+    """Per setting: Kendall's W and pairwise Spearman over the seeds every condition has, and Spearman of the
+    condition-mean ΔNLL against final h and span (conditions with geometry)."""
+    from kinterval.stats import kendall_w, pairwise_spearman, spearman
+
+    out = []
+    by_setting: dict[tuple, list[Row]] = defaultdict(list)
+    for r in delta:
+        by_setting[r.key.setting()].append(r)
+    for setting, rows in sorted(by_setting.items(), key=str):
+        seeds = sorted(set.intersection(*(set(r.seeds) for r in rows)))
+        rows = [r for r in rows if r.key.operator not in ("softmax", "sdpa")]
+        w, pw = None, ()
+        if len(seeds) >= 2 and len(rows) >= 3:
+            scores = np.array([[r.est.per_seed[r.seeds.index(s)] for r in rows] for s in seeds])
+            w, pw = kendall_w(scores), tuple(float(x) for x in pairwise_spearman(scores))
+
+        def assoc(metric, rows=rows):
+            pts = [(geometry[r.key][metric], r.est.mean) for r in rows if metric in geometry.get(r.key, {})]
+            if len(pts) < 3 or len({x for x, _ in pts}) < 2:
+                return None
+            res = spearman([x for x, _ in pts], [y for _, y in pts])
+            return (res.rho, res.p)
+
+        out.append(
+            RankStats(
+                setting, tuple(seeds), tuple(r.key.operator for r in rows), w, pw, assoc("h"), assoc("span")
+            )
+        )
+    return out
+
+
+@dataclass
+class ClipRow:
+    """Fraction of training steps whose gradient norm was clipped (from ``metrics.jsonl``), per condition."""
+
+    key: Key
+    seeds: tuple[int, ...]
+    mean: float
+    per_seed: tuple[float, ...]
+
+
+def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[ClipRow]:
+    """``logs``: (suite, run_id) -> metrics rows; the last logged ``clipped_frac`` of each run (the fraction
+    over the logged steps of its last training session)."""
+    acc: dict[Key, dict[int, float]] = defaultdict(dict)
+    for p in final([p for p in points if p.primary]):
+        rows = [r for r in logs.get((p.suite, p.run_id), []) if "clipped_frac" in r]
+        if rows:
+            acc[p.key][p.seed] = float(rows[-1]["clipped_frac"])
+    return [
+        ClipRow(k, tuple(sorted(v)), float(np.mean(list(v.values()))), tuple(v[s] for s in sorted(v)))
+        for k, v in sorted(acc.items(), key=lambda kv: str(kv[0]))
+    ]
+
+
+def heldout_table(points: list[Point]) -> list[Row]:
+    """Held-out and operator-substitution evaluations (``eval/<tag>/``, not the suite's own split): ΔNLL vs
+    the same-seed softmax evaluated the same way. With document clusters (C4) the per-document differences get
+    a document-cluster bootstrap (token-weighted); BH q within each corpus and forward mode (tag), the paper's
+    family of conditions per corpus and mode (App. C.3)."""
+    from kinterval.stats import cluster_bootstrap_ci
+
+    others = [p for p in points if not p.primary]
+    if not others:
+        return []
+    refs = [p for p in points if p.is_reference]
+    pairing = softmax_pairs(others + [p for p in refs if p.primary] + [p for p in refs if not p.primary])
+    pairs = [x for x in final(pairing.pairs, lambda x: x.point) if not x.point.primary]
+    groups: dict[Key, list[Pair]] = defaultdict(list)
+    for x in pairs:
+        groups[x.point.key].append(x)
+    rows = []
+    for k, ps in groups.items():
+        r = _row_from_pairs(f"{k.operator} − softmax", ps)
+        a, b = ps[0].point.docs, ps[0].control.docs
+        if len(ps) == 1 and a and b and np.array_equal(a["doc_ids"], b["doc_ids"]):
+            d = a["doc_nll"] / a["doc_tokens"] - b["doc_nll"] / b["doc_tokens"]
+            c = cluster_bootstrap_ci(d, a["doc_ids"], weights=a["doc_tokens"], n_resamples=N_RESAMPLES)
+            r.est = Estimate(c.mean, c.lo, c.hi, "document-cluster bootstrap", 1, (c.mean,), c.se, p=c.p)
+        rows.append(r)
+    rows.sort(key=_sort_key)
+    apply_bh(rows)
+    return rows

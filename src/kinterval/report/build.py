@@ -140,6 +140,38 @@ def build_report(suite_dirs, out: str | Path) -> Path:
             symlog=True,
         )
         ix.figure("detach.png", "detach vs full")
+    geo_end = A.final_geometry(points)
+    if geo_end:
+        data["geometry"] = {_label(k, True): g for k, g in geo_end.items()}
+        data["geometry_trajectories"] = geo
+        ix.table(
+            "geometry", *T.geometry_rows(geo_end), "Final-checkpoint geometry (layer mean, mean over seeds)"
+        )
+        gap = {
+            _label(r.key, len(settings) > 1): (
+                geo_end[r.key].get("h"),
+                geo_end[r.key].get("span"),
+                r.est.mean,
+            )
+            for r in rows
+            if r.key in geo_end
+        }
+        if gap:
+            F.widthgap_figure(gap, out / "widthgap.png", "Endpoint ΔNLL vs native width h and row span")
+            ix.figure("widthgap.png", "ΔNLL vs h and span")
+    ranks = A.rank_statistics(rows, geo_end)
+    if any(s.kendall_w is not None or s.spearman_h is not None for s in ranks):
+        data["ranks"] = ranks
+        ix.table("ranks", *T.rank_rows(ranks), "Rank statistics: ordering over seeds, ΔNLL vs geometry")
+    held = A.heldout_table(points)
+    if held:
+        data["heldout"] = held
+        ix.table("heldout", *T.heldout_rows(held), "Held-out and substitution evaluations: ΔNLL vs softmax")
+    logs = {(r.suite, run): rows_ for r in results for run, rows_ in r.logs.items()}
+    clips = A.clip_fractions(points, logs)
+    if clips:
+        data["clip_fractions"] = clips
+        ix.table("clip", *T.clip_rows(clips), "Fraction of training steps with a clipped gradient norm")
     unpaired = {**pairing.unpaired, **det_pairing.unpaired}
     if unpaired:
         data["unpaired"] = unpaired

@@ -174,3 +174,70 @@ def claim_rows(claims) -> tuple[list[str], list[list[str]]]:
     return headers, [
         [c.claim, c.paper, c.ours, c.status, yn[c.direction_agrees], yn[c.separated], c.test] for c in claims
     ]
+
+
+def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    headers = ["Condition", "Eval", "Data", "Seeds", "ΔNLL (nats/token)", "95% CI", "Interval", "BH q"]
+    headers += ["CI excl. 0", "CI inside ±0.01"]
+    yn = {True: "yes", False: "no"}
+    return headers, [
+        [
+            r.key.operator,
+            r.key.tag,
+            r.key.data,
+            seeds(r),
+            num(r.est.mean),
+            ci(r.est.lo, r.est.hi),
+            r.est.interval,
+            num(r.q, False, 3),
+            yn[r.est.excludes_zero],
+            yn[r.est.within_margin],
+        ]
+        for r in rows
+    ]
+
+
+def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
+    headers = ["Budget", "Data", "Eval", "Seeds", "Conditions", "Kendall's W", "Pairwise Spearman (min–max)"]
+    headers += ["Spearman ΔNLL vs h (p)", "Spearman ΔNLL vs span (p)"]
+
+    def rho(x):
+        return "-" if x is None else f"{x[0]:+.3f} ({x[1]:.3g})"
+
+    return headers, [
+        [
+            tokens(s.setting[0]),
+            s.setting[1],
+            s.setting[2],
+            ",".join(map(str, s.seeds)),
+            str(len(s.conditions)),
+            num(s.kendall_w, False, 3),
+            f"{min(s.pairwise_spearman):.3f}–{max(s.pairwise_spearman):.3f}" if s.pairwise_spearman else "-",
+            rho(s.spearman_h),
+            rho(s.spearman_span),
+        ]
+        for s in stats
+    ]
+
+
+def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
+    headers = ["Condition", "Budget", "Seeds", "Clipped steps (mean over seeds)", "Per seed"]
+    return headers, [
+        [
+            r.key.operator,
+            tokens(r.key.budget),
+            ",".join(map(str, r.seeds)),
+            f"{r.mean:.3f}",
+            ", ".join(f"{x:.3f}" for x in r.per_seed),
+        ]
+        for r in rows
+    ]
+
+
+def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
+    metrics = ["span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"]
+    headers = ["Condition", "Budget", *metrics]
+    return headers, [
+        [k.operator, tokens(k.budget), *[num(g.get(m), False, 3) for m in metrics]]
+        for k, g in sorted(geo.items(), key=lambda kv: str(kv[0]))
+    ]
