@@ -46,7 +46,7 @@ def _traj_points(rows: list[A.Row]) -> list[tuple[int, float, float, float]]:
 
 
 def _label(k: Key, many: bool) -> str:
-    return f"{k.operator} ({T.tokens(k.budget)}, {k.data})" if many else k.operator
+    return f"{k.operator} ({T.tokens(k.budget)}, {k.data.split(' ')[0]})" if many else k.operator
 
 
 def _mean_geometry(points) -> dict[str, list[tuple[int, dict]]]:

@@ -58,7 +58,7 @@ def _claim(template: Claim, found: list[tuple[A.Row, bool]]) -> list[Claim]:
             _ours(r.est, r.seeds),
             bool(agrees),
             r.est.excludes_zero,
-            _setting(r.key),
+            _setting(r.key) + (f"; {r.family}" if r.family else ""),
             r.est,
         )
         for r, agrees in found
@@ -90,7 +90,7 @@ def _contrast_rows(points: list[Point], a: str, b: str) -> list[A.Row]:
         if seeds:
             est = A.estimate({s: by[a][s].nll - by[b][s].nll for s in seeds})
             key = by[a][seeds[0]].key
-            rows.append(A.Row(f"{a} − {b} ({arith})", key, tuple(seeds), est))
+            rows.append(A.Row(f"{a} − {b}", key, tuple(seeds), est, family=f"arithmetic={arith}"))
     return rows
 
 

@@ -169,10 +169,20 @@ def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]
 
 def claim_rows(claims) -> tuple[list[str], list[list[str]]]:
     headers = ["Claim", "Paper", "Ours (95% CI)", "Status", "Direction agrees", "Separated (CI excludes 0)"]
-    headers += ["Tested"]
+    headers += ["Runs", "Tested"]
     yn = {True: "yes", False: "no", None: "-"}
     return headers, [
-        [c.claim, c.paper, c.ours, c.status, yn[c.direction_agrees], yn[c.separated], c.test] for c in claims
+        [
+            c.claim,
+            c.paper,
+            c.ours,
+            c.status,
+            yn[c.direction_agrees],
+            yn[c.separated],
+            c.setting or "-",
+            c.test,
+        ]
+        for c in claims
     ]
 
 
