@@ -46,6 +46,7 @@ def report(tmp_path_factory):
     heldout = {
         "test__ptb": ("ptb", 40, lambda r: effect(r, 1.0), False),
         "val__c4": ("c4", 40, lambda r: effect(r, 1.0), True),
+        "test__ptb__op-softmax": ("ptb", 40, lambda r: 2 * effect(r, 1.0), False),
     }
     write_results(
         tmp / "D",
@@ -152,8 +153,11 @@ def test_bh_uses_the_papers_family(report):
     d = [r for r in data["delta"] if r["key"]["budget"] == 100_007_936 and r["key"]["tag"] == "val"]
     family = [r for r in d if len(r["seeds"]) == 5]
     assert [r["q"] for r in family] == pytest.approx(list(bh_q([r["est"]["p"] for r in family])))
-    held = data["heldout"]
-    assert {r["key"]["tag"] for r in held} == {"test__ptb", "val__c4"}
+    held = [r for r in data["heldout"] if r["contrast"].endswith("− softmax")]
+    assert {r["key"]["tag"] for r in held} == {"test__ptb", "val__c4", "test__ptb__op-softmax"}
+    subst = [r for r in data["heldout"] if r["contrast"] == "substituted − native forward"]
+    assert len(subst) == 25 and all(r["q"] is None for r in subst)
+    _covered([(r["key"]["operator"], _est(r["est"]), planted(r["key"]["operator"])) for r in subst])
     for tag in ("test__ptb", "val__c4"):
         fam = [r for r in held if r["key"]["tag"] == tag]
         assert len(fam) == 25  # the conditions vs softmax of one corpus and forward mode

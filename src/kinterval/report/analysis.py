@@ -572,4 +572,13 @@ def heldout_table(points: list[Point]) -> list[Row]:
         rows.append(r)
     rows.sort(key=_sort_key)
     apply_bh(rows)
+    # tab:subst "diff": the same weights through exact softmax minus their native forward, per block and seed
+    for k, ps in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        base = _control_tags(k.tag)[-1]
+        native = {x.point.seed: x.point for x in groups.get(Key(k.operator, k.budget, k.data, base), [])}
+        per_seed = {
+            x.point.seed: x.point.nll - native[x.point.seed].nll for x in ps if x.point.seed in native
+        }
+        if base != k.tag and per_seed:
+            rows.append(Row("substituted − native forward", k, tuple(sorted(per_seed)), estimate(per_seed)))
     return rows

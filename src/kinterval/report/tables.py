@@ -187,12 +187,23 @@ def claim_rows(claims) -> tuple[list[str], list[list[str]]]:
 
 
 def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    headers = ["Condition", "Eval", "Data", "Seeds", "ΔNLL (nats/token)", "95% CI", "Interval", "BH q"]
+    headers = [
+        "Condition",
+        "Contrast",
+        "Eval",
+        "Data",
+        "Seeds",
+        "ΔNLL (nats/token)",
+        "95% CI",
+        "Interval",
+        "BH q",
+    ]
     headers += ["CI excl. 0", "CI inside ±0.01"]
     yn = {True: "yes", False: "no"}
     return headers, [
         [
             r.key.operator,
+            r.contrast.replace(r.key.operator, "").strip(" −") or r.contrast,
             r.key.tag,
             r.key.data,
             seeds(r),
