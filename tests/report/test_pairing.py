@@ -103,6 +103,8 @@ def test_detach_paired_with_its_same_seed_full_twin_across_folders(report):
     mx = max((r for r in data["detach"] if "max_only" in r["key"]["operator"]), key=lambda r: r["tokens"])
     # gap recovery (detach - x) / (detach - full): seed 7 (0.5-0.01)/0.5, seed 42 (0.9-0.27)/0.7
     assert mx["recovery"] == pytest.approx((0.98 + 0.9) / 2, abs=1e-2)
+    (vs_det,) = [r for r in data["detach"] if r["contrast"].endswith("− lerp-k32[range_grad=detach]")]
+    assert vs_det["est"]["per_seed"] == pytest.approx([0.01 - 0.5, 0.27 - 0.9], abs=2e-3)
 
 
 def test_run_without_a_valid_control_is_listed(report):

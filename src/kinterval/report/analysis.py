@@ -442,6 +442,20 @@ def detach_pairs(points: list[Point]) -> tuple[list[Row], Pairing]:
         if len(rec) == len(last.seeds):
             last.recovery = float(np.mean(rec))
         rows.extend(traj)
+    # tab:e1 "− detach": each single-channel / projected run against its same-seed detach run
+    vs_detach = pair_controls(
+        points,
+        lambda op: (
+            None
+            if _spec(op).range_grad in ("full", "detach")
+            else OperatorSpec.parse(_spec(op), range_grad="detach").full_name
+        ),
+    )
+    groups: dict[Key, list[Pair]] = defaultdict(list)
+    for x in final(vs_detach.pairs, lambda x: x.point):
+        groups[x.point.key].append(x)
+    for k, ps in groups.items():
+        rows.append(_row_from_pairs(f"{k.operator} − {ps[0].control.operator}", ps))
     rows.sort(key=_sort_key)
     return rows, pairing
 

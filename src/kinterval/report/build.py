@@ -130,7 +130,8 @@ def build_report(suite_dirs, out: str | Path) -> Path:
         many = len({r.key.setting() for r in det}) > 1
         by_key: dict[Key, list[A.Row]] = {}
         for r in det:
-            by_key.setdefault(r.key, []).append(r)
+            if r.contrast.endswith(f"− {A.full_twin(r.key.operator)}"):
+                by_key.setdefault(r.key, []).append(r)
         series = {_label(k, many): _traj_points(v) for k, v in by_key.items()}
         F.trajectory_figure(
             series,
