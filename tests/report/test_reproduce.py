@@ -65,10 +65,10 @@ def report(tmp_path_factory):
 
 def _covered(checks) -> None:
     """Planted values inside their 95% CIs: every estimate within 0.005 nats of its planted value and at most
-    one in ten intervals missing it (a 95% interval misses 1 in 20 on average)."""
+    one in ten intervals (at least one) missing it (a 95% interval misses 1 in 20 on average)."""
     misses = [name for name, (lo, mean, hi), value in checks if not lo <= value <= hi]
     assert all(abs(mean - value) < 0.005 for _, (_, mean, _), value in checks)
-    assert len(misses) <= len(checks) // 10, misses
+    assert len(misses) <= max(1, len(checks) // 10), misses
 
 
 def _est(e) -> tuple[float, float, float]:
@@ -146,6 +146,20 @@ def test_detach_replication_and_single_channel(report):
     assert rep["seeds"] == [7, 42, 1337] and rep["est"]["per_seed"] == pytest.approx([0.7] * 3, abs=3e-3)
     mx = end["lerp-k32[range_grad=max_only]"]
     assert mx["recovery"] == pytest.approx((0.7 - 0.02) / 0.7, abs=1e-2)
+
+
+def test_tail_decomposition(report):
+    _, data = report
+    rows = {r["contrast"]: r for r in data["tail_decomposition"]}
+    mm, fwm, res = BASE["minmax-weight"] / 4, BASE["fwm-weight"] / 4, 0.01 / 4
+    weight = rows["MinMax − resolved (weight-STE, K4)"]
+    _covered(
+        [
+            ("mm-res", _est(weight["est"]), mm - res),
+            ("res-fwm", _est(rows["resolved − FWM (weight-STE, K4)"]["est"]), res - fwm),
+        ]
+    )
+    assert weight["recovery"] == pytest.approx((mm - res) / (mm - fwm), abs=0.02)
 
 
 def test_bh_uses_the_papers_family(report):

@@ -596,3 +596,40 @@ def heldout_table(points: list[Point]) -> list[Row]:
         if base != k.tag and per_seed:
             rows.append(Row("substituted − native forward", k, tuple(sorted(per_seed)), estimate(per_seed)))
     return rows
+
+
+def tail_decomposition(points: list[Point]) -> list[Row]:
+    """App. D.4 (tab:taildecomp): each resolved-calibration run against the same-seed MinMax and FWM runs of
+    its surrogate, K, arithmetic and setting: MinMax − resolved (untruncated fixed-step calibration contrast)
+    and resolved − FWM (tail-policy contrast), per block; the descriptive path ratio
+    (MinMax − resolved) / (MinMax − FWM) of the means is in ``recovery``."""
+    idx = {}
+    for p in final([p for p in points if p.primary]):
+        s = p.spec
+        if s.reconstruction == "nearest" and s.calibration in ("minmax", "fwm", "resolved"):
+            idx[(s.calibration, s.surrogate, s.K, s.arithmetic, s.range_grad, p.seed, p.key.setting())] = p
+    rows = []
+    for (cal, *rest), res in sorted(idx.items(), key=str):
+        mm, fwm = idx.get(("minmax", *rest)), idx.get(("fwm", *rest))
+        if (
+            cal != "resolved"
+            or mm is None
+            or fwm is None
+            or not (mm.nll.size == fwm.nll.size == res.nll.size)
+        ):
+            continue
+        for name, d in (("MinMax − resolved", mm.nll - res.nll), ("resolved − FWM", res.nll - fwm.nll)):
+            gap = mm.mean - fwm.mean
+            rows.append(
+                Row(
+                    f"{name} ({res.spec.surrogate}-STE, K{res.K})",
+                    res.key,
+                    (res.seed,),
+                    estimate({res.seed: d}),
+                    tokens=res.tokens,
+                    K=res.K,
+                    family=res.family,
+                    recovery=(mm.mean - res.mean) / gap if gap else None,
+                )
+            )
+    return rows

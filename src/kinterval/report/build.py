@@ -141,6 +141,14 @@ def build_report(suite_dirs, out: str | Path) -> Path:
             symlog=True,
         )
         ix.figure("detach.png", "detach vs full")
+    tail = A.tail_decomposition(primary)
+    if tail:
+        data["tail_decomposition"] = tail
+        ix.table(
+            "taildecomp",
+            *T.detach_rows(tail),
+            "Tail policy: MinMax − resolved and resolved − FWM, same seed (path ratio in the last column)",
+        )
     geo_end = A.final_geometry(points)
     if geo_end:
         data["geometry"] = {_label(k, True): g for k, g in geo_end.items()}
