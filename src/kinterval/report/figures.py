@@ -21,7 +21,7 @@ GEOMETRY = (
 
 def _legend(ax, n: int) -> None:
     if n:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, ncol=1 + n // 20)
 
 
 def _tokens_axis(ax) -> None:
@@ -40,7 +40,8 @@ def trajectory_figure(
 ) -> Path:
     """ΔNLL vs training tokens, one line per condition with its CI band; symlog vertical axis (linear within
     ±0.02 nats) as in the paper's figures, so that 0.01-nat and 1-nat gaps are both readable."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ncol = 1 + len(traj) // 20  # many conditions (a full grid): a wider figure with a multi-column legend
+    fig, ax = plt.subplots(figsize=(8 + 3.5 * ncol, max(4.5, 0.2 * len(traj) / ncol + 1)))
     for op, pts in sorted(traj.items()):
         t = [p[0] for p in pts]
         line = ax.plot(t, [p[1] for p in pts], marker="o", ms=3, lw=1.2, label=op)[0]
@@ -59,8 +60,10 @@ def trajectory_figure(
 
 
 def geometry_figure(series: dict[str, list[tuple[int, dict]]], path: Path, title: str) -> Path:
-    """Layer-mean span, h, TV and top-bucket mass vs training tokens per condition."""
-    fig, axes = plt.subplots(1, len(GEOMETRY), figsize=(17, 4))
+    """Layer-mean span, h, TV and top-bucket mass vs training tokens per condition (legend below)."""
+    ncol = 4
+    legend_h = 0.17 * -(-len(series) // ncol) + 0.3  # inches: one line per legend row
+    fig, axes = plt.subplots(1, len(GEOMETRY), figsize=(17, 4 + legend_h))
     for ax, (key, label, log) in zip(axes, GEOMETRY):
         for op, pts in sorted(series.items()):
             vals = [(t, g.get(key)) for t, g in pts if g.get(key) is not None and g.get(key) == g.get(key)]
@@ -71,9 +74,9 @@ def geometry_figure(series: dict[str, list[tuple[int, dict]]], path: Path, title
         if log and any(line.get_ydata().min() > 0 for line in ax.get_lines()):
             ax.set_yscale("log")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.86, 0.5), frameon=False)
+    fig.legend(handles, labels, fontsize=7, loc="lower center", frameon=False, ncol=ncol)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.85, 0.95))
+    fig.tight_layout(rect=(0, legend_h / (4 + legend_h), 1, 0.95))
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
