@@ -432,11 +432,11 @@ def detach_pairs(points: list[Point]) -> tuple[list[Row], Pairing]:
         last = traj[-1]
         spec = _spec(k.operator)
         detach = OperatorSpec.parse(spec, range_grad="detach").full_name
-        rec = []
+        rec, data = [], next(p.data for p in points if p.key == k)
         for s in last.seeds:
-            det = mean_of.get((detach, s, k.budget, _data_of(points, k), k.tag, last.tokens))
-            full = mean_of.get((full_twin(k.operator), s, k.budget, _data_of(points, k), k.tag, last.tokens))
-            own = mean_of.get((k.operator, s, k.budget, _data_of(points, k), k.tag, last.tokens))
+            det = mean_of.get((detach, s, k.budget, data, k.tag, last.tokens))
+            full = mean_of.get((full_twin(k.operator), s, k.budget, data, k.tag, last.tokens))
+            own = mean_of.get((k.operator, s, k.budget, data, k.tag, last.tokens))
             if None not in (det, full, own) and det != full:
                 rec.append((det - own) / (det - full))
         if len(rec) == len(last.seeds):
@@ -458,10 +458,6 @@ def detach_pairs(points: list[Point]) -> tuple[list[Row], Pairing]:
         rows.append(_row_from_pairs(f"{k.operator} − {ps[0].control.operator}", ps))
     rows.sort(key=_sort_key)
     return rows, pairing
-
-
-def _data_of(points: list[Point], key: Key) -> tuple:
-    return next(p.data for p in points if p.key == key)
 
 
 def cross_setting(rows: list[Row]) -> tuple[list[tuple], dict[str, dict[tuple, Row]]]:
