@@ -56,7 +56,7 @@ def seeds(r: Row) -> str:
 
 def estimate_headers(rows: list[Row]) -> list[str]:
     if any(r.est.n_seeds > 1 for r in rows):
-        return ["95% CI", "Interval", "Seed SD", "Eval SE", "perm. p", "BH q"]
+        return ["95% CI", "Interval", "Seed SD", "Eval SE", "p (perm.; boot. for one seed)", "BH q"]
     return ["95% CI", "Interval", "Separated (lo > +0.01)"]
 
 
