@@ -26,9 +26,9 @@ EFFECT = {
 N = 64
 
 
-def _fake_suite(root):
+def _fake_suite(root, data="data"):
     """The ci manifest with per-block NLL files: softmax + EFFECT[op] * step fraction (+ seed noise)."""
-    m = build_manifest(load_suite("ci"), root, root / "data")
+    m = build_manifest(load_suite("ci"), root, root / data)
     write_manifest(root, m)
     base = np.random.default_rng(0).normal(5.0, 0.3, N)
     for r in m["runs"]:
@@ -51,7 +51,7 @@ def _fake_suite(root):
                         "tokens": step * 512,
                         "operator_used": r["operator"],
                         "operator_override": False,
-                        "data_dir": str(root / "data"),
+                        "data_dir": str(root / data),
                         "split": "val",
                         "T": 64,
                         "n_blocks": N,
@@ -75,7 +75,7 @@ def test_results_read_identity_from_manifest(fake_suite):
     res = load_results(fake_suite)
     assert len(res.points) == 45
     p = next(p for p in res.points if p.run_id == "fwm-prob-k4-s42")
-    assert (p.operator, p.seed, p.axes["calibration"], p.axes["surrogate"], p.K) == (
+    assert (p.operator, p.seed, p.spec.calibration, p.spec.surrogate, p.K) == (
         "fwm-prob-k4",
         42,
         "fwm",
@@ -86,42 +86,48 @@ def test_results_read_identity_from_manifest(fake_suite):
 
 def test_report_numbers(fake_suite, tmp_path):
     index = build_report(fake_suite, tmp_path / "rep")
-    data = json.loads((tmp_path / "rep" / "report.json").read_text())["ci"]
-    rows = {r["operator"]: r for r in data["delta"]}
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    rows = {r["key"]["operator"]: r for r in data["delta"]}
     assert set(rows) == set(EFFECT) - {"softmax"}
     for op, eff in EFFECT.items():
         if op == "softmax":
             continue
         extra = 0.001 if op != "lerp-k4[range_grad=detach]" else 0.0  # mean of seeds 7 (+0) and 42 (+0.002)
-        assert rows[op]["delta"] == pytest.approx(eff + extra, abs=2e-3), op
-    assert rows["lerp-k4[range_grad=detach]"]["interval"] == "block bootstrap"
-    assert rows["lerp-k4[range_grad=detach]"]["separated"] is True
-    assert rows["minmax-weight-k4"]["interval"] == "t (1 df)"
-    fac = {r["effect"]: r for r in data["factorial"]}
-    assert fac["calibration"]["estimate"] == pytest.approx(
-        0.5 * (0.04 + 0.013) - 0.5 * (0.20 + 0.14), abs=2e-3
-    )
-    assert fac["surrogate"]["estimate"] == pytest.approx(0.5 * (0.14 - 0.20) + 0.5 * (0.013 - 0.04), abs=2e-3)
-    assert fac["interaction"]["estimate"] == pytest.approx((0.013 - 0.04) - (0.14 - 0.20), abs=2e-3)
+        assert rows[op]["est"]["mean"] == pytest.approx(eff + extra, abs=2e-3), op
+    assert rows["lerp-k4[range_grad=detach]"]["est"]["interval"] == "block bootstrap"
+    assert rows["lerp-k4[range_grad=detach]"]["est"]["lo"] > 0.01
+    assert rows["minmax-weight-k4"]["est"]["interval"] == "t (1 df)"
+    fac = {r["contrast"]: r["est"] for r in data["factorial"]}
+    assert fac["calibration"]["mean"] == pytest.approx(0.5 * (0.04 + 0.013) - 0.5 * (0.20 + 0.14), abs=2e-3)
+    assert fac["surrogate"]["mean"] == pytest.approx(0.5 * (0.14 - 0.20) + 0.5 * (0.013 - 0.04), abs=2e-3)
+    assert fac["interaction"]["mean"] == pytest.approx((0.013 - 0.04) - (0.14 - 0.20), abs=2e-3)
     trend = data["k_trends"][0]
-    assert trend["family"] == "lerp" and trend["slope"] == pytest.approx((0.01 - 0.05) / 2, abs=2e-3)
-    traj = data["trajectories"]["lerp-k4"]
-    assert [round(t[1], 2) for t in traj] == [round(0.05 / 3 + 0.001, 2), round(0.1 / 3 + 0.001, 2), 0.05]
+    assert trend["family"] == "lerp" and trend["est"]["mean"] == pytest.approx((0.01 - 0.05) / 2, abs=2e-3)
+    traj = next(v for k, v in data["trajectories"].items() if k.startswith("lerp-k4 "))
+    means = [round(t["est"]["mean"], 2) for t in traj]
+    assert means == [round(0.05 / 3 + 0.001, 2), round(0.1 / 3 + 0.001, 2), 0.05]
     text = index.read_text()
-    for f in ("ci_trajectories.png", "ci_geometry.png", "ci_detach.png", "ci_delta.tex", "ci_factorial.md"):
+    for f in ("trajectories.png", "geometry.png", "detach.png", "delta.tex", "factorial.md"):
         assert f in text and (tmp_path / "rep" / f).stat().st_size > 300
-    assert (tmp_path / "rep" / "ci_delta.tex").read_text().count("\\\\") == len(rows) + 1
+    assert (tmp_path / "rep" / "delta.tex").read_text().count("\\\\") == len(rows) + 1
 
 
-def test_cross_suite_table(fake_suite, tmp_path):
+def test_cross_setting_table(fake_suite, tmp_path):
+    """Two folders on different data: the same operators give separate rows, one column per setting."""
+    other = tmp_path / "other"
+    _fake_suite(other, data="data2")
+    index = build_report([fake_suite, other], tmp_path / "rep").read_text()
+    assert "across settings" in index and "data2:val" in index
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert len(data["delta"]) == 2 * (len(EFFECT) - 1)
+    assert (tmp_path / "rep" / "cross_setting.tex").is_file()
+
+
+def test_same_run_in_two_folders_is_an_error(fake_suite, tmp_path):
     other = tmp_path / "other"
     _fake_suite(other)
-    m = json.loads((other / "manifest.json").read_text())
-    m["suite"] = "ci2"
-    (other / "manifest.json").write_text(json.dumps(m))
-    index = build_report([fake_suite, other], tmp_path / "rep").read_text()
-    assert "Cross-suite" in index and "ci2: ΔNLL" in index
-    assert (tmp_path / "rep" / "cross_suite.tex").is_file()
+    with pytest.raises(ValueError, match="is in both"):
+        build_report([fake_suite, other], tmp_path / "rep")
 
 
 def test_demo_report(tmp_path):

@@ -146,3 +146,13 @@ def test_cluster_and_family_bootstrap_respect_within_cluster_correlation():
 def test_bootstrap_bad_input(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_bootstrap_p_matches_the_interval():
+    """p < 0.05 exactly when the 95% percentile interval excludes 0; far from 0 it is the floor 2/(n+1)."""
+    rng = np.random.default_rng(5)
+    far = block_bootstrap_ci(rng.normal(1.0, 0.1, 64), n_resamples=999)
+    assert far.p == pytest.approx(2 / 1000)
+    for shift in (0.0, 0.02, 0.05):
+        r = block_bootstrap_ci(rng.normal(shift, 0.1, 64), n_resamples=999)
+        assert (r.p < 0.05) == r.excludes_zero() or abs(r.p - 0.05) < 0.01

@@ -60,20 +60,20 @@ def test_report_tables_and_figures(ci_dir):
         assert f"| {op} |" in index
     assert "interaction" in index and "| lerp | 4,16 | 2 |" in index
     for name in (
-        "ci_delta.md",
-        "ci_delta.tex",
-        "ci_factorial.tex",
-        "ci_ktrend.md",
-        "ci_trajectories.png",
-        "ci_geometry.png",
-        "ci_detach.png",
+        "delta.md",
+        "delta.tex",
+        "factorial.tex",
+        "ktrend.md",
+        "trajectories.png",
+        "geometry.png",
+        "detach.png",
         "report.json",
     ):
         assert (rep / name).is_file() and (rep / name).stat().st_size > 0, name
-        assert name in index or name == "ci_delta.tex"
-    assert "\\toprule" in (rep / "ci_delta.tex").read_text()
+        assert name in index or name == "delta.tex"
+    assert "\\toprule" in (rep / "delta.tex").read_text()
     data = json.loads((rep / "report.json").read_text())
-    assert len(data["ci"]["delta"]) == 7
+    assert len(data["delta"]) == 7
 
 
 def _copy(ci_dir, tmp_path):

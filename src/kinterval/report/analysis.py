@@ -1,248 +1,631 @@
 """Contrasts from loaded results (paper §4 "Statistics", App. C.3): every number the tables and figures show.
 
-Each condition is paired with the softmax run of the same seed, data and checkpoint (same training tokens);
-single-seed contrasts get circular block-bootstrap CIs over validation blocks, multi-seed ones the seed
-summary (mean, seed SD, t interval), exact sign-permutation p and BH q.
+Every run is paired with its same-seed control (softmax, or the full-gradient twin of a modified backward) at
+the same token budget, data, evaluation tag and checkpoint, across all the folders given. A contrast is
+computed per validation block and per seed; :func:`estimate` then applies the paper's one rule: one seed gives
+a circular block-bootstrap CI over blocks (evaluation sampling only), several seeds the seed summary (mean of
+the per-seed contrasts, seed SD, t interval, exact sign-permutation p). Every table row is a :class:`Row`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from kinterval.report.results import Point
+from kinterval.ops import OperatorSpec
+from kinterval.report.results import Key, Point
 from kinterval.stats import (
+    FACTORIAL_WEIGHTS,
     bh_q,
     block_bootstrap_ci,
-    factorial_2x2,
-    k_trend_slopes,
-    label_single_seed,
     permutation_p_exact,
+    permutation_p_random,
     seed_summary,
 )
+from kinterval.stats.seeds import MAX_EXACT_N
 
+BLOCK = 16  # circular block-bootstrap block length (paper §4)
 N_RESAMPLES = 4000
-FACTORIAL = {"mm_w": "minmax-weight", "mm_p": "minmax-prob", "fwm_w": "fwm-weight", "fwm_p": "fwm-prob"}
+MARGIN = 0.01  # single-seed interpretation margin in nats (paper §4)
+FACTORIAL = {
+    "mm_w": ("minmax", "weight"),
+    "mm_p": ("minmax", "prob"),
+    "fwm_w": ("fwm", "weight"),
+    "fwm_p": ("fwm", "prob"),
+}
 
 
-def _ci(x: np.ndarray) -> tuple[float, float]:
-    if x.size < 2:
-        return float("nan"), float("nan")
-    r = block_bootstrap_ci(x, block=min(16, x.size), n_resamples=N_RESAMPLES)
-    return r.lo, r.hi
+@dataclass(frozen=True)
+class Estimate:
+    """A contrast's estimate and 95% interval under the one rule (see :func:`estimate`)."""
+
+    mean: float
+    lo: float
+    hi: float
+    interval: str  # "block bootstrap" (one seed) or "t (n-1 df)" (several)
+    n_seeds: int
+    per_seed: tuple[float, ...]  # the per-seed mean contrasts
+    eval_se: float | None = None  # mean over seeds of the block-bootstrap SE (evaluation sampling)
+    sd: float | None = None  # seed SD (several seeds)
+    p: float | None = None  # exact sign-permutation p (several seeds), percentile-bootstrap p (one seed)
+
+    @property
+    def excludes_zero(self) -> bool:
+        return bool(np.isfinite(self.lo) and (self.lo > 0 or self.hi < 0))
+
+    @property
+    def separated(self) -> bool:
+        """Single-seed label of the paper: CI lower bound above +0.01 nats."""
+        return bool(np.isfinite(self.lo) and self.lo > MARGIN)
+
+    @property
+    def within_margin(self) -> bool:
+        """The CI lies wholly inside (-0.01, +0.01) nats."""
+        return bool(np.isfinite(self.lo) and -MARGIN < self.lo and self.hi < MARGIN)
 
 
-def softmax_index(points: list[Point]) -> dict:
-    """(seed, data key, tokens) -> softmax point."""
-    return {(p.seed, p.data_key, p.tokens): p for p in points if p.operator in ("softmax", "sdpa")}
+def estimate(per_seed: Mapping[int, np.ndarray]) -> Estimate:
+    """The one rule: ``per_seed`` maps seed -> per-block contrast (blocks in evaluation order).
+
+    One seed: mean over blocks with a circular moving-block bootstrap CI (block 16, 4000 resamples).
+    Several seeds: the per-seed means' seed summary (mean, SD, t interval with n-1 df) and the exact
+    sign-flip permutation p. Either way ``eval_se`` is the block-bootstrap SE, averaged over seeds.
+    """
+    if not per_seed:
+        raise ValueError("estimate needs at least one seed's contrast")
+    series = [np.asarray(per_seed[s], dtype=np.float64) for s in sorted(per_seed)]
+    boots = [
+        block_bootstrap_ci(x, block=min(BLOCK, x.size), n_resamples=N_RESAMPLES) if x.size >= 2 else None
+        for x in series
+    ]
+    eval_se = None if any(b is None for b in boots) else float(np.mean([b.se for b in boots]))
+    means = tuple(float(x.mean()) for x in series)
+    if len(series) == 1:
+        b = boots[0]
+        lo, hi = (b.lo, b.hi) if b is not None else (float("nan"), float("nan"))
+        p = b.p if b is not None else None  # percentile-bootstrap p: BH over single-seed conditions
+        return Estimate(means[0], lo, hi, "block bootstrap", 1, means, eval_se, p=p)
+    ss = seed_summary(means)
+    p = permutation_p_exact(means) if len(means) <= MAX_EXACT_N else permutation_p_random(means)
+    return Estimate(ss.mean, ss.lo, ss.hi, f"t ({ss.df} df)", ss.n, means, eval_se, ss.sd, p)
 
 
-def paired_deltas(points: list[Point], reference: list[Point] | None = None) -> list[dict]:
-    """ΔNLL (condition - same-seed softmax) per block for every non-softmax point that has a reference."""
-    ref = softmax_index(reference if reference is not None else points)
-    rows = []
+@dataclass
+class Row:
+    """One row of any table: what is contrasted, for which key, and its :class:`Estimate`."""
+
+    contrast: str  # e.g. "lerp-k32 − softmax", "interaction"
+    key: Key | None  # the condition (None for rows that pool several conditions)
+    seeds: tuple[int, ...]
+    est: Estimate
+    tokens: int = 0  # training tokens at the checkpoint
+    K: int | None = None
+    family: str = ""
+    group: str = ""
+    nll: float | None = None  # the condition's mean NLL, mean over seeds
+    nll_sd: float | None = None  # its seed SD (several seeds)
+    control_nll: float | None = None  # its control's mean NLL, mean over seeds
+    q: float | None = None  # BH q within the table's family
+    recovery: float | None = None  # gap recovery (detach pairs)
+    note: str = ""
+
+
+@dataclass
+class Pair:
+    """A run's checkpoint and its same-seed control at the same budget, data, tag and training tokens."""
+
+    point: Point
+    control: Point
+
+    @property
+    def d(self) -> np.ndarray:
+        return self.point.nll - self.control.nll
+
+
+@dataclass
+class Pairing:
+    """Paired checkpoints and the runs that have no valid control (``unpaired``: run_id -> reason)."""
+
+    pairs: list[Pair]
+    unpaired: dict[str, str] = field(default_factory=dict)
+
+
+def _index(points: Iterable[Point]) -> dict[tuple, Point]:
+    return {(p.operator, p.seed, p.budget, p.data, p.tag, p.tokens): p for p in points}
+
+
+def _control_tags(tag: str) -> list[str]:
+    """The control's tag: the same one, or, for an operator-substitution evaluation (``__op-``), the native
+    one (a softmax run evaluated through softmax is its native evaluation)."""
+    base = "__".join(x for x in tag.split("__") if not x.startswith("op-"))
+    return [tag] if base == tag else [tag, base]
+
+
+def full_twin(operator: str) -> str | None:
+    """The full-gradient twin of a modified-backward operator (``lerp-k32[range_grad=detach]`` ->
+    ``lerp-k32``), None for an operator with the full gradient."""
+    spec = _spec(operator)
+    if spec.range_grad == "full":
+        return None
+    return OperatorSpec.parse(spec, range_grad="full").full_name
+
+
+def _spec(operator: str) -> OperatorSpec:
+    return OperatorSpec.parse("softmax") if operator == "sdpa" else OperatorSpec.from_full_name(operator)
+
+
+def pair_controls(points: list[Point], control_of) -> Pairing:
+    """Pair each point with the point of operator ``control_of(operator)`` (None: not to be paired) with the
+    same seed, budget, data, tag and checkpoint tokens; runs with no such control anywhere are listed."""
+    idx = _index(points)
+    by_op: dict[str, list[Point]] = defaultdict(list)
     for p in points:
-        if p.operator in ("softmax", "sdpa"):
+        by_op[p.operator].append(p)
+    out = Pairing([])
+    for p in points:
+        ctrl_op = control_of(p.operator)
+        if ctrl_op is None:
             continue
-        s = ref.get((p.seed, p.data_key, p.tokens))
-        if s is None:
+        hit = next(
+            (
+                idx[k]
+                for t in _control_tags(p.tag)
+                if (k := (ctrl_op, p.seed, p.budget, p.data, t, p.tokens)) in idx
+            ),
+            None,
+        )
+        if hit is not None:
+            out.pairs.append(Pair(p, hit))
             continue
-        rows.append({"point": p, "softmax": s, "d": p.nll - s.nll})
-    return rows
+        cands = [c for c in by_op.get(ctrl_op, []) if c.seed == p.seed]
+        if not cands:
+            why = f"no {ctrl_op} run with seed {p.seed}"
+        elif not any(c.budget == p.budget for c in cands):
+            why = f"{ctrl_op} seed {p.seed} has another token budget ({sorted({c.budget for c in cands})})"
+        elif not any(c.data == p.data for c in cands):
+            why = f"{ctrl_op} seed {p.seed} was evaluated on other data"
+        else:
+            why = f"{ctrl_op} seed {p.seed} has no evaluation at {p.tokens} tokens, tag {p.tag}"
+        out.unpaired.setdefault(f"{p.run_id} [{p.tag}] vs {ctrl_op}", why)
+    # A run paired at some checkpoint is not "unpaired" because another checkpoint lacks its control.
+    paired_runs = {f"{x.point.run_id} [{x.point.tag}] vs {x.control.operator}" for x in out.pairs}
+    out.unpaired = {k: v for k, v in out.unpaired.items() if k not in paired_runs}
+    return out
 
 
-def final_only(deltas: list[dict]) -> list[dict]:
-    last: dict[str, dict] = {}
-    for r in deltas:
-        rid = r["point"].run_id
-        if rid not in last or r["point"].step > last[rid]["point"].step:
-            last[rid] = r
+def softmax_pairs(points: list[Point]) -> Pairing:
+    """Every non-softmax point with its same-seed softmax control."""
+    return pair_controls(points, lambda op: None if op in ("softmax", "sdpa") else "softmax")
+
+
+def final(items, run=lambda x: x) -> list:
+    """The last checkpoint of each (run, tag) among ``items`` (points or pairs)."""
+    last: dict[tuple, object] = {}
+    for x in items:
+        p = run(x)
+        k = (p.operator, p.seed, p.budget, p.data, p.tag)
+        if k not in last or p.step > run(last[k]).step:
+            last[k] = x
     return list(last.values())
 
 
-def delta_table(deltas: list[dict]) -> list[dict]:
-    """One row per condition at its final checkpoint: per-seed block-bootstrap CIs, or the seed summary."""
-    by_op: dict[str, list[dict]] = defaultdict(list)
-    for r in final_only(deltas):
-        by_op[r["point"].operator].append(r)
-    rows = []
-    for op, rs in by_op.items():
-        rs.sort(key=lambda r: r["point"].seed)
-        p0 = rs[0]["point"]
-        row = {
-            "operator": op,
-            "group": p0.group,
-            "family": p0.family,
-            "K": p0.K,
-            "tokens": p0.tokens,
-            "seeds": [r["point"].seed for r in rs],
-            "nll": float(np.mean([r["point"].mean for r in rs])),
-            "softmax_nll": float(np.mean([r["softmax"].mean for r in rs])),
-        }
-        if len(rs) == 1:
-            d = rs[0]["d"]
-            lo, hi = _ci(d)
-            lab = label_single_seed(lo, hi) if np.isfinite(lo) else None
-            row.update(
-                delta=float(d.mean()),
-                lo=lo,
-                hi=hi,
-                interval="block bootstrap",
-                separated=bool(lab.separated) if lab else False,
-            )
-        else:
-            ss = seed_summary([float(r["d"].mean()) for r in rs])
-            row.update(
-                delta=ss.mean,
-                lo=ss.lo,
-                hi=ss.hi,
-                sd=ss.sd,
-                interval=f"t ({ss.df} df)",
-                p=permutation_p_exact([float(r["d"].mean()) for r in rs]),
-            )
-        rows.append(row)
-    rows.sort(key=lambda r: (r["family"], r["K"] or 0, r["operator"]))
-    ps = [r.get("p") for r in rows]
-    if any(p is not None for p in ps):
-        idx = [i for i, p in enumerate(ps) if p is not None]
-        for i, q in zip(idx, bh_q([ps[i] for i in idx])):
-            rows[i]["q"] = float(q)
+def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
+    pairs = sorted(pairs, key=lambda x: x.point.seed)
+    p0 = pairs[0].point
+    return Row(
+        contrast=contrast,
+        key=p0.key,
+        seeds=tuple(x.point.seed for x in pairs),
+        est=estimate({x.point.seed: x.d for x in pairs}),
+        tokens=p0.tokens,
+        K=p0.K,
+        family=p0.family,
+        group=p0.group,
+        nll=float(np.mean([x.point.mean for x in pairs])),
+        nll_sd=float(np.std([x.point.mean for x in pairs], ddof=1)) if len(pairs) > 1 else None,
+        control_nll=float(np.mean([x.control.mean for x in pairs])),
+        **kw,
+    )
+
+
+def _sort_key(r: Row):
+    k = r.key
+    return (k.setting() if k else (0, "", ""), r.family, r.K or 0, k.operator if k else r.contrast, r.tokens)
+
+
+def apply_bh(rows: list[Row], family=lambda r: (r.key.setting(), r.seeds)) -> None:
+    """BH q over the rows of each family that have a p. The default family is the paper's: the conditions of
+    one token budget, data and evaluation tag (corpus and forward mode) run on the same seeds (suite D's 25
+    conditions; suite A's 14 per corpus and mode), so a supplementary single-seed run does not join it."""
+    fam: dict = defaultdict(list)
+    for r in rows:
+        if r.est.p is not None:
+            fam[family(r)].append(r)
+    for rs in fam.values():
+        for r, q in zip(rs, bh_q([r.est.p for r in rs])):
+            r.q = float(q)
+
+
+def delta_table(pairing: Pairing) -> list[Row]:
+    """Endpoint ΔNLL vs same-seed softmax, one row per key; BH q across the conditions of each setting."""
+    groups: dict[Key, list[Pair]] = defaultdict(list)
+    for x in final(pairing.pairs, lambda x: x.point):
+        groups[x.point.key].append(x)
+    rows = [_row_from_pairs(f"{k.operator} − softmax", ps) for k, ps in groups.items()]
+    rows.sort(key=_sort_key)
+    apply_bh(rows)
     return rows
 
 
-def trajectories(deltas: list[dict]) -> dict[str, list[tuple[int, float, float, float]]]:
-    """operator -> [(tokens, mean ΔNLL over seeds, lo, hi)] (block bootstrap CI for one seed, t for more)."""
-    acc: dict[str, dict[int, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
-    for r in deltas:
-        acc[r["point"].operator][r["point"].tokens].append(r["d"])
+def trajectories(pairing: Pairing) -> dict[Key, list[Row]]:
+    """key -> one row per evaluated checkpoint (the same rule at every checkpoint)."""
+    acc: dict[Key, dict[int, list[Pair]]] = defaultdict(lambda: defaultdict(list))
+    for x in pairing.pairs:
+        acc[x.point.key][x.point.tokens].append(x)
+    return {
+        k: [_row_from_pairs(f"{k.operator} − {by_t[t][0].control.operator}", by_t[t]) for t in sorted(by_t)]
+        for k, by_t in acc.items()
+    }
+
+
+def _cells(points: list[Point]) -> dict[tuple, dict[str, dict[int, Point]]]:
+    """Final-checkpoint factorial cells: (setting, K, arithmetic, range_grad, FWM tau) -> cell -> seed ->
+    point.
+
+    The FWM cells carry their own tau (from the spec); MinMax has no tau and joins every FWM tau.
+    """
+    raw: dict[tuple, dict[str, dict[int, Point]]] = defaultdict(lambda: defaultdict(dict))
+    for p in final(points):
+        s = p.spec
+        if s.reconstruction != "nearest" or s.calibration not in ("minmax", "fwm"):
+            continue
+        cell = next(c for c, cs in FACTORIAL.items() if cs == (s.calibration, s.surrogate))
+        tau = s.tau if s.calibration == "fwm" else None
+        raw[(p.key.setting(), s.K, s.arithmetic, s.range_grad, tau)][cell][p.seed] = p
     out = {}
-    for op, by_t in acc.items():
-        pts = []
-        for t in sorted(by_t):
-            ds = by_t[t]
-            if len(ds) == 1:
-                lo, hi = _ci(ds[0])
-                pts.append((t, float(ds[0].mean()), lo, hi))
-            else:
-                ss = seed_summary([float(d.mean()) for d in ds])
-                pts.append((t, ss.mean, ss.lo, ss.hi))
-        out[op] = pts
+    for (setting, K, arith, rg, tau), cells in raw.items():
+        if tau is None:
+            continue
+        mm = raw.get((setting, K, arith, rg, None), {})
+        out[(setting, K, arith, rg, tau)] = {**mm, **cells}
     return out
 
 
-def factorial_effects(points: list[Point]) -> list[dict]:
-    """2x2 calibration x surrogate effects (FWM - MinMax, Prob - Weight, interaction) per K at the final
-    checkpoint; per seed per block, then a block bootstrap (one seed) or the seed summary (several)."""
-    finals: dict[tuple, Point] = {}
-    for p in points:
-        a = p.axes
-        if a.get("reconstruction") != "nearest" or a.get("range_grad") != "full" or a.get("tau") != 6.0:
+SIMPLE_EFFECTS = {
+    "Prob − Weight under MinMax": {"mm_p": 1.0, "mm_w": -1.0},
+    "Prob − Weight under FWM": {"fwm_p": 1.0, "fwm_w": -1.0},
+    "FWM − MinMax under Weight-STE": {"fwm_w": 1.0, "mm_w": -1.0},
+    "FWM − MinMax under Prob-STE": {"fwm_p": 1.0, "mm_p": -1.0},
+}
+VS_LERP = {"mm_w": "MinMax–Weight", "fwm_w": "FWM–Weight", "fwm_p": "FWM–Prob"}
+
+
+def factorial_effects(points: list[Point]) -> list[Row]:
+    """The 2x2 calibration x surrogate factorial (App. C.3, Table 3 / tab:crossfull / tab:seedfact), per seed
+    and block: per K the main effects and interaction (±1/2 weights), the four simple effects and the
+    ΔNLL-vs-LERP contrasts (cell − LERP at the same K and seed); over K the pooled row (each effect averaged
+    over K) and the K× rows (effect at K minus effect at the smallest K)."""
+    lerp = {(p.key.setting(), p.K, p.seed): p for p in final(points) if p.operator == f"lerp-k{p.K}"}
+    rows: list[Row] = []
+    by_design: dict[tuple, dict[int, dict[str, dict[int, np.ndarray]]]] = defaultdict(dict)
+    for (setting, K, arith, rg, tau), cells in sorted(_cells(points).items(), key=lambda kv: str(kv[0])):
+        if set(cells) != set(FACTORIAL):
             continue
-        key = (f"{a['calibration']}-{a['surrogate']}", p.K, p.seed, a.get("arithmetic"))
-        if key not in finals or p.step > finals[key].step:
-            finals[key] = p
-    rows = []
-    for arith, K in sorted({(k[3], k[1]) for k in finals}, key=lambda x: (str(x[0]), x[1])):
-        per_seed = []
-        for seed in sorted({k[2] for k in finals}):
-            cells = {c: finals.get((fam, K, seed, arith)) for c, fam in FACTORIAL.items()}
-            if all(v is not None for v in cells.values()) and len({v.nll.size for v in cells.values()}) == 1:
-                per_seed.append(factorial_2x2(**{c: v.nll for c, v in cells.items()}))
-        if not per_seed:
+        seeds = sorted(set.intersection(*(set(v) for v in cells.values())))
+        seeds = [s for s in seeds if len({cells[c][s].nll.size for c in FACTORIAL}) == 1]
+        if not seeds:
             continue
-        for effect in ("calibration", "surrogate", "interaction"):
-            series = [getattr(f, effect) for f in per_seed]
-            if len(series) == 1:
-                lo, hi = _ci(series[0])
-                rows.append(
-                    {
-                        "K": K,
-                        "effect": effect,
-                        "estimate": float(series[0].mean()),
-                        "lo": lo,
-                        "hi": hi,
-                        "n_seeds": 1,
-                    }
+        design = f"arithmetic={arith}, range_grad={rg}, tau={tau:g}"
+        tokens = cells["mm_w"][seeds[0]].tokens
+
+        def row(name, per_seed, K=K, setting=setting, design=design, tokens=tokens):
+            return Row(
+                contrast=name,
+                key=Key(f"factorial K{K}" if K else "factorial, pooled over K", *setting),
+                seeds=tuple(sorted(per_seed)),
+                est=estimate(per_seed),
+                K=K,
+                family=design,
+                tokens=tokens,
+            )
+
+        effects = {}
+        for name, w in {**FACTORIAL_WEIGHTS, **SIMPLE_EFFECTS}.items():
+            effects[name] = {s: sum(a * cells[c][s].nll for c, a in w.items()) for s in seeds}
+            rows.append(row(name, effects[name]))
+        for c, label in VS_LERP.items():
+            per_seed = {
+                s: cells[c][s].nll - lerp[(setting, K, s)].nll
+                for s in seeds
+                if (setting, K, s) in lerp and lerp[(setting, K, s)].nll.size == cells[c][s].nll.size
+            }
+            if per_seed:
+                rows.append(row(f"{label} K{K} − LERP K{K}", per_seed))
+        by_design[(setting, design, tokens)][K] = {e: effects[e] for e in FACTORIAL_WEIGHTS}
+    for (setting, design, tokens), by_K in by_design.items():
+        if len(by_K) < 2:
+            continue
+        Ks = sorted(by_K)
+        for effect in FACTORIAL_WEIGHTS:
+            seeds = sorted(set.intersection(*(set(by_K[K][effect]) for K in Ks)))
+            if not seeds:
+                continue
+            pooled = {s: np.mean([by_K[K][effect][s] for K in Ks], axis=0) for s in seeds}
+            rows.append(
+                Row(
+                    effect,
+                    Key("factorial, pooled over K", *setting),
+                    tuple(seeds),
+                    estimate(pooled),
+                    K=None,
+                    family=design,
+                    tokens=tokens,
+                    note=",".join(map(str, Ks)),
                 )
-            else:
-                ss = seed_summary([float(x.mean()) for x in series])
+            )
+            if effect == "interaction":
+                continue
+            for K in Ks[1:]:
+                diff = {s: by_K[K][effect][s] - by_K[Ks[0]][effect][s] for s in seeds}
                 rows.append(
-                    {
-                        "K": K,
-                        "effect": effect,
-                        "estimate": ss.mean,
-                        "lo": ss.lo,
-                        "hi": ss.hi,
-                        "sd": ss.sd,
-                        "n_seeds": ss.n,
-                    }
+                    Row(
+                        f"K×{effect} (K{K} − K{Ks[0]})",
+                        Key("factorial, K×", *setting),
+                        tuple(seeds),
+                        estimate(diff),
+                        K=K,
+                        family=design,
+                        tokens=tokens,
+                    )
                 )
+
+    def order(r: Row):
+        kind = 2 if "K×" in r.key.operator else 1 if "pooled" in r.key.operator else 0
+        return (str(r.key.setting()), r.family, kind, r.K or 0)
+
+    rows.sort(key=order)  # stable: the effects keep their order within a K
     return rows
 
 
-def k_trends(deltas: list[dict]) -> list[dict]:
-    """Slope of ΔNLL against log2 K per family at the final checkpoint (nats per doubling of K)."""
-    fam: dict[str, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    for r in final_only(deltas):
-        p = r["point"]
+def k_trends(pairing: Pairing) -> list[Row]:
+    """Slope of ΔNLL against log2 K per family (nats per doubling of K) at the final checkpoint: a per-block
+    contrast with weights ``(x_k - mean x) / sum (x - mean x)^2``, ``x = log2 K``, fitted per seed."""
+    fam: dict[tuple, dict[int, dict[int, Pair]]] = defaultdict(lambda: defaultdict(dict))
+    for x in final(pairing.pairs, lambda x: x.point):
+        p = x.point
         if p.K is not None:
-            fam[p.family][p.seed][p.K] = float(r["d"].mean())
+            fam[(p.key.setting(), p.family)][p.seed][p.K] = x
     rows = []
-    for f, by_seed in sorted(fam.items()):
-        Ks = sorted(set.intersection(*[set(v) for v in by_seed.values()]))
+    for (setting, family), by_seed in sorted(fam.items(), key=lambda kv: str(kv[0])):
+        Ks = sorted(set.intersection(*(set(v) for v in by_seed.values())))
         if len(Ks) < 2:
             continue
-        d = np.array([[by_seed[s][k] for k in Ks] for s in sorted(by_seed)])
-        if d.shape[0] >= 2:
-            kt = k_trend_slopes(Ks, d)
-            rows.append(
-                {
-                    "family": f,
-                    "K": Ks,
-                    "n_seeds": d.shape[0],
-                    "slope": kt.summary.mean,
-                    "lo": kt.summary.lo,
-                    "hi": kt.summary.hi,
-                    "sd": kt.summary.sd,
-                }
+        xc = np.log2(Ks) - np.log2(Ks).mean()
+        c = xc / (xc @ xc)
+        per_seed = {s: sum(ck * by_seed[s][k].d for ck, k in zip(c, Ks)) for s in by_seed}
+        rows.append(
+            Row(
+                contrast="slope vs log2 K",
+                key=Key(family, setting[0], setting[1], setting[2]),
+                seeds=tuple(sorted(per_seed)),
+                est=estimate(per_seed),
+                family=family,
+                note=",".join(map(str, Ks)),
             )
-        else:
-            x = np.log2(Ks)
-            xc = x - x.mean()
-            rows.append(
-                {
-                    "family": f,
-                    "K": Ks,
-                    "n_seeds": 1,
-                    "slope": float(d[0] @ xc / (xc @ xc)),
-                    "lo": float("nan"),
-                    "hi": float("nan"),
-                }
-            )
+        )
     return rows
 
 
-def cross_suite(tables: dict[str, list[dict]]) -> list[dict]:
-    """operator -> {suite: (delta, lo, hi)} for operators present in at least one suite."""
-    ops: dict[str, dict] = defaultdict(dict)
-    for suite, rows in tables.items():
-        for r in rows:
-            ops[r["operator"]][suite] = (r["delta"], r["lo"], r["hi"])
-    return [{"operator": op, "by_suite": v} for op, v in sorted(ops.items())]
+def detach_pairs(points: list[Point]) -> tuple[list[Row], Pairing]:
+    """Each modified-backward run (``range_grad`` detach, max_only, min_only, p1) against its same-seed
+    full-gradient twin, per checkpoint, with a per-block CI of modified − full; at the final checkpoint the
+    gap recovery ``(NLL_detach - NLL_x) / (NLL_detach - NLL_full)`` where a same-seed detach run exists."""
+    pairing = pair_controls(points, full_twin)
+    mean_of = {(p.operator, p.seed, p.budget, p.data, p.tag, p.tokens): p.mean for p in points}
+    rows = []
+    for k, traj in trajectories(pairing).items():
+        for r in traj:
+            r.contrast = f"{k.operator} − {full_twin(k.operator)}"
+        last = traj[-1]
+        spec = _spec(k.operator)
+        detach = OperatorSpec.parse(spec, range_grad="detach").full_name
+        rec, data = [], next(p.data for p in points if p.key == k)
+        for s in last.seeds:
+            det = mean_of.get((detach, s, k.budget, data, k.tag, last.tokens))
+            full = mean_of.get((full_twin(k.operator), s, k.budget, data, k.tag, last.tokens))
+            own = mean_of.get((k.operator, s, k.budget, data, k.tag, last.tokens))
+            if None not in (det, full, own) and det != full:
+                rec.append((det - own) / (det - full))
+        if len(rec) == len(last.seeds):
+            last.recovery = float(np.mean(rec))
+        rows.extend(traj)
+    # tab:e1 "− detach": each single-channel / projected run against its same-seed detach run
+    vs_detach = pair_controls(
+        points,
+        lambda op: (
+            None
+            if _spec(op).range_grad in ("full", "detach")
+            else OperatorSpec.parse(_spec(op), range_grad="detach").full_name
+        ),
+    )
+    groups: dict[Key, list[Pair]] = defaultdict(list)
+    for x in final(vs_detach.pairs, lambda x: x.point):
+        groups[x.point.key].append(x)
+    for k, ps in groups.items():
+        rows.append(_row_from_pairs(f"{k.operator} − {ps[0].control.operator}", ps))
+    rows.sort(key=_sort_key)
+    return rows, pairing
 
 
-def detach_pairs(deltas: list[dict]) -> dict[str, dict[str, list]]:
-    """For each modified-gradient operator (range_grad != full) with a full-gradient twin in the results:
-    {"<op>": {"modified": trajectory, "full": trajectory}}."""
-    traj = trajectories(deltas)
+def cross_setting(rows: list[Row]) -> tuple[list[tuple], dict[str, dict[tuple, Row]]]:
+    """The settings (budget, data, tag) of ``rows`` and operator -> setting -> row: a cross-suite table."""
+    settings = sorted({r.key.setting() for r in rows})
+    table: dict[str, dict[tuple, Row]] = defaultdict(dict)
+    for r in rows:
+        table[r.key.operator][r.key.setting()] = r
+    return settings, dict(sorted(table.items()))
+
+
+def final_geometry(points: list[Point]) -> dict[Key, dict[str, float]]:
+    """Layer-mean geometry at each key's final checkpoint, averaged over seeds (finite values only)."""
+    acc: dict[Key, list[dict]] = defaultdict(list)
+    for p in final([p for p in points if p.primary and p.geometry]):
+        acc[p.key].append(p.geometry)
     out = {}
-    for op in traj:
-        if "range_grad=" not in op:
-            continue
-        base, _, extra = op.partition("[")
-        rest = [x for x in extra.rstrip("]").split(",") if x and not x.startswith("range_grad=")]
-        full = base + (f"[{','.join(rest)}]" if rest else "")
-        if full in traj:
-            out[op] = {"modified": traj[op], "full": traj[full], "full_operator": full}
+    for k, gs in acc.items():
+        vals = {m: [g[m] for g in gs if g.get(m) is not None and np.isfinite(g[m])] for m in gs[0]}
+        out[k] = {m: float(np.mean(v)) for m, v in vals.items() if v}
     return out
+
+
+@dataclass
+class RankStats:
+    """Reproducibility of the condition ordering over seeds (§5, App. D) and cross-condition associations of
+    the condition-mean ΔNLL with geometry (Figure widthgap): descriptive, not causal."""
+
+    setting: tuple
+    seeds: tuple[int, ...]
+    conditions: tuple[str, ...]
+    kendall_w: float | None  # over seeds (raters) and conditions
+    pairwise_spearman: tuple[float, ...]  # every seed pair
+    spearman_h: tuple[float, float] | None  # (rho, p) of mean ΔNLL against native width h
+    spearman_span: tuple[float, float] | None  # (rho, p) against row span
+
+
+def rank_statistics(delta: list[Row], geometry: dict[Key, dict[str, float]]) -> list[RankStats]:
+    """Per setting: Kendall's W and pairwise Spearman over the seeds every condition has, and Spearman of the
+    condition-mean ΔNLL against final h and span (conditions with geometry)."""
+    from kinterval.stats import kendall_w, pairwise_spearman, spearman
+
+    out = []
+    by_setting: dict[tuple, list[Row]] = defaultdict(list)
+    for r in delta:
+        by_setting[r.key.setting()].append(r)
+    for setting, rows in sorted(by_setting.items(), key=str):
+        # The ordering over seeds uses the conditions run on the setting's most common seed set (suite D's
+        # five seeds, not a supplementary single-seed run evaluated on the same data).
+        sets = [r.seeds for r in rows if len(r.seeds) >= 2]
+        seeds = list(max(set(sets), key=sets.count)) if sets else []
+        if seeds:
+            rows = [r for r in rows if r.seeds == tuple(seeds)]
+        w, pw = None, ()
+        if len(seeds) >= 2 and len(rows) >= 3:
+            scores = np.array([[r.est.per_seed[r.seeds.index(s)] for r in rows] for s in seeds])
+            w, pw = kendall_w(scores), tuple(float(x) for x in pairwise_spearman(scores))
+
+        def assoc(metric, rows=rows):
+            pts = [(geometry[r.key][metric], r.est.mean) for r in rows if metric in geometry.get(r.key, {})]
+            if len(pts) < 3 or len({x for x, _ in pts}) < 2:
+                return None
+            res = spearman([x for x, _ in pts], [y for _, y in pts])
+            return (res.rho, res.p)
+
+        out.append(
+            RankStats(
+                setting, tuple(seeds), tuple(r.key.operator for r in rows), w, pw, assoc("h"), assoc("span")
+            )
+        )
+    return out
+
+
+@dataclass
+class ClipRow:
+    """Fraction of training steps whose gradient norm was clipped (from ``metrics.jsonl``), per condition."""
+
+    key: Key
+    seeds: tuple[int, ...]
+    mean: float
+    per_seed: tuple[float, ...]
+
+
+def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[ClipRow]:
+    """``logs``: (suite, run_id) -> metrics rows; the last logged ``clipped_frac`` of each run (the fraction
+    over the logged steps of its last training session)."""
+    acc: dict[Key, dict[int, float]] = defaultdict(dict)
+    for p in final([p for p in points if p.primary]):
+        rows = [r for r in logs.get((p.suite, p.run_id), []) if "clipped_frac" in r]
+        if rows:
+            acc[p.key][p.seed] = float(rows[-1]["clipped_frac"])
+    return [
+        ClipRow(k, tuple(sorted(v)), float(np.mean(list(v.values()))), tuple(v[s] for s in sorted(v)))
+        for k, v in sorted(acc.items(), key=lambda kv: str(kv[0]))
+    ]
+
+
+def heldout_table(points: list[Point]) -> list[Row]:
+    """Held-out and operator-substitution evaluations (``eval/<tag>/``, not the suite's own split): ΔNLL vs
+    the same-seed softmax evaluated the same way. With document clusters (C4) the per-document differences get
+    a document-cluster bootstrap (token-weighted); BH q within each corpus and forward mode (tag), the paper's
+    family of conditions per corpus and mode (App. C.3)."""
+    from kinterval.stats import cluster_bootstrap_ci
+
+    others = [p for p in points if not p.primary]
+    if not others:
+        return []
+    refs = [p for p in points if p.is_reference]
+    pairing = softmax_pairs(others + [p for p in refs if p.primary] + [p for p in refs if not p.primary])
+    pairs = [x for x in final(pairing.pairs, lambda x: x.point) if not x.point.primary]
+    groups: dict[Key, list[Pair]] = defaultdict(list)
+    for x in pairs:
+        groups[x.point.key].append(x)
+    rows = []
+    for k, ps in groups.items():
+        r = _row_from_pairs(f"{k.operator} − softmax", ps)
+        a, b = ps[0].point.docs, ps[0].control.docs
+        if len(ps) == 1 and a and b and np.array_equal(a["doc_ids"], b["doc_ids"]):
+            d = a["doc_nll"] / a["doc_tokens"] - b["doc_nll"] / b["doc_tokens"]
+            c = cluster_bootstrap_ci(d, a["doc_ids"], weights=a["doc_tokens"], n_resamples=N_RESAMPLES)
+            r.est = Estimate(c.mean, c.lo, c.hi, "document-cluster bootstrap", 1, (c.mean,), c.se, p=c.p)
+        rows.append(r)
+    rows.sort(key=_sort_key)
+    apply_bh(rows)
+    # tab:subst "diff": the same weights through exact softmax minus their native forward, per block and seed
+    for k, ps in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        base = _control_tags(k.tag)[-1]
+        native = {x.point.seed: x.point for x in groups.get(Key(k.operator, k.budget, k.data, base), [])}
+        per_seed = {
+            x.point.seed: x.point.nll - native[x.point.seed].nll for x in ps if x.point.seed in native
+        }
+        if base != k.tag and per_seed:
+            rows.append(Row("substituted − native forward", k, tuple(sorted(per_seed)), estimate(per_seed)))
+    return rows
+
+
+def tail_decomposition(points: list[Point]) -> list[Row]:
+    """App. D.4 (tab:taildecomp): each resolved-calibration run against the same-seed MinMax and FWM runs of
+    its surrogate, K, arithmetic and setting: MinMax − resolved (untruncated fixed-step calibration contrast)
+    and resolved − FWM (tail-policy contrast), per block; the descriptive path ratio
+    (MinMax − resolved) / (MinMax − FWM) of the means is in ``recovery``."""
+    idx = {}
+    for p in final([p for p in points if p.primary]):
+        s = p.spec
+        if s.reconstruction == "nearest" and s.calibration in ("minmax", "fwm", "resolved"):
+            idx[(s.calibration, s.surrogate, s.K, s.arithmetic, s.range_grad, p.seed, p.key.setting())] = p
+    rows = []
+    for (cal, *rest), res in sorted(idx.items(), key=str):
+        mm, fwm = idx.get(("minmax", *rest)), idx.get(("fwm", *rest))
+        if (
+            cal != "resolved"
+            or mm is None
+            or fwm is None
+            or not (mm.nll.size == fwm.nll.size == res.nll.size)
+        ):
+            continue
+        for name, d in (("MinMax − resolved", mm.nll - res.nll), ("resolved − FWM", res.nll - fwm.nll)):
+            gap = mm.mean - fwm.mean
+            rows.append(
+                Row(
+                    f"{name} ({res.spec.surrogate}-STE, K{res.K})",
+                    res.key,
+                    (res.seed,),
+                    estimate({res.seed: d}),
+                    tokens=res.tokens,
+                    K=res.K,
+                    family=res.family,
+                    recovery=(mm.mean - res.mean) / gap if gap else None,
+                )
+            )
+    return rows

@@ -1,10 +1,10 @@
 """``build_report``: regenerate every table and figure of one or more suite folders from result files only,
 and ``demo_report`` for ``kinterval demo``. Output: ``index.md`` linking Markdown + LaTeX tables, PNG figures
-and
-``report.json`` (all numbers)."""
+and ``report.json`` (all numbers)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -13,120 +13,192 @@ from pathlib import Path
 import numpy as np
 
 from kinterval.report import analysis as A
+from kinterval.report import claims as C
 from kinterval.report import figures as F
 from kinterval.report import tables as T
-from kinterval.report.results import SuiteResults, load_results
+from kinterval.report.results import Key, load_many
 
 
-def _write_table(out: Path, name: str, headers, rows, caption: str, index: list[str]) -> None:
-    (out / f"{name}.md").write_text(T.render(headers, rows, "md", caption))
-    (out / f"{name}.tex").write_text(T.render(headers, rows, "tex", caption))
-    index += [
-        f"### {caption}",
-        "",
-        T.render(headers, rows, "md"),
-        f"[Markdown]({name}.md) · [LaTeX]({name}.tex)",
-        "",
-    ]
+class _Index:
+    """The growing ``index.md`` and the output folder."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.lines: list[str] = []
+
+    def table(self, name: str, headers, rows, caption: str) -> None:
+        (self.out / f"{name}.md").write_text(T.render(headers, rows, "md", caption))
+        (self.out / f"{name}.tex").write_text(T.render(headers, rows, "tex", caption))
+        self.lines += [
+            f"### {caption}",
+            "",
+            T.render(headers, rows, "md"),
+            f"[Markdown]({name}.md) · [LaTeX]({name}.tex)",
+            "",
+        ]
+
+    def figure(self, name: str, alt: str) -> None:
+        self.lines += [f"![{alt}]({name})", ""]
 
 
-def _suite_section(res: SuiteResults, out: Path, index: list[str], data: dict) -> list[dict]:
-    s = res.suite
-    deltas = A.paired_deltas(res.points)
-    index += [
-        f"## Suite {s}: {res.title}",
-        "",
-        f"{len({p.run_id for p in res.points})} runs with evaluations, {len(res.points)} evaluated "
-        f"checkpoints (folder `{res.dir}`). ΔNLL = condition − same-seed softmax, paired per validation "
-        "block, in nats/token (positive: worse than softmax).",
-        "",
-    ]
-    rows = A.delta_table(deltas)
-    data[s] = {"delta": rows}
-    if rows:
-        _write_table(out, f"{s}_delta", *T.delta_rows(rows), f"Suite {s}: endpoint ΔNLL vs softmax", index)
-    fac = A.factorial_effects(res.points)
-    if fac:
-        data[s]["factorial"] = fac
-        _write_table(
-            out, f"{s}_factorial", *T.factorial_rows(fac), f"Suite {s}: 2x2 factorial effects by K", index
-        )
-    trends = A.k_trends(deltas)
-    if trends:
-        data[s]["k_trends"] = trends
-        _write_table(out, f"{s}_ktrend", *T.trend_rows(trends), f"Suite {s}: K-trend slopes of ΔNLL", index)
-    traj = A.trajectories(deltas)
-    if traj:
-        F.trajectory_figure(
-            traj, out / f"{s}_trajectories.png", f"Suite {s}: ΔNLL along training (mean over seeds)"
-        )
-        index += [f"![ΔNLL trajectories]({s}_trajectories.png)", ""]
-        data[s]["trajectories"] = traj
-    geo: dict[str, list] = {}
-    for p in res.points:
-        if p.geometry:
-            geo.setdefault(p.operator, []).append((p.tokens, p.geometry))
-    if geo:
-        geo = {op: _mean_geometry(v) for op, v in geo.items()}
-        F.geometry_figure(geo, out / f"{s}_geometry.png", f"Suite {s}: layer-mean geometry (mean over seeds)")
-        index += [f"![geometry]({s}_geometry.png)", ""]
-    pairs = A.detach_pairs(deltas)
-    if pairs:
-        F.detach_figure(pairs, out / f"{s}_detach.png", f"Suite {s}: modified vs full calibration gradient")
-        index += [f"![detach vs full]({s}_detach.png)", ""]
-    return rows
+def _traj_points(rows: list[A.Row]) -> list[tuple[int, float, float, float]]:
+    return [(r.tokens, r.est.mean, r.est.lo, r.est.hi) for r in rows]
 
 
-def _mean_geometry(pts: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
-    by_t: dict[int, list[dict]] = {}
-    for t, g in pts:
-        by_t.setdefault(t, []).append(g)
-    out = []
-    for t in sorted(by_t):
-        keys = by_t[t][0].keys()
-        vals = {k: [g[k] for g in by_t[t] if g.get(k) is not None and math.isfinite(g[k])] for k in keys}
-        out.append((t, {k: float(np.mean(v)) if v else float("nan") for k, v in vals.items()}))
+def _label(k: Key, many: bool) -> str:
+    return f"{k.operator} ({T.tokens(k.budget)}, {k.data.split(' ')[0]})" if many else k.operator
+
+
+def _mean_geometry(points) -> dict[str, list[tuple[int, dict]]]:
+    """operator label -> [(tokens, layer-mean geometry averaged over seeds)] for primary evaluations."""
+    acc: dict[Key, dict[int, list[dict]]] = {}
+    for p in points:
+        if p.primary and p.geometry:
+            acc.setdefault(p.key, {}).setdefault(p.tokens, []).append(p.geometry)
+    many = len({k.setting() for k in acc}) > 1
+    out = {}
+    for k, by_t in acc.items():
+        series = []
+        for t in sorted(by_t):
+            gs = by_t[t]
+            keys = gs[0].keys()
+            vals = {m: [g[m] for g in gs if g.get(m) is not None and math.isfinite(g[m])] for m in keys}
+            series.append((t, {m: float(np.mean(v)) if v else float("nan") for m, v in vals.items()}))
+        out[_label(k, many)] = series
     return out
 
 
 def build_report(suite_dirs, out: str | Path) -> Path:
-    """Report of one or more suite folders into ``out``; returns the path of ``index.md``."""
+    """Report of one or more suite folders into ``out``; returns the path of ``index.md``.
+
+    The folders' runs are pooled: each run is paired with its same-seed control from any of them."""
     dirs = [Path(d) for d in ([suite_dirs] if isinstance(suite_dirs, (str, Path)) else suite_dirs)]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    index = [
+    results = load_many(dirs)
+    points = [p for r in results for p in r.points]
+    primary = [p for p in points if p.primary]
+    ix = _Index(out)
+    ix.lines += [
         "# kinterval report",
         "",
-        "Regenerated from result files only (manifests, per-block NLL arrays, "
-        "geometry probes). Single-seed intervals: circular block bootstrap over validation blocks (block 16, "
-        "4000 resamples; evaluation sampling only). Several seeds: mean of same-seed paired differences, "
-        "seed SD, t interval, exact sign-permutation p, BH q.",
+        "Regenerated from result files only (manifests, per-block NLL arrays, geometry probes) of "
+        + ", ".join(f"suite {r.suite} ({r.title}; {len(r.runs())} runs)" for r in results)
+        + ". ΔNLL = condition − same-seed control (softmax, or the full-gradient twin of a modified "
+        "backward) at the same token budget, data and checkpoint, paired per validation block, in nats/token "
+        "(positive: worse). One seed: circular block bootstrap over validation blocks (block 16, 4000 "
+        "resamples; evaluation sampling only). Several seeds: mean of the same-seed paired differences, "
+        "seed SD, t interval, exact sign-permutation p, BH q over the conditions of one setting.",
         "",
     ]
-    data: dict = {}
-    tables = {}
-    for d in dirs:
-        res = load_results(d)
-        tables[res.suite] = _suite_section(res, out, index, data)
-    if len(tables) > 1:
-        rows = A.cross_suite(tables)
-        _write_table(
-            out, "cross_suite", *T.cross_rows(rows, list(tables)), "Cross-suite ΔNLL contrasts", index
+    data: dict = {"folders": [{"suite": r.suite, "title": r.title, "runs": len(r.runs())} for r in results]}
+
+    pairing = A.softmax_pairs(primary)
+    rows = A.delta_table(pairing)
+    data["delta"] = rows
+    if rows:
+        ix.table("delta", *T.delta_rows(rows), "Endpoint ΔNLL vs same-seed softmax")
+    claims = C.paper_claims(primary)
+    data["claims"] = [c.to_dict() for c in claims]
+    ix.table("claims", *T.claim_rows(claims), "Paper claims")
+    settings, cross = A.cross_setting(rows)
+    if len(settings) > 1:
+        ix.table("cross_setting", *T.cross_rows(settings, cross), "ΔNLL vs softmax across settings")
+    fac = A.factorial_effects(primary)
+    if fac:
+        data["factorial"] = fac
+        ix.table("factorial", *T.factorial_rows(fac), "2x2 factorial effects by K")
+    trends = A.k_trends(pairing)
+    if trends:
+        data["k_trends"] = trends
+        ix.table("ktrend", *T.trend_rows(trends), "K-trend slopes of ΔNLL")
+    traj = A.trajectories(pairing)
+    if traj:
+        many = len({k.setting() for k in traj}) > 1
+        series = {_label(k, many): _traj_points(v) for k, v in traj.items()}
+        F.trajectory_figure(series, out / "trajectories.png", "ΔNLL vs same-seed softmax along training")
+        ix.figure("trajectories.png", "ΔNLL trajectories")
+        data["trajectories"] = {_label(k, True): v for k, v in traj.items()}
+    geo = _mean_geometry(points)
+    if geo:
+        F.geometry_figure(geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)")
+        ix.figure("geometry.png", "geometry")
+    det, det_pairing = A.detach_pairs(primary)
+    if det:
+        data["detach"] = det
+        ix.table("detach", *T.detach_rows(det), "Modified backward − same-seed full-gradient twin")
+        many = len({r.key.setting() for r in det}) > 1
+        by_key: dict[Key, list[A.Row]] = {}
+        for r in det:
+            if r.contrast.endswith(f"− {A.full_twin(r.key.operator)}"):
+                by_key.setdefault(r.key, []).append(r)
+        series = {_label(k, many): _traj_points(v) for k, v in by_key.items()}
+        F.trajectory_figure(
+            series,
+            out / "detach.png",
+            "Modified − same-seed full-gradient twin along training",
+            ylabel="ΔNLL vs full-gradient twin (nats/token)",
+            symlog=True,
         )
+        ix.figure("detach.png", "detach vs full")
+    tail = A.tail_decomposition(primary)
+    if tail:
+        data["tail_decomposition"] = tail
+        ix.table(
+            "taildecomp",
+            *T.detach_rows(tail),
+            "Tail policy: MinMax − resolved and resolved − FWM, same seed (path ratio in the last column)",
+        )
+    geo_end = A.final_geometry(points)
+    if geo_end:
+        data["geometry"] = {_label(k, True): g for k, g in geo_end.items()}
+        data["geometry_trajectories"] = geo
+        ix.table(
+            "geometry", *T.geometry_rows(geo_end), "Final-checkpoint geometry (layer mean, mean over seeds)"
+        )
+        gap = {
+            _label(r.key, len(settings) > 1): (
+                geo_end[r.key].get("h"),
+                geo_end[r.key].get("span"),
+                r.est.mean,
+            )
+            for r in rows
+            if r.key in geo_end
+        }
+        if gap:
+            F.widthgap_figure(gap, out / "widthgap.png", "Endpoint ΔNLL vs native width h and row span")
+            ix.figure("widthgap.png", "ΔNLL vs h and span")
+    ranks = A.rank_statistics(rows, geo_end)
+    if any(s.kendall_w is not None or s.spearman_h is not None for s in ranks):
+        data["ranks"] = ranks
+        ix.table("ranks", *T.rank_rows(ranks), "Rank statistics: ordering over seeds, ΔNLL vs geometry")
+    held = A.heldout_table(points)
+    if held:
+        data["heldout"] = held
+        ix.table("heldout", *T.heldout_rows(held), "Held-out and substitution evaluations: ΔNLL vs softmax")
+    logs = {(r.suite, run): rows_ for r in results for run, rows_ in r.logs.items()}
+    clips = A.clip_fractions(points, logs)
+    if clips:
+        data["clip_fractions"] = clips
+        ix.table("clip", *T.clip_rows(clips), "Fraction of training steps with a clipped gradient norm")
+    unpaired = {**pairing.unpaired, **det_pairing.unpaired}
+    if unpaired:
+        data["unpaired"] = unpaired
+        ix.table("unpaired", *T.unpaired_rows(unpaired), "Runs with no valid control (not in the tables)")
     (out / "report.json").write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
-    index += ["All numbers: [report.json](report.json)", ""]
+    ix.lines += ["All numbers: [report.json](report.json)", ""]
     path = out / "index.md"
-    path.write_text("\n".join(index))
+    path.write_text("\n".join(ix.lines))
     return path
 
 
 def _json_default(o):
+    if dataclasses.is_dataclass(o):
+        return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
     if isinstance(o, np.ndarray):
         return o.tolist()
-    if isinstance(o, (np.floating, np.integer)):
+    if isinstance(o, (np.floating, np.integer, np.bool_)):
         return o.item()
-    if hasattr(o, "run_id"):
-        return o.run_id
     return str(o)
 
 
@@ -149,29 +221,29 @@ def demo_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     soft = np.asarray(per_block["softmax"], dtype=np.float64)
-    rows = []
+    rows, table = [], []
     for op, nll in per_block.items():
         if op == "softmax":
             continue
         nll = np.asarray(nll, dtype=np.float64)
         if nll.shape != soft.shape:
             raise ValueError(f"{op}: {nll.shape[0]} blocks, softmax has {soft.shape[0]}")
-        d = nll - soft
-        lo, hi = A._ci(d)
-        sep = bool(math.isfinite(lo) and lo > 0.01)
+        est = A.estimate({0: nll - soft})
+        row = A.Row(f"{op} − softmax", Key(op, 0, "", ""), (0,), est, nll=float(nll.mean()))
+        table.append(row)
         rows.append(
             {
                 "operator": op,
                 "seeds": [0],
-                "nll": float(nll.mean()),
-                "delta": float(d.mean()),
-                "lo": lo,
-                "hi": hi,
-                "interval": "block bootstrap",
-                "separated": sep,
+                "nll": row.nll,
+                "delta": est.mean,
+                "lo": est.lo,
+                "hi": est.hi,
+                "interval": est.interval,
+                "separated": est.separated,
             }
         )
-    headers, cells = T.delta_rows(rows)
+    headers, cells = T.delta_rows(table)
     cap = f"{title}: ΔNLL vs softmax (softmax NLL {soft.mean():.4f} nats/token, {soft.size} blocks)"
     (out / "delta.md").write_text(T.render(headers, cells, "md", cap))
     (out / "delta.tex").write_text(T.render(headers, cells, "tex", cap))

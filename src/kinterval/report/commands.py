@@ -17,7 +17,9 @@ def _report(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="tables (Markdown + LaTeX) and figures from suite result files")
     p.add_argument(
-        "dirs", nargs="+", help="suite folder(s) (with manifest.json); several give a cross-suite table"
+        "dirs",
+        nargs="+",
+        help="suite folder(s) (with manifest.json); runs are paired with same-seed controls across all",
     )
     p.add_argument("--out", default=None, help="output folder (default: DIR/report)")
     p.set_defaults(func=_report)

@@ -10,16 +10,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# (metric, axis label, log scale): span and h on log axes as in the paper's geometry figures
 GEOMETRY = (
-    ("span", "row span M − m (score units)"),
-    ("h", "native width h (score units)"),
-    ("tv", "TV(native, softmax)"),
+    ("span", "row span M − m (score units, log)", True),
+    ("h", "native width h (score units, log)", True),
+    ("tv", "TV(native, softmax)", False),
+    ("top_bucket_mass", "softmax mass in the top bucket", False),
 )
 
 
 def _legend(ax, n: int) -> None:
     if n:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, ncol=1 + n // 20)
 
 
 def _tokens_axis(ax) -> None:
@@ -28,15 +30,26 @@ def _tokens_axis(ax) -> None:
     ax.grid(alpha=0.3)
 
 
-def trajectory_figure(traj: dict, path: Path, title: str) -> Path:
-    """ΔNLL vs training tokens, one line per condition with its CI band."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+def trajectory_figure(
+    traj: dict,
+    path: Path,
+    title: str,
+    *,
+    ylabel: str = "ΔNLL vs softmax (nats/token)",
+    symlog: bool = True,
+) -> Path:
+    """ΔNLL vs training tokens, one line per condition with its CI band; symlog vertical axis (linear within
+    ±0.02 nats) as in the paper's figures, so that 0.01-nat and 1-nat gaps are both readable."""
+    ncol = 1 + len(traj) // 20  # many conditions (a full grid): a wider figure with a multi-column legend
+    fig, ax = plt.subplots(figsize=(8 + 3.5 * ncol, max(4.5, 0.2 * len(traj) / ncol + 1)))
     for op, pts in sorted(traj.items()):
         t = [p[0] for p in pts]
         line = ax.plot(t, [p[1] for p in pts], marker="o", ms=3, lw=1.2, label=op)[0]
         ax.fill_between(t, [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.15, lw=0)
     ax.axhline(0, color="k", lw=0.8)
-    ax.set_ylabel("ΔNLL vs softmax (nats/token)")
+    if symlog:
+        ax.set_yscale("symlog", linthresh=0.02)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     _tokens_axis(ax)
     _legend(ax, len(traj))
@@ -47,37 +60,23 @@ def trajectory_figure(traj: dict, path: Path, title: str) -> Path:
 
 
 def geometry_figure(series: dict[str, list[tuple[int, dict]]], path: Path, title: str) -> Path:
-    """Layer-mean span, h and TV vs training tokens per condition."""
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    for ax, (key, label) in zip(axes, GEOMETRY):
+    """Layer-mean span, h, TV and top-bucket mass vs training tokens per condition (legend below)."""
+    ncol = 4
+    legend_h = 0.17 * -(-len(series) // ncol) + 0.3  # inches: one line per legend row
+    fig, axes = plt.subplots(1, len(GEOMETRY), figsize=(17, 4 + legend_h))
+    for ax, (key, label, log) in zip(axes, GEOMETRY):
         for op, pts in sorted(series.items()):
             vals = [(t, g.get(key)) for t, g in pts if g.get(key) is not None and g.get(key) == g.get(key)]
             if vals:
                 ax.plot([v[0] for v in vals], [v[1] for v in vals], marker="o", ms=3, lw=1.2, label=op)
         ax.set_ylabel(label)
         _tokens_axis(ax)
+        if log and any(line.get_ydata().min() > 0 for line in ax.get_lines()):
+            ax.set_yscale("log")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.86, 0.5), frameon=False)
+    fig.legend(handles, labels, fontsize=7, loc="lower center", frameon=False, ncol=ncol)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.85, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
-
-
-def detach_figure(pairs: dict, path: Path, title: str) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for op, d in sorted(pairs.items()):
-        for which, style in (("modified", "-"), ("full", "--")):
-            pts = d[which]
-            label = op if which == "modified" else f"{d['full_operator']} (full)"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, label=label)
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set_ylabel("ΔNLL vs softmax (nats/token)")
-    ax.set_title(title, fontsize=10)
-    _tokens_axis(ax)
-    _legend(ax, len(pairs))
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, legend_h / (4 + legend_h), 1, 0.95))
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
@@ -96,6 +95,28 @@ def endpoint_figure(rows: list[dict], path: Path, title: str) -> Path:
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def widthgap_figure(points: dict[str, tuple[float, float, float]], path: Path, title: str) -> Path:
+    """Condition-mean endpoint ΔNLL against native width h and row span (Figure widthgap): log x, symlog y
+    (linear within ±0.02 nats). ``points``: condition -> (h, span, ΔNLL)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, i, label in ((axes[0], 0, "native width h (log)"), (axes[1], 1, "row span M − m (log)")):
+        xs = [(v[i], v[2], op) for op, v in sorted(points.items()) if v[i] is not None and v[i] > 0]
+        ax.scatter([x for x, _, _ in xs], [y for _, y, _ in xs], s=18, color="#4c72b0")
+        for x, y, op in xs if len(xs) <= 12 else ():  # a designed grid of 25 conditions: points only
+            ax.annotate(op, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_yscale("symlog", linthresh=0.02)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xlabel(label)
+        ax.set_ylabel("endpoint ΔNLL vs softmax (nats/token)")
+        ax.grid(alpha=0.3, which="both")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path

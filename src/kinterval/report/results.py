@@ -1,50 +1,98 @@
-"""Loading a suite's results from files only: manifest, per-checkpoint evaluations, geometry probes.
+"""Loading suite results from files only: manifests, per-checkpoint evaluations, geometry probes, run logs.
 
-One :class:`Point` per (run, checkpoint); identity (operator, axes, seed, group) comes from the manifest.
+One :class:`Point` per (run, checkpoint, evaluation tag); identity (operator, seed, token budget, group) comes
+from the manifest, never from folder names. Several suite folders load into one list, so that a run can be
+paired with a control of another folder (a supplementary run with its suite-D softmax).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from kinterval.ops import OperatorSpec
 from kinterval.suite.manifest import read_manifest
+
+REFERENCES = ("softmax", "sdpa")  # exact-softmax operators: the controls of every ΔNLL
+
+
+def operator_spec(operator: str) -> OperatorSpec:
+    """The :class:`OperatorSpec` of an operator name with overrides (``sdpa`` is softmax computed by SDPA)."""
+    return OperatorSpec.parse("softmax") if operator == "sdpa" else OperatorSpec.from_full_name(operator)
+
+
+@dataclass(frozen=True)
+class Key:
+    """What a table row is about: the operator with its overrides, the run's token budget, the evaluation data
+    and the evaluation tag (``val``, ``test__ptb``, ``val__op-softmax``, ...)."""
+
+    operator: str
+    budget: int
+    data: str
+    tag: str
+
+    def setting(self) -> tuple[int, str, str]:
+        """The key without the operator: the columns of a cross-setting table."""
+        return (self.budget, self.data, self.tag)
 
 
 @dataclass
 class Point:
+    """One evaluated checkpoint of one run."""
+
     suite: str
     run_id: str
     group: str
     operator: str
     seed: int
-    axes: dict
+    budget: int  # the run's planned training tokens
     step: int
-    tokens: int
+    tokens: int  # training tokens at this checkpoint
+    tag: str  # evaluation folder name under RUN/eval/
+    data: tuple  # (data folder name, split, T, n_blocks): what must match for a paired comparison
     nll: np.ndarray  # per-block NLL
-    data_key: tuple  # (data dir, split, T, n_blocks): what must match for a paired comparison
+    operator_used: str = ""  # differs from ``operator`` for an operator-substitution evaluation
+    docs: dict = field(default_factory=dict)  # doc_ids, doc_nll, doc_tokens when evaluated with clusters
     geometry: dict = field(default_factory=dict)  # layer-mean geometry, when probed
+    primary: bool = True  # the suite's own evaluation (manifest eval_dir), not a held-out one
 
     @property
     def mean(self) -> float:
         return float(self.nll.mean())
 
     @property
-    def family(self) -> str:
-        """Operator without its K: ``lerp``, ``fwm-prob[range_grad=detach]``, ``softmax``."""
-        return family_of(self.operator)
+    def spec(self) -> OperatorSpec:
+        return operator_spec(self.operator)
 
     @property
     def K(self) -> int | None:
-        return self.axes.get("K")
+        return self.spec.K
+
+    @property
+    def family(self) -> str:
+        """Operator with overrides but without its K: ``lerp``, ``fwm-prob[arithmetic=historical]``."""
+        s = self.spec
+        if s.K is None:
+            return self.operator
+        base = str(s).rsplit("-k", 1)[0]
+        extra = self.operator.partition("[")[2]
+        return f"{base}[{extra}" if extra else base
+
+    @property
+    def is_reference(self) -> bool:
+        return self.operator in REFERENCES
+
+    @property
+    def key(self) -> Key:
+        return Key(self.operator, self.budget, data_label(self.data), self.tag)
 
 
-def family_of(operator: str) -> str:
-    return re.sub(r"-k\d+", "", operator)
+def data_label(data: tuple) -> str:
+    name, split, T, n = data
+    return f"{name}:{split} (T={T}, {n} blocks)"
 
 
 @dataclass
@@ -54,61 +102,82 @@ class SuiteResults:
     dir: Path
     manifest: dict
     points: list[Point]
+    logs: dict[str, list[dict]] = field(default_factory=dict)  # run_id -> metrics.jsonl rows
 
     def runs(self) -> dict[str, list[Point]]:
         out: dict[str, list[Point]] = {}
         for p in self.points:
-            out.setdefault(p.run_id, []).append(p)
+            if p.primary:
+                out.setdefault(p.run_id, []).append(p)
         return {k: sorted(v, key=lambda p: p.step) for k, v in out.items()}
 
-    def final(self) -> list[Point]:
-        return [v[-1] for v in self.runs().values()]
+
+def _read_logs(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def load_results(suite_dir: str | Path) -> SuiteResults:
+    """Every evaluation (all tags) of every run of the suite folder ``suite_dir``."""
     suite_dir = Path(suite_dir)
     m = read_manifest(suite_dir)
-    points = []
+    points, logs = [], {}
     for r in m["runs"]:
-        ev = suite_dir / r["eval_dir"]
-        geo_dir = suite_dir / r["run_dir"] / "diagnostics" / "geometry"
-        axes = {
-            k: r.get(k)
-            for k in (
-                "kind",
-                "name",
-                "calibration",
-                "reconstruction",
-                "surrogate",
-                "K",
-                "tau",
-                "range_grad",
-                "arithmetic",
-            )
-        }
-        for js in sorted(ev.glob("step_*.json")) if ev.is_dir() else []:
+        run_dir = suite_dir / r["run_dir"]
+        primary_tag = Path(r["eval_dir"]).name
+        geo_dir = run_dir / "diagnostics" / "geometry"
+        logs[r["run_id"]] = _read_logs(run_dir)
+        budget = int(r.get("tokens") or 0)
+        for js in sorted((run_dir / "eval").glob("*/step_*.json")):
             s = json.loads(js.read_text())
-            if s.get("operator_override"):
-                continue
-            with np.load(js.with_suffix(".npz")) as z:
+            npz = js.with_suffix(".npz")
+            if not npz.is_file():
+                raise ValueError(f"{js}: its per-block arrays {npz.name} are missing")
+            with np.load(npz) as z:
                 nll = z["nll"].astype(np.float64)
+                docs = {k: z[k] for k in ("doc_ids", "doc_nll", "doc_tokens") if k in z.files}
+            tag = js.parent.name
             geo = {}
             gj = geo_dir / js.name
-            if gj.is_file():
+            if tag == primary_tag and gj.is_file():
                 geo = json.loads(gj.read_text()).get("mean", {})
+            data = (Path(str(s.get("data_dir", ""))).name, s.get("split"), s.get("T"), int(nll.size))
             points.append(
                 Point(
-                    m["suite"],
-                    r["run_id"],
-                    r["group"],
-                    r["operator"],
-                    int(r["seed"]),
-                    axes,
-                    int(s["step"]),
-                    int(s.get("tokens", 0)),
-                    nll,
-                    (s.get("data_dir"), s.get("split"), s.get("T"), int(nll.size)),
-                    geo,
+                    suite=m["suite"],
+                    run_id=r["run_id"],
+                    group=r["group"],
+                    operator=r["operator"],
+                    seed=int(r["seed"]),
+                    budget=budget,
+                    step=int(s["step"]),
+                    tokens=int(s.get("tokens", 0)),
+                    tag=tag,
+                    data=data,
+                    nll=nll,
+                    operator_used=s.get("operator_used", r["operator"]),
+                    docs=docs,
+                    geometry=geo,
+                    primary=tag == primary_tag,
                 )
             )
-    return SuiteResults(m["suite"], m.get("title", m["suite"]), suite_dir, m, points)
+    return SuiteResults(m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs)
+
+
+def load_many(dirs) -> list[SuiteResults]:
+    """Several suite folders; a run (operator, seed, budget, data) found in two folders is an error."""
+    out = [load_results(d) for d in dirs]
+    seen: dict[tuple, Path] = {}
+    for res in out:
+        for run_id, pts in res.runs().items():
+            p = pts[0]
+            ident = (p.operator, p.seed, p.budget, p.data)
+            if ident in seen and seen[ident] != res.dir:
+                raise ValueError(
+                    f"run {run_id} ({p.operator}, seed {p.seed}, {p.budget} tokens, "
+                    f"data {data_label(p.data)}) is in both {seen[ident]} and {res.dir}; give each run once"
+                )
+            seen[ident] = res.dir
+    return out

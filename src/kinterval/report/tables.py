@@ -1,8 +1,13 @@
-"""Markdown and LaTeX renderings of the analysis rows (same content, two formats)."""
+"""Markdown and LaTeX renderings of the analysis rows (same content, two formats).
+
+Each ``*_rows`` function turns :class:`~kinterval.report.analysis.Row` objects into (headers, cells).
+"""
 
 from __future__ import annotations
 
 import math
+
+from kinterval.report.analysis import Row
 
 
 def num(x, signed: bool = True, digits: int = 4) -> str:
@@ -29,59 +34,231 @@ def render(headers: list[str], rows: list[list[str]], fmt: str = "md", caption: 
     )
 
 
-def delta_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    multi = any(len(r["seeds"]) > 1 for r in rows)
-    headers = ["Condition", "Seeds", "NLL", "ΔNLL (nats/token)", "95% CI", "Interval"]
+def tokens(n: int) -> str:
+    """``100000000`` -> ``100M``."""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.4g}{unit}"
+    return str(n)
+
+
+def _setting_cells(rows: list[Row]) -> tuple[list[str], callable]:
+    """Budget/data/tag columns, shown only when the rows come from more than one setting."""
+    settings = {r.key.setting() for r in rows if r.key}
+    if len(settings) <= 1:
+        return [], lambda r: []
+    return ["Budget", "Data", "Eval"], lambda r: [tokens(r.key.budget), r.key.data, r.key.tag]
+
+
+def seeds(r: Row) -> str:
+    return ",".join(map(str, r.seeds))
+
+
+def estimate_headers(rows: list[Row]) -> list[str]:
+    if any(r.est.n_seeds > 1 for r in rows):
+        return ["95% CI", "Interval", "Seed SD", "Eval SE", "p (perm.; boot. for one seed)", "BH q"]
+    return ["95% CI", "Interval", "Separated (lo > +0.01)"]
+
+
+def estimate_cells(r: Row, multi: bool) -> list[str]:
+    e = r.est
+    cells = [ci(e.lo, e.hi), e.interval]
     if multi:
-        headers += ["Seed SD", "perm. p", "BH q"]
-    else:
-        headers += ["Separated (lo > +0.01)"]
-    out = []
-    for r in rows:
-        cells = [
-            r["operator"],
-            ",".join(map(str, r["seeds"])),
-            num(r["nll"], False),
-            num(r["delta"]),
-            ci(r["lo"], r["hi"]),
-            r["interval"],
+        return cells + [num(e.sd, False), num(e.eval_se, False), num(e.p, False, 3), num(r.q, False, 3)]
+    return cells + ["yes" if e.separated else "no"]
+
+
+def delta_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    multi = any(r.est.n_seeds > 1 for r in rows)
+    extra, cells_of = _setting_cells(rows)
+    headers = ["Condition", *extra, "Seeds", "NLL", "ΔNLL (nats/token)", *estimate_headers(rows)]
+    out = [
+        [
+            r.key.operator,
+            *cells_of(r),
+            seeds(r),
+            num(r.nll, False),
+            num(r.est.mean),
+            *estimate_cells(r, multi),
         ]
-        if multi:
-            cells += [num(r.get("sd"), False), num(r.get("p"), False, 3), num(r.get("q"), False, 3)]
-        else:
-            cells += ["yes" if r.get("separated") else "no"]
-        out.append(cells)
+        for r in rows
+    ]
     return headers, out
 
 
-def factorial_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    names = {
-        "calibration": "calibration (FWM - MinMax)",
-        "surrogate": "surrogate (Prob - Weight)",
-        "interaction": "interaction (FWM_P - FWM_W) - (MM_P - MM_W)",
-    }
-    headers = ["K", "Effect", "Estimate (nats/token)", "95% CI", "Seeds"]
+FACTORIAL_NAMES = {
+    "calibration": "calibration (FWM - MinMax)",
+    "surrogate": "surrogate (Prob - Weight)",
+    "interaction": "interaction (FWM_P - FWM_W) - (MM_P - MM_W)",
+}
+
+
+def factorial_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    multi = any(r.est.n_seeds > 1 for r in rows)
+    extra, cells_of = _setting_cells(rows)
+    headers = ["K", *extra, "Effect", "Estimate (nats/token)", *estimate_headers(rows), "Seeds", "Cells"]
     return headers, [
-        [str(r["K"]), names[r["effect"]], num(r["estimate"]), ci(r["lo"], r["hi"]), str(r["n_seeds"])]
+        [
+            str(r.K) if r.K is not None else "pooled",
+            *cells_of(r),
+            FACTORIAL_NAMES.get(r.contrast, r.contrast),
+            num(r.est.mean),
+            *estimate_cells(r, multi),
+            str(r.est.n_seeds),
+            r.family,
+        ]
         for r in rows
     ]
 
 
-def trend_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    headers = ["Family", "K values", "Seeds", "Slope (nats per doubling of K)", "95% CI"]
+def trend_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    extra, cells_of = _setting_cells(rows)
+    headers = ["Family", "K values", "Seeds", *extra, "Slope (nats per doubling of K)", "95% CI", "Interval"]
+    headers += ["Seed SD"]
     return headers, [
-        [r["family"], ",".join(map(str, r["K"])), str(r["n_seeds"]), num(r["slope"]), ci(r["lo"], r["hi"])]
+        [
+            r.family,
+            r.note,
+            str(r.est.n_seeds),
+            *cells_of(r),
+            num(r.est.mean),
+            ci(r.est.lo, r.est.hi),
+            r.est.interval,
+            num(r.est.sd, False),
+        ]
         for r in rows
     ]
 
 
-def cross_rows(rows: list[dict], suites: list[str]) -> tuple[list[str], list[list[str]]]:
-    headers = ["Condition", *[f"{s}: ΔNLL [95% CI]" for s in suites]]
+def detach_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    extra, cells_of = _setting_cells(rows)
+    headers = ["Condition", *extra, "Tokens", "Seeds", "Modified − full (nats/token)", "95% CI", "Interval"]
+    headers += ["Gap recovery"]
+    return headers, [
+        [
+            r.contrast,
+            *cells_of(r),
+            tokens(r.tokens),
+            seeds(r),
+            num(r.est.mean),
+            ci(r.est.lo, r.est.hi),
+            r.est.interval,
+            num(r.recovery, False, 3),
+        ]
+        for r in rows
+    ]
+
+
+def cross_rows(settings: list[tuple], table: dict) -> tuple[list[str], list[list[str]]]:
+    headers = ["Condition", *[f"{tokens(b)}, {d}, {t}: ΔNLL [95% CI]" for b, d, t in settings]]
     out = []
-    for r in rows:
-        cells = [r["operator"]]
-        for s in suites:
-            v = r["by_suite"].get(s)
-            cells.append("-" if v is None else f"{num(v[0])} {ci(v[1], v[2])}")
+    for op, by in table.items():
+        cells = [op]
+        for s in settings:
+            r = by.get(s)
+            cells.append("-" if r is None else f"{num(r.est.mean)} {ci(r.est.lo, r.est.hi)}")
         out.append(cells)
     return headers, out
+
+
+def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]:
+    return ["Run [eval] vs control", "Why it has no valid control"], [
+        [k, v] for k, v in sorted(unpaired.items())
+    ]
+
+
+def claim_rows(claims) -> tuple[list[str], list[list[str]]]:
+    headers = ["Claim", "Paper", "Ours (95% CI)", "Status", "Direction agrees", "Separated (CI excludes 0)"]
+    headers += ["Runs", "Tested"]
+    yn = {True: "yes", False: "no", None: "-"}
+    return headers, [
+        [
+            c.claim,
+            c.paper,
+            c.ours,
+            c.status,
+            yn[c.direction_agrees],
+            yn[c.separated],
+            c.setting or "-",
+            c.test,
+        ]
+        for c in claims
+    ]
+
+
+def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    headers = [
+        "Condition",
+        "Contrast",
+        "Eval",
+        "Data",
+        "Seeds",
+        "ΔNLL (nats/token)",
+        "95% CI",
+        "Interval",
+        "BH q",
+    ]
+    headers += ["CI excl. 0", "CI inside ±0.01"]
+    yn = {True: "yes", False: "no"}
+    return headers, [
+        [
+            r.key.operator,
+            r.contrast.replace(r.key.operator, "").strip(" −") or r.contrast,
+            r.key.tag,
+            r.key.data,
+            seeds(r),
+            num(r.est.mean),
+            ci(r.est.lo, r.est.hi),
+            r.est.interval,
+            num(r.q, False, 3),
+            yn[r.est.excludes_zero],
+            yn[r.est.within_margin],
+        ]
+        for r in rows
+    ]
+
+
+def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
+    headers = ["Budget", "Data", "Eval", "Seeds", "Conditions", "Kendall's W", "Pairwise Spearman (min–max)"]
+    headers += ["Spearman ΔNLL vs h (p)", "Spearman ΔNLL vs span (p)"]
+
+    def rho(x):
+        return "-" if x is None else f"{x[0]:+.3f} ({x[1]:.3g})"
+
+    return headers, [
+        [
+            tokens(s.setting[0]),
+            s.setting[1],
+            s.setting[2],
+            ",".join(map(str, s.seeds)),
+            str(len(s.conditions)),
+            num(s.kendall_w, False, 3),
+            f"{min(s.pairwise_spearman):.3f}–{max(s.pairwise_spearman):.3f}" if s.pairwise_spearman else "-",
+            rho(s.spearman_h),
+            rho(s.spearman_span),
+        ]
+        for s in stats
+    ]
+
+
+def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
+    headers = ["Condition", "Budget", "Seeds", "Clipped steps (mean over seeds)", "Per seed"]
+    return headers, [
+        [
+            r.key.operator,
+            tokens(r.key.budget),
+            ",".join(map(str, r.seeds)),
+            f"{r.mean:.3f}",
+            ", ".join(f"{x:.3f}" for x in r.per_seed),
+        ]
+        for r in rows
+    ]
+
+
+def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
+    metrics = ["span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"]
+    headers = ["Condition", "Budget", *metrics]
+    return headers, [
+        [k.operator, tokens(k.budget), *[num(g.get(m), False, 3) for m in metrics]]
+        for k, g in sorted(geo.items(), key=lambda kv: str(kv[0]))
+    ]

@@ -31,6 +31,7 @@ class BootstrapResult:
     level: float
     n_resamples: int
     method: str
+    p: float = 1.0  # two-sided percentile-bootstrap p for "mean = 0" (see _percentile_result)
 
     def excludes_zero(self) -> bool:
         return self.lo > 0.0 or self.hi < 0.0
@@ -41,6 +42,10 @@ def _percentile_result(
 ) -> BootstrapResult:
     alpha = 1.0 - level
     lo, hi = np.quantile(reps, [alpha / 2, 1 - alpha / 2])
+    # The smallest alpha whose percentile interval excludes 0: 2 min(P(rep <= 0), P(rep >= 0)), with the
+    # observed estimate counted once so that p > 0.
+    n = reps.size
+    p = 2 * min(np.count_nonzero(reps <= 0) + 1, np.count_nonzero(reps >= 0) + 1) / (n + 1)
     return BootstrapResult(
         mean=float(estimate),
         lo=float(lo),
@@ -49,6 +54,7 @@ def _percentile_result(
         level=level,
         n_resamples=n_resamples,
         method=method,
+        p=float(min(1.0, p)),
     )
 
 

@@ -1,0 +1,101 @@
+"""Synthetic suite result folders for the report tests: a real manifest (``build_manifest`` of a suite file)
+and, for every run and checkpoint, the evaluation files a suite run writes (``eval/<tag>/step_*.json`` +
+``.npz``), the geometry probe and ``metrics.jsonl``, with planted effects. No training.
+
+Per-block NLL = base(block) + seed level + ``effect(run, frac)`` + noise, where ``frac`` is the checkpoint's
+fraction of the run; the base and the seed level are shared by every run of a seed, so they cancel in every
+same-seed contrast and the planted effect comes back.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from kinterval.suite.definition import load_suite
+from kinterval.suite.manifest import build_manifest, write_manifest
+
+
+def _rng(*parts) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32("/".join(map(str, parts)).encode()))
+
+
+def write_results(
+    root: Path,
+    suite,
+    effect: Callable[[dict, float], float],
+    *,
+    n_blocks: int = 64,
+    noise: float = 0.01,
+    data: str = "data",
+    geometry: Callable[[dict, float], dict] | None = None,
+    heldout: dict[str, tuple[str, int, Callable[[dict], float], bool]] | None = None,
+    clip: Callable[[dict], float] | None = None,
+    runs: Callable[[dict], bool] | None = None,
+) -> dict:
+    """Write the results of ``suite`` (a name or a .toml path) into ``root``; returns the manifest.
+
+    ``heldout``: tag -> (data folder name, n_blocks, endpoint effect(run), with document clusters); those
+    evaluations are written for the final checkpoint only. ``clip(run)``: fraction of clipped steps logged.
+    ``runs(run)``: False drops a run's results (the manifest keeps it).
+    """
+    m = build_manifest(load_suite(suite), root, root / data)
+    write_manifest(root, m)
+    T = 64
+    for r in m["runs"]:
+        if runs is not None and not runs(r):
+            continue
+        run_dir = root / r["run_dir"]
+        steps = r["checkpoint_steps"]
+        tokens_per_step = r["tokens"] // steps[-1]
+        level = _rng("seed", r["seed"]).normal(0, 0.05)
+        base = _rng("base", r["seed"]).normal(5.0, 0.3, n_blocks) + level
+        for i, step in enumerate(steps):
+            frac = (i + 1) / len(steps)
+            nll = base + effect(r, frac) + _rng(r["run_id"], step).normal(0, noise, n_blocks)
+            _write_eval(
+                run_dir / r["eval_dir"].split("/", 2)[2], step, step * tokens_per_step, root / data, T, nll
+            )
+            if geometry is not None:
+                g = run_dir / "diagnostics" / "geometry"
+                g.mkdir(parents=True, exist_ok=True)
+                (g / f"step_{step:06d}.json").write_text(json.dumps({"mean": geometry(r, frac)}))
+        for tag, (name, n, eff, docs) in (heldout or {}).items():
+            hb = _rng("heldout", name, r["seed"]).normal(5.0, 0.3, n)
+            nll = hb + eff(r) + _rng(r["run_id"], tag).normal(0, noise, n)
+            _write_eval(
+                run_dir / "eval" / tag, steps[-1], steps[-1] * tokens_per_step, root / name, T, nll, docs
+            )
+        if clip is not None:
+            rows = [{"step": s, "clipped_frac": clip(r), "train_loss": 5.0} for s in steps]
+            (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in rows) + "\n")
+    return m
+
+
+def _write_eval(ev: Path, step: int, tokens: int, data_dir: Path, T: int, nll, docs: bool = False) -> None:
+    ev.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:06d}"
+    arrays = {"nll": nll}
+    if docs:  # one document per two blocks; per-document NLL sums over its tokens
+        ids = np.arange(nll.size) // 2
+        arrays.update(
+            doc_ids=np.unique(ids),
+            doc_nll=np.bincount(ids, weights=nll * T),
+            doc_tokens=np.bincount(ids) * T,
+        )
+    np.savez(ev / f"{name}.npz", **arrays)
+    summary = {
+        "step": step,
+        "tokens": tokens,
+        "operator_override": "__op-" in ev.name,
+        "data_dir": str(data_dir),
+        "split": ev.name.split("__")[0],
+        "T": T,
+        "n_blocks": int(nll.size),
+        "mean_nll": float(nll.mean()),
+    }
+    (ev / f"{name}.json").write_text(json.dumps(summary))

@@ -1,0 +1,75 @@
+"""The one rule (block bootstrap for one seed, seed summary for several), factorial cells from the operator
+spec (tau included), full-gradient twins and pairing keys, on in-memory points."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kinterval.report import analysis as A
+from kinterval.report.results import Point
+from kinterval.stats import block_bootstrap_ci, permutation_p_exact, seed_summary
+
+N = 48
+
+
+def point(op, seed, nll, *, budget=1000, tokens=1000, step=10, data="d", tag="val"):
+    return Point("s", f"{op}-s{seed}", "g", op, seed, budget, step, tokens, tag, (data, "val", 64, N), nll)
+
+
+def test_estimate_one_seed_is_the_block_bootstrap():
+    x = np.random.default_rng(0).normal(0.1, 0.05, N)
+    e = A.estimate({7: x})
+    b = block_bootstrap_ci(x, block=16, n_resamples=4000)
+    assert (e.mean, e.lo, e.hi, e.interval, e.n_seeds) == (b.mean, b.lo, b.hi, "block bootstrap", 1)
+    assert e.eval_se == pytest.approx(b.se) and e.sd is None and e.p == b.p == 2 / 4001
+
+
+def test_estimate_several_seeds_is_the_seed_summary():
+    rng = np.random.default_rng(1)
+    xs = {s: rng.normal(m, 0.05, N) for s, m in ((7, 0.10), (42, 0.13), (1337, 0.08))}
+    e = A.estimate(xs)
+    means = [xs[s].mean() for s in (7, 42, 1337)]
+    ss = seed_summary(means)
+    assert (e.mean, e.lo, e.hi, e.sd, e.interval) == pytest.approx((ss.mean, ss.lo, ss.hi, ss.sd, "t (2 df)"))
+    assert e.p == permutation_p_exact(means) and e.per_seed == tuple(means)
+
+
+def test_factorial_takes_tau_from_the_spec():
+    """FWM cells at tau=5 form a factorial with the MinMax cells (the old code required tau == 6.0)."""
+    base = np.random.default_rng(2).normal(4.0, 0.2, N)
+    eff = {
+        "minmax-weight-k4": 0.2,
+        "minmax-prob-k4": 0.14,
+        "fwm-weight-k4[tau=5]": 0.04,
+        "fwm-prob-k4[tau=5]": 0.01,
+    }
+    pts = [point(op, 7, base + e) for op, e in eff.items()]
+    rows = {r.contrast: r for r in A.factorial_effects(pts)}
+    assert {"calibration", "surrogate", "interaction", "Prob − Weight under FWM"} <= set(rows)
+    assert rows["Prob − Weight under FWM"].est.mean == pytest.approx(0.01 - 0.04)
+    assert rows["interaction"].est.mean == pytest.approx((0.01 - 0.04) - (0.14 - 0.2))
+    assert "tau=5" in rows["interaction"].family
+    assert rows["interaction"].est.interval == "block bootstrap"
+
+
+def test_family_and_full_twin_come_from_the_spec():
+    p = point("fwm-prob-k16[tau=5,range_grad=detach]", 7, np.zeros(N))
+    assert (p.K, p.family) == (16, "fwm-prob[tau=5,range_grad=detach]")
+    assert A.full_twin("lerp-k32[range_grad=detach]") == "lerp-k32"
+    assert A.full_twin("minmax-weight-k4[range_grad=max_only,arithmetic=historical]") == (
+        "minmax-weight-k4[arithmetic=historical]"
+    )
+    assert A.full_twin("lerp-k32") is None
+    with pytest.raises(ValueError, match="unknown operator"):
+        A.full_twin("lerp-kx")
+
+
+def test_single_seed_k_trend_gets_a_block_bootstrap_interval():
+    base = np.random.default_rng(3).normal(4.0, 0.2, N)
+    noise = np.random.default_rng(4).normal(0, 0.01, (3, N))
+    pts = [point("softmax", 7, base)]
+    pts += [point(f"lerp-k{K}", 7, base + d + n) for K, d, n in zip((4, 16, 64), (0.09, 0.05, 0.01), noise)]
+    (row,) = A.k_trends(A.softmax_pairs(pts))
+    assert row.est.mean == pytest.approx(-0.02, abs=3e-3)
+    assert row.est.interval == "block bootstrap" and row.est.lo < row.est.mean < row.est.hi < 0

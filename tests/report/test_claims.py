@@ -1,0 +1,130 @@
+"""The "Paper claims" table on a mini-shaped suite at tiny size with planted per-block results: claims that
+agree, a planted reversal that disagrees, and claims whose runs are absent listed as "not run"."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from synthetic_results import write_results
+
+from kinterval.report.build import build_report
+
+# The mini suite's conditions (softmax; LERP K4/16/32; LERP K32 detach; the 2x2 factorial at K4 in historical
+# arithmetic) at a tiny size, in the suite-file syntax of suite/suites/mini.toml.
+MINI_SHAPED = """
+name = "mini-shaped"
+title = "mini-shaped: the mini conditions at a tiny size"
+protocol = "tiny-cpu"
+corpus = "synthetic"
+seeds = [1337]
+checkpoints = 3
+
+[overrides]
+"model.n_layer" = 1
+"model.n_head" = 1
+"model.n_embd" = 32
+"model.block_size" = 64
+"schedule.tokens" = 24_576
+"schedule.warmup_tokens" = 2_048
+"schedule.micro_batch" = 8
+
+[[group]]
+name = "softmax"
+operators = ["softmax"]
+
+[[group]]
+name = "lerp"
+operators = ["lerp-k{K}"]
+K = [4, 16, 32]
+
+[[group]]
+name = "detach"
+operators = ["lerp-k32[range_grad=detach]"]
+
+[[group]]
+name = "factorial"
+operators = ["minmax-weight-k4", "minmax-prob-k4", "fwm-weight-k4", "fwm-prob-k4"]
+arithmetic = "historical"
+"""
+
+# Planted endpoint ΔNLL vs softmax (the paper's direction everywhere).
+PLANTED = {
+    "softmax": 0.0,
+    "lerp-k4": 0.09,
+    "lerp-k16": 0.03,
+    "lerp-k32": 0.001,
+    "lerp-k32[range_grad=detach]": 0.7,
+    "minmax-weight-k4[arithmetic=historical]": 0.20,
+    "minmax-prob-k4[arithmetic=historical]": 0.14,
+    "fwm-weight-k4[arithmetic=historical]": 0.03,
+    "fwm-prob-k4[arithmetic=historical]": 0.013,
+}
+
+
+def _suite(tmp_path, planted, **kw):
+    path = tmp_path / "mini-shaped.toml"
+    path.write_text(MINI_SHAPED)
+    write_results(tmp_path / "mini", path, lambda r, frac: planted[r["operator"]] * frac, n_blocks=96, **kw)
+    build_report(tmp_path / "mini", tmp_path / "rep")
+    claims = json.loads((tmp_path / "rep" / "report.json").read_text())["claims"]
+    return {c["claim"]: c for c in claims}, (tmp_path / "rep" / "index.md").read_text()
+
+
+def _ours(c) -> float:
+    return c["estimate"]["mean"]
+
+
+def test_claims_agree(tmp_path):
+    claims, index = _suite(tmp_path, PLANTED)
+    assert len(claims) == 7 and all(c["direction_agrees"] is True for c in claims.values()), claims
+    det = claims["LERP K32: detach − full > 0"]
+    assert _ours(det) == pytest.approx(0.7 - 0.001, abs=3e-3) and det["separated"] is True
+    mm = claims["MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax"]
+    assert _ours(mm) == pytest.approx(0.20 - 0.013, abs=3e-3)
+    inter = claims["factorial interaction > 0 (K4)"]
+    assert _ours(inter) == pytest.approx((0.013 - 0.03) - (0.14 - 0.20), abs=3e-3)
+    assert claims["calibration main effect FWM − MinMax < 0 (K4)"]["separated"] is True
+    noise = claims["LERP K32 within noise of softmax"]
+    assert -0.01 < noise["estimate"]["lo"] < _ours(noise) < noise["estimate"]["hi"] < 0.01
+    trend = claims["ΔNLL decreasing in K for LERP"]
+    lo, hi = trend["estimate"]["lo"], trend["estimate"]["hi"]
+    assert lo < _ours(trend) < hi < 0  # planted slope (0.001 - 0.09) / ... < 0, a one-seed block CI
+    for c in claims.values():
+        assert {"claim", "paper", "ours", "direction_agrees", "separated"} <= set(c)
+        assert "tab:" in c["paper"] and "[" in c["ours"]
+    assert "### Paper claims" in index and "| agrees |" in index and "| disagrees |" not in index
+
+
+def test_claims_disagree_on_a_planted_reversal(tmp_path):
+    planted = dict(PLANTED)
+    planted["fwm-prob-k4[arithmetic=historical]"] = 0.35  # FWM-Prob now worse than MinMax-Weight
+    planted["lerp-k32[range_grad=detach]"] = -0.05  # detach better than full
+    planted["lerp-k32"] = 0.05  # LERP K32 clearly above softmax
+    claims, index = _suite(tmp_path, planted)
+    assert claims["MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax"]["direction_agrees"] is False
+    assert claims["LERP K32: detach − full > 0"]["direction_agrees"] is False
+    assert claims["LERP K32 within noise of softmax"]["direction_agrees"] is False
+    assert claims["LERP K32 within noise of softmax"]["separated"] is True
+    inter = claims["factorial interaction > 0 (K4)"]  # (0.35 - 0.03) - (0.14 - 0.20) > 0: still agrees
+    assert inter["direction_agrees"] is True
+    assert claims["surrogate main effect Prob − Weight < 0 (K4)"]["direction_agrees"] is False
+    assert "| disagrees |" in index
+
+
+def test_claims_without_their_runs_are_not_run(tmp_path):
+    dropped = ("lerp-k32[range_grad=detach]", "fwm-prob-k4[arithmetic=historical]", "lerp-k16", "lerp-k4")
+    claims, index = _suite(tmp_path, PLANTED, runs=lambda r: r["operator"] not in dropped)
+    assert len(claims) == 7
+    for name in (
+        "LERP K32: detach − full > 0",
+        "MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax",
+        "factorial interaction > 0 (K4)",
+        "calibration main effect FWM − MinMax < 0 (K4)",
+        "surrogate main effect Prob − Weight < 0 (K4)",
+        "ΔNLL decreasing in K for LERP",
+    ):
+        c = claims[name]
+        assert c["ours"] == "not run" and c["direction_agrees"] is None and c["separated"] is None, name
+    assert claims["LERP K32 within noise of softmax"]["direction_agrees"] is True
+    assert index.count("| not run |") == 6
