@@ -1,4 +1,4 @@
-"""``import_bin``: wrap existing flat uint16 token files (e.g. shared/corpora/docs) as a prepared dataset."""
+"""``import_bin``: wrap existing flat uint16 token files (a pre-tokenized corpus) as a prepared dataset."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def md5_int(key: str) -> int:
 
 
 def md5_split(key: str) -> str:
-    """0-1 val, 2-3 test, 4-99 train (the rule of shared/corpora/docs)."""
+    """0-1 val, 2-3 test, 4-99 train (the rule of the pre-tokenized docs corpus)."""
     bucket = md5_int(key) % 100
     return "val" if bucket < 2 else "test" if bucket < 4 else "train"
 
