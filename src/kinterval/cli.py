@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "kinterval.train.commands",
     "kinterval.eval.commands",
     "kinterval.eval.downstream_commands",
+    "kinterval.eval.lm_eval_commands",
     "kinterval.suite.commands",
     "kinterval.report.commands",
     "kinterval.demo",
@@ -63,7 +64,11 @@ def is_input_error(err: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "pass_through", False):  # a wrapped CLI (kinterval lm-eval) parses its own arguments
+        args.lm_eval_args = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         result = args.func(args)
     except (ValueError, FileNotFoundError) as err:
