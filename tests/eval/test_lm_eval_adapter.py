@@ -155,7 +155,8 @@ def test_kinterval_lm_eval_command_runs_a_local_task(run, tmp_path, in_data, cap
     from kinterval import cli
 
     argv = ["lm-eval", "--model_args", f"run={run},device=cpu", "--tasks", "kinterval_tiny_mc",
-            "--include_path", str(DATA), "--device", "cpu", "--limit", "3", "--output_path", str(tmp_path)]  # fmt: skip
+            "--include_path", str(DATA), "--device", "cpu", "--limit", "3",
+            "--output_path", str(tmp_path)]  # fmt: skip
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "kinterval_tiny_mc" in out and "acc" in out
