@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "kinterval.eval.commands",
     "kinterval.eval.downstream_commands",
     "kinterval.eval.lm_eval_commands",
+    "kinterval.integrations.hf_export",
     "kinterval.suite.commands",
     "kinterval.report.commands",
     "kinterval.demo",
