@@ -9,6 +9,7 @@ imports it (which registers the model) and hands ARGS to lm-eval's CLI entry poi
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 
@@ -26,7 +27,8 @@ def _lm_eval(args: argparse.Namespace) -> int:
         raise ValueError("kinterval lm-eval sets --model kinterval itself; use lm_eval for other models")
     if not any(a == "--device" or a.startswith("--device=") for a in rest):
         rest += ["--device", "cuda" if torch.cuda.is_available() else "cpu"]
-    argv, sys.argv = sys.argv, ["lm-eval", "run", "--model", "kinterval", *rest]
+    run = ["run"] if importlib.util.find_spec("lm_eval._cli") else []  # lm-eval < 0.4.10 has no subcommands
+    argv, sys.argv = sys.argv, ["lm-eval", *run, "--model", "kinterval", *rest]
     try:
         cli_evaluate()
     except SystemExit as exit_:  # lm-eval's argparse (e.g. --help, a bad option)

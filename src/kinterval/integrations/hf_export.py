@@ -94,6 +94,10 @@ def gpt2_state_dict(model) -> dict[str, torch.Tensor]:
 
 
 def _export(args: argparse.Namespace) -> int:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ValueError("kinterval export-hf needs transformers: pip install 'kinterval[hf]'") from None
     out = export_hf(args.run, args.out, args.checkpoint)
     print(f"exported {args.run} -> {out} (see {out / 'README.md'} to load it)")
     return 0
