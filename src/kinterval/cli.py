@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import linecache
 import sys
+
+from kinterval import __version__
 
 # One line per layer; each module defines ``register(subparsers) -> None``.
 COMMAND_MODULES = (
@@ -17,6 +20,8 @@ COMMAND_MODULES = (
     "kinterval.train.commands",
     "kinterval.eval.commands",
     "kinterval.eval.downstream_commands",
+    "kinterval.eval.lm_eval_commands",
+    "kinterval.integrations.hf_export",
     "kinterval.suite.commands",
     "kinterval.report.commands",
     "kinterval.demo",
@@ -28,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kinterval",
         description="K-interval quantized attention: operators, pretraining and measurement.",
     )
+    parser.add_argument("--version", action="version", version=f"kinterval {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:
@@ -35,14 +41,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def is_input_error(err: BaseException) -> bool:
+    """Whether ``err`` reports bad input (one line, exit 2) rather than a bug (traceback kept).
+
+    The rule: a ``FileNotFoundError`` names a path the user gave; a ``ValueError`` (``CheckpointError``
+    included) is bad input only when one of kinterval's own input checks raised it, i.e. the innermost frame
+    of its traceback is a ``raise`` statement in a kinterval module. A ``ValueError`` raised inside torch,
+    numpy or any other library, or by a builtin called on the wrong internal value, is a bug, and so is any
+    other exception type (``TypeError``, ``KeyError``, ``IndexError``, ...).
+    """
+    if isinstance(err, FileNotFoundError):
+        return True
+    if not isinstance(err, ValueError) or err.__traceback__ is None:
+        return False
+    tb = err.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "")
+    if module != "kinterval" and not module.startswith("kinterval."):
+        return False
+    return linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).lstrip().startswith("raise")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "pass_through", False):  # a wrapped CLI (kinterval lm-eval) parses its own arguments
+        args.lm_eval_args = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         result = args.func(args)
     except (ValueError, FileNotFoundError) as err:
-        # Bad input is reported as one clear line, not a traceback.
-        print(f"kinterval {args.command}: error: {err}", file=sys.stderr)
+        if not is_input_error(err):
+            raise  # an internal bug: keep its traceback
+        message = " ".join(str(err).split("\n"))
+        print(f"kinterval {args.command}: error: {message}", file=sys.stderr)
         return 2
     return int(result or 0)
 

@@ -1,4 +1,9 @@
-"""Shared fixtures for the kinterval.data tests (CPU only, offline)."""
+"""Shared fixtures for the kinterval.data tests (CPU only, offline).
+
+The tokenizer tests run on the GPT-2 ranks file shipped in the package. A few cross-check it against
+tiktoken's own ``gpt2`` encoding, built offline from the ``shared`` folder beside the clone when it is there
+(``shared/tokenizers``); they skip with a reason when it is not, and fail under ``CI=true``.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-SHARED = Path(__file__).parents[2].parent / "shared"
-SHARED_BPE = SHARED / "tokenizers/gpt2.tiktoken"
+from shared_folder import SHARED_BPE, require_shared
 
 
 @pytest.fixture(autouse=True)
@@ -21,13 +24,10 @@ def _no_bpe_env(monkeypatch):
 @pytest.fixture(scope="session")
 def tiktoken_cache(tmp_path_factory) -> Path:
     """A TIKTOKEN_CACHE_DIR seeded offline by shared/tokenizers/make_tiktoken_cache.py."""
-    if not SHARED_BPE.is_file():
-        pytest.skip(f"{SHARED_BPE} not available")
+    bpe = require_shared(SHARED_BPE)
     cache = tmp_path_factory.mktemp("tiktoken_cache")
-    script = SHARED_BPE.with_name("make_tiktoken_cache.py")
-    subprocess.run(
-        [sys.executable, str(script), str(SHARED_BPE), str(cache)], check=True, capture_output=True
-    )
+    script = bpe.with_name("make_tiktoken_cache.py")
+    subprocess.run([sys.executable, str(script), str(bpe), str(cache)], check=True, capture_output=True)
     return cache
 
 

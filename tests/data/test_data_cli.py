@@ -2,12 +2,19 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
+
+import kinterval
 from kinterval import cli
 from kinterval.data import TokenShards
 
 
-def test_data_commands_are_registered():
-    assert "kinterval.data.commands" in cli.COMMAND_MODULES
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kinterval {kinterval.__version__}"
 
 
 def test_cli_prepare_synthetic(tmp_path, capsys):
@@ -29,3 +36,29 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
     missing = tmp_path / "missing_dir"
     assert cli.main(["data", "prepare", "--source", f"bin:{missing}", "--out", str(tmp_path / "x")]) == 2
     assert str(missing) in capsys.readouterr().err
+
+
+def test_cli_keeps_the_traceback_of_an_internal_bug(tmp_path, monkeypatch):
+    """A ValueError raised inside a library (here numpy) is a bug, not bad input: it propagates."""
+    import kinterval.data.commands as commands
+
+    monkeypatch.setattr(commands, "prepare", lambda *a, **k: np.zeros(3).reshape(2))
+    with pytest.raises(ValueError, match="cannot reshape"):
+        cli.main(["data", "prepare", "--source", "synthetic", "--out", str(tmp_path / "x"), "--quiet"])
+    monkeypatch.setattr(commands, "prepare", lambda *a, **k: {}["vocab_size"])
+    with pytest.raises(KeyError):
+        cli.main(["data", "prepare", "--source", "synthetic", "--out", str(tmp_path / "x"), "--quiet"])
+
+
+def test_is_input_error_rule(tmp_path):
+    """One line only for kinterval's own input checks (a raise statement in a kinterval module)."""
+    try:
+        kinterval.data.n_blocks(10, 0)
+    except ValueError as err:
+        assert cli.is_input_error(err)
+    try:
+        int("not a number")  # a builtin's ValueError raised here, outside kinterval
+    except ValueError as err:
+        assert not cli.is_input_error(err)
+    assert cli.is_input_error(FileNotFoundError("x"))
+    assert not cli.is_input_error(TypeError("x"))

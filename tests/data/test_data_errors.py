@@ -116,3 +116,53 @@ def test_import_refuses_to_overwrite_its_source(tmp_path):
     meta = import_bin({"train": other}, tmp_path, copy=False, progress=False)
     assert meta["splits"]["train"]["shards"][0]["file"] == "corpus.train.bin"
     assert TokenShards(tmp_path, "train", verify=True).tokens().tolist() == [1, 2, 3]
+
+
+def test_wider_integer_bin_files_are_refused(tmp_path):
+    ids = np.random.default_rng(0).integers(1, 50257, 1000)
+    for width in ("int32", "int64"):
+        path = tmp_path / f"corpus_{width}.train.bin"
+        ids.astype(np.dtype(width).newbyteorder("<")).tofile(path)
+        with pytest.raises(ValueError, match=rf"corpus_{width}\.train\.bin: looks like {width} token ids"):
+            import_bin({"train": path}, tmp_path / f"o_{width}", progress=False)
+    ok = tmp_path / "ok" / "corpus.train.bin"
+    ok.parent.mkdir()
+    ids.astype("<u2").tofile(ok)
+    meta = prepare(f"bin:{ok.parent}", tmp_path / "o", progress=False)
+    assert meta["splits"]["train"]["n_tokens"] == 1000
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n\n\t\n"])
+def test_empty_text_sources_are_named(tmp_path, content):
+    single = tmp_path / "notes.txt"
+    single.write_bytes(content)
+    with pytest.raises(ValueError, match=r"notes\.txt: (empty text file|no text)"):
+        prepare(f"text:{single}", tmp_path / "o", progress=False)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(content)
+    (folder / "b.md").write_bytes(content)
+    with pytest.raises(ValueError, match=r"docs: (every text file in it is empty|no text, only whitespace)"):
+        prepare(f"text:{folder}", tmp_path / "o", progress=False)
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda m: m.pop("splits"), "'splits' must be an object"),
+        (lambda m: m.update(vocab_size="512"), "'vocab_size' must be a non-negative integer"),
+        (lambda m: m.update(tokenizer=None), "'tokenizer' must be an object"),
+        (lambda m: m["splits"].update(train=[]), "split 'train' needs 'n_tokens'"),
+        (lambda m: m["splits"]["train"]["shards"][0].pop("bytes"), "'n_tokens' and 'bytes' must be integers"),
+        (lambda m: m["splits"]["val"]["shards"].append("x.bin"), "split 'val': every shard needs a 'file'"),
+    ],
+)
+def test_malformed_meta_is_named(ds, edit, problem):
+    meta = json.loads((ds / "meta.json").read_text())
+    edit(meta)
+    (ds / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"ds/meta\.json: malformed meta\.json \(.*{problem}"):
+        TokenShards(ds, "train")
+    (ds / "meta.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"meta\.json: malformed meta\.json"):
+        TokenShards(ds, "train")

@@ -6,13 +6,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_folder import SHARED, require_shared
 
 from kinterval.data import TokenShards, import_bin, n_blocks, prepare, sources, synthetic
 from kinterval.data.prepare import _fineweb, _wikitext
-from kinterval.data.tokenizer import EOT, GPT2_BPE_SHA256, GPT2_VOCAB, file_sha256, gpt2_encoding
-
-SHARED = Path(__file__).parents[2].parent / "shared"
-SHARED_BPE = SHARED / "tokenizers/gpt2.tiktoken"
+from kinterval.data.tokenizer import (
+    EOT,
+    GPT2_BPE_SHA256,
+    GPT2_VOCAB,
+    PACKAGED_BPE_FILE,
+    file_sha256,
+    gpt2_encoding,
+)
 
 
 def _name_in(split: str, stem: str, suffix: str) -> str:
@@ -75,8 +80,8 @@ def test_datasets_route_matches_plain_reader(text_dir, tmp_path, monkeypatch):
 
 def test_prepare_text_writes_shards_meta_and_eot(text_dir, tmp_path):
     out = tmp_path / "prepared"
-    meta = prepare(f"text:{text_dir}", out, bpe_file=SHARED_BPE, progress=False)
-    enc = gpt2_encoding(SHARED_BPE)
+    meta = prepare(f"text:{text_dir}", out, bpe_file=PACKAGED_BPE_FILE, progress=False)
+    enc = gpt2_encoding(PACKAGED_BPE_FILE)
     docs = sources.text_documents(text_dir)
     saved = json.loads((out / "meta.json").read_text())
     assert saved == meta
@@ -139,9 +144,7 @@ def test_import_bin_copy_and_reference(tmp_path):
 
 
 def test_import_shared_docs_val_by_reference(tmp_path):
-    val = SHARED / "corpora/docs/docs.val.bin"
-    if not val.is_file():
-        pytest.skip("shared docs corpus not available")
+    val = require_shared(SHARED / "corpora" / "docs" / "docs.val.bin")
     meta = import_bin({"validation": val}, tmp_path / "docs", copy=False, progress=False)
     assert meta["splits"]["val"]["shards"][0]["sha256"] == (
         "89e293056fbb94db4bee46580c27d6c617d8d8c0059b0f33a3992807670959b3"
@@ -166,9 +169,11 @@ def test_wikitext_prepare_with_local_rows(tmp_path):
         "validation": {"text": [" = V = \n", " v . \n"]},
         "test": {"text": [" = T = \n", " t . \n", " = U = \n", " u . \n", " = W = \n", " w . \n"]},
     }
-    records, tok = _wikitext(tmp_path, ("train", "val", "test"), None, 1000, SHARED_BPE, False, dataset=fake)
+    records, tok = _wikitext(
+        tmp_path, ("train", "val", "test"), None, 1000, PACKAGED_BPE_FILE, False, dataset=fake
+    )
     assert [records[s]["n_documents"] for s in ("train", "val", "test")] == [2, 1, 3]
-    enc = gpt2_encoding(SHARED_BPE)
+    enc = gpt2_encoding(PACKAGED_BPE_FILE)
     val = np.fromfile(tmp_path / "val_0000.bin", dtype="<u2").tolist()
     assert val == enc.encode_ordinary(" = V = \n v . \n") + [EOT]
 
@@ -177,10 +182,10 @@ def test_fineweb_budget_and_md5_val_routing(tmp_path):
     rows = [{"id": f"<urn:uuid:{i}>", "text": f"Document number {i} about science."} for i in range(6000)]
     val_ids = [r["id"] for r in rows if sources.fineweb_split(r["id"]) == "val"]
     assert 0 < len(val_ids) < 20
-    records, _ = _fineweb(tmp_path, ("train", "val"), 20_000, 30, 8_000, SHARED_BPE, False, rows=rows)
+    records, _ = _fineweb(tmp_path, ("train", "val"), 20_000, 30, 8_000, PACKAGED_BPE_FILE, False, rows=rows)
     assert records["train"]["n_tokens"] == 20_000 and len(records["train"]["shards"]) == 3
     assert records["val"]["n_tokens"] == 30  # capped exactly
-    enc = gpt2_encoding(SHARED_BPE)
+    enc = gpt2_encoding(PACKAGED_BPE_FILE)
     val = np.fromfile(tmp_path / "val_0000.bin", dtype="<u2").tolist()
     first = next(r for r in rows if r["id"] == val_ids[0])
     assert val[: len(enc.encode_ordinary(first["text"])) + 1] == enc.encode_ordinary(first["text"]) + [EOT]

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
-from pathlib import Path
+import shutil
 
 import numpy as np
 import pytest
 
 from kinterval.data import tokenizer as tk
 
-SHARED_BPE = Path(__file__).parents[2].parent / "shared/tokenizers/gpt2.tiktoken"
+PACKAGED = tk.PACKAGED_BPE_FILE
 
 HELLO = "Hello world, this is GPT-2."
 HELLO_IDS = [15496, 995, 11, 428, 318, 402, 11571, 12, 17, 13]
@@ -27,24 +27,37 @@ def test_reference_route_matches_known_ids(reference_gpt2):
     assert reference_gpt2.n_vocab == tk.GPT2_VOCAB
 
 
+@pytest.fixture()
+def ranks_copy(tmp_path):
+    """The packaged ranks file copied elsewhere, for the explicit and environment routes."""
+    return shutil.copy(PACKAGED, tmp_path / "gpt2.tiktoken")
+
+
 @pytest.mark.parametrize("route", ["explicit", "env", "packaged"])
-def test_offline_routes_match_tiktoken_gpt2(route, reference_gpt2, monkeypatch):
+def test_offline_routes_resolve_and_encode(route, ranks_copy, monkeypatch):
     if route == "env":
-        monkeypatch.setenv(tk.BPE_ENV_VAR, str(SHARED_BPE))
-    bpe = SHARED_BPE if route == "explicit" else None
-    assert tk.resolve_bpe_file(bpe) == (SHARED_BPE if route != "packaged" else tk.PACKAGED_BPE_FILE)
+        monkeypatch.setenv(tk.BPE_ENV_VAR, str(ranks_copy))
+    bpe = ranks_copy if route == "explicit" else None
+    assert tk.resolve_bpe_file(bpe) == (PACKAGED if route == "packaged" else ranks_copy)
     enc = tk.gpt2_encoding(bpe)
-    assert enc is not reference_gpt2
     assert enc.n_vocab == tk.GPT2_VOCAB and enc.eot_token == tk.EOT
     assert enc.encode(HELLO) == HELLO_IDS
+    packaged = tk.gpt2_encoding()
+    for text in SAMPLES:
+        assert enc.encode_ordinary(text) == packaged.encode_ordinary(text), text
+
+
+def test_packaged_route_matches_tiktoken_gpt2(reference_gpt2):
+    enc = tk.gpt2_encoding()
+    assert enc is not reference_gpt2
     for text in SAMPLES:
         assert enc.encode_ordinary(text) == reference_gpt2.encode_ordinary(text), text
 
 
-def test_packaged_copy_and_hash():
-    assert tk.PACKAGED_BPE_FILE.is_file()
-    assert tk.file_sha256(tk.PACKAGED_BPE_FILE) == tk.GPT2_BPE_SHA256
-    assert tk.tokenizer_hash() == tk.tokenizer_hash(SHARED_BPE) == tk.GPT2_BPE_SHA256
+def test_packaged_copy_and_hash(ranks_copy):
+    assert PACKAGED.is_file()
+    assert tk.file_sha256(PACKAGED) == tk.GPT2_BPE_SHA256
+    assert tk.tokenizer_hash() == tk.tokenizer_hash(ranks_copy) == tk.GPT2_BPE_SHA256
 
 
 def test_bad_bpe_files_are_named(tmp_path, monkeypatch):
@@ -55,14 +68,14 @@ def test_bad_bpe_files_are_named(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="KINTERVAL_BPE_FILE"):
         tk.gpt2_encoding()
     bad = tmp_path / "bad.tiktoken"
-    lines = SHARED_BPE.read_bytes().splitlines(keepends=True)
+    lines = PACKAGED.read_bytes().splitlines(keepends=True)
     bad.write_bytes(b"".join(lines[:-1]))  # one merge short
     with pytest.raises(ValueError, match="bad.tiktoken"):
         tk.gpt2_encoding(bad)
 
 
 def test_encode_documents_puts_eot_after_each_document():
-    enc = tk.gpt2_encoding(SHARED_BPE)
+    enc = tk.gpt2_encoding()
     docs = ["first doc.", "second <|endoftext|> doc", "third"]
     ids = tk.encode_documents(enc, docs)
     assert ids.dtype == np.uint16

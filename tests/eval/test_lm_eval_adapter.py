@@ -18,13 +18,15 @@ from kinterval.train.load import load_run  # noqa: E402
 DATA = Path(__file__).parent / "data"
 
 
-def make_run(root: Path, operator="fwm-prob-k4", seed=0, block=64) -> Path:
-    """A run folder with one checkpoint of a random-init GPT over the GPT-2 vocabulary."""
+def make_run(root: Path, operator="fwm-prob-k4", seed=0, block=64, vocab=50257, data=None) -> Path:
+    """A run folder with one checkpoint of a random-init GPT over the GPT-2 vocabulary (or ``vocab``)."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=block, vocab_size=50257)
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=block, vocab_size=vocab)
     model = GPT(cfg, operator, "closed_form")
     state = {"step": 1, "config": {"operator": {"name": operator, "backend": "closed_form"}},
              "model_config": cfg.to_dict()}  # fmt: skip
+    if data is not None:
+        state["config"]["data"] = {"dir": str(data)}
     save_checkpoint(root, 1, model.state_dict(), {}, state)
     return root
 
@@ -147,3 +149,49 @@ def test_cli_downstream_and_compare(run, tmp_path, in_data, capsys):
     assert cli(["downstream", *args, "--operator", "softmax", "--out", str(tmp_path / "s")]) == 0
     assert cli(["downstream-compare", str(tmp_path / "s"), str(tmp_path / "n")]) == 0
     assert "kinterval_tiny_mc" in capsys.readouterr().out
+
+
+def test_kinterval_lm_eval_command_runs_a_local_task(run, tmp_path, in_data, capsys):
+    from kinterval import cli
+
+    argv = ["lm-eval", "--model_args", f"run={run},device=cpu", "--tasks", "kinterval_tiny_mc",
+            "--include_path", str(DATA), "--device", "cpu", "--limit", "3",
+            "--output_path", str(tmp_path)]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "kinterval_tiny_mc" in out and "acc" in out
+    (results,) = tmp_path.rglob("results_*.json")
+    assert json.loads(results.read_text())["results"]["kinterval_tiny_mc"]["acc,none"] in (
+        0.0,
+        1 / 3,
+        2 / 3,
+        1.0,
+    )
+
+
+def test_model_args_are_checked_and_device_merged(run, tmp_path, in_data, capsys):
+    from kinterval import cli
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    with pytest.raises(ValueError, match="unknown --model_args for the kinterval model: operater"):
+        KIntervalLM.create_from_arg_string(f"run={run},operater=softmax", {"device": "cpu"})
+    lm = KIntervalLM.create_from_arg_string(f"run={run},device=cpu", {"device": "cuda:0", "batch_size": 2})
+    assert lm._device == torch.device("cpu") and lm.batch_size == 2
+    argv = ["lm-eval", "--model_args", f"run={run},operater=softmax", "--tasks", "kinterval_tiny_mc",
+            "--include_path", str(DATA), "--limit", "1"]  # fmt: skip
+    assert cli.main(argv) == 2
+    assert "operater" in capsys.readouterr().err
+
+
+def test_vocabulary_and_tokenizer_checked_before_scoring(tmp_path):
+    from kinterval.data import prepare
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    synthetic_run = make_run(tmp_path / "syn", vocab=512)
+    with pytest.raises(ValueError, match="vocabulary of 512 ids.*GPT-2 BPE"):
+        KIntervalLM(run=str(synthetic_run))
+    data = tmp_path / "data"
+    prepare("synthetic", data, tokens=2000, progress=False)
+    other = make_run(tmp_path / "other", data=data)  # GPT-2-sized, but trained on synthetic tokens
+    with pytest.raises(ValueError, match="tokenized with 'synthetic'"):
+        KIntervalLM(run=str(other))

@@ -202,3 +202,39 @@ def test_missing_transformers_gives_one_line_hint():
         "ImportError: kinterval.integrations.hf needs transformers: pip install 'kinterval[hf]'" in res.stderr
     )
     assert "During handling" not in res.stderr
+
+
+def test_expect_kinterval_raises_when_another_attention_ran():
+    ids, _ = batch(None)
+    model = make("gpt2", "sdpa")
+    with pytest.raises(RuntimeError, match="never called 'kinterval-lerp-k2'"):
+        with hf.expect_kinterval("kinterval-lerp-k2"), torch.no_grad():
+            model(ids)
+    model.set_attn_implementation("kinterval-lerp-k2")
+    before = hf.calls("kinterval-lerp-k2")
+    with hf.expect_kinterval("kinterval-lerp-k2"), torch.no_grad():
+        model(ids)
+    assert hf.calls("kinterval-lerp-k2") == before + 2  # one call per layer
+
+
+def test_minilm_report_refuses_a_model_that_ignores_the_switch(monkeypatch):
+    """A BERT that keeps sdpa when asked for kinterval (transformers 4.57) must not report 1.0000."""
+    from kinterval.integrations import minilm_report
+
+    cfg = BertConfig(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModel.from_config(cfg, attn_implementation="sdpa").eval()
+    monkeypatch.setattr(model, "set_attn_implementation", lambda name: None)  # silently ignored
+
+    def tok(sentences, **kwargs):
+        ids, am = batch("right")
+        return {"input_ids": ids, "attention_mask": am}
+
+    monkeypatch.setattr(minilm_report, "load", lambda impl="sdpa": (tok, model))
+    with pytest.raises(RuntimeError, match="never called 'kinterval-softmax'"):
+        minilm_report.run(families=("lerp",), ks=(4,), sentences=["a", "b"])
+    monkeypatch.undo()
+    monkeypatch.setattr(minilm_report, "load", lambda impl="sdpa": (tok, model))
+    rows = {r["operator"]: r for r in minilm_report.run(families=("lerp",), ks=(2,))["rows"]}
+    assert rows["softmax"]["min_cos"] > 1 - 1e-5 and rows["lerp-k2"]["min_cos"] < rows["softmax"]["min_cos"]

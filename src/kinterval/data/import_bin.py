@@ -1,4 +1,4 @@
-"""``import_bin``: wrap existing flat uint16 token files (e.g. shared/corpora/docs) as a prepared dataset."""
+"""``import_bin``: wrap existing flat uint16 token files (a pre-tokenized corpus) as a prepared dataset."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ def import_bin(
             raise FileNotFoundError(f"token file not found: {path}")
         if path.stat().st_size % DTYPE.itemsize:
             raise ValueError(f"{path}: odd byte size, not a flat uint16 token file")
+        _check_not_wider(path)
         if path.resolve().parent == out.resolve() and path.name.startswith(tuple(f"{s}_" for s in files)):
             raise ValueError(f"{path}: importing into its own folder would overwrite it; choose another out")
     clear_outputs(out, files)
@@ -76,6 +77,23 @@ def import_bin(
         "shard_tokens": shard_tokens,
     }
     return write_meta(out, source, records, vocab_size, eot, tokenizer, None, params)
+
+
+def _check_not_wider(path: Path, sample: int = 1 << 20) -> None:
+    """Refuse int32/int64 token files, which read as uint16 give twice (or 4x) the ids with zeros between.
+
+    Little-endian ids below 65536 stored as int32 leave every second uint16 zero (int64: three in four). A
+    real uint16 token stream never has a zero at every odd position of its first ``sample`` ids, so at least
+    16 ids with all odd positions zero and some even position non-zero identify a wider file.
+    """
+    ids = np.memmap(path, dtype=DTYPE, mode="r") if path.stat().st_size else np.zeros(0, DTYPE)
+    head = np.asarray(ids[:sample])
+    if len(head) >= 16 and not head[1::2].any() and head[0::2].any():
+        width = "int64" if not head[1::4].any() and not head[2::4].any() and not head[3::4].any() else "int32"
+        raise ValueError(
+            f"{path}: looks like {width} token ids (every second uint16 is 0); bin: needs flat little-endian "
+            f"uint16 files: convert with np.fromfile(path, np.{width}).astype(np.uint16).tofile(new_path)"
+        )
 
 
 def _import_split(out, split, group, vocab_size, eot, copy, shard_tokens, progress) -> dict:

@@ -30,9 +30,44 @@ def read_meta(root: str | Path) -> dict:
         meta = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: malformed meta.json (a JSON object expected)")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: format_version {meta.get('format_version')!r}, expected {FORMAT_VERSION}")
+    problem = _meta_problem(meta)
+    if problem:
+        raise ValueError(f"{path}: malformed meta.json ({problem})")
     return meta
+
+
+def _meta_problem(meta: dict) -> str | None:
+    """What is missing or mistyped in a meta.json (None when the fields the loaders read are fine)."""
+
+    def is_int(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+    for key in ("vocab_size", "eot"):
+        if not is_int(meta.get(key)):
+            return f"{key!r} must be a non-negative integer, got {meta.get(key)!r}"
+    if not isinstance(meta.get("tokenizer"), dict) or not isinstance(meta["tokenizer"].get("name"), str):
+        return "'tokenizer' must be an object with a 'name'"
+    if not isinstance(meta.get("splits"), dict):
+        return "'splits' must be an object"
+    for split, rec in meta["splits"].items():
+        if (
+            not isinstance(rec, dict)
+            or not is_int(rec.get("n_tokens"))
+            or not isinstance(rec.get("shards"), list)
+        ):
+            return f"split {split!r} needs 'n_tokens' and a list of 'shards'"
+        for shard in rec["shards"]:
+            if not isinstance(shard, dict) or not isinstance(shard.get("file"), str):
+                return f"split {split!r}: every shard needs a 'file'"
+            if not (is_int(shard.get("n_tokens")) and is_int(shard.get("bytes"))):
+                return f"split {split!r}, shard {shard['file']!r}: 'n_tokens' and 'bytes' must be integers"
+            if not isinstance(shard.get("sha256"), (str, type(None))):
+                return f"split {split!r}, shard {shard['file']!r}: 'sha256' must be a string"
+    return None
 
 
 class TokenShards:

@@ -1,7 +1,7 @@
 """``prepare``: turn a source into a prepared dataset folder (uint16 shards + meta.json).
 
 Sources: ``synthetic`` (embedded default), ``wikitext103``, ``fineweb-edu``, ``text:PATH`` (local text) and
-``bin:DIR`` (existing flat uint16 files, e.g. shared/corpora/docs, wrapped by ``import_bin``).
+``bin:DIR`` (existing flat uint16 files, e.g. a pre-tokenized corpus, wrapped by ``import_bin``).
 Shards are written as ``*.tmp`` and renamed; meta.json is removed first and written last (``writer.py``), so
 a folder with a meta.json is always complete.
 """

@@ -15,7 +15,9 @@ Split rules (all deterministic, documented in docs/data.md):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -32,7 +34,7 @@ def md5_int(key: str) -> int:
 
 
 def md5_split(key: str) -> str:
-    """0-1 val, 2-3 test, 4-99 train (the rule of shared/corpora/docs)."""
+    """0-1 val, 2-3 test, 4-99 train (the rule of the pre-tokenized docs corpus)."""
     bucket = md5_int(key) % 100
     return "val" if bucket < 2 else "test" if bucket < 4 else "train"
 
@@ -106,13 +108,43 @@ def _read_plain(files: list[Path], paragraphs: bool) -> list[str]:
     return out
 
 
+@contextlib.contextmanager
+def datasets_offline():
+    """``datasets`` in offline mode for the duration: a local load then never touches the network.
+
+    ``datasets`` reads ``HF_DATASETS_OFFLINE``/``HF_HUB_OFFLINE`` once, at import, into ``datasets.config``
+    (and would otherwise count the "download" of the packaged ``text`` builder with a HEAD request), so
+    both the environment and the config are set, and restored afterwards.
+    """
+    import datasets
+
+    env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_UPDATE_DOWNLOAD_COUNTS": "0"}
+    config = {"HF_DATASETS_OFFLINE": True, "HF_HUB_OFFLINE": True, "HF_UPDATE_DOWNLOAD_COUNTS": False}
+    old_env = {k: os.environ.get(k) for k in env}
+    old_config = {k: getattr(datasets.config, k) for k in config if hasattr(datasets.config, k)}
+    os.environ.update(env)
+    for k in old_config:
+        setattr(datasets.config, k, config[k])
+    try:
+        yield
+    finally:
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for k, v in old_config.items():
+            setattr(datasets.config, k, v)
+
+
 def _read_datasets(files: list[Path], paragraphs: bool) -> list[str]:
     import datasets
 
     mode = "paragraph" if paragraphs else "document"
     bars_were_off = datasets.utils.are_progress_bars_disabled()
     datasets.utils.disable_progress_bars()  # local files load in a blink; keep the output clean
-    with tempfile.TemporaryDirectory() as cache:  # a private cache: nothing stale, nothing left behind
+    # a private cache (nothing stale, nothing left behind), and offline: a local source never uses the network
+    with tempfile.TemporaryDirectory() as cache, datasets_offline():
         try:
             ds = datasets.load_dataset(
                 "text",
@@ -136,8 +168,10 @@ def _read_datasets(files: list[Path], paragraphs: bool) -> list[str]:
 def text_documents(path: str | Path, use_datasets: bool | None = None) -> dict[str, list[str]]:
     """Documents of a local file or folder by split; read through ``datasets`` when installed (or asked)."""
     root = Path(path)
-    files = list_text_files(root)
+    files = [f for f in list_text_files(root) if f.stat().st_size]  # empty files hold no document
     single = root.is_file()
+    if not files:
+        raise ValueError(f"{root}: empty text file" if single else f"{root}: every text file in it is empty")
     if use_datasets is None:
         try:
             import datasets  # noqa: F401
@@ -155,4 +189,7 @@ def text_documents(path: str | Path, use_datasets: bool | None = None) -> dict[s
     for key, text in zip(keys, texts):
         if text.strip():
             by_split[md5_split(key)].append((md5_int(key), text))
+    if not any(by_split.values()):
+        what = "" if single else f" ({len(files)} files, e.g. {files[0]})"
+        raise ValueError(f"{root}: no text, only whitespace{what}")
     return {s: [t for _, t in sorted(docs, key=lambda d: d[0])] for s, docs in by_split.items()}

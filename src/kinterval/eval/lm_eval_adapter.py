@@ -1,13 +1,19 @@
 """lm-evaluation-harness model ``kinterval`` (paper App. C.3, layer 3) over kinterval training checkpoints.
 
-    lm_eval --model kinterval --model_args run=RUN,checkpoint=latest,operator=softmax,device=cpu --tasks ...
+    kinterval lm-eval --model_args run=RUN,checkpoint=latest,operator=softmax --tasks ... --device cpu
 
-The tokenizer is the offline GPT-2 BPE (``kinterval.data.tokenizer``). The run's own operator is used unless
-``operator`` substitutes another (softmax substitution). Inputs longer than the context keep their last
-``block_size`` tokens. Greedy decoding only.
+(lm-eval's own command line with this model registered; ``--model kinterval`` is implied.) The tokenizer is
+the offline GPT-2 BPE (``kinterval.data.tokenizer``); a checkpoint with another vocabulary (e.g. trained on
+the synthetic corpus) is refused before scoring. The run's own operator is used unless ``operator``
+substitutes another (softmax substitution). Inputs longer than the context keep their last ``block_size``
+tokens. Greedy decoding only.
 """
 
 from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
 
 import torch
 
@@ -18,7 +24,7 @@ try:
 except ImportError:  # pragma: no cover - the hint replaces the traceback chain
     raise ImportError("kinterval.eval.lm_eval_adapter needs lm-eval: pip install 'kinterval[eval]'") from None
 
-from kinterval.data.tokenizer import EOT, gpt2_encoding
+from kinterval.data.tokenizer import EOT, GPT2_BPE_SHA256, GPT2_VOCAB, gpt2_encoding
 from kinterval.model.numerics import autocast, eval_precision
 from kinterval.train.load import load_run
 
@@ -27,16 +33,49 @@ from kinterval.train.load import load_run
 class KIntervalLM(TemplateLM):
     def __init__(self, run: str, checkpoint="latest", operator: str | None = None, device: str = "cpu",
                  batch_size=1, max_gen_toks: int = 256, backend: str | None = None,
-                 bpe_file: str | None = None, **_ignored) -> None:  # fmt: skip
+                 bpe_file: str | None = None, max_batch_size=None) -> None:  # fmt: skip
         super().__init__()
         device = device or "cpu"
         loaded = load_run(run, checkpoint, device, operator, backend or "auto")
         self.model, self.state = loaded.model, loaded.state
         self._device = torch.device(device)
         self.enc = gpt2_encoding(bpe_file)
+        check_gpt2_vocabulary(run, self.model.config.vocab_size, self.state, self.enc)
         self.batch_size = 1 if batch_size in (None, "auto") else int(str(batch_size).split(":")[0])
         self.max_gen_toks = int(max_gen_toks)
         self.operator = self.model.operator
+
+    # ------------------------------------------------------------------ arguments
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
+        """``--model_args key=value,...`` (lm-eval's parser), checked as :meth:`create_from_arg_obj`."""
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None):
+        """Refuse unknown ``--model_args``; merge lm-eval's ``--device``/``--batch_size`` without clashing.
+
+        A key given in ``--model_args`` wins over lm-eval's own option of the same name (lm-eval would pass
+        both: "got multiple values for keyword argument"; its ``--device`` also has a default, ``cuda:0``,
+        that cannot be told from a choice).
+        """
+        accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+        unknown = sorted(set(arg_dict) - set(accepted))
+        if unknown:
+            raise ValueError(
+                f"unknown --model_args for the kinterval model: {', '.join(unknown)} "
+                f"(accepted: {', '.join(accepted)})"
+            )
+        args = dict(arg_dict)
+        for key, value in (additional_config or {}).items():
+            if value is None or key not in accepted:
+                continue
+            args.setdefault(key, value)
+        if "run" not in args:
+            raise ValueError("the kinterval model needs --model_args run=RUN (a training run folder)")
+        return cls(**args)
 
     # ------------------------------------------------------------------ tokens
     @property
@@ -117,3 +156,26 @@ class KIntervalLM(TemplateLM):
                 text = text.split(u)[0]
             out.append(text)
         return out
+
+
+def check_gpt2_vocabulary(run, vocab_size: int, state: dict, enc) -> None:
+    """Refuse a checkpoint that the GPT-2 BPE cannot feed: its vocabulary, and its data's tokenizer."""
+    if vocab_size != GPT2_VOCAB:
+        raise ValueError(
+            f"{run}: the checkpoint has a vocabulary of {vocab_size} ids, lm-eval tasks are tokenized "
+            f"with the GPT-2 BPE ({GPT2_VOCAB} ids); only runs trained on GPT-2-tokenized data can be scored"
+        )
+    if enc.n_vocab != GPT2_VOCAB or enc.eot_token != EOT:
+        raise ValueError(f"the tokenizer has {enc.n_vocab} ids and EOT {enc.eot_token}: not the GPT-2 BPE")
+    data_dir = ((state.get("config") or {}).get("data") or {}).get("dir")
+    meta_path = Path(data_dir) / "meta.json" if data_dir else None
+    if meta_path is not None and meta_path.is_file():  # the training data's tokenizer, when it is at hand
+        try:
+            tokenizer = json.loads(meta_path.read_text()).get("tokenizer") or {}
+        except (json.JSONDecodeError, AttributeError):
+            return  # the data folder's own loader names a malformed meta.json
+        if tokenizer.get("name") != "gpt2" or tokenizer.get("sha256") not in (None, GPT2_BPE_SHA256):
+            raise ValueError(
+                f"{run}: trained on data tokenized with {tokenizer.get('name')!r} ({meta_path}), "
+                "not the GPT-2 BPE that lm-eval tasks are tokenized with"
+            )

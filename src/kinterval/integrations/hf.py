@@ -21,6 +21,8 @@ not supported.
 
 from __future__ import annotations
 
+from collections import Counter
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
@@ -44,6 +46,8 @@ __all__ = [
     "DEFAULT_OPERATOR",
     "PREFIX",
     "attn_implementation_name",
+    "calls",
+    "expect_kinterval",
     "get_operator",
     "register",
     "register_all",
@@ -62,6 +66,33 @@ _FAMILIES = (
 
 # implementation name -> (spec, backend); the plain PREFIX entry is what set_operator changes.
 _REGISTRY: dict[str, tuple[OperatorSpec, str]] = {}
+# implementation name -> how many times transformers called it: the proof that kinterval actually ran
+_CALLS: Counter[str] = Counter()
+
+
+def calls(name: str | None = None) -> int:
+    """How many attention calls went through ``name`` (all kinterval names when None) in this process."""
+    return sum(_CALLS.values()) if name is None else _CALLS[name]
+
+
+@contextmanager
+def expect_kinterval(name: str | None = None):
+    """Raise ``RuntimeError`` if the block ran no kinterval attention (through ``name``, when given).
+
+    A model whose class cannot switch its attention implementation, or a transformers version that routes
+    it elsewhere, would otherwise run softmax silently:
+
+    >>> with expect_kinterval("kinterval-fwm-prob-k4"):
+    ...     model(ids)
+    """
+    before = calls(name)
+    yield
+    if calls(name) == before:
+        what = repr(name) if name else "any kinterval implementation"
+        raise RuntimeError(
+            f"the model never called {what}: its attention ran something else (a model class that ignores "
+            "attn_implementation, or a transformers version too old for the kinterval drop-in)"
+        )
 
 
 @lru_cache(maxsize=256)
@@ -81,6 +112,7 @@ def _to_valid(mask: Tensor) -> Tensor:
 
 def _attention(name: str, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     spec, backend = _REGISTRY[name]
+    _CALLS[name] += 1
     if name == PREFIX and getattr(getattr(module, "config", None), "kinterval_operator", None):
         spec = _parse(module.config.kinterval_operator)
     if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-from rich.console import Console
-from rich.table import Table
 
 from kinterval.ops.api import attention_probs, valid_mask
 from kinterval.ops.diagnostics import score_gradient, zero_sum_residual
 from kinterval.ops.spec import OperatorSpec
+from kinterval.ops.text_table import Table
 
 DEFAULT_OPERATORS = (
     "softmax bf16-exp fp8-exp lerp-k4 lerp-k16 minmax-weight-k4 minmax-prob-k4 fwm-weight-k4 fwm-prob-k4 "
@@ -52,5 +51,5 @@ def run(args) -> int:
         table.add_row(
             spec.full_name, f"{tv.mean():.4f}", f"{tv.max():.4f}", f"{rho.median():.1e}", f"{rho.max():.1e}"
         )
-    Console(width=120).print(table)
+    print(table)
     return 0

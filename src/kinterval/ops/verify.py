@@ -11,12 +11,11 @@ import argparse
 import sys
 
 import torch
-from rich.console import Console
-from rich.table import Table
 
 from kinterval.ops.api import attention_probs
 from kinterval.ops.catalog import all_specs
 from kinterval.ops.spec import OperatorSpec
+from kinterval.ops.text_table import Table
 
 TOL_F64 = 1e-9
 TOL_RATIO_F32 = 2.0
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['f32_err_ratio']:.2f}",
                 "yes" if r["ok"] else "NO",
             )
-    Console(width=160).print(table)
+    print(table)
     print(
         f"{table.row_count} checks, {failures} failed "
         f"(tolerances: f64 {TOL_F64:g}, f32 ratio {TOL_RATIO_F32:g})"

@@ -1,0 +1,49 @@
+"""``kinterval lm-eval ARGS...``: lm-evaluation-harness's own command line with the ``kinterval`` model.
+
+lm-eval has no plugin discovery, so ``lm_eval --model kinterval`` cannot find the adapter; this command
+imports it (which registers the model) and hands ARGS to lm-eval's CLI entry point
+(``lm_eval.__main__.cli_evaluate``, its ``run`` subcommand), with ``--model kinterval`` and, when not given,
+``--device`` set to ``cuda`` if available else ``cpu`` (lm-eval's own default is ``cuda:0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+
+def _lm_eval(args: argparse.Namespace) -> int:
+    try:
+        from lm_eval.__main__ import cli_evaluate
+
+        import kinterval.eval.lm_eval_adapter  # noqa: F401  (registers the lm-eval model "kinterval")
+    except ImportError as err:
+        raise ValueError(f"kinterval lm-eval needs lm-eval: pip install 'kinterval[eval]' ({err})") from None
+    import torch
+
+    rest = list(args.lm_eval_args)
+    if any(a == "--model" or a.startswith("--model=") for a in rest):
+        raise ValueError("kinterval lm-eval sets --model kinterval itself; use lm_eval for other models")
+    if not any(a == "--device" or a.startswith("--device=") for a in rest):
+        rest += ["--device", "cuda" if torch.cuda.is_available() else "cpu"]
+    run = ["run"] if importlib.util.find_spec("lm_eval._cli") else []  # lm-eval < 0.4.10 has no subcommands
+    argv, sys.argv = sys.argv, ["lm-eval", *run, "--model", "kinterval", *rest]
+    try:
+        cli_evaluate()
+    except SystemExit as exit_:  # lm-eval's argparse (e.g. --help, a bad option)
+        return exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.argv = argv
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "lm-eval",
+        help="lm-evaluation-harness's CLI with the kinterval model (--model_args run=RUN,...)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,  # --help goes to lm-eval's run command
+    )
+    p.set_defaults(func=_lm_eval, lm_eval_args=[], pass_through=True)

@@ -1,0 +1,112 @@
+"""``kinterval export-hf``: a training run's checkpoint as a transformers ``GPT2LMHeadModel`` folder.
+
+kinterval's GPT is GPT-2 (pre-LayerNorm blocks, learned positions, exact GELU, tied embeddings), so the
+weights map one to one; transformers' GPT-2 keeps its linear layers as ``Conv1D`` (weight transposed).
+The attention is the kinterval operator, as the registered ``attn_implementation``
+``"kinterval-<operator>"`` of :mod:`kinterval.integrations.hf`, which the config names
+(``kinterval_attn_implementation``, and ``kinterval_operator`` for the plain ``"kinterval"`` name). The
+folder's README.md says how to load it; lm-eval's ``--model hf``, ``generate`` and the Hub tooling then work.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+README = """# {name}
+
+A kinterval training run exported as a transformers GPT-2 (`GPT2LMHeadModel`), step {step}, whose attention
+is the K-interval operator `{operator}`. Load it with the kinterval attention registered first:
+
+```python
+import kinterval.integrations.hf  # registers the "kinterval-<operator>" attention implementations
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("{out}", attn_implementation="{impl}")
+```
+
+Without `attn_implementation` transformers loads its default attention (softmax), silently: always pass it.
+The tokenizer is GPT-2's BPE{tokenizer_note}.
+"""
+
+
+def export_hf(run, out, checkpoint="latest") -> Path:
+    """Write ``out`` (config.json, model.safetensors, README.md) from ``run``'s ``checkpoint``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from kinterval.integrations import hf
+    from kinterval.train.load import load_run
+
+    loaded = load_run(run, checkpoint)
+    model, state = loaded.model, loaded.state
+    cfg = model.config
+    impl = "sdpa" if model.operator == "sdpa" else hf.attn_implementation_name(model.operator)
+    config = GPT2Config(
+        vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
+        n_head=cfg.n_head, activation_function="gelu", layer_norm_epsilon=1e-5, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
+    )  # fmt: skip
+    config.kinterval_operator = model.operator
+    config.kinterval_attn_implementation = impl
+    hf_model = GPT2LMHeadModel(config).eval()
+    missing, unexpected = hf_model.load_state_dict(gpt2_state_dict(model), strict=False)
+    if set(missing) - {"lm_head.weight"} or unexpected:  # lm_head is tied to wte, nothing else may be left
+        raise RuntimeError(f"GPT-2 weight mapping incomplete: missing {missing}, unexpected {unexpected}")
+    out = Path(out)
+    hf_model.save_pretrained(out)
+    tokenizer_note = (
+        "" if cfg.vocab_size == 50257 else f" only if the run used it (vocabulary {cfg.vocab_size})"
+    )
+    (out / "README.md").write_text(
+        README.format(
+            name=out.name,
+            step=state.get("step"),
+            operator=model.operator,
+            out=out,
+            impl=impl,
+            tokenizer_note=tokenizer_note,
+        )  # fmt: skip
+    )
+    return out
+
+
+def gpt2_state_dict(model) -> dict[str, torch.Tensor]:
+    """kinterval GPT weights under transformers' GPT-2 names (Conv1D weights transposed, padding cut)."""
+    cfg, sd = model.config, model.state_dict()
+    out = {
+        "transformer.wte.weight": sd["transformer.wte.weight"][: cfg.vocab_size],
+        "transformer.wpe.weight": sd["transformer.wpe.weight"],
+    }
+    names = [f"transformer.h.{i}.{m}" for i in range(cfg.n_layer) for m in ("ln_1", "ln_2")] + [
+        "transformer.ln_f"
+    ]
+    for name in names:
+        out[f"{name}.weight"] = sd[f"{name}.weight"]
+        out[f"{name}.bias"] = sd.get(f"{name}.bias", torch.zeros_like(sd[f"{name}.weight"]))
+    for i in range(cfg.n_layer):
+        for lin in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+            name = f"transformer.h.{i}.{lin}"
+            weight = sd[f"{name}.weight"]
+            out[f"{name}.weight"] = weight.t().contiguous()  # Conv1D: (in, out)
+            out[f"{name}.bias"] = sd.get(f"{name}.bias", weight.new_zeros(weight.shape[0]))
+    return {k: v.detach().clone() for k, v in out.items()}
+
+
+def _export(args: argparse.Namespace) -> int:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ValueError("kinterval export-hf needs transformers: pip install 'kinterval[hf]'") from None
+    out = export_hf(args.run, args.out, args.checkpoint)
+    print(f"exported {args.run} -> {out} (see {out / 'README.md'} to load it)")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("export-hf", help="write a run's checkpoint as a transformers GPT-2 model")
+    p.add_argument("--run", required=True, help="training run folder (or a checkpoint folder)")
+    p.add_argument("--checkpoint", default="latest", help="latest (default), a step number or a path")
+    p.add_argument("--out", required=True, help="output folder (config.json, model.safetensors, README.md)")
+    p.set_defaults(func=_export)
