@@ -53,14 +53,16 @@ def resolve_precision(dtype: torch.dtype, precision: str | None) -> str:
     return precision
 
 
-def _codes(spec: OperatorSpec) -> tuple[int, int, int, float, float]:
+def _codes(spec: OperatorSpec) -> tuple[int, int, int, int, float, float]:
     reason = unsupported_reason(spec)
     if reason is not None:
         raise ValueError(f"triton backend: {reason} (operator {getattr(spec, 'full_name', spec)})")
     if not spec.is_kinterval:
-        return CALIB_CODES[None], MODE_CODES["softmax"], RG_CODES["full"], 1.0, 1.0
+        return CALIB_CODES[None], MODE_CODES["softmax"], RG_CODES["full"], 0, 1.0, 1.0
     mode = MODE_CODES["lerp"] if spec.reconstruction == "lerp" else MODE_CODES[spec.surrogate]
-    return CALIB_CODES[spec.calibration], mode, RG_CODES[spec.range_grad], float(spec.K), float(spec.tau)
+    hist = int(spec.surrogate is not None and spec.arithmetic == "historical")
+    calib, rg = CALIB_CODES[spec.calibration], RG_CODES[spec.range_grad]
+    return calib, mode, rg, hist, float(spec.K), float(spec.tau)
 
 
 def _block_d(D: int) -> int:
@@ -90,7 +92,7 @@ class _TritonKIntervalAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, spec, causal, scale, precision):
         B, H, Tq, D = q.shape
         Tk = k.shape[2]
-        calib, mode, rg, kf, tau = _codes(spec)
+        calib, mode, rg, hist, kf, tau = _codes(spec)
         mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
         dev, f32 = q.device, torch.float32
         o = _alloc((B, H, Tq, D), q.dtype, dev)
@@ -101,6 +103,7 @@ class _TritonKIntervalAttention(torch.autograd.Function):
             CALIB=calib,
             MODE=mode,
             RG=rg,
+            HIST=hist,
             IS_CAUSAL=bool(causal),
             HAS_MASK=has_mask,
             PREC=precision,

@@ -6,7 +6,8 @@ e^{b_r}, E_r1 = e^{b_{r+1}}), w^L = (1 - t) E_r + t E_r1, w^N = e^{b_l} (l = r +
 Delta = (E_r1 - E_r) / h. t is differentiated as t_raw: the clamp on t only catches rounding (reference.py).
 
 Constexpr switches: CALIB 0 softmax, 1 minmax, 2 fwm, 3 resolved; MODE 0 softmax, 1 lerp, 2 weight
-(Weight-STE), 3 prob (Prob-STE); RG 0 full, 1 detach, 2 max_only, 3 min_only, 4 p1.
+(Weight-STE), 3 prob (Prob-STE); RG 0 full, 1 detach, 2 max_only, 3 min_only, 4 p1; HIST 1 for the
+historical arithmetic of the STE operators (App. C.2), 0 for strict.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def split_loops(kind: str, element_size: int, block_d: int, has_mask: bool) -> b
     return (not has_mask) and block_d <= limit and element_size <= 2
 
 
-_KEY = ["Tq", "Tk", "BLOCK_D", "CALIB", "MODE", "RG", "IS_CAUSAL", "HAS_MASK", "PREC", "SPLIT"]
+_KEY = ["Tq", "Tk", "BLOCK_D", "CALIB", "MODE", "RG", "HIST", "IS_CAUSAL", "HAS_MASK", "PREC", "SPLIT"]
 
 
 # ---------------------------------------------------------------------------------------- tile helpers
@@ -325,6 +326,29 @@ def _place(w, keep, one, CALIB: tl.constexpr):
         return tl.where(keep, w, 0.0)
 
 
+@triton.jit
+def _forward_weight(wL, wN, keep, one, CALIB: tl.constexpr, MODE: tl.constexpr, HIST: tl.constexpr):
+    """The weight the forward normalizes: w^L (LERP), w^N (strict STE) or the historical
+    w^H = w^L + sg(w^N - w^L) (App. C.2), evaluated in fp32 in the reference's order."""
+    if MODE == 1:
+        w = wL
+    elif HIST:
+        w = wL + (wN - wL)
+    else:
+        w = wN
+    return _place(w, keep, one, CALIB)
+
+
+@triton.jit
+def _historical_prob(wLp, wHp, WL, WH):
+    """Historical Prob-STE probability P = P^L + sg(P^H - P^L) (App. C.2), P^L = w^L/W^L, P^H = w^H/W^H, in
+    the reference's order: correctly rounded divisions (``/`` is an approximate division on the GPU, and a
+    product would be fused into the subtraction), then the subtraction and the addition. Empty rows: 0."""
+    PL = tl.math.div_rn(wLp, tl.where(WL > 0, WL, 1.0)[:, None])
+    PH = tl.math.div_rn(wHp, tl.where(WH > 0, WH, 1.0)[:, None])
+    return PL + (PH - PL)
+
+
 # --------------------------------------------------------------------------------------------- forward
 @triton.jit
 def _extrema_step(
@@ -358,10 +382,12 @@ def _extrema_step(
 def _weights_step(
     q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac, degen, kf, tau,
     W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
-    CALIB: tl.constexpr, MODE: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_N: tl.constexpr,
+    CALIB: tl.constexpr, MODE: tl.constexpr, HIST: tl.constexpr, PASS3: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    HAS_MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Pass 2 over one key tile: weights at the final (M, m); W += sum w, O += w v (W^L, O^L for Prob-STE)."""
+    """Pass 2 over one key tile: weights at the final (M, m); W += sum w, O += w v (W^L, O^L for Prob-STE).
+    Historical Prob-STE: pass 2 sums W = W^H, W^L and O^L only, and pass 3 (PASS3, W and WL final) adds
+    P v with the historical P of each key."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
@@ -377,16 +403,21 @@ def _weights_step(
         wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1 = _grid_tile(
             s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
         )
-        if MODE == 1:  # LERP forward
-            w = _place(wL, keep, one, CALIB)
-        else:  # STE operators: the hard forward is Nearest
-            w = _place(wN, keep, one, CALIB)
+        # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
+        w = _forward_weight(wL, wN, keep, one, CALIB, MODE, HIST)
         if MODE == 3:  # Prob-STE also needs P^L V (eq. 2 backward point)
             wLp = _place(wL, keep, one, CALIB)
-            WL += tl.sum(wLp, 1)
-            accL += _dot(_cast(wLp, v.dtype), v, PREC)
-    W += tl.sum(w, 1)
-    acc += _dot(_cast(w, v.dtype), v, PREC)
+            if PASS3:  # historical P = P^L + sg(P^H - P^L), per key
+                w = _historical_prob(wLp, w, WL, W)
+            else:
+                WL += tl.sum(wLp, 1)
+                accL += _dot(_cast(wLp, v.dtype), v, PREC)
+    if PASS3:
+        acc += _dot(_cast(w, v.dtype), v, PREC)
+    else:
+        W += tl.sum(w, 1)
+        if not (MODE == 3 and HIST):
+            acc += _dot(_cast(w, v.dtype), v, PREC)
     return W, WL, acc, accL
 
 
@@ -396,7 +427,7 @@ def _fwd_kernel(
     Q, Kp, V, Mask, O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
     H, Tq, Tk, D, scale, kf, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, HIST: tl.constexpr, IS_CAUSAL: tl.constexpr,
     HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -455,18 +486,35 @@ def _fwd_kernel(
             W, WL, acc, accL = _weights_step(
                 q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
                 degen, kf, tau, W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
-                CALIB, MODE, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
+                CALIB, MODE, HIST, False, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
             )  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
         W, WL, acc, accL = _weights_step(
             q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
             degen, kf, tau, W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
-            CALIB, MODE, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
+            CALIB, MODE, HIST, False, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
         )  # fmt: skip
+    if MODE == 3 and HIST:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
+        if SPLIT:
+            for start_n in range(0, full_hi, BLOCK_N):
+                W, WL, acc, accL = _weights_step(
+                    q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
+                    degen, kf, tau, W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
+                    CALIB, MODE, HIST, True, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
+                )  # fmt: skip
+        for start_n in range(full_hi, hi, BLOCK_N):
+            W, WL, acc, accL = _weights_step(
+                q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
+                degen, kf, tau, W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
+                CALIB, MODE, HIST, True, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
+            )  # fmt: skip
 
     row = bh * Tq + offs_m
     rmask = offs_m < Tq
-    o = acc * tl.where(W > 0, 1.0 / W, 0.0)[:, None]  # fully masked row: O = 0
+    if MODE == 3 and HIST:  # acc = P V already normalized
+        o = acc
+    else:
+        o = acc * tl.where(W > 0, 1.0 / W, 0.0)[:, None]  # fully masked row: O = 0
     o_ptrs = offs_m[:, None] * D + offs_d[None, :]
     omask = rmask[:, None] & dmask[None, :]
     tl.store(O + bh * Tq * D + o_ptrs, _cast(o, O.dtype.element_ty), mask=omask)
@@ -487,17 +535,19 @@ def _fwd_kernel(
 @triton.jit
 def _bwd_coefs(
     s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, NEED_GM: tl.constexpr,
+    CALIB: tl.constexpr, MODE: tl.constexpr, HIST: tl.constexpr, NEED_GM: tl.constexpr,
 ):  # fmt: skip
     """Per-tile backward coefficients, formed before g = dO V^T so that few score-sized tiles stay live.
 
-    Returns the forward weight w (hard w^N for the STE operators, for dV = P^T dO), the kept-key mask, the
+    Returns the forward weight w (w^N, or w^H in historical arithmetic, for the STE operators; for
+    dV = P^T dO), the placed w^L (historical Prob-STE's P needs it), the kept-key mask, the
     self-term factor cD (Delta on kept keys, eq. 4; w for softmax: dS = P (g - D)) and dM = dw/dM (eq. 3)
     (MinMax: -Y - Delta rho, rho = (r + t_raw)/K, Y = w^L - X = (1-t) E_r (1 - r/K) + t E_r1 (1 - (r+1)/K):
     eq. (3)'s -w + X as a sum of non-negative terms, which does not cancel in fp32).
     """
     if MODE == 0:  # softmax
         w = tl.where(valid, tl.exp(s - M[:, None]), 0.0)
+        wLp = w
         keep = valid
         cD = w
         dM = w  # unused
@@ -505,15 +555,15 @@ def _bwd_coefs(
         wL, wN, keep, one, cD, r, t_raw, t, E_r, E_r1 = _grid_tile(
             s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
         )
-        if MODE == 1:
-            w = _place(wL, keep, one, CALIB)
-        else:
-            w = _place(wN, keep, one, CALIB)
+        w = _forward_weight(wL, wN, keep, one, CALIB, MODE, HIST)
+        wLp = w
+        if MODE == 3 and HIST:
+            wLp = _place(wL, keep, one, CALIB)
         dM = cD  # unused unless NEED_GM
         if NEED_GM:
             Y = (1.0 - t) * E_r * (1.0 - r * inv_k) + t * E_r1 * (1.0 - (r + 1.0) * inv_k)
             dM = -Y - cD * ((r + t_raw) * inv_k)
-    return w, keep, cD, dM
+    return w, wLp, keep, cD, dM
 
 
 @triton.jit
@@ -527,7 +577,7 @@ def _gamma(g, keep, Dd, inv_Wa):
 def _dq_step(
     q, do, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac, degen, kf,
     inv_k, tau, Dd, inv_Wa, dq, ksum, S1, GM, nv, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, NEED_GM: tl.constexpr,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, HIST: tl.constexpr, NEED_GM: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):  # fmt: skip
@@ -540,8 +590,8 @@ def _dq_step(
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
-    w, keep, cD, dM = _bwd_coefs(
-        s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau, CALIB, MODE, NEED_GM
+    w, wLp, keep, cD, dM = _bwd_coefs(
+        s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau, CALIB, MODE, HIST, NEED_GM
     )
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
     gamma = _gamma(g, keep, Dd, inv_Wa)
@@ -562,7 +612,7 @@ def _bwd_dq_kernel(
     Q, Kp, V, Mask, DO, DQ, Mrow, mrow, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
     H, Tq, Tk, D, scale, kf, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, HIST: tl.constexpr, IS_CAUSAL: tl.constexpr,
     HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -609,13 +659,14 @@ def _bwd_dq_kernel(
             dq, ksum, S1, GM, nv = _dq_step(
                 q, do, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh,
                 dfac, degen, kf, inv_k, tau, Dd, inv_Wa, dq, ksum, S1, GM, nv, Tq, Tk, mask_base, smm, smn,
-                skn, skd, svn, svd, scale, CALIB, MODE, RG, NEED_GM, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
+                skn, skd, svn, svd, scale, CALIB, MODE, RG, HIST, NEED_GM, IS_CAUSAL, HAS_MASK, PREC, True,
+                BLOCK_N,
             )  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
         dq, ksum, S1, GM, nv = _dq_step(
             q, do, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
             degen, kf, inv_k, tau, Dd, inv_Wa, dq, ksum, S1, GM, nv, Tq, Tk, mask_base, smm, smn, skn, skd,
-            svn, svd, scale, CALIB, MODE, RG, NEED_GM, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
+            svn, svd, scale, CALIB, MODE, RG, HIST, NEED_GM, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
         )  # fmt: skip
 
     # Calibration terms of eq. (4): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
@@ -662,7 +713,7 @@ def _bwd_dq_kernel(
 def _dkdv_step(
     k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n, offs_d,
     dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, HIST: tl.constexpr, IS_CAUSAL: tl.constexpr,
     HAS_MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
     """One query tile of the dK/dV loop: dV += P^T dO, dK += dS^T q with the calibration terms of eq. (4)."""
@@ -684,11 +735,14 @@ def _dkdv_step(
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
-    w, keep, cD, dM = _bwd_coefs(
-        s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, 1.0, tau, CALIB, MODE, False
+    w, wLp, keep, cD, dM = _bwd_coefs(
+        s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, 1.0, tau, CALIB, MODE, HIST, False
     )
-    # dV_j = sum_i P_ij dO_i with the forward P (hard P^N for the STE operators)
-    p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
+    # dV_j = sum_i P_ij dO_i with the forward P (hard P^N for the STE operators; historical: the forward's P)
+    if MODE == 3 and HIST:
+        p = _historical_prob(wLp, w, Wa, Wf)
+    else:
+        p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
     g = _dot(do, tl.trans(v), PREC)
     ds = (
@@ -714,7 +768,7 @@ def _bwd_dkdv_kernel(
     Q, Kp, V, Mask, DO, DK, DV, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
     H, Tq, Tk, D, scale, kf, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, HIST: tl.constexpr, IS_CAUSAL: tl.constexpr,
     HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -749,19 +803,19 @@ def _bwd_dkdv_kernel(
             dk, dv = _dkdv_step(
                 k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n,
                 offs_d, dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
-                CALIB, MODE, RG, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_M,
+                CALIB, MODE, RG, HIST, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_M,
             )  # fmt: skip
         for start_m in range(full_lo, full_hi, BLOCK_M):
             dk, dv = _dkdv_step(
                 k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n,
                 offs_d, dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
-                CALIB, MODE, RG, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_M,
+                CALIB, MODE, RG, HIST, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_M,
             )  # fmt: skip
     for start_m in range(full_hi, Tq, BLOCK_M):
         dk, dv = _dkdv_step(
             k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n,
             offs_d, dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
-            CALIB, MODE, RG, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_M,
+            CALIB, MODE, RG, HIST, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_M,
         )  # fmt: skip
 
     dk = dk * scale
