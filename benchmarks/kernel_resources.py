@@ -100,17 +100,16 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     from triton.compiler import ASTSource
 
     from kinterval.ops.triton import kernels as K
-    from kinterval.ops.triton.autograd import _codes
+    from kinterval.ops.triton.autograd import operator_constants
 
     fn = K.KERNELS[kernel].fn
     ptr_ty = {"bf16": "*bf16", "fp16": "*fp16", "tf32": "*fp32", "ieee": "*fp32"}[dtype_mode]
     prec = {"bf16": "ieee", "fp16": "ieee", "tf32": "tf32", "ieee": "ieee"}[dtype_mode]
-    calib, mode, rg, _, _ = _codes(spec)
+    flags, _, _ = operator_constants(spec)
     block_d = max(16, triton.next_power_of_2(D))
     split = K.split_loops(kernel, 2 if dtype_mode in ("bf16", "fp16") else 4, block_d, has_mask)
-    constexprs = dict(CALIB=calib, MODE=mode, RG=rg, IS_CAUSAL=causal, HAS_MASK=has_mask, PREC=prec,
-                      SPLIT=split, BLOCK_M=cfg.kwargs["BLOCK_M"], BLOCK_N=cfg.kwargs["BLOCK_N"],
-                      BLOCK_D=block_d)  # fmt: skip
+    tile = dict(BLOCK_M=cfg.kwargs["BLOCK_M"], BLOCK_N=cfg.kwargs["BLOCK_N"], BLOCK_D=block_d)
+    constexprs = dict(**flags, IS_CAUSAL=causal, HAS_MASK=has_mask, PREC=prec, SPLIT=split, **tile)
     sig = _signature(fn, ptr_ty)
     runtime_constexprs, attrs = _runtime_specialization(fn, sig, D, has_mask)
     constexprs.update(runtime_constexprs)

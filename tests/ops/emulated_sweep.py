@@ -22,7 +22,7 @@ from grid_flips import emulated_kernel, flip_rows, to_tf32  # noqa: E402
 from kinterval.ops import OperatorSpec  # noqa: E402
 from kinterval.ops.api import valid_mask  # noqa: E402
 
-NAMES = T.CORE_OPS + ["lerp-k4[range_grad=p1]", "minmax-weight-k4[range_grad=max_only]"]
+NAMES = T.GPU_NAMES  # as test_gpu_large
 ATOL = {"fp32-ieee": 1e-5, "fp32-tf32": 1e-3, "bf16": 2e-3}  # as test_gpu_large
 
 

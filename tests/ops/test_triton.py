@@ -74,6 +74,13 @@ CORE_OPS = [
     "resolved-lerp-k4",
 ]
 OTHER_K = ["lerp-k1", "minmax-weight-k16", "fwm-prob-k3", "resolved-lerp-k8"]
+# the STE operators in the paper's historical arithmetic (App. C.2): w^H = w^L + sg(w^N - w^L) and
+# P = P^L + sg(P^H - P^L)
+HISTORICAL_OPS = [
+    f"{calib}-{surrogate}-k4[arithmetic=historical]"
+    for calib in ("minmax", "fwm", "resolved")
+    for surrogate in ("weight", "prob")
+]
 RANGE_GRADS = ["detach", "max_only", "min_only", "p1"]
 NAMES = ("out", "dq", "dk", "dv")
 MAX_FLIP_ROWS = 0.2  # at most this fraction of rows may be left out as flip-prone (module doc)
@@ -251,6 +258,58 @@ def test_range_grad(name, range_grad):
     check(spec, q, k, v, do, causal=True)
 
 
+@pytest.mark.parametrize("masking", ["causal", "mask"])
+@pytest.mark.parametrize("name", HISTORICAL_OPS)
+def test_historical_arithmetic(name, masking):
+    """Historical Weight-/Prob-STE against the reference's historical arithmetic: out, dq, dk, dv, causal and
+    with a general mask (a fully masked row, a single-key row). The Weight-STE backward takes the Jacobian at
+    w^H (a kernel that takes it at w^L, Prob-STE's point, fails here by O(1))."""
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=zlib.crc32(name.encode()) % 1000)
+    if masking == "causal":
+        check(name, q, k, v, do, causal=True)
+    else:
+        mask = _general_mask(1, 2, 37, 37, seed=6)
+        mask[0, 1, 3] = False  # a fully masked row
+        _, res, _ = check(name, q, k, v, do, mask=mask)
+        assert torch.equal(res[0][0, 1, 3].cpu(), torch.zeros(16))
+
+
+@pytest.mark.parametrize("surrogate", ["weight", "prob"])
+@pytest.mark.parametrize("calibration", ["minmax", "fwm"])
+def test_historical_forward_rounds_like_the_reference(calibration, surrogate):
+    """The historical forward is evaluated in fp32 as the reference evaluates it, not as P^N: with wide
+    intervals (h = 20) a key at t = 1/4 has w^N = e^{b_r} below half an ulp of w^L, so w^L + (w^N - w^L) is
+    exactly 0 (and so is P^L + (P^H - P^L)), while P^N > 0. One query, so dv_j = P_j dO: the kernel's dv is 0
+    on those keys, as the fp32 reference's, where the strict operator's is not."""
+    D = 16
+    scores = torch.tensor([0.0, 80.0, 65.0, 45.0, 30.0, 72.0])  # MinMax K = 4: h = 20
+    small = [2, 3]  # x = 3.25 and 2.25: t = 1/4, w^N / w^L < 2^-26; key 4 (x = 1.5) keeps w^N = w^L-ish
+    q = torch.zeros(1, 1, 1, D)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, len(scores), D)
+    k[0, 0, :, 0] = scores
+    v = torch.randn(1, 1, len(scores), D, generator=torch.Generator().manual_seed(0))
+    do = torch.ones(1, 1, 1, D)
+    extra = "[tau=80,arithmetic={}]" if calibration == "fwm" else "[arithmetic={}]"  # FWM: h = 80/4
+    name = f"{calibration}-{surrogate}-k4" + extra
+
+    def dv(fn, arithmetic):
+        return _grads(lambda a, b, c: fn(a, b, c, name.format(arithmetic), scale=1.0), q, k, v, do)[3]
+
+    def ref(a, b, c, spec, scale):
+        return kinterval_attention(a, b, c, spec, scale=scale, backend="reference")
+
+    def tri(a, b, c, spec, scale):
+        return triton_attention(a.to(DEVICE), b.to(DEVICE), c.to(DEVICE), spec, scale=scale)
+
+    assert (dv(ref, "strict")[0, 0, small] != 0).all()  # P^N > 0 there
+    assert (dv(tri, "strict")[0, 0, small].cpu() != 0).all()
+    assert (dv(ref, "historical")[0, 0, small] == 0).all()  # the reference's historical P is exactly 0
+    assert (dv(tri, "historical")[0, 0, small].cpu() == 0).all()
+    others = [j for j in range(len(scores)) if j not in small]
+    torch.testing.assert_close(dv(tri, "historical")[0, 0, others].cpu(), dv(ref, "historical")[0, 0, others])
+
+
 # --------------------------------------------------------------------------------------- shapes, masks
 def _general_mask(B, H, Tq, Tk, seed):
     g = torch.Generator().manual_seed(seed)
@@ -346,7 +405,9 @@ def test_tie_convention(name):
 
 # ----------------------------------------------------------------------------------- dtypes, precision
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("name", ["softmax", "minmax-prob-k4", "fwm-weight-k4"])
+@pytest.mark.parametrize(
+    "name", ["softmax", "minmax-prob-k4", "fwm-weight-k4", "minmax-prob-k4[arithmetic=historical]"]
+)
 def test_low_precision(name, dtype):
     q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=13, dtype=dtype)
     check(name, q, k, v, do, causal=True)
@@ -470,12 +531,11 @@ def test_supports_matrix():
         for rg in ["full"] if name == "softmax" else ["full", *RANGE_GRADS]:
             spec = OperatorSpec.parse(name) if name == "softmax" else OperatorSpec.parse(name, range_grad=rg)
             assert triton_supports(spec), spec.full_name
-    for spec in (
-        OperatorSpec.parse("bf16-exp"),
-        OperatorSpec.parse("fp8-exp"),
-        OperatorSpec.parse("minmax-weight-k4", arithmetic="historical"),
-        OperatorSpec.parse("fwm-prob-k4", arithmetic="historical"),
-    ):
+    for name in HISTORICAL_OPS:  # every range_grad in historical arithmetic too
+        for rg in ["full", *RANGE_GRADS]:
+            spec = OperatorSpec.parse(name.split("[")[0], range_grad=rg, arithmetic="historical")
+            assert triton_supports(spec) and unsupported_reason(spec) is None, spec.full_name
+    for spec in (OperatorSpec.parse("bf16-exp"), OperatorSpec.parse("fp8-exp")):
         assert not triton_supports(spec)
         assert unsupported_reason(spec)
         q, k, v, _ = make_inputs(1, 1, 16, 16, 16, seed=0)
@@ -550,6 +610,7 @@ def test_flip_prone_rows_are_left_out():
 
 # -------------------------------------------------------------------------------------------- GPU only
 GPU_SHAPES = [(2, 4, 128, 128, 64), (1, 4, 1000, 1000, 64), (1, 2, 300, 777, 128), (1, 2, 257, 257, 256)]
+GPU_NAMES = CORE_OPS + HISTORICAL_OPS + ["lerp-k4[range_grad=p1]", "minmax-weight-k4[range_grad=max_only]"]
 
 
 @pytest.mark.gpu
@@ -593,9 +654,7 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (the CPU interpreter runs the small subset)")
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("mode", ["fp32-ieee", "fp32-tf32", "bf16"])
-@pytest.mark.parametrize(
-    "name", CORE_OPS + ["lerp-k4[range_grad=p1]", "minmax-weight-k4[range_grad=max_only]"]
-)
+@pytest.mark.parametrize("name", GPU_NAMES)
 def test_gpu_large(name, mode, shape):
     B, H, Tq, Tk, D = shape
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32

@@ -9,8 +9,8 @@ Public names:
   that the ``auto`` backend can fall back to ``closed_form``.
 
 Supported: ``softmax``; ``{minmax,fwm,resolved}-lerp-k{K}``; ``{minmax,fwm,resolved}-{weight,prob}-k{K}``
-with strict arithmetic; every ``range_grad`` (full, detach, max_only, min_only, p1). Not supported
-(ValueError): ``bf16-exp``, ``fp8-exp`` and ``arithmetic="historical"``.
+in strict and historical arithmetic (App. C.2); every ``range_grad`` (full, detach, max_only, min_only, p1).
+Not supported (ValueError): ``bf16-exp`` and ``fp8-exp``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ def unsupported_reason(spec: OperatorSpec) -> str | None:
         return f"calibration {spec.calibration!r} has no triton kernel"
     if spec.reconstruction == "nearest" and spec.surrogate not in ("weight", "prob"):
         return f"surrogate {spec.surrogate!r} has no triton kernel"
-    if spec.arithmetic != "strict":
-        return "arithmetic='historical' has no triton kernel (strict arithmetic only)"
     if spec.range_grad not in ("full", "detach", "max_only", "min_only", "p1"):
         return f"range_grad {spec.range_grad!r} has no triton kernel"
     return None

@@ -12,13 +12,11 @@ from torch import Tensor
 from kinterval.ops.spec import OperatorSpec
 from kinterval.ops.triton import unsupported_reason
 from kinterval.ops.triton.kernels import (
-    CALIB_CODES,
     INTERPRET,
-    MODE_CODES,
-    RG_CODES,
     _bwd_dkdv_kernel,
     _bwd_dq_kernel,
     _fwd_kernel,
+    kernel_flags,
     split_loops,
 )
 
@@ -53,14 +51,15 @@ def resolve_precision(dtype: torch.dtype, precision: str | None) -> str:
     return precision
 
 
-def _codes(spec: OperatorSpec) -> tuple[int, int, int, float, float]:
+def operator_constants(spec: OperatorSpec) -> tuple[dict, float, float]:
+    """The kernels' constexpr switches for ``spec`` (kernels.kernel_flags), and its K and tau."""
     reason = unsupported_reason(spec)
     if reason is not None:
         raise ValueError(f"triton backend: {reason} (operator {getattr(spec, 'full_name', spec)})")
     if not spec.is_kinterval:
-        return CALIB_CODES[None], MODE_CODES["softmax"], RG_CODES["full"], 1.0, 1.0
-    mode = MODE_CODES["lerp"] if spec.reconstruction == "lerp" else MODE_CODES[spec.surrogate]
-    return CALIB_CODES[spec.calibration], mode, RG_CODES[spec.range_grad], float(spec.K), float(spec.tau)
+        return kernel_flags(None, None, "full", False), 1.0, 1.0
+    flags = kernel_flags(spec.calibration, spec.surrogate, spec.range_grad, spec.arithmetic == "historical")
+    return flags, float(spec.K), float(spec.tau)
 
 
 def _block_d(D: int) -> int:
@@ -90,17 +89,15 @@ class _TritonKIntervalAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, spec, causal, scale, precision):
         B, H, Tq, D = q.shape
         Tk = k.shape[2]
-        calib, mode, rg, kf, tau = _codes(spec)
+        flags, kf, tau = operator_constants(spec)
         mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
         dev, f32 = q.device, torch.float32
         o = _alloc((B, H, Tq, D), q.dtype, dev)
-        oL = _alloc((B, H, Tq, D), f32, dev) if mode == MODE_CODES["prob"] else o
+        oL = _alloc((B, H, Tq, D), f32, dev) if flags["JACOBIAN_AT_PL"] else o
         M, m, Wf, Wa = (_alloc((B, H, Tq), f32, dev) for _ in range(4))
         amax, amin = (_alloc((B, H, Tq), torch.int32, dev) for _ in range(2))
         meta = dict(
-            CALIB=calib,
-            MODE=mode,
-            RG=rg,
+            **flags,
             IS_CAUSAL=bool(causal),
             HAS_MASK=has_mask,
             PREC=precision,
@@ -132,7 +129,7 @@ class _TritonKIntervalAttention(torch.autograd.Function):
         Tk = k.shape[2]
         do = do.contiguous()
         # D_i = dO_i . O_i at the Jacobian point: O (softmax, LERP, Weight-STE: P = P^N), O^L (Prob-STE)
-        o_at = oL if meta["MODE"] == MODE_CODES["prob"] else o
+        o_at = oL if meta["JACOBIAN_AT_PL"] else o
         delta = (do.float() * o_at.float()).sum(-1)
         dev = q.device
         GM, Gm, mu = (_alloc((B, H, Tq), torch.float32, dev) for _ in range(3))
@@ -182,7 +179,7 @@ def triton_attention(
     (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot precision ("tf32" or
     "ieee"; None follows ``torch.backends.cuda.matmul.allow_tf32``). The output has q's dtype.
 
-    Conventions (docs/kernels.md): the calibration gradient of eq. (4) goes to ONE arg-max / arg-min key per
+    Conventions (docs/kernels.md): the calibration terms of eq. (2) go to ONE arg-max / arg-min key per
     row, the first index among exact ties (the reference splits it evenly among ties); softmax drops the
     max-channel term -sum_j dS_ij, which is zero in exact arithmetic.
     """

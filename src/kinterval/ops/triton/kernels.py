@@ -5,8 +5,10 @@ s_ij = scale * q_i . k_j, M_i / m_i = row max / min over valid keys, z = s - M, 
 e^{b_r}, E_r1 = e^{b_{r+1}}), w^L = (1 - t) E_r + t E_r1, w^N = e^{b_l} (l = r + [t >= 1/2]),
 Delta = (E_r1 - E_r) / h. t is differentiated as t_raw: the clamp on t only catches rounding (reference.py).
 
-Constexpr switches: CALIB 0 softmax, 1 minmax, 2 fwm, 3 resolved; MODE 0 softmax, 1 lerp, 2 weight
-(Weight-STE), 3 prob (Prob-STE); RG 0 full, 1 detach, 2 max_only, 3 min_only, 4 p1.
+The paper's formulas are one ``@triton.jit`` helper each, named as in ``kinterval.ops``: ``grid``,
+``lerp_weight``, ``nearest_weight``, ``weight_ste`` (eq. 3), ``prob_ste`` (eq. 4), ``calibration_grad``
+(eq. 1), ``score_grad`` (eq. 2); the launcher computes the operator's constexpr switches once
+(``kernel_flags``).
 """
 
 from __future__ import annotations
@@ -18,11 +20,9 @@ import triton
 import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-EPS_DEGENERATE = 1e-12  # App. A: a MinMax row with M - m <= eps is degenerate
+EPS_DEGENERATE = tl.constexpr(1e-12)  # App. A: a MinMax row with M - m <= eps is degenerate
 
 CALIB_CODES = {None: 0, "minmax": 1, "fwm": 2, "resolved": 3}
-MODE_CODES = {"softmax": 0, "lerp": 1, "weight": 2, "prob": 3}
-RG_CODES = {"full": 0, "detach": 1, "max_only": 2, "min_only": 3, "p1": 4}
 
 
 # KINTERVAL_TRITON_AUTOTUNE=0 skips autotuning: each kernel runs its first (default) candidate below.
@@ -172,10 +172,54 @@ def split_loops(kind: str, element_size: int, block_d: int, has_mask: bool) -> b
     return (not has_mask) and block_d <= limit and element_size <= 2
 
 
-_KEY = ["Tq", "Tk", "BLOCK_D", "CALIB", "MODE", "RG", "IS_CAUSAL", "HAS_MASK", "PREC", "SPLIT"]
+# The operator's constexpr switches, computed once by the launcher from the spec (kernel_flags):
+#   CALIB            0 softmax, 1 MinMax, 2 FWM, 3 resolved (the grid of §3 / App. A);
+#   SOFTMAX          the exp baseline (no grid);
+#   HARD             the forward weight is Nearest (Weight-STE, Prob-STE), else LERP (or exp);
+#   JACOBIAN_AT_PL   Prob-STE: the backward's normalization Jacobian is at (P^L, W^L), not at the forward P;
+#   HISTORICAL       the STE operators' historical arithmetic (App. C.2), else strict;
+#   KEEP_MAX_TERM    range_grad keeps the max channel of eq. (2) (full, max_only);
+#   KEEP_MIN_TERM    MinMax and range_grad keeps the min channel (full, min_only);
+#   SUM_GM           the dQ kernel sums G_M = sum_j gamma_j dw_j/dM of eq. (1) (MinMax, a channel kept);
+#   PROJECT_P1       the P1 control: dS projected onto the zero-sum subspace of the valid keys (App. B).
+FLAG_NAMES = (
+    "CALIB", "SOFTMAX", "HARD", "JACOBIAN_AT_PL", "HISTORICAL",
+    "KEEP_MAX_TERM", "KEEP_MIN_TERM", "SUM_GM", "PROJECT_P1",
+)  # fmt: skip
+
+
+def kernel_flags(calibration: str | None, surrogate: str | None, range_grad: str, historical: bool) -> dict:
+    """The constexpr switches above for one operator (``calibration`` None: softmax; ``surrogate`` None:
+    LERP or softmax)."""
+    softmax = calibration is None
+    minmax = calibration == "minmax"
+    keep_max = not softmax and range_grad in ("full", "max_only")
+    keep_min = minmax and range_grad in ("full", "min_only")
+    return dict(
+        CALIB=CALIB_CODES[calibration],
+        SOFTMAX=softmax,
+        HARD=surrogate is not None,
+        JACOBIAN_AT_PL=surrogate == "prob",
+        HISTORICAL=surrogate is not None and historical,
+        KEEP_MAX_TERM=keep_max,
+        KEEP_MIN_TERM=keep_min,
+        SUM_GM=minmax and (keep_max or keep_min),
+        PROJECT_P1=range_grad == "p1",
+    )
+
+
+_KEY = ["Tq", "Tk", "BLOCK_D", *FLAG_NAMES, "IS_CAUSAL", "HAS_MASK", "PREC", "SPLIT"]
 
 
 # ---------------------------------------------------------------------------------------- tile helpers
+# Grouped arguments of the helpers below (tuples, unpacked by name at the top of each helper):
+#   OP      = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)      operator switches (constexpr)
+#   GRAD    = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)      range_grad switches (constexpr)
+#   MASKING = (IS_CAUSAL, HAS_MASK)                                   (constexpr)
+#   mask    = (mask_base, stride_mm, stride_mn)                       user mask of this (batch, head)
+#   keys    = (k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd)
+#   bounds  = (offs_m, offs_d, dmask, Tq, Tk)                         the query block and the head dim
+#   row     = (h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau)         per-row grid constants (row_constants)
 _INTERP = tl.constexpr(INTERPRET)
 
 
@@ -203,12 +247,11 @@ def _cast(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def _valid_tile(
-    offs_m, offs_n, Tq, Tk, mask_base, stride_mm, stride_mn,
-    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, FULL: tl.constexpr,
-):  # fmt: skip
+def _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING: tl.constexpr, FULL: tl.constexpr):
     """Keys query i may attend: in bounds, causal (last query on last key), user mask (stride 0 ok).
     FULL: an interior tile the caller knows to be entirely valid; a constant tile folds the selects on it."""
+    IS_CAUSAL: tl.constexpr = MASKING[0]
+    HAS_MASK: tl.constexpr = MASKING[1]
     if FULL:
         return tl.full([offs_m.shape[0], offs_n.shape[0]], 1, tl.int1)
     inb = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
@@ -216,6 +259,7 @@ def _valid_tile(
     if IS_CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
     if HAS_MASK:
+        mask_base, stride_mm, stride_mn = mask
         mvals = tl.load(
             mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn, mask=inb, other=0
         )
@@ -255,13 +299,14 @@ def _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.c
     return tl.where(ok, full_lo, lo), tl.where(ok, full_hi, lo)
 
 
+# ------------------------------------------------------------------------------ the paper, one helper each
 @triton.jit
-def _row_consts(M, m, kf, tau, CALIB: tl.constexpr):
-    """Per-row grid constants: width h, 1/h, origin b_0, e^h, Delta's factor (e^h - 1)/h (0 on a degenerate
-    row: no gradient) and the degenerate flag (App. A)."""
+def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
+    """Per-row grid constants (§3, App. A) as the tuple ``row``: width h, 1/h, origin b_0, e^h, Delta's factor
+    (e^h - 1)/h (0 on a degenerate row: no gradient), the degenerate flag, K, 1/K and tau."""
     if CALIB == 1:  # MinMax: h = (M - m)/K, b_0 = m - M; degenerate rows get the safe width 1
         span = M - m
-        degen = span <= 1e-12
+        degen = span <= EPS_DEGENERATE
         h = tl.where(degen, 1.0, span / kf)
         b0 = m - M
     else:  # FWM / resolved: h = tau/K, b_0 = -tau
@@ -271,12 +316,24 @@ def _row_consts(M, m, kf, tau, CALIB: tl.constexpr):
     eh = tl.exp(h)
     inv_h = 1.0 / h  # tiles multiply by 1/h: a precise division per score costs ~10 instructions
     dfac = tl.where(degen, 0.0, (eh - 1.0) * inv_h)
-    return h, inv_h, b0, eh, dfac, degen
+    return h, inv_h, b0, eh, dfac, degen, kf, 1.0 / kf, tau
 
 
 @triton.jit
-def _grid_tile(s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB: tl.constexpr):
-    """Reconstruction terms of one (BLOCK_M, BLOCK_N) score tile (§3, App. B; reference.grid).
+def lerp_weight(t, E_r, E_r1):
+    """LERP reconstruction (§3): w^L = (1 - t) e^{b_r} + t e^{b_{r+1}}."""
+    return (1.0 - t) * E_r + t * E_r1
+
+
+@triton.jit
+def nearest_weight(t, E_r, E_r1):
+    """Nearest reconstruction (§3): w^N = e^{b_l}, l = r + [t >= 1/2] (a midpoint rounds up)."""
+    return tl.where(t >= 0.5, E_r1, E_r)
+
+
+@triton.jit
+def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
+    """Reconstruction terms of one (BLOCK_M, BLOCK_N) score tile (§3, App. A; reference.grid).
 
     The stored arg-max key (is_max) sits exactly at x = K (r = K-1, t_raw = 1) and, for MinMax, the stored
     arg-min key (is_min) at x = 0 (r = 0, t_raw = 0): their exact-arithmetic values, independent of the
@@ -285,6 +342,7 @@ def _grid_tile(s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, t
     through the same finite arithmetic and are dropped by ``keep`` and ``_place``: no per-score select.
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and ``_place`` gives them weight 1.
     """
+    h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau = row
     z = s - M[:, None]
     ih = inv_h[:, None]
     # grid position x = (z~ - b_0)/h; r = floor(x) clamped to the calibration's range, t_raw = x - r (exact)
@@ -308,8 +366,8 @@ def _grid_tile(s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, t
     t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
     E_r = tl.exp(b_r)
     E_r1 = E_r * eh[:, None]  # e^{b_{r+1}} = e^{b_r} e^h
-    wL = (1.0 - t) * E_r + t * E_r1  # LERP
-    wN = tl.where(t >= 0.5, E_r1, E_r)  # Nearest: a midpoint rounds up
+    wL = lerp_weight(t, E_r, E_r1)
+    wN = nearest_weight(t, E_r, E_r1)
     cDelta = tl.where(keep, E_r * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
     one = degen.to(tl.float32)[:, None]  # degenerate MinMax row: weight 1 on every valid key
     return wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1
@@ -325,19 +383,89 @@ def _place(w, keep, one, CALIB: tl.constexpr):
         return tl.where(keep, w, 0.0)
 
 
+@triton.jit
+def weight_ste(wL, wN, HISTORICAL: tl.constexpr):
+    """Weight-STE forward weight, eq. (3) (eq:wste): w = w^L + sg(w^N - w^L). Strict arithmetic returns w^N
+    bit for bit; historical arithmetic (App. C.2) evaluates w^H = w^L + (w^N - w^L) in fp32, as the reference
+    does. Its backward (the normalization Jacobian at this forward point) is in the dQ and dK/dV kernels."""
+    if HISTORICAL:
+        return wL + (wN - wL)
+    else:
+        return wN
+
+
+@triton.jit
+def prob_ste(wLp, wHp, WL, WH):
+    """Prob-STE forward probability, eq. (4) (eq:pste), in historical arithmetic (App. C.2):
+    P = P^L + sg(P^H - P^L) with P^L = w^L/W^L and P^H = w^H/W^H (w^H of ``weight_ste``), in the reference's
+    order: correctly rounded divisions (``/`` is an approximate division on the GPU, and a product would be
+    fused into the subtraction), then the subtraction and the addition. Empty rows: 0. (Strict arithmetic
+    returns P^N, which the kernels normalize after the P V dot.)"""
+    PL = tl.math.div_rn(wLp, tl.where(WL > 0, WL, 1.0)[:, None])
+    PH = tl.math.div_rn(wHp, tl.where(WH > 0, WH, 1.0)[:, None])
+    return PL + (PH - PL)
+
+
+@triton.jit
+def _forward_weight(wL, wN, keep, one, OP: tl.constexpr):
+    """The weight the forward normalizes, placed: w^L (LERP) or the STE weight of ``weight_ste``."""
+    CALIB: tl.constexpr = OP[0]
+    HARD: tl.constexpr = OP[2]
+    HISTORICAL: tl.constexpr = OP[4]
+    if HARD:
+        w = weight_ste(wL, wN, HISTORICAL)
+    else:
+        w = wL
+    return _place(w, keep, one, CALIB)
+
+
+@triton.jit
+def calibration_grad(cD, r, t_raw, t, E_r, E_r1, inv_k):
+    """eq. (1) (eq:calgrad), MinMax: dw^L/dM = -w^L - Delta rho + X with rho = (r + t_raw)/K, written as
+    -Y - Delta rho with Y = w^L - X = (1-t) E_r (1 - r/K) + t E_r1 (1 - (r+1)/K), a sum of non-negative terms
+    that does not cancel in fp32. dw^L/dm = -Delta - dw^L/dM follows per row (G_m = -S1 - G_M)."""
+    Y = (1.0 - t) * E_r * (1.0 - r * inv_k) + t * E_r1 * (1.0 - (r + 1.0) * inv_k)
+    return -Y - cD * ((r + t_raw) * inv_k)
+
+
+@triton.jit
+def _gamma(g, Dd, inv_W):
+    """gamma_j = dL/dw_j = (g_j - <g>_P)/W, the normalization Jacobian (App. B) at the Jacobian point: the
+    forward's (P, W) for LERP and Weight-STE (gamma^W of eq. 3), (P^L, W^L) for Prob-STE (gamma^P of eq. 4).
+    ``Dd`` is the row's <g>_P = dO . O^at, ``inv_W`` its 1/W."""
+    return (g - Dd[:, None]) * inv_W[:, None]
+
+
+@triton.jit
+def score_grad(gamma, cD, is_max, GM, is_min, Gm, KEEP_MAX_TERM: tl.constexpr, KEEP_MIN_TERM: tl.constexpr):
+    """eq. (2) (eq:full) on one tile: dL/ds_i = gamma_i Delta_i + [i = argmax] G_M + [i = argmin] G_m, with
+    the row sums G_M = sum_j gamma_j dw_j/dM and G_m = sum_j gamma_j dw_j/dm of eq. (1) (FWM, resolved:
+    dw/dM = -Delta, no m term). range_grad drops a channel (KEEP_*_TERM False). cD is Delta on kept keys (0
+    elsewhere), w for softmax (dS = P (g - D))."""
+    ds = gamma * cD
+    if KEEP_MAX_TERM:
+        ds += tl.where(is_max, GM[:, None], 0.0)
+    if KEEP_MIN_TERM:
+        ds += tl.where(is_min, Gm[:, None], 0.0)
+    return ds
+
+
+# hard_jacobian (eq. 5, eq:hardjac) has no kernel helper: no operator back-propagates it (App. B).
+
+
 # --------------------------------------------------------------------------------------------- forward
 @triton.jit
-def _extrema_step(
-    q, k_base, start_n, offs_m, offs_d, dmask, M, m, amax, amin, Tq, Tk, mask_base, smm, smn, skn, skd, scale,
-    CALIB: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr,
-    FULL: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
+def _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB: tl.constexpr,
+                  MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
+                  BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 1 over one key tile: running row max M and min m, first index among ties (scores only)."""
+    k_base, v_base, skn, skd, svn, svd = keys
+    offs_m, offs_d, dmask, Tq, Tk = bounds
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
     kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
     s = _dot(q, kT, PREC) * scale
-    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     s_hi = tl.where(valid, s, float("-inf"))
     bmax = tl.max(s_hi, 1)
     imax = tl.min(tl.where(s_hi == bmax[:, None], offs_n[None, :], 2147483647), 1)
@@ -355,39 +483,64 @@ def _extrema_step(
 
 
 @triton.jit
-def _weights_step(
-    q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac, degen, kf, tau,
-    W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
-    CALIB: tl.constexpr, MODE: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """Pass 2 over one key tile: weights at the final (M, m); W += sum w, O += w v (W^L, O^L for Prob-STE)."""
+def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl.constexpr,
+                  MASKING: tl.constexpr, PREC: tl.constexpr, PASS3: tl.constexpr, FULL: tl.constexpr,
+                  BLOCK_N: tl.constexpr):  # fmt: skip
+    """Pass 2 over one key tile, sums = (W, WL, acc, accL): weights at the final (M, m); W += sum w,
+    O += w v (W^L, O^L for Prob-STE). Historical Prob-STE: pass 2 sums W = W^H, W^L and O^L only, and pass 3
+    (PASS3, W and WL final) adds P v with the P of ``prob_ste``. rows = (M, amax, amin)."""
+    CALIB: tl.constexpr = OP[0]
+    SOFTMAX: tl.constexpr = OP[1]
+    JACOBIAN_AT_PL: tl.constexpr = OP[3]
+    HISTORICAL: tl.constexpr = OP[4]
+    k_base, v_base, skn, skd, svn, svd = keys
+    offs_m, offs_d, dmask, Tq, Tk = bounds
+    M, amax, amin = rows
+    W, WL, acc, accL = sums
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
     kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
     s = _dot(q, kT, PREC) * scale
-    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
-    if MODE == 0:  # softmax: e^{s - M}
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
+    if SOFTMAX:  # e^{s - M}
         w = tl.where(valid, tl.exp(s - M[:, None]), 0.0)
     else:
         is_max = offs_n[None, :] == amax[:, None]
         is_min = offs_n[None, :] == amin[:, None]
-        wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1 = _grid_tile(
-            s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
-        )
-        if MODE == 1:  # LERP forward
-            w = _place(wL, keep, one, CALIB)
-        else:  # STE operators: the hard forward is Nearest
-            w = _place(wN, keep, one, CALIB)
-        if MODE == 3:  # Prob-STE also needs P^L V (eq. 2 backward point)
+        wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
+        # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
+        w = _forward_weight(wL, wN, keep, one, OP)
+        if JACOBIAN_AT_PL:  # Prob-STE also needs P^L V (eq. 4 backward point)
             wLp = _place(wL, keep, one, CALIB)
-            WL += tl.sum(wLp, 1)
-            accL += _dot(_cast(wLp, v.dtype), v, PREC)
-    W += tl.sum(w, 1)
-    acc += _dot(_cast(w, v.dtype), v, PREC)
+            if PASS3:  # historical P = P^L + sg(P^H - P^L), per key
+                w = prob_ste(wLp, w, WL, W)
+            else:
+                WL += tl.sum(wLp, 1)
+                accL += _dot(_cast(wLp, v.dtype), v, PREC)
+    if PASS3:
+        acc += _dot(_cast(w, v.dtype), v, PREC)
+    else:
+        W += tl.sum(w, 1)
+        if not (JACOBIAN_AT_PL and HISTORICAL):
+            acc += _dot(_cast(w, v.dtype), v, PREC)
     return W, WL, acc, accL
+
+
+@triton.jit
+def _weights_loop(q, lo, full_hi, hi, keys, bounds, mask, rows, row, sums, scale, OP: tl.constexpr,
+                  MASKING: tl.constexpr, PREC: tl.constexpr, PASS3: tl.constexpr, SPLIT: tl.constexpr,
+                  BLOCK_N: tl.constexpr):  # fmt: skip
+    """Pass 2 (or 3) over the key tiles [lo, hi): the unmasked interior tiles [lo, full_hi) first (SPLIT)."""
+    if SPLIT:
+        for start_n in range(lo, full_hi, BLOCK_N):
+            sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC,
+                                 PASS3, True, BLOCK_N)  # fmt: skip
+    for start_n in range(full_hi, hi, BLOCK_N):
+        sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC, PASS3,
+                             False, BLOCK_N)  # fmt: skip
+    return sums
 
 
 @triton.autotune(configs=_configs("fwd"), key=_KEY, prune_configs_by=_pruner("fwd"))
@@ -396,10 +549,15 @@ def _fwd_kernel(
     Q, Kp, V, Mask, O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
     H, Tq, Tk, D, scale, kf, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    CALIB: tl.constexpr, SOFTMAX: tl.constexpr, HARD: tl.constexpr, JACOBIAN_AT_PL: tl.constexpr,
+    HISTORICAL: tl.constexpr, KEEP_MAX_TERM: tl.constexpr, KEEP_MIN_TERM: tl.constexpr, SUM_GM: tl.constexpr,
+    PROJECT_P1: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
+    """Forward over one query block: pass 1 the row extrema, pass 2 the weights and P V (pass 3 for historical
+    Prob-STE); stores O (O^L for Prob-STE) and the per-row statistics the backward needs."""
+    OP: tl.constexpr = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)
+    MASKING: tl.constexpr = (IS_CAUSAL, HAS_MASK)
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -412,9 +570,9 @@ def _fwd_kernel(
         mask=(offs_m[:, None] < Tq) & dmask[None, :],
         other=0.0,
     )
-    k_base = Kp + b * skb + hd * skh
-    v_base = V + b * svb + hd * svh
-    mask_base = Mask + b * smb + hd * smh
+    keys = (Kp + b * skb + hd * skh, V + b * svb + hd * svh, skn, skd, svn, svd)
+    mask = (Mask + b * smb + hd * smh, smm, smn)
+    bounds = (offs_m, offs_d, dmask, Tq, Tk)
     hi = Tk
     if IS_CAUSAL:  # keys j <= i + Tk - Tq for the block's last row
         hi = tl.minimum(Tk, (pid_m + 1) * BLOCK_M + Tk - Tq)
@@ -428,15 +586,11 @@ def _fwd_kernel(
     if SPLIT:
         full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_n in range(0, full_hi, BLOCK_N):
-            M, m, amax, amin = _extrema_step(
-                q, k_base, start_n, offs_m, offs_d, dmask, M, m, amax, amin, Tq, Tk, mask_base, smm, smn,
-                skn, skd, scale, CALIB, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
-            )  # fmt: skip
+            M, m, amax, amin = _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB,
+                                             MASKING, PREC, True, BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
-        M, m, amax, amin = _extrema_step(
-            q, k_base, start_n, offs_m, offs_d, dmask, M, m, amax, amin, Tq, Tk, mask_base, smm, smn,
-            skn, skd, scale, CALIB, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
-        )  # fmt: skip
+        M, m, amax, amin = _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB,
+                                         MASKING, PREC, False, BLOCK_N)  # fmt: skip
     nonempty = M > float("-inf")
     M = tl.where(nonempty, M, 0.0)  # fully masked row: M = m = 0 (reference.row_extrema)
     m = tl.where(nonempty, m, 0.0)
@@ -445,112 +599,103 @@ def _fwd_kernel(
         amin = amax
 
     # Pass 2: weights at the final (M, m); W = sum w, O = sum w v (and W^L, O^L for Prob-STE).
-    h, inv_h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
-    W = tl.zeros([BLOCK_M], tl.float32)
-    WL = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    accL = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    if SPLIT:
-        for start_n in range(0, full_hi, BLOCK_N):
-            W, WL, acc, accL = _weights_step(
-                q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
-                degen, kf, tau, W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
-                CALIB, MODE, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
-            )  # fmt: skip
-    for start_n in range(full_hi, hi, BLOCK_N):
-        W, WL, acc, accL = _weights_step(
-            q, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
-            degen, kf, tau, W, WL, acc, accL, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
-            CALIB, MODE, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
-        )  # fmt: skip
+    row = row_constants(M, m, kf, tau, CALIB)
+    rows = (M, amax, amin)
+    sums = (
+        tl.zeros([BLOCK_M], tl.float32),  # W
+        tl.zeros([BLOCK_M], tl.float32),  # W^L
+        tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w v
+        tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w^L v
+    )
+    sums = _weights_loop(q, 0, full_hi, hi, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC,
+                         False, SPLIT, BLOCK_N)  # fmt: skip
+    HIST_PROB: tl.constexpr = JACOBIAN_AT_PL and HISTORICAL
+    if HIST_PROB:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
+        sums = _weights_loop(q, 0, full_hi, hi, keys, bounds, mask, rows, row, sums, scale, OP, MASKING,
+                             PREC, True, SPLIT, BLOCK_N)  # fmt: skip
+    W, WL, acc, accL = sums
 
-    row = bh * Tq + offs_m
+    row_i = bh * Tq + offs_m
     rmask = offs_m < Tq
-    o = acc * tl.where(W > 0, 1.0 / W, 0.0)[:, None]  # fully masked row: O = 0
+    if HIST_PROB:  # acc = P V already normalized
+        o = acc
+    else:
+        o = acc * tl.where(W > 0, 1.0 / W, 0.0)[:, None]  # fully masked row: O = 0
     o_ptrs = offs_m[:, None] * D + offs_d[None, :]
     omask = rmask[:, None] & dmask[None, :]
     tl.store(O + bh * Tq * D + o_ptrs, _cast(o, O.dtype.element_ty), mask=omask)
-    tl.store(Mrow + row, M, mask=rmask)
-    tl.store(mrow + row, m, mask=rmask)
-    tl.store(Wfwd + row, W, mask=rmask)
-    tl.store(Amax + row, amax, mask=rmask)
-    tl.store(Amin + row, amin, mask=rmask)
-    if MODE == 3:
+    tl.store(Mrow + row_i, M, mask=rmask)
+    tl.store(mrow + row_i, m, mask=rmask)
+    tl.store(Wfwd + row_i, W, mask=rmask)
+    tl.store(Amax + row_i, amax, mask=rmask)
+    tl.store(Amin + row_i, amin, mask=rmask)
+    if JACOBIAN_AT_PL:
         oL = accL * tl.where(WL > 0, 1.0 / WL, 0.0)[:, None]
         tl.store(OL + bh * Tq * D + o_ptrs, oL, mask=omask)
-        tl.store(Wat + row, WL, mask=rmask)
+        tl.store(Wat + row_i, WL, mask=rmask)
     else:
-        tl.store(Wat + row, W, mask=rmask)
+        tl.store(Wat + row_i, W, mask=rmask)
 
 
 # -------------------------------------------------------------------------------------------- backward
 @triton.jit
-def _bwd_coefs(
-    s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, NEED_GM: tl.constexpr,
-):  # fmt: skip
+def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.constexpr):
     """Per-tile backward coefficients, formed before g = dO V^T so that few score-sized tiles stay live.
 
-    Returns the forward weight w (hard w^N for the STE operators, for dV = P^T dO), the kept-key mask, the
-    self-term factor cD (Delta on kept keys, eq. 4; w for softmax: dS = P (g - D)) and dM = dw/dM (eq. 3)
-    (MinMax: -Y - Delta rho, rho = (r + t_raw)/K, Y = w^L - X = (1-t) E_r (1 - r/K) + t E_r1 (1 - (r+1)/K):
-    eq. (3)'s -w + X as a sum of non-negative terms, which does not cancel in fp32).
+    Returns the forward weight w (w^N, or w^H in historical arithmetic, for the STE operators; for
+    dV = P^T dO), the placed w^L (historical Prob-STE's P needs it), the kept-key mask, the self-term factor
+    cD (Delta on kept keys, eq. 2; w for softmax: dS = P (g - D)) and dM = dw/dM (eq. 1, when SUM_GM).
     """
-    if MODE == 0:  # softmax
+    CALIB: tl.constexpr = OP[0]
+    SOFTMAX: tl.constexpr = OP[1]
+    JACOBIAN_AT_PL: tl.constexpr = OP[3]
+    HISTORICAL: tl.constexpr = OP[4]
+    dM = 0.0  # eq. (1) only where the dQ kernel sums G_M (SUM_GM)
+    if SOFTMAX:
         w = tl.where(valid, tl.exp(s - M[:, None]), 0.0)
+        wLp = w
         keep = valid
         cD = w
-        dM = w  # unused
     else:
-        wL, wN, keep, one, cD, r, t_raw, t, E_r, E_r1 = _grid_tile(
-            s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, tau, CALIB
-        )
-        if MODE == 1:
-            w = _place(wL, keep, one, CALIB)
-        else:
-            w = _place(wN, keep, one, CALIB)
-        dM = cD  # unused unless NEED_GM
-        if NEED_GM:
-            Y = (1.0 - t) * E_r * (1.0 - r * inv_k) + t * E_r1 * (1.0 - (r + 1.0) * inv_k)
-            dM = -Y - cD * ((r + t_raw) * inv_k)
-    return w, keep, cD, dM
+        wL, wN, keep, one, cD, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
+        w = _forward_weight(wL, wN, keep, one, OP)
+        wLp = w
+        if JACOBIAN_AT_PL and HISTORICAL:
+            wLp = _place(wL, keep, one, CALIB)
+        if SUM_GM:
+            dM = calibration_grad(cD, r, t_raw, t, E_r, E_r1, row[7])
+    return w, wLp, keep, cD, dM
 
 
 @triton.jit
-def _gamma(g, keep, Dd, inv_Wa):
-    """gamma = (g - D)/W at the Jacobian point (eq. 1 Weight-STE: P^N, W^N; eq. 2 Prob-STE/LERP: P^L, W^L);
-    ``inv_Wa`` is the per-row 1/W (0 on empty rows)."""
-    return tl.where(keep, (g - Dd[:, None]) * inv_Wa[:, None], 0.0)
-
-
-@triton.jit
-def _dq_step(
-    q, do, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac, degen, kf,
-    inv_k, tau, Dd, inv_Wa, dq, ksum, S1, GM, nv, Tq, Tk, mask_base, smm, smn, skn, skd, svn, svd, scale,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, NEED_GM: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """One key tile of the dQ loop: self term of eq. (4) into dq, row sums S1 (and G_M, the P1 sums)."""
+def _dq_step(q, do, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl.constexpr,
+             GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
+             BLOCK_N: tl.constexpr):  # fmt: skip
+    """One key tile of the dQ loop, state = (dq, ksum, S1, GM, nv): the self term of eq. (2) into dq, its row
+    sums S1 (and G_M, the P1 sums). rows = (M, amax, amin, Dd, inv_Wa)."""
+    SUM_GM: tl.constexpr = GRAD[2]
+    PROJECT_P1: tl.constexpr = GRAD[3]
+    k_base, v_base, skn, skd, svn, svd = keys
+    offs_m, offs_d, dmask, Tq, Tk = bounds
+    M, amax, amin, Dd, inv_Wa = rows
+    dq, ksum, S1, GM, nv = state
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kvmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
     k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0)
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0)
     s = _dot(q, tl.trans(k), PREC) * scale
-    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
-    w, keep, cD, dM = _bwd_coefs(
-        s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau, CALIB, MODE, NEED_GM
-    )
+    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, SUM_GM)
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
-    gamma = _gamma(g, keep, Dd, inv_Wa)
-    ds = gamma * cD  # eq. (4) self term (softmax: P (g - D))
+    gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
+    ds = score_grad(gamma, cD, is_max, GM, is_min, GM, False, False)  # eq. (2) self term; the rest after
     dq += _dot(_cast(ds, k.dtype), k, PREC)
     S1 += tl.sum(ds, 1)
-    if NEED_GM:  # G_M = sum_j gamma_ij dw_ij/dM (eq. 4)
+    if SUM_GM:  # G_M = sum_j gamma_ij dw_ij/dM (eq. 1)
         GM += tl.sum(gamma * dM, 1)
-    if RG == 4:
+    if PROJECT_P1:
         nv += tl.sum(valid.to(tl.float32), 1)
         ksum += _dot(_cast(valid.to(tl.float32), k.dtype), k, PREC)
     return dq, ksum, S1, GM, nv
@@ -562,11 +707,15 @@ def _bwd_dq_kernel(
     Q, Kp, V, Mask, DO, DQ, Mrow, mrow, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
     H, Tq, Tk, D, scale, kf, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    CALIB: tl.constexpr, SOFTMAX: tl.constexpr, HARD: tl.constexpr, JACOBIAN_AT_PL: tl.constexpr,
+    HISTORICAL: tl.constexpr, KEEP_MAX_TERM: tl.constexpr, KEEP_MIN_TERM: tl.constexpr, SUM_GM: tl.constexpr,
+    PROJECT_P1: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """dQ over one query block, plus the per-row calibration reductions G_M, G_m (eq. 4) and the P1 mean."""
+    """dQ over one query block, plus the per-row calibration sums G_M, G_m (eq. 1) and the P1 mean."""
+    OP: tl.constexpr = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)
+    GRAD: tl.constexpr = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)
+    MASKING: tl.constexpr = (IS_CAUSAL, HAS_MASK)
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -579,131 +728,129 @@ def _bwd_dq_kernel(
     q = tl.load(Q + b * sqb + hd * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
     o_ptrs = bh * Tq * D + offs_m[:, None] * D + offs_d[None, :]
     do = tl.load(DO + o_ptrs, mask=qmask, other=0.0)
-    row = bh * Tq + offs_m
-    M = tl.load(Mrow + row, mask=rmask, other=0.0)
-    m = tl.load(mrow + row, mask=rmask, other=0.0)
-    Wa = tl.load(Wat + row, mask=rmask, other=0.0)
-    Dd = tl.load(Dlt + row, mask=rmask, other=0.0)
+    row_i = bh * Tq + offs_m
+    M = tl.load(Mrow + row_i, mask=rmask, other=0.0)
+    m = tl.load(mrow + row_i, mask=rmask, other=0.0)
+    Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
+    Dd = tl.load(Dlt + row_i, mask=rmask, other=0.0)
     k_base = Kp + b * skb + hd * skh
-    v_base = V + b * svb + hd * svh
-    mask_base = Mask + b * smb + hd * smh
-    h, inv_h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+    keys = (k_base, V + b * svb + hd * svh, skn, skd, svn, svd)
+    mask = (Mask + b * smb + hd * smh, smm, smn)
+    bounds = (offs_m, offs_d, dmask, Tq, Tk)
+    row = row_constants(M, m, kf, tau, CALIB)
+    degen = row[5]
     inv_Wa = tl.where((Wa > 0) & (~degen), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
-    inv_k = 1.0 / kf
-    NEED_GM: tl.constexpr = (CALIB == 1) and (RG == 0 or RG == 2 or RG == 3)
-    amax = tl.load(Amax + row, mask=rmask, other=-1)
-    amin = tl.load(Amin + row, mask=rmask, other=-1)
+    amax = tl.load(Amax + row_i, mask=rmask, other=-1)
+    amin = tl.load(Amin + row_i, mask=rmask, other=-1)
+    rows = (M, amax, amin, Dd, inv_Wa)
     hi = Tk
     if IS_CAUSAL:
         hi = tl.minimum(Tk, (pid_m + 1) * BLOCK_M + Tk - Tq)
 
-    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    ksum = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # P1: sum of k over valid keys
-    S1 = tl.zeros([BLOCK_M], tl.float32)  # sum_j gamma Delta (row sum of the self term)
-    GM = tl.zeros([BLOCK_M], tl.float32)  # sum_j gamma dw/dM (MinMax)
-    nv = tl.zeros([BLOCK_M], tl.float32)  # number of valid keys (P1)
+    state = (
+        tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # dq
+        tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # P1: sum of k over valid keys
+        tl.zeros([BLOCK_M], tl.float32),  # S1 = sum_j gamma Delta (row sum of the self term)
+        tl.zeros([BLOCK_M], tl.float32),  # G_M = sum_j gamma dw/dM (MinMax)
+        tl.zeros([BLOCK_M], tl.float32),  # number of valid keys (P1)
+    )
     full_hi = 0
     if SPLIT:
         full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_n in range(0, full_hi, BLOCK_N):  # unmasked interior tiles, then the rest
-            dq, ksum, S1, GM, nv = _dq_step(
-                q, do, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh,
-                dfac, degen, kf, inv_k, tau, Dd, inv_Wa, dq, ksum, S1, GM, nv, Tq, Tk, mask_base, smm, smn,
-                skn, skd, svn, svd, scale, CALIB, MODE, RG, NEED_GM, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_N,
-            )  # fmt: skip
+            state = _dq_step(q, do, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING,
+                             PREC, True, BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
-        dq, ksum, S1, GM, nv = _dq_step(
-            q, do, k_base, v_base, start_n, offs_m, offs_d, dmask, M, amax, amin, h, inv_h, b0, eh, dfac,
-            degen, kf, inv_k, tau, Dd, inv_Wa, dq, ksum, S1, GM, nv, Tq, Tk, mask_base, smm, smn, skn, skd,
-            svn, svd, scale, CALIB, MODE, RG, NEED_GM, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
-        )  # fmt: skip
+        state = _dq_step(q, do, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING, PREC,
+                         False, BLOCK_N)  # fmt: skip
+    dq, ksum, S1, GM, nv = state
 
-    # Calibration terms of eq. (4): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
-    if MODE == 0:  # softmax: G_M = -sum_j dS_ij = 0 exactly in exact arithmetic (not applied)
-        GMe = tl.zeros([BLOCK_M], tl.float32)
-        Gme = tl.zeros([BLOCK_M], tl.float32)
-    else:
-        if CALIB == 1:
-            Gm = -S1 - GM  # dw/dM + dw/dm = -Delta
-        else:  # FWM / resolved: dw/dM = -Delta, no m term
-            GM = -S1
-            Gm = tl.zeros([BLOCK_M], tl.float32)
-        if RG == 0 or RG == 2:
-            GMe = GM
-        else:
-            GMe = tl.zeros([BLOCK_M], tl.float32)
-        if RG == 0 or RG == 3:
-            Gme = Gm
-        else:
-            Gme = tl.zeros([BLOCK_M], tl.float32)
-    if MODE != 0:
-        if RG == 0 or RG == 2:
-            k_max = tl.load(
-                k_base + tl.maximum(amax, 0)[:, None] * skn + offs_d[None, :] * skd, mask=qmask, other=0.0
-            )
-            dq += GMe[:, None] * k_max.to(tl.float32)
-        if CALIB == 1 and (RG == 0 or RG == 3):
-            k_min = tl.load(
-                k_base + tl.maximum(amin, 0)[:, None] * skn + offs_d[None, :] * skd, mask=qmask, other=0.0
-            )
-            dq += Gme[:, None] * k_min.to(tl.float32)
+    # The calibration terms of eq. (2): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
+    # Softmax: G_M = -sum_j dS_ij = 0 in exact arithmetic (not applied; KEEP_MAX_TERM is False).
+    if CALIB == 1:
+        Gm = -S1 - GM  # eq. (1): dw/dM + dw/dm = -Delta
+    else:  # FWM / resolved: dw/dM = -Delta, no m term
+        GM = -S1
+        Gm = tl.zeros([BLOCK_M], tl.float32)
+    GMe = tl.zeros([BLOCK_M], tl.float32)
+    Gme = tl.zeros([BLOCK_M], tl.float32)
+    if KEEP_MAX_TERM:
+        GMe = GM
+        k_max = tl.load(
+            k_base + tl.maximum(amax, 0)[:, None] * skn + offs_d[None, :] * skd, mask=qmask, other=0.0
+        )
+        dq += GMe[:, None] * k_max.to(tl.float32)
+    if KEEP_MIN_TERM:
+        Gme = Gm
+        k_min = tl.load(
+            k_base + tl.maximum(amin, 0)[:, None] * skn + offs_d[None, :] * skd, mask=qmask, other=0.0
+        )
+        dq += Gme[:, None] * k_min.to(tl.float32)
     mu = tl.zeros([BLOCK_M], tl.float32)
-    if RG == 4:  # P1: project dS onto the zero-sum subspace of the valid keys
+    if PROJECT_P1:  # P1: project dS onto the zero-sum subspace of the valid keys
         mu = S1 / tl.maximum(nv, 1.0)
         dq -= mu[:, None] * ksum
     dq = dq * scale
     tl.store(DQ + o_ptrs, _cast(dq, DQ.dtype.element_ty), mask=qmask)
-    tl.store(GMo + row, GMe, mask=rmask)
-    tl.store(Gmo + row, Gme, mask=rmask)
-    tl.store(MUo + row, mu, mask=rmask)
+    tl.store(GMo + row_i, GMe, mask=rmask)
+    tl.store(Gmo + row_i, Gme, mask=rmask)
+    tl.store(MUo + row_i, mu, mask=rmask)
 
 
 @triton.jit
-def _dkdv_step(
-    k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n, offs_d,
-    dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """One query tile of the dK/dV loop: dV += P^T dO, dK += dS^T q with the calibration terms of eq. (4)."""
+def _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
+               GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
+               BLOCK_M: tl.constexpr):  # fmt: skip
+    """One query tile of the dK/dV loop, kv_sums = (dk, dv): dV += P^T dO, dK += dS^T q with dS of eq. (2).
+    query = (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d, dmask); stats = the per-row
+    buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo)."""
+    CALIB: tl.constexpr = OP[0]
+    JACOBIAN_AT_PL: tl.constexpr = OP[3]
+    HISTORICAL: tl.constexpr = OP[4]
+    KEEP_MAX_TERM: tl.constexpr = GRAD[0]
+    KEEP_MIN_TERM: tl.constexpr = GRAD[1]
+    PROJECT_P1: tl.constexpr = GRAD[3]
+    q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
+    offs_d, dmask = dims
+    Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo = stats
+    dk, dv = kv_sums
     offs_m = start_m + tl.arange(0, BLOCK_M)
     rmask = offs_m < Tq
     qmask = dmask[None, :] if FULL else rmask[:, None] & dmask[None, :]
     q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
     do = tl.load(DO + bh * Tq * D + offs_m[:, None] * D + offs_d[None, :], mask=qmask, other=0.0)
-    row = bh * Tq + offs_m
-    M = tl.load(Mrow + row, mask=rmask, other=0.0)
-    m = tl.load(mrow + row, mask=rmask, other=0.0)
-    Wf = tl.load(Wfwd + row, mask=rmask, other=0.0)
-    Wa = tl.load(Wat + row, mask=rmask, other=0.0)
-    Dd = tl.load(Dlt + row, mask=rmask, other=0.0)
-    amax = tl.load(Amax + row, mask=rmask, other=-1)
-    amin = tl.load(Amin + row, mask=rmask, other=-1)
-    h, inv_h, b0, eh, dfac, degen = _row_consts(M, m, kf, tau, CALIB)
+    row_i = bh * Tq + offs_m
+    M = tl.load(Mrow + row_i, mask=rmask, other=0.0)
+    m = tl.load(mrow + row_i, mask=rmask, other=0.0)
+    Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
+    Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
+    Dd = tl.load(Dlt + row_i, mask=rmask, other=0.0)
+    amax = tl.load(Amax + row_i, mask=rmask, other=-1)
+    amin = tl.load(Amin + row_i, mask=rmask, other=-1)
+    row = row_constants(M, m, kf, tau, CALIB)
     s = _dot(q, tl.trans(k), PREC) * scale
-    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask_base, smm, smn, IS_CAUSAL, HAS_MASK, FULL)
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
-    w, keep, cD, dM = _bwd_coefs(
-        s, valid, is_max, is_min, M, h, inv_h, b0, eh, dfac, degen, kf, 1.0, tau, CALIB, MODE, False
-    )
-    # dV_j = sum_i P_ij dO_i with the forward P (hard P^N for the STE operators)
-    p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
+    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, False)
+    # dV_j = sum_i P_ij dO_i with the forward P (P^N for the strict STE operators, eq. 3/4 historical)
+    if JACOBIAN_AT_PL and HISTORICAL:
+        p = prob_ste(wLp, w, Wa, Wf)
+    else:
+        p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
     g = _dot(do, tl.trans(v), PREC)
-    ds = (
-        (g - Dd[:, None]) * tl.where(Wa > 0, 1.0 / Wa, 0.0)[:, None] * cD
-    )  # eq. (4) self term (cD = 0 off keep)
-    if MODE != 0:
-        if RG == 0 or RG == 2:  # eq. (4): + G_M on the arg-max key
-            GMe = tl.load(GMo + row, mask=rmask, other=0.0)
-            ds += tl.where(is_max, GMe[:, None], 0.0)
-        if CALIB == 1 and (RG == 0 or RG == 3):  # + G_m on the arg-min key
-            Gme = tl.load(Gmo + row, mask=rmask, other=0.0)
-            ds += tl.where(is_min, Gme[:, None], 0.0)
-        if RG == 4:  # P1 projection: dS_ij - mean over valid keys
-            mu = tl.load(MUo + row, mask=rmask, other=0.0)
-            ds = tl.where(valid, ds - mu[:, None], 0.0)
+    gamma = _gamma(g, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0))  # not masked: cD = 0 off keep
+    GMe = Dd  # not read unless KEEP_MAX_TERM
+    Gme = Dd  # not read unless KEEP_MIN_TERM
+    if KEEP_MAX_TERM:
+        GMe = tl.load(GMo + row_i, mask=rmask, other=0.0)
+    if KEEP_MIN_TERM:
+        Gme = tl.load(Gmo + row_i, mask=rmask, other=0.0)
+    ds = score_grad(gamma, cD, is_max, GMe, is_min, Gme, KEEP_MAX_TERM, KEEP_MIN_TERM)  # eq. (2)
+    if PROJECT_P1:  # P1 projection: dS_ij - mean over valid keys
+        mu = tl.load(MUo + row_i, mask=rmask, other=0.0)
+        ds = tl.where(valid, ds - mu[:, None], 0.0)
     dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
     return dk, dv
 
@@ -714,11 +861,15 @@ def _bwd_dkdv_kernel(
     Q, Kp, V, Mask, DO, DK, DV, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
     H, Tq, Tk, D, scale, kf, tau,
-    CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    CALIB: tl.constexpr, SOFTMAX: tl.constexpr, HARD: tl.constexpr, JACOBIAN_AT_PL: tl.constexpr,
+    HISTORICAL: tl.constexpr, KEEP_MAX_TERM: tl.constexpr, KEEP_MIN_TERM: tl.constexpr, SUM_GM: tl.constexpr,
+    PROJECT_P1: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """dK, dV over one key block (loop over query blocks); calibration terms on the arg-max/arg-min keys."""
+    OP: tl.constexpr = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)
+    GRAD: tl.constexpr = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)
+    MASKING: tl.constexpr = (IS_CAUSAL, HAS_MASK)
     pid_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -733,36 +884,29 @@ def _bwd_dkdv_kernel(
     v = tl.load(
         V + b * svb + hd * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0
     )
-    q_base = Q + b * sqb + hd * sqh
-    mask_base = Mask + b * smb + hd * smh
+    query = (Q + b * sqb + hd * sqh, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau)
+    dims = (offs_d, dmask)
+    mask = (Mask + b * smb + hd * smh, smm, smn)
+    stats = (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo)
     lo = 0
     if IS_CAUSAL:  # first query that sees key pid_n * BLOCK_N: i >= j - (Tk - Tq)
         lo = tl.maximum(pid_n * BLOCK_N - (Tk - Tq), 0)
         lo = (lo // BLOCK_M) * BLOCK_M
 
-    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    kv_sums = (tl.zeros([BLOCK_N, BLOCK_D], tl.float32), tl.zeros([BLOCK_N, BLOCK_D], tl.float32))
     full_hi = lo
     if SPLIT:
         full_lo, full_hi = _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_m in range(lo, full_lo, BLOCK_M):  # masked, unmasked interior, masked (last rows)
-            dk, dv = _dkdv_step(
-                k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n,
-                offs_d, dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
-                CALIB, MODE, RG, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_M,
-            )  # fmt: skip
+            kv_sums = _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                                 MASKING, PREC, False, BLOCK_M)  # fmt: skip
         for start_m in range(full_lo, full_hi, BLOCK_M):
-            dk, dv = _dkdv_step(
-                k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n,
-                offs_d, dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
-                CALIB, MODE, RG, IS_CAUSAL, HAS_MASK, PREC, True, BLOCK_M,
-            )  # fmt: skip
+            kv_sums = _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                                 MASKING, PREC, True, BLOCK_M)  # fmt: skip
     for start_m in range(full_hi, Tq, BLOCK_M):
-        dk, dv = _dkdv_step(
-            k, v, q_base, DO, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo, bh, start_m, offs_n,
-            offs_d, dmask, dk, dv, Tq, Tk, D, mask_base, smm, smn, sqm, sqd, scale, kf, tau,
-            CALIB, MODE, RG, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_M,
-        )  # fmt: skip
+        kv_sums = _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                             MASKING, PREC, False, BLOCK_M)  # fmt: skip
+    dk, dv = kv_sums
 
     dk = dk * scale
     out = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
