@@ -14,7 +14,6 @@ output is ``P v`` through the layer's ``c_proj``. It relies on the layer's publi
 from __future__ import annotations
 
 import contextlib
-import math
 import types
 from collections.abc import Callable, Iterator
 
@@ -22,6 +21,7 @@ import torch
 from torch import Tensor
 
 from kinterval.model import SDPA, CausalSelfAttention
+from kinterval.model.scores import attention_scores
 from kinterval.ops import OperatorSpec
 
 ProbsFn = Callable[..., Tensor]  # fn(layer index, scores, valid, q, k) -> probabilities
@@ -36,16 +36,9 @@ def attention_layers(model: torch.nn.Module) -> list[CausalSelfAttention]:
     return [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
 
 
-def qkv_scores(module: CausalSelfAttention, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(q, k, v, s, valid): fp32 heads (B, H, T, D), fp32 scores and the causal mask (B, H, T, T)."""
-    B, T, C = x.shape
-    q, k, v = module.c_attn(x).split(C, dim=2)
-    q, k, v = (t.view(B, T, module.n_head, C // module.n_head).transpose(1, 2).float() for t in (q, k, v))
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-    i = torch.arange(T, device=x.device)
-    valid = (i[None, :] <= i[:, None]).expand(s.shape)
-    return q, k, v, s, valid
+# (q, k, v, s, valid) of a layer on its input: fp32 heads, fp32 scores and the causal mask (one definition,
+# shared with training's validation log).
+qkv_scores = attention_scores
 
 
 @contextlib.contextmanager

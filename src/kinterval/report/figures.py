@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 # (metric, axis label, log scale): span and h on log axes as in the paper's geometry figures
 GEOMETRY = (
@@ -22,6 +23,24 @@ GEOMETRY = (
 def _legend(ax, n: int) -> None:
     if n:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, ncol=1 + n // 20)
+
+
+def _log_x(ax) -> None:
+    """Log x axis labelled at 1, 2, 5 per decade in plain numbers (no crowded minor labels)."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _symlog_y(ax, values, linthresh: float) -> None:
+    """symlog y (linear within ±linthresh); values that all sit in the linear part get a plain linear axis,
+    which is the same scale there, with evenly spaced ticks."""
+    if max((abs(v) for v in values), default=0.0) > linthresh:
+        ax.set_yscale("symlog", linthresh=linthresh)
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(6, symmetric=False))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
 
 
 def _tokens_axis(ax) -> None:
@@ -109,8 +128,8 @@ def widthgap_figure(points: dict[str, tuple[float, float, float]], path: Path, t
         ax.scatter([x for x, _, _ in xs], [y for _, y, _ in xs], s=18, color="#4c72b0")
         for x, y, op in xs if len(xs) <= 12 else ():  # a designed grid of 25 conditions: points only
             ax.annotate(op, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
-        ax.set_xscale("log")
-        ax.set_yscale("symlog", linthresh=0.02)
+        _log_x(ax)
+        _symlog_y(ax, [y for _, y, _ in xs], linthresh=0.02)
         ax.axhline(0, color="k", lw=0.8)
         ax.set_xlabel(label)
         ax.set_ylabel("endpoint ΔNLL vs softmax (nats/token)")
