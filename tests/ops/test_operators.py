@@ -209,16 +209,15 @@ def test_resolved_continues_grid_below_window():
     """Resolved keeps FWM's step and origin but never truncates: in-window weights equal FWM's."""
     s = torch.tensor([[0.0, -1.0, -5.0, -7.0, -13.0, -30.0]], dtype=torch.float64)
     from kinterval.ops.api import valid_mask
-    from kinterval.ops.reference import grid, place, row_extrema
+    from kinterval.ops.formulas import grid, nearest_weight, row_extrema
+    from kinterval.ops.reference import place
 
     valid = valid_mask(s.shape, s.device, causal=False, mask=None)
     ext = row_extrema(s, valid)
-    fwm = place(
-        grid(s, valid, OperatorSpec.parse("fwm-weight-k4"), ext.M, ext.m).wN,
-        grid(s, valid, OperatorSpec.parse("fwm-weight-k4"), ext.M, ext.m),
-    )
+    g_fwm = grid(s, valid, OperatorSpec.parse("fwm-weight-k4"), ext.M, ext.m)
+    fwm = place(nearest_weight(g_fwm), g_fwm)
     g_res = grid(s, valid, OperatorSpec.parse("resolved-weight-k4"), ext.M, ext.m)
-    res = place(g_res.wN, g_res)
+    res = place(nearest_weight(g_res), g_res)
     assert torch.equal(res[0, :3], fwm[0, :3]) and (fwm[0, 3:] == 0).all()
     assert (res[0, 3:] > 0).all() and g_res.r[0, 4] < 0  # negative grid index below -tau
     P = attention_probs(s, "resolved-weight-k4")
