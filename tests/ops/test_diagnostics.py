@@ -1,4 +1,4 @@
-"""App. F diagnostics A1-A4, the fixed-upstream decomposition, and eq. (5) of App. B."""
+"""App. F diagnostics A1-A4, the fixed-upstream decomposition, and the hard Jacobian, eq. (5) of App. B."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def test_closed_form_matches_autograd_float64(form):
 @pytest.mark.parametrize("form", FAMILY_FORMS)
 @pytest.mark.parametrize("K", (1, 3, 4, 16))
 def test_reference_matches_independent_paper_transcription(form, K):
-    """Forward and eq. (4) backward against a numpy transcription that shares no code with kinterval."""
+    """Forward and eq. (2) dL/ds against a numpy transcription that shares no code with kinterval."""
     calib = "minmax" if form.startswith("lerp") else form.split("-")[0]
     surrogate = None if "lerp" in form else form.split("-")[1]
     rng = np.random.default_rng(K * 7 + len(form))

@@ -1,4 +1,4 @@
-"""Closed-form backward of the operator family: eqs. (1)-(4) of §3 and App. B, with no autograd inside.
+"""Closed-form backward of the operator family: eqs. (1)–(4) of §3 and App. B, with no autograd inside.
 
 The forward is the reference forward (bit-identical by construction). The backward recomputes the grid from
 the saved scores and applies, per row, the functions of ``formulas.py``:

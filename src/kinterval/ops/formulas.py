@@ -1,7 +1,7 @@
 """The paper's formulas as small named functions, in paper order (§3, App. A, App. B).
 
-Each function is one object of the paper: the calibrated grid, the two reconstructions, the Weight-STE
-(eq. (3)) and Prob-STE (eq. (4)) surrogates, the calibration derivatives ∂w/∂M, ∂w/∂m (eq. (1)), the score
+Each function is one object of the paper: the calibrated grid, the two reconstructions, the surrogates
+Weight-STE (eq. (3)) and Prob-STE (eq. (4)), the calibration derivatives ∂w/∂M, ∂w/∂m (eq. (1)), the score
 gradient dL/ds (eq. (2)) and the derivative of the MinMax hard map (eq. (5)). ``reference.py`` composes
 them and lets autograd differentiate; ``closed_form.py`` composes them into the explicit backward; the Triton
 kernels mirror them one-to-one as ``@triton.jit`` helpers of the same names. ``EQUATIONS`` maps the paper's
@@ -39,14 +39,24 @@ EQUATIONS: dict[int, Equation] = {
         "∂w/∂M and ∂w/∂m: the MinMax calibration derivatives of the LERP weight",
         "§3",
         "calibration_grad",
-        ("calibration_grad", "∂w/∂M", "∂w_j/∂M", "∂w/∂m", "dw/dM", "dw_j/dM", "dw/dm", "dw_dM", "dw_dm"),
+        ("calibration_grad", "∂w/∂M", "∂w_j/∂M", "∂w/∂m", "dw/dM", "dw_j/dM", "dw/dm", "-w + X", "−w + X"),
     ),
     2: Equation(
         "eq:full",
         "dL/ds: the full calibration gradient (self term plus the extremum terms)",
         "§3",
         "score_grad",
-        ("score_grad", "dL/ds", "∂L/∂s", "full calibration gradient", "exact Jacobian", "self term", "G_M"),
+        (
+            "score_grad",
+            "dL/ds",
+            "∂L/∂s",
+            "calibration gradient",
+            "calibration terms",
+            "exact Jacobian",
+            "self term",
+            "self-term",
+            "G_M",
+        ),
     ),
     3: Equation(
         "eq:wste",
@@ -183,7 +193,7 @@ def normalize(w: Tensor) -> Tensor:
     return torch.where(pos, w / torch.where(pos, W, torch.ones_like(W)), torch.zeros_like(w))
 
 
-# ---------------------------------------------------------------------------------- surrogates (§3, eqs. 3-4)
+# ------------------------------------------------------------------------------------------ surrogates (§3)
 def weight_ste(wL: Tensor, wN: Tensor, arithmetic: str = "strict") -> Tensor:
     """Eq. (3) (``eq:wste``), Weight-STE: w = w^L + sg(w^N - w^L), P = w / sum w.
 

@@ -182,7 +182,7 @@ def triton_attention(
     (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot precision ("tf32" or
     "ieee"; None follows ``torch.backends.cuda.matmul.allow_tf32``). The output has q's dtype.
 
-    Conventions (docs/kernels.md): the calibration gradient of eq. (4) goes to ONE arg-max / arg-min key per
+    Conventions (docs/kernels.md): the calibration gradient of eq. (2) goes to ONE arg-max / arg-min key per
     row, the first index among exact ties (the reference splits it evenly among ties); softmax drops the
     max-channel term -sum_j dS_ij, which is zero in exact arithmetic.
     """

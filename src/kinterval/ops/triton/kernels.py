@@ -381,7 +381,7 @@ def _weights_step(
             w = _place(wL, keep, one, CALIB)
         else:  # STE operators: the hard forward is Nearest
             w = _place(wN, keep, one, CALIB)
-        if MODE == 3:  # Prob-STE also needs P^L V (eq. 2 backward point)
+        if MODE == 3:  # Prob-STE also needs P^L V (eq. 4 backward point)
             wLp = _place(wL, keep, one, CALIB)
             WL += tl.sum(wLp, 1)
             accL += _dot(_cast(wLp, v.dtype), v, PREC)
@@ -492,9 +492,9 @@ def _bwd_coefs(
     """Per-tile backward coefficients, formed before g = dO V^T so that few score-sized tiles stay live.
 
     Returns the forward weight w (hard w^N for the STE operators, for dV = P^T dO), the kept-key mask, the
-    self-term factor cD (Delta on kept keys, eq. 4; w for softmax: dS = P (g - D)) and dM = dw/dM (eq. 3)
+    self-term factor cD (Delta on kept keys, eq. 2; w for softmax: dS = P (g - D)) and dM = dw/dM (eq. 1)
     (MinMax: -Y - Delta rho, rho = (r + t_raw)/K, Y = w^L - X = (1-t) E_r (1 - r/K) + t E_r1 (1 - (r+1)/K):
-    eq. (3)'s -w + X as a sum of non-negative terms, which does not cancel in fp32).
+    eq. (1)'s -w + X as a sum of non-negative terms, which does not cancel in fp32).
     """
     if MODE == 0:  # softmax
         w = tl.where(valid, tl.exp(s - M[:, None]), 0.0)
@@ -518,7 +518,7 @@ def _bwd_coefs(
 
 @triton.jit
 def _gamma(g, keep, Dd, inv_Wa):
-    """gamma = (g - D)/W at the Jacobian point (eq. 1 Weight-STE: P^N, W^N; eq. 2 Prob-STE/LERP: P^L, W^L);
+    """gamma = (g - D)/W at the Jacobian point (eq. 3 Weight-STE: P^N, W^N; eq. 4 Prob-STE/LERP: P^L, W^L);
     ``inv_Wa`` is the per-row 1/W (0 on empty rows)."""
     return tl.where(keep, (g - Dd[:, None]) * inv_Wa[:, None], 0.0)
 
@@ -531,7 +531,7 @@ def _dq_step(
     IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """One key tile of the dQ loop: self term of eq. (4) into dq, row sums S1 (and G_M, the P1 sums)."""
+    """One key tile of the dQ loop: self term of eq. (2) into dq, row sums S1 (and G_M, the P1 sums)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kvmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
     k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0)
@@ -545,10 +545,10 @@ def _dq_step(
     )
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
     gamma = _gamma(g, keep, Dd, inv_Wa)
-    ds = gamma * cD  # eq. (4) self term (softmax: P (g - D))
+    ds = gamma * cD  # eq. (2) self term (softmax: P (g - D))
     dq += _dot(_cast(ds, k.dtype), k, PREC)
     S1 += tl.sum(ds, 1)
-    if NEED_GM:  # G_M = sum_j gamma_ij dw_ij/dM (eq. 4)
+    if NEED_GM:  # G_M = sum_j gamma_ij dw_ij/dM (eq. 2)
         GM += tl.sum(gamma * dM, 1)
     if RG == 4:
         nv += tl.sum(valid.to(tl.float32), 1)
@@ -566,7 +566,7 @@ def _bwd_dq_kernel(
     HAS_MASK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """dQ over one query block, plus the per-row calibration reductions G_M, G_m (eq. 4) and the P1 mean."""
+    """dQ over one query block, plus the per-row calibration reductions G_M, G_m (eq. 2) and the P1 mean."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -618,7 +618,7 @@ def _bwd_dq_kernel(
             svn, svd, scale, CALIB, MODE, RG, NEED_GM, IS_CAUSAL, HAS_MASK, PREC, False, BLOCK_N,
         )  # fmt: skip
 
-    # Calibration terms of eq. (4): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
+    # Calibration terms of eq. (2): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
     if MODE == 0:  # softmax: G_M = -sum_j dS_ij = 0 exactly in exact arithmetic (not applied)
         GMe = tl.zeros([BLOCK_M], tl.float32)
         Gme = tl.zeros([BLOCK_M], tl.float32)
@@ -665,7 +665,7 @@ def _dkdv_step(
     CALIB: tl.constexpr, MODE: tl.constexpr, RG: tl.constexpr, IS_CAUSAL: tl.constexpr,
     HAS_MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
-    """One query tile of the dK/dV loop: dV += P^T dO, dK += dS^T q with the calibration terms of eq. (4)."""
+    """One query tile of the dK/dV loop: dV += P^T dO, dK += dS^T q with the calibration terms of eq. (2)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     rmask = offs_m < Tq
     qmask = dmask[None, :] if FULL else rmask[:, None] & dmask[None, :]
@@ -693,9 +693,9 @@ def _dkdv_step(
     g = _dot(do, tl.trans(v), PREC)
     ds = (
         (g - Dd[:, None]) * tl.where(Wa > 0, 1.0 / Wa, 0.0)[:, None] * cD
-    )  # eq. (4) self term (cD = 0 off keep)
+    )  # eq. (2) self term (cD = 0 off keep)
     if MODE != 0:
-        if RG == 0 or RG == 2:  # eq. (4): + G_M on the arg-max key
+        if RG == 0 or RG == 2:  # eq. (2): + G_M on the arg-max key
             GMe = tl.load(GMo + row, mask=rmask, other=0.0)
             ds += tl.where(is_max, GMe[:, None], 0.0)
         if CALIB == 1 and (RG == 0 or RG == 3):  # + G_m on the arg-min key
