@@ -95,6 +95,9 @@ class RowExtrema:
 def row_extrema(s: Tensor, valid: Tensor) -> RowExtrema:
     """M and m over the valid keys (``amax``/``amin``: the gradient is split evenly among ties)."""
     nonempty = valid.any(-1, keepdim=True)
+    if s.shape[-1] == 0:  # no keys at all (Tk = 0): every row is empty
+        zero = s.new_zeros(nonempty.shape)
+        return RowExtrema(zero, zero, nonempty)
     M = s.masked_fill(~valid, float("-inf")).amax(-1, keepdim=True)
     m = s.masked_fill(~valid, float("inf")).amin(-1, keepdim=True)
     zero = torch.zeros((), dtype=s.dtype, device=s.device)
@@ -115,6 +118,7 @@ class Grid:
     E_r1: Tensor  # grid value e^{b_{r+1}}
     keep: Tensor  # keys whose weight is the formula (valid, in window, row not degenerate)
     ones: Tensor  # keys forced to weight 1 (valid keys of a degenerate MinMax row)
+    K: int  # number of intervals
 
 
 def grid(s: Tensor, valid: Tensor, spec: OperatorSpec, M: Tensor, m: Tensor) -> Grid:
@@ -148,25 +152,45 @@ def grid(s: Tensor, valid: Tensor, spec: OperatorSpec, M: Tensor, m: Tensor) -> 
     b_r = b0 + r * h  # b_r = z_min + r h (MinMax), -tau + r h (FWM, resolved)
     b_r1 = b0 + (r + 1) * h
     t_raw = (z_in - b_r) / h
-    t = _RoundingClamp.apply(t_raw)
-    return Grid(z, h, b0, r, t_raw, t, torch.exp(b_r), torch.exp(b_r1), keep, ones)
+    t = _RoundingClamp.apply(t_raw, 0, 1)
+    return Grid(
+        z,
+        h,
+        b0,
+        r,
+        t_raw,
+        t,
+        torch.exp(_grid_point(b_r, r == K)),
+        torch.exp(_grid_point(b_r1, r + 1 == K)),
+        keep,
+        ones,
+        K,
+    )
+
+
+def _grid_point(b: Tensor, top: Tensor) -> Tensor:
+    """Every grid point is <= 0 and the top one b_K is 0. Rounding of b0 + K h moves b_K by a few ulps of the
+    span: once the span is ~1e9 (fp32) or ~1e19 (fp64) and K is not a power of two, exp overflows (NaN
+    weights) or underflows (rows summing to 0). An excursion above 1, or of b_K below -1, can only be such
+    rounding: it is set to the exact 0. Smaller ones (normal spans) are kept: normal results do not change."""
+    return torch.where((b > 1) | (top & (b < -1)), torch.zeros_like(b), b)
 
 
 class _RoundingClamp(torch.autograd.Function):
-    """clamp(t, 0, 1) in the forward; identity derivative.
+    """clamp(x, lo, hi) in the forward; identity derivative: the clamp only catches rounding.
 
     ``t_raw = (z - b_r)/h`` lies in [0, 1] by construction of r; the clamp only removes rounding excursions
     (e.g. 1 + 1ulp at the arg-max key), so its derivative is the interval's interior one and the gradient
-    never depends on the last bit of ``t_raw``.
+    never depends on the last bit of ``t_raw``. Likewise for the grid points b_r <= 0.
     """
 
     @staticmethod
-    def forward(ctx, t: Tensor) -> Tensor:
-        return t.clamp(0, 1)
+    def forward(ctx, x: Tensor, lo, hi) -> Tensor:
+        return x.clamp(lo, hi)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        return grad
+    def backward(ctx, grad: Tensor):
+        return grad, None, None
 
 
 # ------------------------------------------------------------------------------- reconstruction (§3, App. A)
@@ -183,7 +207,7 @@ def lerp_slope(g: Grid) -> Tensor:
 def nearest_weight(g: Grid) -> Tensor:
     """Nearest: w^N = e^{b_l}, l = r + [t >= 1/2], the nearest grid point in z (a midpoint rounds up)."""
     ell = g.r + (g.t >= 0.5).to(g.t.dtype)
-    return torch.exp(g.b0 + ell * g.h)
+    return torch.exp(_grid_point(g.b0 + ell * g.h, ell == g.K))
 
 
 def normalize(w: Tensor) -> Tensor:
