@@ -6,8 +6,8 @@ Unlike softmax, a K-interval operator is discontinuous in the scores (§3, App. 
   Delta (so dS) jumps there, for every operator; FWM's tail cut z < -tau is the boundary x = 0 and drops
   the weight itself;
 * the Nearest forward (Weight-STE, Prob-STE) jumps at the midpoints x = integer + 1/2;
-* the arg-max key (and MinMax's arg-min key) receives the calibration gradient of eq. (4): a near-tie of the
-  row max moves a whole G_M k term from one key to another.
+* the arg-max key (and MinMax's arg-min key) receives the calibration gradient of eq. (2): a near-tie
+  of the row max moves a whole G_M k term from one key to another.
 
 A score within rounding of such a point lands on either side depending on the order of a dot product's sums,
 so two correct fp32 evaluations (a GPU kernel's and cuBLAS's, or torch's on the CPU) disagree there by

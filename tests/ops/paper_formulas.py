@@ -12,7 +12,7 @@ import numpy as np
 
 
 def row_forward(s: np.ndarray, valid: np.ndarray, calib: str, K: int, tau: float = 6.0):
-    """Per-key (wL, wN, Delta, dw/dM, dw/dm, kept) for one row, as in App. A and eq. (3)."""
+    """Per-key (wL, wN, Delta, dw/dM, dw/dm, kept) for one row, as in App. A and eq. (1) (dw/dM, dw/dm)."""
     n = len(s)
     wL, wN, Delta, dM, dm = (np.zeros(n) for _ in range(5))
     kept = np.zeros(n, bool)
@@ -48,7 +48,7 @@ def row_forward(s: np.ndarray, valid: np.ndarray, calib: str, K: int, tau: float
         if calib == "minmax":
             rho = (r + t) / K
             X = ((1 - t) * r * Er + t * (r + 1) * Er1) / K
-            dM[j] = -wL[j] - Delta[j] * rho + X  # eq. (3)
+            dM[j] = -wL[j] - Delta[j] * rho + X  # eq. (1): dw/dM
             dm[j] = -Delta[j] * (1 - rho) + wL[j] - X
         else:
             dM[j] = -Delta[j]
@@ -57,14 +57,14 @@ def row_forward(s: np.ndarray, valid: np.ndarray, calib: str, K: int, tau: float
 
 
 def row_probs_and_grad(s, valid, g, calib, K, surrogate, range_grad="full", tau=6.0):
-    """Forward P (hard for STE operators) and eq. (4) score gradient for upstream g = dL/dP."""
+    """Forward P (hard for STE operators) and eq. (2) score gradient dL/ds for upstream g = dL/dP."""
     wL, wN, Delta, dM, dm, kept = row_forward(s, valid, calib, K, tau)
     w_fwd = wL if surrogate is None else wN
     P = w_fwd / w_fwd.sum() if w_fwd.sum() > 0 else np.zeros_like(s)
     grad = np.zeros_like(s)
     if not kept.any():
         return P, grad
-    w_at = wN if surrogate == "weight" else wL  # eq. (1) vs eq. (2) / LERP
+    w_at = wN if surrogate == "weight" else wL  # Weight-STE, eq. (3): P^N; Prob-STE, eq. (4), and LERP: P^L
     W = w_at.sum()
     gamma = (g - (w_at / W * g).sum()) / W
     gamma[~kept] = 0.0

@@ -1,4 +1,4 @@
-"""App. F diagnostics A1-A4, the fixed-upstream decomposition, and eq. (5) of App. B."""
+"""App. F diagnostics A1-A4, the fixed-upstream decomposition, and the hard Jacobian, eq. (5) of App. B."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from kinterval.ops.diagnostics import (
     all_ones_directional,
     decompose_score_grad,
     interior_fd,
-    minmax_hard_jacobian,
-    minmax_hard_weights,
     score_gradient,
     shift_invariance,
     zero_sum_residual,
 )
+from kinterval.ops.formulas import hard_jacobian, hard_weights
 
 OPS = [
     "softmax",
@@ -99,19 +98,13 @@ def test_eq5_hard_jacobian_against_autograd_and_finite_differences():
     for _ in range(100):
         s = torch.randn(9, generator=g, dtype=torch.float64) * 4
         for K in (2, 4, 16):
-            J = minmax_hard_jacobian(s, K)
-            _, ell = minmax_hard_weights(s, K)
-            J_ad = torch.autograd.functional.jacobian(
-                lambda x, ell=ell, K=K: minmax_hard_weights(x, K, ell)[0], s
-            )
+            J = hard_jacobian(s, K)
+            _, ell = hard_weights(s, K)
+            J_ad = torch.autograd.functional.jacobian(lambda x, ell=ell, K=K: hard_weights(x, K, ell)[0], s)
             eps = 1e-6
             J_fd = torch.stack(
                 [
-                    (
-                        minmax_hard_weights(s + eps * e, K, ell)[0]
-                        - minmax_hard_weights(s - eps * e, K, ell)[0]
-                    )
-                    / (2 * eps)
+                    (hard_weights(s + eps * e, K, ell)[0] - hard_weights(s - eps * e, K, ell)[0]) / (2 * eps)
                     for e in torch.eye(9, dtype=torch.float64)
                 ],
                 dim=1,

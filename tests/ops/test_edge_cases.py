@@ -62,7 +62,6 @@ def _case(name: str, dtype):
 @pytest.mark.parametrize("op", OPERATORS)
 def test_edge_case_matrix(op, dtype):
     """Every edge case: finite forward and backward, row sums 1 (0 for an empty row), masked keys zero."""
-    n_cases = 0
     for row, backend, rg in itertools.product(ROWS, ("reference", "closed_form"), ("full", "detach", "p1")):
         spec = (
             OperatorSpec.parse(op)
@@ -84,14 +83,42 @@ def test_edge_case_matrix(op, dtype):
             assert (P[~mask] == 0).all() and (x.grad[~mask] == 0).all()
         if empty:
             assert (x.grad == 0).all()
-        n_cases += 1
-    assert n_cases >= 16
 
 
-def test_edge_case_count_is_at_least_150():
-    """The matrix above covers >= 150 forward/backward cases per dtype (paper: 152)."""
-    per_op = len(ROWS) * 2  # two backends, full mode alone
-    assert per_op * len(OPERATORS) >= 150
+def _grid_of(row: str, op: str):
+    from kinterval.ops.formulas import grid, nearest_weight, row_extrema
+
+    s, mask = _case(row, torch.float64)
+    valid = torch.ones_like(s, dtype=torch.bool) if mask is None else mask
+    ext = row_extrema(s, valid)
+    g = grid(torch.where(valid, s, ext.M), valid, OperatorSpec.parse(op), ext.M, ext.m)
+    return g, nearest_weight(g), valid
+
+
+def test_each_table_s1_condition_reaches_its_branch():
+    """Each Table S1 row of the matrix above exercises the convention it names, in the package's grid."""
+    g, _, valid = _grid_of("equal scores", "lerp-k4")
+    assert g.ones.all() and not g.keep.any()  # degenerate MinMax branch
+    g, _, valid = _grid_of("span below eps", "lerp-k4")
+    assert g.ones.all()
+    g, _, valid = _grid_of("single valid key", "minmax-weight-k4")
+    assert g.ones[valid].all() and not g.ones[~valid].any()
+    g, _, _ = _grid_of("very small positive span", "lerp-k4")
+    assert g.keep.all() and not g.ones.any()  # regular branch with a tiny h
+    g, _, _ = _grid_of("equal scores", "fwm-weight-k4")
+    assert g.keep.all() and not g.ones.any() and (g.z == 0).all()  # FWM has no degenerate branch
+    g, _, _ = _grid_of("grid boundaries (MinMax K4 span 8)", "lerp-k4")
+    assert torch.equal(g.t_raw % 1, torch.zeros_like(g.t_raw))  # every key on a grid point
+    g, wN, _ = _grid_of("midpoints (MinMax K4 span 8)", "minmax-weight-k4")
+    assert (g.t[0, 1:4] == 0.5).all()  # midpoint ties round up
+    torch.testing.assert_close(wN[0, 1:4], torch.exp(g.z[0, 1:4] + 1.0), rtol=1e-15, atol=0)
+    g, _, _ = _grid_of("FWM window edge z = -tau", "fwm-weight-k4")
+    assert g.keep.all() and g.z[0, 1] == -6.0
+    g, _, _ = _grid_of("FWM just past the edge", "fwm-weight-k4")
+    assert g.keep[0].tolist() == [True, False, False, False, True]
+    g, wN, _ = _grid_of("FWM grid midpoints", "fwm-prob-k4")
+    assert (g.t[0, 1:] == 0.5).all()
+    # ties: test_tied_extrema_split_gradient_evenly below
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

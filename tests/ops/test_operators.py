@@ -57,7 +57,7 @@ def test_closed_form_matches_autograd_float64(form):
 @pytest.mark.parametrize("form", FAMILY_FORMS)
 @pytest.mark.parametrize("K", (1, 3, 4, 16))
 def test_reference_matches_independent_paper_transcription(form, K):
-    """Forward and eq. (4) backward against a numpy transcription that shares no code with kinterval."""
+    """Forward and eq. (2) dL/ds against a numpy transcription that shares no code with kinterval."""
     calib = "minmax" if form.startswith("lerp") else form.split("-")[0]
     surrogate = None if "lerp" in form else form.split("-")[1]
     rng = np.random.default_rng(K * 7 + len(form))
@@ -209,16 +209,15 @@ def test_resolved_continues_grid_below_window():
     """Resolved keeps FWM's step and origin but never truncates: in-window weights equal FWM's."""
     s = torch.tensor([[0.0, -1.0, -5.0, -7.0, -13.0, -30.0]], dtype=torch.float64)
     from kinterval.ops.api import valid_mask
-    from kinterval.ops.reference import grid, place, row_extrema
+    from kinterval.ops.formulas import grid, nearest_weight, row_extrema
+    from kinterval.ops.reference import place
 
     valid = valid_mask(s.shape, s.device, causal=False, mask=None)
     ext = row_extrema(s, valid)
-    fwm = place(
-        grid(s, valid, OperatorSpec.parse("fwm-weight-k4"), ext.M, ext.m).wN,
-        grid(s, valid, OperatorSpec.parse("fwm-weight-k4"), ext.M, ext.m),
-    )
+    g_fwm = grid(s, valid, OperatorSpec.parse("fwm-weight-k4"), ext.M, ext.m)
+    fwm = place(nearest_weight(g_fwm), g_fwm)
     g_res = grid(s, valid, OperatorSpec.parse("resolved-weight-k4"), ext.M, ext.m)
-    res = place(g_res.wN, g_res)
+    res = place(nearest_weight(g_res), g_res)
     assert torch.equal(res[0, :3], fwm[0, :3]) and (fwm[0, 3:] == 0).all()
     assert (res[0, 3:] > 0).all() and g_res.r[0, 4] < 0  # negative grid index below -tau
     P = attention_probs(s, "resolved-weight-k4")

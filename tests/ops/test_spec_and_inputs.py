@@ -115,3 +115,47 @@ def test_dtype_policy():
         P = attention_probs(s.to(low), "fwm-prob-k4")
         assert P.dtype == torch.float32
         assert torch.equal(P, attention_probs(s.to(low).float(), "fwm-prob-k4"))
+
+
+@pytest.mark.parametrize("dtype, span", [(torch.float32, 1e9), (torch.float64, 1e19)])
+def test_huge_spans_with_k_not_a_power_of_two_stay_finite(dtype, span):
+    """Rounding lifted the top MinMax grid point to b_K >> 0 and exp overflowed: NaN probabilities."""
+    g = torch.Generator().manual_seed(0)
+    s = (torch.randn(200, 6, generator=g, dtype=torch.float64) * span).to(dtype)
+    for op in ("lerp-k3", "minmax-weight-k5", "minmax-prob-k7"):
+        for backend in ("reference", "closed_form"):
+            x = s.clone().requires_grad_()
+            P = attention_probs(x, op, backend=backend)
+            P.sum().backward()
+            assert torch.isfinite(P).all() and torch.isfinite(x.grad).all(), (op, backend)
+            torch.testing.assert_close(P.sum(-1), torch.ones(200, dtype=dtype))
+            # the row max sits on the top grid point e^0 = 1: never a weight 0
+            assert (P.gather(-1, s.argmax(-1, keepdim=True)) > 0).all(), (op, backend)
+
+
+@pytest.mark.parametrize("backend", ["reference", "closed_form"])
+def test_no_keys_gives_an_empty_result_and_no_head_dim_a_clear_error(backend):
+    q = torch.randn(1, 2, 3, 8, requires_grad=True)
+    empty = torch.randn(1, 2, 0, 8)
+    out = kinterval_attention(q, empty, empty, "lerp-k4", backend=backend)
+    assert out.shape == (1, 2, 3, 8) and (out == 0).all()  # as SDPA: no key, zero output
+    out.sum().backward()
+    assert (q.grad == 0).all()
+    P = attention_probs(torch.randn(2, 3, 0), "minmax-prob-k4", backend=backend)
+    assert P.shape == (2, 3, 0)
+    q0 = torch.randn(1, 2, 3, 0)
+    with pytest.raises(ValueError, match="head dimension"):
+        kinterval_attention(q0, q0, q0, "lerp-k4", backend=backend)
+
+
+def test_mask_of_higher_rank_than_scores_is_a_value_error():
+    with pytest.raises(ValueError, match="does not broadcast"):
+        attention_probs(torch.randn(2, 3), "lerp-k4", mask=torch.ones(1, 1, 2, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize(
+    "name, overrides", [("lerp-k100000000000000000000", {}), ("fwm-prob-k4", {"tau": 1e300})]
+)
+def test_huge_k_or_tau_is_rejected_with_the_bounds(name, overrides):
+    with pytest.raises(ValueError, match=r"valid forms.*2\^24"):
+        OperatorSpec.parse(name, **overrides)

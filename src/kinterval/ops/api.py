@@ -52,11 +52,11 @@ def valid_mask(scores_shape: torch.Size, device, *, causal: bool, mask: Tensor |
             got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
             raise ValueError(f"mask must be a boolean tensor (True = may attend), got {got}")
         try:
-            torch.broadcast_shapes(mask.shape, scores_shape)
-        except RuntimeError as err:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(scores_shape)}"
-            ) from err
+            shape = torch.broadcast_shapes(mask.shape, scores_shape)
+        except RuntimeError:
+            shape = None
+        if shape != torch.Size(scores_shape):  # also a mask of higher rank than the scores
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(scores_shape)}")
         valid = valid & mask.to(device)
     return valid.expand(scores_shape)
 
@@ -140,6 +140,8 @@ def kinterval_attention(
         raise ValueError(f"k and v must agree in (B, H, Tk), got {tuple(k.shape)} and {tuple(v.shape)}")
     if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in B, H and D")
+    if q.shape[-1] == 0:
+        raise ValueError(f"q, k, v need a head dimension D >= 1, got q {tuple(q.shape)}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
 

@@ -1,7 +1,6 @@
 """Gradient-consistency diagnostics run when the detach defect was found (App. F, "Gradient-consistency
 diagnostics"): A1 shift invariance, A2 the zero-sum residual, A3 the all-ones directional finite difference,
-A4 the interior finite difference; the fixed-upstream decomposition g_full = g_self + g_M + g_m; and the
-derivative of the MinMax hard map with the index held fixed, eq. (5) of App. B.
+A4 the interior finite difference; and the fixed-upstream decomposition g_full = g_self + g_M + g_m.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from torch import Tensor
 
 from kinterval.ops.api import as_spec, attention_probs, valid_mask
 from kinterval.ops.closed_form import score_grad_terms
-from kinterval.ops.reference import grid, row_extrema
 from kinterval.ops.spec import OperatorSpec
 
 
@@ -96,30 +94,3 @@ def decompose_score_grad(
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
     t = score_grad_terms(s, valid, spec, upstream.to(s.dtype))
     return {"g_self": t["self"], "g_M": t["M"], "g_m": t["m"], "g_full": t["self"] + t["M"] + t["m"]}
-
-
-# ----------------------------------------------------------------------------------------------- eq. (5)
-def minmax_hard_weights(s: Tensor, K: int, ell: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """w^N of a MinMax row with the index ell held fixed (computed from s if not given), differentiable
-    through M and m: w^N_j = exp(b_{ell_j}), b_ell = (1 - ell/K)(m - M). Rows are the last dim, all valid."""
-    spec = OperatorSpec.parse(f"minmax-weight-k{K}")
-    valid = torch.ones_like(s, dtype=torch.bool)
-    if ell is None:
-        with torch.no_grad():
-            ext = row_extrema(s, valid)
-            g = grid(s, valid, spec, ext.M, ext.m)
-            ell = g.r + (g.t >= 0.5).to(s.dtype)
-    M = s.amax(-1, keepdim=True)
-    m = s.amin(-1, keepdim=True)
-    return torch.exp((1 - ell / K) * (m - M)), ell
-
-
-def minmax_hard_jacobian(s: Tensor, K: int) -> Tensor:
-    """Eq. (5): dw^N_j/ds_i = c_j w^N_j ([i = argmin] - [i = argmax]), c_j = 1 - ell_j/K, for one row s (n,).
-    Returns the (n, n) Jacobian J[j, i] (unique extrema assumed)."""
-    w, ell = minmax_hard_weights(s, K)
-    c = 1 - ell / K
-    n = s.shape[-1]
-    onehot_min = torch.nn.functional.one_hot(s.argmin(), n).to(s.dtype)
-    onehot_max = torch.nn.functional.one_hot(s.argmax(), n).to(s.dtype)
-    return (c * w).unsqueeze(-1) * (onehot_min - onehot_max).unsqueeze(0)

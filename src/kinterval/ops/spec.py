@@ -18,11 +18,14 @@ ARITHMETICS = ("strict", "historical")  # App. C.2 (iii) strict forward vs the h
 BASELINES = ("softmax", "bf16-exp", "fp8-exp")
 
 DEFAULT_TAU = 6.0
+MAX_K = 2**24  # r is held in float32: integers are exact up to 2^24
+MAX_TAU = 1e3  # nats; beyond, fp32 rounding of the grid -tau + r h reaches 1e-4 of a weight
 
 VALID_FORMS = (
     "softmax | bf16-exp | fp8-exp | lerp-k{K} | fwm-lerp-k{K} | resolved-lerp-k{K} | "
-    "{minmax|fwm|resolved}-{weight|prob}-k{K}   (K an integer >= 1; overrides: tau=<float > 0> for "
-    "fwm/resolved, range_grad in {full, detach, max_only, min_only, p1} for K-interval operators, "
+    "{minmax|fwm|resolved}-{weight|prob}-k{K}   (K an integer in [1, 2^24]; overrides: "
+    "tau=<float in (0, 1000]> for fwm/resolved, range_grad in {full, detach, max_only, min_only, p1} "
+    "for K-interval operators, "
     "arithmetic in {strict, historical} for the weight/prob surrogates)"
 )
 
@@ -98,10 +101,10 @@ class OperatorSpec:
             raise bad(f"arithmetic must be one of {ARITHMETICS}, got {self.arithmetic!r}")
         if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)):
             raise bad(f"tau must be a number, got {self.tau!r}")
-        if not math.isfinite(self.tau) or self.tau <= 0:
-            raise bad(f"tau must be a finite number > 0, got {self.tau!r}")
-        if self.kind == "kinterval" and (self.K is None or self.K < 1):
-            raise bad(f"K must be an integer >= 1, got {self.K!r}")
+        if not math.isfinite(self.tau) or not 0 < self.tau <= MAX_TAU:
+            raise bad(f"tau must be a finite number in (0, {MAX_TAU:g}], got {self.tau!r}")
+        if self.kind == "kinterval" and (self.K is None or not 1 <= self.K <= MAX_K):
+            raise bad(f"K must be an integer in [1, {MAX_K}], got {self.K!r}")
         # Overrides that make no sense for this operator are errors when set to a non-default value.
         if "tau" in explicit and self.tau != DEFAULT_TAU and self.calibration not in ("fwm", "resolved"):
             raise bad("tau applies only to fwm and resolved calibration")

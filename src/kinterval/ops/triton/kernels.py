@@ -5,10 +5,10 @@ s_ij = scale * q_i . k_j, M_i / m_i = row max / min over valid keys, z = s - M, 
 e^{b_r}, E_r1 = e^{b_{r+1}}), w^L = (1 - t) E_r + t E_r1, w^N = e^{b_l} (l = r + [t >= 1/2]),
 Delta = (E_r1 - E_r) / h. t is differentiated as t_raw: the clamp on t only catches rounding (reference.py).
 
-The paper's formulas are one ``@triton.jit`` helper each, named as in ``kinterval.ops``: ``grid``,
-``lerp_weight``, ``nearest_weight``, ``weight_ste`` (eq. 3), ``prob_ste`` (eq. 4), ``calibration_grad``
-(eq. 1), ``score_grad`` (eq. 2); the launcher computes the operator's constexpr switches once
-(``kernel_flags``).
+The paper's formulas are one ``@triton.jit`` helper each, named as in ``kinterval.ops.formulas``:
+``grid``, ``lerp_weight``, ``nearest_weight``, ``weight_ste`` (eq. 3), ``prob_ste`` (eq. 4),
+``calibration_grad`` (eq. 1), ``score_grad`` (eq. 2); the launcher computes the operator's constexpr
+switches once (``kernel_flags``).
 """
 
 from __future__ import annotations
@@ -644,13 +644,14 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
 
     Returns the forward weight w (w^N, or w^H in historical arithmetic, for the STE operators; for
     dV = P^T dO), the placed w^L (historical Prob-STE's P needs it), the kept-key mask, the self-term factor
-    cD (Delta on kept keys, eq. 2; w for softmax: dS = P (g - D)) and dM = dw/dM (eq. 1, when SUM_GM).
+    cD (Delta on kept keys: the self term of dL/ds, eq. 2; w for softmax: dS = P (g - D)) and
+    dM = dw/dM (eq. 1, when SUM_GM).
     """
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
     HISTORICAL: tl.constexpr = OP[4]
-    dM = 0.0  # eq. (1) only where the dQ kernel sums G_M (SUM_GM)
+    dM = 0.0  # dw/dM, eq. (1), only where the dQ kernel sums G_M (SUM_GM)
     if SOFTMAX:
         w = tl.where(valid, tl.exp(s - M[:, None]), 0.0)
         wLp = w
@@ -693,7 +694,7 @@ def _dq_step(q, do, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
     ds = score_grad(gamma, cD, is_max, GM, is_min, GM, False, False)  # eq. (2) self term; the rest after
     dq += _dot(_cast(ds, k.dtype), k, PREC)
     S1 += tl.sum(ds, 1)
-    if SUM_GM:  # G_M = sum_j gamma_ij dw_ij/dM (eq. 1)
+    if SUM_GM:  # G_M = sum_j gamma_ij * dw/dM (eq. 1)
         GM += tl.sum(gamma * dM, 1)
     if PROJECT_P1:
         nv += tl.sum(valid.to(tl.float32), 1)
@@ -712,7 +713,7 @@ def _bwd_dq_kernel(
     PROJECT_P1: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr,
     SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """dQ over one query block, plus the per-row calibration sums G_M, G_m (eq. 1) and the P1 mean."""
+    """dQ over one query block, plus the per-row sums G_M, G_m of dw/dM (eq. 1) and the P1 mean."""
     OP: tl.constexpr = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)
     GRAD: tl.constexpr = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)
     MASKING: tl.constexpr = (IS_CAUSAL, HAS_MASK)
@@ -801,7 +802,7 @@ def _bwd_dq_kernel(
 def _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
                GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
                BLOCK_M: tl.constexpr):  # fmt: skip
-    """One query tile of the dK/dV loop, kv_sums = (dk, dv): dV += P^T dO, dK += dS^T q with dS of eq. (2).
+    """One query tile of the dK/dV loop, kv_sums = (dk, dv): dV += P^T dO, dK += dS^T q, dS = dL/ds eq. (2).
     query = (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d, dmask); stats = the per-row
     buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo)."""
     CALIB: tl.constexpr = OP[0]
@@ -833,7 +834,8 @@ def _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, 
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
     w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, False)
-    # dV_j = sum_i P_ij dO_i with the forward P (P^N for the strict STE operators, eq. 3/4 historical)
+    # dV_j = sum_i P_ij dO_i with the forward P (P^N for the strict STE operators; historical: the P of
+    # Weight-STE, eq. (3), or of Prob-STE, eq. (4))
     if JACOBIAN_AT_PL and HISTORICAL:
         p = prob_ste(wLp, w, Wa, Wf)
     else:
