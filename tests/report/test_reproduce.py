@@ -40,6 +40,13 @@ def geometry(r, frac):
     return {"span": span, "h": span / K if K else None, "tv": 0.1, "top_bucket_mass": 0.5}
 
 
+def validation(r, frac):
+    """Planted logged validation rows; seed 42 logs none (its pairs are skipped)."""
+    if r["seed"] == 42:
+        return None
+    return {"val_loss": 5.0 + effect(r, frac), "val_blocks": 8, "row_span": geometry(r, frac)["span"]}
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reproduce")
@@ -57,8 +64,17 @@ def report(tmp_path_factory):
         geometry=geometry,
         heldout=heldout,
         clip=lambda r: 0.1,
+        validation=validation,
     )
-    write_results(tmp / "supp", "supplementary", effect, n_blocks=48, noise=0.004, geometry=geometry)
+    write_results(
+        tmp / "supp",
+        "supplementary",
+        effect,
+        n_blocks=48,
+        noise=0.004,
+        geometry=geometry,
+        validation=validation,
+    )
     build_report([tmp / "D", tmp / "supp"], tmp / "rep")
     return tmp / "rep", json.loads((tmp / "rep" / "report.json").read_text())
 
@@ -146,6 +162,28 @@ def test_detach_replication_and_single_channel(report):
     assert rep["seeds"] == [7, 42, 1337] and rep["est"]["per_seed"] == pytest.approx([0.7] * 3, abs=3e-3)
     mx = end["lerp-k32[range_grad=max_only]"]
     assert mx["recovery"] == pytest.approx((0.7 - 0.02) / 0.7, abs=1e-2)
+
+
+def test_logged_validation_of_modified_backward_pairs(report):
+    rep, data = report
+    val = {(v["key"]["operator"], v["key"]["budget"], v["seed"]): v for v in data["validation"]}
+    v = val[("lerp-k32[range_grad=detach]", 100_007_936, 7)]
+    assert v["control"] == "lerp-k32"
+    fracs = np.arange(1, len(v["tokens"]) + 1) / len(v["tokens"])
+    assert len(v["tokens"]) >= 2 and v["tokens"] == sorted(v["tokens"])
+    # planted effects grow linearly with the checkpoint fraction; the seed offset cancels in the difference
+    full = planted("lerp-k32") + OFFSET[7]
+    assert v["diff"] == pytest.approx(
+        list((planted("lerp-k32[range_grad=detach]") - planted("lerp-k32")) * fracs)
+    )
+    assert v["control_val_loss"] == pytest.approx(list(5.0 + full * fracs))
+    span = [geometry({"operator": "lerp-k32[range_grad=detach]"}, f)["span"] for f in fracs]
+    assert v["row_span"] == pytest.approx(span)
+    assert not any(s == 42 for _, _, s in val)  # seed 42 logged no validation rows
+    skipped = data["validation_skipped"]
+    assert any("42" in k and "no validation rows" in why for k, why in skipped.items())
+    assert "validation_skipped.md" in (rep / "index.md").read_text()
+    assert (rep / "validation.png").stat().st_size > 10_000
 
 
 def test_tail_decomposition(report):

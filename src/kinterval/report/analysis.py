@@ -629,3 +629,63 @@ def tail_decomposition(points: list[Point]) -> list[Row]:
                 )
             )
     return rows
+
+
+@dataclass
+class ValidationPair:
+    """Logged validation rows (``"event": "validation"`` of metrics.jsonl) of a modified-backward run and its
+    same-seed full-gradient twin at the training tokens both logged (fig:detach a, b; fig:detachextra)."""
+
+    key: Key  # the modified run's condition
+    control: str  # the full-gradient twin's operator
+    seed: int
+    tokens: list[int]
+    val_loss: list[float]
+    control_val_loss: list[float]
+    row_span: list[float]
+    control_row_span: list[float]
+
+    @property
+    def diff(self) -> list[float]:
+        """Validation loss, modified − full, at each logged token count."""
+        return [a - b for a, b in zip(self.val_loss, self.control_val_loss)]
+
+
+def _validation_rows(rows: list[dict]) -> dict[int, dict]:
+    return {int(r["tokens"]): r for r in rows if r.get("event") == "validation" and "val_loss" in r}
+
+
+def validation_pairs(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[list[ValidationPair], dict]:
+    """The logged validation trajectories of each pair of ``pairing`` (``detach_pairs``' pairing: modified
+    run -> same-seed full twin); ``logs``: (suite, run_id) -> metrics rows. Returns the pairs and the runs
+    skipped (run -> reason): either run without validation rows, or no token count logged by both."""
+    out, skipped = [], {}
+    for x in sorted(final(pairing.pairs, lambda x: x.point), key=lambda x: (x.point.run_id, x.point.tag)):
+        if not x.point.primary:
+            continue
+        run_id = x.point.run_id
+        own = _validation_rows(logs.get((x.point.suite, x.point.run_id), []))
+        ctrl = _validation_rows(logs.get((x.control.suite, x.control.run_id), []))
+        name = f"{run_id} vs {x.control.run_id}"
+        if not own or not ctrl:
+            skipped[name] = (
+                f"no validation rows in metrics.jsonl of {run_id if not own else x.control.run_id}"
+            )
+            continue
+        ts = sorted(set(own) & set(ctrl))
+        if not ts:
+            skipped[name] = "no training-token count logged by both runs"
+            continue
+        out.append(
+            ValidationPair(
+                x.point.key,
+                x.control.operator,
+                x.point.seed,
+                ts,
+                [float(own[t]["val_loss"]) for t in ts],
+                [float(ctrl[t]["val_loss"]) for t in ts],
+                [float(own[t].get("row_span", float("nan"))) for t in ts],
+                [float(ctrl[t].get("row_span", float("nan"))) for t in ts],
+            )
+        )
+    return out, skipped

@@ -123,6 +123,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     if geo:
         F.geometry_figure(geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)")
         ix.figure("geometry.png", "geometry")
+    logs = {(r.suite, run): rows_ for r in results for run, rows_ in r.logs.items()}
     det, det_pairing = A.detach_pairs(primary)
     if det:
         data["detach"] = det
@@ -141,6 +142,22 @@ def build_report(suite_dirs, out: str | Path) -> Path:
             symlog=True,
         )
         ix.figure("detach.png", "detach vs full")
+    val, val_skipped = A.validation_pairs(det_pairing, logs)
+    if val:
+        many = len({v.key.setting() for v in val}) > 1
+        series = {f"{_label(v.key, many)}, seed {v.seed}": v for v in val}
+        data["validation"] = [dict(_json_default(v), diff=v.diff) for v in val]
+        F.validation_figure(
+            series, out / "validation.png", "Logged validation loss and row span along training"
+        )
+        ix.figure("validation.png", "logged validation loss and row span, modified vs full")
+    if val_skipped:
+        data["validation_skipped"] = val_skipped
+        ix.table(
+            "validation_skipped",
+            *T.skipped_rows(val_skipped),
+            "Modified-backward pairs not in validation.png (no logged validation rows)",
+        )
     tail = A.tail_decomposition(primary)
     if tail:
         data["tail_decomposition"] = tail
@@ -176,7 +193,6 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     if held:
         data["heldout"] = held
         ix.table("heldout", *T.heldout_rows(held), "Held-out and substitution evaluations: ΔNLL vs softmax")
-    logs = {(r.suite, run): rows_ for r in results for run, rows_ in r.logs.items()}
     clips = A.clip_fractions(points, logs)
     if clips:
         data["clip_fractions"] = clips

@@ -139,3 +139,39 @@ def widthgap_figure(points: dict[str, tuple[float, float, float]], path: Path, t
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
+
+
+def validation_figure(pairs, path: Path, title: str) -> Path:
+    """fig:detach (a, b), fig:detachextra: logged validation loss, logged layer-mean row span (log) and the
+    validation-loss difference modified − full (symlog, linear within ±0.02 nats) along training tokens. One
+    colour per pair; solid: the modified backward, dashed: its same-seed full-gradient twin.
+    ``pairs``: label -> :class:`~kinterval.report.analysis.ValidationPair`."""
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
+    diffs = []
+    for label, v in sorted(pairs.items()):
+        c = axes[0].plot(v.tokens, v.val_loss, marker="o", ms=3, lw=1.2, label=label)[0].get_color()
+        axes[0].plot(v.tokens, v.control_val_loss, ls="--", lw=1.0, color=c)
+        axes[1].plot(v.tokens, v.row_span, marker="o", ms=3, lw=1.2, color=c)
+        axes[1].plot(v.tokens, v.control_row_span, ls="--", lw=1.0, color=c)
+        axes[2].plot(v.tokens, v.diff, marker="o", ms=3, lw=1.2, color=c)
+        diffs += v.diff
+    axes[0].set_ylabel("logged validation loss (nats/token)")
+    axes[1].set_ylabel("logged row span M − m (score units, log)")
+    if all(y > 0 for line in axes[1].get_lines() for y in line.get_ydata()):
+        axes[1].set_yscale("log")
+    axes[2].axhline(0, color="k", lw=0.8)
+    axes[2].set_ylabel("validation loss, modified − full (nats/token)")
+    _symlog_y(axes[2], diffs, linthresh=0.02)
+    for ax, letter in zip(axes, "abc"):
+        _tokens_axis(ax)
+        ax.set_title(f"({letter})", fontsize=9, loc="left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    rows = -(-len(labels) // 3)
+    fig.legend(handles, labels, fontsize=7, loc="lower center", frameon=False, ncol=3)
+    legend_h = 0.17 * rows + 0.3
+    fig.set_size_inches(17, 4.6 + legend_h)
+    fig.suptitle(title + " (solid: modified backward, dashed: full-gradient twin)", fontsize=10)
+    fig.tight_layout(rect=(0, legend_h / (4.6 + legend_h), 1, 0.95))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

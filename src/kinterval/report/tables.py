@@ -167,6 +167,12 @@ def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]
     ]
 
 
+def skipped_rows(skipped: dict[str, str]) -> tuple[list[str], list[list[str]]]:
+    return ["Modified run vs full-gradient twin", "Why it is skipped"], [
+        [k, v] for k, v in sorted(skipped.items())
+    ]
+
+
 def claim_rows(claims) -> tuple[list[str], list[list[str]]]:
     headers = ["Claim", "Paper", "Ours (95% CI)", "Status", "Direction agrees", "Separated (CI excludes 0)"]
     headers += ["Runs", "Tested"]
