@@ -186,6 +186,29 @@ def test_logged_validation_of_modified_backward_pairs(report):
     assert (rep / "validation.png").stat().st_size > 10_000
 
 
+def test_seed_and_factorial_figures(report):
+    """fig:seeds and fig:2x2 plot the five-seed suite-D setting: per-seed values carry the planted seed
+    offsets, the factorial cells and LERP their planted ΔNLL (the one-seed strict cells are not chosen)."""
+    rep, data = report
+    fig = data["seeds_figure"]
+    assert fig["setting"][0] == 100_007_936 and len(fig["conditions"]) == 25
+    for op, e in fig["conditions"].items():
+        assert e["per_seed"] == pytest.approx([planted(op) + OFFSET[s] for s in sorted(OFFSET)], abs=3e-3)
+    assert set(fig["effects"]) == {"calibration", "surrogate", "interaction"}
+    assert sorted(map(int, fig["effects"]["interaction"])) == [4, 8, 16, 32, 64]
+    cells = data["factorial_cells"]
+    assert cells["arithmetic"] == "historical" and sorted(map(int, cells["cells"])) == [4, 8, 16, 32, 64]
+    checks = []
+    for K, cs in cells["cells"].items():
+        assert set(cs) == {"mm_w", "mm_p", "fwm_w", "fwm_p", "lerp"}
+        assert all(len(c["est"]["per_seed"]) == 5 for c in cs.values())
+        checks += [((K, c), _est(v["est"]), planted(v["operator"])) for c, v in cs.items()]
+    assert cells["cells"]["4"]["lerp"]["operator"] == "lerp-k4"
+    _covered(checks)
+    for name in ("seeds.png", "factorial2x2.png"):
+        assert (rep / name).stat().st_size > 20_000
+
+
 def test_tail_decomposition(report):
     _, data = report
     rows = {r["contrast"]: r for r in data["tail_decomposition"]}

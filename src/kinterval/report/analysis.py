@@ -689,3 +689,34 @@ def validation_pairs(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[l
             )
         )
     return out, skipped
+
+
+def factorial_cells(rows: list[Row]) -> dict[tuple, dict[int, dict[str, Row]]]:
+    """fig:2x2: the endpoint ΔNLL-vs-softmax rows (``delta_table``) of the four factorial cells (``mm_w``,
+    ``mm_p``, ``fwm_w``, ``fwm_p``) per (setting, arithmetic) and K, for the K with all four cells, and the
+    LERP row of that setting and K (``lerp``, any arithmetic) where there is one. Only full-gradient runs with
+    no override besides the arithmetic enter."""
+    cells: dict[tuple, dict[int, dict[str, Row]]] = defaultdict(lambda: defaultdict(dict))
+    lerp: dict[tuple, Row] = {}
+    for r in rows:
+        op = r.key.operator
+        if op in ("softmax", "sdpa"):
+            continue
+        s = _spec(op)
+        if s.K is None or OperatorSpec.parse(op.partition("[")[0], arithmetic=s.arithmetic) != s:
+            continue
+        if s.reconstruction == "lerp":
+            lerp[(r.key.setting(), s.K)] = r
+            continue
+        cell = next((c for c, cs in FACTORIAL.items() if cs == (s.calibration, s.surrogate)), None)
+        if cell is not None:
+            cells[(r.key.setting(), s.arithmetic)][s.K][cell] = r
+    out = {}
+    for (setting, arith), by_K in sorted(cells.items(), key=str):
+        full = {K: dict(cs) for K, cs in sorted(by_K.items()) if set(cs) == set(FACTORIAL)}
+        for K, cs in full.items():
+            if (setting, K) in lerp:
+                cs["lerp"] = lerp[(setting, K)]
+        if full:
+            out[(setting, arith)] = full
+    return out
