@@ -210,7 +210,7 @@ def test_seed_and_factorial_figures(report):
 
 
 def test_tail_decomposition(report):
-    _, data = report
+    rep, data = report
     rows = {r["contrast"]: r for r in data["tail_decomposition"]}
     mm, fwm, res = BASE["minmax-weight"] / 4, BASE["fwm-weight"] / 4, 0.01 / 4
     weight = rows["MinMax − resolved (weight-STE, K4)"]
@@ -221,6 +221,9 @@ def test_tail_decomposition(report):
         ]
     )
     assert weight["recovery"] == pytest.approx((mm - res) / (mm - fwm), abs=0.02)
+    assert weight["recovery_lo"] < weight["recovery"] < weight["recovery_hi"]
+    assert 0.001 < weight["recovery_hi"] - weight["recovery_lo"] < 0.05  # noise 0.004/block, 0.17-nat gap
+    assert "[" in (rep / "taildecomp.md").read_text().splitlines()[-1].split("|")[-2]  # the interval shown
 
 
 def test_bh_uses_the_papers_family(report):

@@ -237,7 +237,8 @@ def seeds_figure(conditions: dict, effects: dict, path: Path, title: str) -> Pat
     _symlog_y(ax, vals, linthresh=0.02)
     ax.set_xlabel("K")
     ax.set_ylabel("factorial effect (nats/token), paired by seed")
-    ax.legend(fontsize=7, frameon=False)
+    if effects:
+        ax.legend(fontsize=7, frameon=False)
     ax.grid(alpha=0.3)
     ax = axes[2]
     xy = [(r.est.eval_se, r.est.sd) for r in conditions.values() if r.est.sd and r.est.eval_se]

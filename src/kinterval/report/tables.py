@@ -143,7 +143,8 @@ def detach_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             num(r.est.mean),
             ci(r.est.lo, r.est.hi),
             r.est.interval,
-            num(r.recovery, False, 3),
+            num(r.recovery, False, 3)
+            + (f" [{r.recovery_lo:.3f}, {r.recovery_hi:.3f}]" if r.recovery_lo is not None else ""),
         ]
         for r in rows
     ]
