@@ -36,12 +36,14 @@ def write_results(
     heldout: dict[str, tuple[str, int, Callable[[dict], float], bool]] | None = None,
     clip: Callable[[dict], float] | None = None,
     runs: Callable[[dict], bool] | None = None,
+    validation: Callable[[dict, float], dict | None] | None = None,
 ) -> dict:
     """Write the results of ``suite`` (a name or a .toml path) into ``root``; returns the manifest.
 
     ``heldout``: tag -> (data folder name, n_blocks, endpoint effect(run), with document clusters); those
     evaluations are written for the final checkpoint only. ``clip(run)``: fraction of clipped steps logged.
-    ``runs(run)``: False drops a run's results (the manifest keeps it).
+    ``runs(run)``: False drops a run's results (the manifest keeps it). ``validation(run, frac)``: the fields
+    of the ``"validation"`` row logged at each checkpoint (None: the run logs none).
     """
     m = build_manifest(load_suite(suite), root, root / data)
     write_manifest(root, m)
@@ -70,8 +72,14 @@ def write_results(
             _write_eval(
                 run_dir / "eval" / tag, steps[-1], steps[-1] * tokens_per_step, root / name, T, nll, docs
             )
+        rows = []
         if clip is not None:
-            rows = [{"step": s, "clipped_frac": clip(r), "train_loss": 5.0} for s in steps]
+            rows += [{"step": s, "clipped_frac": clip(r), "train_loss": 5.0} for s in steps]
+        for i, step in enumerate(steps if validation is not None else []):
+            v = validation(r, (i + 1) / len(steps))
+            if v is not None:
+                rows.append({"event": "validation", "step": step, "tokens": step * tokens_per_step, **v})
+        if rows:
             (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in rows) + "\n")
     return m
 

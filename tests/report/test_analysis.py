@@ -73,3 +73,18 @@ def test_single_seed_k_trend_gets_a_block_bootstrap_interval():
     (row,) = A.k_trends(A.softmax_pairs(pts))
     assert row.est.mean == pytest.approx(-0.02, abs=3e-3)
     assert row.est.interval == "block bootstrap" and row.est.lo < row.est.mean < row.est.hi < 0
+
+
+def test_path_ratio_interval_resamples_the_three_runs_together():
+    rng = np.random.default_rng(3)
+    fwm = rng.normal(5.0, 0.3, N)
+    mm = fwm + rng.normal(0.2, 0.1, N)  # a noisy MinMax − FWM gap per block
+    res = mm - 0.4 * (mm - fwm)  # resolved recovers exactly 40% of the gap in every block
+    ratio, lo, hi = A.path_ratio_ci(mm, res, fwm)
+    # paired resampling: every resample's ratio is 0.4; independent resampling would spread it
+    assert (ratio, lo, hi) == pytest.approx((0.4, 0.4, 0.4), abs=1e-12)
+    res_noisy = res + rng.normal(0, 0.02, N)
+    ratio, lo, hi = A.path_ratio_ci(mm, res_noisy, fwm)
+    assert lo < ratio < hi and 0.2 < lo and hi < 0.6
+    with pytest.raises(ValueError, match="path ratio"):
+        A.path_ratio_ci(mm, res[:-1], fwm)

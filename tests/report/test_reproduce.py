@@ -40,6 +40,13 @@ def geometry(r, frac):
     return {"span": span, "h": span / K if K else None, "tv": 0.1, "top_bucket_mass": 0.5}
 
 
+def validation(r, frac):
+    """Planted logged validation rows; seed 42 logs none (its pairs are skipped)."""
+    if r["seed"] == 42:
+        return None
+    return {"val_loss": 5.0 + effect(r, frac), "val_blocks": 8, "row_span": geometry(r, frac)["span"]}
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reproduce")
@@ -57,8 +64,17 @@ def report(tmp_path_factory):
         geometry=geometry,
         heldout=heldout,
         clip=lambda r: 0.1,
+        validation=validation,
     )
-    write_results(tmp / "supp", "supplementary", effect, n_blocks=48, noise=0.004, geometry=geometry)
+    write_results(
+        tmp / "supp",
+        "supplementary",
+        effect,
+        n_blocks=48,
+        noise=0.004,
+        geometry=geometry,
+        validation=validation,
+    )
     build_report([tmp / "D", tmp / "supp"], tmp / "rep")
     return tmp / "rep", json.loads((tmp / "rep" / "report.json").read_text())
 
@@ -148,8 +164,53 @@ def test_detach_replication_and_single_channel(report):
     assert mx["recovery"] == pytest.approx((0.7 - 0.02) / 0.7, abs=1e-2)
 
 
+def test_logged_validation_of_modified_backward_pairs(report):
+    rep, data = report
+    val = {(v["key"]["operator"], v["key"]["budget"], v["seed"]): v for v in data["validation"]}
+    v = val[("lerp-k32[range_grad=detach]", 100_007_936, 7)]
+    assert v["control"] == "lerp-k32"
+    fracs = np.arange(1, len(v["tokens"]) + 1) / len(v["tokens"])
+    assert len(v["tokens"]) >= 2 and v["tokens"] == sorted(v["tokens"])
+    # planted effects grow linearly with the checkpoint fraction; the seed offset cancels in the difference
+    full = planted("lerp-k32") + OFFSET[7]
+    assert v["diff"] == pytest.approx(
+        list((planted("lerp-k32[range_grad=detach]") - planted("lerp-k32")) * fracs)
+    )
+    assert v["control_val_loss"] == pytest.approx(list(5.0 + full * fracs))
+    span = [geometry({"operator": "lerp-k32[range_grad=detach]"}, f)["span"] for f in fracs]
+    assert v["row_span"] == pytest.approx(span)
+    assert not any(s == 42 for _, _, s in val)  # seed 42 logged no validation rows
+    skipped = data["validation_skipped"]
+    assert any("42" in k and "no validation rows" in why for k, why in skipped.items())
+    assert "validation_skipped.md" in (rep / "index.md").read_text()
+    assert (rep / "validation.png").stat().st_size > 10_000
+
+
+def test_seed_and_factorial_figures(report):
+    """fig:seeds and fig:2x2 plot the five-seed suite-D setting: per-seed values carry the planted seed
+    offsets, the factorial cells and LERP their planted ΔNLL (the one-seed strict cells are not chosen)."""
+    rep, data = report
+    fig = data["seeds_figure"]
+    assert fig["setting"][0] == 100_007_936 and len(fig["conditions"]) == 25
+    for op, e in fig["conditions"].items():
+        assert e["per_seed"] == pytest.approx([planted(op) + OFFSET[s] for s in sorted(OFFSET)], abs=3e-3)
+    assert set(fig["effects"]) == {"calibration", "surrogate", "interaction"}
+    assert sorted(map(int, fig["effects"]["interaction"])) == [4, 8, 16, 32, 64]
+    cells = data["factorial_cells"]
+    assert cells["arithmetic"] == "historical" and sorted(map(int, cells["cells"])) == [4, 8, 16, 32, 64]
+    checks = []
+    for K, cs in cells["cells"].items():
+        assert set(cs) == {"mm_w", "mm_p", "fwm_w", "fwm_p", "lerp"}
+        assert all(len(c["est"]["per_seed"]) == 5 for c in cs.values())
+        checks += [((K, c), _est(v["est"]), planted(v["operator"])) for c, v in cs.items()]
+    assert cells["cells"]["4"]["lerp"]["operator"] == "lerp-k4"
+    _covered(checks)
+    for name in ("seeds.png", "factorial2x2.png"):
+        assert (rep / name).stat().st_size > 20_000
+
+
 def test_tail_decomposition(report):
-    _, data = report
+    rep, data = report
     rows = {r["contrast"]: r for r in data["tail_decomposition"]}
     mm, fwm, res = BASE["minmax-weight"] / 4, BASE["fwm-weight"] / 4, 0.01 / 4
     weight = rows["MinMax − resolved (weight-STE, K4)"]
@@ -160,6 +221,9 @@ def test_tail_decomposition(report):
         ]
     )
     assert weight["recovery"] == pytest.approx((mm - res) / (mm - fwm), abs=0.02)
+    assert weight["recovery_lo"] < weight["recovery"] < weight["recovery_hi"]
+    assert 0.001 < weight["recovery_hi"] - weight["recovery_lo"] < 0.05  # noise 0.004/block, 0.17-nat gap
+    assert "[" in (rep / "taildecomp.md").read_text().splitlines()[-1].split("|")[-2]  # the interval shown
 
 
 def test_bh_uses_the_papers_family(report):

@@ -25,6 +25,7 @@ from kinterval.stats import (
     permutation_p_random,
     seed_summary,
 )
+from kinterval.stats.bootstrap import circular_block_means
 from kinterval.stats.seeds import MAX_EXACT_N
 
 BLOCK = 16  # circular block-bootstrap block length (paper §4)
@@ -109,7 +110,9 @@ class Row:
     nll_sd: float | None = None  # its seed SD (several seeds)
     control_nll: float | None = None  # its control's mean NLL, mean over seeds
     q: float | None = None  # BH q within the table's family
-    recovery: float | None = None  # gap recovery (detach pairs)
+    recovery: float | None = None  # gap recovery (detach pairs), path ratio (tail decomposition)
+    recovery_lo: float | None = None  # its 95% interval, where one is computed (the path ratio)
+    recovery_hi: float | None = None
     note: str = ""
 
 
@@ -594,11 +597,35 @@ def heldout_table(points: list[Point]) -> list[Row]:
     return rows
 
 
+def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, float, float]:
+    """The path ratio (MinMax − resolved) / (MinMax − FWM) of the mean NLLs with a percentile interval from
+    the circular block bootstrap over validation blocks (block 16, 4000 resamples; evaluation sampling only).
+    The three runs' per-block NLL are resampled together: numerator and denominator use the same block starts
+    (the same generator seed and draw shapes). Resamples with a zero denominator are dropped. Returns
+    (ratio, lo, hi); NaN where the denominator of the means is 0."""
+    mm, res, fwm = (np.asarray(x, dtype=np.float64) for x in (minmax, resolved, fwm))
+    if not (mm.shape == res.shape == fwm.shape) or mm.ndim != 1 or mm.size < 2:
+        raise ValueError(
+            f"path ratio needs three per-block series of one length >= 2, got {mm.shape}, "
+            f"{res.shape}, {fwm.shape}"
+        )
+    gap = float(mm.mean() - fwm.mean())
+    if gap == 0:
+        return float("nan"), float("nan"), float("nan")
+    block = min(BLOCK, mm.size)
+    num = circular_block_means(mm - res, block, N_RESAMPLES, np.random.default_rng(0))
+    den = circular_block_means(mm - fwm, block, N_RESAMPLES, np.random.default_rng(0))
+    ok = den != 0
+    lo, hi = np.quantile(num[ok] / den[ok], [(1 - level) / 2, (1 + level) / 2])
+    return float(mm.mean() - res.mean()) / gap, float(lo), float(hi)
+
+
 def tail_decomposition(points: list[Point]) -> list[Row]:
     """App. D.4 (tab:taildecomp): each resolved-calibration run against the same-seed MinMax and FWM runs of
     its surrogate, K, arithmetic and setting: MinMax − resolved (untruncated fixed-step calibration contrast)
-    and resolved − FWM (tail-policy contrast), per block; the descriptive path ratio
-    (MinMax − resolved) / (MinMax − FWM) of the means is in ``recovery``."""
+    and resolved − FWM (tail-policy contrast), per block; the path ratio
+    (MinMax − resolved) / (MinMax − FWM) of the means is in ``recovery``, its block-bootstrap interval
+    (:func:`path_ratio_ci`) in ``recovery_lo``, ``recovery_hi``."""
     idx = {}
     for p in final([p for p in points if p.primary]):
         s = p.spec
@@ -614,8 +641,8 @@ def tail_decomposition(points: list[Point]) -> list[Row]:
             or not (mm.nll.size == fwm.nll.size == res.nll.size)
         ):
             continue
+        ratio, lo, hi = path_ratio_ci(mm.nll, res.nll, fwm.nll)
         for name, d in (("MinMax − resolved", mm.nll - res.nll), ("resolved − FWM", res.nll - fwm.nll)):
-            gap = mm.mean - fwm.mean
             rows.append(
                 Row(
                     f"{name} ({res.spec.surrogate}-STE, K{res.K})",
@@ -625,7 +652,100 @@ def tail_decomposition(points: list[Point]) -> list[Row]:
                     tokens=res.tokens,
                     K=res.K,
                     family=res.family,
-                    recovery=(mm.mean - res.mean) / gap if gap else None,
+                    recovery=ratio if np.isfinite(ratio) else None,
+                    recovery_lo=lo if np.isfinite(lo) else None,
+                    recovery_hi=hi if np.isfinite(hi) else None,
                 )
             )
     return rows
+
+
+@dataclass
+class ValidationPair:
+    """Logged validation rows (``"event": "validation"`` of metrics.jsonl) of a modified-backward run and its
+    same-seed full-gradient twin at the training tokens both logged (fig:detach a, b; fig:detachextra)."""
+
+    key: Key  # the modified run's condition
+    control: str  # the full-gradient twin's operator
+    seed: int
+    tokens: list[int]
+    val_loss: list[float]
+    control_val_loss: list[float]
+    row_span: list[float]
+    control_row_span: list[float]
+
+    @property
+    def diff(self) -> list[float]:
+        """Validation loss, modified − full, at each logged token count."""
+        return [a - b for a, b in zip(self.val_loss, self.control_val_loss)]
+
+
+def _validation_rows(rows: list[dict]) -> dict[int, dict]:
+    return {int(r["tokens"]): r for r in rows if r.get("event") == "validation" and "val_loss" in r}
+
+
+def validation_pairs(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[list[ValidationPair], dict]:
+    """The logged validation trajectories of each pair of ``pairing`` (``detach_pairs``' pairing: modified
+    run -> same-seed full twin); ``logs``: (suite, run_id) -> metrics rows. Returns the pairs and the runs
+    skipped (run -> reason): either run without validation rows, or no token count logged by both."""
+    out, skipped = [], {}
+    for x in sorted(final(pairing.pairs, lambda x: x.point), key=lambda x: (x.point.run_id, x.point.tag)):
+        if not x.point.primary:
+            continue
+        run_id = x.point.run_id
+        own = _validation_rows(logs.get((x.point.suite, x.point.run_id), []))
+        ctrl = _validation_rows(logs.get((x.control.suite, x.control.run_id), []))
+        name = f"{run_id} vs {x.control.run_id}"
+        if not own or not ctrl:
+            skipped[name] = (
+                f"no validation rows in metrics.jsonl of {run_id if not own else x.control.run_id}"
+            )
+            continue
+        ts = sorted(set(own) & set(ctrl))
+        if not ts:
+            skipped[name] = "no training-token count logged by both runs"
+            continue
+        out.append(
+            ValidationPair(
+                x.point.key,
+                x.control.operator,
+                x.point.seed,
+                ts,
+                [float(own[t]["val_loss"]) for t in ts],
+                [float(ctrl[t]["val_loss"]) for t in ts],
+                [float(own[t].get("row_span", float("nan"))) for t in ts],
+                [float(ctrl[t].get("row_span", float("nan"))) for t in ts],
+            )
+        )
+    return out, skipped
+
+
+def factorial_cells(rows: list[Row]) -> dict[tuple, dict[int, dict[str, Row]]]:
+    """fig:2x2: the endpoint ΔNLL-vs-softmax rows (``delta_table``) of the four factorial cells (``mm_w``,
+    ``mm_p``, ``fwm_w``, ``fwm_p``) per (setting, arithmetic) and K, for the K with all four cells, and the
+    LERP row of that setting and K (``lerp``, any arithmetic) where there is one. Only full-gradient runs with
+    no override besides the arithmetic enter."""
+    cells: dict[tuple, dict[int, dict[str, Row]]] = defaultdict(lambda: defaultdict(dict))
+    lerp: dict[tuple, Row] = {}
+    for r in rows:
+        op = r.key.operator
+        if op in ("softmax", "sdpa"):
+            continue
+        s = _spec(op)
+        if s.K is None or OperatorSpec.parse(op.partition("[")[0], arithmetic=s.arithmetic) != s:
+            continue
+        if s.reconstruction == "lerp":
+            lerp[(r.key.setting(), s.K)] = r
+            continue
+        cell = next((c for c, cs in FACTORIAL.items() if cs == (s.calibration, s.surrogate)), None)
+        if cell is not None:
+            cells[(r.key.setting(), s.arithmetic)][s.K][cell] = r
+    out = {}
+    for (setting, arith), by_K in sorted(cells.items(), key=str):
+        full = {K: dict(cs) for K, cs in sorted(by_K.items()) if set(cs) == set(FACTORIAL)}
+        for K, cs in full.items():
+            if (setting, K) in lerp:
+                cs["lerp"] = lerp[(setting, K)]
+        if full:
+            out[(setting, arith)] = full
+    return out

@@ -68,6 +68,79 @@ def _mean_geometry(points) -> dict[str, list[tuple[int, dict]]]:
     return out
 
 
+def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -> None:
+    """fig:seeds and fig:2x2 for the setting with the most seeds (suite D when given): ``seeds.png`` and
+    ``factorial2x2.png``; what they plot goes to report.json (``seeds_figure``, ``factorial_cells``)."""
+    multi = [r for r in rows if len(r.seeds) > 1]
+    if multi:
+        setting = max(
+            {r.key.setting() for r in multi},
+            key=lambda st: (max(len(r.seeds) for r in multi if r.key.setting() == st), str(st)),
+        )
+        n = max(len(r.seeds) for r in multi if r.key.setting() == setting)
+        conds = {r.key.operator: r for r in multi if r.key.setting() == setting and len(r.seeds) == n}
+        main = [
+            r
+            for r in fac
+            if r.K
+            and r.key.setting() == setting
+            and r.contrast in ("calibration", "surrogate", "interaction")
+            and len(r.seeds) > 1
+        ]
+        design = max({r.family for r in main}, key=lambda d: sum(r.family == d for r in main), default="")
+        effects: dict[str, dict[int, A.Row]] = {}
+        for r in main:
+            if r.family == design:
+                effects.setdefault(r.contrast, {})[r.K] = r
+        F.seeds_figure(
+            conds,
+            effects,
+            ix.out / "seeds.png",
+            f"{n} seeds, {T.tokens(setting[0])}, {setting[1]}: endpoint ΔNLL per seed and factorial effects"
+            + (f" ({design})" if design else ""),
+        )
+        ix.figure("seeds.png", "per-seed ΔNLL and factorial effects")
+        data["seeds_figure"] = {
+            "setting": setting,
+            "conditions": {op: r.est for op, r in conds.items()},
+            "effects": {e: {K: r.est for K, r in by_K.items()} for e, by_K in effects.items()},
+            "design": design,
+        }
+    groups = A.factorial_cells(rows)
+    if not groups:
+        return
+    (setting, arith), cells = max(
+        groups.items(),
+        key=lambda kv: (
+            max(len(r.seeds) for cs in kv[1].values() for r in cs.values()),
+            len(kv[1]),
+            str(kv[0]),
+        ),
+    )
+    n = max(len(r.seeds) for cs in cells.values() for r in cs.values())
+    families: dict[str, dict[int, A.Row]] = {}
+    for r in rows:
+        if r.K and r.key.setting() == setting and len(r.seeds) == n and A.full_twin(r.key.operator) is None:
+            families.setdefault(r.family, {})[r.K] = r
+    families = {f: v for f, v in families.items() if len(v) > 1}
+    F.factorial_figure(
+        cells,
+        families,
+        ix.out / "factorial2x2.png",
+        f"Calibration x surrogate, {T.tokens(setting[0])}, {setting[1]}, arithmetic={arith}, "
+        + (f"{n} seeds, t intervals" if n > 1 else "one seed, block-bootstrap intervals"),
+    )
+    ix.figure("factorial2x2.png", "2x2 factorial cells")
+    data["factorial_cells"] = {
+        "setting": setting,
+        "arithmetic": arith,
+        "cells": {
+            K: {c: {"operator": r.key.operator, "est": r.est} for c, r in cs.items()}
+            for K, cs in cells.items()
+        },
+    }
+
+
 def build_report(suite_dirs, out: str | Path) -> Path:
     """Report of one or more suite folders into ``out``; returns the path of ``index.md``.
 
@@ -112,6 +185,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     if trends:
         data["k_trends"] = trends
         ix.table("ktrend", *T.trend_rows(trends), "K-trend slopes of ΔNLL")
+    _seed_figures(rows, fac, ix, data)
     traj = A.trajectories(pairing)
     if traj:
         many = len({k.setting() for k in traj}) > 1
@@ -123,6 +197,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     if geo:
         F.geometry_figure(geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)")
         ix.figure("geometry.png", "geometry")
+    logs = {(r.suite, run): rows_ for r in results for run, rows_ in r.logs.items()}
     det, det_pairing = A.detach_pairs(primary)
     if det:
         data["detach"] = det
@@ -141,6 +216,22 @@ def build_report(suite_dirs, out: str | Path) -> Path:
             symlog=True,
         )
         ix.figure("detach.png", "detach vs full")
+    val, val_skipped = A.validation_pairs(det_pairing, logs)
+    if val:
+        many = len({v.key.setting() for v in val}) > 1
+        series = {f"{_label(v.key, many)}, seed {v.seed}": v for v in val}
+        data["validation"] = [dict(_json_default(v), diff=v.diff) for v in val]
+        F.validation_figure(
+            series, out / "validation.png", "Logged validation loss and row span along training"
+        )
+        ix.figure("validation.png", "logged validation loss and row span, modified vs full")
+    if val_skipped:
+        data["validation_skipped"] = val_skipped
+        ix.table(
+            "validation_skipped",
+            *T.skipped_rows(val_skipped),
+            "Modified-backward pairs not in validation.png (no logged validation rows)",
+        )
     tail = A.tail_decomposition(primary)
     if tail:
         data["tail_decomposition"] = tail
@@ -176,7 +267,6 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     if held:
         data["heldout"] = held
         ix.table("heldout", *T.heldout_rows(held), "Held-out and substitution evaluations: ΔNLL vs softmax")
-    logs = {(r.suite, run): rows_ for r in results for run, rows_ in r.logs.items()}
     clips = A.clip_fractions(points, logs)
     if clips:
         data["clip_fractions"] = clips

@@ -139,3 +139,195 @@ def widthgap_figure(points: dict[str, tuple[float, float, float]], path: Path, t
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
+
+
+def validation_figure(pairs, path: Path, title: str) -> Path:
+    """fig:detach (a, b), fig:detachextra: logged validation loss, logged layer-mean row span (log) and the
+    validation-loss difference modified − full (symlog, linear within ±0.02 nats) along training tokens. One
+    colour per pair; solid: the modified backward, dashed: its same-seed full-gradient twin.
+    ``pairs``: label -> :class:`~kinterval.report.analysis.ValidationPair`."""
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
+    diffs = []
+    for label, v in sorted(pairs.items()):
+        c = axes[0].plot(v.tokens, v.val_loss, marker="o", ms=3, lw=1.2, label=label)[0].get_color()
+        axes[0].plot(v.tokens, v.control_val_loss, ls="--", lw=1.0, color=c)
+        axes[1].plot(v.tokens, v.row_span, marker="o", ms=3, lw=1.2, color=c)
+        axes[1].plot(v.tokens, v.control_row_span, ls="--", lw=1.0, color=c)
+        axes[2].plot(v.tokens, v.diff, marker="o", ms=3, lw=1.2, color=c)
+        diffs += v.diff
+    axes[0].set_ylabel("logged validation loss (nats/token)")
+    axes[1].set_ylabel("logged row span M − m (score units, log)")
+    if all(y > 0 for line in axes[1].get_lines() for y in line.get_ydata()):
+        axes[1].set_yscale("log")
+    axes[2].axhline(0, color="k", lw=0.8)
+    axes[2].set_ylabel("validation loss, modified − full (nats/token)")
+    _symlog_y(axes[2], diffs, linthresh=0.02)
+    for ax, letter in zip(axes, "abc"):
+        _tokens_axis(ax)
+        ax.set_title(f"({letter})", fontsize=9, loc="left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    rows = -(-len(labels) // 3)
+    fig.legend(handles, labels, fontsize=7, loc="lower center", frameon=False, ncol=3)
+    legend_h = 0.17 * rows + 0.3
+    fig.set_size_inches(17, 4.6 + legend_h)
+    fig.suptitle(title + " (solid: modified backward, dashed: full-gradient twin)", fontsize=10)
+    fig.tight_layout(rect=(0, legend_h / (4.6 + legend_h), 1, 0.95))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def _interval(ax, x, row, color, marker="o", fill=True, label=None, points=True) -> None:
+    """A seed mean with its 95% interval as an error bar, and (several seeds) the per-seed values as dots."""
+    e = row.est
+    ax.errorbar(
+        [x],
+        [e.mean],
+        yerr=[[e.mean - e.lo], [e.hi - e.mean]],
+        fmt=marker,
+        ms=5,
+        color=color,
+        mfc=color if fill else "white",
+        capsize=3,
+        lw=1,
+        label=label,
+    )
+    if points and len(e.per_seed) > 1:
+        ax.scatter([x] * len(e.per_seed), e.per_seed, s=10, color=color, alpha=0.6, lw=0, zorder=3)
+
+
+EFFECT_STYLE = {"calibration": "#4c72b0", "surrogate": "#dd8452", "interaction": "#55a868"}
+
+
+def seeds_figure(conditions: dict, effects: dict, path: Path, title: str) -> Path:
+    """fig:seeds. (a) Endpoint ΔNLL vs same-seed softmax per condition: per-seed values (dots), seed mean and
+    95% t interval (symlog, linear within ±0.02 nats). (b) Calibration, surrogate and interaction effects by K
+    (log2 K), per seed, mean and t interval. (c) Seed SD of each condition's ΔNLL against its paired
+    evaluation SE (log-log) with the 1:1 line. ``conditions``: label -> delta Row; ``effects``: effect name
+    -> {K: factorial Row}."""
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.2), gridspec_kw={"width_ratios": [2.2, 1.2, 1]})
+    ax = axes[0]
+    labels = list(conditions)
+    vals = []
+    for i, lab in enumerate(labels):
+        _interval(ax, i, conditions[lab], "#4c72b0")
+        vals += [*conditions[lab].est.per_seed, conditions[lab].est.lo, conditions[lab].est.hi]
+    ax.set_xticks(range(len(labels)), labels, rotation=70, ha="right", fontsize=6)
+    ax.axhline(0, color="k", lw=0.8)
+    _symlog_y(ax, vals, linthresh=0.02)
+    ax.set_ylabel("endpoint ΔNLL vs same-seed softmax (nats/token)")
+    ax.grid(alpha=0.3, axis="y")
+    ax = axes[1]
+    vals = []
+    for j, (name, by_K) in enumerate(effects.items()):
+        for K, row in by_K.items():
+            x = K * 2 ** (0.08 * (j - 1))  # a small horizontal offset per effect
+            _interval(ax, x, row, EFFECT_STYLE.get(name, f"C{j}"), label=name if K == min(by_K) else None)
+            vals += [*row.est.per_seed, row.est.lo, row.est.hi]
+        Ks = sorted(by_K)
+        ax.plot(
+            [K * 2 ** (0.08 * (j - 1)) for K in Ks],
+            [by_K[K].est.mean for K in Ks],
+            lw=0.8,
+            color=EFFECT_STYLE.get(name, f"C{j}"),
+        )
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.axhline(0, color="k", lw=0.8)
+    _symlog_y(ax, vals, linthresh=0.02)
+    ax.set_xlabel("K")
+    ax.set_ylabel("factorial effect (nats/token), paired by seed")
+    if effects:
+        ax.legend(fontsize=7, frameon=False)
+    ax.grid(alpha=0.3)
+    ax = axes[2]
+    xy = [(r.est.eval_se, r.est.sd) for r in conditions.values() if r.est.sd and r.est.eval_se]
+    if xy:
+        ax.scatter([x for x, _ in xy], [y for _, y in xy], s=14, color="#4c72b0")
+        lo, hi = min(min(p) for p in xy) / 1.5, max(max(p) for p in xy) * 1.5
+        ax.plot([lo, hi], [lo, hi], color="k", lw=0.8, ls="--", label="1:1")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7, frameon=False)
+    ax.set_xlabel("paired evaluation SE of ΔNLL (log)")
+    ax.set_ylabel("seed SD of ΔNLL (log)")
+    ax.grid(alpha=0.3, which="both")
+    for ax, letter in zip(axes, "abc"):
+        ax.set_title(f"({letter})", fontsize=9, loc="left")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+CELL_STYLE = {  # (calibration label, surrogate index, colour)
+    "mm_w": ("MinMax", 0, "#c44e52"),
+    "mm_p": ("MinMax", 1, "#c44e52"),
+    "fwm_w": ("FWM", 0, "#4c72b0"),
+    "fwm_p": ("FWM", 1, "#4c72b0"),
+}
+
+
+def factorial_figure(cells: dict[int, dict], families: dict[str, dict], path: Path, title: str) -> Path:
+    """fig:2x2. One panel per K: endpoint ΔNLL vs softmax of the four cells by surrogate placement
+    (Weight-STE, Prob-STE), one line per calibration, 95% intervals; dotted: LERP at the same K. Last panel:
+    mean ΔNLL vs K (log2) per family with its interval (symlog y).
+    ``cells``: K -> cell (``mm_w``, ..., ``lerp``) -> Row; ``families``: family -> {K: Row}."""
+    Ks = sorted(cells)
+    fig, axes = plt.subplots(1, len(Ks) + 1, figsize=(3.2 * len(Ks) + 5, 4.4), squeeze=False)
+    for ax, K in zip(axes[0], Ks):
+        vals = []
+        for cal, off in (("MinMax", -0.04), ("FWM", 0.04)):
+            rows = {
+                CELL_STYLE[c][1]: r
+                for c, r in cells[K].items()
+                if c in CELL_STYLE and CELL_STYLE[c][0] == cal
+            }
+            color = next(s[2] for s in CELL_STYLE.values() if s[0] == cal)
+            for x, r in sorted(rows.items()):
+                _interval(ax, x + off, r, color, label=cal if x == 0 else None, points=False)
+                vals += [r.est.lo, r.est.hi]
+            ax.plot(
+                [x + off for x in sorted(rows)], [rows[x].est.mean for x in sorted(rows)], color=color, lw=1
+            )
+        if "lerp" in cells[K]:
+            ax.axhline(cells[K]["lerp"].est.mean, color="grey", ls=":", lw=1.2, label="LERP")
+            vals.append(cells[K]["lerp"].est.mean)
+        ax.axhline(0, color="k", lw=0.8)
+        _symlog_y(ax, vals, linthresh=0.02)
+        ax.set_xticks([0, 1], ["Weight-STE", "Prob-STE"])
+        ax.set_xlim(-0.4, 1.4)
+        ax.set_title(f"K = {K}", fontsize=9)
+        ax.set_ylabel("endpoint ΔNLL vs softmax (nats/token)")
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7, frameon=False)
+    ax = axes[0][-1]
+    vals = []
+    for j, (fam, by_K) in enumerate(sorted(families.items())):
+        ks = sorted(by_K)
+        for K in ks:
+            _interval(
+                ax,
+                K * 2 ** (0.05 * (j - 2)),
+                by_K[K],
+                f"C{j}",
+                label=fam if K == ks[0] else None,
+                points=False,
+            )
+            vals += [by_K[K].est.lo, by_K[K].est.hi]
+        ax.plot([K * 2 ** (0.05 * (j - 2)) for K in ks], [by_K[K].est.mean for K in ks], color=f"C{j}", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    _symlog_y(ax, vals, linthresh=0.02)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xlabel("K")
+    ax.set_ylabel("mean ΔNLL vs softmax (nats/token)")
+    ax.set_title("all families", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

@@ -143,7 +143,8 @@ def detach_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             num(r.est.mean),
             ci(r.est.lo, r.est.hi),
             r.est.interval,
-            num(r.recovery, False, 3),
+            num(r.recovery, False, 3)
+            + (f" [{r.recovery_lo:.3f}, {r.recovery_hi:.3f}]" if r.recovery_lo is not None else ""),
         ]
         for r in rows
     ]
@@ -164,6 +165,12 @@ def cross_rows(settings: list[tuple], table: dict) -> tuple[list[str], list[list
 def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]:
     return ["Run [eval] vs control", "Why it has no valid control"], [
         [k, v] for k, v in sorted(unpaired.items())
+    ]
+
+
+def skipped_rows(skipped: dict[str, str]) -> tuple[list[str], list[list[str]]]:
+    return ["Modified run vs full-gradient twin", "Why it is skipped"], [
+        [k, v] for k, v in sorted(skipped.items())
     ]
 
 
