@@ -25,7 +25,7 @@ def product_files() -> list[Path]:
         if p.is_file()
         and p.suffix in TEXT
         and "__pycache__" not in p.parts
-        and not (ROOT / "docs" / "results") in p.parents[1:]
+        and (ROOT / "docs" / "results") not in p.parents[1:]
     )
 
 
