@@ -107,3 +107,17 @@ def _write_eval(ev: Path, step: int, tokens: int, data_dir: Path, T: int, nll, d
         "mean_nll": float(nll.mean()),
     }
     (ev / f"{name}.json").write_text(json.dumps(summary))
+
+
+def write_graddiag(root: Path, manifest: dict, mean: Callable[[dict, int], dict | None]) -> None:
+    """``kinterval graddiag`` outputs (``RUN/diagnostics/graddiag/step_*.json``) with the planted layer means
+    ``mean(run, step)`` (None: no output for that checkpoint)."""
+    for r in manifest["runs"]:
+        for step in r["checkpoint_steps"]:
+            m = mean(r, step)
+            if m is None:
+                continue
+            d = root / r["run_dir"] / "diagnostics" / "graddiag"
+            d.mkdir(parents=True, exist_ok=True)
+            out = {"mean": m, "layers": [m], "step": step, "tokens": step * 1000, "n_blocks": 8}
+            (d / f"step_{step:06d}.json").write_text(json.dumps(out))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from synthetic_results import write_results
+from synthetic_results import write_graddiag, write_results
 
 from kinterval.report.build import build_report
 from kinterval.stats import bh_q
@@ -38,6 +38,22 @@ def geometry(r, frac):
     K = int(re.search(r"-k(\d+)", r["operator"]).group(1)) if "-k" in r["operator"] else None
     span = 20.0 * (1 + 10 * planted(r["operator"]) * frac)
     return {"span": span, "h": span / K if K else None, "tv": 0.1, "top_bucket_mass": 0.5}
+
+
+# tab:graddecomp as the paper reports it (seed 7 at the 20M and 40M checkpoints), planted on the full-gradient
+# LERP K32 runs of seeds 7 and 42 at their first two checkpoints
+GRADDECOMP = [
+    {"norm_self": 0.909, "norm_M": 0.361, "norm_m": 0.0083, "err_detach": 0.361, "err_min_only": 0.361,
+     "err_max_only": 0.0083, "err_p1_local": 0.353, "zero_sum_residual": 5.5e-9, "rows_above_1e-3": 0.0},
+    {"norm_self": 0.807, "norm_M": 0.509, "norm_m": 0.0092, "err_detach": 0.509, "err_min_only": 0.509,
+     "err_max_only": 0.0092, "err_p1_local": 0.507, "zero_sum_residual": 5.5e-9, "rows_above_1e-3": 0.0},
+]  # fmt: skip
+
+
+def graddiag(r, step):
+    if r["operator"] != "lerp-k32" or r["seed"] not in (7, 42) or step not in r["checkpoint_steps"][:2]:
+        return None
+    return GRADDECOMP[r["checkpoint_steps"].index(step)]
 
 
 def validation(r, frac):
@@ -75,6 +91,7 @@ def report(tmp_path_factory):
         geometry=geometry,
         validation=validation,
     )
+    write_graddiag(tmp / "D", json.loads((tmp / "D" / "manifest.json").read_text()), graddiag)
     build_report([tmp / "D", tmp / "supp"], tmp / "rep")
     return tmp / "rep", json.loads((tmp / "rep" / "report.json").read_text())
 
@@ -250,3 +267,13 @@ def test_rank_statistics_geometry_and_clip(report):
     assert ranks["spearman_span"][0] > 0.95  # span planted monotone in the planted ΔNLL
     assert len(data["geometry"]) >= 25 and "top_bucket_mass" in next(iter(data["geometry"].values()))
     assert all(c["mean"] == pytest.approx(0.1) for c in data["clip_fractions"])
+
+
+def test_gradient_decomposition_table(report):
+    rep, data = report
+    rows = data["graddecomp"]
+    assert [(r["operator"], r["seed"]) for r in rows] == [("lerp-k32", 7)] * 2 + [("lerp-k32", 42)] * 2
+    for r in rows:
+        want = GRADDECOMP[0] if r["tokens"] == min(x["tokens"] for x in rows) else GRADDECOMP[1]
+        assert r["terms"]["err_max_only"] == want["err_max_only"] and r["terms"]["norm_M"] == want["norm_M"]
+    assert "0.361" in (rep / "graddecomp.md").read_text()

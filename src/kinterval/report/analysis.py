@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kinterval.eval.graddiag import DECOMP
 from kinterval.ops import OperatorSpec
 from kinterval.report.results import Key, Point
 from kinterval.stats import (
@@ -556,6 +557,43 @@ def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[C
         ClipRow(k, tuple(sorted(v)), float(np.mean(list(v.values()))), tuple(v[s] for s in sorted(v)))
         for k, v in sorted(acc.items(), key=lambda kv: str(kv[0]))
     ]
+
+
+GRAD_TERMS = DECOMP  # the terms `kinterval graddiag` writes
+
+
+@dataclass
+class GradDecompRow:
+    """tab:graddecomp: the fixed-upstream decomposition of the score gradient at one checkpoint of one run
+    (``kinterval graddiag``), layer means: norm ratios of the self / M / m terms to g_full, the relative error
+    of each modified backward, and the zero-sum residual of the implemented score gradient."""
+
+    suite: str
+    run_id: str
+    operator: str
+    seed: int
+    step: int
+    tokens: int
+    n_blocks: int
+    terms: dict[str, float]  # GRAD_TERMS -> layer mean (absent when graddiag ran without the decomposition)
+    zero_sum_residual: float
+    rows_above_1e_3: float
+
+
+def gradient_decomposition(results) -> list[GradDecompRow]:
+    """One row per (run, checkpoint) with a ``kinterval graddiag`` output, by (operator, seed, tokens)."""
+    rows = []
+    for res in results:
+        entry = {r["run_id"]: r for r in res.manifest["runs"]}
+        for run_id, diags in res.graddiag.items():
+            op, seed = entry[run_id]["operator"], int(entry[run_id]["seed"])
+            for d in diags:
+                m = d["mean"]
+                terms = {k: float(m[k]) for k in GRAD_TERMS if k in m}
+                where = (int(d["step"]), int(d.get("tokens", 0)), int(d.get("n_blocks", 0)))
+                residual = (float(m["zero_sum_residual"]), float(m["rows_above_1e-3"]))
+                rows.append(GradDecompRow(res.suite, run_id, op, seed, *where, terms, *residual))
+    return sorted(rows, key=lambda x: (x.operator, x.seed, x.tokens, x.suite))
 
 
 def heldout_table(points: list[Point]) -> list[Row]:

@@ -267,6 +267,15 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     if held:
         data["heldout"] = held
         ix.table("heldout", *T.heldout_rows(held), "Held-out and substitution evaluations: ΔNLL vs softmax")
+    grad = A.gradient_decomposition(results)
+    if grad:
+        data["graddecomp"] = grad
+        ix.table(
+            "graddecomp",
+            *T.graddecomp_rows(grad),
+            "Fixed-upstream decomposition of the score gradient (layer means; norm ratios to g_full, "
+            "relative errors of each modified backward) and zero-sum residual (`kinterval graddiag`)",
+        )
     clips = A.clip_fractions(points, logs)
     if clips:
         data["clip_fractions"] = clips

@@ -103,6 +103,7 @@ class SuiteResults:
     manifest: dict
     points: list[Point]
     logs: dict[str, list[dict]] = field(default_factory=dict)  # run_id -> metrics.jsonl rows
+    graddiag: dict[str, list[dict]] = field(default_factory=dict)  # run_id -> `kinterval graddiag` outputs
 
     def runs(self) -> dict[str, list[Point]]:
         out: dict[str, list[Point]] = {}
@@ -123,12 +124,16 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
     """Every evaluation (all tags) of every run of the suite folder ``suite_dir``."""
     suite_dir = Path(suite_dir)
     m = read_manifest(suite_dir)
-    points, logs = [], {}
+    points, logs, graddiag = [], {}, {}
     for r in m["runs"]:
         run_dir = suite_dir / r["run_dir"]
         primary_tag = Path(r["eval_dir"]).name
         geo_dir = run_dir / "diagnostics" / "geometry"
         logs[r["run_id"]] = _read_logs(run_dir)
+        gd_files = sorted((run_dir / "diagnostics" / "graddiag").glob("step_*.json"))
+        gd = [json.loads(f.read_text()) for f in gd_files]
+        if gd:
+            graddiag[r["run_id"]] = sorted(gd, key=lambda d: int(d["step"]))
         budget = int(r.get("tokens") or 0)
         for js in sorted((run_dir / "eval").glob("*/step_*.json")):
             s = json.loads(js.read_text())
@@ -163,7 +168,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     primary=tag == primary_tag,
                 )
             )
-    return SuiteResults(m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs)
+    return SuiteResults(m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs, graddiag)
 
 
 def load_many(dirs) -> list[SuiteResults]:

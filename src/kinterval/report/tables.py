@@ -262,6 +262,21 @@ def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
     ]
 
 
+def graddecomp_rows(rows) -> tuple[list[str], list[list[str]]]:
+    """tab:graddecomp (norm ratios to g_full; relative errors of the implemented local gradient) with the
+    zero-sum residual of the run's own implemented score gradient."""
+    from kinterval.report.analysis import GRAD_TERMS as terms
+
+    headers = ["Condition", "Seed", "Checkpoint", "Blocks", "self", "M term", "m term", "detach", "min_only",
+               "max_only", "P1 (local)", "zero-sum residual (median)", "rows > 1e-3"]  # fmt: skip
+    return headers, [
+        [r.operator, str(r.seed), tokens(r.tokens), str(r.n_blocks)]
+        + [f"{r.terms[k]:.3g}" if k in r.terms else "-" for k in terms]
+        + [f"{r.zero_sum_residual:.2g}", f"{r.rows_above_1e_3:.3f}"]
+        for r in rows
+    ]
+
+
 def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
     metrics = ["span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"]
     headers = ["Condition", "Budget", *metrics]
