@@ -15,6 +15,7 @@ import numpy as np
 
 from kinterval.ops import OperatorSpec
 from kinterval.suite.manifest import read_manifest
+from kinterval.train.metrics import read_metrics
 
 REFERENCES = ("softmax", "sdpa")  # exact-softmax operators: the controls of every ΔNLL
 
@@ -114,10 +115,7 @@ class SuiteResults:
 
 
 def _read_logs(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_metrics(run_dir)  # a torn last line (a run killed mid-write) is left out
 
 
 def load_results(suite_dir: str | Path) -> SuiteResults:
