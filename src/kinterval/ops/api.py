@@ -12,17 +12,9 @@ import torch
 from torch import Tensor
 
 from kinterval.ops.backends import BACKENDS, resolve_backend
-from kinterval.ops.spec import OperatorSpec
+from kinterval.ops.spec import OperatorSpec, as_spec
 
 PRECISIONS = ("tf32", "ieee")
-
-
-def as_spec(spec: OperatorSpec | str) -> OperatorSpec:
-    if isinstance(spec, OperatorSpec):
-        return spec
-    if isinstance(spec, str):
-        return OperatorSpec.from_full_name(spec)
-    raise ValueError(f"spec must be an OperatorSpec or an operator name, got {type(spec).__name__}")
 
 
 def working_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import torch
 
-from kinterval.ops.spec import OperatorSpec
+from kinterval.ops.spec import OperatorSpec, as_spec
 
 AUTO = "auto"
 
@@ -32,7 +32,7 @@ class Backend:
     forms_probs: bool  # computes P explicitly (can serve ``attention_probs``)
 
     def supports(self, spec: OperatorSpec, device, dtype: torch.dtype | None = None) -> bool:
-        return self.why_not(_spec(spec), torch.device(device), dtype) is None
+        return self.why_not(as_spec(spec), torch.device(device), dtype) is None
 
 
 @lru_cache(maxsize=1)
@@ -73,14 +73,6 @@ REGISTRY: dict[str, Backend] = {b.name: b for b in (TRITON, CLOSED_FORM, REFEREN
 BACKENDS = (AUTO, *REGISTRY)  # the names a user may pass
 
 
-def _spec(spec: OperatorSpec | str) -> OperatorSpec:
-    if isinstance(spec, OperatorSpec):
-        return spec
-    if isinstance(spec, str):
-        return OperatorSpec.from_full_name(spec)
-    raise ValueError(f"spec must be an OperatorSpec or an operator name, got {type(spec).__name__}")
-
-
 def _candidates(device: torch.device, probs: bool) -> list[Backend]:
     """What ``auto`` may pick, fastest first; off CUDA triton only runs in its (slowest) interpreter."""
     out = [b for b in REGISTRY.values() if b.forms_probs or not probs]
@@ -103,7 +95,7 @@ def resolve_backend(
     operator, the backend, the reason and the backend that would run it. ``probs=True`` asks for a backend
     that forms the probabilities P explicitly (``attention_probs``; the fused kernel never does).
     """
-    spec = _spec(spec)
+    spec = as_spec(spec)
     device = torch.device(device)
     if backend == AUTO:
         for b in _candidates(device, probs):

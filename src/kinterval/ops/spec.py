@@ -157,3 +157,12 @@ class OperatorSpec:
     @property
     def is_kinterval(self) -> bool:
         return self.kind == "kinterval"
+
+
+def as_spec(spec: OperatorSpec | str) -> OperatorSpec:
+    """An :class:`OperatorSpec` as given, or parsed from its full name (overrides included)."""
+    if isinstance(spec, OperatorSpec):
+        return spec
+    if isinstance(spec, str):
+        return OperatorSpec.from_full_name(spec)
+    raise ValueError(f"spec must be an OperatorSpec or an operator name, got {type(spec).__name__}")
