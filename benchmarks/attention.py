@@ -1,27 +1,46 @@
-"""Benchmark the fused Triton kernels against SDPA flash and the reference backend (eager and torch.compile).
+"""Benchmark the fused Triton kernels against SDPA flash, FlexAttention and the reference backend.
 
 One run prints ONE table; each row is (operator, dtype mode, T, D), with columns
 
-    fwd ms | f+b ms | TFLOP/s | SDPA f+b ms | x SDPA | x ref eager | x ref compiled | peak MiB | ref MiB
+    fwd ms | f+b ms | TFLOP/s | SDPA f+b ms | x SDPA | x flex | x ref eager | x ref compiled |
+    err vs fp64 | torch fp32 err | peak MiB | ref MiB | tiles
 
+* dtype modes: bf16 / fp16 inputs; fp32 inputs with TF32 dots ("tf32"), split-TF32 dots ("tf32x3", three TF32
+  products: near-fp32 accuracy on the tensor cores) or full-precision FMA dots ("ieee");
 * fwd+bwd FLOPs follow FlashAttention's convention: causal forward 4 B H T^2 D / 2, backward 2.5 x forward;
 * "x SDPA" = kernel fwd+bwd time / SDPA flash (softmax) fwd+bwd time at the same shape, in bf16 (flash has no
-  fp32 kernel, so fp32 rows -- TF32 or IEEE dots -- are compared with bf16 flash, as the targets are stated);
+  fp32 kernel, so fp32 rows -- tf32, tf32x3, ieee -- are compared with bf16 flash, as the targets are stated);
+* "flex-softmax" rows: softmax through ``torch.nn.attention.flex_attention`` (``torch.compile``d, causal by a
+  ``create_block_mask`` block mask), one per (dtype mode, T, D), in the mode's input dtype: bf16 / fp16 as is;
+  fp32 with TF32 dots for "tf32"; fp32 without TF32 for "ieee" and "tf32x3" (FlexAttention has no split-TF32
+  mode, so the near-fp32 kernel is set against FlexAttention's full-precision fp32). "x flex" = kernel
+  fwd+bwd time / that flex-softmax fwd+bwd time (same shape, same mode). "-" where FlexAttention is off
+  (--no-flex) or could not run; the reason is printed once;
 * "x ref eager" / "x ref compiled" = reference-backend fwd+bwd time / kernel time (> 1: the kernel is faster);
   "OOM" where the reference does not fit in memory, "-" where it was not run (see --ref-max-t, --compile-t);
+* "err vs fp64" = max |out - out64| of the forward output, where out64 is the reference backend in float64 on
+  the same (dtype-rounded) inputs; "torch fp32 err" = the same for torch's own fp32 evaluation of the row's
+  operator, TF32 off (softmax: SDPA's math backend; K-interval operators: the reference backend), on fp32
+  inputs. Both at one small shape per (operator, mode, D): B = 1, H = --err-heads, T = --err-t (float64 at
+  the benchmark's B*T would not fit), the same value on every T of that (operator, mode, D). For K-interval
+  operators a score within rounding of a grid boundary can land in the other interval in any two fp32
+  evaluations, so their max errors (torch's too) include such flips;
 * times are medians of ``triton.testing.do_bench``; every call rotates through several input sets so that no
   call finds its inputs in L2 from the previous one; peak MiB is the peak allocation of one fwd+bwd call
   above the inputs.
 
-Usage (GPU):  python benchmarks/attention.py [--ops lerp-k4,fwm-prob-k4] [--dtypes bf16,tf32,ieee]
-              [--T 512,1024,2048,4096,8192] [--D 64,128] [--tokens 16384] [--model-dim 2048] [--csv out.csv]
+Usage (GPU):  python benchmarks/attention.py [--ops lerp-k4,fwm-prob-k4] [--dtypes bf16,tf32,tf32x3,ieee]
+              [--T 512,1024,2048,4096,8192] [--D 64,128] [--tokens 16384] [--model-dim 2048] [--no-flex]
+              [--err-t 1024] [--csv out.csv]
 On a machine without CUDA it refuses, unless ``--smoke``: a tiny shape in Triton's CPU interpreter (timings
-meaningless; checks that the script and kernels run end to end).
+meaningless; checks that the script and kernels run end to end; the first two operators and the first dtype
+mode unless --ops / --dtypes are given).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import os
@@ -30,15 +49,18 @@ import time
 
 DEFAULT_OPS = "softmax,lerp-k4,minmax-weight-k4,minmax-prob-k4,fwm-weight-k4,fwm-prob-k4"
 DTYPE_MODES = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "tf32": ("float32", "tf32"),
-               "ieee": ("float32", "ieee")}  # fmt: skip
+               "tf32x3": ("float32", "tf32x3"), "ieee": ("float32", "ieee")}  # fmt: skip
 COLUMNS = ["operator", "dtype", "T", "D", "B", "H", "fwd ms", "f+b ms", "TFLOP/s", "SDPA f+b ms", "x SDPA",
-           "x ref eager", "x ref compiled", "peak MiB", "ref MiB", "tiles"]  # fmt: skip
+           "x flex", "x ref eager", "x ref compiled", "err vs fp64", "torch fp32 err", "peak MiB", "ref MiB",
+           "tiles"]  # fmt: skip
+FLEX = "flex-softmax"  # operator name of the FlexAttention rows
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ops", default=DEFAULT_OPS, help="comma-separated operator names (default: %(default)s)")
-    p.add_argument("--dtypes", default="bf16,tf32", help="comma-separated from bf16, fp16, tf32, ieee")
+    p.add_argument("--ops", default=None, help=f"comma-separated operator names (default: {DEFAULT_OPS})")
+    p.add_argument("--dtypes", default=None, help=f"comma-separated from {', '.join(DTYPE_MODES)} "
+                   "(default: bf16,tf32)")  # fmt: skip
     p.add_argument("--T", default="512,1024,2048,4096,8192", help="sequence lengths (Tq = Tk)")
     p.add_argument("--D", default="64,128", help="head dims")
     p.add_argument("--tokens", type=int, default=16384, help="B * T held fixed (FlashAttention's convention)")
@@ -57,6 +79,11 @@ def parse_args(argv=None):
                    help="worker processes that fill Triton's kernel cache (every autotune candidate of every "
                    "operator/dtype/D) before timing; 0 = compile lazily in the timing process")  # fmt: skip
     p.add_argument("--no-sdpa", action="store_true")
+    p.add_argument("--no-flex", action="store_true", help="no FlexAttention rows and no 'x flex' values")
+    p.add_argument(
+        "--err-t", type=int, default=1024, help="T of the forward-error shape (0: no error columns)"
+    )
+    p.add_argument("--err-heads", type=int, default=8, help="heads of the forward-error shape (B = 1)")
     p.add_argument("--rotate", type=int, default=3, help="input sets rotated between calls")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warmup (ms)")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetitions (ms)")
@@ -67,6 +94,10 @@ def parse_args(argv=None):
 
 def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
+
+
+def _names(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
 
 
 def main(argv=None) -> int:
@@ -89,18 +120,21 @@ def main(argv=None) -> int:
     from kinterval.ops.triton import triton_attention
 
     device = "cuda" if on_gpu else "cpu"
-    ops = [OperatorSpec.from_full_name(n) for n in args.ops.split(",") if n.strip()]
-    modes = [m.strip() for m in args.dtypes.split(",") if m.strip()]
+    ops = [OperatorSpec.from_full_name(n) for n in _names(args.ops or DEFAULT_OPS)]
+    modes = _names(args.dtypes or "bf16,tf32")
     for m in modes:
         if m not in DTYPE_MODES:
             raise SystemExit(f"unknown dtype mode {m!r}; choose from {sorted(DTYPE_MODES)}")
     Ts, Ds = _ints(args.T), _ints(args.D)
     compile_ts = set(_ints(args.compile_t))
+    err_t, err_heads = args.err_t, args.err_heads
     if args.smoke:
         Ts, Ds, compile_ts = [64] if not on_gpu else [256], [32] if not on_gpu else [64], set()
         args.tokens, args.model_dim = Ts[0], 2 * Ds[0]
-        if not on_gpu:
-            ops, modes = ops[:2], modes[:1]
+        err_t, err_heads = (Ts[0], 2) if err_t else (0, 0)
+        if not on_gpu:  # the interpreter is slow: a subset unless asked for explicitly
+            ops = ops if args.ops else ops[:2]
+            modes = modes if args.dtypes else modes[:1]
     causal = not args.no_causal
     compile_ops = None if args.compile_ops == "all" else set(args.compile_ops.split(","))
     compile_modes, compile_ds = set(args.compile_dtypes.split(",")), set(_ints(args.compile_D))
@@ -108,13 +142,18 @@ def main(argv=None) -> int:
         _precompile(ops, modes, Ds, causal, args.precompile)
 
     bench = _make_bench(on_gpu, args)
+    notes: list[str] = []  # one line per reason a cell shows "-" (printed once, and again under the table)
+    errors = _Errors(causal, device, err_t, err_heads, kinterval_attention, notes)
     rows = []
     sdpa_cache: dict = {}
+    flex_cache: dict = {}
     try:  # SIGINT (e.g. `timeout -s INT`) still prints the rows measured so far
         for D in Ds:
             H = max(1, args.model_dim // D)
             for T in Ts:
                 B = max(1, args.tokens // T)
+                shape = {"T": T, "D": D, "B": B, "H": H}
+                flops = 3.5 * 4 * B * H * T * T * D / (2 if causal else 1)  # fwd+bwd, FlashAttention's count
                 for mode in modes:
                     dtype = getattr(torch, DTYPE_MODES[mode][0])
                     precision = DTYPE_MODES[mode][1]
@@ -125,24 +164,34 @@ def main(argv=None) -> int:
                         if key not in sdpa_cache:
                             sdpa_cache[key] = _time_sdpa(bench, B, H, T, D, device, causal, args.rotate)
                         sdpa_ms = sdpa_cache[key]
+                    flex_ms = None
+                    if not args.no_flex:
+                        flex_row = _flex_row(bench, mode, sets, causal, flex_cache, notes)
+                        flex_ms = flex_row["f+b ms"]
+                        if flex_ms is not None:
+                            flex_row["err vs fp64"], flex_row["torch fp32 err"] = errors.flex(mode, D)
+                        rows.append(_finish(flex_row, FLEX, mode, shape, flops, sdpa_ms, flex_ms))
                     for spec in ops:
                         wanted = compile_ops is None or spec.full_name in compile_ops
                         run_compiled = (
                             wanted and T in compile_ts and mode in compile_modes and D in compile_ds
                         )
                         t_row = time.perf_counter()
-                        row = _measure(bench, spec, sets, causal, precision, on_gpu, T <= args.ref_max_t,
-                                       run_compiled, triton_attention, kinterval_attention)  # fmt: skip
-                        fb = row["f+b ms"]
-                        row["tiles"] = _tiles()  # the tiles the autotuner chose (or the defaults)
-                        flops_fwd = 4 * B * H * T * T * D / (2 if causal else 1)
-                        row.update({"operator": spec.full_name, "dtype": mode, "T": T, "D": D, "B": B, "H": H,
-                                    "TFLOP/s": (3.5 * flops_fwd / (fb * 1e-3) / 1e12) if fb else None,
-                                    "SDPA f+b ms": sdpa_ms,
-                                    "x SDPA": (fb / sdpa_ms) if (fb and sdpa_ms) else None})  # fmt: skip
-                        rows.append(row)
+                        try:
+                            row = _measure(bench, spec, sets, causal, precision, on_gpu, T <= args.ref_max_t,
+                                           run_compiled, triton_attention, kinterval_attention)  # fmt: skip
+                            row["err vs fp64"], row["torch fp32 err"] = errors.kernel(
+                                spec, mode, D, triton_attention
+                            )
+                            row["tiles"] = _tiles()  # the tiles the autotuner chose (or the defaults)
+                        except ValueError as err:  # precision="tf32x3" where triton_attention refuses it
+                            if precision != "tf32x3":
+                                raise
+                            _note(notes, f"tf32x3 rows: triton_attention refused it ({err})")
+                            row = {}
+                        rows.append(_finish(row, spec.full_name, mode, shape, flops, sdpa_ms, flex_ms))
                         print(
-                            f"{_fmt_row(row)}  [{time.perf_counter() - t_row:.0f} s; {row['tiles']}]",
+                            f"{_fmt_row(rows[-1])}  [{time.perf_counter() - t_row:.0f} s]",
                             file=sys.stderr,
                             flush=True,
                         )  # progress on stderr; fmt: skip
@@ -151,7 +200,7 @@ def main(argv=None) -> int:
                         torch.cuda.empty_cache()
     except KeyboardInterrupt:
         print(f"interrupted after {len(rows)} rows", file=sys.stderr)
-    _print_table(rows, device, on_gpu)
+    _print_table(rows, notes, on_gpu)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -159,6 +208,23 @@ def main(argv=None) -> int:
             for r in rows:
                 w.writerow({c: r.get(c) for c in COLUMNS})
     return 0
+
+
+def _finish(row, operator, mode, shape, flops, sdpa_ms, flex_ms):
+    """Add the shape and the columns derived from the row's fwd+bwd time (None: not measured)."""
+    fb = row.get("f+b ms")
+    row.update({"operator": operator, "dtype": mode, **shape,
+                "TFLOP/s": flops / (fb * 1e-3) / 1e12 if fb else None, "SDPA f+b ms": sdpa_ms,
+                "x SDPA": fb / sdpa_ms if (fb and sdpa_ms) else None,
+                "x flex": fb / flex_ms if (fb and flex_ms) else None})  # fmt: skip
+    return row
+
+
+def _note(notes: list[str], line: str) -> None:
+    """Print a reason once (stderr, at once; stdout, under the table)."""
+    if line not in notes:
+        notes.append(line)
+        print(line, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------------ precompile
@@ -177,7 +243,11 @@ def _compile_worker(job):
     )
     for x in (q, k, v):
         x.requires_grad_()
-    triton_attention(q, k, v, name, causal=causal, precision=precision).backward(do)
+    try:
+        triton_attention(q, k, v, name, causal=causal, precision=precision).backward(do)
+    except ValueError:  # a precision this triton_attention refuses: the timing process says so
+        if precision != "tf32x3":
+            raise
     torch.cuda.synchronize()
     return name
 
@@ -216,13 +286,10 @@ def _make_bench(on_gpu: bool, args):
 
         return bench
 
-    def bench_cpu(fn):  # interpreter smoke run: a couple of wall-clock calls, median
-        times = []
-        for _ in range(2):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return sorted(times)[len(times) // 2]
+    def bench_cpu(fn):  # interpreter smoke run: one wall-clock call
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
 
     return bench_cpu
 
@@ -282,16 +349,10 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
     row = {"fwd ms": bench(_rotating(sets, fwd)), "f+b ms": bench(_rotating(sets, fwd_bwd))}
     row["peak MiB"] = _peak_mib(fwd_bwd, sets)
 
-    tf32 = precision == "tf32"
-
     def ref_call(fn):
         def call(q, k, v, do):
-            old = torch.backends.cuda.matmul.allow_tf32
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            try:
+            with _tf32(precision == "tf32"):
                 fn(q, k, v).backward(do)
-            finally:
-                torch.backends.cuda.matmul.allow_tf32 = old
 
         return call
 
@@ -316,6 +377,158 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
             row["x ref compiled"] = f"error: {type(err).__name__}"
         torch.cuda.empty_cache() if on_gpu else None
     return row
+
+
+@contextlib.contextmanager
+def _tf32(on: bool):
+    """torch's fp32 matmuls (cuBLAS, and Inductor's generated dots) with or without TF32."""
+    import torch
+
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _flex_numerics(mode: str) -> tuple[str, bool]:
+    """FlexAttention's input dtype and TF32 setting for a dtype mode (module doc: what "x flex" compares)."""
+    dtype_name, precision = DTYPE_MODES[mode]
+    return dtype_name, precision == "tf32"
+
+
+def _causal(b, h, q_idx, kv_idx):  # FlexAttention mask_mod: query i sees keys j <= i (Tq = Tk)
+    return q_idx >= kv_idx
+
+
+def _flex(causal: bool, T: int, device):
+    """``torch.compile``d flex_attention and its block mask (None: full attention)."""
+    import torch
+    import torch._dynamo
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    # one compiled graph per shape, dtype, TF32 setting and grad mode: more than dynamo's default of 8
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+    block_mask = create_block_mask(_causal, None, None, T, T, device=device) if causal else None
+    return torch.compile(flex_attention, dynamic=False), block_mask
+
+
+def _flex_row(bench, mode, sets, causal, cache, notes):
+    """FlexAttention softmax, fwd and fwd+bwd ms on ``sets`` converted to the mode's flex dtype; None on
+    failure (the reason goes to ``notes``). Cached per shape and flex numerics (ieee and tf32x3 share)."""
+    import torch
+
+    dtype_name, tf32 = _flex_numerics(mode)
+    dtype = getattr(torch, dtype_name)
+    B, H, T, D = sets[0][0].shape
+    key = (B, H, T, D, dtype_name, tf32)
+    if key not in cache:
+        fsets = [[x.detach().to(dtype).requires_grad_(x.requires_grad) for x in s] for s in sets]
+        cache[key] = {"f+b ms": None, "fwd ms": None}
+        try:
+            flex, block_mask = _flex(causal, T, fsets[0][0].device)
+
+            def fwd(q, k, v, do):
+                with torch.no_grad():
+                    return flex(q, k, v, block_mask=block_mask)
+
+            def fwd_bwd(q, k, v, do):
+                flex(q, k, v, block_mask=block_mask).backward(do)
+
+            with _tf32(tf32):
+                cache[key] = {
+                    "f+b ms": bench(_rotating(fsets, fwd_bwd)),
+                    "fwd ms": bench(_rotating(fsets, fwd)),
+                }
+                cache[key]["peak MiB"] = _peak_mib(fwd_bwd, fsets)
+        except Exception as err:  # unavailable, no backward on this device, compiler failure, OOM
+            msg = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+            _note(notes, f"flex-softmax rows: flex_attention failed ({type(err).__name__}: {msg})")
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return dict(cache[key])
+
+
+class _Errors:
+    """Forward errors against float64 at one small shape per (operator, mode, D) (module doc), cached."""
+
+    def __init__(self, causal, device, T, H, kinterval_attention, notes):
+        self.causal, self.device, self.T, self.H = causal, device, T, H
+        self.kinterval_attention, self.notes = kinterval_attention, notes
+        self.cache: dict = {}
+
+    def _inputs(self, D, dtype):
+        import torch
+
+        g = torch.Generator(device="cpu").manual_seed(7)
+        return [torch.randn(1, self.H, self.T, D, generator=g).to(self.device, dtype) for _ in range(3)]
+
+    def _ref64(self, spec, q, k, v):
+        import torch
+
+        with torch.no_grad():
+            return self.kinterval_attention(
+                *(x.double() for x in (q, k, v)), spec, causal=self.causal, backend="reference"
+            )
+
+    def _err(self, key, spec, dtype, D, fn, tf32=False):
+        """max |fn(q, k, v) - ref64| on the (dtype-rounded) inputs, cached under key."""
+        import torch
+
+        if key not in self.cache:
+            q, k, v = self._inputs(D, dtype)
+            with torch.no_grad(), _tf32(tf32):
+                out = fn(q, k, v)
+            self.cache[key] = (out.double() - self._ref64(spec, q, k, v)).abs().max().item()
+        return self.cache[key]
+
+    def torch_fp32(self, spec, D):
+        """torch's own fp32 evaluation of ``spec``, TF32 off: SDPA math for softmax, else the reference."""
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def fn(q, k, v):
+            if spec.is_kinterval:
+                return self.kinterval_attention(q, k, v, spec, causal=self.causal, backend="reference")
+            with sdpa_kernel(SDPBackend.MATH):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+        return self._err(("torch", spec.full_name, D), spec, torch.float32, D, fn)
+
+    def kernel(self, spec, mode, D, triton_attention):
+        """(err vs fp64, torch fp32 err) of the kernel in ``mode``; (None, None) without --err-t."""
+        import torch
+
+        if not self.T:
+            return None, None
+        dtype_name, precision = DTYPE_MODES[mode]
+
+        def fn(q, k, v):
+            return triton_attention(q, k, v, spec, causal=self.causal, precision=precision)
+
+        key = ("kernel", spec.full_name, mode, D)
+        return self._err(key, spec, getattr(torch, dtype_name), D, fn), self.torch_fp32(spec, D)
+
+    def flex(self, mode, D):
+        """(err vs fp64, torch fp32 err) of FlexAttention softmax in the mode's flex numerics."""
+        import torch
+
+        from kinterval.ops import OperatorSpec
+
+        if not self.T:
+            return None, None
+        softmax = OperatorSpec.from_full_name("softmax")
+        dtype_name, tf32 = _flex_numerics(mode)
+        try:
+            flex, block_mask = _flex(self.causal, self.T, self.device)
+            err = self._err(("flex", dtype_name, tf32, D), softmax, getattr(torch, dtype_name), D,
+                            lambda q, k, v: flex(q, k, v, block_mask=block_mask), tf32)  # fmt: skip
+        except Exception as e:  # as in _flex_row
+            _note(self.notes, f"flex-softmax error column: flex_attention failed ({type(e).__name__})")
+            err = None
+        return err, self.torch_fp32(softmax, D)
 
 
 def _time_sdpa(bench, B, H, T, D, device, causal, n):
@@ -352,17 +565,21 @@ def _fmt_row(row) -> str:
     return " | ".join(_cell(row.get(c)) for c in COLUMNS)
 
 
-def _print_table(rows, device, on_gpu):
+def _print_table(rows, notes, on_gpu):
     import torch
+    import triton
 
     name = torch.cuda.get_device_name() if on_gpu else "CPU (Triton interpreter: timings meaningless)"
-    print(f"# kinterval triton attention benchmark on {name}; torch {torch.__version__}")
+    print(f"# kinterval triton attention benchmark on {name}; torch {torch.__version__}, triton "
+          f"{triton.__version__}")  # fmt: skip
     cells = [COLUMNS] + [[_cell(r.get(c)) for c in COLUMNS] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     for j, row in enumerate(cells):
         print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
         if j == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for line in notes:
+        print(f"# {line}")
 
 
 if __name__ == "__main__":
