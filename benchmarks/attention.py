@@ -409,7 +409,9 @@ def _flex(causal: bool, T: int, device):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     # one compiled graph per shape, dtype, TF32 setting and grad mode: more than dynamo's default of 8
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+    cfg = torch._dynamo.config
+    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"  # older torch
+    setattr(cfg, name, max(getattr(cfg, name), 256))
     block_mask = create_block_mask(_causal, None, None, T, T, device=device) if causal else None
     return torch.compile(flex_attention, dynamic=False), block_mask
 
