@@ -46,7 +46,7 @@ for stage in "${stages[@]}"; do
       done ;;
     bench|bench-bf16|bench-tf32|bench-tf32x3)
       # The issue-15 table: 5 operators + FlexAttention, T 1024..8192, D 64/128, causal, with errors vs fp64.
-      # One dtype mode per stage: 40 autotuned kernel rows and 8 compiled FlexAttention shapes take ~5-8 min
+      # One dtype mode per stage: 40 autotuned kernel rows and 8 compiled FlexAttention shapes, estimated 5-8 min
       # on an H100, so the three modes do not fit one 10-minute command; `bench` runs the three in a row.
       modes=${stage#bench-}; [ "$stage" = bench ] && modes="bf16 tf32 tf32x3"
       for mode in $modes; do
