@@ -31,7 +31,7 @@ for stage in "${stages[@]}"; do
         -p no:benchmark tests 2>&1 | tee "$OUT/tests_all.log" | grep -E "FAILED|passed|failed|rror" | tail -60 ;;
     bench-quick)
       timeout 300 $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes bf16,tf32 \
-        --T 1024,4096 --D 64,128 --compile-t '' --ref-max-t 1024 --csv "$OUT/bench_quick.csv" 2>"$OUT/bench_quick.err" \
+        --T 1024,4096 --D 64,128 --compile-t '' --ref-max-t 1024 --no-flex --csv "$OUT/bench_quick.csv" 2>"$OUT/bench_quick.err" \
         | tee "$OUT/bench_quick.md" ;;
     bench-ieee)  # fp32 with full-precision dots (the evaluation numerics): Triton's FMA dot, its own tiles
       timeout 240 $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes ieee \
@@ -41,7 +41,7 @@ for stage in "${stages[@]}"; do
       for s in 64/64 64/0 0/0 64/64 64/0 0/0; do
         KINTERVAL_TRITON_SPLIT_MAX_D=${s%/*} KINTERVAL_TRITON_SPLIT_BWD_MAX_D=${s#*/} timeout 90 \
           $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes bf16 --T 1024,4096 \
-          --D 64 --compile-t '' --ref-max-t 0 --no-sdpa 2>>"$OUT/bench_split.err" | grep -E "^\| +[a-z]" \
+          --D 64 --compile-t '' --ref-max-t 0 --no-sdpa --no-flex --err-t 0 2>>"$OUT/bench_split.err" | grep -E "^\| +[a-z]" \
           | sed "s|^|split=$s |" | tee -a "$OUT/bench_split.md"
       done ;;
     bench|bench-bf16|bench-tf32|bench-tf32x3)
