@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import os
 import resource
@@ -64,6 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=8,
         help="first size 'max' tries (halved while it does not fit); the kernels autotune at this size",
     )
+    p.add_argument(
+        "--micro-batch-cap", type=int, default=0, help="'max' stops doubling at this size (0: no cap)"
+    )
     p.add_argument("--block-size", type=int, help="sequence length (default: the preset's context)")
     p.add_argument("--vocab-size", type=int, default=50257)
     p.add_argument("--steps", type=int, default=100, help="timed optimizer steps per row (and per repeat)")
@@ -103,15 +107,15 @@ def peak_memory(device: torch.device) -> int:
 
 
 def sdpa_backend(op: str, attention_dtype: str, device: torch.device):
-    """The anchor's SDPA kernel, pinned on CUDA: flash for bf16 inputs, memory-efficient for fp32 (flash has
-    no fp32 kernel); elsewhere PyTorch's choice."""
+    """(a context factory, label): the anchor's SDPA kernel, pinned on CUDA (flash for bf16 inputs,
+    memory-efficient for fp32: flash has no fp32 kernel); elsewhere PyTorch's choice."""
     if op != SDPA or device.type != "cuda":
-        return contextlib.nullcontext(), "torch"
+        return contextlib.nullcontext, "torch"
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     if attention_dtype == "bfloat16":
-        return sdpa_kernel(SDPBackend.FLASH_ATTENTION), "sdpa-flash"
-    return sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION), "sdpa-efficient"
+        return functools.partial(sdpa_kernel, SDPBackend.FLASH_ATTENTION), "sdpa-flash"
+    return functools.partial(sdpa_kernel, SDPBackend.EFFICIENT_ATTENTION), "sdpa-efficient"
 
 
 class Row:
@@ -139,7 +143,7 @@ class Row:
         return torch.randint(0, self.cfg.vocab_size, (micro_batch, T + 1), device=self.device, generator=g)
 
     def step(self, x: torch.Tensor) -> torch.Tensor:
-        with self.pin, train_precision(self.cfg.numerics):
+        with self.pin(), train_precision(self.cfg.numerics):  # a fresh context each step (single-use)
             with autocast(self.cfg.numerics, self.device):
                 _, loss = self.model(x[:, :-1], x[:, 1:])
             loss.backward()
@@ -194,15 +198,16 @@ def fits(row: Row, micro_batch: int) -> bool:
     return False
 
 
-def largest_micro_batch(row: Row, start: int) -> int:
-    """The largest power-of-two multiple (or fraction) of ``start`` for which one step of ``row`` fits."""
-    mb = start
+def largest_micro_batch(row: Row, start: int, cap: int = 0) -> int:
+    """The largest power-of-two multiple (or fraction) of ``start`` for which one step of ``row`` fits, up to
+    ``cap`` (0: none)."""
+    mb = start if not cap else min(start, cap)
     while not fits(row, mb):
         if mb == 1:
             raise RuntimeError(f"{row.op} ({row.attention_dtype}): micro-batch 1 does not fit")
         mb //= 2
     for _ in range(MAX_DOUBLINGS):
-        if not fits(row, 2 * mb):
+        if (cap and 2 * mb > cap) or not fits(row, 2 * mb):
             break
         mb *= 2
     return mb
@@ -217,11 +222,12 @@ def choose_micro_batch(args, device: torch.device) -> tuple[int, str]:
     for dt in args.attention_dtypes:
         for op in args.ops:
             row = Row(op, dt, args, device)
-            sizes[(op, dt)] = largest_micro_batch(row, args.micro_batch_start)
+            sizes[(op, dt)] = largest_micro_batch(row, args.micro_batch_start, args.micro_batch_cap)
             print(f"largest micro-batch, {op} ({dt}): {sizes[(op, dt)]}", file=sys.stderr, flush=True)
             del row
             free(device)
-    return min(sizes.values()), "the largest power of two that fits every row"
+    capped = f", capped at {args.micro_batch_cap}" if args.micro_batch_cap else ""
+    return min(sizes.values()), f"the largest power of two that fits every row{capped}"
 
 
 def _compile_worker(job) -> str:

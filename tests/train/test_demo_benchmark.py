@@ -121,6 +121,8 @@ def test_benchmark_statistics_and_largest_micro_batch():
     assert b["largest_micro_batch"](row, 8) == 32 and row.tried == [8, 16, 32, 64]
     row = FakeRow(limit=5)
     assert b["largest_micro_batch"](row, 8) == 4 and row.tried == [8, 4, 8]
+    row = FakeRow(limit=1000)
+    assert b["largest_micro_batch"](row, 8, cap=32) == 32 and row.tried == [8, 16, 32]
     with pytest.raises(RuntimeError, match="micro-batch 1 does not fit"):
         b["largest_micro_batch"](FakeRow(limit=0), 8)
     for bad in (["--attention-dtype", "float16"], ["--micro-batch", "lots"], ["--steps", "0"]):
