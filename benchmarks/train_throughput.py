@@ -221,11 +221,16 @@ def choose_micro_batch(args, device: torch.device) -> tuple[int, str]:
     sizes = {}
     for dt in args.attention_dtypes:
         for op in args.ops:
-            row = Row(op, dt, args, device)
-            sizes[(op, dt)] = largest_micro_batch(row, args.micro_batch_start, args.micro_batch_cap)
-            print(f"largest micro-batch, {op} ({dt}): {sizes[(op, dt)]}", file=sys.stderr, flush=True)
-            del row
+            try:
+                row = Row(op, dt, args, device)
+                sizes[(op, dt)] = largest_micro_batch(row, args.micro_batch_start, args.micro_batch_cap)
+                print(f"largest micro-batch, {op} ({dt}): {sizes[(op, dt)]}", file=sys.stderr, flush=True)
+            except (RuntimeError, ValueError) as err:  # the row shows its error in the table
+                print(f"{op} ({dt}) not probed: {str(err).splitlines()[0]}", file=sys.stderr, flush=True)
+            row = None
             free(device)
+    if not sizes:
+        raise SystemExit("--micro-batch max: no row runs on this device")
     capped = f", capped at {args.micro_batch_cap}" if args.micro_batch_cap else ""
     return min(sizes.values()), f"the largest power of two that fits every row{capped}"
 
