@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine: environment, kernel tests, attention table, training throughput.
 #
-#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench|bench-ieee|bench-split] [train]
+#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench|bench-ieee|bench-split] [train|throughput]
 #   (default: tests bench-quick train)
 #
 # Logs go to $OUT (or ./out); each stage has its own time limit so that one slow stage cannot eat the rest.
@@ -59,6 +59,12 @@ for stage in "${stages[@]}"; do
     train)
       timeout 300 $PY benchmarks/train_throughput.py --operators sdpa,softmax,minmax-weight-k4,fwm-prob-k4 --repeats 3 \
         2>&1 | tee "$OUT/train.md" ;;
+    throughput)  # GPT-2 124M training, float32 (vs SDPA fp32) and bfloat16 attention inputs (vs SDPA flash bf16):
+      # the largest power-of-two micro-batch that fits (capped at 64 so that 8 rows x 105 steps fit the
+      # limit), 100 timed steps per row; the table is rewritten after every row, so a timeout keeps the rows
+      timeout 570 $PY benchmarks/train_throughput.py --operators sdpa,minmax-weight-k4,fwm-prob-k4,lerp-k4 \
+        --attention-dtype float32,bfloat16 --micro-batch max --micro-batch-cap 64 --steps 100 --warmup 5 \
+        --markdown "$OUT/throughput.md" 2>"$OUT/throughput.err" | tee "$OUT/throughput.txt" ;;
     train-ref)  # the materialized operator (closed_form backend), for the comparison
       timeout 200 $PY benchmarks/train_throughput.py --backend closed_form --micro-batch 4 \
         --operators minmax-weight-k4 2>&1 | tee "$OUT/train_ref.md" ;;

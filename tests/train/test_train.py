@@ -152,6 +152,9 @@ def test_mismatched_config_is_refused(make_config, tmp_path):
         train(other, tmp_path / "run", resume=True)
     with pytest.raises(CheckpointError, match="schedule.tokens"):
         train(cfg.override({"schedule.tokens": 4096}), tmp_path / "run", resume=True)
+    # Numerics are part of what a run computes: another attention dtype is refused like any config field.
+    with pytest.raises(CheckpointError, match=r"numerics\.attention_dtype: 'float32' -> 'bfloat16'"):
+        train(cfg.override({"numerics.attention_dtype": "bfloat16"}), tmp_path / "run", resume=True)
     # Execution-only changes are allowed: a different micro-batch split of the same global batch.
     ok = train(cfg.override({"schedule.micro_batch": 8, "schedule.accum": 1}), tmp_path / "run", resume=True)
     assert ok.status == "completed"

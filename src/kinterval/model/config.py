@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 AUTOCAST_DTYPES = ("bfloat16", "float16", "none")
+ATTENTION_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -16,11 +17,17 @@ class NumericsConfig:
 
     ``autocast_dtype`` applies on CUDA; on CPU autocast stays off unless ``autocast_on_cpu`` is set (bf16
     autocast on CPU is slow and changes the numerics the CPU tests pin down).
+
+    ``attention_dtype`` is the dtype of the attention inputs q, k, v. "float32" (the paper's policy, the
+    default of every shipped config): q k^T and P v on fp32 tensors. "bfloat16" (an option for speed, not
+    the paper's numerics): q, k, v rounded to bf16, as SDPA's flash kernel sees them; the operator maths
+    (extrema, grid, weights, normalization) stays fp32 and the output returns to the residual stream's dtype
+    (:func:`kinterval.model.numerics.attention_inputs`).
     """
 
     autocast_dtype: str = "bfloat16"
     autocast_on_cpu: bool = False
-    attention_dtype: str = "float32"  # the attention operator always runs in fp32 outside autocast
+    attention_dtype: str = "float32"  # q, k, v of the attention; the operator maths is fp32 either way
     tf32_train: bool = True
     tf32_eval: bool = False
 
@@ -29,8 +36,10 @@ class NumericsConfig:
             raise ValueError(
                 f"numerics.autocast_dtype must be one of {AUTOCAST_DTYPES}, got {self.autocast_dtype!r}"
             )
-        if self.attention_dtype != "float32":
-            raise ValueError(f"numerics.attention_dtype must be 'float32', got {self.attention_dtype!r}")
+        if self.attention_dtype not in ATTENTION_DTYPES:
+            raise ValueError(
+                f"numerics.attention_dtype must be one of {ATTENTION_DTYPES}, got {self.attention_dtype!r}"
+            )
         for name in ("autocast_on_cpu", "tf32_train", "tf32_eval"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"numerics.{name} must be true or false, got {getattr(self, name)!r}")

@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kinterval.model.config import ModelConfig
+from kinterval.model.numerics import attention_inputs
 from kinterval.ops import BACKENDS, OperatorSpec, kinterval_attention, resolve_backend
 
 SDPA = "sdpa"  # PyTorch's fused softmax attention, the reference baseline for speed and correctness
@@ -42,6 +43,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.operator = parse_operator(operator)
+        self.attention_dtype = config.numerics.attention_dtype  # "float32" (paper §4) or "bfloat16"
         if backend not in ATTENTION_BACKENDS:
             raise ValueError(f"unknown attention backend {backend!r}; choose one of {ATTENTION_BACKENDS}")
         self.backend = backend
@@ -50,16 +52,19 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if self.operator == SDPA:
-            # Same precision policy as the operators: fp32 inputs, autocast off.
-            with torch.autocast(device_type=x.device.type, enabled=False):
-                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).to(
-                    q.dtype
-                )
-        else:  # "auto": the fastest backend that supports the operator on this device and dtype
-            backend = resolve_backend(self.operator, x.device, q.dtype, backend=self.backend)
-            y = kinterval_attention(q, k, v, self.operator, causal=True, backend=backend)
-        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        # Attention runs outside autocast on inputs of numerics.attention_dtype (model/numerics.py).
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            q, k, v = attention_inputs(self.attention_dtype, q, k, v, native=True)
+            if self.operator == SDPA:  # with bf16 inputs: SDPA's flash kernel on a GPU
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:  # "auto": the fastest backend that supports the operator on this device and dtype
+                backend = resolve_backend(self.operator, x.device, q.dtype, backend=self.backend)
+                if q.dtype == torch.bfloat16 and backend != "triton":
+                    # Only the fused kernel takes bf16 itself (fp32 maths inside); the others get the rounded
+                    # values as fp32 tensors, so that the operator maths never runs in bf16.
+                    q, k, v = q.float(), k.float(), v.float()
+                y = kinterval_attention(q, k, v, self.operator, causal=True, backend=backend)
+        return self.c_proj(y.to(x.dtype).transpose(1, 2).contiguous().view(B, T, C))
 
 
 class MLP(nn.Module):

@@ -1,4 +1,5 @@
-"""Precision contexts: TF32 switches for training vs evaluation and the autocast region outside attention."""
+"""Precision policy: TF32 switches for training vs evaluation, the autocast region outside attention, and the
+dtype of the attention inputs."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from torch import Tensor
 
-from kinterval.model.config import NumericsConfig
+from kinterval.model.config import ATTENTION_DTYPES, NumericsConfig
 
 
 @contextlib.contextmanager
@@ -37,3 +39,23 @@ def autocast(numerics: NumericsConfig, device: torch.device | str) -> contextlib
     if not enabled:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device_type, dtype=getattr(torch, numerics.autocast_dtype))
+
+
+def attention_inputs(attention_dtype: str, *xs: Tensor, native: bool = False) -> tuple[Tensor, ...]:
+    """q, k, v as the attention receives them under ``numerics.attention_dtype``.
+
+    "float32" (paper §4): widened to fp32 (bf16 projections under autocast are widened exactly; float64
+    stays float64). "bfloat16": rounded to bf16. With ``native=True`` they stay bf16 tensors, for a kernel
+    that takes bf16 natively (the triton kernels: bf16 dots with fp32 accumulation and fp32 operator maths;
+    SDPA's flash kernel). With ``native=False`` the rounded values come back as fp32 tensors, for the
+    reference and closed_form backends: only the inputs are rounded, the operator maths (extrema, grid,
+    weights, normalization) must never run in bf16, so they get fp32 tensors whatever their own dtype rule.
+    """
+    if attention_dtype not in ATTENTION_DTYPES:
+        raise ValueError(
+            f"numerics.attention_dtype must be one of {ATTENTION_DTYPES}, got {attention_dtype!r}"
+        )
+    if attention_dtype == "float32":
+        return tuple(x.to(torch.promote_types(x.dtype, torch.float32)) for x in xs)
+    rounded = tuple(x.to(torch.bfloat16) for x in xs)
+    return rounded if native else tuple(x.float() for x in rounded)
