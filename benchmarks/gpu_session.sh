@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine: environment, kernel tests, attention table, training throughput.
 #
-#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench|bench-ieee|bench-split] [train|throughput]
+#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench|bench-bf16|bench-tf32|bench-tf32x3|bench-ieee|bench-split] [train|throughput]
 #   (default: tests bench-quick train)
 #
 # Logs go to $OUT (or ./out); each stage has its own time limit so that one slow stage cannot eat the rest.

@@ -10,6 +10,7 @@ Usage:  python benchmarks/kernel_resources.py [--ops minmax-prob-k4,softmax] [--
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import subprocess
@@ -20,56 +21,10 @@ import time
 KERNEL_NAMES = ("fwd", "dq", "dkdv")
 
 
-def _signature(fn, ptr_ty: str) -> dict[str, str]:
-    """Triton signature strings of a kernel's arguments, read off its argument names (kernels.py)."""
-    sig = {}
-    for n in fn.arg_names:
-        if n.isupper() and n not in ("Q", "V", "O", "OL", "DO", "DQ", "DK", "DV", "H", "D"):
-            sig[n] = "constexpr"  # CALIB, MODE, ..., BLOCK_D
-        elif n in ("scale", "kf", "tau"):
-            sig[n] = "fp32"
-        elif n.startswith("s") or n in ("H", "Tq", "Tk", "D"):
-            sig[n] = "i32"  # strides and sizes
-        elif n == "Mask":
-            sig[n] = "*u8"
-        elif n in ("Amax", "Amin"):
-            sig[n] = "*i32"
-        elif n in ("Q", "Kp", "V", "O", "DO", "DQ", "DK", "DV"):
-            sig[n] = ptr_ty
-        else:
-            sig[n] = "*fp32"  # per-row statistics and O^L
-    return sig
-
-
-def _runtime_specialization(fn, sig, D, has_mask, B=16, H=32, T=1024):
-    """What Triton's launcher specializes for contiguous (B, H, T, D) inputs at this shape: ints equal to 1
-    become constexprs, ints divisible by 16 and 16-byte-aligned pointers get the divisibility hint. Without
-    this the compile would assume unit strides might not be 1 (no vector loads), unlike the real launch."""
-    from triton.backends.compiler import BaseBackend
-    from triton.runtime.jit import native_specialize_impl
-
-    ints = {"H": H, "Tq": T, "Tk": T, "D": D}
-    for t in "qkv":
-        ints.update(
-            zip((f"s{t}b", f"s{t}h", f"s{t}{'m' if t == 'q' else 'n'}", f"s{t}d"), (H * T * D, T * D, D, 1))
-        )
-    ints.update(zip(("smb", "smh", "smm", "smn"), (T, 0, 0, 1) if has_mask else (0, 0, 0, 0)))
-    constexprs, attrs = {}, {}
-    for i, (name, ty) in enumerate(sig.items()):
-        if ty.startswith("*"):
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif name in ints:
-            kind, key = native_specialize_impl(BaseBackend, ints[name], False, True, True)
-            if kind == "constexpr":
-                constexprs[name] = key
-            elif "D" in key:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    return constexprs, attrs
-
-
-def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> tuple[int, float]:
+def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> tuple[int, float, str]:
     """(instructions, instructions per score) of the longest loop in the SASS (nvdisasm): the kernels are
-    bound by instruction issue, so this per-score count is their cost model."""
+    bound by instruction issue, so this per-score count is their cost model; and a hash of the whole
+    instruction stream (equal hashes: a code change left the machine code identical)."""
     import triton
 
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
@@ -91,42 +46,57 @@ def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> tuple[int, float]
         m = re.search(r"BRA\W.*?(L_x_\d+)", ins)
         if m and addr.get(m.group(1), a) < a:
             longest = max(longest, sum(1 for b, _ in code if addr[m.group(1)] <= b <= a))
-    return longest, longest / scores_per_thread
+    # kernel parameters are read from constant bank 0 at offsets that follow the argument order: masked,
+    # so that regrouping the arguments (same instructions) keeps the hash
+    stream = "\n".join(re.sub(r"c\[0x0\]\[0x[0-9a-f]+\]", "c[0x0][param]", ins) for _, ins in code)
+    sass = hashlib.sha256(stream.encode()).hexdigest()[:12]
+    return longest, longest / scores_per_thread, sass
+
+
+def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, B=16, H=32, T=1024):
+    """The launch that ``triton_attention`` makes for contiguous (B, H, T, D) inputs, built by its own
+    launch builders on meta tensors (no memory, no GPU): the same arguments, so the same specialization
+    (ints equal to 1 become constexprs, multiples of 16 and aligned pointers get the divisibility hint)."""
+    import torch
+
+    from kinterval.ops.triton import autograd
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype_mode, torch.float32)
+    prec = {"tf32": "tf32", "tf32x3": "tf32x3"}.get(dtype_mode, "ieee")
+    q, k, v = (torch.empty(B, H, T, D, dtype=dtype, device="meta") for _ in range(3))
+    mask = torch.ones(B, 1, 1, T, dtype=torch.bool, device="meta") if has_mask else None
+    fwd, saved, consts = autograd.forward_launch(q, k, v, mask, spec, causal, 1 / D**0.5, prec)
+    if kernel == "fwd":
+        return fwd
+    dq, dkdv, _ = autograd.backward_launches(torch.empty_like(q), saved, consts)
+    return {"dq": dq, "dkdv": dkdv}[kernel]
 
 
 def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False):
+    """Compile one (kernel, operator, dtype, D, tile) for sm_90 as Triton's launcher would: its binder
+    specializes the launch's arguments, then ``triton.compile`` for a GPUTarget (no device needed)."""
     import triton
+    from triton import knobs
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
 
-    from kinterval.ops.triton import kernels as K
-    from kinterval.ops.triton.autograd import operator_constants
-
-    fn = K.KERNELS[kernel].fn
-    ptr_ty = {"bf16": "*bf16", "fp16": "*fp16", "tf32": "*fp32", "ieee": "*fp32"}[dtype_mode]
-    prec = {"bf16": "ieee", "fp16": "ieee", "tf32": "tf32", "ieee": "ieee"}[dtype_mode]
-    flags, _, _ = operator_constants(spec)
-    block_d = max(16, triton.next_power_of_2(D))
-    split = K.split_loops(kernel, 2 if dtype_mode in ("bf16", "fp16") else 4, block_d, has_mask)
-    tile = dict(BLOCK_M=cfg.kwargs["BLOCK_M"], BLOCK_N=cfg.kwargs["BLOCK_N"], BLOCK_D=block_d)
-    constexprs = dict(**flags, IS_CAUSAL=causal, HAS_MASK=has_mask, PREC=prec, SPLIT=split, **tile)
-    sig = _signature(fn, ptr_ty)
-    runtime_constexprs, attrs = _runtime_specialization(fn, sig, D, has_mask)
-    constexprs.update(runtime_constexprs)
-    for name in runtime_constexprs:
-        sig[name] = "constexpr"
-    src = ASTSource(
-        fn=fn,
-        signature=sig,
-        constexprs={(list(sig).index(k),): v for k, v in constexprs.items()},
-        attrs=attrs,
+    launch = _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask)
+    fn = launch.kernel.fn  # the @triton.jit function under the autotuner
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    kwargs = dict(
+        launch.meta,
+        **cfg.all_kwargs(),
+        debug=knobs.runtime.debug,
+        instrumentation_mode=knobs.compilation.instrumentation_mode,
     )
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, specialization, options = binder(*launch.args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     t0 = time.perf_counter()
-    out = triton.compile(
-        src,
-        target=GPUTarget("cuda", 90, 32),
-        options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
-    )
+    out = triton.compile(src, target=target, options=options.__dict__)
     secs = time.perf_counter() - t0
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
@@ -141,7 +111,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     smem = out.metadata.shared
     st, ld = (int(spill.group(1)), int(spill.group(2))) if spill else (None, None)
     per_thread = cfg.kwargs["BLOCK_M"] * cfg.kwargs["BLOCK_N"] / (32 * cfg.num_warps)
-    loop, per_score = sass_loop_stats(out.asm["cubin"], per_thread)
+    loop, per_score, sass = sass_loop_stats(out.asm["cubin"], per_thread)
     return dict(
         regs=int(regs.group(1)) if regs else None,
         spill_st=st,
@@ -150,6 +120,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
         secs=secs,
         loop=loop,
         per_score=per_score,
+        sass=sass,
     )
 
 
@@ -175,9 +146,9 @@ def main(argv=None) -> int:
 
     print(
         "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B "
-        "| loop instr | instr/score | compile s |"
+        "| loop instr | instr/score | SASS hash | compile s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     masks = {"causal": (True, False), "mask": (False, True), "none": (False, False)}
     jobs = [(D, dm, name, kernel, mk) for D in (int(x) for x in args.D.split(","))
             for dm in args.dtypes.split(",") for name in args.ops.split(",")
@@ -190,8 +161,9 @@ def main(argv=None) -> int:
             kw = cfg.kwargs
             c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"
             spill = f"{r['spill_st']}/{r['spill_ld']}"
+            sass = f"{r['loop']} | {r['per_score']:.0f} | {r['sass']}"
             print(f"| {kernel} | {name} ({mk}) | {dm} | {D} | {c} | {r['regs']} | {spill} | {r['smem']} "
-                  f"| {r['loop']} | {r['per_score']:.0f} | {r['secs']:.1f} |", flush=True)  # fmt: skip
+                  f"| {sass} | {r['secs']:.1f} |", flush=True)  # fmt: skip
     return 0
 
 

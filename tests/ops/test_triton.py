@@ -413,8 +413,9 @@ def test_low_precision(name, dtype):
     check(name, q, k, v, do, causal=True)
 
 
-@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+@pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3"])
 def test_precision_modes(precision):
+    """tf32x3 (split TF32) is held to the fp32 bound: 2x the error of the fp32 reference against float64."""
     q, k, v, do = make_inputs(1, 2, 23, 23, 16, seed=17)
     check("lerp-k4", q, k, v, do, causal=True, precision=precision)
 
@@ -515,9 +516,59 @@ def test_shared_memory_check_through_the_autotuner(monkeypatch):
     assert args == (q, "k") and grid == (1,) and "warmup" not in kwargs and kwargs["PREC"] == "ieee"
 
 
+def _tuning_key(launch):
+    """The autotuner's cache key of a launch, as triton.runtime.autotuner.Autotuner.run forms it: the values
+    of its ``key`` arguments, then the dtype of every top-level argument that has one."""
+    named = {**dict(zip(launch.kernel.arg_names, launch.args)), **launch.meta}
+    key = [named[k] for k in launch.kernel.keys if k in named]
+    return tuple(key + [str(a.dtype) for a in named.values() if hasattr(a, "dtype")])
+
+
+def test_autotuning_key_separates_dtypes_and_operators():
+    """Grouped kernel arguments must not merge autotuning entries: bf16 and fp32 "ieee" share PREC, so only
+    Q's dtype (a top-level argument; tensors inside tuples add none) keeps the FMA tiles of fp32 from being
+    reused for bf16; operators and shapes must differ too. Launches are built on meta tensors."""
+
+    def key(dtype, name="minmax-weight-k4", T=64, precision="ieee", kind=0):
+        q, k, v = (torch.empty(2, 4, T, 32, dtype=dtype, device="meta") for _ in range(3))
+        spec = OperatorSpec.from_full_name(name)
+        fwd, saved, consts = tri_autograd.forward_launch(q, k, v, None, spec, True, 0.1, precision)
+        launches = (fwd, *tri_autograd.backward_launches(torch.empty_like(q), saved, consts)[:2])
+        return _tuning_key(launches[kind])
+
+    for kind in range(3):
+        base = key(torch.float32, kind=kind)
+        assert key(torch.float32, kind=kind) == base
+        assert key(torch.bfloat16, kind=kind) != base
+        assert key(torch.float32, "fwm-prob-k4", kind=kind) != base
+        assert key(torch.float32, T=128, kind=kind) != base
+        assert key(torch.float32, precision="tf32", kind=kind) != base
+
+
+def test_kernel_functions_take_grouped_arguments():
+    """Every @triton.jit function of kernels.py takes at most 15 parameters: values travel in named tuples
+    (strides, shape, row constants, ...), so that no call site passes dozens of positional scalars."""
+    import ast
+
+    from kinterval.ops.triton import kernels as K
+
+    tree = ast.parse(open(K.__file__).read())
+    jitted = [
+        f for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in f.decorator_list)
+    ]  # fmt: skip
+    assert {"_fwd_kernel", "_bwd_dq_kernel", "_bwd_dkdv_kernel", "grid", "score_grad"} <= {
+        f.name for f in jitted
+    }
+    too_long = {f.name: len(f.args.args) for f in jitted if len(f.args.args) > 15}
+    assert not too_long
+
+
 def test_resolve_precision():
     assert tri_autograd.resolve_precision(torch.float32, "ieee") == "ieee"
     assert tri_autograd.resolve_precision(torch.float32, "tf32") == "tf32"
+    assert tri_autograd.resolve_precision(torch.float32, "tf32x3") == "tf32x3"
+    assert tri_autograd.resolve_precision(torch.bfloat16, "tf32x3") == "ieee"
     expected = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
     assert tri_autograd.resolve_precision(torch.float32, None) == expected
     assert tri_autograd.resolve_precision(torch.bfloat16, "tf32") == "ieee"

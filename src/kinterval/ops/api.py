@@ -14,7 +14,7 @@ from torch import Tensor
 from kinterval.ops.backends import BACKENDS, resolve_backend
 from kinterval.ops.spec import OperatorSpec, as_spec
 
-PRECISIONS = ("tf32", "ieee")
+PRECISIONS = ("tf32", "tf32x3", "ieee")
 
 
 def working_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -114,8 +114,9 @@ def kinterval_attention(
     broadcastable to (B, H, Tq, Tk). The default scale is 1/sqrt(D). The operator runs in float32 (float64 for
     float64 inputs); the output has q's dtype. ``backend``: "reference", "closed_form", "triton" or "auto"
     (:func:`~kinterval.ops.backends.resolve_backend`: the fastest backend that supports the spec on q's device
-    and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32" or
-    "ieee") selects the dot precision of the triton backend; the others follow ``torch.backends`` settings.
+    and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32",
+    "tf32x3" or "ieee") selects the fp32 dot precision of the triton backend; the others follow
+    ``torch.backends`` settings.
     """
     spec = as_spec(spec)
     if backend not in BACKENDS:

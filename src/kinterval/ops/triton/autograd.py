@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -16,6 +17,7 @@ from kinterval.ops.triton.kernels import (
     _bwd_dkdv_kernel,
     _bwd_dq_kernel,
     _fwd_kernel,
+    group_flags,
     kernel_flags,
     split_loops,
 )
@@ -40,10 +42,12 @@ def _on_device(x: Tensor):
 
 
 def resolve_precision(dtype: torch.dtype, precision: str | None) -> str:
-    """Dot precision: "tf32" or "ieee" for fp32 inputs (default: torch.backends.cuda.matmul.allow_tf32);
-    bf16/fp16 inputs use their native tensor-core dots with fp32 accumulation (the flag is ignored)."""
-    if precision not in (None, "tf32", "ieee"):
-        raise ValueError(f"unknown precision {precision!r}; choose None, 'tf32' or 'ieee'")
+    """Dot precision for fp32 inputs: "tf32" (one TF32 tensor-core product), "tf32x3" (split TF32: three
+    TF32 products carrying the low bits, near-fp32 accuracy on the tensor cores) or "ieee" (fp32 FMA dots);
+    default: "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee". bf16/fp16 inputs use their native
+    tensor-core dots with fp32 accumulation (the flag is ignored)."""
+    if precision not in (None, "tf32", "tf32x3", "ieee"):
+        raise ValueError(f"unknown precision {precision!r}; choose None, 'tf32', 'tf32x3' or 'ieee'")
     if dtype != torch.float32:
         return "ieee"
     if precision is None:
@@ -84,80 +88,104 @@ def _mask_arg(mask: Tensor | None, shape: tuple[int, int, int, int], device) -> 
     return m, tuple(m.stride()), True
 
 
+@dataclass
+class Launch:
+    """One kernel launch, ``kernel[grid](*args, **meta)``, built apart from the launch itself so that
+    ``benchmarks/kernel_resources.py`` compiles exactly what the autograd function launches (on meta
+    tensors)."""
+
+    kernel: object
+    grid: object
+    args: tuple
+    meta: dict
+
+    def __call__(self) -> None:
+        self.kernel[self.grid](*self.args, **self.meta)
+
+
+def forward_launch(q, k, v, mask, spec, causal, scale, precision) -> tuple[Launch, tuple, dict]:
+    """The forward launch, the tensors the backward needs and the launch's constants; outputs allocated."""
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    flags, kf, tau = operator_constants(spec)
+    mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
+    dev, f32 = q.device, torch.float32
+    o = _alloc((B, H, Tq, D), q.dtype, dev)
+    oL = _alloc((B, H, Tq, D), f32, dev) if flags["JACOBIAN_AT_PL"] else o
+    M, m, Wf, Wa = (_alloc((B, H, Tq), f32, dev) for _ in range(4))
+    amax, amin = (_alloc((B, H, Tq), torch.int32, dev) for _ in range(2))
+    meta = dict(
+        **group_flags(flags),
+        MASKING=(bool(causal), has_mask),
+        PREC=precision,
+        SPLIT=split_loops("fwd", q.element_size(), _block_d(D), has_mask),
+        BLOCK_D=_block_d(D),
+    )
+
+    def grid(meta_):
+        return (triton.cdiv(Tq, meta_["BLOCK_M"]), B * H)
+
+    # grouped as the kernels unpack them: inputs, outputs, strides (q, k, v, mask), shape, scalars
+    common = dict(
+        strides=(q.stride(), k.stride(), v.stride(), mstr), shape=(H, Tq, Tk, D), consts=(scale, kf, tau)
+    )
+    outs = (o, oL, M, m, Wf, Wa, amax, amin)
+    args = (q, (k, v, mask_t), outs, *common.values())
+    saved = (q, k, v, mask_t, *outs)
+    return Launch(_fwd_kernel, grid, args, meta), saved, dict(meta=meta, flags=flags, common=common)
+
+
+def backward_launches(do, saved, ctx) -> tuple[Launch, Launch, tuple]:
+    """The dQ and dK/dV launches for upstream gradient ``do``, and their outputs (dq, dk, dv)."""
+    q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin = saved
+    meta = ctx["meta"]
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    # D_i = dO_i . O_i at the Jacobian point: O (softmax, LERP, Weight-STE: P = P^N), O^L (Prob-STE)
+    o_at = oL if ctx["flags"]["JACOBIAN_AT_PL"] else o
+    delta = (do.float() * o_at.float()).sum(-1)
+    dev = q.device
+    GM, Gm, mu = (_alloc((B, H, Tq), torch.float32, dev) for _ in range(3))
+    dq = _alloc((B, H, Tq, D), q.dtype, dev)
+    dk = _alloc((B, H, Tk, D), k.dtype, dev)
+    dv = _alloc((B, H, Tk, D), v.dtype, dev)
+    size, has_mask = q.element_size(), meta["MASKING"][1]
+    split = {kind: split_loops(kind, size, meta["BLOCK_D"], has_mask) for kind in ("dq", "dkdv")}
+
+    def grid_q(meta_):
+        return (triton.cdiv(Tq, meta_["BLOCK_M"]), B * H)
+
+    def grid_k(meta_):
+        return (triton.cdiv(Tk, meta_["BLOCK_N"]), B * H)
+
+    ins = (k, v, mask_t, do)
+    common = tuple(ctx["common"].values())
+    dq_args = (q, ins, (M, m, Wa, delta, amax, amin), (dq, GM, Gm, mu), *common)
+    dkdv_args = (q, ins, (M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu), (dk, dv), *common)
+    return (
+        Launch(_bwd_dq_kernel, grid_q, dq_args, {**meta, "SPLIT": split["dq"]}),
+        Launch(_bwd_dkdv_kernel, grid_k, dkdv_args, {**meta, "SPLIT": split["dkdv"]}),
+        (dq, dk, dv),
+    )
+
+
 class _TritonKIntervalAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, spec, causal, scale, precision):
-        B, H, Tq, D = q.shape
-        Tk = k.shape[2]
-        flags, kf, tau = operator_constants(spec)
-        mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
-        dev, f32 = q.device, torch.float32
-        o = _alloc((B, H, Tq, D), q.dtype, dev)
-        oL = _alloc((B, H, Tq, D), f32, dev) if flags["JACOBIAN_AT_PL"] else o
-        M, m, Wf, Wa = (_alloc((B, H, Tq), f32, dev) for _ in range(4))
-        amax, amin = (_alloc((B, H, Tq), torch.int32, dev) for _ in range(2))
-        meta = dict(
-            **flags,
-            IS_CAUSAL=bool(causal),
-            HAS_MASK=has_mask,
-            PREC=precision,
-            SPLIT=split_loops("fwd", q.element_size(), _block_d(D), has_mask),
-            BLOCK_D=_block_d(D),
-        )
-
-        def grid(meta_):
-            return (triton.cdiv(Tq, meta_["BLOCK_M"]), B * H)
-
+        launch, saved, consts = forward_launch(q, k, v, mask, spec, causal, scale, precision)
         with _on_device(q):
-            _fwd_kernel[grid](
-                q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin,
-                *q.stride(), *k.stride(), *v.stride(), *mstr,
-                H, Tq, Tk, D, scale, kf, tau, **meta,
-            )  # fmt: skip
-        ctx.save_for_backward(q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin)
-        ctx.meta = meta
-        ctx.mstr = mstr
-        ctx.consts = (scale, kf, tau)
-        return o
+            launch()
+        ctx.save_for_backward(*saved)
+        ctx.consts = consts
+        return saved[4]  # o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin = ctx.saved_tensors
-        meta = ctx.meta
-        scale, kf, tau = ctx.consts
-        B, H, Tq, D = q.shape
-        Tk = k.shape[2]
-        do = do.contiguous()
-        # D_i = dO_i . O_i at the Jacobian point: O (softmax, LERP, Weight-STE: P = P^N), O^L (Prob-STE)
-        o_at = oL if meta["JACOBIAN_AT_PL"] else o
-        delta = (do.float() * o_at.float()).sum(-1)
-        dev = q.device
-        GM, Gm, mu = (_alloc((B, H, Tq), torch.float32, dev) for _ in range(3))
-        dq = _alloc((B, H, Tq, D), q.dtype, dev)
-        dk = _alloc((B, H, Tk, D), k.dtype, dev)
-        dv = _alloc((B, H, Tk, D), v.dtype, dev)
-        strides = (*q.stride(), *k.stride(), *v.stride(), *ctx.mstr)
-        split = {
-            kind: split_loops(kind, q.element_size(), meta["BLOCK_D"], meta["HAS_MASK"])
-            for kind in ("dq", "dkdv")
-        }
-
-        def grid_q(meta_):
-            return (triton.cdiv(Tq, meta_["BLOCK_M"]), B * H)
-
-        def grid_k(meta_):
-            return (triton.cdiv(Tk, meta_["BLOCK_N"]), B * H)
-
-        with _on_device(q):
-            _bwd_dq_kernel[grid_q](
-                q, k, v, mask_t, do, dq, M, m, Wa, delta, amax, amin, GM, Gm, mu,
-                *strides, H, Tq, Tk, D, scale, kf, tau, **{**meta, "SPLIT": split["dq"]},
-            )  # fmt: skip
-            _bwd_dkdv_kernel[grid_k](
-                q, k, v, mask_t, do, dk, dv, M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu,
-                *strides, H, Tq, Tk, D, scale, kf, tau, **{**meta, "SPLIT": split["dkdv"]},
-            )  # fmt: skip
-        return dq, dk, dv, None, None, None, None, None
+        dq_launch, dkdv_launch, grads = backward_launches(do.contiguous(), ctx.saved_tensors, ctx.consts)
+        with _on_device(grads[0]):
+            dq_launch()
+            dkdv_launch()
+        return (*grads, None, None, None, None, None)
 
 
 def triton_attention(
@@ -176,8 +204,8 @@ def triton_attention(
     q is (B, H, Tq, D), k and v (B, H, Tk, D), all float32, bfloat16 or float16 on one device (CUDA, or CPU
     under ``TRITON_INTERPRET=1``). ``mask`` is boolean, True where the query may attend, broadcastable to
     (B, H, Tq, Tk) (e.g. a key-padding mask (B, 1, 1, Tk)); ``causal`` aligns the last query with the last key
-    (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot precision ("tf32" or
-    "ieee"; None follows ``torch.backends.cuda.matmul.allow_tf32``). The output has q's dtype.
+    (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot precision ("tf32",
+    "tf32x3" or "ieee"; None follows ``torch.backends.cuda.matmul.allow_tf32``). The output has q's dtype.
 
     Conventions (docs/kernels.md): the calibration terms of eq. (2) go to ONE arg-max / arg-min key per
     row, the first index among exact ties (the reference splits it evenly among ties); softmax drops the

@@ -182,10 +182,9 @@ def split_loops(kind: str, element_size: int, block_d: int, has_mask: bool) -> b
 #   KEEP_MIN_TERM    MinMax and range_grad keeps the min channel (full, min_only);
 #   SUM_GM           the dQ kernel sums G_M = sum_j gamma_j dw_j/dM of eq. (1) (MinMax, a channel kept);
 #   PROJECT_P1       the P1 control: dS projected onto the zero-sum subspace of the valid keys (App. B).
-FLAG_NAMES = (
-    "CALIB", "SOFTMAX", "HARD", "JACOBIAN_AT_PL", "HISTORICAL",
-    "KEEP_MAX_TERM", "KEEP_MIN_TERM", "SUM_GM", "PROJECT_P1",
-)  # fmt: skip
+OP_FLAGS = ("CALIB", "SOFTMAX", "HARD", "JACOBIAN_AT_PL", "HISTORICAL")  # the kernels' OP tuple
+GRAD_FLAGS = ("KEEP_MAX_TERM", "KEEP_MIN_TERM", "SUM_GM", "PROJECT_P1")  # the kernels' GRAD tuple
+FLAG_NAMES = OP_FLAGS + GRAD_FLAGS
 
 
 def kernel_flags(calibration: str | None, surrogate: str | None, range_grad: str, historical: bool) -> dict:
@@ -208,11 +207,25 @@ def kernel_flags(calibration: str | None, surrogate: str | None, range_grad: str
     )
 
 
-_KEY = ["Tq", "Tk", "BLOCK_D", *FLAG_NAMES, "IS_CAUSAL", "HAS_MASK", "PREC", "SPLIT"]
+def group_flags(flags: dict) -> dict:
+    """``kernel_flags`` as the kernels take them: the constexpr tuples OP and GRAD (named above)."""
+    return dict(OP=tuple(flags[n] for n in OP_FLAGS), GRAD=tuple(flags[n] for n in GRAD_FLAGS))
+
+
+# Autotuning key: the shape (H, Tq, Tk, D), the switches, and (added by the autotuner) the dtypes of the
+# tensor arguments Q and Mask (Q is a top-level argument for that: tensors inside tuples add no dtype).
+_KEY = ["shape", "BLOCK_D", "OP", "GRAD", "MASKING", "PREC", "SPLIT"]
 
 
 # ---------------------------------------------------------------------------------------- tile helpers
-# Grouped arguments of the helpers below (tuples, unpacked by name at the top of each helper):
+# Grouped arguments of the kernels and helpers below (tuples, unpacked by name at the top of each function).
+# The entry points (built by autograd.forward_launch / backward_launches):
+#   Q                                   top-level: the autotuner keys on the dtypes of top-level tensors
+#   ins     = (Kp, V, Mask[, DO])                                     inputs (DO in the backward)
+#   stats   = the per-row buffers a backward kernel reads; outs = the buffers a kernel writes
+#   strides = (q, k, v, mask strides), each (batch, head, row, dim)
+#   shape   = (H, Tq, Tk, D); consts = (scale, K, tau)
+# The helpers:
 #   OP      = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)      operator switches (constexpr)
 #   GRAD    = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)      range_grad switches (constexpr)
 #   MASKING = (IS_CAUSAL, HAS_MASK)                                   (constexpr)
@@ -529,10 +542,12 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
 
 
 @triton.jit
-def _weights_loop(q, lo, full_hi, hi, keys, bounds, mask, rows, row, sums, scale, OP: tl.constexpr,
+def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scale, OP: tl.constexpr,
                   MASKING: tl.constexpr, PREC: tl.constexpr, PASS3: tl.constexpr, SPLIT: tl.constexpr,
                   BLOCK_N: tl.constexpr):  # fmt: skip
-    """Pass 2 (or 3) over the key tiles [lo, hi): the unmasked interior tiles [lo, full_hi) first (SPLIT)."""
+    """Pass 2 (or 3) over the key tiles [lo, hi): the unmasked interior tiles [lo, full_hi) first (SPLIT);
+    tiles = (lo, full_hi, hi)."""
+    lo, full_hi, hi = tiles
     if SPLIT:
         for start_n in range(lo, full_hi, BLOCK_N):
             sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC,
@@ -545,19 +560,25 @@ def _weights_loop(q, lo, full_hi, hi, keys, bounds, mask, rows, row, sums, scale
 
 @triton.autotune(configs=_configs("fwd"), key=_KEY, prune_configs_by=_pruner("fwd"))
 @triton.jit
-def _fwd_kernel(
-    Q, Kp, V, Mask, O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin,
-    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
-    H, Tq, Tk, D, scale, kf, tau,
-    CALIB: tl.constexpr, SOFTMAX: tl.constexpr, HARD: tl.constexpr, JACOBIAN_AT_PL: tl.constexpr,
-    HISTORICAL: tl.constexpr, KEEP_MAX_TERM: tl.constexpr, KEEP_MIN_TERM: tl.constexpr, SUM_GM: tl.constexpr,
-    PROJECT_P1: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr,
-    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
+                MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """Forward over one query block: pass 1 the row extrema, pass 2 the weights and P V (pass 3 for historical
     Prob-STE); stores O (O^L for Prob-STE) and the per-row statistics the backward needs."""
-    OP: tl.constexpr = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)
-    MASKING: tl.constexpr = (IS_CAUSAL, HAS_MASK)
+    Kp, V, Mask = ins
+    O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin = outs
+    q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
+    sqb, sqh, sqm, sqd = q_str
+    skb, skh, skn, skd = k_str
+    svb, svh, svn, svd = v_str
+    smb, smh, smm, smn = m_str
+    H, Tq, Tk, D = shape
+    scale, kf, tau = consts
+    CALIB: tl.constexpr = OP[0]
+    JACOBIAN_AT_PL: tl.constexpr = OP[3]
+    HISTORICAL: tl.constexpr = OP[4]
+    IS_CAUSAL: tl.constexpr = MASKING[0]
+    HAS_MASK: tl.constexpr = MASKING[1]
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -607,11 +628,11 @@ def _fwd_kernel(
         tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w v
         tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w^L v
     )
-    sums = _weights_loop(q, 0, full_hi, hi, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC,
+    sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC,
                          False, SPLIT, BLOCK_N)  # fmt: skip
     HIST_PROB: tl.constexpr = JACOBIAN_AT_PL and HISTORICAL
     if HIST_PROB:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
-        sums = _weights_loop(q, 0, full_hi, hi, keys, bounds, mask, rows, row, sums, scale, OP, MASKING,
+        sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP, MASKING,
                              PREC, True, SPLIT, BLOCK_N)  # fmt: skip
     W, WL, acc, accL = sums
 
@@ -669,11 +690,12 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
 
 
 @triton.jit
-def _dq_step(q, do, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl.constexpr,
+def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl.constexpr,
              GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
              BLOCK_N: tl.constexpr):  # fmt: skip
     """One key tile of the dQ loop, state = (dq, ksum, S1, GM, nv): the self term of eq. (2) into dq, its row
-    sums S1 (and G_M, the P1 sums). rows = (M, amax, amin, Dd, inv_Wa)."""
+    sums S1 (and G_M, the P1 sums). query = (q, dO) of the query block; rows = (M, amax, amin, Dd, inv_Wa)."""
+    q, do = query
     SUM_GM: tl.constexpr = GRAD[2]
     PROJECT_P1: tl.constexpr = GRAD[3]
     k_base, v_base, skn, skd, svn, svd = keys
@@ -704,19 +726,26 @@ def _dq_step(q, do, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
 
 @triton.autotune(configs=_configs("dq"), key=_KEY, prune_configs_by=_pruner("dq"))
 @triton.jit
-def _bwd_dq_kernel(
-    Q, Kp, V, Mask, DO, DQ, Mrow, mrow, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
-    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
-    H, Tq, Tk, D, scale, kf, tau,
-    CALIB: tl.constexpr, SOFTMAX: tl.constexpr, HARD: tl.constexpr, JACOBIAN_AT_PL: tl.constexpr,
-    HISTORICAL: tl.constexpr, KEEP_MAX_TERM: tl.constexpr, KEEP_MIN_TERM: tl.constexpr, SUM_GM: tl.constexpr,
-    PROJECT_P1: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr,
-    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
+                   MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """dQ over one query block, plus the per-row sums G_M, G_m of dw/dM (eq. 1) and the P1 mean."""
-    OP: tl.constexpr = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)
-    GRAD: tl.constexpr = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)
-    MASKING: tl.constexpr = (IS_CAUSAL, HAS_MASK)
+    Kp, V, Mask, DO = ins
+    Mrow, mrow, Wat, Dlt, Amax, Amin = stats
+    DQ, GMo, Gmo, MUo = outs
+    q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
+    sqb, sqh, sqm, sqd = q_str
+    skb, skh, skn, skd = k_str
+    svb, svh, svn, svd = v_str
+    smb, smh, smm, smn = m_str
+    H, Tq, Tk, D = shape
+    scale, kf, tau = consts
+    CALIB: tl.constexpr = OP[0]
+    KEEP_MAX_TERM: tl.constexpr = GRAD[0]
+    KEEP_MIN_TERM: tl.constexpr = GRAD[1]
+    PROJECT_P1: tl.constexpr = GRAD[3]
+    IS_CAUSAL: tl.constexpr = MASKING[0]
+    HAS_MASK: tl.constexpr = MASKING[1]
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -729,6 +758,7 @@ def _bwd_dq_kernel(
     q = tl.load(Q + b * sqb + hd * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
     o_ptrs = bh * Tq * D + offs_m[:, None] * D + offs_d[None, :]
     do = tl.load(DO + o_ptrs, mask=qmask, other=0.0)
+    query = (q, do)
     row_i = bh * Tq + offs_m
     M = tl.load(Mrow + row_i, mask=rmask, other=0.0)
     m = tl.load(mrow + row_i, mask=rmask, other=0.0)
@@ -759,10 +789,10 @@ def _bwd_dq_kernel(
     if SPLIT:
         full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_n in range(0, full_hi, BLOCK_N):  # unmasked interior tiles, then the rest
-            state = _dq_step(q, do, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING,
+            state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING,
                              PREC, True, BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
-        state = _dq_step(q, do, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING, PREC,
+        state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING, PREC,
                          False, BLOCK_N)  # fmt: skip
     dq, ksum, S1, GM, nv = state
 
@@ -799,12 +829,13 @@ def _bwd_dq_kernel(
 
 
 @triton.jit
-def _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
+def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
                GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
                BLOCK_M: tl.constexpr):  # fmt: skip
     """One query tile of the dK/dV loop, kv_sums = (dk, dv): dV += P^T dO, dK += dS^T q, dS = dL/ds eq. (2).
-    query = (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d, dmask); stats = the per-row
-    buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo)."""
+    kv = (k, v) of the key block; query = (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d,
+    dmask); stats = the per-row buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo)."""
+    k, v = kv
     CALIB: tl.constexpr = OP[0]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
     HISTORICAL: tl.constexpr = OP[4]
@@ -859,19 +890,21 @@ def _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, 
 
 @triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by=_pruner("dkdv"))
 @triton.jit
-def _bwd_dkdv_kernel(
-    Q, Kp, V, Mask, DO, DK, DV, Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo,
-    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn,
-    H, Tq, Tk, D, scale, kf, tau,
-    CALIB: tl.constexpr, SOFTMAX: tl.constexpr, HARD: tl.constexpr, JACOBIAN_AT_PL: tl.constexpr,
-    HISTORICAL: tl.constexpr, KEEP_MAX_TERM: tl.constexpr, KEEP_MIN_TERM: tl.constexpr, SUM_GM: tl.constexpr,
-    PROJECT_P1: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr,
-    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
+                     MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """dK, dV over one key block (loop over query blocks); calibration terms on the arg-max/arg-min keys."""
-    OP: tl.constexpr = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)
-    GRAD: tl.constexpr = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)
-    MASKING: tl.constexpr = (IS_CAUSAL, HAS_MASK)
+    Kp, V, Mask, DO = ins
+    DK, DV = outs
+    q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
+    sqb, sqh, sqm, sqd = q_str
+    skb, skh, skn, skd = k_str
+    svb, svh, svn, svd = v_str
+    smb, smh, smm, smn = m_str
+    H, Tq, Tk, D = shape
+    scale, kf, tau = consts
+    IS_CAUSAL: tl.constexpr = MASKING[0]
+    HAS_MASK: tl.constexpr = MASKING[1]
     pid_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -886,10 +919,10 @@ def _bwd_dkdv_kernel(
     v = tl.load(
         V + b * svb + hd * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0
     )
+    kv = (k, v)
     query = (Q + b * sqb + hd * sqh, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau)
     dims = (offs_d, dmask)
     mask = (Mask + b * smb + hd * smh, smm, smn)
-    stats = (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo)
     lo = 0
     if IS_CAUSAL:  # first query that sees key pid_n * BLOCK_N: i >= j - (Tk - Tq)
         lo = tl.maximum(pid_n * BLOCK_N - (Tk - Tq), 0)
@@ -900,13 +933,13 @@ def _bwd_dkdv_kernel(
     if SPLIT:
         full_lo, full_hi = _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_m in range(lo, full_lo, BLOCK_M):  # masked, unmasked interior, masked (last rows)
-            kv_sums = _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+            kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
                                  MASKING, PREC, False, BLOCK_M)  # fmt: skip
         for start_m in range(full_lo, full_hi, BLOCK_M):
-            kv_sums = _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+            kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
                                  MASKING, PREC, True, BLOCK_M)  # fmt: skip
     for start_m in range(full_hi, Tq, BLOCK_M):
-        kv_sums = _dkdv_step(k, v, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+        kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
                              MASKING, PREC, False, BLOCK_M)  # fmt: skip
     dk, dv = kv_sums
 
