@@ -310,6 +310,45 @@ def test_historical_forward_rounds_like_the_reference(calibration, surrogate):
     torch.testing.assert_close(dv(tri, "historical")[0, 0, others].cpu(), dv(ref, "historical")[0, 0, others])
 
 
+@pytest.mark.parametrize("span_log2", [9, 14, 30])
+@pytest.mark.parametrize(
+    "name",
+    ["minmax-weight-k4", "minmax-prob-k4[arithmetic=historical]", "lerp-k4", "fwm-prob-k4[tau=800]"],
+)
+def test_wide_rows(name, span_log2):
+    """Rows whose interval width h exceeds 88.7 (a MinMax span over 355 at K = 4; FWM with tau = 800): e^h
+    overflows fp32, so the kernel must not form e^{b_{r+1}} as e^{b_r} e^h (0 * inf = NaN). Exact scores
+    (q one-hot, the scores in k) at grid positions x away from every boundary; out and all gradients against
+    the float64 reference."""
+    D = 16
+    x = torch.tensor([0.0, 4.0, 3.25, 3.75, 2.5, 1.25, 3.875, 0.75])  # grid positions (K = 4)
+    span = 2.0**span_log2
+    q = torch.zeros(1, 2, 3, D)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 2, len(x), D)
+    k[..., 0] = x * span / 4  # MinMax: m = 0, M = span, h = span / 4
+    k[0, 1, :, 1] = 1.0  # a second head: scores shifted by q_1 = 0 (no change), keys not all equal
+    q[0, 0, 1, 0] = 0.5  # a row with half the span
+    g = torch.Generator().manual_seed(3)
+    v = torch.randn(1, 2, len(x), D, generator=g)
+    do = torch.randn(1, 2, 3, D, generator=g)
+    res = _grads(
+        lambda a, b, c: triton_attention(a.to(DEVICE), b.to(DEVICE), c.to(DEVICE), name, scale=1.0),
+        q,
+        k,
+        v,
+        do,
+    )
+    ref = _grads(
+        lambda a, b, c: kinterval_attention(a, b, c, name, scale=1.0, backend="reference"),
+        *(t.double() for t in (q, k, v, do)),
+    )
+    for got, want, what in zip(res, ref, NAMES):
+        got = got.cpu().double()
+        assert torch.isfinite(got).all(), f"{what}: non-finite values"
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * max(1.0, want.abs().max().item()))
+
+
 # --------------------------------------------------------------------------------------- shapes, masks
 def _general_mask(B, H, Tq, Tk, seed):
     g = torch.Generator().manual_seed(seed)

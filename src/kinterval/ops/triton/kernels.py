@@ -21,6 +21,7 @@ import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 EPS_DEGENERATE = tl.constexpr(1e-12)  # App. A: a MinMax row with M - m <= eps is degenerate
+LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): e^x = 2^(x log2 e)
 
 CALIB_CODES = {None: 0, "minmax": 1, "fwm": 2, "resolved": 3}
 
@@ -232,7 +233,7 @@ _KEY = ["shape", "BLOCK_D", "OP", "GRAD", "MASKING", "PREC", "SPLIT"]
 #   mask    = (mask_base, stride_mm, stride_mn)                       user mask of this (batch, head)
 #   keys    = (k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd)
 #   bounds  = (offs_m, offs_d, dmask, Tq, Tk)                         the query block and the head dim
-#   row     = (h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau)         per-row grid constants (row_constants)
+#   row     = (h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2)  per-row grid constants (row_constants)
 _INTERP = tl.constexpr(INTERPRET)
 
 
@@ -315,8 +316,9 @@ def _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.c
 # ------------------------------------------------------------------------------ the paper, one helper each
 @triton.jit
 def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
-    """Per-row grid constants (§3, App. A) as the tuple ``row``: width h, 1/h, origin b_0, e^h, Delta's factor
-    (e^h - 1)/h (0 on a degenerate row: no gradient), the degenerate flag, K, 1/K and tau."""
+    """Per-row grid constants (§3, App. A) as the tuple ``row``: width h, 1/h, origin b_0, e^{-h}, Delta's
+    factor (1 - e^{-h})/h (0 on a degenerate row: no gradient), the degenerate flag, K, 1/K, tau and
+    h log2(e)."""
     if CALIB == 1:  # MinMax: h = (M - m)/K, b_0 = m - M; degenerate rows get the safe width 1
         span = M - m
         degen = span <= EPS_DEGENERATE
@@ -326,10 +328,10 @@ def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
         degen = M != M  # all False
         h = tl.zeros_like(M) + tau / kf
         b0 = tl.zeros_like(M) - tau
-    eh = tl.exp(h)
+    emh = tl.exp(-h)  # e^{-h} <= 1 never overflows (e^h does once h > 88.7: a MinMax span over 88.7 K)
     inv_h = 1.0 / h  # tiles multiply by 1/h: a precise division per score costs ~10 instructions
-    dfac = tl.where(degen, 0.0, (eh - 1.0) * inv_h)
-    return h, inv_h, b0, eh, dfac, degen, kf, 1.0 / kf, tau
+    dfac = tl.where(degen, 0.0, (1.0 - emh) * inv_h)  # Delta = e^{b_{r+1}} (1 - e^{-h}) / h
+    return h, inv_h, b0, emh, dfac, degen, kf, 1.0 / kf, tau, h * LOG2E
 
 
 @triton.jit
@@ -355,7 +357,7 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
     through the same finite arithmetic and are dropped by ``keep`` and ``_place``: no per-score select.
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and ``_place`` gives them weight 1.
     """
-    h, inv_h, b0, eh, dfac, degen, kf, inv_k, tau = row
+    h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
     z = s - M[:, None]
     ih = inv_h[:, None]
     # grid position x = (z~ - b_0)/h; r = floor(x) clamped to the calibration's range, t_raw = x - r (exact)
@@ -374,14 +376,17 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
         r = tl.minimum(tl.floor(x), kf - 1.0)
     else:
         r = tl.minimum(tl.maximum(tl.floor(x), 0.0), kf - 1.0)
-    b_r = b0[:, None] + r * h[:, None]
     t_raw = x - r
     t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
-    E_r = tl.exp(b_r)
-    E_r1 = E_r * eh[:, None]  # e^{b_{r+1}} = e^{b_r} e^h
+    # Grid points counted from the top: every calibration has b_K = b_0 + K h = 0 (App. A), so b_{r+1} =
+    # (r + 1 - K) h, exactly 0 on the top interval, and e^{b_r} = e^{b_{r+1}} e^{-h}: one exponential per
+    # score, no overflow for any width (e^{b_r} e^h is 0 * inf = NaN once h > 88.7). exp2 with log2(e)
+    # folded into the row's h saves the multiply that tl.exp adds.
+    E_r1 = tl.exp2((r + (1.0 - kf)) * h_log2[:, None])
+    E_r = E_r1 * emh[:, None]
     wL = lerp_weight(t, E_r, E_r1)
     wN = nearest_weight(t, E_r, E_r1)
-    cDelta = tl.where(keep, E_r * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
+    cDelta = tl.where(keep, E_r1 * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
     one = degen.to(tl.float32)[:, None]  # degenerate MinMax row: weight 1 on every valid key
     return wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1
 
