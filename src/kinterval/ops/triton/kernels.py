@@ -523,7 +523,7 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
     s = _dot(q, kT, PREC) * scale
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     if SOFTMAX:  # e^{s - M}
-        w = tl.where(valid, tl.exp(s - M[:, None]), 0.0)
+        w = tl.where(valid, tl.exp2((s - M[:, None]) * LOG2E), 0.0)  # e^{s - M}
     else:
         is_max = offs_n[None, :] == amax[:, None]
         is_min = offs_n[None, :] == amin[:, None]
@@ -679,7 +679,7 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
     HISTORICAL: tl.constexpr = OP[4]
     dM = 0.0  # dw/dM, eq. (1), only where the dQ kernel sums G_M (SUM_GM)
     if SOFTMAX:
-        w = tl.where(valid, tl.exp(s - M[:, None]), 0.0)
+        w = tl.where(valid, tl.exp2((s - M[:, None]) * LOG2E), 0.0)  # e^{s - M}
         wLp = w
         keep = valid
         cD = w
