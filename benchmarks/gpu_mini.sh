@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The mini suite on a lent GPU machine, in stages that each fit one 10-minute command.
 #
-#   bash benchmarks/gpu_mini.sh env measure auto start   # first call: versions, --per-gpu timing, auto check
+#   bash benchmarks/gpu_mini.sh env kernels auto         # first call: versions, kernel preflight, auto check
+#   bash benchmarks/gpu_mini.sh measure start            # second call: --per-gpu timing, start the suite
 #   bash benchmarks/gpu_mini.sh wait                     # later calls (machine still warm): follow the suite
 #   bash benchmarks/gpu_mini.sh wait pack                # last call: the results tarball into $OUT
 #
@@ -17,6 +18,8 @@
 #
 # Stages:
 #   env      GPU, driver, torch, triton versions and the commit (into $OUT/env.txt)
+#   kernels  preflight: the core fused-kernel tests on this GPU (every operator, historical arithmetic, wide
+#            rows, precision modes) against the float64 reference; the suite is not started if they fail
 #   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best --per-gpu)
 #   auto     minmax-weight-k4 in historical arithmetic, suite D's protocol, a few steps under backend="auto"
 #   start    prepare .corpus/docs into .mini/data, start `kinterval suite run mini` in the background
@@ -43,14 +46,20 @@ for stage in "$@"; do
         $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
         echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)"
       } | tee "$OUT/env.txt" ;;
+    kernels)
+      timeout 420 $PY -m pytest -q -x -p no:cacheprovider tests/ops/test_triton.py \
+        -k "(operator_causal or historical or wide_rows or precision_modes or low_precision) and not gpu_large" 2>&1 \
+        | tail -n 15 | tee "$OUT/kernels.txt"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "kernel preflight failed: not starting the suite"; exit 1; } ;;
     measure)  # tokens/s of N concurrent training processes of the mini model (bf16 autocast, auto backend)
       for n in 1 2 3 4; do
         for i in $(seq "$n"); do
           timeout 240 $PY benchmarks/train_throughput.py --model small --block-size 256 --micro-batch 64 \
-            --operators lerp-k16 --steps 20 --warmup 5 > ".mini/measure_${n}_${i}.txt" 2>&1 &
+            --operators lerp-k16 --steps 20 --warmup 5 --precompile 0 > ".mini/measure_${n}_${i}.txt" 2>&1 &
         done
         wait
-        total=$(cat .mini/measure_"${n}"_*.txt | awk '/^lerp-k16/ {gsub(",", "", $3); s += $3} END {print s + 0}')
+        # the table's lerp-k16 row (markdown): column 6 is the median tokens/s of one process
+        total=$(cat .mini/measure_"${n}"_*.txt | awk -F'|' '$2 ~ /^ *lerp-k16 *$/ {gsub(/[ ,]/, "", $6); s += $6} END {print s + 0}')
         echo "per-gpu $n: $total tokens/s in all" | tee -a "$OUT/measure.txt"
       done ;;
     auto)  # the formal suites' STE runs train under backend="auto" (issue: the default backend crashed)
