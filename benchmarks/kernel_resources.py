@@ -155,7 +155,8 @@ def main(argv=None) -> int:
             for kernel in args.kernels.split(",") for mk in args.masks.split(",")]  # fmt: skip
     for D, dm, name, kernel, mk in jobs:
         spec = OperatorSpec.from_full_name(name)
-        cfgs = K.candidate_configs(kernel, fma=dm == "ieee")  # fp32 ieee dots: the FMA list
+        tiles = {"ieee": "fma", "tf32x3": "tf32x3"}.get(dm, "mma")  # the list the launch would use
+        cfgs = K.candidate_configs(kernel, tiles=tiles)
         for cfg in cfgs[:1] if args.configs == "first" else cfgs:
             r = compile_one(kernel, spec, dm, D, cfg, args.arch, *masks[mk])
             kw = cfg.kwargs

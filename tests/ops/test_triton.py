@@ -510,6 +510,14 @@ def test_autotune_space_and_pruning(monkeypatch):
         assert wide and all(area(c) <= 64 * 32 for c in wide)
         fma128 = K._prune(space, {"Q": fp32}, kind=kind, PREC="ieee", BLOCK_D=128)
         assert fma128 and all(area(c) <= 512 for c in fma128)
+        # split TF32 has its own list (it shares tiles with the others: kept once, in its own order)
+        x3 = K.candidate_configs(kind, tiles="tf32x3")
+        space3 = list({K._tile(c): c for c in mma + fma + x3}.values())
+        assert len(space3) < len(mma + fma + x3)
+        got = K._prune(space3, {"Q": fp32}, kind=kind, PREC="tf32x3", BLOCK_D=64)
+        assert [K._tile(c) for c in got] == [K._tile(c) for c in x3]
+        got = K._prune(space3, {"Q": bf16}, kind=kind, PREC="tf32x3", BLOCK_D=64)
+        assert [K._tile(c) for c in got] == [K._tile(c) for c in mma]
         monkeypatch.setattr(K, "AUTOTUNE", False)
         assert K._prune(space, {"Q": bf16}, kind=kind, PREC="ieee", BLOCK_D=64) == mma[:1]
         assert K._prune(space, {"Q": fp32}, kind=kind, PREC="ieee", BLOCK_D=64) == fma[:1]
@@ -706,7 +714,7 @@ GPU_NAMES = CORE_OPS + HISTORICAL_OPS + ["lerp-k4[range_grad=p1]", "minmax-weigh
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (the interpreter has a single config)")
 @pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("mode", ["fp32-ieee", "fp32-tf32", "bf16"])
+@pytest.mark.parametrize("mode", ["fp32-ieee", "fp32-tf32", "fp32-tf32x3", "bf16"])
 def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
     """Each tile config of each kernel is run, the other two kernels on their defaults (the GPU tests
     otherwise run the default config only when KINTERVAL_TRITON_AUTOTUNE=0, and autotuning runs whichever
@@ -717,10 +725,10 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
     from kinterval.ops.triton import kernels as K
 
     kernels = K.KERNELS
-    lists = {kind: K.candidate_configs(kind, fma=mode == "fp32-ieee") for kind in kernels}
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     precision = None if mode == "bf16" else mode.split("-")[1]
-    atol = {"fp32-ieee": 1e-5, "fp32-tf32": TF32_ATOL, "bf16": 2e-3}[mode]
+    lists = {kind: K.candidate_configs(kind, tiles=K.tile_list(dtype, precision)) for kind in kernels}
+    atol = {"fp32-ieee": 1e-5, "fp32-tf32x3": 1e-5, "fp32-tf32": TF32_ATOL, "bf16": 2e-3}[mode]
     B, H, T = 2, 2, 200  # not a multiple of any block size
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
     mask[1, ..., 150:] = False  # key padding
@@ -752,3 +760,15 @@ def test_gpu_large(name, mode, shape):
     q, k, v, do = make_inputs(B, H, Tq, Tk, D, seed=Tq + D, dtype=dtype)
     atol = {"fp32-ieee": 1e-5, "fp32-tf32": TF32_ATOL, "bf16": 2e-3}[mode]  # GPU exp is not torch's expf
     check(name, q, k, v, do, causal=True, precision=precision, atol=atol)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (split TF32 is the tensor cores' mode)")
+@pytest.mark.parametrize("shape", GPU_SHAPES[1:3], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", CORE_OPS)
+def test_gpu_large_tf32x3(name, shape):
+    """Split TF32 (precision="tf32x3") at the fp32 bound: twice the error of the fp32 reference against
+    float64 (plus the fp32 floor), the bound an evaluation mode must meet."""
+    B, H, Tq, Tk, D = shape
+    q, k, v, do = make_inputs(B, H, Tq, Tk, D, seed=Tq + D)
+    check(name, q, k, v, do, causal=True, precision="tf32x3", atol=1e-5)

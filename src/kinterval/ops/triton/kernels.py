@@ -48,21 +48,47 @@ CANDIDATES_FMA = {
     "dq": [(64, 16, 8, 1), (32, 32, 8, 1), (32, 16, 8, 1)],
     "dkdv": [(16, 64, 8, 1), (32, 16, 8, 1), (16, 32, 4, 1)],
 }
+# fp32 inputs with split-TF32 dots ("tf32x3", three tensor-core products per dot) hold about twice the
+# registers of TF32: on the tiles above the fwm-prob-k4 forward spills 0.4 KB (D = 64, 128x64/8 warps) and
+# dK/dV 0.4-1 KB. ptxas (sm_90a, D = 64, softmax / fwm-prob-k4 / minmax-weight-k4): these defaults spill
+# nothing but 20 B in softmax's dK/dV. At D = 128 every candidate spills (forward 8 B-0.9 KB, dQ 0.3-0.8 KB,
+# dK/dV 1-2 KB), and the 128-row dQ and the 128x64 forward need more shared memory than an H100 has
+# (autotuning skips them; the defaults fit). Not timed: autotuning picks among them.
+CANDIDATES_TF32X3 = {
+    "fwd": [(128, 32, 8, 2), (64, 32, 4, 2), (64, 32, 4, 1), (128, 64, 8, 2)],
+    "dq": [(64, 16, 4, 2), (128, 32, 8, 2), (64, 32, 4, 2), (32, 32, 4, 2)],
+    "dkdv": [(16, 64, 4, 2), (32, 32, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2)],
+}
+TILE_LISTS = {"mma": CANDIDATES, "fma": CANDIDATES_FMA, "tf32x3": CANDIDATES_TF32X3}
 
 
-def candidate_configs(kind: str, fma: bool = False) -> list[triton.Config]:
-    """The autotune candidates of one kernel ("fwd", "dq" or "dkdv"); ``fma``: those for fp32 "ieee" dots."""
+def tile_list(dtype, precision: str | None) -> str:
+    """Which candidate list a launch uses: "fma" for fp32 "ieee" dots, "tf32x3" for split TF32, else "mma"."""
+    if str(dtype) == "torch.float32" and precision in ("ieee", "tf32x3"):
+        return "fma" if precision == "ieee" else "tf32x3"
+    return "mma"
+
+
+def candidate_configs(kind: str, fma: bool = False, tiles: str | None = None) -> list[triton.Config]:
+    """The autotune candidates of one kernel ("fwd", "dq" or "dkdv") from list ``tiles`` ("mma", "fma" or
+    "tf32x3"; ``fma=True`` is "fma", the default "mma")."""
+    tiles = tiles or ("fma" if fma else "mma")
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-        for bm, bn, w, st in (CANDIDATES_FMA if fma else CANDIDATES)[kind]
+        for bm, bn, w, st in TILE_LISTS[tiles][kind]
     ]
 
 
 def _configs(kind: str) -> list[triton.Config]:
-    """The autotune space of one kernel, both lists (one small config in the interpreter: no benchmarking)."""
+    """The autotune space of one kernel, every list once per tile (one small config in the interpreter: no
+    benchmarking)."""
     if INTERPRET:
         return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    return candidate_configs(kind) + candidate_configs(kind, fma=True)
+    space = {}
+    for tiles in TILE_LISTS:
+        for c in candidate_configs(kind, tiles=tiles):
+            space.setdefault(_tile(c), c)
+    return list(space.values())
 
 
 def _tile(c: triton.Config) -> tuple[int, int, int, int]:
@@ -74,18 +100,16 @@ def _area(c: triton.Config) -> int:
 
 
 def _prune(configs, named_args, kind="fwd", **kwargs):
-    """Keep the list that fits the dot precision (CANDIDATES_FMA for fp32 "ieee", else CANDIDATES), drop tiles
-    too large for the head dim (register pressure); keep at least one. Without autotuning
-    (KINTERVAL_TRITON_AUTOTUNE=0) keep the first that also fits the device's shared memory: the default for
-    this precision and head dim (autotuning skips a candidate that does not fit by itself)."""
+    """Keep the list that fits the dot precision (``tile_list``: CANDIDATES_FMA for fp32 "ieee",
+    CANDIDATES_TF32X3 for split TF32, else CANDIDATES), in its order, drop tiles too large for the head dim
+    (register pressure); keep at least one. Without autotuning (KINTERVAL_TRITON_AUTOTUNE=0) keep the first
+    that also fits the device's shared memory: the default for this precision and head dim (autotuning skips
+    a candidate that does not fit by itself)."""
     block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 64))
-    q = named_args.get("Q")
-    fma = (
-        kwargs.get("PREC", named_args.get("PREC")) == "ieee"
-        and str(getattr(q, "dtype", "")) == "torch.float32"
-    )
-    wanted = set((CANDIDATES_FMA if fma else CANDIDATES)[kind])
-    kept = [c for c in configs if _tile(c) in wanted] or configs
+    tiles = tile_list(getattr(named_args.get("Q"), "dtype", None), kwargs.get("PREC", named_args.get("PREC")))
+    fma = tiles == "fma"
+    by_tile = {_tile(c): c for c in configs}
+    kept = [by_tile[t] for t in TILE_LISTS[tiles][kind] if t in by_tile] or configs
     limit = (512 if block_d > 64 else 1 << 30) if fma else (64 * 32 if block_d > 128 else 1 << 30)
     kept = [c for c in kept if _area(c) <= limit] or [min(kept, key=_area)]
     if AUTOTUNE:
