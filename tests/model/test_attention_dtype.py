@@ -187,3 +187,25 @@ def test_config_records_the_option_and_shipped_configs_keep_float32():
     assert NumericsConfig().attention_dtype == "float32"
     for name in shipped_configs():
         assert TrainConfig.from_toml(name).numerics.attention_dtype == "float32", name
+
+
+def test_eval_precision_sets_the_kernel_dot_precision(monkeypatch):
+    """Evaluation with TF32 off runs the fused kernel's fp32 dots at $KINTERVAL_EVAL_DOT_PRECISION (default
+    "ieee", the paper's fp32); with tf32_eval the TF32 switch decides (no override); a bad value raises."""
+    from kinterval.model.config import NumericsConfig
+    from kinterval.model.numerics import EVAL_DOT_PRECISION_ENV, eval_precision
+    from kinterval.ops.api import _DOT_PRECISION
+
+    monkeypatch.delenv(EVAL_DOT_PRECISION_ENV, raising=False)
+    with eval_precision(NumericsConfig()):
+        assert _DOT_PRECISION.get() == "ieee"
+    monkeypatch.setenv(EVAL_DOT_PRECISION_ENV, "tf32x3")
+    with eval_precision(NumericsConfig()):
+        assert _DOT_PRECISION.get() == "tf32x3"
+    with eval_precision(NumericsConfig(tf32_eval=True)):
+        assert _DOT_PRECISION.get() is None
+    assert _DOT_PRECISION.get() is None
+    monkeypatch.setenv(EVAL_DOT_PRECISION_ENV, "tf32")
+    with pytest.raises(ValueError, match=EVAL_DOT_PRECISION_ENV):
+        with eval_precision(NumericsConfig()):
+            pass

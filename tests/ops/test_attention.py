@@ -76,3 +76,27 @@ def test_fully_masked_rows_give_zero_output_and_gradients():
     out = kinterval_attention(q, k, v, "fwm-prob-k4", mask=mask)
     out.sum().backward()
     assert (out[:, :, 2] == 0).all() and torch.isfinite(q.grad).all() and (q.grad[:, :, 2] == 0).all()
+
+
+def test_dot_precision_reaches_the_triton_backend(monkeypatch):
+    """``dot_precision`` sets the triton backend's fp32 dot precision where the call gives none; an explicit
+    precision wins; the setting ends with the block; an unknown value raises."""
+    from kinterval.ops import dot_precision
+    from kinterval.ops import triton as tri
+
+    seen = []
+
+    def fake(q, k, v, spec, *, causal, mask, scale, precision):
+        seen.append(precision)
+        return q
+
+    monkeypatch.setattr(tri, "triton_attention", fake)
+    q = torch.randn(1, 1, 4, 8)
+    with dot_precision("tf32x3"):
+        kinterval_attention(q, q, q, "lerp-k4", backend="triton")
+        kinterval_attention(q, q, q, "lerp-k4", backend="triton", precision="ieee")
+    kinterval_attention(q, q, q, "lerp-k4", backend="triton")
+    assert seen == ["tf32x3", "ieee", None]
+    with pytest.raises(ValueError, match="precision"):
+        with dot_precision("fp64"):
+            pass

@@ -4,12 +4,14 @@ dtype of the attention inputs."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
 from torch import Tensor
 
 from kinterval.model.config import ATTENTION_DTYPES, NumericsConfig
+from kinterval.ops import dot_precision
 
 
 @contextlib.contextmanager
@@ -28,8 +30,28 @@ def train_precision(numerics: NumericsConfig) -> contextlib.AbstractContextManag
     return tf32(numerics.tf32_train)
 
 
-def eval_precision(numerics: NumericsConfig) -> contextlib.AbstractContextManager:
-    return tf32(numerics.tf32_eval)
+# The fused kernel's fp32 dot precision in evaluation with TF32 off: "ieee" (fp32 on the CUDA cores, the
+# paper's evaluation numerics) or "tf32x3" (split TF32 on the tensor cores, an error near fp32's). An
+# environment variable, not a config field: it does not change what a run trains, and checkpoints and
+# suite records compare configs field by field.
+EVAL_DOT_PRECISION_ENV = "KINTERVAL_EVAL_DOT_PRECISION"
+EVAL_DOT_PRECISIONS = ("ieee", "tf32x3")
+
+
+def eval_dot_precision() -> str:
+    """The evaluation dot precision: ``$KINTERVAL_EVAL_DOT_PRECISION``, default "ieee"."""
+    value = os.environ.get(EVAL_DOT_PRECISION_ENV, "ieee")
+    if value not in EVAL_DOT_PRECISIONS:
+        raise ValueError(f"{EVAL_DOT_PRECISION_ENV} must be one of {EVAL_DOT_PRECISIONS}, got {value!r}")
+    return value
+
+
+@contextlib.contextmanager
+def eval_precision(numerics: NumericsConfig) -> Iterator[None]:
+    """Evaluation numerics: TF32 per ``numerics.tf32_eval`` (off in the paper); with TF32 off, the fused
+    kernel's fp32 dots at ``eval_dot_precision()``."""
+    with tf32(numerics.tf32_eval), dot_precision(None if numerics.tf32_eval else eval_dot_precision()):
+        yield
 
 
 def autocast(numerics: NumericsConfig, device: torch.device | str) -> contextlib.AbstractContextManager:

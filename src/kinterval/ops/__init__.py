@@ -3,8 +3,15 @@
 ``ops`` imports nothing from the rest of kinterval.
 """
 
-from kinterval.ops.api import attention_probs, kinterval_attention
+from kinterval.ops.api import attention_probs, dot_precision, kinterval_attention
 from kinterval.ops.backends import BACKENDS, resolve_backend
 from kinterval.ops.spec import OperatorSpec
 
-__all__ = ["BACKENDS", "OperatorSpec", "attention_probs", "kinterval_attention", "resolve_backend"]
+__all__ = [
+    "BACKENDS",
+    "OperatorSpec",
+    "attention_probs",
+    "dot_precision",
+    "kinterval_attention",
+    "resolve_backend",
+]

@@ -6,7 +6,10 @@ formulas), ``closed_form`` (the paper's explicit backward) and ``triton`` (fused
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor
@@ -15,6 +18,22 @@ from kinterval.ops.backends import BACKENDS, resolve_backend
 from kinterval.ops.spec import OperatorSpec, as_spec
 
 PRECISIONS = ("tf32", "tf32x3", "ieee")
+_DOT_PRECISION: ContextVar[str | None] = ContextVar("kinterval_dot_precision", default=None)
+
+
+@contextlib.contextmanager
+def dot_precision(precision: str | None) -> Iterator[None]:
+    """Inside the block, ``kinterval_attention(..., precision=None)`` uses ``precision`` ("tf32", "tf32x3",
+    "ieee"; None: follow ``torch.backends.cuda.matmul.allow_tf32``) for the fp32 dots of the triton backend.
+    Evaluation enters it (``kinterval.model.numerics.eval_precision``) so that the model's attention needs
+    no argument; an explicit ``precision`` still wins."""
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS} or None")
+    token = _DOT_PRECISION.set(precision)
+    try:
+        yield
+    finally:
+        _DOT_PRECISION.reset(token)
 
 
 def working_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -115,7 +134,8 @@ def kinterval_attention(
     float64 inputs); the output has q's dtype. ``backend``: "reference", "closed_form", "triton" or "auto"
     (:func:`~kinterval.ops.backends.resolve_backend`: the fastest backend that supports the spec on q's device
     and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32",
-    "tf32x3" or "ieee") selects the fp32 dot precision of the triton backend; the others follow
+    "tf32x3" or "ieee") selects the fp32 dot precision of the triton backend (None: the enclosing
+    :func:`dot_precision`, else ``torch.backends.cuda.matmul.allow_tf32``); the others follow
     ``torch.backends`` settings.
     """
     spec = as_spec(spec)
@@ -142,6 +162,8 @@ def kinterval_attention(
     if backend == "triton":
         from kinterval.ops.triton import triton_attention
 
+        if precision is None:
+            precision = _DOT_PRECISION.get()
         return triton_attention(q, k, v, spec, causal=causal, mask=mask, scale=scale, precision=precision)
 
     wd = working_dtype(q.dtype)
