@@ -222,3 +222,15 @@ def test_resolved_continues_grid_below_window():
     assert (res[0, 3:] > 0).all() and g_res.r[0, 4] < 0  # negative grid index below -tau
     P = attention_probs(s, "resolved-weight-k4")
     assert P[0, 3] > 0 and abs(P.sum().item() - 1) < 1e-15
+
+
+def test_verify_command_runs_to_its_summary(capsys):
+    """``python -m kinterval.ops.verify``: the table, then the count of checks and failures (it once
+    crashed after the table, on an attribute of the table class it no longer used)."""
+    from kinterval.ops import verify
+
+    assert verify.main(["--K", "4", "--T", "9"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("closed_form vs reference")
+    n = sum(1 for line in out if line.rstrip().endswith(" yes"))
+    assert n > 100 and out[-1].startswith(f"{n} checks, 0 failed")

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(table)
     print(
-        f"{table.row_count} checks, {failures} failed "
+        f"{len(table.rows)} checks, {failures} failed "
         f"(tolerances: f64 {TOL_F64:g}, f32 ratio {TOL_RATIO_F32:g})"
     )
     return 1 if failures else 0
