@@ -18,6 +18,7 @@ from kinterval.suite.manifest import build_manifest
         ("D", 130, 650),
         ("supplementary", 30, 150),
         ("mini", 9, 45),
+        ("mini-seeds", 14, 70),
         ("ci", 15, 45),
     ],
 )
@@ -58,6 +59,28 @@ def test_suite_conditions():
         "min_only",
     }
     assert set(shipped_suites()) >= {"A", "B", "C", "D", "supplementary", "ci", "mini"}
+
+
+def test_mini_seeds_extends_mini(tmp_path):
+    """mini-seeds adds seeds 7 and 42 to mini's factorial and detach conditions and their controls, with
+    configs equal to mini's but for the seed: the report pairs runs across the two folders by seed, token
+    budget and data."""
+    mini, more = load_suite("mini"), load_suite("mini-seeds")
+    base = {r.operator: r for r in mini.runs}
+    assert {r.seed for r in more.runs} == {7, 42} and {r.seed for r in mini.runs} == {1337}
+    assert {r.operator for r in more.runs} == {
+        "softmax",
+        "lerp-k32",
+        "lerp-k32[range_grad=detach]",
+        *(f"{c}-{s}-k4[arithmetic=historical]" for c in ("minmax", "fwm") for s in ("weight", "prob")),
+    }
+    m_mini = {r["operator"]: r for r in build_manifest(mini, tmp_path / "a", "/data")["runs"]}
+    for row in build_manifest(more, tmp_path / "b", "/data")["runs"]:
+        assert row["operator"] in base
+        want = dict(m_mini[row["operator"]]["config"], seed=row["config"]["seed"])
+        assert {k: v for k, v in row["config"].items() if k != "name"} == {
+            k: v for k, v in want.items() if k != "name"
+        }
 
 
 def test_manifest_rows_carry_identity_and_protocol(tmp_path):
