@@ -128,3 +128,31 @@ def test_claims_without_their_runs_are_not_run(tmp_path):
         assert c["ours"] == "not run" and c["direction_agrees"] is None and c["separated"] is None, name
     assert claims["LERP K32 within noise of softmax"]["direction_agrees"] is True
     assert index.count("| not run |") == 6
+
+
+def test_claims_pool_seeds_across_folders(tmp_path):
+    """mini's seed 1337 in one folder, seeds 7 and 42 of the factorial and detach conditions (and their
+    controls) in another, as suites mini and mini-seeds write them: one report over both folders gives those
+    claims a 3-seed t interval, while LERP K4/K16 (seed 1337 only) keep a one-seed block CI."""
+    seeds_suite = MINI_SHAPED.replace('name = "mini-shaped"', 'name = "mini-shaped-seeds"')
+    seeds_suite = seeds_suite.replace("seeds = [1337]", "seeds = [7, 42]").replace(
+        "K = [4, 16, 32]", "K = [32]"
+    )
+    (tmp_path / "mini-shaped.toml").write_text(MINI_SHAPED)
+    (tmp_path / "mini-shaped-seeds.toml").write_text(seeds_suite)
+    for name, folder in (("mini-shaped", "mini"), ("mini-shaped-seeds", "seeds")):
+        write_results(
+            tmp_path / folder,
+            tmp_path / f"{name}.toml",
+            lambda r, frac: PLANTED[r["operator"]] * frac * (1 + 0.1 * (r["seed"] % 3)),
+            n_blocks=96,
+            data="../data",
+        )
+    build_report([tmp_path / "mini", tmp_path / "seeds"], tmp_path / "rep")
+    claims = {c["claim"]: c for c in json.loads((tmp_path / "rep" / "report.json").read_text())["claims"]}
+    for name in ("LERP K32: detach − full > 0", "factorial interaction > 0 (K4)"):
+        est = claims[name]["estimate"]
+        assert est["n_seeds"] == 3 and est["interval"].startswith("t"), (name, est)
+        assert claims[name]["direction_agrees"] is True
+    trend = claims["ΔNLL decreasing in K for LERP"]
+    assert trend["estimate"]["n_seeds"] == 1 and trend["direction_agrees"] is True

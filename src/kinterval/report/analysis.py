@@ -403,10 +403,15 @@ def k_trends(pairing: Pairing) -> list[Row]:
         if p.K is not None:
             fam[(p.key.setting(), p.family)][p.seed][p.K] = x
     rows = []
-    for (setting, family), by_seed in sorted(fam.items(), key=lambda kv: str(kv[0])):
-        Ks = sorted(set.intersection(*(set(v) for v in by_seed.values())))
+    for (setting, family), all_seeds in sorted(fam.items(), key=lambda kv: str(kv[0])):
+        # The K values of the seed with the most of them (the lowest such seed on a tie), and every seed
+        # that has them all: extra seeds of one K alone (e.g. a second folder adding seeds to K = 32 only)
+        # must not shrink the fit to fewer than two K values.
+        widest = max(sorted(all_seeds), key=lambda s: len(all_seeds[s]))
+        Ks = sorted(all_seeds[widest])
         if len(Ks) < 2:
             continue
+        by_seed = {s: v for s, v in all_seeds.items() if set(Ks) <= set(v)}
         xc = np.log2(Ks) - np.log2(Ks).mean()
         c = xc / (xc @ xc)
         per_seed = {s: sum(ck * by_seed[s][k].d for ck, k in zip(c, Ks)) for s in by_seed}
