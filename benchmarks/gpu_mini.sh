@@ -22,9 +22,10 @@
 #            rows, precision modes) against the float64 reference; the suite is not started if they fail
 #   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best --per-gpu)
 #   auto     minmax-weight-k4 in historical arithmetic, suite D's protocol, a few steps under backend="auto"
-#   start    prepare .corpus/docs into .mini/data, start `kinterval suite run mini` in the background
+#   start    prepare .corpus/docs into .mini/data, start `kinterval suite run $SUITE_NAME` in the background
+#            (SUITE_NAME=mini by default; SUITE_NAME=mini-seeds adds seeds 7 and 42, see its suite file)
 #   wait     follow the suite for up to WAIT_S seconds (default 540), print progress
-#   pack     manifest, evaluations, diagnostics, status, metrics and logs into $OUT/mini_results.tar.gz
+#   pack     manifest, evaluations, diagnostics, status, metrics and logs into $OUT/${SUITE_NAME}_results.tar.gz
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -33,7 +34,9 @@ export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 CORPUS=${CORPUS:-.corpus/docs}
 PER_GPU=${PER_GPU:-3}  # set from the `measure` stage's best row
-SUITE=.mini/suite
+SUITE_NAME=${SUITE_NAME:-mini}
+SUITE=.mini/$SUITE_NAME
+LOG=.mini/$SUITE_NAME.log
 
 kinterval() { $PY -m kinterval "$@"; }
 
@@ -96,24 +99,24 @@ EOF
         ls "$CORPUS"/*.bin > /dev/null || { echo "no $CORPUS/*.bin: copy the token files there and carry .corpus"; exit 2; }
         kinterval data prepare --source "bin:$CORPUS" --out .mini/data || exit 2
       fi
-      setsid nohup $PY -m kinterval suite run mini --out "$SUITE" --data .mini/data --gpus 1 --per-gpu "$PER_GPU" \
-        >> .mini/suite.log 2>&1 < /dev/null &
+      setsid nohup $PY -m kinterval suite run "$SUITE_NAME" --out "$SUITE" --data .mini/data --gpus 1 \
+        --per-gpu "$PER_GPU" >> "$LOG" 2>&1 < /dev/null &
       echo "suite started (pid $!), --per-gpu $PER_GPU; follow with: bash benchmarks/gpu_mini.sh wait" ;;
     wait)
       deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
       while [ "$(date +%s)" -lt "$deadline" ]; do
-        grep -q "runs ok" .mini/suite.log 2>/dev/null && break
+        grep -q "runs ok" "$LOG" 2>/dev/null && break
         sleep 20
       done
-      tail -n 20 .mini/suite.log
+      tail -n 20 "$LOG"
       for f in "$SUITE"/runs/*/metrics.jsonl; do
         [ -f "$f" ] && echo "$(basename "$(dirname "$f")"): $(wc -l < "$f") steps logged"
       done ;;
     pack)
-      cp .mini/suite.log "$SUITE/" 2>/dev/null
-      tar -czf "$OUT/mini_results.tar.gz" --exclude='checkpoints' -C .mini suite
-      size=$(stat -c %s "$OUT/mini_results.tar.gz")
-      echo "mini_results.tar.gz: $size bytes"
+      cp "$LOG" "$SUITE/suite.log" 2>/dev/null
+      tar -czf "$OUT/${SUITE_NAME}_results.tar.gz" --exclude='checkpoints' -C .mini "$SUITE_NAME"
+      size=$(stat -c %s "$OUT/${SUITE_NAME}_results.tar.gz")
+      echo "${SUITE_NAME}_results.tar.gz: $size bytes"
       [ "$size" -le $((16 * 1024 * 1024)) ] || echo "WARNING: over 16 MiB, it will not come back" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
