@@ -1,0 +1,47 @@
+"""The fused kernels compile for sm_90a on a machine without a GPU (Triton's compiler and ptxas, through
+``benchmarks/kernel_resources.py``): errors that only the compiler sees (the interpreter runs the kernels as
+Python) show up here, in CI. Every kernel, the switches of several operators, every dot precision."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "benchmarks" / "kernel_resources.py"
+OPS = "softmax,minmax-prob-k4[arithmetic=historical],fwm-weight-k4[range_grad=p1],resolved-prob-k4"
+
+
+def _ptxas() -> bool:
+    try:
+        import triton
+    except ImportError:
+        return False
+    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").is_file()
+
+
+@pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
+@pytest.mark.parametrize(
+    ("ops", "dtypes", "masks"),
+    [
+        (OPS, "bf16", "causal"),
+        ("minmax-weight-k4", "bf16", "mask"),
+        ("lerp-k32[range_grad=detach]", "tf32,ieee,tf32x3", "causal"),
+    ],
+)
+def test_kernels_compile_for_sm90(ops, dtypes, masks):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, do not interpret
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, str(TOOL), "--ops", ops, "--dtypes", dtypes, "--D", "64", "--masks", masks]
+    res = subprocess.run(cmd + ["--configs", "first"], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [line.split("|") for line in res.stdout.splitlines() if re.match(r"\| (fwd|dq|dkdv) \|", line)]
+    n_ops, n_dtypes, n_masks = len(ops.split(",")), len(dtypes.split(",")), len(masks.split(","))
+    assert len(rows) == 3 * n_ops * n_dtypes * n_masks
+    for r in rows:  # registers, loop instructions, a 12-digit SASS hash
+        assert int(r[6]) > 0 and int(r[9]) > 0 and re.fullmatch(r" [0-9a-f]{12} ", r[11]), r
