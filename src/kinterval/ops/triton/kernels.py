@@ -285,6 +285,18 @@ def _cast(x, dtype: tl.constexpr):
 
 
 @triton.jit
+def _scores(q, kT, scale, M, PREC: tl.constexpr, SOFTMAX: tl.constexpr):
+    """The score tile s = scale q k^T. Softmax needs only e^{s - M}: for it the tile is the exponent
+    (s - M) log2(e) instead, one FMA per score, so that ``tl.exp2`` of it is the weight (FlashAttention's
+    exp2 form; the row max then weighs 2^{rounding} rather than exactly 1, which normalization absorbs)."""
+    qk = _dot(q, kT, PREC)
+    if SOFTMAX:
+        return tl.fma(qk, scale * LOG2E, -(M * LOG2E)[:, None])
+    else:
+        return qk * scale
+
+
+@triton.jit
 def _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING: tl.constexpr, FULL: tl.constexpr):
     """Keys query i may attend: in bounds, causal (last query on last key), user mask (stride 0 ok).
     FULL: an interior tile the caller knows to be entirely valid; a constant tile folds the selects on it."""
@@ -544,10 +556,10 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
     kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
-    s = _dot(q, kT, PREC) * scale
+    s = _scores(q, kT, scale, M, PREC, SOFTMAX)  # softmax: (s - M) log2(e)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    if SOFTMAX:  # e^{s - M}
-        w = tl.where(valid, tl.exp2((s - M[:, None]) * LOG2E), 0.0)  # e^{s - M}
+    if SOFTMAX:
+        w = tl.where(valid, tl.exp2(s), 0.0)  # e^{s - M}
     else:
         is_max = offs_n[None, :] == amax[:, None]
         is_min = offs_n[None, :] == amin[:, None]
@@ -695,7 +707,7 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
     Returns the forward weight w (w^N, or w^H in historical arithmetic, for the STE operators; for
     dV = P^T dO), the placed w^L (historical Prob-STE's P needs it), the kept-key mask, the self-term factor
     cD (Delta on kept keys: the self term of dL/ds, eq. 2; w for softmax: dS = P (g - D)) and
-    dM = dw/dM (eq. 1, when SUM_GM).
+    dM = dw/dM (eq. 1, when SUM_GM). ``s`` is the tile of ``_scores``: for softmax (s - M) log2(e).
     """
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
@@ -703,7 +715,7 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
     HISTORICAL: tl.constexpr = OP[4]
     dM = 0.0  # dw/dM, eq. (1), only where the dQ kernel sums G_M (SUM_GM)
     if SOFTMAX:
-        w = tl.where(valid, tl.exp2((s - M[:, None]) * LOG2E), 0.0)  # e^{s - M}
+        w = tl.where(valid, tl.exp2(s), 0.0)  # e^{s - M}: s is (s - M) log2(e) here (_scores)
         wLp = w
         keep = valid
         cD = w
@@ -735,7 +747,7 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
     kvmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
     k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0)
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0)
-    s = _dot(q, tl.trans(k), PREC) * scale
+    s = _scores(q, tl.trans(k), scale, M, PREC, OP[1])
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
@@ -889,7 +901,7 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP
     amax = tl.load(Amax + row_i, mask=rmask, other=-1)
     amin = tl.load(Amin + row_i, mask=rmask, other=-1)
     row = row_constants(M, m, kf, tau, CALIB)
-    s = _dot(q, tl.trans(k), PREC) * scale
+    s = _scores(q, tl.trans(k), scale, M, PREC, OP[1])
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
