@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kinterval.ops import OperatorSpec
@@ -99,6 +101,18 @@ def test_select_and_safe_names():
     assert {r.run_id for r in select(runs, ["softmax"])} == {"softmax-s7", "softmax-s42"}
     assert len(select(runs, ["*-s42"])) == 7
     assert safe_name("lerp-k32[range_grad=detach]") == "lerp-k32.range_grad-detach"
+
+
+def test_show_help_names_every_shipped_suite(capsys, monkeypatch):
+    from kinterval.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line: argparse would otherwise wrap at hyphens
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["suite", "show", "--help"])
+    help_text = capsys.readouterr().out
+    words = set(re.findall(r"[\w.-]+", help_text))
+    missing = [name for name in shipped_suites() if name not in words]
+    assert not missing, f"`kinterval suite show --help` does not name {missing}"
 
 
 def test_bad_suite_files(tmp_path):

@@ -74,6 +74,8 @@ def _gate(args) -> int:
 
 
 def register(subparsers) -> None:
+    from kinterval.suite.definition import shipped_suites  # the package's suite files, not a stale list
+
     p = subparsers.add_parser(
         "suite", help="the paper's suites: list, run (train + evaluate), integrity gate"
     )
@@ -82,7 +84,7 @@ def register(subparsers) -> None:
     q = sub.add_parser("list", help="shipped suites")
     q.set_defaults(func=_list)
     q = sub.add_parser("show", help="the runs of a suite")
-    q.add_argument("name", help="shipped suite name (A, B, C, D, supplementary, ci, mini) or a .toml path")
+    q.add_argument("name", help=f"shipped suite name ({', '.join(shipped_suites())}) or a .toml path")
     q.add_argument("--only", nargs="+", default=None, help="run id / group / operator patterns (* wildcards)")
     q.set_defaults(func=_show)
     q = sub.add_parser(
