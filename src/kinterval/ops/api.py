@@ -130,8 +130,11 @@ def kinterval_attention(
     """Attention ``P(q k^T * scale) v`` with the probabilities of ``spec``; mirrors SDPA's signature.
 
     q is (B, H, Tq, D); k and v are (B, H, Tk, D). ``mask`` is boolean, True where the query may attend,
-    broadcastable to (B, H, Tq, Tk). The default scale is 1/sqrt(D). The operator runs in float32 (float64 for
-    float64 inputs); the output has q's dtype. ``backend``: "reference", "closed_form", "triton" or "auto"
+    broadcastable to (B, H, Tq, Tk). The default scale is 1/sqrt(D). The operator maths runs in float32
+    (float64 for float64 inputs); the output has q's dtype. The reference and closed_form backends also form
+    q k^T and P v in float32; the triton backend multiplies bf16/fp16 inputs as they are (16-bit dots with
+    fp32 accumulation, P rounded to the input dtype before P v, as flash attention does).
+    ``backend``: "reference", "closed_form", "triton" or "auto"
     (:func:`~kinterval.ops.backends.resolve_backend`: the fastest backend that supports the spec on q's device
     and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32",
     "tf32x3" or "ieee") selects the fp32 dot precision of the triton backend (None: the enclosing
