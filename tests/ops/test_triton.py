@@ -577,7 +577,8 @@ def test_autotuning_key_separates_dtypes_and_operators():
     reused for bf16; operators and shapes must differ too. Launches are built on meta tensors."""
 
     def key(dtype, name="minmax-weight-k4", T=64, precision="ieee", kind=0):
-        q, k, v = (torch.empty(2, 4, T, 32, dtype=dtype, device="meta") for _ in range(3))
+        # D = 128: bf16 and fp32 launches agree in SPLIT and PREC there, so only Q's dtype separates them
+        q, k, v = (torch.empty(2, 4, T, 128, dtype=dtype, device="meta") for _ in range(3))
         spec = OperatorSpec.from_full_name(name)
         fwd, saved, consts = tri_autograd.forward_launch(q, k, v, None, spec, True, 0.1, precision)
         launches = (fwd, *tri_autograd.backward_launches(torch.empty_like(q), saved, consts)[:2])
@@ -586,7 +587,8 @@ def test_autotuning_key_separates_dtypes_and_operators():
     for kind in range(3):
         base = key(torch.float32, kind=kind)
         assert key(torch.float32, kind=kind) == base
-        assert key(torch.bfloat16, kind=kind) != base
+        bf16 = key(torch.bfloat16, kind=kind)
+        assert bf16 != base and [x for x in bf16 if x != "torch.uint8"][-1] == "torch.bfloat16"
         assert key(torch.float32, "fwm-prob-k4", kind=kind) != base
         assert key(torch.float32, T=128, kind=kind) != base
         assert key(torch.float32, precision="tf32", kind=kind) != base
