@@ -18,7 +18,9 @@ import sys
 import tempfile
 import time
 
-KERNEL_NAMES = ("fwd", "dq", "dkdv")
+# "infer" is the forward kernel as an inference call launches it (no backward: nothing saved for one)
+KERNEL_NAMES = ("fwd", "infer", "dq", "dkdv")
+TILE_KIND = {"infer": "fwd"}  # the candidate list a kernel name autotunes over
 
 
 def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> tuple[int, float, str]:
@@ -65,8 +67,9 @@ def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, B=16, H=32, T=10
     prec = {"tf32": "tf32", "tf32x3": "tf32x3"}.get(dtype_mode, "ieee")
     q, k, v = (torch.empty(B, H, T, D, dtype=dtype, device="meta") for _ in range(3))
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool, device="meta") if has_mask else None
-    fwd, saved, consts = autograd.forward_launch(q, k, v, mask, spec, causal, 1 / D**0.5, prec)
-    if kernel == "fwd":
+    save = kernel != "infer"
+    fwd, saved, consts = autograd.forward_launch(q, k, v, mask, spec, causal, 1 / D**0.5, prec, save=save)
+    if kernel in ("fwd", "infer"):
         return fwd
     dq, dkdv, _ = autograd.backward_launches(torch.empty_like(q), saved, consts)
     return {"dq": dq, "dkdv": dkdv}[kernel]
@@ -156,7 +159,7 @@ def main(argv=None) -> int:
     for D, dm, name, kernel, mk in jobs:
         spec = OperatorSpec.from_full_name(name)
         tiles = {"ieee": "fma", "tf32x3": "tf32x3"}.get(dm, "mma")  # the list the launch would use
-        cfgs = K.candidate_configs(kernel, tiles=tiles)
+        cfgs = K.candidate_configs(TILE_KIND.get(kernel, kernel), tiles=tiles)
         for cfg in cfgs[:1] if args.configs == "first" else cfgs:
             r = compile_one(kernel, spec, dm, D, cfg, args.arch, *masks[mk])
             kw = cfg.kwargs

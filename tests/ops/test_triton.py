@@ -274,6 +274,32 @@ def test_historical_arithmetic(name, masking):
         assert torch.equal(res[0][0, 1, 3].cpu(), torch.zeros(16))
 
 
+@pytest.mark.parametrize("name", CORE_OPS + HISTORICAL_OPS[:2] + ["fwm-prob-k4[range_grad=p1]"])
+def test_inference_forward_matches_the_training_forward(name):
+    """Without a backward to follow (no_grad, or inputs that need no gradient) the Prob-STE forward stores O
+    only and skips its P^L V dot: O is bit for bit the O of the training forward, for every operator, with a
+    general mask too (a fully masked row, single-key rows); for Prob-STE nothing but O is allocated at
+    (B, H, T) size (the other operators launch their training forward)."""
+    q, k, v, _ = make_inputs(1, 2, 37, 37, 16, seed=zlib.crc32(name.encode()) % 1000)
+    mask = _general_mask(1, 2, 37, 37, seed=6)
+    mask[0, 1, 3] = False
+    q, k, v = (x.to(DEVICE) for x in (q, k, v))
+    for kw in (dict(causal=True), dict(mask=mask.to(DEVICE))):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        trained = triton_attention(*leaves, name, **kw).detach()
+        with torch.no_grad():
+            inferred = triton_attention(*leaves, name, **kw)
+        assert torch.equal(inferred, trained), name
+        assert torch.equal(triton_attention(q, k, v, name, **kw), trained), name  # no input needs a gradient
+    spec = OperatorSpec.from_full_name(name)
+    _, saved, consts = tri_autograd.forward_launch(q, k, v, None, spec, True, 0.25, "ieee", save=False)
+    prob = spec.surrogate == "prob"
+    assert consts["meta"]["SAVE"] is not prob
+    oL, stats = saved[5], saved[6:]  # O^L (O itself unless Prob-STE), then M, m, W, W^at, amax, amin
+    assert all(x.numel() == (1 if prob else q.numel() // q.shape[-1]) for x in stats)
+    assert oL.numel() == (1 if prob else q.numel())
+
+
 @pytest.mark.parametrize("surrogate", ["weight", "prob"])
 @pytest.mark.parametrize("calibration", ["minmax", "fwm"])
 def test_historical_forward_rounds_like_the_reference(calibration, surrogate):

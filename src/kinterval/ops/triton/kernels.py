@@ -538,15 +538,21 @@ def _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB
 
 @triton.jit
 def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl.constexpr,
-                  MASKING: tl.constexpr, PREC: tl.constexpr, PASS3: tl.constexpr, FULL: tl.constexpr,
+                  MASKING: tl.constexpr, PREC: tl.constexpr, STAGE: tl.constexpr, FULL: tl.constexpr,
                   BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 2 over one key tile, sums = (W, WL, acc, accL): weights at the final (M, m); W += sum w,
     O += w v (W^L, O^L for Prob-STE). Historical Prob-STE: pass 2 sums W = W^H, W^L and O^L only, and pass 3
-    (PASS3, W and WL final) adds P v with the P of ``prob_ste``. rows = (M, amax, amin)."""
+    (W and WL final) adds P v with the P of ``prob_ste``. rows = (M, amax, amin); STAGE = (PASS3, SAVE):
+    pass 3, and whether the backward will need O^L (an inference forward skips its dot)."""
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
     HISTORICAL: tl.constexpr = OP[4]
+    PASS3: tl.constexpr = STAGE[0]
+    SAVE: tl.constexpr = STAGE[1]
+    # W^L: the backward's Jacobian point (SAVE) or historical P^L; an inference Prob-STE forward in strict
+    # arithmetic is the Weight-STE forward, P^N
+    SUM_L: tl.constexpr = JACOBIAN_AT_PL and (SAVE or HISTORICAL)
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
     M, amax, amin = rows
@@ -566,13 +572,14 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
         wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
         # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
         w = _forward_weight(wL, wN, keep, one, OP)
-        if JACOBIAN_AT_PL:  # Prob-STE also needs P^L V (eq. 4 backward point)
+        if SUM_L:  # Prob-STE also needs W^L and, for the backward, P^L V (eq. 4 backward point)
             wLp = _place(wL, keep, one, CALIB)
             if PASS3:  # historical P = P^L + sg(P^H - P^L), per key
                 w = prob_ste(wLp, w, WL, W)
             else:
                 WL += tl.sum(wLp, 1)
-                accL += _dot(_cast(wLp, v.dtype), v, PREC)
+                if SAVE:
+                    accL += _dot(_cast(wLp, v.dtype), v, PREC)
     if PASS3:
         acc += _dot(_cast(w, v.dtype), v, PREC)
     else:
@@ -584,28 +591,29 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
 
 @triton.jit
 def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scale, OP: tl.constexpr,
-                  MASKING: tl.constexpr, PREC: tl.constexpr, PASS3: tl.constexpr, SPLIT: tl.constexpr,
+                  MASKING: tl.constexpr, PREC: tl.constexpr, STAGE: tl.constexpr, SPLIT: tl.constexpr,
                   BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 2 (or 3) over the key tiles [lo, hi): the unmasked interior tiles [lo, full_hi) first (SPLIT);
-    tiles = (lo, full_hi, hi)."""
+    tiles = (lo, full_hi, hi), STAGE = (PASS3, SAVE) as in ``_weights_step``."""
     lo, full_hi, hi = tiles
     if SPLIT:
         for start_n in range(lo, full_hi, BLOCK_N):
             sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC,
-                                 PASS3, True, BLOCK_N)  # fmt: skip
+                                 STAGE, True, BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
-        sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC, PASS3,
+        sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC, STAGE,
                              False, BLOCK_N)  # fmt: skip
     return sums
 
 
-@triton.autotune(configs=_configs("fwd"), key=_KEY, prune_configs_by=_pruner("fwd"))
+@triton.autotune(configs=_configs("fwd"), key=_KEY + ["SAVE"], prune_configs_by=_pruner("fwd"))
 @triton.jit
 def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
-                MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+                MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, SAVE: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """Forward over one query block: pass 1 the row extrema, pass 2 the weights and P V (pass 3 for historical
-    Prob-STE); stores O (O^L for Prob-STE) and the per-row statistics the backward needs."""
+    Prob-STE); stores O and, with SAVE (a backward follows), O^L for Prob-STE and the per-row statistics the
+    backward needs. Without SAVE (inference) only O is stored and Prob-STE skips its P^L V dot."""
     Kp, V, Mask = ins
     O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin = outs
     q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
@@ -670,11 +678,11 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w^L v
     )
     sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC,
-                         False, SPLIT, BLOCK_N)  # fmt: skip
+                         (False, SAVE), SPLIT, BLOCK_N)  # fmt: skip
     HIST_PROB: tl.constexpr = JACOBIAN_AT_PL and HISTORICAL
     if HIST_PROB:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
         sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP, MASKING,
-                             PREC, True, SPLIT, BLOCK_N)  # fmt: skip
+                             PREC, (True, SAVE), SPLIT, BLOCK_N)  # fmt: skip
     W, WL, acc, accL = sums
 
     row_i = bh * Tq + offs_m
@@ -686,17 +694,18 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     o_ptrs = offs_m[:, None] * D + offs_d[None, :]
     omask = rmask[:, None] & dmask[None, :]
     tl.store(O + bh * Tq * D + o_ptrs, _cast(o, O.dtype.element_ty), mask=omask)
-    tl.store(Mrow + row_i, M, mask=rmask)
-    tl.store(mrow + row_i, m, mask=rmask)
-    tl.store(Wfwd + row_i, W, mask=rmask)
-    tl.store(Amax + row_i, amax, mask=rmask)
-    tl.store(Amin + row_i, amin, mask=rmask)
-    if JACOBIAN_AT_PL:
-        oL = accL * tl.where(WL > 0, 1.0 / WL, 0.0)[:, None]
-        tl.store(OL + bh * Tq * D + o_ptrs, oL, mask=omask)
-        tl.store(Wat + row_i, WL, mask=rmask)
-    else:
-        tl.store(Wat + row_i, W, mask=rmask)
+    if SAVE:
+        tl.store(Mrow + row_i, M, mask=rmask)
+        tl.store(mrow + row_i, m, mask=rmask)
+        tl.store(Wfwd + row_i, W, mask=rmask)
+        tl.store(Amax + row_i, amax, mask=rmask)
+        tl.store(Amin + row_i, amin, mask=rmask)
+        if JACOBIAN_AT_PL:
+            oL = accL * tl.where(WL > 0, 1.0 / WL, 0.0)[:, None]
+            tl.store(OL + bh * Tq * D + o_ptrs, oL, mask=omask)
+            tl.store(Wat + row_i, WL, mask=rmask)
+        else:
+            tl.store(Wat + row_i, W, mask=rmask)
 
 
 # -------------------------------------------------------------------------------------------- backward
