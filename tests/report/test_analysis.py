@@ -8,7 +8,7 @@ import pytest
 
 from kinterval.report import analysis as A
 from kinterval.report.results import Point
-from kinterval.stats import block_bootstrap_ci, permutation_p_exact, seed_summary
+from kinterval.stats import block_bootstrap_ci, label_single_seed, permutation_p_exact, seed_summary
 
 N = 48
 
@@ -88,3 +88,48 @@ def test_path_ratio_interval_resamples_the_three_runs_together():
     assert lo < ratio < hi and 0.2 < lo and hi < 0.6
     with pytest.raises(ValueError, match="path ratio"):
         A.path_ratio_ci(mm, res[:-1], fwm)
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "excludes_zero", "separated", "within_margin"),
+    [
+        (0.0, 0.005, False, False, True),  # touching zero includes zero
+        (0.001, 0.005, True, False, True),
+        (0.01, 0.02, True, False, False),  # separated needs lo strictly above +0.01
+        (0.0101, 0.02, True, True, False),
+        (-0.01, 0.005, False, False, False),  # touching the margin is not wholly inside
+        (-0.005, 0.01, False, False, False),
+        (-0.0099, 0.0099, False, False, True),
+        (-0.02, 0.0, False, False, False),
+        (-0.03, -0.011, True, False, False),  # a detectable improvement is never "separated"
+    ],
+)
+def test_estimate_labels_at_their_boundaries(lo, hi, excludes_zero, separated, within_margin):
+    """The report's labels of a 95% CI are those of App. C.3, strict at every boundary, and agree with
+    ``label_single_seed`` (the 0.01-nat margin)."""
+    e = A.Estimate((lo + hi) / 2, lo, hi, "block bootstrap", 1, ((lo + hi) / 2,))
+    assert (e.excludes_zero, e.separated, e.within_margin) == (excludes_zero, separated, within_margin)
+    lab = label_single_seed(lo, hi, margin=A.MARGIN)
+    assert (lab.detectable, lab.separated, lab.within_margin) == (excludes_zero, separated, within_margin)
+
+
+def test_estimate_without_an_interval_has_no_label():
+    e = A.estimate({7: np.array([0.5])})  # one block: no bootstrap interval
+    assert np.isnan(e.lo) and not (e.excludes_zero or e.separated or e.within_margin)
+
+
+def test_path_ratio_interval_is_the_percentile_interval_of_explicit_resamples():
+    """Reference: build each resample's block indices explicitly (circular blocks of 16 from the same
+    generator draws), take the ratio of the resampled mean gaps, and its 2.5% and 97.5% quantiles."""
+    rng = np.random.default_rng(11)
+    n = 50
+    fwm = rng.normal(5.0, 0.3, n)
+    mm = fwm + rng.normal(0.2, 0.05, n)
+    res = mm - 0.4 * (mm - fwm) + rng.normal(0, 0.03, n)
+    ratio, lo, hi = A.path_ratio_ci(mm, res, fwm)
+    n_blocks = -(-n // 16)
+    starts = np.random.default_rng(0).integers(0, n, size=(4000, n_blocks))
+    idx = ((starts[:, :, None] + np.arange(16)) % n).reshape(4000, -1)[:, :n]
+    ref = (mm - res)[idx].mean(axis=1) / (mm - fwm)[idx].mean(axis=1)
+    assert ratio == pytest.approx((mm.mean() - res.mean()) / (mm.mean() - fwm.mean()), rel=1e-12)
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(ref, [0.025, 0.975])), rel=1e-9)
