@@ -87,6 +87,8 @@ def test_claims_agree(tmp_path):
     assert _ours(det) == pytest.approx(0.7 - 0.001, abs=3e-3) and det["separated"] is True
     mm = claims["MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax"]
     assert _ours(mm) == pytest.approx(0.20 - 0.013, abs=3e-3)
+    # paired per block: the shared per-block difficulty (SD 0.3) cancels, only the 0.01 noise is left
+    assert mm["estimate"]["hi"] - mm["estimate"]["lo"] < 0.02
     inter = claims["factorial interaction > 0 (K4)"]
     assert _ours(inter) == pytest.approx((0.013 - 0.03) - (0.14 - 0.20), abs=3e-3)
     assert claims["calibration main effect FWM − MinMax < 0 (K4)"]["separated"] is True
