@@ -9,6 +9,8 @@ import pytest
 from synthetic_results import write_results
 
 from kinterval.report.build import build_report
+from kinterval.report.claims import paper_claims
+from kinterval.report.results import load_results
 
 # The mini suite's conditions (softmax; LERP K4/16/32; LERP K32 detach; the 2x2 factorial at K4 in historical
 # arithmetic) at a tiny size, in the suite-file syntax of suite/suites/mini.toml.
@@ -190,3 +192,6 @@ def test_claims_use_only_their_own_rows(tmp_path):
     assert len(claims) == len({c["claim"] for c in claims}) == 7, [c["claim"] for c in claims]
     assert all(c["direction_agrees"] is True for c in claims), claims
     assert not any("test__ptb" in c["setting"] for c in claims)
+    # paper_claims itself keeps to the primary evaluations when handed every point of the folder
+    direct = paper_claims(load_results(tmp_path / "mini").points)
+    assert len(direct) == 7 and not any("test__ptb" in c.setting for c in direct)
