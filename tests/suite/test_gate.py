@@ -158,6 +158,10 @@ def mark_partial_split(d):
     _edit_json(_eval(d), lambda s: s.update(all_blocks=False))
 
 
+def drop_all_blocks(d):  # a summary that does not say it covered the full split
+    _edit_json(_eval(d), lambda s: s.pop("all_blocks"))
+
+
 def edit_eval_step(d):
     _edit_json(_eval(d), lambda s: s.update(step=8))
 
@@ -187,6 +191,7 @@ SUMMARY_TAMPERINGS = [
     edit_train_code,
     mark_operator_override,
     mark_partial_split,
+    drop_all_blocks,
     edit_eval_step,
     drop_last_block,
     mark_run_incomplete,
