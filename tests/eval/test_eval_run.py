@@ -7,12 +7,14 @@ import json
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from kinterval.cli import main
 from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
 from kinterval.eval.checkpoints import list_checkpoints
-from kinterval.eval.evaluate import eval_dir, evaluate_run
+from kinterval.eval.evaluate import eval_dir, evaluate_checkpoint, evaluate_run
+from kinterval.eval.nll import document_ids, per_document
 from kinterval.eval.tau_screen import Stage, floor_tail, run_stage, stage3_table
 from kinterval.train.config import TrainConfig
 from kinterval.train.load import load_run
@@ -67,6 +69,60 @@ def test_resumable(tiny_run):
     assert [r["skipped"] for r in third] == [False, True]
 
 
+def test_per_block_nll_is_each_blocks_mean_cross_entropy(tiny_run, tmp_path):
+    """Block k is x = tokens[kT:kT+T], y = tokens[kT+1:kT+T+1]; its NLL is the mean token cross-entropy,
+    recomputed here with the model called directly on those slices."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    r = evaluate_checkpoint(ckpt, out_dir=tmp_path)
+    with np.load(tmp_path / f"{ckpt.name}.npz") as z:
+        nll = z["nll"]
+    tokens = np.asarray(TokenShards(tiny_run / "data", "val").tokens(), dtype=np.int64)
+    T = 32
+    assert nll.size == r["n_blocks"] == (tokens.size - 1) // T
+    model = load_run(ckpt).model.eval()
+    for k in (0, 1, nll.size - 1):
+        x = torch.from_numpy(tokens[k * T : k * T + T])[None]
+        y = torch.from_numpy(tokens[k * T + 1 : k * T + T + 1])
+        with torch.no_grad():
+            logits, _ = model(x)
+        assert nll[k] == pytest.approx(F.cross_entropy(logits[0].float(), y).item(), rel=1e-5), k
+    assert r["mean_nll"] == pytest.approx(nll.mean(), rel=1e-12)
+
+
+def test_partial_evaluation_is_not_marked_as_the_full_split(tiny_run, tmp_path):
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    r = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=3)
+    assert r["n_blocks"] == 3 and r["all_blocks"] is False
+
+
+def test_evaluation_of_a_replaced_checkpoint_is_redone(tiny_run, tmp_path):
+    """An up-to-date result is skipped; one of other checkpoint bytes (state.json hash) is redone."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    first = evaluate_checkpoint(ckpt, out_dir=tmp_path)
+    assert evaluate_checkpoint(ckpt, out_dir=tmp_path)["skipped"] is True
+    state = ckpt / "state.json"
+    original = state.read_bytes()
+    try:
+        state.write_text(json.dumps(dict(json.loads(original), note="re-saved")))
+        again = evaluate_checkpoint(ckpt, out_dir=tmp_path)
+    finally:
+        state.write_bytes(original)
+    assert again["skipped"] is False
+    assert again["checkpoint_state_sha256"] != first["checkpoint_state_sha256"]
+
+
+def test_document_ids_assign_each_target_to_its_document():
+    # EOT = 9 ends a document. Targets are tokens[1:9] = 9 3 4 9 | 7 8 2 1: the first 9 ends document 0,
+    # the second ends document 1, everything after it is document 2.
+    tokens = np.array([5, 9, 3, 4, 9, 7, 8, 2, 1, 9])
+    np.testing.assert_array_equal(document_ids(tokens, 9, 2, 4), [[0, 1, 1, 1], [2, 2, 2, 2]])
+    nll = np.arange(8.0).reshape(2, 4)
+    ids, total, count = per_document(nll, document_ids(tokens, 9, 2, 4))
+    np.testing.assert_array_equal(ids, [0, 1, 2])
+    np.testing.assert_allclose(total, [0.0, 1 + 2 + 3, 4 + 5 + 6 + 7])
+    np.testing.assert_array_equal(count, [1, 3, 4])
+
+
 def test_operator_override_is_recorded_separately(tiny_run, capsys):
     assert (
         main(
@@ -102,6 +158,9 @@ def test_document_clusters_on_test_split(tiny_run):
     with np.load(eval_dir(tiny_run / "run", "test") / f"{r['checkpoint']}.npz") as z:
         # token-weighted document mean equals the block mean (every target belongs to one document)
         assert z["doc_nll"].sum() / z["doc_tokens"].sum() == pytest.approx(r["mean_nll"])
+        # the document-cluster statistic is token-weighted: the same mean, not a mean of document means
+        assert r["doc_cluster_mean_nll"] == pytest.approx(r["mean_nll"], rel=1e-12)
+        assert not np.allclose(z["doc_nll"] / z["doc_tokens"], r["mean_nll"])
 
 
 def test_floor_tail_transform():

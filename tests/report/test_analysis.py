@@ -3,18 +3,23 @@ spec (tau included), full-gradient twins and pairing keys, on in-memory points."
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pytest
 
 from kinterval.report import analysis as A
 from kinterval.report.results import Point
-from kinterval.stats import block_bootstrap_ci, permutation_p_exact, seed_summary
+from kinterval.stats import block_bootstrap_ci, label_single_seed, permutation_p_exact, seed_summary
 
 N = 48
 
 
-def point(op, seed, nll, *, budget=1000, tokens=1000, step=10, data="d", tag="val"):
-    return Point("s", f"{op}-s{seed}", "g", op, seed, budget, step, tokens, tag, (data, "val", 64, N), nll)
+def point(op, seed, nll, *, budget=1000, tokens=1000, step=10, data="d", tag="val", **kw):
+    n = len(nll)
+    return Point(
+        "s", f"{op}-s{seed}", "g", op, seed, budget, step, tokens, tag, (data, "val", 64, n), nll, **kw
+    )
 
 
 def test_estimate_one_seed_is_the_block_bootstrap():
@@ -88,3 +93,119 @@ def test_path_ratio_interval_resamples_the_three_runs_together():
     assert lo < ratio < hi and 0.2 < lo and hi < 0.6
     with pytest.raises(ValueError, match="path ratio"):
         A.path_ratio_ci(mm, res[:-1], fwm)
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "excludes_zero", "separated", "within_margin"),
+    [
+        (0.0, 0.005, False, False, True),  # touching zero includes zero
+        (0.001, 0.005, True, False, True),
+        (0.01, 0.02, True, False, False),  # separated needs lo strictly above +0.01
+        (0.0101, 0.02, True, True, False),
+        (-0.01, 0.005, False, False, False),  # touching the margin is not wholly inside
+        (-0.005, 0.01, False, False, False),
+        (-0.0099, 0.0099, False, False, True),
+        (-0.02, 0.0, False, False, False),
+        (-0.03, -0.011, True, False, False),  # a detectable improvement is never "separated"
+    ],
+)
+def test_estimate_labels_at_their_boundaries(lo, hi, excludes_zero, separated, within_margin):
+    """The report's labels of a 95% CI are those of App. C.3, strict at every boundary, and agree with
+    ``label_single_seed`` (the 0.01-nat margin)."""
+    e = A.Estimate((lo + hi) / 2, lo, hi, "block bootstrap", 1, ((lo + hi) / 2,))
+    assert (e.excludes_zero, e.separated, e.within_margin) == (excludes_zero, separated, within_margin)
+    lab = label_single_seed(lo, hi, margin=A.MARGIN)
+    assert (lab.detectable, lab.separated, lab.within_margin) == (excludes_zero, separated, within_margin)
+
+
+def test_estimate_without_an_interval_has_no_label():
+    e = A.estimate({7: np.array([0.5])})  # one block: no bootstrap interval
+    assert np.isnan(e.lo) and not (e.excludes_zero or e.separated or e.within_margin)
+
+
+def test_path_ratio_interval_is_the_percentile_interval_of_explicit_resamples():
+    """Reference: build each resample's block indices explicitly (circular blocks of 16 from the same
+    generator draws), take the ratio of the resampled mean gaps, and its 2.5% and 97.5% quantiles."""
+    rng = np.random.default_rng(11)
+    n = 50
+    fwm = rng.normal(5.0, 0.3, n)
+    mm = fwm + rng.normal(0.2, 0.05, n)
+    res = mm - 0.4 * (mm - fwm) + rng.normal(0, 0.03, n)
+    ratio, lo, hi = A.path_ratio_ci(mm, res, fwm)
+    n_blocks = -(-n // 16)
+    starts = np.random.default_rng(0).integers(0, n, size=(4000, n_blocks))
+    idx = ((starts[:, :, None] + np.arange(16)) % n).reshape(4000, -1)[:, :n]
+    ref = (mm - res)[idx].mean(axis=1) / (mm - fwm)[idx].mean(axis=1)
+    assert ratio == pytest.approx((mm.mean() - res.mean()) / (mm.mean() - fwm.mean()), rel=1e-12)
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(ref, [0.025, 0.975])), rel=1e-9)
+
+
+def test_delta_row_reports_the_seed_sd_of_the_condition_nll():
+    base = np.random.default_rng(5).normal(4.0, 0.2, N)
+    levels = {7: 0.0, 42: 0.03, 1337: 0.01}
+    pts = [point("softmax", s, base + v) for s, v in levels.items()]
+    pts += [point("lerp-k4", s, base + v + 0.05 + 0.02 * (s == 42)) for s, v in levels.items()]
+    (row,) = A.delta_table(A.softmax_pairs(pts))
+    means = [0.05, 0.03 + 0.07, 0.01 + 0.05]  # the shared base shifts every mean alike
+    assert row.nll_sd == pytest.approx(statistics.stdev(means), abs=1e-9)  # n - 1 in the denominator
+    assert row.est.per_seed == pytest.approx((0.05, 0.07, 0.05))  # seeds 7, 42, 1337
+
+
+def _factorial_points(effects_by_K, seeds=(7,), missing=()):
+    base = np.random.default_rng(6).normal(4.0, 0.2, N)
+    cells = ("minmax-weight", "minmax-prob", "fwm-weight", "fwm-prob")
+    return [
+        point(f"{c}-k{K}", seed, base + e + 0.001 * seed)
+        for K, effs in effects_by_K.items()
+        for c, e in zip(cells, effs)
+        for seed in seeds
+        if (f"{c}-k{K}", seed) not in missing
+    ]
+
+
+def test_factorial_pooled_and_k_interaction_rows():
+    """Factorial at K4 and K16: the pooled row averages each effect over K, the K× row is effect(K16) minus
+    effect(K4), with calibration = (FWM_W + FWM_P - MM_W - MM_P) / 2 and surrogate = (MM_P + FWM_P - MM_W -
+    FWM_W) / 2."""
+    rows = A.factorial_effects(_factorial_points({4: (0.20, 0.14, 0.04, 0.01), 16: (0.10, 0.08, 0.03, 0.02)}))
+    by = {(r.key.operator, r.contrast): r.est.mean for r in rows}
+    assert by[("factorial K4", "calibration")] == pytest.approx(-0.145)
+    assert by[("factorial K16", "calibration")] == pytest.approx(-0.065)
+    assert by[("factorial, pooled over K", "calibration")] == pytest.approx(-0.105)
+    assert by[("factorial, K×", "K×calibration (K16 − K4)")] == pytest.approx(0.08)
+    assert by[("factorial, K×", "K×surrogate (K16 − K4)")] == pytest.approx(0.03)
+    assert not any("K×interaction" in c for _, c in by)
+
+
+def test_factorial_uses_the_seeds_every_cell_has():
+    pts = _factorial_points({4: (0.20, 0.14, 0.04, 0.01)}, seeds=(7, 42), missing={("fwm-prob-k4", 42)})
+    rows = {r.contrast: r for r in A.factorial_effects(pts)}
+    assert rows["interaction"].seeds == (7,) and rows["interaction"].est.interval == "block bootstrap"
+    assert rows["interaction"].est.mean == pytest.approx((0.01 - 0.04) - (0.14 - 0.20))
+
+
+def test_heldout_document_cluster_estimate_is_token_weighted():
+    """One seed with document clusters (C4): the estimate is the token-weighted mean of the per-document
+    differences, sum_d n_d (a_d - b_d) / sum_d n_d, with a document-cluster bootstrap interval."""
+    rng = np.random.default_rng(8)
+    n_docs = 40
+    tokens = rng.integers(10, 500, n_docs).astype(float)
+    per_doc_b = rng.normal(4.0, 0.2, n_docs)
+    per_doc_a = per_doc_b + 0.02 + 0.1 * (tokens > 250)  # long documents differ more
+    ids = np.arange(n_docs)
+
+    def docs(per_doc):
+        return {"doc_ids": ids, "doc_nll": per_doc * tokens, "doc_tokens": tokens}
+
+    nll = rng.normal(4.0, 0.2, N)
+    pts = [
+        point("softmax", 7, nll),
+        point("lerp-k4", 7, nll + 0.01),
+        point("softmax", 7, nll[:8], tag="val__c4", docs=docs(per_doc_b), primary=False),
+        point("lerp-k4", 7, nll[:8] + 0.05, tag="val__c4", docs=docs(per_doc_a), primary=False),
+    ]
+    (row,) = A.heldout_table(pts)
+    d = per_doc_a - per_doc_b
+    assert row.est.interval == "document-cluster bootstrap"
+    assert row.est.mean == pytest.approx(np.sum(tokens * d) / tokens.sum(), rel=1e-12)
+    assert row.est.lo < row.est.mean < row.est.hi

@@ -156,3 +156,16 @@ def test_bootstrap_p_matches_the_interval():
     for shift in (0.0, 0.02, 0.05):
         r = block_bootstrap_ci(rng.normal(shift, 0.1, 64), n_resamples=999)
         assert (r.p < 0.05) == r.excludes_zero() or abs(r.p - 0.05) < 0.01
+
+
+def test_bootstrap_of_a_null_contrast():
+    """Identical conditions give a contrast of zeros: every replicate is 0, the CI [0, 0] touches zero and so
+    does not exclude it, and p is 1 (replicates equal to 0 count on both sides)."""
+    zeros = np.zeros(48)
+    for r in (
+        block_bootstrap_ci(zeros),
+        paired_bootstrap_ci(zeros),
+        cluster_bootstrap_ci(zeros, np.arange(48) // 4),
+    ):
+        assert (r.mean, r.lo, r.hi) == (0.0, 0.0, 0.0), r.method
+        assert not r.excludes_zero() and r.p == 1.0, r.method

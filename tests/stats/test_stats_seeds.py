@@ -1,4 +1,5 @@
 import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -41,6 +42,34 @@ def test_exact_permutation_floor_and_ties():
     # One sign flip in five equal magnitudes: |sum| >= 3 for 2 + 2*5 = 12 assignments.
     assert permutation_p_exact([0.1, 0.1, 0.1, 0.1, -0.1]) == pytest.approx(12 / 32)
     assert permutation_p_exact([0.0, 0.0]) == 1.0
+
+
+def _rational_p(decimals):
+    """Exact sign-flip p in rational arithmetic: sign assignments with |sum| >= |observed sum|."""
+    d = [Fraction(x) for x in decimals]
+    obs = abs(sum(d))
+    hits = sum(
+        abs(sum(s * x for s, x in zip(signs, d))) >= obs
+        for signs in itertools.product([-1, 1], repeat=len(d))
+    )
+    return Fraction(hits, 2 ** len(d))
+
+
+@pytest.mark.parametrize(
+    "decimals",
+    [
+        ["0.15", "-0.19", "0.17", "0.02", "0.15"],  # -0.19 + 0.17 + 0.02 = 0: flipping those three ties
+        ["0.12", "-0.05", "-0.05", "0.03", "0.05"],  # -0.05 + 0.05 = 0
+        ["-0.18", "-0.10", "0.05", "-0.20", "0.30"],
+    ],
+)
+def test_permutation_p_counts_sign_assignments_that_tie_up_to_rounding(decimals):
+    """NLL differences read from tables are decimals; sign assignments whose sum equals the observed one
+    exactly (in rational arithmetic) count as ">= observed" although floating point rounds them apart."""
+    d = np.array([float(x) for x in decimals])
+    ref = _rational_p(decimals)
+    assert permutation_p_exact(d) == pytest.approx(float(ref), abs=1e-15)
+    assert abs(permutation_p_random(d, n=20000, seed=2) - float(ref)) < 0.02
 
 
 def test_random_permutation_close_to_exact_and_deterministic():

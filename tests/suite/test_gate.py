@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from kinterval.cli import main
+from kinterval.stats import block_bootstrap_ci
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.runner import run_suite
 
@@ -137,6 +138,66 @@ def edit_geometry(d):
     _edit_json(d / "runs" / RUN / "diagnostics" / "geometry" / "step_000016.json", lambda g: g.update(step=3))
 
 
+def edit_mean_ci95(d):
+    _edit_json(_eval(d), lambda s: s.update(mean_ci95=[s["mean_ci95"][0] - 0.01, s["mean_ci95"][1]]))
+
+
+def edit_recorded_state_hash(d):
+    _edit_json(_eval(d), lambda s: s.update(checkpoint_state_sha256="0" * 64))
+
+
+def edit_train_code(d):
+    _edit_json(_eval(d), lambda s: s["train_code"].update(ops_sha256="0" * 64))
+
+
+def mark_operator_override(d):
+    _edit_json(_eval(d), lambda s: s.update(operator_override=True))
+
+
+def mark_partial_split(d):
+    _edit_json(_eval(d), lambda s: s.update(all_blocks=False))
+
+
+def drop_all_blocks(d):  # a summary that does not say it covered the full split
+    _edit_json(_eval(d), lambda s: s.pop("all_blocks"))
+
+
+def edit_eval_step(d):
+    _edit_json(_eval(d), lambda s: s.update(step=8))
+
+
+def drop_last_block(d):
+    """One block fewer, with a summary that agrees with the shortened array."""
+    npz = _eval(d).with_suffix(".npz")
+    with np.load(npz) as z:
+        nll = z["nll"][:-1]
+    np.savez(npz, nll=nll)
+    ci = block_bootstrap_ci(nll, block=min(16, nll.size))
+    _edit_json(_eval(d), lambda s: s.update(n_blocks=nll.size, mean_nll=nll.mean(), mean_ci95=[ci.lo, ci.hi]))
+
+
+def mark_run_incomplete(d):
+    _edit_json(d / "runs" / RUN / "status.json", lambda s: s.update(status="running"))
+
+
+def edit_n_jobs(d):
+    _edit_json(d / "manifest.json", lambda m: m.update(n_jobs=m["n_jobs"] + 1))
+
+
+SUMMARY_TAMPERINGS = [
+    edit_mean_ci95,
+    edit_recorded_state_hash,
+    edit_recorded_checkpoint_hash,
+    edit_train_code,
+    mark_operator_override,
+    mark_partial_split,
+    drop_all_blocks,
+    edit_eval_step,
+    drop_last_block,
+    mark_run_incomplete,
+    edit_n_jobs,
+]
+
 TAMPERINGS = [
     shift_npz,
     edit_mean_nll,
@@ -197,6 +258,16 @@ def test_full_gate_cross_checks_summaries_and_manifest(suite_dir, tmp_path, tamp
     assert len(rep.errors) == 1, rep.errors
 
 
+@pytest.mark.parametrize("tamper", SUMMARY_TAMPERINGS, ids=lambda f: f.__name__)
+def test_full_gate_checks_each_evaluation_field(suite_dir, tmp_path, tamper):
+    """Each field of an evaluation summary, the run status and the manifest's job count is checked on its own:
+    one edit, one error, in full mode, where no recorded file hash stands behind the check."""
+    d = _copy(suite_dir, tmp_path)
+    tamper(d)
+    rep = gate(d, write_record=False)
+    assert len(rep.errors) == 1, rep.errors
+
+
 def test_full_gate_needs_the_data_folder(suite_dir, tmp_path):
     d = _copy(suite_dir, tmp_path)
     data = suite_dir / "data"
@@ -250,6 +321,39 @@ def test_results_only_one_error_per_tampering(results_dir, tmp_path, tamper):
     tamper(d)
     rep = gate(d, results_only=True)
     assert len(rep.errors) == 1, rep.errors
+
+
+def test_results_only_one_error_per_summary_edit(results_dir, tmp_path):
+    for i, tamper in enumerate(SUMMARY_TAMPERINGS):
+        d = _copy(results_dir, tmp_path / str(i))
+        tamper(d)
+        assert len(gate(d, results_only=True).errors) == 1, tamper.__name__
+
+
+def _drop_recorded_checkpoint(rec):
+    del rec["checkpoints"][f"{RUN}/step_000016"]
+
+
+def _edit_recorded_block_count(rec):
+    rec["checkpoints"][f"{RUN}/step_000016"]["n_blocks"] += 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [(_drop_recorded_checkpoint, "not in gate.json"), (_edit_recorded_block_count, "evaluated blocks")],
+)
+def test_results_only_holds_each_job_against_the_record(results_dir, tmp_path, edit, says):
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / RECORD, edit)
+    (err,) = gate(d, results_only=True).errors
+    assert f"{RUN} step 16" in err and says in err
+
+
+def test_results_only_reports_a_result_file_the_record_lacks(results_dir, tmp_path):
+    d = _copy(results_dir, tmp_path)
+    (d / "runs" / RUN / "notes.txt").write_text("added after the gate\n")
+    (err,) = gate(d, results_only=True).errors
+    assert err.startswith(f"runs/{RUN}/notes.txt: not in {RECORD}")
 
 
 def test_results_only_names_the_cause(results_dir, tmp_path):
