@@ -18,8 +18,9 @@ import sys
 import tempfile
 import time
 
-# "infer" is the forward kernel as an inference call launches it (no backward: nothing saved for one)
-KERNEL_NAMES = ("fwd", "infer", "dq", "dkdv")
+# "infer" is the forward kernel as an inference call launches it (no backward: nothing saved for one);
+# "fused" the one-kernel backward (KINTERVAL_TRITON_BWD=fused), which replaces dq + dkdv
+KERNEL_NAMES = ("fwd", "infer", "dq", "dkdv", "fused")
 TILE_KIND = {"infer": "fwd"}  # the candidate list a kernel name autotunes over
 
 
@@ -71,6 +72,8 @@ def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, B=16, H=32, T=10
     fwd, saved, consts = autograd.forward_launch(q, k, v, mask, spec, causal, 1 / D**0.5, prec, save=save)
     if kernel in ("fwd", "infer"):
         return fwd
+    if kernel == "fused":
+        return autograd.fused_backward(torch.empty_like(q), saved, consts)[0]
     dq, dkdv, _ = autograd.backward_launches(torch.empty_like(q), saved, consts)
     return {"dq": dq, "dkdv": dkdv}[kernel]
 

@@ -40,9 +40,9 @@ def test_kernels_compile_for_sm90(ops, dtypes, masks):
     cmd = [sys.executable, str(TOOL), "--ops", ops, "--dtypes", dtypes, "--D", "64", "--masks", masks]
     res = subprocess.run(cmd + ["--configs", "first"], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    kernel_row = re.compile(r"\| (fwd|infer|dq|dkdv) \|")
+    kernel_row = re.compile(r"\| (fwd|infer|dq|dkdv|fused) \|")
     rows = [line.split("|") for line in res.stdout.splitlines() if kernel_row.match(line)]
     n_ops, n_dtypes, n_masks = len(ops.split(",")), len(dtypes.split(",")), len(masks.split(","))
-    assert len(rows) == 4 * n_ops * n_dtypes * n_masks
+    assert len(rows) == 5 * n_ops * n_dtypes * n_masks
     for r in rows:  # registers, loop instructions, a 12-digit SASS hash
         assert int(r[6]) > 0 and int(r[9]) > 0 and re.fullmatch(r" [0-9a-f]{12} ", r[11]), r

@@ -425,8 +425,67 @@ def test_non_contiguous_inputs():
     check("fwm-weight-k4", q, k, v, do, causal=True)
 
 
+@pytest.fixture
+def fused_bwd(monkeypatch):
+    """KINTERVAL_TRITON_BWD=fused, and the number of fused backward launches (so that a silent fallback to
+    the split backward fails the test)."""
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", "fused")
+    calls = []
+    real = tri_autograd.fused_backward
+
+    def spy(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(tri_autograd, "fused_backward", spy)
+    return calls
+
+
+FUSED_CASES = [(name, "causal") for name in CORE_OPS] + [
+    ("minmax-prob-k4[arithmetic=historical]", "mask"),
+    ("fwm-weight-k4[arithmetic=historical]", "mask"),
+    ("minmax-weight-k4[range_grad=max_only]", "causal"),
+    ("lerp-k4[range_grad=min_only]", "mask"),
+    ("minmax-prob-k4[range_grad=detach]", "causal"),
+    ("resolved-prob-k4", "mask"),
+]
+
+
+@pytest.mark.parametrize(("name", "masking"), FUSED_CASES)
+def test_fused_backward(name, masking, fused_bwd):
+    """The one-kernel backward (dQ added atomically, the calibration terms of eq. (2) after the kernel)
+    against the float64 reference, at the split kernels' bound; with a general mask, a fully masked row gets
+    zero gradients."""
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=zlib.crc32(name.encode()) % 1000)
+    mask = None
+    if masking == "mask":
+        mask = _general_mask(1, 2, 37, 37, seed=6)
+        mask[0, 1, 3] = False
+    _, res, _ = check(name, q, k, v, do, causal=masking == "causal", mask=mask)
+    assert fused_bwd, "the fused backward did not run"
+    if mask is not None:
+        assert torch.equal(res[1][0, 1, 3].cpu(), torch.zeros(16))
+
+
+def test_fused_backward_falls_back_where_it_cannot_run(fused_bwd, monkeypatch):
+    """P1 (its projection needs the complete row sums inside dK) and deterministic algorithms run the split
+    backward; an unknown KINTERVAL_TRITON_BWD raises."""
+    q, k, v, do = make_inputs(1, 1, 19, 19, 16, seed=3)
+    check("lerp-k4[range_grad=p1]", q, k, v, do, causal=True)
+    assert not fused_bwd
+    flags = tri_autograd.operator_constants(OperatorSpec.parse("fwm-prob-k4"))[0]
+    assert tri_autograd.backward_mode(flags) == "fused"
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    assert tri_autograd.backward_mode(flags) == "split"
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", "atomic")
+    with pytest.raises(ValueError, match="KINTERVAL_TRITON_BWD"):
+        tri_autograd.backward_mode(flags)
+
+
+@pytest.mark.parametrize("bwd", ["split", "fused"])
 @pytest.mark.parametrize("name", ["minmax-weight-k4", "minmax-prob-k4", "lerp-k4"])
-def test_degenerate_and_empty_rows(name):
+def test_degenerate_and_empty_rows(name, bwd, monkeypatch):
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", bwd)
     B, H, T, D = 1, 2, 21, 16
     q, k, v, do = make_inputs(B, H, T, T, D, seed=4)
     q[0, 0, 9] = 0.0  # all scores equal: degenerate MinMax row (M - m = 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,7 @@ from kinterval.ops.triton.kernels import (
     INTERPRET,
     _bwd_dkdv_kernel,
     _bwd_dq_kernel,
+    _bwd_fused_kernel,
     _fwd_kernel,
     group_flags,
     kernel_flags,
@@ -177,6 +179,69 @@ def backward_launches(do, saved, ctx) -> tuple[Launch, Launch, tuple]:
     )
 
 
+def backward_mode(flags: dict) -> str:
+    """The backward a launch runs: "split" (a dQ kernel, then a dK/dV kernel; bitwise reproducible) or
+    "fused" (one kernel, dQ added atomically; ``fused_backward``). KINTERVAL_TRITON_BWD=fused opts in, read at
+    each backward; the P1 control (its projection needs a second pass over the rows) and
+    ``torch.use_deterministic_algorithms(True)`` keep the split backward."""
+    mode = os.environ.get("KINTERVAL_TRITON_BWD", "split")
+    if mode not in ("split", "fused"):
+        raise ValueError(f"KINTERVAL_TRITON_BWD must be 'split' or 'fused', got {mode!r}")
+    if mode == "fused" and (flags["PROJECT_P1"] or torch.are_deterministic_algorithms_enabled()):
+        return "split"
+    return mode
+
+
+def fused_backward(do, saved, ctx) -> tuple[Launch, object]:
+    """The fused backward launch for upstream gradient ``do``, and ``finish()``, which adds the calibration
+    terms of eq. (2) once the kernel's row sums are complete and returns (dq, dk, dv): G_M = sum_j gamma_j
+    dw_j/dM and G_m (eq. 1; FWM and resolved: G_M = -S1, no m term) land on the row's arg-max / arg-min key,
+    dq_i += G k_{argmax_i} and dk_{argmax_i} += G q_i, as the split kernels' rank-1 terms."""
+    q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin = saved
+    meta = {n: x for n, x in ctx["meta"].items() if n != "SAVE"}
+    flags = ctx["flags"]
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    o_at = oL if flags["JACOBIAN_AT_PL"] else o
+    delta = (do.float() * o_at.float()).sum(-1)
+    dev, f32 = q.device, torch.float32
+    terms = flags["KEEP_MAX_TERM"] or flags["KEEP_MIN_TERM"]
+    dq_acc = torch.zeros((B, H, Tq, D), dtype=f32, device=dev)  # atomic accumulators start at 0
+    S1, GM = (torch.zeros((B, H, Tq), dtype=f32, device=dev) for _ in range(2))
+    dk = _alloc((B, H, Tk, D), f32 if terms else k.dtype, dev)
+    dv = _alloc((B, H, Tk, D), v.dtype, dev)
+    split = split_loops("fused", q.element_size(), meta["BLOCK_D"], meta["MASKING"][1])
+
+    def grid(meta_):
+        return (triton.cdiv(Tk, meta_["BLOCK_N"]), B * H)
+
+    stats = (M, m, Wf, Wa, delta, amax, amin, dq_acc, S1, GM)
+    args = (q, (k, v, mask_t, do), stats, (dk, dv), *ctx["common"].values())
+    launch = Launch(_bwd_fused_kernel, grid, args, {**meta, "SPLIT": split})
+    scale = ctx["common"]["consts"][0]
+
+    def finish():
+        dq = dq_acc
+        if terms:
+            if flags["CALIB"] == 1:  # MinMax: dw/dM + dw/dm = -Delta
+                g_max, g_min = GM, -S1 - GM
+            else:
+                g_max, g_min = -S1, None
+            dk32 = dk
+            for keep, G, idx in (("KEEP_MAX_TERM", g_max, amax), ("KEEP_MIN_TERM", g_min, amin)):
+                if not flags[keep]:
+                    continue
+                at = idx.long().clamp_min(0)[..., None].expand(B, H, Tq, D)
+                dq = dq + G[..., None] * k.float().gather(2, at)
+                dk32 = dk32.scatter_add(2, at, (G * scale)[..., None] * q.float())
+            dk_out = dk32.to(k.dtype)
+        else:
+            dk_out = dk
+        return (dq * scale).to(q.dtype), dk_out, dv
+
+    return launch, finish
+
+
 class _TritonKIntervalAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, spec, causal, scale, precision):
@@ -189,10 +254,16 @@ class _TritonKIntervalAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        dq_launch, dkdv_launch, grads = backward_launches(do.contiguous(), ctx.saved_tensors, ctx.consts)
-        with _on_device(grads[0]):
-            dq_launch()
-            dkdv_launch()
+        do = do.contiguous()
+        with _on_device(do):
+            if backward_mode(ctx.consts["flags"]) == "fused":
+                launch, finish = fused_backward(do, ctx.saved_tensors, ctx.consts)
+                launch()
+                grads = finish()
+            else:
+                dq_launch, dkdv_launch, grads = backward_launches(do, ctx.saved_tensors, ctx.consts)
+                dq_launch()
+                dkdv_launch()
         return (*grads, None, None, None, None, None)
 
 

@@ -59,6 +59,10 @@ CANDIDATES_TF32X3 = {
     "dq": [(64, 16, 4, 2), (128, 32, 8, 2), (64, 32, 4, 2), (32, 32, 4, 2)],
     "dkdv": [(16, 64, 4, 2), (32, 32, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2)],
 }
+# The fused backward (one dK/dV program per key block that also adds its dQ share atomically) loops as dK/dV
+# does, so it starts from dK/dV's tiles (not yet timed on a GPU: KINTERVAL_TRITON_BWD=fused is opt-in).
+for _tiles in (CANDIDATES, CANDIDATES_FMA, CANDIDATES_TF32X3):
+    _tiles["fused"] = list(_tiles["dkdv"])
 TILE_LISTS = {"mma": CANDIDATES, "fma": CANDIDATES_FMA, "tf32x3": CANDIDATES_TF32X3}
 
 
@@ -70,7 +74,7 @@ def tile_list(dtype, precision: str | None) -> str:
 
 
 def candidate_configs(kind: str, fma: bool = False, tiles: str | None = None) -> list[triton.Config]:
-    """The autotune candidates of one kernel ("fwd", "dq" or "dkdv") from list ``tiles`` ("mma", "fma" or
+    """The autotune candidates of one kernel ("fwd", "dq", "dkdv" or "fused") from list ``tiles`` ("mma", "fma" or
     "tf32x3"; ``fma=True`` is "fma", the default "mma")."""
     tiles = tiles or ("fma" if fma else "mma")
     return [
@@ -190,7 +194,7 @@ SPLIT_MAX_D = {
 
 
 def split_loops(kind: str, element_size: int, block_d: int, has_mask: bool) -> bool:
-    """Whether kernel ``kind`` (fwd, dq, dkdv) runs interior tiles through the unmasked copy of its loop body
+    """Whether kernel ``kind`` (fwd, dq, dkdv, fused) runs interior tiles through the unmasked copy of its loop body
     (see above); the launcher passes it as the constexpr SPLIT, so that it is part of every compile and
     autotune key."""
     limit = SPLIT_MAX_D["fwd" if kind == "fwd" else "bwd"]
@@ -999,5 +1003,129 @@ def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constex
     tl.store(DV + out, _cast(dv, DV.dtype.element_ty), mask=kvmask)
 
 
-# The three autotuned kernels by the names of CANDIDATES (benchmarks, tests and _fits_shared_memory use it).
-KERNELS = {"fwd": _fwd_kernel, "dq": _bwd_dq_kernel, "dkdv": _bwd_dkdv_kernel}
+# ------------------------------------------------------------------------------------- fused backward
+@triton.jit
+def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
+                GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
+                BLOCK_M: tl.constexpr):  # fmt: skip
+    """One query tile of the fused backward, kv_sums = (dk, dv): dV += P^T dO and dK += dS^T q with the self
+    term dS = gamma Delta of eq. (2); the tile's dQ share dS k and its row sums S1 = sum_j dS_ij and
+    G_M = sum_j gamma_ij dw_ij/dM (eq. 1) are added atomically to fp32 buffers. The calibration terms of
+    eq. (2) need the complete row sums: ``autograd.fused_backward`` adds them after the kernel. kv, query,
+    dims as in ``_dkdv_step``; stats = (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, DQa, S1a, GMa)."""
+    k, v = kv
+    CALIB: tl.constexpr = OP[0]
+    JACOBIAN_AT_PL: tl.constexpr = OP[3]
+    HISTORICAL: tl.constexpr = OP[4]
+    KEEP_MAX_TERM: tl.constexpr = GRAD[0]
+    KEEP_MIN_TERM: tl.constexpr = GRAD[1]
+    SUM_GM: tl.constexpr = GRAD[2]
+    q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
+    offs_d, dmask = dims
+    Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, DQa, S1a, GMa = stats
+    dk, dv = kv_sums
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    rmask = offs_m < Tq
+    qmask = dmask[None, :] if FULL else rmask[:, None] & dmask[None, :]
+    q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
+    o_ptrs = bh * Tq * D + offs_m[:, None] * D + offs_d[None, :]
+    do = tl.load(DO + o_ptrs, mask=qmask, other=0.0)
+    row_i = bh * Tq + offs_m
+    M = tl.load(Mrow + row_i, mask=rmask, other=0.0)
+    m = tl.load(mrow + row_i, mask=rmask, other=0.0)
+    Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
+    Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
+    Dd = tl.load(Dlt + row_i, mask=rmask, other=0.0)
+    amax = tl.load(Amax + row_i, mask=rmask, other=-1)
+    amin = tl.load(Amin + row_i, mask=rmask, other=-1)
+    row = row_constants(M, m, kf, tau, CALIB)
+    s = _scores(q, tl.trans(k), scale, M, PREC, OP[1])
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
+    is_max = offs_n[None, :] == amax[:, None]
+    is_min = offs_n[None, :] == amin[:, None]
+    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, SUM_GM)
+    if JACOBIAN_AT_PL and HISTORICAL:  # dV with the forward P, as in _dkdv_step
+        p = prob_ste(wLp, w, Wa, Wf)
+    else:
+        p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
+    dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
+    g = _dot(do, tl.trans(v), PREC)
+    inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
+    gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
+    ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False)  # eq. (2) self term
+    dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
+    amask = rmask[:, None] & dmask[None, :]
+    tl.atomic_add(DQa + o_ptrs, _dot(_cast(ds, k.dtype), k, PREC), mask=amask, sem="relaxed")
+    if KEEP_MAX_TERM or KEEP_MIN_TERM:
+        tl.atomic_add(S1a + row_i, tl.sum(ds, 1), mask=rmask, sem="relaxed")
+    if SUM_GM:
+        tl.atomic_add(GMa + row_i, tl.sum(gamma * dM, 1), mask=rmask, sem="relaxed")
+    return dk, dv
+
+
+@triton.autotune(configs=_configs("fused"), key=_KEY, prune_configs_by=_pruner("fused"))
+@triton.jit
+def _bwd_fused_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
+                      MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+    """The whole backward in one pass over the scores: dK, dV of one key block as ``_bwd_dkdv_kernel`` (loop
+    over query blocks), and dQ's share of the block added atomically (``_fused_step``). Scores and grid are
+    recomputed once instead of twice; the result is not bitwise reproducible (atomic summation order).
+    outs = (DK, DV): DK holds dS^T q * scale without the calibration terms (fp32 when those follow)."""
+    Kp, V, Mask, DO = ins
+    DK, DV = outs
+    q_str, k_str, v_str, m_str = strides
+    sqb, sqh, sqm, sqd = q_str
+    skb, skh, skn, skd = k_str
+    svb, svh, svn, svd = v_str
+    smb, smh, smm, smn = m_str
+    H, Tq, Tk, D = shape
+    scale, kf, tau = consts
+    IS_CAUSAL: tl.constexpr = MASKING[0]
+    HAS_MASK: tl.constexpr = MASKING[1]
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    hd = bh % H
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    kvmask = (offs_n[:, None] < Tk) & dmask[None, :]
+    k = tl.load(
+        Kp + b * skb + hd * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0
+    )
+    v = tl.load(
+        V + b * svb + hd * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0
+    )
+    kv = (k, v)
+    query = (Q + b * sqb + hd * sqh, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau)
+    dims = (offs_d, dmask)
+    mask = (Mask + b * smb + hd * smh, smm, smn)
+    lo = 0
+    if IS_CAUSAL:  # first query that sees key pid_n * BLOCK_N: i >= j - (Tk - Tq)
+        lo = tl.maximum(pid_n * BLOCK_N - (Tk - Tq), 0)
+        lo = (lo // BLOCK_M) * BLOCK_M
+
+    kv_sums = (tl.zeros([BLOCK_N, BLOCK_D], tl.float32), tl.zeros([BLOCK_N, BLOCK_D], tl.float32))
+    full_hi = lo
+    if SPLIT:
+        full_lo, full_hi = _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
+        for start_m in range(lo, full_lo, BLOCK_M):  # masked, unmasked interior, masked (last rows)
+            kv_sums = _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                                  MASKING, PREC, False, BLOCK_M)  # fmt: skip
+        for start_m in range(full_lo, full_hi, BLOCK_M):
+            kv_sums = _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                                  MASKING, PREC, True, BLOCK_M)  # fmt: skip
+    for start_m in range(full_hi, Tq, BLOCK_M):
+        kv_sums = _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                              MASKING, PREC, False, BLOCK_M)  # fmt: skip
+    dk, dv = kv_sums
+
+    dk = dk * scale
+    out = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
+    tl.store(DK + out, _cast(dk, DK.dtype.element_ty), mask=kvmask)
+    tl.store(DV + out, _cast(dv, DV.dtype.element_ty), mask=kvmask)
+
+
+# The autotuned kernels by the names of CANDIDATES (benchmarks, tests and _fits_shared_memory use it).
+KERNELS = {"fwd": _fwd_kernel, "dq": _bwd_dq_kernel, "dkdv": _bwd_dkdv_kernel, "fused": _bwd_fused_kernel}
