@@ -78,6 +78,12 @@ def parse_args(argv=None):
     p.add_argument("--precompile", type=int, default=min(16, os.cpu_count() or 1),
                    help="worker processes that fill Triton's kernel cache (every autotune candidate of every "
                    "operator/dtype/D) before timing; 0 = compile lazily in the timing process")  # fmt: skip
+    p.add_argument(
+        "--bwd",
+        default="split",
+        help="comma-separated backward kernels to time, from split "
+        "(dQ then dK/dV) and fused (one kernel, atomic dQ; KINTERVAL_TRITON_BWD)",
+    )
     p.add_argument("--no-sdpa", action="store_true")
     p.add_argument("--no-flex", action="store_true", help="no FlexAttention rows and no 'x flex' values")
     p.add_argument(
@@ -135,11 +141,15 @@ def main(argv=None) -> int:
         if not on_gpu:  # the interpreter is slow: a subset unless asked for explicitly
             ops = ops if args.ops else ops[:2]
             modes = modes if args.dtypes else modes[:1]
+    bwds = _names(args.bwd)
+    for b in bwds:
+        if b not in ("split", "fused"):
+            raise SystemExit(f"unknown backward {b!r}; choose from split, fused")
     causal = not args.no_causal
     compile_ops = None if args.compile_ops == "all" else set(args.compile_ops.split(","))
     compile_modes, compile_ds = set(args.compile_dtypes.split(",")), set(_ints(args.compile_D))
     if on_gpu and args.precompile > 0:
-        _precompile(ops, modes, Ds, causal, args.precompile)
+        _precompile(ops, modes, Ds, causal, args.precompile, bwds)
 
     bench = _make_bench(on_gpu, args)
     notes: list[str] = []  # one line per reason a cell shows "-" (printed once, and again under the table)
@@ -171,7 +181,9 @@ def main(argv=None) -> int:
                         if flex_ms is not None:
                             flex_row["err vs fp64"], flex_row["torch fp32 err"] = errors.flex(mode, D)
                         rows.append(_finish(flex_row, FLEX, mode, shape, flops, sdpa_ms, flex_ms))
-                    for spec in ops:
+                    for spec, bwd in ((spec, bwd) for spec in ops for bwd in bwds):
+                        os.environ["KINTERVAL_TRITON_BWD"] = bwd  # read by each backward
+                        label = spec.full_name + ("" if bwd == "split" else f" ({bwd} bwd)")
                         wanted = compile_ops is None or spec.full_name in compile_ops
                         run_compiled = (
                             wanted and T in compile_ts and mode in compile_modes and D in compile_ds
@@ -189,7 +201,7 @@ def main(argv=None) -> int:
                                 raise
                             _note(notes, f"tf32x3 rows: triton_attention refused it ({err})")
                             row = {}
-                        rows.append(_finish(row, spec.full_name, mode, shape, flops, sdpa_ms, flex_ms))
+                        rows.append(_finish(row, label, mode, shape, flops, sdpa_ms, flex_ms))
                         print(
                             f"{_fmt_row(rows[-1])}  [{time.perf_counter() - t_row:.0f} s]",
                             file=sys.stderr,
@@ -232,7 +244,7 @@ def _compile_worker(job):
     """Run fwd+bwd once at a small shape: the autotuner compiles every candidate into Triton's disk cache,
     where the timing process finds them. Same specialisation as the timed shapes: Triton specialises integer
     arguments on divisibility by 16, so H, T and the strides must all be multiples of 16 here as there."""
-    name, dtype_name, precision, D, causal = job
+    name, dtype_name, precision, D, causal, bwds = job
     import torch
 
     from kinterval.ops.triton import triton_attention
@@ -244,7 +256,11 @@ def _compile_worker(job):
     for x in (q, k, v):
         x.requires_grad_()
     try:
-        triton_attention(q, k, v, name, causal=causal, precision=precision).backward(do)
+        for bwd in bwds:  # each backward kernel timed (KINTERVAL_TRITON_BWD is read at each backward)
+            os.environ["KINTERVAL_TRITON_BWD"] = bwd
+            triton_attention(q, k, v, name, causal=causal, precision=precision).backward(do)
+        with torch.no_grad():  # the inference forward ("fwd ms"): Prob-STE compiles its own
+            triton_attention(q, k, v, name, causal=causal, precision=precision)
     except ValueError:  # a precision this triton_attention refuses: the timing process says so
         if precision != "tf32x3":
             raise
@@ -263,11 +279,11 @@ def _tiles() -> str:
     return ", ".join(out)
 
 
-def _precompile(ops, modes, Ds, causal, workers):
+def _precompile(ops, modes, Ds, causal, workers, bwds=("split",)):
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    jobs = [(spec.full_name, DTYPE_MODES[m][0], DTYPE_MODES[m][1], D, causal)
+    jobs = [(spec.full_name, DTYPE_MODES[m][0], DTYPE_MODES[m][1], D, causal, tuple(bwds))
             for spec in ops for m in modes for D in Ds]  # fmt: skip
     t0 = time.perf_counter()
     with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:

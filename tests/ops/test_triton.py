@@ -583,7 +583,7 @@ def test_autotune_space_and_pruning(monkeypatch):
         return c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"]
 
     fp32, bf16 = torch.empty(0), torch.empty(0, dtype=torch.bfloat16)
-    for kind in ("fwd", "dq", "dkdv"):
+    for kind in ("fwd", "dq", "dkdv", "fused"):
         mma, fma = K.candidate_configs(kind), K.candidate_configs(kind, fma=True)
         space = mma + fma
         assert len(mma) >= 3 and len(fma) >= 3 and len({K._tile(c) for c in space}) == len(space)

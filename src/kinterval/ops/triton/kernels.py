@@ -60,8 +60,12 @@ CANDIDATES_TF32X3 = {
     "dkdv": [(16, 64, 4, 2), (32, 32, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2)],
 }
 # The fused backward (one dK/dV program per key block that also adds its dQ share atomically) loops as dK/dV
-# does, so it starts from dK/dV's tiles (not yet timed on a GPU: KINTERVAL_TRITON_BWD=fused is opt-in).
-for _tiles in (CANDIDATES, CANDIDATES_FMA, CANDIDATES_TF32X3):
+# does and holds a dQ tile more. ptxas (sm_90a, minmax-weight-k4 / fwm-prob-k4, causal) on dK/dV's default
+# 64x32/4 warps: bf16 D = 64 spills 48 / 0 B, D = 128 392 / 60 B, TF32 D = 128 0.9 / 0.5 KB; 16x64/4 and
+# 64x16/4 spill 0-84 B in bf16 at D <= 128. Not timed yet (KINTERVAL_TRITON_BWD=fused is opt-in); the fp32
+# "ieee" and split-TF32 lists start from dK/dV's.
+CANDIDATES["fused"] = [(64, 32, 4, 2), (16, 64, 4, 2), (64, 16, 4, 2), (128, 32, 8, 2), (32, 32, 4, 2)]
+for _tiles in (CANDIDATES_FMA, CANDIDATES_TF32X3):
     _tiles["fused"] = list(_tiles["dkdv"])
 TILE_LISTS = {"mma": CANDIDATES, "fma": CANDIDATES_FMA, "tf32x3": CANDIDATES_TF32X3}
 
@@ -74,8 +78,8 @@ def tile_list(dtype, precision: str | None) -> str:
 
 
 def candidate_configs(kind: str, fma: bool = False, tiles: str | None = None) -> list[triton.Config]:
-    """The autotune candidates of one kernel ("fwd", "dq", "dkdv" or "fused") from list ``tiles`` ("mma", "fma" or
-    "tf32x3"; ``fma=True`` is "fma", the default "mma")."""
+    """The autotune candidates of one kernel ("fwd", "dq", "dkdv" or "fused") from list ``tiles`` ("mma",
+    "fma" or "tf32x3"; ``fma=True`` is "fma", the default "mma")."""
     tiles = tiles or ("fma" if fma else "mma")
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
@@ -194,9 +198,9 @@ SPLIT_MAX_D = {
 
 
 def split_loops(kind: str, element_size: int, block_d: int, has_mask: bool) -> bool:
-    """Whether kernel ``kind`` (fwd, dq, dkdv, fused) runs interior tiles through the unmasked copy of its loop body
-    (see above); the launcher passes it as the constexpr SPLIT, so that it is part of every compile and
-    autotune key."""
+    """Whether kernel ``kind`` (fwd, dq, dkdv, fused) runs interior tiles through the unmasked copy of its
+    loop body (see above); the launcher passes it as the constexpr SPLIT, so that it is part of every compile
+    and autotune key."""
     limit = SPLIT_MAX_D["fwd" if kind == "fwd" else "bwd"]
     return (not has_mask) and block_d <= limit and element_size <= 2
 
