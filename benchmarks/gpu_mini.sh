@@ -19,7 +19,8 @@
 # Stages:
 #   env      GPU, driver, torch, triton versions and the commit (into $OUT/env.txt)
 #   kernels  preflight: the core fused-kernel tests on this GPU (every operator, historical arithmetic, wide
-#            rows, precision modes) against the float64 reference; the suite is not started if they fail
+#            rows, precision modes, the inference forward of evaluation) against the float64 reference; the
+#            suite is not started if they fail
 #   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best --per-gpu)
 #   auto     minmax-weight-k4 in historical arithmetic, suite D's protocol, a few steps under backend="auto"
 #   start    prepare .corpus/docs into .mini/data, start `kinterval suite run $SUITE_NAME` in the background
@@ -51,7 +52,7 @@ for stage in "$@"; do
       } | tee "$OUT/env.txt" ;;
     kernels)
       timeout 420 $PY -m pytest -q -x -p no:cacheprovider tests/ops/test_triton.py \
-        -k "(operator_causal or historical or wide_rows or precision_modes or low_precision) and not gpu_large" 2>&1 \
+        -k "(operator_causal or historical or wide_rows or precision_modes or low_precision or inference) and not gpu_large" 2>&1 \
         | tail -n 15 | tee "$OUT/kernels.txt"
       [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "kernel preflight failed: not starting the suite"; exit 1; } ;;
     measure)  # tokens/s of N concurrent training processes of the mini model (bf16 autocast, auto backend)
