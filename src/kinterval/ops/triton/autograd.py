@@ -194,9 +194,10 @@ def backward_mode(flags: dict) -> str:
 
 def fused_backward(do, saved, ctx) -> tuple[Launch, object]:
     """The fused backward launch for upstream gradient ``do``, and ``finish()``, which adds the calibration
-    terms of eq. (2) once the kernel's row sums are complete and returns (dq, dk, dv): G_M = sum_j gamma_j
-    dw_j/dM and G_m (eq. 1; FWM and resolved: G_M = -S1, no m term) land on the row's arg-max / arg-min key,
-    dq_i += G k_{argmax_i} and dk_{argmax_i} += G q_i, as the split kernels' rank-1 terms."""
+    terms of eq. (2) once the kernel's row sums are complete and returns (dq, dk, dv): G_M and G_m (FWM and
+    resolved: G_M = -S1, no m term), the row sums of gamma_j times dw_j/dM (eq. 1), land on the row's
+    arg-max / arg-min key, dq_i += G k_{argmax_i} and dk_{argmax_i} += G q_i, as the split kernels' rank-1
+    terms."""
     q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin = saved
     meta = {n: x for n, x in ctx["meta"].items() if n != "SAVE"}
     flags = ctx["flags"]

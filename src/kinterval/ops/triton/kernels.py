@@ -1014,9 +1014,10 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, O
                 BLOCK_M: tl.constexpr):  # fmt: skip
     """One query tile of the fused backward, kv_sums = (dk, dv): dV += P^T dO and dK += dS^T q with the self
     term dS = gamma Delta of eq. (2); the tile's dQ share dS k and its row sums S1 = sum_j dS_ij and
-    G_M = sum_j gamma_ij dw_ij/dM (eq. 1) are added atomically to fp32 buffers. The calibration terms of
-    eq. (2) need the complete row sums: ``autograd.fused_backward`` adds them after the kernel. kv, query,
-    dims as in ``_dkdv_step``; stats = (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, DQa, S1a, GMa)."""
+    G_M, the sum over j of gamma_ij times dw_j/dM (eq. 1), are added atomically to fp32 buffers. The
+    calibration terms of eq. (2) need the complete row sums: ``autograd.fused_backward`` adds them after the
+    kernel. kv, query, dims as in ``_dkdv_step``; stats = (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, DQa, S1a,
+    GMa)."""
     k, v = kv
     CALIB: tl.constexpr = OP[0]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
