@@ -4,7 +4,7 @@ For each (kernel, operator, dtype, D, tile config) the table gives registers per
 (bytes), shared memory and the compile time. Spills are the first thing to look at when a kernel is slow.
 
 Usage:  python benchmarks/kernel_resources.py [--ops minmax-prob-k4,softmax] [--dtypes bf16,tf32] [--D 64,128]
-        [--configs all|default] [--arch sm_90a]
+        [--configs all|first] [--arch sm_90a] [--mix N]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 # "infer" is the forward kernel as an inference call launches it (no backward: nothing saved for one);
 # "fused" the one-kernel backward (KINTERVAL_TRITON_BWD=fused), which replaces dq + dkdv
@@ -24,10 +25,15 @@ KERNEL_NAMES = ("fwd", "infer", "dq", "dkdv", "fused")
 TILE_KIND = {"infer": "fwd"}  # the candidate list a kernel name autotunes over
 
 
-def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> tuple[int, float, str]:
-    """(instructions, instructions per score) of the longest loop in the SASS (nvdisasm): the kernels are
-    bound by instruction issue, so this per-score count is their cost model; and a hash of the whole
-    instruction stream (equal hashes: a code change left the machine code identical)."""
+def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> dict:
+    """The loops of the kernel's SASS (nvdisasm) and what they issue. The kernels are bound by instruction
+    issue, so instructions per score are their cost model.
+
+    Returns ``loops``, the instructions per score of every loop in code order (a loop: a branch back to an
+    earlier label; the kernels' tile loops are not nested); ``longest`` and ``per_score``, the instructions
+    of the longest loop, total and per score; ``opcodes``, that loop's opcodes (``FFMA``, ``ISETP``, ...;
+    predicates and modifiers dropped) with their counts; and ``sass``, a hash of the whole instruction
+    stream (equal hashes: a code change left the machine code identical)."""
     import triton
 
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
@@ -44,16 +50,24 @@ def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> tuple[int, float,
             if label:
                 addr[label], label = a, None
             code.append((a, m.group(2)))
-    longest = 0
-    for a, ins in code:  # a loop: a branch back to an earlier label
+    ends = {}  # loop start -> its last back branch
+    for a, ins in code:
         m = re.search(r"BRA\W.*?(L_x_\d+)", ins)
         if m and addr.get(m.group(1), a) < a:
-            longest = max(longest, sum(1 for b, _ in code if addr[m.group(1)] <= b <= a))
+            ends[addr[m.group(1)]] = a
+    bodies = [[i for b, i in code if lo <= b <= hi] for lo, hi in sorted(ends.items())]
+    body = max(bodies, key=len, default=[])
+    opcodes = Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for i in body)
     # kernel parameters are read from constant bank 0 at offsets that follow the argument order: masked,
     # so that regrouping the arguments (same instructions) keeps the hash
     stream = "\n".join(re.sub(r"c\[0x0\]\[0x[0-9a-f]+\]", "c[0x0][param]", ins) for _, ins in code)
-    sass = hashlib.sha256(stream.encode()).hexdigest()[:12]
-    return longest, longest / scores_per_thread, sass
+    return dict(
+        loops=[len(x) / scores_per_thread for x in bodies],
+        longest=len(body),
+        per_score=len(body) / scores_per_thread,
+        opcodes=opcodes,
+        sass=hashlib.sha256(stream.encode()).hexdigest()[:12],
+    )
 
 
 def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, B=16, H=32, T=1024):
@@ -117,16 +131,18 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     smem = out.metadata.shared
     st, ld = (int(spill.group(1)), int(spill.group(2))) if spill else (None, None)
     per_thread = cfg.kwargs["BLOCK_M"] * cfg.kwargs["BLOCK_N"] / (32 * cfg.num_warps)
-    loop, per_score, sass = sass_loop_stats(out.asm["cubin"], per_thread)
+    stats = sass_loop_stats(out.asm["cubin"], per_thread)
     return dict(
         regs=int(regs.group(1)) if regs else None,
         spill_st=st,
         spill_ld=ld,
         smem=smem,
         secs=secs,
-        loop=loop,
-        per_score=per_score,
-        sass=sass,
+        loop=stats["longest"],
+        per_score=stats["per_score"],
+        loops=stats["loops"],
+        sass=stats["sass"],
+        mix={op: n / per_thread for op, n in stats["opcodes"].most_common()},  # instructions per score
     )
 
 
@@ -142,6 +158,13 @@ def main(argv=None) -> int:
     p.add_argument(
         "--split-max-d", type=int, help="override kernels.SPLIT_MAX_D, every kernel (0: never split)"
     )
+    p.add_argument(
+        "--mix",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add a column with the loop's N most frequent opcodes, instructions per score each",
+    )
     args = p.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
     from kinterval.ops import OperatorSpec
@@ -150,11 +173,12 @@ def main(argv=None) -> int:
     if args.split_max_d is not None:
         K.SPLIT_MAX_D = {"fwd": args.split_max_d, "bwd": args.split_max_d}
 
+    mix_col = (" opcode mix (instr/score) |", "---|") if args.mix else ("", "")
     print(
         "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B "
-        "| loop instr | instr/score | SASS hash | compile s |"
+        "| loop instr | instr/score | SASS hash | compile s | every loop (instr/score) |" + mix_col[0]
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|" + mix_col[1])
     masks = {"causal": (True, False), "mask": (False, True), "none": (False, False)}
     jobs = [(D, dm, name, kernel, mk) for D in (int(x) for x in args.D.split(","))
             for dm in args.dtypes.split(",") for name in args.ops.split(",")
@@ -169,8 +193,11 @@ def main(argv=None) -> int:
             c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"
             spill = f"{r['spill_st']}/{r['spill_ld']}"
             sass = f"{r['loop']} | {r['per_score']:.0f} | {r['sass']}"
+            mix = " ".join(f"{op} {n:.1f}" for op, n in list(r["mix"].items())[: args.mix])
+            mix = f" {mix} |" if args.mix else ""
+            loops = " / ".join(f"{n:.1f}" for n in r["loops"])
             print(f"| {kernel} | {name} ({mk}) | {dm} | {D} | {c} | {r['regs']} | {spill} | {r['smem']} "
-                  f"| {sass} | {r['secs']:.1f} |", flush=True)  # fmt: skip
+                  f"| {sass} | {r['secs']:.1f} | {loops} |{mix}", flush=True)  # fmt: skip
     return 0
 
 

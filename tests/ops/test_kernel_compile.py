@@ -37,12 +37,29 @@ def _ptxas() -> bool:
 def test_kernels_compile_for_sm90(ops, dtypes, masks):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, do not interpret
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, str(TOOL), "--ops", ops, "--dtypes", dtypes, "--D", "64", "--masks", masks]
+    cmd = [
+        sys.executable,
+        str(TOOL),
+        "--ops",
+        ops,
+        "--dtypes",
+        dtypes,
+        "--D",
+        "64",
+        "--masks",
+        masks,
+        "--mix",
+        "3",
+    ]
     res = subprocess.run(cmd + ["--configs", "first"], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     kernel_row = re.compile(r"\| (fwd|infer|dq|dkdv|fused) \|")
     rows = [line.split("|") for line in res.stdout.splitlines() if kernel_row.match(line)]
     n_ops, n_dtypes, n_masks = len(ops.split(",")), len(dtypes.split(",")), len(masks.split(","))
     assert len(rows) == 5 * n_ops * n_dtypes * n_masks
-    for r in rows:  # registers, loop instructions, a 12-digit SASS hash
+    for r in rows:  # registers, loop instructions, a 12-digit SASS hash, the loops, 3 opcodes
         assert int(r[6]) > 0 and int(r[9]) > 0 and re.fullmatch(r" [0-9a-f]{12} ", r[11]), r
+        loops = [float(n) for n in r[13].split(" / ")]  # every loop; the longest is instr/score
+        assert abs(max(loops) - float(r[10])) <= 0.5, r
+        mix = re.findall(r"([A-Z][A-Z0-9]+) (\d+\.\d)", r[14])
+        assert len(mix) == 3 and sum(float(n) for _, n in mix) <= float(r[10]) + 0.5, r
