@@ -97,6 +97,9 @@ def test_bad_inputs_raise_clear_errors():
         kinterval_attention(q, q.double(), q, "softmax")
     with pytest.raises(ValueError, match="unknown backend"):
         kinterval_attention(q, q, q, "softmax", backend="flash")
+    for scale in (0.0, -0.125, float("nan"), float("inf"), "0.1"):
+        with pytest.raises(ValueError, match="scale must be a positive finite number"):
+            kinterval_attention(q, q, q, "softmax", scale=scale, backend="reference")
 
 
 def test_neg_inf_scores_count_as_masked():

@@ -375,6 +375,24 @@ def test_wide_rows(name, span_log2):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * max(1.0, want.abs().max().item()))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("step", [0.5, 3.0, 10.0])
+def test_softmax_one_pass_rescales(step, causal):
+    """Softmax's forward reads each key tile once and rescales W and O by e^{M_old - M} whenever the row max
+    grows (FlashAttention's online softmax). Scores x_j = +-step * j (q one-hot, the scores in k): rows whose
+    max grows on every key tile (by 16 step, past fp32's exp range at step 10: the earlier sums then scale
+    to 0), rows whose max is the first key, and a flat row; out and all gradients against float64."""
+    T, D = 40, 16
+    k = torch.zeros(1, 2, T, D)
+    k[..., 0] = torch.arange(T) * step
+    k[0, 1, :, 1] = torch.linspace(-1, 1, T)  # second head: the same rows, slightly tilted
+    q = torch.zeros(1, 2, 3, D)
+    q[..., 0, 0], q[..., 1, 0], q[..., 2, 1] = 1.0, -1.0, 1.0  # growing max, max first, nearly flat
+    g = torch.Generator().manual_seed(8)
+    v, do = torch.randn(1, 2, T, D, generator=g), torch.randn(1, 2, 3, D, generator=g)
+    check("softmax", q, k, v, do, causal=causal, scale=1.0)
+
+
 # --------------------------------------------------------------------------------------- shapes, masks
 def _general_mask(B, H, Tq, Tk, seed):
     g = torch.Generator().manual_seed(seed)
@@ -547,7 +565,7 @@ def test_precision_modes(precision):
 @pytest.mark.skipif(
     HAS_CUDA, reason="interpreter check of the two loop bodies; GPU: test_gpu_large runs both"
 )
-@pytest.mark.parametrize("name", ["minmax-prob-k4", "lerp-k4[range_grad=p1]"])
+@pytest.mark.parametrize("name", ["minmax-prob-k4", "lerp-k4[range_grad=p1]", "softmax"])
 def test_unsplit_loops_match(name, monkeypatch):
     """16-bit inputs with D <= SPLIT_MAX_D run interior tiles through an unmasked copy of the loop body (by
     default the forward only); force it on in all three kernels, then off: the results must be
@@ -739,6 +757,8 @@ def test_input_errors():
         triton_attention(q, k, v, "lerp-k4", mask=torch.ones(20, 16, device=DEVICE))
     with pytest.raises(ValueError, match="broadcast"):
         triton_attention(q, k, v, "lerp-k4", mask=torch.ones(3, 20, 16, dtype=torch.bool, device=DEVICE))
+    with pytest.raises(ValueError, match="scale must be a positive"):  # the kernels scale the max of q k^T
+        triton_attention(k, k, v, "softmax", scale=-1.0)
 
 
 def test_api_backend_triton():

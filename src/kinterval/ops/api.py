@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Iterator
 from contextvars import ContextVar
 
@@ -160,6 +161,8 @@ def kinterval_attention(
         raise ValueError(f"q, k, v need a head dimension D >= 1, got q {tuple(q.shape)}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
 
     backend = resolve_backend(spec, q.device, q.dtype, backend=backend)  # "auto": the fastest that runs spec
     if backend == "triton":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
@@ -319,6 +320,9 @@ def triton_attention(
         raise ValueError(f"empty attention: q {tuple(q.shape)}, k {tuple(k.shape)}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
+        # the kernels scale the row max of q k^T: the max of the scaled scores for scale > 0 only
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     prec = resolve_precision(q.dtype, precision)
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # inference: no backward, so the forward skips what only the backward reads (O^L, row statistics)

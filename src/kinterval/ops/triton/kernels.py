@@ -614,14 +614,42 @@ def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scale, OP: tl.c
     return sums
 
 
+@triton.jit
+def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.constexpr, PREC: tl.constexpr,
+                  FULL: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (M, W, acc): the
+    running row max M of s = scale q k^T, W = sum e^{s - M} and acc = sum e^{s - M} v, both rescaled by
+    e^{M_old - M} when M grows. The K-interval operators need the final (M, m) before any weight (pass 1);
+    softmax does not, so it reads every key tile once. M is the max of the raw products times scale, which
+    equals the max of the scaled scores (scale > 0, rounding is monotone): the backward's M exactly."""
+    k_base, v_base, skn, skd, svn, svd = keys
+    offs_m, offs_d, dmask, Tq, Tk = bounds
+    M, W, acc = sums
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
+    vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
+    kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
+    v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
+    qk = _dot(q, kT, PREC)
+    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
+    M_new = tl.maximum(M, tl.max(tl.where(valid, qk, float("-inf")), 1) * scale)
+    M_ref = tl.where(M_new > float("-inf"), M_new, 0.0)  # no valid key yet: every weight is 0 anyway
+    alpha = tl.exp2((M - M_ref) * LOG2E)  # e^{M_old - M}: 1 if M did not grow, 0 from M_old = -inf
+    w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -(M_ref * LOG2E)[:, None])), 0.0)  # as _scores
+    W = W * alpha + tl.sum(w, 1)
+    acc = acc * alpha[:, None] + _dot(_cast(w, v.dtype), v, PREC)
+    return M_new, W, acc
+
+
 @triton.autotune(configs=_configs("fwd"), key=_KEY + ["SAVE"], prune_configs_by=_pruner("fwd"))
 @triton.jit
 def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
                 MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, SAVE: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """Forward over one query block: pass 1 the row extrema, pass 2 the weights and P V (pass 3 for historical
-    Prob-STE); stores O and, with SAVE (a backward follows), O^L for Prob-STE and the per-row statistics the
-    backward needs. Without SAVE (inference) only O is stored and Prob-STE skips its P^L V dot."""
+    Prob-STE; softmax: one online pass, ``_softmax_step``). Stores O and, with SAVE (a backward follows),
+    O^L for Prob-STE and the per-row statistics the backward needs. Without SAVE (inference) only O is
+    stored and Prob-STE skips its P^L V dot."""
     Kp, V, Mask = ins
     O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin = outs
     q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
@@ -632,6 +660,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     H, Tq, Tk, D = shape
     scale, kf, tau = consts
     CALIB: tl.constexpr = OP[0]
+    SOFTMAX: tl.constexpr = OP[1]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
     HISTORICAL: tl.constexpr = OP[4]
     IS_CAUSAL: tl.constexpr = MASKING[0]
@@ -655,43 +684,59 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     if IS_CAUSAL:  # keys j <= i + Tk - Tq for the block's last row
         hi = tl.minimum(Tk, (pid_m + 1) * BLOCK_M + Tk - Tq)
 
-    # Pass 1: row max M and row min m over valid keys; unmasked interior tiles first, then the rest.
     M = tl.full([BLOCK_M], float("-inf"), tl.float32)
     m = tl.full([BLOCK_M], float("inf"), tl.float32)
-    amax = tl.zeros([BLOCK_M], tl.int32)
+    amax = tl.zeros([BLOCK_M], tl.int32)  # softmax's backward reads no arg-max: 0
     amin = tl.zeros([BLOCK_M], tl.int32)
     full_hi = 0
-    if SPLIT:
+    if SPLIT:  # unmasked interior tiles first, then the rest
         full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
-        for start_n in range(0, full_hi, BLOCK_N):
-            M, m, amax, amin = _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB,
-                                             MASKING, PREC, True, BLOCK_N)  # fmt: skip
-    for start_n in range(full_hi, hi, BLOCK_N):
-        M, m, amax, amin = _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB,
-                                         MASKING, PREC, False, BLOCK_N)  # fmt: skip
-    nonempty = M > float("-inf")
-    M = tl.where(nonempty, M, 0.0)  # fully masked row: M = m = 0 (reference.row_extrema)
-    m = tl.where(nonempty, m, 0.0)
-    if CALIB != 1:
-        m = M
-        amin = amax
-
-    # Pass 2: weights at the final (M, m); W = sum w, O = sum w v (and W^L, O^L for Prob-STE).
-    row = row_constants(M, m, kf, tau, CALIB)
-    rows = (M, amax, amin)
-    sums = (
-        tl.zeros([BLOCK_M], tl.float32),  # W
-        tl.zeros([BLOCK_M], tl.float32),  # W^L
-        tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w v
-        tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w^L v
-    )
-    sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC,
-                         (False, SAVE), SPLIT, BLOCK_N)  # fmt: skip
     HIST_PROB: tl.constexpr = JACOBIAN_AT_PL and HISTORICAL
-    if HIST_PROB:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
+    if SOFTMAX:  # one pass (_softmax_step): M, W = sum e^{s - M}, O = sum e^{s - M} v
+        sums = (M, tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M, BLOCK_D], tl.float32))
+        if SPLIT:
+            for start_n in range(0, full_hi, BLOCK_N):
+                sums = _softmax_step(
+                    q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, True, BLOCK_N
+                )
+        for start_n in range(full_hi, hi, BLOCK_N):
+            sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, False, BLOCK_N)
+        M, W, acc = sums
+        M = tl.where(M > float("-inf"), M, 0.0)  # fully masked row: M = 0 (reference.row_extrema)
+        m = M
+        WL = W
+        accL = acc
+    else:
+        # Pass 1: row max M and row min m over valid keys.
+        if SPLIT:
+            for start_n in range(0, full_hi, BLOCK_N):
+                M, m, amax, amin = _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale,
+                                                 CALIB, MASKING, PREC, True, BLOCK_N)  # fmt: skip
+        for start_n in range(full_hi, hi, BLOCK_N):
+            M, m, amax, amin = _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB,
+                                             MASKING, PREC, False, BLOCK_N)  # fmt: skip
+        nonempty = M > float("-inf")
+        M = tl.where(nonempty, M, 0.0)  # fully masked row: M = m = 0 (reference.row_extrema)
+        m = tl.where(nonempty, m, 0.0)
+        if CALIB != 1:
+            m = M
+            amin = amax
+
+        # Pass 2: weights at the final (M, m); W = sum w, O = sum w v (and W^L, O^L for Prob-STE).
+        row = row_constants(M, m, kf, tau, CALIB)
+        rows = (M, amax, amin)
+        sums = (
+            tl.zeros([BLOCK_M], tl.float32),  # W
+            tl.zeros([BLOCK_M], tl.float32),  # W^L
+            tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w v
+            tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w^L v
+        )
         sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP, MASKING,
-                             PREC, (True, SAVE), SPLIT, BLOCK_N)  # fmt: skip
-    W, WL, acc, accL = sums
+                             PREC, (False, SAVE), SPLIT, BLOCK_N)  # fmt: skip
+        if HIST_PROB:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
+            sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP,
+                                 MASKING, PREC, (True, SAVE), SPLIT, BLOCK_N)  # fmt: skip
+        W, WL, acc, accL = sums
 
     row_i = bh * Tq + offs_m
     rmask = offs_m < Tq
