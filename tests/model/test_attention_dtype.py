@@ -211,7 +211,7 @@ def test_eval_precision_sets_the_kernel_dot_precision(monkeypatch):
             pass
 
 
-@pytest.mark.parametrize("operator", ["fwm-prob-k4", "softmax"])
+@pytest.mark.parametrize("operator", ["fwm-prob-k4", "softmax", "sdpa"])
 def test_attention_runs_in_fp32_outside_bf16_autocast(operator):
     """Paper §4: everything outside attention runs under bf16 autocast, the attention operator on fp32 tensors
     outside it. By hand: the projections under autocast (bf16), q, k, v widened to fp32, the operator with
@@ -227,7 +227,10 @@ def test_attention_runs_in_fp32_outside_bf16_autocast(operator):
         assert qkv.dtype == torch.bfloat16  # autocast is on around the layer
         q, k, v = (t.view(B, T, 2, C // 2).transpose(1, 2).float() for t in qkv.split(C, dim=2))
         with torch.autocast("cpu", enabled=False):
-            o = kinterval_attention(q, k, v, operator, causal=True, backend="closed_form")
+            if operator == "sdpa":  # CPU autocast would run SDPA in bf16
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                o = kinterval_attention(q, k, v, operator, causal=True, backend="closed_form")
         assert o.dtype == torch.float32
         want = attn.c_proj(o.transpose(1, 2).reshape(B, T, C))
     assert torch.equal(y, want)
