@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kinterval.data import TokenShards, import_bin, prepare
+from kinterval.data.tokenizer import GPT2_VOCAB
 
 
 @pytest.fixture()
@@ -166,3 +167,50 @@ def test_malformed_meta_is_named(ds, edit, problem):
     (ds / "meta.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match=r"meta\.json: malformed meta\.json"):
         TokenShards(ds, "train")
+
+
+def test_largest_token_id_must_be_below_vocab_size(ds):
+    meta = json.loads((ds / "meta.json").read_text())
+    top = int(TokenShards(ds, "train").tokens().max())
+    meta["vocab_size"] = top + 1  # every id fits
+    (ds / "meta.json").write_text(json.dumps(meta))
+    TokenShards(ds, "train")
+    meta["vocab_size"] = top  # id ``top`` is one past the last valid id
+    (ds / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"token id {top} >= vocab_size {top}"):
+        TokenShards(ds, "train")
+
+
+def test_bin_import_refuses_the_first_id_past_the_vocabulary(tmp_path):
+    src = tmp_path / "raw"
+    src.mkdir()
+    ids = np.arange(100, dtype="<u2")
+    ids[7] = GPT2_VOCAB - 1  # the largest valid id
+    ids.tofile(src / "x.train.bin")
+    import_bin({"train": src / "x.train.bin"}, tmp_path / "ok", progress=False)
+    ids[7] = GPT2_VOCAB
+    ids.tofile(src / "x.train.bin")
+    with pytest.raises(ValueError, match=rf"x\.train\.bin: token id {GPT2_VOCAB} >= vocab_size {GPT2_VOCAB}"):
+        import_bin({"train": src / "x.train.bin"}, tmp_path / "bad", progress=False)
+
+
+def test_a_failed_re_prepare_leaves_no_meta_json(tmp_path, monkeypatch):
+    """meta.json is removed before any shard is touched and written last: a prepare that dies midway leaves a
+    folder that no loader accepts, never an old meta.json describing new shards."""
+    import importlib
+
+    prepare_module = importlib.import_module("kinterval.data.prepare")  # the module, not the function
+
+    out = tmp_path / "syn"
+    prepare("synthetic", out, tokens=5_000, seed=0, progress=False)
+
+    def die(out, splits, *args):
+        (out / "train_0000.bin").write_bytes(b"\0\0" * 5_000)  # a new shard of the old size
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare_module, "_synthetic", die)
+    with pytest.raises(KeyboardInterrupt):
+        prepare("synthetic", out, tokens=5_000, seed=1, progress=False)
+    assert not (out / "meta.json").exists()
+    with pytest.raises(FileNotFoundError, match="meta.json"):
+        TokenShards(out, "train")

@@ -204,3 +204,20 @@ def test_md5_split_rule_matches_docs_corpus_rule():
         assert sources.md5_split(key) == ("val" if bucket < 2 else "test" if bucket < 4 else "train")
     counts = {s: sum(sources.md5_split(k) == s for k in keys) for s in ("val", "test")}
     assert 15 < counts["val"] < 65 and 15 < counts["test"] < 65
+
+
+def test_tokens_caps_only_the_train_split_of_a_text_source(tmp_path):
+    """``tokens`` caps the train split; val and test stay whole (text sources, WikiText-103)."""
+    fake = {
+        "train": {"text": [" = A = \n", " a a a a a a . \n", " = B = \n", " b b b b b . \n"]},
+        "validation": {"text": [" = V = \n", " v v v v v v . \n"]},
+        "test": {"text": [" = T = \n", " t t t t t t . \n"]},
+    }
+    splits = ("train", "val", "test")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "cap").mkdir()
+    full, _ = _wikitext(tmp_path / "full", splits, None, 1000, PACKAGED_BPE_FILE, False, dataset=fake)
+    capped, _ = _wikitext(tmp_path / "cap", splits, 5, 1000, PACKAGED_BPE_FILE, False, dataset=fake)
+    assert full["train"]["n_tokens"] > 5 and capped["train"]["n_tokens"] == 5
+    for split in ("val", "test"):
+        assert capped[split]["n_tokens"] == full[split]["n_tokens"] > 5

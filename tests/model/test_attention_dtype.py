@@ -209,3 +209,28 @@ def test_eval_precision_sets_the_kernel_dot_precision(monkeypatch):
     with pytest.raises(ValueError, match=EVAL_DOT_PRECISION_ENV):
         with eval_precision(NumericsConfig()):
             pass
+
+
+@pytest.mark.parametrize("operator", ["fwm-prob-k4", "softmax", "sdpa"])
+def test_attention_runs_in_fp32_outside_bf16_autocast(operator):
+    """Paper §4: everything outside attention runs under bf16 autocast, the attention operator on fp32 tensors
+    outside it. By hand: the projections under autocast (bf16), q, k, v widened to fp32, the operator with
+    autocast off, c_proj under autocast again; the layer must give exactly that."""
+    torch.manual_seed(0)
+    model = GPT(config("float32", autocast_on_cpu=True), operator, "closed_form")
+    attn = model.transformer.h[0].attn
+    x = layer_input(model)
+    B, T, C = x.shape
+    with torch.no_grad(), autocast(model.config.numerics, "cpu"):
+        y = attn(x)
+        qkv = attn.c_attn(x)
+        assert qkv.dtype == torch.bfloat16  # autocast is on around the layer
+        q, k, v = (t.view(B, T, 2, C // 2).transpose(1, 2).float() for t in qkv.split(C, dim=2))
+        with torch.autocast("cpu", enabled=False):
+            if operator == "sdpa":  # CPU autocast would run SDPA in bf16
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                o = kinterval_attention(q, k, v, operator, causal=True, backend="closed_form")
+        assert o.dtype == torch.float32
+        want = attn.c_proj(o.transpose(1, 2).reshape(B, T, C))
+    assert torch.equal(y, want)

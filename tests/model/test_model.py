@@ -132,3 +132,42 @@ def test_autocast_policy_on_cpu():
     with autocast(NumericsConfig(autocast_on_cpu=True), "cpu"):
         logits, loss = model(torch.randint(0, 97, (1, 16)), torch.randint(0, 97, (1, 16)))
     assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+
+
+def test_gpt2_initialisation():
+    """GPT-2 init: N(0, 0.02) for Linear and Embedding weights, zero biases, LayerNorm (1, 0), and the
+    residual projections (attn.c_proj, mlp.c_proj) at 0.02 / sqrt(2 * n_layer)."""
+    cfg = preset("tiny", vocab_size=97, block_size=16, n_layer=4, n_embd=128, n_head=4)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    residual = 0.02 / (2 * cfg.n_layer) ** 0.5
+    for name, p in model.named_parameters():
+        if ".ln_" in name:
+            assert torch.all(p == (1.0 if name.endswith("weight") else 0.0)), name
+        elif name.endswith(".bias"):
+            assert torch.all(p == 0), name
+        else:
+            std = residual if name.endswith("c_proj.weight") else 0.02
+            assert abs(p.mean().item()) < 4 * std / p.numel() ** 0.5, name
+            assert abs(p.std().item() / std - 1) < 0.05, (name, p.std().item(), std)
+
+
+def test_train_and_eval_precision_switch_tf32():
+    """Paper §4: TF32 matmuls on in training (numerics.tf32_train), off in evaluation (numerics.tf32_eval)."""
+    from kinterval.model import eval_precision, train_precision
+
+    def flags():
+        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+    default = NumericsConfig()
+    for ambient in (False, True):
+        with tf32(ambient):
+            with train_precision(default):
+                assert flags() == (True, True)
+            with eval_precision(default):
+                assert flags() == (False, False)
+            with eval_precision(NumericsConfig(tf32_eval=True)):
+                assert flags() == (True, True)
+            with train_precision(NumericsConfig(tf32_train=False)):
+                assert flags() == (False, False)
+            assert flags() == (ambient, ambient)

@@ -111,3 +111,5 @@ def test_checkpoint_steps():
     assert checkpoint_steps(763, 5) == (153, 305, 458, 610, 763)
     assert checkpoint_steps(10, 2, save_every=3) == (3, 5, 6, 9, 10)
     assert checkpoint_steps(10, 0) == ()
+    # save_every alone: every multiple of it up to and including the final step
+    assert checkpoint_steps(12, 0, save_every=4) == (4, 8, 12)

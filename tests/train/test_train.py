@@ -213,3 +213,71 @@ def test_existing_run_requires_resume(make_config, tmp_path):
         train(cfg, tmp_path / "run")
     assert train(cfg, tmp_path / "run", resume=True).status == "completed"  # finished: nothing to redo
     assert os.path.isfile(tmp_path / "run" / "run_config.json")
+
+
+def test_resume_with_another_global_batch_or_other_data_is_refused(make_config, tmp_path):
+    from kinterval.data.prepare import prepare
+
+    def stop(step, model):
+        if step == 2:
+            raise Killed
+
+    cfg = make_config()  # 8 sequences of 32 tokens per step, 8 steps
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run", on_step=stop)
+    # 9 sequences per step: still ceil(2048 / 288) = 8 steps, but another global batch (docs: micro_batch and
+    # accum may change on resume only as long as the global sequences per step stay the same).
+    with pytest.raises(CheckpointError, match=r"derived\.seqs_per_step: 8 -> 9"):
+        train(cfg.override({"schedule.micro_batch": 9, "schedule.accum": 1}), tmp_path / "run", resume=True)
+    # Same source, vocabulary and token count, other tokens: only the shard hashes tell them apart.
+    other = tmp_path / "other"
+    prepare("synthetic", other, tokens=60_000, seed=1, progress=False)
+    with pytest.raises(CheckpointError, match=r"data\.identity\.shards_sha256"):
+        train(cfg.override({"data.dir": str(other)}), tmp_path / "run", resume=True)
+
+
+def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
+    """docs/training.md §5: a resume may change only device, operator.backend, micro_batch/accum,
+    dist.strategy, data.dir, checkpoint.* and log.* (and the run's name and data.verify, a label and a
+    check); every other config field is part of the identity a checkpoint must match."""
+    from kinterval.train.config import flatten
+    from kinterval.train.schedule import make_plan
+    from kinterval.train.trainer import identity
+
+    cfg = make_config()
+    execution = {"device", "operator.backend", "schedule.micro_batch", "schedule.accum", "dist.strategy",
+                 "data.dir", "name", "data.verify"}  # fmt: skip
+    fields = set(flatten(cfg.to_dict()))
+    computed = {f for f in fields if f not in execution and not f.startswith(("checkpoint.", "log."))}
+    held = set(identity(cfg, make_plan(cfg, 1), {"source": "x"}))
+    assert computed <= held, sorted(computed - held)
+    assert not held & (fields - computed), sorted(held & (fields - computed))
+    assert {"derived.seqs_per_step", "derived.steps", "data.identity"} <= held
+
+
+def test_log_every_logs_the_multiples_and_the_final_step(make_config, tmp_path):
+    train(make_config(**{"log.every": 3}), tmp_path / "run")  # 8 steps
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [3, 6, 8]
+
+
+def test_tf32_is_on_in_training_forwards_and_off_in_validation(make_config, tmp_path):
+    """Paper §4 / App. C: TF32 matmuls in training, off in evaluation (validation rows included); the
+    switches are restored after the run. (They are settable without CUDA, so CPU checks the policy.)"""
+    from kinterval.train import distributed as D
+    from kinterval.train.loop import run
+    from kinterval.train.trainer import Trainer
+
+    def flags():
+        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+    seen = []
+    trainer = Trainer(
+        make_config(**{"log.eval_every": 4, "log.eval_blocks": 1}), tmp_path / "run", D.setup("cpu")
+    )
+    trainer.model.register_forward_pre_hook(lambda module, args: seen.append((module.training, *flags())))
+    before = flags()
+    assert run(trainer, resume=False).status == "completed"
+    assert flags() == before
+    assert sum(s[0] for s in seen) == 16 and sum(not s[0] for s in seen) == 2  # 8 steps x 2 micro-batches
+    assert {s for s in seen if s[0]} == {(True, True, True)}
+    assert {s for s in seen if not s[0]} == {(False, False, False)}

@@ -27,3 +27,50 @@ def test_hand_driven_trainer_equals_train(make_config, tmp_path):
     assert losses[0] == losses[1] and len(losses[0]) == 8
     a, b = (load_checkpoint(latest_checkpoint(tmp_path / run)).model for run in ("loop", "hand"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _set_grads(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    grads = {n: torch.randn(p.shape, generator=g) for n, p in model.named_parameters()}
+    for n, p in model.named_parameters():
+        p.grad = grads[n].clone()
+    return grads
+
+
+def test_clip_gradients_clips_the_global_norm_and_returns_the_pre_clip_norm():
+    """The paper's clip: the global gradient norm over every parameter is clipped at ``grad_clip``
+    (direction kept); the logged norm is the one before clipping. 0 disables clipping (the norm is still
+    reported)."""
+    from kinterval.model import GPT, ModelConfig
+    from kinterval.train.trainer import clip_gradients
+
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    grads = _set_grads(model, 1)
+    norm = sum(float(g.double().pow(2).sum()) for g in grads.values()) ** 0.5  # well above 1
+    assert norm > 5
+    for clip in (1.0, 0.0, 2 * norm):
+        _set_grads(model, 1)
+        assert abs(clip_gradients(model, clip) - norm) < 1e-4 * norm
+        scale = clip / norm if 0 < clip < norm else 1.0
+        for n, p in model.named_parameters():
+            torch.testing.assert_close(p.grad, grads[n] * scale, rtol=1e-5, atol=1e-8, msg=n)
+
+
+def test_a_non_finite_step_leaves_weights_optimizer_and_counters_alone(make_config, tmp_path):
+    """``step()`` reports a non-finite loss without stepping the optimizer (docstring): the other weights, the
+    AdamW state and ``done`` stay as they were, so the last good state is what the caller keeps."""
+    trainer = Trainer(make_config(), tmp_path / "run", D.setup("cpu"))
+    trainer.open_records()
+    trainer.step()
+    with torch.no_grad():
+        trainer.model.transformer.ln_f.weight.fill_(float("nan"))
+    weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    moments = {id(p): {k: v.clone() for k, v in s.items()} for p, s in trainer.optimizer.state.items()}
+    stats = trainer.step()
+    trainer.close()
+    assert not stats.finite and stats.step == 2 and trainer.done == 1
+    after = trainer.model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in weights.items() if k != "transformer.ln_f.weight")
+    for p, s in trainer.optimizer.state.items():
+        assert all(torch.equal(v, moments[id(p)][k]) for k, v in s.items())

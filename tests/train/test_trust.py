@@ -3,8 +3,10 @@ clip statistics across a resume and a block size that cannot fit."""
 
 import json
 import os
+import random
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -250,6 +252,9 @@ def test_block_size_longer_than_the_data_is_refused_up_front(make_config, tmp_pa
     with pytest.raises(ValueError, match=r"model\.block_size 100000 needs 100001 tokens.*has 6\d{4}"):
         train(make_config(**{"model.block_size": 100_000}), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    # The boundary: a window is T + 1 tokens, so T = the split's 60000 tokens does not fit either.
+    with pytest.raises(ValueError, match=r"model\.block_size 60000 needs 60001 tokens.*has 60000"):
+        train(make_config(**{"model.block_size": 60_000}), tmp_path / "run")
 
 
 def test_block_size_beyond_device_memory_is_refused_before_allocating(make_config, tmp_path, monkeypatch):
@@ -258,3 +263,87 @@ def test_block_size_beyond_device_memory_is_refused_before_allocating(make_confi
     # 2 layers * 4 sequences * 2 heads * 20000^2 * 4 bytes = 23.8 GiB
     with pytest.raises(ValueError, match=r"model\.block_size 20000: .* 23\.8 GiB, more than the 1\.0 GiB"):
         train(cfg, tmp_path / "run")
+
+
+# ---------------------------------------------------------------------- 10. RNG states
+def draws():
+    return torch.rand(4).tolist(), np.random.rand(4).tolist(), np.random.randn(), random.random()  # noqa: NPY002
+
+
+def test_checkpoint_rng_states_round_trip(tmp_path):
+    """rng.safetensors + state.json hold torch's, numpy's and python's generator states at the save: restoring
+    them replays the same draws (numpy's cached Gaussian included)."""
+    msd, state = tiny_state()
+    torch.manual_seed(5)
+    np.random.seed(6)  # noqa: NPY002
+    random.seed(7)
+    np.random.randn()  # noqa: NPY002 (leaves numpy a cached Gaussian)
+    save_checkpoint(tmp_path, 1, msd, {}, state)
+    want = draws()
+    draws()  # move every generator on
+    ckpt = load_checkpoint(latest_checkpoint(tmp_path))
+    C.restore_rng(ckpt.rng["tensors"], ckpt.rng["json"])
+    assert draws() == want
+
+
+def test_resume_restores_the_checkpoint_rng_states(runs, tmp_path):
+    """docs/training.md §5: --resume restores the RNG states (as user code and hooks see them)."""
+    from kinterval.train import distributed as D
+    from kinterval.train.trainer import Trainer
+
+    cfg, _ = runs
+    run = copy_run(runs, "killed", tmp_path)
+    ckpt = load_checkpoint(latest_checkpoint(run))
+    C.restore_rng(ckpt.rng["tensors"], ckpt.rng["json"])
+    want = draws()
+    trainer = Trainer(cfg, run, D.setup("cpu"))  # seeds the generators from cfg.seed
+    draws()  # and user code moves them on
+    trainer.resume()
+    assert trainer.done == 4 and draws() == want
+
+
+def test_checkpoint_without_a_clip_count_counts_clips_from_the_resume(shared_config, tmp_path):
+    """A checkpoint written before ``clipped_steps`` was recorded: ``clipped_frac`` after the resume is the
+    fraction of the steps since the resume (nothing is known about the steps before it)."""
+    cfg = shared_config(**{"optim.grad_clip": 1e-3})  # every step clips
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run", on_step=kill_at(5))
+    ck = tmp_path / "run" / "checkpoints" / "step_000004"
+    state = json.loads((ck / "state.json").read_text())
+    del state["clipped_steps"]
+    state["state_sha256"] = C.state_sha256(state)
+    (ck / "state.json").write_text(json.dumps(state))
+    train(cfg, tmp_path / "run", resume=True)
+    rows = train_rows(tmp_path / "run")
+    assert [r["clipped"] for r in rows] == [True] * 8
+    assert [r["clipped_frac"] for r in rows] == [1.0] * 8  # 4/4 before, (s - 4)/(s - 4) after the resume
+
+
+@pytest.mark.parametrize("order", ["sorted", "reversed"])
+def test_resave_killed_before_the_old_copy_is_gone_uses_the_new_one(tmp_path, monkeypatch, order):
+    """A kill after the new ``step_*`` is in place but while its ``.old-step_*`` copy is being removed: both
+    folders exist, and the new one is the checkpoint, whatever order the folder lists them in."""
+    msd, state = tiny_state()
+    save_checkpoint(tmp_path, 1, msd, {}, state)
+    new = {k: v + 1 for k, v in msd.items()}
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *a, **k):
+        if os.path.basename(path).startswith(C.OLD_PREFIX):
+            raise Killed
+        real_rmtree(path, *a, **k)
+
+    monkeypatch.setattr(C.shutil, "rmtree", rmtree)
+    with pytest.raises(Killed):
+        save_checkpoint(tmp_path, 1, new, {}, state)
+    monkeypatch.undo()
+    root = tmp_path / "checkpoints"
+    assert (root / "step_000001").is_dir() and (root / ".old-step_000001").is_dir()
+    real_iterdir = type(root).iterdir
+    monkeypatch.setattr(
+        type(root), "iterdir", lambda p: iter(sorted(real_iterdir(p), reverse=order == "reversed"))
+    )
+    assert C.list_checkpoints(tmp_path) == [root / "step_000001"]
+    path = latest_checkpoint(tmp_path)
+    assert path == root / "step_000001"
+    assert torch.equal(load_checkpoint(path).model["transformer.wte.weight"], new["transformer.wte.weight"])

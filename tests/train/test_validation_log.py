@@ -77,3 +77,31 @@ def test_validation_rows_survive_kill_and_resume(logged, tmp_path):
         train(cfg, tmp_path / "run", on_step=kill)
     train(cfg, tmp_path / "run", resume=True)
     assert rows(tmp_path / "run", True) == rows(root / "logged", True)
+
+
+def test_evaluation_is_batch_1_blocks_under_autocast_with_tf32_off():
+    """Paper §4: validation NLL on non-overlapping blocks x = data[kT:kT+T], y = data[kT+1:kT+T+1], batch
+    1, bf16 autocast outside attention as in training, fp32 logits, TF32 off; the train/eval mode is
+    restored."""
+    from kinterval.model import NumericsConfig, preset, tf32
+    from kinterval.train.evaluate import token_nll
+
+    torch.manual_seed(0)
+    numerics = NumericsConfig(autocast_on_cpu=True)
+    model = GPT(preset("tiny", vocab_size=97, block_size=16, n_embd=32, numerics=numerics), "fwm-prob-k4")
+    tokens = np.random.default_rng(0).integers(0, 97, 3 * 16 + 5).astype(np.uint16)
+    seen = []
+    model.register_forward_pre_hook(
+        lambda m, a: seen.append((a[0].shape, m.training, torch.backends.cuda.matmul.allow_tf32))
+    )
+    with tf32(True):
+        got = token_nll(model, tokens, 16)
+    assert model.training and got.shape == (3, 16)
+    assert seen == [((1, 16), False, False)] * 3
+    model.eval()
+    for k in range(3):
+        block = torch.from_numpy(tokens[16 * k : 16 * k + 17].astype(np.int64))
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, _ = model(block[None, :-1])
+        want = torch.nn.functional.cross_entropy(logits[0].float(), block[1:], reduction="none")
+        np.testing.assert_allclose(got[k], want.double().numpy(), rtol=1e-6, atol=1e-6)

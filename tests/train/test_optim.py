@@ -1,0 +1,39 @@
+"""AdamW as the paper and docs/training.md specify it: the hyperparameters of every group and, parameter by
+parameter, which weights decay under each policy."""
+
+import pytest
+import torch
+
+from kinterval.model import GPT, ModelConfig
+from kinterval.train.config import OptimSection
+from kinterval.train.optim import build_optimizer
+
+
+def expected_decay(name: str, policy: str) -> bool:
+    """docs/training.md: "nanogpt" decays every parameter with >= 2 dimensions (Linear weights, the tied token
+    embedding, the position embedding), never biases or LayerNorm parameters; "matrices" also exempts the two
+    embeddings."""
+    if name.endswith(".bias") or ".ln_" in name:  # LayerNorms: h.*.ln_1, h.*.ln_2, ln_f
+        return False
+    return not (policy == "matrices" and name in ("transformer.wte.weight", "transformer.wpe.weight"))
+
+
+@pytest.mark.parametrize("policy", ["nanogpt", "matrices"])
+def test_every_parameter_gets_the_policy_weight_decay_and_the_paper_hyperparameters(policy):
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    cfg = OptimSection(lr=3e-4, weight_decay=0.1, decay=policy)
+    opt, decayed = build_optimizer(model, cfg, torch.device("cpu"))
+    group_of = {id(p): g for g in opt.param_groups for p in g["params"]}
+    names = dict(model.named_parameters())  # the tied lm_head.weight appears once, as transformer.wte.weight
+    assert len(group_of) == len(names)  # every parameter is optimized, once
+    for name, p in names.items():
+        g = group_of[id(p)]
+        want = expected_decay(name, policy)
+        assert g["weight_decay"] == (0.1 if want else 0.0), name
+        assert (name in decayed) == want, name
+        assert g["betas"] == (0.9, 0.95) and g["eps"] == 1e-8 and g["lr"] == 3e-4, name
+    assert isinstance(opt, torch.optim.AdamW)
+    # Both policies leave biases and LayerNorm parameters alone and decay the block matrices.
+    assert "transformer.h.0.attn.c_attn.weight" in decayed and "transformer.h.0.ln_1.weight" not in decayed
+    assert ("transformer.wpe.weight" in decayed) == (policy == "nanogpt")
