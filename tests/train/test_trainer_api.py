@@ -9,19 +9,31 @@ from kinterval.train.metrics import read_metrics
 from kinterval.train.trainer import Trainer
 
 
+def _doc_loop(trainer, poison_after=None):
+    """The hand-driven loop of docs/training.md §7 (``poison_after``: NaN weights after that step)."""
+    trainer.resume()
+    trainer.open_records()
+    result = None
+    while trainer.done < trainer.plan.steps:
+        stats = trainer.step()
+        if not stats.finite:
+            result = trainer.stop_nonfinite(stats)
+            break
+        trainer.log_step(stats)
+        if stats.step in trainer.plan.checkpoint_steps:
+            trainer.save()
+        if stats.step == poison_after:
+            with torch.no_grad():
+                trainer.model.transformer.ln_f.weight.fill_(float("nan"))
+    trainer.close()
+    return result or trainer.finish()
+
+
 def test_hand_driven_trainer_equals_train(make_config, tmp_path):
     cfg = make_config()
     train(cfg, tmp_path / "loop")
     trainer = Trainer(cfg, tmp_path / "hand", D.setup(cfg.device))
-    trainer.resume()
-    trainer.open_records()
-    while trainer.done < trainer.plan.steps:
-        stats = trainer.step()
-        trainer.log_step(stats)
-        if stats.step in trainer.plan.checkpoint_steps:
-            trainer.save()
-    trainer.close()
-    result = trainer.finish()
+    result = _doc_loop(trainer)
     assert result.status == "completed" and result.steps == 8 and trainer.clipped_steps >= 0
     losses = [[r["train_loss"] for r in read_metrics(tmp_path / run)] for run in ("loop", "hand")]
     assert losses[0] == losses[1] and len(losses[0]) == 8
@@ -55,6 +67,16 @@ def test_clip_gradients_clips_the_global_norm_and_returns_the_pre_clip_norm():
         scale = clip / norm if 0 < clip < norm else 1.0
         for n, p in model.named_parameters():
             torch.testing.assert_close(p.grad, grads[n] * scale, rtol=1e-5, atol=1e-8, msg=n)
+
+
+def test_hand_driven_loop_stops_on_a_non_finite_step(make_config, tmp_path):
+    """The documented loop ends on a non-finite step (step() does not advance ``done``, so a loop without
+    the check would retry it forever) with status nonfinite_loss and the checkpoints it had."""
+    trainer = Trainer(make_config(), tmp_path / "run", D.setup("cpu"))
+    result = _doc_loop(trainer, poison_after=3)
+    assert result.status == "nonfinite_loss" and trainer.done == 3
+    status = (tmp_path / "run" / "status.json").read_text()
+    assert "nonfinite_loss" in status
 
 
 def test_a_non_finite_step_leaves_weights_optimizer_and_counters_alone(make_config, tmp_path):
