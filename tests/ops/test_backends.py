@@ -82,6 +82,8 @@ def test_triton_off_cuda_only_in_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert resolve_backend(spec, "cpu", torch.float32, backend="triton") == "triton"
     assert resolve_backend(spec, "cpu", torch.float32) == "closed_form"  # auto never picks the interpreter
+    with pytest.raises(ValueError, match="need a CUDA device"):  # the interpreter runs CPU tensors only
+        resolve_backend(spec, "meta", torch.float32, backend="triton")
 
 
 def test_attention_api_checks_an_explicit_backend():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kinterval.ops import OperatorSpec, attention_probs
@@ -49,6 +50,29 @@ def test_a2_zero_sum_residual_full_vs_detach():
     )[:, 1:]
     assert full.max() < 1e-12
     assert det.median() > 1e-3
+
+
+def test_a1_a2_with_a_general_mask_and_backend_choice():
+    """A1 applies the mask to both forwards; A2 reads only the valid keys; score_gradient runs the backend
+    it is given (closed_form agrees with reference; a name that forms no probabilities raises)."""
+    s, up = _scores(5, T=8)
+    mask = torch.rand(2, 8, 8, generator=torch.Generator().manual_seed(9)) > 0.4
+    for op in ("softmax", "lerp-k4", "fwm-prob-k4"):
+        assert shift_invariance(s, op, c=0.75, mask=mask) < 1e-12, op
+    grad = torch.tensor([[1.0, -1.0, 5.0], [2.0, 0.0, -1.0]], dtype=torch.float64)
+    valid = torch.tensor([[True, True, False], [True, True, True]])
+    torch.testing.assert_close(
+        zero_sum_residual(grad, valid), torch.tensor([0.0, 1 / 3], dtype=torch.float64)
+    )
+    ref = score_gradient(s, "minmax-weight-k4", up, mask=mask)
+    torch.testing.assert_close(
+        score_gradient(s, "minmax-weight-k4", up, mask=mask, backend="closed_form"),
+        ref,
+        rtol=1e-9,
+        atol=1e-14,
+    )
+    with pytest.raises(ValueError, match="not a probability backend"):
+        score_gradient(s, "minmax-weight-k4", up, mask=mask, backend="triton")
 
 
 def test_a3_all_ones_directional_derivative():

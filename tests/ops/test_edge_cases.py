@@ -29,6 +29,7 @@ ROWS = {
     "wide span (detach-like)": ([900.0, 0.0, -300.0, 450.0, 899.0], None),
     "large negative offset": ([-1e4, -1e4 - 3.0, -1e4 - 7.0, -1e4 - 1.0, -1e4 - 12.0], None),
     "masked extremum": ([50.0, 1.0, -50.0, 0.0, 2.0], [False, True, False, True, True]),
+    "masked keys tying the valid extrema": ([2.0, 2.0, 1.0, -1.0, -1.0], [False, True, True, True, False]),
 }
 
 OPERATORS = [
@@ -132,6 +133,17 @@ def test_degenerate_minmax_row_is_uniform_with_zero_gradient(dtype):
             valid = torch.ones_like(s, dtype=torch.bool) if mask is None else mask
             torch.testing.assert_close(P[valid], torch.full_like(P[valid], 1 / valid.sum().item()))
             assert (x.grad == 0).all()
+
+
+def test_degenerate_branch_threshold_is_eps_1e12():
+    """App. A: the degenerate branch is M - m <= eps with eps = 1e-12 (no other span clamp): a float64 row of
+    span 2e-12 takes the regular branch (nonzero gradient), one of span 9e-13 the degenerate one (zero)."""
+    for span, regular in ((2e-12, True), (9e-13, False)):
+        x = torch.tensor([[0.0, span, span / 3, span / 2]], dtype=torch.float64, requires_grad=True)
+        P = attention_probs(x, "lerp-k4")
+        (P * torch.arange(4.0, dtype=torch.float64)).sum().backward()
+        assert torch.isfinite(x.grad).all() and (x.grad.abs().sum() > 0) == regular, (span, x.grad)
+        torch.testing.assert_close(P, torch.full_like(P, 0.25), rtol=0, atol=1e-11)
 
 
 def test_very_small_span_uses_regular_branch():

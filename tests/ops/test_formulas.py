@@ -209,3 +209,31 @@ def test_nearest_weight_rounds_to_the_nearest_grid_point():
     g = _row_grid("minmax", 2, s, s.amax(-1, keepdim=True), s.amin(-1, keepdim=True))
     expected = torch.exp(torch.tensor([[0.0, -2.0, -4.0, -2.0, 0.0]], dtype=torch.float64))
     torch.testing.assert_close(formulas.nearest_weight(g), expected, rtol=1e-15, atol=0)
+    # hard_weights (the map of eq. (5)) picks the same index ell = r + [t >= 1/2]
+    w, ell = formulas.hard_weights(s[0], 2)
+    assert ell.tolist() == [2.0, 1.0, 0.0, 1.0, 2.0]
+    torch.testing.assert_close(w, expected[0], rtol=1e-15, atol=0)
+
+
+def test_historical_arithmetic_is_the_papers_expression_bit_for_bit():
+    """App. C.2 (ii): historical Weight-STE normalizes w^H = w^L + (w^N - w^L); historical Prob-STE evaluates
+    P^L + (P^H - P^L) with P^H normalized from that w^H; the historical Weight-STE backward evaluates the
+    normalization Jacobian at w^H. In float32 these expressions differ from the direct P^N by rounding, so
+    each is written out here in the paper's order and compared bit for bit."""
+    gen = torch.Generator().manual_seed(8)
+    wL = torch.rand(64, 9, generator=gen) * 3
+    wN = torch.rand(64, 9, generator=gen) ** 6  # many w^N far below w^L: w^L + (w^N - w^L) != w^N
+    wH = wL + (wN - wL)
+    PH = wH / wH.sum(-1, keepdim=True)
+    PL = wL / wL.sum(-1, keepdim=True)
+    PN = wN / wN.sum(-1, keepdim=True)
+    assert not torch.equal(wH, wN) and not torch.equal(PH, PN)  # the rows tell the two arithmetics apart
+    assert torch.equal(formulas.weight_ste(wL, wN, "historical"), PH)
+    assert torch.equal(formulas.prob_ste(wL, wN, "historical"), PL + (PH - PL))
+    assert not torch.equal(PL + (PH - PL), PN)
+    hist = OperatorSpec.parse("minmax-weight-k4", arithmetic="historical")
+    assert torch.equal(formulas.jacobian_point(hist, wL, wN), wH)
+    assert torch.equal(formulas.jacobian_point(OperatorSpec.parse("minmax-weight-k4"), wL, wN), wN)
+    assert torch.equal(
+        formulas.jacobian_point(OperatorSpec.parse("minmax-prob-k4", arithmetic="historical"), wL, wN), wL
+    )

@@ -77,6 +77,48 @@ def test_reference_matches_independent_paper_transcription(form, K):
             np.testing.assert_allclose(grad[i].numpy(), grad_np, rtol=1e-9, atol=1e-13 * np.abs(g[i]).max())
 
 
+def test_tied_and_masked_extrema_against_paper_transcription():
+    """Table S1 ties: the extremum terms of dL/ds, eq. (2), are split evenly among tied valid extrema, and a
+    masked key that ties a valid extremum gets nothing. Both backends against the numpy transcription."""
+    s = np.array(
+        [
+            [3.0, 3.0, 1.1, -2.0, 0.3, -2.0],  # tied maxima and tied minima
+            [2.0, 2.0, 1.1, -1.0, -1.0, 0.3],  # masked keys 0 and 4 tie the valid max and min
+            [0.7, 0.7, 0.7, -3.3, -3.3, -0.4],  # a three-way tie at the max
+        ]
+    )
+    valid = np.ones_like(s, dtype=bool)
+    valid[1, [0, 4]] = False
+    g = np.array([[0.9, -0.4, 0.3, 1.2, -1.1, 0.5]] * 3) * np.array([[1.0], [-1.5], [0.7]])
+    for form in FAMILY_FORMS:
+        calib = "minmax" if form.startswith("lerp") else form.split("-")[0]
+        surrogate = None if "lerp" in form else form.split("-")[1]
+        spec = OperatorSpec.parse(form.format(K=4))
+        for backend in ("reference", "closed_form"):
+            _, grad = run(torch.tensor(s), spec, torch.tensor(g), backend, mask=torch.tensor(valid))
+            for i in range(len(s)):
+                _, grad_np = row_probs_and_grad(s[i], valid[i], g[i], calib, 4, surrogate)
+                np.testing.assert_allclose(
+                    grad[i].numpy(), grad_np, rtol=1e-9, atol=1e-14, err_msg=(form, backend, i)
+                )
+            assert (grad[1, [0, 4]] == 0).all(), (form, backend)
+
+
+def test_reference_backend_is_autograd_not_the_closed_form(monkeypatch):
+    """The tests hold closed_form against reference: reference must not route through the closed form."""
+    from kinterval.ops import closed_form
+
+    def boom(*args, **kwargs):
+        raise AssertionError("closed form called")
+
+    monkeypatch.setattr(closed_form, "closed_form_grad", boom)
+    s = torch.randn(2, 5, 5, dtype=torch.float64)
+    for name in ("lerp-k4", "minmax-weight-k4", "fwm-prob-k4", "softmax"):
+        run(s, name, torch.ones_like(s), "reference", causal=True)
+        with pytest.raises(AssertionError, match="closed form called"):
+            run(s, name, torch.ones_like(s), "closed_form", causal=True)
+
+
 @pytest.mark.parametrize("calib", ("minmax", "fwm", "resolved"))
 def test_prob_ste_backward_is_the_lerp_jacobian(calib):
     """Prob-STE's backward is the Jacobian of normalize(w^L) (§3): same gradient as the LERP operator."""
@@ -131,7 +173,7 @@ def test_strict_forward_bit_identical_to_direct_hard_forward():
     for dtype, scale in itertools.product((torch.float32, torch.float64), (1.0, 6.0, 25.0, 100.0)):
         s = torch.randn(8, 40, generator=gen, dtype=dtype) * scale
         M, m = s.amax(-1, keepdim=True), s.amin(-1, keepdim=True)
-        for K in (1, 4, 16):
+        for K in (1, 3, 4, 5, 16):  # 3, 5: rounding can lift b_K = z_min + K h above 0
             # Direct MinMax hard forward written out from App. A.
             h = (M - m) / K
             z, zmin = s - M, m - M
@@ -234,3 +276,28 @@ def test_verify_command_runs_to_its_summary(capsys):
     assert out[0].startswith("closed_form vs reference")
     n = sum(1 for line in out if line.rstrip().endswith(" yes"))
     assert n > 100 and out[-1].startswith(f"{n} checks, 0 failed")
+
+
+def test_verify_flags_each_kind_of_disagreement(monkeypatch):
+    """``verify.agreement`` reports a gradient error, a forward mismatch and masked rows; ``main`` exits 1 on
+    any failure (a checker that always says yes would pass the test above)."""
+    from kinterval.ops import closed_form, verify
+
+    spec = OperatorSpec.parse("minmax-weight-k4")
+    assert verify.agreement(spec, T=5)["ok"]
+    good_grad, good_probs = closed_form.closed_form_grad, closed_form.reference_probs
+    monkeypatch.setattr(closed_form, "closed_form_grad", lambda *a: good_grad(*a) * (1 + 1e-6))
+    r = verify.agreement(spec, T=5)
+    assert not r["ok"] and 5e-7 < r["grad_rel_err_f64"] < 2e-6 and r["forward_identical"]
+    monkeypatch.setattr(closed_form, "closed_form_grad", good_grad)
+    monkeypatch.setattr(closed_form, "reference_probs", lambda *a: good_probs(*a) * (1 + 2**-40))
+    r = verify.agreement(spec, T=5)
+    assert not r["ok"] and not r["forward_identical"] and r["grad_rel_err_f64"] <= verify.TOL_F64
+    monkeypatch.setattr(closed_form, "reference_probs", good_probs)
+    seen = []
+    real = verify.attention_probs
+    monkeypatch.setattr(verify, "attention_probs", lambda *a, **kw: seen.append(sorted(kw)) or real(*a, **kw))
+    verify.agreement(spec, T=5, causal=False)
+    assert seen and all("mask" in kw and "causal" not in kw for kw in seen)
+    monkeypatch.setattr(verify, "agreement", lambda spec, **kw: {**r, "ok": spec.name != "lerp-k4"})
+    assert verify.main(["--K", "4", "--T", "5"]) == 1

@@ -52,6 +52,11 @@ def test_overrides_and_full_name_round_trip():
         ("minmax-weight-k", {}),
         ("fwm-nearest-k4", {}),
         ("minmax-weight-k4.5", {}),
+        ("lerp-k4x", {}),
+        ("fwm-lerp-k4.5", {}),
+        ("lerp-k16777217", {}),  # 2^24 + 1: r is held in float32
+        ("fwm-prob-k4", {"tau": True}),
+        ("fwm-prob-k4", {"tau": 1000.5}),
         ("fwm-prob-k4", {"tau": 0}),
         ("fwm-prob-k4", {"tau": -1.0}),
         ("fwm-prob-k4", {"tau": float("nan")}),
@@ -84,6 +89,8 @@ def test_bad_inputs_raise_clear_errors():
         attention_probs(torch.randn(5, 4), "softmax", causal=True)
     with pytest.raises(ValueError, match="NaN"):
         attention_probs(torch.tensor([[0.0, float("nan")]]), "lerp-k4")
+    with pytest.raises(ValueError, match=r"\+inf"):
+        attention_probs(torch.tensor([[0.0, float("inf")]]), "lerp-k4")
     with pytest.raises(ValueError, match="unknown operator"):
         attention_probs(s, "quantized")
     with pytest.raises(ValueError, match="backend"):
@@ -108,6 +115,43 @@ def test_neg_inf_scores_count_as_masked():
     assert P[0, 1] == 0 and abs(P.sum().item() - 1) < 1e-6
     P = attention_probs(torch.full((1, 3), float("-inf")), "lerp-k4")
     assert (P == 0).all()
+
+
+def test_neg_inf_scores_are_masked_in_forward_and_backward():
+    """A -inf score is a masked key for every operator and backend: the same probabilities and gradient as
+    the explicit mask, finite, zero at the -inf key (also when it would be the row minimum)."""
+    ninf = float("-inf")
+    s = torch.tensor([[1.0, ninf, 0.0, -2.0], [ninf] * 4, [3.0, ninf, ninf, ninf]], dtype=torch.float64)
+    mask = ~torch.isneginf(s)
+    finite = torch.where(mask, s, torch.zeros_like(s))
+    up = torch.tensor([0.3, -1.0, 2.0, 0.5], dtype=torch.float64).expand_as(s)
+    for op in ("softmax", "fp8-exp", "lerp-k4", "minmax-weight-k4", "fwm-prob-k4", "resolved-weight-k4"):
+        for backend in ("reference", "closed_form"):
+            x, y = s.clone().requires_grad_(), finite.clone().requires_grad_()
+            P = attention_probs(x, op, backend=backend)
+            (P * up).sum().backward()
+            P_mask = attention_probs(y, op, mask=mask, backend=backend)
+            (P_mask * up).sum().backward()
+            assert torch.equal(P, P_mask) and torch.isfinite(x.grad).all(), (op, backend)
+            torch.testing.assert_close(x.grad, y.grad, rtol=1e-12, atol=0)
+            assert (x.grad[~mask] == 0).all()
+
+
+def test_resolved_takes_a_tau_override_and_k_tau_bounds_are_inclusive():
+    """tau applies to resolved as to FWM (App. D.4: the tail-policy operator keeps FWM's step tau/K): it
+    changes the grid and survives the full-name round trip; K = 2^24 and tau = 1000 are the largest
+    accepted."""
+    spec = OperatorSpec.parse("resolved-prob-k4", tau=5)
+    assert spec.tau == 5.0 and spec.full_name == "resolved-prob-k4[tau=5]"
+    assert OperatorSpec.from_full_name(spec.full_name) == spec
+    # z = -2.5: a grid point of the tau = 5 grid (step 1.25); on the tau = 6 grid (step 1.5) t = 1/3 -> -3
+    s = torch.tensor([[0.0, -2.5]], dtype=torch.float64)
+    w5 = torch.exp(torch.tensor([0.0, -2.5], dtype=torch.float64))
+    w6 = torch.exp(torch.tensor([0.0, -3.0], dtype=torch.float64))
+    torch.testing.assert_close(attention_probs(s, spec)[0], w5 / w5.sum(), rtol=1e-15, atol=0)
+    torch.testing.assert_close(attention_probs(s, "resolved-prob-k4")[0], w6 / w6.sum(), rtol=1e-15, atol=0)
+    assert OperatorSpec.parse("lerp-k16777216").K == 2**24
+    assert OperatorSpec.parse("fwm-prob-k4", tau=1000).tau == 1000.0
 
 
 def test_dtype_policy():
