@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Iterator
 from contextvars import ContextVar
 
@@ -139,7 +140,8 @@ def kinterval_attention(
     and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32",
     "tf32x3" or "ieee") selects the fp32 dot precision of the triton backend (None: the enclosing
     :func:`dot_precision`, else ``torch.backends.cuda.matmul.allow_tf32``); the others follow
-    ``torch.backends`` settings.
+    ``torch.backends`` settings. A query row with a non-finite score (NaN or ±inf, from non-finite q or k) on
+    a key it may attend is NaN in the output, never a quiet zero row; ``scale`` must be finite.
     """
     spec = as_spec(spec)
     if backend not in BACKENDS:
@@ -160,6 +162,8 @@ def kinterval_attention(
         raise ValueError(f"q, k, v need a head dimension D >= 1, got q {tuple(q.shape)}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number (or None: 1/sqrt(D)), got {scale!r}")
 
     backend = resolve_backend(spec, q.device, q.dtype, backend=backend)  # "auto": the fastest that runs spec
     if backend == "triton":
@@ -175,4 +179,7 @@ def kinterval_attention(
         valid = valid_mask(scores.shape, scores.device, causal=causal, mask=mask)
         P = _probs(scores, valid, spec, backend)
         out = torch.matmul(P, v.to(wd))
+        # A row with a non-finite score (from non-finite q or k) is NaN, never a quiet zero row; no host sync.
+        bad = (~torch.isfinite(scores) & valid).any(-1, keepdim=True)
+        out = out.masked_fill(bad, float("nan"))
     return out.to(q.dtype)
