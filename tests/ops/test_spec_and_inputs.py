@@ -190,3 +190,22 @@ def test_non_finite_scores_give_nan_rows_not_quiet_zeros(op, backend):
     bad[0, 1, 2] = bad[0, 0, 3] = bad[0, 2, 3] = True
     assert out[bad].isnan().all()
     torch.testing.assert_close(out[~bad], clean[~bad], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["lerp-k4", "fwm-prob-k4"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_non_finite_rows_of_the_fused_kernel_are_nan_too(op, masked):
+    """The triton backend forms no score matrix: its NaN rows come from q and k (the interpreter on CPU)."""
+    pytest.importorskip("triton")
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 16, 16, generator=g) for _ in range(3))
+    mask = torch.ones(16, 16, dtype=torch.bool).tril() if masked else None
+    clean = kinterval_attention(q, k, v, op, causal=not masked, mask=mask, backend="triton")
+    q[0, 1, 2, 0] = float("nan")
+    k[0, 0, 12, 3] = float("-inf")  # key 12: seen by queries 12..15 of head 0
+    out = kinterval_attention(q, k, v, op, causal=not masked, mask=mask, backend="triton")
+    bad = torch.zeros(1, 2, 16, dtype=torch.bool)
+    bad[0, 1, 2] = True
+    bad[0, 0, 12:] = True
+    assert out[bad].isnan().all()
+    torch.testing.assert_close(out[~bad], clean[~bad], rtol=0, atol=0)

@@ -171,7 +171,8 @@ def kinterval_attention(
 
         if precision is None:
             precision = _DOT_PRECISION.get()
-        return triton_attention(q, k, v, spec, causal=causal, mask=mask, scale=scale, precision=precision)
+        out = triton_attention(q, k, v, spec, causal=causal, mask=mask, scale=scale, precision=precision)
+        return out.masked_fill(_nonfinite_rows(q, k, causal, mask), float("nan"))
 
     wd = working_dtype(q.dtype)
     with torch.autocast(device_type=q.device.type, enabled=False):  # the operator runs outside autocast
@@ -183,3 +184,20 @@ def kinterval_attention(
         bad = (~torch.isfinite(scores) & valid).any(-1, keepdim=True)
         out = out.masked_fill(bad, float("nan"))
     return out.to(q.dtype)
+
+
+def _nonfinite_rows(q: Tensor, k: Tensor, causal: bool, mask: Tensor | None) -> Tensor:
+    """(B, H, Tq, 1): query rows that are not finite or may attend a key row that is not, from q and k alone
+    (the fused kernel forms no score matrix); O(B H T D), no host sync."""
+    q_bad = ~torch.isfinite(q).all(-1)  # (B, H, Tq)
+    k_bad = ~torch.isfinite(k).all(-1)  # (B, H, Tk)
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    if mask is not None or Tk == 0:
+        valid = valid_mask((*q.shape[:2], Tq, Tk), q.device, causal=causal, mask=mask)
+        return (q_bad | (valid & k_bad.unsqueeze(-2)).any(-1)).unsqueeze(-1)
+    if causal:  # query i sees keys j <= i + Tk - Tq: a prefix "any" of the bad keys
+        seen = k_bad.to(torch.int8).cummax(-1).values.bool()
+        k_any = seen[..., torch.arange(Tq, device=q.device) + (Tk - Tq)]
+    else:
+        k_any = k_bad.any(-1, keepdim=True)
+    return (q_bad | k_any).unsqueeze(-1)
