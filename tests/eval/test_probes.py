@@ -141,6 +141,19 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize(
+    "kw, message",
+    [({"families": 0}, "families must be an integer >= 1"), ({"batch_size": 0}, "batch_size must be"),
+     ({"batch_size": -1}, "batch_size must be"), ({"seed": -1}, "seed must be an integer >= 0")],
+)  # fmt: skip
+def test_out_of_range_probe_sizes_are_named(tmp_path, kw, message):
+    """--families 0 used to write an empty result with exit 0; a batch size < 1 or a negative seed raised
+    range()'s or numpy's error."""
+    with pytest.raises(ValueError, match=message):
+        probes.run_probes(tmp_path / "never-read", out=tmp_path / "out", **kw)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("bad", ["nope"])
 def test_missing_checkpoint_is_a_clear_error(tmp_path, bad):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
