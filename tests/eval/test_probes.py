@@ -154,6 +154,12 @@ def test_out_of_range_probe_sizes_are_named(tmp_path, kw, message):
     assert not (tmp_path / "out").exists()
 
 
+def test_compare_needs_at_least_one_resample(tmp_path):
+    """--resamples 0 was accepted (and only failed, if at all, inside the bootstrap)."""
+    with pytest.raises(ValueError, match="n_resamples must be a positive integer, got 0"):
+        probes.compare_probes(tmp_path, tmp_path, n_resamples=0)
+
+
 @pytest.mark.parametrize("bad", ["nope"])
 def test_missing_checkpoint_is_a_clear_error(tmp_path, bad):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):

@@ -313,6 +313,8 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
     naming the field otherwise). Returns ``{operator, reference_operator, deltas, slopes}`` (see
     :func:`paired_deltas` and :func:`delta_slopes`).
     """
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
     folders = {"results": Path(results_dir), "reference": Path(reference_dir)}
     summaries, rows = {}, {}
     for name, folder in folders.items():
