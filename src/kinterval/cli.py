@@ -44,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 def is_input_error(err: BaseException) -> bool:
     """Whether ``err`` reports bad input (one line, exit 2) rather than a bug (traceback kept).
 
-    The rule: a ``FileNotFoundError`` names a path the user gave; a ``ValueError`` (``CheckpointError``
+    The rule: a ``FileNotFoundError`` names a path the user gave, and so does a ``FileExistsError`` or
+    ``NotADirectoryError`` that carries a file name (an output folder such as ``--out`` that is a file); a
+    ``ValueError`` (``CheckpointError``
     included) is bad input only when one of kinterval's own input checks raised it, i.e. the innermost frame
     of its traceback is a ``raise`` statement in a kinterval module. A ``ValueError`` raised inside torch,
     numpy or any other library, or by a builtin called on the wrong internal value, is a bug, and so is any
@@ -52,6 +54,8 @@ def is_input_error(err: BaseException) -> bool:
     """
     if isinstance(err, FileNotFoundError):
         return True
+    if isinstance(err, (FileExistsError, NotADirectoryError)):
+        return err.filename is not None
     if not isinstance(err, ValueError) or err.__traceback__ is None:
         return False
     tb = err.__traceback__
@@ -63,6 +67,15 @@ def is_input_error(err: BaseException) -> bool:
     return linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).lstrip().startswith("raise")
 
 
+def input_error_message(err: BaseException) -> str:
+    """The one-line text of an input error."""
+    if isinstance(err, FileExistsError):
+        return f"{err.filename} exists and is not a folder (an output folder is needed there)"
+    if isinstance(err, NotADirectoryError):
+        return f"{err.filename}: a part of this path is a file, not a folder"
+    return " ".join(str(err).split("\n"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -72,11 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         result = args.func(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as err:
         if not is_input_error(err):
             raise  # an internal bug: keep its traceback
-        message = " ".join(str(err).split("\n"))
-        print(f"kinterval {args.command}: error: {message}", file=sys.stderr)
+        print(f"kinterval {args.command}: error: {input_error_message(err)}", file=sys.stderr)
         return 2
     return int(result or 0)
 

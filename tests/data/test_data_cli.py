@@ -62,3 +62,26 @@ def test_is_input_error_rule(tmp_path):
         assert not cli.is_input_error(err)
     assert cli.is_input_error(FileNotFoundError("x"))
     assert not cli.is_input_error(TypeError("x"))
+
+
+def test_an_output_folder_that_is_a_file_is_one_line(tmp_path, capsys):
+    """--out naming a file (or a path under one) is bad input, not a FileExistsError traceback."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out in (afile, afile / "sub"):
+        argv = ["data", "prepare", "--source", "synthetic", "--out", str(out), "--tokens", "100", "--quiet"]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("kinterval data: error: ") and str(out) in err and "\n" not in err
+    assert cli.is_input_error(FileExistsError(17, "File exists", "x"))
+    assert not cli.is_input_error(FileExistsError("no file name: not a path the user gave"))
+
+
+@pytest.mark.parametrize(
+    "flags, message", [(["--block-size", "0"], "--block-size must be positive"),
+                       (["--reference"], "--reference applies to a bin:DIR source only")],
+)  # fmt: skip
+def test_prepare_flags_are_checked_before_any_work(tmp_path, capsys, flags, message):
+    out = tmp_path / "syn"
+    assert cli.main(["data", "prepare", "--source", "synthetic", "--out", str(out), "--quiet", *flags]) == 2
+    assert message in capsys.readouterr().err and not out.exists()

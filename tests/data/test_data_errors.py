@@ -214,3 +214,20 @@ def test_a_failed_re_prepare_leaves_no_meta_json(tmp_path, monkeypatch):
     assert not (out / "meta.json").exists()
     with pytest.raises(FileNotFoundError, match="meta.json"):
         TokenShards(out, "train")
+
+
+@pytest.mark.parametrize(
+    "source, kw, message",
+    [("synthetic", {"seed": -1}, "seed must be"),
+     ("synthetic", {"shard_tokens": 0}, "shard_tokens must be"),
+     ("text:{missing}", {}, "text source not found"),
+     ("text:{text}", {"bpe_file": "{missing}"}, "not found")],
+)  # fmt: skip
+def test_bad_input_leaves_an_existing_dataset_in_place(tmp_path, ds, source, kw, message):
+    """These used to fail only after clear_outputs had removed the meta.json and shards already in ``out``."""
+    (tmp_path / "doc.txt").write_text("some text\n")
+    fill = {"missing": tmp_path / "missing", "text": tmp_path / "doc.txt"}
+    kw = {k: v.format(**fill) if isinstance(v, str) else v for k, v in kw.items()}
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        prepare(source.format(**fill), ds, progress=False, **kw)
+    assert TokenShards(ds, "train").n_tokens == 20_000

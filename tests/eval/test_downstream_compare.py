@@ -167,3 +167,12 @@ def test_reads_lm_eval_sample_files_and_cli(folders, tmp_path, capsys):
         assert rows[(task, metric, "lmeval")]["diff"] == rows[(task, metric, "tiny")]["diff"]
         assert rows[(task, metric, "lmeval")]["family_size"] == 2
     assert "within margin" in capsys.readouterr().out
+
+
+def test_a_corrupt_result_line_names_the_file_and_line(folders):
+    """A torn or edited per-item line used to end in json's JSONDecodeError traceback."""
+    base, conds = folders
+    path = conds["big"] / "qa.jsonl"
+    path.write_text(path.read_text() + '{"doc_id": \n')
+    with pytest.raises(ValueError, match=r"qa.jsonl, line \d+: not a JSON record"):
+        downstream_compare(base, conds["big"], **FAST)

@@ -101,3 +101,18 @@ def test_probe_hooks_recompute_the_layer_scores():
             spans.append((np.nanmax(s.numpy(), -1) - np.nanmin(s.numpy(), -1)).ravel())
     assert res["layers"][0]["span"] == pytest.approx(np.concatenate(spans).mean(), rel=1e-5)
     assert res["layers"][0]["h"] == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("blocks, n_tokens, message", [(0, 33, "blocks must be"), (-1, 33, "blocks must be"),
+                                                       (8, 16, "holds no block of 16")])  # fmt: skip
+def test_no_block_to_probe_is_an_error_not_a_nan_row(blocks, n_tokens, message):
+    """--blocks 0 or an empty split used to print and write a row of NaN metrics with exit 0."""
+    from kinterval.eval.geometry import geometry_probe
+    from kinterval.model import GPT, preset
+
+    model = GPT(
+        preset("tiny", vocab_size=32, n_layer=1, n_head=2, n_embd=16, block_size=16), "lerp-k4"
+    ).eval()
+    tokens = np.zeros(n_tokens, dtype=np.uint16)
+    with pytest.raises(ValueError, match=message):
+        geometry_probe(model, tokens, blocks=blocks)

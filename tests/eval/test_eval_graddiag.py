@@ -55,3 +55,10 @@ def test_model_level_residual_full_vs_detach():
     assert det["mean"]["zero_sum_residual"] > max(1e-4, 100 * full["mean"]["zero_sum_residual"])
     # the decomposition uses the full operator at the same upstream: err_detach = norm of the (M, m) terms
     assert det["mean"]["err_detach"] == pytest.approx(full["mean"]["err_detach"], rel=1e-3)
+
+
+@pytest.mark.parametrize("blocks, n_tokens, message", [(0, 33, "blocks must be"), (8, 10, "holds no block")])
+def test_no_block_to_diagnose_is_an_error_not_a_nan_row(blocks, n_tokens, message):
+    model = GPT(preset("tiny", vocab_size=32, n_layer=1, n_head=2, n_embd=16, block_size=16), "lerp-k4")
+    with pytest.raises(ValueError, match=message):
+        gradient_diagnostics(model, np.zeros(n_tokens, dtype=np.uint16), blocks=blocks)

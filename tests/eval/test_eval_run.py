@@ -111,6 +111,21 @@ def test_evaluation_of_a_replaced_checkpoint_is_redone(tiny_run, tmp_path):
     assert again["checkpoint_state_sha256"] != first["checkpoint_state_sha256"]
 
 
+def test_zero_or_negative_block_caps_are_named_errors(tiny_run, capsys):
+    """eval --max-blocks 0 blamed the split and -2 raised numpy's error; tau-screen --max-blocks 0 meant
+    "no cap" and ran the whole split."""
+    run = str(tiny_run / "run")
+    for argv, flag in (
+        (["eval", "--run", run, "--max-blocks", "0", "--quiet"], "max_blocks"),
+        (["eval", "--run", run, "--max-blocks", "-2", "--quiet"], "max_blocks"),
+        (["tau-screen", "--run", run, "--stages", "1", "--max-blocks", "0"], "--max-blocks"),
+        (["tau-screen", "--run", run, "--stages", "2a", "--subset-blocks", "0"], "--subset-blocks"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"error: {flag} must be a positive integer" in err and "\n" not in err
+
+
 def test_document_ids_assign_each_target_to_its_document():
     # EOT = 9 ends a document. Targets are tokens[1:9] = 9 3 4 9 | 7 8 2 1: the first 9 ends document 0,
     # the second ends document 1, everything after it is document 2.

@@ -195,3 +195,12 @@ def test_vocabulary_and_tokenizer_checked_before_scoring(tmp_path):
     other = make_run(tmp_path / "other", data=data)  # GPT-2-sized, but trained on synthetic tokens
     with pytest.raises(ValueError, match="tokenized with 'synthetic'"):
         KIntervalLM(run=str(other))
+
+
+def test_kinterval_lm_eval_without_tasks_is_one_error_line(capsys):
+    """lm-eval itself raised "No tasks specified" as a ValueError traceback."""
+    from kinterval import cli
+
+    assert cli.main(["lm-eval", "--model_args", "run=somewhere"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval lm-eval: error: kinterval lm-eval needs --tasks") and "\n" not in err

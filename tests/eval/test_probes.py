@@ -141,6 +141,25 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize(
+    "kw, message",
+    [({"families": 0}, "families must be an integer >= 1"), ({"batch_size": 0}, "batch_size must be"),
+     ({"batch_size": -1}, "batch_size must be"), ({"seed": -1}, "seed must be an integer >= 0")],
+)  # fmt: skip
+def test_out_of_range_probe_sizes_are_named(tmp_path, kw, message):
+    """--families 0 used to write an empty result with exit 0; a batch size < 1 or a negative seed raised
+    range()'s or numpy's error."""
+    with pytest.raises(ValueError, match=message):
+        probes.run_probes(tmp_path / "never-read", out=tmp_path / "out", **kw)
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_needs_at_least_one_resample(tmp_path):
+    """--resamples 0 was accepted (and only failed, if at all, inside the bootstrap)."""
+    with pytest.raises(ValueError, match="n_resamples must be a positive integer, got 0"):
+        probes.compare_probes(tmp_path, tmp_path, n_resamples=0)
+
+
 @pytest.mark.parametrize("bad", ["nope"])
 def test_missing_checkpoint_is_a_clear_error(tmp_path, bad):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):

@@ -50,6 +50,17 @@ def test_forward_shapes_and_loss():
         model(torch.zeros(1, 17, dtype=torch.long))
 
 
+def test_forward_rejects_float_or_1d_ids_and_mismatched_targets():
+    """Float or 1-d ids raised torch's embedding error or a bare unpacking error; targets of another shape
+    cross_entropy's batch-size error."""
+    model = build("softmax", preset("tiny", vocab_size=97, block_size=16))
+    for bad in (torch.zeros(1, 8), torch.zeros(8, dtype=torch.long), [[1, 2]]):
+        with pytest.raises(ValueError, match="2-d integer tensor of token ids"):
+            model(bad)
+    with pytest.raises(ValueError, match=r"targets must have the shape of idx \(1, 8\), got \(1, 7\)"):
+        model(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 7, dtype=torch.long))
+
+
 def test_operator_swap_changes_nothing_else():
     models = [build(op) for op in ("softmax", "sdpa", "fwm-prob-k4", "minmax-weight-k4[range_grad=detach]")]
     ref = models[0].state_dict()

@@ -104,9 +104,6 @@ def test_bad_inputs_raise_clear_errors():
         kinterval_attention(q, q.double(), q, "softmax")
     with pytest.raises(ValueError, match="unknown backend"):
         kinterval_attention(q, q, q, "softmax", backend="flash")
-    for scale in (0.0, -0.125, float("nan"), float("inf"), "0.1"):
-        with pytest.raises(ValueError, match="scale must be a positive finite number"):
-            kinterval_attention(q, q, q, "softmax", scale=scale, backend="reference")
 
 
 def test_neg_inf_scores_count_as_masked():
@@ -206,3 +203,35 @@ def test_mask_of_higher_rank_than_scores_is_a_value_error():
 def test_huge_k_or_tau_is_rejected_with_the_bounds(name, overrides):
     with pytest.raises(ValueError, match=r"valid forms.*2\^24"):
         OperatorSpec.parse(name, **overrides)
+
+
+@pytest.mark.parametrize("full", ["fwm-prob-k4[tau=abc]", "fwm-prob-k4[tau]"])
+def test_full_name_with_a_non_numeric_tau_is_a_named_error(full):
+    with pytest.raises(ValueError, match=r"tau must be a number.*valid forms"):
+        OperatorSpec.from_full_name(full)
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), "1", True, 0.0, -0.125])
+def test_attention_scale_must_be_a_positive_finite_number(scale):
+    """The fused kernels scale the row max of q k^T, the max of the scaled scores only for scale > 0."""
+    q = torch.randn(1, 1, 3, 4)
+    with pytest.raises(ValueError, match="scale must be a positive finite number"):
+        kinterval_attention(q, q, q, "lerp-k4", scale=scale)
+
+
+@pytest.mark.parametrize("op", ["softmax", "lerp-k4", "fwm-prob-k4", "minmax-weight-k4"])
+@pytest.mark.parametrize("backend", ["reference", "closed_form"])
+def test_non_finite_scores_give_nan_rows_not_quiet_zeros(op, backend):
+    """NaN or inf in q or k used to vanish into a zero output row; now those rows, and only those, are NaN."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 3, 4, 8, generator=g) for _ in range(3))
+    clean = kinterval_attention(q, k, v, op, causal=True, backend=backend)
+    q[0, 1, 2, 0] = float("nan")  # one query row
+    for head, sign in ((0, 1.0), (2, -1.0)):  # a +inf and a -inf score on the last key, which only the
+        q[0, head, 3, 0] = sign * abs(q[0, head, 3, 0])  # last query may attend (causal)
+        k[0, head, 3, 0] = float("inf")
+    out = kinterval_attention(q, k, v, op, causal=True, backend=backend)
+    bad = torch.zeros(1, 3, 4, dtype=torch.bool)
+    bad[0, 1, 2] = bad[0, 0, 3] = bad[0, 2, 3] = True
+    assert out[bad].isnan().all()
+    torch.testing.assert_close(out[~bad], clean[~bad], rtol=0, atol=0)

@@ -146,3 +146,19 @@ def test_demo_report(tmp_path):
         assert (tmp_path / "demo" / f).is_file()
     with pytest.raises(ValueError, match="softmax"):
         demo_report({"lerp-k4": soft}, tmp_path / "x")
+
+
+@pytest.mark.parametrize("damage", ["manifest", "npz", "summary"])
+def test_corrupt_result_files_are_named_errors(fake_suite, tmp_path, damage, capsys):
+    """A corrupt manifest.json, per-block .npz or summary .json used to end in a JSONDecodeError or
+    BadZipFile traceback."""
+    from kinterval.cli import main
+
+    first = sorted(fake_suite.rglob("eval/*/step_*.npz"))[0]
+    target = {"manifest": fake_suite / "manifest.json", "npz": first, "summary": first.with_suffix(".json")}
+    target[damage].write_bytes(target[damage].read_bytes()[:20])
+    with pytest.raises(ValueError, match=str(target[damage].name)):
+        load_results(fake_suite)
+    assert main(["report", str(fake_suite), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval report: error: ") and str(target[damage]) in err and "\n" not in err

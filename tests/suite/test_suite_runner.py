@@ -148,3 +148,21 @@ def test_slurm_without_slurm_is_an_error_not_a_local_run(tmp_path, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
     with pytest.raises(ValueError, match="no Slurm on this machine"):
         runner._slurm_executor(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--gpus", "-1"], "--gpus must be"), (["--per-gpu", "0"], "--per-gpu must be"),
+     (["--threads", "0"], "--threads must be"), (["--device", "tpu"], "--device must be one of"),
+     (["--only", "nothing*"], "matches no run")],
+)  # fmt: skip
+def test_run_flags_are_checked_before_the_folder_is_made(tmp_path, capsys, flags, message):
+    """--gpus -1 and --threads 0 were taken silently; a bad --device or --only failed after preparing data."""
+    out = tmp_path / "o"
+    assert main(["suite", "run", str(suite_file(tmp_path)), "--out", str(out), *flags]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_gate_max_errors_must_not_be_negative(tmp_path, capsys):
+    assert main(["suite", "gate", str(tmp_path), "--max-errors", "-1"]) == 2
+    assert "--max-errors must be >= 0" in capsys.readouterr().err

@@ -62,6 +62,13 @@ def test_all_shipped_configs_load():
         ("device", "tpu", "device must be one of"),
         ("optim.decay", "all", "optim.decay must be one of"),
         ("schedule.warmup_tokens", 10**9, "warmup_tokens"),
+        ("data.verify", 1, "data.verify must be true or false"),
+        ("log.progress", "yes", "log.progress must be true or false"),
+        ("log.tensorboard", "no", "log.tensorboard must be true or false"),
+        ("optim.fused", 2, "optim.fused must be true or false"),
+        ("model.bias", "no", "model.bias must be true or false"),
+        ("data.dir", 5, "data.dir must be a string"),
+        ("name", 5, "name must be a string"),
     ],
 )
 def test_bad_values_are_named(field, value, message):

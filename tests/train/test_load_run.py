@@ -58,6 +58,29 @@ def test_load_run_errors(tiny_run, tmp_path):
             load_run(tiny_run, backend="triton")
 
 
+def test_weights_that_do_not_fit_the_recorded_model_are_a_checkpoint_error(tiny_run, capsys):
+    """state.json's model_config and the weights disagree: a CheckpointError, not torch's RuntimeError."""
+    import json
+
+    ckpt = tiny_run / "checkpoints" / "step_000008"
+    state = json.loads((ckpt / "state.json").read_text())
+    state["model_config"]["n_embd"] = 16
+    (ckpt / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=r"does not match the model that state.json describes \(size"):
+        load_run(tiny_run)
+    assert main(["eval", "--run", str(tiny_run), "--checkpoint", "latest", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kinterval eval: error: checkpoint ")
+
+
+def test_unknown_or_unavailable_device_is_a_value_error(tiny_run):
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        load_run(tiny_run, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            load_run(tiny_run, device="cuda:0")
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "unrecorded"])
 def test_read_model_weights_checks_the_recorded_hash(tiny_run, damage):
     import json

@@ -8,6 +8,10 @@ from kinterval.data.prepare import SOURCES, prepare, summary_table
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    if args.block_size < 1:  # before the work, not after it
+        raise ValueError(f"--block-size must be positive, got {args.block_size}")
+    if args.reference and not args.source.startswith("bin:"):
+        raise ValueError(f"--reference applies to a bin:DIR source only, got --source {args.source}")
     meta = prepare(
         args.source,
         args.out,

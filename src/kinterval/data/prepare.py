@@ -164,6 +164,13 @@ def prepare(
         raise ValueError(f"unknown split(s) {unknown}; choose from {list(sources.SPLITS)}")
     if tokens is not None and tokens < 1:
         raise ValueError(f"tokens must be positive, got {tokens}")
+    # Checked before clear_outputs, which removes a previous dataset in ``out``: bad input must not cost it.
+    if isinstance(shard_tokens, bool) or not isinstance(shard_tokens, int) or shard_tokens < 1:
+        raise ValueError(f"shard_tokens must be positive, got {shard_tokens!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if source in ("wikitext103", "fineweb-edu") or source.startswith("text:"):
+        gpt2_encoding(bpe_file)  # a missing or wrong --bpe-file
     params = {"tokens": tokens, "shard_tokens": shard_tokens, "splits": list(splits)}
     if source.startswith("bin:"):
         found = find_bin_files(source[4:])
@@ -176,8 +183,9 @@ def prepare(
             out, source, records, synthetic.VOCAB_SIZE, synthetic.EOT, tokenizer, seed, params | extra
         )
     if source == "wikitext103":
+        dataset = sources.load_wikitext103()
         clear_outputs(out, splits)
-        records, tokenizer = _wikitext(out, splits, tokens, shard_tokens, bpe_file, progress)
+        records, tokenizer = _wikitext(out, splits, tokens, shard_tokens, bpe_file, progress, dataset)
     elif source == "fineweb-edu":
         splits = tuple(s for s in splits if s != "test")  # FineWebEdu has no test split here
         params |= {"tokens": tokens or FINEWEB_TOKENS, "val_tokens": val_tokens, "splits": list(splits),
@@ -187,8 +195,8 @@ def prepare(
             out, splits, tokens or FINEWEB_TOKENS, val_tokens, shard_tokens, bpe_file, progress
         )
     elif source.startswith("text:"):
-        clear_outputs(out, splits)
         docs = sources.text_documents(source[5:])
+        clear_outputs(out, splits)
         params["split_rule"] = "int(md5(relative path), 16) % 100: 0-1 val, 2-3 test, else train"
         records, tokenizer = _text_like(out, splits, docs, tokens, shard_tokens, bpe_file, progress, "text")
     else:

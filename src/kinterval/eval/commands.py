@@ -72,6 +72,9 @@ def _tau_screen(args: argparse.Namespace) -> int:
     )
     from kinterval.train.load import load_run
 
+    for flag, value in (("--subset-blocks", args.subset_blocks), ("--max-blocks", args.max_blocks)):
+        if value is not None and value < 1:  # --max-blocks 0 used to mean "no cap"
+            raise ValueError(f"{flag} must be a positive integer, got {value}")
     ckpt = select_checkpoints(args.run, args.checkpoint)[-1]
     loaded = load_run(ckpt, device=pick_device(args.device), backend="closed_form")  # the screen forms P
     model, state = loaded.model, loaded.state

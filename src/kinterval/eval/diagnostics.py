@@ -39,6 +39,8 @@ def diagnose_checkpoint(
 ) -> dict:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:  # before the cache, too
+        raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
     ckpt = Path(ckpt)
     if out_dir is None:
         out_dir = diagnostics_dir(ckpt.parent.parent, kind)

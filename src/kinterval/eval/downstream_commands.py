@@ -101,8 +101,11 @@ def _per_item(folder) -> dict[str, dict]:
     tasks = {}
     for task, path in _task_files(Path(folder)).items():
         items = {}
-        for line in path.read_text().splitlines():
-            rec = json.loads(line)
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}, line {n}: not a JSON record ({err})") from None
             if "filtered_resps" in rec:  # an lm-eval logged sample
                 rec = _item(rec)
             vals = {k: float(v) for k, v in rec["metrics"].items() if isinstance(v, (int, float))}

@@ -21,7 +21,7 @@ from kinterval.eval.nll import document_ids, per_document
 from kinterval.model import operator_name
 from kinterval.stats import block_bootstrap_ci, cluster_bootstrap_ci
 from kinterval.train.checkpoint import code_identity, read_state
-from kinterval.train.evaluate import token_nll
+from kinterval.train.evaluate import check_max_blocks, token_nll
 from kinterval.train.load import load_run
 
 SUMMARY_VERSION = 1
@@ -78,6 +78,7 @@ def evaluate_checkpoint(
     progress: bool = False,
 ) -> dict:
     """Evaluate one checkpoint (skipped if an up-to-date result exists, unless ``force``); its summary."""
+    check_max_blocks(max_blocks)  # before the cache: a bad cap is never answered with a cached result
     ckpt = Path(ckpt)
     run_dir = ckpt.parent.parent
     out_dir = Path(out_dir) if out_dir is not None else eval_dir(run_dir, split, data, operator)

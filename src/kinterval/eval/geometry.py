@@ -117,7 +117,11 @@ def geometry_probe(
     Returns ``{"layers": [{metric: value}], "mean": {metric: layer mean}, "operator": name, "n_blocks": n}``.
     """
     T = T or model.config.block_size
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
     n = min(blocks, n_blocks(len(tokens), T))
+    if n == 0:  # nothing to average: every metric would be NaN
+        raise ValueError(f"the split holds no block of {T}+1 tokens ({len(tokens)} tokens)")
     layers = attention_layers(model)
     sums = [dict.fromkeys(METRICS, 0.0) for _ in layers]
     counts = [dict.fromkeys(METRICS, 0) for _ in layers]

@@ -72,7 +72,11 @@ def gradient_diagnostics(
 ) -> dict:
     """Zero-sum residual (and optionally the decomposition) over the first ``blocks`` blocks."""
     T = T or model.config.block_size
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
     n = min(blocks, n_blocks(len(tokens), T))
+    if n == 0:  # nothing to average: every metric would be NaN
+        raise ValueError(f"the split holds no block of {T}+1 tokens ({len(tokens)} tokens)")
     layers = attention_layers(model)
     specs = [layer_spec(m) for m in layers]
     residuals: list[list[torch.Tensor]] = [[] for _ in layers]

@@ -25,6 +25,9 @@ def _lm_eval(args: argparse.Namespace) -> int:
     rest = list(args.lm_eval_args)
     if any(a == "--model" or a.startswith("--model=") for a in rest):
         raise ValueError("kinterval lm-eval sets --model kinterval itself; use lm_eval for other models")
+    named = {a.split("=", 1)[0] for a in rest}
+    if not named & {"--tasks", "-t", "--config", "-C", "--help", "-h"}:  # lm-eval raised its own traceback
+        raise ValueError("kinterval lm-eval needs --tasks TASK [TASK ...] (or --config FILE); see --help")
     if not any(a == "--device" or a.startswith("--device=") for a in rest):
         rest += ["--device", "cuda" if torch.cuda.is_available() else "cpu"]
     run = ["run"] if importlib.util.find_spec("lm_eval._cli") else []  # lm-eval < 0.4.10 has no subcommands

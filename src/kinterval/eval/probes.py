@@ -313,6 +313,8 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
     naming the field otherwise). Returns ``{operator, reference_operator, deltas, slopes}`` (see
     :func:`paired_deltas` and :func:`delta_slopes`).
     """
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
     folders = {"results": Path(results_dir), "reference": Path(reference_dir)}
     summaries, rows = {}, {}
     for name, folder in folders.items():
@@ -338,6 +340,9 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
 def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 400, device="cpu",
                seed: int = 0, batch_size: int = 8, distances=DISTANCES) -> dict:  # fmt: skip
     """Generate, score and write ``samples.jsonl`` (one row per sample) and ``summary.json``."""
+    for name, value, lo in (("families", families, 1), ("batch_size", batch_size, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
     loaded = load_run(run, checkpoint, device, operator)
     model, state = loaded.model, loaded.state
     cfg = model.config

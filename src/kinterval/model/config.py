@@ -69,6 +69,8 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.bias, bool):
+            raise ValueError(f"model.bias must be true or false, got {self.bias!r}")
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"

@@ -134,6 +134,12 @@ class GPT(nn.Module):
         return n if include_positions else n - self.transformer.wpe.weight.numel()
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.is_floating_point() or idx.is_complex():
+            got = f"{tuple(idx.shape)} {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
+            raise ValueError(f"idx must be a 2-d integer tensor of token ids (B, T), got {got}")
+        if targets is not None and (not isinstance(targets, torch.Tensor) or targets.shape != idx.shape):
+            got = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
+            raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {got}")
         B, T = idx.shape
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")

@@ -140,7 +140,8 @@ def kinterval_attention(
     and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32",
     "tf32x3" or "ieee") selects the fp32 dot precision of the triton backend (None: the enclosing
     :func:`dot_precision`, else ``torch.backends.cuda.matmul.allow_tf32``); the others follow
-    ``torch.backends`` settings.
+    ``torch.backends`` settings. A query row with a non-finite score (NaN or ±inf, from non-finite q or k) on
+    a key it may attend is NaN in the output, never a quiet zero row; ``scale`` must be finite.
     """
     spec = as_spec(spec)
     if backend not in BACKENDS:
@@ -178,4 +179,7 @@ def kinterval_attention(
         valid = valid_mask(scores.shape, scores.device, causal=causal, mask=mask)
         P = _probs(scores, valid, spec, backend)
         out = torch.matmul(P, v.to(wd))
+        # A row with a non-finite score (from non-finite q or k) is NaN, never a quiet zero row; no host sync.
+        bad = (~torch.isfinite(scores) & valid).any(-1, keepdim=True)
+        out = out.masked_fill(bad, float("nan"))
     return out.to(q.dtype)

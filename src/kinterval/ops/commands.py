@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from kinterval.ops.api import attention_probs, valid_mask
@@ -31,6 +33,10 @@ def run(args) -> int:
         from kinterval.ops.verify import main as verify_main
 
         return verify_main([])
+    if args.T < 2:  # the residual column needs rows with at least two keys
+        raise ValueError(f"--T must be an integer >= 2, got {args.T}")
+    if not math.isfinite(args.scale) or args.scale <= 0:
+        raise ValueError(f"--scale must be a finite number > 0, got {args.scale}")
     gen = torch.Generator().manual_seed(args.seed)
     s = torch.randn(4, 4, args.T, args.T, generator=gen) * args.scale
     up = torch.randn(s.shape, generator=gen)

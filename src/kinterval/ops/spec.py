@@ -148,7 +148,15 @@ class OperatorSpec:
         overrides: dict = {}
         for item in filter(None, (m.group(2) or "").split(",")):
             key, _, value = item.partition("=")
-            overrides[key.strip()] = float(value) if key.strip() == "tau" else value.strip()
+            overrides[key.strip()] = value.strip()
+        if "tau" in overrides:
+            try:
+                overrides["tau"] = float(overrides["tau"])
+            except ValueError:
+                tau = overrides["tau"]
+                raise ValueError(
+                    f"operator {full!r}: tau must be a number, got {tau!r}; valid forms: {VALID_FORMS}"
+                ) from None
         return cls.parse(m.group(1), **overrides)
 
     def to_dict(self) -> dict:

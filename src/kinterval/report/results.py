@@ -8,6 +8,7 @@ paired with a control of another folder (a supplementary run with its suite-D so
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +115,27 @@ class SuiteResults:
         return {k: sorted(v, key=lambda p: p.step) for k, v in out.items()}
 
 
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"{path}: corrupt, not JSON ({err}); `kinterval suite gate` checks every file"
+        ) from None
+
+
+def _nll_arrays(npz: Path) -> tuple[np.ndarray, dict]:
+    try:
+        with np.load(npz) as z:
+            nll = z["nll"].astype(np.float64)
+            return nll, {k: z[k] for k in ("doc_ids", "doc_nll", "doc_tokens") if k in z.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
+        raise ValueError(
+            f"{npz}: unreadable per-block arrays ({type(err).__name__}: {err}); "
+            "`kinterval suite gate` checks every file"
+        ) from None
+
+
 def _read_logs(run_dir: Path) -> list[dict]:
     return read_metrics(run_dir)  # a torn last line (a run killed mid-write) is left out
 
@@ -129,23 +151,21 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
         geo_dir = run_dir / "diagnostics" / "geometry"
         logs[r["run_id"]] = _read_logs(run_dir)
         gd_files = sorted((run_dir / "diagnostics" / "graddiag").glob("step_*.json"))
-        gd = [json.loads(f.read_text()) for f in gd_files]
+        gd = [_json(f) for f in gd_files]
         if gd:
             graddiag[r["run_id"]] = sorted(gd, key=lambda d: int(d["step"]))
         budget = int(r.get("tokens") or 0)
         for js in sorted((run_dir / "eval").glob("*/step_*.json")):
-            s = json.loads(js.read_text())
+            s = _json(js)
             npz = js.with_suffix(".npz")
             if not npz.is_file():
                 raise ValueError(f"{js}: its per-block arrays {npz.name} are missing")
-            with np.load(npz) as z:
-                nll = z["nll"].astype(np.float64)
-                docs = {k: z[k] for k in ("doc_ids", "doc_nll", "doc_tokens") if k in z.files}
+            nll, docs = _nll_arrays(npz)
             tag = js.parent.name
             geo = {}
             gj = geo_dir / js.name
             if tag == primary_tag and gj.is_file():
-                geo = json.loads(gj.read_text()).get("mean", {})
+                geo = _json(gj).get("mean", {})
             data = (Path(str(s.get("data_dir", ""))).name, s.get("split"), s.get("T"), int(nll.size))
             points.append(
                 Point(

@@ -61,6 +61,8 @@ def _run_one(args) -> int:
 def _gate(args) -> int:
     from kinterval.suite.gate import gate
 
+    if args.max_errors < 0:
+        raise ValueError(f"--max-errors must be >= 0, got {args.max_errors}")
     rep = gate(args.dir, results_only=args.results_only, write_record=not args.no_record)
     for e in rep.errors[: args.max_errors]:
         print(f"ERROR {e}")

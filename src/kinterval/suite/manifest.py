@@ -160,8 +160,11 @@ def read_manifest(out: str | Path) -> dict:
     path = Path(out) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found (create it with `kinterval suite run NAME --out {out}`)")
-    m = json.loads(path.read_text())
-    if m.get("format") != "kinterval-suite-manifest":
+    try:
+        m = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: corrupt, not JSON ({err})") from None
+    if not isinstance(m, dict) or m.get("format") != "kinterval-suite-manifest":
         raise ValueError(f"{path}: not a kinterval suite manifest")
     return m
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kinterval.suite.definition import Suite, load_suite, select
 from kinterval.suite.manifest import MANIFEST, build_manifest, read_manifest, run_entry, write_manifest
+from kinterval.train.config import DEVICES
 
 
 def prepare_data(suite: Suite, out: Path, data: str | Path | None) -> Path:
@@ -121,17 +122,25 @@ def run_suite(
     """Run (or resume) a suite; returns ``{run_id: status}``. ``threads`` sets torch's CPU threads (1 is much
     faster for tiny models on a busy machine)."""
     out = Path(out)
+    # Checked before init_suite creates the folder.
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        raise ValueError(f"--gpus must be an integer >= 0, got {gpus!r}")
+    if per_gpu < 1 or (per_gpu > 1 and not gpus):
+        raise ValueError(f"--per-gpu must be >= 1 and needs --gpus N (got per_gpu={per_gpu}, gpus={gpus})")
+    if device is not None and device not in DEVICES:
+        raise ValueError(f"--device must be one of {list(DEVICES)}, got {device!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
+    suite = load_suite(name)
+    ids = [r.run_id for r in select(suite.runs, only)]
+    if not ids:
+        raise ValueError(f"--only {only} matches no run of suite {suite.name}")
     if threads:
         import torch
 
         torch.set_num_threads(threads)
     manifest = init_suite(name, out, data)
-    ids = [r.run_id for r in select(load_suite(name).runs, only)]
-    if not ids:
-        raise ValueError(f"--only {only} matches no run of suite {manifest['suite']}")
     log(f"suite {manifest['suite']}: {len(ids)} of {manifest['n_runs']} runs -> {out}")
-    if per_gpu < 1 or (per_gpu > 1 and not gpus):
-        raise ValueError(f"--per-gpu must be >= 1 and needs --gpus N (got per_gpu={per_gpu}, gpus={gpus})")
     if slurm:
         return submit_slurm(out, ids, slurm_args or {}, log)
     if gpus and gpus > 0:

@@ -196,6 +196,22 @@ class TrainConfig:
         _int("log.every", self.log.every, 1)
         _int("log.eval_every", self.log.eval_every, 0)
         _int("log.eval_blocks", self.log.eval_blocks, 1)
+        for name, value in (
+            ("name", self.name),
+            ("data.dir", self.data.dir),
+            ("data.source", self.data.source),
+        ):
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be a string, got {value!r}")
+        for name, value, optional in (
+            ("data.verify", self.data.verify, False),
+            ("log.progress", self.log.progress, False),
+            ("log.tensorboard", self.log.tensorboard, False),
+            ("optim.fused", self.optim.fused, True),
+            ("model.bias", self.model.bias, True),
+        ):
+            if not isinstance(value, bool) and not (optional and value is None):
+                raise ValueError(f"{name} must be true or false, got {value!r}")
         if not self.data.dir:
             raise ValueError("data.dir is required (a folder made by `kinterval data prepare`)")
         return self

@@ -16,6 +16,7 @@ import torch
 
 from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
+from kinterval.model import operator_name
 from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
 from kinterval.train.load import load_run
@@ -41,6 +42,8 @@ def run_demo(
     ``threads`` sets torch's CPU threads for the run (1 by default: the tiny model gains little from more, and
     OpenMP spin-waiting on a busy machine can make it many times slower); None keeps torch's setting.
     """
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
+        raise ValueError(f"threads must be an integer >= 0 (0 or None: torch's setting), got {threads!r}")
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -52,6 +55,10 @@ def run_demo(
 
 def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
     operators = list(operators)
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise ValueError(f"tokens must be a positive integer (or None: the default), got {tokens!r}")
+    for op in operators:  # every name, before any data is prepared or any run trained
+        operator_name(op)
     if "softmax" not in operators:
         operators.insert(0, "softmax")
     sizes = QUICK if quick else FULL

@@ -15,6 +15,14 @@ from kinterval.data.loader import get_block, n_blocks
 from kinterval.model.numerics import autocast, eval_precision
 
 
+def check_max_blocks(max_blocks) -> None:
+    """``max_blocks`` of an evaluation: None (every block) or a positive integer."""
+    if max_blocks is None:
+        return
+    if isinstance(max_blocks, bool) or not isinstance(max_blocks, int) or max_blocks < 1:
+        raise ValueError(f"max_blocks must be a positive integer (or None: every block), got {max_blocks!r}")
+
+
 @torch.no_grad()
 def token_nll(
     model: torch.nn.Module,
@@ -29,6 +37,7 @@ def token_nll(
     Runs the model in eval mode on its own device with its numerics (autocast as in training, TF32 set to
     ``numerics.tf32_eval``) and restores the previous train/eval mode.
     """
+    check_max_blocks(max_blocks)
     numerics = model.config.numerics
     device = next(model.parameters()).device
     n = n_blocks(len(tokens), T) if max_blocks is None else min(max_blocks, n_blocks(len(tokens), T))

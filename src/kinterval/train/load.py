@@ -84,7 +84,13 @@ def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "lat
 def _pick_device(device: str | torch.device) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        picked = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    if picked.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} requested but CUDA is not available")
+    return picked
 
 
 def load_run(
@@ -115,5 +121,13 @@ def load_run(
     resolved = None if op == SDPA else resolve_backend(op, device, backend=backend)  # explicit: checked here
     weights = read_model_weights(ckpt)
     model = GPT(model_config, op, backend)
-    model.load_state_dict(weights)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:  # missing, unexpected or differently shaped tensors
+        first = str(err).split("\n\t")[1] if "\n\t" in str(err) else str(err)
+        first = first if len(first) <= 200 else first[:200] + " ..."
+        raise CheckpointError(
+            f"checkpoint {ckpt}: model.safetensors does not match the model that state.json describes "
+            f"({first})"
+        ) from None
     return LoadedRun(model.to(device).eval(), op, config, state, ckpt, resolved)
