@@ -209,3 +209,18 @@ def test_non_finite_rows_of_the_fused_kernel_are_nan_too(op, masked):
     bad[0, 0, 12:] = True
     assert out[bad].isnan().all()
     torch.testing.assert_close(out[~bad], clean[~bad], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [({"kind": "bogus"}, "kind must be"),
+     ({"calibration": "minmax", "reconstruction": "lerp", "K": -1}, "K must be"),
+     ({"calibration": "minmax", "reconstruction": "lerp", "K": 4.0}, "K must be"),
+     ({"calibration": "fwm", "reconstruction": "lerp", "K": 4, "tau": -2.0}, "tau must be"),
+     ({"calibration": "fwm", "reconstruction": "nearest", "K": 4}, "surrogate must be"),
+     ({"calibration": "max", "reconstruction": "lerp", "K": 4}, "calibration must be")],
+)  # fmt: skip
+def test_a_spec_built_directly_is_validated_like_a_parsed_one(fields, message):
+    """OperatorSpec(...) skipped every check: K=-1 or kind='bogus' computed some attention, tau=-2 zeros."""
+    with pytest.raises(ValueError, match=message):
+        OperatorSpec(**{"kind": "kinterval", **fields})
