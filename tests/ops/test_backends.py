@@ -90,3 +90,9 @@ def test_attention_api_checks_an_explicit_backend():
     q = torch.randn(1, 1, 4, 8)
     with pytest.raises(ValueError, match="cannot run operator lerp-k4"):
         kinterval_attention(q.double(), q.double(), q.double(), "lerp-k4", backend="triton")
+
+
+def test_an_unknown_device_name_is_a_value_error():
+    """torch.device("gpu0") raised torch's RuntimeError."""
+    with pytest.raises(ValueError, match="unknown device 'gpu0'"):
+        resolve_backend("lerp-k4", "gpu0")

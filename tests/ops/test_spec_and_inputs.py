@@ -235,3 +235,18 @@ def test_non_finite_scores_give_nan_rows_not_quiet_zeros(op, backend):
     bad[0, 1, 2] = bad[0, 0, 3] = bad[0, 2, 3] = True
     assert out[bad].isnan().all()
     torch.testing.assert_close(out[~bad], clean[~bad], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [({"kind": "bogus"}, "kind must be"),
+     ({"calibration": "minmax", "reconstruction": "lerp", "K": -1}, "K must be"),
+     ({"calibration": "minmax", "reconstruction": "lerp", "K": 4.0}, "K must be"),
+     ({"calibration": "fwm", "reconstruction": "lerp", "K": 4, "tau": -2.0}, "tau must be"),
+     ({"calibration": "fwm", "reconstruction": "nearest", "K": 4}, "surrogate must be"),
+     ({"calibration": "max", "reconstruction": "lerp", "K": 4}, "calibration must be")],
+)  # fmt: skip
+def test_a_spec_built_directly_is_validated_like_a_parsed_one(fields, message):
+    """OperatorSpec(...) skipped every check: K=-1 or kind='bogus' computed some attention, tau=-2 zeros."""
+    with pytest.raises(ValueError, match=message):
+        OperatorSpec(**{"kind": "kinterval", **fields})

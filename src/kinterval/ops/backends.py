@@ -96,7 +96,10 @@ def resolve_backend(
     that forms the probabilities P explicitly (``attention_probs``; the fused kernel never does).
     """
     spec = as_spec(spec)
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
     if backend == AUTO:
         for b in _candidates(device, probs):
             if b.why_not(spec, device, dtype) is None:

@@ -50,6 +50,9 @@ class OperatorSpec:
     range_grad: str = "full"
     arithmetic: str = "strict"
 
+    def __post_init__(self) -> None:  # a spec built directly, not parsed, is checked too
+        self._validate(explicit=set())
+
     # ------------------------------------------------------------------ parsing
     @classmethod
     def parse(cls, name: str | OperatorSpec, **overrides) -> OperatorSpec:
@@ -95,6 +98,22 @@ class OperatorSpec:
         def bad(msg: str) -> ValueError:
             return ValueError(f"{msg} (operator {self}); valid forms: {VALID_FORMS}")
 
+        if self.kind not in ("kinterval", *BASELINES):
+            raise bad(f"kind must be 'kinterval' or one of {BASELINES}, got {self.kind!r}")
+        if self.kind == "kinterval":
+            if self.calibration not in CALIBRATIONS or self.reconstruction not in RECONSTRUCTIONS:
+                raise bad(
+                    f"calibration must be one of {CALIBRATIONS} and reconstruction one of {RECONSTRUCTIONS}, "
+                    f"got {self.calibration!r} and {self.reconstruction!r}"
+                )
+            lerp = self.reconstruction == "lerp"
+            if (self.surrogate is not None) if lerp else (self.surrogate not in SURROGATES):
+                raise bad(
+                    f"surrogate must be None for lerp, one of {SURROGATES} for nearest, "
+                    f"got {self.surrogate!r}"
+                )
+            if isinstance(self.K, bool) or not isinstance(self.K, int):
+                raise bad(f"K must be an integer in [1, {MAX_K}], got {self.K!r}")
         if self.range_grad not in RANGE_GRADS:
             raise bad(f"range_grad must be one of {RANGE_GRADS}, got {self.range_grad!r}")
         if self.arithmetic not in ARITHMETICS:
