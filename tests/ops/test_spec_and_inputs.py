@@ -38,6 +38,11 @@ def test_overrides_and_full_name_round_trip():
     assert OperatorSpec.from_full_name(spec.full_name) == spec
     for s in all_specs(Ks=(1, 4)):
         assert OperatorSpec.from_full_name(s.full_name) == s
+    # tau beyond :g's 6 digits still reads back exactly (6.000001 once printed as "tau=6", the default)
+    for tau in (5.5, 1 / 3, 5.1234567, 6.000001, 0.1 + 0.2, 999.99999, 1e-5):
+        spec = OperatorSpec.parse("resolved-weight-k4", tau=tau)
+        assert OperatorSpec.from_full_name(spec.full_name).tau == tau, spec.full_name
+    assert OperatorSpec.parse("fwm-lerp-k4", tau=6.25).full_name == "fwm-lerp-k4[tau=6.25]"
     # defaults passed explicitly are harmless
     assert OperatorSpec.parse("softmax", range_grad="full") == OperatorSpec.parse("softmax")
     assert OperatorSpec.parse("lerp-k4", tau=6.0) == OperatorSpec.parse("lerp-k4")

@@ -151,7 +151,7 @@ class OperatorSpec:
         """Canonical name plus every non-default override, e.g. ``fwm-prob-k4[tau=5,range_grad=detach]``."""
         extra = []
         if self.calibration in ("fwm", "resolved") and self.tau != DEFAULT_TAU:
-            extra.append(f"tau={self.tau:g}")
+            extra.append(f"tau={_tau_text(self.tau)}")
         if self.range_grad != "full":
             extra.append(f"range_grad={self.range_grad}")
         if self.arithmetic != "strict":
@@ -184,6 +184,13 @@ class OperatorSpec:
     @property
     def is_kinterval(self) -> bool:
         return self.kind == "kinterval"
+
+
+def _tau_text(tau: float) -> str:
+    """``tau`` as ``:g`` writes it (``5``, ``6.25``) when that reads back exactly, else the shortest exact
+    ``repr`` (``6.000001``): ``:g`` keeps 6 digits, and a full name must give back the operator it names."""
+    short = f"{tau:g}"
+    return short if float(short) == tau else repr(tau)
 
 
 def as_spec(spec: OperatorSpec | str) -> OperatorSpec:
