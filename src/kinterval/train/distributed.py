@@ -38,7 +38,9 @@ class DistInfo:
         return self.world_size > 1
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str | torch.device) -> torch.device:
+    """ "auto" (CUDA if available, else CPU), a device name or a ``torch.device``; an unknown name or CUDA
+    without a GPU is a ``ValueError``."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -46,7 +48,7 @@ def pick_device(name: str) -> torch.device:
     except (RuntimeError, TypeError):
         raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} requested but CUDA is not available")
+        raise ValueError(f"device {str(name)!r} requested but CUDA is not available")
     return device
 
 

@@ -26,6 +26,7 @@ from kinterval.train.checkpoint import (
     read_state,
 )
 from kinterval.train.config import TrainConfig
+from kinterval.train.distributed import pick_device
 
 
 @dataclass(frozen=True)
@@ -81,18 +82,6 @@ def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "lat
     raise FileNotFoundError(f"no checkpoint {str(checkpoint)!r} in {path} (not a checkpoint folder)")
 
 
-def _pick_device(device: str | torch.device) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        picked = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
-    if picked.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} requested but CUDA is not available")
-    return picked
-
-
 def load_run(
     path: str | Path,
     checkpoint: str | int | Path = "latest",
@@ -110,7 +99,7 @@ def load_run(
     corrupt, truncated or malformed checkpoint.
     """
     ckpt = find_checkpoint(path, checkpoint)
-    device = _pick_device(device)
+    device = pick_device(device)
     state = read_state(ckpt)
     try:
         model_config = ModelConfig.from_dict(state["model_config"])
