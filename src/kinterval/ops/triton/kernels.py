@@ -410,18 +410,26 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
         x = tl.where(is_min, 0.0, x)
         keep = valid
     elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), b_0 = -tau, zero tail z < -tau
-        x = (tl.minimum(tl.maximum(z, -tau), 0.0) + tau) * ih
+        # The upper clip is left to the clamps of r and t below: z > 0 gives r = K-1, t = 1, as z~ = 0 does
+        # (a valid key has z <= 0 in the forward; the backward's recomputed score may exceed M by rounding).
+        x = (tl.maximum(z, -tau) + tau) * ih
         keep = valid & (z >= -tau)
     else:  # resolved: negative indices continue the grid below -tau
         x = (z + tau) * ih
         keep = valid
     x = tl.where(is_max, kf, x)  # after the arg-min pin: a key both (degenerate row) counts as the max
-    if CALIB == 3:
-        r = tl.minimum(tl.floor(x), kf - 1.0)
-    else:
+    if CALIB == 1:  # x < 0 only on a masked key (its score can lie anywhere): clamp to keep it finite
         r = tl.minimum(tl.maximum(tl.floor(x), 0.0), kf - 1.0)
-    t_raw = x - r
-    t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
+        t_raw = x - r
+        t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
+    elif CALIB == 2:  # x >= 0 for every key (fl is monotone: max(z, -tau) + tau >= 0), so t_raw >= 0
+        r = tl.minimum(tl.floor(x), kf - 1.0)
+        t_raw = x - r
+        t = tl.minimum(t_raw, 1.0)
+    else:
+        r = tl.minimum(tl.floor(x), kf - 1.0)
+        t_raw = x - r
+        t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
     # Grid points counted from the top: every calibration has b_K = b_0 + K h = 0 (App. A), so b_{r+1} =
     # (r + 1 - K) h, exactly 0 on the top interval, and e^{b_r} = e^{b_{r+1}} e^{-h}: one exponential per
     # score, no overflow for any width (e^{b_r} e^h is 0 * inf = NaN once h > 88.7). exp2 with log2(e)
