@@ -435,6 +435,49 @@ def test_shapes_and_masks(case):
         assert torch.equal(res[1][0, 1, 3].cpu(), torch.zeros(D))
 
 
+@pytest.mark.parametrize("masking", ["causal", "mask"])
+@pytest.mark.parametrize(
+    "name",
+    ["softmax", "minmax-weight-k4", "fwm-prob-k4", "resolved-lerp-k4", "fwm-prob-k4[arithmetic=historical]"],
+)
+@pytest.mark.parametrize("train", [False, True], ids=["infer", "train"])
+def test_non_finite_scores_give_nan_rows(name, masking, train):
+    """A row with a NaN or infinite score on a valid key is NaN, as kinterval_attention's reference rule; the
+    clamps of FWM would otherwise make it finite, and an all -inf row would pass for an empty one. Every
+    other row is bit-identical to a run on the same finite inputs. Non-finite scores on masked keys are
+    ignored."""
+    B, H, T, D = 1, 2, 21, 16
+    q, k, v, _ = make_inputs(B, H, T, T, D, seed=6)
+    k[0, 0, :, 0] = -k[0, 0, :, 0].abs() - 0.5
+    q[0, 0, 12] = 0.0
+    clean_q, clean_k = q.clone(), k.clone()
+    q[0, 0, 5, 3] = float("nan")  # every score of row 5 is NaN
+    q[0, 0, 12, 0] = float("inf")  # row 12: -inf on every key (no +inf, no NaN)
+    k[0, 1, 7] = float("inf")  # head 1: +inf, -inf or NaN on key 7 for every row that sees it
+    causal = masking == "causal"
+    mask = None
+    if not causal:
+        mask = torch.rand(B, H, T, T, generator=torch.Generator().manual_seed(1)) < 0.7
+        mask[0, 1, :, 7] = False  # key 7 of head 1 masked everywhere: its inf is ignored
+        mask[0, 1, 9, 7] = True  # except in row 9
+    spec = OperatorSpec.from_full_name(name)
+    s = (q.double() @ k.double().transpose(-2, -1)) / D**0.5
+    bad = (~torch.isfinite(s) & valid_mask(s.shape, "cpu", causal=causal, mask=mask)).any(-1)
+    assert bad[0, 0, 5] and bad[0, 0, 12] and bad[0, 1].sum() >= 1 and (~bad).sum() >= 10
+
+    def run(q, k):
+        dev = [x.to(DEVICE).requires_grad_(train) for x in (q, k, v)]
+        m = None if mask is None else mask.to(DEVICE)
+        out = triton_attention(*dev, spec, causal=causal, mask=m)
+        if train:
+            out.backward(torch.ones_like(out))  # runs; the gradient of a NaN row is not defined
+        return out.detach().cpu()
+
+    out, ref = run(q, k), run(clean_q, clean_k)
+    assert torch.equal(out.isnan().all(-1), bad) and torch.equal(out.isnan().any(-1), bad)
+    assert torch.equal(out[~bad], ref[~bad])
+
+
 def test_non_contiguous_inputs():
     q, k, v, do = make_inputs(1, 2, 29, 29, 16, seed=2)
     # (B, T, H, D) storage viewed as (B, H, T, D)

@@ -525,10 +525,26 @@ def score_grad(gamma, cD, is_max, GM, is_min, Gm, KEEP_MAX_TERM: tl.constexpr, K
 
 # --------------------------------------------------------------------------------------------- forward
 @triton.jit
-def _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB: tl.constexpr,
-                  MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
-                  BLOCK_N: tl.constexpr):  # fmt: skip
-    """Pass 1 over one key tile: running row max M and min m, first index among ties (scores only)."""
+def _max_nan(a, b):
+    """max that returns NaN if either operand is NaN (tl.maximum's default returns the other operand)."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _valid_flagged(s, valid):
+    """The scores of valid keys, -inf elsewhere, with every non-finite valid score made NaN: fma(s, 0, s) is
+    s for a finite s and NaN for +-inf (inf * 0). A row max with ``_max_nan`` is then NaN exactly on the rows
+    that ``kinterval_attention`` returns as NaN (non-finite q or k), for one FMA per score and no pass over
+    q and k."""
+    return tl.where(valid, tl.fma(s, 0.0, s), float("-inf"))
+
+
+@triton.jit
+def _extrema_step(q, start_n, keys, bounds, mask, rows, scale, CALIB: tl.constexpr, MASKING: tl.constexpr,
+                  PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """Pass 1 over one key tile, rows = (M, m, amax, amin): running row max M (NaN once a valid score is not
+    finite: ``_valid_flagged``) and min m, first index among ties (scores only)."""
+    M, m, amax, amin = rows
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -536,12 +552,12 @@ def _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB
     kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
     s = _dot(q, kT, PREC) * scale
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    s_hi = tl.where(valid, s, float("-inf"))
-    bmax = tl.max(s_hi, 1)
+    s_hi = _valid_flagged(s, valid)
+    bmax = tl.reduce(s_hi, 1, _max_nan)
     imax = tl.min(tl.where(s_hi == bmax[:, None], offs_n[None, :], 2147483647), 1)
     upd = bmax > M  # strict: the first index among ties wins
     amax = tl.where(upd, imax, amax)
-    M = tl.where(upd, bmax, M)
+    M = _max_nan(M, bmax)  # where(upd, bmax, M), and NaN stays NaN
     if CALIB == 1:
         s_lo = tl.where(valid, s, float("inf"))
         bmin = tl.min(s_lo, 1)
@@ -640,7 +656,7 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.const
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
     qk = _dot(q, kT, PREC)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    M_new = tl.maximum(M, tl.max(tl.where(valid, qk, float("-inf")), 1) * scale)
+    M_new = _max_nan(M, tl.reduce(_valid_flagged(qk, valid), 1, _max_nan) * scale)  # NaN: a non-finite score
     M_ref = tl.where(M_new > float("-inf"), M_new, 0.0)  # no valid key yet: every weight is 0 anyway
     alpha = tl.exp2((M - M_ref) * LOG2E)  # e^{M_old - M}: 1 if M did not grow, 0 from M_old = -inf
     w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -(M_ref * LOG2E)[:, None])), 0.0)  # as _scores
@@ -710,22 +726,24 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         for start_n in range(full_hi, hi, BLOCK_N):
             sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, False, BLOCK_N)
         M, W, acc = sums
-        M = tl.where(M > float("-inf"), M, 0.0)  # fully masked row: M = 0 (reference.row_extrema)
+        M = tl.where(M == float("-inf"), 0.0, M)  # fully masked row: M = 0 (reference.row_extrema)
         m = M
         WL = W
         accL = acc
     else:
         # Pass 1: row max M and row min m over valid keys.
+        extrema = (M, m, amax, amin)
         if SPLIT:
             for start_n in range(0, full_hi, BLOCK_N):
-                M, m, amax, amin = _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale,
-                                                 CALIB, MASKING, PREC, True, BLOCK_N)  # fmt: skip
+                extrema = _extrema_step(q, start_n, keys, bounds, mask, extrema, scale, CALIB, MASKING, PREC,
+                                        True, BLOCK_N)  # fmt: skip
         for start_n in range(full_hi, hi, BLOCK_N):
-            M, m, amax, amin = _extrema_step(q, start_n, keys, bounds, mask, M, m, amax, amin, scale, CALIB,
-                                             MASKING, PREC, False, BLOCK_N)  # fmt: skip
-        nonempty = M > float("-inf")
-        M = tl.where(nonempty, M, 0.0)  # fully masked row: M = m = 0 (reference.row_extrema)
-        m = tl.where(nonempty, m, 0.0)
+            extrema = _extrema_step(q, start_n, keys, bounds, mask, extrema, scale, CALIB, MASKING, PREC,
+                                    False, BLOCK_N)  # fmt: skip
+        M, m, amax, amin = extrema
+        empty = M == float("-inf")
+        M = tl.where(empty, 0.0, M)  # fully masked row: M = m = 0 (reference.row_extrema); NaN stays NaN
+        m = tl.where(empty, 0.0, m)
         if CALIB != 1:
             m = M
             amin = amax
@@ -752,6 +770,10 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         o = acc
     else:
         o = acc * tl.where(W > 0, 1.0 / W, 0.0)[:, None]  # fully masked row: O = 0
+    # A row with a NaN or infinite score on a valid key (from non-finite q or k; M is NaN) is NaN, never a
+    # quiet row of whatever the clamps made of it (kinterval_attention's rule). Its gradient is not defined.
+    bad = M != M
+    o = tl.where(bad[:, None], float("nan"), o)
     o_ptrs = offs_m[:, None] * D + offs_d[None, :]
     omask = rmask[:, None] & dmask[None, :]
     tl.store(O + bh * Tq * D + o_ptrs, _cast(o, O.dtype.element_ty), mask=omask)
