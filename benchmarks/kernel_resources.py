@@ -67,6 +67,7 @@ def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> dict:
         per_score=len(body) / scores_per_thread,
         opcodes=opcodes,
         sass=hashlib.sha256(stream.encode()).hexdigest()[:12],
+        text=txt,
     )
 
 
@@ -142,6 +143,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
         per_score=stats["per_score"],
         loops=stats["loops"],
         sass=stats["sass"],
+        text=stats["text"],
         mix={op: n / per_thread for op, n in stats["opcodes"].most_common()},  # instructions per score
     )
 
@@ -165,6 +167,14 @@ def main(argv=None) -> int:
         metavar="N",
         help="add a column with the loop's N most frequent opcodes, instructions per score each",
     )
+    p.add_argument(
+        "--count",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="add a column with the number of SASS instructions (whole kernel) that match REGEX, e.g. "
+        "'FMNMX\\.NAN'; repeatable",
+    )
     args = p.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
     from kinterval.ops import OperatorSpec
@@ -173,12 +183,12 @@ def main(argv=None) -> int:
     if args.split_max_d is not None:
         K.SPLIT_MAX_D = {"fwd": args.split_max_d, "bwd": args.split_max_d}
 
-    mix_col = (" opcode mix (instr/score) |", "---|") if args.mix else ("", "")
+    extra = ([" opcode mix (instr/score) |"] if args.mix else []) + [f" count({rx}) |" for rx in args.count]
     print(
         "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B "
-        "| loop instr | instr/score | SASS hash | compile s | every loop (instr/score) |" + mix_col[0]
+        "| loop instr | instr/score | SASS hash | compile s | every loop (instr/score) |" + "".join(extra)
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|" + mix_col[1])
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(extra))
     masks = {"causal": (True, False), "mask": (False, True), "none": (False, False)}
     jobs = [(D, dm, name, kernel, mk) for D in (int(x) for x in args.D.split(","))
             for dm in args.dtypes.split(",") for name in args.ops.split(",")
@@ -195,6 +205,8 @@ def main(argv=None) -> int:
             sass = f"{r['loop']} | {r['per_score']:.0f} | {r['sass']}"
             mix = " ".join(f"{op} {n:.1f}" for op, n in list(r["mix"].items())[: args.mix])
             mix = f" {mix} |" if args.mix else ""
+            ins = [line for line in r["text"].splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+            mix += "".join(f" {sum(bool(re.search(rx, x)) for x in ins)} |" for rx in args.count)
             loops = " / ".join(f"{n:.1f}" for n in r["loops"])
             print(f"| {kernel} | {name} ({mk}) | {dm} | {D} | {c} | {r['regs']} | {spill} | {r['smem']} "
                   f"| {sass} | {r['secs']:.1f} | {loops} |{mix}", flush=True)  # fmt: skip

@@ -63,3 +63,22 @@ def test_kernels_compile_for_sm90(ops, dtypes, masks):
         assert abs(max(loops) - float(r[10])) <= 0.5, r
         mix = re.findall(r"([A-Z][A-Z0-9]+) (\d+\.\d)", r[14])
         assert len(mix) == 3 and sum(float(n) for _, n in mix) <= float(r[10]) + 0.5, r
+
+
+@pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
+def test_forward_flags_non_finite_rows_in_machine_code():
+    """The forward's non-finite-row check survives the compiler: fma(s, 0, s) stays an FFMA with the zero
+    register (folding it to s would need fast-math) and the row max is the NaN-propagating FMNMX.NAN. The
+    interpreter cannot tell: numpy's maximum propagates NaN either way."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    fma0 = r"FFMA R[0-9]+, RZ, (R[0-9]+), \1 "
+    cmd = [sys.executable, str(TOOL), "--ops", "softmax,fwm-prob-k4,minmax-weight-k4",
+           "--dtypes", "bf16,tf32", "--D", "64", "--kernels", "fwd,infer", "--configs", "first",
+           "--count", r"FMNMX\.NAN", "--count", fma0]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [line.split("|") for line in res.stdout.splitlines() if re.match(r"\| (fwd|infer) \|", line)]
+    assert len(rows) == 12
+    for r in rows:
+        assert int(r[14]) > 0 and int(r[15]) > 0, r
