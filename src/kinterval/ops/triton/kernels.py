@@ -525,6 +525,20 @@ def score_grad(gamma, cD, is_max, GM, is_min, Gm, KEEP_MAX_TERM: tl.constexpr, K
 
 # --------------------------------------------------------------------------------------------- forward
 @triton.jit
+def _arg_keys(start_n, amax, amin, FULL: tl.constexpr, BLOCK_N: tl.constexpr):
+    """is_max, is_min of the key tile at start_n: the row's arg-max / arg-min key. On interior tiles (FULL)
+    compared as tile offsets (the row's index minus start_n, once per row) with the lane's constant offset:
+    compared as key indices, LLVM widens the loop counter in start_n + lane to 64 bits and every score pays
+    two ISETP. Masked tiles need the key indices for their masks anyway, and keep them."""
+    if FULL:
+        lane = tl.arange(0, BLOCK_N)[None, :]
+        return lane == (amax - start_n)[:, None], lane == (amin - start_n)[:, None]
+    else:
+        offs_n = start_n + tl.arange(0, BLOCK_N)[None, :]
+        return offs_n == amax[:, None], offs_n == amin[:, None]
+
+
+@triton.jit
 def _max_nan(a, b):
     """max that returns NaN if either operand is NaN (tl.maximum's default returns the other operand)."""
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
@@ -554,14 +568,17 @@ def _extrema_step(q, start_n, keys, bounds, mask, rows, scale, CALIB: tl.constex
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     s_hi = _valid_flagged(s, valid)
     bmax = tl.reduce(s_hi, 1, _max_nan)
-    imax = tl.min(tl.where(s_hi == bmax[:, None], offs_n[None, :], 2147483647), 1)
+    # the first tied key; interior tiles select its offset in the tile (32-bit, see _arg_keys)
+    base = start_n if FULL else 0
+    lane = offs_n[None, :] - base
+    imax = tl.min(tl.where(s_hi == bmax[:, None], lane, 2147483647), 1) + base
     upd = bmax > M  # strict: the first index among ties wins
     amax = tl.where(upd, imax, amax)
     M = _max_nan(M, bmax)  # where(upd, bmax, M), and NaN stays NaN
     if CALIB == 1:
         s_lo = tl.where(valid, s, float("inf"))
         bmin = tl.min(s_lo, 1)
-        imin = tl.min(tl.where(s_lo == bmin[:, None], offs_n[None, :], 2147483647), 1)
+        imin = tl.min(tl.where(s_lo == bmin[:, None], lane, 2147483647), 1) + base
         upd_lo = bmin < m
         amin = tl.where(upd_lo, imin, amin)
         m = tl.where(upd_lo, bmin, m)
@@ -599,8 +616,7 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
     if SOFTMAX:
         w = tl.where(valid, tl.exp2(s), 0.0)  # e^{s - M}
     else:
-        is_max = offs_n[None, :] == amax[:, None]
-        is_min = offs_n[None, :] == amin[:, None]
+        is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
         wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
         # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
         w = _forward_weight(wL, wN, keep, one, OP)
@@ -841,8 +857,7 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0)
     s = _scores(q, tl.trans(k), scale, M, PREC, OP[1])
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    is_max = offs_n[None, :] == amax[:, None]
-    is_min = offs_n[None, :] == amin[:, None]
+    is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
     w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, SUM_GM)
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
     gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
