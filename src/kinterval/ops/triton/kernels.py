@@ -418,17 +418,14 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
         x = (z + tau) * ih
         keep = valid
     x = tl.where(is_max, kf, x)  # after the arg-min pin: a key both (degenerate row) counts as the max
+    r = tl.floor(x)
     if CALIB == 1:  # x < 0 only on a masked key (its score can lie anywhere): clamp to keep it finite
-        r = tl.minimum(tl.maximum(tl.floor(x), 0.0), kf - 1.0)
-        t_raw = x - r
-        t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
-    elif CALIB == 2:  # x >= 0 for every key (fl is monotone: max(z, -tau) + tau >= 0), so t_raw >= 0
-        r = tl.minimum(tl.floor(x), kf - 1.0)
-        t_raw = x - r
+        r = tl.maximum(r, 0.0)
+    r = tl.minimum(r, kf - 1.0)
+    t_raw = x - r
+    if CALIB == 2:  # x >= 0 for every key (fl is monotone: max(z, -tau) + tau >= 0), so t_raw >= 0
         t = tl.minimum(t_raw, 1.0)
     else:
-        r = tl.minimum(tl.floor(x), kf - 1.0)
-        t_raw = x - r
         t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
     # Grid points counted from the top: every calibration has b_K = b_0 + K h = 0 (App. A), so b_{r+1} =
     # (r + 1 - K) h, exactly 0 on the top interval, and e^{b_r} = e^{b_{r+1}} e^{-h}: one exponential per
