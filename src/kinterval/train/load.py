@@ -59,11 +59,27 @@ def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "lat
     """The checkpoint folder that ``path`` (a run folder or a checkpoint folder) and ``checkpoint`` name.
 
     ``checkpoint``: ``"latest"`` (LATEST, else the highest step), a step number, or a checkpoint path
-    (absolute, or relative to the run folder). A checkpoint folder given as ``path`` is used as it is.
+    (absolute, or relative to the run folder). A checkpoint folder given as ``path`` is used as it is, with
+    ``"latest"``, its own step or its own path; another step or path there is a ``ValueError``.
     """
     path = Path(path)
     if (path / "state.json").is_file():
-        return path
+        if checkpoint in (None, "latest"):
+            return path
+        step = read_state(path)["step"]
+        if isinstance(checkpoint, int) or str(checkpoint).isdigit():
+            if int(checkpoint) == step:
+                return path
+            asked = f"step {int(checkpoint)}"
+        else:  # the same folder, as it is or relative to the run folder (RUN/checkpoints/step_*)
+            asked = repr(str(checkpoint))
+            for candidate in (Path(checkpoint), path.parent.parent / checkpoint):
+                if candidate.is_dir() and candidate.samefile(path):
+                    return path
+        raise ValueError(
+            f"{path} is the checkpoint of step {step}, not checkpoint {asked}; "
+            "pass the run folder to choose another checkpoint"
+        )
     if checkpoint in (None, "latest"):
         found = latest_checkpoint(path)
         if found is None:
@@ -100,7 +116,7 @@ def load_run(
     """
     ckpt = find_checkpoint(path, checkpoint)
     device = pick_device(device)
-    state = read_state(ckpt)
+    state = read_state(ckpt, verify=True)  # an edited state.json could name another operator or model
     try:
         model_config = ModelConfig.from_dict(state["model_config"])
         config = TrainConfig.from_dict(state["config"])
