@@ -2,6 +2,7 @@
 
 import torch
 
+from kinterval.model import tf32
 from kinterval.train import distributed as D
 from kinterval.train.checkpoint import latest_checkpoint, load_checkpoint
 from kinterval.train.loop import train
@@ -33,7 +34,14 @@ def test_hand_driven_trainer_equals_train(make_config, tmp_path):
     cfg = make_config()
     train(cfg, tmp_path / "loop")
     trainer = Trainer(cfg, tmp_path / "hand", D.setup(cfg.device))
-    result = _doc_loop(trainer)
+    seen = []  # the TF32 switches each training forward sees (settable without CUDA)
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    trainer.model.register_forward_pre_hook(lambda m, a: seen.append(tuple(f.allow_tf32 for f in flags)))
+    before = tuple(f.allow_tf32 for f in flags)
+    with tf32(False):  # step() itself must set the training policy (paper: TF32 on in training)
+        result = _doc_loop(trainer)
+    assert tuple(f.allow_tf32 for f in flags) == before
+    assert cfg.numerics.tf32_train and len(seen) == 16 and set(seen) == {(True, True)}
     assert result.status == "completed" and result.steps == 8 and trainer.clipped_steps >= 0
     losses = [[r["train_loss"] for r in read_metrics(tmp_path / run)] for run in ("loop", "hand")]
     assert losses[0] == losses[1] and len(losses[0]) == 8

@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from kinterval.data.loader import SequenceSampler, TokenShards, load_batch, n_blocks
-from kinterval.model import GPT, SDPA, CausalSelfAttention, autocast, parse_operator
+from kinterval.model import GPT, SDPA, CausalSelfAttention, autocast, parse_operator, train_precision
 from kinterval.model.scores import attention_scores, row_span
 from kinterval.ops import resolve_backend
 from kinterval.train import distributed as D
@@ -207,8 +207,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def step(self) -> StepStats:
-        """One optimizer step over this rank's share of the step's sequences. A non-finite loss or gradient
-        norm is reported without stepping the optimizer (the caller stops the run)."""
+        """One optimizer step over this rank's share of the step's sequences, its forwards and backwards under
+        ``train_precision`` (TF32 per ``numerics.tf32_train``). A non-finite loss or gradient norm is reported
+        without stepping the optimizer (the caller stops the run)."""
         cfg, plan, info = self.cfg, self.plan, self.info
         s = self.done  # 0-based index of this step
         lr = plan.lr(s)
@@ -216,15 +217,16 @@ class Trainer:
             group["lr"] = lr
         per_rank = cfg.schedule.micro_batch * cfg.schedule.accum  # sequences per step on this rank
         offsets = self.sampler.offsets(s * plan.seqs_per_step + info.rank * per_rank, per_rank)
-        loss_sum = accumulate_gradients(
-            self.model,
-            self.tokens,
-            offsets,
-            cfg.schedule.micro_batch,
-            plan.block_size,
-            self.model_cfg.numerics,
-            info.device,
-        )
+        with train_precision(self.model_cfg.numerics):  # TF32 per the policy, however the trainer is driven
+            loss_sum = accumulate_gradients(
+                self.model,
+                self.tokens,
+                offsets,
+                cfg.schedule.micro_batch,
+                plan.block_size,
+                self.model_cfg.numerics,
+                info.device,
+            )
         train_loss = D.mean_across(loss_sum, info).item()
         grad_norm = clip_gradients(self.model, cfg.optim.grad_clip)
         clipped = cfg.optim.grad_clip > 0 and grad_norm > cfg.optim.grad_clip
