@@ -79,6 +79,65 @@ def test_validation_rows_survive_kill_and_resume(logged, tmp_path):
     assert rows(tmp_path / "run", True) == rows(root / "logged", True)
 
 
+def test_a_kill_during_validation_at_a_checkpoint_step_loses_no_row(logged, tmp_path, monkeypatch):
+    """Step 6 is validated and checkpointed. Validating after saving lost the row for ever when a kill came
+    between the two (the resume starts after the checkpoint); validating first redoes it from step 4."""
+    from kinterval.train.trainer import Trainer
+
+    cfg, root = logged
+    validate = Trainer.validate
+
+    def killed_at_6(self):
+        if self.done == 6:
+            raise Killed
+        return validate(self)
+
+    monkeypatch.setattr(Trainer, "validate", killed_at_6)
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run")
+    monkeypatch.setattr(Trainer, "validate", validate)
+    after = []
+    train(cfg, tmp_path / "run", resume=True, on_step=lambda step, model: after.append(step))
+    assert after == [5, 6, 7, 8]
+    assert rows(tmp_path / "run", True) == rows(root / "logged", True)
+    losses = [[r["train_loss"] for r in rows(run, False)] for run in (tmp_path / "run", root / "logged")]
+    assert losses[0] == losses[1] and len(losses[0]) == 8
+
+
+def test_validation_draws_no_random_numbers_and_keeps_the_checkpointed_state(shared_config, tmp_path):
+    """What makes validating before saving safe: the RNG streams, the weights, the optimizer and the counters
+    that a checkpoint records are the same after ``validate()`` as before it."""
+    import random
+
+    from kinterval.train import distributed as D
+    from kinterval.train.trainer import Trainer
+
+    cfg = shared_config(**{"operator.name": "minmax-weight-k4", "log.eval_every": 1, "log.eval_blocks": 3})
+    trainer = Trainer(cfg, tmp_path / "run", D.setup("cpu"))
+    trainer.open_records()
+    trainer.model.train()
+    trainer.step()
+
+    def snapshot():
+        return (
+            torch.get_rng_state(),
+            np.random.get_state()[1].copy(),  # noqa: NPY002
+            random.getstate(),
+            {k: v.clone() for k, v in trainer.model.state_dict().items()},
+            {id(p): {k: v.clone() for k, v in s.items()} for p, s in trainer.optimizer.state.items()},
+            (trainer.done, trainer.clipped_steps, trainer.last_loss, trainer.model.training),
+        )
+
+    before = snapshot()
+    trainer.validate()
+    after = snapshot()
+    trainer.close()
+    assert torch.equal(before[0], after[0]) and (before[1] == after[1]).all() and before[2] == after[2]
+    assert all(torch.equal(v, after[3][k]) for k, v in before[3].items())
+    assert all(torch.equal(v, after[4][p][k]) for p, s in before[4].items() for k, v in s.items())
+    assert before[5] == after[5]
+
+
 def test_evaluation_is_batch_1_blocks_under_autocast_with_tf32_off():
     """Paper §4: validation NLL on non-overlapping blocks x = data[kT:kT+T], y = data[kT+1:kT+T+1], batch
     1, bf16 autocast outside attention as in training, fp32 logits, TF32 off; the train/eval mode is
