@@ -75,7 +75,9 @@ def test_validation_rows_survive_kill_and_resume(logged, tmp_path):
 
     with pytest.raises(Killed):
         train(cfg, tmp_path / "run", on_step=kill)
-    train(cfg, tmp_path / "run", resume=True)
+    after = []
+    train(cfg, tmp_path / "run", resume=True, on_step=lambda step, model: after.append(step))
+    assert after == [5, 6, 7, 8]  # continued from the step-4 checkpoint, not retrained from step 0
     assert rows(tmp_path / "run", True) == rows(root / "logged", True)
 
 
