@@ -117,6 +117,8 @@ def test_plan_lr_reaches_floor_at_final_step():
 def test_checkpoint_steps():
     assert checkpoint_steps(763, 5) == (153, 305, 458, 610, 763)
     assert checkpoint_steps(10, 2, save_every=3) == (3, 5, 6, 9, 10)
-    assert checkpoint_steps(10, 0) == ()
-    # save_every alone: every multiple of it up to and including the final step
+    # The final step always: count 0 and a save_every that does not divide the steps used to leave a
+    # "completed" run without its final weights.
+    assert checkpoint_steps(10, 0) == (10,)
+    assert checkpoint_steps(10, 0, save_every=3) == (3, 6, 9, 10)
     assert checkpoint_steps(12, 0, save_every=4) == (4, 8, 12)

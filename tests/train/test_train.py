@@ -260,6 +260,19 @@ def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
     assert {"derived.seqs_per_step", "derived.steps", "data.identity"} <= held
 
 
+@pytest.mark.parametrize(("count", "save_every", "saved"), [(0, 0, [8]), (0, 3, [3, 6, 8])])
+def test_a_completed_run_always_has_its_final_checkpoint(make_config, tmp_path, count, save_every, saved):
+    """checkpoint.count 0, or a save_every that does not divide the 8 steps, used to finish "completed"
+    without the final weights (and a resume then retrained the whole run)."""
+    cfg = make_config(**{"checkpoint.count": count, "checkpoint.save_every": save_every})
+    result = train(cfg, tmp_path / "run")
+    assert result.status == "completed" and result.last_checkpoint.name == "step_000008"
+    assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").glob("step_*"))] == [
+        f"step_{s:06d}" for s in saved
+    ]
+    assert train(cfg, tmp_path / "run", resume=True).resumed_finished
+
+
 def test_log_every_logs_the_multiples_and_the_final_step(make_config, tmp_path):
     train(make_config(**{"log.every": 3}), tmp_path / "run")  # 8 steps
     assert [r["step"] for r in read_metrics(tmp_path / "run")] == [3, 6, 8]
