@@ -69,6 +69,8 @@ def test_all_shipped_configs_load():
         ("model.bias", "no", "model.bias must be true or false"),
         ("data.dir", 5, "data.dir must be a string"),
         ("name", 5, "name must be a string"),
+        # fp16 without loss scaling flushes small gradients to zero: refused, bf16 named as the way out
+        ("numerics.autocast_dtype", "float16", "'float16' cannot be used for training.*use 'bfloat16'"),
     ],
 )
 def test_bad_values_are_named(field, value, message):

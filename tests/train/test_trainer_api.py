@@ -1,5 +1,6 @@
 """The Trainer driven by hand, as docs/training.md shows, is the run that ``train`` makes."""
 
+import pytest
 import torch
 
 from kinterval.model import tf32
@@ -104,3 +105,22 @@ def test_a_non_finite_step_leaves_weights_optimizer_and_counters_alone(make_conf
     assert all(torch.equal(after[k], v) for k, v in weights.items() if k != "transformer.ln_f.weight")
     for p, s in trainer.optimizer.state.items():
         assert all(torch.equal(v, moments[id(p)][k]) for k, v in s.items())
+
+
+def test_float16_autocast_is_refused_for_training_but_not_for_a_model(make_config, tmp_path, capsys):
+    """fp16 autocast trained without loss scaling (gradients underflowed); the Trainer, ``train`` and the CLI
+    refuse it, while a model (evaluation, inference) may still run under it."""
+    from kinterval.cli import main
+    from kinterval.model import GPT, ModelConfig, NumericsConfig
+
+    cfg = make_config(**{"numerics.autocast_dtype": "float16"})
+    with pytest.raises(ValueError, match="'float16' cannot be used for training"):
+        Trainer(cfg, tmp_path / "run", D.setup("cpu"))
+    with pytest.raises(ValueError, match="'float16' cannot be used for training"):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit):
+        main(["train", "--data", str(tmp_path), "--autocast", "float16", "--out", str(tmp_path / "run")])
+    assert "invalid choice: 'float16'" in capsys.readouterr().err
+    numerics = NumericsConfig(autocast_dtype="float16")
+    GPT(ModelConfig(n_layer=1, n_head=1, n_embd=8, block_size=4, vocab_size=16, numerics=numerics))

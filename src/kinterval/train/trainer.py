@@ -107,7 +107,7 @@ class Trainer:
     (or ``start()``), ``step()`` repeatedly, ``save()`` at the plan's checkpoint steps and ``finish()``."""
 
     def __init__(self, cfg: TrainConfig, out: str | Path, info: D.DistInfo):
-        self.cfg, self.out, self.info = cfg, Path(out), info
+        self.cfg, self.out, self.info = cfg.validate(), Path(out), info
         shards = TokenShards(cfg.data.dir, "train", verify=cfg.data.verify)
         self.tokens = shards.tokens()
         self.model_cfg = cfg.model_config(shards.vocab_size)
