@@ -21,7 +21,9 @@ from kinterval.ops import OperatorSpec, resolve_backend
 from kinterval.train.checkpoint import (
     CheckpointError,
     checkpoint_dir,
+    checkpoint_step,
     latest_checkpoint,
+    list_checkpoints,
     read_model_weights,
     read_state,
 )
@@ -86,11 +88,12 @@ def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "lat
             raise FileNotFoundError(f"no checkpoint in {path} (no {checkpoint_dir(path)}/step_*)")
         return found
     if isinstance(checkpoint, int) or str(checkpoint).isdigit():
-        found = checkpoint_dir(path) / f"step_{int(checkpoint):06d}"
-        if not (found / "state.json").is_file():
-            steps = sorted(p.name for p in checkpoint_dir(path).glob("step_*")) if path.is_dir() else []
-            raise FileNotFoundError(f"no checkpoint at step {int(checkpoint)} in {path} (have: {steps})")
-        return found
+        found = list_checkpoints(path)  # by step; a killed re-save's .old-step_* copy included
+        named = [p for p in found if checkpoint_step(p) == int(checkpoint)]
+        if not named:
+            have = [p.name for p in found]
+            raise FileNotFoundError(f"no checkpoint at step {int(checkpoint)} in {path} (have: {have})")
+        return named[0]
     found = Path(checkpoint)
     for candidate in (found, path / found):
         if (candidate / "state.json").is_file():
