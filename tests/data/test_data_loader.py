@@ -45,6 +45,22 @@ def test_get_block_is_shifted_non_overlapping_slice():
         get_block(data[:-1], 3, 8)  # the last block needs its target token
 
 
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        np.arange(33, dtype=np.float32) + 0.7,  # float ids used to be truncated silently
+        np.arange(66, dtype=np.int64).reshape(2, 33),
+        list(range(33)),
+    ],
+    ids=["float", "2-D", "list"],
+)
+def test_blocks_and_batches_need_a_1d_integer_array(tokens):
+    with pytest.raises(ValueError, match="tokens must be a 1-D numpy array of integer token ids, got"):
+        get_block(tokens, 0, 8)
+    with pytest.raises(ValueError, match="tokens must be a 1-D numpy array of integer token ids, got"):
+        load_batch(tokens, np.array([0]), 8)
+
+
 def test_sampler_permutes_each_epoch_deterministically():
     s = SequenceSampler(n_tokens=1001, T=10, seed=3)
     assert s.n_windows == 100

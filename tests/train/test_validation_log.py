@@ -166,3 +166,22 @@ def test_evaluation_is_batch_1_blocks_under_autocast_with_tf32_off():
             logits, _ = model(block[None, :-1])
         want = torch.nn.functional.cross_entropy(logits[0].float(), block[1:], reduction="none")
         np.testing.assert_allclose(got[k], want.double().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_evaluation_refuses_float_tokens_and_ids_outside_the_vocabulary():
+    """Float token arrays were truncated silently; an id >= vocab_size was torch's IndexError on CPU and a
+    device-side assert on CUDA. Both are ValueErrors naming the problem, checked once per array."""
+    from kinterval.model import preset
+    from kinterval.train.evaluate import token_nll
+
+    torch.manual_seed(0)
+    model = GPT(preset("tiny", vocab_size=97, block_size=16, n_embd=32))
+    tokens = np.random.default_rng(0).integers(0, 97, 3 * 16 + 1)
+    with pytest.raises(ValueError, match="1-D numpy array of integer token ids, got float64 array"):
+        token_nll(model, tokens.astype(np.float64), 16)
+    for bad in (97, -1):
+        wrong = tokens.copy()
+        wrong[40] = bad
+        with pytest.raises(ValueError, match=rf"id {bad} is outside the model's vocabulary \[0, 97\)"):
+            token_nll(model, wrong, 16)
+    assert token_nll(model, tokens.astype(np.uint16), 16).shape == (3, 16)
