@@ -216,7 +216,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         per_rank = cfg.schedule.micro_batch * cfg.schedule.accum  # sequences per step on this rank
-        offsets = self.sampler.offsets(s * plan.seqs_per_step + info.rank * per_rank, per_rank)
+        offsets = rank_offsets(self.sampler, s, plan.seqs_per_step, info.rank, per_rank)
         with train_precision(self.model_cfg.numerics):  # TF32 per the policy, however the trainer is driven
             loss_sum = accumulate_gradients(
                 self.model,
@@ -486,6 +486,14 @@ def device_memory(device: torch.device) -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def rank_offsets(
+    sampler: SequenceSampler, step: int, seqs_per_step: int, rank: int, per_rank: int
+) -> np.ndarray:
+    """Start offsets of rank ``rank``'s share of step ``step`` (0-based): the ``rank``-th contiguous run of
+    ``per_rank`` sequences among the step's global sequences ``step*seqs_per_step ..``."""
+    return sampler.offsets(step * seqs_per_step + rank * per_rank, per_rank)
 
 
 def accumulate_gradients(model, tokens, offsets, mb, T, numerics, device) -> torch.Tensor:
