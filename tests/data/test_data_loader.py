@@ -45,6 +45,22 @@ def test_get_block_is_shifted_non_overlapping_slice():
         get_block(data[:-1], 3, 8)  # the last block needs its target token
 
 
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        np.arange(33, dtype=np.float32) + 0.7,  # float ids used to be truncated silently
+        np.arange(66, dtype=np.int64).reshape(2, 33),
+        list(range(33)),
+    ],
+    ids=["float", "2-D", "list"],
+)
+def test_blocks_and_batches_need_a_1d_integer_array(tokens):
+    with pytest.raises(ValueError, match="tokens must be a 1-D numpy array of integer token ids, got"):
+        get_block(tokens, 0, 8)
+    with pytest.raises(ValueError, match="tokens must be a 1-D numpy array of integer token ids, got"):
+        load_batch(tokens, np.array([0]), 8)
+
+
 def test_sampler_permutes_each_epoch_deterministically():
     s = SequenceSampler(n_tokens=1001, T=10, seed=3)
     assert s.n_windows == 100
@@ -64,10 +80,22 @@ def test_sampler_independent_of_chunking():
     whole = SequenceSampler(5000, 64, 0).offsets(50, 300)  # crosses epoch boundaries (78 windows)
     pieces = np.concatenate([s.offsets(50 + i, 7) for i in range(0, 294, 7)] + [s.offsets(344, 6)])
     assert np.array_equal(whole, pieces)
-    # Ranks taking every world_size-th sequence reassemble the single-process order.
-    world = [SequenceSampler(5000, 64, 0).offsets(0, 120)[r::3] for r in range(3)]
-    assert np.array_equal(np.stack(world, 1).ravel(), s.offsets(0, 120))
     assert s.offsets(7, 0).shape == (0,)
+
+
+def test_ranks_shares_reassemble_the_single_process_order():
+    """The trainer's per-rank formula: 3 ranks (each its own sampler, as in its own process) of 8 sequences
+    per step, concatenated in rank order, give the single-process order of 24 sequences per step, across
+    epoch boundaries (78 windows); rank r's share is the r-th contiguous run of 8."""
+    from kinterval.train.trainer import rank_offsets
+
+    world, per_rank = 3, 8
+    single = SequenceSampler(5000, 64, 0)
+    ranks = [SequenceSampler(5000, 64, 0) for _ in range(world)]
+    for step in range(6):
+        want = single.offsets(step * world * per_rank, world * per_rank)
+        shares = [rank_offsets(ranks[r], step, world * per_rank, r, per_rank) for r in range(world)]
+        assert np.array_equal(np.concatenate(shares), want), step
 
 
 def test_load_batch_matches_slices():

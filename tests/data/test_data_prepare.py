@@ -143,6 +143,36 @@ def test_import_bin_copy_and_reference(tmp_path):
     assert n_blocks(2049, 1024) == TokenShards(out, "val").n_blocks(1024) == 2
 
 
+def test_bin_source_applies_the_train_token_cap(tmp_path):
+    """``--tokens N`` with ``bin:DIR`` used to be ignored silently: the train split is now its first N ids
+    (across its files, recorded in params); the other splits stay whole; a referenced copy is refused."""
+    from kinterval import cli
+
+    src = tmp_path / "raw"
+    src.mkdir()
+    parts = [np.random.default_rng(i).integers(0, 1000, 3000).astype("<u2") for i in range(2)]
+    parts[0].tofile(src / "train_0.bin")
+    parts[1].tofile(src / "train_1.bin")
+    val = np.random.default_rng(9).integers(0, 1000, 2049).astype("<u2")
+    val.tofile(src / "val.bin")
+    meta = prepare(f"bin:{src}", tmp_path / "capped", tokens=4000, progress=False)
+    assert meta["params"]["tokens"] == 4000 and meta["splits"]["train"]["n_tokens"] == 4000
+    assert np.array_equal(
+        TokenShards(tmp_path / "capped", "train", verify=True).tokens(), np.concatenate(parts)[:4000]
+    )
+    assert np.array_equal(TokenShards(tmp_path / "capped", "val").tokens(), val)
+    assert (
+        prepare(f"bin:{src}", tmp_path / "all", tokens=10**6, progress=False)["splits"]["train"]["n_tokens"]
+        == 6000
+    )
+    args = ["data", "prepare", "--source", f"bin:{src}", "--out", str(tmp_path / "cli"), "--quiet"]
+    assert cli.main([*args, "--tokens", "2500"]) == 0
+    assert TokenShards(tmp_path / "cli", "train").n_tokens == 2500
+    with pytest.raises(ValueError, match=r"--tokens.*--reference.*used whole"):
+        prepare(f"bin:{src}", tmp_path / "capped", tokens=4000, copy=False, progress=False)
+    assert TokenShards(tmp_path / "capped", "train").n_tokens == 4000  # refused before the folder is touched
+
+
 def test_import_shared_docs_val_by_reference(tmp_path):
     val = require_shared(SHARED / "corpora" / "docs" / "docs.val.bin")
     meta = import_bin({"validation": val}, tmp_path / "docs", copy=False, progress=False)

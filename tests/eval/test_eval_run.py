@@ -16,6 +16,7 @@ from kinterval.eval.checkpoints import list_checkpoints
 from kinterval.eval.evaluate import eval_dir, evaluate_checkpoint, evaluate_run
 from kinterval.eval.nll import document_ids, per_document
 from kinterval.eval.tau_screen import Stage, floor_tail, run_stage, stage3_table
+from kinterval.train import checkpoint as C
 from kinterval.train.config import TrainConfig
 from kinterval.train.load import load_run
 from kinterval.train.loop import train
@@ -103,7 +104,9 @@ def test_evaluation_of_a_replaced_checkpoint_is_redone(tiny_run, tmp_path):
     state = ckpt / "state.json"
     original = state.read_bytes()
     try:
-        state.write_text(json.dumps(dict(json.loads(original), note="re-saved")))
+        resaved = dict(json.loads(original), note="re-saved")
+        resaved["state_sha256"] = C.state_sha256(resaved)  # a re-save records its own hash
+        state.write_text(json.dumps(resaved))
         again = evaluate_checkpoint(ckpt, out_dir=tmp_path)
     finally:
         state.write_bytes(original)

@@ -69,6 +69,8 @@ def test_all_shipped_configs_load():
         ("model.bias", "no", "model.bias must be true or false"),
         ("data.dir", 5, "data.dir must be a string"),
         ("name", 5, "name must be a string"),
+        # fp16 without loss scaling flushes small gradients to zero: refused, bf16 named as the way out
+        ("numerics.autocast_dtype", "float16", "'float16' cannot be used for training.*use 'bfloat16'"),
     ],
 )
 def test_bad_values_are_named(field, value, message):
@@ -117,6 +119,8 @@ def test_plan_lr_reaches_floor_at_final_step():
 def test_checkpoint_steps():
     assert checkpoint_steps(763, 5) == (153, 305, 458, 610, 763)
     assert checkpoint_steps(10, 2, save_every=3) == (3, 5, 6, 9, 10)
-    assert checkpoint_steps(10, 0) == ()
-    # save_every alone: every multiple of it up to and including the final step
+    # The final step always: count 0 and a save_every that does not divide the steps used to leave a
+    # "completed" run without its final weights.
+    assert checkpoint_steps(10, 0) == (10,)
+    assert checkpoint_steps(10, 0, save_every=3) == (3, 6, 9, 10)
     assert checkpoint_steps(12, 0, save_every=4) == (4, 8, 12)

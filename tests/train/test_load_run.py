@@ -12,7 +12,7 @@ import kinterval
 from kinterval.cli import main
 from kinterval.model import GPT
 from kinterval.ops import OperatorSpec
-from kinterval.train.checkpoint import CheckpointError, read_model_weights
+from kinterval.train.checkpoint import CheckpointError, read_model_weights, state_sha256
 from kinterval.train.config import TrainConfig
 from kinterval.train.load import LoadedRun, find_checkpoint, load_run
 from kinterval.train.loop import train
@@ -47,6 +47,28 @@ def test_load_run_by_folder_step_and_path(tiny_run):
     assert load_run(tiny_run, operator="sdpa").backend is None
 
 
+def test_a_checkpoint_folder_gives_only_its_own_step(tiny_run):
+    """``find_checkpoint(step_000008, 4)`` used to return step 8's folder: the step asked for was ignored."""
+    ckpt8 = tiny_run / "checkpoints" / "step_000008"
+    for which in ("latest", None, 8, "8", ckpt8, "checkpoints/step_000008"):
+        assert find_checkpoint(ckpt8, which) == ckpt8
+    for which in (4, "4", tiny_run / "checkpoints" / "step_000004", "checkpoints/step_000004"):
+        with pytest.raises(ValueError, match=r"step_000008 is the checkpoint of step 8, not checkpoint .*4"):
+            find_checkpoint(ckpt8, which)
+    with pytest.raises(ValueError, match="not checkpoint step 4; pass the run folder"):
+        load_run(ckpt8, checkpoint=4)
+
+
+def test_load_run_refuses_an_edited_state_json(tiny_run):
+    """One flipped bit (fwm-prob-k4 -> fwm-prob-k6) used to load the k4 weights as another operator."""
+    ckpt = tiny_run / "checkpoints" / "step_000008"
+    raw = (ckpt / "state.json").read_bytes()
+    assert raw.count(b"fwm-prob-k4") >= 1
+    (ckpt / "state.json").write_bytes(raw.replace(b"fwm-prob-k4", b"fwm-prob-k6"))  # still valid JSON
+    with pytest.raises(CheckpointError, match="state.json was modified"):
+        load_run(tiny_run)
+
+
 def test_load_run_errors(tiny_run, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no checkpoint at step 5 .*step_000004"):
         load_run(tiny_run, checkpoint=5)
@@ -65,6 +87,7 @@ def test_weights_that_do_not_fit_the_recorded_model_are_a_checkpoint_error(tiny_
     ckpt = tiny_run / "checkpoints" / "step_000008"
     state = json.loads((ckpt / "state.json").read_text())
     state["model_config"]["n_embd"] = 16
+    state["state_sha256"] = state_sha256(state)  # a consistent state.json: only the weights disagree
     (ckpt / "state.json").write_text(json.dumps(state))
     with pytest.raises(CheckpointError, match=r"does not match the model that state.json describes \(size"):
         load_run(tiny_run)

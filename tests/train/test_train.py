@@ -65,8 +65,9 @@ def test_kill_and_resume_is_bit_identical(make_config, tmp_path):
     with pytest.raises(Killed):
         train(cfg, tmp_path / "killed", on_step=kill)
     assert latest_checkpoint(tmp_path / "killed").name == "step_000004"
-    resumed = train(cfg, tmp_path / "killed", resume=True)
-    assert resumed.status == "completed"
+    after = []  # a resume that retrained from step 0 would reproduce the numbers below as well
+    resumed = train(cfg, tmp_path / "killed", resume=True, on_step=lambda step, model: after.append(step))
+    assert resumed.status == "completed" and after == [5, 6, 7, 8]
     assert losses(tmp_path / "killed") == losses(tmp_path / "full")  # exact floats
     (ma, oa), (mb, ob) = final_tensors(tmp_path / "full"), final_tensors(tmp_path / "killed")
     assert all(torch.equal(ma[k], mb[k]) for k in ma)
@@ -115,8 +116,12 @@ def test_cli_hard_kill_then_resume(data_dir, tmp_path):
     assert killed.returncode == 137
     status = json.loads((tmp_path / "k" / "status.json").read_text())
     assert status["status"] == "running"  # a hard kill leaves no final status
+    assert latest_checkpoint(tmp_path / "k").name == "step_000002"  # checkpoints after steps 2, 4, 6, 8
+    kept = (tmp_path / "k" / "checkpoints" / "step_000002" / "state.json").read_bytes()
     resumed = subprocess.run([*args, str(tmp_path / "k"), "--resume"], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
+    # Continued from step 2: a retrain from step 0 would have rewritten that checkpoint (its train_s).
+    assert (tmp_path / "k" / "checkpoints" / "step_000002" / "state.json").read_bytes() == kept
     assert losses(tmp_path / "k") == losses(tmp_path / "full")
     ma, mb = final_tensors(tmp_path / "full")[0], final_tensors(tmp_path / "k")[0]
     assert all(torch.equal(ma[k], mb[k]) for k in ma)
@@ -253,6 +258,19 @@ def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
     assert computed <= held, sorted(computed - held)
     assert not held & (fields - computed), sorted(held & (fields - computed))
     assert {"derived.seqs_per_step", "derived.steps", "data.identity"} <= held
+
+
+@pytest.mark.parametrize(("count", "save_every", "saved"), [(0, 0, [8]), (0, 3, [3, 6, 8])])
+def test_a_completed_run_always_has_its_final_checkpoint(make_config, tmp_path, count, save_every, saved):
+    """checkpoint.count 0, or a save_every that does not divide the 8 steps, used to finish "completed"
+    without the final weights (and a resume then retrained the whole run)."""
+    cfg = make_config(**{"checkpoint.count": count, "checkpoint.save_every": save_every})
+    result = train(cfg, tmp_path / "run")
+    assert result.status == "completed" and result.last_checkpoint.name == "step_000008"
+    assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").glob("step_*"))] == [
+        f"step_{s:06d}" for s in saved
+    ]
+    assert train(cfg, tmp_path / "run", resume=True).resumed_finished
 
 
 def test_log_every_logs_the_multiples_and_the_final_step(make_config, tmp_path):

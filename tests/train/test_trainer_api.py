@@ -1,7 +1,9 @@
 """The Trainer driven by hand, as docs/training.md shows, is the run that ``train`` makes."""
 
+import pytest
 import torch
 
+from kinterval.model import tf32
 from kinterval.train import distributed as D
 from kinterval.train.checkpoint import latest_checkpoint, load_checkpoint
 from kinterval.train.loop import train
@@ -33,7 +35,14 @@ def test_hand_driven_trainer_equals_train(make_config, tmp_path):
     cfg = make_config()
     train(cfg, tmp_path / "loop")
     trainer = Trainer(cfg, tmp_path / "hand", D.setup(cfg.device))
-    result = _doc_loop(trainer)
+    seen = []  # the TF32 switches each training forward sees (settable without CUDA)
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    trainer.model.register_forward_pre_hook(lambda m, a: seen.append(tuple(f.allow_tf32 for f in flags)))
+    before = tuple(f.allow_tf32 for f in flags)
+    with tf32(False):  # step() itself must set the training policy (paper: TF32 on in training)
+        result = _doc_loop(trainer)
+    assert tuple(f.allow_tf32 for f in flags) == before
+    assert cfg.numerics.tf32_train and len(seen) == 16 and set(seen) == {(True, True)}
     assert result.status == "completed" and result.steps == 8 and trainer.clipped_steps >= 0
     losses = [[r["train_loss"] for r in read_metrics(tmp_path / run)] for run in ("loop", "hand")]
     assert losses[0] == losses[1] and len(losses[0]) == 8
@@ -96,3 +105,22 @@ def test_a_non_finite_step_leaves_weights_optimizer_and_counters_alone(make_conf
     assert all(torch.equal(after[k], v) for k, v in weights.items() if k != "transformer.ln_f.weight")
     for p, s in trainer.optimizer.state.items():
         assert all(torch.equal(v, moments[id(p)][k]) for k, v in s.items())
+
+
+def test_float16_autocast_is_refused_for_training_but_not_for_a_model(make_config, tmp_path, capsys):
+    """fp16 autocast trained without loss scaling (gradients underflowed); the Trainer, ``train`` and the CLI
+    refuse it, while a model (evaluation, inference) may still run under it."""
+    from kinterval.cli import main
+    from kinterval.model import GPT, ModelConfig, NumericsConfig
+
+    cfg = make_config(**{"numerics.autocast_dtype": "float16"})
+    with pytest.raises(ValueError, match="'float16' cannot be used for training"):
+        Trainer(cfg, tmp_path / "run", D.setup("cpu"))
+    with pytest.raises(ValueError, match="'float16' cannot be used for training"):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit):
+        main(["train", "--data", str(tmp_path), "--autocast", "float16", "--out", str(tmp_path / "run")])
+    assert "invalid choice: 'float16'" in capsys.readouterr().err
+    numerics = NumericsConfig(autocast_dtype="float16")
+    GPT(ModelConfig(n_layer=1, n_head=1, n_embd=8, block_size=4, vocab_size=16, numerics=numerics))

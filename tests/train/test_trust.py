@@ -97,7 +97,9 @@ def test_torn_last_metrics_line_is_dropped_on_resume(runs, tmp_path):
     run = copy_run(runs, "killed", tmp_path)
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 6, "train_loss": 3.1')  # a kill in the middle of a write
-    assert train(cfg, run, resume=True).status == "completed"
+    after = []
+    assert train(cfg, run, resume=True, on_step=lambda step, model: after.append(step)).status == "completed"
+    assert after == [5, 6, 7, 8]  # continued from the step-4 checkpoint
     assert train_rows(run) == [
         {**r, **_volatile(s)} for r, s in zip(train_rows(root / "full"), train_rows(run))
     ]
@@ -240,7 +242,9 @@ def test_resave_killed_between_renames_keeps_the_checkpoint(tmp_path, monkeypatc
 def test_clip_statistics_survive_kill_and_resume(runs, tmp_path):
     cfg, root = runs
     run = copy_run(runs, "killed", tmp_path)
-    train(cfg, run, resume=True)
+    after = []
+    train(cfg, run, resume=True, on_step=lambda step, model: after.append(step))
+    assert after == [5, 6, 7, 8]  # the counts before step 4 come from the checkpoint, not a retrain
     full = [(r["clipped"], r["clipped_frac"]) for r in train_rows(root / "full")]
     assert [(r["clipped"], r["clipped_frac"]) for r in train_rows(run)] == full
     n = sum(c for c, _ in full)

@@ -75,8 +75,69 @@ def test_validation_rows_survive_kill_and_resume(logged, tmp_path):
 
     with pytest.raises(Killed):
         train(cfg, tmp_path / "run", on_step=kill)
-    train(cfg, tmp_path / "run", resume=True)
+    after = []
+    train(cfg, tmp_path / "run", resume=True, on_step=lambda step, model: after.append(step))
+    assert after == [5, 6, 7, 8]  # continued from the step-4 checkpoint, not retrained from step 0
     assert rows(tmp_path / "run", True) == rows(root / "logged", True)
+
+
+def test_a_kill_during_validation_at_a_checkpoint_step_loses_no_row(logged, tmp_path, monkeypatch):
+    """Step 6 is validated and checkpointed. Validating after saving lost the row for ever when a kill came
+    between the two (the resume starts after the checkpoint); validating first redoes it from step 4."""
+    from kinterval.train.trainer import Trainer
+
+    cfg, root = logged
+    validate = Trainer.validate
+
+    def killed_at_6(self):
+        if self.done == 6:
+            raise Killed
+        return validate(self)
+
+    monkeypatch.setattr(Trainer, "validate", killed_at_6)
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run")
+    monkeypatch.setattr(Trainer, "validate", validate)
+    after = []
+    train(cfg, tmp_path / "run", resume=True, on_step=lambda step, model: after.append(step))
+    assert after == [5, 6, 7, 8]
+    assert rows(tmp_path / "run", True) == rows(root / "logged", True)
+    losses = [[r["train_loss"] for r in rows(run, False)] for run in (tmp_path / "run", root / "logged")]
+    assert losses[0] == losses[1] and len(losses[0]) == 8
+
+
+def test_validation_draws_no_random_numbers_and_keeps_the_checkpointed_state(shared_config, tmp_path):
+    """What makes validating before saving safe: the RNG streams, the weights, the optimizer and the counters
+    that a checkpoint records are the same after ``validate()`` as before it."""
+    import random
+
+    from kinterval.train import distributed as D
+    from kinterval.train.trainer import Trainer
+
+    cfg = shared_config(**{"operator.name": "minmax-weight-k4", "log.eval_every": 1, "log.eval_blocks": 3})
+    trainer = Trainer(cfg, tmp_path / "run", D.setup("cpu"))
+    trainer.open_records()
+    trainer.model.train()
+    trainer.step()
+
+    def snapshot():
+        return (
+            torch.get_rng_state(),
+            np.random.get_state()[1].copy(),  # noqa: NPY002
+            random.getstate(),
+            {k: v.clone() for k, v in trainer.model.state_dict().items()},
+            {id(p): {k: v.clone() for k, v in s.items()} for p, s in trainer.optimizer.state.items()},
+            (trainer.done, trainer.clipped_steps, trainer.last_loss, trainer.model.training),
+        )
+
+    before = snapshot()
+    trainer.validate()
+    after = snapshot()
+    trainer.close()
+    assert torch.equal(before[0], after[0]) and (before[1] == after[1]).all() and before[2] == after[2]
+    assert all(torch.equal(v, after[3][k]) for k, v in before[3].items())
+    assert all(torch.equal(v, after[4][p][k]) for p, s in before[4].items() for k, v in s.items())
+    assert before[5] == after[5]
 
 
 def test_evaluation_is_batch_1_blocks_under_autocast_with_tf32_off():
@@ -105,3 +166,22 @@ def test_evaluation_is_batch_1_blocks_under_autocast_with_tf32_off():
             logits, _ = model(block[None, :-1])
         want = torch.nn.functional.cross_entropy(logits[0].float(), block[1:], reduction="none")
         np.testing.assert_allclose(got[k], want.double().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_evaluation_refuses_float_tokens_and_ids_outside_the_vocabulary():
+    """Float token arrays were truncated silently; an id >= vocab_size was torch's IndexError on CPU and a
+    device-side assert on CUDA. Both are ValueErrors naming the problem, checked once per array."""
+    from kinterval.model import preset
+    from kinterval.train.evaluate import token_nll
+
+    torch.manual_seed(0)
+    model = GPT(preset("tiny", vocab_size=97, block_size=16, n_embd=32))
+    tokens = np.random.default_rng(0).integers(0, 97, 3 * 16 + 1)
+    with pytest.raises(ValueError, match="1-D numpy array of integer token ids, got float64 array"):
+        token_nll(model, tokens.astype(np.float64), 16)
+    for bad in (97, -1):
+        wrong = tokens.copy()
+        wrong[40] = bad
+        with pytest.raises(ValueError, match=rf"id {bad} is outside the model's vocabulary \[0, 97\)"):
+            token_nll(model, wrong, 16)
+    assert token_nll(model, tokens.astype(np.uint16), 16).shape == (3, 16)

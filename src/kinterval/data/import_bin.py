@@ -47,13 +47,22 @@ def import_bin(
     copy: bool = True,
     shard_tokens: int = 100_000_000,
     progress: bool = True,
+    tokens: int | None = None,
 ) -> dict:
     """Wrap existing flat little-endian uint16 token files as a prepared dataset.
 
     ``copy=True`` re-shards them into ``out``; ``copy=False`` references them in place (meta.json stores their
     paths relative to ``out``). Every id is checked against ``vocab_size``; sha256 is recorded either way.
+    ``tokens`` caps the train split at its first ``tokens`` ids (copy only: a referenced file is whole).
     """
     out = Path(out)
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
+    if tokens is not None and not copy:
+        raise ValueError(
+            "a train-token cap (--tokens) copies the first ids of the train split; referenced files "
+            "(--reference, copy=False) are used whole: drop one of the two"
+        )
     files = {
         sources.SPLIT_ALIASES.get(s, s): [Path(p) for p in (f if isinstance(f, list) else [f])]
         for s, f in files.items()
@@ -68,13 +77,17 @@ def import_bin(
             raise ValueError(f"{path}: importing into its own folder would overwrite it; choose another out")
     clear_outputs(out, files)
     records = {
-        s: _import_split(out, s, g, vocab_size, eot, copy, shard_tokens, progress) for s, g in files.items()
+        s: _import_split(
+            out, s, g, vocab_size, eot, copy, shard_tokens, progress, tokens if s == "train" else None
+        )
+        for s, g in files.items()
     }
     tokenizer = tokenizer or {"name": "gpt2", "sha256": tokenizer_hash()}
     params = {
         "files": {s: [str(p) for p in g] for s, g in files.items()},
         "copy": copy,
         "shard_tokens": shard_tokens,
+        "tokens": tokens,
     }
     return write_meta(out, source, records, vocab_size, eot, tokenizer, None, params)
 
@@ -96,12 +109,15 @@ def _check_not_wider(path: Path, sample: int = 1 << 20) -> None:
         )
 
 
-def _import_split(out, split, group, vocab_size, eot, copy, shard_tokens, progress) -> dict:
-    """Scan (vocabulary check, document count) and copy or reference the files of one split."""
+def _import_split(out, split, group, vocab_size, eot, copy, shard_tokens, progress, limit=None) -> dict:
+    """Scan (vocabulary check, document count) and copy or reference the files of one split; ``limit``
+    (copy only) keeps the split's first ``limit`` ids."""
     writer = ShardWriter(out, split, vocab_size, shard_tokens) if copy else None
-    shards, n_docs = [], 0
+    shards, n_docs, left = [], 0, limit
     for path in group:
         ids = np.memmap(path, dtype=DTYPE, mode="r") if path.stat().st_size else np.zeros(0, DTYPE)
+        if left is not None:
+            ids, left = ids[:left], left - len(ids[:left])
         with tqdm(total=len(ids), desc=f"import {path.name}", unit="tok", disable=not progress) as bar:
             for start in range(0, len(ids), 1 << 24):
                 chunk = np.asarray(ids[start : start + (1 << 24)])

@@ -147,8 +147,27 @@ def n_blocks(n_tokens: int, T: int) -> int:
     return max(0, (n_tokens - 1) // T)
 
 
+def check_tokens(tokens, vocab_size: int | None = None) -> None:
+    """``tokens`` is a 1-D numpy array of integer token ids (no float ids silently truncated); with
+    ``vocab_size`` every id is also in ``[0, vocab_size)``. The dtype check costs nothing; the id range is
+    one pass over the array, so check an array once, not per block."""
+    dtype = tokens.dtype if isinstance(tokens, np.ndarray) else None
+    if dtype is None or tokens.ndim != 1 or not np.issubdtype(dtype, np.integer):
+        got = f"{dtype} array of shape {tokens.shape}" if dtype is not None else type(tokens).__name__
+        raise ValueError(f"tokens must be a 1-D numpy array of integer token ids, got {got}")
+    if vocab_size is not None and len(tokens):
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(
+                f"tokens: id {bad} is outside the model's vocabulary [0, {vocab_size}) "
+                "(data prepared with another tokenizer?)"
+            )
+
+
 def get_block(tokens: np.ndarray, k: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Validation block ``k``: x, y int64 of shape (T,)."""
+    check_tokens(tokens)  # the dtype and shape only: the id range is the caller's, once per array
     if not 0 <= k < n_blocks(len(tokens), T):
         raise IndexError(f"block {k} out of range: {n_blocks(len(tokens), T)} blocks of {T} tokens")
     buf = torch.from_numpy(np.asarray(tokens[k * T : k * T + T + 1], dtype=np.int64))
@@ -193,6 +212,7 @@ class SequenceSampler:
 
 def load_batch(tokens: np.ndarray, offsets: np.ndarray, T: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences at ``offsets``: x = tokens[o:o+T], y = tokens[o+1:o+T+1]; int64 tensors of shape (n, T)."""
+    check_tokens(tokens)  # the dtype and shape only (training checks the ids against the vocabulary once)
     offsets = np.asarray(offsets, dtype=np.int64)
     if offsets.size and (offsets.min() < 0 or offsets.max() + T + 1 > len(tokens)):
         raise ValueError(f"offsets out of range for {len(tokens)} tokens with T={T}")

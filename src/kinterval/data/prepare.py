@@ -154,8 +154,9 @@ def prepare(
     """Prepare ``source`` into ``out`` and return its meta.json contents.
 
     ``tokens`` caps the train split (synthetic: its exact size, default 2M; fineweb-edu: the streamed
-    budget, default 3B); ``val_tokens`` caps fineweb-edu's held-out split. ``seed`` drives the synthetic
-    generator only; ``copy=False`` makes ``bin:DIR`` reference its files instead of copying them.
+    budget, default 3B; bin:DIR: its first ``tokens`` ids, copied only); ``val_tokens`` caps fineweb-edu's
+    held-out split. ``seed`` drives the synthetic generator only; ``copy=False`` makes ``bin:DIR`` reference
+    its files instead of copying them.
     """
     out = Path(out)
     splits = tuple(dict.fromkeys(sources.SPLIT_ALIASES.get(s, s) for s in splits))
@@ -175,7 +176,7 @@ def prepare(
     if source.startswith("bin:"):
         found = find_bin_files(source[4:])
         return import_bin({s: f for s, f in found.items() if s in splits}, out, source=source, copy=copy,
-                          shard_tokens=shard_tokens, progress=progress)  # fmt: skip
+                          shard_tokens=shard_tokens, progress=progress, tokens=tokens)  # fmt: skip
     if source == "synthetic":
         clear_outputs(out, splits)
         records, tokenizer, extra = _synthetic(out, splits, tokens, shard_tokens, seed, progress)

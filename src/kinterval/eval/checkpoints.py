@@ -5,27 +5,19 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from kinterval.train.checkpoint import checkpoint_dir
+from kinterval.train.checkpoint import checkpoint_dir, list_checkpoints
 from kinterval.train.distributed import pick_device
 from kinterval.train.load import find_checkpoint, trained_operator
 
 __all__ = ["list_checkpoints", "pick_device", "select_checkpoints", "state_sha256", "trained_operator"]
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints (``step_*`` with state.json) of a run, oldest first."""
-    root = checkpoint_dir(run_dir)
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.glob("step_*") if p.is_dir() and (p / "state.json").is_file())
-
-
-def select_checkpoints(run_dir: str | Path, which: str | int = "all") -> list[Path]:
-    """``all``, or one checkpoint as :func:`~kinterval.train.load.find_checkpoint` names it (``latest``, a
-    step number or a checkpoint path)."""
+def select_checkpoints(run_dir: str | Path, which: str | int | Path = "all") -> list[Path]:
+    """``all`` (training's :func:`~kinterval.train.checkpoint.list_checkpoints`: by step, a step whose re-save
+    was killed by its ``.old-step_*`` copy), or one checkpoint as
+    :func:`~kinterval.train.load.find_checkpoint` names it (``latest``, a step number or a checkpoint path,
+    absolute or relative to the run folder)."""
     if which != "all":
-        if not (isinstance(which, int) or str(which).isdigit() or which == "latest" or Path(which).is_dir()):
-            raise ValueError(f"--checkpoint must be all, latest or a step number, got {which!r}")
         return [find_checkpoint(run_dir, which)]
     ckpts = list_checkpoints(run_dir)
     if not ckpts:

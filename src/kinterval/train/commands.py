@@ -73,7 +73,9 @@ def register(subparsers) -> None:
         help="log validation loss and row span every N steps (log.eval_blocks blocks; 0: off)",
     )
     p.add_argument(
-        "--autocast", choices=("bfloat16", "float16", "none"), help="autocast dtype outside attention"
+        "--autocast",
+        choices=("bfloat16", "none"),
+        help="autocast dtype outside attention (float16 is refused: no loss scaling)",
     )
     p.add_argument("--tensorboard", action="store_true", default=None, help="also write TensorBoard events")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")

@@ -169,6 +169,12 @@ class TrainConfig:
         if self.model.preset not in PRESETS:
             raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.model.preset!r}")
         self.model_config(vocab_size=1)  # shape checks
+        if self.numerics.autocast_dtype == "float16":  # evaluation may use it; training may not
+            raise ValueError(
+                "numerics.autocast_dtype 'float16' cannot be used for training: without loss scaling "
+                "(kinterval has none) small fp16 gradients underflow to zero; use 'bfloat16' (the paper's "
+                "policy) or 'none'"
+            )
         operator_name(self.operator.name)  # raises ValueError with the valid forms
         _choice("operator.backend", self.operator.backend, ATTENTION_BACKENDS)
         _choice("device", self.device, DEVICES)

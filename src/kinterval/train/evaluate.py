@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from kinterval.data.loader import get_block, n_blocks
+from kinterval.data.loader import check_tokens, get_block, n_blocks
 from kinterval.model.numerics import autocast, eval_precision
 
 
@@ -35,14 +35,17 @@ def token_nll(
     """Per-token next-token NLL (nats), float64 array of shape (n_blocks, T).
 
     Runs the model in eval mode on its own device with its numerics (autocast as in training, TF32 set to
-    ``numerics.tf32_eval``) and restores the previous train/eval mode.
+    ``numerics.tf32_eval``) and restores the previous train/eval mode. ``tokens`` must be a 1-D integer
+    array whose ids are below the model's vocabulary size (``ValueError`` otherwise).
     """
     check_max_blocks(max_blocks)
+    check_tokens(tokens)
     numerics = model.config.numerics
     device = next(model.parameters()).device
     n = n_blocks(len(tokens), T) if max_blocks is None else min(max_blocks, n_blocks(len(tokens), T))
     if n == 0:
         raise ValueError(f"the split holds no block of {T}+1 tokens ({len(tokens)} tokens)")
+    check_tokens(tokens[: n * T + 1], model.config.vocab_size)  # once, the ids the blocks read
     out = np.empty((n, T), dtype=np.float64)
     was_training = model.training
     model.eval()

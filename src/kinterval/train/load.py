@@ -21,7 +21,9 @@ from kinterval.ops import OperatorSpec, resolve_backend
 from kinterval.train.checkpoint import (
     CheckpointError,
     checkpoint_dir,
+    checkpoint_step,
     latest_checkpoint,
+    list_checkpoints,
     read_model_weights,
     read_state,
 )
@@ -59,22 +61,39 @@ def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "lat
     """The checkpoint folder that ``path`` (a run folder or a checkpoint folder) and ``checkpoint`` name.
 
     ``checkpoint``: ``"latest"`` (LATEST, else the highest step), a step number, or a checkpoint path
-    (absolute, or relative to the run folder). A checkpoint folder given as ``path`` is used as it is.
+    (absolute, or relative to the run folder). A checkpoint folder given as ``path`` is used as it is, with
+    ``"latest"``, its own step or its own path; another step or path there is a ``ValueError``.
     """
     path = Path(path)
     if (path / "state.json").is_file():
-        return path
+        if checkpoint in (None, "latest"):
+            return path
+        step = read_state(path)["step"]
+        if isinstance(checkpoint, int) or str(checkpoint).isdigit():
+            if int(checkpoint) == step:
+                return path
+            asked = f"step {int(checkpoint)}"
+        else:  # the same folder, as it is or relative to the run folder (RUN/checkpoints/step_*)
+            asked = repr(str(checkpoint))
+            for candidate in (Path(checkpoint), path.parent.parent / checkpoint):
+                if candidate.is_dir() and candidate.samefile(path):
+                    return path
+        raise ValueError(
+            f"{path} is the checkpoint of step {step}, not checkpoint {asked}; "
+            "pass the run folder to choose another checkpoint"
+        )
     if checkpoint in (None, "latest"):
         found = latest_checkpoint(path)
         if found is None:
             raise FileNotFoundError(f"no checkpoint in {path} (no {checkpoint_dir(path)}/step_*)")
         return found
     if isinstance(checkpoint, int) or str(checkpoint).isdigit():
-        found = checkpoint_dir(path) / f"step_{int(checkpoint):06d}"
-        if not (found / "state.json").is_file():
-            steps = sorted(p.name for p in checkpoint_dir(path).glob("step_*")) if path.is_dir() else []
-            raise FileNotFoundError(f"no checkpoint at step {int(checkpoint)} in {path} (have: {steps})")
-        return found
+        found = list_checkpoints(path)  # by step; a killed re-save's .old-step_* copy included
+        named = [p for p in found if checkpoint_step(p) == int(checkpoint)]
+        if not named:
+            have = [p.name for p in found]
+            raise FileNotFoundError(f"no checkpoint at step {int(checkpoint)} in {path} (have: {have})")
+        return named[0]
     found = Path(checkpoint)
     for candidate in (found, path / found):
         if (candidate / "state.json").is_file():
@@ -100,7 +119,7 @@ def load_run(
     """
     ckpt = find_checkpoint(path, checkpoint)
     device = pick_device(device)
-    state = read_state(ckpt)
+    state = read_state(ckpt, verify=True)  # an edited state.json could name another operator or model
     try:
         model_config = ModelConfig.from_dict(state["model_config"])
         config = TrainConfig.from_dict(state["config"])

@@ -66,10 +66,12 @@ def run(trainer: Trainer, resume: bool, on_step: StepHook | None = None) -> Trai
                     return trainer.stop_nonfinite(stats)
                 if stats.step % cfg.log.every == 0 or stats.step == plan.steps:
                     trainer.log_step(stats)
-                if stats.step in plan.checkpoint_steps:
-                    trainer.save()
+                # Validate before saving: a kill between the two then redoes the row from the previous
+                # checkpoint. Validation draws no random numbers and changes nothing that a checkpoint keeps.
                 if cfg.log.eval_every and (stats.step % cfg.log.eval_every == 0 or stats.step == plan.steps):
                     trainer.validate()
+                if stats.step in plan.checkpoint_steps:
+                    trainer.save()
                 if on_step is not None:
                     on_step(stats.step, trainer.model)
     finally:

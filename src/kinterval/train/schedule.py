@@ -52,8 +52,10 @@ def lr_at(tokens: int, total_tokens: int, peak: float, warmup_tokens: int, min_r
 
 def checkpoint_steps(steps: int, count: int, save_every: int = 0) -> tuple[int, ...]:
     """``count`` evenly spaced step counts ending at ``steps`` (5/10/20 in the paper), plus multiples
-    of ``save_every``."""
+    of ``save_every``, plus ``steps`` itself always: a completed run has its final weights (evaluation
+    loads them; a resume of a finished run finds it complete)."""
     marks = {round(i * steps / count) for i in range(1, count + 1)} if count else set()
+    marks.add(steps)
     if save_every:
         marks |= set(range(save_every, steps + 1, save_every))
     return tuple(sorted(m for m in marks if m >= 1))

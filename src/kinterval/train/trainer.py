@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from kinterval.data.loader import SequenceSampler, TokenShards, load_batch, n_blocks
-from kinterval.model import GPT, SDPA, CausalSelfAttention, autocast, parse_operator
+from kinterval.model import GPT, SDPA, CausalSelfAttention, autocast, parse_operator, train_precision
 from kinterval.model.scores import attention_scores, row_span
 from kinterval.ops import resolve_backend
 from kinterval.train import distributed as D
@@ -107,7 +107,7 @@ class Trainer:
     (or ``start()``), ``step()`` repeatedly, ``save()`` at the plan's checkpoint steps and ``finish()``."""
 
     def __init__(self, cfg: TrainConfig, out: str | Path, info: D.DistInfo):
-        self.cfg, self.out, self.info = cfg, Path(out), info
+        self.cfg, self.out, self.info = cfg.validate(), Path(out), info
         shards = TokenShards(cfg.data.dir, "train", verify=cfg.data.verify)
         self.tokens = shards.tokens()
         self.model_cfg = cfg.model_config(shards.vocab_size)
@@ -207,24 +207,26 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def step(self) -> StepStats:
-        """One optimizer step over this rank's share of the step's sequences. A non-finite loss or gradient
-        norm is reported without stepping the optimizer (the caller stops the run)."""
+        """One optimizer step over this rank's share of the step's sequences, its forwards and backwards under
+        ``train_precision`` (TF32 per ``numerics.tf32_train``). A non-finite loss or gradient norm is reported
+        without stepping the optimizer (the caller stops the run)."""
         cfg, plan, info = self.cfg, self.plan, self.info
         s = self.done  # 0-based index of this step
         lr = plan.lr(s)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         per_rank = cfg.schedule.micro_batch * cfg.schedule.accum  # sequences per step on this rank
-        offsets = self.sampler.offsets(s * plan.seqs_per_step + info.rank * per_rank, per_rank)
-        loss_sum = accumulate_gradients(
-            self.model,
-            self.tokens,
-            offsets,
-            cfg.schedule.micro_batch,
-            plan.block_size,
-            self.model_cfg.numerics,
-            info.device,
-        )
+        offsets = rank_offsets(self.sampler, s, plan.seqs_per_step, info.rank, per_rank)
+        with train_precision(self.model_cfg.numerics):  # TF32 per the policy, however the trainer is driven
+            loss_sum = accumulate_gradients(
+                self.model,
+                self.tokens,
+                offsets,
+                cfg.schedule.micro_batch,
+                plan.block_size,
+                self.model_cfg.numerics,
+                info.device,
+            )
         train_loss = D.mean_across(loss_sum, info).item()
         grad_norm = clip_gradients(self.model, cfg.optim.grad_clip)
         clipped = cfg.optim.grad_clip > 0 and grad_norm > cfg.optim.grad_clip
@@ -484,6 +486,14 @@ def device_memory(device: torch.device) -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def rank_offsets(
+    sampler: SequenceSampler, step: int, seqs_per_step: int, rank: int, per_rank: int
+) -> np.ndarray:
+    """Start offsets of rank ``rank``'s share of step ``step`` (0-based): the ``rank``-th contiguous run of
+    ``per_rank`` sequences among the step's global sequences ``step*seqs_per_step ..``."""
+    return sampler.offsets(step * seqs_per_step + rank * per_rank, per_rank)
 
 
 def accumulate_gradients(model, tokens, offsets, mb, T, numerics, device) -> torch.Tensor:
