@@ -209,3 +209,22 @@ def test_heldout_document_cluster_estimate_is_token_weighted():
     assert row.est.interval == "document-cluster bootstrap"
     assert row.est.mean == pytest.approx(np.sum(tokens * d) / tokens.sum(), rel=1e-12)
     assert row.est.lo < row.est.mean < row.est.hi
+
+
+def test_heldout_document_ids_that_differ_from_the_controls_are_an_error():
+    """The same data and blocks give the same documents; the old code fell back to the block bootstrap."""
+    rng = np.random.default_rng(9)
+    tokens = rng.integers(10, 500, 40).astype(float)
+
+    def docs(ids):
+        return {"doc_ids": ids, "doc_nll": 4.0 * tokens, "doc_tokens": tokens}
+
+    nll = rng.normal(4.0, 0.2, N)
+    pts = [
+        point("softmax", 7, nll),
+        point("lerp-k4", 7, nll + 0.01),
+        point("softmax", 7, nll[:8], tag="val__c4", docs=docs(np.arange(40)), primary=False),
+        point("lerp-k4", 7, nll[:8] + 0.05, tag="val__c4", docs=docs(np.arange(40) + 1), primary=False),
+    ]
+    with pytest.raises(ValueError, match=r"lerp-k4-s7 \[val__c4\] and its control softmax-s7 .*document ids"):
+        A.heldout_table(pts)

@@ -709,8 +709,20 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
     rows = []
     for k, ps in groups.items():
         r = _row_from_pairs(f"{k.operator} − softmax", ps)
+        for (
+            x
+        ) in ps:  # the same data and blocks give the same documents: different ids are a broken evaluation
+            if (
+                x.point.docs
+                and x.control.docs
+                and not np.array_equal(x.point.docs["doc_ids"], x.control.docs["doc_ids"])
+            ):
+                raise ValueError(
+                    f"{x.point.run_id} [{x.point.tag}] and its control {x.control.run_id} [{x.control.tag}]: "
+                    "different document ids on the same data; re-evaluate both with --doc-clusters"
+                )
         a, b = ps[0].point.docs, ps[0].control.docs
-        if len(ps) == 1 and a and b and np.array_equal(a["doc_ids"], b["doc_ids"]):
+        if len(ps) == 1 and a and b:
             d = a["doc_nll"] / a["doc_tokens"] - b["doc_nll"] / b["doc_tokens"]
             c = cluster_bootstrap_ci(d, a["doc_ids"], weights=a["doc_tokens"], n_resamples=N_RESAMPLES)
             r.est = Estimate(c.mean, c.lo, c.hi, "document-cluster bootstrap", 1, (c.mean,), c.se, p=c.p)
