@@ -111,6 +111,29 @@ def test_evaluation_of_a_replaced_checkpoint_is_redone(tiny_run, tmp_path):
     assert again["checkpoint_state_sha256"] != first["checkpoint_state_sha256"]
 
 
+@pytest.mark.parametrize("max_blocks", [None, 1])
+def test_a_non_finite_nll_names_the_checkpoint_and_block_and_writes_nothing(
+    tiny_run, tmp_path, monkeypatch, max_blocks
+):
+    """A diverged block raised the bootstrap's unnamed "x contains NaN or infinite values"; with one block
+    (no bootstrap) a NaN mean was written silently."""
+    import kinterval.eval.evaluate as E
+
+    real = E.token_nll
+
+    def diverged(*args, **kw):
+        tok = real(*args, **kw)
+        tok[tok.shape[0] - 1, 5] = np.nan
+        return tok
+
+    monkeypatch.setattr(E, "token_nll", diverged)
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    last = 0 if max_blocks == 1 else TokenShards(tiny_run / "data", "val").n_blocks(32) - 1
+    with pytest.raises(ValueError, match=rf"checkpoint {ckpt}: non-finite NLL \(nan\) in block {last} "):
+        evaluate_checkpoint(ckpt, out_dir=tmp_path / "out", max_blocks=max_blocks, force=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_zero_or_negative_block_caps_are_named_errors(tiny_run, capsys):
     """eval --max-blocks 0 blamed the split and -2 raised numpy's error; tau-screen --max-blocks 0 meant
     "no cap" and ran the whole split."""

@@ -64,6 +64,18 @@ def _is_current(json_path: Path, npz_path: Path, ckpt: Path) -> bool:
         return False
 
 
+def _check_finite(tok: np.ndarray, ckpt: Path, split: str) -> None:
+    """``ValueError`` naming the checkpoint and the first block with a NaN or infinite per-token NLL."""
+    bad = ~np.isfinite(tok)
+    if bad.any():
+        k, t = (int(i) for i in np.argwhere(bad)[0])
+        n = int(bad.any(axis=1).sum())
+        raise ValueError(
+            f"checkpoint {ckpt}: non-finite NLL ({tok[k, t]}) in block {k} (target {t}) of split {split!r}; "
+            f"{n} of {tok.shape[0]} blocks affected; nothing written"
+        )
+
+
 def evaluate_checkpoint(
     ckpt: str | Path,
     *,
@@ -95,6 +107,7 @@ def evaluate_checkpoint(
     tokens = shards.tokens()
     t0 = time.perf_counter()
     tok = token_nll(model, tokens, T, max_blocks=max_blocks, progress=progress)
+    _check_finite(tok, ckpt, shards.split)  # before anything is written
     nll = tok.mean(axis=1)
     arrays = {"nll": nll}
     summary = {

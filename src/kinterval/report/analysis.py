@@ -69,16 +69,31 @@ class Estimate:
         return bool(np.isfinite(self.lo) and -MARGIN < self.lo and self.hi < MARGIN)
 
 
-def estimate(per_seed: Mapping[int, np.ndarray]) -> Estimate:
+def estimate(per_seed: Mapping[int, np.ndarray], what: str = "contrast") -> Estimate:
     """The one rule: ``per_seed`` maps seed -> per-block contrast (blocks in evaluation order).
 
     One seed: mean over blocks with a circular moving-block bootstrap CI (block 16, 4000 resamples).
     Several seeds: the per-seed means' seed summary (mean, SD, t interval with n-1 df) and the exact
     sign-flip permutation p. Either way ``eval_se`` is the block-bootstrap SE, averaged over seeds.
+    ``ValueError`` naming ``what``, the seed and the block: a non-finite value, or one seed with one block
+    (no interval).
     """
     if not per_seed:
-        raise ValueError("estimate needs at least one seed's contrast")
+        raise ValueError(f"{what}: estimate needs at least one seed's contrast")
     series = [np.asarray(per_seed[s], dtype=np.float64) for s in sorted(per_seed)]
+    for s, x in zip(sorted(per_seed), series):
+        if x.ndim != 1 or x.size == 0:
+            raise ValueError(
+                f"{what}, seed {s}: the per-block contrast must be a non-empty 1-D array, got {x.shape}"
+            )
+        if not np.all(np.isfinite(x)):
+            i = int(np.flatnonzero(~np.isfinite(x))[0])
+            raise ValueError(f"{what}, seed {s}: the per-block contrast is not finite ({x[i]}) at block {i}")
+    if len(series) == 1 and series[0].size < 2:
+        raise ValueError(
+            f"{what}, seed {sorted(per_seed)[0]}: one seed with one validation block has no interval (the "
+            "block bootstrap needs two blocks); evaluate more blocks or more seeds"
+        )
     boots = [
         block_bootstrap_ci(x, block=min(BLOCK, x.size), n_resamples=N_RESAMPLES) if x.size >= 2 else None
         for x in series
@@ -86,10 +101,8 @@ def estimate(per_seed: Mapping[int, np.ndarray]) -> Estimate:
     eval_se = None if any(b is None for b in boots) else float(np.mean([b.se for b in boots]))
     means = tuple(float(x.mean()) for x in series)
     if len(series) == 1:
-        b = boots[0]
-        lo, hi = (b.lo, b.hi) if b is not None else (float("nan"), float("nan"))
-        p = b.p if b is not None else None  # percentile-bootstrap p: BH over single-seed conditions
-        return Estimate(means[0], lo, hi, "block bootstrap", 1, means, eval_se, p=p)
+        b = boots[0]  # percentile-bootstrap p: BH over single-seed conditions
+        return Estimate(means[0], b.lo, b.hi, "block bootstrap", 1, means, eval_se, p=b.p)
     ss = seed_summary(means)
     p = permutation_p_exact(means) if len(means) <= MAX_EXACT_N else permutation_p_random(means)
     return Estimate(ss.mean, ss.lo, ss.hi, f"t ({ss.df} df)", ss.n, means, eval_se, ss.sd, p)
@@ -263,7 +276,7 @@ def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
         contrast=contrast,
         key=p0.key,
         seeds=tuple(x.point.seed for x in pairs),
-        est=estimate({x.point.seed: x.d for x in pairs}),
+        est=estimate({x.point.seed: x.d for x in pairs}, f"{contrast} [{p0.tag}, {p0.tokens} tokens]"),
         tokens=p0.tokens,
         K=p0.K,
         family=p0.family,
@@ -393,7 +406,7 @@ def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = Non
                 contrast=name,
                 key=Key(f"factorial K{K}" if K else "factorial, pooled over K", *setting),
                 seeds=tuple(sorted(per_seed)),
-                est=estimate(per_seed),
+                est=estimate(per_seed, f"factorial {name} K{K} ({design}, {tokens} tokens)"),
                 K=K,
                 family=design,
                 tokens=tokens,
@@ -501,7 +514,7 @@ def k_trends(pairing: Pairing) -> list[Row]:
                 contrast="slope vs log2 K",
                 key=Key(family, setting[0], setting[1], setting[2]),
                 seeds=tuple(sorted(per_seed)),
-                est=estimate(per_seed),
+                est=estimate(per_seed, f"K trend of {family} ({ends[(setting, family)]} tokens)"),
                 tokens=ends[(setting, family)],
                 family=family,
                 note=",".join(map(str, Ks)),
@@ -800,7 +813,7 @@ def tail_decomposition(points: list[Point], unpaired: dict[str, str] | None = No
                     f"{name} ({res.spec.surrogate}-STE, K{res.K})",
                     res.key,
                     (res.seed,),
-                    estimate({res.seed: d}),
+                    estimate({res.seed: d}, f"{name} of {res.run_id} ({res.tokens} tokens)"),
                     tokens=res.tokens,
                     K=res.K,
                     family=res.family,

@@ -332,7 +332,7 @@ def demo_report(
         nll = np.asarray(nll, dtype=np.float64)
         if nll.shape != soft.shape:
             raise ValueError(f"{op}: {nll.shape[0]} blocks, softmax has {soft.shape[0]}")
-        est = A.estimate({0: nll - soft})
+        est = A.estimate({0: nll - soft}, f"{op} − softmax")
         row = A.Row(f"{op} − softmax", Key(op, 0, "", ""), (0,), est, nll=float(nll.mean()))
         table.append(row)
         rows.append(

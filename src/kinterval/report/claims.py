@@ -92,8 +92,10 @@ def _contrast_rows(points: list[Point], a: str, b: str, unpaired: dict[str, str]
         seeds = sorted(set(by.get(a, {})) & set(by.get(b, {})))
         seeds = [s for s in seeds if by[a][s].nll.size == by[b][s].nll.size]
         if seeds:
-            est = A.estimate({s: by[a][s].nll - by[b][s].nll for s in seeds})
             p0 = by[a][seeds[0]]
+            est = A.estimate(
+                {s: by[a][s].nll - by[b][s].nll for s in seeds}, f"{a} − {b} ({p0.tokens} tokens)"
+            )
             rows.append(
                 A.Row(f"{a} − {b}", p0.key, tuple(seeds), est, p0.tokens, family=f"arithmetic={arith}")
             )
