@@ -134,6 +134,37 @@ def test_a_non_finite_nll_names_the_checkpoint_and_block_and_writes_nothing(
     assert not (tmp_path / "out").exists()
 
 
+def test_the_eval_numerics_used_are_recorded(tiny_run, tmp_path, monkeypatch):
+    """The summary said "tf32": false whatever the checkpoint's numerics.tf32_eval; the fused kernels' eval
+    dot precision ($KINTERVAL_EVAL_DOT_PRECISION) is recorded."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]  # tf32_eval = false, attention inputs float32
+    r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2)
+    assert (r["tf32"], r["attention_dtype"], r["eval_dot_precision"]) == (False, "float32", "ieee")
+    monkeypatch.setenv("KINTERVAL_EVAL_DOT_PRECISION", "tf32x3")
+    r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2)
+    r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2, force=True)
+    assert r["eval_dot_precision"] == "tf32x3"
+    cfg = TrainConfig.from_toml("tiny-cpu").override(
+        {
+            "data.dir": str(tiny_run / "data"),
+            "model.n_embd": 32,
+            "model.n_head": 2,
+            "model.block_size": 32,
+            "schedule.tokens": 512,
+            "schedule.warmup_tokens": 256,
+            "schedule.micro_batch": 8,
+            "checkpoint.count": 1,
+            "log.progress": False,
+            "operator.backend": "closed_form",
+            "numerics.tf32_eval": True,
+            "numerics.attention_dtype": "bfloat16",
+        }
+    )
+    train(cfg, tmp_path / "tf32run")
+    r = evaluate_checkpoint(list_checkpoints(tmp_path / "tf32run")[-1], out_dir=tmp_path / "b", max_blocks=2)
+    assert (r["tf32"], r["attention_dtype"], r["eval_dot_precision"]) == (True, "bfloat16", None)
+
+
 def test_zero_or_negative_block_caps_are_named_errors(tiny_run, capsys):
     """eval --max-blocks 0 blamed the split and -2 raised numpy's error; tau-screen --max-blocks 0 meant
     "no cap" and ran the whole split."""

@@ -19,6 +19,7 @@ from kinterval.data.loader import TokenShards
 from kinterval.eval.checkpoints import pick_device, select_checkpoints, state_sha256, trained_operator
 from kinterval.eval.nll import document_ids, per_document
 from kinterval.model import operator_name
+from kinterval.model.numerics import eval_dot_setting
 from kinterval.stats import block_bootstrap_ci, cluster_bootstrap_ci
 from kinterval.train.checkpoint import code_identity, read_state
 from kinterval.train.evaluate import check_max_blocks, token_nll
@@ -103,6 +104,7 @@ def evaluate_checkpoint(
     data_dir = Path(data) if data is not None else Path(state["config"]["data"]["dir"])
     shards = TokenShards(data_dir, split)
     shards.check_vocab(model.config.vocab_size)
+    numerics = model.config.numerics
     T = model.config.block_size
     tokens = shards.tokens()
     t0 = time.perf_counter()
@@ -129,7 +131,9 @@ def evaluate_checkpoint(
         "all_blocks": max_blocks is None,
         "mean_nll": float(nll.mean()),
         "batch": 1,
-        "tf32": False,
+        "tf32": numerics.tf32_eval,  # what token_nll's eval_precision sets
+        "attention_dtype": numerics.attention_dtype,
+        "eval_dot_precision": eval_dot_setting(numerics),  # None: TF32 on, the kernels use "tf32"
         "device": str(dev),
         "train_code": state.get("code", {}),
         "eval_code": code_identity(),
