@@ -134,16 +134,46 @@ def test_a_non_finite_nll_names_the_checkpoint_and_block_and_writes_nothing(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_cached_result_answers_only_the_same_request(tiny_run, tmp_path):
+    """The cache compared only the checkpoint hash: a capped result answered the full request, and one
+    output folder answered another operator or split with the first result."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    n = TokenShards(tiny_run / "data", "val").n_blocks(32)
+    out = tmp_path / "out"
+    capped = evaluate_checkpoint(ckpt, out_dir=out, max_blocks=3)
+    full = evaluate_checkpoint(ckpt, out_dir=out)
+    assert (capped["n_blocks"], full["n_blocks"], full["all_blocks"], full["skipped"]) == (3, n, True, False)
+    assert evaluate_checkpoint(ckpt, out_dir=out)["skipped"] is True  # the same request is still cached
+    other_op = evaluate_checkpoint(ckpt, out_dir=out, operator="fwm-prob-k4")
+    assert other_op["skipped"] is False and other_op["operator_used"] == "fwm-prob-k4"
+    other_split = evaluate_checkpoint(ckpt, out_dir=out, split="test")
+    assert other_split["skipped"] is False and other_split["split"] == "test"
+    docs = evaluate_checkpoint(ckpt, out_dir=out, split="test", doc_clusters=True)
+    assert docs["skipped"] is False and docs["n_documents"] >= 2
+    assert docs["request"]["doc_clusters"] is True and docs["request"]["max_blocks"] is None
+
+
+def test_a_summary_without_a_request_is_not_current(tiny_run, tmp_path):
+    """A summary written before the request was recorded cannot show what it answered: it is redone."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    first = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    js = tmp_path / f"{ckpt.name}.json"
+    old = json.loads(js.read_text())
+    del old["request"]
+    js.write_text(json.dumps(old))
+    again = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    assert again["skipped"] is False and again["request"] == first["request"]
+
+
 def test_the_eval_numerics_used_are_recorded(tiny_run, tmp_path, monkeypatch):
     """The summary said "tf32": false whatever the checkpoint's numerics.tf32_eval; the fused kernels' eval
-    dot precision ($KINTERVAL_EVAL_DOT_PRECISION) is recorded."""
+    dot precision ($KINTERVAL_EVAL_DOT_PRECISION) is recorded and is part of the request."""
     ckpt = list_checkpoints(tiny_run / "run")[-1]  # tf32_eval = false, attention inputs float32
     r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2)
     assert (r["tf32"], r["attention_dtype"], r["eval_dot_precision"]) == (False, "float32", "ieee")
     monkeypatch.setenv("KINTERVAL_EVAL_DOT_PRECISION", "tf32x3")
     r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2)
-    r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2, force=True)
-    assert r["eval_dot_precision"] == "tf32x3"
+    assert r["skipped"] is False and r["eval_dot_precision"] == "tf32x3"
     cfg = TrainConfig.from_toml("tiny-cpu").override(
         {
             "data.dir": str(tiny_run / "data"),
