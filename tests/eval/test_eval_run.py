@@ -114,6 +114,90 @@ def test_evaluation_of_a_replaced_checkpoint_is_redone(tiny_run, tmp_path):
     assert again["checkpoint_state_sha256"] != first["checkpoint_state_sha256"]
 
 
+@pytest.mark.parametrize("max_blocks", [None, 1])
+def test_a_non_finite_nll_names_the_checkpoint_and_block_and_writes_nothing(
+    tiny_run, tmp_path, monkeypatch, max_blocks
+):
+    """A diverged block raised the bootstrap's unnamed "x contains NaN or infinite values"; with one block
+    (no bootstrap) a NaN mean was written silently."""
+    import kinterval.eval.evaluate as E
+
+    real = E.token_nll
+
+    def diverged(*args, **kw):
+        tok = real(*args, **kw)
+        tok[tok.shape[0] - 1, 5] = np.nan
+        return tok
+
+    monkeypatch.setattr(E, "token_nll", diverged)
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    last = 0 if max_blocks == 1 else TokenShards(tiny_run / "data", "val").n_blocks(32) - 1
+    with pytest.raises(ValueError, match=rf"checkpoint {ckpt}: non-finite NLL \(nan\) in block {last} "):
+        evaluate_checkpoint(ckpt, out_dir=tmp_path / "out", max_blocks=max_blocks, force=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cached_result_answers_only_the_same_request(tiny_run, tmp_path):
+    """The cache compared only the checkpoint hash: a capped result answered the full request, and one
+    output folder answered another operator or split with the first result."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    n = TokenShards(tiny_run / "data", "val").n_blocks(32)
+    out = tmp_path / "out"
+    capped = evaluate_checkpoint(ckpt, out_dir=out, max_blocks=3)
+    full = evaluate_checkpoint(ckpt, out_dir=out)
+    assert (capped["n_blocks"], full["n_blocks"], full["all_blocks"], full["skipped"]) == (3, n, True, False)
+    assert evaluate_checkpoint(ckpt, out_dir=out)["skipped"] is True  # the same request is still cached
+    other_op = evaluate_checkpoint(ckpt, out_dir=out, operator="fwm-prob-k4")
+    assert other_op["skipped"] is False and other_op["operator_used"] == "fwm-prob-k4"
+    other_split = evaluate_checkpoint(ckpt, out_dir=out, split="test")
+    assert other_split["skipped"] is False and other_split["split"] == "test"
+    docs = evaluate_checkpoint(ckpt, out_dir=out, split="test", doc_clusters=True)
+    assert docs["skipped"] is False and docs["n_documents"] >= 2
+    assert docs["request"]["doc_clusters"] is True and docs["request"]["max_blocks"] is None
+
+
+def test_a_summary_without_a_request_is_not_current(tiny_run, tmp_path):
+    """A summary written before the request was recorded cannot show what it answered: it is redone."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    first = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    js = tmp_path / f"{ckpt.name}.json"
+    old = json.loads(js.read_text())
+    del old["request"]
+    js.write_text(json.dumps(old))
+    again = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    assert again["skipped"] is False and again["request"] == first["request"]
+
+
+def test_the_eval_numerics_used_are_recorded(tiny_run, tmp_path, monkeypatch):
+    """The summary said "tf32": false whatever the checkpoint's numerics.tf32_eval; the fused kernels' eval
+    dot precision ($KINTERVAL_EVAL_DOT_PRECISION) is recorded and is part of the request."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]  # tf32_eval = false, attention inputs float32
+    r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2)
+    assert (r["tf32"], r["attention_dtype"], r["eval_dot_precision"]) == (False, "float32", "ieee")
+    monkeypatch.setenv("KINTERVAL_EVAL_DOT_PRECISION", "tf32x3")
+    r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2)
+    assert r["skipped"] is False and r["eval_dot_precision"] == "tf32x3"
+    cfg = TrainConfig.from_toml("tiny-cpu").override(
+        {
+            "data.dir": str(tiny_run / "data"),
+            "model.n_embd": 32,
+            "model.n_head": 2,
+            "model.block_size": 32,
+            "schedule.tokens": 512,
+            "schedule.warmup_tokens": 256,
+            "schedule.micro_batch": 8,
+            "checkpoint.count": 1,
+            "log.progress": False,
+            "operator.backend": "closed_form",
+            "numerics.tf32_eval": True,
+            "numerics.attention_dtype": "bfloat16",
+        }
+    )
+    train(cfg, tmp_path / "tf32run")
+    r = evaluate_checkpoint(list_checkpoints(tmp_path / "tf32run")[-1], out_dir=tmp_path / "b", max_blocks=2)
+    assert (r["tf32"], r["attention_dtype"], r["eval_dot_precision"]) == (True, "bfloat16", None)
+
+
 def test_zero_or_negative_block_caps_are_named_errors(tiny_run, capsys):
     """eval --max-blocks 0 blamed the split and -2 raised numpy's error; tau-screen --max-blocks 0 meant
     "no cap" and ran the whole split."""

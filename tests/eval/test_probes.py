@@ -24,6 +24,20 @@ def test_generators_are_deterministic():
     assert [s.tokens for s in a1] != [s.tokens for s in b]
 
 
+def test_probe_c_has_its_own_count_300_per_length():
+    """Paper App. C.3: probe C has 300 samples per L, 900 in total, while probe A has 400 families (2,000
+    induction samples) and B 2,400 samples; C used to take the families count (400 per L)."""
+    samples, skipped = probes.all_samples(400, V, 1024, seed=0)
+    count = lambda probe, **kw: sum(  # noqa: E731
+        s.probe == probe and all(getattr(s, k) == v for k, v in kw.items()) for s in samples
+    )
+    assert skipped == {"A": [], "B": [], "C": []}  # every length fits the paper's context of 1024
+    assert [count("C", param=L) for L in (32, 64, 128)] == [300, 300, 300] and count("C") == 900
+    assert count("A", condition="induction") == 2_000 and count("B") == 2_400
+    few, _ = probes.all_samples(2, V, 1024, seed=0, copies=5)
+    assert sum(s.probe == "C" for s in few) == 3 * 5
+
+
 def test_induction_structure_and_skipped_distances():
     samples, skipped = probes.induction_samples(4, V, 300, seed=0)
     assert skipped == [512, 896]  # PREFIX + d + 1 > 300
@@ -85,7 +99,7 @@ class InductionStub(torch.nn.Module):
 
 
 def test_copying_model_has_positive_induction_gain():
-    samples, _ = probes.all_samples(6, V, 300, seed=0)
+    samples, _ = probes.all_samples(6, V, 300, seed=0, copies=6)
     rows = probes.score(InductionStub(), samples)
     table = probes.summarize(rows, n_resamples=200)
     gain = next(r for r in table if r["metric"] == "gain" and r["param"] == "all")
@@ -112,7 +126,17 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     downstream_commands.register(parser.add_subparsers())
     for op in (None, "softmax"):
-        argv = ["probes", "--run", str(run), "--families", "3", "--out", str(tmp_path / f"p-{op}")]
+        argv = [
+            "probes",
+            "--run",
+            str(run),
+            "--families",
+            "3",
+            "--copies",
+            "4",
+            "--out",
+            str(tmp_path / f"p-{op}"),
+        ]
         args = parser.parse_args(argv + (["--operator", op] if op else []))
         assert args.func(args) == 0
     assert "skipped" in capsys.readouterr().out
@@ -120,6 +144,8 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
     assert {r["probe"] for r in rows} == {"A", "B", "C"} and all(np.isfinite(r["nll"]) for r in rows)
     summary = json.loads((tmp_path / "p-None" / "summary.json").read_text())
     assert summary["skipped"]["A"] == [256, 512, 896] and summary["operator"] == "fwm-prob-k4"
+    assert (summary["families"], summary["copies"]) == (3, 4)
+    assert sum(r["probe"] == "C" for r in rows) == 4 * 2  # L = 32, 64 fit block 160
     out = tmp_path / "compare.json"
     argv = [
         "probes-compare",
@@ -134,7 +160,7 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
     assert res["operator"] == "fwm-prob-k4" and res["reference_operator"] == "softmax"
     assert {(r["probe"], r["metric"]) for r in res["slopes"]} >= {("A", "nll"), ("A", "gain"), ("C", "nll")}
     delta = next(r for r in res["deltas"] if (r["probe"], r["metric"], r["param"]) == ("C", "nll", 32))
-    assert delta["delta"] == pytest.approx(delta["value"] - delta["reference"]) and delta["n"] == 3
+    assert delta["delta"] == pytest.approx(delta["value"] - delta["reference"]) and delta["n"] == 4
     table = probes.probe_tables(tmp_path / "p-softmax")
     assert table[0]["operator"] == "softmax" and {"probe", "metric", "param", "mean", "lo", "hi"} <= set(
         table[0]
@@ -143,7 +169,8 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "kw, message",
-    [({"families": 0}, "families must be an integer >= 1"), ({"batch_size": 0}, "batch_size must be"),
+    [({"families": 0}, "families must be an integer >= 1"), ({"copies": 0}, "copies must be an integer >= 1"),
+     ({"batch_size": 0}, "batch_size must be"),
      ({"batch_size": -1}, "batch_size must be"), ({"seed": -1}, "seed must be an integer >= 0")],
 )  # fmt: skip
 def test_out_of_range_probe_sizes_are_named(tmp_path, kw, message):
@@ -170,7 +197,7 @@ def planted_rows(seed=0, families=40, block=1024):
     """Reference and condition rows on the same samples with planted condition - reference effects:
     A induction NLL +0.2 log2 d (control 0, so the gain changes by -0.2 log2 d, plus a per-family offset
     shared by every distance); B +1 at every pair count; C +0.5 log2 L - 2."""
-    samples, _ = probes.all_samples(families, V, block, seed=seed)
+    samples, _ = probes.all_samples(families, V, block, seed=seed, copies=families)
     rng = np.random.default_rng(seed)
     fam_offset = rng.normal(0, 0.5, families)
     ref, cond = [], []
@@ -245,4 +272,9 @@ def test_paired_deltas_refuse_other_samples(tmp_path):
         summary = {"operator": name, "seed": seed, "families": 40, "skipped": {"A": [], "B": [], "C": []}}
         (tmp_path / name / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(ValueError, match="probe seed differs"):
+        probes.compare_probes(tmp_path / "cond", tmp_path / "ref")
+    for name, copies in (("ref", 300), ("cond", 40)):
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        (tmp_path / name / "summary.json").write_text(json.dumps(dict(summary, seed=0, copies=copies)))
+    with pytest.raises(ValueError, match=r"probe copies differs from the reference's \(40 vs 300\)"):
         probes.compare_probes(tmp_path / "cond", tmp_path / "ref")

@@ -118,9 +118,24 @@ def test_estimate_labels_at_their_boundaries(lo, hi, excludes_zero, separated, w
     assert (lab.detectable, lab.separated, lab.within_margin) == (excludes_zero, separated, within_margin)
 
 
-def test_estimate_without_an_interval_has_no_label():
-    e = A.estimate({7: np.array([0.5])})  # one block: no bootstrap interval
-    assert np.isnan(e.lo) and not (e.excludes_zero or e.separated or e.within_margin)
+def test_one_seed_with_one_block_is_an_error_not_a_nan_interval():
+    """The old code returned lo = hi = NaN, printed as [+nan, +nan] in the claims table."""
+    with pytest.raises(ValueError, match="lerp-k4 − softmax, seed 7: one seed with one validation block"):
+        A.estimate({7: np.array([0.5])}, "lerp-k4 − softmax")
+    e = A.estimate({7: np.array([0.5]), 42: np.array([0.7])})  # several seeds: the t interval over seeds
+    assert e.interval == "t (1 df)" and np.isfinite(e.lo) and e.eval_se is None
+
+
+def test_a_non_finite_contrast_names_the_row_seed_and_block():
+    """The old code raised the bootstrap's "x contains NaN or infinite values", naming nothing."""
+    base = np.random.default_rng(10).normal(4.0, 0.2, N)
+    bad = base + 0.05
+    bad[3] = np.nan
+    pts = [point("softmax", 7, base), point("lerp-k4", 7, bad)]
+    with pytest.raises(
+        ValueError, match=r"lerp-k4 − softmax \[val, 1000 tokens\], seed 7: .*\(nan\) at block 3"
+    ):
+        A.delta_table(A.softmax_pairs(pts))
 
 
 def test_path_ratio_interval_is_the_percentile_interval_of_explicit_resamples():
@@ -209,3 +224,22 @@ def test_heldout_document_cluster_estimate_is_token_weighted():
     assert row.est.interval == "document-cluster bootstrap"
     assert row.est.mean == pytest.approx(np.sum(tokens * d) / tokens.sum(), rel=1e-12)
     assert row.est.lo < row.est.mean < row.est.hi
+
+
+def test_heldout_document_ids_that_differ_from_the_controls_are_an_error():
+    """The same data and blocks give the same documents; the old code fell back to the block bootstrap."""
+    rng = np.random.default_rng(9)
+    tokens = rng.integers(10, 500, 40).astype(float)
+
+    def docs(ids):
+        return {"doc_ids": ids, "doc_nll": 4.0 * tokens, "doc_tokens": tokens}
+
+    nll = rng.normal(4.0, 0.2, N)
+    pts = [
+        point("softmax", 7, nll),
+        point("lerp-k4", 7, nll + 0.01),
+        point("softmax", 7, nll[:8], tag="val__c4", docs=docs(np.arange(40)), primary=False),
+        point("lerp-k4", 7, nll[:8] + 0.05, tag="val__c4", docs=docs(np.arange(40) + 1), primary=False),
+    ]
+    with pytest.raises(ValueError, match=r"lerp-k4-s7 \[val__c4\] and its control softmax-s7 .*document ids"):
+        A.heldout_table(pts)

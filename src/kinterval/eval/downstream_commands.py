@@ -298,7 +298,7 @@ def _probes(args) -> int:
 
     out = args.out or str(Path(args.run) / "probes" / (args.operator or "native"))
     summary = run_probes(args.run, out=out, checkpoint=args.checkpoint, operator=args.operator,
-                         families=args.families, device=args.device, seed=args.seed,
+                         families=args.families, copies=args.copies, device=args.device, seed=args.seed,
                          batch_size=args.batch_size)  # fmt: skip
     for r in summary["table"]:
         print(f"{r['probe']} {r['metric']:<5} {r['param']!s:>4} {r['condition']:<18} {r['mean']:.4f} "
@@ -367,7 +367,18 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("probes", help="synthetic induction / retrieval / copy probes on a checkpoint")
     _common(p)
-    p.add_argument("--families", type=int, default=400)
+    p.add_argument(
+        "--families",
+        type=int,
+        default=400,
+        help="families of probes A and B (default 400: 2,000 induction, 2,400 retrieval samples)",
+    )
+    p.add_argument(
+        "--copies",
+        type=int,
+        default=300,  # probes.COPIES (not imported: it pulls in torch)
+        help="probe C samples per segment length L (default 300, the paper's: 900 in total)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
     p.set_defaults(func=_probes)

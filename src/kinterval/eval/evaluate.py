@@ -2,8 +2,9 @@
 
 Layout: ``RUN/eval/<tag>/step_000123.npz`` (``nll``: per-block NLL; with document clusters also ``doc_ids``,
 ``doc_nll``, ``doc_tokens``) and ``step_000123.json`` (summary: mean NLL, n_blocks, operator trained/used,
-checkpoint identity and code identity of both training and evaluation). ``tag`` is the split, plus the data
-folder name when ``data`` is given and ``op-<operator>`` when the operator is overridden.
+checkpoint identity and code identity of both training and evaluation, the numerics used and the request).
+``tag`` is the split, plus the data folder name when ``data`` is given and ``op-<operator>`` when the operator
+is overridden. A result is reused only for the same checkpoint bytes and the same request (:func:`request`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import numpy as np
 from kinterval.data.loader import TokenShards
 from kinterval.eval.checkpoints import pick_device, select_checkpoints, state_sha256, trained_operator
 from kinterval.eval.nll import document_ids, per_document
-from kinterval.model import operator_name
+from kinterval.model import ModelConfig, operator_name
+from kinterval.model.numerics import eval_dot_setting
 from kinterval.stats import block_bootstrap_ci, cluster_bootstrap_ci
 from kinterval.train.checkpoint import code_identity, read_state
 from kinterval.train.evaluate import check_max_blocks, token_nll
 from kinterval.train.load import load_run
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2  # 2: "request" (what a cached result must match), numerics actually used
 
 
 def safe_operator(op: str) -> str:
@@ -55,13 +57,53 @@ def read_summary(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def _is_current(json_path: Path, npz_path: Path, ckpt: Path) -> bool:
+def request(
+    state: dict,
+    shards: TokenShards,
+    operator: str | None,
+    max_blocks: int | None,
+    doc_clusters: bool,
+) -> dict:
+    """What an evaluation of a checkpoint (``state``: its state.json) computes, besides the checkpoint itself:
+    the operator used, the data (folder, split, shard hashes), T, the block cap, document clusters and the
+    fused kernels' eval dot precision (``$KINTERVAL_EVAL_DOT_PRECISION``). JSON values only."""
+    numerics = ModelConfig.from_dict(state["model_config"]).numerics
+    info = shards.meta["splits"][shards.split]
+    return {
+        "operator": operator_name(operator if operator is not None else trained_operator(state)),
+        "data_dir": str(shards.root.resolve()),
+        "split": shards.split,
+        "shards_sha256": [s.get("sha256") for s in info["shards"]],
+        "n_tokens": shards.n_tokens,
+        "T": int(state["model_config"]["block_size"]),
+        "max_blocks": max_blocks,
+        "doc_clusters": bool(doc_clusters),
+        "eval_dot_precision": eval_dot_setting(numerics),
+    }
+
+
+def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
+    """The stored result is of these checkpoint bytes and this request (a summary without ``request``,
+    written before it was recorded, is not)."""
     if not (json_path.is_file() and npz_path.is_file()):
         return False
     try:
-        return read_summary(json_path).get("checkpoint_state_sha256") == state_sha256(ckpt)
+        s = read_summary(json_path)
+        return s.get("checkpoint_state_sha256") == state_sha256(ckpt) and s.get("request") == req
     except (json.JSONDecodeError, OSError):
         return False
+
+
+def _check_finite(tok: np.ndarray, ckpt: Path, split: str) -> None:
+    """``ValueError`` naming the checkpoint and the first block with a NaN or infinite per-token NLL."""
+    bad = ~np.isfinite(tok)
+    if bad.any():
+        k, t = (int(i) for i in np.argwhere(bad)[0])
+        n = int(bad.any(axis=1).sum())
+        raise ValueError(
+            f"checkpoint {ckpt}: non-finite NLL ({tok[k, t]}) in block {k} (target {t}) of split {split!r}; "
+            f"{n} of {tok.shape[0]} blocks affected; nothing written"
+        )
 
 
 def evaluate_checkpoint(
@@ -77,24 +119,29 @@ def evaluate_checkpoint(
     force: bool = False,
     progress: bool = False,
 ) -> dict:
-    """Evaluate one checkpoint (skipped if an up-to-date result exists, unless ``force``); its summary."""
+    """Evaluate one checkpoint (skipped if a result of the same checkpoint and :func:`request` exists, unless
+    ``force``); its summary."""
     check_max_blocks(max_blocks)  # before the cache: a bad cap is never answered with a cached result
     ckpt = Path(ckpt)
     run_dir = ckpt.parent.parent
     out_dir = Path(out_dir) if out_dir is not None else eval_dir(run_dir, split, data, operator)
     npz_path, json_path = result_paths(out_dir, ckpt)
-    if not force and _is_current(json_path, npz_path, ckpt):
+    state = read_state(ckpt)
+    data_dir = Path(data) if data is not None else Path(state["config"]["data"]["dir"])
+    shards = TokenShards(data_dir, split)
+    req = request(state, shards, operator, max_blocks, doc_clusters)
+    if not force and _is_current(json_path, npz_path, ckpt, req):
         return dict(read_summary(json_path), skipped=True)
     dev = pick_device(device)
     loaded = load_run(ckpt, device=dev, operator=operator)  # weights checked against state.json's sha256
     model, state = loaded.model, loaded.state
-    data_dir = Path(data) if data is not None else Path(state["config"]["data"]["dir"])
-    shards = TokenShards(data_dir, split)
     shards.check_vocab(model.config.vocab_size)
+    numerics = model.config.numerics
     T = model.config.block_size
     tokens = shards.tokens()
     t0 = time.perf_counter()
     tok = token_nll(model, tokens, T, max_blocks=max_blocks, progress=progress)
+    _check_finite(tok, ckpt, shards.split)  # before anything is written
     nll = tok.mean(axis=1)
     arrays = {"nll": nll}
     summary = {
@@ -116,12 +163,15 @@ def evaluate_checkpoint(
         "all_blocks": max_blocks is None,
         "mean_nll": float(nll.mean()),
         "batch": 1,
-        "tf32": False,
+        "tf32": numerics.tf32_eval,  # what token_nll's eval_precision sets
+        "attention_dtype": numerics.attention_dtype,
+        "eval_dot_precision": eval_dot_setting(numerics),  # None: TF32 on, the kernels use "tf32"
         "device": str(dev),
         "train_code": state.get("code", {}),
         "eval_code": code_identity(),
         "train_config": state["config"],
         "seconds": round(time.perf_counter() - t0, 3),
+        "request": req,
     }
     if nll.size >= 2:
         ci = block_bootstrap_ci(nll, block=min(16, nll.size))

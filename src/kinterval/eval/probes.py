@@ -9,7 +9,8 @@ plus the positions to score: position ``i`` scores the prediction of ``tokens[i 
 * Probe B, key-value retrieval: n pairs ``k1 v1 ... kn vn`` then a query key; score its value. ``near``
   queries a key of the last quarter of pairs, ``far`` one of the first quarter.
 * Probe C, prefix copying: a random segment of length L, a separator, the segment again; every token of the
-  second copy is scored.
+  second copy is scored. Its own sample count: ``copies`` per L (paper App. C.3: 300 per L, 900 in total),
+  not the ``families`` of probes A and B (400: 2,000 induction samples, 2,400 retrieval samples).
 
 Scores per sample: mean target NLL (nats), top-1 accuracy; probe A also gives the induction gain (control NLL
 minus induction NLL, per family and distance). Intervals: family bootstrap (every distance and pairing of a
@@ -31,6 +32,7 @@ from kinterval.train.load import load_run
 DISTANCES = (64, 128, 256, 512, 896)
 N_PAIRS = (16, 32, 64)
 SEGMENT_LENGTHS = (32, 64, 128)
+COPIES = 300  # probe C samples per segment length L (paper App. C.3: 300 per L, 900 in total)
 PREFIX = 16  # random tokens before the first structure, so nothing starts at position 0
 EOT = 50256
 
@@ -102,7 +104,8 @@ def retrieval_samples(n_families: int, vocab: int, block: int, n_pairs=N_PAIRS, 
 
 
 def copy_samples(n_families: int, vocab: int, block: int, lengths=SEGMENT_LENGTHS, seed: int = 0):
-    """Probe C samples (one copy task per family and segment length) and the lengths skipped."""
+    """Probe C samples (one copy task per family and segment length: ``n_families`` samples per L) and the
+    lengths skipped."""
     sep = EOT if vocab > EOT else vocab - 1
     fits = [L for L in lengths if PREFIX + 2 * L + 1 <= block]
     samples = []
@@ -116,10 +119,13 @@ def copy_samples(n_families: int, vocab: int, block: int, lengths=SEGMENT_LENGTH
     return samples, [L for L in lengths if L not in fits]
 
 
-def all_samples(n_families: int, vocab: int, block: int, seed: int = 0, distances=DISTANCES):
+def all_samples(
+    n_families: int, vocab: int, block: int, seed: int = 0, distances=DISTANCES, copies: int = COPIES
+):
+    """Probes A and B with ``n_families`` families, probe C with ``copies`` samples per segment length."""
     a, skip_a = induction_samples(n_families, vocab, block, distances, seed)
     b, skip_b = retrieval_samples(n_families, vocab, block, seed=seed)
-    c, skip_c = copy_samples(n_families, vocab, block, seed=seed)
+    c, skip_c = copy_samples(copies, vocab, block, seed=seed)
     return a + b + c, {"A": skip_a, "B": skip_b, "C": skip_c}
 
 
@@ -235,8 +241,8 @@ def _sample_table(rows, ref_rows) -> dict[tuple, tuple[dict, dict]]:
         b = {k for k in ref if k[0] == probe}
         if a != b:
             raise ValueError(f"probe {probe}: the samples differ from the reference's ({len(a)} vs {len(b)} "
-                             f"samples, {len(a ^ b)} in only one); use the same --families, --seed and model "
-                             "context")  # fmt: skip
+                             f"samples, {len(a ^ b)} in only one); use the same --families, --copies, --seed "
+                             "and model context")  # fmt: skip
     return {k: (mine[k], ref[k]) for k in mine}
 
 
@@ -309,9 +315,9 @@ def delta_slopes(rows, ref_rows, *, n_resamples: int = 4000, seed: int = 0) -> l
 def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed: int = 0) -> dict:
     """Paired deltas and slopes of a ``kinterval probes`` output folder against a reference (softmax) folder.
 
-    Both must come from the same samples: same ``seed``, ``families`` and skipped lengths (``ValueError``
-    naming the field otherwise). Returns ``{operator, reference_operator, deltas, slopes}`` (see
-    :func:`paired_deltas` and :func:`delta_slopes`).
+    Both must come from the same samples: same ``seed``, ``families``, ``copies`` and skipped lengths
+    (``ValueError`` naming the field otherwise). Returns ``{operator, reference_operator, deltas, slopes}``
+    (see :func:`paired_deltas` and :func:`delta_slopes`).
     """
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
@@ -322,7 +328,7 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
             raise ValueError(f"{folder} is not a `kinterval probes` output (summary.json, samples.jsonl)")
         summaries[name] = json.loads((folder / "summary.json").read_text())
         rows[name] = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
-    for field_ in ("seed", "families", "skipped"):
+    for field_ in ("seed", "families", "copies", "skipped"):
         a, b = summaries["results"].get(field_), summaries["reference"].get(field_)
         if a != b:
             raise ValueError(
@@ -337,29 +343,38 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
                 slopes=delta_slopes(rows["results"], rows["reference"], **kw))  # fmt: skip
 
 
-def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 400, device="cpu",
-               seed: int = 0, batch_size: int = 8, distances=DISTANCES) -> dict:  # fmt: skip
-    """Generate, score and write ``samples.jsonl`` (one row per sample) and ``summary.json``."""
-    for name, value, lo in (("families", families, 1), ("batch_size", batch_size, 1), ("seed", seed, 0)):
+def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 400, copies: int = COPIES,
+               device="cpu", seed: int = 0, batch_size: int = 8, distances=DISTANCES) -> dict:  # fmt: skip
+    """Generate, score and write ``samples.jsonl`` (one row per sample) and ``summary.json``: ``families``
+    families for probes A and B, ``copies`` samples per segment length for probe C."""
+    checks = (
+        ("families", families, 1),
+        ("copies", copies, 1),
+        ("batch_size", batch_size, 1),
+        ("seed", seed, 0),
+    )
+    for name, value, lo in checks:
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
     loaded = load_run(run, checkpoint, device, operator)
     model, state = loaded.model, loaded.state
     cfg = model.config
-    samples, skipped = all_samples(families, cfg.vocab_size, cfg.block_size, seed, distances)
+    samples, skipped = all_samples(families, cfg.vocab_size, cfg.block_size, seed, distances, copies)
     rows = score(model, samples, device=device, batch_size=batch_size)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "samples.jsonl", "w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
     summary = {"run": str(run), "checkpoint_step": state.get("step"), "operator": model.operator,
-               "native_operator": state["config"]["operator"]["name"], "families": families, "seed": seed,
+               "native_operator": state["config"]["operator"]["name"], "families": families, "copies": copies,
+               "seed": seed,
                "block_size": cfg.block_size, "skipped": skipped, "table": summarize(rows)}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
 
 __all__ = [
+    "COPIES",
     "DISTANCES",
     "Sample",
     "all_samples",

@@ -46,11 +46,17 @@ def eval_dot_precision() -> str:
     return value
 
 
+def eval_dot_setting(numerics: NumericsConfig) -> str | None:
+    """The fused kernels' fp32 dot precision under :func:`eval_precision`: ``eval_dot_precision()`` with TF32
+    off, None with it on (the kernels then follow torch's TF32 switch: "tf32")."""
+    return None if numerics.tf32_eval else eval_dot_precision()
+
+
 @contextlib.contextmanager
 def eval_precision(numerics: NumericsConfig) -> Iterator[None]:
     """Evaluation numerics: TF32 per ``numerics.tf32_eval`` (off in the paper); with TF32 off, the fused
     kernel's fp32 dots at ``eval_dot_precision()``."""
-    with tf32(numerics.tf32_eval), dot_precision(None if numerics.tf32_eval else eval_dot_precision()):
+    with tf32(numerics.tf32_eval), dot_precision(eval_dot_setting(numerics)):
         yield
 
 

@@ -69,16 +69,31 @@ class Estimate:
         return bool(np.isfinite(self.lo) and -MARGIN < self.lo and self.hi < MARGIN)
 
 
-def estimate(per_seed: Mapping[int, np.ndarray]) -> Estimate:
+def estimate(per_seed: Mapping[int, np.ndarray], what: str = "contrast") -> Estimate:
     """The one rule: ``per_seed`` maps seed -> per-block contrast (blocks in evaluation order).
 
     One seed: mean over blocks with a circular moving-block bootstrap CI (block 16, 4000 resamples).
     Several seeds: the per-seed means' seed summary (mean, SD, t interval with n-1 df) and the exact
     sign-flip permutation p. Either way ``eval_se`` is the block-bootstrap SE, averaged over seeds.
+    ``ValueError`` naming ``what``, the seed and the block: a non-finite value, or one seed with one block
+    (no interval).
     """
     if not per_seed:
-        raise ValueError("estimate needs at least one seed's contrast")
+        raise ValueError(f"{what}: estimate needs at least one seed's contrast")
     series = [np.asarray(per_seed[s], dtype=np.float64) for s in sorted(per_seed)]
+    for s, x in zip(sorted(per_seed), series):
+        if x.ndim != 1 or x.size == 0:
+            raise ValueError(
+                f"{what}, seed {s}: the per-block contrast must be a non-empty 1-D array, got {x.shape}"
+            )
+        if not np.all(np.isfinite(x)):
+            i = int(np.flatnonzero(~np.isfinite(x))[0])
+            raise ValueError(f"{what}, seed {s}: the per-block contrast is not finite ({x[i]}) at block {i}")
+    if len(series) == 1 and series[0].size < 2:
+        raise ValueError(
+            f"{what}, seed {sorted(per_seed)[0]}: one seed with one validation block has no interval (the "
+            "block bootstrap needs two blocks); evaluate more blocks or more seeds"
+        )
     boots = [
         block_bootstrap_ci(x, block=min(BLOCK, x.size), n_resamples=N_RESAMPLES) if x.size >= 2 else None
         for x in series
@@ -86,10 +101,8 @@ def estimate(per_seed: Mapping[int, np.ndarray]) -> Estimate:
     eval_se = None if any(b is None for b in boots) else float(np.mean([b.se for b in boots]))
     means = tuple(float(x.mean()) for x in series)
     if len(series) == 1:
-        b = boots[0]
-        lo, hi = (b.lo, b.hi) if b is not None else (float("nan"), float("nan"))
-        p = b.p if b is not None else None  # percentile-bootstrap p: BH over single-seed conditions
-        return Estimate(means[0], lo, hi, "block bootstrap", 1, means, eval_se, p=p)
+        b = boots[0]  # percentile-bootstrap p: BH over single-seed conditions
+        return Estimate(means[0], b.lo, b.hi, "block bootstrap", 1, means, eval_se, p=b.p)
     ss = seed_summary(means)
     p = permutation_p_exact(means) if len(means) <= MAX_EXACT_N else permutation_p_random(means)
     return Estimate(ss.mean, ss.lo, ss.hi, f"t ({ss.df} df)", ss.n, means, eval_se, ss.sd, p)
@@ -131,7 +144,8 @@ class Pair:
 
 @dataclass
 class Pairing:
-    """Paired checkpoints and the runs that have no valid control (``unpaired``: run_id -> reason)."""
+    """Paired checkpoints and the runs left out (``unpaired``: run -> reason): those with no valid control,
+    and those a row built from these pairs left out for want of a pair at its endpoint (``at_endpoint``)."""
 
     pairs: list[Pair]
     unpaired: dict[str, str] = field(default_factory=dict)
@@ -216,14 +230,53 @@ def final(items, run=lambda x: x) -> list:
     return list(last.values())
 
 
+def _left_out(unpaired: dict[str, str] | None, run: str, reason: str) -> None:
+    """Record a run left out of a row in ``unpaired`` (run -> reason); without one, raise."""
+    if unpaired is None:
+        raise ValueError(f"{run}: {reason}")
+    unpaired.setdefault(run, reason)
+
+
+def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=lambda x: x) -> list:
+    """The items (points, or pairs with ``run=lambda x: x.point``) of one row or contrast at its endpoint: the
+    largest training-token count any of them reached. Each run (operator, seed, budget, data, tag) without an
+    item there is left out, so that a crashed run's earlier checkpoint never joins the endpoint, and is listed
+    in ``unpaired`` as "RUN [tag] in WHAT" -> reason (``ValueError`` when ``unpaired`` is None)."""
+    items = list(items)
+    if not items:
+        return []
+    end = max(run(x).tokens for x in items)
+    by_run: dict[tuple, list] = defaultdict(list)
+    for x in items:
+        p = run(x)
+        by_run[(p.operator, p.seed, p.budget, p.data, p.tag)].append(x)
+    out = []
+    for xs in by_run.values():
+        hit = next((x for x in xs if run(x).tokens == end), None)
+        if hit is not None:
+            out.append(hit)
+            continue
+        last = max((run(x) for x in xs), key=lambda p: p.tokens)
+        paired = "paired " if isinstance(xs[0], Pair) else ""
+        _left_out(
+            unpaired,
+            f"{last.run_id} [{last.tag}] in {what}",
+            f"no {paired}evaluation at the endpoint ({end} training tokens); its last is at {last.tokens}",
+        )
+    return out
+
+
 def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
     pairs = sorted(pairs, key=lambda x: x.point.seed)
     p0 = pairs[0].point
+    tokens = {t for x in pairs for t in (x.point.tokens, x.control.tokens)}
+    if len(tokens) != 1:  # callers pass the pairs of one checkpoint (at_endpoint or one trajectory point)
+        raise ValueError(f"{contrast}: pairs at different training tokens {sorted(tokens)} in one row")
     return Row(
         contrast=contrast,
         key=p0.key,
         seeds=tuple(x.point.seed for x in pairs),
-        est=estimate({x.point.seed: x.d for x in pairs}),
+        est=estimate({x.point.seed: x.d for x in pairs}, f"{contrast} [{p0.tag}, {p0.tokens} tokens]"),
         tokens=p0.tokens,
         K=p0.K,
         family=p0.family,
@@ -253,11 +306,20 @@ def apply_bh(rows: list[Row], family=lambda r: (r.key.setting(), r.seeds)) -> No
             r.q = float(q)
 
 
-def delta_table(pairing: Pairing) -> list[Row]:
-    """Endpoint ΔNLL vs same-seed softmax, one row per key; BH q across the conditions of each setting."""
+def _endpoint_groups(pairing: Pairing, what: str) -> dict[Key, list[Pair]]:
+    """key -> its pairs at the key's endpoint (:func:`at_endpoint`); runs without a pair there are added to
+    ``pairing.unpaired``."""
     groups: dict[Key, list[Pair]] = defaultdict(list)
-    for x in final(pairing.pairs, lambda x: x.point):
+    for x in pairing.pairs:
         groups[x.point.key].append(x)
+    out = {k: at_endpoint(ps, what, pairing.unpaired, lambda x: x.point) for k, ps in groups.items()}
+    return {k: ps for k, ps in out.items() if ps}
+
+
+def delta_table(pairing: Pairing) -> list[Row]:
+    """Endpoint ΔNLL vs same-seed softmax, one row per key, every seed at the key's endpoint (runs without an
+    evaluation there go to ``pairing.unpaired``); BH q across the conditions of each setting."""
+    groups = _endpoint_groups(pairing, "ΔNLL vs softmax")
     rows = [_row_from_pairs(f"{k.operator} − softmax", ps) for k, ps in groups.items()]
     rows.sort(key=_sort_key)
     apply_bh(rows)
@@ -275,26 +337,32 @@ def trajectories(pairing: Pairing) -> dict[Key, list[Row]]:
     }
 
 
-def _cells(points: list[Point]) -> dict[tuple, dict[str, dict[int, Point]]]:
-    """Final-checkpoint factorial cells: (setting, K, arithmetic, range_grad, FWM tau) -> cell -> seed ->
-    point.
+def _cells(points: list[Point], unpaired: dict[str, str] | None) -> dict[tuple, dict[str, dict[int, Point]]]:
+    """Endpoint factorial cells: (setting, K, arithmetic, range_grad, FWM tau) -> cell -> seed -> point.
 
-    The FWM cells carry their own tau (from the spec); MinMax has no tau and joins every FWM tau.
+    The FWM cells carry their own tau (from the spec); MinMax has no tau and joins every FWM tau. The four
+    cells of a design are taken at one endpoint (:func:`at_endpoint`); a run without it goes to ``unpaired``.
     """
-    raw: dict[tuple, dict[str, dict[int, Point]]] = defaultdict(lambda: defaultdict(dict))
-    for p in final(points):
+    raw: dict[tuple, dict[str, list[Point]]] = defaultdict(lambda: defaultdict(list))
+    for p in points:
         s = p.spec
         if s.reconstruction != "nearest" or s.calibration not in ("minmax", "fwm"):
             continue
         cell = next(c for c, cs in FACTORIAL.items() if cs == (s.calibration, s.surrogate))
         tau = s.tau if s.calibration == "fwm" else None
-        raw[(p.key.setting(), s.K, s.arithmetic, s.range_grad, tau)][cell][p.seed] = p
+        raw[(p.key.setting(), s.K, s.arithmetic, s.range_grad, tau)][cell].append(p)
     out = {}
     for (setting, K, arith, rg, tau), cells in raw.items():
         if tau is None:
             continue
-        mm = raw.get((setting, K, arith, rg, None), {})
-        out[(setting, K, arith, rg, tau)] = {**mm, **cells}
+        design = {**raw.get((setting, K, arith, rg, None), {}), **cells}
+        if set(design) != set(FACTORIAL):
+            continue
+        what = f"factorial K{K} (arithmetic={arith}, range_grad={rg}, tau={tau:g})"
+        kept = {id(p) for p in at_endpoint([p for ps in design.values() for p in ps], what, unpaired)}
+        out[(setting, K, arith, rg, tau)] = {
+            c: {p.seed: p for p in ps if id(p) in kept} for c, ps in design.items()
+        }
     return out
 
 
@@ -307,15 +375,23 @@ SIMPLE_EFFECTS = {
 VS_LERP = {"mm_w": "MinMax–Weight", "fwm_w": "FWM–Weight", "fwm_p": "FWM–Prob"}
 
 
-def factorial_effects(points: list[Point]) -> list[Row]:
+def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = None) -> list[Row]:
     """The 2x2 calibration x surrogate factorial (App. C.3, Table 3 / tab:crossfull / tab:seedfact), per seed
     and block: per K the main effects and interaction (±1/2 weights), the four simple effects and the
     ΔNLL-vs-LERP contrasts (cell − LERP at the same K and seed); over K the pooled row (each effect averaged
-    over K) and the K× rows (effect at K minus effect at the smallest K)."""
-    lerp = {(p.key.setting(), p.K, p.seed): p for p in final(points) if p.operator == f"lerp-k{p.K}"}
+    over K) and the K× rows (effect at K minus effect at the smallest K).
+
+    Every value is at the design's endpoint, the largest training-token count its cells reached; a run
+    without an evaluation there (a cell, or the LERP run of a seed) is listed in ``unpaired`` (run ->
+    reason), or raises ``ValueError`` when ``unpaired`` is None."""
+    lerp: dict[tuple, dict[int, Point]] = defaultdict(dict)  # (setting, K, seed) -> tokens -> point
+    for p in points:
+        if p.operator == f"lerp-k{p.K}":
+            lerp[(p.key.setting(), p.K, p.seed)][p.tokens] = p
     rows: list[Row] = []
     by_design: dict[tuple, dict[int, dict[str, dict[int, np.ndarray]]]] = defaultdict(dict)
-    for (setting, K, arith, rg, tau), cells in sorted(_cells(points).items(), key=lambda kv: str(kv[0])):
+    cells_by_design = _cells(points, unpaired)
+    for (setting, K, arith, rg, tau), cells in sorted(cells_by_design.items(), key=lambda kv: str(kv[0])):
         if set(cells) != set(FACTORIAL):
             continue
         seeds = sorted(set.intersection(*(set(v) for v in cells.values())))
@@ -330,7 +406,7 @@ def factorial_effects(points: list[Point]) -> list[Row]:
                 contrast=name,
                 key=Key(f"factorial K{K}" if K else "factorial, pooled over K", *setting),
                 seeds=tuple(sorted(per_seed)),
-                est=estimate(per_seed),
+                est=estimate(per_seed, f"factorial {name} K{K} ({design}, {tokens} tokens)"),
                 K=K,
                 family=design,
                 tokens=tokens,
@@ -340,11 +416,23 @@ def factorial_effects(points: list[Point]) -> list[Row]:
         for name, w in {**FACTORIAL_WEIGHTS, **SIMPLE_EFFECTS}.items():
             effects[name] = {s: sum(a * cells[c][s].nll for c, a in w.items()) for s in seeds}
             rows.append(row(name, effects[name]))
+        ref = {}  # seed -> the LERP run at the design's endpoint
+        for s in seeds:
+            by_tokens = lerp.get((setting, K, s), {})
+            if tokens in by_tokens:
+                ref[s] = by_tokens[tokens]
+            elif by_tokens:
+                last = by_tokens[max(by_tokens)]
+                _left_out(
+                    unpaired,
+                    f"{last.run_id} [{last.tag}] in factorial K{K} − LERP ({design})",
+                    f"no evaluation at the endpoint ({tokens} training tokens); its last is at {last.tokens}",
+                )
         for c, label in VS_LERP.items():
             per_seed = {
-                s: cells[c][s].nll - lerp[(setting, K, s)].nll
+                s: cells[c][s].nll - ref[s].nll
                 for s in seeds
-                if (setting, K, s) in lerp and lerp[(setting, K, s)].nll.size == cells[c][s].nll.size
+                if s in ref and ref[s].nll.size == cells[c][s].nll.size
             }
             if per_seed:
                 rows.append(row(f"{label} K{K} − LERP K{K}", per_seed))
@@ -395,13 +483,19 @@ def factorial_effects(points: list[Point]) -> list[Row]:
 
 
 def k_trends(pairing: Pairing) -> list[Row]:
-    """Slope of ΔNLL against log2 K per family (nats per doubling of K) at the final checkpoint: a per-block
-    contrast with weights ``(x_k - mean x) / sum (x - mean x)^2``, ``x = log2 K``, fitted per seed."""
+    """Slope of ΔNLL against log2 K per family (nats per doubling of K) at the family's endpoint (runs without
+    a pair there go to ``pairing.unpaired``): a per-block contrast with weights
+    ``(x_k - mean x) / sum (x - mean x)^2``, ``x = log2 K``, fitted per seed."""
+    by_family: dict[tuple, list[Pair]] = defaultdict(list)
+    for x in pairing.pairs:
+        if x.point.K is not None:
+            by_family[(x.point.key.setting(), x.point.family)].append(x)
     fam: dict[tuple, dict[int, dict[int, Pair]]] = defaultdict(lambda: defaultdict(dict))
-    for x in final(pairing.pairs, lambda x: x.point):
-        p = x.point
-        if p.K is not None:
-            fam[(p.key.setting(), p.family)][p.seed][p.K] = x
+    ends: dict[tuple, int] = {}
+    for (setting, family), pairs in by_family.items():
+        for x in at_endpoint(pairs, f"K trend of {family}", pairing.unpaired, lambda x: x.point):
+            fam[(setting, family)][x.point.seed][x.point.K] = x
+            ends[(setting, family)] = x.point.tokens
     rows = []
     for (setting, family), all_seeds in sorted(fam.items(), key=lambda kv: str(kv[0])):
         # The K values of the seed with the most of them (the lowest such seed on a tie), and every seed
@@ -420,7 +514,8 @@ def k_trends(pairing: Pairing) -> list[Row]:
                 contrast="slope vs log2 K",
                 key=Key(family, setting[0], setting[1], setting[2]),
                 seeds=tuple(sorted(per_seed)),
-                est=estimate(per_seed),
+                est=estimate(per_seed, f"K trend of {family} ({ends[(setting, family)]} tokens)"),
+                tokens=ends[(setting, family)],
                 family=family,
                 note=",".join(map(str, Ks)),
             )
@@ -460,10 +555,11 @@ def detach_pairs(points: list[Point]) -> tuple[list[Row], Pairing]:
             else OperatorSpec.parse(_spec(op), range_grad="detach").full_name
         ),
     )
-    groups: dict[Key, list[Pair]] = defaultdict(list)
-    for x in final(vs_detach.pairs, lambda x: x.point):
-        groups[x.point.key].append(x)
-    for k, ps in groups.items():
+    # runs without a pair at the endpoint are listed with the pairing's other unpaired runs
+    at_end = _endpoint_groups(
+        Pairing(vs_detach.pairs, pairing.unpaired), "the comparison with its detach run"
+    )
+    for k, ps in at_end.items():
         rows.append(_row_from_pairs(f"{k.operator} − {ps[0].control.operator}", ps))
     rows.sort(key=_sort_key)
     return rows, pairing
@@ -601,11 +697,12 @@ def gradient_decomposition(results) -> list[GradDecompRow]:
     return sorted(rows, key=lambda x: (x.operator, x.seed, x.tokens, x.suite))
 
 
-def heldout_table(points: list[Point]) -> list[Row]:
+def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -> list[Row]:
     """Held-out and operator-substitution evaluations (``eval/<tag>/``, not the suite's own split): ΔNLL vs
-    the same-seed softmax evaluated the same way. With document clusters (C4) the per-document differences get
-    a document-cluster bootstrap (token-weighted); BH q within each corpus and forward mode (tag), the paper's
-    family of conditions per corpus and mode (App. C.3)."""
+    the same-seed softmax evaluated the same way, at each key's endpoint (a run without a pair there goes to
+    ``unpaired``; ``ValueError`` when it is None). With document clusters (C4) the per-document differences
+    get a document-cluster bootstrap (token-weighted); BH q within each corpus and forward mode (tag), the
+    paper's family of conditions per corpus and mode (App. C.3)."""
     from kinterval.stats import cluster_bootstrap_ci
 
     others = [p for p in points if not p.primary]
@@ -613,15 +710,32 @@ def heldout_table(points: list[Point]) -> list[Row]:
         return []
     refs = [p for p in points if p.is_reference]
     pairing = softmax_pairs(others + [p for p in refs if p.primary] + [p for p in refs if not p.primary])
-    pairs = [x for x in final(pairing.pairs, lambda x: x.point) if not x.point.primary]
-    groups: dict[Key, list[Pair]] = defaultdict(list)
-    for x in pairs:
-        groups[x.point.key].append(x)
+    by_key: dict[Key, list[Pair]] = defaultdict(list)
+    for x in pairing.pairs:
+        if not x.point.primary:
+            by_key[x.point.key].append(x)
+    groups = {
+        k: at_endpoint(ps, "held-out ΔNLL vs softmax", unpaired, lambda x: x.point)
+        for k, ps in by_key.items()
+    }
+    groups = {k: ps for k, ps in groups.items() if ps}
     rows = []
     for k, ps in groups.items():
         r = _row_from_pairs(f"{k.operator} − softmax", ps)
+        for (
+            x
+        ) in ps:  # the same data and blocks give the same documents: different ids are a broken evaluation
+            if (
+                x.point.docs
+                and x.control.docs
+                and not np.array_equal(x.point.docs["doc_ids"], x.control.docs["doc_ids"])
+            ):
+                raise ValueError(
+                    f"{x.point.run_id} [{x.point.tag}] and its control {x.control.run_id} [{x.control.tag}]: "
+                    "different document ids on the same data; re-evaluate both with --doc-clusters"
+                )
         a, b = ps[0].point.docs, ps[0].control.docs
-        if len(ps) == 1 and a and b and np.array_equal(a["doc_ids"], b["doc_ids"]):
+        if len(ps) == 1 and a and b:
             d = a["doc_nll"] / a["doc_tokens"] - b["doc_nll"] / b["doc_tokens"]
             c = cluster_bootstrap_ci(d, a["doc_ids"], weights=a["doc_tokens"], n_resamples=N_RESAMPLES)
             r.est = Estimate(c.mean, c.lo, c.hi, "document-cluster bootstrap", 1, (c.mean,), c.se, p=c.p)
@@ -633,10 +747,13 @@ def heldout_table(points: list[Point]) -> list[Row]:
         base = _control_tags(k.tag)[-1]
         native = {x.point.seed: x.point for x in groups.get(Key(k.operator, k.budget, k.data, base), [])}
         per_seed = {
-            x.point.seed: x.point.nll - native[x.point.seed].nll for x in ps if x.point.seed in native
+            x.point.seed: x.point.nll - native[x.point.seed].nll
+            for x in ps
+            if x.point.seed in native and native[x.point.seed].tokens == x.point.tokens
         }
         if base != k.tag and per_seed:
-            rows.append(Row("substituted − native forward", k, tuple(sorted(per_seed)), estimate(per_seed)))
+            seeds, tokens = tuple(sorted(per_seed)), ps[0].point.tokens
+            rows.append(Row("substituted − native forward", k, seeds, estimate(per_seed), tokens))
     return rows
 
 
@@ -663,26 +780,31 @@ def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, fl
     return float(mm.mean() - res.mean()) / gap, float(lo), float(hi)
 
 
-def tail_decomposition(points: list[Point]) -> list[Row]:
+def tail_decomposition(points: list[Point], unpaired: dict[str, str] | None = None) -> list[Row]:
     """App. D.4 (tab:taildecomp): each resolved-calibration run against the same-seed MinMax and FWM runs of
     its surrogate, K, arithmetic and setting: MinMax − resolved (untruncated fixed-step calibration contrast)
     and resolved − FWM (tail-policy contrast), per block; the path ratio
     (MinMax − resolved) / (MinMax − FWM) of the means is in ``recovery``, its block-bootstrap interval
-    (:func:`path_ratio_ci`) in ``recovery_lo``, ``recovery_hi``."""
-    idx = {}
-    for p in final([p for p in points if p.primary]):
+    (:func:`path_ratio_ci`) in ``recovery_lo``, ``recovery_hi``. The three runs are taken at their common
+    endpoint; one without an evaluation there goes to ``unpaired`` (``ValueError`` when it is None)."""
+    runs: dict[tuple, list[Point]] = defaultdict(list)  # every checkpoint of each run
+    for p in points:
         s = p.spec
-        if s.reconstruction == "nearest" and s.calibration in ("minmax", "fwm", "resolved"):
-            idx[(s.calibration, s.surrogate, s.K, s.arithmetic, s.range_grad, p.seed, p.key.setting())] = p
+        if p.primary and s.reconstruction == "nearest" and s.calibration in ("minmax", "fwm", "resolved"):
+            runs[
+                (s.calibration, s.surrogate, s.K, s.arithmetic, s.range_grad, p.seed, p.key.setting())
+            ].append(p)
     rows = []
-    for (cal, *rest), res in sorted(idx.items(), key=str):
-        mm, fwm = idx.get(("minmax", *rest)), idx.get(("fwm", *rest))
-        if (
-            cal != "resolved"
-            or mm is None
-            or fwm is None
-            or not (mm.nll.size == fwm.nll.size == res.nll.size)
-        ):
+    for (cal, *rest), res_run in sorted(runs.items(), key=lambda kv: str(kv[0])):
+        mm_run, fwm_run = runs.get(("minmax", *rest)), runs.get(("fwm", *rest))
+        if cal != "resolved" or mm_run is None or fwm_run is None:
+            continue
+        kept = at_endpoint(res_run + mm_run + fwm_run, "the tail decomposition", unpaired)
+        by_cal = {p.spec.calibration: p for p in kept}
+        if len(by_cal) != 3:
+            continue
+        mm, res, fwm = by_cal["minmax"], by_cal["resolved"], by_cal["fwm"]
+        if not (mm.nll.size == fwm.nll.size == res.nll.size):
             continue
         ratio, lo, hi = path_ratio_ci(mm.nll, res.nll, fwm.nll)
         for name, d in (("MinMax − resolved", mm.nll - res.nll), ("resolved − FWM", res.nll - fwm.nll)):
@@ -691,7 +813,7 @@ def tail_decomposition(points: list[Point]) -> list[Row]:
                     f"{name} ({res.spec.surrogate}-STE, K{res.K})",
                     res.key,
                     (res.seed,),
-                    estimate({res.seed: d}),
+                    estimate({res.seed: d}, f"{name} of {res.run_id} ({res.tokens} tokens)"),
                     tokens=res.tokens,
                     K=res.K,
                     family=res.family,

@@ -166,18 +166,19 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     ]
     data: dict = {"folders": [{"suite": r.suite, "title": r.title, "runs": len(r.runs())} for r in results]}
 
+    left_out: dict[str, str] = {}  # runs left out of a row that is not built from a pairing: run -> reason
     pairing = A.softmax_pairs(primary)
     rows = A.delta_table(pairing)
     data["delta"] = rows
     if rows:
         ix.table("delta", *T.delta_rows(rows), "Endpoint ΔNLL vs same-seed softmax")
-    claims = C.paper_claims(primary)
+    claims = C.paper_claims(primary, left_out)
     data["claims"] = [c.to_dict() for c in claims]
     ix.table("claims", *T.claim_rows(claims), "Paper claims")
     settings, cross = A.cross_setting(rows)
     if len(settings) > 1:
         ix.table("cross_setting", *T.cross_rows(settings, cross), "ΔNLL vs softmax across settings")
-    fac = A.factorial_effects(primary)
+    fac = A.factorial_effects(primary, left_out)
     if fac:
         data["factorial"] = fac
         ix.table("factorial", *T.factorial_rows(fac), "2x2 factorial effects by K")
@@ -232,7 +233,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
             *T.skipped_rows(val_skipped),
             "Modified-backward pairs not in validation.png (no logged validation rows)",
         )
-    tail = A.tail_decomposition(primary)
+    tail = A.tail_decomposition(primary, left_out)
     if tail:
         data["tail_decomposition"] = tail
         ix.table(
@@ -263,7 +264,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     if any(s.kendall_w is not None or s.spearman_h is not None for s in ranks):
         data["ranks"] = ranks
         ix.table("ranks", *T.rank_rows(ranks), "Rank statistics: ordering over seeds, ΔNLL vs geometry")
-    held = A.heldout_table(points)
+    held = A.heldout_table(points, left_out)
     if held:
         data["heldout"] = held
         ix.table("heldout", *T.heldout_rows(held), "Held-out and substitution evaluations: ΔNLL vs softmax")
@@ -280,10 +281,14 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     if clips:
         data["clip_fractions"] = clips
         ix.table("clip", *T.clip_rows(clips), "Fraction of training steps with a clipped gradient norm")
-    unpaired = {**pairing.unpaired, **det_pairing.unpaired}
+    unpaired = {**pairing.unpaired, **det_pairing.unpaired, **left_out}
     if unpaired:
         data["unpaired"] = unpaired
-        ix.table("unpaired", *T.unpaired_rows(unpaired), "Runs with no valid control (not in the tables)")
+        ix.table(
+            "unpaired",
+            *T.unpaired_rows(unpaired),
+            "Runs with no valid control or no evaluation at their row's endpoint (left out of those rows)",
+        )
     (out / "report.json").write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
     ix.lines += ["All numbers: [report.json](report.json)", ""]
     path = out / "index.md"
@@ -327,7 +332,7 @@ def demo_report(
         nll = np.asarray(nll, dtype=np.float64)
         if nll.shape != soft.shape:
             raise ValueError(f"{op}: {nll.shape[0]} blocks, softmax has {soft.shape[0]}")
-        est = A.estimate({0: nll - soft})
+        est = A.estimate({0: nll - soft}, f"{op} − softmax")
         row = A.Row(f"{op} − softmax", Key(op, 0, "", ""), (0,), est, nll=float(nll.mean()))
         table.append(row)
         rows.append(

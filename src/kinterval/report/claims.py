@@ -74,34 +74,48 @@ def _last(rows: list[A.Row]) -> list[A.Row]:
     return list(last.values())
 
 
-def _contrast_rows(points: list[Point], a: str, b: str) -> list[A.Row]:
-    """``a - b`` per block and seed at the final checkpoint, per setting; operators match on their spec
-    with any arithmetic (the factorial's historical or strict cells), one row per arithmetic and setting."""
-    cells: dict[tuple, dict[str, dict[int, Point]]] = defaultdict(lambda: defaultdict(dict))
-    for p in A.final(points):
+def _contrast_rows(points: list[Point], a: str, b: str, unpaired: dict[str, str] | None) -> list[A.Row]:
+    """``a - b`` per block and seed at the endpoint of each setting (``analysis.at_endpoint``: a run without
+    an evaluation there goes to ``unpaired``); operators match on their spec with any arithmetic (the
+    factorial's historical or strict cells), one row per arithmetic and setting."""
+    cells: dict[tuple, list[Point]] = defaultdict(list)  # (setting, arithmetic) -> every checkpoint of a, b
+    for p in points:
         s = p.spec
         if s.range_grad != "full" or str(s) not in (a, b):
             continue
-        cells[(p.key.setting(), s.arithmetic)][str(s)][p.seed] = p
+        cells[(p.key.setting(), s.arithmetic)].append(p)
     rows = []
-    for (_, arith), by in sorted(cells.items(), key=str):
+    for (_, arith), pts in sorted(cells.items(), key=lambda kv: str(kv[0])):
+        by: dict[str, dict[int, Point]] = defaultdict(dict)
+        for p in A.at_endpoint(pts, f"the claim {a} − {b}", unpaired):
+            by[str(p.spec)][p.seed] = p
         seeds = sorted(set(by.get(a, {})) & set(by.get(b, {})))
         seeds = [s for s in seeds if by[a][s].nll.size == by[b][s].nll.size]
         if seeds:
-            est = A.estimate({s: by[a][s].nll - by[b][s].nll for s in seeds})
-            key = by[a][seeds[0]].key
-            rows.append(A.Row(f"{a} − {b}", key, tuple(seeds), est, family=f"arithmetic={arith}"))
+            p0 = by[a][seeds[0]]
+            est = A.estimate(
+                {s: by[a][s].nll - by[b][s].nll for s in seeds}, f"{a} − {b} ({p0.tokens} tokens)"
+            )
+            rows.append(
+                A.Row(f"{a} − {b}", p0.key, tuple(seeds), est, p0.tokens, family=f"arithmetic={arith}")
+            )
     return rows
 
 
-def paper_claims(points: list[Point]) -> list[Claim]:
-    """The claims of issue 12 on the primary (suite) evaluations of ``points``."""
+def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) -> list[Claim]:
+    """The claims of issue 12 on the primary (suite) evaluations of ``points``, each at its runs' endpoint; a
+    run without an evaluation there is left out and listed in ``unpaired`` (run -> reason), or raises
+    ``ValueError`` when ``unpaired`` is None."""
     points = [p for p in points if p.primary]
     pairing = A.softmax_pairs(points)
+    no_control = set(pairing.unpaired)
     delta = A.delta_table(pairing)
     detach, _ = A.detach_pairs(points)
-    fac = A.factorial_effects(points)
+    fac = A.factorial_effects(points, unpaired)
     trends = A.k_trends(pairing)
+    for run, why in pairing.unpaired.items():  # left out of a ΔNLL or K-trend row: not at its endpoint
+        if run not in no_control:
+            A._left_out(unpaired, run, why)
 
     def spec_is(r: A.Row, **kw) -> bool:
         s = A._spec(r.key.operator)
@@ -124,7 +138,7 @@ def paper_claims(points: list[Point]) -> list[Claim]:
         ),
         found,
     )
-    found = [(r, r.est.mean > 0) for r in _contrast_rows(points, "minmax-weight-k4", "fwm-prob-k4")]
+    found = [(r, r.est.mean > 0) for r in _contrast_rows(points, "minmax-weight-k4", "fwm-prob-k4", unpaired)]
     out += _claim(
         Claim(
             "MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax",

@@ -128,12 +128,20 @@ def _nll_arrays(npz: Path) -> tuple[np.ndarray, dict]:
     try:
         with np.load(npz) as z:
             nll = z["nll"].astype(np.float64)
-            return nll, {k: z[k] for k in ("doc_ids", "doc_nll", "doc_tokens") if k in z.files}
+            docs = {k: z[k] for k in ("doc_ids", "doc_nll", "doc_tokens") if k in z.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
         raise ValueError(
             f"{npz}: unreadable per-block arrays ({type(err).__name__}: {err}); "
             "`kinterval suite gate` checks every file"
         ) from None
+    for name, x in (("nll", nll), ("doc_nll", docs.get("doc_nll")), ("doc_tokens", docs.get("doc_tokens"))):
+        if x is not None and not np.all(np.isfinite(x)):
+            i = int(np.flatnonzero(~np.isfinite(x))[0])
+            raise ValueError(
+                f"{npz}: '{name}' holds a non-finite value ({x[i]}) at index {i}; "
+                "`kinterval suite gate` checks every file"
+            )
+    return nll, docs
 
 
 def _read_logs(run_dir: Path) -> list[dict]:

@@ -163,7 +163,7 @@ def cross_rows(settings: list[tuple], table: dict) -> tuple[list[str], list[list
 
 
 def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]:
-    return ["Run [eval] vs control", "Why it has no valid control"], [
+    return ["Run [eval] vs control, or in the row it is left out of", "Why it is left out"], [
         [k, v] for k, v in sorted(unpaired.items())
     ]
 

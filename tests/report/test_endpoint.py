@@ -1,0 +1,155 @@
+"""Endpoint rows are at one training-token count: a run whose last evaluation is earlier (a crashed run) is
+left out of the row and listed as unpaired with the reason, never averaged in with the other seeds'
+endpoints."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from synthetic_results import write_results
+
+from kinterval.report import analysis as A
+from kinterval.report import claims as C
+from kinterval.report.build import build_report
+from kinterval.report.results import Point
+
+N = 48
+BASE = np.random.default_rng(0).normal(4.0, 0.2, N)
+EARLY = 0.5  # every run is this much worse at the half-budget checkpoint; a mixed-in one shows it
+
+
+def point(op, seed, effect, tokens):
+    nll = BASE + 0.01 * seed + effect + (EARLY if tokens == 500 else 0.0)
+    return Point(
+        "s", f"{op}-s{seed}", "g", op, seed, 1000, tokens // 100, tokens, "val", ("d", "val", 64, N), nll
+    )
+
+
+def runs(effects: dict[str, float], seeds=(7, 42), crashed=()) -> list[Point]:
+    """Checkpoints at 500 and 1000 tokens of each operator and seed; (operator, seed) in ``crashed`` stops
+    after 500."""
+    return [
+        point(op, s, e * (0.5 if t == 500 else 1.0), t)
+        for op, e in effects.items()
+        for s in seeds
+        for t in (500, 1000)
+        if not (t == 1000 and (op, s) in crashed)
+    ]
+
+
+def test_delta_row_leaves_out_a_run_that_stopped_early():
+    pts = runs({"softmax": 0.0, "lerp-k4": 0.05}, seeds=(7, 42, 1337), crashed={("lerp-k4", 42)})
+    pairing = A.softmax_pairs(pts)
+    (row,) = A.delta_table(pairing)
+    assert row.seeds == (7, 1337) and row.tokens == 1000
+    assert row.est.per_seed == pytest.approx((0.05, 0.05))  # the crashed run's 0.025 at 500 tokens is not in
+    assert pairing.unpaired == {
+        "lerp-k4-s42 [val] in ΔNLL vs softmax": (
+            "no paired evaluation at the endpoint (1000 training tokens); its last is at 500"
+        )
+    }
+
+
+def test_delta_row_leaves_out_a_run_whose_control_stopped_early():
+    pts = runs({"softmax": 0.0, "lerp-k4": 0.05}, crashed={("softmax", 42)})
+    pairing = A.softmax_pairs(pts)
+    (row,) = A.delta_table(pairing)
+    assert row.seeds == (7,) and row.tokens == 1000 and row.est.mean == pytest.approx(0.05)
+    assert list(pairing.unpaired) == ["lerp-k4-s42 [val] in ΔNLL vs softmax"]
+
+
+def test_factorial_cells_are_at_one_endpoint():
+    effects = {"minmax-weight-k4": 0.2, "minmax-prob-k4": 0.14, "fwm-weight-k4": 0.04, "fwm-prob-k4": 0.01}
+    pts = runs(effects, crashed={("fwm-prob-k4", 42)})
+    unpaired: dict[str, str] = {}
+    rows = {r.contrast: r for r in A.factorial_effects(pts, unpaired) if r.K == 4}
+    inter = rows["interaction"]
+    assert inter.seeds == (7,) and inter.tokens == 1000
+    assert inter.est.mean == pytest.approx((0.01 - 0.04) - (0.14 - 0.2))
+    (key,) = unpaired
+    assert key.startswith("fwm-prob-k4-s42 [val] in factorial K4") and "its last is at 500" in unpaired[key]
+    with pytest.raises(ValueError, match=r"fwm-prob-k4-s42 \[val\] in factorial K4 .*endpoint \(1000"):
+        A.factorial_effects(pts)  # no channel for the left-out run: an error, not a silent mix
+
+
+def test_factorial_lerp_contrast_uses_the_lerp_run_at_the_endpoint():
+    effects = {"minmax-weight-k4": 0.2, "minmax-prob-k4": 0.14, "fwm-weight-k4": 0.04, "fwm-prob-k4": 0.01}
+    pts = runs({**effects, "lerp-k4": 0.09}, crashed={("lerp-k4", 42)})
+    unpaired: dict[str, str] = {}
+    rows = {r.contrast: r for r in A.factorial_effects(pts, unpaired)}
+    vs = rows["FWM–Prob K4 − LERP K4"]
+    assert vs.seeds == (7,) and vs.est.mean == pytest.approx(0.01 - 0.09)
+    assert rows["interaction"].seeds == (7, 42)
+    assert [k.split(" in ")[0] for k in unpaired] == ["lerp-k4-s42 [val]"]
+
+
+def test_k_trend_uses_one_endpoint_for_every_K():
+    pts = runs(
+        {"softmax": 0.0, "lerp-k4": 0.09, "lerp-k16": 0.05, "lerp-k64": 0.01}, crashed={("lerp-k16", 42)}
+    )
+    pairing = A.softmax_pairs(pts)
+    (row,) = A.k_trends(pairing)
+    assert row.seeds == (7,) and row.tokens == 1000
+    assert row.est.mean == pytest.approx(-0.02)  # (0.01 - 0.09) / (log2 64 - log2 4), exact: no noise
+    assert "lerp-k16-s42 [val] in K trend of lerp" in pairing.unpaired
+
+
+def test_tail_decomposition_needs_the_three_runs_at_one_endpoint():
+    ops = {"minmax-weight-k4": 0.2, "resolved-weight-k4": 0.1, "fwm-weight-k4": 0.04}
+    pts = runs(ops, seeds=(7,), crashed={("resolved-weight-k4", 7)})
+    unpaired: dict[str, str] = {}
+    assert A.tail_decomposition(pts, unpaired) == []
+    assert list(unpaired) == ["resolved-weight-k4-s7 [val] in the tail decomposition"]
+    rows = A.tail_decomposition(runs(ops, seeds=(7,)))
+    assert rows[0].tokens == 1000 and rows[0].recovery == pytest.approx((0.2 - 0.1) / (0.2 - 0.04))
+
+
+def test_claim_contrast_is_at_one_endpoint():
+    pts = runs({"minmax-weight-k4": 0.2, "fwm-prob-k4": 0.01}, crashed={("minmax-weight-k4", 42)})
+    unpaired: dict[str, str] = {}
+    (row,) = C._contrast_rows(pts, "minmax-weight-k4", "fwm-prob-k4", unpaired)
+    assert row.seeds == (7,) and row.tokens == 1000 and row.est.mean == pytest.approx(0.2 - 0.01)
+    assert list(unpaired) == ["minmax-weight-k4-s42 [val] in the claim minmax-weight-k4 − fwm-prob-k4"]
+
+
+SUITE = """
+name = "crash"
+protocol = "tiny-cpu"
+seeds = [7, 42]
+checkpoints = 2
+
+[overrides]
+"model.n_layer" = 1
+"model.n_head" = 1
+"model.n_embd" = 32
+"model.block_size" = 64
+"schedule.tokens" = 24_576
+"schedule.warmup_tokens" = 2_048
+"schedule.micro_batch" = 8
+
+[[group]]
+name = "g"
+operators = ["softmax", "lerp-k4", "lerp-k16"]
+"""
+
+
+def test_report_lists_the_run_that_stopped_early(tmp_path):
+    (tmp_path / "crash.toml").write_text(SUITE)
+    eff = {"softmax": 0.0, "lerp-k4": 0.08, "lerp-k16": 0.02}
+    m = write_results(
+        tmp_path / "crash", tmp_path / "crash.toml", lambda r, f: eff[r["operator"]] * f, noise=0.0
+    )
+    (run,) = [r for r in m["runs"] if r["run_id"] == "lerp-k4-s42"]
+    last = tmp_path / "crash" / run["run_dir"] / "eval" / "val" / f"step_{run['checkpoint_steps'][-1]:06d}"
+    last.with_suffix(".json").unlink()  # the run crashed before its last checkpoint was evaluated
+    last.with_suffix(".npz").unlink()
+    build_report(tmp_path / "crash", tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    (row,) = [r for r in data["delta"] if r["key"]["operator"] == "lerp-k4"]
+    assert row["seeds"] == [7] and row["est"]["mean"] == pytest.approx(0.08)
+    assert {"lerp-k4-s42 [val] in ΔNLL vs softmax", "lerp-k4-s42 [val] in K trend of lerp"} <= set(
+        data["unpaired"]
+    )
+    assert "lerp-k4-s42 [val] in ΔNLL vs softmax" in (tmp_path / "rep" / "unpaired.md").read_text()
