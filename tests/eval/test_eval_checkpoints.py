@@ -7,7 +7,8 @@ import os
 import pytest
 import torch
 
-from kinterval.eval.checkpoints import select_checkpoints
+from kinterval.eval.checkpoints import checkpoint_name, select_checkpoints
+from kinterval.eval.evaluate import result_paths
 from kinterval.model import GPT, ModelConfig
 from kinterval.train import checkpoint as C
 
@@ -47,3 +48,10 @@ def test_one_checkpoint_by_step_latest_or_path(run, tmp_path, monkeypatch):
         select_checkpoints(run, 3)
     with pytest.raises(FileNotFoundError, match="no checkpoint 'nowhere'"):
         select_checkpoints(run, "nowhere")
+
+
+def test_results_of_an_old_copy_are_filed_under_its_step(run, tmp_path):
+    """The ``.old-step_*`` copy stands for its step: its results are ``step_000004.*``, not hidden files."""
+    old = C.checkpoint_dir(run) / ".old-step_000004"
+    assert checkpoint_name(old) == checkpoint_name(old.with_name("step_000004")) == "step_000004"
+    assert [p.name for p in result_paths(tmp_path, old)] == ["step_000004.npz", "step_000004.json"]

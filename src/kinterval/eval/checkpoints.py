@@ -5,11 +5,25 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from kinterval.train.checkpoint import checkpoint_dir, list_checkpoints
+from kinterval.train.checkpoint import checkpoint_dir, checkpoint_step, list_checkpoints
 from kinterval.train.distributed import pick_device
 from kinterval.train.load import find_checkpoint, trained_operator
 
-__all__ = ["list_checkpoints", "pick_device", "select_checkpoints", "state_sha256", "trained_operator"]
+__all__ = [
+    "checkpoint_name",
+    "list_checkpoints",
+    "pick_device",
+    "select_checkpoints",
+    "state_sha256",
+    "trained_operator",
+]
+
+
+def checkpoint_name(ckpt: str | Path) -> str:
+    """``step_NNNNNN``: the name results of checkpoint ``ckpt`` are filed under, also for the ``.old-step_*``
+    copy that stands for a step whose re-save was killed (so that its results are not hidden files)."""
+    step = checkpoint_step(ckpt)
+    return Path(ckpt).name if step is None else f"step_{step:06d}"
 
 
 def select_checkpoints(run_dir: str | Path, which: str | int | Path = "all") -> list[Path]:

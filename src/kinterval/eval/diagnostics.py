@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from kinterval.data.loader import TokenShards
-from kinterval.eval.checkpoints import pick_device, select_checkpoints, state_sha256
+from kinterval.eval.checkpoints import checkpoint_name, pick_device, select_checkpoints, state_sha256
 from kinterval.eval.evaluate import safe_operator
 from kinterval.eval.geometry import geometry_probe
 from kinterval.eval.graddiag import gradient_diagnostics
@@ -47,7 +47,7 @@ def diagnose_checkpoint(
         if spec:  # a probe under another operator never replaces the run's own probe
             out_dir = out_dir.with_name(f"{kind}__as-{safe_operator(spec)}")
     out_dir = Path(out_dir)
-    path = out_dir / f"{ckpt.name}.json"
+    path = out_dir / f"{checkpoint_name(ckpt)}.json"
     sha = state_sha256(ckpt)
     if path.is_file() and not force:
         old = json.loads(path.read_text())
@@ -64,7 +64,7 @@ def diagnose_checkpoint(
         res = gradient_diagnostics(model, tokens, blocks=blocks)
     res.update(
         kind=kind,
-        checkpoint=ckpt.name,
+        checkpoint=checkpoint_name(ckpt),
         step=int(state["step"]),
         tokens=int(state.get("tokens", 0)),
         checkpoint_state_sha256=sha,

@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from kinterval.data.loader import TokenShards
-from kinterval.eval.checkpoints import pick_device, select_checkpoints, state_sha256, trained_operator
+from kinterval.eval.checkpoints import (
+    checkpoint_name,
+    pick_device,
+    select_checkpoints,
+    state_sha256,
+    trained_operator,
+)
 from kinterval.eval.nll import document_ids, per_document
 from kinterval.model import ModelConfig, operator_name
 from kinterval.model.numerics import eval_dot_setting
@@ -49,7 +55,7 @@ def eval_dir(run_dir: str | Path, split: str = "val", data=None, operator=None) 
 
 
 def result_paths(out_dir: str | Path, ckpt: str | Path) -> tuple[Path, Path]:
-    name = Path(ckpt).name
+    name = checkpoint_name(ckpt)
     return Path(out_dir) / f"{name}.npz", Path(out_dir) / f"{name}.json"
 
 
@@ -147,7 +153,7 @@ def evaluate_checkpoint(
     summary = {
         "summary_version": SUMMARY_VERSION,
         "run_dir": str(run_dir),
-        "checkpoint": ckpt.name,
+        "checkpoint": checkpoint_name(ckpt),
         "step": int(state["step"]),
         "tokens": int(state.get("tokens", 0)),
         "checkpoint_state_sha256": state_sha256(ckpt),
