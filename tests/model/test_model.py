@@ -5,6 +5,7 @@ import torch
 
 from kinterval.model import GPT, PRESETS, ModelConfig, NumericsConfig, autocast, count_params, preset, tf32
 from kinterval.ops import OperatorSpec
+from kinterval.ops.tf32 import tf32_flags
 
 TINY = preset("tiny", vocab_size=97, block_size=16)
 
@@ -123,13 +124,34 @@ def test_config_roundtrip():
 
 
 def test_tf32_context_sets_and_restores():
-    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    before = tf32_flags()
     with tf32(True):
-        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        assert tf32_flags() == (True, True)
         with tf32(False):
-            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
-        assert torch.backends.cuda.matmul.allow_tf32
-    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+            assert tf32_flags() == (False, False)
+        assert tf32_flags() == (True, True)
+    assert tf32_flags() == before
+
+
+@pytest.mark.skipif(
+    not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="PyTorch without fp32_precision"
+)
+def test_tf32_switch_works_after_the_new_pytorch_api_was_used():
+    """PyTorch >= 2.9 raises on reading the legacy allow_tf32 once its fp32_precision API set TF32 on (a mix
+    of the two APIs): the evaluation switch must still turn TF32 off, and restore the user's setting."""
+    from kinterval.model import eval_precision
+    from kinterval.ops.triton.autograd import resolve_precision
+
+    matmul = torch.backends.cuda.matmul
+    old = matmul.fp32_precision
+    try:
+        matmul.fp32_precision = "tf32"
+        assert tf32_flags()[0] and resolve_precision(torch.float32, None) == "tf32"
+        with eval_precision(NumericsConfig()):
+            assert tf32_flags() == (False, False) and matmul.fp32_precision == "ieee"
+        assert matmul.fp32_precision == "tf32"
+    finally:
+        matmul.fp32_precision = old
 
 
 def test_autocast_policy_on_cpu():
@@ -168,7 +190,7 @@ def test_train_and_eval_precision_switch_tf32():
     from kinterval.model import eval_precision, train_precision
 
     def flags():
-        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        return tf32_flags()
 
     default = NumericsConfig()
     for ambient in (False, True):

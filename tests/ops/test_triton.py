@@ -57,6 +57,8 @@ from grid_flips import emulated_kernel, flip_rows, to_tf32  # noqa: E402
 from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
 from kinterval.ops.api import valid_mask  # noqa: E402
 from kinterval.ops.reference import reference_probs  # noqa: E402
+from kinterval.ops.tf32 import tf32 as tf32_switch  # noqa: E402
+from kinterval.ops.tf32 import tf32_enabled  # noqa: E402
 from kinterval.ops.triton import autograd as tri_autograd  # noqa: E402
 from kinterval.ops.triton import triton_attention, triton_supports, unsupported_reason  # noqa: E402
 
@@ -197,9 +199,7 @@ def check(
         *[x.to(DEVICE, torch.float64) for x in (q, k, v, do)],
     )
     ref64 = [x.cpu() for x in ref64]
-    old = torch.backends.cuda.matmul.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = HAS_CUDA and tf32
+    with tf32_switch(HAS_CUDA and tf32):
         ref_t = _grads(
             lambda a, b, c: kinterval_attention(
                 a, b, c, spec, causal=causal, mask=mask_d, scale=scale, backend="reference"
@@ -209,8 +209,6 @@ def check(
         lowp = None
         if dtype in (torch.bfloat16, torch.float16):
             lowp = _grads(lambda a, b, c: _lowp_torch(a, b, c, spec, causal, mask_d, scale_), *dev)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
 
     table = {}
     for i, name in enumerate(NAMES):
@@ -764,7 +762,7 @@ def test_resolve_precision():
     assert tri_autograd.resolve_precision(torch.float32, "tf32") == "tf32"
     assert tri_autograd.resolve_precision(torch.float32, "tf32x3") == "tf32x3"
     assert tri_autograd.resolve_precision(torch.bfloat16, "tf32x3") == "ieee"
-    expected = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    expected = "tf32" if tf32_enabled() else "ieee"
     assert tri_autograd.resolve_precision(torch.float32, None) == expected
     assert tri_autograd.resolve_precision(torch.bfloat16, "tf32") == "ieee"
     with pytest.raises(ValueError, match="precision"):

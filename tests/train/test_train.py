@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from kinterval.ops.tf32 import tf32_flags
 from kinterval.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from kinterval.train.loop import train
 from kinterval.train.metrics import read_metrics
@@ -286,7 +287,7 @@ def test_tf32_is_on_in_training_forwards_and_off_in_validation(make_config, tmp_
     from kinterval.train.trainer import Trainer
 
     def flags():
-        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        return tf32_flags()
 
     seen = []
     trainer = Trainer(

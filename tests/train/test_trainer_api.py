@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from kinterval.model import tf32
+from kinterval.ops.tf32 import tf32_flags
 from kinterval.train import distributed as D
 from kinterval.train.checkpoint import latest_checkpoint, load_checkpoint
 from kinterval.train.loop import train
@@ -36,12 +37,11 @@ def test_hand_driven_trainer_equals_train(make_config, tmp_path):
     train(cfg, tmp_path / "loop")
     trainer = Trainer(cfg, tmp_path / "hand", D.setup(cfg.device))
     seen = []  # the TF32 switches each training forward sees (settable without CUDA)
-    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
-    trainer.model.register_forward_pre_hook(lambda m, a: seen.append(tuple(f.allow_tf32 for f in flags)))
-    before = tuple(f.allow_tf32 for f in flags)
+    trainer.model.register_forward_pre_hook(lambda m, a: seen.append(tf32_flags()))
+    before = tf32_flags()
     with tf32(False):  # step() itself must set the training policy (paper: TF32 on in training)
         result = _doc_loop(trainer)
-    assert tuple(f.allow_tf32 for f in flags) == before
+    assert tf32_flags() == before
     assert cfg.numerics.tf32_train and len(seen) == 16 and set(seen) == {(True, True)}
     assert result.status == "completed" and result.steps == 8 and trainer.clipped_steps >= 0
     losses = [[r["train_loss"] for r in read_metrics(tmp_path / run)] for run in ("loop", "hand")]

@@ -8,6 +8,7 @@ import torch
 from kinterval.data.loader import TokenShards
 from kinterval.eval.geometry import geometry_probe
 from kinterval.model import GPT, ModelConfig
+from kinterval.ops.tf32 import tf32_enabled
 from kinterval.train.checkpoint import load_checkpoint
 from kinterval.train.evaluate import evaluate_nll
 from kinterval.train.loop import train
@@ -152,9 +153,7 @@ def test_evaluation_is_batch_1_blocks_under_autocast_with_tf32_off():
     model = GPT(preset("tiny", vocab_size=97, block_size=16, n_embd=32, numerics=numerics), "fwm-prob-k4")
     tokens = np.random.default_rng(0).integers(0, 97, 3 * 16 + 5).astype(np.uint16)
     seen = []
-    model.register_forward_pre_hook(
-        lambda m, a: seen.append((a[0].shape, m.training, torch.backends.cuda.matmul.allow_tf32))
-    )
+    model.register_forward_pre_hook(lambda m, a: seen.append((a[0].shape, m.training, tf32_enabled())))
     with tf32(True):
         got = token_nll(model, tokens, 16)
     assert model.training and got.shape == (3, 16)

@@ -12,18 +12,7 @@ from torch import Tensor
 
 from kinterval.model.config import ATTENTION_DTYPES, NumericsConfig
 from kinterval.ops import dot_precision
-
-
-@contextlib.contextmanager
-def tf32(enabled: bool) -> Iterator[None]:
-    """Set ``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32``; restore them on exit."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+from kinterval.ops.tf32 import tf32
 
 
 def train_precision(numerics: NumericsConfig) -> contextlib.AbstractContextManager:

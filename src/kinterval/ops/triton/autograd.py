@@ -13,6 +13,7 @@ import triton
 from torch import Tensor
 
 from kinterval.ops.spec import OperatorSpec
+from kinterval.ops.tf32 import tf32_enabled
 from kinterval.ops.triton import unsupported_reason
 from kinterval.ops.triton.kernels import (
     INTERPRET,
@@ -47,14 +48,14 @@ def _on_device(x: Tensor):
 def resolve_precision(dtype: torch.dtype, precision: str | None) -> str:
     """Dot precision for fp32 inputs: "tf32" (one TF32 tensor-core product), "tf32x3" (split TF32: three
     TF32 products carrying the low bits, near-fp32 accuracy on the tensor cores) or "ieee" (fp32 FMA dots);
-    default: "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee". bf16/fp16 inputs use their native
-    tensor-core dots with fp32 accumulation (the flag is ignored)."""
+    default: "tf32" if TF32 is on for fp32 matmuls (``tf32_enabled``) else "ieee". bf16/fp16 inputs use their
+    native tensor-core dots with fp32 accumulation (the flag is ignored)."""
     if precision not in (None, "tf32", "tf32x3", "ieee"):
         raise ValueError(f"unknown precision {precision!r}; choose None, 'tf32', 'tf32x3' or 'ieee'")
     if dtype != torch.float32:
         return "ieee"
     if precision is None:
-        return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+        return "tf32" if tf32_enabled() else "ieee"
     return precision
 
 
@@ -286,7 +287,7 @@ def triton_attention(
     under ``TRITON_INTERPRET=1``). ``mask`` is boolean, True where the query may attend, broadcastable to
     (B, H, Tq, Tk) (e.g. a key-padding mask (B, 1, 1, Tk)); ``causal`` aligns the last query with the last key
     (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot precision ("tf32",
-    "tf32x3" or "ieee"; None follows ``torch.backends.cuda.matmul.allow_tf32``). The output has q's dtype.
+    "tf32x3" or "ieee"; None follows torch's TF32 setting, ``tf32_enabled``). The output has q's dtype.
 
     Conventions (docs/kernels.md): the calibration terms of eq. (2) go to ONE arg-max / arg-min key per
     row, the first index among exact ties (the reference splits it evenly among ties); softmax drops the
