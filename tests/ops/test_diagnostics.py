@@ -157,3 +157,15 @@ def test_fwm_hard_map_has_zero_jacobian():
         s + 1e-9 * torch.randn(s.shape, generator=g, dtype=torch.float64), "fwm-weight-k4"
     )
     assert torch.equal(P0, moved)
+
+
+def test_decomposition_treats_neg_inf_scores_as_masked():
+    """A -inf score is a masked key (as in attention_probs): the decomposition used to give NaN rows."""
+    s = torch.tensor([[1.0, float("-inf"), 0.0, -2.0]], dtype=torch.float64)
+    up = torch.tensor([[0.3, -1.0, 0.7, 0.1]], dtype=torch.float64)
+    got = decompose_score_grad(s, up, "lerp-k4")
+    masked = decompose_score_grad(s.nan_to_num(neginf=5.0), up, "lerp-k4", mask=torch.isfinite(s))
+    for key in ("g_self", "g_M", "g_m", "g_full"):
+        assert torch.equal(got[key], masked[key]), key
+    assert got["g_full"].isfinite().all() and got["g_full"][0, 1] == 0
+    torch.testing.assert_close(got["g_full"], score_gradient(s, "lerp-k4", up), rtol=1e-12, atol=1e-12)

@@ -255,3 +255,31 @@ def test_a_spec_built_directly_is_validated_like_a_parsed_one(fields, message):
     """OperatorSpec(...) skipped every check: K=-1 or kind='bogus' computed some attention, tau=-2 zeros."""
     with pytest.raises(ValueError, match=message):
         OperatorSpec(**{"kind": "kinterval", **fields})
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"kind": "softmax", "range_grad": "p1"},
+     {"kind": "kinterval", "calibration": "minmax", "reconstruction": "lerp", "K": 4,
+      "arithmetic": "historical"},
+     {"kind": "kinterval", "calibration": "minmax", "reconstruction": "lerp", "K": 4, "tau": 5.0}],
+)  # fmt: skip
+def test_a_spec_built_directly_refuses_overrides_that_do_not_apply(fields):
+    """Such a spec was accepted, and its full_name (which a checkpoint stores) then failed to parse back."""
+    with pytest.raises(ValueError, match="applies only"):
+        OperatorSpec(**fields)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("backend", ["reference", "closed_form"])
+def test_non_finite_scores_on_masked_keys_are_never_read(bad, backend):
+    """attention_probs refused a NaN or +inf on a masked key (kinterval_attention ignores it); on a key
+    that is not masked it is still an error."""
+    s = torch.tensor([[0.0, 1.0, bad, -2.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, False, True]])
+    finite = s.clone()
+    finite[0, 2] = 123.0
+    P = attention_probs(s, "lerp-k4", mask=mask, backend=backend)
+    assert torch.equal(P, attention_probs(finite, "lerp-k4", mask=mask, backend=backend)) and P[0, 2] == 0
+    with pytest.raises(ValueError, match="not masked"):
+        attention_probs(s, "lerp-k4", backend=backend)

@@ -92,14 +92,15 @@ def attention_probs(
     """Attention probabilities P of ``spec`` over the last dimension of ``scores`` (..., Tq, Tk).
 
     float64 is computed in float64; float32, bf16 and fp16 in float32 (the result is float32). Keys with score
-    is ``-inf`` count as masked. NaN or ``+inf`` scores raise ``ValueError``.
+    is ``-inf`` count as masked. NaN or ``+inf`` scores on keys that are not masked raise ``ValueError``
+    (masked keys are never read, as in :func:`kinterval_attention`).
     """
     spec = as_spec(spec)
     check_scores(scores)
     s = scores.to(working_dtype(scores.dtype))
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
-    if torch.isnan(s).any() or torch.isposinf(s).any():
-        raise ValueError("scores contain NaN or +inf")
+    if ((torch.isnan(s) | torch.isposinf(s)) & valid).any():
+        raise ValueError("scores contain NaN or +inf on keys that are not masked")
     valid = valid & ~torch.isneginf(s)
     return _probs(s, valid, spec, backend)
 

@@ -91,6 +91,6 @@ def decompose_score_grad(
     """
     spec = as_spec(spec)
     s = scores if scores.dtype == torch.float64 else scores.float()
-    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
+    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask) & ~torch.isneginf(s)  # as attention_probs
     t = score_grad_terms(s, valid, spec, upstream.to(s.dtype))
     return {"g_self": t["self"], "g_M": t["M"], "g_m": t["m"], "g_full": t["self"] + t["M"] + t["m"]}

@@ -50,8 +50,9 @@ class OperatorSpec:
     range_grad: str = "full"
     arithmetic: str = "strict"
 
-    def __post_init__(self) -> None:  # a spec built directly, not parsed, is checked too
-        self._validate(explicit=set())
+    def __post_init__(self) -> None:  # a spec built directly, not parsed, is checked too: its full_name must
+        # parse back (an override that does not apply, e.g. softmax with range_grad=p1, would not)
+        self._validate(explicit={"tau", "range_grad", "arithmetic"})
 
     # ------------------------------------------------------------------ parsing
     @classmethod
