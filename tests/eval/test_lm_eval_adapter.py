@@ -204,3 +204,17 @@ def test_kinterval_lm_eval_without_tasks_is_one_error_line(capsys):
     assert cli.main(["lm-eval", "--model_args", "run=somewhere"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("kinterval lm-eval: error: kinterval lm-eval needs --tasks") and "\n" not in err
+
+
+def test_continuation_longer_than_the_context_is_refused(run):
+    """As lm-eval's HFLM: a continuation over block_size (64) cannot be scored; it wrapped around (negative
+    positions) and gave a wrong log-likelihood silently. One of exactly block_size tokens is scored."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run))
+    toks = gpt2_encoding().encode_ordinary(" the cat sat on the mat." * 20)
+    ctx, cont = toks[:5], toks[5:69]
+    ((ll, _),) = lm._loglikelihood_tokens([(None, ctx, cont)])
+    np.testing.assert_allclose(ll, direct_logprob(lm.model, ctx[-1:], cont), rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match="continuation of 65 tokens is longer than the model's context"):
+        lm._loglikelihood_tokens([(None, ctx, toks[5:70])])

@@ -6,7 +6,8 @@
 the offline GPT-2 BPE (``kinterval.data.tokenizer``); a checkpoint with another vocabulary (e.g. trained on
 the synthetic corpus) is refused before scoring. The run's own operator is used unless ``operator``
 substitutes another (softmax substitution). Inputs longer than the context keep their last ``block_size``
-tokens. Greedy decoding only.
+tokens; a continuation longer than the context is refused (``ValueError``, as lm-eval's HFLM). Greedy
+decoding only.
 """
 
 from __future__ import annotations
@@ -112,6 +113,11 @@ class KIntervalLM(TemplateLM):
             chunk = requests[start : start + self.batch_size]
             inputs, conts = [], []
             for _, ctx, cont in chunk:
+                if len(cont) > self.max_length:  # as lm-eval's HFLM: its scores would need a longer context
+                    raise ValueError(
+                        f"a continuation of {len(cont)} tokens is longer than the model's context "
+                        f"({self.max_length} tokens): it cannot be scored"
+                    )
                 full = (ctx + cont)[-(self.max_length + 1) :]
                 inputs.append(full[:-1])
                 conts.append(cont)
