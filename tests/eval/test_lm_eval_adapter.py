@@ -204,3 +204,73 @@ def test_kinterval_lm_eval_without_tasks_is_one_error_line(capsys):
     assert cli.main(["lm-eval", "--model_args", "run=somewhere"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("kinterval lm-eval: error: kinterval lm-eval needs --tasks") and "\n" not in err
+
+
+def test_continuation_longer_than_the_context_is_refused(run):
+    """As lm-eval's HFLM: a continuation over block_size (64) cannot be scored; it wrapped around (negative
+    positions) and gave a wrong log-likelihood silently. One of exactly block_size tokens is scored."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run))
+    toks = gpt2_encoding().encode_ordinary(" the cat sat on the mat." * 20)
+    ctx, cont = toks[:5], toks[5:69]
+    ((ll, _),) = lm._loglikelihood_tokens([(None, ctx, cont)])
+    np.testing.assert_allclose(ll, direct_logprob(lm.model, ctx[-1:], cont), rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match="continuation of 65 tokens is longer than the model's context"):
+        lm._loglikelihood_tokens([(None, ctx, toks[5:70])])
+
+
+@pytest.mark.parametrize("value, want", [(None, 1), ("auto", 1), ("auto:4", 1), (3, 3), ("8", 8)])
+def test_batch_size_accepts_integers_and_auto(value, want):
+    from kinterval.eval.lm_eval_adapter import parse_batch_size
+
+    assert parse_batch_size(value) == want
+
+
+@pytest.mark.parametrize("value", [0, "0", "-1", "auto:0", "four", "2.5"])
+def test_batch_size_must_be_positive(value):
+    from kinterval.eval.lm_eval_adapter import parse_batch_size
+
+    with pytest.raises(ValueError, match="use a positive integer, auto or auto:N"):
+        parse_batch_size(value)
+
+
+def test_model_args_device_auto_is_resolved_as_load_run(run):
+    """torch.device("auto") raised a RuntimeError although load_run accepts "auto"."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+    from kinterval.train.distributed import pick_device
+
+    lm = KIntervalLM.create_from_arg_string(f"run={run},device=auto", {"device": "cuda:0"})
+    assert lm._device == pick_device("auto") == next(lm.model.parameters()).device
+
+
+def _lm_eval_cli(run, *extra):
+    from kinterval import cli
+
+    argv = ["lm-eval", "--model_args", f"run={run}", "--include_path", str(DATA), "--device", "cpu",
+            "--limit", "2", *extra]  # fmt: skip
+    return cli.main(argv)
+
+
+def test_kinterval_lm_eval_batch_size_auto_n_runs(run, in_data, capsys):
+    """lm-eval's --batch_size auto:4 gave int('auto') a traceback."""
+    assert _lm_eval_cli(run, "--tasks", "kinterval_tiny_mc", "--batch_size", "auto:4") == 0
+    assert "kinterval_tiny_mc" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--tasks", "kinterval_tiny_mc", "--batch_size", "0"], "batch_size '0': use a positive integer"),
+        (["--tasks", "no_such_task"], "lm-eval: Tasks not found: no_such_task"),
+        (["--tasks", "kinterval_tiny_mc", "-M", "dummy"], "sets --model kinterval itself"),
+        (["--tasks", "kinterval_tiny_mc", "-Mdummy"], "sets --model kinterval itself"),
+    ],
+)
+def test_kinterval_lm_eval_bad_options_are_one_error_line(run, in_data, capsys, extra, message):
+    """A zero batch size (range() step 0), an unknown task (lm-eval's ValueError) and -M (another model) were
+    tracebacks or ran another model; each is one error line, exit 2."""
+    assert _lm_eval_cli(run, *extra) == 2
+    err = capsys.readouterr().err.strip()  # lm-eval logs its warnings to stderr first
+    (line,) = [x for x in err.splitlines() if x.startswith("kinterval lm-eval: error: ")]
+    assert message in line and err.endswith(line)

@@ -1,7 +1,11 @@
 """kinterval export-hf: a run's checkpoint reloaded as a transformers GPT-2 gives kinterval's logits."""
 
 import json
+import re
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -27,21 +31,34 @@ def make_run(root, operator, seed):
     return root
 
 
-@pytest.mark.parametrize("operator", ["softmax", "fwm-prob-k4"])
+OPERATORS = [
+    "softmax",
+    "fwm-prob-k4",
+    "fwm-prob-k4[arithmetic=historical]",
+    "minmax-weight-k5[range_grad=detach]",
+]
+IDS = torch.randint(0, 50257, (2, 48), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
 def test_export_round_trip_gives_kinterval_logits(tmp_path, operator, capsys):
+    """The route the exported README and config.json give loads every operator, overrides and K outside
+    AUTO_K included, and the README names the folder, not the exporting machine's path."""
     run = make_run(tmp_path / "run", operator=operator, seed=3)
     out = tmp_path / "hf"
     assert cli.main(["export-hf", "--run", str(run), "--checkpoint", "1", "--out", str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
-    impl = f"kinterval-{operator}"
-    assert config["architectures"] == ["GPT2LMHeadModel"] and config["kinterval_attn_implementation"] == impl
+    impl = config["kinterval_attn_implementation"]
+    assert config["architectures"] == ["GPT2LMHeadModel"] and config["kinterval_operator"] == operator
     readme = (out / "README.md").read_text()
-    assert "import kinterval.integrations.hf" in readme and f'attn_implementation="{impl}"' in readme
+    assert "import kinterval.integrations.hf" in readme
+    assert f'from_pretrained("hf", attn_implementation="{impl}")' in readme
+    assert str(tmp_path) not in readme
 
     model = load_run(run).model
     reloaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation=impl).eval()
     assert reloaded.lm_head.weight.data_ptr() == reloaded.transformer.wte.weight.data_ptr()  # tied
-    ids = torch.randint(0, 50257, (2, 48), generator=torch.Generator().manual_seed(0))
+    ids = IDS
     with torch.no_grad(), hf.expect_kinterval(impl):
         ours, theirs = model(ids)[0], reloaded(ids).logits
     torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-5)
@@ -49,3 +66,24 @@ def test_export_round_trip_gives_kinterval_logits(tmp_path, operator, capsys):
         reloaded.set_attn_implementation("sdpa")
         with torch.no_grad():
             assert (reloaded(ids).logits - ours).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_exported_readme_loads_in_a_fresh_process(tmp_path, operator):
+    """The exported README's code, run as written (beside the folder, in a new process: no name registered by
+    the export), loads the model with kinterval's logits, for operators with overrides too."""
+    run = make_run(tmp_path / "run", operator=operator, seed=3)
+    assert cli.main(["export-hf", "--run", str(run), "--checkpoint", "1", "--out", str(tmp_path / "hf")]) == 0
+    (code,) = re.findall(r"```python\n(.*?)```", (tmp_path / "hf" / "README.md").read_text(), re.S)
+    np.save(tmp_path / "ids.npy", IDS.numpy())
+    code += (
+        "import numpy, torch\n"
+        "with torch.no_grad():\n"
+        "    logits = model.eval()(torch.from_numpy(numpy.load('ids.npy'))).logits\n"
+        "numpy.save('logits.npy', logits.numpy())\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    with torch.no_grad():
+        ours = load_run(run).model(IDS)[0]
+    torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "logits.npy")), ours, rtol=0, atol=1e-5)

@@ -388,6 +388,19 @@ def test_manifest_suite_file_must_be_there_and_intact(suite_dir, tmp_path, how):
     assert ("neither embedded nor shipped" if how == "removed" else "sha256") in err
 
 
+@pytest.mark.parametrize("where", ["absolute", "parent"])
+def test_manifest_suite_file_cannot_write_outside_the_temp_folder(suite_dir, tmp_path, where):
+    """A manifest's suite_file is only a name: the gate never writes the embedded suite text where it says."""
+    d = _copy(suite_dir, tmp_path)
+    target = tmp_path / "victim.toml"
+    name = str(target) if where == "absolute" else "../" * 12 + str(target).lstrip("/")
+    _edit_json(d / "manifest.json", lambda m: m.update(suite_file=name))
+    (err,) = gate(d, write_record=False).errors
+    assert err.startswith("manifest.json: cannot be checked against its suite file")
+    assert "suite_file" in err and "plain .toml file name" in err
+    assert not target.exists()
+
+
 def test_results_only_malformed_record_is_an_error_line(results_dir, tmp_path):
     d = _copy(results_dir, tmp_path)
     _edit_json(d / RECORD, lambda r: r.update(files=["manifest.json"]))

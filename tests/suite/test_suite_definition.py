@@ -136,6 +136,49 @@ def test_bad_suite_files(tmp_path):
         load_suite("no-such-suite")
 
 
+GOOD = 'name="x"\nprotocol="tiny-cpu"\nseeds=[1]\ncheckpoints=2\n'
+G = '[[group]]\noperators=["softmax"]\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD + "[eval]\ndoc_cluster=true\n" + G, r"\[eval\]: unknown field.*doc_cluster"),
+        (GOOD + '[data]\nsorce="synthetic"\n' + G, r"\[data\]: unknown field.*sorce"),
+        (GOOD + '[eval]\ngeometry="no"\n' + G, r"\[eval\]: field 'geometry' must be true or false"),
+        (GOOD + '[eval]\nsplit="nope"\n' + G, r"\[eval\]: field 'split' must be one of"),
+        (GOOD + '[data]\ntokens="many"\n' + G, r"\[data\]: field 'tokens' must be an integer"),
+        (GOOD + '[[group]]\nname="g"\n', r"group 0: missing required field 'operators'"),
+        (
+            GOOD + '[[group]]\noperators="softmax"\n',
+            r"group 0: field 'operators' must be a non-empty list of strings",
+        ),
+        (GOOD + G + 'seeds=["a"]\n', r"group 0: field 'seeds' must be a non-empty list of integers"),
+        (GOOD + '[[group]]\noperators=["lerp-k{K}"]\nK=[0]\n', r"group 0: field 'K' must be"),
+        (GOOD + "group=3\n", r"field 'group' must be one or more \[\[group\]\] tables"),
+        (GOOD.replace("seeds=[1]", "seeds=7") + G, r"field 'seeds' must be"),
+        (GOOD.replace("checkpoints=2", "checkpoints=0") + G, r"field 'checkpoints' must be an integer >= 1"),
+        (GOOD.replace("checkpoints=2", "checkpoints=true") + G, r"field 'checkpoints' must be"),
+        (GOOD + "overrides=3\n" + G, r"field 'overrides' must be a table"),
+    ],
+)
+def test_suite_fields_are_checked_at_load_time(tmp_path, text, message):
+    """Unknown [eval]/[data] keys were dropped, geometry="no" became True, a group without operators was a
+    KeyError, seeds=7 a TypeError, checkpoints=0 and split="nope" failed only after training."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=message) as err:
+        load_suite(bad)
+    assert str(err.value).startswith(f"{bad}: ")
+
+
+def test_suite_file_not_utf8_is_an_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(GOOD.encode() + b'title="caf\xe9"\n' + G.encode())
+    with pytest.raises(ValueError, match="not UTF-8"):
+        load_suite(bad)
+
+
 def test_supplementary_matches_the_papers_run_matrix():
     """App. C.1 (hardware table) and App. F: historical detach record 16 runs (seed 1337 at 100M:
     MinMax-Weight K=2/4/8/16 and LERP K=4/32 detached, P1; 5M: six MinMax-Weight confirmations, three softmax

@@ -120,8 +120,9 @@ class FakeExecutor:
 
         return contextlib.nullcontext()
 
-    def submit(self, fn, *args):
+    def submit(self, fn, *args, **kwargs):
         self.submitted.append(args)
+        self.kwargs = kwargs
         return types.SimpleNamespace(job_id=str(100 + len(self.submitted)))
 
 
@@ -141,6 +142,49 @@ def test_slurm_cli_counts_submitted_not_ok(tmp_path, data, monkeypatch, capsys):
     assert main([*argv, "--slurm"]) == 0
     out = capsys.readouterr().out
     assert "2 runs submitted to Slurm, 0 finished yet" in out and "runs ok" not in out
+
+
+def test_gpus_children_get_device_and_threads(tmp_path, data, monkeypatch):
+    """--device and --threads were dropped with --gpus: the child `suite run-one` command had neither."""
+    from kinterval.cli import build_parser
+
+    FakeProc.live, FakeProc.peak = [], 0
+    cmds, popen = [], runner.subprocess.Popen  # the real one for other commands (git of code_identity)
+
+    def fake(cmd, **kw):
+        if "run-one" not in cmd:
+            return popen(cmd, **kw)
+        cmds.append(cmd)
+        return FakeProc(cmd, **kw)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", fake)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    out = tmp_path / "out"
+    res = run_suite(suite_file(tmp_path), out, data=data, gpus=1, device="cpu", threads=1, log=print)
+    assert set(res) == {"softmax-s1", "lerp-k4-s1"} and len(cmds) == 2
+    for cmd in cmds:
+        assert cmd[1:3] == ["-m", "kinterval"]
+        args = build_parser().parse_args(cmd[3:])  # the child's own command line
+        assert (args.func.__name__, args.out, args.device, args.threads) == ("_run_one", str(out), "cpu", 1)
+        assert args.run_id in res
+
+
+def test_slurm_jobs_get_device_and_threads(tmp_path, data, monkeypatch):
+    """Slurm jobs called run_one(out, rid) without the device; --device cpu asks Slurm for no GPU."""
+    ex = FakeExecutor()
+    monkeypatch.setattr(runner, "_slurm_executor", lambda out: ex)
+    out = tmp_path / "out"
+    suite = suite_file(tmp_path, "124m-100m")  # a GPU protocol, run on the CPU by --device
+    run_suite(suite, out, data=data, slurm=True, device="cpu", threads=2, log=print)
+    assert len(ex.submitted) == 2 and ex.kwargs == {"device": "cpu", "threads": 2}
+    assert "gpus_per_node" not in ex.params
+
+
+def test_run_one_checks_threads_and_device(tmp_path, capsys):
+    assert main(["suite", "run-one", "--out", str(tmp_path), "--threads", "0", "r"]) == 2
+    assert "--threads must be an integer >= 1" in capsys.readouterr().err
+    assert main(["suite", "run-one", "--out", str(tmp_path), "--device", "tpu", "r"]) == 2
+    assert "--device must be one of" in capsys.readouterr().err
 
 
 def test_slurm_without_slurm_is_an_error_not_a_local_run(tmp_path, monkeypatch):

@@ -6,13 +6,15 @@
 the offline GPT-2 BPE (``kinterval.data.tokenizer``); a checkpoint with another vocabulary (e.g. trained on
 the synthetic corpus) is refused before scoring. The run's own operator is used unless ``operator``
 substitutes another (softmax substitution). Inputs longer than the context keep their last ``block_size``
-tokens. Greedy decoding only.
+tokens; a continuation longer than the context is refused (``ValueError``, as lm-eval's HFLM). Greedy
+decoding only.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -26,6 +28,7 @@ except ImportError:  # pragma: no cover - the hint replaces the traceback chain
 
 from kinterval.data.tokenizer import EOT, GPT2_BPE_SHA256, GPT2_VOCAB, gpt2_encoding
 from kinterval.model.numerics import autocast, eval_precision
+from kinterval.train.distributed import pick_device
 from kinterval.train.load import load_run
 
 
@@ -35,13 +38,12 @@ class KIntervalLM(TemplateLM):
                  batch_size=1, max_gen_toks: int = 256, backend: str | None = None,
                  bpe_file: str | None = None, max_batch_size=None) -> None:  # fmt: skip
         super().__init__()
-        device = device or "cpu"
-        loaded = load_run(run, checkpoint, device, operator, backend or "auto")
+        self.batch_size = parse_batch_size(batch_size)
+        self._device = pick_device(device or "cpu")  # "auto": CUDA when available, as load_run
+        loaded = load_run(run, checkpoint, self._device, operator, backend or "auto")
         self.model, self.state = loaded.model, loaded.state
-        self._device = torch.device(device)
         self.enc = gpt2_encoding(bpe_file)
         check_gpt2_vocabulary(run, self.model.config.vocab_size, self.state, self.enc)
-        self.batch_size = 1 if batch_size in (None, "auto") else int(str(batch_size).split(":")[0])
         self.max_gen_toks = int(max_gen_toks)
         self.operator = self.model.operator
 
@@ -112,6 +114,11 @@ class KIntervalLM(TemplateLM):
             chunk = requests[start : start + self.batch_size]
             inputs, conts = [], []
             for _, ctx, cont in chunk:
+                if len(cont) > self.max_length:  # as lm-eval's HFLM: its scores would need a longer context
+                    raise ValueError(
+                        f"a continuation of {len(cont)} tokens is longer than the model's context "
+                        f"({self.max_length} tokens): it cannot be scored"
+                    )
                 full = (ctx + cont)[-(self.max_length + 1) :]
                 inputs.append(full[:-1])
                 conts.append(cont)
@@ -156,6 +163,17 @@ class KIntervalLM(TemplateLM):
                 text = text.split(u)[0]
             out.append(text)
         return out
+
+
+def parse_batch_size(value) -> int:
+    """lm-eval's batch size: a positive integer, or ``auto`` / ``auto:N`` (lm-eval's search for the largest
+    batch that fits), which this model runs as batch size 1; ``None`` is 1."""
+    text = "auto" if value is None else str(value).strip()
+    if text == "auto" or re.fullmatch(r"auto:[1-9][0-9]*", text):
+        return 1
+    if re.fullmatch(r"[0-9]+", text) and int(text) >= 1:
+        return int(text)
+    raise ValueError(f"batch_size {value!r}: use a positive integer, auto or auto:N")
 
 
 def check_gpt2_vocabulary(run, vocab_size: int, state: dict, enc) -> None:

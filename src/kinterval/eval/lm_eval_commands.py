@@ -23,7 +23,7 @@ def _lm_eval(args: argparse.Namespace) -> int:
     import torch
 
     rest = list(args.lm_eval_args)
-    if any(a == "--model" or a.startswith("--model=") for a in rest):
+    if any(a == "--model" or a.startswith(("--model=", "-M")) for a in rest):
         raise ValueError("kinterval lm-eval sets --model kinterval itself; use lm_eval for other models")
     named = {a.split("=", 1)[0] for a in rest}
     if not named & {"--tasks", "-t", "--config", "-C", "--help", "-h"}:  # lm-eval raised its own traceback
@@ -36,9 +36,21 @@ def _lm_eval(args: argparse.Namespace) -> int:
         cli_evaluate()
     except SystemExit as exit_:  # lm-eval's argparse (e.g. --help, a bad option)
         return exit_.code if isinstance(exit_.code, int) else 1
+    except ValueError as err:  # lm-eval's own checks of its options (unknown task, no task, bad config)
+        if not _raised_in(err, "lm_eval.config."):
+            raise
+        raise ValueError(f"lm-eval: {err}") from None
     finally:
         sys.argv = argv
     return 0
+
+
+def _raised_in(err: BaseException, prefix: str) -> bool:
+    """Whether the innermost frame of ``err``'s traceback is in a module whose name starts with ``prefix``."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith(prefix)
 
 
 def register(subparsers) -> None:

@@ -2,10 +2,12 @@
 
 kinterval's GPT is GPT-2 (pre-LayerNorm blocks, learned positions, exact GELU, tied embeddings), so the
 weights map one to one; transformers' GPT-2 keeps its linear layers as ``Conv1D`` (weight transposed).
-The attention is the kinterval operator, as the registered ``attn_implementation``
-``"kinterval-<operator>"`` of :mod:`kinterval.integrations.hf`, which the config names
-(``kinterval_attn_implementation``, and ``kinterval_operator`` for the plain ``"kinterval"`` name). The
-folder's README.md says how to load it; lm-eval's ``--model hf``, ``generate`` and the Hub tooling then work.
+The attention is the kinterval operator through the plain ``attn_implementation`` ``"kinterval"`` of
+:mod:`kinterval.integrations.hf`, which reads the operator from the config (``kinterval_operator``): that name
+is registered for every operator, with or without overrides (``"kinterval-<operator>"`` names are registered
+only for the baselines and K in ``AUTO_K`` without overrides). The config names it
+(``kinterval_attn_implementation``) and the folder's README.md says how to load it; lm-eval's ``--model hf``,
+``generate`` and the Hub tooling then work.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ A kinterval training run exported as a transformers GPT-2 (`GPT2LMHeadModel`), s
 is the K-interval operator `{operator}`. Load it with the kinterval attention registered first:
 
 ```python
-import kinterval.integrations.hf  # registers the "kinterval-<operator>" attention implementations
+import kinterval.integrations.hf  # registers "kinterval", which runs config.json's kinterval_operator
 from transformers import AutoModelForCausalLM
 
-model = AutoModelForCausalLM.from_pretrained("{out}", attn_implementation="{impl}")
+model = AutoModelForCausalLM.from_pretrained("{name}", attn_implementation="{impl}")  # this folder
 ```
 
 Without `attn_implementation` transformers loads its default attention (softmax), silently: always pass it.
@@ -42,7 +44,8 @@ def export_hf(run, out, checkpoint="latest") -> Path:
     loaded = load_run(run, checkpoint)
     model, state = loaded.model, loaded.state
     cfg = model.config
-    impl = "sdpa" if model.operator == "sdpa" else hf.attn_implementation_name(model.operator)
+    # the plain "kinterval" name runs config.kinterval_operator: registered for every operator and override
+    impl = "sdpa" if model.operator == "sdpa" else hf.PREFIX
     config = GPT2Config(
         vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
         n_head=cfg.n_head, activation_function="gelu", layer_norm_epsilon=1e-5, resid_pdrop=0.0,
@@ -64,7 +67,6 @@ def export_hf(run, out, checkpoint="latest") -> Path:
             name=out.name,
             step=state.get("step"),
             operator=model.operator,
-            out=out,
             impl=impl,
             tokenizer_note=tokenizer_note,
         )  # fmt: skip

@@ -55,7 +55,8 @@ def _run(args) -> int:
 def _run_one(args) -> int:
     from kinterval.suite.runner import run_one
 
-    return 0 if run_one(args.out, args.run_id, device=args.device) == "completed" else 1
+    status = run_one(args.out, args.run_id, device=args.device, threads=args.threads)
+    return 0 if status == "completed" else 1
 
 
 def _gate(args) -> int:
@@ -107,15 +108,20 @@ def register(subparsers) -> None:
     q.add_argument("--slurm", action="store_true", help="submit one Slurm job per run (needs submitit)")
     q.add_argument("--slurm-partition", default=None)
     q.add_argument("--slurm-time", type=int, default=None, help="job time limit in minutes")
-    q.add_argument("--device", default=None, help="override the protocol's device (cpu, cuda)")
-    q.add_argument("--threads", type=int, default=None, help="torch CPU threads (e.g. 1 for the ci suite)")
+    q.add_argument(
+        "--device", default=None, help="override the protocol's device (cpu, cuda); also with --gpus, --slurm"
+    )
+    q.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (e.g. 1 for the ci suite); per run"
+    )
     q.set_defaults(func=_run)
     q = sub.add_parser(
         "run-one", help="train + evaluate one run of an initialised suite folder (used by --gpus)"
     )
     q.add_argument("run_id")
     q.add_argument("--out", required=True)
-    q.add_argument("--device", default=None)
+    q.add_argument("--device", default=None, help="override the protocol's device (cpu, cuda)")
+    q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     q.set_defaults(func=_run_one)
     q = sub.add_parser(
         "gate",

@@ -5,8 +5,9 @@ checkpoint count and ``[[group]]`` tables of operators. ``"{K}"`` in an operator
 group's ``K`` list;
 ``arithmetic`` (suite or group level) is applied to Weight-/Prob-STE operators that do not set it themselves;
 ``overrides`` holds dotted training-config fields (``{"schedule.tokens" = 5_000_000}``). Optional tables:
-``[data]`` (``source`` + ``tokens`` for ``kinterval data prepare`` when no ``--data`` is given) and ``[eval]``
-(``split``, ``doc_clusters``).
+``[data]`` (``source``, ``tokens``, ``seed`` for ``kinterval data prepare`` when no ``--data`` is given) and
+``[eval]`` (``split``, ``doc_clusters``, ``geometry``, ``geometry_blocks``). Every key and the type of its
+value are checked when the file is loaded (:data:`SUITE_FIELDS`, ...): an error names the file and the key.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from kinterval.data.sources import SPLITS
 from kinterval.ops import OperatorSpec
 
 try:
@@ -23,21 +25,60 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - python 3.10
     import tomli as tomllib
 
-SUITE_KEYS = {
-    "name",
-    "title",
-    "protocol",
-    "corpus",
-    "seeds",
-    "checkpoints",
-    "arithmetic",
-    "overrides",
-    "group",
-    "data",
-    "eval",
-    "supplementary",
+
+# What each field of a suite file may hold: (test, description for the error).
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_STR = (lambda v: isinstance(v, str), "a string")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+_POS_INT = (lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+_INT = (_is_int, "an integer")
+_INTS = (lambda v: isinstance(v, list) and v and all(map(_is_int, v)), "a non-empty list of integers")
+_POS_INTS = (
+    lambda v: isinstance(v, list) and v and all(_is_int(x) and x >= 1 for x in v),
+    "a non-empty list of integers >= 1",
+)
+_STRS = (
+    lambda v: isinstance(v, list) and v and all(isinstance(x, str) for x in v),
+    "a non-empty list of strings",
+)
+_TABLE = (lambda v: isinstance(v, dict), "a table")
+_GROUPS = (
+    lambda v: isinstance(v, list) and v and all(isinstance(x, dict) for x in v),
+    "one or more [[group]] tables",
+)
+_SPLIT = (lambda v: v in SPLITS, f"one of {list(SPLITS)}")
+_ANY = (lambda v: True, "")
+
+SUITE_FIELDS = {
+    "name": _STR,
+    "title": _STR,
+    "protocol": _STR,
+    "corpus": _STR,
+    "seeds": _INTS,
+    "checkpoints": _POS_INT,
+    "arithmetic": _STR,
+    "overrides": _TABLE,
+    "group": _GROUPS,
+    "data": _TABLE,
+    "eval": _TABLE,
+    "supplementary": _ANY,
 }
-GROUP_KEYS = {"name", "operators", "K", "seeds", "checkpoints", "arithmetic", "overrides", "protocol"}
+GROUP_FIELDS = {
+    "name": _STR,
+    "operators": _STRS,
+    "K": _POS_INTS,
+    "seeds": _INTS,
+    "checkpoints": _POS_INT,
+    "arithmetic": _STR,
+    "overrides": _TABLE,
+    "protocol": _STR,
+}
+DATA_FIELDS = {"source": _STR, "tokens": _POS_INT, "seed": _INT}  # kinterval data prepare
+EVAL_FIELDS = {"split": _SPLIT, "doc_clusters": _BOOL, "geometry": _BOOL, "geometry_blocks": _POS_INT}
+SUITE_KEYS, GROUP_KEYS = set(SUITE_FIELDS), set(GROUP_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -133,22 +174,20 @@ def load_suite(name: str | Path) -> Suite:
     """Read and expand a suite file (shipped name such as ``"D"``/``"ci"`` or a path)."""
     path = suite_path(name)
     try:
-        d = tomllib.loads(path.read_text())
+        d = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text, as TOML must be ({err})") from None
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: invalid TOML ({err})") from None
     unknown = set(d) - SUITE_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown suite field(s) {sorted(unknown)}; known: {sorted(SUITE_KEYS)}")
-    for key in ("name", "protocol", "seeds", "checkpoints", "group"):
-        if key not in d:
-            raise ValueError(f"{path}: missing required field {key!r}")
+    _check_fields(path, "", d, SUITE_FIELDS, ("name", "protocol", "seeds", "checkpoints", "group"))
+    _check_fields(path, "[data]: ", d.get("data", {}), DATA_FIELDS)
+    _check_fields(path, "[eval]: ", d.get("eval", {}), EVAL_FIELDS)
     runs: list[RunSpec] = []
     for i, g in enumerate(d["group"]):
-        bad = set(g) - GROUP_KEYS
-        if bad:
-            raise ValueError(
-                f"{path}: group {i}: unknown field(s) {sorted(bad)}; known: {sorted(GROUP_KEYS)}"
-            )
+        _check_fields(path, f"group {i}: ", g, GROUP_FIELDS, ("operators",))
         seeds = g.get("seeds", d["seeds"])
         overrides = {**d.get("overrides", {}), **g.get("overrides", {})}
         arithmetic = g.get("arithmetic", d.get("arithmetic"))
@@ -181,6 +220,20 @@ def load_suite(name: str | Path) -> Suite:
         eval=d.get("eval", {}),
         source=str(path),
     )
+
+
+def _check_fields(path: Path, where: str, table: dict, fields: dict, required=()) -> None:
+    """Every key of ``table`` (at ``where`` in the suite file) is known and holds what ``fields`` says."""
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise ValueError(f"{path}: {where}unknown field(s) {unknown}; known: {sorted(fields)}")
+    for key in required:
+        if key not in table:
+            raise ValueError(f"{path}: {where}missing required field {key!r}")
+    for key, value in table.items():
+        test, want = fields[key]
+        if not test(value):
+            raise ValueError(f"{path}: {where}field {key!r} must be {want}, got {value!r}")
 
 
 def select(runs, only: list[str] | None) -> list[RunSpec]:

@@ -121,8 +121,12 @@ def manifest_suite(manifest: dict) -> Suite:
             )
     elif _sha256_text(text) != sha:
         raise ValueError("the suite file embedded in the manifest does not match its recorded sha256")
+    name = manifest.get("suite_file")
+    plain = isinstance(name, str) and name.endswith(".toml") and Path(name).name == name and "\\" not in name
+    if not plain:
+        raise ValueError(f"suite_file {name!r} is not a plain .toml file name")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / (manifest.get("suite_file") or "suite.toml")
+        path = Path(tmp) / "suite.toml"  # a fixed name: the manifest never chooses where to write
         path.write_bytes(text.encode("utf-8"))
         return load_suite(path)
 

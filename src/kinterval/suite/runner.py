@@ -69,13 +69,29 @@ def run_complete(run_dir: Path, entry: dict) -> bool:
     )
 
 
-def run_one(out: str | Path, run_id: str, *, device: str | None = None, log=print) -> str:
-    """Train (or resume) one run of the manifest in ``out``, then evaluate and probe its checkpoints."""
+def check_device_threads(device: str | None, threads: int | None) -> None:
+    """``--device`` and ``--threads`` of ``suite run`` and ``suite run-one``."""
+    if device is not None and device not in DEVICES:
+        raise ValueError(f"--device must be one of {list(DEVICES)}, got {device!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
+
+
+def run_one(
+    out: str | Path, run_id: str, *, device: str | None = None, threads: int | None = None, log=print
+) -> str:
+    """Train (or resume) one run of the manifest in ``out``, then evaluate and probe its checkpoints.
+    ``device`` overrides the protocol's; ``threads`` sets torch's CPU threads."""
     from kinterval.eval.diagnostics import diagnose_run
     from kinterval.eval.evaluate import evaluate_run
     from kinterval.train.config import TrainConfig
     from kinterval.train.loop import train
 
+    check_device_threads(device, threads)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     out = Path(out)
     manifest = read_manifest(out)
     entry = run_entry(manifest, run_id)
@@ -127,10 +143,7 @@ def run_suite(
         raise ValueError(f"--gpus must be an integer >= 0, got {gpus!r}")
     if per_gpu < 1 or (per_gpu > 1 and not gpus):
         raise ValueError(f"--per-gpu must be >= 1 and needs --gpus N (got per_gpu={per_gpu}, gpus={gpus})")
-    if device is not None and device not in DEVICES:
-        raise ValueError(f"--device must be one of {list(DEVICES)}, got {device!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
+    check_device_threads(device, threads)
     suite = load_suite(name)
     ids = [r.run_id for r in select(suite.runs, only)]
     if not ids:
@@ -142,14 +155,18 @@ def run_suite(
     manifest = init_suite(name, out, data)
     log(f"suite {manifest['suite']}: {len(ids)} of {manifest['n_runs']} runs -> {out}")
     if slurm:
-        return submit_slurm(out, ids, slurm_args or {}, log)
+        return submit_slurm(out, ids, slurm_args or {}, log, device=device, threads=threads)
     if gpus and gpus > 0:
-        return _run_gpus(out, ids, gpus, log, per_gpu=per_gpu)
+        return _run_gpus(out, ids, gpus, log, per_gpu=per_gpu, device=device, threads=threads)
     return {rid: run_one(out, rid, device=device, log=log) for rid in ids}
 
 
-def _run_gpus(out: Path, ids: list[str], gpus: int, log, per_gpu: int = 1) -> dict:
-    """One child process per run, at most ``per_gpu`` of them on each GPU at a time."""
+def _run_gpus(
+    out: Path, ids: list[str], gpus: int, log, per_gpu: int = 1, device: str | None = None, threads=None
+) -> dict:
+    """One child process per run (``suite run-one``, with ``device`` and ``threads`` when given), at most
+    ``per_gpu`` of them on each GPU at a time."""
+    options = [*(["--device", device] if device else []), *(["--threads", str(threads)] if threads else [])]
     pending, running, done = list(ids), {}, {}
     while pending or running:
         load = [list(running.values()).count(g) for g in range(gpus)]
@@ -159,7 +176,7 @@ def _run_gpus(out: Path, ids: list[str], gpus: int, log, per_gpu: int = 1) -> di
             (out / "logs").mkdir(parents=True, exist_ok=True)
             fh = open(out / "logs" / f"{rid}.log", "a")
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
-            cmd = [sys.executable, "-m", "kinterval", "suite", "run-one", "--out", str(out), rid]
+            cmd = [sys.executable, "-m", "kinterval", "suite", "run-one", "--out", str(out), *options, rid]
             running[subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)] = gpu
             log(f"{rid}: started on GPU {gpu} (log {out / 'logs' / (rid + '.log')})")
         time.sleep(2)
@@ -171,14 +188,19 @@ def _run_gpus(out: Path, ids: list[str], gpus: int, log, per_gpu: int = 1) -> di
     return done
 
 
-def submit_slurm(out: Path, ids: list[str], slurm_args: dict, log, executor=None) -> dict:
+def submit_slurm(
+    out: Path, ids: list[str], slurm_args: dict, log, executor=None, device=None, threads=None
+) -> dict:
     """Submit one Slurm job per run: ``{run_id: "submitted (slurm job N)"}``, not results (those come later).
 
-    A GPU is requested only when the runs train on one (a CPU protocol such as ``tiny-cpu`` asks for none).
+    A GPU is requested only when the runs train on one (a CPU protocol such as ``tiny-cpu``, or
+    ``device="cpu"``, asks for none). Each job runs :func:`run_one` with ``device`` and ``threads``.
     ``executor`` replaces submitit's ``SlurmExecutor`` (tests).
     """
     manifest = read_manifest(out)
-    devices = {run_entry(manifest, rid)["config"].get("device", "auto") for rid in ids}
+    devices = (
+        {device} if device else {run_entry(manifest, rid)["config"].get("device", "auto") for rid in ids}
+    )
     params = dict(nodes=1, ntasks_per_node=1, job_name="kinterval")
     if devices != {"cpu"}:
         params["gpus_per_node"] = 1
@@ -188,7 +210,9 @@ def submit_slurm(out: Path, ids: list[str], slurm_args: dict, log, executor=None
     executor.update_parameters(**params)
     jobs = {}
     with executor.batch():
-        pending = [(rid, executor.submit(run_one, str(out), rid)) for rid in ids]
+        pending = [
+            (rid, executor.submit(run_one, str(out), rid, device=device, threads=threads)) for rid in ids
+        ]
     for rid, job in pending:
         jobs[rid] = f"submitted (slurm job {job.job_id})"
         log(f"{rid}: {jobs[rid]}")
