@@ -156,6 +156,29 @@ def test_a_cached_result_answers_only_the_same_request(tiny_run, tmp_path):
     assert docs["request"]["doc_clusters"] is True and docs["request"]["max_blocks"] is None
 
 
+def test_the_request_names_the_data_by_content_not_by_folder(tiny_run, tmp_path):
+    """The request held the data folder's absolute path: a moved data folder (a moved suite folder) made
+    every finished evaluation stale. The same shards in another folder are the same request; other shards
+    are not."""
+    import shutil
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    out = tmp_path / "out"
+    first = evaluate_checkpoint(ckpt, out_dir=out, max_blocks=2)
+    moved = shutil.copytree(tiny_run / "data", tmp_path / "elsewhere" / "data")
+    again = evaluate_checkpoint(ckpt, data=moved, out_dir=out, max_blocks=2)
+    assert again["skipped"] is True and again["request"] == first["request"]
+    js = out / f"{ckpt.name}.json"  # a summary written when the request also held the folder's path
+    old = json.loads(js.read_text())
+    old["request"]["data_dir"] = "/where/the/data/was"
+    js.write_text(json.dumps(old))
+    assert evaluate_checkpoint(ckpt, data=moved, out_dir=out, max_blocks=2)["skipped"] is True
+    prepare("synthetic", tmp_path / "other", tokens=40_000, seed=1, progress=False)
+    other = evaluate_checkpoint(ckpt, data=tmp_path / "other", out_dir=out, max_blocks=2)
+    assert other["skipped"] is False
+    assert other["request"]["shards_sha256"] != first["request"]["shards_sha256"]
+
+
 def test_a_summary_without_a_request_is_not_current(tiny_run, tmp_path):
     """A summary written before the request was recorded cannot show what it answered: it is redone."""
     ckpt = list_checkpoints(tiny_run / "run")[-1]

@@ -71,13 +71,13 @@ def request(
     doc_clusters: bool,
 ) -> dict:
     """What an evaluation of a checkpoint (``state``: its state.json) computes, besides the checkpoint itself:
-    the operator used, the data (folder, split, shard hashes), T, the block cap, document clusters and the
-    fused kernels' eval dot precision (``$KINTERVAL_EVAL_DOT_PRECISION``). JSON values only."""
+    the operator used, the data by content (split, shard hashes, token count; not its folder, so that a moved
+    data folder answers the same request), T, the block cap, document clusters and the fused kernels' eval dot
+    precision (``$KINTERVAL_EVAL_DOT_PRECISION``). JSON values only."""
     numerics = ModelConfig.from_dict(state["model_config"]).numerics
     info = shards.meta["splits"][shards.split]
     return {
         "operator": operator_name(operator if operator is not None else trained_operator(state)),
-        "data_dir": str(shards.root.resolve()),
         "split": shards.split,
         "shards_sha256": [s.get("sha256") for s in info["shards"]],
         "n_tokens": shards.n_tokens,
@@ -90,12 +90,16 @@ def request(
 
 def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
     """The stored result is of these checkpoint bytes and this request (a summary without ``request``,
-    written before it was recorded, is not)."""
+    written before it was recorded, is not). The data folder path that older requests also held is not
+    compared: the shard hashes identify the data."""
     if not (json_path.is_file() and npz_path.is_file()):
         return False
     try:
         s = read_summary(json_path)
-        return s.get("checkpoint_state_sha256") == state_sha256(ckpt) and s.get("request") == req
+        stored = s.get("request")
+        if isinstance(stored, dict):
+            stored = {k: v for k, v in stored.items() if k != "data_dir"}
+        return s.get("checkpoint_state_sha256") == state_sha256(ckpt) and stored == req
     except (json.JSONDecodeError, OSError):
         return False
 
