@@ -9,8 +9,13 @@ Full mode (a suite folder with its checkpoints and data), for every run of the m
   its operator and code identity (``ops_sha256``) the manifest's;
 - every checkpoint has an evaluation of the full split through its own operator (no override), of these
   checkpoint bytes, by the same operator code, whose summary (mean NLL, its CI, block and document counts)
-  is what its per-block arrays give, with as many blocks as the split of the data folder has. Other
-  evaluations of the run (``eval/<tag>/``) must agree with their arrays and be of the current checkpoints.
+  is what its per-block arrays give, of the manifest's data folder, with as many blocks as the split of
+  that folder has. Other evaluations of the run (``eval/<tag>/``) must agree with their arrays and be of the
+  current checkpoints.
+
+A suite folder may have been moved or copied since it ran: a data folder the manifest records relative to it
+is found inside it, and the absolute path a checkpoint or evaluation recorded for that folder where the suite
+folder then was (``/old/place/OUT/data`` for ``data``) names the same folder (:func:`same_data_dir`).
 
 With 0 errors it writes ``DIR/gate.json``, the signed-off record: the sha256 of every result file (manifest,
 run status, metrics, evaluations, probes), the hashes of every checkpoint and each job's block count.
@@ -43,7 +48,9 @@ from kinterval.suite.manifest import (
     eval_settings,
     manifest_suite,
     read_manifest,
+    resolve_data_dir,
     run_row,
+    same_data_dir,
 )
 from kinterval.train.checkpoint import FILES, CheckpointError, config_differences, read_state
 from kinterval.train.config import TrainConfig
@@ -169,6 +176,7 @@ class _Gate:
         self.errs = _Errors()
         self.code = (m.get("code") or {}).get("ops_sha256")
         self.split = m["eval"]["split"]
+        self.data_dir = str(m["data_dir"])  # as recorded: relative to out when the data lies in it
         self.expected: dict[str, dict] = {}  # run_id -> the row the suite file gives
         self.record: dict | None = None  # gate.json (results-only mode)
         self.checkpoints: dict[str, dict] = {}  # for the new gate.json (full mode)
@@ -196,6 +204,16 @@ class _Gate:
 
     def subject(self, rel: str) -> tuple:
         return self.subjects.get(rel, ("file", rel))
+
+    def config_diffs(self, got: dict, want: dict) -> list[str]:
+        """The differences of a recorded config from the expected one, execution fields aside; a ``data.dir``
+        that names the expected folder from where the suite folder was (:func:`same_data_dir`) is none."""
+        data = (got.get("data") or {}).get("dir"), (want.get("data") or {}).get("dir")
+        return [
+            d
+            for d in config_differences(got, want)
+            if d.split(":")[0] not in IGNORED and not (d.startswith("data.dir:") and same_data_dir(*data))
+        ]
 
     # ------------------------------------------------------------------ the manifest
     def check_manifest(self) -> None:
@@ -310,16 +328,14 @@ class _Gate:
             }
             if codes != {self.code}:
                 add(subj, f"{job}: evaluation or training code identity differs from the manifest's")
-            diffs = [
-                d
-                for d in config_differences(s.get("train_config") or {}, exp["config"])
-                if d.split(":")[0] not in IGNORED
-            ]
+            diffs = self.config_diffs(s.get("train_config") or {}, exp["config"])
             if diffs:
                 add(
                     subj,
                     f"{job}: evaluated checkpoint's config differs from the run's ({'; '.join(diffs[:3])})",
                 )
+            if "data_dir" in s and not same_data_dir(s["data_dir"], self.data_dir):
+                add(subj, f"{job}: evaluated on data {s['data_dir']}, not the suite's {self.data_dir}")
             if ck is not None and s.get("checkpoint_state_sha256") != ck["state_sha256"]:
                 add(subj, f"{job}: evaluation is of a different checkpoint (state.json hash differs)")
             if ck is not None and s.get("checkpoint_files") != ck["files"]:
@@ -327,7 +343,7 @@ class _Gate:
             if self.results_only:
                 want = (ck or {}).get("n_blocks")
             else:
-                want = self._n_blocks(s.get("data_dir", exp["config"]["data"]["dir"]), int(s.get("T", 0)))
+                want = self._n_blocks(int(s.get("T", 0)))
                 self.checkpoints[f"{rid}/{name}"] = dict(ck, n_blocks=want)
         except (TypeError, ValueError, AttributeError, KeyError) as err:
             add(subj, f"{self.rel(eval_dir / name)}.json: malformed summary ({err!r}) [{job}]")
@@ -356,11 +372,7 @@ class _Gate:
                     return None
             if state.get("step") != step:
                 add(subj, f"{job}: state.json says step {state.get('step')!r}")
-            diffs = [
-                d
-                for d in config_differences(state["config"], exp["config"])
-                if d.split(":")[0] not in IGNORED
-            ]
+            diffs = self.config_diffs(state["config"], exp["config"])
             if diffs:
                 add(subj, f"{job}: config differs from the suite protocol ({'; '.join(diffs)})")
             op = (state.get("operator") or {}).get("full_name", state["config"]["operator"]["name"])
@@ -435,7 +447,10 @@ class _Gate:
                     "(state.json hash differs)",
                 )
 
-    def _n_blocks(self, data_dir: str, T: int) -> int | None:
+    def _n_blocks(self, T: int) -> int | None:
+        """Blocks of T tokens in the split of the manifest's data folder (resolved against the suite
+        folder)."""
+        data_dir = resolve_data_dir(self.out, self.data_dir)
         key = (data_dir, self.split, T)
         if key not in self.blocks:
             try:
@@ -443,7 +458,7 @@ class _Gate:
             except (FileNotFoundError, ValueError) as err:
                 self.blocks[key] = None
                 self.errs.add(
-                    ("data", data_dir),
+                    ("data", str(data_dir)),
                     f"data folder {data_dir}: cannot count the blocks of split {self.split} ({err}); "
                     "the full gate needs the suite's data (--results-only checks a copy without it)",
                 )

@@ -2,6 +2,9 @@
 axes, seed, the exact training config it must have, its expected checkpoint steps, the code identity and the
 paths of its checkpoints and results. Everything downstream (runner, gate, report) reads identity from here,
 never from directory names.
+
+A data folder inside the suite folder is recorded relative to it (``"data"``), so that the suite folder can be
+moved or copied with its data; one outside it is recorded as an absolute path.
 """
 
 from __future__ import annotations
@@ -21,6 +24,30 @@ from kinterval.train.schedule import make_plan
 MANIFEST = "manifest.json"
 MANIFEST_TSV = "manifest.tsv"
 AXES = ("calibration", "reconstruction", "surrogate", "K", "tau", "range_grad", "arithmetic")
+
+
+def stored_data_dir(out: str | Path, data_dir: str | Path) -> str:
+    """``data_dir`` as the manifest records it: relative (posix) when it lies in ``out``, else absolute."""
+    data, root = Path(out, data_dir).resolve(), Path(out).resolve()
+    return data.relative_to(root).as_posix() if data.is_relative_to(root) else str(data)
+
+
+def resolve_data_dir(out: str | Path, data_dir: str | Path) -> Path:
+    """The folder a recorded ``data_dir`` names: a relative one lies in the suite folder ``out``."""
+    return Path(out, data_dir).resolve()
+
+
+def same_data_dir(recorded, expected: str) -> bool:
+    """A data path recorded by a checkpoint or evaluation names the manifest's ``expected`` one: equal, or,
+    for a data folder inside the suite folder (``expected`` relative), the absolute path it had where the
+    suite folder was when the file was written (``/old/place/OUT/data`` for ``data``)."""
+    if not isinstance(recorded, str) or recorded == expected:
+        return recorded == expected
+    want = Path(expected)
+    if want.is_absolute() or not want.parts:
+        return False
+    got = Path(recorded)
+    return got.is_absolute() and got.parts[-len(want.parts) :] == want.parts
 
 
 def expected_config(run: RunSpec, data_dir: str | Path) -> TrainConfig:
@@ -76,6 +103,7 @@ def build_manifest(
     so that a resumed suite is checked against the code it started with. The suite file's text is embedded
     (``suite_toml``), so that the gate can check every row against the file the suite was run from."""
     ev = eval_settings(suite)
+    data_dir = stored_data_dir(out, data_dir)
     runs = [run_row(r, data_dir, ev) for r in suite.runs]
     src = Path(suite.source)
     text = src.read_bytes().decode("utf-8") if src.is_file() else None
@@ -91,7 +119,7 @@ def build_manifest(
         "suite_toml": text,
         "created": (previous or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "code": code,
-        "data_dir": str(data_dir),
+        "data_dir": data_dir,
         "eval": ev,
         "n_runs": len(runs),
         "n_jobs": sum(len(r["checkpoint_steps"]) for r in runs),

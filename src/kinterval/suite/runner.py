@@ -16,7 +16,14 @@ import time
 from pathlib import Path
 
 from kinterval.suite.definition import Suite, load_suite, select
-from kinterval.suite.manifest import MANIFEST, build_manifest, read_manifest, run_entry, write_manifest
+from kinterval.suite.manifest import (
+    MANIFEST,
+    build_manifest,
+    read_manifest,
+    resolve_data_dir,
+    run_entry,
+    write_manifest,
+)
 from kinterval.train.config import DEVICES
 
 
@@ -45,13 +52,16 @@ def prepare_data(suite: Suite, out: Path, data: str | Path | None) -> Path:
 
 
 def init_suite(name: str | Path, out: str | Path, data: str | Path | None = None) -> dict:
-    """Load the suite, prepare its data and write (or refresh) the manifest."""
+    """Load the suite, prepare its data and write (or refresh) the manifest. On a resume without ``data`` the
+    manifest's data folder is used (a relative one lies in ``out``, wherever ``out`` has been moved)."""
     out = Path(out)
     suite = load_suite(name)
     previous = read_manifest(out) if (out / MANIFEST).is_file() else None
     if previous and previous["suite"] != suite.name:
         raise ValueError(f"{out} holds suite {previous['suite']}, not {suite.name}")
-    data_dir = prepare_data(suite, out, data if data is not None else (previous or {}).get("data_dir"))
+    if data is None and (previous or {}).get("data_dir"):
+        data = resolve_data_dir(out, previous["data_dir"])
+    data_dir = prepare_data(suite, out, data)
     manifest = build_manifest(suite, out, data_dir, previous=previous)
     write_manifest(out, manifest)
     return manifest
@@ -81,7 +91,8 @@ def run_one(
     out: str | Path, run_id: str, *, device: str | None = None, threads: int | None = None, log=print
 ) -> str:
     """Train (or resume) one run of the manifest in ``out``, then evaluate and probe its checkpoints.
-    ``device`` overrides the protocol's; ``threads`` sets torch's CPU threads."""
+    ``device`` overrides the protocol's; ``threads`` sets torch's CPU threads. The run's data folder is
+    resolved against ``out`` (see :func:`resolve_data_dir`)."""
     from kinterval.eval.diagnostics import diagnose_run
     from kinterval.eval.evaluate import evaluate_run
     from kinterval.train.config import TrainConfig
@@ -96,10 +107,11 @@ def run_one(
     manifest = read_manifest(out)
     entry = run_entry(manifest, run_id)
     run_dir = out / entry["run_dir"]
+    data = resolve_data_dir(out, entry["config"]["data"]["dir"])
     status = "cached"
     if not run_complete(run_dir, entry):
         cfg = TrainConfig.from_dict(entry["config"])
-        cfg = cfg.override({"device": device, "log.progress": False})
+        cfg = cfg.override({"device": device, "log.progress": False, "data.dir": str(data)})
         resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step_*"))
         t0 = time.perf_counter()
         result = train(cfg, run_dir, resume=resume)
@@ -108,11 +120,24 @@ def run_one(
             log(f"{run_id}: {status}")
             return result.status
     ev = manifest["eval"]
-    rows = evaluate_run(run_dir, split=ev["split"], doc_clusters=ev["doc_clusters"], device=device or "auto")
+    # data given, the evaluation folder too: the manifest's, not one tagged with the data folder's name
+    rows = evaluate_run(
+        run_dir,
+        split=ev["split"],
+        data=data,
+        out_dir=out / entry["eval_dir"],
+        doc_clusters=ev["doc_clusters"],
+        device=device or "auto",
+    )
     new = sum(not r["skipped"] for r in rows)
     if ev.get("geometry"):
         diagnose_run(
-            run_dir, "geometry", blocks=ev["geometry_blocks"], split=ev["split"], device=device or "auto"
+            run_dir,
+            "geometry",
+            blocks=ev["geometry_blocks"],
+            split=ev["split"],
+            data=data,
+            device=device or "auto",
         )
     log(
         f"{run_id}: {status}; {len(rows)} checkpoints evaluated ({new} new), "
