@@ -90,16 +90,12 @@ def request(
 
 def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
     """The stored result is of these checkpoint bytes and this request (a summary without ``request``,
-    written before it was recorded, is not). The data folder path that older requests also held is not
-    compared: the shard hashes identify the data."""
+    written before it was recorded, is not)."""
     if not (json_path.is_file() and npz_path.is_file()):
         return False
     try:
         s = read_summary(json_path)
-        stored = s.get("request")
-        if isinstance(stored, dict):
-            stored = {k: v for k, v in stored.items() if k != "data_dir"}
-        return s.get("checkpoint_state_sha256") == state_sha256(ckpt) and stored == req
+        return s.get("checkpoint_state_sha256") == state_sha256(ckpt) and s.get("request") == req
     except (json.JSONDecodeError, OSError):
         return False
 
