@@ -30,6 +30,29 @@ def test_estimate_one_seed_is_the_block_bootstrap():
     assert e.eval_se == pytest.approx(b.se) and e.sd is None and e.p == b.p == 2 / 4001
 
 
+@pytest.mark.parametrize("n", [2, 5, 10, 16, 24, 31])
+def test_estimate_on_a_short_series_uses_half_its_length_as_the_block(n):
+    """Below 32 blocks the block is n // 2 (a resample holds two blocks at least): the old block
+    min(16, n) = n made every resample a rotation of the series, a zero-width CI that excluded 0 for noise."""
+    x = np.random.default_rng(n).normal(0.0, 0.05, n)
+    e = A.estimate({7: x})
+    assert e.hi - e.lo > 0 and e.lo < x.mean() < e.hi, (e.lo, e.hi)
+    b = block_bootstrap_ci(x, block=n // 2, n_resamples=4000)
+    assert (e.lo, e.hi, e.p, e.eval_se) == (b.lo, b.hi, b.p, b.se) and e.block == n // 2
+    several = A.estimate({7: x, 42: x + 0.01})
+    assert several.block == n // 2 and several.eval_se > 0
+    assert A.estimate({7: np.resize(x, 48)}).block == 16
+
+
+def test_path_ratio_interval_on_a_short_series_is_not_degenerate():
+    rng = np.random.default_rng(4)
+    fwm = rng.normal(5, 0.3, 10)
+    mm = fwm + rng.normal(0.2, 0.1, 10)
+    res = mm - 0.4 * (mm - fwm) + rng.normal(0, 0.05, 10)
+    ratio, lo, hi = A.path_ratio_ci(mm, res, fwm)
+    assert lo < ratio < hi and hi - lo > 0.01, (ratio, lo, hi)
+
+
 def test_estimate_several_seeds_is_the_seed_summary():
     rng = np.random.default_rng(1)
     xs = {s: rng.normal(m, 0.05, N) for s, m in ((7, 0.10), (42, 0.13), (1337, 0.08))}

@@ -22,6 +22,7 @@ from kinterval.stats import (
     FACTORIAL_WEIGHTS,
     bh_q,
     block_bootstrap_ci,
+    block_length,
     permutation_p_exact,
     permutation_p_random,
     seed_summary,
@@ -29,7 +30,6 @@ from kinterval.stats import (
 from kinterval.stats.bootstrap import circular_block_means
 from kinterval.stats.seeds import MAX_EXACT_N
 
-BLOCK = 16  # circular block-bootstrap block length (paper §4)
 N_RESAMPLES = 4000
 MARGIN = 0.01  # single-seed interpretation margin in nats (paper §4)
 FACTORIAL = {
@@ -53,6 +53,8 @@ class Estimate:
     eval_se: float | None = None  # mean over seeds of the block-bootstrap SE (evaluation sampling)
     sd: float | None = None  # seed SD (several seeds)
     p: float | None = None  # exact sign-permutation p (several seeds), percentile-bootstrap p (one seed)
+    block: int | None = None  # the block bootstrap's block length (stats.block_length: 16, or n // 2 below
+    # 32 blocks); with several seeds of different lengths, the shortest series' block
 
     @property
     def excludes_zero(self) -> bool:
@@ -72,7 +74,8 @@ class Estimate:
 def estimate(per_seed: Mapping[int, np.ndarray], what: str = "contrast") -> Estimate:
     """The one rule: ``per_seed`` maps seed -> per-block contrast (blocks in evaluation order).
 
-    One seed: mean over blocks with a circular moving-block bootstrap CI (block 16, 4000 resamples).
+    One seed: mean over blocks with a circular moving-block bootstrap CI (4000 resamples, block 16, or
+    ``n // 2`` for ``n < 32`` blocks: :func:`kinterval.stats.block_length`, recorded in ``block``).
     Several seeds: the per-seed means' seed summary (mean, SD, t interval with n-1 df) and the exact
     sign-flip permutation p. Either way ``eval_se`` is the block-bootstrap SE, averaged over seeds.
     ``ValueError`` naming ``what``, the seed and the block: a non-finite value, or one seed with one block
@@ -94,18 +97,20 @@ def estimate(per_seed: Mapping[int, np.ndarray], what: str = "contrast") -> Esti
             f"{what}, seed {sorted(per_seed)[0]}: one seed with one validation block has no interval (the "
             "block bootstrap needs two blocks); evaluate more blocks or more seeds"
         )
+    blocks = [block_length(x.size) if x.size >= 2 else None for x in series]
     boots = [
-        block_bootstrap_ci(x, block=min(BLOCK, x.size), n_resamples=N_RESAMPLES) if x.size >= 2 else None
-        for x in series
+        block_bootstrap_ci(x, block=b, n_resamples=N_RESAMPLES) if b is not None else None
+        for x, b in zip(series, blocks)
     ]
     eval_se = None if any(b is None for b in boots) else float(np.mean([b.se for b in boots]))
+    block = None if any(b is None for b in blocks) else min(blocks)
     means = tuple(float(x.mean()) for x in series)
     if len(series) == 1:
         b = boots[0]  # percentile-bootstrap p: BH over single-seed conditions
-        return Estimate(means[0], b.lo, b.hi, "block bootstrap", 1, means, eval_se, p=b.p)
+        return Estimate(means[0], b.lo, b.hi, "block bootstrap", 1, means, eval_se, p=b.p, block=block)
     ss = seed_summary(means)
     p = permutation_p_exact(means) if len(means) <= MAX_EXACT_N else permutation_p_random(means)
-    return Estimate(ss.mean, ss.lo, ss.hi, f"t ({ss.df} df)", ss.n, means, eval_se, ss.sd, p)
+    return Estimate(ss.mean, ss.lo, ss.hi, f"t ({ss.df} df)", ss.n, means, eval_se, ss.sd, p, block)
 
 
 @dataclass
@@ -759,7 +764,8 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
 
 def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, float, float]:
     """The path ratio (MinMax − resolved) / (MinMax − FWM) of the mean NLLs with a percentile interval from
-    the circular block bootstrap over validation blocks (block 16, 4000 resamples; evaluation sampling only).
+    the circular block bootstrap over validation blocks (4000 resamples, block ``stats.block_length(n)``:
+    16, or ``n // 2`` below 32 blocks; evaluation sampling only).
     The three runs' per-block NLL are resampled together: numerator and denominator use the same block starts
     (the same generator seed and draw shapes). Resamples with a zero denominator are dropped. Returns
     (ratio, lo, hi); NaN where the denominator of the means is 0."""
@@ -772,7 +778,7 @@ def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, fl
     gap = float(mm.mean() - fwm.mean())
     if gap == 0:
         return float("nan"), float("nan"), float("nan")
-    block = min(BLOCK, mm.size)
+    block = block_length(mm.size)
     num = circular_block_means(mm - res, block, N_RESAMPLES, np.random.default_rng(0))
     den = circular_block_means(mm - fwm, block, N_RESAMPLES, np.random.default_rng(0))
     ok = den != 0
