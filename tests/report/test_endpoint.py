@@ -13,7 +13,8 @@ from synthetic_results import write_results
 from kinterval.report import analysis as A
 from kinterval.report import claims as C
 from kinterval.report.build import build_report
-from kinterval.report.results import Point
+from kinterval.report.results import Point, load_results
+from kinterval.stats import bh_q
 
 N = 48
 BASE = np.random.default_rng(0).normal(4.0, 0.2, N)
@@ -153,3 +154,50 @@ def test_report_lists_the_run_that_stopped_early(tmp_path):
         data["unpaired"]
     )
     assert "lerp-k4-s42 [val] in ΔNLL vs softmax" in (tmp_path / "rep" / "unpaired.md").read_text()
+
+
+def test_bh_family_keeps_a_condition_that_lacks_a_seed_at_the_endpoint():
+    """BH q is over the conditions of the setting's design: lerp-k16's seed-42 run stopped early, so its row
+    has two seeds, yet it stays in the family of the three conditions (the old family, the realized seed
+    tuple, put it alone, q = p, and corrected the other two over a family of two)."""
+    pts = runs(
+        {"softmax": 0.0, "lerp-k4": 0.05, "lerp-k8": 0.02, "lerp-k16": 0.01},
+        seeds=(7, 42, 1337),
+        crashed={("lerp-k16", 42)},
+    )
+    rows = A.delta_table(A.softmax_pairs(pts))
+    assert [r.seeds for r in rows] == [(7, 42, 1337), (7, 42, 1337), (7, 1337)]
+    assert [r.q for r in rows] == pytest.approx(list(bh_q([r.est.p for r in rows])))
+    assert rows[0].q == pytest.approx(0.375)  # p = 2/8 of three seeds, ranked in a family of three
+
+
+DESIGN_SUITE = SUITE.replace("seeds = [7, 42]", "seeds = [7, 42, 1337]").replace(
+    'operators = ["softmax", "lerp-k4", "lerp-k16"]',
+    'operators = ["softmax", "lerp-k4", "lerp-k8", "lerp-k16"]\n\n'
+    '[[group]]\nname = "supplementary"\noperators = ["minmax-weight-k4"]\nseeds = [1337]',
+)
+
+
+def test_bh_family_is_the_planned_design_not_the_seeds_evaluated(tmp_path):
+    """A run that was never evaluated (lerp-k16 seed 42) is in the manifest: its condition keeps the design
+    seeds (7, 42, 1337) and its family; a group planned on one seed in the same setting is a family of its
+    own."""
+    (tmp_path / "design.toml").write_text(DESIGN_SUITE)
+    eff = {"softmax": 0.0, "lerp-k4": 0.08, "lerp-k8": 0.03, "lerp-k16": 0.01, "minmax-weight-k4": 0.2}
+    write_results(
+        tmp_path / "d",
+        tmp_path / "design.toml",
+        lambda r, f: eff[r["operator"]] * f,
+        runs=lambda r: r["run_id"] != "lerp-k16-s42",
+        heldout={"test__ptb": ("ptb", 32, lambda r: eff[r["operator"]], False)},
+    )
+    points = load_results(tmp_path / "d").points
+    primary = [p for p in points if p.primary]
+    for table in (A.delta_table(A.softmax_pairs(primary)), A.heldout_table(points)):
+        rows = {r.key.operator: r for r in table if r.q is not None}
+        lerp = [rows[op] for op in ("lerp-k4", "lerp-k8", "lerp-k16")]
+        assert rows["lerp-k16"].seeds == (7, 1337)
+        assert [r.q for r in lerp] == pytest.approx(list(bh_q([r.est.p for r in lerp])))
+        supp = rows["minmax-weight-k4"]
+        assert supp.seeds == (1337,) and supp.q == supp.est.p
+    assert {p.design_seeds for p in points if p.operator == "lerp-k16"} == {(7, 42, 1337)}

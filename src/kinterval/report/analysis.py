@@ -129,6 +129,7 @@ class Row:
     nll_sd: float | None = None  # its seed SD (several seeds)
     control_nll: float | None = None  # its control's mean NLL, mean over seeds
     q: float | None = None  # BH q within the table's family
+    design: tuple = ()  # the condition's design (:func:`design_of`): its BH family within a setting
     recovery: float | None = None  # gap recovery (detach pairs), path ratio (tail decomposition)
     recovery_lo: float | None = None  # its 95% interval, where one is computed (the path ratio)
     recovery_hi: float | None = None
@@ -271,6 +272,16 @@ def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=la
     return out
 
 
+def design_of(points: Iterable[Point]) -> tuple:
+    """The design of a condition's points: the seeds the loaded manifests plan for it (``Point.design_seeds``,
+    a run that crashed or was never evaluated included), or, for points built without a manifest, the suites
+    they come from. Never the seeds realized at a row's endpoint."""
+    points = list(points)
+    if points and all(p.design_seeds for p in points):
+        return ("seeds", tuple(sorted({s for p in points for s in p.design_seeds})))
+    return ("suites", tuple(sorted({p.suite for p in points})))
+
+
 def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
     pairs = sorted(pairs, key=lambda x: x.point.seed)
     p0 = pairs[0].point
@@ -289,6 +300,7 @@ def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
         nll=float(np.mean([x.point.mean for x in pairs])),
         nll_sd=float(np.std([x.point.mean for x in pairs], ddof=1)) if len(pairs) > 1 else None,
         control_nll=float(np.mean([x.control.mean for x in pairs])),
+        design=design_of(x.point for x in pairs),
         **kw,
     )
 
@@ -298,10 +310,12 @@ def _sort_key(r: Row):
     return (k.setting() if k else (0, "", ""), r.family, r.K or 0, k.operator if k else r.contrast, r.tokens)
 
 
-def apply_bh(rows: list[Row], family=lambda r: (r.key.setting(), r.seeds)) -> None:
+def apply_bh(rows: list[Row], family=lambda r: (r.key.setting(), r.design)) -> None:
     """BH q over the rows of each family that have a p. The default family is the paper's: the conditions of
-    one token budget, data and evaluation tag (corpus and forward mode) run on the same seeds (suite D's 25
-    conditions; suite A's 14 per corpus and mode), so a supplementary single-seed run does not join it."""
+    one token budget, data and evaluation tag (corpus and forward mode) of one design, the seeds the suite
+    planned for them (suite D's 25 conditions; suite A's 14 per corpus and mode): a condition whose run of
+    one seed crashed or is missing at the endpoint stays in its family, and a supplementary single-seed run
+    (planned on other seeds) does not join it. See :func:`design_of`."""
     fam: dict = defaultdict(list)
     for r in rows:
         if r.est.p is not None:
