@@ -115,6 +115,22 @@ def test_claim_contrast_is_at_one_endpoint():
     assert list(unpaired) == ["minmax-weight-k4-s42 [val] in the claim minmax-weight-k4 − fwm-prob-k4"]
 
 
+@pytest.mark.parametrize("tau_run_first", [True, False])
+def test_claim_contrast_takes_the_default_tau_operator_only(tau_run_first):
+    """A same-seed fwm-prob-k4[tau=5] run (another operator: its tau override) must not stand in for
+    fwm-prob-k4 in the claim MinMax–Weight K4 ≫ FWM–Prob K4, whatever the order of the points; the
+    historical-arithmetic cells still count (only the arithmetic override is ignored)."""
+    ops = {"minmax-weight-k4": 0.2, "fwm-prob-k4": 0.01, "fwm-prob-k4[tau=5]": 0.15}
+    pts = runs(ops)
+    pts.sort(key=lambda p: ("[tau=5]" in p.operator) != tau_run_first)
+    (row,) = C._contrast_rows(pts, "minmax-weight-k4", "fwm-prob-k4", None)
+    assert row.est.mean == pytest.approx(0.2 - 0.01) and row.seeds == (7, 42)
+    hist = runs({f"{op}[arithmetic=historical]": e for op, e in ops.items() if "tau" not in op})
+    hist += runs({"fwm-prob-k4[tau=5,arithmetic=historical]": 0.15})
+    (row,) = C._contrast_rows(hist, "minmax-weight-k4", "fwm-prob-k4", None)
+    assert row.est.mean == pytest.approx(0.2 - 0.01) and row.family == "arithmetic=historical"
+
+
 SUITE = """
 name = "crash"
 protocol = "tiny-cpu"
