@@ -217,3 +217,56 @@ def test_bh_family_is_the_planned_design_not_the_seeds_evaluated(tmp_path):
         supp = rows["minmax-weight-k4"]
         assert supp.seeds == (1337,) and supp.q == supp.est.p
     assert {p.design_seeds for p in points if p.operator == "lerp-k16"} == {(7, 42, 1337)}
+
+
+def _geo_point(seed, tokens, h, span):
+    nll = BASE + 0.01 * seed
+    p = Point(
+        "s",
+        f"lerp-k4-s{seed}",
+        "g",
+        "lerp-k4",
+        seed,
+        1000,
+        tokens // 100,
+        tokens,
+        "val",
+        ("d", "val", 64, N),
+        nll,
+    )
+    p.geometry = {"h": h, "span": span}
+    return p
+
+
+def test_final_geometry_is_at_the_endpoint():
+    """Seed 42 stopped at 500 tokens: its early geometry is not averaged with seed 7's endpoint geometry (the
+    old code took each run's last checkpoint: h 1.5, span 20), it is left out and listed."""
+    pts = [_geo_point(7, 500, 1.0, 10.0), _geo_point(7, 1000, 2.0, 30.0), _geo_point(42, 500, 1.0, 10.0)]
+    unpaired: dict[str, str] = {}
+    (geo,) = A.final_geometry(pts, unpaired).values()
+    assert geo == {"h": 2.0, "span": 30.0}
+    assert list(unpaired) == ["lerp-k4-s42 [val] in geometry"]
+    with pytest.raises(ValueError, match="lerp-k4-s42 .val. in geometry: no evaluation at the endpoint"):
+        A.final_geometry(pts)
+
+
+def test_report_geometry_and_width_gap_are_at_the_endpoint(tmp_path):
+    (tmp_path / "crash.toml").write_text(SUITE)
+    eff = {"softmax": 0.0, "lerp-k4": 0.08, "lerp-k16": 0.02}
+    m = write_results(
+        tmp_path / "crash",
+        tmp_path / "crash.toml",
+        lambda r, f: eff[r["operator"]] * f,
+        geometry=lambda r, f: {"h": f, "span": 10.0 * f},
+    )
+    (run,) = [r for r in m["runs"] if r["run_id"] == "lerp-k4-s42"]
+    last = f"step_{run['checkpoint_steps'][-1]:06d}"
+    run_dir = tmp_path / "crash" / run["run_dir"]
+    for f in (run_dir / "eval" / "val" / f"{last}.json", run_dir / "eval" / "val" / f"{last}.npz"):
+        f.unlink()  # the run crashed before its last checkpoint was evaluated and probed
+    (run_dir / "diagnostics" / "geometry" / f"{last}.json").unlink()
+    build_report(tmp_path / "crash", tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    geo = {k.split(" ")[0]: g for k, g in data["geometry"].items()}
+    assert geo["lerp-k4"] == {"h": 1.0, "span": 10.0}, geo  # seed 7 at the endpoint only
+    assert "lerp-k4-s42 [val] in geometry" in data["unpaired"]

@@ -593,11 +593,19 @@ def cross_setting(rows: list[Row]) -> tuple[list[tuple], dict[str, dict[tuple, R
     return settings, dict(sorted(table.items()))
 
 
-def final_geometry(points: list[Point]) -> dict[Key, dict[str, float]]:
-    """Layer-mean geometry at each key's final checkpoint, averaged over seeds (finite values only)."""
-    acc: dict[Key, list[dict]] = defaultdict(list)
-    for p in final([p for p in points if p.primary and p.geometry]):
-        acc[p.key].append(p.geometry)
+def final_geometry(
+    points: list[Point], unpaired: dict[str, str] | None = None
+) -> dict[Key, dict[str, float]]:
+    """Layer-mean geometry at each key's endpoint, averaged over seeds (finite values only): the paper's
+    "averaged over layers and seeds at the 100M endpoint". Every seed is at one checkpoint
+    (:func:`at_endpoint`, the largest training-token count the key's geometry probes reached, as in the ΔNLL
+    rows it is set against); a run whose last probe is earlier is left out and listed in ``unpaired``
+    (``ValueError`` when None)."""
+    by_key: dict[Key, list[Point]] = defaultdict(list)
+    for p in points:
+        if p.primary and p.geometry:
+            by_key[p.key].append(p)
+    acc = {k: [p.geometry for p in at_endpoint(ps, "geometry", unpaired)] for k, ps in by_key.items()}
     out = {}
     for k, gs in acc.items():
         vals = {m: [g[m] for g in gs if g.get(m) is not None and np.isfinite(g[m])] for m in gs[0]}

@@ -242,13 +242,11 @@ def build_report(suite_dirs, out: str | Path) -> Path:
             *T.detach_rows(tail),
             "Tail policy: MinMax − resolved and resolved − FWM, same seed (path ratio in the last column)",
         )
-    geo_end = A.final_geometry(points)
+    geo_end = A.final_geometry(points, left_out)
     if geo_end:
         data["geometry"] = {_label(k, True): g for k, g in geo_end.items()}
         data["geometry_trajectories"] = geo
-        ix.table(
-            "geometry", *T.geometry_rows(geo_end), "Final-checkpoint geometry (layer mean, mean over seeds)"
-        )
+        ix.table("geometry", *T.geometry_rows(geo_end), "Endpoint geometry (layer mean, mean over seeds)")
         gap = {
             _label(r.key, len(settings) > 1): (
                 geo_end[r.key].get("h"),
