@@ -59,9 +59,10 @@ def cmd_demo(args) -> int:
         interval = f"[{c['lo']:+.4f}, {c['hi']:+.4f}]" + (" separated" if c["separated"] else "") if c else ""
         line = f"{r['operator']:<22}{r['val_nll']:>10.4f}{r['delta_nll']:>+18.4f}   {interval:<24}"
         print(f"{line}{r['train_s']:>8.1f}")
+    block = report["rows"][0]["block"] if report["rows"] else 16  # 16, or n // 2 below 32 blocks
     print(
         f"({rows[0]['blocks']} validation blocks; ΔNLL > 0: worse than softmax, nats/token; circular block"
-        " bootstrap,\n block 16, 4000 resamples; 'separated': CI lower bound > +0.01)"
+        f" bootstrap,\n block {block}, 4000 resamples; 'separated': CI lower bound > +0.01)"
     )
     print(f"report: {report['index']}")
     print(f"total {time.perf_counter() - t0:.0f} s")

@@ -16,6 +16,7 @@ from kinterval.eval.checkpoints import list_checkpoints
 from kinterval.eval.evaluate import eval_dir, evaluate_checkpoint, evaluate_run
 from kinterval.eval.nll import document_ids, per_document
 from kinterval.eval.tau_screen import Stage, floor_tail, run_stage, stage3_table
+from kinterval.stats import block_bootstrap_ci
 from kinterval.train import checkpoint as C
 from kinterval.train.config import TrainConfig
 from kinterval.train.load import load_run
@@ -97,6 +98,21 @@ def test_partial_evaluation_is_not_marked_as_the_full_split(tiny_run, tmp_path):
     ckpt = list_checkpoints(tiny_run / "run")[-1]
     r = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=3)
     assert r["n_blocks"] == 3 and r["all_blocks"] is False
+
+
+def test_a_short_evaluation_records_its_block_and_a_non_degenerate_ci(tiny_run, tmp_path):
+    """Six blocks: block 3 (stats.block_length), recorded as mean_ci95_block; the old block min(16, 6) = 6
+    made every resample a rotation of the series and mean_ci95 a zero-width interval at the mean."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    r = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=6)
+    with np.load(tmp_path / f"{r['checkpoint']}.npz") as z:
+        nll = z["nll"]
+    lo, hi = r["mean_ci95"]
+    assert lo < r["mean_nll"] < hi, (lo, r["mean_nll"], hi)
+    ci = block_bootstrap_ci(nll, block=3)
+    assert r["mean_ci95_block"] == 3 and (lo, hi) == (ci.lo, ci.hi)
+    full = evaluate_checkpoint(ckpt, out_dir=tmp_path / "full")
+    assert full["n_blocks"] >= 32 and full["mean_ci95_block"] == 16
 
 
 def test_evaluation_of_a_replaced_checkpoint_is_redone(tiny_run, tmp_path):

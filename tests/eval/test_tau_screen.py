@@ -49,6 +49,14 @@ def test_every_condition_gets_a_ci_against_softmax():
         contrasts(res)
 
 
+def test_a_short_stage_gets_a_ci_of_half_its_length_blocks():
+    """A stage of 10 blocks: block 5 (stats.block_length), not the whole series, whose every circular resample
+    is a rotation with the same mean (the old CI had zero width)."""
+    rows = contrasts(planted_stage(blocks=10), n_resamples=500)
+    for r in rows:
+        assert r["hi"] - r["lo"] > 1e-4 and r["lo"] < r["delta"] < r["hi"], r
+
+
 def test_stage3_table_gives_each_tau_minus_softmax():
     res = planted_stage()
     md, rows = stage3_table(res, n_resamples=500)

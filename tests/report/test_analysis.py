@@ -30,14 +30,41 @@ def test_estimate_one_seed_is_the_block_bootstrap():
     assert e.eval_se == pytest.approx(b.se) and e.sd is None and e.p == b.p == 2 / 4001
 
 
+@pytest.mark.parametrize("n", [2, 5, 10, 16, 24, 31])
+def test_estimate_on_a_short_series_uses_half_its_length_as_the_block(n):
+    """Below 32 blocks the block is n // 2 (a resample holds two blocks at least): the old block
+    min(16, n) = n made every resample a rotation of the series, a zero-width CI that excluded 0 for noise."""
+    x = np.random.default_rng(n).normal(0.0, 0.05, n)
+    e = A.estimate({7: x})
+    assert e.hi - e.lo > 0 and e.lo < x.mean() < e.hi, (e.lo, e.hi)
+    b = block_bootstrap_ci(x, block=n // 2, n_resamples=4000)
+    assert (e.lo, e.hi, e.p, e.eval_se) == (b.lo, b.hi, b.p, b.se) and e.block == n // 2
+    several = A.estimate({7: x, 42: x + 0.01})
+    assert several.block == n // 2 and several.eval_se > 0
+    assert A.estimate({7: np.resize(x, 48)}).block == 16
+
+
+def test_path_ratio_interval_on_a_short_series_is_not_degenerate():
+    rng = np.random.default_rng(4)
+    fwm = rng.normal(5, 0.3, 10)
+    mm = fwm + rng.normal(0.2, 0.1, 10)
+    res = mm - 0.4 * (mm - fwm) + rng.normal(0, 0.05, 10)
+    ratio, lo, hi = A.path_ratio_ci(mm, res, fwm)
+    assert lo < ratio < hi and hi - lo > 0.01, (ratio, lo, hi)
+
+
 def test_estimate_several_seeds_is_the_seed_summary():
     rng = np.random.default_rng(1)
-    xs = {s: rng.normal(m, 0.05, N) for s, m in ((7, 0.10), (42, 0.13), (1337, 0.08))}
+    xs = {s: rng.normal(m, sd, N) for s, m, sd in ((7, 0.10, 0.02), (42, 0.13, 0.05), (1337, 0.08, 0.1))}
     e = A.estimate(xs)
     means = [xs[s].mean() for s in (7, 42, 1337)]
     ss = seed_summary(means)
     assert (e.mean, e.lo, e.hi, e.sd, e.interval) == pytest.approx((ss.mean, ss.lo, ss.hi, ss.sd, "t (2 df)"))
     assert e.p == permutation_p_exact(means) and e.per_seed == tuple(means)
+    # the paired evaluation SE (tab:seedend, fig:seeds b): the mean over seeds of each seed's block-bootstrap
+    # SE of the contrast (the seeds' evaluation noise differs here: 0.02, 0.05, 0.1 per block)
+    ses = [block_bootstrap_ci(xs[s], block=16, n_resamples=4000).se for s in (7, 42, 1337)]
+    assert e.eval_se == pytest.approx(np.mean(ses), rel=1e-12) and max(ses) > 3 * min(ses)
 
 
 def test_factorial_takes_tau_from_the_spec():
@@ -192,6 +219,33 @@ def test_factorial_pooled_and_k_interaction_rows():
     assert not any("K×interaction" in c for _, c in by)
 
 
+def test_factorial_simple_effects_and_cells_against_lerp():
+    """The four simple effects (each one factor's difference at one level of the other) and the cells minus
+    LERP at the same K and seed, against planted cell values that make every sign and cell distinct."""
+    mm_w, mm_p, fwm_w, fwm_p, lerp = 0.20, 0.14, 0.04, 0.01, 0.09
+    seeds = (7, 42)
+    pts = _factorial_points({4: (mm_w, mm_p, fwm_w, fwm_p)}, seeds=seeds)
+    base = np.random.default_rng(6).normal(4.0, 0.2, N)
+    pts += [point("lerp-k4", s, base + lerp + 0.001 * s) for s in seeds]
+    by = {r.contrast: r for r in A.factorial_effects(pts) if r.K == 4}
+    expected = {
+        "Prob − Weight under MinMax": mm_p - mm_w,
+        "Prob − Weight under FWM": fwm_p - fwm_w,
+        "FWM − MinMax under Weight-STE": fwm_w - mm_w,
+        "FWM − MinMax under Prob-STE": fwm_p - mm_p,
+        "calibration": (fwm_w + fwm_p - mm_w - mm_p) / 2,
+        "surrogate": (mm_p + fwm_p - mm_w - fwm_w) / 2,
+        "interaction": (fwm_p - fwm_w) - (mm_p - mm_w),
+        "MinMax–Weight K4 − LERP K4": mm_w - lerp,
+        "FWM–Weight K4 − LERP K4": fwm_w - lerp,
+        "FWM–Prob K4 − LERP K4": fwm_p - lerp,
+    }
+    for name, value in expected.items():
+        assert by[name].seeds == seeds, name
+        assert by[name].est.per_seed == pytest.approx((value, value), abs=1e-12), name
+    assert set(A.SIMPLE_EFFECTS) <= set(by)
+
+
 def test_factorial_uses_the_seeds_every_cell_has():
     pts = _factorial_points({4: (0.20, 0.14, 0.04, 0.01)}, seeds=(7, 42), missing={("fwm-prob-k4", 42)})
     rows = {r.contrast: r for r in A.factorial_effects(pts)}
@@ -243,3 +297,33 @@ def test_heldout_document_ids_that_differ_from_the_controls_are_an_error():
     ]
     with pytest.raises(ValueError, match=r"lerp-k4-s7 \[val__c4\] and its control softmax-s7 .*document ids"):
         A.heldout_table(pts)
+
+
+def test_rank_statistics_use_each_seeds_own_ordering():
+    """Kendall's W and the pairwise Spearman are over the per-seed ΔNLL (seeds as raters), with orderings
+    planted to differ by seed; against the textbook W (no ties) and scipy's Spearman for every seed pair."""
+    from itertools import combinations
+
+    from scipy.stats import spearmanr
+
+    seeds = (7, 42, 1337)
+    planted = {  # condition -> per-seed ΔNLL vs softmax
+        "lerp-k4": (0.10, 0.02, 0.05),
+        "lerp-k8": (0.04, 0.09, 0.01),
+        "lerp-k16": (0.02, 0.03, 0.08),
+        "lerp-k32": (0.06, 0.01, 0.03),
+        "lerp-k64": (0.01, 0.05, 0.02),
+    }
+    base = {s: np.random.default_rng(s).normal(4.0, 0.2, N) for s in seeds}
+    pts = [point("softmax", s, base[s]) for s in seeds]
+    pts += [point(op, s, base[s] + d) for op, ds in planted.items() for s, d in zip(seeds, ds)]
+    rows = A.delta_table(A.softmax_pairs(pts))
+    (st,) = A.rank_statistics(rows, {})
+    assert st.seeds == seeds and len(st.conditions) == 5
+    scores = np.array([[planted[op][i] for op in st.conditions] for i in range(len(seeds))])
+    ranks = scores.argsort(axis=1).argsort(axis=1) + 1.0
+    m, n = ranks.shape
+    w = 12 * ((ranks.sum(axis=0) - ranks.sum(axis=0).mean()) ** 2).sum() / (m**2 * (n**3 - n))
+    assert st.kendall_w == pytest.approx(w, abs=1e-12) and st.kendall_w < 0.5
+    rho = [spearmanr(scores[i], scores[j]).statistic for i, j in combinations(range(m), 2)]
+    assert st.pairwise_spearman == pytest.approx(rho, abs=1e-12) and min(rho) < 0

@@ -13,7 +13,8 @@ from synthetic_results import write_results
 from kinterval.report import analysis as A
 from kinterval.report import claims as C
 from kinterval.report.build import build_report
-from kinterval.report.results import Point
+from kinterval.report.results import Point, load_results
+from kinterval.stats import bh_q
 
 N = 48
 BASE = np.random.default_rng(0).normal(4.0, 0.2, N)
@@ -114,6 +115,22 @@ def test_claim_contrast_is_at_one_endpoint():
     assert list(unpaired) == ["minmax-weight-k4-s42 [val] in the claim minmax-weight-k4 − fwm-prob-k4"]
 
 
+@pytest.mark.parametrize("tau_run_first", [True, False])
+def test_claim_contrast_takes_the_default_tau_operator_only(tau_run_first):
+    """A same-seed fwm-prob-k4[tau=5] run (another operator: its tau override) must not stand in for
+    fwm-prob-k4 in the claim MinMax–Weight K4 ≫ FWM–Prob K4, whatever the order of the points; the
+    historical-arithmetic cells still count (only the arithmetic override is ignored)."""
+    ops = {"minmax-weight-k4": 0.2, "fwm-prob-k4": 0.01, "fwm-prob-k4[tau=5]": 0.15}
+    pts = runs(ops)
+    pts.sort(key=lambda p: ("[tau=5]" in p.operator) != tau_run_first)
+    (row,) = C._contrast_rows(pts, "minmax-weight-k4", "fwm-prob-k4", None)
+    assert row.est.mean == pytest.approx(0.2 - 0.01) and row.seeds == (7, 42)
+    hist = runs({f"{op}[arithmetic=historical]": e for op, e in ops.items() if "tau" not in op})
+    hist += runs({"fwm-prob-k4[tau=5,arithmetic=historical]": 0.15})
+    (row,) = C._contrast_rows(hist, "minmax-weight-k4", "fwm-prob-k4", None)
+    assert row.est.mean == pytest.approx(0.2 - 0.01) and row.family == "arithmetic=historical"
+
+
 SUITE = """
 name = "crash"
 protocol = "tiny-cpu"
@@ -153,3 +170,103 @@ def test_report_lists_the_run_that_stopped_early(tmp_path):
         data["unpaired"]
     )
     assert "lerp-k4-s42 [val] in ΔNLL vs softmax" in (tmp_path / "rep" / "unpaired.md").read_text()
+
+
+def test_bh_family_keeps_a_condition_that_lacks_a_seed_at_the_endpoint():
+    """BH q is over the conditions of the setting's design: lerp-k16's seed-42 run stopped early, so its row
+    has two seeds, yet it stays in the family of the three conditions (the old family, the realized seed
+    tuple, put it alone, q = p, and corrected the other two over a family of two)."""
+    pts = runs(
+        {"softmax": 0.0, "lerp-k4": 0.05, "lerp-k8": 0.02, "lerp-k16": 0.01},
+        seeds=(7, 42, 1337),
+        crashed={("lerp-k16", 42)},
+    )
+    rows = A.delta_table(A.softmax_pairs(pts))
+    assert [r.seeds for r in rows] == [(7, 42, 1337), (7, 42, 1337), (7, 1337)]
+    assert [r.q for r in rows] == pytest.approx(list(bh_q([r.est.p for r in rows])))
+    assert rows[0].q == pytest.approx(0.375)  # p = 2/8 of three seeds, ranked in a family of three
+
+
+DESIGN_SUITE = SUITE.replace("seeds = [7, 42]", "seeds = [7, 42, 1337]").replace(
+    'operators = ["softmax", "lerp-k4", "lerp-k16"]',
+    'operators = ["softmax", "lerp-k4", "lerp-k8", "lerp-k16"]\n\n'
+    '[[group]]\nname = "supplementary"\noperators = ["minmax-weight-k4"]\nseeds = [1337]',
+)
+
+
+def test_bh_family_is_the_planned_design_not_the_seeds_evaluated(tmp_path):
+    """A run that was never evaluated (lerp-k16 seed 42) is in the manifest: its condition keeps the design
+    seeds (7, 42, 1337) and its family; a group planned on one seed in the same setting is a family of its
+    own."""
+    (tmp_path / "design.toml").write_text(DESIGN_SUITE)
+    eff = {"softmax": 0.0, "lerp-k4": 0.08, "lerp-k8": 0.03, "lerp-k16": 0.01, "minmax-weight-k4": 0.2}
+    write_results(
+        tmp_path / "d",
+        tmp_path / "design.toml",
+        lambda r, f: eff[r["operator"]] * f,
+        runs=lambda r: r["run_id"] != "lerp-k16-s42",
+        heldout={"test__ptb": ("ptb", 32, lambda r: eff[r["operator"]], False)},
+    )
+    points = load_results(tmp_path / "d").points
+    primary = [p for p in points if p.primary]
+    for table in (A.delta_table(A.softmax_pairs(primary)), A.heldout_table(points)):
+        rows = {r.key.operator: r for r in table if r.q is not None}
+        lerp = [rows[op] for op in ("lerp-k4", "lerp-k8", "lerp-k16")]
+        assert rows["lerp-k16"].seeds == (7, 1337)
+        assert [r.q for r in lerp] == pytest.approx(list(bh_q([r.est.p for r in lerp])))
+        supp = rows["minmax-weight-k4"]
+        assert supp.seeds == (1337,) and supp.q == supp.est.p
+    assert {p.design_seeds for p in points if p.operator == "lerp-k16"} == {(7, 42, 1337)}
+
+
+def _geo_point(seed, tokens, h, span):
+    nll = BASE + 0.01 * seed
+    p = Point(
+        "s",
+        f"lerp-k4-s{seed}",
+        "g",
+        "lerp-k4",
+        seed,
+        1000,
+        tokens // 100,
+        tokens,
+        "val",
+        ("d", "val", 64, N),
+        nll,
+    )
+    p.geometry = {"h": h, "span": span}
+    return p
+
+
+def test_final_geometry_is_at_the_endpoint():
+    """Seed 42 stopped at 500 tokens: its early geometry is not averaged with seed 7's endpoint geometry (the
+    old code took each run's last checkpoint: h 1.5, span 20), it is left out and listed."""
+    pts = [_geo_point(7, 500, 1.0, 10.0), _geo_point(7, 1000, 2.0, 30.0), _geo_point(42, 500, 1.0, 10.0)]
+    unpaired: dict[str, str] = {}
+    (geo,) = A.final_geometry(pts, unpaired).values()
+    assert geo == {"h": 2.0, "span": 30.0}
+    assert list(unpaired) == ["lerp-k4-s42 [val] in geometry"]
+    with pytest.raises(ValueError, match="lerp-k4-s42 .val. in geometry: no evaluation at the endpoint"):
+        A.final_geometry(pts)
+
+
+def test_report_geometry_and_width_gap_are_at_the_endpoint(tmp_path):
+    (tmp_path / "crash.toml").write_text(SUITE)
+    eff = {"softmax": 0.0, "lerp-k4": 0.08, "lerp-k16": 0.02}
+    m = write_results(
+        tmp_path / "crash",
+        tmp_path / "crash.toml",
+        lambda r, f: eff[r["operator"]] * f,
+        geometry=lambda r, f: {"h": f, "span": 10.0 * f},
+    )
+    (run,) = [r for r in m["runs"] if r["run_id"] == "lerp-k4-s42"]
+    last = f"step_{run['checkpoint_steps'][-1]:06d}"
+    run_dir = tmp_path / "crash" / run["run_dir"]
+    for f in (run_dir / "eval" / "val" / f"{last}.json", run_dir / "eval" / "val" / f"{last}.npz"):
+        f.unlink()  # the run crashed before its last checkpoint was evaluated and probed
+    (run_dir / "diagnostics" / "geometry" / f"{last}.json").unlink()
+    build_report(tmp_path / "crash", tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    geo = {k.split(" ")[0]: g for k, g in data["geometry"].items()}
+    assert geo["lerp-k4"] == {"h": 1.0, "span": 10.0}, geo  # seed 7 at the endpoint only
+    assert "lerp-k4-s42 [val] in geometry" in data["unpaired"]

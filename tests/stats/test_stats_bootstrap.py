@@ -4,6 +4,7 @@ from scipy import signal
 
 from kinterval.stats import (
     block_bootstrap_ci,
+    block_length,
     cluster_bootstrap_ci,
     family_bootstrap_ci,
     paired_bootstrap_ci,
@@ -22,7 +23,7 @@ def _naive_block_means(x, block, n_resamples, seed):
     return np.array(means)
 
 
-@pytest.mark.parametrize(("n", "block"), [(243, 16), (50, 7), (64, 16), (10, 10), (9, 1)])
+@pytest.mark.parametrize(("n", "block"), [(243, 16), (50, 7), (64, 16), (10, 5), (33, 16), (9, 1)])
 def test_block_bootstrap_matches_explicit_resampling(n, block):
     x = np.random.default_rng(n).normal(size=n)
     ref = _naive_block_means(x, block, 200, seed=5)
@@ -32,6 +33,30 @@ def test_block_bootstrap_matches_explicit_resampling(n, block):
     assert (r.lo, r.hi) == pytest.approx((lo, hi), rel=1e-10, abs=1e-12)
     assert r.se == pytest.approx(ref.std(ddof=1), rel=1e-10)
     assert r.level == 0.95 and r.n_resamples == 200
+
+
+@pytest.mark.parametrize(("n", "block"), [(20, 11), (20, 20), (10, 10), (31, 16), (3, 2), (2, 2)])
+def test_block_bootstrap_refuses_a_block_longer_than_half_the_series(n, block):
+    """With one block (block > n // 2) every circular resample is a rotation of the series with its mean: the
+    interval would have zero width, exclude 0 and give p at its floor for a series of pure noise."""
+    x = np.random.default_rng(n).normal(0.0, 1.0, n)
+    with pytest.raises(ValueError, match="at least two blocks"):
+        block_bootstrap_ci(x, block=block)
+
+
+def test_block_length_is_the_papers_16_or_half_a_short_series():
+    assert [block_length(n) for n in (2, 3, 5, 10, 16, 24, 31, 32, 33, 64, 243)] == [
+        1, 1, 2, 5, 8, 12, 15, 16, 16, 16, 16
+    ]  # fmt: skip
+    assert block_length(40, block=8) == 8 and block_length(10, block=8) == 5
+    for n in range(2, 80):  # always a valid block: no ValueError, a resample holds at least two blocks
+        r = block_bootstrap_ci(
+            np.random.default_rng(n).normal(size=n), block=block_length(n), n_resamples=200
+        )
+        assert r.lo < r.hi
+    for bad in (1, 0, 2.5):
+        with pytest.raises(ValueError):
+            block_length(bad)
 
 
 def test_block_bootstrap_deterministic_and_seeded():
@@ -126,6 +151,7 @@ def test_cluster_and_family_bootstrap_respect_within_cluster_correlation():
         lambda: block_bootstrap_ci(np.r_[np.ones(20), np.nan]),
         lambda: block_bootstrap_ci(np.ones(20), block=0),
         lambda: block_bootstrap_ci(np.ones(20), block=21),
+        lambda: block_bootstrap_ci(np.ones(20), block=11),
         lambda: block_bootstrap_ci(np.ones(20), block=2.5),
         lambda: block_bootstrap_ci(np.ones(20), n_resamples=0),
         lambda: block_bootstrap_ci(np.ones(20), level=1.0),

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from kinterval.cli import main
-from kinterval.stats import block_bootstrap_ci
+from kinterval.stats import block_bootstrap_ci, block_length
+from kinterval.stats.bootstrap import circular_block_means
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.runner import run_suite
 
@@ -143,6 +144,11 @@ def edit_mean_ci95(d):
     _edit_json(_eval(d), lambda s: s.update(mean_ci95=[s["mean_ci95"][0] - 0.01, s["mean_ci95"][1]]))
 
 
+def edit_mean_ci95_block(d):
+    """The block length recorded beside mean_ci95 says another block than block_length(n_blocks)."""
+    _edit_json(_eval(d), lambda s: s.update(mean_ci95_block=s["mean_ci95_block"] + 1))
+
+
 def edit_recorded_state_hash(d):
     _edit_json(_eval(d), lambda s: s.update(checkpoint_state_sha256="0" * 64))
 
@@ -173,7 +179,7 @@ def drop_last_block(d):
     with np.load(npz) as z:
         nll = z["nll"][:-1]
     np.savez(npz, nll=nll)
-    ci = block_bootstrap_ci(nll, block=min(16, nll.size))
+    ci = block_bootstrap_ci(nll, block=block_length(nll.size))
     _edit_json(_eval(d), lambda s: s.update(n_blocks=nll.size, mean_nll=nll.mean(), mean_ci95=[ci.lo, ci.hi]))
 
 
@@ -187,6 +193,7 @@ def edit_n_jobs(d):
 
 SUMMARY_TAMPERINGS = [
     edit_mean_ci95,
+    edit_mean_ci95_block,
     edit_recorded_state_hash,
     edit_recorded_checkpoint_hash,
     edit_train_code,
@@ -267,6 +274,28 @@ def test_full_gate_checks_each_evaluation_field(suite_dir, tmp_path, tamper):
     tamper(d)
     rep = gate(d, write_record=False)
     assert len(rep.errors) == 1, rep.errors
+
+
+def test_a_summary_from_before_the_recorded_block_is_checked_as_it_was_computed(suite_dir, tmp_path):
+    """A summary of version 2 has no mean_ci95_block; its mean_ci95 used block min(16, n), and the gate takes
+    it as it was written (the report recomputes every interval from the arrays). Version 3 must record it."""
+    d = _copy(suite_dir, tmp_path)
+    with np.load(_eval(d).with_suffix(".npz")) as z:
+        nll = z["nll"][:20]  # shorter than 32 blocks: the old block (16) is no longer a valid block
+    np.savez(_eval(d).with_suffix(".npz"), nll=nll)
+    reps = circular_block_means(nll, 16, 4000, np.random.default_rng(0))
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+
+    def old_summary(s):
+        s.update(n_blocks=20, mean_nll=nll.mean(), mean_ci95=[lo, hi], summary_version=2)
+        s.pop("mean_ci95_block")
+
+    _edit_json(_eval(d), old_summary)
+    errors = [e for e in gate(d, write_record=False).errors if f"{RUN}/eval/val/step_000016" in e]
+    assert errors == [], errors
+    _edit_json(_eval(d), lambda s: s.update(summary_version=3))
+    errors = [e for e in gate(d, write_record=False).errors if f"{RUN}/eval/val/step_000016" in e]
+    assert any("no mean_ci95_block" in e for e in errors), errors
 
 
 def test_full_gate_needs_the_data_folder(suite_dir, tmp_path):

@@ -27,12 +27,14 @@ from kinterval.eval.checkpoints import (
 from kinterval.eval.nll import document_ids, per_document
 from kinterval.model import ModelConfig, operator_name
 from kinterval.model.numerics import eval_dot_setting
-from kinterval.stats import block_bootstrap_ci, cluster_bootstrap_ci
+from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_ci
 from kinterval.train.checkpoint import code_identity, read_state
 from kinterval.train.evaluate import check_max_blocks, token_nll
 from kinterval.train.load import load_run
 
-SUMMARY_VERSION = 2  # 2: "request" (what a cached result must match), numerics actually used
+SUMMARY_VERSION = (
+    3  # 2: "request" (what a cached result must match), numerics actually used; 3: mean_ci95_block
+)
 
 
 def safe_operator(op: str) -> str:
@@ -179,9 +181,11 @@ def evaluate_checkpoint(
         "seconds": round(time.perf_counter() - t0, 3),
         "request": req,
     }
-    if nll.size >= 2:
-        ci = block_bootstrap_ci(nll, block=min(16, nll.size))
+    if nll.size >= 2:  # block 16, or n // 2 below 32 blocks (a resample holds at least two blocks)
+        block = block_length(nll.size)
+        ci = block_bootstrap_ci(nll, block=block)
         summary["mean_ci95"] = [ci.lo, ci.hi]
+        summary["mean_ci95_block"] = block
     if doc_clusters:
         ids, doc_sum, doc_n = per_document(tok, document_ids(tokens, shards.eot, nll.size, T))
         arrays.update(doc_ids=ids, doc_nll=doc_sum, doc_tokens=doc_n)

@@ -29,7 +29,7 @@ import torch
 from kinterval.eval.attention import patched_attention
 from kinterval.ops import OperatorSpec
 from kinterval.ops.reference import reference_probs, row_extrema
-from kinterval.stats import block_bootstrap_ci
+from kinterval.stats import block_bootstrap_ci, block_length
 from kinterval.train.evaluate import token_nll
 
 RECONSTRUCTIONS = {"nearest": "weight", "lerp": "lerp"}
@@ -122,7 +122,7 @@ def _ci(d: np.ndarray, n_resamples: int) -> tuple[float, float]:
     """Circular block bootstrap (block 16, or the whole array when shorter) 95% CI of a per-block mean."""
     if d.size < 2:
         return float("nan"), float("nan")
-    ci = block_bootstrap_ci(d, block=min(16, d.size), n_resamples=n_resamples)
+    ci = block_bootstrap_ci(d, block=block_length(d.size), n_resamples=n_resamples)
     return ci.lo, ci.hi
 
 

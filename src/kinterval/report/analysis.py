@@ -22,6 +22,7 @@ from kinterval.stats import (
     FACTORIAL_WEIGHTS,
     bh_q,
     block_bootstrap_ci,
+    block_length,
     permutation_p_exact,
     permutation_p_random,
     seed_summary,
@@ -29,7 +30,6 @@ from kinterval.stats import (
 from kinterval.stats.bootstrap import circular_block_means
 from kinterval.stats.seeds import MAX_EXACT_N
 
-BLOCK = 16  # circular block-bootstrap block length (paper §4)
 N_RESAMPLES = 4000
 MARGIN = 0.01  # single-seed interpretation margin in nats (paper §4)
 FACTORIAL = {
@@ -53,6 +53,8 @@ class Estimate:
     eval_se: float | None = None  # mean over seeds of the block-bootstrap SE (evaluation sampling)
     sd: float | None = None  # seed SD (several seeds)
     p: float | None = None  # exact sign-permutation p (several seeds), percentile-bootstrap p (one seed)
+    block: int | None = None  # the block bootstrap's block length (stats.block_length: 16, or n // 2 below
+    # 32 blocks); with several seeds of different lengths, the shortest series' block
 
     @property
     def excludes_zero(self) -> bool:
@@ -72,7 +74,8 @@ class Estimate:
 def estimate(per_seed: Mapping[int, np.ndarray], what: str = "contrast") -> Estimate:
     """The one rule: ``per_seed`` maps seed -> per-block contrast (blocks in evaluation order).
 
-    One seed: mean over blocks with a circular moving-block bootstrap CI (block 16, 4000 resamples).
+    One seed: mean over blocks with a circular moving-block bootstrap CI (4000 resamples, block 16, or
+    ``n // 2`` for ``n < 32`` blocks: :func:`kinterval.stats.block_length`, recorded in ``block``).
     Several seeds: the per-seed means' seed summary (mean, SD, t interval with n-1 df) and the exact
     sign-flip permutation p. Either way ``eval_se`` is the block-bootstrap SE, averaged over seeds.
     ``ValueError`` naming ``what``, the seed and the block: a non-finite value, or one seed with one block
@@ -94,18 +97,20 @@ def estimate(per_seed: Mapping[int, np.ndarray], what: str = "contrast") -> Esti
             f"{what}, seed {sorted(per_seed)[0]}: one seed with one validation block has no interval (the "
             "block bootstrap needs two blocks); evaluate more blocks or more seeds"
         )
+    blocks = [block_length(x.size) if x.size >= 2 else None for x in series]
     boots = [
-        block_bootstrap_ci(x, block=min(BLOCK, x.size), n_resamples=N_RESAMPLES) if x.size >= 2 else None
-        for x in series
+        block_bootstrap_ci(x, block=b, n_resamples=N_RESAMPLES) if b is not None else None
+        for x, b in zip(series, blocks)
     ]
     eval_se = None if any(b is None for b in boots) else float(np.mean([b.se for b in boots]))
+    block = None if any(b is None for b in blocks) else min(blocks)
     means = tuple(float(x.mean()) for x in series)
     if len(series) == 1:
         b = boots[0]  # percentile-bootstrap p: BH over single-seed conditions
-        return Estimate(means[0], b.lo, b.hi, "block bootstrap", 1, means, eval_se, p=b.p)
+        return Estimate(means[0], b.lo, b.hi, "block bootstrap", 1, means, eval_se, p=b.p, block=block)
     ss = seed_summary(means)
     p = permutation_p_exact(means) if len(means) <= MAX_EXACT_N else permutation_p_random(means)
-    return Estimate(ss.mean, ss.lo, ss.hi, f"t ({ss.df} df)", ss.n, means, eval_se, ss.sd, p)
+    return Estimate(ss.mean, ss.lo, ss.hi, f"t ({ss.df} df)", ss.n, means, eval_se, ss.sd, p, block)
 
 
 @dataclass
@@ -124,6 +129,7 @@ class Row:
     nll_sd: float | None = None  # its seed SD (several seeds)
     control_nll: float | None = None  # its control's mean NLL, mean over seeds
     q: float | None = None  # BH q within the table's family
+    design: tuple = ()  # the condition's design (:func:`design_of`): its BH family within a setting
     recovery: float | None = None  # gap recovery (detach pairs), path ratio (tail decomposition)
     recovery_lo: float | None = None  # its 95% interval, where one is computed (the path ratio)
     recovery_hi: float | None = None
@@ -266,6 +272,16 @@ def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=la
     return out
 
 
+def design_of(points: Iterable[Point]) -> tuple:
+    """The design of a condition's points: the seeds the loaded manifests plan for it (``Point.design_seeds``,
+    a run that crashed or was never evaluated included), or, for points built without a manifest, the suites
+    they come from. Never the seeds realized at a row's endpoint."""
+    points = list(points)
+    if points and all(p.design_seeds for p in points):
+        return ("seeds", tuple(sorted({s for p in points for s in p.design_seeds})))
+    return ("suites", tuple(sorted({p.suite for p in points})))
+
+
 def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
     pairs = sorted(pairs, key=lambda x: x.point.seed)
     p0 = pairs[0].point
@@ -284,6 +300,7 @@ def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
         nll=float(np.mean([x.point.mean for x in pairs])),
         nll_sd=float(np.std([x.point.mean for x in pairs], ddof=1)) if len(pairs) > 1 else None,
         control_nll=float(np.mean([x.control.mean for x in pairs])),
+        design=design_of(x.point for x in pairs),
         **kw,
     )
 
@@ -293,10 +310,12 @@ def _sort_key(r: Row):
     return (k.setting() if k else (0, "", ""), r.family, r.K or 0, k.operator if k else r.contrast, r.tokens)
 
 
-def apply_bh(rows: list[Row], family=lambda r: (r.key.setting(), r.seeds)) -> None:
+def apply_bh(rows: list[Row], family=lambda r: (r.key.setting(), r.design)) -> None:
     """BH q over the rows of each family that have a p. The default family is the paper's: the conditions of
-    one token budget, data and evaluation tag (corpus and forward mode) run on the same seeds (suite D's 25
-    conditions; suite A's 14 per corpus and mode), so a supplementary single-seed run does not join it."""
+    one token budget, data and evaluation tag (corpus and forward mode) of one design, the seeds the suite
+    planned for them (suite D's 25 conditions; suite A's 14 per corpus and mode): a condition whose run of
+    one seed crashed or is missing at the endpoint stays in its family, and a supplementary single-seed run
+    (planned on other seeds) does not join it. See :func:`design_of`."""
     fam: dict = defaultdict(list)
     for r in rows:
         if r.est.p is not None:
@@ -574,11 +593,19 @@ def cross_setting(rows: list[Row]) -> tuple[list[tuple], dict[str, dict[tuple, R
     return settings, dict(sorted(table.items()))
 
 
-def final_geometry(points: list[Point]) -> dict[Key, dict[str, float]]:
-    """Layer-mean geometry at each key's final checkpoint, averaged over seeds (finite values only)."""
-    acc: dict[Key, list[dict]] = defaultdict(list)
-    for p in final([p for p in points if p.primary and p.geometry]):
-        acc[p.key].append(p.geometry)
+def final_geometry(
+    points: list[Point], unpaired: dict[str, str] | None = None
+) -> dict[Key, dict[str, float]]:
+    """Layer-mean geometry at each key's endpoint, averaged over seeds (finite values only): the paper's
+    "averaged over layers and seeds at the 100M endpoint". Every seed is at one checkpoint
+    (:func:`at_endpoint`, the largest training-token count the key's geometry probes reached, as in the ΔNLL
+    rows it is set against); a run whose last probe is earlier is left out and listed in ``unpaired``
+    (``ValueError`` when None)."""
+    by_key: dict[Key, list[Point]] = defaultdict(list)
+    for p in points:
+        if p.primary and p.geometry:
+            by_key[p.key].append(p)
+    acc = {k: [p.geometry for p in at_endpoint(ps, "geometry", unpaired)] for k, ps in by_key.items()}
     out = {}
     for k, gs in acc.items():
         vals = {m: [g[m] for g in gs if g.get(m) is not None and np.isfinite(g[m])] for m in gs[0]}
@@ -759,7 +786,8 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
 
 def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, float, float]:
     """The path ratio (MinMax − resolved) / (MinMax − FWM) of the mean NLLs with a percentile interval from
-    the circular block bootstrap over validation blocks (block 16, 4000 resamples; evaluation sampling only).
+    the circular block bootstrap over validation blocks (4000 resamples, block ``stats.block_length(n)``:
+    16, or ``n // 2`` below 32 blocks; evaluation sampling only).
     The three runs' per-block NLL are resampled together: numerator and denominator use the same block starts
     (the same generator seed and draw shapes). Resamples with a zero denominator are dropped. Returns
     (ratio, lo, hi); NaN where the denominator of the means is 0."""
@@ -772,7 +800,7 @@ def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, fl
     gap = float(mm.mean() - fwm.mean())
     if gap == 0:
         return float("nan"), float("nan"), float("nan")
-    block = min(BLOCK, mm.size)
+    block = block_length(mm.size)
     num = circular_block_means(mm - res, block, N_RESAMPLES, np.random.default_rng(0))
     den = circular_block_means(mm - fwm, block, N_RESAMPLES, np.random.default_rng(0))
     ok = den != 0

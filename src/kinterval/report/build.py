@@ -159,9 +159,10 @@ def build_report(suite_dirs, out: str | Path) -> Path:
         + ", ".join(f"suite {r.suite} ({r.title}; {len(r.runs())} runs)" for r in results)
         + ". ΔNLL = condition − same-seed control (softmax, or the full-gradient twin of a modified "
         "backward) at the same token budget, data and checkpoint, paired per validation block, in nats/token "
-        "(positive: worse). One seed: circular block bootstrap over validation blocks (block 16, 4000 "
-        "resamples; evaluation sampling only). Several seeds: mean of the same-seed paired differences, "
-        "seed SD, t interval, exact sign-permutation p, BH q over the conditions of one setting.",
+        "(positive: worse). One seed: circular block bootstrap over validation blocks (block 16, or half the "
+        "blocks below 32: each row's `block` in report.json; 4000 resamples; evaluation sampling only). "
+        "Several seeds: mean of the same-seed paired differences, seed SD, t interval, exact "
+        "sign-permutation p, BH q over the conditions of one setting.",
         "",
     ]
     data: dict = {"folders": [{"suite": r.suite, "title": r.title, "runs": len(r.runs())} for r in results]}
@@ -241,13 +242,11 @@ def build_report(suite_dirs, out: str | Path) -> Path:
             *T.detach_rows(tail),
             "Tail policy: MinMax − resolved and resolved − FWM, same seed (path ratio in the last column)",
         )
-    geo_end = A.final_geometry(points)
+    geo_end = A.final_geometry(points, left_out)
     if geo_end:
         data["geometry"] = {_label(k, True): g for k, g in geo_end.items()}
         data["geometry_trajectories"] = geo
-        ix.table(
-            "geometry", *T.geometry_rows(geo_end), "Final-checkpoint geometry (layer mean, mean over seeds)"
-        )
+        ix.table("geometry", *T.geometry_rows(geo_end), "Endpoint geometry (layer mean, mean over seeds)")
         gap = {
             _label(r.key, len(settings) > 1): (
                 geo_end[r.key].get("h"),
@@ -344,6 +343,7 @@ def demo_report(
                 "lo": est.lo,
                 "hi": est.hi,
                 "interval": est.interval,
+                "block": est.block,
                 "separated": est.separated,
             }
         )

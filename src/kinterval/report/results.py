@@ -60,6 +60,9 @@ class Point:
     docs: dict = field(default_factory=dict)  # doc_ids, doc_nll, doc_tokens when evaluated with clusters
     geometry: dict = field(default_factory=dict)  # layer-mean geometry, when probed
     primary: bool = True  # the suite's own evaluation (manifest eval_dir), not a held-out one
+    # The design: the seeds the loaded manifests plan for this operator at this token budget (a crashed or
+    # unevaluated run's seed included); empty for a point built without a manifest.
+    design_seeds: tuple[int, ...] = ()
 
     @property
     def mean(self) -> float:
@@ -153,6 +156,9 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
     suite_dir = Path(suite_dir)
     m = read_manifest(suite_dir)
     points, logs, graddiag = [], {}, {}
+    planned: dict[tuple, set[int]] = {}  # (operator, budget) -> the seeds the manifest plans
+    for r in m["runs"]:
+        planned.setdefault((r["operator"], int(r.get("tokens") or 0)), set()).add(int(r["seed"]))
     for r in m["runs"]:
         run_dir = suite_dir / r["run_dir"]
         primary_tag = Path(r["eval_dir"]).name
@@ -192,14 +198,23 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     docs=docs,
                     geometry=geo,
                     primary=tag == primary_tag,
+                    design_seeds=tuple(sorted(planned[(r["operator"], budget)])),
                 )
             )
     return SuiteResults(m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs, graddiag)
 
 
 def load_many(dirs) -> list[SuiteResults]:
-    """Several suite folders; a run (operator, seed, budget, data) found in two folders is an error."""
+    """Several suite folders; a run (operator, seed, budget, data) found in two folders is an error. A
+    condition's design seeds are those every folder plans for it (``mini`` and ``mini-seeds`` together)."""
     out = [load_results(d) for d in dirs]
+    planned: dict[tuple, set[int]] = {}
+    for res in out:
+        for p in res.points:
+            planned.setdefault((p.operator, p.budget), set()).update(p.design_seeds)
+    for res in out:
+        for p in res.points:
+            p.design_seeds = tuple(sorted(planned[(p.operator, p.budget)]))
     seen: dict[tuple, Path] = {}
     for res in out:
         for run_id, pts in res.runs().items():

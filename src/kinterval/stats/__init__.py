@@ -6,6 +6,7 @@ Implements paper §4 "Statistics" and App. C.3 "Contrasts and intervals"; see do
 from .bootstrap import (
     BootstrapResult,
     block_bootstrap_ci,
+    block_length,
     cluster_bootstrap_ci,
     family_bootstrap_ci,
     paired_bootstrap_ci,
@@ -33,6 +34,7 @@ __all__ = [
     "SpearmanResult",
     "bh_q",
     "block_bootstrap_ci",
+    "block_length",
     "cluster_bootstrap_ci",
     "contrast",
     "factorial_2x2",

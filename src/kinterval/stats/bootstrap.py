@@ -1,7 +1,8 @@
 """Bootstrap intervals for mean contrasts (paper §4 "Statistics", App. C.3).
 
 * ``block_bootstrap_ci``: circular moving-block bootstrap over validation blocks (block 16, 4000 resamples,
-  95% percentile) -- the single-seed CIs, covering evaluation-set sampling only.
+  95% percentile) -- the single-seed CIs, covering evaluation-set sampling only. ``block_length(n)`` is the
+  block every caller uses: 16, or ``n // 2`` for a series shorter than 32 blocks.
 * ``cluster_bootstrap_ci``: document-cluster bootstrap (C4 in the downstream layer 1).
 * ``family_bootstrap_ci``: resample whole probe families (probe A: every distance stays in its family).
 * ``paired_bootstrap_ci``: iid bootstrap of per-item paired differences (downstream layer 3).
@@ -18,6 +19,22 @@ import numpy as np
 from ._checks import check_level, check_positive_int, finite_1d
 
 _CHUNK_ELEMS = 1 << 22  # random indices drawn per chunk of resamples (bounds memory at ~32 MB)
+BLOCK = 16  # the paper's block length (§4, App. C.3)
+
+
+def block_length(n: int, block: int = BLOCK) -> int:
+    """The circular block-bootstrap block length for a series of ``n >= 2`` values: ``block`` (the paper's 16)
+    when the series holds at least two such blocks (``n >= 2 * block``), else ``n // 2``.
+
+    A resample must hold at least two blocks: with one block as long as the series every circular resample
+    is a rotation of it, with the series' own mean, and the interval has zero width (``block_bootstrap_ci``
+    refuses ``block > n // 2``). ``n = 1`` has no interval at all (``ValueError``).
+    """
+    n = check_positive_int(n, "n")
+    block = check_positive_int(block, "block")
+    if n < 2:
+        raise ValueError("a block bootstrap needs a series of at least 2 values, got 1")
+    return min(block, n // 2)
 
 
 @dataclass(frozen=True)
@@ -93,12 +110,19 @@ def block_bootstrap_ci(
     """Circular moving-block bootstrap percentile CI for the mean of a per-block series ``x``.
 
     ``x`` is usually a per-validation-block contrast (``contrast`` / ``factorial_2x2``), kept in evaluation
-    order so that neighbouring blocks stay together. ``block=1`` is the iid bootstrap.
+    order so that neighbouring blocks stay together. ``block=1`` is the iid bootstrap. ``block`` must be at
+    most ``x.size // 2`` (a resample holds at least two blocks; see :func:`block_length`, the block every
+    caller uses), else ``ValueError``.
     """
     x = finite_1d(x, "x", min_size=2)
     block = check_positive_int(block, "block")
-    if block > x.size:
-        raise ValueError(f"block ({block}) must not exceed the series length ({x.size})")
+    if block > x.size // 2:
+        raise ValueError(
+            f"block ({block}) must be at most half the series length ({x.size} // 2 = {x.size // 2}): a "
+            "resample must hold at least two blocks, else every circular resample is a rotation of the "
+            "series with its mean and the interval has zero width; "
+            f"use block_length({x.size}) = {block_length(x.size)}"
+        )
     n_resamples = check_positive_int(n_resamples, "n_resamples")
     level = check_level(level)
     reps = circular_block_means(x, block, n_resamples, np.random.default_rng(seed))
