@@ -237,3 +237,15 @@ def test_claims_use_only_their_own_rows(tmp_path):
     # paper_claims itself keeps to the primary evaluations when handed every point of the folder
     direct = paper_claims(load_results(tmp_path / "mini").points)
     assert len(direct) == 7 and not any("test__ptb" in c.setting for c in direct)
+
+
+def test_detach_claim_is_minmax_lerp_only(tmp_path):
+    """An FWM–LERP K32 detach pair (another calibration) is not "LERP K32: detach − full"."""
+    suite = (
+        MINI_SHAPED
+        + '\n[[group]]\nname = "fwm"\noperators = ["fwm-lerp-k32", "fwm-lerp-k32[range_grad=detach]"]\n'
+    )
+    planted = dict(PLANTED, **{"fwm-lerp-k32": 0.02, "fwm-lerp-k32[range_grad=detach]": -0.3})
+    claims, _ = _claims(tmp_path, planted, suite=suite)
+    (det,) = [c for c in claims if c["claim"] == "LERP K32: detach − full > 0"]
+    assert det["direction_agrees"] is True and _ours(det) == pytest.approx(0.7 - 0.001, abs=3e-3)

@@ -139,7 +139,7 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
     found = [
         (r, r.est.mean > 0)
         for r in _last(detach)
-        if spec_is(r, reconstruction="lerp", K=32, range_grad="detach")
+        if spec_is(r, calibration="minmax", reconstruction="lerp", K=32, range_grad="detach")
     ]
     out += _claim(
         Claim(
