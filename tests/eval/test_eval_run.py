@@ -15,7 +15,8 @@ from kinterval.data.prepare import prepare
 from kinterval.eval.checkpoints import list_checkpoints
 from kinterval.eval.evaluate import eval_dir, evaluate_checkpoint, evaluate_run
 from kinterval.eval.nll import document_ids, per_document
-from kinterval.eval.tau_screen import Stage, floor_tail, run_stage, stage3_table
+from kinterval.eval.tau_screen import Stage, floor_probs, fwm_spec, run_stage, stage3_table
+from kinterval.ops.reference import reference_probs
 from kinterval.train import checkpoint as C
 from kinterval.train.config import TrainConfig
 from kinterval.train.load import load_run
@@ -272,10 +273,13 @@ def test_document_clusters_on_test_split(tiny_run):
         assert not np.allclose(z["doc_nll"] / z["doc_tokens"], r["mean_nll"])
 
 
-def test_floor_tail_transform():
+def test_floor_tail_is_fwm_with_the_tail_at_the_window_edge():
     s = torch.tensor([[0.0, -1.0, -9.0, -20.0]])
     valid = torch.ones_like(s, dtype=torch.bool)
-    assert floor_tail(s, valid, 6.0).tolist() == [[0.0, -1.0, -6.0, -6.0]]
+    spec = fwm_spec(4, 6.0)
+    assert torch.equal(
+        floor_probs(s, valid, spec), reference_probs(torch.tensor([[0.0, -1.0, -6.0, -6.0]]), valid, spec)
+    )
 
 
 def test_tau_screen_on_softmax_checkpoint(tiny_run, capsys):
