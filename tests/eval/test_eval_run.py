@@ -221,6 +221,52 @@ def test_zero_or_negative_block_caps_are_named_errors(tiny_run, capsys):
         assert f"error: {flag} must be a positive integer" in err and "\n" not in err
 
 
+def test_tau_screen_checks_its_arguments_before_running_any_condition(
+    tiny_run, tmp_path, capsys, monkeypatch
+):
+    """--resamples 0 used to be refused only by the bootstrap, after every condition of the stage had run, and
+    nothing was saved; a K or tau outside the family likewise failed only once the model was loaded."""
+    monkeypatch.setattr("kinterval.train.load.load_run", lambda *a, **k: pytest.fail("the model was loaded"))
+    run, out = str(tiny_run / "run"), str(tmp_path / "ts")
+    for extra, message in (
+        (["--resamples", "0"], "--resamples must be a positive integer, got 0"),
+        (["--taus", "0"], "tau"),
+        (["--K", "0"], "K"),
+        (["--stages", "3,9"], "unknown stage '9'"),
+    ):
+        argv = [
+            "tau-screen",
+            "--run",
+            run,
+            "--out",
+            out,
+            "--stages",
+            "3",
+            "--K",
+            "4",
+            "--taus",
+            "6",
+            "--max-blocks",
+            "2",
+        ]
+        assert main(argv + extra) == 2
+        captured = capsys.readouterr()
+        assert message in captured.err and "stage 3" not in captured.out
+    assert not (tmp_path / "ts").exists()
+
+
+def test_tau_screen_saves_the_per_block_arrays_before_the_statistics(tiny_run, tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("bootstrap failed")
+
+    monkeypatch.setattr("kinterval.eval.tau_screen.contrasts", broken)
+    argv = ["tau-screen", "--run", str(tiny_run / "run"), "--out", str(tmp_path), "--stages", "2b"]
+    with pytest.raises(RuntimeError, match="bootstrap failed"):
+        main(argv + ["--K", "4", "--taus", "6", "--subset-blocks", "2"])
+    with np.load(tmp_path / "stage2b.npz") as z:
+        assert set(z.files) == {"K=4 tau=6", "softmax"} and z["softmax"].size == 2
+
+
 def test_document_ids_assign_each_target_to_its_document():
     # EOT = 9 ends a document. Targets are tokens[1:9] = 9 3 4 9 | 7 8 2 1: the first 9 ends document 0,
     # the second ends document 1, everything after it is document 2.
