@@ -190,6 +190,37 @@ def test_a_summary_without_a_request_is_not_current(tiny_run, tmp_path):
     assert again["skipped"] is False and again["request"] == first["request"]
 
 
+@pytest.mark.parametrize("kind", ["geometry", "graddiag"])
+def test_a_cached_diagnostic_answers_only_the_same_request(tiny_run, tmp_path, kind):
+    """The diagnostics cache was keyed on the checkpoint hash and --as only: --blocks 4, --split test or
+    other --data returned the stored result of the first call (its n_blocks and split) as if computed."""
+    import shutil
+
+    from kinterval.eval.diagnostics import diagnose_checkpoint
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    kw = {"out_dir": tmp_path / "out", "device": "cpu"}
+    first = diagnose_checkpoint(ckpt, kind, blocks=1, **kw)
+    assert first["skipped"] is False
+    assert diagnose_checkpoint(ckpt, kind, blocks=1, **kw)["skipped"] is True
+    more = diagnose_checkpoint(ckpt, kind, blocks=2, **kw)
+    assert (more["skipped"], more["n_blocks"]) == (False, 2)
+    test = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", **kw)
+    assert (test["skipped"], test["split"]) == (False, "test")
+    moved = shutil.copytree(tiny_run / "data", tmp_path / "elsewhere" / "data")  # the same shards elsewhere
+    assert diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=moved, **kw)["skipped"] is True
+    prepare("synthetic", tmp_path / "other", tokens=40_000, seed=1, progress=False)
+    other = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=tmp_path / "other", **kw)
+    assert other["skipped"] is False and other["mean"] != test["mean"]
+    path = tmp_path / "out" / f"{ckpt.name}.json"
+    stored = json.loads(path.read_text())
+    del stored["request"]  # a result written before the request was recorded
+    path.write_text(json.dumps(stored))
+    again = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=tmp_path / "other", **kw)
+    assert again["skipped"] is False and again["request"] == other["request"]
+    assert (first["request"]["max_blocks"], again["request"]["split"]) == (1, "test")
+
+
 def test_the_eval_numerics_used_are_recorded(tiny_run, tmp_path, monkeypatch):
     """The summary said "tf32": false whatever the checkpoint's numerics.tf32_eval; the fused kernels' eval
     dot precision ($KINTERVAL_EVAL_DOT_PRECISION) is recorded and is part of the request."""
