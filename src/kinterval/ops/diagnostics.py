@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from kinterval.ops.api import as_spec, attention_probs, valid_mask
+from kinterval.ops.api import as_spec, attended_keys, attention_probs, valid_mask
 from kinterval.ops.closed_form import score_grad_terms
 from kinterval.ops.spec import OperatorSpec
 
@@ -91,6 +91,6 @@ def decompose_score_grad(
     """
     spec = as_spec(spec)
     s = scores if scores.dtype == torch.float64 else scores.float()
-    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask) & ~torch.isneginf(s)  # as attention_probs
+    valid = attended_keys(s, causal=causal, mask=mask)  # as attention_probs: NaN / +inf raise, -inf is masked
     t = score_grad_terms(s, valid, spec, upstream.to(s.dtype))
     return {"g_self": t["self"], "g_M": t["M"], "g_m": t["m"], "g_full": t["self"] + t["M"] + t["m"]}
