@@ -116,3 +116,38 @@ def test_no_block_to_probe_is_an_error_not_a_nan_row(blocks, n_tokens, message):
     tokens = np.zeros(n_tokens, dtype=np.uint16)
     with pytest.raises(ValueError, match=message):
         geometry_probe(model, tokens, blocks=blocks)
+
+
+def test_non_finite_values_are_an_error_naming_the_layer(monkeypatch):
+    """Non-finite per-row values were dropped, so a layer's mean came from its finite rows only; NaN scores
+    crashed inside the bucket count with an index error."""
+    from kinterval.eval import geometry
+    from kinterval.model import GPT, preset
+
+    torch.manual_seed(0)
+    cfg = preset("tiny", vocab_size=32, n_layer=2, n_head=2, n_embd=16, block_size=16)
+    model = GPT(cfg, "lerp-k4").eval()
+    tokens = np.arange(2 * 16 + 1, dtype=np.uint16) % 32
+    clean = geometry.geometry_probe(model, tokens, blocks=2)
+    assert all(np.isfinite(v) for layer in clean["layers"] for v in layer.values())
+    row_geometry = geometry.row_geometry
+
+    def one_nan_row(s, valid, spec):  # one row of layer 1's TV is NaN
+        rows = row_geometry(s, valid, spec)
+        if s.shape[-1] == 16 and one_nan_row.calls % 2 == 1:
+            rows["tv"][0, 0, 5] = float("nan")
+        one_nan_row.calls += 1
+        return rows
+
+    one_nan_row.calls = 0
+    monkeypatch.setattr(geometry, "row_geometry", one_nan_row)
+    with pytest.raises(ValueError, match="geometry: layer 1: tv is NaN or infinite on 1 of"):
+        geometry.geometry_probe(model, tokens, blocks=2)
+    monkeypatch.undo()
+    with torch.no_grad():
+        model.transformer.wte.weight[7] = float("nan")  # token 7 sits mid-block: rows i >= 7 see it
+    with pytest.raises(ValueError, match="geometry: layer 0: the scores are NaN or infinite"):
+        geometry.geometry_probe(model, tokens, blocks=2)
+    # a softmax probe has no operator quantities: those stay NaN, not an error
+    res = geometry.geometry_probe(GPT(cfg, "softmax").eval(), tokens, blocks=2)
+    assert math.isnan(res["mean"]["tv"]) and np.isfinite(res["mean"]["entropy"])

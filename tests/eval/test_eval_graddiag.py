@@ -62,3 +62,26 @@ def test_no_block_to_diagnose_is_an_error_not_a_nan_row(blocks, n_tokens, messag
     model = GPT(preset("tiny", vocab_size=32, n_layer=1, n_head=2, n_embd=16, block_size=16), "lerp-k4")
     with pytest.raises(ValueError, match=message):
         gradient_diagnostics(model, np.zeros(n_tokens, dtype=np.uint16), blocks=blocks)
+
+
+def test_a_non_finite_gradient_row_is_an_error_naming_the_layer():
+    """A NaN gradient row was dropped (``keep = a > 0``), so a diverged layer read as a clean residual."""
+    g = torch.tensor([[[1.0, -1.0, 0.0], [float("nan"), 1.0, 0.0], [2.0, 0.0, 0.0]]], dtype=torch.float64)
+    valid = torch.tensor([[True, False, False], [True, True, False], [True, True, True]]).expand_as(g)
+    with pytest.raises(ValueError, match="layer 0: the zero-sum residual is NaN or infinite"):
+        zero_sum_residual(g, valid)
+    with pytest.raises(ValueError, match="layer 3: the zero-sum residual"):
+        zero_sum_residual(g, valid, 3)
+    # only a row of one valid key has no residual; an all-zero gradient row is exactly zero-sum
+    g = torch.tensor([[[5.0, 0.0, 0.0], [0.0, 0.0, 0.0], [2.0, -1.0, 0.0]]], dtype=torch.float64)
+    assert zero_sum_residual(g, valid).tolist() == [0.0, 1 / 3]
+
+
+def test_a_diverged_model_is_an_error_not_a_nan_row():
+    torch.manual_seed(0)
+    model = GPT(preset("tiny", vocab_size=32, n_layer=2, n_head=2, n_embd=16, block_size=16), "lerp-k4")
+    tokens = np.arange(2 * 16 + 1, dtype=np.uint16) % 32
+    with torch.no_grad():
+        model.transformer.wte.weight[7] = float("nan")  # token 7 sits mid-block
+    with pytest.raises(ValueError, match=r"layer \d: the zero-sum residual is NaN or infinite"):
+        gradient_diagnostics(model, tokens, blocks=2)

@@ -183,3 +183,15 @@ def test_decomposition_refuses_nan_and_pos_inf_scores_like_score_gradient():
     s = torch.tensor([[1.0, float("nan"), 0.0, -2.0]], dtype=torch.float64)
     mask = torch.tensor([[True, False, True, True]])
     assert decompose_score_grad(s, up, "lerp-k4", mask=mask)["g_full"].isfinite().all()
+
+
+def test_zero_sum_residual_of_a_non_finite_row_is_nan():
+    """A NaN gradient row used to read as rho = 0, a perfectly zero-sum gradient."""
+    g = torch.tensor(
+        [[float("nan"), 1.0, -1.0], [float("inf"), -1.0, 0.0], [1.0, -1.0, 0.0], [0.0, 0.0, 0.0]]
+    )
+    rho = zero_sum_residual(g)
+    assert rho[:2].isnan().all() and rho[2:].tolist() == [0.0, 0.0]
+    assert zero_sum_residual(torch.tensor([[1.0, 2.0, -1.0]])).item() == pytest.approx(0.5)
+    # masked keys are not read
+    assert zero_sum_residual(g[:1], torch.tensor([[False, True, True]])).item() == 0.0

@@ -38,11 +38,12 @@ def shift_invariance(scores: Tensor, spec, c: float = 3.0, *, causal=False, mask
 
 
 def zero_sum_residual(grad: Tensor, valid: Tensor | None = None) -> Tensor:
-    """A2: rho = |sum_j g_ij| / sum_j |g_ij| per row (rows with zero gradient give 0)."""
+    """A2: rho = |sum_j g_ij| / sum_j |g_ij| per row (rows with zero gradient give 0; a row with a NaN or
+    infinite gradient gives NaN, never a good value)."""
     if valid is not None:
         grad = torch.where(valid, grad, torch.zeros_like(grad))
     denom = grad.abs().sum(-1)
-    return torch.where(denom > 0, grad.sum(-1).abs() / denom.clamp(min=torch.finfo(grad.dtype).tiny), 0.0)
+    return torch.where(denom == 0, 0.0, grad.sum(-1).abs() / denom)
 
 
 @dataclass
