@@ -209,3 +209,18 @@ def test_a_doc_logged_twice_is_refused_and_filters_are_kept_apart(tmp_path):
     (cond / "qa.jsonl").write_text((cond / "qa.jsonl").read_text() * 2)
     with pytest.raises(ValueError, match=r"qa.jsonl, line 4: doc_id 0 is logged twice"):
         downstream_compare(cond, base, **FAST)
+
+
+def test_per_item_perplexity_is_reported_as_the_loglikelihood_it_is(tmp_path):
+    """lm-eval's per-item "perplexity" of a loglikelihood task (LAMBADA) is the target's log-likelihood; the
+    row used to be named "perplexity" and showed e.g. -15.25."""
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    lm_eval_samples(
+        base, "lambada_openai", [(i, "none", {"perplexity": -2.0 - i, "acc": 0.0}) for i in range(4)]
+    )
+    lm_eval_samples(
+        cond, "lambada_openai", [(i, "none", {"perplexity": -1.5 - i, "acc": 1.0}) for i in range(4)]
+    )
+    rows = {r["metric"]: r for r in downstream_compare(base, cond, **FAST)}
+    assert set(rows) == {"acc", "loglikelihood"}
+    assert (rows["loglikelihood"]["baseline"], rows["loglikelihood"]["diff"]) == (-3.5, 0.5)

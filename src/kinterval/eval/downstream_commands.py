@@ -99,8 +99,10 @@ def _task_files(folder: Path) -> dict[str, Path]:
 
 def _per_item(folder) -> dict[str, dict]:
     """task -> {doc_id: (target, {metric: float})}: scalar metrics, plus the item total ``loglikelihood`` of
-    rolling (perplexity) tasks. A task logged under several lm-eval filters gets each metric per filter,
-    ``metric,filter``; a (doc_id, filter) logged twice is an error."""
+    rolling (perplexity) tasks. lm-eval's per-item ``perplexity`` (loglikelihood tasks, e.g. LAMBADA) is the
+    target's log-likelihood (its aggregate is exp(-mean)) and is named ``loglikelihood``. A task logged under
+    several lm-eval filters gets each metric per filter, ``metric,filter``; a (doc_id, filter) logged twice
+    is an error."""
     tasks = {}
     for task, path in _task_files(Path(folder)).items():
         logged = {}  # (doc_id, filter) -> (target, metrics)
@@ -112,6 +114,8 @@ def _per_item(folder) -> dict[str, dict]:
             if "filtered_resps" in rec:  # an lm-eval logged sample
                 rec = _item(rec)
             vals = {k: float(v) for k, v in rec["metrics"].items() if isinstance(v, (int, float))}
+            if "perplexity" in vals:
+                vals["loglikelihood"] = vals.pop("perplexity")
             if rec.get("loglikelihoods") and "is_greedy" not in rec:  # rolling (perplexity) tasks
                 vals["loglikelihood"] = float(sum(rec["loglikelihoods"]))
             target = rec.get("target")
