@@ -72,9 +72,9 @@ def test_a_non_finite_gradient_row_is_an_error_naming_the_layer():
         zero_sum_residual(g, valid)
     with pytest.raises(ValueError, match="layer 3: the zero-sum residual"):
         zero_sum_residual(g, valid, 3)
-    # only a row of one valid key has no residual; an all-zero gradient row is exactly zero-sum
-    g = torch.tensor([[[5.0, 0.0, 0.0], [0.0, 0.0, 0.0], [2.0, -1.0, 0.0]]], dtype=torch.float64)
-    assert zero_sum_residual(g, valid).tolist() == [0.0, 1 / 3]
+    # an all-zero gradient row (a row of one valid key) has no residual; masked keys are not read
+    g = torch.tensor([[[0.0, 7.0, 0.0], [0.0, 0.0, 0.0], [2.0, -1.0, 0.0]]], dtype=torch.float64)
+    assert zero_sum_residual(g, valid).tolist() == [1 / 3]
 
 
 def test_a_diverged_model_is_an_error_not_a_nan_row():

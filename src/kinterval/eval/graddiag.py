@@ -5,9 +5,9 @@ The loss over the first ``blocks`` validation blocks is back-propagated block by
 through the checkpoint's own operator with the closed-form backward (the implemented gradient, including any
 ``range_grad`` modification). Per layer we record
 
-* the zero-sum residual ``|sum_j g_ij| / sum_j |g_ij|`` of every row ``i >= 1`` with at least two valid keys
-  (an all-zero gradient row counts as 0); summarised as the median over rows and the fraction of rows above
-  1e-3, then the mean over layers;
+* the zero-sum residual ``|sum_j g_ij| / sum_j |g_ij|`` of every row ``i >= 1`` whose gradient is not all
+  zero (0/0 has no residual: rows of one valid key, FWM rows with one key in the window); summarised as the
+  median over rows and the fraction of rows above 1e-3, then the mean over layers;
 * with the upstream ``u = dL/dP`` of that layer fixed, the terms ``self``, ``M``, ``m`` of the full-gradient
   operator at the same scores (:func:`kinterval.ops.closed_form.score_grad_terms`), ``g_full = self + M + m``:
   norm ratios ``||term|| / ||g_full||`` and relative errors ``||g_mode - g_full|| / ||g_full||`` for detach
@@ -35,9 +35,11 @@ DECOMP = ("norm_self", "norm_M", "norm_m", "err_detach", "err_min_only", "err_ma
 
 def zero_sum_residual(g: torch.Tensor, valid: torch.Tensor, layer: int = 0) -> torch.Tensor:
     """``|sum_j g_j| / sum_j |g_j|`` over valid keys (``ops.diagnostics.zero_sum_residual``, float64) of every
-    row with at least two valid keys (a row of one key has no residual), flattened."""
-    r = row_zero_sum_residual(g.double(), valid)
-    r = r[(valid.sum(-1) >= 2).expand_as(r)]
+    row whose gradient is not all zero (such a row, e.g. one of a single valid key, has no residual),
+    flattened. A NaN or infinite row is kept, and is a ``ValueError`` naming the layer."""
+    g = torch.where(valid, g, torch.zeros_like(g)).double()
+    r = row_zero_sum_residual(g)
+    r = r[g.abs().sum(-1) != 0]  # NaN != 0: a non-finite row is never dropped
     check_finite(r, layer, "the zero-sum residual")
     return r
 
