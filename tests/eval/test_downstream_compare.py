@@ -176,3 +176,51 @@ def test_a_corrupt_result_line_names_the_file_and_line(folders):
     path.write_text(path.read_text() + '{"doc_id": \n')
     with pytest.raises(ValueError, match=r"qa.jsonl, line \d+: not a JSON record"):
         downstream_compare(base, conds["big"], **FAST)
+
+
+def lm_eval_samples(folder, task, samples):
+    """An ``lm_eval --log_samples`` file: ``samples`` are (doc_id, filter or None, {metric: value})."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"samples_{task}_2026-11-23T10-00-00.123456.jsonl", "w") as fh:
+        for doc, filt, metrics in samples:
+            rec = {
+                "doc_id": doc,
+                "target": "x",
+                "metrics": list(metrics),
+                "filtered_resps": [["-1.5", "False"]],
+            }
+            fh.write(json.dumps(dict(rec, **metrics, **({"filter": filt} if filt else {}))) + "\n")
+
+
+def test_a_doc_logged_twice_is_refused_and_filters_are_kept_apart(tmp_path):
+    """Items were keyed by doc_id alone: a doc logged twice (lm-eval logs one sample per doc and filter, or
+    a concatenated file) kept only its last line, silently."""
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    lm_eval_samples(base, "gen", [(i, f, {"exact_match": float(f == "a")}) for i in range(6) for f in "ab"])
+    lm_eval_samples(cond, "gen", [(i, f, {"exact_match": float(i < 3)}) for i in range(6) for f in "ab"])
+    rows = {r["metric"]: r for r in downstream_compare(base, cond, **FAST)}
+    assert set(rows) == {"exact_match,a", "exact_match,b"}
+    assert (rows["exact_match,a"]["n"], rows["exact_match,a"]["diff"]) == (6, -0.5)
+    assert (rows["exact_match,b"]["n"], rows["exact_match,b"]["diff"]) == (6, 0.5)
+    lm_eval_samples(cond, "gen", [(i, "a", {"exact_match": 1.0}) for i in (0, 1, 2, 1)])
+    with pytest.raises(ValueError, match=r"line 4: doc_id 1 under filter 'a' is logged twice"):
+        downstream_compare(base, cond, **FAST)
+    write(cond, "qa", {"acc": np.ones(3)})  # kinterval downstream layout, no filter
+    (cond / "qa.jsonl").write_text((cond / "qa.jsonl").read_text() * 2)
+    with pytest.raises(ValueError, match=r"qa.jsonl, line 4: doc_id 0 is logged twice"):
+        downstream_compare(cond, base, **FAST)
+
+
+def test_per_item_perplexity_is_reported_as_the_loglikelihood_it_is(tmp_path):
+    """lm-eval's per-item "perplexity" of a loglikelihood task (LAMBADA) is the target's log-likelihood; the
+    row used to be named "perplexity" and showed e.g. -15.25."""
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    lm_eval_samples(
+        base, "lambada_openai", [(i, "none", {"perplexity": -2.0 - i, "acc": 0.0}) for i in range(4)]
+    )
+    lm_eval_samples(
+        cond, "lambada_openai", [(i, "none", {"perplexity": -1.5 - i, "acc": 1.0}) for i in range(4)]
+    )
+    rows = {r["metric"]: r for r in downstream_compare(base, cond, **FAST)}
+    assert set(rows) == {"acc", "loglikelihood"}
+    assert (rows["loglikelihood"]["baseline"], rows["loglikelihood"]["diff"]) == (-3.5, 0.5)

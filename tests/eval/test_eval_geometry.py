@@ -60,6 +60,109 @@ def test_fwm_width_tail_bucket_and_tv():
     assert g["eff_buckets"] == pytest.approx(math.exp(-(q * np.log(q)).sum()))
 
 
+def test_lerp_row_top_bucket_is_the_top_interval():
+    g = _row("lerp-k4")
+    span = max(ROW) - min(ROW)
+    z = np.asarray(ROW) - max(ROW)
+    r = np.clip(np.floor((z + span) / (span / 4)), 0, 3)  # interval index; the top interval is r = K - 1
+    pe = _softmax(ROW)
+    assert g["top_bucket_mass"] == pytest.approx(pe[r == 3].sum()) and 0 < g["top_bucket_mass"] < 1
+    q = np.array([pe[r == b].sum() for b in np.unique(r)])
+    assert g["eff_buckets"] == pytest.approx(math.exp(-(q * np.log(q)).sum()))
+
+
+def independent_geometry(model, tokens, T, blocks, K, calibration, reconstruction, tau=6.0):
+    """Every metric of every layer recomputed in float64 numpy from the layer inputs (own hooks on ln_1), row
+    by row: scores q k^T / sqrt(D), rows i >= 1, the grid of App. A, the top interval (LERP) or top level
+    (Nearest), the tail as one bucket."""
+    inputs = {}
+    layers = model.transformer.h
+    hooks = [blk.ln_1.register_forward_hook(lambda m, i, o, L=L: inputs.setdefault(L, []).append(o.detach()))
+             for L, blk in enumerate(layers)]  # fmt: skip
+    with torch.no_grad():
+        for b in range(blocks):
+            model(torch.from_numpy(tokens[b * T : b * T + T].astype(np.int64))[None])
+    for h in hooks:
+        h.remove()
+    out = []
+    for L, blk in enumerate(layers):
+        acc = {k: [] for k in ("span", "h", "z_q001", "entropy", "frac_z_below_6", "top_bucket_mass",
+                               "eff_buckets", "tv", "q_norm", "k_norm")}  # fmt: skip
+        att = blk.attn
+        for x in inputs[L]:
+            C, H = x.shape[-1], att.n_head
+            D = C // H
+            qkv = (x[0].double() @ att.c_attn.weight.double().T + att.c_attn.bias.double()).detach()
+            q, k, _ = (a.view(T, H, D).transpose(0, 1).numpy() for a in qkv.split(C, -1))
+            S = q @ k.transpose(0, 2, 1) / math.sqrt(D)
+            for h in range(H):
+                for i in range(1, T):
+                    s = S[h, i, : i + 1]
+                    M, m = s.max(), s.min()
+                    z = s - M
+                    pe = np.exp(z) / np.exp(z).sum()
+                    if calibration == "minmax":
+                        hw, b0, zin, keep = (M - m) / K, m - M, z, np.ones_like(z, bool)
+                    else:
+                        hw, b0, zin, keep = tau / K, -tau, np.clip(z, -tau, 0), z >= -tau
+                    r = np.clip(np.floor((zin - b0) / hw), 0, K - 1)
+                    t = (zin - b0 - r * hw) / hw
+                    if reconstruction == "lerp":
+                        w, ids, top = (1 - t) * np.exp(b0 + r * hw) + t * np.exp(b0 + (r + 1) * hw), r, K - 1
+                    else:
+                        ids = r + (t >= 0.5)
+                        w, top = np.exp(b0 + ids * hw), K
+                    w = np.where(keep, w, 0.0)
+                    q_b = [pe[keep & (ids == b)].sum() for b in np.unique(ids[keep])] + [pe[~keep].sum()]
+                    q_b = np.array([x for x in q_b if x > 0])
+                    q_b = q_b / q_b.sum()
+                    acc["span"].append(M - m)
+                    acc["h"].append(hw)
+                    acc["z_q001"].append(np.quantile(z, 0.001))
+                    acc["entropy"].append(-(pe * np.log(pe)).sum())
+                    acc["frac_z_below_6"].append((z < -6).mean())
+                    acc["top_bucket_mass"].append(pe[keep & (ids == top)].sum())
+                    acc["eff_buckets"].append(math.exp(-(q_b * np.log(q_b)).sum()))
+                    acc["tv"].append(0.5 * np.abs(w / w.sum() - pe).sum())
+                    acc["q_norm"].append(np.linalg.norm(q[h, i]))
+                    acc["k_norm"].append(np.linalg.norm(k[h, i]))
+        out.append({k: float(np.mean(v)) for k, v in acc.items()})
+    return out
+
+
+@pytest.mark.parametrize(
+    "op, K, calibration, reconstruction",
+    [("lerp-k4", 4, "minmax", "lerp"), ("minmax-weight-k4", 4, "minmax", "nearest"),
+     ("fwm-prob-k4", 4, "fwm", "nearest"), ("fwm-lerp-k8", 8, "fwm", "lerp")],
+)  # fmt: skip
+def test_probe_matches_an_independent_computation_on_every_layer(op, K, calibration, reconstruction):
+    """Every metric of every layer (the probe was checked on layer 0's span and h only)."""
+    from kinterval.eval.geometry import METRICS, geometry_probe
+    from kinterval.model import GPT, preset
+
+    torch.manual_seed(0)
+    T = 16
+    model = GPT(
+        preset("tiny", vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=T), op, "closed_form"
+    )
+    model.eval()
+    with torch.no_grad():
+        for blk in model.transformer.h:
+            blk.attn.c_attn.weight.mul_(25)  # spans of tens of nats: FWM tails, several buckets in use
+    tokens = np.random.default_rng(1).integers(0, 64, size=2 * T + 1).astype(np.uint16)
+    got = geometry_probe(model, tokens, blocks=2)
+    want = independent_geometry(model, tokens, T, 2, K, calibration, reconstruction)
+    assert len(got["layers"]) == 2
+    for L in range(2):
+        assert set(got["layers"][L]) == set(METRICS)
+        for name in METRICS:
+            assert got["layers"][L][name] == pytest.approx(want[L][name], rel=1e-4, abs=1e-7), (L, name)
+    for name in METRICS:
+        assert got["mean"][name] == pytest.approx(np.mean([w[name] for w in want]), rel=1e-4, abs=1e-7)
+    if calibration == "fwm":
+        assert 0 < want[0]["frac_z_below_6"] < 1  # the tail is exercised
+
+
 def test_softmax_has_no_operator_quantities_and_short_rows_are_nan():
     g = _row("softmax")
     assert math.isnan(g["h"]) and math.isnan(g["tv"])
@@ -116,3 +219,38 @@ def test_no_block_to_probe_is_an_error_not_a_nan_row(blocks, n_tokens, message):
     tokens = np.zeros(n_tokens, dtype=np.uint16)
     with pytest.raises(ValueError, match=message):
         geometry_probe(model, tokens, blocks=blocks)
+
+
+def test_non_finite_values_are_an_error_naming_the_layer(monkeypatch):
+    """Non-finite per-row values were dropped, so a layer's mean came from its finite rows only; NaN scores
+    crashed inside the bucket count with an index error."""
+    from kinterval.eval import geometry
+    from kinterval.model import GPT, preset
+
+    torch.manual_seed(0)
+    cfg = preset("tiny", vocab_size=32, n_layer=2, n_head=2, n_embd=16, block_size=16)
+    model = GPT(cfg, "lerp-k4").eval()
+    tokens = np.arange(2 * 16 + 1, dtype=np.uint16) % 32
+    clean = geometry.geometry_probe(model, tokens, blocks=2)
+    assert all(np.isfinite(v) for layer in clean["layers"] for v in layer.values())
+    row_geometry = geometry.row_geometry
+
+    def one_nan_row(s, valid, spec):  # one row of layer 1's TV is NaN
+        rows = row_geometry(s, valid, spec)
+        if s.shape[-1] == 16 and one_nan_row.calls % 2 == 1:
+            rows["tv"][0, 0, 5] = float("nan")
+        one_nan_row.calls += 1
+        return rows
+
+    one_nan_row.calls = 0
+    monkeypatch.setattr(geometry, "row_geometry", one_nan_row)
+    with pytest.raises(ValueError, match="geometry: layer 1: tv is NaN or infinite on 1 of"):
+        geometry.geometry_probe(model, tokens, blocks=2)
+    monkeypatch.undo()
+    with torch.no_grad():
+        model.transformer.wte.weight[7] = float("nan")  # token 7 sits mid-block: rows i >= 7 see it
+    with pytest.raises(ValueError, match="geometry: layer 0: the scores are NaN or infinite"):
+        geometry.geometry_probe(model, tokens, blocks=2)
+    # a softmax probe has no operator quantities: those stay NaN, not an error
+    res = geometry.geometry_probe(GPT(cfg, "softmax").eval(), tokens, blocks=2)
+    assert math.isnan(res["mean"]["tv"]) and np.isfinite(res["mean"]["entropy"])

@@ -15,7 +15,8 @@ from kinterval.data.prepare import prepare
 from kinterval.eval.checkpoints import list_checkpoints
 from kinterval.eval.evaluate import eval_dir, evaluate_checkpoint, evaluate_run
 from kinterval.eval.nll import document_ids, per_document
-from kinterval.eval.tau_screen import Stage, floor_tail, run_stage, stage3_table
+from kinterval.eval.tau_screen import Stage, floor_probs, fwm_spec, run_stage, stage3_table
+from kinterval.ops.reference import reference_probs
 from kinterval.stats import block_bootstrap_ci
 from kinterval.train import checkpoint as C
 from kinterval.train.config import TrainConfig
@@ -205,6 +206,37 @@ def test_a_summary_without_a_request_is_not_current(tiny_run, tmp_path):
     assert again["skipped"] is False and again["request"] == first["request"]
 
 
+@pytest.mark.parametrize("kind", ["geometry", "graddiag"])
+def test_a_cached_diagnostic_answers_only_the_same_request(tiny_run, tmp_path, kind):
+    """The diagnostics cache was keyed on the checkpoint hash and --as only: --blocks 4, --split test or
+    other --data returned the stored result of the first call (its n_blocks and split) as if computed."""
+    import shutil
+
+    from kinterval.eval.diagnostics import diagnose_checkpoint
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    kw = {"out_dir": tmp_path / "out", "device": "cpu"}
+    first = diagnose_checkpoint(ckpt, kind, blocks=1, **kw)
+    assert first["skipped"] is False
+    assert diagnose_checkpoint(ckpt, kind, blocks=1, **kw)["skipped"] is True
+    more = diagnose_checkpoint(ckpt, kind, blocks=2, **kw)
+    assert (more["skipped"], more["n_blocks"]) == (False, 2)
+    test = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", **kw)
+    assert (test["skipped"], test["split"]) == (False, "test")
+    moved = shutil.copytree(tiny_run / "data", tmp_path / "elsewhere" / "data")  # the same shards elsewhere
+    assert diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=moved, **kw)["skipped"] is True
+    prepare("synthetic", tmp_path / "other", tokens=40_000, seed=1, progress=False)
+    other = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=tmp_path / "other", **kw)
+    assert other["skipped"] is False and other["mean"] != test["mean"]
+    path = tmp_path / "out" / f"{ckpt.name}.json"
+    stored = json.loads(path.read_text())
+    del stored["request"]  # a result written before the request was recorded
+    path.write_text(json.dumps(stored))
+    again = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=tmp_path / "other", **kw)
+    assert again["skipped"] is False and again["request"] == other["request"]
+    assert (first["request"]["max_blocks"], again["request"]["split"]) == (1, "test")
+
+
 def test_the_eval_numerics_used_are_recorded(tiny_run, tmp_path, monkeypatch):
     """The summary said "tf32": false whatever the checkpoint's numerics.tf32_eval; the fused kernels' eval
     dot precision ($KINTERVAL_EVAL_DOT_PRECISION) is recorded and is part of the request."""
@@ -234,6 +266,52 @@ def test_zero_or_negative_block_caps_are_named_errors(tiny_run, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert f"error: {flag} must be a positive integer" in err and "\n" not in err
+
+
+def test_tau_screen_checks_its_arguments_before_running_any_condition(
+    tiny_run, tmp_path, capsys, monkeypatch
+):
+    """--resamples 0 used to be refused only by the bootstrap, after every condition of the stage had run, and
+    nothing was saved; a K or tau outside the family likewise failed only once the model was loaded."""
+    monkeypatch.setattr("kinterval.train.load.load_run", lambda *a, **k: pytest.fail("the model was loaded"))
+    run, out = str(tiny_run / "run"), str(tmp_path / "ts")
+    for extra, message in (
+        (["--resamples", "0"], "--resamples must be a positive integer, got 0"),
+        (["--taus", "0"], "tau"),
+        (["--K", "0"], "K"),
+        (["--stages", "3,9"], "unknown stage '9'"),
+    ):
+        argv = [
+            "tau-screen",
+            "--run",
+            run,
+            "--out",
+            out,
+            "--stages",
+            "3",
+            "--K",
+            "4",
+            "--taus",
+            "6",
+            "--max-blocks",
+            "2",
+        ]
+        assert main(argv + extra) == 2
+        captured = capsys.readouterr()
+        assert message in captured.err and "stage 3" not in captured.out
+    assert not (tmp_path / "ts").exists()
+
+
+def test_tau_screen_saves_the_per_block_arrays_before_the_statistics(tiny_run, tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("bootstrap failed")
+
+    monkeypatch.setattr("kinterval.eval.tau_screen.contrasts", broken)
+    argv = ["tau-screen", "--run", str(tiny_run / "run"), "--out", str(tmp_path), "--stages", "2b"]
+    with pytest.raises(RuntimeError, match="bootstrap failed"):
+        main(argv + ["--K", "4", "--taus", "6", "--subset-blocks", "2"])
+    with np.load(tmp_path / "stage2b.npz") as z:
+        assert set(z.files) == {"K=4 tau=6", "softmax"} and z["softmax"].size == 2
 
 
 def test_document_ids_assign_each_target_to_its_document():
@@ -288,10 +366,13 @@ def test_document_clusters_on_test_split(tiny_run):
         assert not np.allclose(z["doc_nll"] / z["doc_tokens"], r["mean_nll"])
 
 
-def test_floor_tail_transform():
+def test_floor_tail_is_fwm_with_the_tail_at_the_window_edge():
     s = torch.tensor([[0.0, -1.0, -9.0, -20.0]])
     valid = torch.ones_like(s, dtype=torch.bool)
-    assert floor_tail(s, valid, 6.0).tolist() == [[0.0, -1.0, -6.0, -6.0]]
+    spec = fwm_spec(4, 6.0)
+    assert torch.equal(
+        floor_probs(s, valid, spec), reference_probs(torch.tensor([[0.0, -1.0, -6.0, -6.0]]), valid, spec)
+    )
 
 
 def test_tau_screen_on_softmax_checkpoint(tiny_run, capsys):

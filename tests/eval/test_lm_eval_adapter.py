@@ -274,3 +274,35 @@ def test_kinterval_lm_eval_bad_options_are_one_error_line(run, in_data, capsys, 
     err = capsys.readouterr().err.strip()  # lm-eval logs its warnings to stderr first
     (line,) = [x for x in err.splitlines() if x.startswith("kinterval lm-eval: error: ")]
     assert message in line and err.endswith(line)
+
+
+def test_lambada_per_item_perplexity_is_the_target_loglikelihood(run, tmp_path, in_data):
+    """lm-eval logs a loglikelihood task's per-item "perplexity" as the target's log-likelihood (its aggregate
+    is exp(-mean)); downstream-compare showed it as a row "perplexity" of about -15."""
+    out = tmp_path / "lambada"
+    run_downstream(run, ["kinterval_tiny_lambada"], out=out, include_path=DATA)
+    model, enc = load_run(run).model, gpt2_encoding()
+    texts = [json.loads(line)["text"].strip() for line in (DATA / "tiny_text.jsonl").read_text().splitlines()]
+    want = []
+    for text in texts:
+        *words, last = text.split(" ")
+        ctx, cont = enc.encode_ordinary(" ".join(words)), enc.encode_ordinary(" " + last)
+        want.append(direct_logprob(model, ctx[-(64 + 1 - len(cont)) :], cont))  # the adapter keeps T inputs
+    rows = {r["metric"]: r for r in downstream_compare(out, out, n_resamples=50, n_perm=50)}
+    assert set(rows) == {"acc", "loglikelihood"}
+    assert rows["loglikelihood"]["baseline"] == pytest.approx(np.mean(want), abs=1e-4)
+
+
+def test_a_task_with_two_filters_gives_each_metric_per_filter(run, tmp_path, in_data):
+    """lm-eval logs one sample per (doc, filter): keyed by doc_id alone, the second filter's sample silently
+    replaced the first's."""
+    out = tmp_path / "filters"
+    run_downstream(run, ["kinterval_tiny_filters"], out=out, include_path=DATA)
+    logged = [json.loads(line) for line in (out / "kinterval_tiny_filters.jsonl").read_text().splitlines()]
+    n_docs = len((DATA / "tiny_gen.jsonl").read_text().splitlines())
+    assert len(logged) == 2 * n_docs and {r["filter"] for r in logged} == {"whole", "first-word"}
+    rows = downstream_compare(out, out, n_resamples=50, n_perm=50)
+    assert {(r["metric"], r["n"]) for r in rows} == {
+        ("exact_match,whole", n_docs),
+        ("exact_match,first-word", n_docs),
+    }

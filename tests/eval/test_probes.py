@@ -109,9 +109,9 @@ def test_copying_model_has_positive_induction_gain():
     assert acc[("B", "near", 16)] == 1.0 and acc[("C", "copy", 32)] > 0.9
 
 
-def make_run(root, operator="fwm-prob-k4", block=160):
+def make_run(root, operator="fwm-prob-k4", block=160, vocab=V):
     torch.manual_seed(0)
-    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=block, vocab_size=V)
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=block, vocab_size=vocab)
     model = GPT(cfg, operator, "closed_form")
     state = {"step": 1, "config": {"operator": {"name": operator, "backend": "closed_form"}},
              "model_config": cfg.to_dict()}  # fmt: skip
@@ -278,3 +278,26 @@ def test_paired_deltas_refuse_other_samples(tmp_path):
         (tmp_path / name / "summary.json").write_text(json.dumps(dict(summary, seed=0, copies=copies)))
     with pytest.raises(ValueError, match=r"probe copies differs from the reference's \(40 vs 300\)"):
         probes.compare_probes(tmp_path / "cond", tmp_path / "ref")
+
+
+def test_compare_refuses_runs_that_scored_other_token_sequences(tmp_path):
+    """Samples were paired by (probe, family, condition, param) only: a run over a vocabulary of 700 and one
+    over 1000 (other token sequences under the same keys) were compared without error."""
+    for name, vocab in (("a", 1000), ("b", 700), ("c", 1000)):
+        probes.run_probes(make_run(tmp_path / name, "lerp-k4", vocab=vocab), out=tmp_path / f"out-{name}",
+                          families=3, copies=3)  # fmt: skip
+    out = {name: tmp_path / f"out-{name}" for name in "abc"}
+    with pytest.raises(ValueError, match=r"probe vocab_size differs from the reference's \(700 vs 1000\)"):
+        probes.compare_probes(out["b"], out["a"], n_resamples=20)
+    assert probes.compare_probes(out["c"], out["a"], n_resamples=20)["deltas"]
+    summary = json.loads((out["a"] / "summary.json").read_text())
+    samples, _ = probes.all_samples(3, 1000, 160, 0, copies=3)
+    assert (summary["vocab_size"], summary["samples_sha256"]) == (1000, probes.samples_sha256(samples))
+    path = out["c"] / "summary.json"  # same vocabulary, other sequences (e.g. another generator version)
+    path.write_text(json.dumps(dict(summary, samples_sha256="0" * 64)))
+    with pytest.raises(ValueError, match="probe samples_sha256 differs from the reference's"):
+        probes.compare_probes(out["c"], out["a"], n_resamples=20)
+    del summary["samples_sha256"]  # a summary written before the hash was recorded
+    path.write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="out-c/summary.json has no samples_sha256"):
+        probes.compare_probes(out["c"], out["a"], n_resamples=20)

@@ -1,19 +1,150 @@
-"""tau screen statistics: per-condition contrasts against softmax, stage-3 CIs, per-block arrays on disk."""
+"""tau screen: the floor and zero tails on planted rows, each condition through its own operator, statistics
+(per-condition contrasts against softmax, stage-3 CIs), per-block arrays on disk."""
 
+import math
 import re
 
 import numpy as np
 import pytest
+import torch
 
+from kinterval.eval.attention import patched_attention
 from kinterval.eval.tau_screen import (
     Stage,
     StageResult,
     contrasts,
+    fwm_spec,
     key,
     load_per_block,
+    probs_fn,
+    run_stage,
     save_per_block,
     stage3_table,
+    swapped_nll,
 )
+from kinterval.model import GPT, preset
+from kinterval.ops import OperatorSpec
+from kinterval.ops.reference import reference_probs
+from kinterval.train.evaluate import token_nll
+
+# rows of fp32 scores (max key first, then keys 9 and 20 nats below it): the audit's row with M = -5.0287,
+# where (M - tau) - M rounds to just below -tau, and a row with positive M
+PLANTED_ROWS = torch.tensor(
+    [[-5.0286688804626465, -14.0286688804626465, -25.0286688804626465], [1.0, -8.0, -19.0]]
+)
+
+
+def floor_reference(s: torch.Tensor, valid: torch.Tensor, K: int, tau: float, recon: str) -> torch.Tensor:
+    """The floor tail written out in float64 (App. C.3, z <- max(z, -tau); App. A grid):
+    z~ = clip(z, -tau, 0), h = tau/K, r = min(floor((z~ + tau)/h), K - 1), t = (z~ + tau)/h - r; LERP
+    interpolates e^{-tau + r h} and e^{-tau + (r + 1) h}, Nearest takes e^{-tau + (r + [t >= 1/2]) h};
+    every valid key is kept."""
+    s = s.double()
+    M = s.masked_fill(~valid, -math.inf).amax(-1, keepdim=True)
+    x = ((s - M).clamp(-tau, 0) + tau) / (tau / K)
+    r = x.floor().clamp(max=K - 1)
+    t = x - r
+    h = tau / K
+    if recon == "lerp":
+        w = (1 - t) * torch.exp(-tau + r * h) + t * torch.exp(-tau + (r + 1) * h)
+    else:
+        w = torch.exp(-tau + (r + (t >= 0.5)) * h)
+    w = torch.where(valid, w, 0.0)
+    return w / w.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("recon", ["nearest", "lerp"])
+def test_floor_tail_keeps_every_tail_key_at_e_minus_tau(recon):
+    """The floor tail used to raise scores to M - tau and let FWM recompute z = s - M: in fp32 that lands
+    just below -tau on some rows (here M = -5.0287) and FWM's strict zero tail then gave the floored keys
+    0."""
+    valid = torch.ones_like(PLANTED_ROWS, dtype=torch.bool)
+    e = math.exp(-6.0)
+    P = probs_fn(fwm_spec(4, 6.0, recon), "floor")(0, PLANTED_ROWS, valid, None, None)
+    want = torch.tensor([1.0, e, e], dtype=torch.float64) / (1 + 2 * e)
+    torch.testing.assert_close(P.double(), want.expand_as(P), rtol=1e-6, atol=0)
+    # row maxima of either sign, every offset below the window edge: no tail key ever drops to 0
+    M = torch.linspace(-40, 40, 20001)[:, None]
+    s = torch.cat([M, M - 6.0 - torch.rand(20001, 5) * 20, M - torch.rand(20001, 5) * 6], 1)
+    valid = torch.ones_like(s, dtype=torch.bool)
+    P = probs_fn(fwm_spec(4, 6.0, recon), "floor")(0, s, valid, None, None)
+    torch.testing.assert_close(P.double(), floor_reference(s, valid, 4, 6.0, recon), rtol=1e-5, atol=0)
+    assert (P[:, 1:6] / P[:, :1]).sub(e).abs().max() < 1e-6 * e
+
+
+@pytest.mark.parametrize("recon", ["nearest", "lerp"])
+def test_zero_tail_gives_the_tail_zero_and_is_the_fwm_operator(recon):
+    valid = torch.ones_like(PLANTED_ROWS, dtype=torch.bool)
+    spec = fwm_spec(4, 6.0, recon)
+    P = probs_fn(spec, "zero")(0, PLANTED_ROWS, valid, None, None)
+    assert P[:, 1:].eq(0).all() and P[:, 0].eq(1).all()
+    s = torch.randn(64, 32) * 5
+    valid = torch.rand(64, 32) < 0.7
+    valid[:, 0] = True
+    P = probs_fn(spec, "zero")(0, s, valid, None, None)
+    assert torch.equal(P, reference_probs(s, valid, spec))
+    assert (P == 0).sum() > (~valid).sum()  # the zero tail is hit on these rows
+    floor = probs_fn(spec, "floor")(0, s, valid, None, None)
+    assert ((floor > 0) == valid).all()
+
+
+def test_fwm_spec_carries_tau_and_reconstruction():
+    assert fwm_spec(4, 8.0).full_name == OperatorSpec.parse("fwm-weight-k4", tau=8.0).full_name
+    assert fwm_spec(16, 5.0, "lerp").full_name == OperatorSpec.parse("fwm-lerp-k16", tau=5.0).full_name
+
+
+@pytest.fixture(scope="module")
+def sharp_model():
+    """A random tiny softmax model whose scores span tens of nats, row maxima of both signs (at T = 64 some
+    rows with a negative maximum have a tail: the old floor tail zeroed it, 1e-4 off in NLL)."""
+    torch.manual_seed(0)
+    cfg = preset("tiny", vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=64)
+    model = GPT(cfg, "softmax", "closed_form").eval()
+    with torch.no_grad():
+        for blk in model.transformer.h:
+            blk.attn.c_attn.weight.mul_(12)
+            blk.attn.c_attn.bias.normal_(0, 3.0)
+    tokens = np.random.default_rng(1).integers(0, 64, size=4 * 64 + 1).astype(np.uint16)
+    return model, tokens
+
+
+def nll_with(model, tokens, fn, blocks=4):
+    with patched_attention(model, fn):
+        return token_nll(model, tokens, model.config.block_size, max_blocks=blocks).mean(1)
+
+
+def test_every_screen_condition_runs_its_own_operator(sharp_model):
+    """Each condition's per-block NLL is the model's under that condition's probabilities (the floor tail as
+    written out in float64; FWM and MinMax as operators), not softmax's; the NLL moves with tau."""
+    model, tokens = sharp_model
+    floor = run_stage(model, tokens, Stage("2a", "floor", (4,), (4.0, 8.0), 4))
+    zero = run_stage(model, tokens, Stage("3", "zero", (4,), (4.0, 8.0), 4, minmax=True))
+
+    def floor_fn(tau, recon="nearest"):
+        return lambda i, s, v, q, k: floor_reference(s, v, 4, tau, recon).float()
+
+    def op_fn(name, **kw):
+        spec = OperatorSpec.parse(name, **kw)
+        return lambda i, s, v, q, k: reference_probs(s, v, spec)
+
+    for tau in (4.0, 8.0):
+        want = nll_with(model, tokens, floor_fn(tau))
+        np.testing.assert_allclose(floor.per_block[key(4, tau)], want, rtol=1e-6)
+        want = nll_with(model, tokens, op_fn("fwm-weight-k4", tau=tau))
+        np.testing.assert_allclose(zero.per_block[key(4, tau)], want, rtol=1e-6)
+    mm = nll_with(model, tokens, op_fn("minmax-weight-k4"))
+    soft = nll_with(model, tokens, op_fn("softmax"))
+    np.testing.assert_allclose(floor.per_block["softmax"], soft, rtol=1e-6)
+    np.testing.assert_allclose(zero.per_block[key(4, "minmax")], mm, rtol=1e-6)
+    differ = lambda a, b: np.abs(a - b).max() > 1e-4  # noqa: E731  (a random model's NLL moves little)
+    for res in (floor, zero):
+        assert all(differ(nll, soft) for name, nll in res.per_block.items() if name != "softmax")
+        assert differ(res.per_block[key(4, 4.0)], res.per_block[key(4, 8.0)])
+    assert differ(floor.per_block[key(4, 4.0)], zero.per_block[key(4, 4.0)])
+    lerp = swapped_nll(model, tokens, fwm_spec(4, 4.0, "lerp"), tail="floor", blocks=4)
+    want = nll_with(model, tokens, floor_fn(4.0, "lerp"))
+    np.testing.assert_allclose(lerp, want, rtol=1e-6)
+
 
 PLANTED = {
     (4, 5.0): 0.05,

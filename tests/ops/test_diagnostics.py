@@ -169,3 +169,29 @@ def test_decomposition_treats_neg_inf_scores_as_masked():
         assert torch.equal(got[key], masked[key]), key
     assert got["g_full"].isfinite().all() and got["g_full"][0, 1] == 0
     torch.testing.assert_close(got["g_full"], score_gradient(s, "lerp-k4", up), rtol=1e-12, atol=1e-12)
+
+
+def test_decomposition_refuses_nan_and_pos_inf_scores_like_score_gradient():
+    """decompose_score_grad returned all-NaN gradients for a NaN or +inf score where score_gradient raises."""
+    up = torch.tensor([[0.3, -1.0, 0.7, 0.1]], dtype=torch.float64)
+    calls = (lambda s: score_gradient(s, "lerp-k4", up), lambda s: decompose_score_grad(s, up, "lerp-k4"))
+    for bad in (float("nan"), float("inf")):
+        for call in calls:
+            with pytest.raises(ValueError, match=r"scores contain NaN or \+inf on keys that are not masked"):
+                call(torch.tensor([[1.0, bad, 0.0, -2.0]], dtype=torch.float64))
+    # a NaN on a masked key is never read
+    s = torch.tensor([[1.0, float("nan"), 0.0, -2.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, False, True, True]])
+    assert decompose_score_grad(s, up, "lerp-k4", mask=mask)["g_full"].isfinite().all()
+
+
+def test_zero_sum_residual_of_a_non_finite_row_is_nan():
+    """A NaN gradient row used to read as rho = 0, a perfectly zero-sum gradient."""
+    g = torch.tensor(
+        [[float("nan"), 1.0, -1.0], [float("inf"), -1.0, 0.0], [1.0, -1.0, 0.0], [0.0, 0.0, 0.0]]
+    )
+    rho = zero_sum_residual(g)
+    assert rho[:2].isnan().all() and rho[2:].tolist() == [0.0, 0.0]
+    assert zero_sum_residual(torch.tensor([[1.0, 2.0, -1.0]])).item() == pytest.approx(0.5)
+    # masked keys are not read
+    assert zero_sum_residual(g[:1], torch.tensor([[False, True, True]])).item() == 0.0

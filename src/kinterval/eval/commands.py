@@ -66,15 +66,31 @@ def _tau_screen(args: argparse.Namespace) -> int:
         PAPER_STAGES,
         Stage,
         contrasts,
+        fwm_spec,
         run_stage,
         save_per_block,
         stage3_table,
     )
     from kinterval.train.load import load_run
 
-    for flag, value in (("--subset-blocks", args.subset_blocks), ("--max-blocks", args.max_blocks)):
+    for flag, value in (
+        ("--subset-blocks", args.subset_blocks),
+        ("--max-blocks", args.max_blocks),
+        ("--resamples", args.resamples),
+    ):
         if value is not None and value < 1:  # --max-blocks 0 used to mean "no cap"
             raise ValueError(f"{flag} must be a positive integer, got {value}")
+    stages = []  # every stage, K and tau checked before the model is loaded
+    for name in args.stages.split(","):
+        st = {s.name: s for s in PAPER_STAGES}.get(name)
+        if st is None:
+            raise ValueError(f"unknown stage {name!r}; choose from {sorted(s.name for s in PAPER_STAGES)}")
+        blocks = args.subset_blocks if st.blocks is not None else args.max_blocks
+        st = Stage(st.name, st.tail, tuple(args.K or st.K), tuple(args.taus or st.taus), blocks, st.minmax)
+        for K in st.K:
+            for tau in st.taus:
+                fwm_spec(K, tau, args.reconstruction)  # ValueError on a K or tau outside the family
+        stages.append(st)
     ckpt = select_checkpoints(args.run, args.checkpoint)[-1]
     loaded = load_run(ckpt, device=pick_device(args.device), backend="closed_form")  # the screen forms P
     model, state = loaded.model, loaded.state
@@ -83,22 +99,9 @@ def _tau_screen(args: argparse.Namespace) -> int:
     tokens = TokenShards(args.data or state["config"]["data"]["dir"], args.split).tokens()
     out = Path(args.out) if args.out else Path(args.run) / "diagnostics" / "tau_screen"
     out.mkdir(parents=True, exist_ok=True)
-    stages = {s.name: s for s in PAPER_STAGES}
-    for name in args.stages.split(","):
-        if name not in stages:
-            raise ValueError(f"unknown stage {name!r}; choose from {sorted(stages)}")
-        st = stages[name]
-        st = Stage(
-            st.name,
-            st.tail,
-            tuple(args.K) if args.K else st.K,
-            tuple(args.taus) if args.taus else st.taus,
-            st.blocks if st.blocks is None else args.subset_blocks,
-            st.minmax,
-        )
-        if st.blocks is None and args.max_blocks:
-            st = Stage(st.name, st.tail, st.K, st.taus, args.max_blocks, st.minmax)
+    for st in stages:
         res = run_stage(model, tokens, st, reconstruction=args.reconstruction, progress=print)
+        per_block = save_per_block(res, out / f"stage{st.name}.npz")  # kept before any statistic is formed
         record = {
             "checkpoint": str(ckpt),
             "stage": st.name,
@@ -109,7 +112,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
             "reconstruction": args.reconstruction,
             "nll": res.nll,
             "contrasts": contrasts(res, n_resamples=args.resamples),  # each condition - softmax [CI]
-            "per_block": save_per_block(res, out / f"stage{st.name}.npz").name,
+            "per_block": per_block.name,
         }
         if not st.minmax:
             record["best_tau"] = {str(K): res.best_tau(K) for K in st.K}

@@ -1,7 +1,10 @@
 """Per-checkpoint diagnostics written next to the evaluations: ``RUN/diagnostics/<kind>/step_XXXXXX.json``.
 
 ``kind`` is ``geometry`` (:func:`~kinterval.eval.geometry.geometry_probe`) or ``graddiag``
-(:func:`~kinterval.eval.graddiag.gradient_diagnostics`); existing results for the same checkpoint are skipped.
+(:func:`~kinterval.eval.graddiag.gradient_diagnostics`). An existing result is reused only for the same
+checkpoint bytes and the same ``request`` (operator, split, data by content, blocks as ``max_blocks``: the
+fingerprint of :func:`kinterval.eval.evaluate.request`); a result without one (written before it was
+recorded) is recomputed.
 A geometry probe under another operator goes to ``diagnostics/geometry__as-<operator>``.
 """
 
@@ -13,9 +16,10 @@ from pathlib import Path
 
 from kinterval.data.loader import TokenShards
 from kinterval.eval.checkpoints import checkpoint_name, pick_device, select_checkpoints, state_sha256
-from kinterval.eval.evaluate import safe_operator
+from kinterval.eval.evaluate import request, safe_operator
 from kinterval.eval.geometry import geometry_probe
 from kinterval.eval.graddiag import gradient_diagnostics
+from kinterval.train.checkpoint import read_state
 from kinterval.train.load import load_run
 
 KINDS = ("geometry", "graddiag")
@@ -49,14 +53,16 @@ def diagnose_checkpoint(
     out_dir = Path(out_dir)
     path = out_dir / f"{checkpoint_name(ckpt)}.json"
     sha = state_sha256(ckpt)
+    stored = read_state(ckpt)
+    shards = TokenShards(data or stored["config"]["data"]["dir"], split)
+    req = request(stored, shards, spec, blocks, doc_clusters=False)  # max_blocks: the probe's --blocks
     if path.is_file() and not force:
         old = json.loads(path.read_text())
-        if old.get("checkpoint_state_sha256") == sha and old.get("probe_operator_arg") == spec:
+        if old.get("checkpoint_state_sha256") == sha and old.get("request") == req:
             return dict(old, skipped=True)
     # closed_form: the probes form P explicitly and differentiate it
     loaded = load_run(ckpt, device=pick_device(device), backend="closed_form")
     model, state = loaded.model, loaded.state
-    shards = TokenShards(data or state["config"]["data"]["dir"], split)
     tokens = shards.tokens()
     if kind == "geometry":
         res = geometry_probe(model, tokens, blocks=blocks, spec=spec)
@@ -72,6 +78,7 @@ def diagnose_checkpoint(
         probe_operator_arg=spec,
         split=shards.split,
         train_code=state.get("code", {}),
+        request=req,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

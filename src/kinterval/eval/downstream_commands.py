@@ -22,6 +22,8 @@ import numpy as np
 def _item(sample: dict) -> dict:
     """The per-item record of one lm-eval logged sample."""
     rec = {"doc_id": sample["doc_id"], "target": sample.get("target")}
+    if "filter" in sample:  # lm-eval logs one sample per (doc, filter)
+        rec["filter"] = sample["filter"]
     rec["metrics"] = {m: sample[m] for m in sample.get("metrics", []) if m in sample}
     resps = sample.get("filtered_resps", [])
     if resps and all(isinstance(r, (list, tuple)) and len(r) == 2 for r in resps):  # loglikelihood requests
@@ -97,10 +99,13 @@ def _task_files(folder: Path) -> dict[str, Path]:
 
 def _per_item(folder) -> dict[str, dict]:
     """task -> {doc_id: (target, {metric: float})}: scalar metrics, plus the item total ``loglikelihood`` of
-    rolling (perplexity) tasks."""
+    rolling (perplexity) tasks. lm-eval's per-item ``perplexity`` (loglikelihood tasks, e.g. LAMBADA) is the
+    target's log-likelihood (its aggregate is exp(-mean)) and is named ``loglikelihood``. A task logged under
+    several lm-eval filters gets each metric per filter, ``metric,filter``; a (doc_id, filter) logged twice
+    is an error."""
     tasks = {}
     for task, path in _task_files(Path(folder)).items():
-        items = {}
+        logged = {}  # (doc_id, filter) -> (target, metrics)
         for n, line in enumerate(path.read_text().splitlines(), 1):
             try:
                 rec = json.loads(line)
@@ -109,10 +114,23 @@ def _per_item(folder) -> dict[str, dict]:
             if "filtered_resps" in rec:  # an lm-eval logged sample
                 rec = _item(rec)
             vals = {k: float(v) for k, v in rec["metrics"].items() if isinstance(v, (int, float))}
+            if "perplexity" in vals:
+                vals["loglikelihood"] = vals.pop("perplexity")
             if rec.get("loglikelihoods") and "is_greedy" not in rec:  # rolling (perplexity) tasks
                 vals["loglikelihood"] = float(sum(rec["loglikelihoods"]))
             target = rec.get("target")
-            items[rec["doc_id"]] = (None if target is None else str(target), vals)
+            key = (rec["doc_id"], rec.get("filter"))
+            if key in logged:
+                under = f" under filter {key[1]!r}" if key[1] is not None else ""
+                raise ValueError(f"{path}, line {n}: doc_id {key[0]}{under} is logged twice")
+            logged[key] = (None if target is None else str(target), vals)
+        several = len({f for _, f in logged}) > 1
+        items = {}
+        for (doc, f), (target, vals) in logged.items():
+            old_target, merged = items.setdefault(doc, (target, {}))
+            if old_target != target:
+                raise ValueError(f"{path}: doc_id {doc} has targets {old_target!r} and {target!r}")
+            merged.update({f"{m},{f}" if several else m: v for m, v in vals.items()})
         tasks[task] = items
     return tasks
 

@@ -7,7 +7,9 @@ FWM/resolved), the 0.1% quantile of ``z = s - M``, the per-token query/key norms
 fraction of keys with ``z < -6``, the top-bucket mass (softmax mass on
 keys in the operator's top interval (LERP) or top level (Nearest)), the effective number of buckets
 ``exp H(q)`` with ``q_b ~ sum_{j in b} P^E_j`` (tail keys truncated by FWM form one bucket) and
-``TV = 1/2 sum_j |P^native_j - P^E_j|``. Rows are averaged per layer; the layer mean is reported too.
+``TV = 1/2 sum_j |P^native_j - P^E_j|``. Rows are averaged per layer; the layer mean is reported too. A
+NaN or infinite value on a row with two or more keys (non-finite scores: a diverged checkpoint) is a
+``ValueError`` naming the layer, never a dropped row.
 For a softmax run the operator-dependent quantities need ``spec`` (e.g. the operator one would deploy).
 """
 
@@ -24,6 +26,7 @@ from kinterval.ops import OperatorSpec
 from kinterval.ops.reference import grid, reference_probs, row_extrema
 
 ROW_METRICS = ("span", "h", "z_q001", "entropy", "frac_z_below_6", "top_bucket_mass", "eff_buckets", "tv")
+OPERATOR_METRICS = ("h", "top_bucket_mass", "eff_buckets", "tv")  # defined by a K-interval operator's grid
 METRICS = (*ROW_METRICS, "q_norm", "k_norm")
 
 
@@ -130,16 +133,26 @@ def geometry_probe(
     def hook(idx):
         def pre_hook(module, args):
             q, k, _, s, valid = qkv_scores(module, args[0])
+            if not torch.isfinite(s[valid]).all():  # before the grid, which assumes finite scores
+                raise ValueError(
+                    f"geometry: layer {idx}: the scores are NaN or infinite (a diverged checkpoint?)"
+                )
             own = layer_spec(module)
             probe_spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else (spec or own)
             used[idx] = probe_spec.full_name
             rows = row_geometry(s[..., 1:, :], valid[..., 1:, :], probe_spec)
             rows["q_norm"] = q[..., 1:, :].norm(dim=-1)
             rows["k_norm"] = k[..., 1:, :].norm(dim=-1)
+            has_value = valid[..., 1:, :].sum(-1) >= 2  # rows of one key have no geometry
             for key, v in rows.items():
-                finite = torch.isfinite(v)
-                sums[idx][key] += float(v[finite].double().sum())
-                counts[idx][key] += int(finite.sum())
+                if key in OPERATOR_METRICS and not probe_spec.is_kinterval:
+                    continue  # no grid under a baseline: the layer's value is NaN
+                v = v[has_value.expand_as(v)]
+                if not torch.isfinite(v).all():
+                    raise ValueError(f"geometry: layer {idx}: {key} is NaN or infinite on "
+                                     f"{int((~torch.isfinite(v)).sum())} of {v.numel()} rows")  # fmt: skip
+                sums[idx][key] += float(v.double().sum())
+                counts[idx][key] += v.numel()
 
         return pre_hook
 

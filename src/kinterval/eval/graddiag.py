@@ -5,13 +5,16 @@ The loss over the first ``blocks`` validation blocks is back-propagated block by
 through the checkpoint's own operator with the closed-form backward (the implemented gradient, including any
 ``range_grad`` modification). Per layer we record
 
-* the zero-sum residual ``|sum_j g_ij| / sum_j |g_ij|`` of every row ``i >= 1`` with a nonzero gradient;
-  summarised as the median over rows, then the mean over layers;
+* the zero-sum residual ``|sum_j g_ij| / sum_j |g_ij|`` of every row ``i >= 1`` whose gradient is not all
+  zero (0/0 has no residual: rows of one valid key, FWM rows with one key in the window); summarised as the
+  median over rows and the fraction of rows above 1e-3, then the mean over layers;
 * with the upstream ``u = dL/dP`` of that layer fixed, the terms ``self``, ``M``, ``m`` of the full-gradient
   operator at the same scores (:func:`kinterval.ops.closed_form.score_grad_terms`), ``g_full = self + M + m``:
   norm ratios ``||term|| / ||g_full||`` and relative errors ``||g_mode - g_full|| / ||g_full||`` for detach
   (self), min_only (self + m), max_only (self + M) and "P1 (local)" (the zero-sum projection of self);
   per layer, then averaged over layers. This local VJP is not the whole-model in-graph backward.
+
+A NaN or infinite gradient on such a row is a ``ValueError`` naming the layer, never a dropped or good row.
 """
 
 from __future__ import annotations
@@ -24,17 +27,27 @@ from kinterval.eval.attention import attention_layers, layer_spec, patched_atten
 from kinterval.model import autocast, eval_precision
 from kinterval.ops import OperatorSpec
 from kinterval.ops.closed_form import closed_form_probs, score_grad_terms
+from kinterval.ops.diagnostics import zero_sum_residual as row_zero_sum_residual
 from kinterval.ops.reference import project_zero_sum
 
 DECOMP = ("norm_self", "norm_M", "norm_m", "err_detach", "err_min_only", "err_max_only", "err_p1_local")
 
 
-def zero_sum_residual(g: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Per-row ``|sum_j g_j| / sum_j |g_j|`` over valid keys; rows with an all-zero gradient are dropped."""
+def zero_sum_residual(g: torch.Tensor, valid: torch.Tensor, layer: int = 0) -> torch.Tensor:
+    """``|sum_j g_j| / sum_j |g_j|`` over valid keys (``ops.diagnostics.zero_sum_residual``, float64) of every
+    row whose gradient is not all zero (such a row, e.g. one of a single valid key, has no residual),
+    flattened. A NaN or infinite row is kept, and is a ``ValueError`` naming the layer."""
     g = torch.where(valid, g, torch.zeros_like(g)).double()
-    a = g.abs().sum(-1)
-    keep = a > 0
-    return (g.sum(-1).abs()[keep] / a[keep]).flatten()
+    r = row_zero_sum_residual(g)
+    r = r[g.abs().sum(-1) != 0]  # NaN != 0: a non-finite row is never dropped
+    check_finite(r, layer, "the zero-sum residual")
+    return r
+
+
+def check_finite(x: torch.Tensor, layer: int, what: str) -> None:
+    """``ValueError`` naming the layer when ``x`` holds a NaN or an infinity (a diverged checkpoint)."""
+    if not torch.isfinite(x).all():
+        raise ValueError(f"layer {layer}: {what} is NaN or infinite (the score gradient is not finite)")
 
 
 def full_spec(spec: OperatorSpec) -> OperatorSpec:
@@ -102,9 +115,11 @@ def gradient_diagnostics(
             (loss / n).backward()
             for idx, slot in captured.items():
                 rows = (slot["s"][..., 1:, :], slot["valid"][..., 1:, :])
-                residuals[idx].append(zero_sum_residual(slot["g"][..., 1:, :], rows[1]).cpu())
+                residuals[idx].append(zero_sum_residual(slot["g"][..., 1:, :], rows[1], idx).cpu())
                 if decompose:
-                    for key, v in decomposition_sums(*rows, specs[idx], slot["u"][..., 1:, :]).items():
+                    d = decomposition_sums(*rows, specs[idx], slot["u"][..., 1:, :])
+                    check_finite(torch.tensor(list(d.values())), idx, "the decomposition")
+                    for key, v in d.items():
                         sums[idx][key] += v
     model.zero_grad(set_to_none=True)
     per_layer = []

@@ -19,9 +19,10 @@ family is resampled together).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +128,12 @@ def all_samples(
     b, skip_b = retrieval_samples(n_families, vocab, block, seed=seed)
     c, skip_c = copy_samples(copies, vocab, block, seed=seed)
     return a + b + c, {"A": skip_a, "B": skip_b, "C": skip_c}
+
+
+def samples_sha256(samples: list[Sample]) -> str:
+    """sha256 of the generated samples (probe, family, condition, param, tokens, scored positions, in order):
+    two probe outputs are paired only when they scored the same token sequences."""
+    return hashlib.sha256(json.dumps([astuple(s) for s in samples]).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------- scoring
@@ -315,9 +322,10 @@ def delta_slopes(rows, ref_rows, *, n_resamples: int = 4000, seed: int = 0) -> l
 def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed: int = 0) -> dict:
     """Paired deltas and slopes of a ``kinterval probes`` output folder against a reference (softmax) folder.
 
-    Both must come from the same samples: same ``seed``, ``families``, ``copies`` and skipped lengths
-    (``ValueError`` naming the field otherwise). Returns ``{operator, reference_operator, deltas, slopes}``
-    (see :func:`paired_deltas` and :func:`delta_slopes`).
+    Both must come from the same samples: same ``seed``, ``families``, ``copies``, skipped lengths,
+    ``vocab_size`` and ``samples_sha256`` (the token sequences themselves; ``ValueError`` naming the field
+    otherwise, or when an older summary lacks the last two). Returns ``{operator, reference_operator, deltas,
+    slopes}`` (see :func:`paired_deltas` and :func:`delta_slopes`).
     """
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
@@ -328,8 +336,12 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
             raise ValueError(f"{folder} is not a `kinterval probes` output (summary.json, samples.jsonl)")
         summaries[name] = json.loads((folder / "summary.json").read_text())
         rows[name] = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
-    for field_ in ("seed", "families", "copies", "skipped"):
+    for field_ in ("seed", "families", "copies", "skipped", "vocab_size", "samples_sha256"):
         a, b = summaries["results"].get(field_), summaries["reference"].get(field_)
+        if field_ in ("vocab_size", "samples_sha256") and None in (a, b):
+            old = folders["results" if a is None else "reference"]
+            raise ValueError(f"{old}/summary.json has no {field_} (written before it was recorded): the "
+                             "token sequences cannot be checked; rerun `kinterval probes`")  # fmt: skip
         if a != b:
             raise ValueError(
                 f"probe {field_} differs from the reference's ({a} vs {b}): not the same samples"
@@ -367,8 +379,9 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
         fh.writelines(json.dumps(r) + "\n" for r in rows)
     summary = {"run": str(run), "checkpoint_step": state.get("step"), "operator": model.operator,
                "native_operator": state["config"]["operator"]["name"], "families": families, "copies": copies,
-               "seed": seed,
-               "block_size": cfg.block_size, "skipped": skipped, "table": summarize(rows)}  # fmt: skip
+               "seed": seed, "block_size": cfg.block_size, "vocab_size": cfg.vocab_size,
+               "samples_sha256": samples_sha256(samples), "skipped": skipped,
+               "table": summarize(rows)}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
@@ -386,6 +399,7 @@ __all__ = [
     "probe_tables",
     "retrieval_samples",
     "run_probes",
+    "samples_sha256",
     "score",
     "summarize",
 ]

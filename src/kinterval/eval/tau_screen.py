@@ -4,9 +4,10 @@ The attention operator of every layer is swapped at inference for a fixed-window
 ``tau`` and ``K`` intervals and the validation NLL is measured per block. Two tail policies:
 
 * ``zero`` — FWM as trained (keys with ``z < -tau`` get weight 0): ``fwm-<recon>-k{K}[tau=...]``;
-* ``floor`` — the "floor tail" screening variant, *not* an operator of the family: scores are first floored at
-  the window edge, ``z <- max(z, -tau)``, so tail keys keep the lowest level ``e^{-tau}`` instead of 0
-  (implemented here as a score transform before the FWM operator).
+* ``floor`` — the "floor tail" screening variant, *not* an operator of the family: ``z <- max(z, -tau)``, so
+  tail keys keep the lowest level ``e^{-tau}`` instead of 0 (:func:`floor_probs`: FWM's grid on
+  ``z~ = clip(z, -tau, 0)`` with every valid key kept; a tail key sits at ``r = 0, t = 0``, weight exactly
+  ``e^{-tau}`` under LERP and Nearest alike).
 
 Stages (defaults as in the paper): (1) floor tail, first 32 blocks, K in {4,16,32}, tau in {8,...,32};
 (2a) floor tail and (2b) zero tail, tau in {4,5,6,7,8,10,12}; (3) zero tail, every block, K in {4,8,16,32},
@@ -20,7 +21,7 @@ outside attention on CUDA).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,15 @@ import torch
 
 from kinterval.eval.attention import patched_attention
 from kinterval.ops import OperatorSpec
-from kinterval.ops.reference import reference_probs, row_extrema
+from kinterval.ops.reference import (
+    grid,
+    lerp_weight,
+    nearest_weight,
+    normalize,
+    place,
+    reference_probs,
+    row_extrema,
+)
 from kinterval.stats import block_bootstrap_ci, block_length
 from kinterval.train.evaluate import token_nll
 
@@ -63,15 +72,23 @@ def minmax_spec(K: int, reconstruction: str = "nearest") -> OperatorSpec:
     return OperatorSpec.parse(f"lerp-k{K}" if reconstruction == "lerp" else f"minmax-weight-k{K}")
 
 
-def floor_tail(s: torch.Tensor, valid: torch.Tensor, tau: float) -> torch.Tensor:
-    """``z <- max(z, -tau)``: scores below the window edge ``M - tau`` are raised to it (valid keys only)."""
-    M = row_extrema(s, valid).M
-    return torch.where(valid, torch.maximum(s, M - tau), s)
+def floor_probs(s: torch.Tensor, valid: torch.Tensor, spec: OperatorSpec) -> torch.Tensor:
+    """The floor-tail forward of the FWM ``spec``: its grid on ``z~ = clip(z, -tau, 0)`` (App. A) with every
+    valid key kept, so a key with ``z < -tau`` is reconstructed at ``z~ = -tau``, weight ``e^{-tau}``.
+
+    Not a score transform: raising ``s`` to ``M - tau`` and letting FWM recompute ``z = s - M`` can round to
+    just below ``-tau`` and hit FWM's zero tail. Forward only (the screen does not differentiate)."""
+    if spec.calibration != "fwm":
+        raise ValueError(f"the floor tail is a variant of FWM, got {spec.full_name}")
+    ext = row_extrema(s, valid)
+    g = grid(torch.where(valid, s, ext.M.expand_as(s)), valid, spec, ext.M, ext.m)
+    g = replace(g, keep=valid)  # no zero tail: z < -tau is clamped to the window edge
+    return normalize(place(lerp_weight(g) if spec.reconstruction == "lerp" else nearest_weight(g), g))
 
 
 def probs_fn(spec: OperatorSpec, tail: str = "zero"):
     if tail == "floor":
-        return lambda idx, s, valid, q, k: reference_probs(floor_tail(s, valid, spec.tau), valid, spec)
+        return lambda idx, s, valid, q, k: floor_probs(s, valid, spec)
     if tail != "zero":
         raise ValueError(f"tail must be 'floor' or 'zero', got {tail!r}")
     return lambda idx, s, valid, q, k: reference_probs(s, valid, spec)

@@ -98,11 +98,16 @@ def attention_probs(
     spec = as_spec(spec)
     check_scores(scores)
     s = scores.to(working_dtype(scores.dtype))
+    return _probs(s, attended_keys(s, causal=causal, mask=mask), spec, backend)
+
+
+def attended_keys(s: Tensor, *, causal: bool, mask: Tensor | None) -> Tensor:
+    """The keys each row attends: the mask's, minus keys whose score is ``-inf``; a NaN or ``+inf`` score on
+    a key that is not masked raises ``ValueError``."""
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
     if ((torch.isnan(s) | torch.isposinf(s)) & valid).any():
         raise ValueError("scores contain NaN or +inf on keys that are not masked")
-    valid = valid & ~torch.isneginf(s)
-    return _probs(s, valid, spec, backend)
+    return valid & ~torch.isneginf(s)
 
 
 def _probs(s: Tensor, valid: Tensor, spec: OperatorSpec, backend: str) -> Tensor:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from kinterval.ops.api import as_spec, attention_probs, valid_mask
+from kinterval.ops.api import as_spec, attended_keys, attention_probs, valid_mask
 from kinterval.ops.closed_form import score_grad_terms
 from kinterval.ops.spec import OperatorSpec
 
@@ -38,11 +38,12 @@ def shift_invariance(scores: Tensor, spec, c: float = 3.0, *, causal=False, mask
 
 
 def zero_sum_residual(grad: Tensor, valid: Tensor | None = None) -> Tensor:
-    """A2: rho = |sum_j g_ij| / sum_j |g_ij| per row (rows with zero gradient give 0)."""
+    """A2: rho = |sum_j g_ij| / sum_j |g_ij| per row (rows with zero gradient give 0; a row with a NaN or
+    infinite gradient gives NaN, never a good value)."""
     if valid is not None:
         grad = torch.where(valid, grad, torch.zeros_like(grad))
     denom = grad.abs().sum(-1)
-    return torch.where(denom > 0, grad.sum(-1).abs() / denom.clamp(min=torch.finfo(grad.dtype).tiny), 0.0)
+    return torch.where(denom == 0, 0.0, grad.sum(-1).abs() / denom)
 
 
 @dataclass
@@ -91,6 +92,6 @@ def decompose_score_grad(
     """
     spec = as_spec(spec)
     s = scores if scores.dtype == torch.float64 else scores.float()
-    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask) & ~torch.isneginf(s)  # as attention_probs
+    valid = attended_keys(s, causal=causal, mask=mask)  # as attention_probs: NaN / +inf raise, -inf is masked
     t = score_grad_terms(s, valid, spec, upstream.to(s.dtype))
     return {"g_self": t["self"], "g_M": t["M"], "g_m": t["m"], "g_full": t["self"] + t["M"] + t["m"]}
