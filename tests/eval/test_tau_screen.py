@@ -173,7 +173,11 @@ def test_every_condition_gets_a_ci_against_softmax():
     assert len(rows) == len(PLANTED)
     for r in rows:
         planted = PLANTED[(r["K"], r["tau"])]
-        assert r["lo"] < planted < r["hi"] and r["hi"] - r["lo"] < 0.005 and r["n_blocks"] == 120
+        assert (
+            r["lo"] < planted < r["hi"]
+            and r["hi"] - r["lo"] < 0.005
+            and (r["n_blocks"], r["block"]) == (120, 16)
+        )
     res = planted_stage()
     res.per_block.pop("softmax")
     with pytest.raises(ValueError, match="no softmax reference"):

@@ -136,7 +136,8 @@ def run_stage(model, tokens, stage: Stage, *, reconstruction: str = "nearest", p
 
 
 def _ci(d: np.ndarray, n_resamples: int) -> tuple[float, float]:
-    """Circular block bootstrap (block 16, or the whole array when shorter) 95% CI of a per-block mean."""
+    """Circular block bootstrap 95% CI of a per-block mean (block ``stats.block_length``: 16, or n // 2 below
+    32 blocks)."""
     if d.size < 2:
         return float("nan"), float("nan")
     ci = block_bootstrap_ci(d, block=block_length(d.size), n_resamples=n_resamples)
@@ -145,7 +146,8 @@ def _ci(d: np.ndarray, n_resamples: int) -> tuple[float, float]:
 
 def contrasts(res: StageResult, *, n_resamples: int = 10_000) -> list[dict]:
     """Every condition of a stage minus softmax, paired per block: rows ``{condition, K, tau, delta, lo, hi,
-    n_blocks}`` (``tau`` is ``"minmax"`` for the MinMax reference), 95% circular block-bootstrap CIs."""
+    n_blocks, block}`` (``tau`` is ``"minmax"`` for the MinMax reference), 95% circular block-bootstrap CIs
+    with the block length used."""
     if "softmax" not in res.per_block:
         raise ValueError(f"stage {res.stage.name} has no softmax reference to contrast against")
     soft = res.per_block["softmax"]
@@ -159,7 +161,7 @@ def contrasts(res: StageResult, *, n_resamples: int = 10_000) -> list[dict]:
         lo, hi = _ci(d, n_resamples)
         tau = tau if tau == "minmax" else float(tau)
         rows.append({"condition": name, "K": int(K.removeprefix("K=")), "tau": tau, "delta": float(d.mean()),
-                     "lo": lo, "hi": hi, "n_blocks": int(d.size)})  # fmt: skip
+                     "lo": lo, "hi": hi, "n_blocks": int(d.size), "block": block_length(d.size)})  # fmt: skip
     return rows
 
 
