@@ -31,6 +31,33 @@ def make_run(root: Path, operator="fwm-prob-k4", seed=0, block=64, vocab=50257, 
     return root
 
 
+@pytest.fixture(scope="module", autouse=True)
+def index_task_folders_once():
+    """lm-eval walks every YAML of its built-in tasks for each TaskManager (10-20 s on CI's two cores,
+    once per lm-eval call). The folders cannot change while this module runs, so each is walked once and
+    the walk reused, merged in the same order (a later folder overrides an earlier one). Test-only: product
+    code runs lm-eval unchanged. Without this private hook (another lm-eval layout) tests only run slower."""
+    try:
+        from lm_eval.tasks._index import TaskIndex
+    except ImportError:
+        yield
+        return
+    build, walked = TaskIndex.build, {}
+
+    def build_once(paths, *, resolve_includes=True):
+        index = {}
+        for path in paths:
+            key = (str(path), resolve_includes)
+            if key not in walked:
+                walked[key] = build([path], resolve_includes=resolve_includes)
+            index.update(walked[key])
+        return index
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TaskIndex, "build", staticmethod(build_once))
+        yield
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("run"))
