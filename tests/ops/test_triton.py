@@ -800,6 +800,8 @@ def test_input_errors():
         triton_attention(q, k, v, "lerp-k4", mask=torch.ones(3, 20, 16, dtype=torch.bool, device=DEVICE))
     with pytest.raises(ValueError, match="scale must be a positive"):  # the kernels scale the max of q k^T
         triton_attention(k, k, v, "softmax", scale=-1.0)
+    with pytest.raises(ValueError, match="causal must be True or False"):  # "no" ran as causal
+        triton_attention(k, k, v, "lerp-k4", causal="no")
 
 
 def test_api_backend_triton():

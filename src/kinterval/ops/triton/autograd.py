@@ -12,6 +12,7 @@ import torch
 import triton
 from torch import Tensor
 
+from kinterval.ops.api import check_causal
 from kinterval.ops.spec import OperatorSpec
 from kinterval.ops.tf32 import tf32_enabled
 from kinterval.ops.triton import unsupported_reason
@@ -295,6 +296,7 @@ def triton_attention(
     """
     if isinstance(spec, str):
         spec = OperatorSpec.from_full_name(spec)
+    check_causal(causal)
     reason = unsupported_reason(spec)
     if reason is not None:
         raise ValueError(f"triton backend: {reason} (operator {getattr(spec, 'full_name', spec)})")
