@@ -804,6 +804,23 @@ def test_input_errors():
         triton_attention(k, k, v, "lerp-k4", causal="no")
 
 
+def test_second_derivatives_raise():
+    """The kernels' gradients are first order: differentiating them again (create_graph=True) raised
+    "element 0 of tensors does not require grad" (or, with v requiring grad, could come out quietly wrong).
+    Now the first derivative is the usual one and a second one raises a named error."""
+    q, k, v, do = (x.to(DEVICE) for x in make_inputs(1, 1, 9, 9, 16, seed=0))
+    qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
+    out = triton_attention(qq, kk, vv, "lerp-k4", causal=True, precision="ieee")
+    (gq,) = torch.autograd.grad((out * do).sum(), qq, create_graph=True)
+    plain = _grads(
+        lambda a, b, c: triton_attention(a, b, c, "lerp-k4", causal=True, precision="ieee"), q, k, v, do
+    )
+    assert torch.equal(gq.detach(), plain[1])
+    for wrt in (kk, vv):
+        with pytest.raises(RuntimeError, match="triton.*first order only"):
+            torch.autograd.grad((gq**2).sum(), wrt, retain_graph=True)
+
+
 def test_api_backend_triton():
     q, k, v, do = make_inputs(1, 2, 19, 19, 16, seed=21)
     q, k, v = (x.to(DEVICE) for x in (q, k, v))

@@ -13,6 +13,7 @@ import triton
 from torch import Tensor
 
 from kinterval.ops.api import check_causal
+from kinterval.ops.first_order import first_order_only
 from kinterval.ops.spec import OperatorSpec
 from kinterval.ops.tf32 import tf32_enabled
 from kinterval.ops.triton import unsupported_reason
@@ -257,6 +258,7 @@ class _TritonKIntervalAttention(torch.autograd.Function):
         return saved[4]  # o
 
     @staticmethod
+    @first_order_only("backend 'triton'")  # a second derivative through the kernels raises (first_order.py)
     def backward(ctx, do):
         do = do.contiguous()
         with _on_device(do):
