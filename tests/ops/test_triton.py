@@ -802,6 +802,9 @@ def test_input_errors():
         triton_attention(k, k, v, "softmax", scale=-1.0)
     with pytest.raises(ValueError, match="causal must be True or False"):  # "no" ran as causal
         triton_attention(k, k, v, "lerp-k4", causal="no")
+    for scale in (None, 1.0):  # D = 0 without a scale was a ZeroDivisionError
+        with pytest.raises(ValueError, match="head dimension"):
+            triton_attention(q[..., :0], k[..., :0], v[..., :0], "lerp-k4", scale=scale)
 
 
 def test_second_derivatives_raise():
@@ -819,6 +822,30 @@ def test_second_derivatives_raise():
     for wrt in (kk, vv):
         with pytest.raises(RuntimeError, match="triton.*first order only"):
             torch.autograd.grad((gq**2).sum(), wrt, retain_graph=True)
+
+
+@pytest.mark.parametrize("empty", ["Tk", "Tq", "BH"])
+def test_empty_attention_is_the_references(empty):
+    """No key, no query or no head: the kernels launched nothing and raised "empty attention", where the
+    reference (and docs/operators.md) gives zeros for Tk = 0 and empty tensors otherwise. Now the same
+    result and the same gradients (zeros or empty), with and without a backward."""
+    B, H, Tq, Tk = {"Tk": (1, 2, 5, 0), "Tq": (1, 2, 0, 5), "BH": (0, 2, 5, 5)}[empty]
+    g = torch.Generator().manual_seed(0)
+    q, do = torch.randn(B, H, Tq, 16, generator=g), torch.randn(B, H, Tq, 16, generator=g)
+    k, v = torch.randn(B, H, Tk, 16, generator=g), torch.randn(B, H, Tk, 16, generator=g)
+    mask = torch.ones(Tq, Tk, dtype=torch.bool, device=DEVICE)
+    for kw in (dict(causal=Tq <= Tk), dict(mask=mask)):
+        got = _grads(lambda a, b, c, kw=kw: triton_attention(a, b, c, "minmax-prob-k4", **kw), q, k, v, do)
+        want = _grads(
+            lambda a, b, c, kw=kw: kinterval_attention(a, b, c, "minmax-prob-k4", backend="reference", **kw),
+            q, k, v, do,
+        )  # fmt: skip
+        for x, y in zip(got, want):
+            assert x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+        with torch.no_grad():
+            assert torch.equal(triton_attention(q, k, v, "lerp-k4", **kw), want[0])
+    with pytest.raises(ValueError, match="broadcast"):
+        triton_attention(q, k, v, "lerp-k4", mask=torch.ones(3, Tq, Tk + 1, dtype=torch.bool))
 
 
 def test_api_backend_triton():

@@ -318,17 +318,23 @@ def triton_attention(
             f"triton backend needs CUDA tensors, got {q.device} (CPU runs need TRITON_INTERPRET=1 set "
             "before triton is imported)"
         )
-    Tq, Tk = q.shape[2], k.shape[2]
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
     if causal and Tq > Tk:
         raise ValueError(f"causal attention needs Tq <= Tk, got Tq={Tq}, Tk={Tk}")
-    if Tq == 0 or Tk == 0 or q.shape[0] * q.shape[1] == 0:
-        raise ValueError(f"empty attention: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if D == 0:
+        raise ValueError(f"q, k, v need a head dimension D >= 1, got q {tuple(q.shape)}")
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+        scale = 1.0 / math.sqrt(D)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
         # the kernels scale the row max of q k^T: the max of the scaled scores for scale > 0 only
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     prec = resolve_precision(q.dtype, precision)
+    if Tq == 0 or Tk == 0 or B * H == 0:
+        # nothing to launch: the reference's result, with its gradients (no key: O = 0, as SDPA; no query or
+        # no head: empty). Both products are empty or sum over nothing, so they are exact zeros.
+        _mask_arg(mask, (B, H, Tq, Tk), q.device)  # the same mask errors as a launch
+        return torch.matmul(torch.matmul(q, k.transpose(-2, -1)), v)
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # inference: no backward, so the forward skips what only the backward reads (O^L, row statistics)
         launch, saved, _ = forward_launch(q, k, v, mask, spec, bool(causal), float(scale), prec, save=False)
