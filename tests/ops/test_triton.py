@@ -848,6 +848,31 @@ def test_empty_attention_is_the_references(empty):
         triton_attention(q, k, v, "lerp-k4", mask=torch.ones(3, Tq, Tk + 1, dtype=torch.bool))
 
 
+def test_an_expanded_mask_reaches_the_kernel_unmaterialised():
+    """An expanded (stride-0) boolean mask was turned into a full uint8 copy (``.to(uint8)`` of a non-dense
+    tensor): a (B, 1, 1, Tk) key-padding mask expanded to (B, H, Tq, Tk) cost B·H·Tq·Tk bytes. Now the kernel
+    gets a uint8 view of the same bytes, stride 0 on the broadcast dims. A mask whose (batch, head) slice
+    reaches element offset 2^31 (the kernels' 32-bit mask offsets overflowed) is refused."""
+    q, k, v, _ = (x.to(DEVICE) for x in make_inputs(2, 4, 30, 40, 16, seed=0))
+    pad = torch.rand(2, 1, 1, 40, generator=torch.Generator().manual_seed(1)).to(DEVICE) > 0.3
+    spec = OperatorSpec.parse("lerp-k4")
+    for mask in (pad.expand(2, 4, 30, 40), pad):
+        launch, _, _ = tri_autograd.forward_launch(q, k, v, mask, spec, False, 0.25, "ieee")
+        mask_t, mask_strides = launch.args[1][2], launch.args[3][3]
+        assert mask_t.dtype == torch.uint8 and mask_strides == (40, 0, 0, 1)
+        assert mask_t.data_ptr() == pad.data_ptr() and torch.equal(mask_t.bool(), mask.expand(2, 4, 30, 40))
+    for n, fits in ((46340, True), (46341, False)):  # (n - 1) * n + n - 1 = n^2 - 1 against 2^31
+        q = torch.empty(1, 1, n, 16, device="meta")
+        mask = torch.empty(n, n, dtype=torch.bool, device="meta")
+        if fits:
+            tri_autograd.forward_launch(q, q, q, mask, spec, False, 0.25, "ieee")
+        else:
+            with pytest.raises(ValueError, match="2\\^31"):
+                tri_autograd.forward_launch(q, q, q, mask, spec, False, 0.25, "ieee")
+    keypad = torch.empty(1, 1, 1, 46341, dtype=torch.bool, device="meta")  # stride 0 along the queries
+    tri_autograd.forward_launch(q, q, q, keypad, spec, False, 0.25, "ieee")
+
+
 def test_api_backend_triton():
     q, k, v, do = make_inputs(1, 2, 19, 19, 16, seed=21)
     q, k, v = (x.to(DEVICE) for x in (q, k, v))

@@ -77,7 +77,11 @@ def _block_d(D: int) -> int:
 
 
 def _mask_arg(mask: Tensor | None, shape: tuple[int, int, int, int], device) -> tuple[Tensor, tuple, bool]:
-    """uint8 mask expanded (stride 0 on broadcast dims) to (B, H, Tq, Tk); a 1-element dummy when absent."""
+    """The mask as uint8, expanded (stride 0 on broadcast dims) to (B, H, Tq, Tk): a view of the boolean
+    tensor (same bytes), never a copy, so an expanded mask stays expanded. A 1-element dummy when absent.
+
+    The kernels address a mask element within one (batch, head) slice with 32-bit offsets
+    (row * stride + key * stride); a mask whose slice reaches offset 2^31 is refused."""
     if mask is None:
         dummy = torch.ones(1, dtype=torch.uint8, device=device)
         return dummy, (0, 0, 0, 0), False
@@ -86,11 +90,20 @@ def _mask_arg(mask: Tensor | None, shape: tuple[int, int, int, int], device) -> 
         raise ValueError(f"mask must be a boolean tensor (True = may attend), got {got}")
     if mask.dim() > 4:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {shape}")
-    m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).to(device=device, dtype=torch.uint8)
+    m = mask[(None,) * (4 - mask.dim())].to(device=device).view(torch.uint8)
     try:
         m = m.expand(shape)
     except RuntimeError as err:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {shape}") from err
+    Tq, Tk = shape[2], shape[3]
+    last = (Tq - 1) * m.stride(2) + (Tk - 1) * m.stride(3)  # largest element offset in one (batch, head)
+    if last >= 2**31:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} with strides {tuple(mask.stride())}: its largest element "
+            f"offset within one (batch, head), {last}, reaches 2^31, beyond the kernels' 32-bit mask "
+            "offsets; use causal=True or a broadcast mask (e.g. key padding (B, 1, 1, Tk)) instead of a full "
+            "(Tq, Tk) one"
+        )
     return m, tuple(m.stride()), True
 
 
