@@ -30,6 +30,10 @@ ROWS = {
     "large negative offset": ([-1e4, -1e4 - 3.0, -1e4 - 7.0, -1e4 - 1.0, -1e4 - 12.0], None),
     "masked extremum": ([50.0, 1.0, -50.0, 0.0, 2.0], [False, True, False, True, True]),
     "masked keys tying the valid extrema": ([2.0, 2.0, 1.0, -1.0, -1.0], [False, True, True, True, False]),
+    # grid boundaries and midpoints where 1/h rounds down (h = 10.25 and 2.5625): a product with the rounded
+    # 1/h instead of the division put these keys on the wrong side (the triton kernels did, before)
+    "inexact 1/h (MinMax K4 span 41)": ([0.0, 41.0, 35.875, 5.125, 20.5], None),  # mid r = 3, 0; b_2
+    "inexact 1/h (MinMax K16 span 41)": ([0.0, 41.0, 39.71875, 38.4375, 35.875], None),  # mid 15; b_15, b_14
 }
 
 OPERATORS = [
@@ -86,10 +90,10 @@ def test_edge_case_matrix(op, dtype):
             assert (x.grad == 0).all()
 
 
-def _grid_of(row: str, op: str):
+def _grid_of(row: str, op: str, dtype=torch.float64):
     from kinterval.ops.formulas import grid, nearest_weight, row_extrema
 
-    s, mask = _case(row, torch.float64)
+    s, mask = _case(row, dtype)
     valid = torch.ones_like(s, dtype=torch.bool) if mask is None else mask
     ext = row_extrema(s, valid)
     g = grid(torch.where(valid, s, ext.M), valid, OperatorSpec.parse(op), ext.M, ext.m)
@@ -119,6 +123,11 @@ def test_each_table_s1_condition_reaches_its_branch():
     assert g.keep[0].tolist() == [True, False, False, False, True]
     g, wN, _ = _grid_of("FWM grid midpoints", "fwm-prob-k4")
     assert (g.t[0, 1:] == 0.5).all()
+    for dtype in (torch.float32, torch.float64):  # exact in both: every backend must decide them alike
+        g, _, _ = _grid_of("inexact 1/h (MinMax K4 span 41)", "minmax-weight-k4", dtype)
+        assert g.r[0, 2:].tolist() == [3, 0, 2] and g.t[0, 2:].tolist() == [0.5, 0.5, 0.0]
+        g, _, _ = _grid_of("inexact 1/h (MinMax K16 span 41)", "minmax-weight-k16", dtype)
+        assert g.r[0, 2:].tolist() == [15, 15, 14] and g.t[0, 2:].tolist() == [0.5, 0.0, 0.0]
     # ties: test_tied_extrema_split_gradient_evenly below
 
 

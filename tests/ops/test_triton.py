@@ -52,6 +52,8 @@ if _kernels is not None and not HAS_CUDA and not _kernels.INTERPRET:  # pragma: 
         "kinterval.ops.triton.kernels was imported without TRITON_INTERPRET=1 and no CUDA device is present"
     )
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from grid_flips import emulated_kernel, flip_rows, to_tf32  # noqa: E402
 
 from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
@@ -60,6 +62,7 @@ from kinterval.ops.reference import reference_probs  # noqa: E402
 from kinterval.ops.tf32 import tf32 as tf32_switch  # noqa: E402
 from kinterval.ops.tf32 import tf32_enabled  # noqa: E402
 from kinterval.ops.triton import autograd as tri_autograd  # noqa: E402
+from kinterval.ops.triton import kernels as _kernels_module  # noqa: E402
 from kinterval.ops.triton import triton_attention, triton_supports, unsupported_reason  # noqa: E402
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
@@ -371,6 +374,89 @@ def test_wide_rows(name, span_log2):
         got = got.cpu().double()
         assert torch.isfinite(got).all(), f"{what}: non-finite values"
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * max(1.0, want.abs().max().item()))
+
+
+@triton.jit
+def _grid_position_kernel(D, H, X, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    d = tl.load(D + offs, mask=offs < n, other=1.0)
+    h = tl.load(H + offs, mask=offs < n, other=1.0)
+    x = _kernels_module._grid_position(d, h, tl.math.div_rn(tl.full(h.shape, 1.0, tl.float32), h))
+    tl.store(X + offs, x, mask=offs < n)
+
+
+def test_grid_position_is_the_correctly_rounded_quotient():
+    """The kernels' grid position x = d/h (one Markstein correction of d * RN(1/h)) is the correctly rounded
+    fp32 quotient, as the reference's division, bit for bit: on random d, h over 40 binades and on every
+    grid point and midpoint (r + 0, 1/4, 1/2) * h of MinMax spans 1..399 and 1/8..25 at K = 3, 4, 16 (the
+    audit's dyadic cases). The product d * RN(1/h) alone misses on ~a quarter of them. In the interpreter
+    this needs its fma rounded once (kernels._patch_interpreter_fma), as the GPU's."""
+    g = torch.Generator().manual_seed(0)
+    n = 1 << 15
+    h_rand = (torch.rand(n, generator=g) + 1) * 2.0 ** torch.randint(-20, 20, (n,), generator=g).float()
+    d_rand = torch.rand(n, generator=g) * 2.0 ** torch.randint(-20, 21, (n,), generator=g).float()
+    spans = torch.cat([torch.arange(1.0, 400.0), torch.arange(1.0, 200.0) / 8])
+    d_grid, h_grid = [], []
+    for K in (3, 4, 16):
+        h = spans / K  # fp32 division, as the reference's h = (M - m)/K
+        for off in (0.0, 0.25, 0.5):
+            d = ((torch.arange(K)[:, None] + off) * h.double()).float()
+            d_grid.append(d.flatten())
+            h_grid.append(h.expand(K, -1).flatten())
+    d = torch.cat([d_rand, *d_grid]).to(DEVICE)
+    h = torch.cat([h_rand, *h_grid]).to(DEVICE)
+    x = torch.empty_like(d)
+    _grid_position_kernel[(triton.cdiv(d.numel(), 1 << 14),)](d, h, x, d.numel(), BLOCK=1 << 14)
+    want = d / h
+    assert torch.equal(x, want), f"{int((x != want).sum())} of {d.numel()} quotients differ"
+    naive = d * (1.0 / h)
+    assert (naive != want).float().mean() > 0.1  # the test has teeth: the plain product misses often
+
+
+# Table S1 rows whose grid width h has an inexact 1/h that rounds down (MinMax span 41: h = 10.25 at K = 4,
+# 2.5625 at K = 16; and span 41/4): keys exactly on grid boundaries b_r (r is a floor) and on Nearest
+# midpoints (t = 1/2 rounds up). Scores are exact (q = e_0, scale 1), so the fp32 and fp64 references agree.
+INEXACT_RECIPROCAL_ROWS = {  # (K, scores): the row max, the row min, two midpoints, two boundaries
+    "K4 span 41": (4, [0.0, 41.0, 35.875, 5.125, 20.5, 10.25]),  # mid r = 3, 0; b_2, b_1
+    "K4 span 41/4": (4, [0.0, 10.25, 8.96875, 1.28125, 5.125, 2.5625]),
+    "K16 span 41": (16, [0.0, 41.0, 39.71875, 37.15625, 38.4375, 35.875]),  # mid r = 15, 14; b_15, b_14
+    "K16 span 41/4": (16, [0.0, 10.25, 9.9296875, 9.2890625, 9.609375, 8.96875]),
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["lerp-k4", "minmax-weight-k4", "minmax-prob-k4", "fwm-weight-k4[tau=41]", "lerp-k16",
+     "minmax-weight-k16", "minmax-prob-k16[arithmetic=historical]"],
+)  # fmt: skip
+def test_grid_decisions_with_an_inexact_reciprocal_width(name):
+    """The kernel multiplied by a rounded 1/h where the reference divides by h: with 1/h rounded down, a key
+    exactly on a Nearest midpoint got t = 0.4999998 and rounded down (minmax-weight-k4: P 0.9999 on the max
+    key against 0.5 / 0.5), a key exactly on b_r got r - 1 (lerp-k16: dk off by 0.04). Now the grid position
+    is the correctly rounded quotient. Two heads (K = 4 rows, K = 16 rows), two query rows each seeing its
+    own six keys; out (= P, v one-hot), dq, dk, dv against the float64 reference."""
+    D, T = 16, 6
+    rows = list(INEXACT_RECIPROCAL_ROWS.values())
+    q = torch.zeros(1, 2, 2, D)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 2, 2 * T, D)
+    mask = torch.zeros(1, 2, 2, 2 * T, dtype=torch.bool)
+    for i, (_, scores) in enumerate(rows):
+        h, r = divmod(i, 2)
+        k[0, h, r * T : (r + 1) * T, 0] = torch.tensor(scores)
+        mask[0, h, r, r * T : (r + 1) * T] = True
+    v = torch.eye(T, D).repeat(1, 2, 1)[None].expand(1, 2, 2 * T, D).contiguous()  # out_i[:T] = P_i
+    do = torch.randn(1, 2, 2, D, generator=torch.Generator().manual_seed(0))
+    kw = dict(mask=mask, scale=1.0)
+    dev = [x.to(DEVICE) for x in (q, k, v, do)]
+    res = _grads(lambda a, b, c: triton_attention(a, b, c, name, precision="ieee", **kw), *dev)
+    ref = _grads(
+        lambda a, b, c: kinterval_attention(a, b, c, name, backend="reference", **kw),
+        *(x.double() for x in (q, k, v, do)),
+    )
+    for got, want, what in zip(res, ref, NAMES):
+        got = got.cpu().double()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m, w=what: f"{name} {w}: {m}")
 
 
 @pytest.mark.parametrize("causal", [False, True])
