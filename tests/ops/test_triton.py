@@ -562,6 +562,33 @@ def test_non_finite_scores_give_nan_rows(name, masking, train):
     assert torch.equal(out[~bad], ref[~bad])
 
 
+def test_softmax_rows_whose_max_overflows_are_nan():
+    """Softmax forms its exponent as fma(q.k, scale log2(e), -M log2(e)) and flagged non-finite q.k only: with
+    finite q and k, a scaled max of +inf (row 0), a finite max whose M log2(e) overflows (row 1, 3e38) or
+    valid scores that all overflow to -inf (row 2) weighed every key 0 and gave a quiet zero row. Now such a
+    row is NaN (the reference: NaN for rows 0 and 2, the softmax row for row 1; docs/kernels.md). A normal
+    row and a fully masked one are unchanged."""
+    D = 16
+    q, k = torch.zeros(1, 1, 5, D), torch.zeros(1, 1, 5, D)
+    k[0, 0, :, 0] = torch.tensor([1e19, 2.0, -1.0, 0.0, 0.0])
+    k[0, 0, 3, 1], k[0, 0, 4, 2] = 3e37, -1e19
+    q[0, 0, 0, 0], q[0, 0, 1, 1], q[0, 0, 2, 2], q[0, 0, 3, 0] = 1e19, 1.0, 1e19, 1e-18
+    mask = torch.ones(1, 1, 5, 5, dtype=torch.bool)
+    mask[0, 0, 2, :4] = False  # row 2 sees key 4 only: -1e38 * 10 = -inf
+    mask[0, 0, 4] = False
+    v = torch.randn(1, 1, 5, D, generator=torch.Generator().manual_seed(0))
+    kw = dict(mask=mask, scale=10.0)
+    out = triton_attention(
+        q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), "softmax", **{**kw, "mask": mask.to(DEVICE)}
+    )
+    ref = kinterval_attention(q, k, v, "softmax", backend="reference", **kw)
+    out = out.cpu()
+    assert out[0, 0, :3].isnan().all()
+    assert ref[0, 0, [0, 2]].isnan().all() and torch.isfinite(ref[0, 0, 1]).all()  # row 1: the deviation
+    torch.testing.assert_close(out[0, 0, 3], ref[0, 0, 3], rtol=1e-5, atol=1e-6)
+    assert torch.equal(out[0, 0, 4], torch.zeros(D))
+
+
 def test_non_contiguous_inputs():
     q, k, v, do = make_inputs(1, 2, 29, 29, 16, seed=2)
     # (B, T, H, D) storage viewed as (B, H, T, D)

@@ -715,14 +715,16 @@ def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scale, OP: tl.c
 @triton.jit
 def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.constexpr, PREC: tl.constexpr,
                   FULL: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (M, W, acc): the
-    running row max M of s = scale q k^T, W = sum e^{s - M} and acc = sum e^{s - M} v, both rescaled by
-    e^{M_old - M} when M grows. The K-interval operators need the final (M, m) before any weight (pass 1);
-    softmax does not, so it reads every key tile once. M is the max of the raw products times scale, which
-    equals the max of the scaled scores (scale > 0, rounding is monotone): the backward's M exactly."""
+    """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (Mq, M, W, acc): the
+    running row max Mq of the raw products q k^T (NaN once a valid one is not finite) and M = Mq scale, the
+    row max of s = scale q k^T, W = sum e^{s - M} and acc = sum e^{s - M} v, both rescaled by e^{M_old - M}
+    when M grows. The K-interval operators need the final (M, m) before any weight (pass 1); softmax does
+    not, so it reads every key tile once. M equals the max of the scaled scores (scale > 0, rounding is
+    monotone): the backward's M exactly. Mq tells a row with valid keys from an empty one when M is -inf
+    (every scaled score overflowed): see the row check after the loop."""
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
-    M, W, acc = sums
+    Mq, M, W, acc = sums
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
@@ -730,13 +732,14 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.const
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
     qk = _dot(q, kT, PREC)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    M_new = _max_nan(M, tl.reduce(_valid_flagged(qk, valid), 1, _max_nan) * scale)  # NaN: a non-finite score
+    Mq = _max_nan(Mq, tl.reduce(_valid_flagged(qk, valid), 1, _max_nan))  # NaN: a non-finite score
+    M_new = Mq * scale
     M_ref = tl.where(M_new > float("-inf"), M_new, 0.0)  # no valid key yet: every weight is 0 anyway
     alpha = tl.exp2((M - M_ref) * LOG2E)  # e^{M_old - M}: 1 if M did not grow, 0 from M_old = -inf
     w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -(M_ref * LOG2E)[:, None])), 0.0)  # as _scores
     W = W * alpha + tl.sum(w, 1)
     acc = acc * alpha[:, None] + _dot(_cast(w, v.dtype), v, PREC)
-    return M_new, W, acc
+    return Mq, M_new, W, acc
 
 
 @triton.autotune(configs=_configs("fwd"), key=_KEY + ["SAVE"], prune_configs_by=_pruner("fwd"))
@@ -791,7 +794,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
     HIST_PROB: tl.constexpr = JACOBIAN_AT_PL and HISTORICAL
     if SOFTMAX:  # one pass (_softmax_step): M, W = sum e^{s - M}, O = sum e^{s - M} v
-        sums = (M, tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M, BLOCK_D], tl.float32))
+        sums = (M, M, tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M, BLOCK_D], tl.float32))
         if SPLIT:
             for start_n in range(0, full_hi, BLOCK_N):
                 sums = _softmax_step(
@@ -799,7 +802,13 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
                 )
         for start_n in range(full_hi, hi, BLOCK_N):
             sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, False, BLOCK_N)
-        M, W, acc = sums
+        Mq, M, W, acc = sums
+        # The exponent (s - M) log2(e) is formed as fma(q.k, scale log2(e), -M log2(e)): a row whose scaled
+        # max overflows (finite q.k, |M| = inf) or whose M log2(e) does (|M| > 2.36e38) would weigh every key
+        # 0 and pass for an empty row. It is NaN, as a row with a non-finite score (the reference's NaN for
+        # an overflowed score; for a finite M over 2.36e38 the reference is finite). One check per row.
+        big = (Mq > float("-inf")) & ~(tl.abs(M * LOG2E) < float("inf"))
+        M = tl.where(big, float("nan"), M)
         M = tl.where(M == float("-inf"), 0.0, M)  # fully masked row: M = 0 (reference.row_extrema)
         m = M
         WL = W
