@@ -6,10 +6,14 @@ subset.
 
 Error bound (FlashAttention convention): err(kernel vs ref64) <= 2 * err(torch at the kernel's precision vs
 ref64) + atol, where "torch" is the reference backend at the kernel's input dtype (fp32 with the same TF32
-setting on GPU; the interpreter computes every dot in fp32) and, for bf16/fp16, also PyTorch's native
-low-precision attention maths (scores and P @ V in the low dtype, operator in fp32), whichever errs more, as
-FlashAttention's own tests do. ref64 is the reference backend on float64 copies of the same inputs. The bound
-holds for the relative Frobenius error (systematic errors) and for the max error (localized errors).
+setting on GPU; the interpreter computes every dot in fp32) and, for bf16/fp16, also a low-precision
+baseline, whichever errs more. For softmax that baseline is PyTorch's native low-precision attention maths
+(scores and P @ V in the low dtype, operator in fp32), as FlashAttention's own tests do. For the K-interval
+operators it is the kernels' own 16-bit arithmetic in PyTorch (``_lowp_kernel_arith``: 16-bit products
+accumulated in fp32, the grid in fp32, P and dS rounded to 16 bits before their products): scores rounded
+to 16 bits move keys across grid boundaries, and the native baseline then errs by O(0.1-1), which bounds
+nothing. ref64 is the reference backend on float64 copies of the same inputs. The bound holds for the
+relative Frobenius error (systematic errors) and for the max error (localized errors).
 
 Flip-prone rows (grid_flips.py). Unlike softmax, the operator is discontinuous in the scores: interval
 boundaries (Delta jumps), the Nearest forward's midpoints, FWM's tail cut and near-ties of the row max/min
@@ -142,6 +146,33 @@ def _lowp_torch(q, k, v, spec, causal, mask, scale):
     return torch.matmul(P.to(q.dtype), v)
 
 
+class _RoundGrad(torch.autograd.Function):
+    """Identity; the gradient that passes is rounded to ``dtype`` (the kernels round dS before its dots)."""
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.dtype = dtype
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.dtype).to(g.dtype), None
+
+
+def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale):
+    """The kernels' 16-bit arithmetic in PyTorch, the low-precision baseline of the K-interval operators:
+    products of the 16-bit inputs accumulated in fp32 (the scores and g = dO vᵀ, as the tensor cores form
+    them), the grid and the operator in fp32, P rounded to q's dtype before P V and dS before dSᵀ Q and dS K,
+    the results rounded to q's dtype. Scores rounded to 16 bits (``_lowp_torch``) move keys across grid
+    boundaries and midpoints: that baseline's error is O(0.1-1) and bounded nothing (a dq 30% off passed)."""
+    dt = q.dtype
+    s = _RoundGrad.apply(torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale, dt)
+    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
+    P = reference_probs(s, valid, spec)
+    P = P + (P.to(dt).float() - P).detach()  # rounded in the forward; dL/dP = dO vᵀ stays fp32
+    return torch.matmul(P, v.float()).to(dt)
+
+
 def _diff(x, ref, skip=None):
     """x - ref in float64 on the CPU; rows where ``skip`` is True count as exact."""
     x = x.double().cpu()
@@ -210,8 +241,9 @@ def check(
             *dev,
         )
         lowp = None
-        if dtype in (torch.bfloat16, torch.float16):
-            lowp = _grads(lambda a, b, c: _lowp_torch(a, b, c, spec, causal, mask_d, scale_), *dev)
+        if dtype in (torch.bfloat16, torch.float16):  # module doc: the low-precision baseline
+            lowp_fn = _lowp_kernel_arith if spec.is_kinterval else _lowp_torch
+            lowp = _grads(lambda a, b, c: lowp_fn(a, b, c, spec, causal, mask_d, scale_), *dev)
 
     table = {}
     for i, name in enumerate(NAMES):
@@ -707,6 +739,21 @@ def test_tie_convention(name):
 def test_low_precision(name, dtype):
     q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=13, dtype=dtype)
     check(name, q, k, v, do, causal=True)
+
+
+def test_low_precision_bound_catches_a_wrong_gradient():
+    """The bf16 bound of the K-interval operators was built from PyTorch's native bf16 attention, whose
+    rounded scores flip grid intervals: a kernel whose dq was 30% too large passed test_low_precision
+    (fwm-weight-k4). Against the kernels' own arithmetic (``_lowp_kernel_arith``) it fails."""
+
+    def dq_times_1_3(a, b, c, spec, **kw):
+        a2 = a * 1.0
+        a2.register_hook(lambda g: g * 1.3)
+        return triton_attention(a2, b, c, spec, **kw)
+
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=13, dtype=torch.bfloat16)
+    with pytest.raises(AssertionError, match="fwm-weight-k4 dq"):
+        check("fwm-weight-k4", q, k, v, do, causal=True, kernel=dq_times_1_3)
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3"])
