@@ -125,7 +125,7 @@ class Launch:
 def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> tuple[Launch, tuple, dict]:
     """The forward launch, the tensors the backward needs and the launch's constants; outputs allocated.
     ``save=False`` (inference: no backward follows) for Prob-STE stores O only and skips the P^L V dot of
-    O^L (sm_90a: 26-31 instead of 35-44 instructions per score at bf16, 184 instead of 260 at fp32 "ieee",
+    O^L (sm_90a: 26-30 instead of 32-38 instructions per score at bf16, 184 instead of 262 at fp32 "ieee",
     strict arithmetic); O^L and the per-row statistics get 1-element placeholders that the kernel never
     writes. The other operators have no such dot, and their forward is launched as for training either way
     (without the statistics' stores ptxas scheduled one minmax-weight-k4 loop 15% longer)."""
