@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from kinterval.ops import OperatorSpec, kinterval_attention, resolve_backend
+from kinterval.ops import OperatorSpec, attention_probs, kinterval_attention, resolve_backend
 from kinterval.ops.backends import CLOSED_FORM, REFERENCE, REGISTRY, TRITON
 from kinterval.ops.triton import triton_supports
 from kinterval.suite.definition import load_suite, shipped_suites
@@ -96,3 +96,29 @@ def test_an_unknown_device_name_is_a_value_error():
     """torch.device("gpu0") raised torch's RuntimeError."""
     with pytest.raises(ValueError, match="unknown device 'gpu0'"):
         resolve_backend("lerp-k4", "gpu0")
+
+
+def test_second_derivatives_through_closed_form_raise():
+    """closed_form's gradient is computed outside autograd: differentiated again (create_graph=True) it gave a
+    quietly wrong second derivative (d|dq|^2/dk of lerp-k4: 20.4 against the reference's 202). Now the first
+    derivative is unchanged and a second one raises; the reference differentiates to any order."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(1, 1, 9, 16, generator=g, dtype=torch.float64) for _ in range(4))
+    firsts = {}
+    for backend in ("reference", "closed_form"):
+        qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
+        out = kinterval_attention(qq, kk, vv, "lerp-k4", causal=True, backend=backend)
+        (gq,) = torch.autograd.grad((out * do).sum(), qq, create_graph=True)
+        firsts[backend] = gq.detach()
+        if backend == "reference":
+            torch.autograd.grad((gq**2).sum(), kk)  # fine
+            continue
+        for wrt in (kk, qq, vv):
+            with pytest.raises(RuntimeError, match="closed_form.*first order only"):
+                torch.autograd.grad((gq**2).sum(), wrt, retain_graph=True)
+    torch.testing.assert_close(firsts["closed_form"], firsts["reference"], rtol=1e-10, atol=1e-12)
+    s = torch.randn(2, 5, generator=g, dtype=torch.float64, requires_grad=True)  # the probability entry point
+    P = attention_probs(s, "fwm-prob-k4", backend="closed_form")
+    (gs,) = torch.autograd.grad((P * torch.arange(5.0, dtype=torch.float64)).sum(), s, create_graph=True)
+    with pytest.raises(RuntimeError, match="first order only"):
+        torch.autograd.grad(gs.square().sum(), s)

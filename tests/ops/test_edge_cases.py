@@ -30,6 +30,10 @@ ROWS = {
     "large negative offset": ([-1e4, -1e4 - 3.0, -1e4 - 7.0, -1e4 - 1.0, -1e4 - 12.0], None),
     "masked extremum": ([50.0, 1.0, -50.0, 0.0, 2.0], [False, True, False, True, True]),
     "masked keys tying the valid extrema": ([2.0, 2.0, 1.0, -1.0, -1.0], [False, True, True, True, False]),
+    # grid boundaries and midpoints where 1/h rounds down (h = 10.25 and 2.5625): a product with the rounded
+    # 1/h instead of the division put these keys on the wrong side (the triton kernels did, before)
+    "inexact 1/h (MinMax K4 span 41)": ([0.0, 41.0, 35.875, 5.125, 20.5], None),  # mid r = 3, 0; b_2
+    "inexact 1/h (MinMax K16 span 41)": ([0.0, 41.0, 39.71875, 38.4375, 35.875], None),  # mid 15; b_15, b_14
 }
 
 OPERATORS = [
@@ -86,10 +90,10 @@ def test_edge_case_matrix(op, dtype):
             assert (x.grad == 0).all()
 
 
-def _grid_of(row: str, op: str):
+def _grid_of(row: str, op: str, dtype=torch.float64):
     from kinterval.ops.formulas import grid, nearest_weight, row_extrema
 
-    s, mask = _case(row, torch.float64)
+    s, mask = _case(row, dtype)
     valid = torch.ones_like(s, dtype=torch.bool) if mask is None else mask
     ext = row_extrema(s, valid)
     g = grid(torch.where(valid, s, ext.M), valid, OperatorSpec.parse(op), ext.M, ext.m)
@@ -119,6 +123,11 @@ def test_each_table_s1_condition_reaches_its_branch():
     assert g.keep[0].tolist() == [True, False, False, False, True]
     g, wN, _ = _grid_of("FWM grid midpoints", "fwm-prob-k4")
     assert (g.t[0, 1:] == 0.5).all()
+    for dtype in (torch.float32, torch.float64):  # exact in both: every backend must decide them alike
+        g, _, _ = _grid_of("inexact 1/h (MinMax K4 span 41)", "minmax-weight-k4", dtype)
+        assert g.r[0, 2:].tolist() == [3, 0, 2] and g.t[0, 2:].tolist() == [0.5, 0.5, 0.0]
+        g, _, _ = _grid_of("inexact 1/h (MinMax K16 span 41)", "minmax-weight-k16", dtype)
+        assert g.r[0, 2:].tolist() == [15, 15, 14] and g.t[0, 2:].tolist() == [0.5, 0.0, 0.0]
     # ties: test_tied_extrema_split_gradient_evenly below
 
 
@@ -183,3 +192,97 @@ def test_fwm_tail_keys_get_zero_weight_and_gradient():
     s, _ = _case("FWM window edge z = -tau", torch.float64)
     P = attention_probs(s, "fwm-weight-k4")
     assert P[0, 1] > 0  # z = -tau itself is in the window (the tail is z < -tau)
+
+
+# The Table S1 matrix through the triton kernels (Triton's CPU interpreter without a GPU), on the operators
+# below: every row, each in a query of its own that sees only its own keys (q = e_0, scale 1: the scores are
+# the keys' first coordinates, exact), twelve rows per launch (B = 1, H = 2, Tq = 6, Tk = 30).
+TRITON_OPERATORS = [
+    "softmax",
+    "lerp-k1",
+    "lerp-k4",
+    "lerp-k16",
+    "fwm-lerp-k4",
+    "resolved-lerp-k4",
+    "minmax-weight-k4",
+    "minmax-prob-k4[arithmetic=historical]",
+    "minmax-weight-k16",
+    "fwm-weight-k4",
+    "fwm-prob-k4",
+    "resolved-weight-k4",
+    "resolved-prob-k4",
+]
+
+
+def _triton_launches(dtype=torch.float32):
+    """The Table S1 rows packed into launches: (names, q, k, v, do, mask) with row i of head h in query
+    i % 6 of head h, its keys 5 (i % 6) .. 5 (i % 6) + 4; v_j one-hot (out_i[:5] = P_i)."""
+    names, T, per_head = list(ROWS), 5, 6
+    g = torch.Generator().manual_seed(0)
+    for start in range(0, len(names), 2 * per_head):
+        chunk = names[start : start + 2 * per_head]
+        q = torch.zeros(1, 2, per_head, 16, dtype=dtype)
+        q[..., 0] = 1.0
+        k = torch.zeros(1, 2, per_head * T, 16, dtype=dtype)
+        mask = torch.zeros(1, 2, per_head, per_head * T, dtype=torch.bool)
+        for i, name in enumerate(chunk):
+            h, r = divmod(i, per_head)
+            s, valid = ROWS[name]
+            k[0, h, r * T : (r + 1) * T, 0] = torch.tensor(s, dtype=dtype)
+            mask[0, h, r, r * T : (r + 1) * T] = True if valid is None else torch.tensor(valid)
+        v = torch.eye(T, 16, dtype=dtype).repeat(per_head, 1)[None, None].expand(1, 2, -1, -1).contiguous()
+        do = torch.randn(1, 2, per_head, 16, generator=g, dtype=dtype)
+        yield chunk, q, k, v, do, mask
+
+
+@pytest.mark.parametrize("op", TRITON_OPERATORS)
+def test_edge_case_matrix_triton(op):
+    """Every Table S1 row through the fused kernels: finite out and gradients, P summing to 1 (0 for the
+    fully masked row), masked keys with P = 0 and zero gradients, and out, dq, dk, dv against the float64
+    reference within twice the fp32 reference's own error (+1e-5 of the magnitude). Rows with exact ties of
+    the row max or min: the kernel gives the calibration gradient to the first tied key (docs/kernels.md,
+    Conventions), so there dk is compared summed over the row's keys, and per key off the tied ones. dq sums
+    dS_j k_j with sum_j dS_j = 0: on rows far from 0 (scores 900, -1e4) it cancels, and its bound adds 16
+    roundings of the terms' size, max |k_j| max |g|."""
+    pytest.importorskip("triton")
+    from kinterval.ops import kinterval_attention
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def grads(backend, q, k, v, do, mask, **kw):
+        leaves = [x.clone().to(device).requires_grad_() for x in (q, k, v)]
+        out = kinterval_attention(*leaves, op, backend=backend, mask=mask.to(device), scale=1.0, **kw)
+        return [y.detach().cpu().double() for y in (out, *torch.autograd.grad(out, leaves, do.to(device)))]
+
+    for names, q, k, v, do, mask in _triton_launches():
+        tri = grads("triton", q, k, v, do, mask, precision="ieee")
+        r32 = grads("reference", q, k, v, do, mask)
+        r64 = grads("reference", *(x.double() for x in (q, k, v, do)), mask)
+        for i, name in enumerate(names):
+            h, r = divmod(i, 6)
+            keys = slice(5 * r, 5 * r + 5)
+            where = (name, op)
+            s, valid = ROWS[name]
+            valid = torch.ones(5, dtype=torch.bool) if valid is None else torch.tensor(valid)
+            o, dq, dk, dv = (x[0, h] for x in tri)
+            assert all(torch.isfinite(x).all() for x in (o, dq, dk, dv)), where
+            assert abs(o[r, :5].sum().item() - float(valid.any())) <= 1e-6, (where, o[r, :5])
+            assert (o[r, :5][~valid] == 0).all(), where
+            assert (dk[keys][~valid] == 0).all() and (dv[keys][~valid] == 0).all(), where
+            s32 = torch.tensor(s, dtype=torch.float32)
+            tied = set()  # valid keys tied for the row max or min (in fp32, as the kernel sees them)
+            for ext in (s32[valid].amax(), s32[valid].amin()) if valid.any() else ():
+                at = {j for j in range(5) if valid[j] and s32[j] == ext}
+                tied |= at if len(at) > 1 else set()
+            for n, got, want, ref32 in zip(("out", "dq", "dk", "dv"), tri, r64, r32):
+                rows_of = (slice(r, r + 1),) if n in ("out", "dq") else (keys,)
+                got, want, ref32 = (x[0, h][rows_of] for x in (got, want, ref32))
+                tol = 2 * (ref32 - want).abs().max().item() + 1e-5 * max(1.0, want.abs().max().item())
+                if n == "dq" and valid.any():  # dq = sum_j dS_j k_j cancels (sum_j dS_j = 0): its rounding
+                    tol += 16 * 2.0**-24 * s32[valid].abs().max().item() * do[0, h, r].abs().max().item()
+                if n == "dk" and tied:
+                    assert (got.sum(0) - want.sum(0)).abs().max() <= tol, (where, n, "summed over the keys")
+                    others = [j for j in range(5) if j not in tied]
+                    got, want = got[others], want[others]
+                err = (got - want).abs().max().item() if got.numel() else 0.0
+                assert err <= tol, (where, n, err, tol)

@@ -283,3 +283,37 @@ def test_non_finite_scores_on_masked_keys_are_never_read(bad, backend):
     assert torch.equal(P, attention_probs(finite, "lerp-k4", mask=mask, backend=backend)) and P[0, 2] == 0
     with pytest.raises(ValueError, match="not masked"):
         attention_probs(s, "lerp-k4", backend=backend)
+
+
+@pytest.mark.parametrize(
+    "full", ["fwm-lerp-k4[tau=1e-45]", "resolved-prob-k3[tau=1e-40]", "fwm-weight-k16777216[tau=1e-31]"]
+)
+def test_a_grid_step_below_the_smallest_normal_float32_is_rejected(full):
+    """tau/K below 2^-126 (a subnormal float32 step) was accepted and gave NaN gradients (fwm-lerp-k4 with
+    tau = 1e-45 in every backend); now it is a named error. A step of exactly 2^-126 is accepted."""
+    with pytest.raises(ValueError, match=r"tau/K must be at least 2\^-126.*valid forms"):
+        OperatorSpec.from_full_name(full)
+    spec = OperatorSpec.parse("fwm-lerp-k4", tau=2.0**-124)
+    s = torch.tensor([[0.0, -(2.0**-126), -1.0]], requires_grad=True)
+    P = attention_probs(s, spec)
+    (P * torch.tensor([1.0, -2.0, 3.0])).sum().backward()
+    assert torch.isfinite(P).all() and torch.isfinite(s.grad).all()
+
+
+def test_an_override_given_twice_is_an_error():
+    """``lerp-k4[range_grad=detach,range_grad=full]`` silently ran the last value (full)."""
+    with pytest.raises(ValueError, match="'range_grad' given twice.*valid forms"):
+        OperatorSpec.from_full_name("lerp-k4[range_grad=detach,range_grad=full]")
+    with pytest.raises(ValueError, match="'tau' given twice"):
+        OperatorSpec.from_full_name("fwm-prob-k4[tau=5,tau=5]")
+
+
+@pytest.mark.parametrize("causal", ["no", 0, 1, None, torch.tensor(True)])
+def test_causal_must_be_a_bool(causal):
+    """``causal="no"`` (a truthy string) ran causal attention; every entry point now wants True or False."""
+    q = torch.randn(1, 1, 3, 4)
+    for backend in ("reference", "closed_form"):
+        with pytest.raises(ValueError, match="causal must be True or False"):
+            kinterval_attention(q, q, q, "lerp-k4", causal=causal, backend=backend)
+    with pytest.raises(ValueError, match="causal must be True or False"):
+        attention_probs(torch.randn(3, 3), "softmax", causal=causal)

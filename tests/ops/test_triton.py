@@ -6,10 +6,14 @@ subset.
 
 Error bound (FlashAttention convention): err(kernel vs ref64) <= 2 * err(torch at the kernel's precision vs
 ref64) + atol, where "torch" is the reference backend at the kernel's input dtype (fp32 with the same TF32
-setting on GPU; the interpreter computes every dot in fp32) and, for bf16/fp16, also PyTorch's native
-low-precision attention maths (scores and P @ V in the low dtype, operator in fp32), whichever errs more, as
-FlashAttention's own tests do. ref64 is the reference backend on float64 copies of the same inputs. The bound
-holds for the relative Frobenius error (systematic errors) and for the max error (localized errors).
+setting on GPU; the interpreter computes every dot in fp32) and, for bf16/fp16, also a low-precision
+baseline, whichever errs more. For softmax that baseline is PyTorch's native low-precision attention maths
+(scores and P @ V in the low dtype, operator in fp32), as FlashAttention's own tests do. For the K-interval
+operators it is the kernels' own 16-bit arithmetic in PyTorch (``_lowp_kernel_arith``: 16-bit products
+accumulated in fp32, the grid in fp32, P and dS rounded to 16 bits before their products): scores rounded
+to 16 bits move keys across grid boundaries, and the native baseline then errs by O(0.1-1), which bounds
+nothing. ref64 is the reference backend on float64 copies of the same inputs. The bound holds for the
+relative Frobenius error (systematic errors) and for the max error (localized errors).
 
 Flip-prone rows (grid_flips.py). Unlike softmax, the operator is discontinuous in the scores: interval
 boundaries (Delta jumps), the Nearest forward's midpoints, FWM's tail cut and near-ties of the row max/min
@@ -52,6 +56,8 @@ if _kernels is not None and not HAS_CUDA and not _kernels.INTERPRET:  # pragma: 
         "kinterval.ops.triton.kernels was imported without TRITON_INTERPRET=1 and no CUDA device is present"
     )
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from grid_flips import emulated_kernel, flip_rows, to_tf32  # noqa: E402
 
 from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
@@ -60,6 +66,7 @@ from kinterval.ops.reference import reference_probs  # noqa: E402
 from kinterval.ops.tf32 import tf32 as tf32_switch  # noqa: E402
 from kinterval.ops.tf32 import tf32_enabled  # noqa: E402
 from kinterval.ops.triton import autograd as tri_autograd  # noqa: E402
+from kinterval.ops.triton import kernels as _kernels_module  # noqa: E402
 from kinterval.ops.triton import triton_attention, triton_supports, unsupported_reason  # noqa: E402
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
@@ -139,6 +146,33 @@ def _lowp_torch(q, k, v, spec, causal, mask, scale):
     return torch.matmul(P.to(q.dtype), v)
 
 
+class _RoundGrad(torch.autograd.Function):
+    """Identity; the gradient that passes is rounded to ``dtype`` (the kernels round dS before its dots)."""
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.dtype = dtype
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.dtype).to(g.dtype), None
+
+
+def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale):
+    """The kernels' 16-bit arithmetic in PyTorch, the low-precision baseline of the K-interval operators:
+    products of the 16-bit inputs accumulated in fp32 (the scores and g = dO vᵀ, as the tensor cores form
+    them), the grid and the operator in fp32, P rounded to q's dtype before P V and dS before dSᵀ Q and dS K,
+    the results rounded to q's dtype. Scores rounded to 16 bits (``_lowp_torch``) move keys across grid
+    boundaries and midpoints: that baseline's error is O(0.1-1) and bounded nothing (a dq 30% off passed)."""
+    dt = q.dtype
+    s = _RoundGrad.apply(torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale, dt)
+    valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
+    P = reference_probs(s, valid, spec)
+    P = P + (P.to(dt).float() - P).detach()  # rounded in the forward; dL/dP = dO vᵀ stays fp32
+    return torch.matmul(P, v.float()).to(dt)
+
+
 def _diff(x, ref, skip=None):
     """x - ref in float64 on the CPU; rows where ``skip`` is True count as exact."""
     x = x.double().cpu()
@@ -207,8 +241,9 @@ def check(
             *dev,
         )
         lowp = None
-        if dtype in (torch.bfloat16, torch.float16):
-            lowp = _grads(lambda a, b, c: _lowp_torch(a, b, c, spec, causal, mask_d, scale_), *dev)
+        if dtype in (torch.bfloat16, torch.float16):  # module doc: the low-precision baseline
+            lowp_fn = _lowp_kernel_arith if spec.is_kinterval else _lowp_torch
+            lowp = _grads(lambda a, b, c: lowp_fn(a, b, c, spec, causal, mask_d, scale_), *dev)
 
     table = {}
     for i, name in enumerate(NAMES):
@@ -373,6 +408,89 @@ def test_wide_rows(name, span_log2):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * max(1.0, want.abs().max().item()))
 
 
+@triton.jit
+def _grid_position_kernel(D, H, X, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    d = tl.load(D + offs, mask=offs < n, other=1.0)
+    h = tl.load(H + offs, mask=offs < n, other=1.0)
+    x = _kernels_module._grid_position(d, h, tl.math.div_rn(tl.full(h.shape, 1.0, tl.float32), h))
+    tl.store(X + offs, x, mask=offs < n)
+
+
+def test_grid_position_is_the_correctly_rounded_quotient():
+    """The kernels' grid position x = d/h (one Markstein correction of d * RN(1/h)) is the correctly rounded
+    fp32 quotient, as the reference's division, bit for bit: on random d, h over 40 binades and on every
+    grid point and midpoint (r + 0, 1/4, 1/2) * h of MinMax spans 1..399 and 1/8..25 at K = 3, 4, 16 (the
+    audit's dyadic cases). The product d * RN(1/h) alone misses on ~a quarter of them. In the interpreter
+    this needs its fma rounded once (kernels._patch_interpreter_fma), as the GPU's."""
+    g = torch.Generator().manual_seed(0)
+    n = 1 << 15
+    h_rand = (torch.rand(n, generator=g) + 1) * 2.0 ** torch.randint(-20, 20, (n,), generator=g).float()
+    d_rand = torch.rand(n, generator=g) * 2.0 ** torch.randint(-20, 21, (n,), generator=g).float()
+    spans = torch.cat([torch.arange(1.0, 400.0), torch.arange(1.0, 200.0) / 8])
+    d_grid, h_grid = [], []
+    for K in (3, 4, 16):
+        h = spans / K  # fp32 division, as the reference's h = (M - m)/K
+        for off in (0.0, 0.25, 0.5):
+            d = ((torch.arange(K)[:, None] + off) * h.double()).float()
+            d_grid.append(d.flatten())
+            h_grid.append(h.expand(K, -1).flatten())
+    d = torch.cat([d_rand, *d_grid]).to(DEVICE)
+    h = torch.cat([h_rand, *h_grid]).to(DEVICE)
+    x = torch.empty_like(d)
+    _grid_position_kernel[(triton.cdiv(d.numel(), 1 << 14),)](d, h, x, d.numel(), BLOCK=1 << 14)
+    want = d / h
+    assert torch.equal(x, want), f"{int((x != want).sum())} of {d.numel()} quotients differ"
+    naive = d * (1.0 / h)
+    assert (naive != want).float().mean() > 0.1  # the test has teeth: the plain product misses often
+
+
+# Table S1 rows whose grid width h has an inexact 1/h that rounds down (MinMax span 41: h = 10.25 at K = 4,
+# 2.5625 at K = 16; and span 41/4): keys exactly on grid boundaries b_r (r is a floor) and on Nearest
+# midpoints (t = 1/2 rounds up). Scores are exact (q = e_0, scale 1), so the fp32 and fp64 references agree.
+INEXACT_RECIPROCAL_ROWS = {  # (K, scores): the row max, the row min, two midpoints, two boundaries
+    "K4 span 41": (4, [0.0, 41.0, 35.875, 5.125, 20.5, 10.25]),  # mid r = 3, 0; b_2, b_1
+    "K4 span 41/4": (4, [0.0, 10.25, 8.96875, 1.28125, 5.125, 2.5625]),
+    "K16 span 41": (16, [0.0, 41.0, 39.71875, 37.15625, 38.4375, 35.875]),  # mid r = 15, 14; b_15, b_14
+    "K16 span 41/4": (16, [0.0, 10.25, 9.9296875, 9.2890625, 9.609375, 8.96875]),
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["lerp-k4", "minmax-weight-k4", "minmax-prob-k4", "fwm-weight-k4[tau=41]", "lerp-k16",
+     "minmax-weight-k16", "minmax-prob-k16[arithmetic=historical]"],
+)  # fmt: skip
+def test_grid_decisions_with_an_inexact_reciprocal_width(name):
+    """The kernel multiplied by a rounded 1/h where the reference divides by h: with 1/h rounded down, a key
+    exactly on a Nearest midpoint got t = 0.4999998 and rounded down (minmax-weight-k4: P 0.9999 on the max
+    key against 0.5 / 0.5), a key exactly on b_r got r - 1 (lerp-k16: dk off by 0.04). Now the grid position
+    is the correctly rounded quotient. Two heads (K = 4 rows, K = 16 rows), two query rows each seeing its
+    own six keys; out (= P, v one-hot), dq, dk, dv against the float64 reference."""
+    D, T = 16, 6
+    rows = list(INEXACT_RECIPROCAL_ROWS.values())
+    q = torch.zeros(1, 2, 2, D)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 2, 2 * T, D)
+    mask = torch.zeros(1, 2, 2, 2 * T, dtype=torch.bool)
+    for i, (_, scores) in enumerate(rows):
+        h, r = divmod(i, 2)
+        k[0, h, r * T : (r + 1) * T, 0] = torch.tensor(scores)
+        mask[0, h, r, r * T : (r + 1) * T] = True
+    v = torch.eye(T, D).repeat(1, 2, 1)[None].expand(1, 2, 2 * T, D).contiguous()  # out_i[:T] = P_i
+    do = torch.randn(1, 2, 2, D, generator=torch.Generator().manual_seed(0))
+    kw = dict(mask=mask, scale=1.0)
+    dev = [x.to(DEVICE) for x in (q, k, v, do)]
+    res = _grads(lambda a, b, c: triton_attention(a, b, c, name, precision="ieee", **kw), *dev)
+    ref = _grads(
+        lambda a, b, c: kinterval_attention(a, b, c, name, backend="reference", **kw),
+        *(x.double() for x in (q, k, v, do)),
+    )
+    for got, want, what in zip(res, ref, NAMES):
+        got = got.cpu().double()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m, w=what: f"{name} {w}: {m}")
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("step", [0.5, 3.0, 10.0])
 def test_softmax_one_pass_rescales(step, causal):
@@ -474,6 +592,33 @@ def test_non_finite_scores_give_nan_rows(name, masking, train):
     out, ref = run(q, k), run(clean_q, clean_k)
     assert torch.equal(out.isnan().all(-1), bad) and torch.equal(out.isnan().any(-1), bad)
     assert torch.equal(out[~bad], ref[~bad])
+
+
+def test_softmax_rows_whose_max_overflows_are_nan():
+    """Softmax forms its exponent as fma(q.k, scale log2(e), -M log2(e)) and flagged non-finite q.k only: with
+    finite q and k, a scaled max of +inf (row 0), a finite max whose M log2(e) overflows (row 1, 3e38) or
+    valid scores that all overflow to -inf (row 2) weighed every key 0 and gave a quiet zero row. Now such a
+    row is NaN (the reference: NaN for rows 0 and 2, the softmax row for row 1; docs/kernels.md). A normal
+    row and a fully masked one are unchanged."""
+    D = 16
+    q, k = torch.zeros(1, 1, 5, D), torch.zeros(1, 1, 5, D)
+    k[0, 0, :, 0] = torch.tensor([1e19, 2.0, -1.0, 0.0, 0.0])
+    k[0, 0, 3, 1], k[0, 0, 4, 2] = 3e37, -1e19
+    q[0, 0, 0, 0], q[0, 0, 1, 1], q[0, 0, 2, 2], q[0, 0, 3, 0] = 1e19, 1.0, 1e19, 1e-18
+    mask = torch.ones(1, 1, 5, 5, dtype=torch.bool)
+    mask[0, 0, 2, :4] = False  # row 2 sees key 4 only: -1e38 * 10 = -inf
+    mask[0, 0, 4] = False
+    v = torch.randn(1, 1, 5, D, generator=torch.Generator().manual_seed(0))
+    kw = dict(mask=mask, scale=10.0)
+    out = triton_attention(
+        q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), "softmax", **{**kw, "mask": mask.to(DEVICE)}
+    )
+    ref = kinterval_attention(q, k, v, "softmax", backend="reference", **kw)
+    out = out.cpu()
+    assert out[0, 0, :3].isnan().all()
+    assert ref[0, 0, [0, 2]].isnan().all() and torch.isfinite(ref[0, 0, 1]).all()  # row 1: the deviation
+    torch.testing.assert_close(out[0, 0, 3], ref[0, 0, 3], rtol=1e-5, atol=1e-6)
+    assert torch.equal(out[0, 0, 4], torch.zeros(D))
 
 
 def test_non_contiguous_inputs():
@@ -594,6 +739,21 @@ def test_tie_convention(name):
 def test_low_precision(name, dtype):
     q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=13, dtype=dtype)
     check(name, q, k, v, do, causal=True)
+
+
+def test_low_precision_bound_catches_a_wrong_gradient():
+    """The bf16 bound of the K-interval operators was built from PyTorch's native bf16 attention, whose
+    rounded scores flip grid intervals: a kernel whose dq was 30% too large passed test_low_precision
+    (fwm-weight-k4). Against the kernels' own arithmetic (``_lowp_kernel_arith``) it fails."""
+
+    def dq_times_1_3(a, b, c, spec, **kw):
+        a2 = a * 1.0
+        a2.register_hook(lambda g: g * 1.3)
+        return triton_attention(a2, b, c, spec, **kw)
+
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=13, dtype=torch.bfloat16)
+    with pytest.raises(AssertionError, match="fwm-weight-k4 dq"):
+        check("fwm-weight-k4", q, k, v, do, causal=True, kernel=dq_times_1_3)
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3"])
@@ -800,6 +960,77 @@ def test_input_errors():
         triton_attention(q, k, v, "lerp-k4", mask=torch.ones(3, 20, 16, dtype=torch.bool, device=DEVICE))
     with pytest.raises(ValueError, match="scale must be a positive"):  # the kernels scale the max of q k^T
         triton_attention(k, k, v, "softmax", scale=-1.0)
+    with pytest.raises(ValueError, match="causal must be True or False"):  # "no" ran as causal
+        triton_attention(k, k, v, "lerp-k4", causal="no")
+    for scale in (None, 1.0):  # D = 0 without a scale was a ZeroDivisionError
+        with pytest.raises(ValueError, match="head dimension"):
+            triton_attention(q[..., :0], k[..., :0], v[..., :0], "lerp-k4", scale=scale)
+
+
+def test_second_derivatives_raise():
+    """The kernels' gradients are first order: differentiating them again (create_graph=True) raised
+    "element 0 of tensors does not require grad" (or, with v requiring grad, could come out quietly wrong).
+    Now the first derivative is the usual one and a second one raises a named error."""
+    q, k, v, do = (x.to(DEVICE) for x in make_inputs(1, 1, 9, 9, 16, seed=0))
+    qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
+    out = triton_attention(qq, kk, vv, "lerp-k4", causal=True, precision="ieee")
+    (gq,) = torch.autograd.grad((out * do).sum(), qq, create_graph=True)
+    plain = _grads(
+        lambda a, b, c: triton_attention(a, b, c, "lerp-k4", causal=True, precision="ieee"), q, k, v, do
+    )
+    assert torch.equal(gq.detach(), plain[1])
+    for wrt in (kk, vv):
+        with pytest.raises(RuntimeError, match="triton.*first order only"):
+            torch.autograd.grad((gq**2).sum(), wrt, retain_graph=True)
+
+
+@pytest.mark.parametrize("empty", ["Tk", "Tq", "BH"])
+def test_empty_attention_is_the_references(empty):
+    """No key, no query or no head: the kernels launched nothing and raised "empty attention", where the
+    reference (and docs/operators.md) gives zeros for Tk = 0 and empty tensors otherwise. Now the same
+    result and the same gradients (zeros or empty), with and without a backward."""
+    B, H, Tq, Tk = {"Tk": (1, 2, 5, 0), "Tq": (1, 2, 0, 5), "BH": (0, 2, 5, 5)}[empty]
+    g = torch.Generator().manual_seed(0)
+    q, do = torch.randn(B, H, Tq, 16, generator=g), torch.randn(B, H, Tq, 16, generator=g)
+    k, v = torch.randn(B, H, Tk, 16, generator=g), torch.randn(B, H, Tk, 16, generator=g)
+    mask = torch.ones(Tq, Tk, dtype=torch.bool, device=DEVICE)
+    for kw in (dict(causal=Tq <= Tk), dict(mask=mask)):
+        got = _grads(lambda a, b, c, kw=kw: triton_attention(a, b, c, "minmax-prob-k4", **kw), q, k, v, do)
+        want = _grads(
+            lambda a, b, c, kw=kw: kinterval_attention(a, b, c, "minmax-prob-k4", backend="reference", **kw),
+            q, k, v, do,
+        )  # fmt: skip
+        for x, y in zip(got, want):
+            assert x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+        with torch.no_grad():
+            assert torch.equal(triton_attention(q, k, v, "lerp-k4", **kw), want[0])
+    with pytest.raises(ValueError, match="broadcast"):
+        triton_attention(q, k, v, "lerp-k4", mask=torch.ones(3, Tq, Tk + 1, dtype=torch.bool))
+
+
+def test_an_expanded_mask_reaches_the_kernel_unmaterialised():
+    """An expanded (stride-0) boolean mask was turned into a full uint8 copy (``.to(uint8)`` of a non-dense
+    tensor): a (B, 1, 1, Tk) key-padding mask expanded to (B, H, Tq, Tk) cost B·H·Tq·Tk bytes. Now the kernel
+    gets a uint8 view of the same bytes, stride 0 on the broadcast dims. A mask whose (batch, head) slice
+    reaches element offset 2^31 (the kernels' 32-bit mask offsets overflowed) is refused."""
+    q, k, v, _ = (x.to(DEVICE) for x in make_inputs(2, 4, 30, 40, 16, seed=0))
+    pad = torch.rand(2, 1, 1, 40, generator=torch.Generator().manual_seed(1)).to(DEVICE) > 0.3
+    spec = OperatorSpec.parse("lerp-k4")
+    for mask in (pad.expand(2, 4, 30, 40), pad):
+        launch, _, _ = tri_autograd.forward_launch(q, k, v, mask, spec, False, 0.25, "ieee")
+        mask_t, mask_strides = launch.args[1][2], launch.args[3][3]
+        assert mask_t.dtype == torch.uint8 and mask_strides == (40, 0, 0, 1)
+        assert mask_t.data_ptr() == pad.data_ptr() and torch.equal(mask_t.bool(), mask.expand(2, 4, 30, 40))
+    for n, fits in ((46340, True), (46341, False)):  # (n - 1) * n + n - 1 = n^2 - 1 against 2^31
+        q = torch.empty(1, 1, n, 16, device="meta")
+        mask = torch.empty(n, n, dtype=torch.bool, device="meta")
+        if fits:
+            tri_autograd.forward_launch(q, q, q, mask, spec, False, 0.25, "ieee")
+        else:
+            with pytest.raises(ValueError, match="2\\^31"):
+                tri_autograd.forward_launch(q, q, q, mask, spec, False, 0.25, "ieee")
+    keypad = torch.empty(1, 1, 1, 46341, dtype=torch.bool, device="meta")  # stride 0 along the queries
+    tri_autograd.forward_launch(q, q, q, keypad, spec, False, 0.25, "ieee")
 
 
 def test_api_backend_triton():

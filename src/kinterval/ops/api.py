@@ -46,11 +46,18 @@ def working_dtype(dtype: torch.dtype) -> torch.dtype:
     raise ValueError(f"scores must be a floating tensor (float64/32, bfloat16, float16), got {dtype}")
 
 
+def check_causal(causal) -> None:
+    """``causal`` must be a bool: any other value (e.g. the string "no", which is truthy) is a ValueError."""
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be True or False, got {causal!r}")
+
+
 def valid_mask(scores_shape: torch.Size, device, *, causal: bool, mask: Tensor | None) -> Tensor:
     """Boolean mask, True where the query may attend, broadcast to ``scores_shape`` (..., Tq, Tk).
 
     ``causal`` aligns the last query with the last key: key j is visible to query i iff j <= i + Tk - Tq.
     """
+    check_causal(causal)
     Tq, Tk = scores_shape[-2], scores_shape[-1]
     valid = torch.ones((), dtype=torch.bool, device=device)
     if causal:
@@ -150,6 +157,7 @@ def kinterval_attention(
     a key it may attend is NaN in the output, never a quiet zero row; ``scale`` must be finite.
     """
     spec = as_spec(spec)
+    check_causal(causal)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if precision is not None and precision not in PRECISIONS:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kinterval.ops.first_order import first_order_only
 from kinterval.ops.formulas import (
     calibration_grad,
     gamma,
@@ -49,6 +50,7 @@ class ClosedFormProbs(torch.autograd.Function):
         return P
 
     @staticmethod
+    @first_order_only("backend 'closed_form'")  # a second derivative through it raises (first_order.py)
     def backward(ctx, g: Tensor):
         s, valid = ctx.saved_tensors
         return closed_form_grad(s, valid, ctx.spec, g), None, None

@@ -20,12 +20,13 @@ BASELINES = ("softmax", "bf16-exp", "fp8-exp")
 DEFAULT_TAU = 6.0
 MAX_K = 2**24  # r is held in float32: integers are exact up to 2^24
 MAX_TAU = 1e3  # nats; beyond, fp32 rounding of the grid -tau + r h reaches 1e-4 of a weight
+MIN_STEP = 2.0**-126  # tau/K, the grid step, is a normal float32: a subnormal one gave NaN gradients
 
 VALID_FORMS = (
     "softmax | bf16-exp | fp8-exp | lerp-k{K} | fwm-lerp-k{K} | resolved-lerp-k{K} | "
-    "{minmax|fwm|resolved}-{weight|prob}-k{K}   (K an integer in [1, 2^24]; overrides: "
-    "tau=<float in (0, 1000]> for fwm/resolved, range_grad in {full, detach, max_only, min_only, p1} "
-    "for K-interval operators, "
+    "{minmax|fwm|resolved}-{weight|prob}-k{K}   (K an integer in [1, 2^24]; overrides, each at most once: "
+    "tau=<float in (0, 1000] with tau/K >= 2^-126> for fwm/resolved, "
+    "range_grad in {full, detach, max_only, min_only, p1} for K-interval operators, "
     "arithmetic in {strict, historical} for the weight/prob surrogates)"
 )
 
@@ -125,6 +126,11 @@ class OperatorSpec:
             raise bad(f"tau must be a finite number in (0, {MAX_TAU:g}], got {self.tau!r}")
         if self.kind == "kinterval" and (self.K is None or not 1 <= self.K <= MAX_K):
             raise bad(f"K must be an integer in [1, {MAX_K}], got {self.K!r}")
+        if self.calibration in ("fwm", "resolved") and self.tau / self.K < MIN_STEP:
+            raise bad(
+                f"the grid step tau/K must be at least 2^-126 (the smallest normal float32), got "
+                f"tau={self.tau!r}, K={self.K} (tau/K = {self.tau / self.K:.3g})"
+            )
         # Overrides that make no sense for this operator are errors when set to a non-default value.
         if "tau" in explicit and self.tau != DEFAULT_TAU and self.calibration not in ("fwm", "resolved"):
             raise bad("tau applies only to fwm and resolved calibration")
@@ -168,6 +174,10 @@ class OperatorSpec:
         overrides: dict = {}
         for item in filter(None, (m.group(2) or "").split(",")):
             key, _, value = item.partition("=")
+            if key.strip() in overrides:
+                raise ValueError(
+                    f"operator {full!r}: override {key.strip()!r} given twice; valid forms: {VALID_FORMS}"
+                )
             overrides[key.strip()] = value.strip()
         if "tau" in overrides:
             try:

@@ -12,6 +12,8 @@ import torch
 import triton
 from torch import Tensor
 
+from kinterval.ops.api import check_causal
+from kinterval.ops.first_order import first_order_only
 from kinterval.ops.spec import OperatorSpec
 from kinterval.ops.tf32 import tf32_enabled
 from kinterval.ops.triton import unsupported_reason
@@ -75,7 +77,11 @@ def _block_d(D: int) -> int:
 
 
 def _mask_arg(mask: Tensor | None, shape: tuple[int, int, int, int], device) -> tuple[Tensor, tuple, bool]:
-    """uint8 mask expanded (stride 0 on broadcast dims) to (B, H, Tq, Tk); a 1-element dummy when absent."""
+    """The mask as uint8, expanded (stride 0 on broadcast dims) to (B, H, Tq, Tk): a view of the boolean
+    tensor (same bytes), never a copy, so an expanded mask stays expanded. A 1-element dummy when absent.
+
+    The kernels address a mask element within one (batch, head) slice with 32-bit offsets
+    (row * stride + key * stride); a mask whose slice reaches offset 2^31 is refused."""
     if mask is None:
         dummy = torch.ones(1, dtype=torch.uint8, device=device)
         return dummy, (0, 0, 0, 0), False
@@ -84,11 +90,20 @@ def _mask_arg(mask: Tensor | None, shape: tuple[int, int, int, int], device) -> 
         raise ValueError(f"mask must be a boolean tensor (True = may attend), got {got}")
     if mask.dim() > 4:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {shape}")
-    m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).to(device=device, dtype=torch.uint8)
+    m = mask[(None,) * (4 - mask.dim())].to(device=device).view(torch.uint8)
     try:
         m = m.expand(shape)
     except RuntimeError as err:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {shape}") from err
+    Tq, Tk = shape[2], shape[3]
+    last = (Tq - 1) * m.stride(2) + (Tk - 1) * m.stride(3)  # largest element offset in one (batch, head)
+    if last >= 2**31:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} with strides {tuple(mask.stride())}: its largest element "
+            f"offset within one (batch, head), {last}, reaches 2^31, beyond the kernels' 32-bit mask "
+            "offsets; use causal=True or a broadcast mask (e.g. key padding (B, 1, 1, Tk)) instead of a full "
+            "(Tq, Tk) one"
+        )
     return m, tuple(m.stride()), True
 
 
@@ -110,7 +125,7 @@ class Launch:
 def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> tuple[Launch, tuple, dict]:
     """The forward launch, the tensors the backward needs and the launch's constants; outputs allocated.
     ``save=False`` (inference: no backward follows) for Prob-STE stores O only and skips the P^L V dot of
-    O^L (sm_90a: 26-31 instead of 35-44 instructions per score at bf16, 184 instead of 260 at fp32 "ieee",
+    O^L (sm_90a: 26-30 instead of 32-38 instructions per score at bf16, 184 instead of 262 at fp32 "ieee",
     strict arithmetic); O^L and the per-row statistics get 1-element placeholders that the kernel never
     writes. The other operators have no such dot, and their forward is launched as for training either way
     (without the statistics' stores ptxas scheduled one minmax-weight-k4 loop 15% longer)."""
@@ -256,6 +271,7 @@ class _TritonKIntervalAttention(torch.autograd.Function):
         return saved[4]  # o
 
     @staticmethod
+    @first_order_only("backend 'triton'")  # a second derivative through the kernels raises (first_order.py)
     def backward(ctx, do):
         do = do.contiguous()
         with _on_device(do):
@@ -295,6 +311,7 @@ def triton_attention(
     """
     if isinstance(spec, str):
         spec = OperatorSpec.from_full_name(spec)
+    check_causal(causal)
     reason = unsupported_reason(spec)
     if reason is not None:
         raise ValueError(f"triton backend: {reason} (operator {getattr(spec, 'full_name', spec)})")
@@ -314,17 +331,23 @@ def triton_attention(
             f"triton backend needs CUDA tensors, got {q.device} (CPU runs need TRITON_INTERPRET=1 set "
             "before triton is imported)"
         )
-    Tq, Tk = q.shape[2], k.shape[2]
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
     if causal and Tq > Tk:
         raise ValueError(f"causal attention needs Tq <= Tk, got Tq={Tq}, Tk={Tk}")
-    if Tq == 0 or Tk == 0 or q.shape[0] * q.shape[1] == 0:
-        raise ValueError(f"empty attention: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if D == 0:
+        raise ValueError(f"q, k, v need a head dimension D >= 1, got q {tuple(q.shape)}")
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+        scale = 1.0 / math.sqrt(D)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
         # the kernels scale the row max of q k^T: the max of the scaled scores for scale > 0 only
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     prec = resolve_precision(q.dtype, precision)
+    if Tq == 0 or Tk == 0 or B * H == 0:
+        # nothing to launch: the reference's result, with its gradients (no key: O = 0, as SDPA; no query or
+        # no head: empty). Both products are empty or sum over nothing, so they are exact zeros.
+        _mask_arg(mask, (B, H, Tq, Tk), q.device)  # the same mask errors as a launch
+        return torch.matmul(torch.matmul(q, k.transpose(-2, -1)), v)
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # inference: no backward, so the forward skips what only the backward reads (O^L, row statistics)
         launch, saved, _ = forward_launch(q, k, v, mask, spec, bool(causal), float(scale), prec, save=False)

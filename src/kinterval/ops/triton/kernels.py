@@ -173,8 +173,48 @@ def _patch_interpreter_index() -> None:
     interp._patch_lang_tensor = patched
 
 
+def _patch_interpreter_fma() -> None:
+    """Interpreter shim: its ``tl.fma`` is ``x * y + z`` in fp32, two roundings; the GPU's FFMA rounds once.
+    The grid position (``_grid_position``) needs the single rounding (its residual fma is exact only then),
+    so the interpreter's fp32 fma is computed exactly: the product in fp64 (exact), the sum with its TwoSum
+    error, rounded once to fp32 (a sum that lands on an fp32 midpoint is moved one fp64 ulp toward its
+    error first, so that the second rounding cannot break the tie the wrong way). No effect on GPU."""
+    try:
+        import numpy as np
+        from triton.runtime import interpreter as interp
+    except ImportError:  # pragma: no cover
+        return
+    builder = getattr(interp, "InterpreterBuilder", None)
+    original = getattr(builder, "create_fma", None)
+    if original is None or getattr(original, "_kinterval_shim", False):
+        return
+
+    def create_fma(self, x, y, z):
+        xd, yd, zd = (np.asarray(a.data) for a in (x, y, z))
+        if not (xd.dtype == yd.dtype == zd.dtype == np.float32):
+            return original(self, x, y, z)
+        with np.errstate(all="ignore"):
+            p = xd.astype(np.float64) * yd.astype(np.float64)  # exact: 24 + 24 significant bits
+            c = zd.astype(np.float64)
+            s = p + c
+            bb = s - p
+            err = (p - (s - bb)) + (c - bb)  # TwoSum: s + err = p + c exactly
+            r = s.astype(np.float32)
+            r64 = r.astype(np.float64)
+            toward = np.where(s > r64, np.float32(np.inf), np.float32(-np.inf))
+            mid = (r64 + np.nextafter(r, toward).astype(np.float64)) / 2  # the fp32 midpoint beside s
+            tie = (s == mid) & (err != 0) & np.isfinite(err)
+            s = np.where(tie, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+            out = s.astype(np.float32)
+        return interp.TensorHandle(out, z.dtype.scalar)
+
+    create_fma._kinterval_shim = True
+    builder.create_fma = create_fma
+
+
 if INTERPRET:
     _patch_interpreter_index()
+    _patch_interpreter_fma()
 
 
 # Interior tiles (in bounds, left of the causal diagonal, no user mask) can run an unmasked copy of each loop
@@ -363,17 +403,21 @@ def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
     """Per-row grid constants (§3, App. A) as the tuple ``row``: width h, 1/h, origin b_0, e^{-h}, Delta's
     factor (1 - e^{-h})/h (0 on a degenerate row: no gradient), the degenerate flag, K, 1/K, tau and
     h log2(e)."""
+    # h and 1/h are correctly rounded (div_rn; the plain ``/`` is an approximate division on the GPU): h is
+    # then the reference's fp32 h, and 1/h = RN(1/h) is what the grid position's correction step needs
     if CALIB == 1:  # MinMax: h = (M - m)/K, b_0 = m - M; degenerate rows get the safe width 1
         span = M - m
         degen = span <= EPS_DEGENERATE
-        h = tl.where(degen, 1.0, span / kf)
+        h = tl.where(degen, 1.0, _grid_position(span, kf, tl.math.div_rn(1.0, kf)))
+        inv_h = tl.math.div_rn(tl.full(h.shape, 1.0, tl.float32), h)
         b0 = m - M
-    else:  # FWM / resolved: h = tau/K, b_0 = -tau
+    else:  # FWM / resolved: h = tau/K, b_0 = -tau (one h per launch: the divisions are scalar)
         degen = M != M  # all False
-        h = tl.zeros_like(M) + tau / kf
+        step = tl.math.div_rn(tau, kf)
+        h = tl.zeros_like(M) + step
+        inv_h = tl.zeros_like(M) + tl.math.div_rn(1.0, step)
         b0 = tl.zeros_like(M) - tau
     emh = tl.exp(-h)  # e^{-h} <= 1 never overflows (e^h does once h > 88.7: a MinMax span over 88.7 K)
-    inv_h = 1.0 / h  # tiles multiply by 1/h: a precise division per score costs ~10 instructions
     # Delta = e^{b_{r+1}} (1 - e^{-h})/h. The difference 1 - e^{-h} loses the digits of h (large K), so below
     # h = 1/4 the factor is its series sum_n (-h)^n/(n+1)!, n <= 6 (truncation < 2e-9; as the reference's
     # expm1). Once per row.
@@ -396,6 +440,18 @@ def nearest_weight(t, E_r, E_r1):
 
 
 @triton.jit
+def _grid_position(d, h, inv_h):
+    """x = RN(d / h), the correctly rounded quotient, as the reference divides (a product with the rounded
+    1/h misses it by an ulp: a key exactly on a grid boundary or a Nearest midpoint then lands on the wrong
+    side when 1/h rounds down, e.g. MinMax span 41 at K = 4 or 16). One Markstein correction step: with
+    inv_h = RN(1/h), x0 = RN(d inv_h) is within an ulp of d/h, the residual d - x0 h is exact in one fma,
+    and RN(x0 + residual inv_h) is RN(d/h) (Markstein's theorem). Two FMAs per score more than d * inv_h."""
+    x0 = d * inv_h
+    e = tl.fma(x0, -h, d)  # the row's -h, not -x0: LLVM would form -x0 as a second product per score
+    return tl.fma(e, inv_h, x0)
+
+
+@triton.jit
 def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
     """Reconstruction terms of one (BLOCK_M, BLOCK_N) score tile (§3, App. A; reference.grid).
 
@@ -408,19 +464,19 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
     """
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
     z = s - M[:, None]
-    ih = inv_h[:, None]
-    # grid position x = (z~ - b_0)/h; r = floor(x) clamped to the calibration's range, t_raw = x - r (exact)
+    # grid position x = (z~ - b_0)/h, correctly rounded as the reference's division (_grid_position);
+    # r = floor(x) clamped to the calibration's range, t_raw = x - r (exact)
     if CALIB == 1:  # MinMax: b_0 = m - M, r in [0, K-1]
-        x = (z - b0[:, None]) * ih
+        x = _grid_position(z - b0[:, None], h[:, None], inv_h[:, None])
         x = tl.where(is_min, 0.0, x)
         keep = valid
     elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), b_0 = -tau, zero tail z < -tau
         # The upper clip is left to the clamps of r and t below: z > 0 gives r = K-1, t = 1, as z~ = 0 does
         # (a valid key has z <= 0 in the forward; the backward's recomputed score may exceed M by rounding).
-        x = (tl.maximum(z, -tau) + tau) * ih
+        x = _grid_position(tl.maximum(z, -tau) + tau, h[:, None], inv_h[:, None])
         keep = valid & (z >= -tau)
     else:  # resolved: negative indices continue the grid below -tau
-        x = (z + tau) * ih
+        x = _grid_position(z + tau, h[:, None], inv_h[:, None])
         keep = valid
     x = tl.where(is_max, kf, x)  # after the arg-min pin: a key both (degenerate row) counts as the max
     r = tl.floor(x)
@@ -659,14 +715,16 @@ def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scale, OP: tl.c
 @triton.jit
 def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.constexpr, PREC: tl.constexpr,
                   FULL: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (M, W, acc): the
-    running row max M of s = scale q k^T, W = sum e^{s - M} and acc = sum e^{s - M} v, both rescaled by
-    e^{M_old - M} when M grows. The K-interval operators need the final (M, m) before any weight (pass 1);
-    softmax does not, so it reads every key tile once. M is the max of the raw products times scale, which
-    equals the max of the scaled scores (scale > 0, rounding is monotone): the backward's M exactly."""
+    """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (Mq, M, W, acc): the
+    running row max Mq of the raw products q k^T (NaN once a valid one is not finite) and M = Mq scale, the
+    row max of s = scale q k^T, W = sum e^{s - M} and acc = sum e^{s - M} v, both rescaled by e^{M_old - M}
+    when M grows. The K-interval operators need the final (M, m) before any weight (pass 1); softmax does
+    not, so it reads every key tile once. M equals the max of the scaled scores (scale > 0, rounding is
+    monotone): the backward's M exactly. Mq tells a row with valid keys from an empty one when M is -inf
+    (every scaled score overflowed): see the row check after the loop."""
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
-    M, W, acc = sums
+    Mq, M, W, acc = sums
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
@@ -674,13 +732,14 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.const
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
     qk = _dot(q, kT, PREC)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    M_new = _max_nan(M, tl.reduce(_valid_flagged(qk, valid), 1, _max_nan) * scale)  # NaN: a non-finite score
+    Mq = _max_nan(Mq, tl.reduce(_valid_flagged(qk, valid), 1, _max_nan))  # NaN: a non-finite score
+    M_new = Mq * scale
     M_ref = tl.where(M_new > float("-inf"), M_new, 0.0)  # no valid key yet: every weight is 0 anyway
     alpha = tl.exp2((M - M_ref) * LOG2E)  # e^{M_old - M}: 1 if M did not grow, 0 from M_old = -inf
     w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -(M_ref * LOG2E)[:, None])), 0.0)  # as _scores
     W = W * alpha + tl.sum(w, 1)
     acc = acc * alpha[:, None] + _dot(_cast(w, v.dtype), v, PREC)
-    return M_new, W, acc
+    return Mq, M_new, W, acc
 
 
 @triton.autotune(configs=_configs("fwd"), key=_KEY + ["SAVE"], prune_configs_by=_pruner("fwd"))
@@ -735,7 +794,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
     HIST_PROB: tl.constexpr = JACOBIAN_AT_PL and HISTORICAL
     if SOFTMAX:  # one pass (_softmax_step): M, W = sum e^{s - M}, O = sum e^{s - M} v
-        sums = (M, tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M, BLOCK_D], tl.float32))
+        sums = (M, M, tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M, BLOCK_D], tl.float32))
         if SPLIT:
             for start_n in range(0, full_hi, BLOCK_N):
                 sums = _softmax_step(
@@ -743,7 +802,13 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
                 )
         for start_n in range(full_hi, hi, BLOCK_N):
             sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, False, BLOCK_N)
-        M, W, acc = sums
+        Mq, M, W, acc = sums
+        # The exponent (s - M) log2(e) is formed as fma(q.k, scale log2(e), -M log2(e)): a row whose scaled
+        # max overflows (finite q.k, |M| = inf) or whose M log2(e) does (|M| > 2.36e38) would weigh every key
+        # 0 and pass for an empty row. It is NaN, as a row with a non-finite score (the reference's NaN for
+        # an overflowed score; for a finite M over 2.36e38 the reference is finite). One check per row.
+        big = (Mq > float("-inf")) & ~(tl.abs(M * LOG2E) < float("inf"))
+        M = tl.where(big, float("nan"), M)
         M = tl.where(M == float("-inf"), 0.0, M)  # fully masked row: M = 0 (reference.row_extrema)
         m = M
         WL = W
