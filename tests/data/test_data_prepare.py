@@ -251,3 +251,33 @@ def test_tokens_caps_only_the_train_split_of_a_text_source(tmp_path):
     assert full["train"]["n_tokens"] > 5 and capped["train"]["n_tokens"] == 5
     for split in ("val", "test"):
         assert capped[split]["n_tokens"] == full[split]["n_tokens"] > 5
+
+
+def test_preparing_over_a_dataset_removes_the_splits_it_does_not_write(tmp_path):
+    """A bin: source with train and val only, prepared over a synthetic train/val/test folder, used to leave
+    the old test shard beside a meta.json that no longer lists it."""
+    from kinterval.data.writer import clear_outputs
+
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "meta.json").write_text(json.dumps({"splits": {"train": {}, "val": {}, "test": {}}}))
+    for name in ("train_0000.bin", "val_0000.bin", "test_0000.bin", "test_0001.bin.tmp", "notes.txt"):
+        (out / name).write_bytes(b"")
+    clear_outputs(out, ["train", "val"])
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("source", ["wikitext103", "fineweb-edu"])
+def test_an_unreachable_hub_is_one_error_line(tmp_path, monkeypatch, capsys, source):
+    """Offline, datasets raises ConnectionError; it used to reach the user as a traceback."""
+    import datasets
+
+    from kinterval.cli import main
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    assert main(["data", "prepare", "--source", source, "--out", str(tmp_path / "d"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "could not download" in err and "Check the network" in err

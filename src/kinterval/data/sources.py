@@ -57,9 +57,7 @@ def wikitext_articles(rows: Iterable[str]) -> Iterator[str]:
 
 def load_wikitext103():
     """HF DatasetDict with train/validation/test rows of ``{"text": line}`` (downloads once, then cached)."""
-    import datasets
-
-    return datasets.load_dataset("Salesforce/wikitext", "wikitext-103-raw-v1")
+    return _from_hub("Salesforce/wikitext", "wikitext-103-raw-v1")
 
 
 # ---- FineWebEdu -----------------------------------------------------------------------------------------
@@ -71,11 +69,20 @@ def fineweb_split(doc_id: str) -> str:
 
 def stream_fineweb_edu():
     """Streaming ``{"id", "text", ...}`` rows of FineWebEdu sample-10BT (network, no full download)."""
+    return _from_hub("HuggingFaceFW/fineweb-edu", "sample-10BT", split="train", streaming=True)
+
+
+def _from_hub(path: str, name: str, **kw):
+    """``datasets.load_dataset(path, name, **kw)``; a Hub that cannot be reached is one clear error."""
     import datasets
 
-    return datasets.load_dataset(
-        "HuggingFaceFW/fineweb-edu", name="sample-10BT", split="train", streaming=True
-    )
+    try:
+        return datasets.load_dataset(path, name, **kw)
+    except ConnectionError as err:
+        raise ValueError(
+            f"could not download {path} ({name}) from the Hugging Face Hub: {err}. Check the network (or "
+            "HF_HUB_OFFLINE), or prepare from local files: --source text:PATH or bin:DIR"
+        ) from err
 
 
 # ---- local text -----------------------------------------------------------------------------------------

@@ -83,10 +83,21 @@ def write_json_atomic(path: str | Path, obj: dict) -> None:
 
 
 def clear_outputs(out: Path, splits: Iterable[str]) -> None:
-    """Make ``out``; remove what a previous prepare left (meta.json first: the folder is invalid now)."""
+    """Make ``out``; remove what a previous prepare left (meta.json first: the folder is invalid now): the
+    shards of ``splits`` and of every split the old meta.json lists, so no split of another dataset stays."""
     out.mkdir(parents=True, exist_ok=True)
+    names = set(splits)
+    try:
+        listed = json.loads((out / "meta.json").read_text()).get("splits", {})
+        names |= (
+            {n for n in listed if isinstance(n, str) and n.isidentifier()}
+            if isinstance(listed, dict)
+            else set()
+        )
+    except (OSError, ValueError, AttributeError):  # no meta.json, or a damaged one: its splits are unknown
+        pass
     (out / "meta.json").unlink(missing_ok=True)
-    for split in splits:
+    for split in names:
         for old in out.glob(f"{split}_*.bin*"):
             old.unlink()
 
