@@ -32,9 +32,8 @@ from kinterval.train.checkpoint import code_identity, read_state
 from kinterval.train.evaluate import check_max_blocks, token_nll
 from kinterval.train.load import load_run
 
-SUMMARY_VERSION = (
-    3  # 2: "request" (what a cached result must match), numerics actually used; 3: mean_ci95_block
-)
+# 2: "request" (what a cached result must match), numerics actually used; 3: mean_ci95_block
+SUMMARY_VERSION = 3
 
 
 def safe_operator(op: str) -> str:
