@@ -134,6 +134,18 @@ def test_evaluation_of_a_replaced_checkpoint_is_redone(tiny_run, tmp_path):
     assert again["checkpoint_state_sha256"] != first["checkpoint_state_sha256"]
 
 
+def test_a_summary_of_an_older_version_is_redone(tiny_run, tmp_path):
+    """A cached summary written by an older SUMMARY_VERSION (without fields the gate reads) is not current."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    first = evaluate_checkpoint(ckpt, out_dir=tmp_path)
+    path = next(tmp_path.glob("*.json"))
+    old = {k: v for k, v in json.loads(path.read_text()).items() if k != "mean_ci95_block"}
+    path.write_text(json.dumps(dict(old, summary_version=first["summary_version"] - 1)))
+    again = evaluate_checkpoint(ckpt, out_dir=tmp_path)
+    assert again["skipped"] is False and again["mean_ci95_block"] == first["mean_ci95_block"]
+    assert json.loads(path.read_text())["summary_version"] == first["summary_version"]
+
+
 @pytest.mark.parametrize("max_blocks", [None, 1])
 def test_a_non_finite_nll_names_the_checkpoint_and_block_and_writes_nothing(
     tiny_run, tmp_path, monkeypatch, max_blocks

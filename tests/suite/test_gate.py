@@ -13,7 +13,6 @@ import pytest
 
 from kinterval.cli import main
 from kinterval.stats import block_bootstrap_ci, block_length
-from kinterval.stats.bootstrap import circular_block_means
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.runner import run_suite
 
@@ -276,26 +275,19 @@ def test_full_gate_checks_each_evaluation_field(suite_dir, tmp_path, tamper):
     assert len(rep.errors) == 1, rep.errors
 
 
-def test_a_summary_from_before_the_recorded_block_is_checked_as_it_was_computed(suite_dir, tmp_path):
-    """A summary of version 2 has no mean_ci95_block; its mean_ci95 used block min(16, n), and the gate takes
-    it as it was written (the report recomputes every interval from the arrays). Version 3 must record it."""
+def test_a_summary_from_before_the_recorded_block_is_an_error_that_says_re_evaluate(suite_dir, tmp_path):
+    """A summary of version 2 has no mean_ci95_block (its mean_ci95 used block min(16, n), which below 32
+    blocks is no valid block): the gate reports it with what to do, whatever version it claims."""
     d = _copy(suite_dir, tmp_path)
-    with np.load(_eval(d).with_suffix(".npz")) as z:
-        nll = z["nll"][:20]  # shorter than 32 blocks: the old block (16) is no longer a valid block
-    np.savez(_eval(d).with_suffix(".npz"), nll=nll)
-    reps = circular_block_means(nll, 16, 4000, np.random.default_rng(0))
-    lo, hi = np.quantile(reps, [0.025, 0.975])
+    for version in (2, 3):
 
-    def old_summary(s):
-        s.update(n_blocks=20, mean_nll=nll.mean(), mean_ci95=[lo, hi], summary_version=2)
-        s.pop("mean_ci95_block")
+        def old_summary(s, v=version):
+            s.update(summary_version=v)
+            s.pop("mean_ci95_block", None)
 
-    _edit_json(_eval(d), old_summary)
-    errors = [e for e in gate(d, write_record=False).errors if f"{RUN}/eval/val/step_000016" in e]
-    assert errors == [], errors
-    _edit_json(_eval(d), lambda s: s.update(summary_version=3))
-    errors = [e for e in gate(d, write_record=False).errors if f"{RUN}/eval/val/step_000016" in e]
-    assert any("no mean_ci95_block" in e for e in errors), errors
+        _edit_json(_eval(d), old_summary)
+        errors = [e for e in gate(d, write_record=False).errors if f"{RUN}/eval/val/step_000016" in e]
+        assert len(errors) == 1 and "no mean_ci95_block" in errors[0] and "re-evaluate" in errors[0], errors
 
 
 def test_full_gate_needs_the_data_folder(suite_dir, tmp_path):

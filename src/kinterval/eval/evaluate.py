@@ -90,13 +90,17 @@ def request(
 
 
 def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
-    """The stored result is of these checkpoint bytes and this request (a summary without ``request``,
-    written before it was recorded, is not)."""
+    """The stored result is of these checkpoint bytes and this request, written by this ``SUMMARY_VERSION``
+    (an older summary lacks fields that the gate and the report read, e.g. ``mean_ci95_block``)."""
     if not (json_path.is_file() and npz_path.is_file()):
         return False
     try:
         s = read_summary(json_path)
-        return s.get("checkpoint_state_sha256") == state_sha256(ckpt) and s.get("request") == req
+        return (
+            s.get("summary_version") == SUMMARY_VERSION
+            and s.get("checkpoint_state_sha256") == state_sha256(ckpt)
+            and s.get("request") == req
+        )
     except (json.JSONDecodeError, OSError):
         return False
 

@@ -42,7 +42,6 @@ import numpy as np
 
 from kinterval.data.loader import TokenShards
 from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_ci
-from kinterval.stats.bootstrap import _percentile_result, circular_block_means
 from kinterval.suite.manifest import (
     MANIFEST,
     MANIFEST_TSV,
@@ -118,12 +117,16 @@ def summary_problem(s: dict, arrays: dict) -> str | None:
         return f"mean_nll {s.get('mean_nll')!r} != {float(nll.mean())!r}, the mean of 'nll'"
     if nll.size >= 2:  # the CI evaluate_checkpoint computes (deterministic: seeded resampling)
         block = block_length(nll.size)
-        if "mean_ci95_block" not in s and (s.get("summary_version") or 0) >= 3:
-            return "no mean_ci95_block, which a summary of version 3 or later records"
-        if "mean_ci95_block" in s and s["mean_ci95_block"] != block:
+        if "mean_ci95_block" not in s:
+            return (
+                f"no mean_ci95_block (summary_version {s.get('summary_version')!r}, written before version 3 "
+                "recorded it); re-evaluate the checkpoint: `kinterval eval` and `kinterval suite run` redo a "
+                "summary of an older version"
+            )
+        if s["mean_ci95_block"] != block:
             n = nll.size
             return f"mean_ci95_block {s['mean_ci95_block']!r} != {block}, the block length of {n} blocks"
-        ci = block_bootstrap_ci(nll, block=block) if "mean_ci95_block" in s else _unrecorded_block_ci(nll)
+        ci = block_bootstrap_ci(nll, block=block)
         if not _close_all(s.get("mean_ci95"), (ci.lo, ci.hi)):
             return f"mean_ci95 {s.get('mean_ci95')!r} != [{ci.lo!r}, {ci.hi!r}], the block bootstrap of 'nll'"
     docs = [arrays.get(k) for k in ("doc_ids", "doc_nll", "doc_tokens")]
@@ -142,16 +145,6 @@ def summary_problem(s: dict, arrays: dict) -> str | None:
             ):
                 return "doc_cluster_mean_nll / doc_cluster_ci95 differ from the document arrays"
     return None
-
-
-def _unrecorded_block_ci(nll: np.ndarray):
-    """The ``mean_ci95`` of a summary written before ``mean_ci95_block`` was recorded: block ``min(16, n)``,
-    which below 32 blocks is longer than ``block_length(n)`` allows (one block as long as the series gives a
-    zero-width interval); the gate checks such a summary against what it was computed with, and the report
-    never reads it (its intervals come from the per-block arrays)."""
-    x = nll.astype(np.float64)
-    reps = circular_block_means(x, min(16, x.size), 4000, np.random.default_rng(0))
-    return _percentile_result(x.mean(), reps, 0.95, "circular block bootstrap", 4000)
 
 
 def _close(a, b: float) -> bool:
