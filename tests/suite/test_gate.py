@@ -182,6 +182,12 @@ def drop_last_block(d):
     _edit_json(_eval(d), lambda s: s.update(n_blocks=nll.size, mean_nll=nll.mean(), mean_ci95=[ci.lo, ci.hi]))
 
 
+def edit_train_config_checkpoint_count(d):
+    """checkpoint.count is an execution field for a resume but part of a suite's protocol (its checkpoint
+    steps): an evaluated checkpoint whose config has another count is not of the suite's run."""
+    _edit_json(_eval(d), lambda s: s["train_config"]["checkpoint"].update(count=3))
+
+
 def mark_run_incomplete(d):
     _edit_json(d / "runs" / RUN / "status.json", lambda s: s.update(status="running"))
 
@@ -201,6 +207,7 @@ SUMMARY_TAMPERINGS = [
     drop_all_blocks,
     edit_eval_step,
     drop_last_block,
+    edit_train_config_checkpoint_count,
     mark_run_incomplete,
     edit_n_jobs,
 ]

@@ -37,3 +37,22 @@ def test_every_parameter_gets_the_policy_weight_decay_and_the_paper_hyperparamet
     # Both policies leave biases and LayerNorm parameters alone and decay the block matrices.
     assert "transformer.h.0.attn.c_attn.weight" in decayed and "transformer.h.0.ln_1.weight" not in decayed
     assert ("transformer.wpe.weight" in decayed) == (policy == "nanogpt")
+
+
+def test_a_ddp_wrapper_gets_the_same_groups_and_names():
+    """Under DDP the parameters are named ``module.<name>``: the policy and the recorded decayed names must be
+    those of the bare model (the "matrices" policy used to decay a wrapped model's embeddings)."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+
+    class Wrapper(torch.nn.Module):  # DistributedDataParallel's naming, without a process group
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    cfg = OptimSection(weight_decay=0.1, decay="matrices")
+    opt, decayed = build_optimizer(Wrapper(model), cfg, torch.device("cpu"))
+    assert "transformer.h.0.attn.c_attn.weight" in decayed
+    assert not any(n.startswith("module.") for n in decayed)
+    decay_of = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    assert decay_of[id(model.transformer.wte.weight)] == decay_of[id(model.transformer.wpe.weight)] == 0.0

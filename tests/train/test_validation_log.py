@@ -44,6 +44,7 @@ def test_validation_rows_at_the_right_steps_match_the_geometry_probe(logged, dat
     cfg, root = logged
     val = rows(root / "logged", True)
     assert [r["step"] for r in val] == [3, 6, 8]  # every 3 steps, and the final step
+    assert [r["tokens"] for r in val] == [3 * 256, 6 * 256, 8 * 256]  # 8 sequences of 32 tokens per step
     tokens = TokenShards(data_dir, "val").tokens()
     for r in val:
         assert r["val_blocks"] == 5 and len(r["row_span_layers"]) == 2
