@@ -621,6 +621,46 @@ def test_softmax_rows_whose_max_overflows_are_nan():
     assert torch.equal(out[0, 0, 4], torch.zeros(D))
 
 
+@pytest.mark.parametrize(
+    "name, bwd",
+    [("minmax-weight-k4", "split"), ("minmax-weight-k4", "fused"), ("fwm-prob-k4", "split")],
+)
+def test_non_finite_values_on_masked_keys(name, bwd, monkeypatch):
+    """A masked key contributes what it does in the reference. Head 0: k holds +inf, -inf and NaN on keys
+    masked for every row (their scores are not finite); head 1: v holds NaN on a masked key; head 2: q holds
+    inf on a fully masked row. MinMax summed gamma * dw/dM over every key, 0 * NaN on the masked ones, and put
+    NaN into dk at each row's arg-max and arg-min key (head 0) and into the empty row's dq (head 2). The
+    reference's own NaN stay, from 0 * inf in its products: dq where a masked k is not finite, O where a
+    masked v is (every row of head 1: its gradients are those of NaN rows, not compared), dk where a masked
+    row's q is. The triton results have the same NaN and the same finite values."""
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", bwd)
+    B, H, T, D = 1, 3, 16, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=4)
+    mask = torch.rand(B, H, T, T, generator=torch.Generator().manual_seed(2)) < 0.8
+    mask[..., [3, 9, 13]] = False
+    mask[0, 2, 5] = False  # head 2, row 5: fully masked
+    k[0, 0, 3], k[0, 0, 9], k[0, 0, 13] = float("inf"), float("-inf"), float("nan")
+    v[0, 1, 9] = float("nan")
+    q[0, 2, 5] = float("inf")
+
+    def run(backend):
+        x = [t.clone().to(DEVICE).requires_grad_(True) for t in (q, k, v)]
+        out = kinterval_attention(*x, name, mask=mask.to(DEVICE), backend=backend)
+        out.backward(do.to(DEVICE))
+        return [t.detach().cpu() for t in (out, *(y.grad for y in x))]
+
+    got, ref = run("triton"), run("reference")
+    got[2][0, 1], ref[2][0, 1] = 0.0, 0.0  # dk of head 1: the gradient of NaN rows
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, ref):
+        close = torch.isclose(x, y, rtol=1e-4, atol=1e-5, equal_nan=True)
+        assert close.all(), (
+            f"{what}: {(~close).sum()} elements differ, e.g. at {(~close).nonzero()[0].tolist()}"
+        )
+    # the cases that were NaN: dk of head 0, dq of head 2
+    assert torch.isfinite(ref[2][0, 0]).all() and torch.isfinite(ref[1][0, 2]).all()
+    assert ref[1][0, 0].isnan().all() and ref[0][0, 1].isnan().all() and torch.isfinite(ref[3]).all()
+
+
 def test_non_contiguous_inputs():
     q, k, v, do = make_inputs(1, 2, 29, 29, 16, seed=2)
     # (B, T, H, D) storage viewed as (B, H, T, D)

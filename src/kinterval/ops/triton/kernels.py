@@ -452,14 +452,16 @@ def _grid_position(d, h, inv_h):
 
 
 @triton.jit
-def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
+def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: tl.constexpr = False):
     """Reconstruction terms of one (BLOCK_M, BLOCK_N) score tile (§3, App. A; reference.grid).
 
     The stored arg-max key (is_max) sits exactly at x = K (r = K-1, t_raw = 1) and, for MinMax, the stored
     arg-min key (is_min) at x = 0 (r = 0, t_raw = 0): their exact-arithmetic values, independent of the
     rounding of a recomputed score. t_raw = x - r is exact given x; the reference's (z~ - b_r)/h differs from
-    it by rounding only. Masked keys (finite scores: their loads are zero-filled) go
-    through the same finite arithmetic and are dropped by ``keep`` and ``_place``: no per-score select.
+    it by rounding only. Masked keys go through the same arithmetic and are dropped by ``keep`` and
+    ``_place``: no per-score select here. A user-masked key's score may be anything (inf or NaN where its k
+    is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (1)): MinMax pins a masked key's
+    x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and ``_place`` gives them weight 1.
     """
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
@@ -468,7 +470,10 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
     # r = floor(x) clamped to the calibration's range, t_raw = x - r (exact)
     if CALIB == 1:  # MinMax: b_0 = m - M, r in [0, K-1]
         x = _grid_position(z - b0[:, None], h[:, None], inv_h[:, None])
-        x = tl.where(is_min, 0.0, x)
+        if FINITE_MASKED:  # free on interior tiles (valid is constant there)
+            x = tl.where(is_min | ~valid, 0.0, x)
+        else:
+            x = tl.where(is_min, 0.0, x)
         keep = valid
     elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), b_0 = -tau, zero tail z < -tau
         # The upper clip is left to the clamps of r and t below: z > 0 gives r = K-1, t = 1, as z~ = 0 does
@@ -895,7 +900,7 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
         keep = valid
         cD = w
     else:
-        wL, wN, keep, one, cD, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
+        wL, wN, keep, one, cD, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
         w = _forward_weight(wL, wN, keep, one, OP)
         wLp = w
         if JACOBIAN_AT_PL and HISTORICAL:
