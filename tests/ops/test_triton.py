@@ -594,6 +594,24 @@ def test_non_finite_scores_give_nan_rows(name, masking, train):
     assert torch.equal(out[~bad], ref[~bad])
 
 
+def test_softmax_accuracy_at_large_scores():
+    """Scores of magnitude 1e5 (exact in fp32: k is the identity and the scale a power of two). The online
+    softmax rescaled its sums by 2^{(M_old - M) log2 e} while each weight carried its own rounded offset
+    RN(M log2 e); the two differ by up to half an ulp of M log2 e (2^-7 at 1e5), and the forward erred by
+    1e-3 (relative Frobenius; torch.softmax in fp32: 6e-8). The rescale factor is now the difference of the
+    rounded offsets, and ``check``'s bound (twice torch's own fp32 error, + 2e-6) holds for out, dq, dk, dv.
+    On a GPU the 64-key forward tile holds the whole row: no rescale, nothing to catch there."""
+    Tq, T = 16, 32  # two key tiles in the interpreter
+    g = torch.Generator().manual_seed(3)
+    sign = torch.where(torch.rand(Tq, 1, generator=g, dtype=torch.float64) < 0.5, -1.0, 1.0)
+    s = (1e5 * sign - 8 * torch.rand(Tq, T, generator=g, dtype=torch.float64)).float()
+    q = (8 * s).view(1, 1, Tq, T)  # scale 1/8: scale * q k^T is s exactly
+    k = torch.eye(T).view(1, 1, T, T)
+    v = torch.randn(1, 1, T, T, generator=g)
+    do = torch.randn(1, 1, Tq, T, generator=g)
+    check("softmax", q, k, v, do, scale=0.125)
+
+
 def test_softmax_rows_whose_max_overflows_are_nan():
     """Softmax forms its exponent as fma(q.k, scale log2(e), -M log2(e)) and flagged non-finite q.k only: with
     finite q and k, a scaled max of +inf (row 0), a finite max whose M log2(e) overflows (row 1, 3e38) or

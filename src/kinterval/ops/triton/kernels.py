@@ -720,16 +720,23 @@ def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scale, OP: tl.c
 @triton.jit
 def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.constexpr, PREC: tl.constexpr,
                   FULL: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (Mq, M, W, acc): the
-    running row max Mq of the raw products q k^T (NaN once a valid one is not finite) and M = Mq scale, the
-    row max of s = scale q k^T, W = sum e^{s - M} and acc = sum e^{s - M} v, both rescaled by e^{M_old - M}
-    when M grows. The K-interval operators need the final (M, m) before any weight (pass 1); softmax does
-    not, so it reads every key tile once. M equals the max of the scaled scores (scale > 0, rounding is
-    monotone): the backward's M exactly. Mq tells a row with valid keys from an empty one when M is -inf
-    (every scaled score overflowed): see the row check after the loop."""
+    """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (Mq, off, W, acc): the
+    running row max Mq of the raw products q k^T (NaN once a valid one is not finite), the exponent offset
+    off = M log2(e) (rounded; -inf before the first valid key) of M = Mq scale, the row max of
+    s = scale q k^T, W = sum 2^x and acc = sum 2^x v over the keys so far with x = s log2(e) - off, both
+    rescaled by 2^{off_old - off} when M grows. The K-interval operators need the final (M, m) before any
+    weight (pass 1); softmax does not, so it reads every key tile once. M equals the max of the scaled scores
+    (scale > 0, rounding is monotone): the backward's M exactly, whose offset is the final off. Mq tells a row
+    with valid keys from an empty one when M is -inf (every scaled score overflowed): see the row check after
+    the loop.
+
+    The rescale factor is the difference of the two rounded offsets, not (M_old - M) log2(e): every weight
+    of the row then carries the same offset rounding (off - M log2(e), up to half an ulp of M log2(e)), a
+    common factor that normalization removes. Rounded separately, the factors differed by that rounding
+    (2^-7 in the exponent at |M| = 1e5: rows erred by up to 9e-3 against float64, torch.softmax by 2e-7)."""
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
-    Mq, M, W, acc = sums
+    Mq, off, W, acc = sums
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
@@ -738,13 +745,13 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.const
     qk = _dot(q, kT, PREC)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     Mq = _max_nan(Mq, tl.reduce(_valid_flagged(qk, valid), 1, _max_nan))  # NaN: a non-finite score
-    M_new = Mq * scale
-    M_ref = tl.where(M_new > float("-inf"), M_new, 0.0)  # no valid key yet: every weight is 0 anyway
-    alpha = tl.exp2((M - M_ref) * LOG2E)  # e^{M_old - M}: 1 if M did not grow, 0 from M_old = -inf
-    w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -(M_ref * LOG2E)[:, None])), 0.0)  # as _scores
+    off_new = (Mq * scale) * LOG2E  # RN(M log2 e), as the backward's _scores forms it from the saved M
+    off_ref = tl.where(off_new > float("-inf"), off_new, 0.0)  # no valid key yet: every weight is 0 anyway
+    alpha = tl.exp2(off - off_ref)  # 1 if M did not grow, 0 from off_old = -inf
+    w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -off_ref[:, None])), 0.0)  # as _scores
     W = W * alpha + tl.sum(w, 1)
     acc = acc * alpha[:, None] + _dot(_cast(w, v.dtype), v, PREC)
-    return Mq, M_new, W, acc
+    return Mq, off_new, W, acc
 
 
 @triton.autotune(configs=_configs("fwd"), key=_KEY + ["SAVE"], prune_configs_by=_pruner("fwd"))
@@ -807,7 +814,8 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
                 )
         for start_n in range(full_hi, hi, BLOCK_N):
             sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, False, BLOCK_N)
-        Mq, M, W, acc = sums
+        Mq, off, W, acc = sums
+        M = Mq * scale  # the loop's last M, bit for bit
         # The exponent (s - M) log2(e) is formed as fma(q.k, scale log2(e), -M log2(e)): a row whose scaled
         # max overflows (finite q.k, |M| = inf) or whose M log2(e) does (|M| > 2.36e38) would weigh every key
         # 0 and pass for an empty row. It is NaN, as a row with a non-finite score (the reference's NaN for
