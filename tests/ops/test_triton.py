@@ -594,6 +594,24 @@ def test_non_finite_scores_give_nan_rows(name, masking, train):
     assert torch.equal(out[~bad], ref[~bad])
 
 
+def test_softmax_accuracy_at_large_scores():
+    """Scores of magnitude 1e5 (exact in fp32: k is the identity and the scale a power of two). The online
+    softmax rescaled its sums by 2^{(M_old - M) log2 e} while each weight carried its own rounded offset
+    RN(M log2 e); the two differ by up to half an ulp of M log2 e (2^-7 at 1e5), and the forward erred by
+    1e-3 (relative Frobenius; torch.softmax in fp32: 6e-8). The rescale factor is now the difference of the
+    rounded offsets, and ``check``'s bound (twice torch's own fp32 error, + 2e-6) holds for out, dq, dk, dv.
+    On a GPU the 64-key forward tile holds the whole row: no rescale, nothing to catch there."""
+    Tq, T = 16, 32  # two key tiles in the interpreter
+    g = torch.Generator().manual_seed(3)
+    sign = torch.where(torch.rand(Tq, 1, generator=g, dtype=torch.float64) < 0.5, -1.0, 1.0)
+    s = (1e5 * sign - 8 * torch.rand(Tq, T, generator=g, dtype=torch.float64)).float()
+    q = (8 * s).view(1, 1, Tq, T)  # scale 1/8: scale * q k^T is s exactly
+    k = torch.eye(T).view(1, 1, T, T)
+    v = torch.randn(1, 1, T, T, generator=g)
+    do = torch.randn(1, 1, Tq, T, generator=g)
+    check("softmax", q, k, v, do, scale=0.125)
+
+
 def test_softmax_rows_whose_max_overflows_are_nan():
     """Softmax forms its exponent as fma(q.k, scale log2(e), -M log2(e)) and flagged non-finite q.k only: with
     finite q and k, a scaled max of +inf (row 0), a finite max whose M log2(e) overflows (row 1, 3e38) or
@@ -619,6 +637,46 @@ def test_softmax_rows_whose_max_overflows_are_nan():
     assert ref[0, 0, [0, 2]].isnan().all() and torch.isfinite(ref[0, 0, 1]).all()  # row 1: the deviation
     torch.testing.assert_close(out[0, 0, 3], ref[0, 0, 3], rtol=1e-5, atol=1e-6)
     assert torch.equal(out[0, 0, 4], torch.zeros(D))
+
+
+@pytest.mark.parametrize(
+    "name, bwd",
+    [("minmax-weight-k4", "split"), ("minmax-weight-k4", "fused"), ("fwm-prob-k4", "split")],
+)
+def test_non_finite_values_on_masked_keys(name, bwd, monkeypatch):
+    """A masked key contributes what it does in the reference. Head 0: k holds +inf, -inf and NaN on keys
+    masked for every row (their scores are not finite); head 1: v holds NaN on a masked key; head 2: q holds
+    inf on a fully masked row. MinMax summed gamma * dw/dM over every key, 0 * NaN on the masked ones, and put
+    NaN into dk at each row's arg-max and arg-min key (head 0) and into the empty row's dq (head 2). The
+    reference's own NaN stay, from 0 * inf in its products: dq where a masked k is not finite, O where a
+    masked v is (every row of head 1: its gradients are those of NaN rows, not compared), dk where a masked
+    row's q is. The triton results have the same NaN and the same finite values."""
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", bwd)
+    B, H, T, D = 1, 3, 16, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=4)
+    mask = torch.rand(B, H, T, T, generator=torch.Generator().manual_seed(2)) < 0.8
+    mask[..., [3, 9, 13]] = False
+    mask[0, 2, 5] = False  # head 2, row 5: fully masked
+    k[0, 0, 3], k[0, 0, 9], k[0, 0, 13] = float("inf"), float("-inf"), float("nan")
+    v[0, 1, 9] = float("nan")
+    q[0, 2, 5] = float("inf")
+
+    def run(backend):
+        x = [t.clone().to(DEVICE).requires_grad_(True) for t in (q, k, v)]
+        out = kinterval_attention(*x, name, mask=mask.to(DEVICE), backend=backend)
+        out.backward(do.to(DEVICE))
+        return [t.detach().cpu() for t in (out, *(y.grad for y in x))]
+
+    got, ref = run("triton"), run("reference")
+    got[2][0, 1], ref[2][0, 1] = 0.0, 0.0  # dk of head 1: the gradient of NaN rows
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, ref):
+        close = torch.isclose(x, y, rtol=1e-4, atol=1e-5, equal_nan=True)
+        assert close.all(), (
+            f"{what}: {(~close).sum()} elements differ, e.g. at {(~close).nonzero()[0].tolist()}"
+        )
+    # the cases that were NaN: dk of head 0, dq of head 2
+    assert torch.isfinite(ref[2][0, 0]).all() and torch.isfinite(ref[1][0, 2]).all()
+    assert ref[1][0, 0].isnan().all() and ref[0][0, 1].isnan().all() and torch.isfinite(ref[3]).all()
 
 
 def test_non_contiguous_inputs():

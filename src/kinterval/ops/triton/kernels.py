@@ -452,14 +452,16 @@ def _grid_position(d, h, inv_h):
 
 
 @triton.jit
-def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
+def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: tl.constexpr = False):
     """Reconstruction terms of one (BLOCK_M, BLOCK_N) score tile (§3, App. A; reference.grid).
 
     The stored arg-max key (is_max) sits exactly at x = K (r = K-1, t_raw = 1) and, for MinMax, the stored
     arg-min key (is_min) at x = 0 (r = 0, t_raw = 0): their exact-arithmetic values, independent of the
     rounding of a recomputed score. t_raw = x - r is exact given x; the reference's (z~ - b_r)/h differs from
-    it by rounding only. Masked keys (finite scores: their loads are zero-filled) go
-    through the same finite arithmetic and are dropped by ``keep`` and ``_place``: no per-score select.
+    it by rounding only. Masked keys go through the same arithmetic and are dropped by ``keep`` and
+    ``_place``: no per-score select here. A user-masked key's score may be anything (inf or NaN where its k
+    is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (1)): MinMax pins a masked key's
+    x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and ``_place`` gives them weight 1.
     """
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
@@ -468,7 +470,10 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr):
     # r = floor(x) clamped to the calibration's range, t_raw = x - r (exact)
     if CALIB == 1:  # MinMax: b_0 = m - M, r in [0, K-1]
         x = _grid_position(z - b0[:, None], h[:, None], inv_h[:, None])
-        x = tl.where(is_min, 0.0, x)
+        if FINITE_MASKED:  # free on interior tiles (valid is constant there)
+            x = tl.where(is_min | ~valid, 0.0, x)
+        else:
+            x = tl.where(is_min, 0.0, x)
         keep = valid
     elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), b_0 = -tau, zero tail z < -tau
         # The upper clip is left to the clamps of r and t below: z > 0 gives r = K-1, t = 1, as z~ = 0 does
@@ -715,16 +720,23 @@ def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scale, OP: tl.c
 @triton.jit
 def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.constexpr, PREC: tl.constexpr,
                   FULL: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (Mq, M, W, acc): the
-    running row max Mq of the raw products q k^T (NaN once a valid one is not finite) and M = Mq scale, the
-    row max of s = scale q k^T, W = sum e^{s - M} and acc = sum e^{s - M} v, both rescaled by e^{M_old - M}
-    when M grows. The K-interval operators need the final (M, m) before any weight (pass 1); softmax does
-    not, so it reads every key tile once. M equals the max of the scaled scores (scale > 0, rounding is
-    monotone): the backward's M exactly. Mq tells a row with valid keys from an empty one when M is -inf
-    (every scaled score overflowed): see the row check after the loop."""
+    """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (Mq, off, W, acc): the
+    running row max Mq of the raw products q k^T (NaN once a valid one is not finite), the exponent offset
+    off = M log2(e) (rounded; -inf before the first valid key) of M = Mq scale, the row max of
+    s = scale q k^T, W = sum 2^x and acc = sum 2^x v over the keys so far with x = s log2(e) - off, both
+    rescaled by 2^{off_old - off} when M grows. The K-interval operators need the final (M, m) before any
+    weight (pass 1); softmax does not, so it reads every key tile once. M equals the max of the scaled scores
+    (scale > 0, rounding is monotone): the backward's M exactly, whose offset is the final off. Mq tells a row
+    with valid keys from an empty one when M is -inf (every scaled score overflowed): see the row check after
+    the loop.
+
+    The rescale factor is the difference of the two rounded offsets, not (M_old - M) log2(e): every weight
+    of the row then carries the same offset rounding (off - M log2(e), up to half an ulp of M log2(e)), a
+    common factor that normalization removes. Rounded separately, the factors differed by that rounding
+    (2^-7 in the exponent at |M| = 1e5: rows erred by up to 9e-3 against float64, torch.softmax by 2e-7)."""
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
-    Mq, M, W, acc = sums
+    Mq, off, W, acc = sums
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
@@ -733,13 +745,13 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.const
     qk = _dot(q, kT, PREC)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     Mq = _max_nan(Mq, tl.reduce(_valid_flagged(qk, valid), 1, _max_nan))  # NaN: a non-finite score
-    M_new = Mq * scale
-    M_ref = tl.where(M_new > float("-inf"), M_new, 0.0)  # no valid key yet: every weight is 0 anyway
-    alpha = tl.exp2((M - M_ref) * LOG2E)  # e^{M_old - M}: 1 if M did not grow, 0 from M_old = -inf
-    w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -(M_ref * LOG2E)[:, None])), 0.0)  # as _scores
+    off_new = (Mq * scale) * LOG2E  # RN(M log2 e), as the backward's _scores forms it from the saved M
+    off_ref = tl.where(off_new > float("-inf"), off_new, 0.0)  # no valid key yet: every weight is 0 anyway
+    alpha = tl.exp2(off - off_ref)  # 1 if M did not grow, 0 from off_old = -inf
+    w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -off_ref[:, None])), 0.0)  # as _scores
     W = W * alpha + tl.sum(w, 1)
     acc = acc * alpha[:, None] + _dot(_cast(w, v.dtype), v, PREC)
-    return Mq, M_new, W, acc
+    return Mq, off_new, W, acc
 
 
 @triton.autotune(configs=_configs("fwd"), key=_KEY + ["SAVE"], prune_configs_by=_pruner("fwd"))
@@ -802,7 +814,8 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
                 )
         for start_n in range(full_hi, hi, BLOCK_N):
             sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, False, BLOCK_N)
-        Mq, M, W, acc = sums
+        Mq, off, W, acc = sums
+        M = Mq * scale  # the loop's last M, bit for bit
         # The exponent (s - M) log2(e) is formed as fma(q.k, scale log2(e), -M log2(e)): a row whose scaled
         # max overflows (finite q.k, |M| = inf) or whose M log2(e) does (|M| > 2.36e38) would weigh every key
         # 0 and pass for an empty row. It is NaN, as a row with a non-finite score (the reference's NaN for
@@ -895,7 +908,7 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
         keep = valid
         cD = w
     else:
-        wL, wN, keep, one, cD, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
+        wL, wN, keep, one, cD, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
         w = _forward_weight(wL, wN, keep, one, OP)
         wLp = w
         if JACOBIAN_AT_PL and HISTORICAL:
