@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -195,3 +197,22 @@ def test_zero_sum_residual_of_a_non_finite_row_is_nan():
     assert zero_sum_residual(torch.tensor([[1.0, 2.0, -1.0]])).item() == pytest.approx(0.5)
     # masked keys are not read
     assert zero_sum_residual(g[:1], torch.tensor([[False, True, True]])).item() == 0.0
+
+
+@pytest.mark.parametrize("up_shape", [(5, 5), (2, 5, 6), (1, 2, 5, 5), (2, 5, 1)])
+def test_upstream_of_another_shape_is_a_value_error_naming_both(up_shape):
+    """An upstream of another shape gave a raw torch error, or broadcast silently ((5, 5) against scores
+    (2, 5, 5) summed the loss over the batch) in the decomposition and in the A1-A4 gradients."""
+    s = torch.randn(2, 5, 5, dtype=torch.float64)
+    up = torch.ones(up_shape, dtype=torch.float64)
+    msg = rf"upstream .* shape of the scores \(2, 5, 5\), got {re.escape(str(up_shape))}"
+    for call in (
+        lambda: decompose_score_grad(s, up, "lerp-k4"),
+        lambda: score_gradient(s, "lerp-k4", up),
+        lambda: all_ones_directional(s, "lerp-k4", up),
+        lambda: interior_fd(s, "lerp-k4", up, (0, 1, 2)),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            call()
+    with pytest.raises(ValueError, match="must be tensors"):
+        decompose_score_grad(s, up.tolist(), "lerp-k4")
