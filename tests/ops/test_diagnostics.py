@@ -216,3 +216,14 @@ def test_upstream_of_another_shape_is_a_value_error_naming_both(up_shape):
             call()
     with pytest.raises(ValueError, match="must be tensors"):
         decompose_score_grad(s, up.tolist(), "lerp-k4")
+
+
+def test_a1_reports_a_forward_that_is_not_shift_invariant(monkeypatch):
+    """A1 must be able to fail: with a forward that moves under s -> s + c it reports the move (a checker
+    that compared F(s) with itself would always give 0 and pass the test above)."""
+    from kinterval.ops import diagnostics
+
+    monkeypatch.setattr(diagnostics, "attention_probs", lambda s, spec, **kw: s * s)
+    s = torch.tensor([[0.0, 1.0, -2.0]], dtype=torch.float64)
+    # (s + c)^2 - s^2 = 2 c s + c^2 with c = 0.5: 0.25, 1.25, -1.75
+    assert shift_invariance(s, "lerp-k4", c=0.5) == pytest.approx(1.75, rel=1e-15)
