@@ -227,3 +227,23 @@ def test_a1_reports_a_forward_that_is_not_shift_invariant(monkeypatch):
     s = torch.tensor([[0.0, 1.0, -2.0]], dtype=torch.float64)
     # (s + c)^2 - s^2 = 2 c s + c^2 with c = 0.5: 0.25, 1.25, -1.75
     assert shift_invariance(s, "lerp-k4", c=0.5) == pytest.approx(1.75, rel=1e-15)
+
+
+def test_a3_and_a4_measure_a_forward_that_is_not_shift_invariant(monkeypatch):
+    """A3 and A4 on L = <u, s^2> (central differences of a quadratic are exact): the derivative along the
+    all-ones direction is sum 2 u s, at one entry 2 u s. The shift-invariant operators only ever gave A3 a
+    true value of 0, which a finite difference off by any factor also matches."""
+    from kinterval.ops import diagnostics
+
+    monkeypatch.setattr(diagnostics, "attention_probs", lambda s, spec, **kw: s * s)
+    s = torch.tensor([[0.5, 1.0, -2.0], [1.5, -0.25, 3.0]], dtype=torch.float64)
+    up = torch.tensor([[1.0, -1.0, 0.5], [2.0, 1.0, -1.0]], dtype=torch.float64)
+    want = float((2 * up * s).sum())  # 1 - 2 - 2 + 6 - 0.5 - 6 = -3.5
+    r = all_ones_directional(s, "lerp-k4", up, eps=1e-3)
+    assert r.autograd == pytest.approx(want, rel=1e-12) and r.finite_difference == pytest.approx(
+        want, rel=1e-9
+    )
+    r = interior_fd(s, "lerp-k4", up, (1, 2), eps=1e-3)
+    assert r.autograd == pytest.approx(-6.0, rel=1e-12) and r.finite_difference == pytest.approx(
+        -6.0, rel=1e-9
+    )
