@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from kinterval.eval.graddiag import decomposition_sums, gradient_diagnostics, zero_sum_residual
+from kinterval.eval import graddiag
+from kinterval.eval.graddiag import (
+    decomposition_sums,
+    gradient_diagnostics,
+    residual_row_counts,
+    zero_sum_residual,
+)
 from kinterval.model import GPT, preset
 from kinterval.ops import OperatorSpec
 from kinterval.ops.closed_form import closed_form_probs
@@ -169,3 +175,41 @@ def test_diagnostics_match_autograd_on_every_layer(op):
             assert got["layers"][L][key] == pytest.approx(value, rel=1e-4, abs=1e-7), (L, key)
     if "detach" in op or "max_only" in op:  # residuals spread across 1e-3 and far from their mean
         assert want[0]["zero_sum_residual"] > 1e-3 and 0 < want[0]["rows_above_1e-3"]
+
+
+def test_rows_left_out_of_the_residual_are_counted_by_reason():
+    """The residual drops every all-zero gradient row; which ones, and why, is counted: a row of one valid
+    key, a row with all its probability on one key, and a row with spread probability but a zero gradient."""
+    nan = float("nan")
+    g = torch.tensor([[0.0, 0, 0], [0, 0, 9], [0, 0, 0], [0, 0, 0], [1, -1, 0], [nan, 1, 0]])
+    valid = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 1, 0]], dtype=torch.bool)
+    P = torch.tensor([[1.0, 0, 0], [1, 0, 0], [0, 1, 0], [0.5, 0.5, 0], [0.5, 0.5, 0], [0.5, 0.5, 0]])
+    # row 1: the 9 sits on a masked key; row 2: one key holds all the probability; row 3: spread, zero grad
+    got = residual_row_counts(g, valid, P)
+    assert got == {"used": 2, "one_key": 1, "single_weight": 2, "zero_gradient": 1}
+
+
+def test_a_broken_backward_that_zeroes_the_score_gradient_is_counted_not_hidden(monkeypatch):
+    """An operator whose backward gives an all-zero score gradient left no row in the residual (median NaN,
+    nothing else said); the rows now count as zero_gradient. A working operator uses every row i >= 1."""
+    T, blocks = 16, 2
+    model = GPT(preset("tiny", vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=T), "lerp-k4")
+    tokens = np.random.default_rng(0).integers(0, 64, size=blocks * T + 1).astype(np.uint16)
+    rows = 2 * (T - 1) * blocks  # per layer: heads x rows i >= 1 x blocks
+    good = gradient_diagnostics(model, tokens, blocks=blocks, decompose=False)["residual_rows"]
+    assert good["layers"] == [{"used": rows, "one_key": 0, "single_weight": 0, "zero_gradient": 0}] * 2
+    assert good["total"] == {"used": 2 * rows, "one_key": 0, "single_weight": 0, "zero_gradient": 0}
+
+    real = graddiag.closed_form_probs
+
+    def broken(s, valid, spec):  # the forward of the operator, a zero score gradient
+        return real(s, valid, spec).detach() + 0 * s
+
+    monkeypatch.setattr(graddiag, "closed_form_probs", broken)
+    bad = gradient_diagnostics(model, tokens, blocks=blocks, decompose=False)
+    assert bad["residual_rows"]["total"] == {
+        "used": 0,
+        "one_key": 0,
+        "single_weight": 0,
+        "zero_gradient": 2 * rows,
+    }

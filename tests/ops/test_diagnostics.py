@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -195,3 +197,53 @@ def test_zero_sum_residual_of_a_non_finite_row_is_nan():
     assert zero_sum_residual(torch.tensor([[1.0, 2.0, -1.0]])).item() == pytest.approx(0.5)
     # masked keys are not read
     assert zero_sum_residual(g[:1], torch.tensor([[False, True, True]])).item() == 0.0
+
+
+@pytest.mark.parametrize("up_shape", [(5, 5), (2, 5, 6), (1, 2, 5, 5), (2, 5, 1)])
+def test_upstream_of_another_shape_is_a_value_error_naming_both(up_shape):
+    """An upstream of another shape gave a raw torch error, or broadcast silently ((5, 5) against scores
+    (2, 5, 5) summed the loss over the batch) in the decomposition and in the A1-A4 gradients."""
+    s = torch.randn(2, 5, 5, dtype=torch.float64)
+    up = torch.ones(up_shape, dtype=torch.float64)
+    msg = rf"upstream .* shape of the scores \(2, 5, 5\), got {re.escape(str(up_shape))}"
+    for call in (
+        lambda: decompose_score_grad(s, up, "lerp-k4"),
+        lambda: score_gradient(s, "lerp-k4", up),
+        lambda: all_ones_directional(s, "lerp-k4", up),
+        lambda: interior_fd(s, "lerp-k4", up, (0, 1, 2)),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            call()
+    with pytest.raises(ValueError, match="must be tensors"):
+        decompose_score_grad(s, up.tolist(), "lerp-k4")
+
+
+def test_a1_reports_a_forward_that_is_not_shift_invariant(monkeypatch):
+    """A1 must be able to fail: with a forward that moves under s -> s + c it reports the move (a checker
+    that compared F(s) with itself would always give 0 and pass the test above)."""
+    from kinterval.ops import diagnostics
+
+    monkeypatch.setattr(diagnostics, "attention_probs", lambda s, spec, **kw: s * s)
+    s = torch.tensor([[0.0, 1.0, -2.0]], dtype=torch.float64)
+    # (s + c)^2 - s^2 = 2 c s + c^2 with c = 0.5: 0.25, 1.25, -1.75
+    assert shift_invariance(s, "lerp-k4", c=0.5) == pytest.approx(1.75, rel=1e-15)
+
+
+def test_a3_and_a4_measure_a_forward_that_is_not_shift_invariant(monkeypatch):
+    """A3 and A4 on L = <u, s^2> (central differences of a quadratic are exact): the derivative along the
+    all-ones direction is sum 2 u s, at one entry 2 u s. The shift-invariant operators only ever gave A3 a
+    true value of 0, which a finite difference off by any factor also matches."""
+    from kinterval.ops import diagnostics
+
+    monkeypatch.setattr(diagnostics, "attention_probs", lambda s, spec, **kw: s * s)
+    s = torch.tensor([[0.5, 1.0, -2.0], [1.5, -0.25, 3.0]], dtype=torch.float64)
+    up = torch.tensor([[1.0, -1.0, 0.5], [2.0, 1.0, -1.0]], dtype=torch.float64)
+    want = float((2 * up * s).sum())  # 1 - 2 - 2 + 6 - 0.5 - 6 = -3.5
+    r = all_ones_directional(s, "lerp-k4", up, eps=1e-3)
+    assert r.autograd == pytest.approx(want, rel=1e-12) and r.finite_difference == pytest.approx(
+        want, rel=1e-9
+    )
+    r = interior_fd(s, "lerp-k4", up, (1, 2), eps=1e-3)
+    assert r.autograd == pytest.approx(-6.0, rel=1e-12) and r.finite_difference == pytest.approx(
+        -6.0, rel=1e-9
+    )

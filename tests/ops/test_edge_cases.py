@@ -146,8 +146,9 @@ def test_degenerate_minmax_row_is_uniform_with_zero_gradient(dtype):
 
 def test_degenerate_branch_threshold_is_eps_1e12():
     """App. A: the degenerate branch is M - m <= eps with eps = 1e-12 (no other span clamp): a float64 row of
-    span 2e-12 takes the regular branch (nonzero gradient), one of span 9e-13 the degenerate one (zero)."""
-    for span, regular in ((2e-12, True), (9e-13, False)):
+    span 2e-12 takes the regular branch (nonzero gradient), one of span 9e-13 the degenerate one (zero), and
+    so does a span of exactly 1e-12 (the comparison is <=)."""
+    for span, regular in ((2e-12, True), (9e-13, False), (1e-12, False)):
         x = torch.tensor([[0.0, span, span / 3, span / 2]], dtype=torch.float64, requires_grad=True)
         P = attention_probs(x, "lerp-k4")
         (P * torch.arange(4.0, dtype=torch.float64)).sum().backward()

@@ -317,3 +317,25 @@ def test_causal_must_be_a_bool(causal):
             kinterval_attention(q, q, q, "lerp-k4", causal=causal, backend=backend)
     with pytest.raises(ValueError, match="causal must be True or False"):
         attention_probs(torch.randn(3, 3), "softmax", causal=causal)
+
+
+def test_catalog_enumerates_the_whole_family():
+    """Table 1: every calibration x {LERP, Weight-STE, Prob-STE}, each once; all_specs adds the baselines,
+    every range_grad and (surrogates only) both arithmetics. The sweeps and tests parametrize over
+    FAMILY_FORMS, so a form missing there went untested without any test noticing."""
+    from kinterval.ops.catalog import FAMILY_FORMS
+    from kinterval.ops.spec import ARITHMETICS, BASELINES, CALIBRATIONS, RANGE_GRADS, SURROGATES
+
+    axes = {
+        (s.calibration, s.reconstruction, s.surrogate)
+        for s in (OperatorSpec.parse(f.format(K=4)) for f in FAMILY_FORMS)
+    }
+    want = {(c, "lerp", None) for c in CALIBRATIONS} | {
+        (c, "nearest", u) for c in CALIBRATIONS for u in SURROGATES
+    }
+    assert len(FAMILY_FORMS) == len(axes) == len(want) == 9 and axes == want
+    names = [s.full_name for s in all_specs(Ks=(4, 16))]
+    n_lerp, n_ste = len(CALIBRATIONS), len(CALIBRATIONS) * len(SURROGATES)
+    per_k = len(RANGE_GRADS) * (n_lerp + n_ste * len(ARITHMETICS))
+    assert len(names) == len(set(names)) == len(BASELINES) + 2 * per_k
+    assert names[: len(BASELINES)] == list(BASELINES)

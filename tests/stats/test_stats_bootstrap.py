@@ -195,3 +195,25 @@ def test_bootstrap_of_a_null_contrast():
     ):
         assert (r.mean, r.lo, r.hi) == (0.0, 0.0, 0.0), r.method
         assert not r.excludes_zero() and r.p == 1.0, r.method
+
+
+def test_defaults_are_the_papers_protocol():
+    """§4 / App. C.3: block 16, 4000 resamples, 95% percentile for the block bootstrap, 4000 resamples for
+    the paired and cluster bootstraps, 20,000 random sign flips for the permutation p. Every caller relies on
+    the defaults (halving n_resamples passed every other test)."""
+    from kinterval.stats import permutation_p_random
+
+    x = np.random.default_rng(3).normal(0.1, 1.0, 64)
+    r = block_bootstrap_ci(x)
+    assert (r.n_resamples, r.level, r.method) == (4000, 0.95, "circular block bootstrap (block 16)")
+    assert r == block_bootstrap_ci(x, block=16, n_resamples=4000, level=0.95, seed=0)
+    p = paired_bootstrap_ci(x)
+    assert (p.n_resamples, p.level) == (4000, 0.95) and p == paired_bootstrap_ci(x, n_resamples=4000, seed=0)
+    groups = np.arange(64) // 4
+    c = cluster_bootstrap_ci(x, groups)
+    assert (c.n_resamples, c.level) == (4000, 0.95) and c == cluster_bootstrap_ci(x, groups, n_resamples=4000)
+    f = family_bootstrap_ci(x, groups)
+    assert (f.n_resamples, f.level) == (4000, 0.95)
+    q = permutation_p_random(x[:12])
+    assert q == permutation_p_random(x[:12], n=20000, seed=0)
+    assert (q * 20001) == pytest.approx(round(q * 20001), abs=1e-6)  # p = (1 + hits) / (1 + 20000)

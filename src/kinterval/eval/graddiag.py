@@ -7,7 +7,10 @@ through the checkpoint's own operator with the closed-form backward (the impleme
 
 * the zero-sum residual ``|sum_j g_ij| / sum_j |g_ij|`` of every row ``i >= 1`` whose gradient is not all
   zero (0/0 has no residual: rows of one valid key, FWM rows with one key in the window); summarised as the
-  median over rows and the fraction of rows above 1e-3, then the mean over layers;
+  median over rows and the fraction of rows above 1e-3, then the mean over layers; the rows left out are
+  counted by reason (``residual_rows``: one valid key; one key holding all the probability; an all-zero
+  gradient on a row whose probability is spread over two or more keys, which a correct backward does not
+  give and so flags a broken one);
 * with the upstream ``u = dL/dP`` of that layer fixed, the terms ``self``, ``M``, ``m`` of the full-gradient
   operator at the same scores (:func:`kinterval.ops.closed_form.score_grad_terms`), ``g_full = self + M + m``:
   norm ratios ``||term|| / ||g_full||`` and relative errors ``||g_mode - g_full|| / ||g_full||`` for detach
@@ -42,6 +45,30 @@ def zero_sum_residual(g: torch.Tensor, valid: torch.Tensor, layer: int = 0) -> t
     r = r[g.abs().sum(-1) != 0]  # NaN != 0: a non-finite row is never dropped
     check_finite(r, layer, "the zero-sum residual")
     return r
+
+
+ROW_REASONS = ("used", "one_key", "single_weight", "zero_gradient")
+
+
+def residual_row_counts(g: torch.Tensor, valid: torch.Tensor, P: torch.Tensor) -> dict[str, int]:
+    """How many rows enter the zero-sum residual (``used``) and why the others do not, for gradient ``g``,
+    mask ``valid`` and forward probabilities ``P`` (rows are the last dim). A row is left out when its
+    gradient on the valid keys is all zero (0/0): ``one_key``, at most one valid key (nothing to vary);
+    ``single_weight``, two or more valid keys but all the probability on one of them (e.g. FWM with one key
+    in the window), where the exact gradient is zero; ``zero_gradient``, the probability spread over two or
+    more keys and still an all-zero gradient: not a property of the operator (bar a degenerate MinMax row of
+    span <= 1e-12) but a broken backward, which the residual alone would hide."""
+    g = torch.where(valid, g, torch.zeros_like(g))
+    zero = g.abs().sum(-1) == 0  # a NaN row is not zero: it is used (and raises in zero_sum_residual)
+    n_valid = valid.sum(-1)
+    spread = ((P > 0) & valid).sum(-1) >= 2
+    counts = {
+        "used": ~zero,
+        "one_key": zero & (n_valid <= 1),
+        "single_weight": zero & (n_valid >= 2) & ~spread,
+        "zero_gradient": zero & (n_valid >= 2) & spread,
+    }
+    return {k: int(v.sum()) for k, v in counts.items()}
 
 
 def check_finite(x: torch.Tensor, layer: int, what: str) -> None:
@@ -94,11 +121,12 @@ def gradient_diagnostics(
     specs = [layer_spec(m) for m in layers]
     residuals: list[list[torch.Tensor]] = [[] for _ in layers]
     sums = [dict.fromkeys(("full", *DECOMP), 0.0) for _ in layers]
+    row_counts = [dict.fromkeys(ROW_REASONS, 0) for _ in layers]
     captured: dict[int, dict] = {}
 
     def fn(idx, s, valid, q, k):
         P = closed_form_probs(s, valid, specs[idx])
-        slot = captured.setdefault(idx, {"s": s.detach(), "valid": valid})
+        slot = captured.setdefault(idx, {"s": s.detach(), "valid": valid, "P": P.detach()})
         s.register_hook(lambda g: slot.__setitem__("g", g.detach()))
         P.register_hook(lambda u: slot.__setitem__("u", u.detach()))
         return P
@@ -115,7 +143,10 @@ def gradient_diagnostics(
             (loss / n).backward()
             for idx, slot in captured.items():
                 rows = (slot["s"][..., 1:, :], slot["valid"][..., 1:, :])
-                residuals[idx].append(zero_sum_residual(slot["g"][..., 1:, :], rows[1], idx).cpu())
+                g_rows = slot["g"][..., 1:, :]
+                residuals[idx].append(zero_sum_residual(g_rows, rows[1], idx).cpu())
+                for key, v in residual_row_counts(g_rows, rows[1], slot["P"][..., 1:, :]).items():
+                    row_counts[idx][key] += v
                 if decompose:
                     d = decomposition_sums(*rows, specs[idx], slot["u"][..., 1:, :])
                     check_finite(torch.tensor(list(d.values())), idx, "the decomposition")
@@ -134,4 +165,11 @@ def gradient_diagnostics(
             row.update({k: (np.sqrt(sums[idx][k]) / full if full > 0 else float("nan")) for k in DECOMP})
         per_layer.append(row)
     mean = {k: float(np.mean([row[k] for row in per_layer])) for k in per_layer[0]}
-    return {"layers": per_layer, "mean": mean, "operator": specs[0].full_name, "n_blocks": n}
+    total = {k: sum(c[k] for c in row_counts) for k in ROW_REASONS}
+    return {
+        "layers": per_layer,
+        "mean": mean,
+        "operator": specs[0].full_name,
+        "n_blocks": n,
+        "residual_rows": {"layers": row_counts, "total": total},
+    }

@@ -20,8 +20,23 @@ def _loss(scores: Tensor, spec: OperatorSpec, upstream: Tensor, **mask_kw) -> Te
     return (attention_probs(scores, spec, **mask_kw) * upstream).sum()
 
 
+def check_upstream(scores: Tensor, upstream: Tensor) -> None:
+    """``upstream`` (dL/dP) must be a tensor of exactly the scores' shape: broadcasting would silently sum
+    the loss over the broadcast dimensions, and a mismatch would surface as a raw torch error."""
+    if not isinstance(upstream, Tensor) or not isinstance(scores, Tensor):
+        raise ValueError(
+            f"scores and upstream must be tensors, got {type(scores).__name__} and {type(upstream).__name__}"
+        )
+    if upstream.shape != scores.shape:
+        raise ValueError(
+            f"upstream (dL/dP) must have the shape of the scores {tuple(scores.shape)}, "
+            f"got {tuple(upstream.shape)}"
+        )
+
+
 def score_gradient(scores: Tensor, spec, upstream: Tensor, *, causal=False, mask=None, backend="reference"):
     """The implemented score gradient dL/ds for L = <upstream, P>."""
+    check_upstream(scores, upstream)
     s = scores.detach().clone().requires_grad_()
     P = attention_probs(s, as_spec(spec), causal=causal, mask=mask, backend=backend)
     (grad,) = torch.autograd.grad((P * upstream).sum(), s)
@@ -88,9 +103,11 @@ def decompose_score_grad(
     """g_self, g_M, g_m of the local VJP at fixed upstream u = dL/dP (Table S-graddecomp).
 
     g_full = g_self + g_M + g_m; detach = g_self; max_only = g_self + g_M; min_only = g_self + g_m. The M and
-    m terms fall entirely on the arg-max and arg-min keys.
+    m terms fall entirely on the arg-max and arg-min keys. ``upstream`` must have the shape of ``scores``
+    (else ``ValueError`` naming both shapes).
     """
     spec = as_spec(spec)
+    check_upstream(scores, upstream)
     s = scores if scores.dtype == torch.float64 else scores.float()
     valid = attended_keys(s, causal=causal, mask=mask)  # as attention_probs: NaN / +inf raise, -inf is masked
     t = score_grad_terms(s, valid, spec, upstream.to(s.dtype))
