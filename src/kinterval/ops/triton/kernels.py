@@ -460,7 +460,7 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     rounding of a recomputed score. t_raw = x - r is exact given x; the reference's (z~ - b_r)/h differs from
     it by rounding only. Masked keys go through the same arithmetic and are dropped by ``keep`` and
     ``_place``: no per-score select here. A user-masked key's score may be anything (inf or NaN where its k
-    is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (1)): MinMax pins a masked key's
+    is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (2)): MinMax pins a masked key's
     x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and ``_place`` gives them weight 1.
     """
