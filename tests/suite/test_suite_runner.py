@@ -108,6 +108,21 @@ def test_per_gpu_caps_each_gpu(tmp_path, monkeypatch):
     assert sorted(line.split()[-3] for line in first) == ["0", "0", "0", "1", "1", "1"]
 
 
+def test_a_failed_child_run_is_reported_failed(tmp_path, monkeypatch):
+    class Failing(FakeProc):
+        def poll(self):
+            code = super().poll()
+            if code is not None and self.args[-1] == "r1":
+                self.returncode = 3
+            return self.returncode
+
+    FakeProc.live, FakeProc.peak = [], 0
+    monkeypatch.setattr(runner.subprocess, "Popen", Failing)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    res = runner._run_gpus(tmp_path, ["r0", "r1"], 1, lambda line: None)
+    assert res == {"r0": "completed", "r1": "failed (exit 3)"}
+
+
 class FakeExecutor:
     def __init__(self):
         self.params, self.submitted = {}, []
