@@ -40,6 +40,25 @@ def test_truncated_shard(ds):
         TokenShards(ds, "train")
 
 
+def test_shard_size_must_match_the_bytes_in_meta(ds):
+    """meta.json's ``bytes`` is checked against the file as well as ``n_tokens``: a meta.json whose byte count
+    disagrees with its own token count is corrupt."""
+    meta = json.loads((ds / "meta.json").read_text())
+    meta["splits"]["train"]["shards"][0]["bytes"] += 2
+    (ds / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"train_0000\.bin.*meta\.json says"):
+        TokenShards(ds, "train")
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_split_token_count_must_be_the_sum_of_its_shards(ds, delta):
+    meta = json.loads((ds / "meta.json").read_text())
+    meta["splits"]["train"]["n_tokens"] += delta
+    (ds / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="shard token counts do not add up"):
+        TokenShards(ds, "train")
+
+
 def test_corrupted_shard_caught_by_verify(ds):
     path = ds / "train_0000.bin"
     ids = np.fromfile(path, dtype="<u2")

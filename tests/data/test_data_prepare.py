@@ -161,6 +161,8 @@ def test_bin_source_applies_the_train_token_cap(tmp_path):
         TokenShards(tmp_path / "capped", "train", verify=True).tokens(), np.concatenate(parts)[:4000]
     )
     assert np.array_equal(TokenShards(tmp_path / "capped", "val").tokens(), val)
+    small = prepare(f"bin:{src}", tmp_path / "small", tokens=1000, progress=False)["splits"]
+    assert (small["train"]["n_tokens"], small["val"]["n_tokens"]) == (1000, 2049)  # a cap below val's size
     assert (
         prepare(f"bin:{src}", tmp_path / "all", tokens=10**6, progress=False)["splits"]["train"]["n_tokens"]
         == 6000

@@ -60,6 +60,15 @@ def test_fwm_width_tail_bucket_and_tv():
     assert g["eff_buckets"] == pytest.approx(math.exp(-(q * np.log(q)).sum()))
 
 
+def test_nearest_level_of_a_midpoint_key_rounds_up():
+    """MinMax K=4 on [0, -0.5, -4]: h = 1, the key at -0.5 has t = 1/2 exactly and Nearest rounds it up to the
+    top level (as the operator does), so the top bucket holds the softmax mass of 0 and -0.5."""
+    s = torch.tensor([[0.0, -0.5, -4.0]], dtype=torch.float64)
+    g = row_geometry(s, torch.ones_like(s, dtype=torch.bool), "minmax-weight-k4")
+    p = _softmax([0.0, -0.5, -4.0])
+    assert float(g["top_bucket_mass"][0]) == pytest.approx(p[0] + p[1], rel=1e-12)
+
+
 def test_lerp_row_top_bucket_is_the_top_interval():
     g = _row("lerp-k4")
     span = max(ROW) - min(ROW)
@@ -149,10 +158,11 @@ def test_probe_matches_an_independent_computation_on_every_layer(op, K, calibrat
     with torch.no_grad():
         for blk in model.transformer.h:
             blk.attn.c_attn.weight.mul_(25)  # spans of tens of nats: FWM tails, several buckets in use
-    tokens = np.random.default_rng(1).integers(0, 64, size=2 * T + 1).astype(np.uint16)
+    # three blocks in the split, the first two probed
+    tokens = np.random.default_rng(1).integers(0, 64, size=3 * T + 1).astype(np.uint16)
     got = geometry_probe(model, tokens, blocks=2)
     want = independent_geometry(model, tokens, T, 2, K, calibration, reconstruction)
-    assert len(got["layers"]) == 2
+    assert len(got["layers"]) == 2 and got["n_blocks"] == 2
     for L in range(2):
         assert set(got["layers"][L]) == set(METRICS)
         for name in METRICS:

@@ -301,3 +301,13 @@ def test_compare_refuses_runs_that_scored_other_token_sequences(tmp_path):
     path.write_text(json.dumps(summary))
     with pytest.raises(ValueError, match="out-c/summary.json has no samples_sha256"):
         probes.compare_probes(out["c"], out["a"], n_resamples=20)
+
+
+def test_drawn_tokens_never_hold_eot_and_a_distance_that_just_fits_is_kept():
+    """EOT (50256) is excluded from every random draw (1e6 draws would hold ~20 by chance); distance d fits a
+    block of PREFIX + d + 1 tokens (the model input is the sample minus its last token)."""
+
+    assert not (probes._draw(np.random.default_rng(0), 50257, 1_000_000) == probes.EOT).any()
+    samples, skipped = probes.induction_samples(1, 50257, probes.PREFIX + 64 + 1, distances=(64, 65))
+    assert skipped == [65] and {s.param for s in samples} == {64}
+    assert all(len(s.tokens) - 1 == probes.PREFIX + 64 + 1 for s in samples)

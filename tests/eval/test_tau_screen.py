@@ -10,6 +10,7 @@ import torch
 
 from kinterval.eval.attention import patched_attention
 from kinterval.eval.tau_screen import (
+    PAPER_STAGES,
     Stage,
     StageResult,
     contrasts,
@@ -25,6 +26,7 @@ from kinterval.eval.tau_screen import (
 from kinterval.model import GPT, preset
 from kinterval.ops import OperatorSpec
 from kinterval.ops.reference import reference_probs
+from kinterval.stats import block_bootstrap_ci
 from kinterval.train.evaluate import token_nll
 
 # rows of fp32 scores (max key first, then keys 9 and 20 nats below it): the audit's row with M = -5.0287,
@@ -168,6 +170,17 @@ def planted_stage(blocks=120):
     return res
 
 
+def test_lerp_screen_uses_lerp_for_fwm_and_its_minmax_reference(sharp_model):
+    """reconstruction="lerp": the FWM conditions are fwm-lerp and the MinMax reference is LERP (lerp-k4), not
+    the Nearest operators."""
+    model, tokens = sharp_model
+    res = run_stage(model, tokens, Stage("3", "zero", (4,), (6.0,), 1, minmax=True), reconstruction="lerp")
+    for name, op, kw in ((key(4, "minmax"), "lerp-k4", {}), (key(4, 6.0), "fwm-lerp-k4", {"tau": 6.0})):
+        spec = OperatorSpec.parse(op, **kw)
+        want = nll_with(model, tokens, lambda i, s, v, q, k, spec=spec: reference_probs(s, v, spec), blocks=1)
+        np.testing.assert_allclose(res.per_block[name], want, rtol=1e-6)
+
+
 def test_every_condition_gets_a_ci_against_softmax():
     rows = contrasts(planted_stage(), n_resamples=500)
     assert len(rows) == len(PLANTED)
@@ -192,6 +205,17 @@ def test_a_short_stage_gets_a_ci_of_half_its_length_blocks():
         assert r["hi"] - r["lo"] > 1e-4 and r["lo"] < r["delta"] < r["hi"], r
 
 
+def test_contrast_ci_uses_the_block_length_it_reports():
+    """A 120-block stage: the CI is the circular block bootstrap with block 16 (stats.block_length), the
+    length the row reports, not the iid bootstrap (block 1)."""
+    res = planted_stage()
+    for r in contrasts(res, n_resamples=300):
+        d = res.per_block[r["condition"]] - res.per_block["softmax"]
+        want = block_bootstrap_ci(d, block=16, n_resamples=300)
+        iid = block_bootstrap_ci(d, block=1, n_resamples=300)
+        assert r["block"] == 16 and (r["lo"], r["hi"]) == (want.lo, want.hi) != (iid.lo, iid.hi)
+
+
 def test_stage3_table_gives_each_tau_minus_softmax():
     res = planted_stage()
     md, rows = stage3_table(res, n_resamples=500)
@@ -214,3 +238,35 @@ def test_per_block_arrays_round_trip(tmp_path):
     assert set(back) == set(res.per_block)
     for name, arr in res.per_block.items():
         np.testing.assert_array_equal(back[name], arr)
+
+
+def test_best_tau_per_k_and_global_tau_over_every_k():
+    """best_tau(K) is the tau of the lowest NLL at that K; tau* the lowest NLL averaged over all K (here the
+    first K alone would pick 5, and the worst tau of each K is 7)."""
+    res = StageResult(Stage("3", "zero", (4, 8), (5.0, 6.0, 7.0), None))
+    nll = {(4, 5.0): 3.0, (4, 6.0): 3.2, (4, 7.0): 3.4, (8, 5.0): 3.9, (8, 6.0): 3.05, (8, 7.0): 3.95}
+    res.nll.update({key(K, t): v for (K, t), v in nll.items()})
+    # means over K: tau=5 3.45, tau=6 3.125, tau=7 3.675
+    assert (res.best_tau(4), res.best_tau(8), res.global_tau()) == (5.0, 6.0, 6.0)
+
+
+def test_paper_stages_are_app_c3s():
+    """App. C.3: (1) floor, 32 blocks, K 4/16/32, tau 8..32; (2a) floor and (2b) zero, tau 4..12; (3) zero,
+    every block, K 4/8/16/32, tau 5/6/7, with MinMax at the same K."""
+    s = {st.name: st for st in PAPER_STAGES}
+    assert list(s) == ["1", "2a", "2b", "3"]
+    assert (s["1"].tail, s["1"].K, s["1"].taus, s["1"].blocks) == (
+        "floor",
+        (4, 16, 32),
+        (8, 12, 16, 20, 24, 32),
+        32,
+    )
+    for name, tail in (("2a", "floor"), ("2b", "zero")):
+        assert (s[name].tail, s[name].K, s[name].taus) == (tail, (4, 16, 32), (4, 5, 6, 7, 8, 10, 12))
+    assert (s["3"].tail, s["3"].K, s["3"].taus, s["3"].blocks, s["3"].minmax) == (
+        "zero",
+        (4, 8, 16, 32),
+        (5, 6, 7),
+        None,
+        True,
+    )

@@ -8,7 +8,7 @@ import pytest
 
 from kinterval.ops import OperatorSpec
 from kinterval.suite.definition import load_suite, safe_name, select, shipped_suites
-from kinterval.suite.manifest import build_manifest
+from kinterval.suite.manifest import build_manifest, eval_settings
 
 
 @pytest.mark.parametrize(
@@ -101,6 +101,11 @@ def test_select_and_safe_names():
     assert {r.run_id for r in select(runs, ["softmax"])} == {"softmax-s7", "softmax-s42"}
     assert len(select(runs, ["*-s42"])) == 7
     assert safe_name("lerp-k32[range_grad=detach]") == "lerp-k32.range_grad-detach"
+    # a group name (not an operator or run id) selects the group's runs: 4 operators x 2 seeds
+    factorial = {
+        f"{c}-{s}-k4-s{seed}" for c in ("minmax", "fwm") for s in ("weight", "prob") for seed in (7, 42)
+    }
+    assert {r.run_id for r in select(runs, ["factorial"])} == factorial
 
 
 def test_show_help_names_every_shipped_suite(capsys, monkeypatch):
@@ -214,3 +219,35 @@ def test_supplementary_matches_the_papers_run_matrix():
         "124m-100m",
         "lerp-k32.range_grad-p1-s1337",
     )
+
+
+def test_group_settings_beat_the_suites_and_an_operators_own_arithmetic_is_kept(tmp_path):
+    """A group's override of a key the suite also sets wins (the suite's other keys stay); the group's
+    arithmetic fills only operators that do not name their own (``[arithmetic=strict]`` stays strict)."""
+    path = tmp_path / "s.toml"
+    path.write_text(
+        GOOD
+        + 'arithmetic="strict"\n'
+        + '[overrides]\n"schedule.tokens"=1000\n"schedule.warmup_tokens"=10\n'
+        + '[[group]]\noperators=["minmax-weight-k4", "fwm-prob-k4[arithmetic=strict]"]\n'
+        + 'arithmetic="historical"\n[group.overrides]\n"schedule.tokens"=2000\n'
+    )
+    runs = {r.spec.name: r for r in load_suite(path).runs}
+    assert {n: r.spec.arithmetic for n, r in runs.items()} == {
+        "minmax-weight-k4": "historical",
+        "fwm-prob-k4": "strict",
+    }
+    for r in runs.values():
+        assert r.overrides == {"schedule.tokens": 2000, "schedule.warmup_tokens": 10}
+
+
+def test_eval_defaults_when_a_suite_has_no_eval_table(tmp_path):
+    """Without [eval]: the val split, no document clusters, the geometry probe on 8 blocks (App. C.3)."""
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD + G)
+    assert eval_settings(load_suite(path)) == {
+        "split": "val",
+        "doc_clusters": False,
+        "geometry": True,
+        "geometry_blocks": 8,
+    }

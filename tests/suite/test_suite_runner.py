@@ -108,6 +108,21 @@ def test_per_gpu_caps_each_gpu(tmp_path, monkeypatch):
     assert sorted(line.split()[-3] for line in first) == ["0", "0", "0", "1", "1", "1"]
 
 
+def test_a_failed_child_run_is_reported_failed(tmp_path, monkeypatch):
+    class Failing(FakeProc):
+        def poll(self):
+            code = super().poll()
+            if code is not None and self.args[-1] == "r1":
+                self.returncode = 3
+            return self.returncode
+
+    FakeProc.live, FakeProc.peak = [], 0
+    monkeypatch.setattr(runner.subprocess, "Popen", Failing)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    res = runner._run_gpus(tmp_path, ["r0", "r1"], 1, lambda line: None)
+    assert res == {"r0": "completed", "r1": "failed (exit 3)"}
+
+
 class FakeExecutor:
     def __init__(self):
         self.params, self.submitted = {}, []
@@ -197,6 +212,7 @@ def test_slurm_without_slurm_is_an_error_not_a_local_run(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "flags, message",
     [(["--gpus", "-1"], "--gpus must be"), (["--per-gpu", "0"], "--per-gpu must be"),
+     (["--per-gpu", "2"], "needs --gpus N"),
      (["--threads", "0"], "--threads must be"), (["--device", "tpu"], "--device must be one of"),
      (["--only", "nothing*"], "matches no run")],
 )  # fmt: skip
@@ -210,3 +226,19 @@ def test_run_flags_are_checked_before_the_folder_is_made(tmp_path, capsys, flags
 def test_gate_max_errors_must_not_be_negative(tmp_path, capsys):
     assert main(["suite", "gate", str(tmp_path), "--max-errors", "-1"]) == 2
     assert "--max-errors must be >= 0" in capsys.readouterr().err
+
+
+def test_run_complete_needs_completed_status_and_every_checkpoint(tmp_path):
+    """A stopped run, or a completed one missing a checkpoint, is trained (resumed) again."""
+    from kinterval.suite.runner import run_complete
+
+    entry = {"checkpoint_steps": [4, 8]}
+    for step in (4, 8):
+        (tmp_path / "checkpoints" / f"step_{step:06d}").mkdir(parents=True)
+        (tmp_path / "checkpoints" / f"step_{step:06d}" / "state.json").write_text("{}")
+    (tmp_path / "status.json").write_text(json.dumps({"status": "stopped"}))
+    assert not run_complete(tmp_path, entry)
+    (tmp_path / "status.json").write_text(json.dumps({"status": "completed"}))
+    assert run_complete(tmp_path, entry)
+    (tmp_path / "checkpoints" / "step_000008" / "state.json").unlink()
+    assert not run_complete(tmp_path, entry)
