@@ -213,6 +213,17 @@ def test_bin_import_refuses_the_first_id_past_the_vocabulary(tmp_path):
         import_bin({"train": src / "x.train.bin"}, tmp_path / "bad", progress=False)
 
 
+def test_shard_writer_refuses_the_first_id_past_the_vocabulary(tmp_path):
+    from kinterval.data.writer import ShardWriter
+
+    writer = ShardWriter(tmp_path, "train", vocab_size=10)
+    writer.write(np.array([0, 9]))  # the smallest and the largest valid id
+    for bad in (10, -1):
+        with pytest.raises(ValueError, match=r"token id out of range \[0, 10\) for split 'train'"):
+            writer.write(np.array([3, bad]))
+    assert writer.close()[0]["n_tokens"] == 2  # nothing of a refused array was written
+
+
 def test_a_failed_re_prepare_leaves_no_meta_json(tmp_path, monkeypatch):
     """meta.json is removed before any shard is touched and written last: a prepare that dies midway leaves a
     folder that no loader accepts, never an old meta.json describing new shards."""
@@ -239,6 +250,7 @@ def test_a_failed_re_prepare_leaves_no_meta_json(tmp_path, monkeypatch):
     "source, kw, message",
     [("synthetic", {"seed": -1}, "seed must be"),
      ("synthetic", {"shard_tokens": 0}, "shard_tokens must be"),
+     ("synthetic", {"tokens": 0}, "tokens must be positive"),
      ("text:{missing}", {}, "text source not found"),
      ("text:{text}", {"bpe_file": "{missing}"}, "not found")],
 )  # fmt: skip

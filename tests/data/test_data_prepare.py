@@ -226,6 +226,9 @@ def test_fineweb_budget_and_md5_val_routing(tmp_path):
     assert (
         train[: len(first_train)].tolist() == first_train and sources.fineweb_split(rows[0]["id"]) == "train"
     )
+    # documents written, the last one cut by the budget included; none counted once a split is full
+    for split, ids in (("train", train), ("val", np.array(val))):
+        assert records[split]["n_documents"] == np.sum(ids == EOT) + (ids[-1] != EOT)
 
 
 def test_md5_split_rule_matches_docs_corpus_rule():

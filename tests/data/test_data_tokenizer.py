@@ -82,3 +82,16 @@ def test_encode_documents_puts_eot_after_each_document():
     expected = [t for d in docs for t in enc.encode_ordinary(d) + [tk.EOT]]
     assert ids.tolist() == expected
     assert np.count_nonzero(ids == tk.EOT) == 3 and ids[-1] == tk.EOT
+
+
+def test_a_ranks_file_corrupted_after_tiktoken_cached_it_is_refused(ranks_copy, tmp_path, monkeypatch):
+    """tiktoken's read cache is keyed by the path: without our own sha256 check a good earlier copy of the
+    file would hide the corrupted one."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    tk._encoding_from_file.cache_clear()
+    assert tk.gpt2_encoding(ranks_copy).encode(HELLO) == HELLO_IDS  # read and cached by tiktoken
+    lines = PACKAGED.read_bytes().splitlines(keepends=True)
+    ranks_copy.write_bytes(b"".join(lines[:-1]))  # one merge short, same path
+    tk._encoding_from_file.cache_clear()
+    with pytest.raises(ValueError, match=r"gpt2\.tiktoken: not the GPT-2 ranks file"):
+        tk.gpt2_encoding(ranks_copy)

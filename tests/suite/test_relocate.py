@@ -116,6 +116,8 @@ def test_evaluated_on_other_data_is_an_error_in_a_moved_folder(moved, tmp_path):
         ("data", "data", True),
         ("/old/place/out/data", "data", True),
         ("/old/place/out/tokens", "data", False),
+        ("/old/place/out/sub/data", "sub/data", True),
+        ("/old/place/out/other/data", "sub/data", False),  # the whole relative path must match
         ("/data/fineweb", "/data/fineweb", True),
         ("/moved/fineweb", "/data/fineweb", False),
         ("data", "/old/out/data", False),

@@ -99,6 +99,7 @@ def test_manifest_rows_carry_identity_and_protocol(tmp_path):
 def test_select_and_safe_names():
     runs = load_suite("ci").runs
     assert {r.run_id for r in select(runs, ["softmax"])} == {"softmax-s7", "softmax-s42"}
+    assert [r.run_id for r in select(runs, ["softmax-s?"])] == ["softmax-s7"]  # ? is one character
     assert len(select(runs, ["*-s42"])) == 7
     assert safe_name("lerp-k32[range_grad=detach]") == "lerp-k32.range_grad-detach"
     # a group name (not an operator or run id) selects the group's runs: 4 operators x 2 seeds
@@ -162,6 +163,7 @@ G = '[[group]]\noperators=["softmax"]\n'
         (GOOD + '[[group]]\noperators=["lerp-k{K}"]\nK=[0]\n', r"group 0: field 'K' must be"),
         (GOOD + "group=3\n", r"field 'group' must be one or more \[\[group\]\] tables"),
         (GOOD.replace("seeds=[1]", "seeds=7") + G, r"field 'seeds' must be"),
+        (GOOD.replace("seeds=[1]\n", "") + G, r"missing required field 'seeds'"),
         (GOOD.replace("checkpoints=2", "checkpoints=0") + G, r"field 'checkpoints' must be an integer >= 1"),
         (GOOD.replace("checkpoints=2", "checkpoints=true") + G, r"field 'checkpoints' must be"),
         (GOOD + "overrides=3\n" + G, r"field 'overrides' must be a table"),
@@ -239,6 +241,13 @@ def test_group_settings_beat_the_suites_and_an_operators_own_arithmetic_is_kept(
     }
     for r in runs.values():
         assert r.overrides == {"schedule.tokens": 2000, "schedule.warmup_tokens": 10}
+
+
+def test_a_groups_checkpoints_and_protocol_beat_the_suites(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD + G + '[[group]]\noperators=["lerp-k4"]\ncheckpoints=5\nprotocol="124m-100m"\n')
+    runs = {r.operator: (r.checkpoints, r.protocol) for r in load_suite(path).runs}
+    assert runs == {"softmax": (2, "tiny-cpu"), "lerp-k4": (5, "124m-100m")}
 
 
 def test_eval_defaults_when_a_suite_has_no_eval_table(tmp_path):

@@ -242,3 +242,43 @@ def test_run_complete_needs_completed_status_and_every_checkpoint(tmp_path):
     assert run_complete(tmp_path, entry)
     (tmp_path / "checkpoints" / "step_000008" / "state.json").unlink()
     assert not run_complete(tmp_path, entry)
+
+
+def test_an_interrupted_run_resumes_and_a_fresh_one_does_not(tmp_path, data, monkeypatch):
+    """run_one passes resume=True to train() only when the run folder holds a checkpoint."""
+    from kinterval.suite.runner import run_one
+
+    calls = []
+
+    def fake_train(cfg, run_dir, *, resume):
+        calls.append(resume)
+        return types.SimpleNamespace(status="stopped")  # not completed: run_one stops before evaluating
+
+    monkeypatch.setattr("kinterval.train.loop.train", fake_train)
+    out = tmp_path / "out"
+    init_suite(suite_file(tmp_path), out, data)
+    ckpts = out / "runs" / "softmax-s1" / "checkpoints"
+    assert run_one(out, "softmax-s1", log=print) == "stopped"  # fresh folder
+    ckpts.mkdir(parents=True)
+    run_one(out, "softmax-s1", log=print)  # an empty checkpoints folder: nothing to resume from
+    (ckpts / "step_000004").mkdir()
+    (ckpts / "step_000004" / "state.json").write_text("{}")
+    run_one(out, "softmax-s1", log=print)  # a partial run: one checkpoint, status not completed
+    assert calls == [False, False, True]
+
+
+def test_a_suite_folder_resumed_without_data_keeps_its_data_code_and_suite(tmp_path, data):
+    """A resume without --data uses the manifest's data folder and keeps the code identity the suite
+    started with; a folder of another suite is refused."""
+    out = tmp_path / "out"
+    first = init_suite(suite_file(tmp_path), out, data)
+    m = read_manifest(out)
+    m["code"] = {"ops_sha256": "0" * 64, "git_commit": "started-here"}
+    (out / "manifest.json").write_text(json.dumps(m))
+    again = init_suite(suite_file(tmp_path), out)  # no data: TINY has no [data] source of its own
+    assert again["data_dir"] == first["data_dir"] == str(data.resolve())
+    assert again["code"] == {"ops_sha256": "0" * 64, "git_commit": "started-here"}
+    other = tmp_path / "other.toml"
+    other.write_text(TINY.replace('name = "tiny"', 'name = "other"').replace("{protocol}", "tiny-cpu"))
+    with pytest.raises(ValueError, match="holds suite tiny, not other"):
+        init_suite(other, out, data)
