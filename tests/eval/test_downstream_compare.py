@@ -270,3 +270,15 @@ def test_two_result_files_of_one_task_or_other_metrics_are_refused(folders, tmp_
     write(twice, "lm", {"nll": np.ones(400), "acc": np.ones(400)})
     with pytest.raises(ValueError, match="task 'lm': item 0 has metrics"):
         downstream_compare(base, twice, **FAST)
+
+
+def test_the_per_item_record_keeps_each_choice_loglikelihood_and_greedy_flag():
+    sample = {"doc_id": 3, "target": 1, "metrics": ["acc"], "acc": 1.0,
+              "filtered_resps": [[-1.5, False], [-0.5, True]]}  # fmt: skip
+    assert downstream_commands._item(sample) == {
+        "doc_id": 3,
+        "target": 1,
+        "metrics": {"acc": 1.0},
+        "loglikelihoods": [-1.5, -0.5],
+        "is_greedy": [False, True],
+    }

@@ -385,7 +385,7 @@ def test_generation_keeps_the_last_block_size_tokens_of_a_long_context(run):
     assert got == gpt2_encoding().decode(new)
 
 
-def test_generation_stops_at_eot_and_at_a_multi_character_until_string(run, monkeypatch):
+def test_generation_stops_at_eot_a_multi_character_until_string_or_max_gen_toks(run, monkeypatch):
     """A scorer that proposes fixed tokens: " cat" " sat" "." then EOT (token ids 3797, 3332, 13, EOT)."""
     from kinterval.eval.lm_eval_adapter import KIntervalLM
 
@@ -400,13 +400,13 @@ def test_generation_stops_at_eot_and_at_a_multi_character_until_string(run, monk
         return logp
 
     monkeypatch.setattr(lm, "_logprobs", scorer)
-    gen = lm.generate_until(
-        [
-            _Request("Q:", {"until": [], "max_gen_toks": 10}),
-            _Request("Q:", {"until": " sat", "max_gen_toks": 10}),
-        ]
-    )
-    assert gen == [" cat sat.", " cat"]
+    reqs = [
+        {"until": [], "max_gen_toks": 10},
+        {"until": " sat", "max_gen_toks": 10},
+        {"max_gen_toks": 2},
+    ]
+    gen = lm.generate_until([_Request("Q:", kw) for kw in reqs])
+    assert gen == [" cat sat.", " cat", " cat sat"]
 
 
 @pytest.mark.parametrize("sha, refused", [("0" * 64, True), (None, False), ("GPT2", False)])
