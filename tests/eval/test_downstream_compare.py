@@ -111,6 +111,9 @@ def test_blimp_macro_average_weighs_each_paradigm_once(folders):
     assert macro["diff"] == pytest.approx(0.1)  # (0.2 + 0) / 2, not 20/150
     assert macro["baseline"] == pytest.approx(0.5) and macro["value"] == pytest.approx(0.6)
     assert macro["lo"] < 0.1 < macro["hi"]
+    assert (
+        abs((macro["lo"] + macro["hi"]) / 2 - 0.1) < 0.015
+    )  # resampled as the macro mean, not the pooled 0.133
     assert rows[("blimp", "acc", "same")]["diff"] == 0
 
 
@@ -224,3 +227,58 @@ def test_per_item_perplexity_is_reported_as_the_loglikelihood_it_is(tmp_path):
     rows = {r["metric"]: r for r in downstream_compare(base, cond, **FAST)}
     assert set(rows) == {"acc", "loglikelihood"}
     assert (rows["loglikelihood"]["baseline"], rows["loglikelihood"]["diff"]) == (-3.5, 0.5)
+
+
+def test_blimp_macro_row_tests_and_resamples_the_weighted_mean(tmp_path):
+    """blimp_a: 2 items, both +1; blimp_b: 4 items, one -1. Macro diff (1 + -0.25) / 2 = 0.375. The sign-flip
+    test of the weighted mean flips w d = (0.5, 0.5, -0.25): |sum| >= 0.75 in 4 of the 8 sign patterns, so
+    p = 0.5 (unweighted d = (1, 1, -1) would give p = 1)."""
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    write(base, "blimp_a", {"acc": [0.0, 0.0]})
+    write(base, "blimp_b", {"acc": [1.0, 0.0, 0.0, 0.0]})
+    write(cond, "blimp_a", {"acc": [1.0, 1.0]})
+    write(cond, "blimp_b", {"acc": [0.0, 0.0, 0.0, 0.0]})
+    rows = by_key(downstream_compare(base, cond, n_resamples=2000, n_perm=20000))
+    macro = rows[("blimp", "acc", str(cond))]
+    assert macro["diff"] == pytest.approx(0.375) and macro["n"] == 6
+    assert macro["p"] == pytest.approx(0.5, abs=0.015)
+
+
+def test_identical_results_get_a_zero_ci_and_the_mark_follows_bh_q():
+    """A condition equal to the baseline item by item has CI [0, 0] (within any margin, not detectable); the
+    '*' mark needs BH q < 0.05, a CI that excludes zero with q >= 0.05 is '°'."""
+    x = np.array([3.0, 4.0, 5.0])
+    row = downstream_commands._paired("lm", "nll", "c", x, x.copy(), None, n_resamples=50, n_perm=50, seed=0)
+    assert (row["lo"], row["hi"], row["p"], row["diff"]) == (0.0, 0.0, 1.0, 0.0)
+    lab = downstream_commands._label(dict(row, q=1.0), margin=0.01, nll_metrics=("nll",))
+    assert (lab["detectable"], lab["margin_status"], lab["mark"]) == (False, "within margin", "")
+    sig = {"metric": "acc", "lo": 0.1, "hi": 0.3, "p": 0.01}
+    mark = lambda q: downstream_commands._label(dict(sig, q=q), margin=0.01, nll_metrics=())["mark"]  # noqa: E731
+    assert (mark(0.01), mark(0.2)) == ("*", "°")
+
+
+def test_two_result_files_of_one_task_or_other_metrics_are_refused(folders, tmp_path):
+    base, conds = folders
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    for task in ("qa", "lm", "blimp_a", "blimp_b"):
+        (twice / f"{task}.jsonl").write_text((conds["big"] / f"{task}.jsonl").read_text())
+    (twice / "samples_qa_2026-11-23T10-00-00.123456.jsonl").write_text((base / "qa.jsonl").read_text())
+    with pytest.raises(ValueError, match="task 'qa': more than one result file"):
+        downstream_compare(base, twice, **FAST)
+    (twice / "samples_qa_2026-11-23T10-00-00.123456.jsonl").unlink()
+    write(twice, "lm", {"nll": np.ones(400), "acc": np.ones(400)})
+    with pytest.raises(ValueError, match="task 'lm': item 0 has metrics"):
+        downstream_compare(base, twice, **FAST)
+
+
+def test_the_per_item_record_keeps_each_choice_loglikelihood_and_greedy_flag():
+    sample = {"doc_id": 3, "target": 1, "metrics": ["acc"], "acc": 1.0,
+              "filtered_resps": [[-1.5, False], [-0.5, True]]}  # fmt: skip
+    assert downstream_commands._item(sample) == {
+        "doc_id": 3,
+        "target": 1,
+        "metrics": {"acc": 1.0},
+        "loglikelihoods": [-1.5, -0.5],
+        "is_greedy": [False, True],
+    }

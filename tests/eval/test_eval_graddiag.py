@@ -173,6 +173,8 @@ def test_diagnostics_match_autograd_on_every_layer(op):
         assert set(got["layers"][L]) == set(want[L])
         for key, value in want[L].items():
             assert got["layers"][L][key] == pytest.approx(value, rel=1e-4, abs=1e-7), (L, key)
+    for key in want[0]:  # "mean" is the mean over the layers
+        assert got["mean"][key] == pytest.approx(np.mean([w[key] for w in want]), rel=1e-4, abs=1e-7), key
     if "detach" in op or "max_only" in op:  # residuals spread across 1e-3 and far from their mean
         assert want[0]["zero_sum_residual"] > 1e-3 and 0 < want[0]["rows_above_1e-3"]
 
@@ -196,7 +198,9 @@ def test_a_broken_backward_that_zeroes_the_score_gradient_is_counted_not_hidden(
     model = GPT(preset("tiny", vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=T), "lerp-k4")
     tokens = np.random.default_rng(0).integers(0, 64, size=blocks * T + 1).astype(np.uint16)
     rows = 2 * (T - 1) * blocks  # per layer: heads x rows i >= 1 x blocks
-    good = gradient_diagnostics(model, tokens, blocks=blocks, decompose=False)["residual_rows"]
+    diag = gradient_diagnostics(model, tokens, blocks=8, decompose=False)  # the split holds 2 blocks only
+    good = diag["residual_rows"]
+    assert diag["n_blocks"] == blocks
     assert good["layers"] == [{"used": rows, "one_key": 0, "single_weight": 0, "zero_gradient": 0}] * 2
     assert good["total"] == {"used": 2 * rows, "one_key": 0, "single_weight": 0, "zero_gradient": 0}
 

@@ -333,3 +333,95 @@ def test_a_task_with_two_filters_gives_each_metric_per_filter(run, tmp_path, in_
         ("exact_match,whole", n_docs),
         ("exact_match,first-word", n_docs),
     }
+
+
+def greedy_next(model, toks: list[int]) -> int:
+    with torch.no_grad():
+        return int(model(torch.tensor([toks]))[0][0, -1].argmax())
+
+
+def test_greedy_flag_needs_every_continuation_token_to_be_the_argmax(run):
+    """lm-eval's is_greedy (LAMBADA's acc): True only when each continuation token is the model's argmax."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run))
+    ctx = gpt2_encoding().encode_ordinary(" the cat sat on the mat")
+    greedy = []
+    for _ in range(3):
+        greedy.append(greedy_next(lm.model, ctx + greedy))
+    other = (greedy[0] + 1) % 50257  # not the argmax after ctx
+    late = [other, greedy_next(lm.model, ctx + [other])]  # first token not greedy, the last one is
+    mixed = [greedy[0], (greedy[1] + 1) % 50257]  # first token greedy, the last one not
+    got = lm._loglikelihood_tokens([(None, ctx, c) for c in (greedy, late, mixed)])
+    assert [flag for _, flag in got] == [True, False, False]
+
+
+def test_batched_requests_of_different_lengths_score_as_single_ones(run):
+    """batch_size 3: each request keeps its own row and positions (right padding), as scored one by one."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run), batch_size=3)
+    toks = gpt2_encoding().encode_ordinary(" the cat sat on the mat and looked at the dog by the door")
+    reqs = [(toks[:2], toks[2:5]), (toks[:9], toks[9:11]), (toks[:4], toks[4:5]), (toks[:6], toks[6:8])]
+    got = lm._loglikelihood_tokens([(None, ctx, cont) for ctx, cont in reqs])
+    want = [direct_logprob(lm.model, ctx, cont) for ctx, cont in reqs]
+    np.testing.assert_allclose([ll for ll, _ in got], want, rtol=0, atol=1e-5)
+
+
+class _Request:  # lm-eval's Instance as generate_until reads it
+    def __init__(self, *args):
+        self.args = args
+
+
+def test_generation_keeps_the_last_block_size_tokens_of_a_long_context(run):
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run))
+    text = " the cat sat on the mat." * 20  # 140 tokens, block_size 64
+    toks, new = gpt2_encoding().encode_ordinary(text), []
+    for _ in range(3):
+        new.append(greedy_next(lm.model, (toks + new)[-64:]))
+    (got,) = lm.generate_until([_Request(text, {"until": [], "max_gen_toks": 3})])
+    assert got == gpt2_encoding().decode(new)
+
+
+def test_generation_stops_at_eot_a_multi_character_until_string_or_max_gen_toks(run, monkeypatch):
+    """A scorer that proposes fixed tokens: " cat" " sat" "." then EOT (token ids 3797, 3332, 13, EOT)."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run))
+    n_ctx = len(lm.tok_encode("Q:"))
+    plan = [3797, 3332, 13, EOT, 3797]
+
+    def scorer(batch):
+        (inp,) = batch
+        logp = torch.full((1, len(inp), 50257), -50.0)
+        logp[0, -1, plan[len(inp) - n_ctx]] = 0.0
+        return logp
+
+    monkeypatch.setattr(lm, "_logprobs", scorer)
+    reqs = [
+        {"until": [], "max_gen_toks": 10},
+        {"until": " sat", "max_gen_toks": 10},
+        {"max_gen_toks": 2},
+    ]
+    gen = lm.generate_until([_Request("Q:", kw) for kw in reqs])
+    assert gen == [" cat sat.", " cat", " cat sat"]
+
+
+@pytest.mark.parametrize("sha, refused", [("0" * 64, True), (None, False), ("GPT2", False)])
+def test_data_tokenized_with_another_bpe_file_named_gpt2_is_refused(tmp_path, sha, refused):
+    """meta.json's tokenizer is checked by name and, when recorded, by the BPE file's sha256."""
+    from kinterval.data.tokenizer import GPT2_BPE_SHA256
+    from kinterval.eval.lm_eval_adapter import check_gpt2_vocabulary
+
+    tokenizer = {"name": "gpt2"} | (
+        {} if sha is None else {"sha256": GPT2_BPE_SHA256 if sha == "GPT2" else sha}
+    )
+    (tmp_path / "meta.json").write_text(json.dumps({"tokenizer": tokenizer}))
+    state = {"config": {"data": {"dir": str(tmp_path)}}}
+    if refused:
+        with pytest.raises(ValueError, match="not the GPT-2 BPE"):
+            check_gpt2_vocabulary("run", 50257, state, gpt2_encoding())
+    else:
+        check_gpt2_vocabulary("run", 50257, state, gpt2_encoding())

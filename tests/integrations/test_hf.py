@@ -240,3 +240,130 @@ def test_minilm_report_refuses_a_model_that_ignores_the_switch(monkeypatch):
     monkeypatch.setattr(minilm_report, "load", lambda impl="sdpa": (tok, model))
     rows = {r["operator"]: r for r in minilm_report.run(families=("lerp",), ks=(2,))["rows"]}
     assert rows["softmax"]["min_cos"] > 1 - 1e-5 and rows["lerp-k2"]["min_cos"] < rows["softmax"]["min_cos"]
+    assert rows["lerp-k2"]["min_cos"] < rows["lerp-k2"]["mean_cos"]  # the sentences differ: min below mean
+
+
+def test_minilm_embedding_pools_real_tokens_only_and_the_table_reads_mean_then_min():
+    from types import SimpleNamespace
+
+    from kinterval.integrations import minilm_report
+
+    hidden = torch.tensor([[[1.0, 0.0], [3.0, 0.0], [100.0, 100.0]], [[0.0, 2.0], [0.0, 4.0], [0.0, 6.0]]])
+    model = lambda **batch: SimpleNamespace(last_hidden_state=hidden)  # noqa: E731
+    am = torch.tensor([[1, 1, 0], [1, 1, 1]])  # the third token of sentence 0 is padding
+    emb = minilm_report.embed(model, {"input_ids": torch.zeros(2, 3), "attention_mask": am})
+    torch.testing.assert_close(emb, torch.tensor([[1.0, 0.0], [0.0, 1.0]]))  # (2, 0) and (0, 4), normalised
+    rows = [{"operator": "softmax", "mean_cos": 1.0, "min_cos": 1.0}]
+    rows += [{"operator": f"lerp-k{k}", "mean_cos": 0.9 + k / 100, "min_cos": 0.5 + k / 100} for k in (2, 4)]
+    table = minilm_report.markdown({"rows": rows}, ks=(2, 4))
+    assert "| lerp | 0.9200 (0.520) | 0.9400 (0.540) |" in table.splitlines()
+
+
+def test_model_scaling_and_attention_dropout_follow_eager():
+    """GPT-2 with scale_attn_by_inverse_layer_idx scales layer i's scores by d^-0.5 / (i + 1), not the default
+    d^-0.5; softmax through kinterval must use the model's scaling, and in training apply the same attention
+    dropout as eager (same seed, same (B, H, T, T) draw: identical logits)."""
+    cfg = CONFIGS["gpt2"]()
+    cfg.scale_attn_by_inverse_layer_idx, cfg.attn_pdrop = True, 0.3
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-softmax")
+    with torch.no_grad():
+        for blk in model.transformer.h:  # sharper scores: a wrong scale shows well above rounding
+            blk.attn.c_attn.weight.mul_(8)
+    ids, _ = batch(None)
+
+    def logits(impl, train):
+        model.set_attn_implementation(impl)
+        model.train(train)
+        torch.manual_seed(5)
+        with torch.no_grad():
+            return model(ids).logits
+
+    for train in (False, True):
+        torch.testing.assert_close(
+            logits("kinterval-softmax", train), logits("eager", train), rtol=0, atol=1e-5
+        )
+    assert (logits("eager", True) - logits("eager", False)).abs().max() > 1e-2  # the dropout did act
+
+
+def test_encoder_without_padding_stays_bidirectional():
+    """No padding: transformers hands over no mask at all; a BERT layer (is_causal False) must not fall back
+    to causal attention."""
+    cfg = BertConfig(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, initializer_range=0.5)  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModel.from_config(cfg, attn_implementation="kinterval-softmax").eval()
+    ids, _ = batch(None)
+    with torch.no_grad():
+        ours = model(ids).last_hidden_state
+        model.set_attn_implementation("sdpa")
+        ref = model(ids).last_hidden_state
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
+
+
+def test_an_explicit_name_ignores_the_config_operator():
+    """config.kinterval_operator (an exported run's) chooses the operator of the plain "kinterval" name only:
+    asked for "kinterval-softmax", the model runs softmax."""
+    model = make("llama", "kinterval-softmax").float()
+    model.config.kinterval_operator = "lerp-k2"
+    ids, _ = batch(None)
+    with torch.no_grad():
+        ours = model(ids).logits
+        model.set_attn_implementation("sdpa")
+        torch.testing.assert_close(ours, model(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_unsupported_arguments_and_backends_are_refused():
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="does not support softcap"):
+        hf._attention("kinterval-softmax", torch.nn.Module(), q, q, q, None, softcap=30.0)
+    with pytest.raises(ValueError, match="does not support softcap or additive position biases"):
+        hf._attention("kinterval-softmax", torch.nn.Module(), q, q, q, None, position_bias=torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="unknown backend 'cuda'"):
+        hf.register("bad-backend", "lerp-k3", backend="cuda")
+    assert "bad-backend" not in hf.registered_names()
+    assert hf.register(None, "fwm-prob-k3", tau=2.0) == "kinterval-fwm-prob-k3[tau=2]"
+
+
+def test_a_mask_longer_than_the_keys_is_cut_to_them():
+    """Older transformers hand a (B, 1, Tq, max_len) mask with fewer keys (eager cuts it the same way)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 3, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(3, 5, dtype=torch.bool).tril(2)[None, None]  # row 0 sees keys 0..2, i.e. all three
+    mask[..., 0, 1] = False
+    module = torch.nn.Module()
+    got, _ = hf._attention("kinterval-lerp-k4", module, q, k, v, mask)
+    want = kinterval_attention(q, k, v, "lerp-k4", mask=mask[..., :3])
+    torch.testing.assert_close(got, want.transpose(1, 2), rtol=0, atol=0)
+
+
+def test_prefill_into_a_static_cache_matches_sdpa():
+    """A static cache hands over more keys than queries (its empty slots) and no mask in the prefill: the
+    logits must be sdpa's (and greedy generation too)."""
+    from transformers import StaticCache
+
+    ids, _ = batch(None)
+    model = make("llama", "kinterval-softmax").float()
+
+    def prefill_logits():
+        cache = StaticCache(config=model.config, max_cache_len=T + 3)
+        with torch.no_grad():
+            return model(ids[:1], past_key_values=cache, use_cache=True).logits
+
+    ours = prefill_logits()
+    gen = model.generate(ids[:1], max_new_tokens=4, do_sample=False, cache_implementation="static")
+    model.set_attn_implementation("sdpa")
+    torch.testing.assert_close(ours, prefill_logits(), rtol=0, atol=1e-5)
+    assert torch.equal(
+        gen, model.generate(ids[:1], max_new_tokens=4, do_sample=False, cache_implementation="static")
+    )
+
+
+def test_a_dropout_rate_passed_in_eval_mode_is_not_applied():
+    """As transformers' eager attention (dropout with training=module.training)."""
+    q = torch.randn(1, 2, 5, 4, generator=torch.Generator().manual_seed(0))
+    module = torch.nn.Module().eval()
+    got, _ = hf._attention("kinterval-lerp-k4", module, q, q, q, None, dropout=0.5)
+    want, _ = hf._attention("kinterval-lerp-k4", module, q, q, q, None)
+    assert torch.equal(got, want)

@@ -87,3 +87,39 @@ def test_exported_readme_loads_in_a_fresh_process(tmp_path, operator):
     with torch.no_grad():
         ours = load_run(run).model(IDS)[0]
     torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "logits.npy")), ours, rtol=0, atol=1e-5)
+
+
+def test_a_bias_free_sdpa_run_exports_with_zero_biases_and_sdpa_attention(tmp_path, monkeypatch):
+    """model.bias = false: transformers' GPT-2 has biases, which must be zero; an sdpa run (softmax through
+    PyTorch's fused kernel) is exported to transformers' own sdpa attention, with no kinterval name."""
+    torch.manual_seed(4)
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=512, bias=False)
+    model = GPT(cfg, "sdpa")
+    state = {
+        "step": 1,
+        "config": {"operator": {"name": "sdpa", "backend": "auto"}},
+        "model_config": cfg.to_dict(),
+    }
+    save_checkpoint(tmp_path / "run", 1, model.state_dict(), {}, state)
+    out = tmp_path / "hf"
+    assert cli.main(["export-hf", "--run", str(tmp_path / "run"), "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["kinterval_attn_implementation"] == "sdpa" and config["n_positions"] == 64
+    reloaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation="sdpa").eval()
+    biases = [p for name, p in reloaded.named_parameters() if name.endswith(".bias")]
+    assert len(biases) == 2 * 6 + 1 and all(
+        not p.any() for p in biases
+    )  # per block: ln_1, ln_2 and 4 linears
+    with torch.no_grad():
+        torch.testing.assert_close(
+            reloaded(IDS % 512).logits, load_run(tmp_path / "run").model(IDS % 512)[0], rtol=0, atol=1e-5
+        )
+    # a mapping that leaves a transformers weight at its random init is refused, not saved
+    from kinterval.integrations import hf_export
+
+    real = hf_export.gpt2_state_dict
+    monkeypatch.setattr(
+        hf_export, "gpt2_state_dict", lambda m: {k: v for k, v in real(m).items() if "ln_f" not in k}
+    )
+    with pytest.raises(RuntimeError, match="GPT-2 weight mapping incomplete: missing.*ln_f"):
+        hf_export.export_hf(tmp_path / "run", tmp_path / "hf2")
