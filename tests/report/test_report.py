@@ -9,7 +9,7 @@ import pytest
 
 from kinterval.report import demo_report
 from kinterval.report.build import build_report
-from kinterval.report.results import load_results
+from kinterval.report.results import data_label, load_many, load_results
 from kinterval.suite.definition import load_suite
 from kinterval.suite.manifest import build_manifest, write_manifest
 
@@ -83,6 +83,7 @@ def test_results_read_identity_from_manifest(fake_suite):
         4,
     )
     assert (p.tokens, p.key.data) == (512 * p.step, "data:val (T=64, 64 blocks)")  # the summary's tokens
+    assert data_label(("owt", "val", 1024, 48)) == "owt:val (T=1024, 48 blocks)"
 
 
 def test_report_numbers(fake_suite, tmp_path):
@@ -189,3 +190,20 @@ def test_figures_get_the_seed_mean_geometry_and_the_endpoint_width_gap(fake_suit
     for op, (h, span, d) in seen["gap"].items():
         want_span = 4.0 if op != "lerp-k4[range_grad=detach]" else 3.0  # one seed (7) in the ci suite
         assert (h, span, d) == (pytest.approx(0.5), pytest.approx(want_span), pytest.approx(delta[op]))
+
+
+def test_design_seeds_are_the_union_of_the_folders_plans(tmp_path):
+    """A condition planned in two folders (as ``mini`` and ``mini-seeds``) has the seeds of both as its design
+    (its BH family and the seeds its rows expect); the second folder here plans seeds 1007 and 1042."""
+    _fake_suite(tmp_path / "a")
+    _fake_suite(tmp_path / "b")
+    manifest = tmp_path / "b" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    for r in m["runs"]:
+        r["seed"] += 1000
+    manifest.write_text(json.dumps(m))
+    points = [p for res in load_many([tmp_path / "a", tmp_path / "b"]) for p in res.points]
+    assert len(points) == 90
+    for p in points:
+        one_seed = p.operator == "lerp-k4[range_grad=detach]"  # the ci suite runs it with seed 7 only
+        assert p.design_seeds == ((7, 1007) if one_seed else (7, 42, 1007, 1042)), p.operator
