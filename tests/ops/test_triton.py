@@ -529,6 +529,8 @@ CASES = {
     "mask_2d_resolved": ("resolved-prob-k4", 1, 2, 30, 30, 16, True, "2d", False),
     "head_dim_24": ("lerp-k4", 1, 2, 33, 33, 24, True, None, False),
     "tq_1": ("minmax-weight-k4", 1, 2, 1, 40, 16, True, None, False),
+    # Tk - Tq = 1: the last row of a 16-row query block sees one key of the next key tile, alone
+    "causal_last_key_alone": ("lerp-k4", 1, 2, 16, 17, 16, True, None, False),
 }
 
 
@@ -687,6 +689,49 @@ def test_non_contiguous_inputs():
     check("fwm-weight-k4", q, k, v, do, causal=True)
 
 
+class _StridedGrad(torch.autograd.Function):
+    """Identity whose backward hands on the gradient in (B, T, H, D) storage, a non-contiguous (B, H, T, D)
+    view, as a transposing layer after attention does."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def test_non_contiguous_upstream_gradient():
+    """The kernels read dO with contiguous (B, H, T, D) offsets: a strided dO must reach them as such."""
+    q, k, v, do = make_inputs(1, 2, 29, 29, 16, seed=2)
+
+    def strided(a, b, c, spec, **kw):
+        return _StridedGrad.apply(triton_attention(a, b, c, spec, **kw))
+
+    check("minmax-prob-k4", q, k, v, do, causal=True, kernel=strided)
+
+
+def test_only_v_needs_a_gradient():
+    """With q and k constant and v a leaf, the training forward runs and dv = P^T dO is the reference's; an
+    inference forward there would have left the output without a gradient."""
+    q, k, v, do = make_inputs(1, 2, 19, 19, 16, seed=5)
+    spec = "minmax-weight-k4"
+    vv = v.to(DEVICE).requires_grad_()
+    out = triton_attention(q.to(DEVICE), k.to(DEVICE), vv, spec, causal=True)
+    assert out.requires_grad
+    (dv,) = torch.autograd.grad(out, vv, do.to(DEVICE))
+
+    def ref_dv(dtype):
+        v_ = v.to(dtype).requires_grad_()
+        o = kinterval_attention(q.to(dtype), k.to(dtype), v_, spec, causal=True, backend="reference")
+        return torch.autograd.grad(o, v_, do.to(dtype))[0]
+
+    ref64, ref32 = ref_dv(torch.float64), ref_dv(torch.float32)
+    err, err_t = _errs(dv, ref64)[0], _errs(ref32, ref64)[0]
+    assert err <= 2 * err_t + 2e-6 * max(1.0, ref64.abs().max().item()), (err, err_t)
+
+
 @pytest.fixture
 def fused_bwd(monkeypatch):
     """KINTERVAL_TRITON_BWD=fused, and the number of fused backward launches (so that a silent fallback to
@@ -729,6 +774,14 @@ def test_fused_backward(name, masking, fused_bwd):
         assert torch.equal(res[1][0, 1, 3].cpu(), torch.zeros(16))
 
 
+def test_fused_backward_low_precision(fused_bwd):
+    """bf16 inputs through the fused backward: dK is summed in fp32 until the calibration terms are added
+    after the kernel, then rounded once (the bf16 bound of test_low_precision)."""
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=13, dtype=torch.bfloat16)
+    check("minmax-prob-k4", q, k, v, do, causal=True)
+    assert fused_bwd, "the fused backward did not run"
+
+
 def test_fused_backward_falls_back_where_it_cannot_run(fused_bwd, monkeypatch):
     """P1 (its projection needs the complete row sums inside dK) and deterministic algorithms run the split
     backward; an unknown KINTERVAL_TRITON_BWD raises."""
@@ -761,6 +814,32 @@ def test_degenerate_and_empty_rows(name, bwd, monkeypatch):
     assert torch.equal(res[0][0, 1, 4].cpu(), torch.zeros(D))
 
 
+@pytest.mark.parametrize("span", ["7 * 2^-45", "eps"])
+def test_degenerate_row_with_a_nonzero_span(span):
+    """App. A: a MinMax row with 0 < M - m <= eps = 1e-12 is degenerate (weight 1 on every valid key, no score
+    gradient), as one with M = m: M - m = 7 * 2^-45 (exact scores 2^-22 + j 2^-45), and M - m = fp32(1e-12)
+    exactly (scores 0 and fp32(1e-12)), the boundary. The arg-max and arg-min are different keys, so a
+    calibration term that is not zeroed would not cancel on one key."""
+    T, D = 8, 16
+    g = torch.Generator().manual_seed(0)
+    q = torch.zeros(1, 1, 1, D)
+    k = torch.randn(1, 1, T, D, generator=g)
+    if span == "eps":
+        q[..., 0], scale = 1.0, 1.0
+        k[..., 0] = torch.tensor([0.0, 1e-12]).repeat(T // 2)
+    else:
+        q[..., 0], scale = 2.0**-20, 0.25
+        k[..., 0] = 1 + torch.arange(T) * 2.0**-23
+    v, do = torch.randn(1, 1, T, D, generator=g), torch.randn(1, 1, 1, D, generator=g)
+    out, dq, dk, dv = _grads(
+        lambda a, b, c: triton_attention(a, b, c, "minmax-weight-k4", scale=scale, precision="ieee"),
+        *(x.to(DEVICE) for x in (q, k, v, do)),
+    )
+    assert dq.abs().max().item() == 0.0 and dk.abs().max().item() == 0.0
+    torch.testing.assert_close(out.cpu(), v.mean(2, keepdim=True))  # weight 1 on each key: the mean of v
+    torch.testing.assert_close(dv.cpu(), do.expand(1, 1, T, D) / T)
+
+
 @pytest.mark.parametrize("name", ["minmax-weight-k4", "fwm-prob-k4"])
 def test_tie_convention(name):
     """Documented deviation: on exact ties of the row max/min the kernel gives the calibration gradient to the
@@ -787,6 +866,14 @@ def test_tie_convention(name):
     tied_max = (s.argmax(-1) == 5) | (s.argmax(-1) == 17)
     if tied_max.any():  # the kernel's first-index convention differs from the even split
         assert (res[2][..., 5, :] - ref[2][..., 5, :]).abs().max() > 1e-6
+    # the first tied key: the stored arg-max of each row whose max is the tied pair is key 5, never 17
+    launch, saved, _ = tri_autograd.forward_launch(*dev[:3], None, spec, False, 0.25, "ieee")
+    launch()
+    amax, amin = saved[10].cpu(), saved[11].cpu()  # (q, k, v, mask, o, oL, M, m, W, W^at, amax, amin)
+    assert tied_max.any() and (amax[tied_max] == 5).all()
+    tied_min = (s.argmin(-1) == 5) | (s.argmin(-1) == 17)
+    if spec.calibration == "minmax":
+        assert tied_min.any() and (amin[tied_min] == 5).all()
 
 
 # ----------------------------------------------------------------------------------- dtypes, precision
@@ -1018,6 +1105,8 @@ def test_input_errors():
         triton_attention(q, k, v, "lerp-k4", mask=torch.ones(3, 20, 16, dtype=torch.bool, device=DEVICE))
     with pytest.raises(ValueError, match="scale must be a positive"):  # the kernels scale the max of q k^T
         triton_attention(k, k, v, "softmax", scale=-1.0)
+    with pytest.raises(ValueError, match="scale must be a positive"):  # 0: every score 0, a uniform average
+        triton_attention(k, k, v, "softmax", scale=0.0)
     with pytest.raises(ValueError, match="causal must be True or False"):  # "no" ran as causal
         triton_attention(k, k, v, "lerp-k4", causal="no")
     for scale in (None, 1.0):  # D = 0 without a scale was a ZeroDivisionError
@@ -1089,6 +1178,14 @@ def test_an_expanded_mask_reaches_the_kernel_unmaterialised():
                 tri_autograd.forward_launch(q, q, q, mask, spec, False, 0.25, "ieee")
     keypad = torch.empty(1, 1, 1, 46341, dtype=torch.bool, device="meta")  # stride 0 along the queries
     tri_autograd.forward_launch(q, q, q, keypad, spec, False, 0.25, "ieee")
+    # the largest offset exactly 2^31 (one past int32): Tq = 3, Tk = (2^31 + 1) / 3, 2 Tk + Tk - 1 = 2^31
+    q, k = torch.empty(1, 1, 3, 16, device="meta"), torch.empty(1, 1, 715827883, 16, device="meta")
+    with pytest.raises(ValueError, match="2\\^31"):
+        tri_autograd.forward_launch(q, k, k, torch.empty(3, 715827883, dtype=torch.bool, device="meta"), spec,
+                                    False, 0.25, "ieee")  # fmt: skip
+    k = k[:, :, :-1]  # 2^31 - 3
+    tri_autograd.forward_launch(q, k, k, torch.empty(3, 715827882, dtype=torch.bool, device="meta"), spec,
+                                False, 0.25, "ieee")  # fmt: skip
 
 
 def test_api_backend_triton():

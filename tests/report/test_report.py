@@ -9,7 +9,7 @@ import pytest
 
 from kinterval.report import demo_report
 from kinterval.report.build import build_report
-from kinterval.report.results import load_results
+from kinterval.report.results import data_label, load_many, load_results
 from kinterval.suite.definition import load_suite
 from kinterval.suite.manifest import build_manifest, write_manifest
 
@@ -82,6 +82,8 @@ def test_results_read_identity_from_manifest(fake_suite):
         "prob",
         4,
     )
+    assert (p.tokens, p.key.data) == (512 * p.step, "data:val (T=64, 64 blocks)")  # the summary's tokens
+    assert data_label(("owt", "val", 1024, 48)) == "owt:val (T=1024, 48 blocks)"
 
 
 def test_report_numbers(fake_suite, tmp_path):
@@ -140,6 +142,7 @@ def test_demo_report(tmp_path):
     )
     rows = {r["operator"]: r for r in res["rows"]}
     assert rows["minmax-weight-k4"]["delta"] == pytest.approx(0.1)
+    assert rows["minmax-weight-k4"]["nll"] == pytest.approx(soft.mean() + 0.1)  # the condition's NLL
     assert rows["minmax-weight-k4"]["separated"] and not rows["fwm-prob-k4"]["separated"]
     assert rows["fwm-prob-k4"]["lo"] <= rows["fwm-prob-k4"]["delta"] <= rows["fwm-prob-k4"]["hi"]
     for f in ("delta.png", "delta.md", "delta.tex", "trajectories.png", "index.md"):
@@ -162,3 +165,45 @@ def test_corrupt_result_files_are_named_errors(fake_suite, tmp_path, damage, cap
     assert main(["report", str(fake_suite), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("kinterval report: error: ") and str(target[damage]) in err and "\n" not in err
+
+
+def test_figures_get_the_seed_mean_geometry_and_the_endpoint_width_gap(fake_suite, tmp_path, monkeypatch):
+    """geometry.png plots the seed mean of each checkpoint's geometry (seed 42's span planted at 5 frac, seed
+    7's at 3 frac: mean 4 frac) and widthgap.png each condition's endpoint (h, span, ΔNLL)."""
+    from kinterval.report import figures as F
+
+    for js in fake_suite.rglob("*-s42/diagnostics/geometry/step_*.json"):
+        g = json.loads(js.read_text())
+        g["mean"]["span"] *= 5 / 3
+        js.write_text(json.dumps(g))
+    seen = {}
+    monkeypatch.setattr(F, "geometry_figure", lambda series, path, title: seen.setdefault("geo", series))
+    monkeypatch.setattr(F, "widthgap_figure", lambda points, path, title: seen.setdefault("gap", points))
+    build_report(fake_suite, tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    delta = {r["key"]["operator"]: r["est"]["mean"] for r in data["delta"]}
+    series = seen["geo"]["lerp-k4"]
+    assert [t for t, _ in series] == sorted(t for t, _ in series) and len(series) == 3
+    for i, (_, g) in enumerate(series):
+        assert g["span"] == pytest.approx(4.0 * (i + 1) / 3) and g["h"] == pytest.approx(0.5)
+    assert set(seen["gap"]) == set(delta)
+    for op, (h, span, d) in seen["gap"].items():
+        want_span = 4.0 if op != "lerp-k4[range_grad=detach]" else 3.0  # one seed (7) in the ci suite
+        assert (h, span, d) == (pytest.approx(0.5), pytest.approx(want_span), pytest.approx(delta[op]))
+
+
+def test_design_seeds_are_the_union_of_the_folders_plans(tmp_path):
+    """A condition planned in two folders (as ``mini`` and ``mini-seeds``) has the seeds of both as its design
+    (its BH family and the seeds its rows expect); the second folder here plans seeds 1007 and 1042."""
+    _fake_suite(tmp_path / "a")
+    _fake_suite(tmp_path / "b")
+    manifest = tmp_path / "b" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    for r in m["runs"]:
+        r["seed"] += 1000
+    manifest.write_text(json.dumps(m))
+    points = [p for res in load_many([tmp_path / "a", tmp_path / "b"]) for p in res.points]
+    assert len(points) == 90
+    for p in points:
+        one_seed = p.operator == "lerp-k4[range_grad=detach]"  # the ci suite runs it with seed 7 only
+        assert p.design_seeds == ((7, 1007) if one_seed else (7, 42, 1007, 1042)), p.operator

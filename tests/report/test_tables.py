@@ -1,0 +1,169 @@
+"""Table cells, one table function at a time: which number lands in which column, its format and sign, the
+CI column, the setting columns, sorting and not-run rows (hand-written expected cells; no report build)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from kinterval.report import tables as T
+from kinterval.report.analysis import GRAD_TERMS, ClipRow, Estimate, RankStats, Row
+from kinterval.report.claims import Claim
+from kinterval.report.results import Key
+
+DATA = "owt:val (T=1024, 64 blocks)"
+FIVE = (7, 42, 253, 1337, 2026)
+
+
+def _five(mean, lo, hi, **kw):
+    return Estimate(mean, lo, hi, "t (4 df)", 5, (mean,) * 5, **kw)
+
+
+def _one(mean, lo, hi, **kw):
+    return Estimate(mean, lo, hi, "block bootstrap", 1, (mean,), **kw)
+
+
+def test_number_formats_and_both_renderings():
+    assert (T.num(0.5), T.num(-0.25, False, 2), T.num(0.5, False), T.num(float("nan")), T.num(None)) == (
+        "+0.5000",
+        "-0.25",
+        "0.5000",
+        "-",
+        "-",
+    )
+    assert T.ci(-0.1, 0.2) == "[-0.1000, +0.2000]" and T.ci(float("nan"), float("nan")) == "-"
+    assert [T.tokens(n) for n in (100_007_936, 2_500, 1_500_000_000, 999)] == ["100M", "2.5k", "1.5B", "999"]
+    md = T.render(["a", "b", "c"], [["1", "2", "3"]], "md", "Cap")
+    assert md.splitlines() == ["Cap", "", "| a | b | c |", "|---|---|---|", "| 1 | 2 | 3 |"]
+    tex = T.render(["Condition", "x_1", "5%"], [["a_b", "1", "2%"]], "tex", "Cap")
+    assert tex.splitlines() == [
+        "% Cap",
+        "\\begin{tabular}{lrr}",
+        "\\toprule",
+        "Condition & x\\_1 & 5\\% \\\\",
+        "\\midrule",
+        "a\\_b & 1 & 2\\% \\\\",
+        "\\bottomrule",
+        "\\end{tabular}",
+    ]
+
+
+def test_delta_table_columns_one_and_several_seeds_and_settings():
+    many = Row(
+        "minmax-weight-k4 − softmax",
+        Key("minmax-weight-k4", 100_007_936, DATA, "val"),
+        FIVE,
+        _five(0.2, 0.15, 0.25, eval_se=0.003, sd=0.04, p=0.0624),
+        nll=5.2,
+        q=0.125,
+    )
+    one = Row(
+        "fwm-prob-k4 − softmax",
+        Key("fwm-prob-k4", 100_007_936, DATA, "val"),
+        (7,),
+        _one(-0.02, -0.05, 0.01, eval_se=0.01, p=0.2),
+        nll=5.0,
+        q=0.3,
+    )
+    headers, cells = T.delta_rows([many, one])
+    assert headers == ["Condition", "Seeds", "NLL", "ΔNLL (nats/token)", "95% CI", "Interval", "Seed SD",
+                       "Eval SE", "p (perm.; boot. for one seed)", "BH q"]  # fmt: skip
+    assert cells == [
+        ["minmax-weight-k4", "7,42,253,1337,2026", "5.2000", "+0.2000", "[+0.1500, +0.2500]", "t (4 df)",
+         "0.0400", "0.0030", "0.062", "0.125"],
+        ["fwm-prob-k4", "7", "5.0000", "-0.0200", "[-0.0500, +0.0100]", "block bootstrap", "-", "0.0100",
+         "0.200", "0.300"],
+    ]  # fmt: skip
+    # one seed everywhere: the paper's single-seed label instead of the seed columns
+    sep = Row("lerp-k4 − softmax", Key("lerp-k4", 100_007_936, DATA, "val"), (7,), _one(0.3, 0.02, 0.5))
+    assert T.delta_rows([one, sep]) == (
+        ["Condition", "Seeds", "NLL", "ΔNLL (nats/token)", "95% CI", "Interval", "Separated (lo > +0.01)"],
+        [
+            ["fwm-prob-k4", "7", "5.0000", "-0.0200", "[-0.0500, +0.0100]", "block bootstrap", "no"],
+            ["lerp-k4", "7", "-", "+0.3000", "[+0.0200, +0.5000]", "block bootstrap", "yes"],
+        ],
+    )
+    # two settings: budget, data and tag columns after the condition
+    other = Row("lerp-k4 − softmax", Key("lerp-k4", 50_000_000, "c4:val (T=1024, 40 blocks)", "test"), (7,),
+                _one(0.3, 0.02, 0.5))  # fmt: skip
+    headers, cells = T.delta_rows([one, other])
+    assert headers[:5] == ["Condition", "Budget", "Data", "Eval", "Seeds"]
+    assert [c[:5] for c in cells] == [
+        ["fwm-prob-k4", "100M", DATA, "val", "7"],
+        ["lerp-k4", "50M", "c4:val (T=1024, 40 blocks)", "test", "7"],
+    ]
+
+
+def test_factorial_trend_detach_and_cross_setting_cells():
+    key = Key("x", 100_007_936, DATA, "val")
+    fac = Row("calibration", None, FIVE, _five(-0.1, -0.2, 0.0, eval_se=0.002, sd=0.05, p=0.5), K=4,
+              family="historical", q=0.7)  # fmt: skip
+    pooled = Row("surrogate", None, FIVE, _five(0.03, 0.01, 0.05, eval_se=0.002, sd=0.02, p=0.06),
+                 family="historical", q=0.1)  # fmt: skip
+    headers, cells = T.factorial_rows([fac, pooled])
+    assert headers[:3] == ["K", "Effect", "Estimate (nats/token)"] and headers[-2:] == ["Seeds", "Cells"]
+    assert cells == [
+        ["4", "calibration (FWM - MinMax)", "-0.1000", "[-0.2000, +0.0000]", "t (4 df)", "0.0500", "0.0020",
+         "0.500", "0.700", "5", "historical"],
+        ["pooled", "surrogate (Prob - Weight)", "+0.0300", "[+0.0100, +0.0500]", "t (4 df)", "0.0200",
+         "0.0020", "0.060", "0.100", "5", "historical"],
+    ]  # fmt: skip
+    trend = Row("lerp slope", key, FIVE, _five(-0.01, -0.03, 0.005, sd=0.004), family="lerp", note="4,8,16")
+    assert T.trend_rows([trend])[1] == [
+        ["lerp", "4,8,16", "5", "-0.0100", "[-0.0300, +0.0050]", "t (4 df)", "0.0040"]
+    ]
+    det = Row("lerp-k32[range_grad=max_only] − lerp-k32", key, (7, 42), _five(0.02, 0.01, 0.03),
+              tokens=100_007_936, recovery=0.971, recovery_lo=0.95, recovery_hi=0.99)  # fmt: skip
+    assert T.detach_rows([det])[1] == [
+        ["lerp-k32[range_grad=max_only] − lerp-k32", "100M", "7,42", "+0.0200", "[+0.0100, +0.0300]",
+         "t (4 df)", "0.971 [0.950, 0.990]"]
+    ]  # fmt: skip
+    s1, s2 = (100_007_936, "owt", "val"), (50_000_000, "c4", "test")
+    headers, cells = T.cross_rows([s1, s2], {"lerp-k4": {s2: Row("c", key, (7,), _one(0.1, 0.05, 0.2))}})
+    assert headers == ["Condition", "100M, owt, val: ΔNLL [95% CI]", "50M, c4, test: ΔNLL [95% CI]"]
+    assert cells == [["lerp-k4", "-", "+0.1000 [+0.0500, +0.2000]"]]
+
+
+def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
+    key = Key("minmax-weight-k4", 100_007_936, DATA, "test__ptb")
+    held = Row("minmax-weight-k4 − softmax", key, FIVE, _five(0.05, 0.02, 0.08), q=0.01)
+    assert T.heldout_rows([held])[1] == [
+        ["minmax-weight-k4", "softmax", "test__ptb", DATA, "7,42,253,1337,2026", "+0.0500",
+         "[+0.0200, +0.0800]", "t (4 df)", "0.010", "yes", "no"]
+    ]  # fmt: skip
+    claims = [
+        Claim("FWM beats MinMax", "-0.1 (Tab. 2)", "calibration < 0", "-0.08 [-0.1, -0.06]", True, False,
+              "100M owt val"),
+        Claim("Prob beats Weight", "-0.02 (Tab. 2)", "surrogate < 0", "not run", None, None),
+    ]  # fmt: skip
+    assert T.claim_rows(claims)[1] == [
+        ["FWM beats MinMax", "-0.1 (Tab. 2)", "-0.08 [-0.1, -0.06]", "agrees", "yes", "no", "100M owt val",
+         "calibration < 0"],
+        ["Prob beats Weight", "-0.02 (Tab. 2)", "not run", "not run", "-", "-", "-", "surrogate < 0"],
+    ]  # fmt: skip
+    ranks = RankStats((100_007_936, "owt", "val"), (7, 42), ("a", "b", "c"), 0.9, (0.8, 0.95), (0.5, 0.04),
+                      (-0.2, 0.6))  # fmt: skip
+    assert T.rank_rows([ranks])[1] == [
+        ["100M", "owt", "val", "7,42", "3", "0.900", "0.800–0.950", "+0.500 (0.04)", "-0.200 (0.6)"]
+    ]
+    clip = ClipRow(key, (7, 42), 0.1, (0.05, 0.15))
+    assert T.clip_rows([clip])[1] == [["minmax-weight-k4", "100M", "7,42", "0.100", "0.050, 0.150"]]
+    geo = {Key("b", 100_007_936, DATA, "val"): {"span": 20.0, "h": 5.0, "tv": 0.1},
+           Key("a", 50_000_000, DATA, "val"): {"span": 8.0}}  # fmt: skip
+    assert T.geometry_rows(geo) == (
+        ["Condition", "Budget", "span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"],
+        [["a", "50M", "8.000", "-", "-", "-", "-", "-", "-"],
+         ["b", "100M", "20.000", "5.000", "0.100", "-", "-", "-", "-"]],
+    )  # fmt: skip
+    terms = {t: 0.25 for t in GRAD_TERMS}
+    terms[GRAD_TERMS[0]] = 0.909
+    gd = SimpleNamespace(operator="lerp-k32", seed=7, tokens=20_000_000, n_blocks=8, terms=terms,
+                         zero_sum_residual=5.5e-9, rows_above_1e_3=0.0126)  # fmt: skip
+    assert T.graddecomp_rows([gd])[1] == [
+        ["lerp-k32", "7", "20M", "8", "0.909", *["0.25"] * (len(GRAD_TERMS) - 1), "5.5e-09", "0.013"]
+    ]
+    # left-out runs, sorted by name
+    assert T.unpaired_rows({"b-s7": "no control", "a-s42": "stopped early"})[1] == [
+        ["a-s42", "stopped early"],
+        ["b-s7", "no control"],
+    ]
+    assert T.skipped_rows({"z": "1", "y": "2"})[1] == [["y", "2"], ["z", "1"]]
