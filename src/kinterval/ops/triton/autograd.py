@@ -7,6 +7,7 @@ import math
 import numbers
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
@@ -122,7 +123,25 @@ class Launch:
         self.kernel[self.grid](*self.args, **self.meta)
 
 
-def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> tuple[Launch, tuple, dict]:
+class Saved(NamedTuple):
+    """What the forward leaves for the backward, in ``save_for_backward`` order: the inputs, O, O^L (O itself
+    unless Prob-STE), the row statistics M, m, W, W^at and the int32 arg-max / arg-min key of each row."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Tensor
+    o: Tensor
+    oL: Tensor
+    M: Tensor
+    m: Tensor
+    W: Tensor
+    W_at: Tensor
+    amax: Tensor
+    amin: Tensor
+
+
+def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> tuple[Launch, Saved, dict]:
     """The forward launch, the tensors the backward needs and the launch's constants; outputs allocated.
     ``save=False`` (inference: no backward follows) for Prob-STE stores O only and skips the P^L V dot of
     O^L (sm_90a: 26-30 instead of 32-38 instructions per score at bf16, 184 instead of 262 at fp32 "ieee",
@@ -158,11 +177,11 @@ def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> 
     )
     outs = (o, oL, M, m, Wf, Wa, amax, amin)
     args = (q, (k, v, mask_t), outs, *common.values())
-    saved = (q, k, v, mask_t, *outs)
+    saved = Saved(q, k, v, mask_t, *outs)
     return Launch(_fwd_kernel, grid, args, meta), saved, dict(meta=meta, flags=flags, common=common)
 
 
-def backward_launches(do, saved, ctx) -> tuple[Launch, Launch, tuple]:
+def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
     """The dQ and dK/dV launches for upstream gradient ``do``, and their outputs (dq, dk, dv)."""
     q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin = saved
     meta = {n: x for n, x in ctx["meta"].items() if n != "SAVE"}  # the forward's only
@@ -209,7 +228,7 @@ def backward_mode(flags: dict) -> str:
     return mode
 
 
-def fused_backward(do, saved, ctx) -> tuple[Launch, object]:
+def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
     """The fused backward launch for upstream gradient ``do``, and ``finish()``, which adds the calibration
     terms of eq. (2) once the kernel's row sums are complete and returns (dq, dk, dv): G_M and G_m (FWM and
     resolved: G_M = -S1, no m term), the row sums of gamma_j times dw_j/dM (eq. 1), land on the row's
@@ -268,19 +287,19 @@ class _TritonKIntervalAttention(torch.autograd.Function):
             launch()
         ctx.save_for_backward(*saved)
         ctx.consts = consts
-        return saved[4]  # o
+        return saved.o
 
     @staticmethod
     @first_order_only("backend 'triton'")  # a second derivative through the kernels raises (first_order.py)
     def backward(ctx, do):
-        do = do.contiguous()
+        do, saved = do.contiguous(), Saved(*ctx.saved_tensors)
         with _on_device(do):
             if backward_mode(ctx.consts["flags"]) == "fused":
-                launch, finish = fused_backward(do, ctx.saved_tensors, ctx.consts)
+                launch, finish = fused_backward(do, saved, ctx.consts)
                 launch()
                 grads = finish()
             else:
-                dq_launch, dkdv_launch, grads = backward_launches(do, ctx.saved_tensors, ctx.consts)
+                dq_launch, dkdv_launch, grads = backward_launches(do, saved, ctx.consts)
                 dq_launch()
                 dkdv_launch()
         return (*grads, None, None, None, None, None)
@@ -353,5 +372,5 @@ def triton_attention(
         launch, saved, _ = forward_launch(q, k, v, mask, spec, bool(causal), float(scale), prec, save=False)
         with _on_device(q):
             launch()
-        return saved[4]  # o
+        return saved.o
     return _TritonKIntervalAttention.apply(q, k, v, mask, spec, bool(causal), float(scale), prec)
