@@ -328,7 +328,7 @@ def test_inference_forward_matches_the_training_forward(name):
     _, saved, consts = tri_autograd.forward_launch(q, k, v, None, spec, True, 0.25, "ieee", save=False)
     prob = spec.surrogate == "prob"
     assert consts["meta"]["SAVE"] is not prob
-    oL, stats = saved[5], saved[6:]  # O^L (O itself unless Prob-STE), then M, m, W, W^at, amax, amin
+    oL, stats = saved.oL, (saved.M, saved.m, saved.W, saved.W_at, saved.amax, saved.amin)
     assert all(x.numel() == (1 if prob else q.numel() // q.shape[-1]) for x in stats)
     assert oL.numel() == (1 if prob else q.numel())
 
@@ -367,6 +367,52 @@ def test_historical_forward_rounds_like_the_reference(calibration, surrogate):
     assert (dv(tri, "historical")[0, 0, small].cpu() == 0).all()
     others = [j for j in range(len(scores)) if j not in small]
     torch.testing.assert_close(dv(tri, "historical")[0, 0, others].cpu(), dv(ref, "historical")[0, 0, others])
+
+
+@pytest.mark.parametrize("bwd", ["split", "fused"])
+@pytest.mark.parametrize("calibration", ["minmax", "fwm"])
+def test_historical_prob_ste_dv_is_eq4_in_fp32(calibration, bwd, monkeypatch):
+    """Historical Prob-STE's dV uses the forward P of eq. (4) as fp32 evaluates it, P^L + (P^H - P^L), not
+    P^H = w^H / W^H, which differs from it by rounding only. h = 7 (MinMax on [0, 28] at K = 4; FWM with
+    tau = 28), one key at x = 3.25 (t = 1/4): P^L ~ 0.200 and P^L - P^H ~ 0.199, both in [2^-3, 2^-2), so the
+    subtraction and the addition land on multiples of u = ulp(P^L) = 2^-26, while P^H ~ 9e-4 is a float on a
+    256 times finer grid and no multiple of u. One query and dO = 1 make dv_j = P_j exactly."""
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", bwd)
+    D, u = 16, 2.0**-26
+    scores = torch.tensor([0.0, 28.0, 22.75])  # the min key, the max key, the key at x = 3.25
+    q = torch.zeros(1, 1, 1, D)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, len(scores), D)
+    k[0, 0, :, 0] = scores
+    v = torch.randn(1, 1, len(scores), D, generator=torch.Generator().manual_seed(0))
+    do = torch.ones(1, 1, 1, D)
+    name = f"{calibration}-prob-k4[arithmetic=historical" + (",tau=28]" if calibration == "fwm" else "]")
+    # the row in float64: w^L = 3/4 e^{b_3} + 1/4 e^{b_4}, w^N = e^{b_3} (weights relative to e^M)
+    e = torch.tensor([-28.0, 0.0, -7.0], dtype=torch.float64).exp()
+    wL = torch.stack([e[0], e[1], 0.75 * e[2] + 0.25])
+    PL, PH = wL / wL.sum(), e / e.sum()
+    assert 2**-3 <= PL[2] - PH[2] < PL[2] < 2**-2
+    assert 0.05 < (PH[2] / u) % 1 < 0.95  # teeth: P^H alone is not on the grid of u
+    dv = (
+        _grads(
+            lambda a, b, c: triton_attention(
+                *(x.to(DEVICE) for x in (a, b, c)), name, scale=1.0, precision="ieee"
+            ),
+            q,
+            k,
+            v,
+            do,
+        )[3][0, 0, 2]
+        .double()
+        .cpu()
+    )
+    ref = _grads(
+        lambda a, b, c: kinterval_attention(a, b, c, name, scale=1.0, backend="reference"), q, k, v, do
+    )
+    assert torch.equal(dv, dv[:1].expand(D))  # dO = 1: every column is P_j
+    assert (dv / u == (dv / u).round()).all(), dv[0].item() / u
+    assert abs(dv[0] - PH[2]) <= 2 * u  # Prob-STE's forward value P^H, to the rounding of P^L + (P^H - P^L)
+    assert abs(dv[0] - ref[3][0, 0, 2, 0].double()) <= u  # the fp32 reference's
 
 
 @pytest.mark.parametrize("span_log2", [9, 14, 30])
@@ -869,7 +915,7 @@ def test_tie_convention(name):
     # the first tied key: the stored arg-max of each row whose max is the tied pair is key 5, never 17
     launch, saved, _ = tri_autograd.forward_launch(*dev[:3], None, spec, False, 0.25, "ieee")
     launch()
-    amax, amin = saved[10].cpu(), saved[11].cpu()  # (q, k, v, mask, o, oL, M, m, W, W^at, amax, amin)
+    amax, amin = saved.amax.cpu(), saved.amin.cpu()
     assert tied_max.any() and (amax[tied_max] == 5).all()
     tied_min = (s.argmin(-1) == 5) | (s.argmin(-1) == 17)
     if spec.calibration == "minmax":
