@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # The mini suite on a lent GPU machine, in stages that each fit one 10-minute command.
 #
-#   bash benchmarks/gpu_mini.sh env kernels auto         # first call: versions, kernel preflight, auto check
-#   bash benchmarks/gpu_mini.sh measure start            # second call: --per-gpu timing, start the suite
+#   bash benchmarks/gpu_mini.sh env kernels auto start   # first call: versions, kernel preflight, auto check,
+#                                                        # then the suite in the background
 #   bash benchmarks/gpu_mini.sh wait                     # later calls (machine still warm): follow the suite
-#   bash benchmarks/gpu_mini.sh wait pack                # last call: the results tarball into $OUT
+#   bash benchmarks/gpu_mini.sh wait pack                # last call: gate, the results tarball into $OUT
+#
+# Call again as soon as a call returns: a lent machine that sits idle is given back, and .mini/ with it.
+# `measure` (how many runs share the GPU best, ~4 min) is worth it only with device time to spare: put it
+# before `start` in the first call, and set PER_GPU from its best row.
 #
 # The corpus travels with the working tree from a git-ignored folder inside the repository. Once, in the
 # repository root, before the first call:
 #   echo /.corpus/ >> .git/info/exclude
 #   mkdir -p .corpus/docs && cp PATH_TO_YOUR_TOKEN_FILES/*.bin .corpus/docs/   # flat uint16 GPT-2 tokens
-# and name `.corpus` in the call's carry list. Everything the suite writes stays under .mini/ (add
+# and name `.corpus` in the carry list of the call that runs `start` (later calls need not carry it: `start`
+# prepares it into the suite folder). Everything the suite writes stays under .mini/ (add
 # `/.mini/` to .git/info/exclude too): the machine keeps it between calls while it is warm, and `start`
 # leaves the suite running in its own process session, so `wait` calls only follow it. A machine given back
 # loses .mini/: `pack` before the lease ends (checkpoints are too large to come back; evaluations,
@@ -23,10 +28,13 @@
 #            suite is not started if they fail
 #   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best --per-gpu)
 #   auto     minmax-weight-k4 in historical arithmetic, suite D's protocol, a few steps under backend="auto"
-#   start    prepare .corpus/docs into .mini/data, start `kinterval suite run $SUITE_NAME` in the background
+#   start    prepare .corpus/docs into $SUITE/data, start `kinterval suite run $SUITE_NAME` in the background
 #            (SUITE_NAME=mini by default; SUITE_NAME=mini-seeds adds seeds 7 and 42, see its suite file)
-#   wait     follow the suite for up to WAIT_S seconds (default 540), print progress
-#   pack     manifest, evaluations, diagnostics, status, metrics and logs into $OUT/${SUITE_NAME}_results.tar.gz
+#            (a second `start` while it runs only says so)
+#   wait     follow the suite until its process exits (done, or failed: at once) or for WAIT_S seconds
+#            (default 540), then print progress
+#   pack     `kinterval suite gate` (full mode: writes gate.json), then manifest, gate record, evaluations,
+#            diagnostics, status, metrics and logs into $OUT/${SUITE_NAME}_results.tar.gz
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -38,6 +46,7 @@ PER_GPU=${PER_GPU:-3}  # set from the `measure` stage's best row
 SUITE_NAME=${SUITE_NAME:-mini}
 SUITE=.mini/$SUITE_NAME
 LOG=.mini/$SUITE_NAME.log
+PID=.mini/$SUITE_NAME.pid
 
 kinterval() { $PY -m kinterval "$@"; }
 
@@ -80,9 +89,8 @@ from kinterval.suite.manifest import expected_config
 from kinterval.train.loop import train
 
 run = load_suite("D").run("minmax-weight-k4.arithmetic-historical-s7")
-data = Path(".mini/data") if Path(".mini/data/meta.json").is_file() else Path(tempfile.mkdtemp()) / "synthetic"
-if not (data / "meta.json").is_file():
-    prepare("synthetic", data, tokens=2_000_000, seed=0, progress=False)
+data = Path(tempfile.mkdtemp()) / "synthetic"  # the corpus does not matter here: the backend does
+prepare("synthetic", data, tokens=2_000_000, seed=0, progress=False)
 cfg = expected_config(run, data)
 steps = 4
 cfg = cfg.override({"schedule.tokens": steps * cfg.block_size * 128, "schedule.warmup_tokens": cfg.block_size * 128,
@@ -96,26 +104,38 @@ shutil.rmtree(out.parent, ignore_errors=True)
 EOF
       ;;
     start)
-      if [ ! -f .mini/data/meta.json ]; then
+      # inside the suite folder, so that the manifest and evaluations record it relative to it (`pack` leaves
+      # it out of the tarball)
+      if [ ! -f "$SUITE/data/meta.json" ]; then
         ls "$CORPUS"/*.bin > /dev/null || { echo "no $CORPUS/*.bin: copy the token files there and carry .corpus"; exit 2; }
-        kinterval data prepare --source "bin:$CORPUS" --out .mini/data || exit 2
+        kinterval data prepare --source "bin:$CORPUS" --out "$SUITE/data" || exit 2
       fi
-      setsid nohup $PY -m kinterval suite run "$SUITE_NAME" --out "$SUITE" --data .mini/data --gpus 1 \
+      if [ -f "$PID" ] && kill -0 "$(cat "$PID")" 2>/dev/null; then
+        echo "suite already running (pid $(cat "$PID")): follow it with wait"; continue
+      fi
+      setsid nohup $PY -m kinterval suite run "$SUITE_NAME" --out "$SUITE" --data "$SUITE/data" --gpus 1 \
         --per-gpu "$PER_GPU" >> "$LOG" 2>&1 < /dev/null &
+      echo $! > "$PID"
       echo "suite started (pid $!), --per-gpu $PER_GPU; follow with: bash benchmarks/gpu_mini.sh wait" ;;
-    wait)
+    wait)  # until the suite process exits (finished, or failed: then at once) or WAIT_S seconds pass
       deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
-      while [ "$(date +%s)" -lt "$deadline" ]; do
-        grep -q "runs ok" "$LOG" 2>/dev/null && break
-        sleep 20
+      [ -f "$PID" ] || echo "no suite started here (no $PID)"
+      while [ -f "$PID" ] && kill -0 "$(cat "$PID")" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+        sleep 10
       done
+      if [ -f "$PID" ] && ! kill -0 "$(cat "$PID")" 2>/dev/null; then
+        grep -q "runs ok" "$LOG" && echo "suite finished" || echo "suite process exited without its summary line"
+      fi
       tail -n 20 "$LOG"
       for f in "$SUITE"/runs/*/metrics.jsonl; do
         [ -f "$f" ] && echo "$(basename "$(dirname "$f")"): $(wc -l < "$f") steps logged"
       done ;;
-    pack)
+    pack)  # the full gate first, here where the checkpoints and data are: it writes gate.json, the record
+      # that `suite gate --results-only` holds the unpacked copy against (an unfinished suite fails it: the
+      # finished runs come back all the same)
+      timeout 240 $PY -m kinterval suite gate "$SUITE" 2>&1 | tail -n 25 | tee "$OUT/gate.txt"
       cp "$LOG" "$SUITE/suite.log" 2>/dev/null
-      tar -czf "$OUT/${SUITE_NAME}_results.tar.gz" --exclude='checkpoints' -C .mini "$SUITE_NAME"
+      tar -czf "$OUT/${SUITE_NAME}_results.tar.gz" --exclude='checkpoints' --exclude="$SUITE_NAME/data" -C .mini "$SUITE_NAME"
       size=$(stat -c %s "$OUT/${SUITE_NAME}_results.tar.gz")
       echo "${SUITE_NAME}_results.tar.gz: $size bytes"
       [ "$size" -le $((16 * 1024 * 1024)) ] || echo "WARNING: over 16 MiB, it will not come back" ;;
