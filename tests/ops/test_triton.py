@@ -333,6 +333,17 @@ def test_inference_forward_matches_the_training_forward(name):
     assert oL.numel() == (1 if prob else q.numel())
 
 
+def _one_query(scores, D):
+    """One query whose scores (scale 1) are exactly ``scores`` (q one-hot, the scores in k), random v, dO = 1:
+    then dv_j = P_j in every column."""
+    q = torch.zeros(1, 1, 1, D)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, len(scores), D)
+    k[0, 0, :, 0] = scores
+    v = torch.randn(1, 1, len(scores), D, generator=torch.Generator().manual_seed(0))
+    return q, k, v, torch.ones(1, 1, 1, D)
+
+
 @pytest.mark.parametrize("surrogate", ["weight", "prob"])
 @pytest.mark.parametrize("calibration", ["minmax", "fwm"])
 def test_historical_forward_rounds_like_the_reference(calibration, surrogate):
@@ -343,12 +354,7 @@ def test_historical_forward_rounds_like_the_reference(calibration, surrogate):
     D = 16
     scores = torch.tensor([0.0, 80.0, 65.0, 45.0, 30.0, 72.0])  # MinMax K = 4: h = 20
     small = [2, 3]  # x = 3.25 and 2.25: t = 1/4, w^N / w^L < 2^-26; key 4 (x = 1.5) keeps w^N = w^L-ish
-    q = torch.zeros(1, 1, 1, D)
-    q[..., 0] = 1.0
-    k = torch.zeros(1, 1, len(scores), D)
-    k[0, 0, :, 0] = scores
-    v = torch.randn(1, 1, len(scores), D, generator=torch.Generator().manual_seed(0))
-    do = torch.ones(1, 1, 1, D)
+    q, k, v, do = _one_query(scores, D)
     extra = "[tau=80,arithmetic={}]" if calibration == "fwm" else "[arithmetic={}]"  # FWM: h = 80/4
     name = f"{calibration}-{surrogate}-k4" + extra
 
@@ -380,12 +386,7 @@ def test_historical_prob_ste_dv_is_eq4_in_fp32(calibration, bwd, monkeypatch):
     monkeypatch.setenv("KINTERVAL_TRITON_BWD", bwd)
     D, u = 16, 2.0**-26
     scores = torch.tensor([0.0, 28.0, 22.75])  # the min key, the max key, the key at x = 3.25
-    q = torch.zeros(1, 1, 1, D)
-    q[..., 0] = 1.0
-    k = torch.zeros(1, 1, len(scores), D)
-    k[0, 0, :, 0] = scores
-    v = torch.randn(1, 1, len(scores), D, generator=torch.Generator().manual_seed(0))
-    do = torch.ones(1, 1, 1, D)
+    q, k, v, do = _one_query(scores, D)
     name = f"{calibration}-prob-k4[arithmetic=historical" + (",tau=28]" if calibration == "fwm" else "]")
     # the row in float64: w^L = 3/4 e^{b_3} + 1/4 e^{b_4}, w^N = e^{b_3} (weights relative to e^M)
     e = torch.tensor([-28.0, 0.0, -7.0], dtype=torch.float64).exp()
