@@ -2,7 +2,7 @@
 of the kernel code leaves the results bit-identical. Not collected by pytest (about a minute on a CPU).
 
     python tests/ops/kernel_snapshot.py save BEFORE.pt     # on the old code
-    python tests/ops/kernel_snapshot.py compare BEFORE.pt  # on the new code: torch.equal on every tensor
+    python tests/ops/kernel_snapshot.py compare BEFORE.pt  # on the new code: bitwise, NaN equal to NaN
 
 It runs tests/ops/test_triton.py in Triton's CPU interpreter and records, for every call of the kernels
 (``triton_attention``, also through ``kinterval_attention(backend="triton")``), the output and the gradients
@@ -53,6 +53,12 @@ class Recorder:
             autograd.triton_attention = original
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit, with NaN equal to NaN (several cases test NaN rows; torch.equal calls NaN != NaN)."""
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a.masked_fill(nan, 0), b.masked_fill(nan, 0))
+
+
 def main() -> int:
     if len(sys.argv) != 3 or sys.argv[1] not in ("save", "compare"):
         print(__doc__)
@@ -70,7 +76,7 @@ def main() -> int:
         return int(code)
     before = torch.load(path)
     missing = sorted(set(before) ^ set(rec.records))
-    differ = [k for k in sorted(set(before) & set(rec.records)) if not torch.equal(before[k], rec.records[k])]
+    differ = [k for k in sorted(set(before) & set(rec.records)) if not _same(before[k], rec.records[k])]
     for k in missing:
         print("only in one snapshot:", k)
     for k in differ:
