@@ -463,6 +463,7 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (2)): MinMax pins a masked key's
     x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and ``_place`` gives them weight 1.
+    Returns (w^L, w^N, keep, one, Delta on kept keys, r, x, t, E_r, E_r1): x the pinned grid position.
     """
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
     z = s - M[:, None]
@@ -503,7 +504,7 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     wN = nearest_weight(t, E_r, E_r1)
     cDelta = tl.where(keep, E_r1 * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
     one = degen.to(tl.float32)[:, None]  # degenerate MinMax row: weight 1 on every valid key
-    return wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1
+    return wL, wN, keep, one, cDelta, r, x, t, E_r, E_r1
 
 
 @triton.jit
@@ -553,12 +554,13 @@ def _forward_weight(wL, wN, keep, one, OP: tl.constexpr):
 
 
 @triton.jit
-def calibration_grad(cD, r, t_raw, t, E_r, E_r1, inv_k):
+def calibration_grad(cD, r, x, t, E_r, E_r1, inv_k):
     """eq. (1) (eq:calgrad), MinMax: dw^L/dM = -w^L - Delta rho + X with rho = (r + t_raw)/K, written as
     -Y - Delta rho with Y = w^L - X = (1-t) E_r (1 - r/K) + t E_r1 (1 - (r+1)/K), a sum of non-negative terms
-    that does not cancel in fp32. dw^L/dm = -Delta - dw^L/dM follows per row (G_m = -S1 - G_M)."""
+    that does not cancel in fp32. dw^L/dm = -Delta - dw^L/dM follows per row (G_m = -S1 - G_M).
+    r + t_raw is x bit for bit (``grid``: t_raw = x - r is exact, and so is the sum back), so rho = x/K."""
     Y = (1.0 - t) * E_r * (1.0 - r * inv_k) + t * E_r1 * (1.0 - (r + 1.0) * inv_k)
-    return -Y - cD * ((r + t_raw) * inv_k)
+    return -Y - cD * (x * inv_k)
 
 
 @triton.jit
@@ -680,7 +682,7 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
         w = tl.where(valid, tl.exp2(s), 0.0)  # e^{s - M}
     else:
         is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
-        wL, wN, keep, one, cDelta, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
+        wL, wN, keep, one, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
         # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
         w = _forward_weight(wL, wN, keep, one, OP)
         if SUM_L:  # Prob-STE also needs W^L and, for the backward, P^L V (eq. 4 backward point)
@@ -908,13 +910,13 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
         keep = valid
         cD = w
     else:
-        wL, wN, keep, one, cD, r, t_raw, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
+        wL, wN, keep, one, cD, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
         w = _forward_weight(wL, wN, keep, one, OP)
         wLp = w
         if JACOBIAN_AT_PL and HISTORICAL:
             wLp = _place(wL, keep, one, CALIB)
         if SUM_GM:
-            dM = calibration_grad(cD, r, t_raw, t, E_r, E_r1, row[7])
+            dM = calibration_grad(cD, r, x, t, E_r, E_r1, row[7])
     return w, wLp, keep, cD, dM
 
 
