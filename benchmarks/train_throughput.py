@@ -13,6 +13,8 @@ over the anchor's, measured in the same run.
     python benchmarks/train_throughput.py --attention-dtype float32,bfloat16 --micro-batch max --steps 100
     python benchmarks/train_throughput.py --backend closed_form --operators softmax,lerp-k4
     python benchmarks/train_throughput.py --model tiny --device cpu --steps 3   # CPU smoke check
+
+Without a CUDA GPU it stops with a message unless ``--device cpu`` is given.
 """
 
 from __future__ import annotations
@@ -321,11 +323,14 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(
-        "cuda"
-        if args.device == "auto" and torch.cuda.is_available()
-        else ("cpu" if args.device == "auto" else args.device)
-    )
+    if args.device != "cpu" and not torch.cuda.is_available():  # GPT-2 124M on a CPU would run for hours
+        print(
+            f"benchmarks/train_throughput.py: no CUDA GPU found (--device {args.device}); pass --device cpu "
+            "to measure on the CPU (a smoke check: --model tiny --device cpu --steps 3)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    device = torch.device("cpu" if args.device == "cpu" else "cuda")
     if device.type == "cuda" and args.precompile > 0:
         precompile(args, device)
     micro_batch, how = choose_micro_batch(args, device)

@@ -75,6 +75,18 @@ def test_benchmark_cpu_smoke(monkeypatch, capsys):
     assert rows[0][6] == "1.00×"
 
 
+@pytest.mark.parametrize("device", ["auto", "cuda"])
+def test_benchmark_without_a_gpu_asks_for_device_cpu(monkeypatch, capsys, device):
+    """--device auto fell back to the CPU and set out to time GPT-2 124M there (hours, no message). Exit
+    status 2, as benchmarks/attention.py without a GPU."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as stop:
+        bench_module()["main"](["--device", device, "--steps", "1"])
+    assert stop.value.code == 2 and "no CUDA GPU found" in capsys.readouterr().err
+
+
 def test_benchmark_both_attention_dtypes_beside_their_anchors(monkeypatch, capsys, tmp_path):
     md = tmp_path / "table.md"
     args = ["--attention-dtype", "float32,bfloat16", "--micro-batch", "max", "--steps", "3", "--repeats", "2"]
