@@ -375,6 +375,29 @@ def test_historical_forward_rounds_like_the_reference(calibration, surrogate):
     torch.testing.assert_close(dv(tri, "historical")[0, 0, others].cpu(), dv(ref, "historical")[0, 0, others])
 
 
+@pytest.mark.parametrize("name", ["minmax-weight-k4", "fwm-prob-k4", "minmax-weight-k4[range_grad=min_only]"])
+def test_every_row_with_its_arg_keys_in_one_key_block(name):
+    """An attention sink: key 0 is every row's arg-max and key 1 every row's arg-min, so one key block takes
+    the calibration terms of eq. (2) of every row (after the dK/dV loop, one product per row tile) and the
+    other blocks none; causal and a general mask, both with every row seeing keys 0 and 1."""
+    B, H, T, D = 1, 2, 48, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=21)
+    q = q.abs() + 0.1  # positive queries: a large positive key 0 is every row's max, its negative the min
+    k[:, :, 0] = 3.0
+    k[:, :, 1] = -3.0
+    s = q @ k.transpose(-2, -1)
+    assert (s[..., 2:, 2:].tril().argmax(-1) != 0).any()  # teeth: without the sink the arg keys would spread
+    mask = torch.rand(B, H, T, T, generator=torch.Generator().manual_seed(3)) > 0.4
+    mask[..., :2] = True
+    for causal, m in ((True, None), (False, mask)):
+        check(
+            name,
+            *(x.to(DEVICE) for x in (q, k, v, do)),
+            causal=causal,
+            mask=None if m is None else m.to(DEVICE),
+        )
+
+
 @pytest.mark.parametrize("bwd", ["split", "fused"])
 @pytest.mark.parametrize("calibration", ["minmax", "fwm"])
 def test_historical_prob_ste_dv_is_eq4_in_fp32(calibration, bwd, monkeypatch):

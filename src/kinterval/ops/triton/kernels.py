@@ -1060,11 +1060,13 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
 
 @triton.jit
 def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
-               GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
+               GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
                BLOCK_M: tl.constexpr):  # fmt: skip
     """One query tile of the dK/dV loop, kv_sums = (dk, dv): dV += P^T dO, dK += dS^T q, dS = dL/ds eq. (2).
     kv = (k, v) of the key block; query = (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d,
     dmask); stats = the per-row buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo)."""
+    FULL: tl.constexpr = TILE[0]  # an interior tile: every score valid
+    ARG_AFTER: tl.constexpr = TILE[1]  # eq. (2)'s calibration terms after the loop (_bwd_dkdv_kernel)
     k, v = kv
     CALIB: tl.constexpr = OP[0]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
@@ -1104,18 +1106,60 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
     g = _dot(do, tl.trans(v), PREC)
     gamma = _gamma(g, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0))  # not masked: cD = 0 off keep
-    GMe = Dd  # not read unless KEEP_MAX_TERM
-    Gme = Dd  # not read unless KEEP_MIN_TERM
-    if KEEP_MAX_TERM:
-        GMe = tl.load(GMo + row_i, mask=rmask, other=0.0)
-    if KEEP_MIN_TERM:
-        Gme = tl.load(Gmo + row_i, mask=rmask, other=0.0)
-    ds = score_grad(gamma, cD, is_max, GMe, is_min, Gme, KEEP_MAX_TERM, KEEP_MIN_TERM)  # eq. (2)
+    if ARG_AFTER:  # eq. (2)'s self term here; its calibration terms after the loop (_arg_key_terms)
+        ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False)
+    else:
+        GMe = Dd  # not read unless KEEP_MAX_TERM
+        Gme = Dd  # not read unless KEEP_MIN_TERM
+        if KEEP_MAX_TERM:
+            GMe = tl.load(GMo + row_i, mask=rmask, other=0.0)
+        if KEEP_MIN_TERM:
+            Gme = tl.load(Gmo + row_i, mask=rmask, other=0.0)
+        ds = score_grad(gamma, cD, is_max, GMe, is_min, Gme, KEEP_MAX_TERM, KEEP_MIN_TERM)  # eq. (2)
     if PROJECT_P1:  # P1 projection: dS_ij - mean over valid keys
         mu = tl.load(MUo + row_i, mask=rmask, other=0.0)
         ds = tl.where(valid, ds - mu[:, None], 0.0)
     dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
     return dk, dv
+
+
+@triton.jit
+def _arg_key_terms(dk, n0, lo, query, offs_n, dims, stats, GRAD: tl.constexpr, PREC: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """The calibration terms of eq. (2) in dK of the key block n0 + offs_n:
+    dk_j += sum_i ([Amax_i = j] G_M,i + [Amin_i = j] G_m,i) q_i,
+    the rank-1 updates whose dQ side the dQ kernel applies. Out of the per-score loop
+    (there they cost a compare and a select per score and channel): one pass over the rows from lo, a range
+    check per row, and a product only for the row tiles that have an arg key in this block. The same rows in
+    the same order on every run: the split backward stays bitwise reproducible."""
+    KEEP_MAX_TERM: tl.constexpr = GRAD[0]
+    KEEP_MIN_TERM: tl.constexpr = GRAD[1]
+    q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
+    offs_d, dmask = dims
+    Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo = stats
+    for start_m in range(lo, Tq, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        rmask = offs_m < Tq
+        row_i = bh * Tq + offs_m
+        amax = tl.full([BLOCK_M], -1, tl.int32)  # -1: no arg key (a channel that is not kept, a row past Tq)
+        amin = tl.full([BLOCK_M], -1, tl.int32)
+        if KEEP_MAX_TERM:
+            amax = tl.load(Amax + row_i, mask=rmask, other=-1)
+        if KEEP_MIN_TERM:
+            amin = tl.load(Amin + row_i, mask=rmask, other=-1)
+        hit = ((amax >= n0) & (amax < n0 + BLOCK_N)) | ((amin >= n0) & (amin < n0 + BLOCK_N))
+        if tl.max(hit.to(tl.int32), 0) > 0:
+            G = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            if KEEP_MAX_TERM:
+                GM = tl.load(GMo + row_i, mask=rmask, other=0.0)
+                G += tl.where(offs_n[None, :] == amax[:, None], GM[:, None], 0.0)
+            if KEEP_MIN_TERM:
+                Gm = tl.load(Gmo + row_i, mask=rmask, other=0.0)
+                G += tl.where(offs_n[None, :] == amin[:, None], Gm[:, None], 0.0)
+            qmask = rmask[:, None] & dmask[None, :]
+            q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
+            dk += _dot(tl.trans(_cast(G, q.dtype)), q, PREC)
+    return dk
 
 
 @triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by=_pruner("dkdv"))
@@ -1135,6 +1179,9 @@ def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constex
     scale, kf, tau = consts
     IS_CAUSAL: tl.constexpr = MASKING[0]
     HAS_MASK: tl.constexpr = MASKING[1]
+    # eq. (2)'s calibration terms (KEEP_MAX_TERM, KEEP_MIN_TERM) after the loop, not per score, where the
+    # epilogue's query tile fits beside the accumulators: at D = 128 in fp32 it made ptxas spill 264-292 B
+    ARG_AFTER: tl.constexpr = (GRAD[0] or GRAD[1]) and BLOCK_D <= 64
     pid_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -1164,14 +1211,16 @@ def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constex
         full_lo, full_hi = _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_m in range(lo, full_lo, BLOCK_M):  # masked, unmasked interior, masked (last rows)
             kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
-                                 MASKING, PREC, False, BLOCK_M)  # fmt: skip
+                                 MASKING, PREC, (False, ARG_AFTER), BLOCK_M)  # fmt: skip
         for start_m in range(full_lo, full_hi, BLOCK_M):
             kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
-                                 MASKING, PREC, True, BLOCK_M)  # fmt: skip
+                                 MASKING, PREC, (True, ARG_AFTER), BLOCK_M)  # fmt: skip
     for start_m in range(full_hi, Tq, BLOCK_M):
         kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
-                             MASKING, PREC, False, BLOCK_M)  # fmt: skip
+                             MASKING, PREC, (False, ARG_AFTER), BLOCK_M)  # fmt: skip
     dk, dv = kv_sums
+    if ARG_AFTER:
+        dk = _arg_key_terms(dk, pid_n * BLOCK_N, lo, query, offs_n, dims, stats, GRAD, PREC, BLOCK_M, BLOCK_N)
 
     dk = dk * scale
     out = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
