@@ -5,16 +5,18 @@ One run prints ONE table; each row is (operator, dtype mode, T, D), with columns
     fwd ms | f+b ms | TFLOP/s | SDPA f+b ms | x SDPA | x flex | x ref eager | x ref compiled |
     err vs fp64 | torch fp32 err | peak MiB | ref MiB | tiles
 
-* dtype modes: bf16 / fp16 inputs; fp32 inputs with TF32 dots ("tf32"), split-TF32 dots ("tf32x3", three TF32
-  products: near-fp32 accuracy on the tensor cores) or full-precision FMA dots ("ieee");
+* dtype modes: bf16 / fp16 inputs; fp32 inputs with TF32 dots ("tf32"), split dots with near-fp32 accuracy on
+  the tensor cores ("tf32x3": three TF32 products; "bf16x6": three bf16 parts per operand, six bf16 products)
+  or full-precision FMA dots ("ieee");
 * fwd+bwd FLOPs follow FlashAttention's convention: causal forward 4 B H T^2 D / 2, backward 2.5 x forward;
 * "x SDPA" = kernel fwd+bwd time / SDPA flash (softmax) fwd+bwd time at the same shape, in bf16 (flash has no
-  fp32 kernel, so fp32 rows -- tf32, tf32x3, ieee -- are compared with bf16 flash, as the targets are stated);
+  fp32 kernel, so fp32 rows -- tf32, tf32x3, bf16x6, ieee -- are compared with bf16 flash, as the targets are
+  stated);
 * "flex-softmax" rows: softmax through ``torch.nn.attention.flex_attention`` (``torch.compile``d, causal by a
   ``create_block_mask`` block mask), one per (dtype mode, T, D), in the mode's input dtype: bf16 / fp16 as is;
-  fp32 with TF32 dots for "tf32"; fp32 without TF32 for "ieee" and "tf32x3" (FlexAttention has no split-TF32
-  mode, so the near-fp32 kernel is set against FlexAttention's full-precision fp32). "x flex" = kernel
-  fwd+bwd time / that flex-softmax fwd+bwd time (same shape, same mode). "-" where FlexAttention is off
+  fp32 with TF32 dots for "tf32"; fp32 without TF32 for "ieee", "tf32x3" and "bf16x6" (FlexAttention has no
+  split-dot mode, so the near-fp32 kernel is set against FlexAttention's full-precision fp32). "x flex" =
+  kernel fwd+bwd time / that flex-softmax fwd+bwd time (same shape, same mode). "-" where FlexAttention is off
   (--no-flex) or could not run; the reason is printed once;
 * "x ref eager" / "x ref compiled" = reference-backend fwd+bwd time / kernel time (> 1: the kernel is faster);
   "OOM" where the reference does not fit in memory, "-" where it was not run (see --ref-max-t, --compile-t);
@@ -24,12 +26,14 @@ One run prints ONE table; each row is (operator, dtype mode, T, D), with columns
   inputs. Both at one small shape per (operator, mode, D): B = 1, H = --err-heads, T = --err-t (float64 at
   the benchmark's B*T would not fit), the same value on every T of that (operator, mode, D). For K-interval
   operators a score within rounding of a grid boundary can land in the other interval in any two fp32
-  evaluations, so their max errors (torch's too) include such flips;
+  evaluations (an error of O(1/K) in that row), so both columns leave out the rows that hold such a
+  decision (``kinterval.ops.flips.flip_rows``; a line under the table gives their share). A mode whose
+  scores are less accurate than fp32's flips rows outside that set, and its error shows it;
 * times are medians of ``triton.testing.do_bench``; every call rotates through several input sets so that no
   call finds its inputs in L2 from the previous one; peak MiB is the peak allocation of one fwd+bwd call
   above the inputs.
 
-Usage (GPU):  python benchmarks/attention.py [--ops lerp-k4,fwm-prob-k4] [--dtypes bf16,tf32,tf32x3,ieee]
+Usage (GPU):  python benchmarks/attention.py [--ops lerp-k4,fwm-prob-k4] [--dtypes bf16,tf32,bf16x6,ieee]
               [--T 512,1024,2048,4096,8192] [--D 64,128] [--tokens 16384] [--model-dim 2048] [--no-flex]
               [--err-t 1024] [--csv out.csv]
 On a machine without CUDA it refuses, unless ``--smoke``: a tiny shape in Triton's CPU interpreter (timings
@@ -49,7 +53,9 @@ import time
 
 DEFAULT_OPS = "softmax,lerp-k4,minmax-weight-k4,minmax-prob-k4,fwm-weight-k4,fwm-prob-k4"
 DTYPE_MODES = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "tf32": ("float32", "tf32"),
-               "tf32x3": ("float32", "tf32x3"), "ieee": ("float32", "ieee")}  # fmt: skip
+               "tf32x3": ("float32", "tf32x3"), "bf16x6": ("float32", "bf16x6"),
+               "ieee": ("float32", "ieee")}  # fmt: skip
+SPLIT_DOTS = ("tf32x3", "bf16x6")  # precisions an older Triton may not compile: their rows show why instead
 COLUMNS = ["operator", "dtype", "T", "D", "B", "H", "fwd ms", "f+b ms", "TFLOP/s", "SDPA f+b ms", "x SDPA",
            "x flex", "x ref eager", "x ref compiled", "err vs fp64", "torch fp32 err", "peak MiB", "ref MiB",
            "tiles"]  # fmt: skip
@@ -196,10 +202,10 @@ def main(argv=None) -> int:
                                 spec, mode, D, triton_attention
                             )
                             row["tiles"] = _tiles()  # the tiles the autotuner chose (or the defaults)
-                        except ValueError as err:  # precision="tf32x3" where triton_attention refuses it
-                            if precision != "tf32x3":
+                        except ValueError as err:  # a split dot this triton_attention refuses
+                            if precision not in SPLIT_DOTS:
                                 raise
-                            _note(notes, f"tf32x3 rows: triton_attention refused it ({err})")
+                            _note(notes, f"{precision} rows: triton_attention refused it ({err})")
                             row = {}
                         rows.append(_finish(row, label, mode, shape, flops, sdpa_ms, flex_ms))
                         print(
@@ -212,6 +218,7 @@ def main(argv=None) -> int:
                         torch.cuda.empty_cache()
     except KeyboardInterrupt:
         print(f"interrupted after {len(rows)} rows", file=sys.stderr)
+    errors.note_left_out()
     _print_table(rows, notes, on_gpu)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
@@ -262,7 +269,7 @@ def _compile_worker(job):
         with torch.no_grad():  # the inference forward ("fwd ms"): Prob-STE compiles its own
             triton_attention(q, k, v, name, causal=causal, precision=precision)
     except ValueError:  # a precision this triton_attention refuses: the timing process says so
-        if precision != "tf32x3":
+        if precision not in SPLIT_DOTS:
             raise
     torch.cuda.synchronize()
     return name
@@ -434,7 +441,8 @@ def _flex(causal: bool, T: int, device):
 
 def _flex_row(bench, mode, sets, causal, cache, notes):
     """FlexAttention softmax, fwd and fwd+bwd ms on ``sets`` converted to the mode's flex dtype; None on
-    failure (the reason goes to ``notes``). Cached per shape and flex numerics (ieee and tf32x3 share)."""
+    failure (the reason goes to ``notes``). Cached per shape and flex numerics (ieee and the split dots
+    share)."""
     import torch
 
     dtype_name, tf32 = _flex_numerics(mode)
@@ -475,6 +483,7 @@ class _Errors:
         self.causal, self.device, self.T, self.H = causal, device, T, H
         self.kinterval_attention, self.notes = kinterval_attention, notes
         self.cache: dict = {}
+        self.left_out: dict = {}  # (operator, D, dtype) -> share of flip-prone rows left out
 
     def _inputs(self, D, dtype):
         import torch
@@ -491,15 +500,31 @@ class _Errors:
             )
 
     def _err(self, key, spec, dtype, D, fn, tf32=False):
-        """max |fn(q, k, v) - ref64| on the (dtype-rounded) inputs, cached under key."""
+        """max |fn(q, k, v) - ref64| on the (dtype-rounded) inputs, over the rows that hold no grid decision
+        within fp32 rounding of a discontinuity (module doc), cached under key."""
         import torch
+
+        from kinterval.ops.api import valid_mask
+        from kinterval.ops.flips import flip_rows
 
         if key not in self.cache:
             q, k, v = self._inputs(D, dtype)
             with torch.no_grad(), _tf32(tf32):
                 out = fn(q, k, v)
-            self.cache[key] = (out.double() - self._ref64(spec, q, k, v)).abs().max().item()
+            row_err = (out.double() - self._ref64(spec, q, k, v)).abs().amax(-1).cpu()
+            valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=self.causal, mask=None)
+            flips = flip_rows(spec, q, k, D**-0.5, valid)
+            self.left_out[(spec.full_name, D, str(dtype))] = flips.float().mean().item()
+            self.cache[key] = row_err[~flips].max().item() if (~flips).any() else 0.0
         return self.cache[key]
+
+    def note_left_out(self) -> None:
+        """One line under the table: the share of K-interval rows the error columns left out."""
+        shares = [v for (name, _, _), v in self.left_out.items() if name != "softmax"]
+        if shares:
+            _note(self.notes, f"error columns: {100 * min(shares):.1f}-{100 * max(shares):.1f}% of the rows "
+                  "of K-interval operators left out, their grid decision within fp32 rounding of a "
+                  "discontinuity (kinterval.ops.flips)")  # fmt: skip
 
     def torch_fp32(self, spec, D):
         """torch's own fp32 evaluation of ``spec``, TF32 off: SDPA math for softmax, else the reference."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine: environment, kernel tests, attention table, training throughput.
 #
-#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench|bench-bf16|bench-tf32|bench-tf32x3|bench-ieee|bench-split|bench-bwd] [train|throughput]
+#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench|bench-bf16|bench-tf32|bench-tf32x3|bench-bf16x6|bench-ieee|bench-eval|bench-split|bench-bwd] [train|throughput]
 #   (default: tests bench-quick train)
 #
 # Logs go to $OUT (or ./out); each stage has its own time limit so that one slow stage cannot eat the rest.
@@ -37,6 +37,10 @@ for stage in "${stages[@]}"; do
       timeout 240 $PY benchmarks/attention.py --ops softmax,minmax-weight-k4,fwm-prob-k4 --dtypes ieee \
         --T 1024 --D 64,128 --compile-t '' --ref-max-t 1024 --csv "$OUT/bench_ieee.csv" 2>"$OUT/bench_ieee.err" \
         | tee "$OUT/bench_ieee.md" ;;
+    bench-eval)  # the evaluation numerics: fp32 FMA dots ("ieee") against the split dots, forward errors vs fp64
+      timeout -s INT -k 20 480 $PY benchmarks/attention.py --ops softmax,fwm-prob-k4,minmax-weight-k4,lerp-k4 \
+        --dtypes ieee,tf32x3,bf16x6 --T 1024,4096 --D 64,128 --compile-t '' --ref-max-t 0 --no-flex \
+        --csv "$OUT/bench_eval.csv" 2>"$OUT/bench_eval.err" | tee "$OUT/bench_eval.md" ;;
     bench-split)  # interior tiles: forward/backward split limits 64/64 (default), 64/0, 0/0; bf16, D = 64, twice
       for s in 64/64 64/0 0/0 64/64 64/0 0/0; do
         KINTERVAL_TRITON_SPLIT_MAX_D=${s%/*} KINTERVAL_TRITON_SPLIT_BWD_MAX_D=${s#*/} timeout 90 \
@@ -48,7 +52,7 @@ for stage in "${stages[@]}"; do
       timeout -s INT -k 20 570 $PY benchmarks/attention.py --ops softmax,fwm-prob-k4,minmax-weight-k4,lerp-k4 \
         --dtypes bf16,tf32 --T 1024,4096 --D 64,128 --bwd split,fused --compile-t '' --ref-max-t 0 --no-flex \
         --csv "$OUT/bench_bwd.csv" 2>"$OUT/bench_bwd.err" | tee "$OUT/bench_bwd.md" ;;
-    bench|bench-bf16|bench-tf32|bench-tf32x3)
+    bench|bench-bf16|bench-tf32|bench-tf32x3|bench-bf16x6)
       # The issue-15 table: 5 operators + FlexAttention, T 1024..8192, D 64/128, causal, with errors vs fp64.
       # One dtype mode per stage: 40 autotuned kernel rows and 8 compiled FlexAttention shapes, estimated 5-8 min
       # on an H100, so the three modes do not fit one 10-minute command; `bench` runs the three in a row.

@@ -71,6 +71,20 @@ def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> dict:
     )
 
 
+def dtype_and_precision(dtype_mode):
+    """bf16 / fp16 inputs, or fp32 inputs with the mode's dot precision (tf32, tf32x3, bf16x6, ieee)."""
+    import torch
+
+    from kinterval.ops.api import PRECISIONS
+
+    if dtype_mode in ("bf16", "fp16"):
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_mode], "ieee"
+    if dtype_mode not in PRECISIONS:
+        modes = ", ".join(("bf16", "fp16", *PRECISIONS))
+        raise SystemExit(f"unknown dtype mode {dtype_mode!r}; choose from {modes}")
+    return torch.float32, dtype_mode
+
+
 def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, B=16, H=32, T=1024):
     """The launch that ``triton_attention`` makes for contiguous (B, H, T, D) inputs, built by its own
     launch builders on meta tensors (no memory, no GPU): the same arguments, so the same specialization
@@ -79,8 +93,7 @@ def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, B=16, H=32, T=10
 
     from kinterval.ops.triton import autograd
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype_mode, torch.float32)
-    prec = {"tf32": "tf32", "tf32x3": "tf32x3"}.get(dtype_mode, "ieee")
+    dtype, prec = dtype_and_precision(dtype_mode)
     q, k, v = (torch.empty(B, H, T, D, dtype=dtype, device="meta") for _ in range(3))
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool, device="meta") if has_mask else None
     save = kernel != "infer"
@@ -151,7 +164,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ops", default="softmax,minmax-prob-k4,fwm-weight-k4")
-    p.add_argument("--dtypes", default="bf16")
+    p.add_argument("--dtypes", default="bf16", help="from bf16, fp16, tf32, tf32x3, bf16x6, ieee")
     p.add_argument("--D", default="64,128")
     p.add_argument("--kernels", default=",".join(KERNEL_NAMES))
     p.add_argument("--configs", default="all", help="'all' (the autotune space) or 'first'")
@@ -183,6 +196,8 @@ def main(argv=None) -> int:
     if args.split_max_d is not None:
         K.SPLIT_MAX_D = {"fwd": args.split_max_d, "bwd": args.split_max_d}
 
+    for dm in args.dtypes.split(","):  # an unknown mode stops here, before the table
+        dtype_and_precision(dm)
     extra = ([" opcode mix (instr/score) |"] if args.mix else []) + [f" count({rx}) |" for rx in args.count]
     print(
         "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B "
@@ -195,7 +210,7 @@ def main(argv=None) -> int:
             for kernel in args.kernels.split(",") for mk in args.masks.split(",")]  # fmt: skip
     for D, dm, name, kernel, mk in jobs:
         spec = OperatorSpec.from_full_name(name)
-        tiles = {"ieee": "fma", "tf32x3": "tf32x3"}.get(dm, "mma")  # the list the launch would use
+        tiles = K.tile_list(*dtype_and_precision(dm))  # the list the launch would use
         cfgs = K.candidate_configs(TILE_KIND.get(kernel, kernel), tiles=tiles)
         for cfg in cfgs[:1] if args.configs == "first" else cfgs:
             r = compile_one(kernel, spec, dm, D, cfg, args.arch, *masks[mk])

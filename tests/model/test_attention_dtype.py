@@ -199,9 +199,10 @@ def test_eval_precision_sets_the_kernel_dot_precision(monkeypatch):
     monkeypatch.delenv(EVAL_DOT_PRECISION_ENV, raising=False)
     with eval_precision(NumericsConfig()):
         assert _DOT_PRECISION.get() == "ieee"
-    monkeypatch.setenv(EVAL_DOT_PRECISION_ENV, "tf32x3")
-    with eval_precision(NumericsConfig()):
-        assert _DOT_PRECISION.get() == "tf32x3"
+    for split in ("tf32x3", "bf16x6"):
+        monkeypatch.setenv(EVAL_DOT_PRECISION_ENV, split)
+        with eval_precision(NumericsConfig()):
+            assert _DOT_PRECISION.get() == split
     with eval_precision(NumericsConfig(tf32_eval=True)):
         assert _DOT_PRECISION.get() is None
     assert _DOT_PRECISION.get() is None

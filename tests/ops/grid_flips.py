@@ -1,24 +1,11 @@
-"""Which attention rows hold a grid decision that fp32 rounding may flip (test helper for the kernel tests).
+"""Test helpers for the kernel tests around flip-prone rows (``kinterval.ops.flips``: where two correct fp32
+evaluations of a K-interval operator may disagree by a whole interval): TF32 rounding of inputs and a second
+fp32 evaluation with a tensor-core summation order.
 
-Unlike softmax, a K-interval operator is discontinuous in the scores (§3, App. A):
-
-* the interval index r jumps at the boundaries x = integer, where x = (z - b_0)/h is a key's grid position:
-  Delta (so dS) jumps there, for every operator; FWM's tail cut z < -tau is the boundary x = 0 and drops
-  the weight itself;
-* the Nearest forward (Weight-STE, Prob-STE) jumps at the midpoints x = integer + 1/2;
-* the arg-max key (and MinMax's arg-min key) receives the calibration gradient of eq. (2): a near-tie
-  of the row max moves a whole G_M k term from one key to another.
-
-A score within rounding of such a point lands on either side depending on the order of a dot product's sums,
-so two correct fp32 evaluations (a GPU kernel's and cuBLAS's, or torch's on the CPU) disagree there by
-O(gamma Delta) in one element of dS: a whole row of dq and a whole row of dk. Measured on the CPU with an
-emulated kernel (scores summed in 16-wide chunks, as an MMA does) at (1, 4, 1000, 1000, 64): one key at
-x = -0.99999984 (resolved-weight-k4) gives a dq error of 2.2e-3 against torch's 5.7e-6, and lifts dq's
-relative Frobenius error from 6.4e-7 to 1.9e-5.
-
-``flip_rows`` finds these rows in float64, with a rounding radius per score that is 8x the unit roundoff of
-fp32 times the score's condition sum_d |q_d k_d| (plus the same for |s|, M, m and tau). The kernel tests
-zero the upstream gradient of those rows (they then contribute nothing to dq, dk, dv, in the kernel and in
+Measured on the CPU with the emulated kernel (scores summed in 16-wide chunks, as an MMA does) at
+(1, 4, 1000, 1000, 64): one key at x = -0.99999984 (resolved-weight-k4) gives a dq error of 2.2e-3 against
+torch's 5.7e-6, and lifts dq's relative Frobenius error from 6.4e-7 to 1.9e-5. The kernel tests zero the
+upstream gradient of flip-prone rows (they then contribute nothing to dq, dk, dv, in the kernel and in
 every reference alike) and skip them in the forward comparison; every other row is held to the full bound.
 """
 
@@ -27,59 +14,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kinterval.ops import OperatorSpec
+from kinterval.ops.flips import flip_rows
 
-U32 = 2.0**-24  # unit roundoff of fp32 (bf16/fp16/tf32-representable inputs: exact products, fp32 sums)
-RADIUS = 8.0  # rounding radius in units of U32 * condition (module doc)
-EPS_DEGENERATE = 1e-12  # App. A: a MinMax row with M - m <= eps is degenerate (decided exactly)
-
-
-def _near_set(x: Tensor, radius: Tensor, offset: float, lo: float, hi: float) -> Tensor:
-    """|x - p| <= radius for the nearest p in {n + offset : lo <= n <= hi, n integer}."""
-    n = torch.floor(x - offset + 0.5)  # nearest n with p = n + offset
-    return (n >= lo) & (n <= hi) & ((x - (n + offset)).abs() <= radius)
-
-
-def flip_rows(spec: OperatorSpec, q: Tensor, k: Tensor, scale: float, valid: Tensor) -> Tensor:
-    """Bool (..., Tq): rows of ``scale * q k^T`` (masked by ``valid``) where a grid decision of ``spec`` lies
-    within fp32 rounding of a discontinuity (module doc). Softmax has none."""
-    q, k = q.double().cpu(), k.double().cpu()
-    valid = valid.cpu().expand(*q.shape[:-1], k.shape[-2])
-    rows = torch.zeros(valid.shape[:-1], dtype=torch.bool)
-    if not spec.is_kinterval:
-        return rows
-    s = (q @ k.transpose(-2, -1)) * scale
-    cond = (q.abs() @ k.abs().transpose(-2, -1)) * scale
-    rad = RADIUS * U32 * (cond + s.abs())  # rounding radius of each score
-    inf = float("inf")
-    M, jmax = s.masked_fill(~valid, -inf).max(-1, keepdim=True)
-    m, jmin = s.masked_fill(~valid, inf).min(-1, keepdim=True)
-    keys = torch.arange(s.shape[-1])
-    other = valid & (keys != jmax)
-    if spec.calibration == "minmax":  # degenerate rows are decided exactly (all weights 1, no gradient)
-        other = other & (M - m > EPS_DEGENERATE)
-    rad_M = rad.gather(-1, jmax)
-    rows |= (other & (M - s <= rad_M + rad)).any(-1)  # near-tie of the row max
-    K = spec.K
-    if spec.calibration == "minmax":
-        nondeg = (M - m > EPS_DEGENERATE) & valid.any(-1, keepdim=True)
-        rad_m = rad.gather(-1, jmin)
-        other = other & (keys != jmin)
-        rows |= (other & (s - m <= rad_m + rad)).any(-1)  # near-tie of the row min
-        h = torch.where(nondeg, (M - m) / K, torch.ones_like(M))
-        x = (s - m) / h
-        rad_x = (rad + rad_m) / h + x * (rad_M + rad_m) / (M - m).clamp_min(EPS_DEGENERATE)
-        boundaries = (1, K - 1)  # x = 0 and x = K clamp to the same interval on either side
-    else:  # FWM, resolved: x = (z + tau)/h with h = tau/K, anchored at M
-        h = spec.tau / K
-        x = (s - M + spec.tau) / h
-        rad_x = (rad + rad_M + RADIUS * U32 * (M.abs() + spec.tau)) / h
-        boundaries = (0, K - 1) if spec.calibration == "fwm" else (-inf, K - 1)  # FWM: x = 0 is the tail cut
-    rad_x = rad_x + RADIUS * U32 * x.abs()
-    near = _near_set(x, rad_x, 0.0, *boundaries)
-    if spec.reconstruction == "nearest":  # midpoints of the kept intervals
-        near |= _near_set(x, rad_x, 0.5, 0 if spec.calibration != "resolved" else -inf, K - 1)
-    return rows | (other & near).any(-1)
+__all__ = ["emulated_kernel", "flip_rows", "to_tf32"]
 
 
 def to_tf32(x: Tensor) -> Tensor:

@@ -1,5 +1,6 @@
 """benchmarks/attention.py end to end in its --smoke mode (Triton's CPU interpreter without a GPU): the
-FlexAttention anchor rows and "x flex", the tf32x3 mode, the forward-error columns. No timing is checked."""
+FlexAttention anchor rows and "x flex", the split-dot modes, the forward-error columns. No timing is
+checked."""
 
 from __future__ import annotations
 
@@ -38,20 +39,21 @@ def run(bench, capsys, tmp_path, *args):
         return rows, notes, list(csv.DictReader(f))
 
 
-def test_flex_row_and_tf32x3_row_or_their_reasons(bench, capsys, tmp_path):
+@pytest.mark.parametrize("mode", ["tf32x3", "bf16x6"])
+def test_flex_row_and_split_dot_row_or_their_reasons(bench, capsys, tmp_path, mode):
     """Per (mode, T, D) a flex-softmax row, then the kernels. Where FlexAttention cannot run (torch 2.13 has
-    no FlexAttention backward on CPU) or triton_attention refuses precision="tf32x3", the row shows "-" and
-    one printed line says why; where they run, the values are filled in."""
-    rows, notes, _ = run(bench, capsys, tmp_path, "--ops", "softmax", "--dtypes", "tf32x3")
+    no FlexAttention backward on CPU) or triton_attention refuses a split-dot precision, the row shows "-"
+    and one printed line says why; where they run, the values are filled in."""
+    rows, notes, _ = run(bench, capsys, tmp_path, "--ops", "softmax", "--dtypes", mode)
     assert set(NEW_COLUMNS) <= set(rows[0])
-    assert [(r["operator"], r["dtype"]) for r in rows] == [("flex-softmax", "tf32x3"), ("softmax", "tf32x3")]
+    assert [(r["operator"], r["dtype"]) for r in rows] == [("flex-softmax", mode), ("softmax", mode)]
     flex, kernel = rows
     flex_notes = [n for n in notes if n.startswith("flex-softmax rows: flex_attention failed (")]
     if flex["f+b ms"] == "-":
         assert len(flex_notes) == 1 and kernel["x flex"] == "-"
     else:
         assert not flex_notes and flex["x flex"] == "1" and kernel["x flex"] != "-"
-    refused = [n for n in notes if n.startswith("tf32x3 rows: triton_attention refused it")]
+    refused = [n for n in notes if n.startswith(f"{mode} rows: triton_attention refused it")]
     if kernel["f+b ms"] == "-":
         assert len(refused) == 1 and kernel["err vs fp64"] == "-"
     else:  # near-fp32: the issue's bound, twice torch's own fp32 error against float64
@@ -69,7 +71,7 @@ def test_flex_ratio_and_error_columns(bench, capsys, tmp_path, monkeypatch):
 
     monkeypatch.setattr(bench, "_flex", lambda causal, T, device: (sdpa, None))
     rows, notes, data = run(bench, capsys, tmp_path, "--ops", "softmax,lerp-k4", "--dtypes", "tf32")
-    assert notes == []
+    assert len(notes) == 1 and notes[0].startswith("error columns: ")  # lerp-k4's flip-prone rows
     assert [r["operator"] for r in data] == ["flex-softmax", "softmax", "lerp-k4"]
     flex_fb = float(data[0]["f+b ms"])
     for r in data[1:]:
@@ -94,3 +96,36 @@ def test_refuses_without_gpu_unless_smoke(bench):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the benchmark would run in full")
     assert bench.main(["--ops", "softmax"]) == 2
+
+
+def test_error_columns_leave_out_flip_prone_rows(bench):
+    """A K-interval row whose grid decision lies within fp32 rounding of a discontinuity may legitimately
+    differ from float64 by a whole interval: the error columns leave it out, say how many rows they left
+    out, and count every other row. One head, causal, q = 4 e_0 and scale 1/4: s_ij = k_j0. MinMax K = 4:
+    row 1 sees scores (0, 8), its extrema only; row 2 sees (0, 8, 4), and 4 is the grid boundary x = 2."""
+    from kinterval.ops import OperatorSpec, kinterval_attention
+
+    D, T = 16, 3
+    q = torch.zeros(1, 1, T, D)
+    q[..., 0] = 4.0
+    k = torch.zeros(1, 1, T, D)
+    k[0, 0, :, 0] = torch.tensor([0.0, 8.0, 4.0])
+    v = torch.randn(1, 1, T, D, generator=torch.Generator().manual_seed(0))
+    spec = OperatorSpec.parse("minmax-weight-k4")
+    ref = kinterval_attention(q.double(), k.double(), v.double(), spec, causal=True, backend="reference")
+    notes: list[str] = []
+    errors = bench._Errors(True, "cpu", T, 1, kinterval_attention, notes)
+    errors._inputs = lambda D_, dtype: [q, k, v]
+
+    def off_by(row, amount):
+        out = ref.clone()
+        out[0, 0, row] += amount
+        return lambda *qkv: out
+
+    assert errors._err("flip", spec, torch.float32, D, off_by(2, 0.25)) == 0.0  # row 2 is left out
+    assert errors._err("other", spec, torch.float32, D, off_by(1, 0.25)) == 0.25  # row 1 counts
+    errors.note_left_out()
+    assert notes == [
+        "error columns: 33.3-33.3% of the rows of K-interval operators left out, their grid decision within "
+        "fp32 rounding of a discontinuity (kinterval.ops.flips)"
+    ]

@@ -20,11 +20,12 @@ def train_precision(numerics: NumericsConfig) -> contextlib.AbstractContextManag
 
 
 # The fused kernel's fp32 dot precision in evaluation with TF32 off: "ieee" (fp32 on the CUDA cores, the
-# paper's evaluation numerics) or "tf32x3" (split TF32 on the tensor cores, an error near fp32's). An
+# paper's evaluation numerics), "tf32x3" (split TF32) or "bf16x6" (three bf16 parts per operand), both on
+# the tensor cores with an error near fp32's. An
 # environment variable, not a config field: it does not change what a run trains, and checkpoints and
 # suite records compare configs field by field.
 EVAL_DOT_PRECISION_ENV = "KINTERVAL_EVAL_DOT_PRECISION"
-EVAL_DOT_PRECISIONS = ("ieee", "tf32x3")
+EVAL_DOT_PRECISIONS = ("ieee", "tf32x3", "bf16x6")
 
 
 def eval_dot_precision() -> str:

@@ -18,16 +18,16 @@ from torch import Tensor
 from kinterval.ops.backends import BACKENDS, resolve_backend
 from kinterval.ops.spec import OperatorSpec, as_spec
 
-PRECISIONS = ("tf32", "tf32x3", "ieee")
+PRECISIONS = ("tf32", "tf32x3", "bf16x6", "ieee")
 _DOT_PRECISION: ContextVar[str | None] = ContextVar("kinterval_dot_precision", default=None)
 
 
 @contextlib.contextmanager
 def dot_precision(precision: str | None) -> Iterator[None]:
     """Inside the block, ``kinterval_attention(..., precision=None)`` uses ``precision`` ("tf32", "tf32x3",
-    "ieee"; None: follow torch's TF32 setting, ``kinterval.ops.tf32.tf32_enabled``) for the fp32 dots of the
-    triton backend. Evaluation enters it (``kinterval.model.numerics.eval_precision``) so that the model's
-    attention needs no argument; an explicit ``precision`` still wins."""
+    "bf16x6", "ieee"; None: follow torch's TF32 setting, ``kinterval.ops.tf32.tf32_enabled``) for the fp32
+    dots of the triton backend. Evaluation enters it (``kinterval.model.numerics.eval_precision``) so that the
+    model's attention needs no argument; an explicit ``precision`` still wins."""
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS} or None")
     token = _DOT_PRECISION.set(precision)
@@ -151,7 +151,7 @@ def kinterval_attention(
     ``backend``: "reference", "closed_form", "triton" or "auto"
     (:func:`~kinterval.ops.backends.resolve_backend`: the fastest backend that supports the spec on q's device
     and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32",
-    "tf32x3" or "ieee") selects the fp32 dot precision of the triton backend (None: the enclosing
+    "tf32x3", "bf16x6" or "ieee") selects the fp32 dot precision of the triton backend (None: the enclosing
     :func:`dot_precision`, else torch's TF32 setting: ``tf32_enabled``); the others follow
     ``torch.backends`` settings. A query row with a non-finite score (NaN or ±inf, from non-finite q or k) on
     a key it may attend is NaN in the output, never a quiet zero row; ``scale`` must be finite.

@@ -13,7 +13,7 @@ import torch
 import triton
 from torch import Tensor
 
-from kinterval.ops.api import check_causal
+from kinterval.ops.api import PRECISIONS, check_causal
 from kinterval.ops.first_order import first_order_only
 from kinterval.ops.spec import OperatorSpec
 from kinterval.ops.tf32 import tf32_enabled
@@ -50,16 +50,30 @@ def _on_device(x: Tensor):
 
 def resolve_precision(dtype: torch.dtype, precision: str | None) -> str:
     """Dot precision for fp32 inputs: "tf32" (one TF32 tensor-core product), "tf32x3" (split TF32: three
-    TF32 products carrying the low bits, near-fp32 accuracy on the tensor cores) or "ieee" (fp32 FMA dots);
-    default: "tf32" if TF32 is on for fp32 matmuls (``tf32_enabled``) else "ieee". bf16/fp16 inputs use their
-    native tensor-core dots with fp32 accumulation (the flag is ignored)."""
-    if precision not in (None, "tf32", "tf32x3", "ieee"):
-        raise ValueError(f"unknown precision {precision!r}; choose None, 'tf32', 'tf32x3' or 'ieee'")
+    TF32 products carrying the low bits), "bf16x6" (each operand split into three bf16 parts, six bf16
+    products; near-fp32 accuracy on the tensor cores like tf32x3, at the same tensor-core time) or "ieee"
+    (fp32 FMA dots); default: "tf32" if TF32 is on for fp32 matmuls (``tf32_enabled``) else "ieee".
+    bf16/fp16 inputs use their native tensor-core dots with fp32 accumulation (the flag is ignored)."""
+    if precision not in (None, *PRECISIONS):
+        raise ValueError(f"unknown precision {precision!r}; choose None or one of {PRECISIONS}")
     if dtype != torch.float32:
         return "ieee"
     if precision is None:
         return "tf32" if tf32_enabled() else "ieee"
+    if not INTERPRET and precision not in cuda_dot_precisions():
+        raise ValueError(
+            f"precision {precision!r} needs a Triton whose CUDA backend compiles it; Triton "
+            f"{triton.__version__} offers {cuda_dot_precisions()}"
+        )
     return precision
+
+
+def cuda_dot_precisions() -> tuple[str, ...]:
+    """The fp32 dot precisions (tl.dot's ``input_precision``) the installed Triton compiles for NVIDIA GPUs;
+    "bf16x6" is newer than the others. The interpreter multiplies in fp32 whatever the precision."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    return tuple(CUDAOptions.allowed_dot_input_precisions)
 
 
 def operator_constants(spec: OperatorSpec) -> tuple[dict, float, float]:
@@ -322,7 +336,8 @@ def triton_attention(
     under ``TRITON_INTERPRET=1``). ``mask`` is boolean, True where the query may attend, broadcastable to
     (B, H, Tq, Tk) (e.g. a key-padding mask (B, 1, 1, Tk)); ``causal`` aligns the last query with the last key
     (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot precision ("tf32",
-    "tf32x3" or "ieee"; None follows torch's TF32 setting, ``tf32_enabled``). The output has q's dtype.
+    "tf32x3", "bf16x6" or "ieee"; None follows torch's TF32 setting, ``tf32_enabled``). The output has q's
+    dtype.
 
     Conventions (docs/kernels.md): the calibration terms of eq. (2) go to ONE arg-max / arg-min key per
     row, the first index among exact ties (the reference splits it evenly among ties); softmax drops the

@@ -53,7 +53,9 @@ CANDIDATES_FMA = {
 # dK/dV 0.4-1 KB. ptxas (sm_90a, D = 64, softmax / fwm-prob-k4 / minmax-weight-k4): these defaults spill
 # nothing but 20 B in softmax's dK/dV. At D = 128 every candidate spills (forward 8 B-0.9 KB, dQ 0.3-0.8 KB,
 # dK/dV 1-2 KB), and the 128-row dQ and the 128x64 forward need more shared memory than an H100 has
-# (autotuning skips them; the defaults fit). Not timed: autotuning picks among them.
+# (autotuning skips them; the defaults fit). Not timed: autotuning picks among them. The bf16x6 dots (three
+# bf16 parts per operand, six products) use the same list: their defaults spill nothing at D = 64 either, and
+# at D = 128 the forward spills less than tf32x3's (fwm-prob-k4 0.75 KB against 1 KB).
 CANDIDATES_TF32X3 = {
     "fwd": [(128, 32, 8, 2), (64, 32, 4, 2), (64, 32, 4, 1), (128, 64, 8, 2)],
     "dq": [(64, 16, 4, 2), (128, 32, 8, 2), (64, 32, 4, 2), (32, 32, 4, 2)],
@@ -71,8 +73,9 @@ TILE_LISTS = {"mma": CANDIDATES, "fma": CANDIDATES_FMA, "tf32x3": CANDIDATES_TF3
 
 
 def tile_list(dtype, precision: str | None) -> str:
-    """Which candidate list a launch uses: "fma" for fp32 "ieee" dots, "tf32x3" for split TF32, else "mma"."""
-    if str(dtype) == "torch.float32" and precision in ("ieee", "tf32x3"):
+    """Which candidate list a launch uses: "fma" for fp32 "ieee" dots, "tf32x3" for the split dots (tf32x3,
+    bf16x6), else "mma"."""
+    if str(dtype) == "torch.float32" and precision in ("ieee", "tf32x3", "bf16x6"):
         return "fma" if precision == "ieee" else "tf32x3"
     return "mma"
 
