@@ -23,7 +23,7 @@ for stage in "${stages[@]}"; do
   t0=$(date +%s)
   case "$stage" in
     tests)  # every kernel test on the GPU; SIGINT at the limit still prints one line per failure
-      OMP_NUM_THREADS=1 timeout -s INT -k 20 ${TEST_LIMIT:-300} $PY -m pytest -q -p no:cacheprovider $XDIST \
+      OMP_NUM_THREADS=1 timeout -s INT -k 20 ${TEST_LIMIT:-480} $PY -m pytest -q -p no:cacheprovider $XDIST \
         --tb=line -rf --durations=15 -p no:benchmark -W ignore::DeprecationWarning tests/ops/test_triton.py 2>&1 \
         | tee "$OUT/tests.log" | grep -E "FAILED|passed|failed|rror|s call" | cut -c1-260 | tail -80 ;;
     tests-all)  # the whole suite with a GPU present (model/train tests pick the triton backend)
