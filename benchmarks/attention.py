@@ -55,7 +55,6 @@ DEFAULT_OPS = "softmax,lerp-k4,minmax-weight-k4,minmax-prob-k4,fwm-weight-k4,fwm
 DTYPE_MODES = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "tf32": ("float32", "tf32"),
                "tf32x3": ("float32", "tf32x3"), "bf16x6": ("float32", "bf16x6"),
                "ieee": ("float32", "ieee")}  # fmt: skip
-SPLIT_DOTS = ("tf32x3", "bf16x6")  # precisions an older Triton may not compile: their rows show why instead
 COLUMNS = ["operator", "dtype", "T", "D", "B", "H", "fwd ms", "f+b ms", "TFLOP/s", "SDPA f+b ms", "x SDPA",
            "x flex", "x ref eager", "x ref compiled", "err vs fp64", "torch fp32 err", "peak MiB", "ref MiB",
            "tiles"]  # fmt: skip
@@ -202,8 +201,8 @@ def main(argv=None) -> int:
                                 spec, mode, D, triton_attention
                             )
                             row["tiles"] = _tiles()  # the tiles the autotuner chose (or the defaults)
-                        except ValueError as err:  # a split dot this triton_attention refuses
-                            if precision not in SPLIT_DOTS:
+                        except ValueError as err:  # a split dot an older Triton cannot compile
+                            if precision not in _split_dots():
                                 raise
                             _note(notes, f"{precision} rows: triton_attention refused it ({err})")
                             row = {}
@@ -269,10 +268,18 @@ def _compile_worker(job):
         with torch.no_grad():  # the inference forward ("fwd ms"): Prob-STE compiles its own
             triton_attention(q, k, v, name, causal=causal, precision=precision)
     except ValueError:  # a precision this triton_attention refuses: the timing process says so
-        if precision not in SPLIT_DOTS:
+        if precision not in _split_dots():
             raise
     torch.cuda.synchronize()
     return name
+
+
+def _split_dots() -> tuple[str, ...]:
+    """The split-dot precisions (tf32x3, bf16x6): an older Triton may not compile them, and their rows then
+    show why instead of failing the run."""
+    from kinterval.ops.triton.kernels import SPLIT_DOTS
+
+    return SPLIT_DOTS
 
 
 def _tiles() -> str:
@@ -483,7 +490,7 @@ class _Errors:
         self.causal, self.device, self.T, self.H = causal, device, T, H
         self.kinterval_attention, self.notes = kinterval_attention, notes
         self.cache: dict = {}
-        self.left_out: dict = {}  # (operator, D, dtype) -> share of flip-prone rows left out
+        self.left_out: dict = {}  # (K-interval operator, D, dtype) -> share of flip-prone rows left out
 
     def _inputs(self, D, dtype):
         import torch
@@ -514,13 +521,14 @@ class _Errors:
             row_err = (out.double() - self._ref64(spec, q, k, v)).abs().amax(-1).cpu()
             valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=self.causal, mask=None)
             flips = flip_rows(spec, q, k, D**-0.5, valid)
-            self.left_out[(spec.full_name, D, str(dtype))] = flips.float().mean().item()
+            if spec.is_kinterval:
+                self.left_out[(spec.full_name, D, str(dtype))] = flips.float().mean().item()
             self.cache[key] = row_err[~flips].max().item() if (~flips).any() else 0.0
         return self.cache[key]
 
     def note_left_out(self) -> None:
         """One line under the table: the share of K-interval rows the error columns left out."""
-        shares = [v for (name, _, _), v in self.left_out.items() if name != "softmax"]
+        shares = list(self.left_out.values())
         if shares:
             _note(self.notes, f"error columns: {100 * min(shares):.1f}-{100 * max(shares):.1f}% of the rows "
                   "of K-interval operators left out, their grid decision within fp32 rounding of a "

@@ -117,13 +117,18 @@ def test_error_columns_leave_out_flip_prone_rows(bench):
     errors = bench._Errors(True, "cpu", T, 1, kinterval_attention, notes)
     errors._inputs = lambda D_, dtype: [q, k, v]
 
-    def off_by(row, amount):
-        out = ref.clone()
+    def off_by(row, amount, base=ref):
+        out = base.clone()
         out[0, 0, row] += amount
         return lambda *qkv: out
 
     assert errors._err("flip", spec, torch.float32, D, off_by(2, 0.25)) == 0.0  # row 2 is left out
-    assert errors._err("other", spec, torch.float32, D, off_by(1, 0.25)) == 0.25  # row 1 counts
+    err = errors._err("other", spec, torch.float32, D, off_by(1, 0.25))
+    assert err == pytest.approx(0.25)  # row 1 counts
+    softmax = OperatorSpec.parse("softmax")  # no grid decisions: every row counts, and not in the share
+    ref_softmax = kinterval_attention(q.double(), k.double(), v.double(), softmax, causal=True)
+    err = errors._err("softmax", softmax, torch.float32, D, off_by(2, 0.5, ref_softmax))
+    assert err == pytest.approx(0.5)
     errors.note_left_out()
     assert notes == [
         "error columns: 33.3-33.3% of the rows of K-interval operators left out, their grid decision within "

@@ -29,8 +29,9 @@ def _split_dots() -> str:
     """The split-dot precisions this Triton compiles (bf16x6 is newer than tf32x3)."""
     try:
         from kinterval.ops.triton.autograd import cuda_dot_precisions
+        from kinterval.ops.triton.kernels import SPLIT_DOTS
 
-        return ",".join(p for p in ("tf32x3", "bf16x6") if p in cuda_dot_precisions())
+        return ",".join(p for p in SPLIT_DOTS if p in cuda_dot_precisions())
     except ImportError:
         return "tf32x3"
 

@@ -70,14 +70,15 @@ CANDIDATES["fused"] = [(64, 32, 4, 2), (16, 64, 4, 2), (64, 16, 4, 2), (128, 32,
 for _tiles in (CANDIDATES_FMA, CANDIDATES_TF32X3):
     _tiles["fused"] = list(_tiles["dkdv"])
 TILE_LISTS = {"mma": CANDIDATES, "fma": CANDIDATES_FMA, "tf32x3": CANDIDATES_TF32X3}
+SPLIT_DOTS = ("tf32x3", "bf16x6")  # fp32 dots split into tensor-core products (the "tf32x3" tile list)
 
 
 def tile_list(dtype, precision: str | None) -> str:
     """Which candidate list a launch uses: "fma" for fp32 "ieee" dots, "tf32x3" for the split dots (tf32x3,
     bf16x6), else "mma"."""
-    if str(dtype) == "torch.float32" and precision in ("ieee", "tf32x3", "bf16x6"):
-        return "fma" if precision == "ieee" else "tf32x3"
-    return "mma"
+    if str(dtype) != "torch.float32":
+        return "mma"
+    return "fma" if precision == "ieee" else "tf32x3" if precision in SPLIT_DOTS else "mma"
 
 
 def candidate_configs(kind: str, fma: bool = False, tiles: str | None = None) -> list[triton.Config]:
