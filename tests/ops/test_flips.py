@@ -36,3 +36,75 @@ def test_flip_rows_finds_each_discontinuity():
     assert not rows("softmax", [c, c])
     masked = torch.tensor([[[[True, True, False]]]])
     assert not rows("minmax-weight-k4", [c, c + 8, c + 4], masked)  # masked keys make no decision
+
+
+def _row(spec, scores, valid=None, scale=1.0):
+    """flip_rows of one query row whose scores are ``scores`` exactly: q = e_0 / scale, k_j0 = s_j."""
+    D = 16
+    q = torch.zeros(1, 1, 1, D, dtype=torch.float64)
+    q[..., 0] = 1.0 / scale  # scale is a power of two: q * k * scale = s exactly
+    k = torch.zeros(1, 1, len(scores), D, dtype=torch.float64)
+    k[0, 0, :, 0] = torch.tensor(scores, dtype=torch.float64)
+    valid = torch.ones(1, 1, 1, len(scores), dtype=torch.bool) if valid is None else valid
+    return bool(flip_rows(OperatorSpec.parse(spec), q, k, scale, valid)[0, 0, 0])
+
+
+def test_flip_rows_both_sides_of_every_boundary_and_midpoint():
+    """Each discontinuity of K = 4, approached from below and from above (1e-5, well inside the ~1e-4
+    radius), and 0.3 away (outside every radius). MinMax over [c, c + 8]: h = 2, boundaries x = 1, 2, 3 at
+    c + 2, 4, 6 and midpoints x = 1/2 ... 7/2 at c + 1, 3, 5, 7. FWM (tau = 6, h = 1.5, M = c): the tail cut
+    z = -6 and boundaries z = -4.5, -3, -1.5; midpoints z = -5.25, -3.75, -2.25, -0.75."""
+    c = 100.0
+    minmax_boundaries, minmax_midpoints = [c + 2, c + 4, c + 6], [c + 1, c + 3, c + 5, c + 7]
+    fwm_boundaries, fwm_midpoints = [c - 6, c - 4.5, c - 3, c - 1.5], [c - 5.25, c - 3.75, c - 2.25, c - 0.75]
+    cases = [  # (operator, row extremes, discontinuities, continuous points)
+        ("minmax-weight-k4", [c, c + 8], minmax_boundaries + minmax_midpoints, []),
+        ("minmax-lerp-k4", [c, c + 8], minmax_boundaries, minmax_midpoints),
+        ("fwm-weight-k4", [c], fwm_boundaries + fwm_midpoints, []),
+        ("fwm-lerp-k4", [c], fwm_boundaries, fwm_midpoints),
+    ]
+    for spec, extremes, jumps, smooth in cases:
+        for p in jumps:
+            for d in (-1e-5, 1e-5):
+                assert _row(spec, [*extremes, p + d]), (spec, p, d)
+            for d in (-0.3, 0.3):
+                assert not _row(spec, [*extremes, p + d]), (spec, p, d)
+        for p in smooth:
+            assert not _row(spec, [*extremes, p]), (spec, p)
+    # the interval below FWM's tail cut holds no weight, so its midpoint z = -6.75 is no discontinuity; the
+    # resolved operator keeps every interval below M and has one there
+    assert not _row("fwm-weight-k4", [c, c - 6.75])
+    assert _row("resolved-weight-k4", [c, c - 6.75])
+
+
+def test_flip_rows_take_the_extremes_over_valid_keys():
+    """A masked key above the row max (or below the row min) moves neither M nor m: [c, c + 8] keeps h = 2
+    and c + 4 on the boundary x = 2. Taken over every key, M = c + 9 (or m = c - 1) would put the boundaries
+    at c + 2.25 k (c - 1 + 2.25 k) and c + 4 on none."""
+    c = 100.0
+    valid = torch.tensor([[[[True, True, True, False]]]])
+    for outside in (c + 9, c - 1):
+        assert _row("minmax-lerp-k4", [c, c + 8, c + 4, outside], valid)
+        assert not _row("minmax-lerp-k4", [c, c + 8, c + 4, outside])  # the same key valid: no boundary
+
+
+def test_flip_rows_radius_holds_the_documented_terms():
+    """The radius (module doc) holds 8 U (cond + |s|) for each score a decision reads (U = 2^-24), with the
+    scale in cond, and FWM's 8 U (|M| + tau): a score 0.99x that sum from the point is flagged. It stays
+    under 2x that sum: a score twice as far is not. Scale 1/8 (q = 8 e_0), positive scores: cond_j = s_j, so
+    each score's term is 16 U s_j."""
+    U, c, scale = 2.0**-24, 100.0, 1 / 8
+    # MinMax boundary x = 2 at c + 4 over [c, c + 8]: the key's score and m
+    L = 16 * U * ((c + 4) + c)
+    assert _row("minmax-lerp-k4", [c, c + 8, c + 4 + 0.99 * L], scale=scale)
+    assert _row("minmax-lerp-k4", [c, c + 8, c + 4 - 0.99 * L], scale=scale)
+    assert not _row("minmax-lerp-k4", [c, c + 8, c + 4 + 2 * L], scale=scale)
+    # near-tie of the row max M = c + 8: the key's score and M
+    L = 16 * U * ((c + 8) + (c + 8))
+    assert _row("minmax-lerp-k4", [c, c + 8, c + 8 - 0.99 * L], scale=scale)
+    assert not _row("minmax-lerp-k4", [c, c + 8, c + 8 - 2 * L], scale=scale)
+    # FWM boundary z = -3 (x = 2) below M = c: the key's score, M, and 8 U (|M| + tau)
+    L = 16 * U * (c - 3) + 16 * U * c + 8 * U * (c + 6)
+    assert _row("fwm-lerp-k4", [c, c - 3 + 0.99 * L], scale=scale)
+    assert _row("fwm-lerp-k4", [c, c - 3 - 0.99 * L], scale=scale)
+    assert not _row("fwm-lerp-k4", [c, c - 3 + 2 * L], scale=scale)
