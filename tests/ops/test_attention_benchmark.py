@@ -134,3 +134,77 @@ def test_error_columns_leave_out_flip_prone_rows(bench):
         "error columns: 33.3-33.3% of the rows of K-interval operators left out, their grid decision within "
         "fp32 rounding of a discontinuity (kinterval.ops.flips)"
     ]
+
+
+def test_error_columns_find_flips_at_the_benchmarks_scale_and_note_the_share_range(bench):
+    """FWM's grid, unlike MinMax's, is not scale-free (tau is fixed): the error columns look for flip-prone
+    rows at the benchmark's scale D^-1/2. One head, causal, T = 3, q = 4 e_0 at D = 16 (scale 1/4): s_ij =
+    k_j0. fwm-weight-k4 (tau = 6, h = 1.5), k_0 = (0, 3, -20): rows 1 and 2 have M = 3 and key 0 at z = -3,
+    the boundary x = 2 (-20 is past the tail cut); at scale 1 key 0 would sit at z = -12, past the cut, and no
+    row would be left out. The note gives the range of the shares over every (operator, D): minmax-weight-k4
+    leaves out none of the rows at D = 32 (k_0 = (0, 8, 4.3): x = 2.15) and 1 in 3 at D = 16 (k_0 = (0, 8, 4):
+    x = 2); fwm-weight-k4 2 in 3."""
+    from kinterval.ops import OperatorSpec, kinterval_attention
+
+    T = 3
+
+    def inputs(D, key0):
+        q = torch.zeros(1, 1, T, D)
+        q[..., 0] = 4.0
+        k = torch.zeros(1, 1, T, D)
+        k[0, 0, :, 0] = torch.tensor(key0)
+        v = torch.randn(1, 1, T, D, generator=torch.Generator().manual_seed(0))
+        return [q, k, v]
+
+    def off_by(spec, qkv, row, amount):
+        ref = kinterval_attention(*(x.double() for x in qkv), spec, causal=True, backend="reference")
+        ref[0, 0, row] += amount
+        return lambda *args: ref
+
+    notes: list[str] = []
+    errors = bench._Errors(True, "cpu", T, 1, kinterval_attention, notes)
+    minmax, fwm = OperatorSpec.parse("minmax-weight-k4"), OperatorSpec.parse("fwm-weight-k4")
+    for spec, D, key0, flip in ((minmax, 32, [0.0, 8.0, 4.3], False), (minmax, 16, [0.0, 8.0, 4.0], True)):
+        qkv = inputs(D, key0)
+        errors._inputs = lambda D_, dtype, qkv=qkv: qkv
+        # row 1 (the extremes alone) always counts; row 2 is left out at D = 16 only
+        assert errors._err(("r1", D), spec, torch.float32, D, off_by(spec, qkv, 1, 0.25)) == pytest.approx(
+            0.25
+        )
+        err = errors._err(("r2", D), spec, torch.float32, D, off_by(spec, qkv, 2, 0.5))
+        assert err == (0.0 if flip else pytest.approx(0.5))
+    qkv = inputs(16, [0.0, 3.0, -20.0])
+    errors._inputs = lambda D_, dtype: qkv
+    assert errors._err("fwm", fwm, torch.float32, 16, off_by(fwm, qkv, 1, 0.25)) == 0.0  # rows 1, 2 left out
+    assert errors._err("fwm0", fwm, torch.float32, 16, off_by(fwm, qkv, 0, 0.25)) == pytest.approx(0.25)
+    errors.note_left_out()
+    assert notes == [
+        "error columns: 0.0-66.7% of the rows of K-interval operators left out, their grid decision within "
+        "fp32 rounding of a discontinuity (kinterval.ops.flips)"
+    ]
+
+
+def test_a_split_dot_an_older_triton_refuses_is_a_note(bench, capsys, tmp_path, monkeypatch):
+    """On a GPU whose Triton has no bf16x6 (only tf32x3), triton_attention refuses it: the bf16x6 rows
+    show "-" and one note says why, and the run goes on to the other modes. Simulated in the interpreter by
+    resolve_precision's own check, run as outside the interpreter."""
+    from kinterval.ops.triton import autograd
+
+    real = autograd.resolve_precision
+
+    def older_triton_on_a_gpu(dtype, precision):
+        with monkeypatch.context() as m:
+            m.setattr(autograd, "INTERPRET", False)
+            m.setattr(autograd, "cuda_dot_precisions", lambda: ("tf32", "tf32x3", "ieee"))
+            return real(dtype, precision)
+
+    monkeypatch.setattr(autograd, "resolve_precision", older_triton_on_a_gpu)
+    rows, notes, _ = run(
+        bench, capsys, tmp_path, "--ops", "softmax", "--dtypes", "bf16x6,tf32x3", "--no-flex"
+    )
+    assert [(r["operator"], r["dtype"]) for r in rows] == [("softmax", "bf16x6"), ("softmax", "tf32x3")]
+    refused, ran = rows
+    assert refused["f+b ms"] == refused["err vs fp64"] == "-"
+    assert ran["f+b ms"] != "-" and 0 < float(ran["err vs fp64"]) < 1e-5
+    assert len(notes) == 1
+    assert notes[0].startswith("bf16x6 rows: triton_attention refused it (precision 'bf16x6' needs a Triton")
