@@ -4,6 +4,7 @@ Python) show up here, in CI. Every kernel, the switches of several operators, ev
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -74,6 +75,13 @@ def test_kernels_compile_for_sm90(ops, dtypes, masks):
         assert abs(max(loops) - float(r[10])) <= 0.5, r
         mix = re.findall(r"([A-Z][A-Z0-9]+) (\d+\.\d)", r[14])
         assert len(mix) == 3 and sum(float(n) for _, n in mix) <= float(r[10]) + 0.5, r
+    # bf16x6 launches on the split dots' tile list (tf32x3's) with its own dots: the tiles of tf32x3, and
+    # machine code that is neither tf32x3's nor ieee's
+    by = {(r[1].strip(), r[3].strip()): r for r in rows}
+    for kernel in ("fwd", "infer", "dq", "dkdv", "fused") if "bf16x6" in dtypes else ():
+        tile, sass = by[kernel, "bf16x6"][5], by[kernel, "bf16x6"][11]
+        assert tile == by[kernel, "tf32x3"][5], (kernel, tile)
+        assert sass not in (by[kernel, "tf32x3"][11], by[kernel, "ieee"][11]), kernel
 
 
 @pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
@@ -93,3 +101,35 @@ def test_forward_flags_non_finite_rows_in_machine_code():
     assert len(rows) == 12
     for r in rows:
         assert int(r[14]) > 0 and int(r[15]) > 0, r
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("kernel_resources", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dtype_modes_of_the_resource_tool():
+    """Each --dtypes mode is its input dtype and fp32 dot precision: bf16 and fp16 inputs (their native
+    dots; the flag is "ieee"), fp32 with each precision of kinterval_attention; anything else stops."""
+    import torch
+
+    tool = _tool()
+    assert tool.dtype_and_precision("bf16") == (torch.bfloat16, "ieee")
+    assert tool.dtype_and_precision("fp16") == (torch.float16, "ieee")
+    for precision in ("tf32", "tf32x3", "bf16x6", "ieee"):
+        assert tool.dtype_and_precision(precision) == (torch.float32, precision)
+    with pytest.raises(SystemExit, match="unknown dtype mode 'fp8'; choose from bf16, fp16, tf32"):
+        tool.dtype_and_precision("fp8")
+
+
+def test_an_unknown_dtype_mode_stops_before_the_table():
+    """A bad mode after good ones stops the tool before it prints the table or compiles anything."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, str(TOOL), "--ops", "softmax", "--dtypes", "bf16,fp8", "--D", "64",
+           "--kernels", "fwd", "--configs", "first"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode != 0 and "unknown dtype mode 'fp8'" in res.stderr
+    assert "| kernel |" not in res.stdout
