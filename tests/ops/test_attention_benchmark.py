@@ -208,3 +208,25 @@ def test_a_split_dot_an_older_triton_refuses_is_a_note(bench, capsys, tmp_path, 
     assert ran["f+b ms"] != "-" and 0 < float(ran["err vs fp64"]) < 1e-5
     assert len(notes) == 1
     assert notes[0].startswith("bf16x6 rows: triton_attention refused it (precision 'bf16x6' needs a Triton")
+
+
+def test_precompile_worker_passes_over_a_refused_split_dot(bench, monkeypatch):
+    """--precompile's worker compiles each (operator, mode) once; a split dot the installed Triton refuses is
+    left to the timing process (which notes it), not an error of the worker. The GPU tensors are CPU ones
+    here and the refusal is resolve_precision's own check, run as outside the interpreter."""
+    from kinterval.ops.triton import autograd
+
+    real, to = autograd.resolve_precision, torch.Tensor.to
+
+    def older_triton_on_a_gpu(dtype, precision):
+        with monkeypatch.context() as m:
+            m.setattr(autograd, "INTERPRET", False)
+            m.setattr(autograd, "cuda_dot_precisions", lambda: ("tf32", "tf32x3", "ieee"))
+            return real(dtype, precision)
+
+    monkeypatch.setattr(autograd, "resolve_precision", older_triton_on_a_gpu)
+    monkeypatch.setattr(torch.Tensor, "to", lambda x, *a, **kw: to(x, *(y for y in a if y != "cuda"), **kw))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    assert bench._compile_worker(("softmax", "float32", "bf16x6", 16, True, ("split",))) == "softmax"
+    with pytest.raises(ValueError, match="precision 'bf16x6' needs a Triton"):  # teeth: it was refused
+        autograd.resolve_precision(torch.float32, "bf16x6")
