@@ -87,6 +87,27 @@ def test_benchmark_without_a_gpu_asks_for_device_cpu(monkeypatch, capsys, device
     assert stop.value.code == 2 and "no CUDA GPU found" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("device", "expected"), [("auto", "cuda"), ("cuda", "cuda"), ("cpu", "cpu")])
+def test_benchmark_measures_on_the_gpu_where_there_is_one(monkeypatch, device, expected):
+    """With a CUDA GPU, --device auto (the default) measures on it, as --device cuda does; --device cpu
+    stays on the CPU. The benchmark is stopped at its first use of the device (the micro-batch choice)."""
+    import torch
+
+    class Stop(Exception):
+        pass
+
+    def stop(args, dev):
+        raise Stop(str(dev))
+
+    main = bench_module()["main"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(main.__globals__, "precompile", lambda args, dev: None)
+    monkeypatch.setitem(main.__globals__, "choose_micro_batch", stop)
+    with pytest.raises(Stop) as chosen:
+        main(["--device", device, "--steps", "1", "--precompile", "0"])
+    assert str(chosen.value) == expected
+
+
 def test_benchmark_both_attention_dtypes_beside_their_anchors(monkeypatch, capsys, tmp_path):
     md = tmp_path / "table.md"
     args = ["--attention-dtype", "float32,bfloat16", "--micro-batch", "max", "--steps", "3", "--repeats", "2"]
