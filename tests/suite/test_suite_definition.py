@@ -85,6 +85,26 @@ def test_mini_seeds_extends_mini(tmp_path):
         }
 
 
+def test_mini_is_the_issues_list_with_the_main_contrast_first(tmp_path):
+    """The issue's mini suite: softmax; LERP K = 4, 16, 32; LERP K = 32 with range_grad = detach; {MinMax,
+    FWM} x {Weight, Prob} at K = 4 in historical arithmetic; a 6-layer model, d = 384, T = 256, ~50M tokens
+    per run, one seed. The runs go in file order (three at a time with --per-gpu 3): Table 3's contrast
+    (softmax, MinMax-Weight, FWM-Prob) first, then the rest of the factorial and LERP K = 32, then LERP
+    K = 4/16 and the detached gradient, so that a suite cut short still has the main contrast."""
+    mini = load_suite("mini")
+    hist = "k4[arithmetic=historical]"
+    ops = [r.operator for r in mini.runs]
+    assert ops[:3] == ["softmax", f"minmax-weight-{hist}", f"fwm-prob-{hist}"]
+    assert set(ops[3:6]) == {f"minmax-prob-{hist}", f"fwm-weight-{hist}", "lerp-k32"}
+    assert set(ops[6:]) == {"lerp-k4", "lerp-k16", "lerp-k32[range_grad=detach]"} and len(ops) == 9
+    assert {r.seed for r in mini.runs} == {1337}
+    for row in build_manifest(mini, tmp_path, "/data")["runs"]:
+        model, schedule = row["config"]["model"], row["config"]["schedule"]
+        assert (model["n_layer"], model["n_embd"], model["block_size"]) == (6, 384, 256)
+        tokens_per_step = schedule["micro_batch"] * schedule["accum"] * model["block_size"]
+        assert tokens_per_step == 65_536 and 49e6 <= schedule["tokens"] <= 51e6
+
+
 def test_manifest_rows_carry_identity_and_protocol(tmp_path):
     s = load_suite("B")
     m = build_manifest(s, tmp_path, "/data/fineweb")
