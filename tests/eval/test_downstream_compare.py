@@ -282,3 +282,31 @@ def test_the_per_item_record_keeps_each_choice_loglikelihood_and_greedy_flag():
         "loglikelihoods": [-1.5, -0.5],
         "is_greedy": [False, True],
     }
+
+
+def lm_eval_lines(folder, task, records):
+    """An ``lm_eval --log_samples`` file of the given sample dicts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"samples_{task}_2026-11-23T10-00-00.123456.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_folder_of_other_records_is_a_named_error_not_a_key_error(folders, tmp_path, capsys):
+    """A probes folder (samples.jsonl: probe, family, nll, ...) given to downstream-compare, or an lm-eval
+    sample without doc_id, ended in a KeyError traceback."""
+    from kinterval.cli import main
+
+    base, conds = folders
+    probes_out = tmp_path / "probes"
+    probes_out.mkdir()
+    (probes_out / "samples.jsonl").write_text(json.dumps({"probe": "A", "family": 0, "nll": 1.0}) + "\n")
+    assert main(["downstream-compare", str(base), str(probes_out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "samples.jsonl, line 1: not a per-item result record" in err and "\n" not in err
+    for rec in ({"target": "x", "metrics": ["acc"], "acc": 1.0, "filtered_resps": []}, [1, 2]):
+        lm_eval_lines(tmp_path / "odd", "qa", [rec])
+        with pytest.raises(ValueError, match=r"line 1: not a per-item result record \(no doc_id\)"):
+            downstream_compare(tmp_path / "odd", tmp_path / "odd", **FAST)
+    (tmp_path / "odd" / "samples_qa_2026-11-23T10-00-00.123456.jsonl").write_text('{"doc_id": 0}\n')
+    with pytest.raises(ValueError, match=r"line 1: not a per-item result record \(no metrics\)"):
+        downstream_compare(tmp_path / "odd", tmp_path / "odd", **FAST)

@@ -111,8 +111,12 @@ def _per_item(folder) -> dict[str, dict]:
                 rec = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}, line {n}: not a JSON record ({err})") from None
+            if not isinstance(rec, dict) or "doc_id" not in rec:  # e.g. a probes samples.jsonl
+                raise ValueError(f"{path}, line {n}: not a per-item result record (no doc_id)")
             if "filtered_resps" in rec:  # an lm-eval logged sample
                 rec = _item(rec)
+            if not isinstance(rec.get("metrics"), dict):
+                raise ValueError(f"{path}, line {n}: not a per-item result record (no metrics)")
             vals = {k: float(v) for k, v in rec["metrics"].items() if isinstance(v, (int, float))}
             if "perplexity" in vals:
                 vals["loglikelihood"] = vals.pop("perplexity")
