@@ -284,11 +284,179 @@ def test_the_per_item_record_keeps_each_choice_loglikelihood_and_greedy_flag():
     }
 
 
+# ---------------------------------------------------------------------- mutation audit (cli_glue.md)
 def lm_eval_lines(folder, task, records):
     """An ``lm_eval --log_samples`` file of the given sample dicts."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"samples_{task}_2026-11-23T10-00-00.123456.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_rolling_tasks_item_total_is_the_sum_of_its_loglikelihoods(tmp_path):
+    """loglikelihood_rolling samples log one number per window; the row is the item total (their sum)."""
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    for folder, resps in ((base, [-3.0, -2.5]), (cond, [-2.0, -2.5])):
+        recs = [{"doc_id": i, "target": "", "metrics": [], "filtered_resps": resps} for i in range(3)]
+        lm_eval_lines(folder, "wikitext", recs)
+    (row,) = downstream_compare(base, cond, **FAST)
+    assert row["metric"] == "loglikelihood" and row["n"] == 3
+    assert (row["baseline"], row["value"], row["diff"]) == (-5.5, -4.5, 1.0)
+
+
+def test_a_doc_with_another_target_under_another_filter_is_refused(tmp_path):
+    """Items are never silently merged: one doc_id must keep its target across lm-eval filters."""
+    base = tmp_path / "base"
+    recs = [{"doc_id": 0, "target": t, "filter": f, "metrics": ["acc"], "acc": 1.0,
+             "filtered_resps": [["-1.5", "False"]]} for t, f in (("x", "a"), ("y", "b"))]  # fmt: skip
+    lm_eval_lines(base, "gen", recs)
+    with pytest.raises(ValueError, match="doc_id 0 has targets 'x' and 'y'"):
+        downstream_compare(base, base, **FAST)
+
+
+def test_a_condition_with_an_extra_task_is_refused(folders, tmp_path):
+    base, conds = folders
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    for task in ("qa", "lm", "blimp_a", "blimp_b"):
+        (extra / f"{task}.jsonl").write_text((conds["big"] / f"{task}.jsonl").read_text())
+    write(extra, "hellaswag", {"acc": np.ones(4)})
+    with pytest.raises(ValueError, match=r"task\(s\) \['hellaswag'\] are in only one of"):
+        downstream_compare(base, extra, **FAST)
+
+
+def test_two_items_give_a_bootstrap_ci_and_one_item_gives_none(tmp_path):
+    """The CI needs two items: with d = (1, 1) every resample's mean is 1, so the CI is [1, 1]. A task of one
+    item has no CI (nan) and no labels, whether or not its item differs."""
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    write(base, "two", {"acc": [0.0, 0.0]})
+    write(cond, "two", {"acc": [1.0, 1.0]})
+    write(base, "one", {"acc": [0.0]})
+    write(cond, "one", {"acc": [0.0]})
+    rows = {r["task"]: r for r in downstream_compare(base, cond, **FAST)}
+    two, one = rows["two"], rows["one"]
+    assert (two["n"], two["diff"], two["lo"], two["hi"], two["detectable"]) == (2, 1.0, 1.0, 1.0, True)
+    assert 0.4 < two["p"] < 0.6  # |sum| >= 2 in 2 of the 4 sign patterns
+    assert one["n"] == 1 and np.isnan(one["lo"]) and np.isnan(one["hi"])
+    assert (one["detectable"], one["margin_status"], one["mark"]) == (None, None, "")
+
+
+def test_resamples_and_permutations_reach_their_own_procedures(folders, monkeypatch):
+    """``n_resamples`` sizes both bootstraps (the BLiMP macro row's too) and ``n_perm`` the sign flips."""
+    import kinterval.stats as S
+
+    seen = []
+    for name in ("paired_bootstrap_ci", "cluster_bootstrap_ci", "permutation_p_random"):
+        real = getattr(S, name)
+
+        def spy(*a, _real=real, _name=name, **k):
+            seen.append((_name, k.get("n_resamples", k.get("n"))))
+            return _real(*a, **k)
+
+        monkeypatch.setattr(S, name, spy)
+    base, conds = folders
+    downstream_compare(base, {"big": conds["big"]}, n_resamples=123, n_perm=456)
+    assert {n for name, n in seen if name == "paired_bootstrap_ci"} == {123}
+    assert {n for name, n in seen if name == "cluster_bootstrap_ci"} == {123}
+    assert {n for name, n in seen if name == "permutation_p_random"} == {456}
+
+
+def test_the_mark_needs_q_strictly_below_005():
+    """docs/downstream.md: ``*`` when q < 0.05, ``°`` when the CI excludes 0 but q >= 0.05."""
+    sig = {"metric": "acc", "lo": 0.1, "hi": 0.3, "p": 0.01}
+    assert downstream_commands._label(dict(sig, q=0.05), margin=0.01, nll_metrics=())["mark"] == "°"
+
+
+def test_blimp_task_next_to_its_paradigms_is_refused(tmp_path):
+    base = tmp_path / "base"
+    write(base, "blimp_a", {"acc": [1.0, 0.0]})
+    write(base, "blimp", {"acc": [1.0, 0.0]})
+    with pytest.raises(ValueError, match="task 'blimp' is both a result file and the BLiMP macro"):
+        downstream_compare(base, base, **FAST)
+
+
+def test_blimp_macro_rows_cover_the_metrics_every_paradigm_has(tmp_path):
+    """A metric that only some paradigms carry has no mean over the paradigms: no macro row for it."""
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    for folder, v in ((base, 0.0), (cond, 1.0)):
+        write(folder, "blimp_a", {"acc": [v, 0.0]})
+        write(folder, "blimp_b", {"acc": [v, 0.0], "acc_norm": [v, 1.0]})
+    rows = downstream_compare(base, cond, **FAST)
+    assert sorted(r["metric"] for r in rows if r["task"] == "blimp") == ["acc"]
+
+
+def test_missing_or_empty_result_folders_and_no_condition_are_named_errors(folders, tmp_path):
+    base, conds = folders
+    with pytest.raises(ValueError, match="nowhere does not exist"):
+        downstream_compare(base, tmp_path / "nowhere", **FAST)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"no per-item result files \(\*.jsonl\) in .*empty"):
+        downstream_compare(base, tmp_path / "empty", **FAST)
+    with pytest.raises(ValueError, match="needs at least one condition"):
+        downstream_compare(base, {}, **FAST)
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    downstream_commands.register(parser.add_subparsers())
+    return parser.parse_args(argv)
+
+
+def test_compare_cli_wires_each_flag_and_documents_its_defaults(monkeypatch, tmp_path, capsys):
+    seen = {}
+    monkeypatch.setattr(
+        downstream_commands, "downstream_compare", lambda b, c, **k: seen.update(k, c=c) or []
+    )
+    args = parse(["downstream-compare", "B", "c1", "x=c2"])
+    assert args.func(args) == 0  # the help's defaults: margin 0.01, nll, 4000 resamples, 20000 flips, seed 0
+    assert seen == {"margin": 0.01, "nll_metrics": ["nll"], "n_resamples": 4000, "n_perm": 20000, "seed": 0,
+                    "c": {"c1": "c1", "x": "c2"}}  # fmt: skip
+    args = parse(["downstream-compare", "B", "c1", "--margin", "0.05", "--nll-metrics", "nll", "ppl",
+                  "--resamples", "11", "--permutations", "22", "--seed", "3"])  # fmt: skip
+    assert args.func(args) == 0
+    assert (seen["margin"], seen["nll_metrics"]) == (0.05, ["nll", "ppl"])
+    assert (seen["n_resamples"], seen["n_perm"], seen["seed"]) == (11, 22, 3)
+
+
+def test_compare_cli_refuses_repeated_names_and_an_empty_name(folders, tmp_path):
+    base, conds = folders
+    args = parse(["downstream-compare", str(base), f"a={conds['big']}", f"a={conds['tiny']}"])
+    with pytest.raises(ValueError, match="condition names must be distinct"):
+        args.func(args)
+    args = parse(["downstream-compare", str(base), f"={conds['big']}"])  # not NAME=PATH: a path, missing
+    with pytest.raises(ValueError, match="does not exist"):
+        args.func(args)
+
+
+def test_downstream_and_probes_write_to_run_command_operator_by_default(monkeypatch, tmp_path, capsys):
+    """--out defaults to RUN/downstream/<operator|native> and RUN/probes/<operator|native>; --checkpoint is
+    passed through."""
+    from kinterval.eval import probes
+
+    seen = {}
+    summary = {"results": {}, "table": [], "skipped": {}, "block_size": 8}
+    fake = lambda *a, **k: seen.update(k) or summary  # noqa: E731
+    monkeypatch.setattr(downstream_commands, "run_downstream", fake)
+    monkeypatch.setattr(probes, "run_probes", fake)
+    run = tmp_path / "run"
+    args = parse(["downstream", "--run", str(run), "--tasks", "a,b", "--checkpoint", "4"])
+    assert args.func(args) == 0 and (seen["out"], seen["checkpoint"]) == (
+        str(run / "downstream" / "native"),
+        "4",
+    )
+    args = parse(["downstream", "--run", str(run), "--tasks", "a", "--operator", "softmax"])
+    assert args.func(args) == 0 and seen["out"] == str(run / "downstream" / "softmax")
+    args = parse(["probes", "--run", str(run)])
+    assert args.func(args) == 0 and seen["out"] == str(run / "probes" / "native")
+
+
+def test_probes_compare_cli_passes_resamples_and_seed(monkeypatch, tmp_path):
+    from kinterval.eval import probes
+
+    seen = []
+    res = {"operator": "o", "reference_operator": "softmax", "deltas": [], "slopes": []}
+    monkeypatch.setattr(probes, "compare_probes", lambda *a, **k: seen.append((a, k)) or res)
+    args = parse(["probes-compare", "REF", "c=X", "--resamples", "7", "--seed", "5"])
+    assert args.func(args) == 0 and seen == [(("X", "REF"), {"n_resamples": 7, "seed": 5})]
 
 
 def test_a_folder_of_other_records_is_a_named_error_not_a_key_error(folders, tmp_path, capsys):
