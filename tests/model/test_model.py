@@ -1,5 +1,7 @@
 """The GPT model: presets, parameter counts, operator swap, numerics contexts."""
 
+import re
+
 import pytest
 import torch
 
@@ -204,3 +206,48 @@ def test_train_and_eval_precision_switch_tf32():
             with train_precision(NumericsConfig(tf32_train=False)):
                 assert flags() == (False, False)
             assert flags() == (ambient, ambient)
+
+
+# ---------------------------------------------------------------------- mutation audit (cli_glue.md)
+def test_presets_have_the_documented_shapes():
+    """docs/training.md: gpt2-124m 12 layers, 12 heads, d=768, context 1024, vocabulary padded to a multiple
+    of 64 (50257 -> 50304); gpt2-1b 32 layers, 24 heads, d=1536; small 6 x 384, 512; tiny 2 x 64, 128."""
+    shape = lambda c: (c.n_layer, c.n_head, c.n_embd, c.block_size)  # noqa: E731
+    assert shape(PRESETS["gpt2-124m"]) == (12, 12, 768, 1024)
+    assert PRESETS["gpt2-124m"].padded_vocab_size == 50304
+    assert shape(PRESETS["gpt2-1b"]) == (32, 24, 1536, 1024)
+    assert [(c.n_layer, c.n_embd, c.block_size) for c in (PRESETS["small"], PRESETS["tiny"])] == [
+        (6, 384, 512),
+        (2, 64, 128),
+    ]
+
+
+def test_padding_keeps_a_vocabulary_that_is_already_a_multiple():
+    assert preset("tiny", vocab_size=128, vocab_multiple=64).padded_vocab_size == 128
+    assert preset("tiny", vocab_size=129, vocab_multiple=64).padded_vocab_size == 192
+    assert preset("tiny", vocab_size=97).padded_vocab_size == 97  # multiple 1: no padding
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"n_layer": True}, "model.n_layer must be a positive integer, got True"),
+        ({"vocab_multiple": 0}, "model.vocab_multiple must be a positive integer, got 0"),
+        ({"bias": "yes"}, "model.bias must be true or false, got 'yes'"),
+        ({"numerics": NumericsConfig(autocast_dtype="float32")}, "numerics.autocast_dtype must be one of"),
+        ({"numerics": NumericsConfig(tf32_eval="no")}, "numerics.tf32_eval must be true or false, got 'no'"),
+    ],
+)
+def test_each_model_field_is_checked(fields, message):
+    """A bool is not an integer (True would build a one-layer model); vocab_multiple 0 divided by zero."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ModelConfig(**{"n_layer": 1, "n_head": 1, "n_embd": 8, **fields}).validate()
+
+
+def test_parameter_count_without_biases_matches_the_model():
+    """count_params is the model's parameter count without building it, for bias=False too (LayerNorms
+    without a bias)."""
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=50, bias=False)
+    built = sum(p.numel() for p in GPT(cfg).parameters())
+    assert count_params(cfg) == built
+    assert count_params(cfg, include_positions=False) == built - 8 * 16
