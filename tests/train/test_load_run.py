@@ -146,3 +146,40 @@ def test_import_kinterval_stays_light():
     code = "import sys, kinterval; print('kinterval.train.load' in sys.modules, callable(kinterval.load_run))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]
+
+
+# ---------------------------------------------------------------------- mutation audit (cli_glue.md)
+def test_checkpoint_paths_relative_to_the_run_and_steps_after_a_checkpoint_folder(tiny_run):
+    """A checkpoint path may be relative to the run folder; a checkpoint folder answers only its own step
+    (a later step is not it either)."""
+    ckpt4, ckpt8 = (tiny_run / "checkpoints" / f"step_00000{s}" for s in (4, 8))
+    assert find_checkpoint(tiny_run, "checkpoints/step_000004") == tiny_run / "checkpoints/step_000004"
+    assert find_checkpoint(tiny_run, "checkpoints/step_000004").samefile(ckpt4)
+    with pytest.raises(ValueError, match="checkpoint of step 8, not checkpoint step 9"):
+        find_checkpoint(ckpt8, 9)
+
+
+def test_an_explicit_backend_is_the_one_used(tiny_run):
+    assert load_run(tiny_run, backend="reference").backend == "reference"
+    assert load_run(tiny_run).backend == "closed_form"  # auto on the CPU
+
+
+def test_a_garbled_model_config_is_a_checkpoint_error(tiny_run):
+    """An unknown model field (a TypeError in the dataclass) names the checkpoint, like a missing one."""
+    import json
+
+    ckpt = tiny_run / "checkpoints" / "step_000008"
+    state = json.loads((ckpt / "state.json").read_text())
+    state["model_config"]["n_layers"] = 2
+    state["state_sha256"] = state_sha256(state)
+    (ckpt / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match="state.json lacks or garbles field"):
+        load_run(tiny_run)
+
+
+def test_trained_operator_is_the_recorded_full_name():
+    from kinterval.train.load import trained_operator
+
+    state = {"operator": {"full_name": "fwm-prob-k4"}, "config": {"operator": {"name": "fwm-prob-k4[tau=6]"}}}
+    assert trained_operator(state) == "fwm-prob-k4"
+    assert trained_operator({"config": {"operator": {"name": "softmax"}}}) == "softmax"  # older checkpoints
