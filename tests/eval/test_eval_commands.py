@@ -1,0 +1,82 @@
+"""CLI glue of ``kinterval eval``, ``geometry``, ``graddiag`` and ``tau-screen``: each flag reaches its
+parameter, with the documented defaults (mutation audit, benchmarks/results/mutation-2026-11-24/cli_glue.md).
+"""
+
+import pytest
+
+from kinterval.cli import build_parser, main
+
+
+class Stop(Exception):
+    pass
+
+
+def test_eval_passes_each_flag_to_evaluate_run(monkeypatch):
+    from kinterval.eval import evaluate
+
+    seen = {}
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, **k: seen.update(k, run=run) or [])
+    argv = ["eval", "--run", "R", "--checkpoint", "4", "--operator", "softmax", "--split", "test",
+            "--data", "D", "--out", "O", "--doc-clusters", "--device", "cpu", "--max-blocks", "3", "--force",
+            "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    assert seen == {"run": "R", "checkpoint": "4", "operator": "softmax", "split": "test", "data": "D",
+                    "out_dir": "O", "doc_clusters": True, "device": "cpu", "max_blocks": 3, "force": True,
+                    "progress": False}  # fmt: skip
+    assert main(["eval", "--run", "R"]) == 0  # help: all checkpoints, val split, auto device
+    assert (seen["checkpoint"], seen["split"], seen["device"], seen["force"], seen["progress"]) == (
+        "all", "val", "auto", False, True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["geometry", "graddiag"])
+def test_diagnostics_pass_their_flags_and_default_to_8_blocks(monkeypatch, kind):
+    from kinterval.eval import diagnostics
+
+    seen = {}
+    monkeypatch.setattr(diagnostics, "diagnose_run", lambda run, k, **kw: seen.update(kw, kind=k) or [])
+    assert main([kind, "--run", "R"]) == 0
+    assert (seen["kind"], seen["blocks"], seen["force"]) == (kind, 8, False)
+    extra = ["--as", "fwm-prob-k4"] if kind == "geometry" else []
+    assert main([kind, "--run", "R", "--blocks", "2", "--force", *extra]) == 0
+    assert (seen["blocks"], seen["force"]) == (2, True)
+    if kind == "geometry":
+        assert seen["spec"] == "fwm-prob-k4"
+    else:
+        assert "spec" not in seen
+
+
+def test_tau_screen_stages_take_the_overrides_and_their_block_counts(monkeypatch):
+    """--K and --taus replace every stage's lists; the subset stages (1, 2a, 2b) use --subset-blocks
+    (default 32) and the full-split stage 3 uses --max-blocks (default: no cap)."""
+    from kinterval.eval import checkpoints, tau_screen
+
+    stages, specs = [], []
+    real_stage, real_spec = tau_screen.Stage, tau_screen.fwm_spec
+    monkeypatch.setattr(tau_screen, "Stage", lambda *a, **k: stages.append(real_stage(*a, **k)) or stages[-1])
+    monkeypatch.setattr(tau_screen, "fwm_spec", lambda *a: specs.append(a) or real_spec(*a))
+
+    def stop(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(checkpoints, "select_checkpoints", stop)
+    with pytest.raises(Stop):
+        main(
+            ["tau-screen", "--run", "R", "--stages", "1,3", "--K", "8", "--taus", "5.5", "--max-blocks", "9"]
+        )
+    assert [(s.name, s.K, s.taus, s.blocks) for s in stages] == [
+        ("1", (8,), (5.5,), 32),
+        ("3", (8,), (5.5,), 9),
+    ]
+    assert set(specs) == {(8, 5.5, "nearest")}
+    stages.clear()
+    with pytest.raises(Stop):
+        main(["tau-screen", "--run", "R", "--stages", "2a,3", "--subset-blocks", "4"])
+    assert [(s.name, s.blocks) for s in stages] == [("2a", 4), ("3", None)]
+    assert stages[0].K == (4, 16, 32)  # the paper's K of stage 2a without --K
+
+
+def test_tau_screen_help_defaults():
+    args = build_parser().parse_args(["tau-screen", "--run", "R"])
+    got = (args.checkpoint, args.stages, args.subset_blocks, args.reconstruction)
+    assert got == ("latest", "1,2a,2b,3", 32, "nearest")

@@ -1,0 +1,75 @@
+"""CLI glue of ``kinterval suite``: flags reach their parameters, exit codes, the gate's error listing
+(mutation audit, benchmarks/results/mutation-2026-11-24/cli_glue.md)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from kinterval.cli import main
+
+
+def fake_report(errors):
+    rep = {"errors": errors, "results_only": False, "suite": "s", "record": None, "ok": not errors}
+    return SimpleNamespace(**rep, summary=lambda: "summary")
+
+
+@pytest.mark.parametrize(
+    "max_errors, shown, more",
+    [(0, 0, "... and 3 more errors"), (2, 2, "... and 1 more errors"), (3, 3, None)],
+)
+def test_gate_prints_at_most_max_errors_and_counts_the_rest(monkeypatch, capsys, max_errors, shown, more):
+    """--max-errors N (>= 0) prints the first N errors and says how many more there are."""
+    from kinterval.suite import gate
+
+    seen = {}
+    rep = fake_report(["e1", "e2", "e3"])
+    monkeypatch.setattr(gate, "gate", lambda d, **k: seen.update(k, dir=d) or rep)
+    assert main(["suite", "gate", "D", "--max-errors", str(max_errors)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("ERROR")] == [f"ERROR e{i}" for i in range(1, shown + 1)]
+    assert [line for line in out if line.startswith("...")] == ([more] if more else [])
+    assert seen == {"dir": "D", "results_only": False, "write_record": True}
+    assert main(["suite", "gate", "D", "--no-record", "--results-only"]) == 1
+    assert seen == {"dir": "D", "results_only": True, "write_record": False}
+
+
+def test_run_passes_its_flags_and_exits_1_when_a_run_failed(monkeypatch, capsys):
+    from kinterval.suite import runner
+
+    seen = {}
+    result = {"a": "completed", "b": "failed"}
+    monkeypatch.setattr(
+        runner, "run_suite", lambda name, out, **k: seen.update(k, name=name, out=out) or result
+    )
+    argv = ["suite", "run", "mini", "--out", "O", "--data", "D", "--only", "x*", "--gpus", "2",
+            "--per-gpu", "3", "--slurm-partition", "gpu", "--slurm-time", "90", "--device", "cpu",
+            "--threads", "1"]  # fmt: skip
+    assert main(argv) == 1
+    assert seen == {"name": "mini", "out": "O", "data": "D", "only": ["x*"], "gpus": 2, "per_gpu": 3,
+                    "slurm": False, "slurm_args": {"partition": "gpu", "time": 90}, "device": "cpu",
+                    "threads": 1}  # fmt: skip
+    assert "1 of 2 runs ok; failed: ['b']" in capsys.readouterr().out
+    result.pop("b")
+    assert main(["suite", "run", "mini", "--out", "O"]) == 0
+    assert (seen["gpus"], seen["per_gpu"], seen["slurm_args"]) == (0, 1, {"partition": None, "time": None})
+
+
+def test_run_one_exits_1_unless_the_run_completed(monkeypatch):
+    from kinterval.suite import runner
+
+    status = {"s": "failed"}
+    monkeypatch.setattr(runner, "run_one", lambda out, run_id, **k: status["s"])
+    assert main(["suite", "run-one", "--out", "O", "r"]) == 1
+    status["s"] = "completed"
+    assert main(["suite", "run-one", "--out", "O", "r"]) == 0
+
+
+def test_show_lists_only_the_selected_runs(capsys):
+    from kinterval.suite.definition import load_suite
+
+    runs = load_suite("mini").runs
+    group = runs[0].group
+    assert main(["suite", "show", "mini", "--only", group]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    want = [r.run_id for r in runs if r.group == group]
+    assert 0 < len(want) < len(runs) and [line.split()[0] for line in lines] == want
