@@ -1,0 +1,85 @@
+"""The run's record files (``kinterval.train.metrics``) and the loop's deterministic mode
+(``kinterval.train.loop.deterministic``), tested directly: docs/training.md §3 and §5."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from kinterval.train.loop import deterministic
+from kinterval.train.metrics import MetricsLog, read_metrics, write_status
+
+
+def write(run, data: bytes):
+    (run / "metrics.jsonl").write_bytes(data)
+
+
+def test_only_an_unterminated_last_line_is_dropped(tmp_path):
+    """docs §5: a torn last line (a write cut short, so no newline) is dropped; a corrupt line that was
+    written in full, the last one included, is refused."""
+    write(tmp_path, b'{"step": 1}\n{"step": 2, "lo')
+    assert read_metrics(tmp_path) == [{"step": 1}]
+    write(tmp_path, b'{"step": 1}\n{"step": 2, "lo\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl: line 2 is corrupt"):
+        read_metrics(tmp_path)
+
+
+def test_a_line_with_a_stray_byte_or_a_non_object_is_refused(tmp_path):
+    """A line damaged by a stray non-UTF-8 byte is corrupt (not read as if the byte were absent), and a line
+    that is JSON but not an object is refused by its number."""
+    write(tmp_path, b'{"step": 1}\n{"step"\xff: 2}\n{"step": 3}\n')
+    with pytest.raises(ValueError, match="line 2 is corrupt"):
+        read_metrics(tmp_path)
+    write(tmp_path, b'{"step": 1}\n[2, 3]\n{"step": 3}\n')
+    with pytest.raises(ValueError, match="line 2 is not a JSON object"):
+        read_metrics(tmp_path)
+
+
+def test_truncate_after_keeps_the_rows_up_to_the_checkpoint_step(tmp_path):
+    """A resumed run redoes the steps after its checkpoint: their rows go, the checkpoint step's own row and
+    the rows before it stay."""
+    log = MetricsLog(tmp_path)
+    for step in (1, 2, 3, 4):
+        log.write({"step": step, "train_loss": 1.0 / step})
+    log.write({"step": 4, "event": "validation", "val_loss": 2.0, "row_span": 3.0})
+    log.truncate_after(2)
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+
+
+def test_non_finite_numbers_are_written_as_strings_so_the_files_stay_strict_json(tmp_path):
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+    MetricsLog(tmp_path).write({"step": 1, "train_loss": float("inf"), "grad_norm": float("nan")})
+    row = strict((tmp_path / "metrics.jsonl").read_text())
+    assert row == {"step": 1, "train_loss": "inf", "grad_norm": "nan"}
+    write_status(tmp_path, status="nonfinite_loss", loss=float("-inf"), history=(1.0, float("inf")))
+    assert strict((tmp_path / "status.json").read_text()) == {
+        "status": "nonfinite_loss", "loss": "-inf", "history": [1.0, "inf"]
+    }  # fmt: skip
+    assert not (tmp_path / "status.json.tmp").exists()
+
+
+@pytest.fixture
+def restore_determinism(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    old = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    yield
+    torch.use_deterministic_algorithms(old[0], warn_only=old[1])
+
+
+def test_deterministic_mode_is_requested_on_cuda_and_restored(restore_determinism):
+    """On CUDA the run requests deterministic algorithms (warn-only, so a kernel without a deterministic
+    implementation still runs) and the cuBLAS workspace setting they need; afterwards the old mode is back.
+    Only the flags are set, so this runs without a GPU."""
+
+    with deterministic(torch.device("cpu")):  # CPU kernels are deterministic already: nothing requested
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    with deterministic(torch.device("cuda")):
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert not torch.are_deterministic_algorithms_enabled()
