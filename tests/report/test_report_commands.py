@@ -1,0 +1,18 @@
+"""``kinterval report DIR [DIR ...] [--out DIR]`` wiring: every folder reaches the report, and the output
+folder is --out or, by default, DIR/report of the first folder (the help text)."""
+
+from pathlib import Path
+
+from kinterval import cli
+from kinterval.report import build
+
+
+def test_report_passes_every_folder_and_its_output_folder(monkeypatch, tmp_path, capsys):
+    calls = []
+    monkeypatch.setattr(build, "build_report", lambda dirs, out: calls.append((list(dirs), Path(out))) or out)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert cli.main(["report", a, b]) == 0
+    assert calls[-1] == ([a, b], Path(a) / "report")
+    assert cli.main(["report", a, b, "--out", str(tmp_path / "r")]) == 0
+    assert calls[-1] == ([a, b], tmp_path / "r")
+    assert f"report written: {tmp_path / 'r'}" in capsys.readouterr().out
