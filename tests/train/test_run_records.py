@@ -83,3 +83,17 @@ def test_deterministic_mode_is_requested_on_cuda_and_restored(restore_determinis
         assert torch.is_deterministic_algorithms_warn_only_enabled()
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_resuming_a_finished_run_does_not_touch_its_records(make_config, tmp_path):
+    """docs §5: resuming a run that is already complete does nothing and leaves status.json and
+    metrics.jsonl as they are: not rewritten (same bytes and modification time), not even for a moment."""
+    from kinterval.train.loop import train
+
+    cfg = make_config(**{"schedule.tokens": 32 * 8 * 3, "checkpoint.count": 1})
+    run = tmp_path / "run"
+    assert train(cfg, run).status == "completed"
+    files = [run / "metrics.jsonl", run / "status.json"]
+    before = [(f.read_bytes(), f.stat().st_mtime_ns) for f in files]
+    assert train(cfg, run, resume=True).status == "completed"
+    assert [(f.read_bytes(), f.stat().st_mtime_ns) for f in files] == before
