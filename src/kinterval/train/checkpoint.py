@@ -325,7 +325,9 @@ def load_checkpoint(path: str | Path, *, verify: bool = True) -> Checkpoint:
         fp = path / f
         if not fp.is_file():
             raise CheckpointError(f"checkpoint {path}: {f} is missing")
-        if verify and _sha256(fp) != state["files"].get(f):
+        if verify and not state["files"].get(f):
+            raise CheckpointError(f"checkpoint {path}: state.json records no sha256 for {f}")
+        if verify and _sha256(fp) != state["files"][f]:
             raise CheckpointError(
                 f"checkpoint {path}: {f} is corrupt or truncated (sha256 differs from state.json)"
             )
