@@ -35,3 +35,19 @@ def test_ops_table_passes_its_flags(monkeypatch, capsys):
     seen.clear()
     assert cli.main(["ops", "--operators", "fwm-prob-k4", "--T", "2", "--range-grad", "detach"]) == 0
     assert seen["specs"] == ["fwm-prob-k4[range_grad=detach]"]  # --range-grad reaches the spec
+
+
+def test_ops_table_defaults_are_the_ones_its_help_gives(monkeypatch, capsys):
+    """--help states each default; run without flags, the table uses them (T = 128, sd 6, full gradient)."""
+    with pytest.raises(SystemExit):
+        cli.main(["ops", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: full)", "(default: 128)", "(default: 6,", "(default: 0)"):
+        assert default in helptext
+    seen = []
+    real = commands.attention_probs
+    monkeypatch.setattr(
+        commands, "attention_probs", lambda s, spec, **kw: seen.append(s.shape) or real(s, spec, **kw)
+    )
+    assert cli.main(["ops", "--operators", "fwm-prob-k4"]) == 0
+    assert "T=128, score sd 6," in capsys.readouterr().out and seen[0] == (4, 4, 128, 128)

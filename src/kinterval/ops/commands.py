@@ -21,10 +21,14 @@ def register(sub) -> None:
     p = sub.add_parser("ops", help="operator table: distance to softmax and gradient zero-sum residual")
     p.add_argument("action", nargs="?", choices=["table", "verify"], default="table")
     p.add_argument("--operators", default=",".join(DEFAULT_OPERATORS), help="comma-separated names")
-    p.add_argument("--range-grad", default="full")
-    p.add_argument("--T", type=int, default=128)
-    p.add_argument("--scale", type=float, default=6.0, help="score standard deviation (spans of about 25-30)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--range-grad", default="full", help="backward rule of the K-interval operators (default: full)"
+    )
+    p.add_argument("--T", type=int, default=128, help="keys per causal row, 4 x 4 heads (default: 128)")
+    p.add_argument(
+        "--scale", type=float, default=6.0, help="score standard deviation (default: 6, spans of about 25-30)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random scores (default: 0)")
     p.set_defaults(func=run)
 
 
