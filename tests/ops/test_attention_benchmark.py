@@ -184,10 +184,10 @@ def test_error_columns_find_flips_at_the_benchmarks_scale_and_note_the_share_ran
     ]
 
 
-def test_a_split_dot_an_older_triton_refuses_is_a_note(bench, capsys, tmp_path, monkeypatch):
-    """On a GPU whose Triton has no bf16x6 (only tf32x3), triton_attention refuses it: the bf16x6 rows
-    show "-" and one note says why, and the run goes on to the other modes. Simulated in the interpreter by
-    resolve_precision's own check, run as outside the interpreter."""
+@pytest.fixture
+def older_triton(monkeypatch):
+    """A GPU whose Triton compiles tf32x3 but not bf16x6: resolve_precision's own check, run as outside the
+    interpreter."""
     from kinterval.ops.triton import autograd
 
     real = autograd.resolve_precision
@@ -199,6 +199,11 @@ def test_a_split_dot_an_older_triton_refuses_is_a_note(bench, capsys, tmp_path, 
             return real(dtype, precision)
 
     monkeypatch.setattr(autograd, "resolve_precision", older_triton_on_a_gpu)
+
+
+def test_a_split_dot_an_older_triton_refuses_is_a_note(bench, capsys, tmp_path, older_triton):
+    """On a GPU whose Triton has no bf16x6 (only tf32x3), triton_attention refuses it: the bf16x6 rows
+    show "-" and one note says why, and the run goes on to the other modes."""
     rows, notes, _ = run(
         bench, capsys, tmp_path, "--ops", "softmax", "--dtypes", "bf16x6,tf32x3", "--no-flex"
     )
@@ -210,21 +215,13 @@ def test_a_split_dot_an_older_triton_refuses_is_a_note(bench, capsys, tmp_path, 
     assert notes[0].startswith("bf16x6 rows: triton_attention refused it (precision 'bf16x6' needs a Triton")
 
 
-def test_precompile_worker_passes_over_a_refused_split_dot(bench, monkeypatch):
+def test_precompile_worker_passes_over_a_refused_split_dot(bench, monkeypatch, older_triton):
     """--precompile's worker compiles each (operator, mode) once; a split dot the installed Triton refuses is
     left to the timing process (which notes it), not an error of the worker. The GPU tensors are CPU ones
     here and the refusal is resolve_precision's own check, run as outside the interpreter."""
     from kinterval.ops.triton import autograd
 
-    real, to = autograd.resolve_precision, torch.Tensor.to
-
-    def older_triton_on_a_gpu(dtype, precision):
-        with monkeypatch.context() as m:
-            m.setattr(autograd, "INTERPRET", False)
-            m.setattr(autograd, "cuda_dot_precisions", lambda: ("tf32", "tf32x3", "ieee"))
-            return real(dtype, precision)
-
-    monkeypatch.setattr(autograd, "resolve_precision", older_triton_on_a_gpu)
+    to = torch.Tensor.to
     monkeypatch.setattr(torch.Tensor, "to", lambda x, *a, **kw: to(x, *(y for y in a if y != "cuda"), **kw))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     assert bench._compile_worker(("softmax", "float32", "bf16x6", 16, True, ("split",))) == "softmax"
