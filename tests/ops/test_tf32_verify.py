@@ -41,8 +41,10 @@ def test_a_child_setting_wins_over_its_parent(settings):
 @new_api
 def test_tf32_off_is_off_whatever_the_parents_say(settings):
     """``tf32(False)``: fp32 matmuls and convolutions in IEEE precision inside the block, even when the
-    top-level setting allows TF32; the settings come back on exit."""
-    settings(("top", "tf32"))
+    top-level setting allows TF32; the settings come back on exit. The children are set to "none" (inherit):
+    setting the top level leaves a child that an earlier test set explicitly as it was."""
+    settings(("top", "tf32"), ("cudnn", "none"), ("matmul", "none"), ("conv", "none"))
+    assert tf32_flags() == (True, True)
     with tf32(False):
         assert tf32_flags() == (False, False)
         assert (b.cuda.matmul.fp32_precision, b.cudnn.conv.fp32_precision) == ("ieee", "ieee")
