@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -257,12 +258,15 @@ def test_identical_results_get_a_zero_ci_and_the_mark_follows_bh_q():
     assert (mark(0.01), mark(0.2)) == ("*", "°")
 
 
+def copy_of(folder, dest):
+    """A new condition folder holding ``folder``'s result files."""
+    shutil.copytree(folder, dest)
+    return dest
+
+
 def test_two_result_files_of_one_task_or_other_metrics_are_refused(folders, tmp_path):
     base, conds = folders
-    twice = tmp_path / "twice"
-    twice.mkdir()
-    for task in ("qa", "lm", "blimp_a", "blimp_b"):
-        (twice / f"{task}.jsonl").write_text((conds["big"] / f"{task}.jsonl").read_text())
+    twice = copy_of(conds["big"], tmp_path / "twice")
     (twice / "samples_qa_2026-11-23T10-00-00.123456.jsonl").write_text((base / "qa.jsonl").read_text())
     with pytest.raises(ValueError, match="task 'qa': more than one result file"):
         downstream_compare(base, twice, **FAST)
@@ -315,10 +319,7 @@ def test_a_doc_with_another_target_under_another_filter_is_refused(tmp_path):
 
 def test_a_condition_with_an_extra_task_is_refused(folders, tmp_path):
     base, conds = folders
-    extra = tmp_path / "extra"
-    extra.mkdir()
-    for task in ("qa", "lm", "blimp_a", "blimp_b"):
-        (extra / f"{task}.jsonl").write_text((conds["big"] / f"{task}.jsonl").read_text())
+    extra = copy_of(conds["big"], tmp_path / "extra")
     write(extra, "hellaswag", {"acc": np.ones(4)})
     with pytest.raises(ValueError, match=r"task\(s\) \['hellaswag'\] are in only one of"):
         downstream_compare(base, extra, **FAST)

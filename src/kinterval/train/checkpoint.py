@@ -316,25 +316,31 @@ def read_state(path: str | Path, *, verify: bool = False) -> dict:
     return state
 
 
+def _load_tensors(path: Path, name: str, state: dict, *, verify: bool) -> dict[str, torch.Tensor]:
+    """One tensor file of a checkpoint; with ``verify`` first checked against the sha256 state.json records.
+    ``CheckpointError`` names the file when it is missing, unrecorded, corrupt, truncated or unreadable."""
+    fp = path / name
+    if not fp.is_file():
+        raise CheckpointError(f"checkpoint {path}: {name} is missing")
+    if verify:
+        recorded = state["files"].get(name)
+        if not recorded:
+            raise CheckpointError(f"checkpoint {path}: state.json records no sha256 for {name}")
+        if _sha256(fp) != recorded:
+            raise CheckpointError(
+                f"checkpoint {path}: {name} is corrupt or truncated (sha256 differs from state.json)"
+            )
+    try:
+        return load_file(fp)
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {path}: {name} is unreadable ({err})") from None
+
+
 def load_checkpoint(path: str | Path, *, verify: bool = True) -> Checkpoint:
     """Read a checkpoint folder; with ``verify`` every file's sha256 is checked against state.json."""
     path = Path(path)
     state = read_state(path, verify=verify)
-    tensors = {}
-    for f in FILES:
-        fp = path / f
-        if not fp.is_file():
-            raise CheckpointError(f"checkpoint {path}: {f} is missing")
-        if verify and not state["files"].get(f):
-            raise CheckpointError(f"checkpoint {path}: state.json records no sha256 for {f}")
-        if verify and _sha256(fp) != state["files"][f]:
-            raise CheckpointError(
-                f"checkpoint {path}: {f} is corrupt or truncated (sha256 differs from state.json)"
-            )
-        try:
-            tensors[f] = load_file(fp)
-        except (SafetensorError, OSError, ValueError) as err:
-            raise CheckpointError(f"checkpoint {path}: {f} is unreadable ({err})") from None
+    tensors = {f: _load_tensors(path, f, state, verify=verify) for f in FILES}
     model = tensors["model.safetensors"]
     if TIED[1] in model:
         model[TIED[0]] = model[TIED[1]]
@@ -379,22 +385,7 @@ def read_model_weights(ckpt_dir: str | Path) -> dict[str, torch.Tensor]:
     ``model.safetensors`` against the sha256 that ``state.json`` records; ``CheckpointError`` names the file
     when it is missing, truncated, corrupt or unrecorded."""
     path = Path(ckpt_dir)
-    state = read_state(path)
-    name = "model.safetensors"
-    weights = path / name
-    if not weights.is_file():
-        raise CheckpointError(f"checkpoint {path}: {name} is missing")
-    recorded = (state.get("files") or {}).get(name)
-    if not recorded:
-        raise CheckpointError(f"checkpoint {path}: state.json records no sha256 for {name}")
-    if _sha256(weights) != recorded:
-        raise CheckpointError(
-            f"checkpoint {path}: {name} is corrupt or truncated (sha256 differs from state.json)"
-        )
-    try:
-        tensors = load_file(weights)
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"checkpoint {path}: {name} is unreadable ({err})") from None
+    tensors = _load_tensors(path, "model.safetensors", read_state(path), verify=True)
     if TIED[1] in tensors:
         tensors[TIED[0]] = tensors[TIED[1]]
     return tensors
