@@ -212,3 +212,11 @@ def test_huggingface_snippets_run(in_tmp, capsys):
     assert namespace["model"].config._attn_implementation == "kinterval-softmax"
     exec(snippet("docs/huggingface.md", 2, {'"DIR"': '"llama-fwm-prob-k4"'}), namespace)
     assert namespace["model"].config._attn_implementation == "kinterval"
+
+
+def test_readme_lists_every_command():
+    """README.md's "Command line" paragraph is where a user looks first: a new subcommand belongs there."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Command line", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`kinterval ([a-z][a-z-]*)", section))
+    assert set(_subcommands(build_parser())) <= named, "README.md's command list misses a subcommand"
