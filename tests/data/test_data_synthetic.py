@@ -129,3 +129,59 @@ def test_describe_names_tokens():
         [syn.KV_OPEN, syn.KEY0 + 3, syn.VAL0 + 5, syn.KV_CLOSE, syn.OPEN0, syn.CLOSE0, syn.EOT]
     )
     assert text == "KV_OPEN k3 v5 KV_CLOSE ( ) EOT"
+
+
+def test_every_documented_range_is_reached(docs):
+    """docs/data.md's ranges are the ones drawn, ends included: copy spans of 6-16 words, 3-8 keys per
+    list, 2-n queries, every stored key queryable (the last one too), four trigger bigrams per document, and
+    every key, value and trigger id in use. The other tests check only that nothing falls outside a range,
+    which a generator that never draws an end (or a quarter of the triggers) passes."""
+    spans, lists, asked, triggers = set(), [], set(), []
+    for doc in docs:
+        triggers.append({t for t in doc if syn.TRIG0 <= t < syn.WORD0})
+        for i, t in enumerate(doc):
+            if t == syn.COPY_OPEN:
+                spans.add(doc.index(syn.COPY_CLOSE, i) - i - 1)
+            elif t == syn.KV_OPEN:
+                keys = doc[i + 1 : doc.index(syn.KV_CLOSE, i) : 2]
+                lists.append([keys, 0])
+            elif t == syn.QUERY:
+                keys = lists[-1][0]
+                lists[-1][1] += 1
+                asked.add((len(keys), keys.index(doc[i + 1])))
+    assert spans == set(range(6, 17))
+    assert {len(keys) for keys, _ in lists} == set(range(3, 9))
+    assert all(2 <= q <= len(keys) for keys, q in lists)
+    assert min(q for _, q in lists) == 2 and any(q == len(keys) for keys, q in lists)
+    assert asked == {(n, j) for n in range(3, 9) for j in range(n)}
+    assert max(map(len, triggers)) == 4 and sum(len(t) == 4 for t in triggers) > len(docs) / 2
+    counts = np.bincount(np.concatenate([np.asarray(d) for d in docs]), minlength=syn.VOCAB_SIZE)
+    assert (counts[syn.KEY0 : syn.WORD0] > 0).all()  # keys, values and triggers
+    # ~5 % of filler positions become a trigger (filler is about half of the tokens): ~2.5 % of all tokens
+    assert 0.015 < counts[syn.TRIG0 : syn.WORD0].sum() / counts.sum() < 0.04
+
+
+def test_streams_of_neighbouring_seeds_are_different_corpora():
+    """The val and test splits are the streams (seed, 1) and (seed, 2) (docs/data.md): they must not be the
+    train stream of another seed (a stream seeded with seed + stream would make seed 0's val split seed 1's
+    train split)."""
+    first = {
+        (seed, stream): next(syn.documents(seed, stream))[:64].tolist()
+        for seed in (0, 1)
+        for stream in (0, 1)
+    }
+    assert len({tuple(d) for d in first.values()}) == 4
+
+
+def test_layout_is_the_documented_one_and_describe_names_each_range():
+    """The token layout stored in meta.json (module docstring, docs/data.md): markers 1-6, openers 8-13,
+    closers 14-19, keys 20-83, values 84-147, triggers 148-179, words 180-510, EOT 511; ``describe`` names
+    each range by its prefix."""
+    assert syn.LAYOUT["markers"] == {"KV_OPEN": 1, "KV_CLOSE": 2, "QUERY": 3, "COPY_OPEN": 4, "COPY_CLOSE": 5,
+                                     "COPY_AGAIN": 6}  # fmt: skip
+    ranges = {k: syn.LAYOUT[k] for k in ("openers", "closers", "keys", "values", "triggers", "words")}
+    assert ranges == {"openers": [8, 13], "closers": [14, 19], "keys": [20, 83], "values": [84, 147],
+                      "triggers": [148, 179], "words": [180, 510]}  # fmt: skip
+    assert syn.LAYOUT["eot"] == syn.EOT == 511
+    ids = [20, 83, 84, 147, 148, 179, 180, 510, 13, 19]
+    assert syn.describe(ids) == "k0 k63 v0 v63 t0 t31 w0 w330 ‹ ›"
