@@ -173,3 +173,169 @@ def test_benchmark_statistics_and_largest_micro_batch():
     for bad in (["--attention-dtype", "float16"], ["--micro-batch", "lots"], ["--steps", "0"]):
         with pytest.raises(SystemExit):
             b["parse_args"](bad)
+
+
+class _DemoLayers:
+    """``run_demo`` with the layers below it replaced by recorders: ``prepare`` and ``train`` record their
+    arguments (and the torch threads in use), ``load_run`` returns the run's operator as its "model" and
+    ``evaluate_nll`` gives fixed per-block NLL: softmax 1, 2, 3, 4; every other operator softmax + 0.1, 0.3,
+    0.2, 0.4 (ΔNLL 0.25, standard error std(ddof=1) / 2)."""
+
+    DELTA = np.array([0.1, 0.3, 0.2, 0.4])
+
+    def __init__(self, monkeypatch, status="completed"):
+        from types import SimpleNamespace
+
+        import torch
+
+        from kinterval.train import demo
+
+        self.prepared, self.trained = [], []
+        val = np.arange(10, dtype=np.uint16)
+
+        def prepare(source, out, **kw):
+            self.prepared.append((source, Path(out), kw))
+
+        def train(cfg, run, resume=False):
+            self.trained.append((cfg, Path(run), resume, torch.get_num_threads()))
+            Path(run).mkdir(parents=True, exist_ok=True)
+            return SimpleNamespace(status=status, train_s=12.5, last_loss=3.25)
+
+        def evaluate_nll(model, tokens, block_size):
+            assert tokens is val and block_size == 128
+            soft = np.array([1.0, 2.0, 3.0, 4.0])
+            return soft if model == "softmax" else soft + self.DELTA
+
+        monkeypatch.setattr(demo, "prepare", prepare)
+        monkeypatch.setattr(demo, "train", train)
+        monkeypatch.setattr(demo, "TokenShards", lambda data, split: SimpleNamespace(tokens=lambda: val))
+        monkeypatch.setattr(demo, "load_run", lambda run: SimpleNamespace(model=Path(run).name))
+        monkeypatch.setattr(demo, "evaluate_nll", evaluate_nll)
+
+
+def test_demo_defaults_are_the_documented_protocol(tmp_path, monkeypatch):
+    """docs/training.md: the default demo trains 600k tokens per operator (the tiny-cpu row), from the same
+    seed (0 by default, as the README's demo protocol) on a 1,000,000-token synthetic corpus (README: "the
+    demo's corpus"); softmax is always trained, first, as the reference; a finished run's recorded training
+    time and loss are reported. Rows: ΔNLL = mean of the per-block differences to softmax and its standard
+    error std(ddof=1) / sqrt(n). (The end-to-end test runs --quick only, which sets its own sizes.)"""
+    from kinterval.train.demo import run_demo
+
+    layers = _DemoLayers(monkeypatch)
+    rows = run_demo(tmp_path, operators=["fwm-prob-k4"], progress=False)
+    assert layers.prepared == [
+        ("synthetic", tmp_path / "data", {"tokens": 1_000_000, "seed": 0, "progress": False})
+    ]
+    assert [(c.operator.name, run, resume) for c, run, resume, _ in layers.trained] == [
+        ("softmax", tmp_path / "runs" / "softmax", True),
+        ("fwm-prob-k4", tmp_path / "runs" / "fwm-prob-k4", True),
+    ]
+    for cfg, *_ in layers.trained:
+        assert (cfg.schedule.tokens, cfg.seed, cfg.log.progress) == (600_000, 0, False)
+        assert cfg.data.dir == str(tmp_path / "data")
+    assert [r["operator"] for r in rows] == ["softmax", "fwm-prob-k4"]
+    assert [(r["train_s"], r["train_loss"], r["blocks"]) for r in rows] == [(12.5, 3.25, 4)] * 2
+    assert rows[0]["delta_nll"] == 0.0
+    assert rows[1]["delta_nll"] == pytest.approx(0.25)  # worse than softmax: positive
+    assert rows[1]["delta_se"] == pytest.approx(np.std(layers.DELTA, ddof=1) / 2)
+
+
+def test_demo_passes_tokens_and_seed_and_reuses_the_prepared_corpus(tmp_path, monkeypatch):
+    """--tokens and --seed reach every run (and the corpus: docs/data.md, the synthetic corpus is
+    deterministic from its seed); a folder that already holds the corpus is not prepared again (re-running
+    the demo with the same --out reuses it)."""
+    from kinterval.train.demo import run_demo
+
+    layers = _DemoLayers(monkeypatch)
+    run_demo(tmp_path, tokens=4096, operators=["softmax"], quick=True, seed=5, progress=False)
+    assert [(p[2]["tokens"], p[2]["seed"]) for p in layers.prepared] == [(100_000, 5)]
+    assert [(c.schedule.tokens, c.seed) for c, *_ in layers.trained] == [(4096, 5)]
+    (tmp_path / "data" / "meta.json").parent.mkdir(parents=True)
+    (tmp_path / "data" / "meta.json").write_text("{}")
+    run_demo(tmp_path, operators=["softmax"], quick=True, seed=5, progress=False)
+    assert len(layers.prepared) == 1
+
+
+def test_demo_threads_are_set_for_the_runs_and_restored(tmp_path, monkeypatch):
+    """run_demo's ``threads`` (docstring): torch's CPU threads during the runs, restored afterwards; 0 or None
+    keep torch's setting (``kinterval demo --threads 0``)."""
+    import torch
+
+    from kinterval.train.demo import run_demo
+
+    layers = _DemoLayers(monkeypatch)
+    torch.set_num_threads(2)
+    try:
+        for threads, during in ((1, 1), (0, 2), (None, 2)):
+            run_demo(tmp_path, operators=["softmax"], quick=True, progress=False, threads=threads)
+            assert layers.trained[-1][3] == during and torch.get_num_threads() == 2, threads
+    finally:
+        torch.set_num_threads(1)
+
+
+def test_a_demo_run_that_stops_is_an_error(tmp_path, monkeypatch):
+    """A run that ends with a non-finite loss must not be evaluated and reported as if it had finished."""
+    from kinterval.train.demo import run_demo
+
+    _DemoLayers(monkeypatch, status="nonfinite_loss")
+    with pytest.raises(ValueError, match="demo run softmax stopped: nonfinite_loss"):
+        run_demo(tmp_path, operators=["softmax"], quick=True, progress=False)
+    assert not (tmp_path / "runs" / "softmax" / "val_nll.npy").exists()
+
+
+def test_demo_command_passes_its_flags_and_prints_the_reports_intervals(tmp_path, monkeypatch, capsys):
+    """`kinterval demo`: its defaults are the documented ones (docs/training.md: softmax, minmax-weight-k4
+    and fwm-prob-k4; 1 CPU thread; seed 0), each flag reaches run_demo (empty names in --operators are
+    dropped), and the table prints what the report computed: the interval, "separated" exactly where the
+    report says so (lower bound > +0.01, not > 0) and the report's bootstrap block."""
+    import kinterval.report
+    from kinterval.train import demo
+
+    calls = []
+
+    def run_demo(out, **kw):
+        calls.append((out, kw))
+        nll = {
+            "softmax": np.array([1.0, 2.0]),
+            "lerp-k4": np.array([1.2, 2.1]),
+            "fwm-prob-k4": np.array([1, 2.01]),
+        }
+        return [
+            {"operator": op, "val_nll": float(v.mean()), "blocks": 2, "train_s": 1.0,
+             "delta_nll": float((v - nll["softmax"]).mean()), "per_block": v}
+            for op, v in nll.items()
+        ]  # fmt: skip
+
+    def demo_report(per_block, out):
+        assert list(per_block) == ["softmax", "lerp-k4", "fwm-prob-k4"] and out == tmp_path / "report"
+        rows = [
+            {"operator": "lerp-k4", "lo": 0.05, "hi": 0.2, "separated": True, "block": 7},
+            {"operator": "fwm-prob-k4", "lo": 0.004, "hi": 0.02, "separated": False, "block": 7},
+        ]
+        return {"rows": rows, "index": out / "index.md"}
+
+    monkeypatch.setattr(demo, "run_demo", run_demo)
+    monkeypatch.setattr(kinterval.report, "demo_report", demo_report)
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    assert calls[-1] == (
+        tmp_path,
+        {"tokens": None, "operators": ["softmax", "minmax-weight-k4", "fwm-prob-k4"], "quick": False,
+         "seed": 0, "progress": True, "threads": 1},
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line[:1].isalpha()}
+    assert "[+0.0500, +0.2000] separated" in lines["lerp-k4"]
+    assert "[+0.0040, +0.0200]" in lines["fwm-prob-k4"] and "separated" not in lines["fwm-prob-k4"]
+    assert "(2 validation blocks;" in out and "block 7, 4000 resamples" in out
+    assert f"report: {tmp_path / 'report' / 'index.md'}" in out
+
+    flags = ["--tokens", "4096", "--operators", "lerp-k4,,fwm-prob-k4,", "--seed", "3", "--quick"]
+    assert main(["demo", "--out", str(tmp_path), *flags, "--threads", "0", "--no-progress"]) == 0
+    kw = calls[-1][1]
+    assert (kw["tokens"], kw["operators"], kw["seed"], kw["quick"]) == (
+        4096,
+        ["lerp-k4", "fwm-prob-k4"],
+        3,
+        True,
+    )
+    assert kw["progress"] is False and not kw["threads"]  # 0 or None: torch's setting
