@@ -135,11 +135,16 @@ def test_nonfinite_loss_stops_cleanly(make_config, tmp_path):
                 model.transformer.ln_f.weight.fill_(float("nan"))
 
     result = train(make_config(), tmp_path / "run", on_step=poison)
-    assert result.status == "nonfinite_loss" and result.exit_code != 0 and result.steps == 3
+    # docs/training.md: exit code 3 for a non-finite loss (2 is a refused input or checkpoint)
+    assert result.status == "nonfinite_loss" and result.exit_code == 3 and result.steps == 3
     rows = read_metrics(tmp_path / "run")
     assert rows[-1]["event"] == "nonfinite_loss" and rows[-1]["step"] == 4
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["status"] == "nonfinite_loss" and status["last_checkpoint"].endswith("step_000002")
+    # the event goes to status.json as to metrics.jsonl: the failed step with its loss and gradient norm
+    assert [status[k] for k in ("step", "train_loss", "grad_norm")] == [
+        rows[-1][k] for k in ("step", "train_loss", "grad_norm")
+    ]
     ckpt = load_checkpoint(latest_checkpoint(tmp_path / "run"))
     assert ckpt.state["step"] == 2
     assert all(torch.isfinite(t).all() for t in ckpt.model.values())

@@ -208,3 +208,46 @@ def test_optimizer_step_uses_the_learning_rate_of_its_own_token_count(make_confi
     assert [len(u) for u in used] == [1] * 8  # both groups, one value
     assert [u.pop() for u in used] == pytest.approx(want, rel=1e-12)
     assert logged == pytest.approx(want, rel=1e-12) and logged[-1] == pytest.approx(floor)
+
+
+def test_a_logged_row_is_its_steps_stats_with_throughput_since_the_last_row_and_peak_mem_in_bytes(
+    make_config, tmp_path, monkeypatch
+):
+    """docs/training.md §3: a row holds its step's own loss, learning rate (the one the step used), gradient
+    norm and clip flag; tokens_per_s is the throughput since the previous row, so with log.every > 1 it
+    counts all the steps since then (not one), and restarts at each row; peak_mem is in bytes (on Linux
+    the process's peak resident size, which /proc/self/status reports in kB as VmHWM). A hand-set clock
+    replaces the trainer's: 3 steps in 3 s, then 1 step in 2 s, at 256 tokens per step."""
+    import re
+    from types import SimpleNamespace
+
+    from kinterval.train import trainer as trainer_module
+
+    now = [0.0]
+    monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def hwm():
+        return int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+
+    trainer = Trainer(make_config(), tmp_path / "run", D.setup("cpu"))
+    trainer.open_records()
+    before, logged = hwm(), []
+    for seconds in (1, 1, 1):
+        stats = trainer.step()
+        now[0] += seconds
+    trainer.log_step(stats)
+    logged.append(stats)
+    stats = trainer.step()
+    now[0] += 2
+    trainer.log_step(stats)
+    logged.append(stats)
+    after = hwm()
+    trainer.close()
+    rows = read_metrics(tmp_path / "run")
+    assert trainer.plan.tokens_per_step == 256 and [r["step"] for r in rows] == [3, 4]
+    fields = ("step", "train_loss", "lr", "grad_norm", "clipped")
+    assert [tuple(r[k] for k in fields) for r in rows] == [
+        tuple(getattr(s, k) for k in fields) for s in logged
+    ]
+    assert [r["tokens_per_s"] for r in rows] == [3 * 256 / 3, 256 / 2]
+    assert before <= rows[0]["peak_mem"] <= rows[1]["peak_mem"] <= after

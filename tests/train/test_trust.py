@@ -80,6 +80,22 @@ def test_finished_run_reports_its_recorded_loss_and_time(runs):
     assert result.train_s == status["train_s"] > 0
 
 
+def test_a_finished_run_killed_before_its_final_status_is_marked_completed_on_resume(runs, tmp_path):
+    """A kill after the final checkpoint but before the final status leaves status.json "running" (docs §3: a
+    killed run stays "running"). Resuming has nothing to redo, and writes the "completed" status the run
+    would have written, with the checkpoint's loss and training time (Trainer.finish); metrics.jsonl stays."""
+    cfg, _ = runs
+    run = copy_run(runs, "full", tmp_path)
+    want = json.loads((run / "status.json").read_text())
+    metrics = (run / "metrics.jsonl").read_bytes()
+    (run / "status.json").write_text(json.dumps({"status": "running", "step": 0, "steps": 8}))
+    assert train(cfg, run, resume=True).resumed_finished
+    got = json.loads((run / "status.json").read_text())
+    assert got.pop("last_checkpoint") == str(run / "checkpoints" / "step_000008")
+    assert got == {k: v for k, v in want.items() if k != "last_checkpoint"} and got["status"] == "completed"
+    assert (run / "metrics.jsonl").read_bytes() == metrics
+
+
 def test_demo_rerun_shows_the_real_numbers(tmp_path):
     from kinterval.train.demo import run_demo
 
@@ -251,6 +267,23 @@ def test_clip_statistics_survive_kill_and_resume(runs, tmp_path):
     assert 0 < n < len(full) and full[-1][1] == n / len(full)  # a running fraction over the whole run
 
 
+def test_training_time_adds_up_over_the_sessions_of_a_run(runs, tmp_path):
+    """docs/training.md §3: train_s is the training wall time over all sessions of the run. The killed run's
+    checkpoint at step 4 is given 1000 s of earlier training (state.json rehashed): the resumed run reports,
+    records in status.json and saves at its final checkpoint 1000 s plus this session's few seconds."""
+    cfg, _ = runs
+    run = copy_run(runs, "killed", tmp_path)
+    ck = run / "checkpoints" / "step_000004"
+    state = json.loads((ck / "state.json").read_text())
+    state["train_s"] = 1000.0
+    state["state_sha256"] = C.state_sha256(state)
+    (ck / "state.json").write_text(json.dumps(state))
+    result = train(cfg, run, resume=True)
+    final = load_checkpoint(latest_checkpoint(run)).state
+    assert final["step"] == 8 and 1000 < result.train_s == final["train_s"] < 1000 + 120
+    assert json.loads((run / "status.json").read_text())["train_s"] == result.train_s
+
+
 # ---------------------------------------------------------------------- 9. block size
 def test_block_size_longer_than_the_data_is_refused_up_front(make_config, tmp_path):
     with pytest.raises(ValueError, match=r"model\.block_size 100000 needs 100001 tokens.*has 6\d{4}"):
@@ -267,6 +300,19 @@ def test_block_size_beyond_device_memory_is_refused_before_allocating(make_confi
     # 2 layers * 4 sequences * 2 heads * 20000^2 * 4 bytes = 23.8 GiB
     with pytest.raises(ValueError, match=r"model\.block_size 20000: .* 23\.8 GiB, more than the 1\.0 GiB"):
         train(cfg, tmp_path / "run")
+
+
+@pytest.mark.parametrize(("operator", "backend"), [("sdpa", "auto"), ("softmax", "closed_form")])
+def test_unfused_attention_off_cuda_is_checked_against_memory(make_config, monkeypatch, operator, backend):
+    """check_fits (docs/training.md §2): only a fused kernel (triton, or sdpa on CUDA) skips the bound; sdpa
+    on the CPU keeps its probabilities like the other backends, so it is refused the same way. (check_fits
+    is called directly: a run that were not refused would allocate the 23.8 GiB.)"""
+    monkeypatch.setattr(trainer_module, "device_memory", lambda device: 2**30)
+    cfg = make_config(**{"model.block_size": 20_000, "operator.name": operator, "operator.backend": backend})
+    with pytest.raises(ValueError, match=r"model\.block_size 20000: .* 23\.8 GiB, more than the 1\.0 GiB"):
+        trainer_module.check_fits(cfg, cfg.model_config(512), 60_000, torch.device("cpu"))
+    small = make_config(**{"operator.name": operator, "operator.backend": backend})  # T = 32: 32 KiB
+    trainer_module.check_fits(small, small.model_config(512), 60_000, torch.device("cpu"))
 
 
 # ---------------------------------------------------------------------- 10. RNG states
