@@ -295,6 +295,28 @@ def test_minilm_report_command_passes_its_flags_and_writes_the_json(monkeypatch,
     assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]  # without --json nothing is written
 
 
+def test_minilm_report_takes_every_operator_family_and_checks_the_names_before_loading(monkeypatch):
+    """--families takes any operator family (docs/operators.md: {minmax|fwm|resolved}-{weight|prob}, lerp,
+    fwm-lerp, resolved-lerp), not only the five of the default table: the table used to sort its rows by
+    their place in that list and failed with "x not in tuple" after the whole run (and before --json was
+    written). Families outside it follow the listed ones in the order given. A name that is no operator is
+    refused before the model is loaded, not after the operators before it have run."""
+    from kinterval.integrations import minilm_report
+
+    rows = [{"operator": "softmax", "mean_cos": 1.0, "min_cos": 1.0}]
+    for fam in ("resolved-prob", "lerp", "minmax-prob"):
+        rows.append({"operator": f"{fam}-k2", "mean_cos": 0.9, "min_cos": 0.8})
+    table = minilm_report.markdown({"rows": rows}, ks=(2,)).splitlines()
+    assert [line.split(" | ")[0] for line in table[2:5]] == ["| lerp", "| resolved-prob", "| minmax-prob"]
+
+    def load(impl="sdpa"):
+        raise AssertionError("the model was loaded before the names were checked")
+
+    monkeypatch.setattr(minilm_report, "load", load)
+    with pytest.raises(ValueError, match="unknown operator name 'bogus-k2'"):
+        minilm_report.run(families=("lerp", "bogus"), ks=(2,))
+
+
 def test_minilm_report_loads_the_packaged_model_offline_in_eval_mode(monkeypatch, tmp_path):
     """The weights come from the package's folder, offline, and the encoder runs in eval mode (BERT's dropout
     off: in train mode every embedding, softmax's too, would be a random draw); without the package the

@@ -118,12 +118,13 @@ def embed(model, batch) -> torch.Tensor:
 
 
 def run(families=FAMILIES, ks=KS, sentences=SENTENCES) -> dict:
+    ops = ["softmax"] + [f"{f}-k{k}" for f in families for k in ks]
+    names = [hf.attn_implementation_name(op) for op in ops]  # every name checked before the model is loaded
     tok, model = load()
     batch = tok(list(sentences), padding=True, truncation=True, max_length=128, return_tensors="pt")
     ref = embed(model, batch)
     rows = []
-    for op in ["softmax"] + [f"{f}-k{k}" for f in families for k in ks]:
-        name = hf.attn_implementation_name(op)
+    for op, name in zip(ops, names):
         model.set_attn_implementation(name)
         with hf.expect_kinterval(name):  # else the report would print sdpa's 1.0000 everywhere
             cos = (embed(model, batch) * ref).sum(-1)
@@ -136,9 +137,11 @@ def run(families=FAMILIES, ks=KS, sentences=SENTENCES) -> dict:
 
 
 def markdown(result: dict, ks=KS) -> str:
-    """Operators as rows, K as columns: mean cosine (min in parentheses)."""
+    """Operators as rows, K as columns: mean cosine (min in parentheses). Rows in ``FAMILIES`` order, then
+    any other family in the order of the results."""
     by_op = {r["operator"]: r for r in result["rows"]}
-    families = sorted({op.rsplit("-k", 1)[0] for op in by_op if op != "softmax"}, key=FAMILIES.index)
+    families = list(dict.fromkeys(op.rsplit("-k", 1)[0] for op in by_op if op != "softmax"))
+    families.sort(key=lambda f: FAMILIES.index(f) if f in FAMILIES else len(FAMILIES))
     lines = ["| operator | " + " | ".join(f"K={k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
     for fam in families:
         cells = [by_op[f"{fam}-k{k}"] for k in ks]
