@@ -89,11 +89,23 @@ def test_a_finished_run_killed_before_its_final_status_is_marked_completed_on_re
     want = json.loads((run / "status.json").read_text())
     metrics = (run / "metrics.jsonl").read_bytes()
     (run / "status.json").write_text(json.dumps({"status": "running", "step": 0, "steps": 8}))
-    assert train(cfg, run, resume=True).resumed_finished
+    result = train(cfg, run, resume=True)
+    assert result.resumed_finished and result.last_checkpoint == run / "checkpoints" / "step_000008"
     got = json.loads((run / "status.json").read_text())
     assert got.pop("last_checkpoint") == str(run / "checkpoints" / "step_000008")
     assert got == {k: v for k, v in want.items() if k != "last_checkpoint"} and got["status"] == "completed"
     assert (run / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_a_finished_run_is_not_resumed_under_another_config(runs, tmp_path):
+    """docs/training.md §5: the checkpoint must match the requested config, a finished one too: "already
+    complete" under another seed would report the recorded run as if it were the requested one."""
+    cfg, _ = runs
+    run = copy_run(runs, "full", tmp_path)
+    status = (run / "status.json").read_bytes()
+    with pytest.raises(CheckpointError, match=r"different config.*seed: 0 -> 5"):
+        train(cfg.override({"seed": 5}), run, resume=True)
+    assert (run / "status.json").read_bytes() == status
 
 
 def test_demo_rerun_shows_the_real_numbers(tmp_path):
@@ -315,9 +327,39 @@ def test_unfused_attention_off_cuda_is_checked_against_memory(make_config, monke
     trainer_module.check_fits(small, small.model_config(512), 60_000, torch.device("cpu"))
 
 
+def test_a_val_split_without_a_block_is_refused_before_any_step(make_config, tmp_path, monkeypatch):
+    """With log.eval_every the run validates on the val split; a split shorter than one block of T+1 tokens
+    is refused when the Trainer is built, not at the first validation after the steps up to it. (The test
+    data's val split is 8193 tokens: no block of 8193 + 1.)"""
+    from kinterval.train import distributed as D
+    from kinterval.train.trainer import Trainer
+
+    monkeypatch.setattr(trainer_module, "device_memory", lambda device: None)  # no memory bound here
+    cfg = make_config(**{"model.block_size": 8193, "log.eval_every": 4, "schedule.micro_batch": 1,
+                         "schedule.accum": 8, "schedule.tokens": 8193 * 8})  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"log\.eval_every: the val split of .* holds no block of 8193\+1 tokens"
+    ):
+        Trainer(cfg, tmp_path / "run", D.setup("cpu"))
+    assert not (tmp_path / "run").exists()
+
+
 # ---------------------------------------------------------------------- 10. RNG states
 def draws():
     return torch.rand(4).tolist(), np.random.rand(4).tolist(), np.random.randn(), random.random()  # noqa: NPY002
+
+
+def test_a_run_seeds_numpys_and_pythons_global_generators_from_its_seed(make_config, tmp_path):
+    """Besides torch (the model's init), a run seeds numpy's legacy global generator and python's ``random``
+    from its seed, so user code and hooks draw the same numbers in every run of a seed (and other numbers
+    under another seed); a resume then restores the checkpoint's states instead (test below)."""
+    from kinterval.train import distributed as D
+    from kinterval.train.trainer import Trainer
+
+    for seed in (3, 4):
+        Trainer(make_config(seed=seed), tmp_path / f"run{seed}", D.setup("cpu"))
+        assert random.random() == random.Random(seed).random()
+        assert np.random.rand() == np.random.RandomState(seed).rand()  # noqa: NPY002
 
 
 def test_checkpoint_rng_states_round_trip(tmp_path):
