@@ -11,6 +11,7 @@ import pytest
 from kinterval.cli import main
 from kinterval.data.prepare import prepare
 from kinterval.suite import runner
+from kinterval.suite.definition import load_suite
 from kinterval.suite.manifest import read_manifest
 from kinterval.suite.runner import init_suite, run_suite, submit_slurm
 
@@ -282,3 +283,21 @@ def test_a_suite_folder_resumed_without_data_keeps_its_data_code_and_suite(tmp_p
     other.write_text(TINY.replace('name = "tiny"', 'name = "other"').replace("{protocol}", "tiny-cpu"))
     with pytest.raises(ValueError, match="holds suite tiny, not other"):
         init_suite(other, out, data)
+
+
+def test_gpus_needs_that_many_cuda_devices_unless_the_runs_train_on_the_cpu(tmp_path, capsys, monkeypatch):
+    """--gpus 1 without CUDA started a child "on GPU 0" that trained a GPU protocol on the CPU, unnoticed."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    out = tmp_path / "o"
+    argv = ["suite", "run", str(suite_file(tmp_path, "124m-100m")), "--out", str(out), "--gpus", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--gpus 1: 0 CUDA device(s) visible" in err[0] and not out.exists()
+    runner.check_gpus(2, [], "cpu")  # --device cpu: processes share the CPU
+    runner.check_gpus(2, load_suite(suite_file(tmp_path)).runs, None)  # a CPU protocol (tiny-cpu)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    runner.check_gpus(2, load_suite(suite_file(tmp_path, "124m-100m")).runs, None)
+    with pytest.raises(ValueError, match="--gpus 3: 2 CUDA device"):
+        runner.check_gpus(3, load_suite(suite_file(tmp_path, "124m-100m")).runs, None)

@@ -87,6 +87,28 @@ def check_device_threads(device: str | None, threads: int | None) -> None:
         raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
 
 
+def check_gpus(gpus: int, runs, device: str | None) -> None:
+    """``--gpus N`` needs N visible CUDA devices unless the runs train on the CPU (``--device cpu`` or a CPU
+    protocol such as ``tiny-cpu``: then N child processes share the CPU). Without this a run meant for a GPU
+    that a child cannot see (``CUDA_VISIBLE_DEVICES`` beyond the machine's) trained on the CPU, unnoticed."""
+    from kinterval.train.config import TrainConfig
+
+    devices = (
+        {device} if device else {TrainConfig.from_toml(r.protocol).override(r.overrides).device for r in runs}
+    )
+    if devices == {"cpu"}:
+        return
+    import torch
+
+    found = torch.cuda.device_count()
+    if found < gpus:
+        fix = f"use --gpus {found} or fewer" if found else "drop --gpus"
+        raise ValueError(
+            f"--gpus {gpus}: {found} CUDA device(s) visible, and these runs train on device "
+            f"{'/'.join(sorted(devices))}; {fix} (or pass --device cpu to share the CPU between the runs)"
+        )
+
+
 def run_one(
     out: str | Path, run_id: str, *, device: str | None = None, threads: int | None = None, log=print
 ) -> str:
@@ -170,9 +192,12 @@ def run_suite(
         raise ValueError(f"--per-gpu must be >= 1 and needs --gpus N (got per_gpu={per_gpu}, gpus={gpus})")
     check_device_threads(device, threads)
     suite = load_suite(name)
-    ids = [r.run_id for r in select(suite.runs, only)]
+    runs = select(suite.runs, only)
+    ids = [r.run_id for r in runs]
     if not ids:
         raise ValueError(f"--only {only} matches no run of suite {suite.name}")
+    if gpus and not slurm:
+        check_gpus(gpus, runs, device)
     if threads:
         import torch
 
