@@ -479,3 +479,17 @@ def test_a_folder_of_other_records_is_a_named_error_not_a_key_error(folders, tmp
     (tmp_path / "odd" / "samples_qa_2026-11-23T10-00-00.123456.jsonl").write_text('{"doc_id": 0}\n')
     with pytest.raises(ValueError, match=r"line 1: not a per-item result record \(no metrics\)"):
         downstream_compare(tmp_path / "odd", tmp_path / "odd", **FAST)
+
+
+def test_printed_table_keeps_long_names_apart():
+    """A metric of 12 characters or more ran into the condition: 'loglikelihoodmmw-k4'."""
+    from kinterval.eval.downstream_commands import format_compare
+
+    row = {"task": "a_task_name_longer_than_24", "metric": "loglikelihood",
+           "condition": "a-condition-over-20-chars", "n": 4, "baseline": -21.7925, "value": -21.7924,
+           "diff": 1e-4, "lo": -3e-4, "hi": 6e-4, "p": 0.75, "q": 0.75, "mark": "",
+           "margin_status": None}  # fmt: skip
+    head, _, line = format_compare([row]).splitlines()
+    assert line.split()[:3] == [row["task"], "loglikelihood", row["condition"]]
+    assert head.index("metric") == line.index("loglikelihood")
+    assert head.index("condition") == line.index("a-cond")

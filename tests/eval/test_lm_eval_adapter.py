@@ -425,3 +425,24 @@ def test_data_tokenized_with_another_bpe_file_named_gpt2_is_refused(tmp_path, sh
             check_gpt2_vocabulary("run", 50257, state, gpt2_encoding())
     else:
         check_gpt2_vocabulary("run", 50257, state, gpt2_encoding())
+
+
+def test_downstream_unknown_task_or_unreachable_hub_is_one_error_line(run, in_data, capsys, monkeypatch):
+    """An unknown task was lm-eval's KeyError traceback; a Hub dataset without network, a ConnectionError."""
+    import lm_eval
+
+    from kinterval import cli
+
+    args = ["downstream", "--run", str(run), "--include-path", str(DATA), "--limit", "1"]
+    assert cli.main([*args, "--tasks", "kinterval_tiny_mc,no_such_task"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval downstream: error: lm-eval tasks not found: no_such_task (")
+    assert "\n" not in err
+
+    def offline(**kwargs):
+        raise ConnectionError("Couldn't reach 'Rowan/hellaswag' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", offline)
+    assert cli.main([*args, "--tasks", "kinterval_tiny_mc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "could not download" in err and "--include-path DIR" in err and "\n" not in err

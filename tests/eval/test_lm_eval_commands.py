@@ -73,3 +73,18 @@ def test_an_option_error_of_lm_eval_is_one_named_line_and_other_errors_are_kept(
     monkeypatch.setattr(lm_main, "cli_evaluate", elsewhere)
     with pytest.raises(ValueError, match=r"^a bug$"):
         run("--tasks", "x", "--device", "cpu")
+
+
+def test_a_task_dataset_out_of_reach_is_one_error_line(monkeypatch, capsys):
+    """A Hub task without network (datasets' ConnectionError) was a traceback and exit status 1."""
+    from kinterval.cli import main
+
+    def offline():
+        raise ConnectionError("Couldn't reach 'Rowan/hellaswag' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(lm_main, "cli_evaluate", offline)
+    assert main(["lm-eval", "--tasks", "hellaswag", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval lm-eval: error: lm-eval could not download a task's dataset")
+    assert "\n" not in err
+    assert "Rowan/hellaswag" in err and "--include_path DIR" in err

@@ -43,12 +43,20 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
     from lm_eval.tasks import TaskManager
 
     from kinterval.eval.lm_eval_adapter import KIntervalLM
+    from kinterval.eval.lm_eval_commands import hub_error
 
-    lm = KIntervalLM(run, checkpoint=checkpoint, operator=operator, device=device, batch_size=batch_size)
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     tm = TaskManager(include_path=str(include_path) if include_path else None)
-    res = simple_evaluate(model=lm, tasks=tasks, limit=limit, log_samples=True, task_manager=tm,
-                          num_fewshot=num_fewshot, bootstrap_iters=0)  # fmt: skip
+    unknown = [t for t in tasks if not tm.match_tasks([t]) and not Path(t).is_file()]  # a YAML path is fine
+    if unknown:
+        raise ValueError(f"lm-eval tasks not found: {', '.join(unknown)} (lm-eval's task names, or the names "
+                         "of task YAMLs in --include-path DIR)")  # fmt: skip
+    lm = KIntervalLM(run, checkpoint=checkpoint, operator=operator, device=device, batch_size=batch_size)
+    try:
+        res = simple_evaluate(model=lm, tasks=tasks, limit=limit, log_samples=True, task_manager=tm,
+                              num_fewshot=num_fewshot, bootstrap_iters=0)  # fmt: skip
+    except ConnectionError as err:  # a task's dataset on the Hub, without network
+        raise ValueError(hub_error(err, "--include-path")) from None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for task, samples in res["samples"].items():
@@ -269,12 +277,16 @@ def downstream_compare(
 
 
 def format_compare(rows: list[dict]) -> str:
-    head = (f"{'task':<24}{'metric':<12}{'condition':<20}{'n':>6}{'base':>9}{'cond':>9}{'diff':>10}"
-            f"{'95% CI':>22}{'p':>8}{'q':>8}  margin")  # fmt: skip
+    # text columns as wide as their longest entry plus a space (e.g. the metric "loglikelihood")
+    w = {k: max([width] + [len(str(r[k])) + 1 for r in rows]) for k, width in
+         (("task", 24), ("metric", 12), ("condition", 20))}  # fmt: skip
+    head = (f"{'task':<{w['task']}}{'metric':<{w['metric']}}{'condition':<{w['condition']}}{'n':>6}"
+            f"{'base':>9}{'cond':>9}{'diff':>10}{'95% CI':>22}{'p':>8}{'q':>8}  margin")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         ci = f"[{r['lo']:+.4f}, {r['hi']:+.4f}]"
-        lines.append(f"{r['task']:<24}{r['metric']:<12}{r['condition']:<20}{r['n']:>6}{r['baseline']:>9.4f}"
+        lines.append(f"{r['task']:<{w['task']}}{r['metric']:<{w['metric']}}{r['condition']:<{w['condition']}}"
+                     f"{r['n']:>6}{r['baseline']:>9.4f}"
                      f"{r['value']:>9.4f}{r['diff']:>+10.4f}{ci:>22}{r['p']:>8.4f}{r['q']:>8.4f}{r['mark']:<2}"
                      f"{r['margin_status'] or ''}")  # fmt: skip
     return "\n".join(lines)

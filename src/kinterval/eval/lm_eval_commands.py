@@ -40,9 +40,20 @@ def _lm_eval(args: argparse.Namespace) -> int:
         if not _raised_in(err, "lm_eval.config."):
             raise
         raise ValueError(f"lm-eval: {err}") from None
+    except ConnectionError as err:  # a task's dataset on the Hub, without network
+        raise ValueError(hub_error(err, "--include_path")) from None
     finally:
         sys.argv = argv
     return 0
+
+
+def hub_error(err: ConnectionError, include_flag: str) -> str:
+    """The one-line message for a task dataset that could not be downloaded (``datasets`` raises
+    ``ConnectionError`` when the Hub cannot be reached or ``HF_HUB_OFFLINE`` is set)."""
+    return (
+        f"lm-eval could not download a task's dataset from the Hugging Face Hub: {err}. Check the network "
+        f"(or HF_HUB_OFFLINE), or use local tasks: task YAMLs in a folder given with {include_flag} DIR"
+    )
 
 
 def _raised_in(err: BaseException, prefix: str) -> bool:
