@@ -28,7 +28,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    data = subparsers.add_parser("data", help="prepare and inspect token datasets")
+    data = subparsers.add_parser("data", help="prepare token datasets (uint16 shards + meta.json)")
     sub = data.add_subparsers(dest="data_command", metavar="ACTION")
     sub.required = True
     p = sub.add_parser("prepare", help="tokenize a corpus into uint16 shards + meta.json")

@@ -161,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--json", help="also write the raw rows here")
     args = p.parse_args(argv)
+    try:
+        model_dir()
+    except ImportError as err:  # the weights package is not installed: one line, exit 2
+        p.error(str(err))
     ks = tuple(int(k) for k in args.ks.split(","))
     result = run(tuple(args.families.split(",")), ks)
     print(f"{result['n_sentences']} sentences (up to {result['max_tokens']} tokens); mean cosine (min)\n")
