@@ -161,12 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--json", help="also write the raw rows here")
     args = p.parse_args(argv)
-    try:
-        model_dir()
-    except ImportError as err:  # the weights package is not installed: one line, exit 2
-        p.error(str(err))
     ks = tuple(int(k) for k in args.ks.split(","))
-    result = run(tuple(args.families.split(",")), ks)
+    try:
+        result = run(tuple(args.families.split(",")), ks)
+    except ImportError as err:  # a package it needs (the weights, transformers) is not installed: one line
+        p.error(str(err))
     print(f"{result['n_sentences']} sentences (up to {result['max_tokens']} tokens); mean cosine (min)\n")
     print(markdown(result, ks))
     if args.json:
