@@ -215,10 +215,12 @@ def test_slurm_without_slurm_is_an_error_not_a_local_run(tmp_path, monkeypatch):
     [(["--gpus", "-1"], "--gpus must be"), (["--per-gpu", "0"], "--per-gpu must be"),
      (["--per-gpu", "2"], "needs --gpus N"),
      (["--threads", "0"], "--threads must be"), (["--device", "tpu"], "--device must be one of"),
-     (["--only", "nothing*"], "matches no run")],
+     (["--only", "nothing*"], "matches no run"), (["--slurm"], "--slurm needs submitit")],
 )  # fmt: skip
-def test_run_flags_are_checked_before_the_folder_is_made(tmp_path, capsys, flags, message):
-    """--gpus -1 and --threads 0 were taken silently; a bad --device or --only failed after preparing data."""
+def test_run_flags_are_checked_before_the_folder_is_made(tmp_path, capsys, monkeypatch, flags, message):
+    """--gpus -1 and --threads 0 were taken silently; a bad --device or --only failed after preparing data;
+    --slurm without submitit wrote the manifest first."""
+    monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit -> ImportError
     out = tmp_path / "o"
     assert main(["suite", "run", str(suite_file(tmp_path)), "--out", str(out), *flags]) == 2
     assert message in capsys.readouterr().err and not out.exists()

@@ -198,6 +198,7 @@ def run_suite(
         raise ValueError(f"--only {only} matches no run of suite {suite.name}")
     if gpus and not slurm:
         check_gpus(gpus, runs, device)
+    executor = _slurm_executor(out) if slurm else None  # no submitit or no Slurm: refused here too
     if threads:
         import torch
 
@@ -205,7 +206,7 @@ def run_suite(
     manifest = init_suite(name, out, data)
     log(f"suite {manifest['suite']}: {len(ids)} of {manifest['n_runs']} runs -> {out}")
     if slurm:
-        return submit_slurm(out, ids, slurm_args or {}, log, device=device, threads=threads)
+        return submit_slurm(out, ids, slurm_args or {}, log, executor, device=device, threads=threads)
     if gpus and gpus > 0:
         return _run_gpus(out, ids, gpus, log, per_gpu=per_gpu, device=device, threads=threads)
     return {rid: run_one(out, rid, device=device, log=log) for rid in ids}
