@@ -289,8 +289,8 @@ def test_tau_screen_checks_its_arguments_before_running_any_condition(
     run, out = str(tiny_run / "run"), str(tmp_path / "ts")
     for extra, message in (
         (["--resamples", "0"], "--resamples must be a positive integer, got 0"),
-        (["--taus", "0"], "tau"),
-        (["--K", "0"], "K"),
+        (["--taus", "0"], "--K 4 --taus 0 (stage 3): tau must be a finite number in (0, 1000], got 0.0"),
+        (["--K", "0"], "--K 0 --taus 6 (stage 3): K must be an integer in [1, 16777216], got 0"),
         (["--stages", "3,9"], "unknown stage '9'"),
     ):
         argv = [
@@ -310,7 +310,7 @@ def test_tau_screen_checks_its_arguments_before_running_any_condition(
         ]
         assert main(argv + extra) == 2
         captured = capsys.readouterr()
-        assert message in captured.err and "stage 3" not in captured.out
+        assert message in captured.err and "stage 3" not in captured.out and "(operator" not in captured.err
     assert not (tmp_path / "ts").exists()
 
 

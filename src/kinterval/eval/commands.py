@@ -89,7 +89,11 @@ def _tau_screen(args: argparse.Namespace) -> int:
         st = Stage(st.name, st.tail, tuple(args.K or st.K), tuple(args.taus or st.taus), blocks, st.minmax)
         for K in st.K:
             for tau in st.taus:
-                fwm_spec(K, tau, args.reconstruction)  # ValueError on a K or tau outside the family
+                try:
+                    fwm_spec(K, tau, args.reconstruction)  # ValueError on a K or tau outside the family
+                except ValueError as err:  # the spec's own message names the screen's operator, not a flag
+                    reason = str(err).split(" (operator ")[0]
+                    raise ValueError(f"--K {K} --taus {tau:g} (stage {st.name}): {reason}") from None
         stages.append(st)
     ckpt = select_checkpoints(args.run, args.checkpoint)[-1]
     loaded = load_run(ckpt, device=pick_device(args.device), backend="closed_form")  # the screen forms P
