@@ -54,6 +54,9 @@ def test_export_round_trip_gives_kinterval_logits(tmp_path, operator, capsys):
     assert "import kinterval.integrations.hf" in readme
     assert f'from_pretrained("hf", attn_implementation="{impl}")' in readme
     assert str(tmp_path) not in readme
+    assert (
+        "The tokenizer is GPT-2's BPE (tiktoken's `gpt2`, 50257 tokens)." in readme
+    )  # a GPT-2-vocabulary run
 
     model = load_run(run).model
     reloaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation=impl).eval()
@@ -105,6 +108,8 @@ def test_a_bias_free_sdpa_run_exports_with_zero_biases_and_sdpa_attention(tmp_pa
     assert cli.main(["export-hf", "--run", str(tmp_path / "run"), "--out", str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["kinterval_attn_implementation"] == "sdpa" and config["n_positions"] == 64
+    readme = (out / "README.md").read_text()  # 512 ids (the synthetic corpus): no GPT-2 tokenizer promised
+    assert "The vocabulary has 512 token ids, not GPT-2's 50257" in readme and "BPE (tiktoken" not in readme
     reloaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation="sdpa").eval()
     biases = [p for name, p in reloaded.named_parameters() if name.endswith(".bias")]
     assert len(biases) == 2 * 6 + 1 and all(

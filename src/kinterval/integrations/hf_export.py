@@ -30,7 +30,7 @@ model = AutoModelForCausalLM.from_pretrained("{name}", attn_implementation="{imp
 ```
 
 Without `attn_implementation` transformers loads its default attention (softmax), silently: always pass it.
-The tokenizer is GPT-2's BPE{tokenizer_note}.
+{tokenizer_note}
 """
 
 
@@ -59,8 +59,13 @@ def export_hf(run, out, checkpoint="latest") -> Path:
         raise RuntimeError(f"GPT-2 weight mapping incomplete: missing {missing}, unexpected {unexpected}")
     out = Path(out)
     hf_model.save_pretrained(out)
+    # every text source of `kinterval data prepare` is GPT-2 BPE (50257 ids); another size is token-id data
     tokenizer_note = (
-        "" if cfg.vocab_size == 50257 else f" only if the run used it (vocabulary {cfg.vocab_size})"
+        "The tokenizer is GPT-2's BPE (tiktoken's `gpt2`, 50257 tokens)."
+        if cfg.vocab_size == 50257
+        else f"The vocabulary has {cfg.vocab_size} token ids, not GPT-2's 50257: the run was trained on "
+        "token ids that are not GPT-2 BPE text (e.g. the synthetic corpus), so no text tokenizer goes with "
+        "it; feed it ids from the same source."
     )
     (out / "README.md").write_text(
         README.format(
