@@ -329,6 +329,15 @@ def test_demo_command_passes_its_flags_and_prints_the_reports_intervals(tmp_path
     assert "(2 validation blocks;" in out and "block 7, 4000 resamples" in out
     assert f"report: {tmp_path / 'report' / 'index.md'}" in out
 
+    # softmax alone: no interval, so no bootstrap legend (it printed "block 16" for a bootstrap never run)
+    monkeypatch.setattr(kinterval.report, "demo_report", lambda per_block, out: {"rows": [], "index": out})
+    assert main(["demo", "--out", str(tmp_path), "--operators", "softmax"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "(2 validation blocks; ΔNLL > 0: worse than softmax, nats/token)" in out and "bootstrap," not in out
+    )
+    monkeypatch.setattr(kinterval.report, "demo_report", demo_report)
+
     flags = ["--tokens", "4096", "--operators", "lerp-k4,,fwm-prob-k4,", "--seed", "3", "--quick"]
     assert main(["demo", "--out", str(tmp_path), *flags, "--threads", "0", "--no-progress"]) == 0
     kw = calls[-1][1]
