@@ -339,3 +339,28 @@ def test_catalog_enumerates_the_whole_family():
     per_k = len(RANGE_GRADS) * (n_lerp + n_ste * len(ARITHMETICS))
     assert len(names) == len(set(names)) == len(BASELINES) + 2 * per_k
     assert names[: len(BASELINES)] == list(BASELINES)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"K": 4}, {"calibration": "fwm"}, {"reconstruction": "lerp"}, {"surrogate": "weight"}],
+)
+def test_a_baseline_built_directly_takes_no_design_axes(fields):
+    """OperatorSpec(kind="softmax", K=4) was accepted: named "softmax", it was not equal to the spec its name
+    parses to; calibration="fwm" raised a bare TypeError (tau / None)."""
+    with pytest.raises(ValueError, match="softmax takes no calibration, reconstruction, surrogate or K"):
+        OperatorSpec(kind="softmax", **fields)
+
+
+@pytest.mark.parametrize("full", [None, 4, OperatorSpec.parse("lerp-k4")])
+def test_from_full_name_of_a_non_string_is_a_value_error(full):
+    """It raised AttributeError: 'NoneType' object has no attribute 'strip'."""
+    with pytest.raises(ValueError, match="operator name must be a string"):
+        OperatorSpec.from_full_name(full)
+
+
+@pytest.mark.parametrize("name", ["lerp-k\uff14", "fwm-prob-k\u0664"])  # fullwidth 4, Arabic-Indic 4
+def test_k_takes_ascii_digits_only(name):
+    """Any Unicode digit matched ``\\d`` and int() read it: "lerp-k４" was silently lerp-k4."""
+    with pytest.raises(ValueError, match="unknown operator name"):
+        OperatorSpec.parse(name)

@@ -30,8 +30,8 @@ VALID_FORMS = (
     "arithmetic in {strict, historical} for the weight/prob surrogates)"
 )
 
-_LERP_RE = re.compile(r"^(?:(minmax|fwm|resolved)-)?lerp-k(-?\d+)$")
-_STE_RE = re.compile(r"^(minmax|fwm|resolved)-(weight|prob)-k(-?\d+)$")
+_LERP_RE = re.compile(r"^(?:(minmax|fwm|resolved)-)?lerp-k(-?[0-9]+)$")  # ASCII digits: int() also reads "４"
+_STE_RE = re.compile(r"^(minmax|fwm|resolved)-(weight|prob)-k(-?[0-9]+)$")
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,11 @@ class OperatorSpec:
 
         if self.kind not in ("kinterval", *BASELINES):
             raise bad(f"kind must be 'kinterval' or one of {BASELINES}, got {self.kind!r}")
+        if self.kind != "kinterval":  # a baseline has no design axes: its name could not give them back
+            axes = {n: getattr(self, n) for n in ("calibration", "reconstruction", "surrogate", "K")}
+            given = {n: v for n, v in axes.items() if v is not None}
+            if given:
+                raise bad(f"{self.kind} takes no calibration, reconstruction, surrogate or K, got {given}")
         if self.kind == "kinterval":
             if self.calibration not in CALIBRATIONS or self.reconstruction not in RECONSTRUCTIONS:
                 raise bad(
@@ -168,6 +173,9 @@ class OperatorSpec:
     @classmethod
     def from_full_name(cls, full: str) -> OperatorSpec:
         """Inverse of :attr:`full_name`."""
+        if not isinstance(full, str):
+            got = type(full).__name__
+            raise ValueError(f"operator name must be a string, got {got}; valid forms: {VALID_FORMS}")
         m = re.fullmatch(r"([^\[\]]+)(?:\[([^\]]*)\])?", full.strip())
         if not m:
             raise ValueError(f"cannot parse operator {full!r}; valid forms: {VALID_FORMS}")
