@@ -122,3 +122,9 @@ def test_second_derivatives_through_closed_form_raise():
     (gs,) = torch.autograd.grad((P * torch.arange(5.0, dtype=torch.float64)).sum(), s, create_graph=True)
     with pytest.raises(RuntimeError, match="first order only"):
         torch.autograd.grad(gs.square().sum(), s)
+
+
+def test_a_dtype_that_is_not_a_torch_dtype_is_a_value_error():
+    """dtype="float64" was compared with torch.float64, never matched, and triton was accepted for it."""
+    with pytest.raises(ValueError, match="dtype must be a torch.dtype or None, got 'float64'"):
+        resolve_backend("lerp-k4", "cpu", "float64")

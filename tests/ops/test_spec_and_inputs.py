@@ -364,3 +364,33 @@ def test_k_takes_ascii_digits_only(name):
     """Any Unicode digit matched ``\\d`` and int() read it: "lerp-k４" was silently lerp-k4."""
     with pytest.raises(ValueError, match="unknown operator name"):
         OperatorSpec.parse(name)
+
+
+@pytest.mark.parametrize("op", ["lerp-k4", "minmax-prob-k4", "resolved-lerp-k4", "resolved-weight-k4"])
+@pytest.mark.parametrize("backend", ["reference", "closed_form"])
+def test_a_row_whose_score_span_overflows_is_an_error_or_nan_not_zeros(op, backend):
+    """Valid float32 scores 3e38 and -3e38: M - m overflows, and MinMax (h = inf) and resolved (s - M = -inf)
+    gave an all-zero row where float64 puts P = 1 on the max key."""
+    s = torch.tensor([[3e38, -3e38, 0.0], [1.0, 2.0, 3.0]])
+    with pytest.raises(ValueError, match="span more than torch.float32 holds"):
+        attention_probs(s, op, backend=backend)
+    P = attention_probs(s.double(), op, backend=backend)  # float64 holds the span
+    torch.testing.assert_close(P[0], torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
+    q = torch.tensor([1.0, 0.0]).view(1, 1, 1, 2).expand(1, 1, 2, 2)
+    k = s[0].view(1, 1, 3, 1) * torch.tensor([1.0, 0.0])
+    out = kinterval_attention(q, k, torch.randn(1, 1, 3, 2), op, scale=1.0, backend=backend)
+    assert out[0, 0].isnan().all()
+    # the masked-off extreme key is never read; FWM and softmax handle the span
+    assert torch.isfinite(attention_probs(s, op, mask=torch.tensor([False, True, True]))).all()
+    for fine in ("softmax", "fwm-lerp-k4"):
+        P = attention_probs(s, fine, backend=backend)
+        torch.testing.assert_close(P[0], torch.tensor([1.0, 0.0, 0.0]))
+
+
+def test_q_k_v_of_a_wrong_dtype_are_named():
+    """An integer q raised "scores must be a floating tensor", naming no argument of kinterval_attention."""
+    x = torch.randn(1, 1, 2, 4)
+    with pytest.raises(ValueError, match="q must be a float64/32.*got torch.int64"):
+        kinterval_attention(x.long(), x, x, "lerp-k4")
+    with pytest.raises(ValueError, match="v must be"):
+        kinterval_attention(x, x, x.bool(), "lerp-k4")

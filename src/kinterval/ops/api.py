@@ -105,7 +105,13 @@ def attention_probs(
     spec = as_spec(spec)
     check_scores(scores)
     s = scores.to(working_dtype(scores.dtype))
-    return _probs(s, attended_keys(s, causal=causal, mask=mask), spec, backend)
+    valid = attended_keys(s, causal=causal, mask=mask)
+    if span_overflows(s.detach(), valid, spec).any():
+        raise ValueError(
+            f"a row's scores span more than {s.dtype} holds (max - min overflows) on keys that are not "
+            f"masked; {spec.full_name} cannot place them on its grid: pass float64 scores"
+        )
+    return _probs(s, valid, spec, backend)
 
 
 def attended_keys(s: Tensor, *, causal: bool, mask: Tensor | None) -> Tensor:
@@ -115,6 +121,18 @@ def attended_keys(s: Tensor, *, causal: bool, mask: Tensor | None) -> Tensor:
     if ((torch.isnan(s) | torch.isposinf(s)) & valid).any():
         raise ValueError("scores contain NaN or +inf on keys that are not masked")
     return valid & ~torch.isneginf(s)
+
+
+def span_overflows(s: Tensor, valid: Tensor, spec: OperatorSpec) -> Tensor:
+    """(..., 1) bool: rows whose valid finite scores span more than ``s.dtype`` holds (M - m overflows, e.g.
+    3e38 and -3e38 in float32). MinMax divides that span and resolved forms s - M on every key: such a row
+    would come out as zeros. Softmax, the baselines and FWM (which clips z) compute it: all False there."""
+    if not spec.is_kinterval or spec.calibration == "fwm" or s.shape[-1] == 0:
+        return torch.zeros((*s.shape[:-1], 1), dtype=torch.bool, device=s.device)
+    finite = valid & torch.isfinite(s)
+    M = s.masked_fill(~finite, float("-inf")).amax(-1, keepdim=True)
+    m = s.masked_fill(~finite, float("inf")).amin(-1, keepdim=True)
+    return finite.any(-1, keepdim=True) & torch.isinf(M - m)
 
 
 def _probs(s: Tensor, valid: Tensor, spec: OperatorSpec, backend: str) -> Tensor:
@@ -165,7 +183,8 @@ def kinterval_attention(
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor) or x.dim() != 4:
             raise ValueError(f"{name} must be a 4-d tensor (B, H, T, D), got {getattr(x, 'shape', type(x))}")
-        working_dtype(x.dtype)
+        if x.dtype not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"{name} must be a float64/32, bfloat16 or float16 tensor, got {x.dtype}")
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.shape[:-1] != v.shape[:-1]:
@@ -193,7 +212,9 @@ def kinterval_attention(
         valid = valid_mask(scores.shape, scores.device, causal=causal, mask=mask)
         P = _probs(scores, valid, spec, backend)
         out = torch.matmul(P, v.to(wd))
-        # A row with a non-finite score (from non-finite q or k) is NaN, never a quiet zero row; no host sync.
+        # A row with a non-finite score (from non-finite q or k), or whose scores span more than the working
+        # dtype holds (MinMax, resolved), is NaN, never a quiet zero row; no host sync.
         bad = (~torch.isfinite(scores) & valid).any(-1, keepdim=True)
+        bad = bad | span_overflows(scores.detach(), valid, spec)
         out = out.masked_fill(bad, float("nan"))
     return out.to(q.dtype)

@@ -96,6 +96,8 @@ def resolve_backend(
     that forms the probabilities P explicitly (``attention_probs``; the fused kernel never does).
     """
     spec = as_spec(spec)
+    if dtype is not None and not isinstance(dtype, torch.dtype):  # "float64" would pass every check
+        raise ValueError(f"dtype must be a torch.dtype or None, got {dtype!r}")
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError):
