@@ -64,6 +64,26 @@ def test_forward_rejects_float_or_1d_ids_and_mismatched_targets():
         model(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 7, dtype=torch.long))
 
 
+def test_forward_rejects_ids_outside_the_vocabulary_and_non_integer_types():
+    """With vocab_multiple > 1, an id in [vocab_size, padded size) embedded a padding row silently; an id
+    beyond the table or a negative one raised torch's "index out of range in self"; bool or uint8 ids
+    torch's embedding dtype error."""
+    model = build("softmax", preset("tiny", vocab_size=97, block_size=16, vocab_multiple=64))
+    assert model.config.padded_vocab_size == 128
+    for bad in (97, 127, 128, -1):
+        ids = torch.zeros(1, 4, dtype=torch.long)
+        ids[0, 2] = bad
+        with pytest.raises(ValueError, match=r"token ids must lie in \[0, vocab_size=97\)"):
+            model(ids)
+    for dtype in (torch.bool, torch.uint8):
+        with pytest.raises(ValueError, match="int64/int32"):
+            model(torch.zeros(1, 4, dtype=dtype))
+    logits, _ = model(torch.full((1, 4), 96, dtype=torch.int32))
+    assert logits.shape == (1, 4, 97)
+    with pytest.raises(ValueError, match="unknown attention backend 'gpu'"):
+        model.set_backend("gpu")  # was accepted, to fail at the next forward
+
+
 def test_operator_swap_changes_nothing_else():
     models = [build(op) for op in ("softmax", "sdpa", "fwm-prob-k4", "minmax-weight-k4[range_grad=detach]")]
     ref = models[0].state_dict()

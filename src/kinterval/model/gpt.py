@@ -92,7 +92,9 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     """``GPT(config, operator="fwm-prob-k4", backend="auto")``; ``forward(idx, targets=None)`` returns
-    ``(logits, loss)`` with the loss the mean token cross-entropy (None without targets)."""
+    ``(logits, loss)`` with the loss the mean token cross-entropy (None without targets). ``idx`` holds int64
+    or int32 ids in ``[0, vocab_size)``; an id outside is a ``ValueError`` (off CUDA, where the check costs no
+    host sync in the training loop; on CUDA an id beyond the padded table is torch's device-side assert)."""
 
     def __init__(self, config: ModelConfig, operator: str | OperatorSpec = "softmax", backend: str = "auto"):
         super().__init__()
@@ -126,6 +128,8 @@ class GPT(nn.Module):
 
     def set_backend(self, backend: str) -> None:
         """Switch the operator backend of every layer (no parameters change)."""
+        if backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"unknown attention backend {backend!r}; choose one of {ATTENTION_BACKENDS}")
         for block in self.transformer.h:
             block.attn.backend = backend
 
@@ -134,9 +138,16 @@ class GPT(nn.Module):
         return n if include_positions else n - self.transformer.wpe.weight.numel()
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.is_floating_point() or idx.is_complex():
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             got = f"{tuple(idx.shape)} {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
-            raise ValueError(f"idx must be a 2-d integer tensor of token ids (B, T), got {got}")
+            raise ValueError(f"idx must be a 2-d integer tensor of token ids (B, T), int64/int32, got {got}")
+        if idx.device.type != "cuda" and idx.numel():  # on CUDA the check would cost a host sync per step
+            lo, hi = idx.aminmax()
+            if lo < 0 or hi >= self.config.vocab_size:  # ids up to the padded table would embed silently
+                raise ValueError(
+                    f"token ids must lie in [0, vocab_size={self.config.vocab_size}), got ids from {int(lo)} "
+                    f"to {int(hi)}"
+                )
         if targets is not None and (not isinstance(targets, torch.Tensor) or targets.shape != idx.shape):
             got = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
             raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {got}")
