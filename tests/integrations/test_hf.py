@@ -392,6 +392,19 @@ def test_encoder_without_padding_stays_bidirectional():
     torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
 
 
+def test_bad_registry_names_are_value_errors():
+    """register("sdpa", ...) replaced transformers' own sdpa process-wide, so every model asking for sdpa
+    silently ran kinterval; get_operator of an unknown name raised a bare KeyError."""
+    for builtin in ("sdpa", "eager"):
+        with pytest.raises(ValueError, match="transformers' own attention implementations"):
+            hf.register(builtin, "lerp-k4")
+    with pytest.raises(ValueError, match="name must be a string or None"):
+        hf.register(5, "lerp-k4")
+    with pytest.raises(ValueError, match="'kinterval-nope' is not a registered kinterval name"):
+        hf.get_operator("kinterval-nope")
+    assert "sdpa" not in hf.registered_names()
+
+
 def test_an_explicit_name_ignores_the_config_operator():
     """config.kinterval_operator (an exported run's) chooses the operator of the plain "kinterval" name only:
     asked for "kinterval-softmax", the model runs softmax."""

@@ -171,6 +171,11 @@ def register(
     ``name=None`` gives the canonical ``"kinterval-<operator full name>"``. ``overrides`` (tau, range_grad,
     arithmetic) go to :meth:`OperatorSpec.parse`; ``backend`` to :func:`kinterval_attention`.
     """
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"name must be a string or None, got {type(name).__name__}")
+    if name and name not in _REGISTRY and (name == "eager" or name in AttentionInterface()):
+        # registering over "sdpa" would silently run kinterval in every model that asks for sdpa
+        raise ValueError(f"{name!r} is one of transformers' own attention implementations; pick another name")
     spec = OperatorSpec.parse(_parse(operator) if isinstance(operator, str) else operator, **overrides)
     return _install(name or f"{PREFIX}-{spec.full_name}", spec, backend)
 
@@ -192,6 +197,8 @@ def set_operator(operator: str | OperatorSpec, backend: str = "auto", **override
 
 def get_operator(name: str = PREFIX) -> OperatorSpec:
     """The operator a registered implementation name computes."""
+    if name not in _REGISTRY:
+        raise ValueError(f"{name!r} is not a registered kinterval name; known: {registered_names()}")
     return _REGISTRY[name][0]
 
 
