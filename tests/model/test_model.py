@@ -84,6 +84,26 @@ def test_forward_rejects_ids_outside_the_vocabulary_and_non_integer_types():
         model.set_backend("gpu")  # was accepted, to fail at the next forward
 
 
+def test_forward_rejects_targets_outside_the_vocabulary_and_an_empty_batch():
+    """A target of -100 was skipped silently (cross_entropy's ignore index), one in [vocab_size, padded size)
+    was scored against a row that never gets probability, int32 targets raised torch's "expected scalar type
+    Long", and a batch of no sequences gave a NaN loss."""
+    model = build("softmax", preset("tiny", vocab_size=97, block_size=16, vocab_multiple=64))
+    ids = torch.zeros(2, 4, dtype=torch.long)
+    for bad in (97, -100):
+        targets = ids.clone()
+        targets[1, 3] = bad
+        with pytest.raises(ValueError, match=r"targets must lie in \[0, vocab_size=97\)"):
+            model(ids, targets)
+    with pytest.raises(ValueError, match="targets must be int64/int32"):
+        model(ids, ids.float())
+    with pytest.raises(ValueError, match="hold no token"):
+        model(ids[:0], ids[:0])
+    _, loss32 = model(ids, (ids + 5).int())
+    _, loss64 = model(ids, ids + 5)
+    assert torch.isfinite(loss32) and loss32 == loss64
+
+
 def test_operator_swap_changes_nothing_else():
     models = [build(op) for op in ("softmax", "sdpa", "fwm-prob-k4", "minmax-weight-k4[range_grad=detach]")]
     ref = models[0].state_dict()

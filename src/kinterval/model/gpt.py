@@ -93,8 +93,9 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """``GPT(config, operator="fwm-prob-k4", backend="auto")``; ``forward(idx, targets=None)`` returns
     ``(logits, loss)`` with the loss the mean token cross-entropy (None without targets). ``idx`` holds int64
-    or int32 ids in ``[0, vocab_size)``; an id outside is a ``ValueError`` (off CUDA, where the check costs no
-    host sync in the training loop; on CUDA an id beyond the padded table is torch's device-side assert)."""
+    or int32 ids in ``[0, vocab_size)``, and so do ``targets`` (no ignore index; at least one token); an id
+    outside is a ``ValueError`` (off CUDA, where the check costs no host sync in the training loop; on CUDA an
+    id beyond the padded table is torch's device-side assert)."""
 
     def __init__(self, config: ModelConfig, operator: str | OperatorSpec = "softmax", backend: str = "auto"):
         super().__init__()
@@ -137,20 +138,34 @@ class GPT(nn.Module):
         n = sum(p.numel() for p in self.parameters())  # tied weight counted once
         return n if include_positions else n - self.transformer.wpe.weight.numel()
 
+    def _check_ids(self, what: str, ids: torch.Tensor) -> None:
+        """Ids outside [0, vocab_size) are a ValueError; ids up to the padded table would embed (or be scored)
+        silently. Off CUDA only: there the check would cost a host sync per training step."""
+        if ids.device.type == "cuda" or not ids.numel():
+            return
+        lo, hi = ids.aminmax()
+        if lo < 0 or hi >= self.config.vocab_size:
+            raise ValueError(
+                f"{what} must lie in [0, vocab_size={self.config.vocab_size}), got ids from {int(lo)} to "
+                f"{int(hi)}"
+            )
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             got = f"{tuple(idx.shape)} {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
             raise ValueError(f"idx must be a 2-d integer tensor of token ids (B, T), int64/int32, got {got}")
-        if idx.device.type != "cuda" and idx.numel():  # on CUDA the check would cost a host sync per step
-            lo, hi = idx.aminmax()
-            if lo < 0 or hi >= self.config.vocab_size:  # ids up to the padded table would embed silently
+        self._check_ids("token ids", idx)
+        if targets is not None:
+            if not isinstance(targets, torch.Tensor) or targets.shape != idx.shape:
+                got = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
+                raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {got}")
+            if targets.dtype not in (torch.int64, torch.int32):
+                raise ValueError(f"targets must be int64/int32 token ids, got {targets.dtype}")
+            if not targets.numel():  # the mean over no tokens is NaN
                 raise ValueError(
-                    f"token ids must lie in [0, vocab_size={self.config.vocab_size}), got ids from {int(lo)} "
-                    f"to {int(hi)}"
+                    f"targets of shape {tuple(targets.shape)} hold no token: the loss is undefined"
                 )
-        if targets is not None and (not isinstance(targets, torch.Tensor) or targets.shape != idx.shape):
-            got = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
-            raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {got}")
+            self._check_ids("targets", targets)  # no ignore index: every target is a token
         B, T = idx.shape
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
@@ -164,5 +179,5 @@ class GPT(nn.Module):
             logits = logits[..., : self.config.vocab_size]  # the padding rows never get probability
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1).long())
         return logits, loss
