@@ -390,7 +390,7 @@ def test_a_row_whose_score_span_overflows_is_an_error_or_nan_not_zeros(op, backe
 def test_q_k_v_of_a_wrong_dtype_are_named():
     """An integer q raised "scores must be a floating tensor", naming no argument of kinterval_attention."""
     x = torch.randn(1, 1, 2, 4)
-    with pytest.raises(ValueError, match="q must be a float64/32.*got torch.int64"):
+    with pytest.raises(ValueError, match=r"q must be a floating tensor \(float64/32.*got torch.int64"):
         kinterval_attention(x.long(), x, x, "lerp-k4")
     with pytest.raises(ValueError, match="v must be"):
         kinterval_attention(x, x, x.bool(), "lerp-k4")

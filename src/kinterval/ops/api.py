@@ -37,13 +37,14 @@ def dot_precision(precision: str | None) -> Iterator[None]:
         _DOT_PRECISION.reset(token)
 
 
-def working_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 stays float64; float32, bf16 and fp16 are computed in float32."""
+def working_dtype(dtype: torch.dtype, what: str = "scores") -> torch.dtype:
+    """float64 stays float64; float32, bf16 and fp16 are computed in float32; any other dtype of the tensor
+    named ``what`` is a ValueError."""
     if dtype == torch.float64:
         return torch.float64
     if dtype in (torch.float32, torch.bfloat16, torch.float16):
         return torch.float32
-    raise ValueError(f"scores must be a floating tensor (float64/32, bfloat16, float16), got {dtype}")
+    raise ValueError(f"{what} must be a floating tensor (float64/32, bfloat16, float16), got {dtype}")
 
 
 def check_causal(causal) -> None:
@@ -183,8 +184,7 @@ def kinterval_attention(
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor) or x.dim() != 4:
             raise ValueError(f"{name} must be a 4-d tensor (B, H, T, D), got {getattr(x, 'shape', type(x))}")
-        if x.dtype not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
-            raise ValueError(f"{name} must be a float64/32, bfloat16 or float16 tensor, got {x.dtype}")
+        working_dtype(x.dtype, name)
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.shape[:-1] != v.shape[:-1]:
