@@ -37,6 +37,7 @@ scores) are used only where exact ties are the point (the tie convention).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import zlib
@@ -702,6 +703,32 @@ def test_softmax_rows_whose_max_overflows_are_nan():
     assert ref[0, 0, [0, 2]].isnan().all() and torch.isfinite(ref[0, 0, 1]).all()  # row 1: the deviation
     torch.testing.assert_close(out[0, 0, 3], ref[0, 0, 3], rtol=1e-5, atol=1e-6)
     assert torch.equal(out[0, 0, 4], torch.zeros(D))
+
+
+def test_softmax_rows_with_a_huge_finite_max_are_the_reference_or_nan():
+    """The exponent fma(q.k, scale log2(e), -off) weighs the row max 2^delta with delta the rounding of
+    off = M log2(e), up to 1.5 ulp(off): at |M| = 1e10 that is 2^-512 or 2^512, and rows came out as quiet
+    zeros (or NaN) where the reference has the softmax row. Scaled maxima from 10 to 1e37, positive and
+    negative: a row whose |M log2(e)| is below 2^26 (|M| < 4.65e7) equals the reference, one above it is
+    NaN, never a quiet wrong row; its gradient is not defined (docs/kernels.md)."""
+    D, n = 16, 8
+    mags = [10.0**e for e in range(1, 38)]
+    rows = [sign * x for x in mags for sign in (1.0, -1.0)]
+    g = torch.Generator().manual_seed(5)
+    q = torch.zeros(1, 1, len(rows), D)
+    q[0, 0, :, 0] = torch.tensor(rows)
+    k = torch.zeros(1, 1, n, D)
+    k[0, 0, :, 0] = 1.0 - torch.rand(n, generator=g) * 1e-6  # scores within ~6 ulp of the row max
+    k[0, 0, 0, 0] = 1.0
+    v = torch.randn(1, 1, n, D, generator=g)
+    out = triton_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), "softmax", scale=1.0).cpu()
+    ref = kinterval_attention(q, k, v, "softmax", scale=1.0, backend="reference")
+    r, kj = torch.tensor(rows), k[0, 0, :, 0]
+    M = torch.where(r > 0, r * kj.max(), r * kj.min())  # the row max of the scores r k_j
+    over = M.abs() * math.log2(math.e) >= 2.0**26
+    assert over.any() and (~over).any()
+    assert out[0, 0, over].isnan().all()
+    torch.testing.assert_close(out[0, 0, ~over], ref[0, 0, ~over], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(

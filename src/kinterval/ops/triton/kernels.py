@@ -22,6 +22,11 @@ import triton.language as tl
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 EPS_DEGENERATE = tl.constexpr(1e-12)  # App. A: a MinMax row with M - m <= eps is degenerate
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): e^x = 2^(x log2 e)
+# Softmax's exponent fma(q.k, scale log2(e), -off) with off = M log2(e) rounded weighs the row max
+# 2^delta, |delta| <= 1.5 ulp(off): a common factor normalization removes while it stays small. Past
+# |off| = 2^26 (|M| > 4.65e7) it may reach 2^+-12 and beyond (2^-512 at |M| = 1e10: every weight 0), so
+# such a row is NaN (_fwd_kernel's row check). Below it, W and O lose at most 12 bits of range.
+SOFTMAX_OFFSET_LIMIT = tl.constexpr(2.0**26)
 
 CALIB_CODES = {None: 0, "minmax": 1, "fwm": 2, "resolved": 3}
 
@@ -340,7 +345,8 @@ def _cast(x, dtype: tl.constexpr):
 def _scores(q, kT, scale, M, PREC: tl.constexpr, SOFTMAX: tl.constexpr):
     """The score tile s = scale q k^T. Softmax needs only e^{s - M}: for it the tile is the exponent
     (s - M) log2(e) instead, one FMA per score, so that ``tl.exp2`` of it is the weight (FlashAttention's
-    exp2 form; the row max then weighs 2^{rounding} rather than exactly 1, which normalization absorbs)."""
+    exp2 form; the row max then weighs 2^{rounding} rather than exactly 1, which normalization absorbs
+    while |M log2(e)| < SOFTMAX_OFFSET_LIMIT: _fwd_kernel makes a row past it NaN)."""
     qk = _dot(q, kT, PREC)
     if SOFTMAX:
         return tl.fma(qk, scale * LOG2E, -(M * LOG2E)[:, None])
@@ -823,10 +829,11 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         Mq, off, W, acc = sums
         M = Mq * scale  # the loop's last M, bit for bit
         # The exponent (s - M) log2(e) is formed as fma(q.k, scale log2(e), -M log2(e)): a row whose scaled
-        # max overflows (finite q.k, |M| = inf) or whose M log2(e) does (|M| > 2.36e38) would weigh every key
-        # 0 and pass for an empty row. It is NaN, as a row with a non-finite score (the reference's NaN for
-        # an overflowed score; for a finite M over 2.36e38 the reference is finite). One check per row.
-        big = (Mq > float("-inf")) & ~(tl.abs(M * LOG2E) < float("inf"))
+        # max overflows (finite q.k, |M| = inf) or whose M log2(e) is past SOFTMAX_OFFSET_LIMIT would weigh
+        # its keys by 2^delta with delta out of range (every key 0: a quiet zero row; or inf: NaN). It is
+        # NaN, as a row with a non-finite score (the reference's NaN for an overflowed score; for a finite
+        # M the reference is finite). One check per row.
+        big = (Mq > float("-inf")) & ~(tl.abs(M * LOG2E) < SOFTMAX_OFFSET_LIMIT)
         M = tl.where(big, float("nan"), M)
         M = tl.where(M == float("-inf"), 0.0, M)  # fully masked row: M = 0 (reference.row_extrema)
         m = M
