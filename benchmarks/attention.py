@@ -521,18 +521,19 @@ class _Errors:
             row_err = (out.double() - self._ref64(spec, q, k, v)).abs().amax(-1).cpu()
             valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=self.causal, mask=None)
             flips = flip_rows(spec, q, k, D**-0.5, valid)
-            if spec.is_kinterval:
+            if spec.kind != "softmax":
                 self.left_out[(spec.full_name, D, str(dtype))] = flips.float().mean().item()
             self.cache[key] = row_err[~flips].max().item() if (~flips).any() else 0.0
         return self.cache[key]
 
     def note_left_out(self) -> None:
-        """One line under the table: the share of K-interval rows the error columns left out."""
+        """One line under the table: the share of flip-prone rows (K-interval operators, rounded-exp
+        baselines) the error columns left out."""
         shares = list(self.left_out.values())
         if shares:
             _note(self.notes, f"error columns: {100 * min(shares):.1f}-{100 * max(shares):.1f}% of the rows "
-                  "of K-interval operators left out, their grid decision within fp32 rounding of a "
-                  "discontinuity (kinterval.ops.flips)")  # fmt: skip
+                  "of K-interval operators and rounded-exp baselines left out, a decision within fp32 "
+                  "rounding of a discontinuity (kinterval.ops.flips)")  # fmt: skip
 
     def torch_fp32(self, spec, D):
         """torch's own fp32 evaluation of ``spec``, TF32 off: SDPA math for softmax, else the reference."""

@@ -131,8 +131,8 @@ def test_error_columns_leave_out_flip_prone_rows(bench):
     assert err == pytest.approx(0.5)
     errors.note_left_out()
     assert notes == [
-        "error columns: 33.3-33.3% of the rows of K-interval operators left out, their grid decision within "
-        "fp32 rounding of a discontinuity (kinterval.ops.flips)"
+        "error columns: 33.3-33.3% of the rows of K-interval operators and rounded-exp baselines left out, a "
+        "decision within fp32 rounding of a discontinuity (kinterval.ops.flips)"
     ]
 
 
@@ -179,8 +179,8 @@ def test_error_columns_find_flips_at_the_benchmarks_scale_and_note_the_share_ran
     assert errors._err("fwm0", fwm, torch.float32, 16, off_by(fwm, qkv, 0, 0.25)) == pytest.approx(0.25)
     errors.note_left_out()
     assert notes == [
-        "error columns: 0.0-66.7% of the rows of K-interval operators left out, their grid decision within "
-        "fp32 rounding of a discontinuity (kinterval.ops.flips)"
+        "error columns: 0.0-66.7% of the rows of K-interval operators and rounded-exp baselines left out, a "
+        "decision within fp32 rounding of a discontinuity (kinterval.ops.flips)"
     ]
 
 

@@ -200,6 +200,8 @@ def test_fwm_tail_keys_get_zero_weight_and_gradient():
 # the keys' first coordinates, exact), twelve rows per launch (B = 1, H = 2, Tq = 6, Tk = 30).
 TRITON_OPERATORS = [
     "softmax",
+    "bf16-exp",
+    "fp8-exp",
     "lerp-k1",
     "lerp-k4",
     "lerp-k16",

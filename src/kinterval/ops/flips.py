@@ -10,6 +10,12 @@ Unlike softmax, a K-interval operator is discontinuous in the scores (§3, App. 
 * the arg-max key (and MinMax's arg-min key) receives the calibration gradient of eq. (2): a near-tie
   of the row max moves a whole G_M k term from one key to another.
 
+The reduced-precision baselines (App. D.5) round to a coarse format, so a value within rounding of a
+rounding midpoint of that format goes either way: BF16-exp rounds z = s - M and e^{bf16(z)} to bfloat16
+(a step of 2^-8 relative), and in the backward the normalization's gamma (which needs v and the upstream
+gradient); FP8-exp rounds e^z to E4M3 (2^-4). Both keep the max on the tape, so a near-tie of the row max
+moves their G_M too. Softmax is continuous and has none of these.
+
 A score within rounding of such a point lands on either side depending on the order of a dot product's sums,
 so two correct fp32 evaluations (a GPU kernel's and cuBLAS's, or torch's on the CPU) disagree there by
 O(1/K) in a row of the output and O(gamma Delta) in one element of dS: a whole row of dq and of dk.
@@ -33,6 +39,9 @@ __all__ = ["flip_rows"]
 
 U32 = 2.0**-24  # unit roundoff of fp32 (bf16/fp16/tf32-representable inputs: exact products, fp32 sums)
 RADIUS = 8.0  # rounding radius in units of U32 * condition (module doc)
+# A baseline weight below this share of its row's total moves no result by more than 2^-23 |v| (one fp32
+# rounding) when its rounding flips (a relative 2^-7), so such keys are not counted (module doc).
+MIN_SHARE = 2.0**-16
 
 
 def _near_set(x: Tensor, radius: Tensor, offset: float, lo: float, hi: float) -> Tensor:
@@ -41,13 +50,65 @@ def _near_set(x: Tensor, radius: Tensor, offset: float, lo: float, hi: float) ->
     return (n >= lo) & (n <= hi) & ((x - (n + offset)).abs() <= radius)
 
 
-def flip_rows(spec: OperatorSpec, q: Tensor, k: Tensor, scale: float, valid: Tensor) -> Tensor:
-    """Bool (..., Tq): rows of ``scale * q k^T`` (masked by ``valid``) where a grid decision of ``spec`` lies
-    within fp32 rounding of a discontinuity (module doc). Softmax has none."""
+def _near_midpoint(y: Tensor, radius: Tensor, mant_bits: int, min_exp: int) -> Tensor:
+    """|y - p| <= radius for the nearest rounding midpoint p of a binary float format with ``mant_bits``
+    stored mantissa bits and smallest normal exponent ``min_exp`` (bfloat16: 7, -126; E4M3: 3, -6)."""
+    a = y.abs()
+    binade = torch.floor(torch.log2(a.clamp_min(2.0**-200))).clamp_min(min_exp)
+    step = torch.exp2(binade - mant_bits)  # the spacing of the format's values around a
+    return _near_set(a / step, radius / step, 0.5, -float("inf"), float("inf"))
+
+
+def _baseline_flips(spec, s, rad, M, rad_M, valid, v, do) -> Tensor:
+    """Keys (BF16-exp, FP8-exp) whose weight's rounding to the baseline's format may go either way (module
+    doc); with v and do, also BF16-exp's gamma."""
+    z = torch.where(valid, s - M, 0.0)
+    rad_z = rad + rad_M
+    P = torch.where(valid, torch.exp(z), 0.0)
+    P = P / P.sum(-1, keepdim=True).clamp_min(1e-300)
+    valid = valid & (P >= MIN_SHARE)  # keys that can move a result
+    if spec.kind == "fp8-exp":
+        e = torch.exp(z)
+        return valid & _near_midpoint(e, e * (rad_z + RADIUS * U32 * (1 + z.abs())), 3, -6)
+
+    def bf16(x):
+        return x.float().bfloat16().double()
+
+    # z within rounding of one of its bf16 midpoints may round to either neighbour: both are tried; the
+    # weight flips if they give different bf16 weights, or if an exp lies within its error of a midpoint
+    near = torch.zeros_like(valid)
+    w = []
+    for zb in (bf16(z - rad_z), bf16(torch.minimum(z + rad_z, torch.zeros_like(z)))):
+        e = torch.exp(zb)
+        near |= _near_midpoint(e, e * RADIUS * U32 * (1 + zb.abs()), 7, -126)
+        w.append(bf16(e))
+    near = valid & (near | (w[0] != w[1]))
+    if v is None or do is None:
+        return near
+    w = torch.where(P > 0, bf16(torch.exp(bf16(z))), 0.0)
+    W = w.sum(-1, keepdim=True)
+    inv_W = torch.where(W > 0, 1 / W, 0.0)
+    v, do = v.double().cpu(), do.double().cpu()
+    g = do @ v.transpose(-2, -1)  # dL/dP
+    O = (w * inv_W) @ v
+    D = (do * O).sum(-1, keepdim=True)
+    gamma = (g - D) * inv_W  # rounded to bf16 by the backward (autograd through the casts)
+    cond = (do.abs() @ v.abs().transpose(-2, -1)) + (do.abs() * O.abs()).sum(-1, keepdim=True)
+    rad_gamma = RADIUS * U32 * (cond * inv_W + gamma.abs())
+    return near | (valid & _near_midpoint(gamma, rad_gamma, 7, -126))
+
+
+def flip_rows(
+    spec: OperatorSpec, q: Tensor, k: Tensor, scale: float, valid: Tensor, v: Tensor | None = None,
+    do: Tensor | None = None,
+) -> Tensor:  # fmt: skip
+    """Bool (..., Tq): rows of ``scale * q k^T`` (masked by ``valid``) where a grid decision of ``spec`` (or
+    a rounding of a reduced-precision baseline) lies within fp32 rounding of a discontinuity (module doc).
+    Softmax has none. ``v`` and ``do`` (the upstream gradient) add BF16-exp's backward rounding."""
     q, k = q.double().cpu(), k.double().cpu()
     valid = valid.cpu().expand(*q.shape[:-1], k.shape[-2])
     rows = torch.zeros(valid.shape[:-1], dtype=torch.bool)
-    if not spec.is_kinterval:
+    if spec.kind == "softmax":
         return rows
     s = (q @ k.transpose(-2, -1)) * scale
     cond = (q.abs() @ k.abs().transpose(-2, -1)) * scale
@@ -61,6 +122,8 @@ def flip_rows(spec: OperatorSpec, q: Tensor, k: Tensor, scale: float, valid: Ten
         other = other & (M - m > EPS_DEGENERATE)
     rad_M = rad.gather(-1, jmax)
     rows |= (other & (M - s <= rad_M + rad)).any(-1)  # near-tie of the row max
+    if not spec.is_kinterval:
+        return rows | _baseline_flips(spec, s, rad, M, rad_M, valid, v, do).any(-1)
     K = spec.K
     if spec.calibration == "minmax":
         nondeg = (M - m > EPS_DEGENERATE) & valid.any(-1, keepdim=True)

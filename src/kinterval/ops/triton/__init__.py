@@ -8,9 +8,9 @@ Public names:
 * :func:`triton_supports` -- whether a spec is handled by the kernels (pure Python, never imports triton), so
   that the ``auto`` backend can fall back to ``closed_form``.
 
-Supported: ``softmax``; ``{minmax,fwm,resolved}-lerp-k{K}``; ``{minmax,fwm,resolved}-{weight,prob}-k{K}``
-in strict and historical arithmetic (App. C.2); every ``range_grad`` (full, detach, max_only, min_only, p1).
-Not supported (ValueError): ``bf16-exp`` and ``fp8-exp``.
+Supported: every operator of the family: the baselines ``softmax``, ``bf16-exp`` and ``fp8-exp`` (App. D.5);
+``{minmax,fwm,resolved}-lerp-k{K}``; ``{minmax,fwm,resolved}-{weight,prob}-k{K}`` in strict and historical
+arithmetic (App. C.2); every ``range_grad`` (full, detach, max_only, min_only, p1).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ def unsupported_reason(spec: OperatorSpec) -> str | None:
     if not isinstance(spec, OperatorSpec):
         return f"spec must be an OperatorSpec, got {type(spec).__name__}"
     if not spec.is_kinterval:
-        if spec.kind == "softmax":
+        if spec.kind in ("softmax", "bf16-exp", "fp8-exp"):
             return None
-        return f"baseline {spec.kind!r} has no triton kernel (only 'softmax' among the baselines)"
+        return f"baseline {spec.kind!r} has no triton kernel"
     if spec.calibration not in ("minmax", "fwm", "resolved"):
         return f"calibration {spec.calibration!r} has no triton kernel"
     if spec.reconstruction == "nearest" and spec.surrogate not in ("weight", "prob"):

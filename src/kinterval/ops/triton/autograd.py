@@ -82,7 +82,7 @@ def operator_constants(spec: OperatorSpec) -> tuple[dict, float, float]:
     if reason is not None:
         raise ValueError(f"triton backend: {reason} (operator {getattr(spec, 'full_name', spec)})")
     if not spec.is_kinterval:
-        return kernel_flags(None, None, "full", False), 1.0, 1.0
+        return kernel_flags(None, None, "full", False, baseline=spec.kind), 1.0, 1.0
     flags = kernel_flags(spec.calibration, spec.surrogate, spec.range_grad, spec.arithmetic == "historical")
     return flags, float(spec.K), float(spec.tau)
 

@@ -29,6 +29,7 @@ LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): e^x = 2^(x log2 e)
 SOFTMAX_OFFSET_LIMIT = tl.constexpr(2.0**26)
 
 CALIB_CODES = {None: 0, "minmax": 1, "fwm": 2, "resolved": 3}
+EXP_CODES = {"softmax": 0, "bf16-exp": 1, "fp8-exp": 2}  # the exp baselines (App. D.5)
 
 
 # KINTERVAL_TRITON_AUTOTUNE=0 skips autotuning: each kernel runs its first (default) candidate below.
@@ -255,24 +256,32 @@ def split_loops(kind: str, element_size: int, block_d: int, has_mask: bool) -> b
 
 
 # The operator's constexpr switches, computed once by the launcher from the spec (kernel_flags):
-#   CALIB            0 softmax, 1 MinMax, 2 FWM, 3 resolved (the grid of §3 / App. A);
-#   SOFTMAX          the exp baseline (no grid);
+#   CALIB            0 an exp baseline, 1 MinMax, 2 FWM, 3 resolved (the grid of §3 / App. A);
+#   SOFTMAX          softmax (no grid; one online pass in the forward);
 #   HARD             the forward weight is Nearest (Weight-STE, Prob-STE), else LERP (or exp);
 #   JACOBIAN_AT_PL   Prob-STE: the backward's normalization Jacobian is at (P^L, W^L), not at the forward P;
 #   HISTORICAL       the STE operators' historical arithmetic (App. C.2), else strict;
 #   KEEP_MAX_TERM    range_grad keeps the max channel of eq. (2) (full, max_only);
 #   KEEP_MIN_TERM    MinMax and range_grad keeps the min channel (full, min_only);
 #   SUM_GM           the dQ kernel sums G_M = sum_j gamma_j dw_j/dM of eq. (1) (MinMax, a channel kept);
-#   PROJECT_P1       the P1 control: dS projected onto the zero-sum subspace of the valid keys (App. B).
-OP_FLAGS = ("CALIB", "SOFTMAX", "HARD", "JACOBIAN_AT_PL", "HISTORICAL")  # the kernels' OP tuple
+#   PROJECT_P1       the P1 control: dS projected onto the zero-sum subspace of the valid keys (App. B);
+#   EXP              the reduced-precision exp baselines (App. D.5): 1 BF16-exp, 2 FP8-exp, else 0.
+OP_FLAGS = ("CALIB", "SOFTMAX", "HARD", "JACOBIAN_AT_PL", "HISTORICAL", "EXP")  # the kernels' OP tuple
 GRAD_FLAGS = ("KEEP_MAX_TERM", "KEEP_MIN_TERM", "SUM_GM", "PROJECT_P1")  # the kernels' GRAD tuple
 FLAG_NAMES = OP_FLAGS + GRAD_FLAGS
 
 
-def kernel_flags(calibration: str | None, surrogate: str | None, range_grad: str, historical: bool) -> dict:
-    """The constexpr switches above for one operator (``calibration`` None: softmax; ``surrogate`` None:
-    LERP or softmax)."""
-    softmax = calibration is None
+def kernel_flags(
+    calibration: str | None,
+    surrogate: str | None,
+    range_grad: str,
+    historical: bool,
+    baseline: str = "softmax",
+) -> dict:
+    """The constexpr switches above for one operator (``calibration`` None: the exp ``baseline``, one of
+    EXP_CODES; ``surrogate`` None: LERP or a baseline). The exp baselines keep the max on the tape (App. D.5):
+    softmax's max channel is 0 in exact arithmetic and left out; BF16-exp's and FP8-exp's is not."""
+    softmax = calibration is None and baseline == "softmax"
     minmax = calibration == "minmax"
     keep_max = not softmax and range_grad in ("full", "max_only")
     keep_min = minmax and range_grad in ("full", "min_only")
@@ -286,6 +295,7 @@ def kernel_flags(calibration: str | None, surrogate: str | None, range_grad: str
         KEEP_MIN_TERM=keep_min,
         SUM_GM=minmax and (keep_max or keep_min),
         PROJECT_P1=range_grad == "p1",
+        EXP=EXP_CODES[baseline] if calibration is None else 0,
     )
 
 
@@ -308,7 +318,7 @@ _KEY = ["shape", "BLOCK_D", "OP", "GRAD", "MASKING", "PREC", "SPLIT"]
 #   strides = (q, k, v, mask strides), each (batch, head, row, dim)
 #   shape   = (H, Tq, Tk, D); consts = (scale, K, tau)
 # The helpers:
-#   OP      = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL)      operator switches (constexpr)
+#   OP      = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL, EXP) operator switches (constexpr)
 #   GRAD    = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)      range_grad switches (constexpr)
 #   MASKING = (IS_CAUSAL, HAS_MASK)                                   (constexpr)
 #   mask    = (mask_base, stride_mm, stride_mn)                       user mask of this (batch, head)
@@ -339,6 +349,38 @@ def _cast(x, dtype: tl.constexpr):
         return bits.to(tl.float32, bitcast=True).to(dtype)
     else:
         return x.to(dtype)
+
+
+@triton.jit
+def _round_bf16(x):
+    """fp32 rounded to the nearest bfloat16 (ties to even), as fp32."""
+    return _cast(x, tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _round_e4m3(x):
+    """x in [0, 1] rounded to the nearest FP8 E4M3 value (ties to even), as torch.float8_e4m3fn does, in
+    integer and fp32 arithmetic (the same on every GPU and in the interpreter). Normal range (x >= 2^-6):
+    3 stored mantissa bits; below it the subnormal step 2^-9, by adding and removing 2^14 (whose ulp it
+    is)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    normal = (((bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20) << 20).to(tl.float32, bitcast=True)
+    return tl.where(x < 0.015625, (x + 16384.0) - 16384.0, normal)
+
+
+@triton.jit
+def exp_baseline(z, EXP: tl.constexpr):
+    """The reduced-precision exponential baselines (App. D.5) at z = s - M <= 0: (w, dw/dz) with w the
+    forward weight. BF16-exp: w = bf16(e^{bf16(z)}), the exp of the bf16-rounded z with a bf16 result;
+    dw/dz = w, the factor of autograd through the casts (``score_grad`` rounds it as bf16 arithmetic
+    does). FP8-exp: w = E4M3(e^z), the rounded fp32 exponential, and dw/dz = e^z, the fp32 exponential's
+    derivative of its identity surrogate w^fp8 + (w^exp - sg(w^exp))."""
+    if EXP == 1:
+        w = _round_bf16(tl.exp(_round_bf16(z)))
+        return w, w
+    else:
+        e = tl.exp(z)
+        return _round_e4m3(e), e
 
 
 @triton.jit
@@ -582,12 +624,18 @@ def _gamma(g, Dd, inv_W):
 
 
 @triton.jit
-def score_grad(gamma, cD, is_max, GM, is_min, Gm, KEEP_MAX_TERM: tl.constexpr, KEEP_MIN_TERM: tl.constexpr):
+def score_grad(gamma, cD, is_max, GM, is_min, Gm, KEEP_MAX_TERM: tl.constexpr, KEEP_MIN_TERM: tl.constexpr,
+               EXP: tl.constexpr = 0):  # fmt: skip
     """eq. (2) (eq:full) on one tile: dL/ds_i = gamma_i Delta_i + [i = argmax] G_M + [i = argmin] G_m, with
     the row sums G_M = sum_j gamma_j dw_j/dM and G_m = sum_j gamma_j dw_j/dm of eq. (1) (FWM, resolved:
     dw/dM = -Delta, no m term). range_grad drops a channel (KEEP_*_TERM False). cD is Delta on kept keys (0
-    elsewhere), w for softmax (dS = P (g - D))."""
-    ds = gamma * cD
+    elsewhere), w for softmax (dS = P (g - D)), dw/dz of ``exp_baseline`` for the exp baselines, whose
+    dw/dM = -dw/dz (z = s - M): G_M = -S1. BF16-exp (EXP 1) rounds as autograd through its casts does:
+    gamma to bf16, then the bf16 product gamma w (exact in fp32, rounded once)."""
+    if EXP == 1:
+        ds = _round_bf16(_round_bf16(gamma) * cD)
+    else:
+        ds = gamma * cD
     if KEEP_MAX_TERM:
         ds += tl.where(is_max, GM[:, None], 0.0)
     if KEEP_MIN_TERM:
@@ -672,6 +720,7 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
     SOFTMAX: tl.constexpr = OP[1]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
     HISTORICAL: tl.constexpr = OP[4]
+    EXP: tl.constexpr = OP[5]
     PASS3: tl.constexpr = STAGE[0]
     SAVE: tl.constexpr = STAGE[1]
     # W^L: the backward's Jacobian point (SAVE) or historical P^L; an inference Prob-STE forward in strict
@@ -690,6 +739,8 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     if SOFTMAX:
         w = tl.where(valid, tl.exp2(s), 0.0)  # e^{s - M}
+    elif EXP:
+        w = tl.where(valid, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
         is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
         wL, wN, keep, one, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
@@ -908,18 +959,26 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
     Returns the forward weight w (w^N, or w^H in historical arithmetic, for the STE operators; for
     dV = P^T dO), the placed w^L (historical Prob-STE's P needs it), the kept-key mask, the self-term factor
     cD (Delta on kept keys: the self term of dL/ds, eq. 2; w for softmax: dS = P (g - D)) and
-    dM = dw/dM (eq. 1, when SUM_GM). ``s`` is the tile of ``_scores``: for softmax (s - M) log2(e).
+    dM = dw/dM (eq. 1, when SUM_GM). ``s`` is the tile of ``_scores``: for softmax (s - M) log2(e). The exp
+    baselines: w of ``exp_baseline`` and cD its dw/dz.
     """
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
     HISTORICAL: tl.constexpr = OP[4]
+    EXP: tl.constexpr = OP[5]
     dM = 0.0  # dw/dM, eq. (1), only where the dQ kernel sums G_M (SUM_GM)
     if SOFTMAX:
         w = tl.where(valid, tl.exp2(s), 0.0)  # e^{s - M}: s is (s - M) log2(e) here (_scores)
         wLp = w
         keep = valid
         cD = w
+    elif EXP:
+        w, cD = exp_baseline(s - M[:, None], EXP)
+        w = tl.where(valid, w, 0.0)
+        cD = tl.where(valid, cD, 0.0)
+        wLp = w
+        keep = valid
     else:
         wL, wN, keep, one, cD, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
         w = _forward_weight(wL, wN, keep, one, OP)
@@ -954,7 +1013,7 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
     w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, SUM_GM)
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
     gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
-    ds = score_grad(gamma, cD, is_max, GM, is_min, GM, False, False)  # eq. (2) self term; the rest after
+    ds = score_grad(gamma, cD, is_max, GM, is_min, GM, False, False, OP[5])  # eq. (2) self term; rest after
     dq += _dot(_cast(ds, k.dtype), k, PREC)
     S1 += tl.sum(ds, 1)
     if SUM_GM:  # G_M = sum_j gamma_ij * dw/dM (eq. 1)
@@ -1038,10 +1097,11 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     dq, ksum, S1, GM, nv = state
 
     # The calibration terms of eq. (2): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
-    # Softmax: G_M = -sum_j dS_ij = 0 in exact arithmetic (not applied; KEEP_MAX_TERM is False).
+    # Softmax: G_M = -sum_j dS_ij = 0 in exact arithmetic (not applied; KEEP_MAX_TERM is False). BF16-exp
+    # and FP8-exp: G_M = -S1 (z = s - M), not 0: their rounded weights are not a softmax.
     if CALIB == 1:
         Gm = -S1 - GM  # eq. (1): dw/dM + dw/dm = -Delta
-    else:  # FWM / resolved: dw/dM = -Delta, no m term
+    else:  # FWM / resolved: dw/dM = -Delta, no m term; the exp baselines: dw/dM = -dw/dz
         GM = -S1
         Gm = tl.zeros([BLOCK_M], tl.float32)
     GMe = tl.zeros([BLOCK_M], tl.float32)
@@ -1118,7 +1178,7 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP
     g = _dot(do, tl.trans(v), PREC)
     gamma = _gamma(g, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0))  # not masked: cD = 0 off keep
     if ARG_AFTER:  # eq. (2)'s self term here; its calibration terms after the loop (_arg_key_terms)
-        ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False)
+        ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])
     else:
         GMe = Dd  # not read unless KEEP_MAX_TERM
         Gme = Dd  # not read unless KEEP_MIN_TERM
@@ -1126,7 +1186,7 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP
             GMe = tl.load(GMo + row_i, mask=rmask, other=0.0)
         if KEEP_MIN_TERM:
             Gme = tl.load(Gmo + row_i, mask=rmask, other=0.0)
-        ds = score_grad(gamma, cD, is_max, GMe, is_min, Gme, KEEP_MAX_TERM, KEEP_MIN_TERM)  # eq. (2)
+        ds = score_grad(gamma, cD, is_max, GMe, is_min, Gme, KEEP_MAX_TERM, KEEP_MIN_TERM, OP[5])  # eq. (2)
     if PROJECT_P1:  # P1 projection: dS_ij - mean over valid keys
         mu = tl.load(MUo + row_i, mask=rmask, other=0.0)
         ds = tl.where(valid, ds - mu[:, None], 0.0)
@@ -1289,7 +1349,7 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, O
     g = _dot(do, tl.trans(v), PREC)
     inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
     gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
-    ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False)  # eq. (2) self term
+    ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])  # eq. (2) self term
     dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
     amask = rmask[:, None] & dmask[None, :]
     tl.atomic_add(DQa + o_ptrs, _dot(_cast(ds, k.dtype), k, PREC), mask=amask, sem="relaxed")
