@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from kinterval.ops import OperatorSpec
@@ -108,3 +110,34 @@ def test_flip_rows_radius_holds_the_documented_terms():
     assert _row("fwm-lerp-k4", [c, c - 3 + 0.99 * L], scale=scale)
     assert _row("fwm-lerp-k4", [c, c - 3 - 0.99 * L], scale=scale)
     assert not _row("fwm-lerp-k4", [c, c - 3 + 2 * L], scale=scale)
+
+
+def test_flip_rows_finds_the_baselines_rounding_midpoints():
+    """BF16-exp and FP8-exp round to coarse formats: a key flips where z = s - M (BF16-exp) or its exponential
+    lies within rounding of a midpoint of the format. Scores c + z with c = 100 (radius ~1e-4 in z), exact."""
+    c = 100.0
+    # bf16 values around -1.5 are 2^-7 apart: -1.50390625 is a midpoint, -1.5 a value (exp(-1.5) is 0.015
+    # of a bf16 step from the nearest exp midpoint, far outside its 2.7e-7 radius)
+    assert _row("bf16-exp", [c, c - 1.50390625])
+    assert not _row("bf16-exp", [c, c - 1.5])
+    # the same midpoint at z = -12.03125 carries a weight e^-12 < 2^-16 of the row: no result can move
+    assert not _row("bf16-exp", [c, c - 12.03125])
+    # E4M3 values 0.5625 and 0.625 (step 2^-4): exp(z) on their midpoint 0.59375 flips, on 0.5625 does not
+    assert _row("fp8-exp", [c, c + math.log(0.59375)])
+    assert not _row("fp8-exp", [c, c + math.log(0.5625)])
+    assert _row("fp8-exp", [c, c - 1e-5])  # a near-tie of the row max moves G_M (the max stays on the tape)
+    assert not _row("softmax", [c, c - 1.50390625, c - 1e-5])
+
+
+def test_flip_rows_adds_bf16_exps_backward_with_v_and_do():
+    """BF16-exp's backward rounds gamma = (g - <g>_P)/W to bf16: with v and the upstream gradient, rows whose
+    gamma lies within rounding of a bf16 midpoint are added to the forward's."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(1, 2, 37, 16, generator=g, dtype=torch.float64) * s for s in (2, 2, 1, 1))
+    valid = torch.ones(37, 37, dtype=torch.bool).tril()
+    spec = OperatorSpec.parse("bf16-exp")
+    fwd = flip_rows(spec, q, k, 0.25, valid)
+    both = flip_rows(spec, q, k, 0.25, valid, v, do)
+    assert (both | ~fwd).all() and both.sum() > fwd.sum()
+    assert torch.equal(flip_rows(OperatorSpec.parse("fp8-exp"), q, k, 0.25, valid, v, do),
+                       flip_rows(OperatorSpec.parse("fp8-exp"), q, k, 0.25, valid))  # fmt: skip

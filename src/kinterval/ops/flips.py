@@ -64,11 +64,10 @@ def _baseline_flips(spec, s, rad, M, rad_M, valid, v, do) -> Tensor:
     doc); with v and do, also BF16-exp's gamma."""
     z = torch.where(valid, s - M, 0.0)
     rad_z = rad + rad_M
-    P = torch.where(valid, torch.exp(z), 0.0)
-    P = P / P.sum(-1, keepdim=True).clamp_min(1e-300)
+    e = torch.where(valid, torch.exp(z), 0.0)
+    P = e / e.sum(-1, keepdim=True).clamp_min(1e-300)
     valid = valid & (P >= MIN_SHARE)  # keys that can move a result
     if spec.kind == "fp8-exp":
-        e = torch.exp(z)
         return valid & _near_midpoint(e, e * (rad_z + RADIUS * U32 * (1 + z.abs())), 3, -6)
 
     def bf16(x):
