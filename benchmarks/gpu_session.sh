@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine: environment, kernel tests, attention table, training throughput.
 #
-#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench|bench-bf16|bench-tf32|bench-tf32x3|bench-bf16x6|bench-ieee|bench-eval|bench-split|bench-bwd] [train|throughput]
+#   bash benchmarks/gpu_session.sh [tests] [bench-quick|bench|bench-bf16|bench-tf32|bench-tf32x3|bench-bf16x6|bench-ieee|bench-eval|bench-split|bench-bwd|bench-baselines] [train|throughput]
 #   (default: tests bench-quick train)
 #
 # Logs go to $OUT (or ./out); each stage has its own time limit so that one slow stage cannot eat the rest.
@@ -48,6 +48,10 @@ for stage in "${stages[@]}"; do
           --D 64 --compile-t '' --ref-max-t 0 --no-sdpa --no-flex --err-t 0 2>>"$OUT/bench_split.err" | grep -E "^\| +[a-z]" \
           | sed "s|^|split=$s |" | tee -a "$OUT/bench_split.md"
       done ;;
+    bench-baselines)  # the reduced-precision exp baselines (App. D.5) beside softmax, bf16 and TF32, with errors
+      timeout -s INT -k 20 480 $PY benchmarks/attention.py --ops softmax,bf16-exp,fp8-exp --dtypes bf16,tf32 \
+        --T 1024,4096 --D 64,128 --compile-t '' --ref-max-t 1024 --no-flex \
+        --csv "$OUT/bench_baselines.csv" 2>"$OUT/bench_baselines.err" | tee "$OUT/bench_baselines.md" ;;
     bench-bwd)  # the one-kernel backward (atomic dQ, opt-in) against the split dQ + dK/dV kernels, one run
       timeout -s INT -k 20 570 $PY benchmarks/attention.py --ops softmax,fwm-prob-k4,minmax-weight-k4,lerp-k4 \
         --dtypes bf16,tf32 --T 1024,4096 --D 64,128 --bwd split,fused --compile-t '' --ref-max-t 0 --no-flex \
