@@ -5,6 +5,7 @@ Usage: TRITON_INTERPRET=1 python benchmarks/results/kernels-2026-11-25/magnitude
 """
 
 import math
+import os
 import warnings
 
 import torch
@@ -14,8 +15,10 @@ from kinterval.ops.api import kinterval_attention
 warnings.filterwarnings("ignore")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: the Triton interpreter
 
-ops = [
+OPS = [
     "softmax",
+    "bf16-exp",
+    "fp8-exp",
     "lerp-k4",
     "lerp-k32",
     "fwm-lerp-k4",
@@ -34,7 +37,7 @@ ops = [
 ]
 B, H, T, D = 1, 2, 24, 16
 bad = 0
-for op in ops:
+for op in OPS[: int(os.environ.get("SWEEP_OPS", len(OPS)))]:
     for mag in [1e-30, 1e-6, 1.0, 30.0, 1e3, 1e6]:
         for causal in (False, True):
             g = torch.Generator().manual_seed(int(math.log10(mag) + 40))
@@ -45,7 +48,9 @@ for op in ops:
             res = {}
             for b in ["reference", "triton"]:
                 x = [
-                    t.clone().double().requires_grad_() if b == "reference" else t.to(DEVICE).requires_grad_()
+                    t.clone().double().requires_grad_()
+                    if b == "reference"
+                    else t.detach().clone().to(DEVICE).requires_grad_()
                     for t in (q, k, v)
                 ]
                 o = kinterval_attention(*x, op, causal=causal, backend=b)
