@@ -1028,7 +1028,7 @@ def test_precision_modes(precision):
 @pytest.mark.skipif(
     HAS_CUDA, reason="interpreter check of the two loop bodies; GPU: test_gpu_large runs both"
 )
-@pytest.mark.parametrize("name", ["minmax-prob-k4", "lerp-k4[range_grad=p1]", "softmax", "bf16-exp"])
+@pytest.mark.parametrize("name", ["minmax-prob-k4", "lerp-k4[range_grad=p1]", "softmax"])
 def test_unsplit_loops_match(name, monkeypatch):
     """16-bit inputs with D <= SPLIT_MAX_D run interior tiles through an unmasked copy of the loop body (by
     default the forward only); force it on in all three kernels, then off: the results must be
