@@ -19,13 +19,16 @@ from kinterval.ops.spec import OperatorSpec
 
 __all__ = ["triton_attention", "triton_supports", "unsupported_reason"]
 
+# The baselines the kernels implement, in the order of their EXP code (kernels.EXP_CODES: 0 softmax, ...)
+KERNEL_BASELINES = ("softmax", "bf16-exp", "fp8-exp")
+
 
 def unsupported_reason(spec: OperatorSpec) -> str | None:
     """None when the kernels implement ``spec``, else a sentence saying why not."""
     if not isinstance(spec, OperatorSpec):
         return f"spec must be an OperatorSpec, got {type(spec).__name__}"
     if not spec.is_kinterval:
-        if spec.kind in ("softmax", "bf16-exp", "fp8-exp"):
+        if spec.kind in KERNEL_BASELINES:
             return None
         return f"baseline {spec.kind!r} has no triton kernel"
     if spec.calibration not in ("minmax", "fwm", "resolved"):

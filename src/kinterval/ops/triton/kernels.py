@@ -19,6 +19,8 @@ import os
 import triton
 import triton.language as tl
 
+from kinterval.ops.triton import KERNEL_BASELINES
+
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 EPS_DEGENERATE = tl.constexpr(1e-12)  # App. A: a MinMax row with M - m <= eps is degenerate
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): e^x = 2^(x log2 e)
@@ -29,7 +31,7 @@ LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): e^x = 2^(x log2 e)
 SOFTMAX_OFFSET_LIMIT = tl.constexpr(2.0**26)
 
 CALIB_CODES = {None: 0, "minmax": 1, "fwm": 2, "resolved": 3}
-EXP_CODES = {"softmax": 0, "bf16-exp": 1, "fp8-exp": 2}  # the exp baselines (App. D.5)
+EXP_CODES = {name: code for code, name in enumerate(KERNEL_BASELINES)}  # the exp baselines (App. D.5)
 
 
 # KINTERVAL_TRITON_AUTOTUNE=0 skips autotuning: each kernel runs its first (default) candidate below.
