@@ -118,6 +118,10 @@ def test_plan_lr_reaches_floor_at_final_step():
 
 def test_checkpoint_steps():
     assert checkpoint_steps(763, 5) == (153, 305, 458, 610, 763)
+    # halves round up: suite A's 4th and 5th of 20 are the paper's resume points, 500.0M and 625.1M tokens
+    suite_a = checkpoint_steps(19_074, 20)
+    assert [s * 131_072 for s in suite_a[3:5]] == [500_039_680, 625_082_368]
+    assert suite_a[14] == 14_306 and len(suite_a) == 20 and suite_a[-1] == 19_074
     assert checkpoint_steps(10, 2, save_every=3) == (3, 5, 6, 9, 10)
     # The final step always: count 0 and a save_every that does not divide the steps used to leave a
     # "completed" run without its final weights.

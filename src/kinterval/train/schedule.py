@@ -53,8 +53,11 @@ def lr_at(tokens: int, total_tokens: int, peak: float, warmup_tokens: int, min_r
 def checkpoint_steps(steps: int, count: int, save_every: int = 0) -> tuple[int, ...]:
     """``count`` evenly spaced step counts ending at ``steps`` (5/10/20 in the paper), plus multiples
     of ``save_every``, plus ``steps`` itself always: a completed run has its final weights (evaluation
-    loads them; a resume of a finished run finds it complete)."""
-    marks = {round(i * steps / count) for i in range(1, count + 1)} if count else set()
+    loads them; a resume of a finished run finds it complete).
+
+    The i-th is ``i * steps / count`` rounded half up, in integers: suite A's fifth of twenty (step 4768.5
+    of 19,074) is step 4769, 625.1M tokens, the checkpoint the paper resumed from (App. C.1)."""
+    marks = {(2 * i * steps + count) // (2 * count) for i in range(1, count + 1)} if count else set()
     marks.add(steps)
     if save_every:
         marks |= set(range(save_every, steps + 1, save_every))
