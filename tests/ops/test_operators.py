@@ -165,6 +165,19 @@ def test_zero_sum_identity_full_and_not_detach():
             assert torch.all(g[~valid.expand_as(g)] == 0)
 
 
+def test_single_channel_modes_of_max_anchored_calibrations():
+    """FWM and resolved have no m channel: max_only is full and min_only is detach (docs/operators.md)."""
+    gen = torch.Generator().manual_seed(5)
+    s = torch.randn(3, 12, generator=gen, dtype=torch.float64) * 4
+    up = torch.randn(s.shape, generator=gen, dtype=torch.float64)
+    for form in FAMILY_FORMS:
+        if form.startswith("minmax") or form.startswith("lerp"):
+            continue
+        g = {rg: run(s, OperatorSpec.parse(form.format(K=4), range_grad=rg), up)[1] for rg in RANGE_GRADS}
+        assert torch.equal(g["max_only"], g["full"]) and torch.equal(g["min_only"], g["detach"]), form
+        assert not torch.allclose(g["full"], g["detach"]), form  # the M channel carries a gradient
+
+
 def test_strict_forward_bit_identical_to_direct_hard_forward():
     """Strict surrogates return w^N / sum w^N bit for bit; historical differs only by rounding."""
     gen = torch.Generator().manual_seed(2)
