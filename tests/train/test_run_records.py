@@ -85,6 +85,18 @@ def test_deterministic_mode_is_requested_on_cuda_and_restored(restore_determinis
     assert not torch.are_deterministic_algorithms_enabled()
 
 
+def test_deterministic_mode_can_be_switched_off(restore_determinism, monkeypatch):
+    """KINTERVAL_DETERMINISTIC=0 runs as the paper's formal runs did (no deterministic algorithms); any
+    other value than 0 or 1 is an error, not a silent default."""
+    monkeypatch.setenv("KINTERVAL_DETERMINISTIC", "0")
+    with deterministic(torch.device("cuda")):
+        assert not torch.are_deterministic_algorithms_enabled()
+    monkeypatch.setenv("KINTERVAL_DETERMINISTIC", "off")
+    with pytest.raises(ValueError, match="KINTERVAL_DETERMINISTIC"):
+        with deterministic(torch.device("cuda")):
+            pass
+
+
 def test_resuming_a_finished_run_does_not_touch_its_records(make_config, tmp_path):
     """docs §5: resuming a run that is already complete does nothing and leaves status.json and
     metrics.jsonl as they are: not rewritten (same bytes and modification time), not even for a moment."""

@@ -81,10 +81,15 @@ def run(trainer: Trainer, resume: bool, on_step: StepHook | None = None) -> Trai
 
 @contextlib.contextmanager
 def deterministic(device: torch.device):
-    """On CUDA, request deterministic algorithms for the run (restored afterwards)."""
+    """On CUDA, request deterministic algorithms for the run (restored afterwards), unless the environment
+    sets ``KINTERVAL_DETERMINISTIC=0``: the paper's formal runs did not use them (App. F), which changes
+    float rounding only. An environment switch, not a config field: it never blocks a resume."""
     old = torch.are_deterministic_algorithms_enabled()
+    flag = os.environ.get("KINTERVAL_DETERMINISTIC", "1")
+    if flag not in ("0", "1"):
+        raise ValueError(f"KINTERVAL_DETERMINISTIC must be 0 or 1, got {flag!r}")
     try:
-        if device.type == "cuda":
+        if device.type == "cuda" and flag == "1":
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True, warn_only=True)
         yield
