@@ -724,17 +724,11 @@ def gradient_decomposition(results) -> list[GradDecompRow]:
     return sorted(rows, key=lambda x: (x.operator, x.seed, x.tokens, x.suite))
 
 
-def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -> list[Row]:
-    """Held-out and operator-substitution evaluations (``eval/<tag>/``, not the suite's own split): ΔNLL vs
-    the same-seed softmax evaluated the same way, at each key's endpoint (a run without a pair there goes to
-    ``unpaired``; ``ValueError`` when it is None). With document clusters (C4) the per-document differences
-    get a document-cluster bootstrap (token-weighted); BH q within each corpus and forward mode (tag), the
-    paper's family of conditions per corpus and mode (App. C.3)."""
-    from kinterval.stats import cluster_bootstrap_ci
-
+def _heldout_groups(points: list[Point], unpaired: dict[str, str] | None) -> dict[Key, list[Pair]]:
+    """Held-out key -> its pairs with the same-seed softmax evaluated the same way, at the key's endpoint."""
     others = [p for p in points if not p.primary]
     if not others:
-        return []
+        return {}
     refs = [p for p in points if p.is_reference]
     pairing = softmax_pairs(others + [p for p in refs if p.primary] + [p for p in refs if not p.primary])
     by_key: dict[Key, list[Pair]] = defaultdict(list)
@@ -745,7 +739,20 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
         k: at_endpoint(ps, "held-out ΔNLL vs softmax", unpaired, lambda x: x.point)
         for k, ps in by_key.items()
     }
-    groups = {k: ps for k, ps in groups.items() if ps}
+    return {k: ps for k, ps in groups.items() if ps}
+
+
+def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -> list[Row]:
+    """Held-out and operator-substitution evaluations (``eval/<tag>/``, not the suite's own split): ΔNLL vs
+    the same-seed softmax evaluated the same way, at each key's endpoint (a run without a pair there goes to
+    ``unpaired``; ``ValueError`` when it is None). With document clusters (C4) the per-document differences
+    get a document-cluster bootstrap (token-weighted); BH q within each corpus and forward mode (tag), the
+    paper's family of conditions per corpus and mode (App. C.3)."""
+    from kinterval.stats import cluster_bootstrap_ci
+
+    groups = _heldout_groups(points, unpaired)
+    if not groups:
+        return []
     rows = []
     for k, ps in groups.items():
         r = _row_from_pairs(f"{k.operator} − softmax", ps)
@@ -782,6 +789,87 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
             seeds, tokens = tuple(sorted(per_seed)), ps[0].point.tokens
             rows.append(Row("substituted − native forward", k, seeds, estimate(per_seed), tokens))
     return rows
+
+
+def split_half(pair: Pair) -> float:
+    """ΔNLL vs softmax on the first half of the evaluation units minus that on the second half (first half:
+    the first ``n // 2`` units): blocks in evaluation order, or, for a document-clustered evaluation,
+    documents in data order (token-weighted, as the held-out estimate)."""
+    a, b = pair.point.docs, pair.control.docs
+    d, w = (a["doc_nll"] - b["doc_nll"], a["doc_tokens"]) if a and b else (pair.d, np.ones(pair.d.size))
+    if d.size < 2:
+        raise ValueError(f"{pair.point.run_id} [{pair.point.tag}]: split half needs two evaluation units")
+    h = d.size // 2
+    return float(d[:h].sum() / np.sum(w[:h]) - d[h:].sum() / np.sum(w[h:]))
+
+
+@dataclass
+class HeldoutOrdering:
+    """Layer 1 per held-out corpus and forward mode (App. C.3): the Spearman correlation of the conditions'
+    held-out ΔNLL with their in-domain ΔNLL, and the split-half fluctuation (descriptive; no test)."""
+
+    setting: tuple  # (budget, held-out data, tag)
+    conditions: tuple[str, ...]  # with an in-domain row at the same endpoint: the Spearman's conditions
+    heldout: tuple[float, ...]  # their held-out ΔNLL (the heldout.md rows)
+    in_domain: tuple[float, ...]  # their in-domain ΔNLL (the delta.md rows)
+    spearman: tuple[float, float] | None  # (rho, p); None below 3 conditions or for a constant ordering
+    unit: str  # the split-half units: "blocks" or "documents"
+    split_half: dict[str, float]  # every held-out condition -> first-half − second-half ΔNLL, mean over seeds
+    fluctuation_max: float  # the largest |split_half| over conditions
+    fluctuation_mean: float  # the mean |split_half|
+
+
+def heldout_ordering(
+    points: list[Point], held: list[Row], delta: list[Row], unpaired: dict[str, str] | None = None
+) -> list[HeldoutOrdering]:
+    """Per held-out setting (corpus and forward mode, ``held`` from :func:`heldout_table`): Spearman of the
+    conditions' held-out ΔNLL against their in-domain ΔNLL (``delta`` from :func:`delta_table`: the row of
+    the runs' own evaluation at the same training tokens; conditions without one are left out of it), and the
+    split-half fluctuation of :func:`split_half` (the paper gives its values, not its aggregate: we report the
+    largest and the mean |first half − second half| over the conditions)."""
+    from kinterval.stats import spearman
+
+    groups = _heldout_groups(points, unpaired)
+
+    def where(k: Key) -> tuple:
+        return (k.operator, *k.setting())
+
+    own = {(p.suite, p.run_id): where(p.key) for p in points if p.primary}
+    in_domain = {where(r.key): r for r in delta}
+    by_setting: dict[tuple, list[Row]] = defaultdict(list)
+    for r in held:
+        if r.key in groups and r.contrast == f"{r.key.operator} − softmax":
+            by_setting[r.key.setting()].append(r)
+    out = []
+    for setting, rows in sorted(by_setting.items(), key=str):
+        both = []
+        for r in rows:
+            keys = {own.get((x.point.suite, x.point.run_id)) for x in groups[r.key]}
+            d = in_domain.get(keys.pop()) if len(keys) == 1 else None
+            if d is not None and d.tokens == r.tokens:
+                both.append((r.key.operator, r.est.mean, d.est.mean))
+        x, y = [h for _, h, _ in both], [i for _, _, i in both]
+        rho = None
+        if len(both) >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
+            res = spearman(x, y)
+            rho = (res.rho, res.p)
+        halves = {r.key.operator: float(np.mean([split_half(p) for p in groups[r.key]])) for r in rows}
+        pairs = [x for r in rows for x in groups[r.key]]
+        units = {"documents" if x.point.docs and x.control.docs else "blocks" for x in pairs}
+        out.append(
+            HeldoutOrdering(
+                setting,
+                tuple(c for c, _, _ in both),
+                tuple(x),
+                tuple(y),
+                rho,
+                " + ".join(sorted(units)),
+                halves,
+                float(max(abs(v) for v in halves.values())),
+                float(np.mean([abs(v) for v in halves.values()])),
+            )
+        )
+    return out
 
 
 def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, float, float]:

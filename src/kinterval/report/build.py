@@ -267,6 +267,14 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     if held:
         data["heldout"] = held
         ix.table("heldout", *T.heldout_rows(held), "Held-out and substitution evaluations: ΔNLL vs softmax")
+        order = A.heldout_ordering(points, held, rows, left_out)
+        data["heldout_ordering"] = order
+        ix.table(
+            "heldout_ordering",
+            *T.heldout_ordering_rows(order),
+            "Held-out ordering: Spearman of held-out with in-domain ΔNLL (conditions with both, of those "
+            "held out) and split-half fluctuation (ΔNLL on first − second half of the units; descriptive)",
+        )
     grad = A.gradient_decomposition(results)
     if grad:
         data["graddecomp"] = grad

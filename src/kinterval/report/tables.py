@@ -225,6 +225,26 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     ]
 
 
+def heldout_ordering_rows(stats) -> tuple[list[str], list[list[str]]]:
+    """Layer 1: Spearman of the held-out ΔNLL ordering with the in-domain one, and the split-half fluctuation
+    (largest and mean |first half − second half| over the conditions; descriptive)."""
+    headers = ["Budget", "Data", "Eval", "Conditions", "Spearman with in-domain ΔNLL (p)", "Split-half units"]
+    headers += ["Split-half fluctuation, max |Δ| (condition)", "Split-half fluctuation, mean |Δ|"]
+    return headers, [
+        [
+            tokens(s.setting[0]),
+            s.setting[1],
+            s.setting[2],
+            f"{len(s.conditions)} of {len(s.split_half)}",
+            "-" if s.spearman is None else f"{s.spearman[0]:+.3f} ({s.spearman[1]:.3g})",
+            s.unit,
+            f"{s.fluctuation_max:.3f} ({max(s.split_half, key=lambda c: abs(s.split_half[c]))})",
+            f"{s.fluctuation_mean:.3f}",
+        ]
+        for s in stats
+    ]
+
+
 def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
     headers = ["Budget", "Data", "Eval", "Seeds", "Conditions", "Kendall's W", "Pairwise Spearman (min–max)"]
     headers += ["Spearman ΔNLL vs h (p)", "Spearman ΔNLL vs span (p)"]
