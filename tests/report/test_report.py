@@ -207,3 +207,10 @@ def test_design_seeds_are_the_union_of_the_folders_plans(tmp_path):
     for p in points:
         one_seed = p.operator == "lerp-k4[range_grad=detach]"  # the ci suite runs it with seed 7 only
         assert p.design_seeds == ((7, 1007) if one_seed else (7, 42, 1007, 1042)), p.operator
+
+
+def test_no_held_out_evaluations_give_no_held_out_tables(fake_suite, tmp_path):
+    index = build_report(fake_suite, tmp_path / "rep").read_text()
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert "heldout" not in data and "heldout_ordering" not in data
+    assert not (tmp_path / "rep" / "heldout_ordering.md").exists() and "Held-out ordering" not in index

@@ -260,6 +260,20 @@ def test_bh_uses_the_papers_family(report):
         _covered([(r["key"]["operator"], _est(r["est"]), planted(r["key"]["operator"])) for r in fam])
 
 
+def test_heldout_ordering_and_split_half(report):
+    """Held out as in domain (doubled with the softmax forward): the ordering is preserved on every corpus and
+    mode; the planted halves are equal, so the split-half fluctuation is noise (0.004 nats per block)."""
+    rep, data = report
+    order = {s["setting"][2]: s for s in data["heldout_ordering"]}
+    assert set(order) == {"test__ptb", "val__c4", "test__ptb__op-softmax"}
+    for s in order.values():
+        assert len(s["conditions"]) == len(s["split_half"]) == 25
+        assert s["spearman"][0] > 0.98 and s["spearman"][1] < 1e-6
+        assert 0 < s["fluctuation_mean"] <= s["fluctuation_max"] < 0.005
+    assert order["val__c4"]["unit"] == "documents" and order["test__ptb"]["unit"] == "blocks"
+    assert "25 of 25" in (rep / "heldout_ordering.md").read_text()
+
+
 def test_rank_statistics_geometry_and_clip(report):
     _, data = report
     (ranks,) = [s for s in data["ranks"] if len(s["seeds"]) == 5]
