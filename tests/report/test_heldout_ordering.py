@@ -67,7 +67,8 @@ def test_held_out_ordering_with_one_pair_reversed():
     cells = dict(zip(headers, row))
     assert cells["Conditions"] == "5 of 6"
     assert cells["Spearman with in-domain ΔNLL (p)"].startswith("+0.900 (")
-    assert cells["Split-half fluctuation, max |Δ| (condition)"] == "0.050 (fwm-prob-k4)"
+    assert cells["Split-half fluctuation: largest (condition)"] == "0.0500 (fwm-prob-k4)"
+    assert cells["Split-half fluctuation: mean"] == f"{np.mean(np.abs(list(want.values()))):.4f}"
 
 
 def test_same_ordering_is_one_and_a_later_in_domain_endpoint_is_left_out():

@@ -227,9 +227,9 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
 
 def heldout_ordering_rows(stats) -> tuple[list[str], list[list[str]]]:
     """Layer 1: Spearman of the held-out ΔNLL ordering with the in-domain one, and the split-half fluctuation
-    (largest and mean |first half − second half| over the conditions; descriptive)."""
+    (the largest and the mean absolute first-half − second-half ΔNLL over the conditions; descriptive)."""
     headers = ["Budget", "Data", "Eval", "Conditions", "Spearman with in-domain ΔNLL (p)", "Split-half units"]
-    headers += ["Split-half fluctuation, max |Δ| (condition)", "Split-half fluctuation, mean |Δ|"]
+    headers += ["Split-half fluctuation: largest (condition)", "Split-half fluctuation: mean"]
     return headers, [
         [
             tokens(s.setting[0]),
@@ -238,8 +238,8 @@ def heldout_ordering_rows(stats) -> tuple[list[str], list[list[str]]]:
             f"{len(s.conditions)} of {len(s.split_half)}",
             "-" if s.spearman is None else f"{s.spearman[0]:+.3f} ({s.spearman[1]:.3g})",
             s.unit,
-            f"{s.fluctuation_max:.3f} ({max(s.split_half, key=lambda c: abs(s.split_half[c]))})",
-            f"{s.fluctuation_mean:.3f}",
+            f"{s.fluctuation_max:.4f} ({max(s.split_half, key=lambda c: abs(s.split_half[c]))})",
+            f"{s.fluctuation_mean:.4f}",
         ]
         for s in stats
     ]
