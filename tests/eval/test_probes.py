@@ -81,6 +81,16 @@ def test_retrieval_and_copy_structure():
         assert s.score_pos == list(range(PREFIX + L, PREFIX + 2 * L))
 
 
+def test_retrieval_samples_have_independent_bodies():
+    """The paper's 2,400 probe-B samples are independent (resampled by sample); a near and a far query of the
+    same family and pair count used to share one key-value body."""
+    samples, _ = probes.retrieval_samples(50, V, 1024, seed=0)
+    by = {(s.family, s.param, s.condition): s.tokens[: 2 * s.param] for s in samples}
+    pairs = [(f, n) for f, n, c in by if c == "near"]
+    assert len(pairs) == 50 * 3 and all(by[(f, n, "near")] != by[(f, n, "far")] for f, n in pairs)
+    assert len({tuple(b) for b in by.values()}) == len(samples)  # no two samples share a body
+
+
 class InductionStub(torch.nn.Module):
     """Predicts, at each position, the token that followed the previous occurrence of the current token."""
 

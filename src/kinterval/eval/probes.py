@@ -7,7 +7,8 @@ plus the positions to score: position ``i`` scores the prediction of ``tokens[i 
   the same sequence with the earlier (A, B) replaced by random tokens. One family = one (A, B) and one filler
   stream at every distance d (distances that do not fit the context are skipped and recorded).
 * Probe B, key-value retrieval: n pairs ``k1 v1 ... kn vn`` then a query key; score its value. ``near``
-  queries a key of the last quarter of pairs, ``far`` one of the first quarter.
+  queries a key of the last quarter of pairs, ``far`` one of the first quarter; every sample has its own
+  pairs (independent samples, paper Table tab:probeab).
 * Probe C, prefix copying: a random segment of length L, a separator, the segment again; every token of the
   second copy is scored. Its own sample count: ``copies`` per L (paper App. C.3: 300 per L, 900 in total),
   not the ``families`` of probes A and B (400: 2,000 induction samples, 2,400 retrieval samples).
@@ -88,17 +89,21 @@ def induction_samples(n_families: int, vocab: int, block: int, distances=DISTANC
 
 
 def retrieval_samples(n_families: int, vocab: int, block: int, n_pairs=N_PAIRS, seed: int = 0):
-    """Probe B samples (near and far query per family and pair count) and the pair counts skipped."""
+    """Probe B samples (near and far query per family and pair count) and the pair counts skipped.
+
+    Every sample draws its own key-value body: the paper's 2,400 probe-B samples are independent (Table
+    tab:probeab, resampled by sample), so a near and a far query do not share one body."""
     fits = [n for n in n_pairs if 2 * n + 1 <= block]
     samples = []
     for f in range(n_families):
         rng = _rng(seed, "B", f)
         for n in fits:
-            keys = _distinct(rng, vocab, n)
-            values = _draw(rng, vocab, n, exclude=keys.tolist())
-            body = np.stack([keys, values], 1).reshape(-1)
             q = max(1, n // 4)
-            for cond, i in (("near", int(rng.integers(n - q, n))), ("far", int(rng.integers(0, q)))):
+            for cond, lo, hi in (("near", n - q, n), ("far", 0, q)):
+                keys = _distinct(rng, vocab, n)
+                values = _draw(rng, vocab, n, exclude=keys.tolist())
+                body = np.stack([keys, values], 1).reshape(-1)
+                i = int(rng.integers(lo, hi))
                 seq = np.concatenate([body, [keys[i], values[i]]])
                 samples.append(Sample("B", f, cond, n, seq.tolist(), [2 * n]))
     return samples, [n for n in n_pairs if n not in fits]
