@@ -171,6 +171,9 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
     assert {(r["probe"], r["metric"]) for r in res["slopes"]} >= {("A", "nll"), ("A", "gain"), ("C", "nll")}
     delta = next(r for r in res["deltas"] if (r["probe"], r["metric"], r["param"]) == ("C", "nll", 32))
     assert delta["delta"] == pytest.approx(delta["value"] - delta["reference"]) and delta["n"] == 4
+    b = [r for r in res["deltas"] if r["probe"] == "B"]
+    assert (b[0]["param"], b[0]["condition"], b[0]["n"]) == ("all", "all", 3 * 3 * 2)  # every probe-B sample
+    assert "B nll    all all" in capsys.readouterr().out.replace("  tab:probeab", "")
     table = probes.probe_tables(tmp_path / "p-softmax")
     assert table[0]["operator"] == "softmax" and {"probe", "metric", "param", "mean", "lo", "hi"} <= set(
         table[0]
@@ -253,6 +256,32 @@ def test_paired_deltas_recover_planted_effects():
     f = [c["family"] for c in cond if c["probe"] == "A" and c["condition"] == "induction"]
     ci = family_bootstrap_ci(d, f, n_resamples=500)
     assert (a["lo"], a["hi"]) == (ci.lo, ci.hi) and a["n"] == 40 * 5
+
+
+def test_probe_b_pooled_row_is_every_sample_resampled_by_sample():
+    """Table tab:probeab gives one probe-B row per condition, n = 2,400 (near and far together, resampled by
+    sample); the rows were split by query (near, far), the largest with n = 1,200."""
+    from kinterval.stats import paired_bootstrap_ci
+
+    ref, cond = planted_rows(families=400)
+    order = lambda r: (r["family"], r["condition"], r["param"])  # noqa: E731  (paired_deltas' sample order)
+    b_ref, b_cond = (sorted((r for r in rows if r["probe"] == "B"), key=order) for rows in (ref, cond))
+    diffs = np.array([c["nll"] - r["nll"] for c, r in zip(b_cond, b_ref)])
+    head = lambda r: (r["metric"], r["param"], r["condition"], r["n"])  # noqa: E731
+    deltas = [r for r in probes.paired_deltas(cond, ref, n_resamples=50) if r["probe"] == "B"]
+    pooled = deltas[0]  # the table's row leads probe B, the near/far breakdown follows
+    assert head(pooled) == ("nll", "all", "all", 2400)
+    assert pooled["delta"] == pytest.approx(diffs.mean()) and probes.in_probeab(pooled)
+    assert pooled["value"] == pytest.approx(np.mean([c["nll"] for c in b_cond]))
+    ci = paired_bootstrap_ci(diffs, n_resamples=50)
+    assert (pooled["lo"], pooled["hi"]) == (ci.lo, ci.hi)
+    assert head(deltas[1]) == ("acc", "all", "all", 2400)
+    assert {r["n"] for r in deltas[2:] if r["param"] == "all"} == {1200}  # near, far: the breakdown
+    assert not any(probes.in_probeab(r) for r in deltas[1:] if r["metric"] == "nll")
+    table = [r for r in probes.summarize(cond, n_resamples=50) if r["probe"] == "B"]
+    assert head(table[0]) == ("nll", "all", "all", 2400) and head(table[1]) == ("acc", "all", "all", 2400)
+    assert table[0]["mean"] == pytest.approx(np.mean([c["nll"] for c in b_cond]))
+    assert table[0]["lo"] < table[0]["mean"] < table[0]["hi"]
 
 
 def test_delta_slopes_against_log2_length():

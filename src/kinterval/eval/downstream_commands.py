@@ -328,15 +328,16 @@ def _compare(args) -> int:
 
 
 def _probes(args) -> int:
-    from kinterval.eval.probes import run_probes
+    from kinterval.eval.probes import in_probeab, run_probes
 
     out = args.out or str(Path(args.run) / "probes" / (args.operator or "native"))
     summary = run_probes(args.run, out=out, checkpoint=args.checkpoint, operator=args.operator,
                          families=args.families, copies=args.copies, device=args.device, seed=args.seed,
                          batch_size=args.batch_size)  # fmt: skip
     for r in summary["table"]:
+        mark = "  tab:probeab" * in_probeab(r)
         print(f"{r['probe']} {r['metric']:<5} {r['param']!s:>4} {r['condition']:<18} {r['mean']:.4f} "
-              f"[{r['lo']:.4f}, {r['hi']:.4f}] n={r['n']}")  # fmt: skip
+              f"[{r['lo']:.4f}, {r['hi']:.4f}] n={r['n']}{mark}")  # fmt: skip
     skipped = {k: v for k, v in summary["skipped"].items() if v}
     if skipped:
         print(f"skipped (do not fit block_size {summary['block_size']}): {skipped}")
@@ -345,7 +346,7 @@ def _probes(args) -> int:
 
 
 def _probes_compare(args) -> int:
-    from kinterval.eval.probes import compare_probes
+    from kinterval.eval.probes import compare_probes, in_probeab
 
     out = {}
     for name, folder in (_condition(c) for c in args.conditions):
@@ -353,8 +354,9 @@ def _probes_compare(args) -> int:
         out[name] = res
         print(f"{name} ({res['operator']}) - reference ({res['reference_operator']})")
         for r in res["deltas"]:
+            mark = "  tab:probeab" * in_probeab(r)
             print(f"  {r['probe']} {r['metric']:<5} {r['param']!s:>4} {r['condition']:<18} {r['delta']:+.4f} "
-                  f"[{r['lo']:+.4f}, {r['hi']:+.4f}] n={r['n']}")  # fmt: skip
+                  f"[{r['lo']:+.4f}, {r['hi']:+.4f}] n={r['n']}{mark}")  # fmt: skip
         for r in res["slopes"]:
             print(f"  {r['probe']} {r['metric']:<5} {r['condition']:<18} slope vs log2 {r['params']}: "
                   f"{r['slope']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}]")  # fmt: skip

@@ -188,7 +188,9 @@ def _stack(ctxs):
 def summarize(rows: list[dict], *, n_resamples: int = 4000, seed: int = 0) -> list[dict]:
     """Table rows ``{probe, metric, param, condition, mean, lo, hi, n}`` with family-bootstrap 95% CIs.
 
-    Probe A adds ``metric="gain"`` (control NLL - induction NLL) per distance and pooled (``param="all"``).
+    Probe B leads with its pooled row (``param="all"``, ``condition="all"``: every sample, near and far,
+    resampled by sample; the paper's tab:probeab row), then the per pair count and query breakdown. Probe A
+    adds ``metric="gain"`` (control NLL - induction NLL) per distance and pooled (``param="all"``).
     """
     from kinterval.stats import family_bootstrap_ci
 
@@ -205,9 +207,12 @@ def summarize(rows: list[dict], *, n_resamples: int = 4000, seed: int = 0) -> li
     groups = defaultdict(list)
     for r in rows:
         groups[(r["probe"], r["param"], r["condition"])].append(r)
-    for (probe, param, cond), rs in sorted(groups.items()):
+        if r["probe"] == "B":
+            groups[("B", "all", "all")].append(r)
+    for (probe, param, cond), rs in sorted(groups.items(), key=lambda g: (g[0][0], g[0][2] != "all", g[0])):
+        ids = range(len(rs)) if cond == "all" else [r["family"] for r in rs]  # pooled B: by sample
         for metric in ("nll", "acc"):
-            out.append(row(probe, metric, param, cond, [r[metric] for r in rs], [r["family"] for r in rs]))
+            out.append(row(probe, metric, param, cond, [r[metric] for r in rs], ids))
     # induction gain, paired within (family, distance)
     nll = {(r["family"], r["param"], r["condition"]): r["nll"] for r in rows if r["probe"] == "A"}
     pairs = [(f, d, nll[(f, d, "control")] - v) for (f, d, c), v in nll.items() if c == "induction"]
@@ -217,6 +222,14 @@ def summarize(rows: list[dict], *, n_resamples: int = 4000, seed: int = 0) -> li
     if pairs:
         out.append(row("A", "gain", "all", "control-induction", [p[2] for p in pairs], [p[0] for p in pairs]))
     return out
+
+
+def in_probeab(r: dict) -> bool:
+    """Whether a :func:`summarize` or :func:`paired_deltas` row is a row of the paper's Table tab:probeab:
+    probe A pooled over distances (induction target NLL and top-1, induction gain), probe B pooled over every
+    sample (near and far)."""
+    return r["param"] == "all" and (r["probe"], r["condition"]) in {
+        ("A", "induction"), ("A", "control-induction"), ("B", "all")}  # fmt: skip
 
 
 def probe_tables(results_dir: str | Path) -> list[dict]:
@@ -269,7 +282,9 @@ def paired_deltas(rows, ref_rows, *, n_resamples: int = 4000, seed: int = 0) -> 
 
     Rows ``{probe, metric, param, condition, reference, value, delta, lo, hi, n}`` per probe, metric (``nll``,
     ``acc``; ``gain`` for probe A), param (distance / pair count / length, and ``"all"`` pooled) and sample
-    condition. ``reference`` and ``value`` are the two means, ``delta`` their paired difference.
+    condition. Probe B leads with its pooled rows (``param="all"``, ``condition="all"``: every sample, near
+    and far; the paper's tab:probeab row). ``reference`` and ``value`` are the two means, ``delta`` their
+    paired difference. Within a probe: pooled rows first, then metrics in the table's order (nll, gain, acc).
     """
     pairs = _sample_table(rows, ref_rows)
     groups = defaultdict(list)  # (probe, metric, param, condition) -> [(family, value, reference value)]
@@ -277,6 +292,8 @@ def paired_deltas(rows, ref_rows, *, n_resamples: int = 4000, seed: int = 0) -> 
         for metric in ("nll", "acc"):
             for p in (param, "all"):
                 groups[(probe, metric, p, cond)].append((fam, r[metric], q[metric]))
+            if probe == "B":
+                groups[("B", metric, "all", "all")].append((fam, r[metric], q[metric]))
     gains, ref_gains = _gains(rows), _gains(ref_rows)
     for (fam, d), g in sorted(gains.items()):
         for p in (d, "all"):
@@ -289,7 +306,9 @@ def paired_deltas(rows, ref_rows, *, n_resamples: int = 4000, seed: int = 0) -> 
         out.append({"probe": probe, "metric": metric, "param": param, "condition": cond,
                     "reference": float(ref.mean()), "value": float(value.mean()),
                     "delta": float((value - ref).mean()), "lo": lo, "hi": hi, "n": len(items)})  # fmt: skip
-    order = lambda r: (r["probe"], r["metric"], r["condition"], r["param"] == "all", str(r["param"]).zfill(6))  # noqa: E731
+    rank = ("nll", "gain", "acc").index
+    order = lambda r: (r["probe"], r["condition"] != "all", rank(r["metric"]), r["condition"],  # noqa: E731
+                       r["param"] == "all", str(r["param"]).zfill(6))  # fmt: skip
     return sorted(out, key=order)
 
 
@@ -399,6 +418,7 @@ __all__ = [
     "compare_probes",
     "copy_samples",
     "delta_slopes",
+    "in_probeab",
     "induction_samples",
     "paired_deltas",
     "probe_tables",
