@@ -1,79 +1,169 @@
 #!/usr/bin/env bash
-# The mini suite on a lent GPU machine, in stages that each fit one 10-minute command.
+# The mini suite in sittings on a lent GPU machine: each sitting is one device call that trains the runs the
+# results folder still lacks until a deadline, signs off those that finished, and brings their results back.
 #
-#   bash benchmarks/gpu_mini.sh env kernels auto start   # first call: versions, kernel preflight, auto check,
-#                                                        # then the suite in the background
-#   bash benchmarks/gpu_mini.sh wait                     # later calls (machine still warm): follow the suite
-#   bash benchmarks/gpu_mini.sh wait pack                # last call: gate, the results tarball into $OUT
+#   bash benchmarks/gpu_mini.sh check      # here, on the CPU, before the call (costs no device time)
+#   bash benchmarks/gpu_mini.sh sitting    # the device call: `run` with carry [".corpus"], timeout_s 600
 #
-# Call again as soon as a call returns: a lent machine that sits idle is given back, and .mini/ with it.
-# `measure` (how many runs share the GPU best, ~4 min) is worth it only with device time to spare: put it
-# before `start` in the first call, and set PER_GPU from its best row.
+# then, here, with the tarball the call brought back (files_at):
+#   mkdir -p out/sitting && tar -xzf FILES_AT/mini_results.tar.gz -C out/sitting
+#   kinterval suite merge out/sitting/mini docs/results/mini && kinterval report docs/results/mini
+#   (and commit docs/results/mini, the call's env.txt, preflight.txt, sitting.log and gate.txt beside it in
+#   docs/results/mini/sittings/N/, and an entry in docs/results/README.md)
 #
-# The corpus travels with the working tree from a git-ignored folder inside the repository. Once, in the
-# repository root, before the first call:
-#   echo /.corpus/ >> .git/info/exclude
+# A lent machine lives for one session's device time (15 minutes here, its start included), and nothing on it
+# outlives it: checkpoints are far too large to come back, so a run that the deadline cuts is lost and trains
+# again, from the start, in the next sitting. Runs that finished come back as results (evaluations, geometry,
+# metrics, status, logs) with the partial gate's `gate.json`, and `kinterval suite merge` adds them to the
+# results folder; the next sitting runs only what that folder lacks (`suite run --skip-gated`).
+#
+# Every sitting must run the operator code of the results folder's first sitting (the gate's "same code"):
+# `check` says whether this checkout's is. If it is not, put that commit beside the repository and run from it:
+#   git worktree add --detach .pinned COMMIT     # COMMIT: the git_commit in docs/results/mini/manifest.json
+#   PIN=.pinned bash benchmarks/gpu_mini.sh check          and in the call:  PIN=.pinned bash ... sitting
+#   (carry [".corpus", ".pinned"])
+#
+# The corpus travels from a git-ignored folder inside the repository. Once, in the repository root:
 #   mkdir -p .corpus/docs && cp PATH_TO_YOUR_TOKEN_FILES/*.bin .corpus/docs/   # flat uint16 GPT-2 tokens
-# and name `.corpus` in the carry list of the call that runs `start` (later calls need not carry it: `start`
-# prepares it into the suite folder). Everything the suite writes stays under .mini/ (add
-# `/.mini/` to .git/info/exclude too): the machine keeps it between calls while it is warm, and `start`
-# leaves the suite running in its own process session, so `wait` calls only follow it. A machine given back
-# loses .mini/: `pack` before the lease ends (checkpoints are too large to come back; evaluations,
-# geometry, manifest, status and logs do, in one tarball of at most 16 MiB).
 #
-# Stages:
-#   env      GPU, driver, torch, triton versions and the commit (into $OUT/env.txt)
-#   kernels  preflight: the core fused-kernel tests on this GPU (every operator, historical arithmetic, wide
-#            rows, precision modes, the inference forward of evaluation) against the float64 reference; the
-#            suite is not started if one fails (cut at KERNELS_LIMIT s, default 360, with no failure: it is)
-#   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best --per-gpu)
+# Stages (several in one call run in order):
+#   check    corpus present and small enough to travel; the results folder passes the results-only gate and
+#            was run by this code; which runs are still to run
+#   sitting  env, then at once: the kernel preflight (the core fused-kernel tests on this GPU, at most
+#            PREFLIGHT_S s, default 150, in the background) and the suite's pending runs (--per-gpu PER_GPU,
+#            default 2; each kernel's default tile, KINTERVAL_TRITON_AUTOTUNE=0, unless set). At DEADLINE_S s
+#            after the start (default 480) the suite is stopped; a failed preflight
+#            stops it at once and nothing is packed. Then `suite gate --partial` (writes gate.json for the
+#            runs that finished) and `suite merge` of those into ${SUITE_NAME}_results.tar.gz in $OUT
+#   env      GPU, driver, torch and triton versions, the commit (into $OUT/env.txt)
+#   kernels  the preflight alone, in the foreground (at most KERNELS_LIMIT s, default 360)
+#   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best PER_GPU)
 #   auto     minmax-weight-k4 in historical arithmetic, suite D's protocol, a few steps under backend="auto"
-#   start    prepare .corpus/docs into $SUITE/data, start `kinterval suite run $SUITE_NAME` in the background
-#            (SUITE_NAME=mini by default; SUITE_NAME=mini-seeds adds seeds 7 and 42, see its suite file)
-#            (a second `start` while it runs only says so)
-#   wait     follow the suite until its process exits (done, or failed: at once) or for WAIT_S seconds
-#            (default 540), then print progress
-#   pack     `kinterval suite gate` (full mode: writes gate.json), then manifest, gate record, evaluations,
-#            diagnostics, status, metrics and logs into $OUT/${SUITE_NAME}_results.tar.gz
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT" .mini
-export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+ROOT=${PIN:-.}  # the checkout whose code runs: this one, or the pinned commit of the results folder
+export PYTHONPATH=$PWD/$ROOT/src PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 CORPUS=${CORPUS:-.corpus/docs}
-PER_GPU=${PER_GPU:-3}  # set from the `measure` stage's best row
-SUITE_NAME=${SUITE_NAME:-mini}
-SUITE=.mini/$SUITE_NAME
-LOG=.mini/$SUITE_NAME.log
-PID=.mini/$SUITE_NAME.pid
+PER_GPU=${PER_GPU:-2}
+SUITE_NAME=${SUITE_NAME:-mini}  # a shipped suite, or a suite file
+SUITE_ID=$(basename "$SUITE_NAME" .toml)
+RESULTS=${RESULTS:-docs/results/$SUITE_ID}
+SUITE=.mini/$SUITE_ID
+LOG=.mini/$SUITE_ID.log
+T_START=$(date +%s)
 
 kinterval() { $PY -m kinterval "$@"; }
+elapsed() { echo $(( $(date +%s) - T_START )); }
+
+# The core fused-kernel tests of the ops tests of $ROOT: every operator, historical arithmetic, wide rows,
+# the precision modes and the inference forward of evaluation, against the float64 reference; 16 workers
+# where pytest-xdist is installed. Exit code 0 (all passed, or cut at the limit with no failure) or 1.
+preflight() {  # preflight LIMIT_S LOGFILE
+  local xdist="" rc
+  $PY -c "import xdist" 2>/dev/null && xdist="-n 16"
+  OMP_NUM_THREADS=1 timeout --preserve-status -s INT -k 20 "$1" $PY -m pytest -q -p no:cacheprovider $xdist \
+    --tb=line -rf "$ROOT/tests/ops/test_triton.py" \
+    -k "(operator_causal or historical or wide_rows or precision_modes or low_precision or inference) and not gpu_large" \
+    > ".mini/$(basename "$2").full" 2>&1
+  rc=$?
+  grep -vE "^ |Warning|warnings summary|^tests/.*::|^$|^-- Docs" ".mini/$(basename "$2").full" | tail -n 25 > "$2"
+  # SIGINT at the limit: pytest reports what ran (exit code 2); no failure among them counts as a pass
+  if [ "$rc" -eq 2 ] && grep -q " passed" "$2" && ! grep -qE "[0-9]+ (failed|error)" "$2"; then
+    echo "kernel preflight cut at $1 s with no failure" >> "$2"; rc=0
+  fi
+  [ "$rc" -eq 0 ]
+}
 
 for stage in "$@"; do
   t0=$(date +%s)
   case "$stage" in
+    check)  # here, before the call
+      ok=1
+      ls "$CORPUS"/*.bin > /dev/null 2>&1 || { echo "no $CORPUS/*.bin: copy the token files there"; ok=0; }
+      size=$(du -sm --exclude=.git --exclude=.mini . 2>/dev/null | cut -f1)
+      echo "working tree with the corpus: ${size} MiB (at most 64 travel)"
+      [ "${size:-999}" -lt 64 ] || ok=0
+      for d in .corpus .mini; do git check-ignore -q "$d" || { echo "$d must be git-ignored"; ok=0; }; done
+      if [ -f "$RESULTS/gate.json" ]; then
+        $PY - "$RESULTS" "$SUITE_NAME" <<'EOF' || ok=0
+import sys
+
+from kinterval.suite.runner import signed_off
+from kinterval.suite.definition import load_suite
+
+results, name = sys.argv[1:]
+try:
+    _, done = signed_off(results, load_suite(name).name)  # results-only gate, same suite and operator code
+except ValueError as err:
+    sys.exit(f"not ready: {err}")
+pending = [r.run_id for r in load_suite(name).runs if r.run_id not in done]  # in the order they run
+print(f"{results}: {len(done)} runs signed off; to run ({len(pending)}): {' '.join(pending) or 'none'}")
+EOF
+      else
+        echo "$RESULTS: no results yet; the first sitting runs the suite from its first run"
+      fi
+      [ "$ok" -eq 1 ] && echo "ready: run 'bash benchmarks/gpu_mini.sh sitting' with carry [.corpus]" \
+        || { echo "not ready"; exit 2; } ;;
     env)
       {
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
         $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-        echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)"
-      } | tee "$OUT/env.txt" ;;
-    kernels)  # most of the time is Triton compiling: 16 test workers where pytest-xdist is installed
-      xdist=""
-      $PY -c "import xdist" 2>/dev/null && xdist="-n 16"
-      # SIGINT at the limit: pytest stops, reports what ran (exit code 2), and the suite still starts if no
-      # test failed; any failure (exit code 1), or no test run, stops this call before the suite
-      OMP_NUM_THREADS=1 timeout --preserve-status -s INT -k 20 ${KERNELS_LIMIT:-360} $PY -m pytest -q -p no:cacheprovider $xdist \
-        --tb=line -rf tests/ops/test_triton.py \
-        -k "(operator_causal or historical or wide_rows or precision_modes or low_precision or inference) and not gpu_large" 2>&1 \
-        | tail -n 25 | tee "$OUT/kernels.txt"
-      rc=${PIPESTATUS[0]}
-      if [ "$rc" -eq 2 ] && grep -q " passed" "$OUT/kernels.txt" && ! grep -qE "[0-9]+ (failed|error)" "$OUT/kernels.txt"; then
-        echo "kernel preflight cut at ${KERNELS_LIMIT:-360} s with no failure: going on" | tee -a "$OUT/kernels.txt"
-      elif [ "$rc" -ne 0 ]; then
-        echo "kernel preflight failed (pytest exit code $rc): not starting the suite"; exit 1
-      fi ;;
+        $PY -c "from kinterval.train.checkpoint import code_identity as c; print('code', c())"
+        echo "PER_GPU=$PER_GPU DEADLINE_S=${DEADLINE_S:-480} PREFLIGHT_S=${PREFLIGHT_S:-150} PIN=${PIN:-}" \
+          "KINTERVAL_TRITON_AUTOTUNE=${KINTERVAL_TRITON_AUTOTUNE:-} KINTERVAL_DETERMINISTIC=${KINTERVAL_DETERMINISTIC:-}"
+      } 2>&1 | tee "$OUT/env.txt" ;;
+    kernels)
+      preflight "${KERNELS_LIMIT:-360}" "$OUT/kernels.txt"; rc=$?
+      cat "$OUT/kernels.txt"
+      [ "$rc" -eq 0 ] || { echo "kernel preflight failed"; exit 1; } ;;
+    sitting)
+      deadline=$(( T_START + ${DEADLINE_S:-480} ))
+      # each kernel's default tile: autotuning compiles and times every candidate in every run's process,
+      # minutes of a sitting (set KINTERVAL_TRITON_AUTOTUNE=1 to autotune all the same)
+      export KINTERVAL_TRITON_AUTOTUNE=${KINTERVAL_TRITON_AUTOTUNE:-0}
+      bash "$0" env > /dev/null
+      preflight "${PREFLIGHT_S:-150}" "$OUT/preflight.txt" &
+      pre=$!
+      if [ ! -f "$SUITE/data/meta.json" ]; then  # inside the suite folder: the manifest records it as "data"
+        kinterval data prepare --source "bin:$CORPUS" --out "$SUITE/data" > .mini/prepare.log 2>&1 \
+          || { tail -n 5 .mini/prepare.log; kill "$pre"; exit 2; }
+      fi
+      skip=()
+      [ -f "$RESULTS/gate.json" ] && skip=(--skip-gated "$RESULTS")
+      # its own session, so that the deadline stops the runner and every run it started
+      setsid $PY -m kinterval suite run "$SUITE_NAME" --out "$SUITE" --data "$SUITE/data" --gpus 1 \
+        --per-gpu "$PER_GPU" "${skip[@]}" > "$LOG" 2>&1 < /dev/null &
+      suite=$!
+      echo "[$(elapsed) s] suite started (--per-gpu $PER_GPU${skip[*]:+, ${skip[*]}}), deadline at ${DEADLINE_S:-480} s"
+      failed=0
+      while kill -0 "$suite" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+        if [ -n "$pre" ] && ! kill -0 "$pre" 2>/dev/null; then
+          if wait "$pre"; then echo "[$(elapsed) s] kernel preflight passed"; else failed=1; break; fi
+          pre=""
+        fi
+        sleep 5
+      done
+      if kill -0 "$suite" 2>/dev/null; then
+        [ "$failed" -eq 1 ] && echo "[$(elapsed) s] kernel preflight FAILED: stopping the suite" \
+          || echo "[$(elapsed) s] deadline: stopping the suite"
+        pkill -TERM -s "$suite"; sleep 5; pkill -KILL -s "$suite"
+      fi
+      if [ -n "$pre" ]; then wait "$pre" || failed=1; fi
+      cat "$OUT/preflight.txt"
+      tail -n 15 "$LOG" | cut -c1-240
+      if [ "$failed" -eq 1 ]; then
+        echo "kernel preflight failed: the results of this sitting are not packed"; cp "$LOG" "$OUT/sitting.log"; exit 1
+      fi
+      timeout 120 $PY -m kinterval suite gate "$SUITE" --partial 2>&1 | tail -n 25 | tee "$OUT/gate.txt"
+      rm -rf .mini/results && mkdir -p .mini/results
+      if kinterval suite merge "$SUITE" ".mini/results/$SUITE_ID" 2>&1 | tee -a "$OUT/gate.txt"; then
+        tar -czf "$OUT/${SUITE_ID}_results.tar.gz" -C .mini/results "$SUITE_ID"
+        echo "${SUITE_ID}_results.tar.gz: $(stat -c %s "$OUT/${SUITE_ID}_results.tar.gz") bytes"
+      fi
+      cp "$LOG" "$OUT/sitting.log" ;;
     measure)  # tokens/s of N concurrent training processes of the mini model (bf16 autocast, auto backend)
       for n in 1 2 3 4; do
         for i in $(seq "$n"); do
@@ -113,42 +203,6 @@ print("status", res.status, "steps", res.steps, "last loss", res.last_loss)
 shutil.rmtree(out.parent, ignore_errors=True)
 EOF
       ;;
-    start)
-      # inside the suite folder, so that the manifest and evaluations record it relative to it (`pack` leaves
-      # it out of the tarball)
-      if [ ! -f "$SUITE/data/meta.json" ]; then
-        ls "$CORPUS"/*.bin > /dev/null || { echo "no $CORPUS/*.bin: copy the token files there and carry .corpus"; exit 2; }
-        kinterval data prepare --source "bin:$CORPUS" --out "$SUITE/data" || exit 2
-      fi
-      if [ -f "$PID" ] && kill -0 "$(cat "$PID")" 2>/dev/null; then
-        echo "suite already running (pid $(cat "$PID")): follow it with wait"; continue
-      fi
-      setsid nohup $PY -m kinterval suite run "$SUITE_NAME" --out "$SUITE" --data "$SUITE/data" --gpus 1 \
-        --per-gpu "$PER_GPU" >> "$LOG" 2>&1 < /dev/null &
-      echo $! > "$PID"
-      echo "suite started (pid $!), --per-gpu $PER_GPU; follow with: bash benchmarks/gpu_mini.sh wait" ;;
-    wait)  # until the suite process exits (finished, or failed: then at once) or WAIT_S seconds pass
-      deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
-      [ -f "$PID" ] || echo "no suite started here (no $PID)"
-      while [ -f "$PID" ] && kill -0 "$(cat "$PID")" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
-        sleep 10
-      done
-      if [ -f "$PID" ] && ! kill -0 "$(cat "$PID")" 2>/dev/null; then
-        grep -q "runs ok" "$LOG" && echo "suite finished" || echo "suite process exited without its summary line"
-      fi
-      tail -n 20 "$LOG"
-      for f in "$SUITE"/runs/*/metrics.jsonl; do
-        [ -f "$f" ] && echo "$(basename "$(dirname "$f")"): $(wc -l < "$f") steps logged"
-      done ;;
-    pack)  # the full gate first, here where the checkpoints and data are: it writes gate.json, the record
-      # that `suite gate --results-only` holds the unpacked copy against (an unfinished suite fails it: the
-      # finished runs come back all the same)
-      timeout 240 $PY -m kinterval suite gate "$SUITE" 2>&1 | tail -n 25 | tee "$OUT/gate.txt"
-      cp "$LOG" "$SUITE/suite.log" 2>/dev/null
-      tar -czf "$OUT/${SUITE_NAME}_results.tar.gz" --exclude='checkpoints' --exclude="$SUITE_NAME/data" -C .mini "$SUITE_NAME"
-      size=$(stat -c %s "$OUT/${SUITE_NAME}_results.tar.gz")
-      echo "${SUITE_NAME}_results.tar.gz: $size bytes"
-      [ "$size" -le $((16 * 1024 * 1024)) ] || echo "WARNING: over 16 MiB, it will not come back" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
   echo "[$stage] $(( $(date +%s) - t0 )) s"

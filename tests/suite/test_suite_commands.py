@@ -9,7 +9,8 @@ from kinterval.cli import main
 
 
 def fake_report(errors):
-    rep = {"errors": errors, "results_only": False, "suite": "s", "record": None, "ok": not errors}
+    rep = {"errors": errors, "results_only": False, "suite": "s", "record": None, "ok": not errors,
+           "not_run": []}  # fmt: skip
     return SimpleNamespace(**rep, summary=lambda: "summary")
 
 
@@ -28,9 +29,11 @@ def test_gate_prints_at_most_max_errors_and_counts_the_rest(monkeypatch, capsys,
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith("ERROR")] == [f"ERROR e{i}" for i in range(1, shown + 1)]
     assert [line for line in out if line.startswith("...")] == ([more] if more else [])
-    assert seen == {"dir": "D", "results_only": False, "write_record": True}
+    assert seen == {"dir": "D", "results_only": False, "write_record": True, "partial": False}
     assert main(["suite", "gate", "D", "--no-record", "--results-only"]) == 1
-    assert seen == {"dir": "D", "results_only": True, "write_record": False}
+    assert seen == {"dir": "D", "results_only": True, "write_record": False, "partial": False}
+    assert main(["suite", "gate", "D", "--partial"]) == 1
+    assert seen == {"dir": "D", "results_only": False, "write_record": True, "partial": True}
 
 
 def test_run_passes_its_flags_and_exits_1_when_a_run_failed(monkeypatch, capsys):
@@ -43,15 +46,16 @@ def test_run_passes_its_flags_and_exits_1_when_a_run_failed(monkeypatch, capsys)
     )
     argv = ["suite", "run", "mini", "--out", "O", "--data", "D", "--only", "x*", "--gpus", "2",
             "--per-gpu", "3", "--slurm-partition", "gpu", "--slurm-time", "90", "--device", "cpu",
-            "--threads", "1"]  # fmt: skip
+            "--threads", "1", "--skip-gated", "R"]  # fmt: skip
     assert main(argv) == 1
     assert seen == {"name": "mini", "out": "O", "data": "D", "only": ["x*"], "gpus": 2, "per_gpu": 3,
                     "slurm": False, "slurm_args": {"partition": "gpu", "time": 90}, "device": "cpu",
-                    "threads": 1}  # fmt: skip
+                    "threads": 1, "skip_gated": "R"}  # fmt: skip
     assert "1 of 2 runs ok; failed: ['b']" in capsys.readouterr().out
     result.pop("b")
     assert main(["suite", "run", "mini", "--out", "O"]) == 0
     assert (seen["gpus"], seen["per_gpu"], seen["slurm_args"]) == (0, 1, {"partition": None, "time": None})
+    assert seen["skip_gated"] is None
 
 
 def test_run_one_exits_1_unless_the_run_completed(monkeypatch):

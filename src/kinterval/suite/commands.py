@@ -1,4 +1,4 @@
-"""``kinterval suite list|show|run|run-one|gate``."""
+"""``kinterval suite list|show|run|run-one|gate|merge``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def _run(args) -> int:
         slurm_args=slurm_args,
         device=args.device,
         threads=args.threads,
+        skip_gated=args.skip_gated,
     )
     if args.slurm:  # submitted is not done: the gate says when the jobs have finished
         print(
@@ -64,16 +65,35 @@ def _gate(args) -> int:
 
     if args.max_errors < 0:
         raise ValueError(f"--max-errors must be >= 0, got {args.max_errors}")
-    rep = gate(args.dir, results_only=args.results_only, write_record=not args.no_record)
+    if args.partial and args.results_only:
+        raise ValueError("--partial goes with the full gate (a results-only gate reads it from gate.json)")
+    rep = gate(
+        args.dir, results_only=args.results_only, write_record=not args.no_record, partial=args.partial
+    )
     for e in rep.errors[: args.max_errors]:
         print(f"ERROR {e}")
     if len(rep.errors) > args.max_errors:
         print(f"... and {len(rep.errors) - args.max_errors} more errors")
+    if rep.not_run:
+        print(f"not run ({len(rep.not_run)}): {' '.join(rep.not_run)}")
     mode = " (results only)" if rep.results_only else ""
     print(f"integrity gate{mode}, suite {rep.suite}: {rep.summary()}")
     if rep.record is not None:
         print(f"wrote {rep.record} (what `kinterval suite gate --results-only` checks a copy against)")
     return 0 if rep.ok else 1
+
+
+def _merge(args) -> int:
+    from kinterval.suite.merge import merge
+
+    res = merge(args.src, args.dst)
+    print(f"merged {len(res.added)} runs into {res.dst}: {' '.join(res.added) or '-'}")
+    if res.already:
+        print(f"already there, same bytes ({len(res.already)}): {' '.join(res.already)}")
+    if res.not_run:
+        print(f"{res.dst} still lacks {len(res.not_run)} runs of the suite: {' '.join(res.not_run)}")
+    print(f"next: kinterval report {res.dst}")
+    return 0
 
 
 def register(subparsers) -> None:
@@ -114,6 +134,13 @@ def register(subparsers) -> None:
     q.add_argument(
         "--threads", type=int, default=None, help="torch CPU threads (e.g. 1 for the ci suite); per run"
     )
+    q.add_argument(
+        "--skip-gated",
+        default=None,
+        metavar="RESULTS_DIR",
+        help="skip the runs this results folder of the same suite signs off (a suite run in sittings, "
+        "merged with `suite merge`); refused unless it was run by this checkout's operator code",
+    )
     q.set_defaults(func=_run)
     q = sub.add_parser(
         "run-one", help="train + evaluate one run of an initialised suite folder (used by --gpus)"
@@ -134,5 +161,18 @@ def register(subparsers) -> None:
         help="a copy without checkpoints and data: check it against the gate.json the full gate wrote",
     )
     q.add_argument("--no-record", action="store_true", help="do not write gate.json after a clean full gate")
+    q.add_argument(
+        "--partial",
+        action="store_true",
+        help="a suite cut short: gate the completed runs, list the others as not run (gate.json says so)",
+    )
     q.add_argument("--max-errors", type=int, default=50, help="errors to print")
     q.set_defaults(func=_gate)
+    q = sub.add_parser(
+        "merge",
+        help="gather the gated runs of a suite folder (e.g. one sitting, gated with --partial) into a "
+        "results folder without checkpoints",
+    )
+    q.add_argument("src", help="suite folder with gate.json (full or partial gate), or a results folder")
+    q.add_argument("dst", help="results folder of the same suite and operator code (made when absent)")
+    q.set_defaults(func=_merge)

@@ -20,9 +20,17 @@ folder then was (``/old/place/OUT/data`` for ``data``) names the same folder (:f
 With 0 errors it writes ``DIR/gate.json``, the signed-off record: the sha256 of every result file (manifest,
 run status, metrics, evaluations, probes), the hashes of every checkpoint and each job's block count.
 
+Partial mode (``partial=True``, full mode only; a suite cut short, e.g. by a machine's time limit) gates the
+runs whose work is finished (training completed, every checkpoint evaluated and, when the suite probes
+geometry, probed) exactly as above, and lists the others as not run, not as errors. Its
+``gate.json`` says ``"partial": true`` and signs off those runs alone: their result files and checkpoints.
+``kinterval suite merge`` gathers such folders into one (:mod:`kinterval.suite.merge`).
+
 Results-only mode (``results_only=True``; a copy without checkpoints or data, e.g. committed to git) runs the
 manifest checks and every evaluation's internal checks, and holds the folder against ``gate.json``: every
-result file's bytes, and the checkpoint hashes and block count each evaluation recorded.
+result file's bytes, and the checkpoint hashes and block count each evaluation recorded. Against a partial
+record it checks the runs the record signs off, lists the others as not run, and reports the files of a run
+the record does not sign off as one error for that run (unverified results that a report would read).
 
 Each problem is reported once, at its cause: at most one error per subject (a run entry of the manifest, a
 job, a file), so that one edit gives one error; two evaluations swapped between runs are one error.
@@ -71,13 +79,21 @@ class GateReport:
     errors: list[str] = field(default_factory=list)
     results_only: bool = False
     record: Path | None = None  # the gate.json this gate wrote
+    not_run: list[str] = field(default_factory=list)  # partial: runs of the manifest not gated
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
+    @property
+    def partial(self) -> bool:
+        return bool(self.not_run)
+
     def summary(self) -> str:
-        return f"{self.runs} runs, {self.jobs} jobs, {len(self.errors)} errors"
+        text = f"{self.runs} runs, {self.jobs} jobs, {len(self.errors)} errors"
+        if self.not_run:
+            text += f"; partial: {len(self.not_run)} of {self.runs + len(self.not_run)} runs not run"
+        return text
 
 
 def sha256_file(path: str | Path) -> str:
@@ -88,17 +104,23 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def result_files(out: str | Path) -> list[str]:
+def result_files(out: str | Path, runs: list[str] | None = None) -> list[str]:
     """Paths (relative, posix) of a suite folder's result files: the manifest and every file of the run
-    folders except their checkpoints."""
+    folders (of ``runs`` only, when given) except their checkpoints."""
     out = Path(out)
     files = [n for n in (MANIFEST, MANIFEST_TSV) if (out / n).is_file()]
     if (out / "runs").is_dir():
         for p in sorted((out / "runs").rglob("*")):
             rel = p.relative_to(out)
-            if p.is_file() and rel.parts[2:3] != ("checkpoints",):
+            if p.is_file() and rel.parts[2:3] != ("checkpoints",) and (runs is None or rel.parts[1] in runs):
                 files.append(rel.as_posix())
     return files
+
+
+def run_of(rel: str) -> str | None:
+    """The run a result file belongs to (``runs/<run_id>/...``), else None."""
+    parts = rel.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "runs" else None
 
 
 def summary_problem(s: dict, arrays: dict) -> str | None:
@@ -181,8 +203,11 @@ class _Errors:
 
 
 class _Gate:
-    def __init__(self, out: Path, m: dict, results_only: bool) -> None:
-        self.out, self.m, self.results_only = out, m, results_only
+    def __init__(self, out: Path, m: dict, results_only: bool, partial: bool = False) -> None:
+        self.out, self.m, self.results_only, self.partial = out, m, results_only, partial
+        self.gated: set[str] | None = None  # partial: the runs gated (None: every run of the manifest)
+        self.not_run: list[str] = []
+        self.leave_ungated = False  # results-only: pass over the folders of runs a partial record lacks
         self.errs = _Errors()
         self.code = (m.get("code") or {}).get("ops_sha256")
         self.split = m["eval"]["split"]
@@ -270,7 +295,7 @@ class _Gate:
                 self.errs.add(
                     subj, f"{MANIFEST}: run {rid} differs from the suite file ({'; '.join(diffs[:3])})"
                 )
-        if self.record is not None and rid not in self.record.get("runs", []):
+        if self.record is not None and not self.record.get("partial") and rid not in self.record["runs"]:
             self.errs.add(subj, f"{MANIFEST}: run {rid} is not in {RECORD}")
         steps = list(make_plan(TrainConfig.from_dict(r["config"]), 1).checkpoint_steps)
         if r["checkpoint_steps"] != steps:
@@ -280,15 +305,52 @@ class _Gate:
             )
 
     # ------------------------------------------------------------------ runs and jobs
+    def select_runs(self) -> None:
+        """Partial gates: the runs to gate (full mode: the :meth:`finished` ones; results-only mode: those a
+        partial record signs off); the others are not run. A malformed entry is gated (and reported)."""
+        if self.results_only:
+            if not (self.record or {}).get("partial"):
+                return
+            signed = set(self.record["runs"])
+            keep = lambda r: r.get("run_id") in signed  # noqa: E731
+        elif self.partial:
+            keep = self.finished
+        else:
+            return
+        self.gated = set()
+        for r in self.m["runs"]:
+            rid = r.get("run_id") if isinstance(r, dict) else None
+            try:
+                ok = keep(r)
+            except (KeyError, TypeError, AttributeError, OSError, ValueError):
+                ok = True  # gated, so that check_manifest / check_runs report it
+            (self.gated.add if ok else self.not_run.append)(rid)
+        if not self.gated:
+            self.errs.add(
+                ("partial",), "partial gate: no run of the manifest is complete; nothing to sign off"
+            )
+
+    def finished(self, r: dict) -> bool:
+        """Whether a run's suite work is done: training completed, and every checkpoint evaluated (its JSON is
+        written last) and, when the suite probes geometry, probed. A run killed at any point before is not."""
+        run_dir, names = self.out / r["run_dir"], [f"step_{int(s):06d}.json" for s in r["checkpoint_steps"]]
+        done = [self.out / r["eval_dir"] / n for n in names]
+        if self.m["eval"].get("geometry"):
+            done += [run_dir / "diagnostics" / "geometry" / n for n in names]
+        return _status(run_dir) == "completed" and all(p.is_file() for p in done)
+
     def check_runs(self) -> None:
         for r in self.m["runs"]:
-            self.runs += 1
             try:
                 rid, run_dir, eval_dir = r["run_id"], self.out / r["run_dir"], self.out / r["eval_dir"]
                 steps = [int(s) for s in r["checkpoint_steps"]]
                 r["config"]["operator"]
             except (KeyError, TypeError, ValueError):
+                self.runs += 1
                 continue  # reported by check_manifest
+            if self.gated is not None and rid not in self.gated:
+                continue  # not run (partial)
+            self.runs += 1
             self._check_status(rid, run_dir)
             exp = self.expected.get(rid, r)
             for step in steps:
@@ -299,7 +361,7 @@ class _Gate:
     def _check_status(self, rid: str, run_dir: Path) -> None:
         path = run_dir / "status.json"
         try:
-            status = json.loads(path.read_text()).get("status") if path.is_file() else "missing"
+            status = _status(run_dir)
         except (OSError, ValueError, AttributeError) as err:
             self.errs.add(("run", rid), f"{self.rel(path)}: unreadable ({err})")
             return
@@ -484,6 +546,8 @@ class _Gate:
             shapes = {"files": dict, "checkpoints": dict, "runs": list}
             if not all(isinstance(rec.get(k), t) for k, t in shapes.items()):
                 raise ValueError("files, checkpoints or runs malformed")
+            if not isinstance(rec.get("partial", False), bool):
+                raise ValueError("partial malformed")
             if rec.get("suite") != self.m.get("suite"):
                 raise ValueError(f"it is the record of suite {rec.get('suite')!r}")
             self.record = rec
@@ -494,10 +558,17 @@ class _Gate:
         except (OSError, ValueError) as err:
             self.errs.add(("record",), f"{RECORD}: unusable ({err})")
 
+    def ungated(self, rel: str) -> str | None:
+        """The run of a result file that a partial record does not sign off, else None."""
+        rid = run_of(rel)
+        if rid is None or not (self.record or {}).get("partial") or rid in self.record["runs"]:
+            return None
+        return rid
+
     def check_moved_files(self) -> dict[str, str]:
         """Result files that hold the bytes the record has for another path; a swapped pair is one error."""
         recorded = self.record["files"]
-        actual = {rel: sha256_file(self.out / rel) for rel in result_files(self.out)}
+        actual = {rel: sha256_file(self.out / rel) for rel in result_files(self.out) if not self.ungated(rel)}
         owner: dict[str, list[str]] = {}
         for rel, sha in recorded.items():
             owner.setdefault(sha, []).append(rel)
@@ -529,16 +600,27 @@ class _Gate:
         for rel in actual:
             if rel not in self.record["files"]:
                 self.errs.add(self.subject(rel), f"{rel}: not in {RECORD} (re-run the full gate)")
+        for rid in sorted({self.ungated(rel) for rel in result_files(self.out)} - {None}):
+            if self.leave_ungated:
+                continue
+            self.errs.add(
+                ("ungated", rid),
+                f"runs/{rid}: results of run {rid}, which the partial {RECORD} does not sign off "
+                "(remove the folder, or gate the suite folder it came from and merge that)",
+            )
 
     def write_record(self) -> Path:
+        runs = [r["run_id"] for r in self.m["runs"] if self.gated is None or r["run_id"] in self.gated]
+        files = result_files(self.out, runs if self.gated is not None else None)
         rec = {
             "format": RECORD_FORMAT,
             "version": 1,
             "suite": self.m["suite"],
-            "runs": [r["run_id"] for r in self.m["runs"]],
+            "runs": runs,
+            "partial": bool(self.not_run),
             "n_jobs": self.jobs,
             "checkpoints": self.checkpoints,
-            "files": {rel: sha256_file(self.out / rel) for rel in result_files(self.out)},
+            "files": {rel: sha256_file(self.out / rel) for rel in files},
         }
         path = self.out / RECORD
         tmp = path.with_name(RECORD + ".tmp")
@@ -547,13 +629,32 @@ class _Gate:
         return path
 
 
-def gate(out: str | Path, *, results_only: bool = False, write_record: bool = True) -> GateReport:
+def _status(run_dir: Path) -> str:
+    """A run's status (``status.json``), ``"missing"`` without one."""
+    path = run_dir / "status.json"
+    return json.loads(path.read_text()).get("status") if path.is_file() else "missing"
+
+
+def gate(
+    out: str | Path,
+    *,
+    results_only: bool = False,
+    write_record: bool = True,
+    partial: bool = False,
+    leave_ungated: bool = False,
+) -> GateReport:
     """Gate the suite folder ``out`` (see the module docstring). Never raises on a bad file: every problem is
-    an error line of the report. In full mode with 0 errors (and ``write_record``) it writes ``gate.json``."""
+    an error line of the report. In full mode with 0 errors (and ``write_record``) it writes ``gate.json``.
+    ``partial`` (full mode only) gates the completed runs and lists the others as not run;
+    ``leave_ungated`` (results-only mode) passes over the folders of runs that a partial record does not
+    sign off, as on the machine where the suite was cut short (:func:`kinterval.suite.merge.merge`)."""
+    if partial and results_only:
+        raise ValueError("partial goes with the full gate; a results-only gate reads it from gate.json")
     out = Path(out)
     try:
         m = read_manifest(out)
-        g = _Gate(out, m, results_only)
+        g = _Gate(out, m, results_only, partial)
+        g.leave_ungated = leave_ungated
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         return GateReport("?", errors=[f"{MANIFEST}: unreadable ({err!r})"], results_only=results_only)
     actual = None
@@ -562,10 +663,11 @@ def gate(out: str | Path, *, results_only: bool = False, write_record: bool = Tr
         if g.record is not None:
             actual = g.check_moved_files()
     g.check_manifest()
+    g.select_runs()
     g.check_runs()
     if actual is not None:
         g.check_files(actual)
-    rep = GateReport(str(m.get("suite")), g.runs, g.jobs, g.errs.lines(), results_only)
+    rep = GateReport(str(m.get("suite")), g.runs, g.jobs, g.errs.lines(), results_only, not_run=g.not_run)
     if not results_only and write_record and rep.ok:
         rep.record = g.write_record()
     return rep

@@ -180,10 +180,12 @@ def run_suite(
     slurm_args: dict | None = None,
     device: str | None = None,
     threads: int | None = None,
+    skip_gated: str | Path | None = None,
     log=print,
 ) -> dict:
     """Run (or resume) a suite; returns ``{run_id: status}``. ``threads`` sets torch's CPU threads (1 is much
-    faster for tiny models on a busy machine)."""
+    faster for tiny models on a busy machine). ``skip_gated``: a results folder of the same suite (see
+    :mod:`kinterval.suite.merge`) whose signed-off runs are not run again, for a suite run in sittings."""
     out = Path(out)
     # Checked before init_suite creates the folder.
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
@@ -199,17 +201,62 @@ def run_suite(
     if gpus and not slurm:
         check_gpus(gpus, runs, device)
     executor = _slurm_executor(out) if slurm else None  # no submitit or no Slurm: refused here too
+    done = signed_off(skip_gated, suite.name) if skip_gated is not None else None
     if threads:
         import torch
 
         torch.set_num_threads(threads)
     manifest = init_suite(name, out, data)
+    if done is not None:
+        ids = skip_signed_off(manifest, ids, skip_gated, *done, log)
+        if not ids:
+            return {}
     log(f"suite {manifest['suite']}: {len(ids)} of {manifest['n_runs']} runs -> {out}")
     if slurm:
         return submit_slurm(out, ids, slurm_args or {}, log, executor, device=device, threads=threads)
     if gpus and gpus > 0:
         return _run_gpus(out, ids, gpus, log, per_gpu=per_gpu, device=device, threads=threads)
     return {rid: run_one(out, rid, device=device, log=log) for rid in ids}
+
+
+def signed_off(results: str | Path, suite: str) -> tuple[dict, list[str]]:
+    """(manifest, signed-off runs) of the results folder ``results`` (``--skip-gated``): it must pass the
+    results-only gate, be of ``suite`` and have been run by this checkout's operator code, or its runs and
+    the ones about to run could not be merged (:mod:`kinterval.suite.merge`)."""
+    from kinterval.suite.merge import check_results_folder
+    from kinterval.train.checkpoint import ops_sha256
+
+    results = Path(results)
+    manifest, record = check_results_folder(results, "--skip-gated")
+    if manifest["suite"] != suite:
+        raise ValueError(f"--skip-gated {results} holds suite {manifest['suite']}, not {suite}")
+    code = manifest.get("code") or {}
+    if code.get("ops_sha256") != ops_sha256():
+        raise ValueError(
+            f"--skip-gated {results} was run by other operator code (ops_sha256 "
+            f"{str(code.get('ops_sha256'))[:12]}) than this checkout's ({ops_sha256()[:12]}): the runs could "
+            f"not be merged; run from the commit its manifest names ({code.get('git_commit')})"
+        )
+    return manifest, list(record["runs"])
+
+
+def skip_signed_off(manifest: dict, ids: list[str], results, theirs: dict, done: list[str], log) -> list[str]:
+    """``ids`` without the runs ``results`` signs off, once the new manifest agrees with that folder's."""
+    from kinterval.suite.merge import manifest_differences
+
+    diffs = manifest_differences(manifest, theirs)
+    if diffs:
+        raise ValueError(
+            f"--skip-gated {results}: its manifest differs from this suite folder's in {', '.join(diffs)} "
+            "(suite file, data folder or settings): the runs could not be merged"
+        )
+    skipped = [i for i in ids if i in done]
+    if skipped:
+        log(f"--skip-gated {results}: {len(skipped)} runs signed off there, not run again")
+    left = [i for i in ids if i not in done]
+    if not left:
+        log(f"nothing to run: every selected run is signed off in {results}")
+    return left
 
 
 def _run_gpus(

@@ -1,0 +1,221 @@
+"""A suite run in sittings (a lent machine's time limit cuts each short): ``suite gate --partial`` signs off
+the completed runs, ``suite run --skip-gated`` runs only the rest, ``suite merge`` gathers the sittings into
+one results folder that the results-only gate and the report read. Every refusal leaves the results folder as
+it was. A tiny real suite (3 runs x 2 checkpoints, CPU, seconds)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from test_gate import TINY
+
+import kinterval.train.checkpoint as checkpoint
+from kinterval.cli import main
+from kinterval.data.prepare import prepare
+from kinterval.report.build import build_report
+from kinterval.suite.gate import RECORD, gate
+from kinterval.suite.merge import merge
+from kinterval.suite.runner import run_suite
+
+QUIET = {"threads": 1, "log": lambda *_: None}
+ALL = ["softmax-s7", "lerp-k4-s7", "lerp-k4-s42"]
+
+
+def _killed(out, rid):
+    """A run cut short by the time limit: a run folder whose status is not ``completed``."""
+    (out / "runs" / rid).mkdir(parents=True)
+    (out / "runs" / rid / "status.json").write_text(json.dumps({"status": "running"}))
+    (out / "runs" / rid / "metrics.jsonl").write_text('{"step": 1}\n')
+
+
+def _tree(folder):
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def sittings(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sittings")
+    (root / "tiny.toml").write_text(TINY)
+    suite = root / "tiny.toml"
+    # sitting 1: softmax finished, lerp-k4-s7 was killed by the time limit
+    assert run_suite(suite, root / "s1", only=["softmax"], **QUIET) == {"softmax-s7": "completed"}
+    _killed(root / "s1", "lerp-k4-s7")
+    (root / "s1" / "logs").mkdir()  # as `suite run --gpus` writes them
+    for rid in ("softmax-s7", "lerp-k4-s7"):
+        (root / "s1" / "logs" / f"{rid}.log").write_text(f"{rid}: trained\n")
+    rep1 = gate(root / "s1", partial=True)
+    merge(root / "s1", root / "res1")
+    # sitting 2: the runs res1 lacks
+    res2 = run_suite(suite, root / "s2", skip_gated=root / "res1", **QUIET)
+    rep2 = gate(root / "s2", partial=True)
+    return root, suite, rep1, res2, rep2
+
+
+def test_a_partial_gate_signs_off_the_completed_runs(sittings):
+    root, _, rep1, _, _ = sittings
+    assert rep1.ok and (rep1.runs, rep1.jobs, rep1.not_run) == (1, 2, ["lerp-k4-s7", "lerp-k4-s42"])
+    assert "partial: 2 of 3 runs not run" in rep1.summary()
+    rec = json.loads((root / "s1" / RECORD).read_text())
+    assert rec["partial"] is True and rec["runs"] == ["softmax-s7"]
+    assert set(rec["checkpoints"]) == {"softmax-s7/step_000008", "softmax-s7/step_000016"}
+    assert not [f for f in rec["files"] if f.startswith("runs/lerp")]  # the killed run is not signed off
+    # without --partial the same folder fails: two runs are not complete
+    assert len(gate(root / "s1", write_record=False).errors) > 0
+
+
+def test_skip_gated_runs_only_what_the_results_folder_lacks(sittings):
+    _, _, _, res2, rep2 = sittings
+    assert res2 == {"lerp-k4-s7": "completed", "lerp-k4-s42": "completed"}
+    assert rep2.ok and rep2.not_run == ["softmax-s7"]
+
+
+def test_merged_sittings_make_one_complete_results_folder(sittings, tmp_path):
+    root, *_ = sittings
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    rep = gate(res, results_only=True)
+    assert rep.ok and rep.not_run == ["lerp-k4-s7", "lerp-k4-s42"], rep.errors
+    assert not (res / "runs" / "lerp-k4-s7").exists()
+    out = merge(root / "s2", res)
+    assert (out.added, out.already, out.not_run) == (["lerp-k4-s7", "lerp-k4-s42"], [], [])
+    rep = gate(res, results_only=True)
+    assert rep.ok and (rep.runs, rep.jobs, rep.not_run) == (3, 6, []), rep.errors
+    rec = json.loads((res / RECORD).read_text())
+    assert rec["partial"] is False and rec["runs"] == ALL and len(rec["checkpoints"]) == 6
+    assert not list(res.rglob("*.safetensors")) and not (res / "data").exists()
+    assert [p.name for p in (res / "logs").iterdir()] == ["softmax-s7.log"]  # not the killed run's
+    before = _tree(res)
+    again = merge(root / "s2", res)  # merging a sitting twice changes nothing
+    assert (again.added, again.already) == ([], ["lerp-k4-s7", "lerp-k4-s42"]) and _tree(res) == before
+    build_report([res], tmp_path / "report")
+    claims = json.loads((tmp_path / "report" / "report.json").read_text())["claims"]
+    assert claims  # the report reads a merged folder like any other
+
+
+def test_a_partial_results_folder_reports_its_missing_runs_as_not_run(sittings, tmp_path, capsys):
+    root, *_ = sittings
+    assert main(["suite", "gate", str(root / "res1"), "--results-only"]) == 0
+    out = capsys.readouterr().out
+    assert "not run (2): lerp-k4-s7 lerp-k4-s42" in out
+    assert "1 runs, 2 jobs, 0 errors; partial: 2 of 3 runs not run" in out
+
+
+def test_results_of_a_run_the_record_does_not_sign_off_are_one_error(sittings, tmp_path):
+    root, *_ = sittings
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    shutil.copytree(root / "s2" / "runs" / "lerp-k4-s7", res / "runs" / "lerp-k4-s7")
+    shutil.rmtree(res / "runs" / "lerp-k4-s7" / "checkpoints")
+    errors = gate(res, results_only=True).errors
+    assert len(errors) == 1 and errors[0].startswith("runs/lerp-k4-s7: results of run lerp-k4-s7"), errors
+
+
+def test_a_tampered_sitting_is_refused_and_the_results_folder_is_left_as_it_was(sittings, tmp_path):
+    root, *_ = sittings
+    res, src = tmp_path / "res", tmp_path / "s2"
+    shutil.copytree(root / "res1", res)
+    shutil.copytree(root / "s2", src)
+    ev = src / "runs" / "lerp-k4-s7" / "eval" / "val" / "step_000016.json"
+    d = json.loads(ev.read_text())
+    d["mean_nll"] -= 0.01
+    ev.write_text(json.dumps(d))
+    before = _tree(res)
+    with pytest.raises(ValueError, match="SRC .* fails the results-only gate"):
+        merge(src, res)
+    assert _tree(res) == before and not list(tmp_path.glob(".res.*"))
+
+
+def test_a_sitting_of_other_operator_code_is_refused(sittings, tmp_path, monkeypatch):
+    root, suite, *_ = sittings
+    monkeypatch.setattr(checkpoint, "ops_sha256", lambda: "0" * 64)
+    with pytest.raises(ValueError, match="run by other operator code"):
+        run_suite(suite, tmp_path / "s", skip_gated=root / "res1", **QUIET)
+    assert not (tmp_path / "s").exists()  # refused before the folder is made
+    run_suite(suite, tmp_path / "s", only=["lerp-k4-s42"], **QUIET)
+    assert gate(tmp_path / "s", partial=True).ok
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    before = _tree(res)
+    with pytest.raises(ValueError, match=r"differ in .*code\.ops_sha256"):
+        merge(tmp_path / "s", res)
+    assert _tree(res) == before
+
+
+def test_sittings_on_other_data_or_with_other_results_are_refused(sittings, tmp_path):
+    root, suite, *_ = sittings
+    other = tmp_path / "s3"
+    prepare("synthetic", other / "data", tokens=20_000, seed=1, progress=False)  # other tokens, same layout
+    run_suite(suite, other, data=other / "data", only=["softmax"], **QUIET)
+    assert gate(other, partial=True).ok
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)  # softmax-s7 of sitting 1, on the suite's own data
+    with pytest.raises(ValueError, match="softmax-s7 is signed off in both .* different results"):
+        merge(other, res)
+    lerps = tmp_path / "lerps"
+    merge(root / "s2", lerps)  # a results folder made by the merge
+    assert gate(lerps, results_only=True).not_run == ["softmax-s7"]
+    with pytest.raises(ValueError, match="different data"):
+        merge(other, lerps)
+
+
+def test_merge_and_skip_gated_refuse_what_is_not_a_results_folder_of_the_suite(sittings, tmp_path):
+    root, suite, *_ = sittings
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "x.txt").write_text("x")
+    with pytest.raises(ValueError, match="not empty and holds no suite manifest"):
+        merge(root / "s2", tmp_path / "junk")
+    with pytest.raises(ValueError, match="same folder"):
+        merge(root / "res1", root / "res1")
+    with pytest.raises(FileNotFoundError):
+        run_suite(suite, tmp_path / "s", skip_gated=tmp_path / "nowhere", **QUIET)
+    other = tmp_path / "other.toml"
+    other.write_text(TINY.replace('name = "tiny"', 'name = "tiny2"'))
+    with pytest.raises(ValueError, match="holds suite tiny, not tiny2"):
+        run_suite(other, tmp_path / "s", skip_gated=root / "res1", **QUIET)
+
+
+def test_partial_goes_with_the_full_gate_only(sittings, capsys):
+    root, *_ = sittings
+    assert main(["suite", "gate", str(root / "res1"), "--results-only", "--partial"]) == 2
+    assert "--partial goes with the full gate" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="partial goes with the full gate"):
+        gate(root / "res1", results_only=True, partial=True)
+
+
+def test_merge_command_says_what_it_merged_and_what_is_left(sittings, tmp_path, capsys):
+    root, *_ = sittings
+    assert main(["suite", "merge", str(root / "s1"), str(tmp_path / "res")]) == 0
+    out = capsys.readouterr().out
+    assert f"merged 1 runs into {tmp_path / 'res'}: softmax-s7" in out
+    assert "still lacks 2 runs of the suite: lerp-k4-s7 lerp-k4-s42" in out
+    assert main(["suite", "merge", str(root / "s1"), str(tmp_path / "res")]) == 0
+    assert "already there, same bytes (1): softmax-s7" in capsys.readouterr().out
+    assert main(["suite", "merge", str(tmp_path / "nowhere"), str(tmp_path / "res")]) == 2
+
+
+def test_a_suite_folder_not_yet_gated_is_refused_with_the_command_that_gates_it(sittings, tmp_path):
+    root, *_ = sittings
+    src = tmp_path / "s2"
+    shutil.copytree(root / "s2", src)
+    (src / RECORD).unlink()
+    with pytest.raises(ValueError, match=f"no gate.json; .*kinterval suite gate {src} --partial"):
+        merge(src, tmp_path / "res")
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("cut", ["before the last evaluation's summary", "before the last geometry probe"])
+def test_a_run_cut_short_after_training_is_not_run(sittings, tmp_path, cut):
+    root, *_ = sittings
+    s = tmp_path / "s2"
+    shutil.copytree(root / "s2", s)
+    (s / RECORD).unlink()
+    run = s / "runs" / "lerp-k4-s7"
+    sub = "eval/val" if "evaluation" in cut else "diagnostics/geometry"
+    (run / sub / "step_000016.json").unlink()  # the npz of an evaluation stays: it is written first
+    rep = gate(s, partial=True)
+    assert rep.ok and rep.not_run == ["softmax-s7", "lerp-k4-s7"], rep.errors
+    assert json.loads((s / RECORD).read_text())["runs"] == ["lerp-k4-s42"]
