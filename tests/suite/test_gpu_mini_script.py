@@ -1,0 +1,162 @@
+"""``benchmarks/gpu_mini.sh``, the one device call of a suite sitting, run here on the CPU with a tiny suite:
+a script error found on a lent GPU costs that session's only call. ``check`` says what is left to run,
+``sitting`` brings back the runs that finished (and only those) as a tarball that ``suite merge`` takes,
+stops the suite at its deadline, packs nothing after a failed kernel preflight, and has nothing to do once the
+results folder signs off every run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kinterval.cli import main
+from kinterval.data.prepare import prepare
+from kinterval.suite.gate import gate
+from kinterval.suite.merge import merge
+from kinterval.suite.runner import run_suite
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(
+    any(shutil.which(t) is None for t in ("bash", "git", "setsid", "pkill", "tar")),
+    reason="needs bash, git, setsid, pkill and tar",
+)
+
+SUITE = """
+name = "{name}"
+protocol = "tiny-cpu"
+corpus = "random GPT-2 ids"
+seeds = [5]
+checkpoints = 1
+[overrides]
+"model.n_layer" = 1
+"model.n_head" = 1
+"model.n_embd" = 16
+"model.block_size" = 32
+"schedule.tokens" = 1_024
+"schedule.warmup_tokens" = 256
+"schedule.micro_batch" = 8
+[eval]
+split = "val"
+geometry = true
+geometry_blocks = 1
+[[group]]
+name = "quick"
+operators = ["softmax"]
+"""
+LONG = """
+[[group]]
+name = "long"
+operators = ["lerp-k4"]
+overrides = {"schedule.tokens" = 100_000_000}
+"""
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A checkout as the device machine gets it: the script, the code, a git-ignored corpus."""
+    root = tmp_path / "repo"
+    (root / "benchmarks").mkdir(parents=True)
+    shutil.copy2(REPO / "benchmarks" / "gpu_mini.sh", root / "benchmarks")
+    (root / "src").symlink_to(REPO / "src")
+    (root / ".gitignore").write_text("/.corpus/\n/.mini/\n/out/\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    rng = np.random.default_rng(0)
+    (root / ".corpus" / "docs").mkdir(parents=True)
+    for split, n in (("train", 20_000), ("val", 2_000), ("test", 2_000)):
+        rng.integers(0, 50256, n, dtype=np.uint16).tofile(root / ".corpus" / "docs" / f"docs.{split}.bin")
+    (root / "pre").mkdir()
+    (root / "pre" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    (root / "pre" / "test_bad.py").write_text("def test_bad():\n    assert False\n")
+    for name, text in (("quick", SUITE.format(name="quick")), ("cut", SUITE.format(name="cut") + LONG)):
+        (root / f"{name}.toml").write_text(text)
+    return root
+
+
+def _script(root, stage, suite, *, out="out", deadline=300, preflight="test_ok.py", timeout=240):
+    env = dict(
+        os.environ,
+        PY=sys.executable,
+        OUT=str(root / out),
+        SUITE_NAME=str(root / f"{suite}.toml"),
+        RESULTS=str(root / "results" / suite),
+        DEADLINE_S=str(deadline),
+        PREFLIGHT_S="60",
+        PREFLIGHT_TESTS=str(root / "pre" / preflight),
+        PREFLIGHT_K="test_",
+        OMP_NUM_THREADS="1",
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_mini.sh", stage],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0
+
+
+def _unpack_and_merge(root, suite, out="out"):
+    tarball = root / out / f"{suite}_results.tar.gz"
+    with tarfile.open(tarball) as tar:
+        tar.extractall(root / "unpacked" / out, filter="data")
+    assert main(["suite", "merge", str(root / "unpacked" / out / suite), str(root / "results" / suite)]) == 0
+
+
+def test_the_deadline_stops_the_suite_and_only_the_finished_run_comes_back(checkout):
+    rc, log, seconds = _script(checkout, "sitting", "cut", deadline=40)
+    assert rc == 0, log
+    assert "kernel preflight passed" in log and "deadline: stopping the suite" in log and seconds < 40 + 60, (
+        log
+    )
+    assert "not run (1): lerp-k4-s5" in log and "1 runs, 1 jobs, 0 errors" in log
+    back = sorted(p.name for p in (checkout / "out").iterdir())
+    # what a device call brings back: at most 8 plain files, names of letters, digits, '.', '_' and '-'
+    assert back == ["cut_results.tar.gz", "env.txt", "gate.txt", "preflight.txt", "sitting.log"], back
+    with tarfile.open(checkout / "out" / "cut_results.tar.gz") as tar:
+        runs = {Path(n).parts[2] for n in tar.getnames() if len(Path(n).parts) > 2 and "/runs/" in n}
+        assert runs == {"softmax-s5"} and not [n for n in tar.getnames() if "checkpoints" in n]
+    left = subprocess.run(["pgrep", "-f", "run-one --out .mini/cut"], capture_output=True, text=True)
+    assert left.stdout == "", "a run of the suite outlived the deadline"
+    _unpack_and_merge(checkout, "cut")
+    assert gate(checkout / "results" / "cut", results_only=True).not_run == ["lerp-k4-s5"]
+    rc, log, _ = _script(checkout, "check", "cut")
+    assert rc == 0 and "1 runs signed off; to run (1): lerp-k4-s5" in log, log
+
+
+def test_nothing_to_do_once_the_results_folder_signs_off_every_run(checkout):
+    suite, res = checkout / "quick.toml", checkout / "results" / "quick"
+    rc, log, _ = _script(checkout, "check", "quick")
+    assert rc == 0 and "no results yet" in log and "ready" in log, log
+    prepare(f"bin:{checkout / '.corpus' / 'docs'}", checkout / "here" / "data", progress=False)
+    run_suite(suite, checkout / "here", data=checkout / "here" / "data", threads=1, log=lambda *_: None)
+    assert gate(checkout / "here", partial=True).ok
+    merge(checkout / "here", res)
+    rc, log, _ = _script(checkout, "sitting", "quick")
+    assert rc == 0 and "to run: none" not in log and "nothing to run" in log, log
+    assert not (checkout / "out" / "quick_results.tar.gz").exists()
+
+
+def test_a_failed_preflight_stops_the_suite_and_brings_nothing_back(checkout):
+    rc, log, seconds = _script(checkout, "sitting", "cut", deadline=200, preflight="test_bad.py")
+    assert rc == 1 and "kernel preflight FAILED: stopping the suite" in log, log
+    assert "not packed" in log and seconds < 120
+    assert not (checkout / "out" / "cut_results.tar.gz").exists()
+
+
+def test_check_refuses_a_results_folder_that_fails_its_gate(checkout, tmp_path):
+    results = checkout / "results" / "quick"
+    shutil.copytree(REPO / "docs" / "results" / "ci", results)
+    manifest = results / "manifest.json"  # the ci suite's results, renamed: its bytes differ from gate.json's
+    manifest.write_text(manifest.read_text().replace('"suite": "ci"', '"suite": "quick"', 1))
+    rc, log, _ = _script(checkout, "check", "quick")
+    assert rc == 2 and "fails the results-only gate" in log and "not ready" in log, log
