@@ -32,9 +32,11 @@
 #   sitting  env, then at once: the kernel preflight (the core fused-kernel tests on this GPU, at most
 #            PREFLIGHT_S s, default 150, in the background) and the suite's pending runs (--per-gpu PER_GPU,
 #            default 2; each kernel's default tile, KINTERVAL_TRITON_AUTOTUNE=0, unless set). At DEADLINE_S s
-#            after the start (default 480) the suite is stopped; a failed preflight
-#            stops it at once and nothing is packed. Then `suite gate --partial` (writes gate.json for the
-#            runs that finished) and `suite merge` of those into ${SUITE_NAME}_results.tar.gz in $OUT
+#            after the start (default 480) the suite is stopped. Then `suite gate --partial` (writes
+#            gate.json for the runs that finished) and `suite merge` of those into
+#            ${SUITE_NAME}_results.tar.gz in $OUT. A failed preflight does not stop the suite: the results
+#            come back all the same, gate.txt says so, and the call exits with 3 (read preflight.txt before
+#            merging them)
 #   env      GPU, driver, torch and triton versions, the commit (into $OUT/env.txt)
 #   kernels  the preflight alone, in the foreground (at most KERNELS_LIMIT s, default 360)
 #   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best PER_GPU)
@@ -54,7 +56,9 @@ RESULTS=${RESULTS:-docs/results/$SUITE_ID}
 SUITE=.mini/$SUITE_ID
 LOG=.mini/$SUITE_ID.log
 T_START=$(date +%s)
-PREFLIGHT_K=${PREFLIGHT_K:-(operator_causal or historical or wide_rows or precision_modes or low_precision or inference) and not gpu_large}
+# the mini suites' operators: not the two rounding baselines (their bf16 bounds are the tightest; suite
+# "supplementary" trains them: PREFLIGHT_K="(operator_causal or ...) and not gpu_large" takes them in)
+PREFLIGHT_K=${PREFLIGHT_K:-(operator_causal or historical or wide_rows or precision_modes or low_precision or inference) and not gpu_large and not bf16-exp and not fp8-exp}
 
 kinterval() { $PY -m kinterval "$@"; }
 elapsed() { echo $(( $(date +%s) - T_START )); }
@@ -139,27 +143,28 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
         --per-gpu "$PER_GPU" "${skip[@]}" > "$LOG" 2>&1 < /dev/null &
       suite=$!
       echo "[$(elapsed) s] suite started (--per-gpu $PER_GPU${skip[*]:+, ${skip[*]}}), deadline at ${DEADLINE_S:-480} s"
-      failed=0
+      # A failed preflight does not stop the suite: which test failed (a tolerance on an operator the suite
+      # does not train, or a kernel the suite uses) is for the one who merges to judge; the sitting's results
+      # come back marked and the call exits with 3.
+      preflight_ok=""
+      preflight_done() {  # the preflight's exit status, once, into preflight_ok
+        if wait "$pre"; then preflight_ok=1; echo "[$(elapsed) s] kernel preflight passed"
+        else preflight_ok=0; echo "[$(elapsed) s] kernel preflight FAILED (the suite goes on)"; fi
+        pre=""
+      }
       while kill -0 "$suite" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
-        if [ -n "$pre" ] && ! kill -0 "$pre" 2>/dev/null; then
-          if wait "$pre"; then echo "[$(elapsed) s] kernel preflight passed"; else failed=1; break; fi
-          pre=""
-        fi
-        sleep 5
+        if [ -n "$pre" ] && ! kill -0 "$pre" 2>/dev/null; then preflight_done; fi
+        sleep 2
       done
       if kill -0 "$suite" 2>/dev/null; then
-        [ "$failed" -eq 1 ] && echo "[$(elapsed) s] kernel preflight FAILED: stopping the suite" \
-          || echo "[$(elapsed) s] deadline: stopping the suite"
+        echo "[$(elapsed) s] deadline: stopping the suite"
         pkill -TERM -s "$suite"
         for _ in $(seq 20); do pgrep -s "$suite" > /dev/null || break; sleep 0.5; done
         pkill -KILL -s "$suite"
       fi
-      if [ -n "$pre" ]; then wait "$pre" || failed=1; fi
+      if [ -n "$pre" ]; then preflight_done; fi
       cat "$OUT/preflight.txt"
       tail -n 15 "$LOG" | cut -c1-240
-      if [ "$failed" -eq 1 ]; then
-        echo "kernel preflight failed: the results of this sitting are not packed"; cp "$LOG" "$OUT/sitting.log"; exit 1
-      fi
       cp "$LOG" "$OUT/sitting.log"
       if grep -q "^nothing to run" "$LOG"; then
         echo "nothing to run: $RESULTS signs off every run of the suite"; continue
@@ -170,7 +175,12 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
         echo "no run finished and passed the gate before the deadline: nothing to bring back"; exit 1
       fi
       tar -czf "$OUT/${SUITE_ID}_results.tar.gz" -C .mini/results "$SUITE_ID"
-      echo "${SUITE_ID}_results.tar.gz: $(stat -c %s "$OUT/${SUITE_ID}_results.tar.gz") bytes" ;;
+      echo "${SUITE_ID}_results.tar.gz: $(stat -c %s "$OUT/${SUITE_ID}_results.tar.gz") bytes"
+      if [ "$preflight_ok" = 0 ]; then
+        echo "KERNEL PREFLIGHT FAILED (preflight.txt): merge these results only if no failing test touches" \
+          "an operator or numerics mode the suite uses" | tee -a "$OUT/gate.txt"
+        exit 3
+      fi ;;
     measure)  # tokens/s of N concurrent training processes of the mini model (bf16 autocast, auto backend)
       for n in 1 2 3 4; do
         for i in $(seq "$n"); do
