@@ -138,8 +138,10 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       fi
       skip=()
       [ -f "$RESULTS/gate.json" ] && skip=(--skip-gated "$RESULTS")
-      # its own session, so that the deadline stops the runner and every run it started
-      setsid $PY -m kinterval suite run "$SUITE_NAME" --out "$SUITE" --data "$SUITE/data" --gpus 1 \
+      # its own session and process group (Python's setsid: no util-linux needed), so that the deadline stops
+      # the runner and every run it started with one signal to the group
+      $PY -c 'import os, sys; os.setsid(); os.execvp(sys.argv[1], sys.argv[1:])' \
+        $PY -m kinterval suite run "$SUITE_NAME" --out "$SUITE" --data "$SUITE/data" --gpus 1 \
         --per-gpu "$PER_GPU" "${skip[@]}" > "$LOG" 2>&1 < /dev/null &
       suite=$!
       echo "[$(elapsed) s] suite started (--per-gpu $PER_GPU${skip[*]:+, ${skip[*]}}), deadline at ${DEADLINE_S:-480} s"
@@ -152,15 +154,15 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
         else preflight_ok=0; echo "[$(elapsed) s] kernel preflight FAILED (the suite goes on)"; fi
         pre=""
       }
-      while kill -0 "$suite" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+      while kill -0 "$suite" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do  # the runner waits for its runs
         if [ -n "$pre" ] && ! kill -0 "$pre" 2>/dev/null; then preflight_done; fi
         sleep 2
       done
-      if kill -0 "$suite" 2>/dev/null; then
+      if kill -0 -- -"$suite" 2>/dev/null; then  # bash's own kill: no procps needed either
         echo "[$(elapsed) s] deadline: stopping the suite"
-        pkill -TERM -s "$suite"
-        for _ in $(seq 20); do pgrep -s "$suite" > /dev/null || break; sleep 0.5; done
-        pkill -KILL -s "$suite"
+        kill -TERM -- -"$suite"
+        for _ in $(seq 20); do kill -0 -- -"$suite" 2>/dev/null || break; sleep 0.5; done
+        kill -KILL -- -"$suite" 2>/dev/null
       fi
       if [ -n "$pre" ]; then preflight_done; fi
       cat "$OUT/preflight.txt"
