@@ -219,3 +219,14 @@ def test_a_run_cut_short_after_training_is_not_run(sittings, tmp_path, cut):
     rep = gate(s, partial=True)
     assert rep.ok and rep.not_run == ["softmax-s7", "lerp-k4-s7"], rep.errors
     assert json.loads((s / RECORD).read_text())["runs"] == ["lerp-k4-s42"]
+
+
+def test_a_results_folder_without_its_record_is_refused_as_such(sittings, tmp_path):
+    root, *_ = sittings
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    (res / RECORD).unlink()
+    with pytest.raises(
+        ValueError, match="DST .*: no gate.json; a results folder is made by `kinterval suite merge`"
+    ):
+        merge(root / "s2", res)

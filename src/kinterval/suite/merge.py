@@ -47,10 +47,12 @@ def check_results_folder(folder: Path, what: str) -> tuple[dict, dict]:
     if not (folder / MANIFEST).is_file():
         raise FileNotFoundError(f"{what} {folder}: no {MANIFEST} there, not a suite or results folder")
     if not (folder / RECORD).is_file():
-        raise ValueError(
-            f"{what} {folder}: no {RECORD}; sign off its completed runs first: "
-            f"`kinterval suite gate {folder} --partial`"
+        hint = (
+            f"sign off its completed runs first: `kinterval suite gate {folder} --partial`"
+            if (folder / "runs").is_dir() and any((folder / "runs").glob("*/checkpoints"))
+            else "a results folder is made by `kinterval suite merge` (or copied from a gated suite folder)"
         )
+        raise ValueError(f"{what} {folder}: no {RECORD}; {hint}")
     rep = gate(folder, results_only=True, leave_ungated=True)
     if rep.errors:
         shown = "; ".join(rep.errors[:3]) + (
