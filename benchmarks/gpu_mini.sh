@@ -64,12 +64,13 @@ kinterval() { $PY -m kinterval "$@"; }
 elapsed() { echo $(( $(date +%s) - T_START )); }
 
 # The core fused-kernel tests of the ops tests of $ROOT: every operator, historical arithmetic, wide rows,
-# the precision modes and the inference forward of evaluation, against the float64 reference; 16 workers
-# where pytest-xdist is installed (PREFLIGHT_TESTS and PREFLIGHT_K choose other tests). Exit code 0 (all
-# passed, or cut at the limit with no failure) or 1.
+# the precision modes and the inference forward of evaluation, against the float64 reference; PREFLIGHT_WORKERS
+# (16; 8 beside a sitting's runs, which need a core each) workers where pytest-xdist is installed
+# (PREFLIGHT_TESTS and PREFLIGHT_K choose other tests). Exit code 0 (all passed, or cut at the limit with no
+# failure) or 1.
 preflight() {  # preflight LIMIT_S LOGFILE
   local xdist="" rc
-  $PY -c "import xdist" 2>/dev/null && xdist="-n 16"
+  $PY -c "import xdist" 2>/dev/null && xdist="-n ${PREFLIGHT_WORKERS:-16}"
   OMP_NUM_THREADS=1 timeout --preserve-status -s INT -k 20 "$1" $PY -m pytest -q -p no:cacheprovider $xdist \
     --tb=line -rf "${PREFLIGHT_TESTS:-$ROOT/tests/ops/test_triton.py}" -k "$PREFLIGHT_K" \
     > ".mini/$(basename "$2").full" 2>&1
@@ -130,7 +131,7 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       # minutes of a sitting (set KINTERVAL_TRITON_AUTOTUNE=1 to autotune all the same)
       export KINTERVAL_TRITON_AUTOTUNE=${KINTERVAL_TRITON_AUTOTUNE:-0}
       bash "$0" env > /dev/null &  # beside the rest
-      preflight "${PREFLIGHT_S:-150}" "$OUT/preflight.txt" &
+      PREFLIGHT_WORKERS=${PREFLIGHT_WORKERS:-8} preflight "${PREFLIGHT_S:-150}" "$OUT/preflight.txt" &
       pre=$!
       if [ ! -f "$SUITE/data/meta.json" ]; then  # inside the suite folder: the manifest records it as "data"
         kinterval data prepare --source "bin:$CORPUS" --out "$SUITE/data" > .mini/prepare.log 2>&1 \
