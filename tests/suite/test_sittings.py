@@ -102,6 +102,12 @@ def test_a_partial_results_folder_reports_its_missing_runs_as_not_run(sittings, 
     out = capsys.readouterr().out
     assert "not run (2): lerp-k4-s7 lerp-k4-s42" in out
     assert "1 runs, 2 jobs, 0 errors; partial: 2 of 3 runs not run" in out
+    index = build_report([root / "res1"], tmp_path / "report").read_text()
+    assert "suite tiny (tiny; 1 of 3 runs; not run: lerp-k4-s7, lerp-k4-s42)" in index
+    folders = json.loads((tmp_path / "report" / "report.json").read_text())["folders"]
+    assert folders == [
+        {"suite": "tiny", "title": "tiny", "runs": 1, "not_run": ["lerp-k4-s7", "lerp-k4-s42"]}
+    ]
 
 
 def test_results_of_a_run_the_record_does_not_sign_off_are_one_error(sittings, tmp_path):

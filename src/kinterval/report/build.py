@@ -141,6 +141,16 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
     }
 
 
+def _run_count(r) -> str:
+    """ "N runs", or, for a folder that lacks some of its manifest's runs (a suite run in sittings, see
+    ``kinterval suite merge``), "N of M runs; not run: ..."."""
+    have, planned = r.runs(), [row["run_id"] for row in r.manifest["runs"]]
+    missing = [rid for rid in planned if rid not in have]
+    if not missing:
+        return f"{len(have)} runs"
+    return f"{len(have)} of {len(planned)} runs; not run: {', '.join(missing)}"
+
+
 def build_report(suite_dirs, out: str | Path) -> Path:
     """Report of one or more suite folders into ``out``; returns the path of ``index.md``.
 
@@ -156,7 +166,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
         "# kinterval report",
         "",
         "Regenerated from result files only (manifests, per-block NLL arrays, geometry probes) of "
-        + ", ".join(f"suite {r.suite} ({r.title}; {len(r.runs())} runs)" for r in results)
+        + ", ".join(f"suite {r.suite} ({r.title}; {_run_count(r)})" for r in results)
         + ". ΔNLL = condition − same-seed control (softmax, or the full-gradient twin of a modified "
         "backward) at the same token budget, data and checkpoint, paired per validation block, in nats/token "
         "(positive: worse). One seed: circular block bootstrap over validation blocks (block 16, or half the "
@@ -165,7 +175,17 @@ def build_report(suite_dirs, out: str | Path) -> Path:
         "sign-permutation p, BH q over the conditions of one setting.",
         "",
     ]
-    data: dict = {"folders": [{"suite": r.suite, "title": r.title, "runs": len(r.runs())} for r in results]}
+    data: dict = {
+        "folders": [
+            {
+                "suite": r.suite,
+                "title": r.title,
+                "runs": len(r.runs()),
+                "not_run": [row["run_id"] for row in r.manifest["runs"] if row["run_id"] not in r.runs()],
+            }
+            for r in results
+        ]
+    }
 
     left_out: dict[str, str] = {}  # runs left out of a row that is not built from a pairing: run -> reason
     pairing = A.softmax_pairs(primary)
