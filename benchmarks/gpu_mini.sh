@@ -32,11 +32,11 @@
 #   sitting  env, then at once: the kernel preflight (the core fused-kernel tests on this GPU, at most
 #            PREFLIGHT_S s, default 150, in the background) and the suite's pending runs (--per-gpu PER_GPU,
 #            default 2; each kernel's default tile, KINTERVAL_TRITON_AUTOTUNE=0, unless set). At DEADLINE_S s
-#            after the start (default 480) the suite is stopped. Then `suite gate --partial` (writes
-#            gate.json for the runs that finished) and `suite merge` of those into
-#            ${SUITE_NAME}_results.tar.gz in $OUT. A failed preflight does not stop the suite: the results
-#            come back all the same, gate.txt says so, and the call exits with 3 (read preflight.txt before
-#            merging them)
+#            after the start (default 480) the suite is stopped. Each run that finishes is signed off at
+#            once (`suite gate --partial`) and packed (`suite merge` into ${SUITE_NAME}_results.tar.gz in
+#            $OUT, replacing the last), so that a call cut short still brings back what finished. A failed
+#            preflight does not stop the suite: the results come back all the same with
+#            PREFLIGHT_FAILED.txt, and the call exits with 3 (read preflight.txt before merging them)
 #   env      GPU, driver, torch and triton versions, the commit (into $OUT/env.txt)
 #   kernels  the preflight alone, in the foreground (at most KERNELS_LIMIT s, default 360)
 #   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best PER_GPU)
@@ -148,15 +148,37 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       echo "[$(elapsed) s] suite started (--per-gpu $PER_GPU${skip[*]:+, ${skip[*]}}), deadline at ${DEADLINE_S:-480} s"
       # A failed preflight does not stop the suite: which test failed (a tolerance on an operator the suite
       # does not train, or a kernel the suite uses) is for the one who merges to judge; the sitting's results
-      # come back marked and the call exits with 3.
+      # come back marked (PREFLIGHT_FAILED.txt) and the call exits with 3.
       preflight_ok=""
       preflight_done() {  # the preflight's exit status, once, into preflight_ok
         if wait "$pre"; then preflight_ok=1; echo "[$(elapsed) s] kernel preflight passed"
-        else preflight_ok=0; echo "[$(elapsed) s] kernel preflight FAILED (the suite goes on)"; fi
+        else
+          preflight_ok=0; echo "[$(elapsed) s] kernel preflight FAILED (the suite goes on)"
+          echo "KERNEL PREFLIGHT FAILED (preflight.txt): merge these results only if no failing test touches" \
+            "an operator or numerics mode the suite uses" > "$OUT/PREFLIGHT_FAILED.txt"
+        fi
         pre=""
+      }
+      # Each run that finishes is signed off and packed at once, replacing the last tarball (a rename in
+      # $OUT), so that a call cut short by the machine's own limit still brings back every finished run.
+      packed=0
+      pack() {
+        local n
+        n=$(grep -c ": completed$" "$LOG")
+        cp "$LOG" "$OUT/sitting.log"
+        [ "$n" -gt "$packed" ] || return 0
+        timeout 120 $PY -m kinterval suite gate "$SUITE" --partial > .mini/gate.txt 2>&1
+        rm -rf .mini/results && mkdir -p .mini/results
+        if kinterval suite merge "$SUITE" ".mini/results/$SUITE_ID" >> .mini/gate.txt 2>&1; then
+          tar -czf "$OUT/${SUITE_ID}_results.tar.gz.tmp" -C .mini/results "$SUITE_ID" \
+            && mv "$OUT/${SUITE_ID}_results.tar.gz.tmp" "$OUT/${SUITE_ID}_results.tar.gz" && packed=$n
+          echo "[$(elapsed) s] packed: $(grep -m1 "^merged" .mini/gate.txt)"
+        fi
+        tail -n 25 .mini/gate.txt > "$OUT/gate.txt"
       }
       while kill -0 "$suite" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do  # the runner waits for its runs
         if [ -n "$pre" ] && ! kill -0 "$pre" 2>/dev/null; then preflight_done; fi
+        pack
         sleep 2
       done
       if kill -0 -- -"$suite" 2>/dev/null; then  # bash's own kill: no procps needed either
@@ -166,24 +188,18 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
         kill -KILL -- -"$suite" 2>/dev/null
       fi
       if [ -n "$pre" ]; then preflight_done; fi
+      pack
       cat "$OUT/preflight.txt"
       tail -n 15 "$LOG" | cut -c1-240
-      cp "$LOG" "$OUT/sitting.log"
       if grep -q "^nothing to run" "$LOG"; then
         echo "nothing to run: $RESULTS signs off every run of the suite"; continue
       fi
-      timeout 120 $PY -m kinterval suite gate "$SUITE" --partial 2>&1 | tail -n 25 | tee "$OUT/gate.txt"
-      rm -rf .mini/results && mkdir -p .mini/results
-      if ! kinterval suite merge "$SUITE" ".mini/results/$SUITE_ID" 2>&1 | tee -a "$OUT/gate.txt"; then
+      cat "$OUT/gate.txt"
+      if [ "$packed" -eq 0 ]; then
         echo "no run finished and passed the gate before the deadline: nothing to bring back"; exit 1
       fi
-      tar -czf "$OUT/${SUITE_ID}_results.tar.gz" -C .mini/results "$SUITE_ID"
-      echo "${SUITE_ID}_results.tar.gz: $(stat -c %s "$OUT/${SUITE_ID}_results.tar.gz") bytes"
-      if [ "$preflight_ok" = 0 ]; then
-        echo "KERNEL PREFLIGHT FAILED (preflight.txt): merge these results only if no failing test touches" \
-          "an operator or numerics mode the suite uses" | tee -a "$OUT/gate.txt"
-        exit 3
-      fi ;;
+      echo "${SUITE_ID}_results.tar.gz: $packed runs, $(stat -c %s "$OUT/${SUITE_ID}_results.tar.gz") bytes"
+      if [ "$preflight_ok" = 0 ]; then cat "$OUT/PREFLIGHT_FAILED.txt"; exit 3; fi ;;
     measure)  # tokens/s of N concurrent training processes of the mini model (bf16 autocast, auto backend)
       for n in 1 2 3 4; do
         for i in $(seq "$n"); do
