@@ -141,14 +141,18 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
     }
 
 
+def _not_run(r) -> list[str]:
+    """The manifest's runs a folder has no evaluation of (a suite run in sittings: `suite merge`)."""
+    have = r.runs()
+    return [row["run_id"] for row in r.manifest["runs"] if row["run_id"] not in have]
+
+
 def _run_count(r) -> str:
-    """ "N runs", or, for a folder that lacks some of its manifest's runs (a suite run in sittings, see
-    ``kinterval suite merge``), "N of M runs; not run: ..."."""
-    have, planned = r.runs(), [row["run_id"] for row in r.manifest["runs"]]
-    missing = [rid for rid in planned if rid not in have]
-    if not missing:
-        return f"{len(have)} runs"
-    return f"{len(have)} of {len(planned)} runs; not run: {', '.join(missing)}"
+    """'N runs', or 'N of M runs; not run: ...' for a folder that lacks some of its manifest's runs."""
+    have, missing = len(r.runs()), _not_run(r)
+    return (
+        f"{have} of {have + len(missing)} runs; not run: {', '.join(missing)}" if missing else f"{have} runs"
+    )
 
 
 def build_report(suite_dirs, out: str | Path) -> Path:
@@ -181,7 +185,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
                 "suite": r.suite,
                 "title": r.title,
                 "runs": len(r.runs()),
-                "not_run": [row["run_id"] for row in r.manifest["runs"] if row["run_id"] not in r.runs()],
+                "not_run": _not_run(r),
             }
             for r in results
         ]

@@ -85,10 +85,6 @@ class GateReport:
     def ok(self) -> bool:
         return not self.errors
 
-    @property
-    def partial(self) -> bool:
-        return bool(self.not_run)
-
     def summary(self) -> str:
         text = f"{self.runs} runs, {self.jobs} jobs, {len(self.errors)} errors"
         if self.not_run:
@@ -612,21 +608,29 @@ class _Gate:
     def write_record(self) -> Path:
         runs = [r["run_id"] for r in self.m["runs"] if self.gated is None or r["run_id"] in self.gated]
         files = result_files(self.out, runs if self.gated is not None else None)
-        rec = {
-            "format": RECORD_FORMAT,
-            "version": 1,
-            "suite": self.m["suite"],
-            "runs": runs,
-            "partial": bool(self.not_run),
-            "n_jobs": self.jobs,
-            "checkpoints": self.checkpoints,
-            "files": {rel: sha256_file(self.out / rel) for rel in files},
-        }
-        path = self.out / RECORD
-        tmp = path.with_name(RECORD + ".tmp")
-        tmp.write_text(json.dumps(rec, indent=1) + "\n")
-        os.replace(tmp, path)
-        return path
+        hashes = {rel: sha256_file(self.out / rel) for rel in files}
+        return write_record(self.out, self.m, runs, self.checkpoints, hashes)
+
+
+def write_record(out: Path, manifest: dict, runs: list[str], checkpoints: dict, files: dict) -> Path:
+    """Write ``OUT/gate.json`` signing off ``runs`` (in the manifest's order), their checkpoints' hashes
+    and the sha256 of ``files``; partial when the manifest has other runs."""
+    rows = [r for r in manifest["runs"] if r["run_id"] in runs]
+    rec = {
+        "format": RECORD_FORMAT,
+        "version": 1,
+        "suite": manifest["suite"],
+        "runs": [r["run_id"] for r in rows],
+        "partial": len(rows) < len(manifest["runs"]),
+        "n_jobs": sum(len(r["checkpoint_steps"]) for r in rows),
+        "checkpoints": dict(sorted(checkpoints.items())),
+        "files": dict(sorted(files.items())),
+    }
+    path = Path(out) / RECORD
+    tmp = path.with_name(RECORD + ".tmp")
+    tmp.write_text(json.dumps(rec, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
 def _status(run_dir: Path) -> str:
@@ -649,7 +653,7 @@ def gate(
     ``leave_ungated`` (results-only mode) passes over the folders of runs that a partial record does not
     sign off, as on the machine where the suite was cut short (:func:`kinterval.suite.merge.merge`)."""
     if partial and results_only:
-        raise ValueError("partial goes with the full gate; a results-only gate reads it from gate.json")
+        raise ValueError("--partial goes with the full gate (a results-only gate reads it from gate.json)")
     out = Path(out)
     try:
         m = read_manifest(out)

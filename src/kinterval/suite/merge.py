@@ -26,7 +26,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kinterval.suite.gate import RECORD, RECORD_FORMAT, gate, run_of
+from kinterval.suite.gate import RECORD, gate, run_of, sha256_file, write_record
 from kinterval.suite.manifest import MANIFEST, MANIFEST_TSV, read_manifest
 
 # Manifest fields that may differ between the sittings of one suite: when it was made, and the code identity
@@ -127,27 +127,14 @@ def merge(src: str | Path, dst: str | Path) -> MergeResult:
     if len(data) > 1:
         raise ValueError(f"{src} and {dst} evaluated their runs on different data (split or shard sha256)")
 
-    order = [r["run_id"] for r in m_dst["runs"]]
-    runs = [rid for rid in order if rid in rec_dst["runs"] or rid in res.added]
-    res.not_run = [rid for rid in order if rid not in runs]
+    signed = set(rec_dst["runs"]) | set(res.added)
+    res.not_run = [r["run_id"] for r in m_dst["runs"] if r["run_id"] not in signed]
     files = {k: v for k, v in rec_dst["files"].items() if k not in (MANIFEST, MANIFEST_TSV)}
     checkpoints = dict(rec_dst["checkpoints"])
     for rid in res.added:
         f, c = _run_record(rec_src, rid)
         files.update(f)
         checkpoints.update(c)
-    manifest_files = rec_dst["files"] if rec_dst["runs"] else rec_src["files"]
-    files.update({k: manifest_files[k] for k in (MANIFEST, MANIFEST_TSV) if k in manifest_files})
-    record = {
-        "format": RECORD_FORMAT,
-        "version": 1,
-        "suite": m_dst["suite"],
-        "runs": runs,
-        "partial": bool(res.not_run),
-        "n_jobs": sum(len(r["checkpoint_steps"]) for r in m_dst["runs"] if r["run_id"] in runs),
-        "checkpoints": dict(sorted(checkpoints.items())),
-        "files": dict(sorted(files.items())),
-    }
 
     tmp = dst.with_name(f".{dst.name}.merging")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -167,7 +154,9 @@ def merge(src: str | Path, dst: str | Path) -> MergeResult:
             if log.is_file():
                 (tmp / "logs").mkdir(exist_ok=True)
                 shutil.copy2(log, tmp / "logs" / log.name)
-        (tmp / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+        # the manifest kept (DST's, or SRC's for a new folder), as its bytes are
+        files.update({n: sha256_file(tmp / n) for n in (MANIFEST, MANIFEST_TSV) if (tmp / n).is_file()})
+        write_record(tmp, m_dst, signed, checkpoints, files)
         rep = gate(tmp, results_only=True)
         if rep.errors:  # a defect of the merge itself: nothing replaces DST
             raise RuntimeError(f"the merged folder fails the results-only gate: {rep.errors[:3]}")
