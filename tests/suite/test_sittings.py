@@ -91,9 +91,11 @@ def test_merged_sittings_make_one_complete_results_folder(sittings, tmp_path):
     before = _tree(res)
     again = merge(root / "s2", res)  # merging a sitting twice changes nothing
     assert (again.added, again.already) == ([], ["lerp-k4-s7", "lerp-k4-s42"]) and _tree(res) == before
-    build_report([res], tmp_path / "report")
-    claims = json.loads((tmp_path / "report" / "report.json").read_text())["claims"]
-    assert claims  # the report reads a merged folder like any other
+    build_report([res], tmp_path / "report")  # the report reads a merged folder like any other
+    rep = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert rep["folders"] == [{"suite": "tiny", "title": "tiny", "runs": 3, "not_run": []}]
+    # lerp-k4 of sitting 2 paired with the softmax control of sitting 1 (seed 42 has no control)
+    assert [(r["contrast"], r["seeds"]) for r in rep["delta"]] == [("lerp-k4 − softmax", [7])], rep["delta"]
 
 
 def test_a_partial_results_folder_reports_its_missing_runs_as_not_run(sittings, tmp_path, capsys):
@@ -236,3 +238,33 @@ def test_a_results_folder_without_its_record_is_refused_as_such(sittings, tmp_pa
         ValueError, match="DST .*: no gate.json; a results folder is made by `kinterval suite merge`"
     ):
         merge(root / "s2", res)
+
+
+def test_a_partial_gate_with_no_finished_run_fails_and_signs_off_nothing(sittings, tmp_path):
+    root, *_ = sittings
+    s = tmp_path / "s1"
+    shutil.copytree(root / "s1", s)
+    (s / RECORD).unlink()
+    (s / "runs" / "softmax-s7" / "status.json").write_text(json.dumps({"status": "running"}))
+    rep = gate(s, partial=True)
+    assert rep.errors == ["partial gate: no run of the manifest is complete; nothing to sign off"]
+    assert rep.not_run == ALL and not (s / RECORD).exists()
+
+
+def test_a_merge_whose_result_fails_the_gate_leaves_the_results_folder_as_it_was(
+    sittings, tmp_path, monkeypatch
+):
+    """The merge checks its own product: a defect in the record it writes never replaces DST."""
+    import kinterval.suite.merge as merge_module
+
+    root, *_ = sittings
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    before = _tree(res)
+    real = merge_module.write_record
+    monkeypatch.setattr(
+        merge_module, "write_record", lambda out, m, runs, cks, files: real(out, m, runs, cks, {})
+    )
+    with pytest.raises(RuntimeError, match="the merged folder fails the results-only gate"):
+        merge(root / "s2", res)
+    assert _tree(res) == before and not list(tmp_path.glob(".res.*"))
