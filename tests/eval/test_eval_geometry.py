@@ -264,3 +264,18 @@ def test_non_finite_values_are_an_error_naming_the_layer(monkeypatch):
     # a softmax probe has no operator quantities: those stay NaN, not an error
     res = geometry.geometry_probe(GPT(cfg, "softmax").eval(), tokens, blocks=2)
     assert math.isnan(res["mean"]["tv"]) and np.isfinite(res["mean"]["entropy"])
+
+
+def test_probe_gives_back_train_mode():
+    """The probe used to leave a training model in eval mode (dropout off for the rest of training)."""
+    from kinterval.eval.geometry import geometry_probe
+    from kinterval.model import GPT, preset
+
+    model = GPT(
+        preset("tiny", vocab_size=32, n_layer=2, n_head=2, n_embd=16, block_size=16), "lerp-k4"
+    ).train()
+    tokens = np.random.default_rng(0).integers(0, 32, size=2 * 16 + 1).astype(np.uint16)
+    geometry_probe(model, tokens, blocks=2)
+    assert model.training and all(m.training for m in model.modules())
+    geometry_probe(model.eval(), tokens, blocks=2)
+    assert not any(m.training for m in model.modules())

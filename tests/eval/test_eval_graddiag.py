@@ -217,3 +217,19 @@ def test_a_broken_backward_that_zeroes_the_score_gradient_is_counted_not_hidden(
         "single_weight": 0,
         "zero_gradient": 2 * rows,
     }
+
+
+def test_diagnostics_give_back_the_callers_gradients_and_train_mode():
+    """The probe used to leave the model in eval mode and wipe the caller's .grad (zero_grad)."""
+    torch.manual_seed(0)
+    model = GPT(
+        preset("tiny", vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=16), "lerp-k4"
+    ).train()
+    tokens = np.random.default_rng(0).integers(0, 64, 200).astype(np.uint16)
+    grads = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    for n, p in model.named_parameters():
+        p.grad = grads[n].clone()
+    gradient_diagnostics(model, tokens, blocks=2)
+    assert model.training
+    for n, p in model.named_parameters():
+        assert torch.equal(p.grad, grads[n]), n

@@ -155,6 +155,7 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
     summary = json.loads((tmp_path / "p-None" / "summary.json").read_text())
     assert summary["skipped"]["A"] == [256, 512, 896] and summary["operator"] == "fwm-prob-k4"
     assert (summary["families"], summary["copies"]) == (3, 4)
+    assert summary["batch_size"] == 1  # the paper scores one sequence per forward (App. C.2)
     assert sum(r["probe"] == "C" for r in rows) == 4 * 2  # L = 32, 64 fit block 160
     out = tmp_path / "compare.json"
     argv = [
@@ -335,6 +336,12 @@ def test_compare_refuses_runs_that_scored_other_token_sequences(tmp_path):
     path = out["c"] / "summary.json"  # same vocabulary, other sequences (e.g. another generator version)
     path.write_text(json.dumps(dict(summary, samples_sha256="0" * 64)))
     with pytest.raises(ValueError, match="probe samples_sha256 differs from the reference's"):
+        probes.compare_probes(out["c"], out["a"], n_resamples=20)
+    path.write_text(json.dumps(dict(summary, batch_size=8)))  # same samples, scored 8 per forward
+    with pytest.raises(ValueError, match=r"probe batch_size differs from the reference's \(8 vs 1\)"):
+        probes.compare_probes(out["c"], out["a"], n_resamples=20)
+    path.write_text(json.dumps({k: v for k, v in summary.items() if k != "batch_size"}))  # older: batch 8
+    with pytest.raises(ValueError, match=r"probe batch_size differs from the reference's \(8 vs 1\)"):
         probes.compare_probes(out["c"], out["a"], n_resamples=20)
     del summary["samples_sha256"]  # a summary written before the hash was recorded
     path.write_text(json.dumps(summary))

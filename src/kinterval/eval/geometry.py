@@ -158,6 +158,7 @@ def geometry_probe(
 
     numerics = model.config.numerics
     device = next(model.parameters()).device
+    was_training = model.training
     model.eval()
     handles = [m.register_forward_pre_hook(hook(i)) for i, m in enumerate(layers)]
     try:
@@ -169,6 +170,7 @@ def geometry_probe(
     finally:
         for h in handles:
             h.remove()
+        model.train(was_training)
     per_layer = [
         {k: (sums[i][k] / counts[i][k] if counts[i][k] else float("nan")) for k in METRICS}
         for i in range(len(layers))

@@ -133,26 +133,35 @@ def gradient_diagnostics(
 
     numerics = model.config.numerics
     device = next(model.parameters()).device
+    # the probe's gradients accumulate in .grad: the caller's are put aside and given back, as is train mode
+    was_training, params = model.training, list(model.parameters())
+    grads = [p.grad for p in params]
+    for p in params:
+        p.grad = None
     model.eval()
-    with eval_precision(numerics), patched_attention(model, fn), torch.enable_grad():
-        for b in range(n):
-            captured.clear()
-            x, y = get_block(tokens, b, T)
-            with autocast(numerics, device):
-                _, loss = model(x[None].to(device), y[None].to(device))
-            (loss / n).backward()
-            for idx, slot in captured.items():
-                rows = (slot["s"][..., 1:, :], slot["valid"][..., 1:, :])
-                g_rows = slot["g"][..., 1:, :]
-                residuals[idx].append(zero_sum_residual(g_rows, rows[1], idx).cpu())
-                for key, v in residual_row_counts(g_rows, rows[1], slot["P"][..., 1:, :]).items():
-                    row_counts[idx][key] += v
-                if decompose:
-                    d = decomposition_sums(*rows, specs[idx], slot["u"][..., 1:, :])
-                    check_finite(torch.tensor(list(d.values())), idx, "the decomposition")
-                    for key, v in d.items():
-                        sums[idx][key] += v
-    model.zero_grad(set_to_none=True)
+    try:
+        with eval_precision(numerics), patched_attention(model, fn), torch.enable_grad():
+            for b in range(n):
+                captured.clear()
+                x, y = get_block(tokens, b, T)
+                with autocast(numerics, device):
+                    _, loss = model(x[None].to(device), y[None].to(device))
+                (loss / n).backward()
+                for idx, slot in captured.items():
+                    rows = (slot["s"][..., 1:, :], slot["valid"][..., 1:, :])
+                    g_rows = slot["g"][..., 1:, :]
+                    residuals[idx].append(zero_sum_residual(g_rows, rows[1], idx).cpu())
+                    for key, v in residual_row_counts(g_rows, rows[1], slot["P"][..., 1:, :]).items():
+                        row_counts[idx][key] += v
+                    if decompose:
+                        d = decomposition_sums(*rows, specs[idx], slot["u"][..., 1:, :])
+                        check_finite(torch.tensor(list(d.values())), idx, "the decomposition")
+                        for key, v in d.items():
+                            sums[idx][key] += v
+    finally:
+        for p, g in zip(params, grads):
+            p.grad = g
+        model.train(was_training)
     per_layer = []
     for idx in range(len(layers)):
         r = torch.cat(residuals[idx]) if residuals[idx] else torch.zeros(0)

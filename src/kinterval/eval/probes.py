@@ -143,8 +143,12 @@ def samples_sha256(samples: list[Sample]) -> str:
 
 # ---------------------------------------------------------------------- scoring
 @torch.no_grad()
-def score(model, samples: list[Sample], *, device="cpu", batch_size: int = 8) -> list[dict]:
+def score(model, samples: list[Sample], *, device="cpu", batch_size: int = 1) -> list[dict]:
     """Per-sample rows: the sample's identity plus mean target NLL and top-1 accuracy over its scored tokens.
+
+    One sequence per forward by default, as every number of the paper is taken (App. C.2: batch 1 and batch 8
+    differ by up to 8.1e-3 nats on single blocks); ``batch_size > 1`` batches equal-length samples, faster
+    and not bit-identical.
 
     ``model(idx)`` must return ``(logits, ...)`` as :class:`kinterval.model.GPT` does.
     """
@@ -347,8 +351,9 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
     """Paired deltas and slopes of a ``kinterval probes`` output folder against a reference (softmax) folder.
 
     Both must come from the same samples: same ``seed``, ``families``, ``copies``, skipped lengths,
-    ``vocab_size`` and ``samples_sha256`` (the token sequences themselves; ``ValueError`` naming the field
-    otherwise, or when an older summary lacks the last two). Returns ``{operator, reference_operator, deltas,
+    ``vocab_size`` and ``samples_sha256`` (the token sequences themselves), scored at the same ``batch_size``
+    (``ValueError`` naming the field otherwise, or when an older summary lacks ``vocab_size`` or
+    ``samples_sha256``). Returns ``{operator, reference_operator, deltas,
     slopes}`` (see :func:`paired_deltas` and :func:`delta_slopes`).
     """
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
@@ -360,8 +365,10 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
             raise ValueError(f"{folder} is not a `kinterval probes` output (summary.json, samples.jsonl)")
         summaries[name] = json.loads((folder / "summary.json").read_text())
         rows[name] = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
-    for field_ in ("seed", "families", "copies", "skipped", "vocab_size", "samples_sha256"):
+    for field_ in ("seed", "families", "copies", "skipped", "vocab_size", "samples_sha256", "batch_size"):
         a, b = summaries["results"].get(field_), summaries["reference"].get(field_)
+        if field_ == "batch_size":  # recorded since batch 1 became the default; older outputs were batch 8
+            a, b = a or 8, b or 8
         if field_ in ("vocab_size", "samples_sha256") and None in (a, b):
             old = folders["results" if a is None else "reference"]
             raise ValueError(f"{old}/summary.json has no {field_} (written before it was recorded): the "
@@ -380,7 +387,7 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
 
 
 def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 400, copies: int = COPIES,
-               device="cpu", seed: int = 0, batch_size: int = 8, distances=DISTANCES) -> dict:  # fmt: skip
+               device="cpu", seed: int = 0, batch_size: int = 1, distances=DISTANCES) -> dict:  # fmt: skip
     """Generate, score and write ``samples.jsonl`` (one row per sample) and ``summary.json``: ``families``
     families for probes A and B, ``copies`` samples per segment length for probe C."""
     checks = (
@@ -404,7 +411,7 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
     summary = {"run": str(run), "checkpoint_step": state.get("step"), "operator": model.operator,
                "native_operator": state["config"]["operator"]["name"], "families": families, "copies": copies,
                "seed": seed, "block_size": cfg.block_size, "vocab_size": cfg.vocab_size,
-               "samples_sha256": samples_sha256(samples), "skipped": skipped,
+               "batch_size": batch_size, "samples_sha256": samples_sha256(samples), "skipped": skipped,
                "table": summarize(rows)}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
