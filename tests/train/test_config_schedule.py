@@ -92,6 +92,18 @@ def test_unknown_fields_and_missing_data(tmp_path):
         TrainConfig.from_toml(tmp_path / "missing.toml")
 
 
+def test_a_missing_path_never_falls_back_to_the_shipped_config_of_that_name(tmp_path, monkeypatch):
+    """A mistyped path to an edited copy of a shipped config used to train with the shipped settings."""
+    with pytest.raises(FileNotFoundError, match="config file not found: .*sub/124m-250m.toml"):
+        TrainConfig.from_toml(tmp_path / "sub" / "124m-250m.toml")
+    with pytest.raises(FileNotFoundError):
+        TrainConfig.from_toml("elsewhere/1b-100m")
+    monkeypatch.chdir(tmp_path)  # a bare name, with or without .toml, is a shipped config
+    assert TrainConfig.from_toml("124m-250m.toml") == TrainConfig.from_toml("124m-250m")
+    (tmp_path / "124m-250m.toml").write_text("[optim]\nlr = 1e-3\n")  # a file of that name comes first
+    assert TrainConfig.from_toml("124m-250m.toml").optim.lr == 1e-3
+
+
 def test_lr_schedule_known_points():
     peak, total, warm = 6e-4, 1_000_000, 100_000
     assert lr_at(50_000, total, peak, warm, 0.1) == pytest.approx(peak / 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -183,3 +184,20 @@ def test_trained_operator_is_the_recorded_full_name():
     state = {"operator": {"full_name": "fwm-prob-k4"}, "config": {"operator": {"name": "fwm-prob-k4[tau=6]"}}}
     assert trained_operator(state) == "fwm-prob-k4"
     assert trained_operator({"config": {"operator": {"name": "softmax"}}}) == "softmax"  # older checkpoints
+
+
+def test_a_relative_checkpoint_path_never_loads_another_runs_checkpoint(tiny_run, tmp_path, monkeypatch):
+    """From inside run A, `find_checkpoint(B, "checkpoints/step_000004")` used to return A's checkpoint."""
+    other = tmp_path / "other-run"
+    shutil.copytree(tiny_run, other)
+    monkeypatch.chdir(tiny_run)
+    with pytest.raises(
+        ValueError, match="names two folders: .*other-run/checkpoints/step_000004 .*in the run"
+    ):
+        find_checkpoint(other, "checkpoints/step_000004")
+    assert find_checkpoint(other, "4").parent.parent == other  # a step number is never ambiguous
+    assert find_checkpoint(tiny_run, "checkpoints/step_000004").samefile(tiny_run / "checkpoints/step_000004")
+    monkeypatch.chdir(tmp_path)  # relative to the working directory, where the run folder has no such path
+    assert find_checkpoint(other, "other-run/checkpoints/step_000004").samefile(
+        other / "checkpoints" / "step_000004"
+    )

@@ -116,8 +116,10 @@ class TrainConfig:
     def from_toml(cls, path: str | Path) -> TrainConfig:
         path = Path(path)
         if not path.is_file():
+            # a bare name ("124m-250m" or "124m-250m.toml") may be a shipped config; a path must exist, so
+            # that a mistyped path to an edited copy never trains with the shipped settings of the same name
             named = resources.files("kinterval") / "configs" / f"{path.name.removesuffix('.toml')}.toml"
-            if not named.is_file():
+            if len(path.parts) != 1 or not named.is_file():
                 raise FileNotFoundError(
                     f"config file not found: {path} (shipped configs: {shipped_configs()})"
                 )

@@ -61,7 +61,8 @@ def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "lat
     """The checkpoint folder that ``path`` (a run folder or a checkpoint folder) and ``checkpoint`` name.
 
     ``checkpoint``: ``"latest"`` (LATEST, else the highest step), a step number, or a checkpoint path
-    (absolute, or relative to the run folder). A checkpoint folder given as ``path`` is used as it is, with
+    (absolute, or relative to the run folder or the working directory: a relative path that names a different
+    folder in each is a ``ValueError``). A checkpoint folder given as ``path`` is used as it is, with
     ``"latest"``, its own step or its own path; another step or path there is a ``ValueError``.
     """
     path = Path(path)
@@ -94,10 +95,16 @@ def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "lat
             have = [p.name for p in found]
             raise FileNotFoundError(f"no checkpoint at step {int(checkpoint)} in {path} (have: {have})")
         return named[0]
-    found = Path(checkpoint)
-    for candidate in (found, path / found):
-        if (candidate / "state.json").is_file():
-            return candidate
+    # relative to the run folder, or to the working directory; two different folders are refused, so that
+    # `--checkpoint checkpoints/step_N` run from inside another run's folder never loads that run's weights
+    found = [c for c in (path / checkpoint, Path(checkpoint)) if (c / "state.json").is_file()]
+    if len(found) == 2 and not found[0].samefile(found[1]):
+        raise ValueError(
+            f"checkpoint {str(checkpoint)!r} names two folders: {found[0]} (in the run folder) and "
+            f"{found[1].resolve()} (in the working directory); give an absolute path or a step number"
+        )
+    if found:
+        return found[0]
     raise FileNotFoundError(f"no checkpoint {str(checkpoint)!r} in {path} (not a checkpoint folder)")
 
 
