@@ -439,3 +439,27 @@ def test_resave_killed_before_the_old_copy_is_gone_uses_the_new_one(tmp_path, mo
     path = latest_checkpoint(tmp_path)
     assert path == root / "step_000001"
     assert torch.equal(load_checkpoint(path).model["transformer.wte.weight"], new["transformer.wte.weight"])
+
+
+def test_a_bad_token_id_in_the_middle_of_a_shard_is_refused_where_the_model_does_not_check(
+    data_dir, make_config, tmp_path, monkeypatch
+):
+    """Opening a split checks the ids at both ends of each shard; the model checks ids only off CUDA. A
+    corrupt id mid-shard used to train there silently, on a padding row of the embedding."""
+    from kinterval.data import loader
+
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    meta = json.loads((data / "meta.json").read_text())
+    shard = data / meta["splits"]["train"]["shards"][0]["file"]
+    ids = np.memmap(shard, dtype=np.uint16, mode="r+")
+    ids[len(ids) // 2 :] = meta["vocab_size"] + 3  # every window past the middle holds a bad id
+    ids.flush()
+    monkeypatch.setattr(loader, "VOCAB_CHECK_TOKENS", 100)  # the ends stay clean
+    ids[-100:] = 0
+    ids.flush()
+    monkeypatch.setattr(GPT, "_check_ids", lambda self, what, ids: None)  # as on CUDA
+    with pytest.raises(
+        ValueError, match=rf"token id {meta['vocab_size'] + 3} >= vocab_size {meta['vocab_size']}"
+    ):
+        train(make_config(**{"data.dir": str(data)}), tmp_path / "run")

@@ -16,7 +16,8 @@ from kinterval.data.sources import SPLIT_ALIASES
 from kinterval.data.tokenizer import file_sha256
 from kinterval.data.writer import DTYPE, FORMAT_VERSION
 
-VOCAB_CHECK_TOKENS = 1_000_000  # ids checked at each end of every shard when a split is opened
+VOCAB_CHECK_TOKENS = 1_000_000  # ids checked at each end of every shard when a split is opened (training
+# checks every batch it loads as well)
 
 
 def read_meta(root: str | Path) -> dict:
@@ -210,13 +211,26 @@ class SequenceSampler:
         return out
 
 
-def load_batch(tokens: np.ndarray, offsets: np.ndarray, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequences at ``offsets``: x = tokens[o:o+T], y = tokens[o+1:o+T+1]; int64 tensors of shape (n, T)."""
-    check_tokens(tokens)  # the dtype and shape only (training checks the ids against the vocabulary once)
+def load_batch(
+    tokens: np.ndarray, offsets: np.ndarray, T: int, vocab_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences at ``offsets``: x = tokens[o:o+T], y = tokens[o+1:o+T+1]; int64 tensors of shape (n, T).
+
+    With ``vocab_size`` the ids of the batch are checked against it here, on the host: opening a split checks
+    only both ends of each shard, and on CUDA an id in the padding rows of the embedding would train silently.
+    """
+    check_tokens(tokens)  # the dtype and shape only
     offsets = np.asarray(offsets, dtype=np.int64)
     if offsets.size and (offsets.min() < 0 or offsets.max() + T + 1 > len(tokens)):
         raise ValueError(f"offsets out of range for {len(tokens)} tokens with T={T}")
-    buf = torch.from_numpy(np.asarray(tokens[offsets[:, None] + np.arange(T + 1)], dtype=np.int64))
+    ids = np.asarray(tokens[offsets[:, None] + np.arange(T + 1)])
+    if vocab_size is not None and ids.size and int(ids.max()) >= vocab_size:
+        where = int(offsets[int(np.argmax(ids.max(axis=1)))])
+        raise ValueError(
+            f"token id {int(ids.max())} >= vocab_size {vocab_size} in the sequence at offset {where} "
+            "(a corrupt shard, or data of another vocabulary: `data.verify = true` checks the shard hashes)"
+        )
+    buf = torch.from_numpy(ids.astype(np.int64))
     return buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
 
 

@@ -226,6 +226,7 @@ class Trainer:
                 plan.block_size,
                 self.model_cfg.numerics,
                 info.device,
+                self.model_cfg.vocab_size,
             )
         train_loss = D.mean_across(loss_sum, info).item()
         grad_norm = clip_gradients(self.model, cfg.optim.grad_clip)
@@ -496,15 +497,16 @@ def rank_offsets(
     return sampler.offsets(step * seqs_per_step + rank * per_rank, per_rank)
 
 
-def accumulate_gradients(model, tokens, offsets, mb, T, numerics, device) -> torch.Tensor:
+def accumulate_gradients(model, tokens, offsets, mb, T, numerics, device, vocab_size=None) -> torch.Tensor:
     """Forward/backward the sequences at ``offsets`` in micro-batches of ``mb``; gradients of their mean loss.
+    Each micro-batch's ids are checked against ``vocab_size`` on the host (see :func:`load_batch`).
 
     Returns that mean loss (detached). The gradient all-reduce of DDP/FSDP2 runs only on the last micro-batch.
     """
     n = len(offsets)
     loss_sum = torch.zeros((), device=device)
     for j in range(0, n, mb):
-        x, y = load_batch(tokens, offsets[j : j + mb], T)
+        x, y = load_batch(tokens, offsets[j : j + mb], T, vocab_size)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with D.grad_sync(model, j + mb >= n), autocast(numerics, device):
             _, loss = model(x, y)
