@@ -51,3 +51,26 @@ def test_ops_table_defaults_are_the_ones_its_help_gives(monkeypatch, capsys):
     )
     assert cli.main(["ops", "--operators", "fwm-prob-k4"]) == 0
     assert "T=128, score sd 6," in capsys.readouterr().out and seen[0] == (4, 4, 128, 128)
+
+
+def test_ops_verify_passes_its_flags_and_refuses_the_tables(monkeypatch, capsys):
+    """`ops verify` called verify.main([]) whatever it was given: --T 5 ran T = 33, and --range-grad bogus
+    passed. The table ignored --range-grad bogus when it listed no K-interval operator."""
+    seen = []
+    monkeypatch.setattr(verify, "main", lambda argv: seen.append(argv) or 0)
+    assert cli.main(["ops", "verify", "--T", "5", "--scale", "2.5", "--K", "4", "32"]) == 0
+    assert seen == [["--K", "4", "32", "--T", "5", "--scale", "2.5"]]
+    for flags in (["--operators", "lerp-k4"], ["--range-grad", "detach"], ["--seed", "3"]):
+        assert cli.main(["ops", "verify", *flags]) == 2
+        assert f"not {flags[0]}" in capsys.readouterr().err
+    assert cli.main(["ops", "verify", "--T", "1"]) == 2 and len(seen) == 1
+    assert cli.main(["ops", "--operators", "softmax", "--range-grad", "bogus"]) == 2
+    assert "--range-grad must be one of full, detach, max_only, min_only, p1" in capsys.readouterr().err
+    assert cli.main(["ops", "--operators", "softmax", "--K", "4"]) == 2
+    assert "--K is for `kinterval ops verify`" in capsys.readouterr().err
+
+
+def test_ops_verify_runs_with_the_flags_given(capsys):
+    assert cli.main(["ops", "verify", "--K", "2", "--T", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "lerp-k2" in out and "lerp-k4" not in out
