@@ -282,6 +282,35 @@ def test_full_gate_checks_each_evaluation_field(suite_dir, tmp_path, tamper):
     assert len(rep.errors) == 1, rep.errors
 
 
+def _geo(d, step=16):
+    return d / "runs" / RUN / "diagnostics" / "geometry" / f"step_{step:06d}.json"
+
+
+GEOMETRY_TAMPERINGS = {
+    "deleted": lambda d: _geo(d).unlink(),
+    "not JSON": lambda d: _geo(d).write_text("not json {"),
+    "of another step": lambda d: _edit_json(_geo(d), lambda g: g.update(step=8, checkpoint="step_000008")),
+    "of another checkpoint": lambda d: _edit_json(
+        _geo(d), lambda g: g.update(checkpoint_state_sha256="0" * 64)
+    ),
+    "under another operator": lambda d: _edit_json(_geo(d), lambda g: g.update(probe_operator_arg="softmax")),
+    "over other blocks": lambda d: _edit_json(_geo(d), lambda g: g["request"].update(max_blocks=1)),
+    "without its layer means": lambda d: _edit_json(_geo(d), lambda g: g["mean"].pop("tv")),
+}
+
+
+@pytest.mark.parametrize("tamper", GEOMETRY_TAMPERINGS.values(), ids=GEOMETRY_TAMPERINGS.keys())
+def test_full_gate_checks_the_geometry_probes_the_report_reads(suite_dir, tmp_path, tamper):
+    """A suite that probes geometry: the full gate passed with a probe deleted or corrupt, and signed it off
+    (the report then failed on the file, or had no geometry for the run)."""
+    d = _copy(suite_dir, tmp_path)
+    (d / RECORD).unlink()
+    tamper(d)
+    rep = gate(d)
+    assert len(rep.errors) == 1 and "geometry" in rep.errors[0] and RUN in rep.errors[0], rep.errors
+    assert not (d / RECORD).exists()  # nothing signed off
+
+
 def test_a_summary_from_before_the_recorded_block_is_an_error_that_says_re_evaluate(suite_dir, tmp_path):
     """A summary of version 2 has no mean_ci95_block (its mean_ci95 used block min(16, n), which below 32
     blocks is no valid block): the gate reports it with what to do, whatever version it claims."""

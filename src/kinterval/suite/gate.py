@@ -11,7 +11,10 @@ Full mode (a suite folder with its checkpoints and data), for every run of the m
   checkpoint bytes, by the same operator code, whose summary (mean NLL, its CI, block and document counts)
   is what its per-block arrays give, of the manifest's data folder, with as many blocks as the split of
   that folder has. Other evaluations of the run (``eval/<tag>/``) must agree with their arrays and be of the
-  current checkpoints.
+  current checkpoints;
+- when the suite probes geometry, every checkpoint has its probe (``diagnostics/geometry/step_*.json``, what
+  the report reads): of these checkpoint bytes, under the run's own operator, over the suite's probe blocks,
+  with every layer-mean quantity.
 
 A suite folder may have been moved or copied since it ran: a data folder the manifest records relative to it
 is found inside it, and the absolute path a checkpoint or evaluation recorded for that folder where the suite
@@ -49,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from kinterval.data.loader import TokenShards
+from kinterval.eval.geometry import METRICS as GEOMETRY
 from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_ci
 from kinterval.suite.manifest import (
     MANIFEST,
@@ -218,12 +222,10 @@ class _Gate:
             try:
                 self.subjects[f"{r['run_dir']}/status.json"] = ("run", r["run_id"])
                 for s in r["checkpoint_steps"]:
+                    job = ("job", r["run_id"], int(s))
                     for ext in ("json", "npz"):
-                        self.subjects[f"{r['eval_dir']}/step_{int(s):06d}.{ext}"] = (
-                            "job",
-                            r["run_id"],
-                            int(s),
-                        )
+                        self.subjects[f"{r['eval_dir']}/step_{int(s):06d}.{ext}"] = job
+                    self.subjects[f"{r['run_dir']}/diagnostics/geometry/step_{int(s):06d}.json"] = job
             except (KeyError, TypeError, ValueError):
                 continue  # reported by check_runs
 
@@ -418,6 +420,42 @@ class _Gate:
             return
         if want is not None and nll.size != want:
             add(subj, f"{job}: {nll.size} evaluated blocks, the split has {want}")
+        if self.m["eval"].get("geometry"):
+            self._check_geometry(
+                r, run_dir / "diagnostics" / "geometry" / f"{name}.json", step, ck, subj, job
+            )
+
+    def _check_geometry(self, r: dict, js: Path, step: int, ck: dict | None, subj: tuple, job: str) -> None:
+        """The geometry probe the report reads for this checkpoint: present, of this checkpoint under the
+        run's own operator, over the suite's probe blocks, with every layer-mean quantity."""
+        add = self.errs.add
+        if not js.is_file():
+            add(subj, f"{job}: geometry not probed (no {js.name} in {self.rel(js.parent)})")
+            return
+        try:
+            g = json.loads(js.read_text())
+            if not isinstance(g, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            add(subj, f"{self.rel(js)}: corrupt geometry probe ({err}) [{job}]")
+            return
+        req, mean = g.get("request"), g.get("mean")
+        problems = []
+        if g.get("checkpoint") != f"step_{step:06d}" or g.get("step") != step:
+            problems.append(f"of {g.get('checkpoint')} (step {g.get('step')})")
+        if ck is not None and g.get("checkpoint_state_sha256") != ck["state_sha256"]:
+            problems.append("of a different checkpoint (state.json hash differs)")
+        if g.get("probe_operator_arg") is not None or g.get("operator_trained") != r["operator"]:
+            problems.append(
+                f"under {g.get('probe_operator_arg') or g.get('operator_trained')}, not the run's"
+            )
+        if not isinstance(req, dict) or req.get("max_blocks") != self.m["eval"].get("geometry_blocks"):
+            problems.append(f"over {(req or {}).get('max_blocks') if isinstance(req, dict) else req} blocks, "
+                            f"not the suite's {self.m['eval'].get('geometry_blocks')}")  # fmt: skip
+        if not isinstance(mean, dict) or not all(isinstance(mean.get(k), (int, float)) for k in GEOMETRY):
+            problems.append("without its layer means")
+        if problems:
+            add(subj, f"{self.rel(js)}: geometry probe {'; '.join(problems)} [{job}]")
 
     def _check_checkpoint(
         self, r: dict, exp: dict, ck: Path, step: int, subj: tuple, job: str
