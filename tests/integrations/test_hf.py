@@ -421,8 +421,14 @@ def test_unsupported_arguments_and_backends_are_refused():
     q = torch.randn(1, 2, 3, 4)
     with pytest.raises(ValueError, match="does not support softcap"):
         hf._attention("kinterval-softmax", torch.nn.Module(), q, q, q, None, softcap=30.0)
-    with pytest.raises(ValueError, match="does not support softcap or additive position biases"):
+    with pytest.raises(ValueError, match="does not support position_bias"):
         hf._attention("kinterval-softmax", torch.nn.Module(), q, q, q, None, position_bias=torch.zeros(3, 3))
+    for kw in ("s_aux", "sinks", "indices", "block_indices"):  # ignored before: another attention, silently
+        with pytest.raises(ValueError, match=f"does not support {kw} "):
+            hf._attention("kinterval-softmax", torch.nn.Module(), q, q, q, None, **{kw: torch.zeros(2)})
+    hf._attention(
+        "kinterval-softmax", torch.nn.Module(), q, q, q, None, sinks=None, s_aux=None
+    )  # unset: fine
     with pytest.raises(ValueError, match="unknown backend 'cuda'"):
         hf.register("bad-backend", "lerp-k3", backend="cuda")
     assert "bad-backend" not in hf.registered_names()
@@ -470,3 +476,18 @@ def test_a_dropout_rate_passed_in_eval_mode_is_not_applied():
     got, _ = hf._attention("kinterval-lerp-k4", module, q, q, q, None, dropout=0.5)
     want, _ = hf._attention("kinterval-lerp-k4", module, q, q, q, None)
     assert torch.equal(got, want)
+
+
+def test_a_model_with_attention_sinks_is_refused_not_run_without_them():
+    """gpt-oss passes its learned sinks as s_aux: kinterval-softmax ran without them (logits 0.2 off
+    eager)."""
+    from transformers import AutoModelForCausalLM, GptOssConfig
+
+    cfg = GptOssConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
+        max_position_embeddings=64, layer_types=["full_attention"],
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-softmax").float().eval()
+    with torch.no_grad(), pytest.raises(ValueError, match="does not support s_aux"):
+        model(torch.randint(0, 64, (1, 6)))

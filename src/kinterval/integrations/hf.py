@@ -110,13 +110,23 @@ def _to_valid(mask: Tensor) -> Tensor:
     return ~blocked
 
 
+# Arguments of transformers' attention interface that change what attention computes and that the
+# operators do not define: softcap (Gemma 2), position_bias (T5-style), s_aux / sinks (attention sinks:
+# gpt-oss and others), indices / block_indices (sparse top-k key selection: DeepSeek V3.2 and others).
+# Ignoring one would run another attention than the model's without a word.
+UNSUPPORTED = ("softcap", "position_bias", "s_aux", "sinks", "indices", "block_indices")
+
+
 def _attention(name: str, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     spec, backend = _REGISTRY[name]
     _CALLS[name] += 1
     if name == PREFIX and getattr(getattr(module, "config", None), "kinterval_operator", None):
         spec = _parse(module.config.kinterval_operator)
-    if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
-        raise ValueError("kinterval attention does not support softcap or additive position biases")
+    if given := [k for k in UNSUPPORTED if kwargs.get(k) is not None]:
+        raise ValueError(
+            f"kinterval attention does not support {', '.join(given)} (softcap, additive position biases, "
+            "attention sinks and sparse key selections are not defined for its operators)"
+        )
     n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: repeat the k/v heads
     if n_rep > 1:
         key = key.repeat_interleave(n_rep, dim=1)
