@@ -493,3 +493,22 @@ def test_printed_table_keeps_long_names_apart():
     assert line.split()[:3] == [row["task"], "loglikelihood", row["condition"]]
     assert head.index("metric") == line.index("loglikelihood")
     assert head.index("condition") == line.index("a-cond")
+
+
+def test_lm_evals_own_log_samples_files_with_string_responses(tmp_path):
+    """lm-eval writes filtered_resps as strings: a rolling task's ["-335.2"] gave its items no metric, and
+    the task vanished from the comparison; "False" read as greedy (bool("False") is True)."""
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    for folder, resps in ((base, ["-3.0", "-2.5"]), (cond, ["-2.0", "-2.5"])):
+        recs = [{"doc_id": i, "target": "", "metrics": ["word_perplexity"], "word_perplexity": [-5.5, 10],
+                 "filtered_resps": resps} for i in range(3)]  # fmt: skip
+        lm_eval_lines(folder, "wikitext", recs)
+    (row,) = downstream_compare(base, cond, **FAST)
+    assert (row["metric"], row["n"], row["baseline"], row["value"]) == ("loglikelihood", 3, -5.5, -4.5)
+    from kinterval.eval.downstream_commands import _item
+
+    rec = _item({"doc_id": 0, "filtered_resps": [["-1.5", "False"], ["-0.5", "True"]]})
+    assert rec["loglikelihoods"] == [-1.5, -0.5] and rec["is_greedy"] == [False, True]
+    assert _item({"doc_id": 0, "filtered_resps": ["a generated answer"]})["responses"] == [
+        "a generated answer"
+    ]

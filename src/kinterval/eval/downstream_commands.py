@@ -25,15 +25,27 @@ def _item(sample: dict) -> dict:
     if "filter" in sample:  # lm-eval logs one sample per (doc, filter)
         rec["filter"] = sample["filter"]
     rec["metrics"] = {m: sample[m] for m in sample.get("metrics", []) if m in sample}
+    # lm-eval's own --log_samples files hold the responses as strings ("-1.5", "False"); simple_evaluate's
+    # in-memory samples hold numbers and bools
     resps = sample.get("filtered_resps", [])
     if resps and all(isinstance(r, (list, tuple)) and len(r) == 2 for r in resps):  # loglikelihood requests
         rec["loglikelihoods"] = [float(r[0]) for r in resps]
-        rec["is_greedy"] = [bool(r[1]) for r in resps]
-    elif resps and all(isinstance(r, Number) for r in resps):  # loglikelihood_rolling
-        rec["loglikelihoods"] = [float(r) for r in resps]
+        rec["is_greedy"] = [r[1] in (True, "True") for r in resps]
+    elif resps and all(_number(r) is not None for r in resps):  # loglikelihood_rolling
+        rec["loglikelihoods"] = [_number(r) for r in resps]
     else:
         rec["responses"] = resps
     return rec
+
+
+def _number(x) -> float | None:
+    """A number, or the string of one; else None (a generated text)."""
+    if isinstance(x, Number) and not isinstance(x, bool):
+        return float(x)
+    try:
+        return float(x) if isinstance(x, str) else None
+    except ValueError:
+        return None
 
 
 def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=None, checkpoint="latest",
