@@ -20,10 +20,10 @@ from kinterval.train.checkpoint import save_checkpoint  # noqa: E402
 from kinterval.train.load import load_run  # noqa: E402
 
 
-def make_run(root, operator, seed):
+def make_run(root, operator, seed, **config):
     """A run folder with one checkpoint (step 1) of a random-init GPT over the GPT-2 vocabulary."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=50257)
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=50257, **config)
     model = GPT(cfg, operator, "closed_form")
     state = {"step": 1, "config": {"operator": {"name": operator, "backend": "closed_form"}},
              "model_config": cfg.to_dict()}  # fmt: skip
@@ -128,3 +128,16 @@ def test_a_bias_free_sdpa_run_exports_with_zero_biases_and_sdpa_attention(tmp_pa
     )
     with pytest.raises(RuntimeError, match="GPT-2 weight mapping incomplete: missing.*ln_f"):
         hf_export.export_hf(tmp_path / "run", tmp_path / "hf2")
+
+
+def test_a_run_with_bf16_attention_inputs_is_refused(tmp_path):
+    """The export fed fp32 q, k, v where the run rounds them to bf16: logits 0.05 off the run's, silently."""
+    from kinterval.integrations.hf_export import export_hf
+    from kinterval.model.config import NumericsConfig
+
+    run = make_run(tmp_path / "run", "fwm-prob-k4", 0, numerics=NumericsConfig(attention_dtype="bfloat16"))
+    with pytest.raises(ValueError, match="attention takes q, k, v in bfloat16"):
+        export_hf(run, tmp_path / "hf")
+    argv = ["export-hf", "--run", str(run), "--out", str(tmp_path / "hf")]
+    assert cli.main(argv) == 2
+    assert not (tmp_path / "hf").exists()

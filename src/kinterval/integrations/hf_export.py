@@ -44,6 +44,14 @@ def export_hf(run, out, checkpoint="latest") -> Path:
     loaded = load_run(run, checkpoint)
     model, state = loaded.model, loaded.state
     cfg = model.config
+    if (
+        cfg.numerics.attention_dtype != "float32"
+    ):  # the exported attention takes q, k, v as transformers gives
+        raise ValueError(
+            f"{run}: the run's attention takes q, k, v in {cfg.numerics.attention_dtype} "
+            "(numerics.attention_dtype), which a transformers GPT-2 does not record; its logits would differ "
+            "from the run's. export-hf takes runs with the paper's fp32 attention inputs"
+        )
     # the plain "kinterval" name runs config.kinterval_operator: registered for every operator and override
     impl = "sdpa" if model.operator == "sdpa" else hf.PREFIX
     config = GPT2Config(
