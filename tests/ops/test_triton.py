@@ -1495,7 +1495,11 @@ def test_large_k_gradients_keep_fp32_accuracy(name):
     against float64: 0.56 off at K = 2^24, 7e-4 at fwm-prob-k65536, 2e-4 at minmax-weight-k4096; kernel: the
     same from 1 - e^{-h}). Now each backend's fp32 gradients stay near softmax's error (~1e-6 here)."""
     q, k, v, do = make_inputs(1, 2, 24, 24, 16, seed=5)
-    exact = _grads(lambda a, b, c: kinterval_attention(a, b, c, name, causal=True), q, k, v, do)
+    exact = _grads(  # float64, the reference (it compared with the fp32 gradients of the default backend)
+        lambda a, b, c: kinterval_attention(a, b, c, name, causal=True, backend="reference"),
+        *[x.double().cpu() for x in (q, k, v, do)],
+    )
+    assert exact[1].dtype == torch.float64
     for backend in ("reference", "closed_form", "triton"):
         kw = dict(causal=True, backend=backend, precision="ieee")
         got = _grads(
