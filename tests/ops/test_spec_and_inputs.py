@@ -387,6 +387,17 @@ def test_a_row_whose_score_span_overflows_is_an_error_or_nan_not_zeros(op, backe
         torch.testing.assert_close(P[0], torch.tensor([1.0, 0.0, 0.0]))
 
 
+@pytest.mark.parametrize("op", ["lerp-k4", "minmax-prob-k4", "resolved-lerp-k4", "resolved-weight-k4"])
+def test_the_fused_kernel_gives_a_nan_row_where_the_score_span_overflows(op):
+    """Resolved, fused: s - M = -inf on a valid key gave x = NaN, and the GPU's minNum/maxNum clamps dropped
+    it (r = K - 1, t = 0): a finite, wrong row [0.82, 0.18, 0]. The interpreter runs the GPU's clamp semantics
+    (kernels._patch_interpreter_minmax), so this runs the same on a CPU."""
+    q = torch.tensor([1.0, 0.0]).view(1, 1, 1, 2)
+    k = torch.tensor([3e38, -3e38, 0.0]).view(1, 1, 3, 1) * torch.tensor([1.0, 0.0])
+    out = kinterval_attention(q, k, torch.eye(3, 2).view(1, 1, 3, 2), op, scale=1.0, backend="triton")
+    assert out.isnan().all()
+
+
 def test_q_k_v_of_a_wrong_dtype_are_named():
     """An integer q raised "scores must be a floating tensor", naming no argument of kinterval_attention."""
     x = torch.randn(1, 1, 2, 4)

@@ -224,9 +224,34 @@ def _patch_interpreter_fma() -> None:
     builder.create_fma = create_fma
 
 
+def _patch_interpreter_minmax() -> None:
+    """Interpreter shim: ``tl.minimum``/``tl.maximum`` (``propagate_nan=NONE``) lower to the GPU's IEEE minNum
+    and maxNum (PTX ``min.f32``/``max.f32``), which return the operand that is not NaN; the interpreter used
+    ``np.minimum``/``np.maximum``, which return the NaN, so a NaN that the GPU drops reached the CPU tests'
+    outputs. ``np.fmin``/``np.fmax`` have the GPU's semantics. No effect on GPU."""
+    try:
+        import numpy as np
+        from triton.runtime import interpreter as interp
+    except ImportError:  # pragma: no cover
+        return
+    builder = getattr(interp, "InterpreterBuilder", None)
+    if builder is None or getattr(getattr(builder, "create_minnumf", None), "_kinterval_shim", False):
+        return
+
+    def create_minnumf(self, lhs, rhs):
+        return self.binary_op(lhs, rhs, np.fmin)
+
+    def create_maxnumf(self, lhs, rhs):
+        return self.binary_op(lhs, rhs, np.fmax)
+
+    create_minnumf._kinterval_shim = create_maxnumf._kinterval_shim = True
+    builder.create_minnumf, builder.create_maxnumf = create_minnumf, create_maxnumf
+
+
 if INTERPRET:
     _patch_interpreter_index()
     _patch_interpreter_fma()
+    _patch_interpreter_minmax()
 
 
 # Interior tiles (in bounds, left of the causal diagonal, no user mask) can run an unmasked copy of each loop
@@ -542,12 +567,20 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     r = tl.floor(x)
     if CALIB == 1:  # x < 0 only on a masked key (its score can lie anywhere): clamp to keep it finite
         r = tl.maximum(r, 0.0)
-    r = tl.minimum(r, kf - 1.0)
-    t_raw = x - r
-    if CALIB == 2:  # x >= 0 for every key (fl is monotone: max(z, -tau) + tau >= 0), so t_raw >= 0
-        t = tl.minimum(t_raw, 1.0)
+    if CALIB == 3:
+        # A valid key whose z = s - M overflowed to -inf (a span beyond fp32) has x = NaN, and the row must be
+        # NaN, as the reference's is. The plain clamps are IEEE minNum/maxNum on the GPU, which drop a NaN
+        # operand (r = K - 1, t = 0: a finite, wrong weight); these keep it. Masked keys are placed by where.
+        r = tl.minimum(r, kf - 1.0, propagate_nan=tl.PropagateNan.ALL)
+        t = tl.maximum(x - r, 0.0, propagate_nan=tl.PropagateNan.ALL)
+        t = tl.minimum(t, 1.0, propagate_nan=tl.PropagateNan.ALL)
     else:
-        t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
+        r = tl.minimum(r, kf - 1.0)
+        t_raw = x - r
+        if CALIB == 2:  # x >= 0 for every key (fl is monotone: max(z, -tau) + tau >= 0), so t_raw >= 0
+            t = tl.minimum(t_raw, 1.0)
+        else:
+            t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
     # Grid points counted from the top: every calibration has b_K = b_0 + K h = 0 (App. A), so b_{r+1} =
     # (r + 1 - K) h, exactly 0 on the top interval, and e^{b_r} = e^{b_{r+1}} e^{-h}: one exponential per
     # score, no overflow for any width (e^{b_r} e^h is 0 * inf = NaN once h > 88.7). exp2 with log2(e)
