@@ -4,6 +4,9 @@ agree, a planted reversal that disagrees, and claims whose runs are absent liste
 from __future__ import annotations
 
 import json
+import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -249,3 +252,41 @@ def test_detach_claim_is_minmax_lerp_only(tmp_path):
     claims, _ = _claims(tmp_path, planted, suite=suite)
     (det,) = [c for c in claims if c["claim"] == "LERP K32: detach − full > 0"]
     assert det["direction_agrees"] is True and _ours(det) == pytest.approx(0.7 - 0.001, abs=3e-3)
+
+
+PAPER = Path(__file__).resolve().parents[2] / ".." / "shared" / "paper" / "pretraining-quantized-softmax.tex"
+NUMBER = re.compile(r"[-−+]?\d*\.\d+")
+
+
+def _table(tex: str, label: str) -> str:
+    """The LaTeX of the table labelled ``label``: from its \\label to the end of its table."""
+    start = tex.index(f"\\label{{{label}}}")
+    return tex[start : tex.index("\\end{table}", start)]
+
+
+def _close(value: str, table: str) -> bool:
+    """``value`` (e.g. "+0.208") appears in ``table`` to its own precision (+0.2076 rounds to +0.208)."""
+    x = abs(float(value.replace("−", "-")))
+    half = 0.5 * 10 ** -len(value.split(".")[1])
+    return any(abs(abs(float(n.replace("−", "-"))) - x) <= half + 1e-12 for n in NUMBER.findall(table))
+
+
+def test_each_claim_cites_tables_that_hold_its_values():
+    """Each parenthesised citation of a claim's paper value, e.g. "(tab:crossfull, tab:seedend)", names tables
+    that hold the first value quoted before it (tab:cross has no condition-vs-softmax rows)."""
+    if not PAPER.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the paper beside the clone ({PAPER})")
+        pytest.skip("the paper is not beside the clone (../shared/paper)")
+    tex = PAPER.read_text(encoding="utf-8")
+    wrong = []
+    for c in paper_claims([], {}):
+        last = 0
+        for m in re.finditer(r"\(([^()]*tab:[^()]*)\)", c.paper):
+            value = NUMBER.findall(c.paper[last : m.start()])[0]
+            for label in re.findall(r"tab:[a-z0-9]+", m.group(1)):
+                if not _close(value, _table(tex, label)):
+                    wrong.append((c.claim, value, label))
+            last = m.end()
+        assert last > 0, c.paper  # every claim cites a table
+    assert not wrong

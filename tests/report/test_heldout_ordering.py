@@ -53,7 +53,7 @@ def test_held_out_ordering_with_one_pair_reversed():
     split = dict(zip(OPS, [0.01, -0.03, 0.0, 0.02, 0.005]))
     held = {op: halves(level[op], split[op]) for op in OPS} | {"fwm-prob-k4": halves(0.3, -0.05)}
     (o,) = _ordering(_points(in_domain, held))
-    assert o.setting == (1000, "ptb:test__ptb (T=64, 40 blocks)", "test__ptb")
+    assert o.setting == (1000, "ptb:test__ptb (T=64, 40 blocks)", "test__ptb", "")  # no model: no manifest
     assert sorted(o.conditions) == sorted(OPS)
     assert dict(zip(o.conditions, o.heldout)) == pytest.approx(level)
     assert dict(zip(o.conditions, o.in_domain)) == pytest.approx(in_domain, abs=1e-3)

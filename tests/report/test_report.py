@@ -111,7 +111,7 @@ def test_report_numbers(fake_suite, tmp_path):
     text = index.read_text()
     for f in ("trajectories.png", "geometry.png", "detach.png", "delta.tex", "factorial.md"):
         assert f in text and (tmp_path / "rep" / f).stat().st_size > 300
-    assert (tmp_path / "rep" / "delta.tex").read_text().count("\\\\") == len(rows) + 1
+    assert (tmp_path / "rep" / "delta.tex").read_text().count("\\\\") == len(rows) + 2  # header, softmax
 
 
 def test_cross_setting_table(fake_suite, tmp_path):
@@ -214,3 +214,25 @@ def test_no_held_out_evaluations_give_no_held_out_tables(fake_suite, tmp_path):
     data = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert "heldout" not in data and "heldout_ordering" not in data
     assert not (tmp_path / "rep" / "heldout_ordering.md").exists() and "Held-out ordering" not in index
+
+
+def test_delta_table_shows_the_softmax_row_and_each_nll_seed_sd(fake_suite, tmp_path):
+    """tab:seedend: the softmax control's mean NLL and seed SD head the setting's rows (``softmax`` in
+    report.json), and every condition shows the seed SD of its NLL."""
+    build_report(fake_suite, tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    last = max(p.step for p in load_results(fake_suite).points)
+    means = [p.mean for p in load_results(fake_suite).points if p.operator == "softmax" and p.step == last]
+    (soft,) = data["softmax"]
+    assert soft["seeds"] == [7, 42] and soft["key"]["operator"] == "softmax"
+    assert soft["nll"] == pytest.approx(np.mean(means)) and soft["nll_sd"] == pytest.approx(
+        np.std(means, ddof=1)
+    )
+    lines = (tmp_path / "rep" / "delta.md").read_text().splitlines()
+    header = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert header[:5] == ["Condition", "Seeds", "NLL", "NLL seed SD", "ΔNLL (nats/token)"]
+    first = [c.strip() for c in lines[4].strip("|").split("|")]
+    assert first[:5] == ["softmax", "7,42", f"{soft['nll']:.4f}", f"{soft['nll_sd']:.4f}", "-"]
+    lerp = next(r for r in data["delta"] if r["key"]["operator"] == "lerp-k4")
+    cells = next([c.strip() for c in x.strip("|").split("|")] for x in lines if x.startswith("| lerp-k4 |"))
+    assert cells[3] == f"{lerp['nll_sd']:.4f}"

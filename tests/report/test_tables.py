@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from kinterval.report import tables as T
-from kinterval.report.analysis import GRAD_TERMS, ClipRow, Estimate, RankStats, Row
+from kinterval.report.analysis import GRAD_TERMS, ClipRow, Estimate, RankStats, ReferenceRow, Row
 from kinterval.report.claims import Claim
 from kinterval.report.results import Key
 
@@ -65,12 +65,12 @@ def test_delta_table_columns_one_and_several_seeds_and_settings():
         q=0.3,
     )
     headers, cells = T.delta_rows([many, one])
-    assert headers == ["Condition", "Seeds", "NLL", "ΔNLL (nats/token)", "95% CI", "Interval", "Seed SD",
-                       "Eval SE", "p (perm.; boot. for one seed)", "BH q"]  # fmt: skip
+    assert headers == ["Condition", "Seeds", "NLL", "NLL seed SD", "ΔNLL (nats/token)", "95% CI", "Interval",
+                       "Seed SD", "Eval SE", "p (perm.; boot. for one seed)", "BH q"]  # fmt: skip
     assert cells == [
-        ["minmax-weight-k4", "7,42,253,1337,2026", "5.2000", "+0.2000", "[+0.1500, +0.2500]", "t (4 df)",
+        ["minmax-weight-k4", "7,42,253,1337,2026", "5.2000", "-", "+0.2000", "[+0.1500, +0.2500]", "t (4 df)",
          "0.0400", "0.0030", "0.062", "0.125"],
-        ["fwm-prob-k4", "7", "5.0000", "-0.0200", "[-0.0500, +0.0100]", "block bootstrap", "-", "0.0100",
+        ["fwm-prob-k4", "7", "5.0000", "-", "-0.0200", "[-0.0500, +0.0100]", "block bootstrap", "-", "0.0100",
          "0.200", "0.300"],
     ]  # fmt: skip
     # one seed everywhere: the paper's single-seed label instead of the seed columns
@@ -117,10 +117,17 @@ def test_factorial_trend_detach_and_cross_setting_cells():
         ["lerp-k32[range_grad=max_only] − lerp-k32", "100M", "7,42", "+0.0200", "[+0.0100, +0.0300]",
          "t (4 df)", "0.971 [0.950, 0.990]"]
     ]  # fmt: skip
-    s1, s2 = (100_007_936, "owt", "val"), (50_000_000, "c4", "test")
+    s1, s2 = (100_007_936, "owt", "val", ""), (50_000_000, "c4", "test", "")
     headers, cells = T.cross_rows([s1, s2], {"lerp-k4": {s2: Row("c", key, (7,), _one(0.1, 0.05, 0.2))}})
     assert headers == ["Condition", "100M, owt, val: ΔNLL [95% CI]", "50M, c4, test: ΔNLL [95% CI]"]
     assert cells == [["lerp-k4", "-", "+0.1000 [+0.0500, +0.2000]"]]
+    # suites C and D (tab:crossfull): one column per model, named by suite
+    c, d = (100_007_936, "wt103", "val", "32L 24H d1536"), (100_007_936, "wt103", "val", "12L 12H d768")
+    names = [T.cross_column(c, "C"), T.cross_column(d, "D")]
+    assert T.cross_rows([c, d], {}, names)[0][1:] == [
+        "C: 32L 24H d1536, 100M, wt103, val: ΔNLL [95% CI]",
+        "D: 12L 12H d768, 100M, wt103, val: ΔNLL [95% CI]",
+    ]
 
 
 def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
@@ -167,3 +174,30 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
         ["b-s7", "no control"],
     ]
     assert T.skipped_rows({"z": "1", "y": "2"})[1] == [["y", "2"], ["z", "1"]]
+
+
+def test_delta_table_softmax_row_and_nll_seed_sd():
+    """tab:seedend: the softmax control first (its mean NLL and seed SD), then each condition with its NLL
+    seed SD; one seed (tab:endpoints): the softmax row with its NLL, no SD column."""
+    soft = ReferenceRow(
+        Key("softmax", 100_007_936, DATA, "val"), FIVE, 100_007_936, 4.1457, 0.0062, (4.1,) * 5
+    )
+    row = Row("lerp-k4 − softmax", Key("lerp-k4", 100_007_936, DATA, "val"), FIVE,
+              _five(0.0985, 0.091, 0.106, sd=0.0062, eval_se=0.0019, p=0.06),
+              nll=4.2441, nll_sd=0.008, q=0.06)  # fmt: skip
+    headers, cells = T.delta_rows([row], [soft])
+    assert headers[:5] == ["Condition", "Seeds", "NLL", "NLL seed SD", "ΔNLL (nats/token)"]
+    assert cells == [
+        ["softmax", "7,42,253,1337,2026", "4.1457", "0.0062", "-", "-", "-", "-", "-", "-", "-"],
+        ["lerp-k4", "7,42,253,1337,2026", "4.2441", "0.0080", "+0.0985", "[+0.0910, +0.1060]", "t (4 df)",
+         "0.0062", "0.0019", "0.060", "0.060"],
+    ]  # fmt: skip
+    one = ReferenceRow(
+        Key("softmax", 250_000_000, DATA, "val"), (1337,), 250_000_000, 3.8883, None, (3.8883,)
+    )
+    sep = Row("lerp-k4 − softmax", Key("lerp-k4", 250_000_000, DATA, "val"), (1337,), _one(0.05, 0.04, 0.06),
+              nll=3.9401)  # fmt: skip
+    assert T.delta_rows([sep], [one])[1] == [
+        ["softmax", "1337", "3.8883", "-", "-", "-", "-"],
+        ["lerp-k4", "1337", "3.9401", "+0.0500", "[+0.0400, +0.0600]", "block bootstrap", "yes"],
+    ]

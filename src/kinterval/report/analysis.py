@@ -1,17 +1,20 @@
 """Contrasts from loaded results (paper §4 "Statistics", App. C.3): every number the tables and figures show.
 
-Every run is paired with its same-seed control (softmax, or the full-gradient twin of a modified backward) at
-the same token budget, data, evaluation tag and checkpoint, across all the folders given. A contrast is
-computed per validation block and per seed; :func:`estimate` then applies the paper's one rule: one seed gives
-a circular block-bootstrap CI over blocks (evaluation sampling only), several seeds the seed summary (mean of
-the per-seed contrasts, seed SD, t interval, exact sign-permutation p). Every table row is a :class:`Row`.
+Every run is paired with its same-seed control (softmax, or the full-gradient twin of a modified backward) of
+the same model at the same token budget, data, evaluation tag and checkpoint, across all the folders given.
+A contrast is computed per validation block and per seed; :func:`estimate` then applies the paper's one rule:
+one seed gives a circular block-bootstrap CI over blocks (evaluation sampling only), several seeds the seed
+summary (mean of the per-seed contrasts, seed SD, t interval, exact sign-permutation p). Several seeds are
+pooled only within a designed seed set (suite D's five seeds, ``mini`` with ``mini-seeds``): a supplementary
+run's seeds are replications, not a seed distribution, and each is its own row (``Key.seed``; App. F "a
+three-seed pool mixes lineages"). Every table row is a :class:`Row`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -158,7 +161,7 @@ class Pairing:
 
 
 def _index(points: Iterable[Point]) -> dict[tuple, Point]:
-    return {(p.operator, p.seed, p.budget, p.data, p.tag, p.tokens): p for p in points}
+    return {(*p.identity, p.tag, p.tokens): p for p in points}
 
 
 def _control_tags(tag: str) -> list[str]:
@@ -183,12 +186,13 @@ def _spec(operator: str) -> OperatorSpec:
 
 def pair_controls(points: list[Point], control_of) -> Pairing:
     """Pair each point with the point of operator ``control_of(operator)`` (None: not to be paired) with the
-    same seed, budget, data, tag and checkpoint tokens; runs with no such control anywhere are listed."""
+    same model, seed, budget, data, tag and checkpoint tokens; runs with no such control anywhere are
+    listed."""
     idx = _index(points)
     by_op: dict[str, list[Point]] = defaultdict(list)
     for p in points:
         by_op[p.operator].append(p)
-    out = Pairing([])
+    out, missing = Pairing([]), {}
     for p in points:
         ctrl_op = control_of(p.operator)
         if ctrl_op is None:
@@ -197,7 +201,7 @@ def pair_controls(points: list[Point], control_of) -> Pairing:
             (
                 idx[k]
                 for t in _control_tags(p.tag)
-                if (k := (ctrl_op, p.seed, p.budget, p.data, t, p.tokens)) in idx
+                if (k := (p.model, ctrl_op, p.seed, p.budget, p.data, t, p.tokens)) in idx
             ),
             None,
         )
@@ -207,16 +211,26 @@ def pair_controls(points: list[Point], control_of) -> Pairing:
         cands = [c for c in by_op.get(ctrl_op, []) if c.seed == p.seed]
         if not cands:
             why = f"no {ctrl_op} run with seed {p.seed}"
+        elif not any(c.model == p.model for c in cands):
+            models = sorted({c.model for c in cands})
+            why = f"{ctrl_op} seed {p.seed} is another model ({models}, not {p.model})"
         elif not any(c.budget == p.budget for c in cands):
             why = f"{ctrl_op} seed {p.seed} has another token budget ({sorted({c.budget for c in cands})})"
         elif not any(c.data == p.data for c in cands):
             why = f"{ctrl_op} seed {p.seed} was evaluated on other data"
         else:
             why = f"{ctrl_op} seed {p.seed} has no evaluation at {p.tokens} tokens, tag {p.tag}"
-        out.unpaired.setdefault(f"{p.run_id} [{p.tag}] vs {ctrl_op}", why)
+        missing.setdefault((p.suite, p.run_id, p.tag, ctrl_op), why)
     # A run paired at some checkpoint is not "unpaired" because another checkpoint lacks its control.
-    paired_runs = {f"{x.point.run_id} [{x.point.tag}] vs {x.control.operator}" for x in out.pairs}
-    out.unpaired = {k: v for k, v in out.unpaired.items() if k not in paired_runs}
+    paired = {(x.point.suite, x.point.run_id, x.point.tag, x.control.operator) for x in out.pairs}
+    # run id -> the suites with a run of that name (C and D both have softmax-s1337): then the suite names it
+    suites_of = defaultdict(set)
+    for p in points:
+        suites_of[p.run_id].add(p.suite)
+    for (suite, run, tag, ctrl), why in missing.items():
+        if (suite, run, tag, ctrl) not in paired:
+            name = run if len(suites_of[run]) == 1 else f"{suite}/{run}"
+            out.unpaired[f"{name} [{tag}] vs {ctrl}"] = why
     return out
 
 
@@ -230,7 +244,7 @@ def final(items, run=lambda x: x) -> list:
     last: dict[tuple, object] = {}
     for x in items:
         p = run(x)
-        k = (p.operator, p.seed, p.budget, p.data, p.tag)
+        k = (*p.identity, p.tag)
         if k not in last or p.step > run(last[k]).step:
             last[k] = x
     return list(last.values())
@@ -245,9 +259,10 @@ def _left_out(unpaired: dict[str, str] | None, run: str, reason: str) -> None:
 
 def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=lambda x: x) -> list:
     """The items (points, or pairs with ``run=lambda x: x.point``) of one row or contrast at its endpoint: the
-    largest training-token count any of them reached. Each run (operator, seed, budget, data, tag) without an
-    item there is left out, so that a crashed run's earlier checkpoint never joins the endpoint, and is listed
-    in ``unpaired`` as "RUN [tag] in WHAT" -> reason (``ValueError`` when ``unpaired`` is None)."""
+    largest training-token count any of them reached. Each run (model, operator, seed, budget, data, tag)
+    without an item there is left out, so that a crashed run's earlier checkpoint never joins the endpoint,
+    and is listed in ``unpaired`` as "RUN [tag] in WHAT" -> reason (``ValueError`` when ``unpaired`` is
+    None)."""
     items = list(items)
     if not items:
         return []
@@ -255,7 +270,7 @@ def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=la
     by_run: dict[tuple, list] = defaultdict(list)
     for x in items:
         p = run(x)
-        by_run[(p.operator, p.seed, p.budget, p.data, p.tag)].append(x)
+        by_run[(*p.identity, p.tag)].append(x)
     out = []
     for xs in by_run.values():
         hit = next((x for x in xs if run(x).tokens == end), None)
@@ -282,7 +297,7 @@ def design_of(points: Iterable[Point]) -> tuple:
     return ("suites", tuple(sorted({p.suite for p in points})))
 
 
-def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
+def _row_from_pairs(contrast: str, pairs: list[Pair], key: Key | None = None, **kw) -> Row:
     pairs = sorted(pairs, key=lambda x: x.point.seed)
     p0 = pairs[0].point
     tokens = {t for x in pairs for t in (x.point.tokens, x.control.tokens)}
@@ -290,7 +305,7 @@ def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
         raise ValueError(f"{contrast}: pairs at different training tokens {sorted(tokens)} in one row")
     return Row(
         contrast=contrast,
-        key=p0.key,
+        key=key or p0.key,
         seeds=tuple(x.point.seed for x in pairs),
         est=estimate({x.point.seed: x.d for x in pairs}, f"{contrast} [{p0.tag}, {p0.tokens} tokens]"),
         tokens=p0.tokens,
@@ -307,7 +322,8 @@ def _row_from_pairs(contrast: str, pairs: list[Pair], **kw) -> Row:
 
 def _sort_key(r: Row):
     k = r.key
-    return (k.setting() if k else (0, "", ""), r.family, r.K or 0, k.operator if k else r.contrast, r.tokens)
+    where = k.setting() if k else (0, "", "", "")
+    return (where, r.family, r.K or 0, k.operator if k else r.contrast, r.seeds, r.tokens)
 
 
 def apply_bh(rows: list[Row], family=lambda r: (r.key.setting(), r.design)) -> None:
@@ -337,12 +353,68 @@ def _endpoint_groups(pairing: Pairing, what: str) -> dict[Key, list[Pair]]:
 
 def delta_table(pairing: Pairing) -> list[Row]:
     """Endpoint ΔNLL vs same-seed softmax, one row per key, every seed at the key's endpoint (runs without an
-    evaluation there go to ``pairing.unpaired``); BH q across the conditions of each setting."""
+    evaluation there go to ``pairing.unpaired``): a designed condition pools its seeds (tab:seedend), a
+    supplementary run is one row per seed (tab:detachrep, tab:lowprec); BH q across the conditions of each
+    setting."""
     groups = _endpoint_groups(pairing, "ΔNLL vs softmax")
     rows = [_row_from_pairs(f"{k.operator} − softmax", ps) for k, ps in groups.items()]
     rows.sort(key=_sort_key)
     apply_bh(rows)
     return rows
+
+
+@dataclass
+class ReferenceRow:
+    """The exact-softmax control of a setting (the first row of tab:seedend and tab:endpoints): its mean NLL
+    over seeds at its endpoint and the seed SD; ``key.seed`` set for the row of one seed."""
+
+    key: Key
+    seeds: tuple[int, ...]
+    tokens: int
+    nll: float
+    nll_sd: float | None  # several seeds
+    per_seed: tuple[float, ...]
+
+
+def softmax_rows(points: list[Point], seeds: dict[tuple, set[int]] | None = None) -> list[ReferenceRow]:
+    """The reference runs (softmax, sdpa) of each key at its endpoint (:func:`at_endpoint`; a run stopped
+    early is left out, as in the ΔNLL rows). ``seeds``: setting -> seeds gives instead one row per seed for
+    those seeds only (the controls of :func:`seed_references`)."""
+    groups: dict[Key, list[Point]] = defaultdict(list)
+    for p in points:
+        if not (p.primary and p.is_reference):
+            continue
+        if seeds is None:
+            groups[p.key].append(p)
+        elif p.seed in seeds.get(p.key.setting(), ()):
+            groups[replace(p.key, seed=p.seed)].append(p)
+    rows = []
+    for k, ps in groups.items():
+        ps = sorted(at_endpoint(ps, "the softmax reference", {}), key=lambda p: p.seed)
+        nll = tuple(p.mean for p in ps)
+        sd = float(np.std(nll, ddof=1)) if len(nll) > 1 else None
+        rows.append(ReferenceRow(k, tuple(p.seed for p in ps), ps[0].tokens, float(np.mean(nll)), sd, nll))
+    return sorted(rows, key=lambda r: (r.key.setting(), r.key.operator, r.seeds))
+
+
+def seed_references(pairing: Pairing) -> list[Row]:
+    """The same-seed references of the supplementary runs: at each seed and setting where a per-seed run
+    (:attr:`Point.per_seed`) is paired, every designed condition's ΔNLL vs softmax at that one seed, a block
+    bootstrap row at the condition's endpoint (tab:detach "full-gradient − softmax" at seed 1337,
+    tab:lowprec's seed-7 LERP and MinMax rows, tab:taildecomp's seed-1337 MinMax and FWM). The designed rows
+    themselves pool their seeds (:func:`delta_table`); a run left out here is listed there."""
+    wanted = {(x.point.key.setting(), x.point.seed) for x in pairing.pairs if x.point.per_seed}
+    groups: dict[Key, list[Pair]] = defaultdict(list)
+    for x in pairing.pairs:
+        p = x.point
+        if not p.per_seed and (p.key.setting(), p.seed) in wanted:
+            groups[replace(p.key, seed=p.seed)].append(x)
+    rows = []
+    for k, ps in groups.items():
+        kept = at_endpoint(ps, "the same-seed references", {}, lambda x: x.point)
+        if kept:
+            rows.append(_row_from_pairs(f"{k.operator} − softmax", kept, key=k))
+    return sorted(rows, key=_sort_key)
 
 
 def trajectories(pairing: Pairing) -> dict[Key, list[Row]]:
@@ -357,10 +429,13 @@ def trajectories(pairing: Pairing) -> dict[Key, list[Row]]:
 
 
 def _cells(points: list[Point], unpaired: dict[str, str] | None) -> dict[tuple, dict[str, dict[int, Point]]]:
-    """Endpoint factorial cells: (setting, K, arithmetic, range_grad, FWM tau) -> cell -> seed -> point.
+    """Endpoint factorial cells: (setting, lineage, K, arithmetic, range_grad, FWM tau) -> cell -> seed ->
+    point, for every design with at least two cells (a simple effect; the main effects need all four).
 
-    The FWM cells carry their own tau (from the spec); MinMax has no tau and joins every FWM tau. The four
-    cells of a design are taken at one endpoint (:func:`at_endpoint`); a run without it goes to ``unpaired``.
+    The lineage is ``Key.seed``: None for a designed seed set, the seed for a supplementary run. The FWM
+    cells carry their own tau (from the spec); MinMax has no tau and joins every FWM tau, or, with no FWM cell
+    at its K, makes a MinMax-only design (tau None). The cells of a design are taken at one endpoint
+    (:func:`at_endpoint`); a run without it goes to ``unpaired``.
     """
     raw: dict[tuple, dict[str, list[Point]]] = defaultdict(lambda: defaultdict(list))
     for p in points:
@@ -369,20 +444,24 @@ def _cells(points: list[Point], unpaired: dict[str, str] | None) -> dict[tuple, 
             continue
         cell = next(c for c, cs in FACTORIAL.items() if cs == (s.calibration, s.surrogate))
         tau = s.tau if s.calibration == "fwm" else None
-        raw[(p.key.setting(), s.K, s.arithmetic, s.range_grad, tau)][cell].append(p)
+        raw[(p.key.setting(), p.key.seed, s.K, s.arithmetic, s.range_grad, tau)][cell].append(p)
+    with_fwm = {k[:-1] for k in raw if k[-1] is not None}
     out = {}
-    for (setting, K, arith, rg, tau), cells in raw.items():
-        if tau is None:
+    for (*where, tau), cells in raw.items():
+        if tau is None and tuple(where) in with_fwm:
+            continue  # MinMax joins the FWM designs of its K
+        design = {**raw.get((*where, None), {}), **cells}
+        if len(design) < 2:
             continue
-        design = {**raw.get((setting, K, arith, rg, None), {}), **cells}
-        if set(design) != set(FACTORIAL):
-            continue
-        what = f"factorial K{K} (arithmetic={arith}, range_grad={rg}, tau={tau:g})"
+        K, arith, rg = where[2:]
+        what = f"factorial K{K} ({_design_name(arith, rg, tau)})"
         kept = {id(p) for p in at_endpoint([p for ps in design.values() for p in ps], what, unpaired)}
-        out[(setting, K, arith, rg, tau)] = {
-            c: {p.seed: p for p in ps if id(p) in kept} for c, ps in design.items()
-        }
+        out[(*where, tau)] = {c: {p.seed: p for p in ps if id(p) in kept} for c, ps in design.items()}
     return out
+
+
+def _design_name(arith: str, rg: str, tau) -> str:
+    return f"arithmetic={arith}, range_grad={rg}" + ("" if tau is None else f", tau={tau:g}")
 
 
 SIMPLE_EFFECTS = {
@@ -396,9 +475,10 @@ VS_LERP = {"mm_w": "MinMax–Weight", "fwm_w": "FWM–Weight", "fwm_p": "FWM–P
 
 def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = None) -> list[Row]:
     """The 2x2 calibration x surrogate factorial (App. C.3, Table 3 / tab:crossfull / tab:seedfact), per seed
-    and block: per K the main effects and interaction (±1/2 weights), the four simple effects and the
-    ΔNLL-vs-LERP contrasts (cell − LERP at the same K and seed); over K the pooled row (each effect averaged
-    over K) and the K× rows (effect at K minus effect at the smallest K).
+    and block: per K the main effects and interaction (±1/2 weights) where all four cells exist, each simple
+    effect wherever its two cells exist (suites A and C have FWM − MinMax under Weight-STE at K16 without the
+    Prob-STE cells) and the ΔNLL-vs-LERP contrasts (cell − LERP at the same K and seed); over K the pooled row
+    (each effect averaged over K) and the K× rows (effect at K minus effect at the smallest K).
 
     Every value is at the design's endpoint, the largest training-token count its cells reached; a run
     without an evaluation there (a cell, or the LERP run of a seed) is listed in ``unpaired`` (run ->
@@ -410,20 +490,26 @@ def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = Non
     rows: list[Row] = []
     by_design: dict[tuple, dict[int, dict[str, dict[int, np.ndarray]]]] = defaultdict(dict)
     cells_by_design = _cells(points, unpaired)
-    for (setting, K, arith, rg, tau), cells in sorted(cells_by_design.items(), key=lambda kv: str(kv[0])):
-        if set(cells) != set(FACTORIAL):
+    for (setting, lineage, K, arith, rg, tau), cells in sorted(
+        cells_by_design.items(), key=lambda kv: str(kv[0])
+    ):
+        cells = {c: v for c, v in cells.items() if v}
+        if not cells:
             continue
-        seeds = sorted(set.intersection(*(set(v) for v in cells.values())))
-        seeds = [s for s in seeds if len({cells[c][s].nll.size for c in FACTORIAL}) == 1]
-        if not seeds:
-            continue
-        design = f"arithmetic={arith}, range_grad={rg}, tau={tau:g}"
-        tokens = cells["mm_w"][seeds[0]].tokens
 
-        def row(name, per_seed, K=K, setting=setting, design=design, tokens=tokens):
+        def common(cs, cells=cells) -> list[int]:
+            """The seeds every cell of ``cs`` has, with one block count."""
+            seeds = sorted(set.intersection(*(set(cells[c]) for c in cs)))
+            return [s for s in seeds if len({cells[c][s].nll.size for c in cs}) == 1]
+
+        full = common(FACTORIAL) if set(cells) == set(FACTORIAL) else []
+        design = _design_name(arith, rg, tau)
+        tokens = next(iter(next(iter(cells.values())).values())).tokens
+
+        def row(name, per_seed, K=K, setting=setting, lineage=lineage, design=design, tokens=tokens):
             return Row(
                 contrast=name,
-                key=Key(f"factorial K{K}" if K else "factorial, pooled over K", *setting),
+                key=Key(f"factorial K{K}", *setting, seed=lineage),
                 seeds=tuple(sorted(per_seed)),
                 est=estimate(per_seed, f"factorial {name} K{K} ({design}, {tokens} tokens)"),
                 K=K,
@@ -433,10 +519,17 @@ def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = Non
 
         effects = {}
         for name, w in {**FACTORIAL_WEIGHTS, **SIMPLE_EFFECTS}.items():
-            effects[name] = {s: sum(a * cells[c][s].nll for c, a in w.items()) for s in seeds}
-            rows.append(row(name, effects[name]))
+            if full:
+                seeds = full
+            elif name in SIMPLE_EFFECTS and set(w) <= set(cells):
+                seeds = common(w)  # a simple effect needs its two cells only
+            else:
+                continue  # the main effects and interaction need all four
+            if seeds:
+                effects[name] = {s: sum(a * cells[c][s].nll for c, a in w.items()) for s in seeds}
+                rows.append(row(name, effects[name]))
         ref = {}  # seed -> the LERP run at the design's endpoint
-        for s in seeds:
+        for s in full or sorted(set().union(*cells.values())):
             by_tokens = lerp.get((setting, K, s), {})
             if tokens in by_tokens:
                 ref[s] = by_tokens[tokens]
@@ -450,13 +543,14 @@ def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = Non
         for c, label in VS_LERP.items():
             per_seed = {
                 s: cells[c][s].nll - ref[s].nll
-                for s in seeds
+                for s in (full or cells.get(c, {}))
                 if s in ref and ref[s].nll.size == cells[c][s].nll.size
             }
             if per_seed:
                 rows.append(row(f"{label} K{K} − LERP K{K}", per_seed))
-        by_design[(setting, design, tokens)][K] = {e: effects[e] for e in FACTORIAL_WEIGHTS}
-    for (setting, design, tokens), by_K in by_design.items():
+        if full:
+            by_design[(setting, lineage, design, tokens)][K] = {e: effects[e] for e in FACTORIAL_WEIGHTS}
+    for (setting, lineage, design, tokens), by_K in by_design.items():
         if len(by_K) < 2:
             continue
         Ks = sorted(by_K)
@@ -468,7 +562,7 @@ def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = Non
             rows.append(
                 Row(
                     effect,
-                    Key("factorial, pooled over K", *setting),
+                    Key("factorial, pooled over K", *setting, seed=lineage),
                     tuple(seeds),
                     estimate(pooled),
                     K=None,
@@ -484,7 +578,7 @@ def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = Non
                 rows.append(
                     Row(
                         f"K×{effect} (K{K} − K{Ks[0]})",
-                        Key("factorial, K×", *setting),
+                        Key("factorial, K×", *setting, seed=lineage),
                         tuple(seeds),
                         estimate(diff),
                         K=K,
@@ -495,7 +589,7 @@ def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = Non
 
     def order(r: Row):
         kind = 2 if "K×" in r.key.operator else 1 if "pooled" in r.key.operator else 0
-        return (str(r.key.setting()), r.family, kind, r.K or 0)
+        return (str(r.key.setting()), str(r.key.seed), r.family, kind, r.K or 0)
 
     rows.sort(key=order)  # stable: the effects keep their order within a K
     return rows
@@ -504,19 +598,20 @@ def factorial_effects(points: list[Point], unpaired: dict[str, str] | None = Non
 def k_trends(pairing: Pairing) -> list[Row]:
     """Slope of ΔNLL against log2 K per family (nats per doubling of K) at the family's endpoint (runs without
     a pair there go to ``pairing.unpaired``): a per-block contrast with weights
-    ``(x_k - mean x) / sum (x - mean x)^2``, ``x = log2 K``, fitted per seed."""
+    ``(x_k - mean x) / sum (x - mean x)^2``, ``x = log2 K``, fitted per seed (a supplementary run's seed its
+    own row, ``Key.seed``)."""
     by_family: dict[tuple, list[Pair]] = defaultdict(list)
     for x in pairing.pairs:
         if x.point.K is not None:
-            by_family[(x.point.key.setting(), x.point.family)].append(x)
+            by_family[(x.point.key.setting(), x.point.key.seed, x.point.family)].append(x)
     fam: dict[tuple, dict[int, dict[int, Pair]]] = defaultdict(lambda: defaultdict(dict))
     ends: dict[tuple, int] = {}
-    for (setting, family), pairs in by_family.items():
-        for x in at_endpoint(pairs, f"K trend of {family}", pairing.unpaired, lambda x: x.point):
-            fam[(setting, family)][x.point.seed][x.point.K] = x
-            ends[(setting, family)] = x.point.tokens
+    for where, pairs in by_family.items():
+        for x in at_endpoint(pairs, f"K trend of {where[-1]}", pairing.unpaired, lambda x: x.point):
+            fam[where][x.point.seed][x.point.K] = x
+            ends[where] = x.point.tokens
     rows = []
-    for (setting, family), all_seeds in sorted(fam.items(), key=lambda kv: str(kv[0])):
+    for (setting, lineage, family), all_seeds in sorted(fam.items(), key=lambda kv: str(kv[0])):
         # The K values of the seed with the most of them (the lowest such seed on a tie), and every seed
         # that has them all: extra seeds of one K alone (e.g. a second folder adding seeds to K = 32 only)
         # must not shrink the fit to fewer than two K values.
@@ -531,10 +626,10 @@ def k_trends(pairing: Pairing) -> list[Row]:
         rows.append(
             Row(
                 contrast="slope vs log2 K",
-                key=Key(family, setting[0], setting[1], setting[2]),
+                key=Key(family, *setting, seed=lineage),
                 seeds=tuple(sorted(per_seed)),
-                est=estimate(per_seed, f"K trend of {family} ({ends[(setting, family)]} tokens)"),
-                tokens=ends[(setting, family)],
+                est=estimate(per_seed, f"K trend of {family} ({ends[(setting, lineage, family)]} tokens)"),
+                tokens=ends[(setting, lineage, family)],
                 family=family,
                 note=",".join(map(str, Ks)),
             )
@@ -545,9 +640,12 @@ def k_trends(pairing: Pairing) -> list[Row]:
 def detach_pairs(points: list[Point]) -> tuple[list[Row], Pairing]:
     """Each modified-backward run (``range_grad`` detach, max_only, min_only, p1) against its same-seed
     full-gradient twin, per checkpoint, with a per-block CI of modified − full; at the final checkpoint the
-    gap recovery ``(NLL_detach - NLL_x) / (NLL_detach - NLL_full)`` where a same-seed detach run exists."""
+    gap recovery ``(NLL_detach - NLL_x) / (NLL_detach - NLL_full)`` where a same-seed detach run exists (mean
+    over the row's seeds). A supplementary run is one row per seed (tab:detach, tab:detachrep, tab:e1: each
+    seed its block-bootstrap CI and its own gap recovery); a designed seed set (``mini`` with ``mini-seeds``)
+    pools its seeds."""
     pairing = pair_controls(points, full_twin)
-    mean_of = {(p.operator, p.seed, p.budget, p.data, p.tag, p.tokens): p.mean for p in points}
+    mean_of = {(*p.identity, p.tag, p.tokens): p.mean for p in points}
     rows = []
     for k, traj in trajectories(pairing).items():
         for r in traj:
@@ -557,9 +655,10 @@ def detach_pairs(points: list[Point]) -> tuple[list[Row], Pairing]:
         detach = OperatorSpec.parse(spec, range_grad="detach").full_name
         rec, data = [], next(p.data for p in points if p.key == k)
         for s in last.seeds:
-            det = mean_of.get((detach, s, k.budget, data, k.tag, last.tokens))
-            full = mean_of.get((full_twin(k.operator), s, k.budget, data, k.tag, last.tokens))
-            own = mean_of.get((k.operator, s, k.budget, data, k.tag, last.tokens))
+            det, full, own = (
+                mean_of.get((k.model, op, s, k.budget, data, k.tag, last.tokens))
+                for op in (detach, full_twin(k.operator), k.operator)
+            )
             if None not in (det, full, own) and det != full:
                 rec.append((det - own) / (det - full))
         if len(rec) == len(last.seeds):
@@ -584,12 +683,18 @@ def detach_pairs(points: list[Point]) -> tuple[list[Row], Pairing]:
     return rows, pairing
 
 
+def condition(k: Key) -> str:
+    """A row's condition: its operator, and the seed of a supplementary run's row."""
+    return k.operator if k.seed is None else f"{k.operator}, seed {k.seed}"
+
+
 def cross_setting(rows: list[Row]) -> tuple[list[tuple], dict[str, dict[tuple, Row]]]:
-    """The settings (budget, data, tag) of ``rows`` and operator -> setting -> row: a cross-suite table."""
+    """The settings (budget, data, tag, model) of ``rows`` and condition (:func:`condition`) -> setting ->
+    row: a cross-suite table (tab:cross, tab:crossfull: suites C and D are two settings, one per model)."""
     settings = sorted({r.key.setting() for r in rows})
     table: dict[str, dict[tuple, Row]] = defaultdict(dict)
     for r in rows:
-        table[r.key.operator][r.key.setting()] = r
+        table[condition(r.key)][r.key.setting()] = r
     return settings, dict(sorted(table.items()))
 
 
@@ -779,7 +884,7 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
     # tab:subst "diff": the same weights through exact softmax minus their native forward, per block and seed
     for k, ps in sorted(groups.items(), key=lambda kv: str(kv[0])):
         base = _control_tags(k.tag)[-1]
-        native = {x.point.seed: x.point for x in groups.get(Key(k.operator, k.budget, k.data, base), [])}
+        native = {x.point.seed: x.point for x in groups.get(replace(k, tag=base), [])}
         per_seed = {
             x.point.seed: x.point.nll - native[x.point.seed].nll
             for x in ps
@@ -831,11 +936,8 @@ def heldout_ordering(
 
     groups = _heldout_groups(points, unpaired)
 
-    def where(k: Key) -> tuple:
-        return (k.operator, *k.setting())
-
-    own = {(p.suite, p.run_id): where(p.key) for p in points if p.primary}
-    in_domain = {where(r.key): r for r in delta}
+    own = {(p.suite, p.run_id): p.key for p in points if p.primary}
+    in_domain = {r.key: r for r in delta}
     by_setting: dict[tuple, list[Row]] = defaultdict(list)
     for r in held:
         if r.key in groups and r.contrast == f"{r.key.operator} − softmax":
@@ -898,8 +1000,9 @@ def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, fl
 
 def tail_decomposition(points: list[Point], unpaired: dict[str, str] | None = None) -> list[Row]:
     """App. D.4 (tab:taildecomp): each resolved-calibration run against the same-seed MinMax and FWM runs of
-    its surrogate, K, arithmetic and setting: MinMax − resolved (untruncated fixed-step calibration contrast)
-    and resolved − FWM (tail-policy contrast), per block; the path ratio
+    its surrogate, K, arithmetic and setting: each of the three − the same-seed softmax (where it was
+    evaluated at their endpoint), MinMax − resolved (untruncated fixed-step calibration contrast) and
+    resolved − FWM (tail-policy contrast), per block, one seed each (block bootstrap); the path ratio
     (MinMax − resolved) / (MinMax − FWM) of the means is in ``recovery``, its block-bootstrap interval
     (:func:`path_ratio_ci`) in ``recovery_lo``, ``recovery_hi``. The three runs are taken at their common
     endpoint; one without an evaluation there goes to ``unpaired`` (``ValueError`` when it is None)."""
@@ -910,6 +1013,7 @@ def tail_decomposition(points: list[Point], unpaired: dict[str, str] | None = No
             runs[
                 (s.calibration, s.surrogate, s.K, s.arithmetic, s.range_grad, p.seed, p.key.setting())
             ].append(p)
+    softmax = {(*p.identity, p.tag, p.tokens): p for p in points if p.primary and p.operator == "softmax"}
     rows = []
     for (cal, *rest), res_run in sorted(runs.items(), key=lambda kv: str(kv[0])):
         mm_run, fwm_run = runs.get(("minmax", *rest)), runs.get(("fwm", *rest))
@@ -923,6 +1027,13 @@ def tail_decomposition(points: list[Point], unpaired: dict[str, str] | None = No
         if not (mm.nll.size == fwm.nll.size == res.nll.size):
             continue
         ratio, lo, hi = path_ratio_ci(mm.nll, res.nll, fwm.nll)
+        soft = softmax.get((res.model, "softmax", res.seed, res.budget, res.data, res.tag, res.tokens))
+        for name, p in (("MinMax", mm), ("FWM", fwm), ("resolved", res)):
+            if soft is not None and soft.nll.size == p.nll.size:
+                d = p.nll - soft.nll
+                est = estimate({p.seed: d}, f"{p.run_id} − softmax ({p.tokens} tokens)")
+                contrast = f"{name} − softmax ({res.spec.surrogate}-STE, K{res.K})"
+                rows.append(Row(contrast, p.key, (p.seed,), est, p.tokens, p.K, p.family, nll=p.mean))
         for name, d in (("MinMax − resolved", mm.nll - res.nll), ("resolved − FWM", res.nll - fwm.nll)):
             rows.append(
                 Row(
@@ -1005,12 +1116,13 @@ def factorial_cells(rows: list[Row]) -> dict[tuple, dict[int, dict[str, Row]]]:
     """fig:2x2: the endpoint ΔNLL-vs-softmax rows (``delta_table``) of the four factorial cells (``mm_w``,
     ``mm_p``, ``fwm_w``, ``fwm_p``) per (setting, arithmetic) and K, for the K with all four cells, and the
     LERP row of that setting and K (``lerp``, any arithmetic) where there is one. Only full-gradient runs with
-    no override besides the arithmetic enter."""
+    no override besides the arithmetic enter, and only designed rows (a supplementary run's row of one seed is
+    not a factorial design)."""
     cells: dict[tuple, dict[int, dict[str, Row]]] = defaultdict(lambda: defaultdict(dict))
     lerp: dict[tuple, Row] = {}
     for r in rows:
         op = r.key.operator
-        if op in ("softmax", "sdpa"):
+        if op in ("softmax", "sdpa") or r.key.seed is not None:
             continue
         s = _spec(op)
         if s.K is None or OperatorSpec.parse(op.partition("[")[0], arithmetic=s.arithmetic) != s:

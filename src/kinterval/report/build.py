@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +46,14 @@ def _traj_points(rows: list[A.Row]) -> list[tuple[int, float, float, float]]:
     return [(r.tokens, r.est.mean, r.est.lo, r.est.hi) for r in rows]
 
 
-def _label(k: Key, many: bool) -> str:
-    return f"{k.operator} ({T.tokens(k.budget)}, {k.data.split(' ')[0]})" if many else k.operator
+def _label(k: Key, many: bool, models: bool = False) -> str:
+    """A figure's or report.json's name of a key: its condition (:func:`analysis.condition`), with its budget
+    and data when ``many`` settings are shown, and its model when the report holds several (suites C, D)."""
+    where = [T.tokens(k.budget), k.data.split(" ")[0], *([k.model] if models else [])]
+    return f"{A.condition(k)} ({', '.join(where)})" if many else A.condition(k)
 
 
-def _mean_geometry(points) -> dict[str, list[tuple[int, dict]]]:
+def _mean_geometry(points, models: bool = False) -> dict[str, list[tuple[int, dict]]]:
     """operator label -> [(tokens, layer-mean geometry averaged over seeds)] for primary evaluations."""
     acc: dict[Key, dict[int, list[dict]]] = {}
     for p in points:
@@ -64,8 +68,20 @@ def _mean_geometry(points) -> dict[str, list[tuple[int, dict]]]:
             keys = gs[0].keys()
             vals = {m: [g[m] for g in gs if g.get(m) is not None and math.isfinite(g[m])] for m in keys}
             series.append((t, {m: float(np.mean(v)) if v else float("nan") for m, v in vals.items()}))
-        out[_label(k, many)] = series
+        out[_label(k, many, models)] = series
     return out
+
+
+def _cross_columns(settings: list[tuple], points) -> dict[str, tuple]:
+    """Cross-setting column label -> setting, ordered by suite: each setting named by the suites of its
+    conditions (``C``, ``D + supplementary``) and its model, budget, data and tag (tab:cross,
+    tab:crossfull)."""
+    suites: dict[tuple, set[str]] = {}
+    for p in points:
+        if not p.is_reference:
+            suites.setdefault(p.key.setting(), set()).add(p.suite)
+    named = sorted((" + ".join(sorted(suites.get(s, ()))), s) for s in settings)
+    return {T.cross_column(s, name): s for name, s in named}
 
 
 def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -> None:
@@ -165,6 +181,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     results = load_many(dirs)
     points = [p for r in results for p in r.points]
     primary = [p for p in points if p.primary]
+    models = len({p.model for p in points}) > 1  # suites of several models (C and D): name the model
     ix = _Index(out)
     ix.lines += [
         "# kinterval report",
@@ -176,7 +193,8 @@ def build_report(suite_dirs, out: str | Path) -> Path:
         "(positive: worse). One seed: circular block bootstrap over validation blocks (block 16, or half the "
         "blocks below 32: each row's `block` in report.json; 4000 resamples; evaluation sampling only). "
         "Several seeds: mean of the same-seed paired differences, seed SD, t interval, exact "
-        "sign-permutation p, BH q over the conditions of one setting.",
+        "sign-permutation p, BH q over the conditions of one setting. Runs of different models are never "
+        "paired. A supplementary run is one row per seed (block bootstrap), never pooled over seeds.",
         "",
     ]
     data: dict = {
@@ -195,14 +213,41 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     pairing = A.softmax_pairs(primary)
     rows = A.delta_table(pairing)
     data["delta"] = rows
+    refs = A.softmax_rows(primary)
     if rows:
-        ix.table("delta", *T.delta_rows(rows), "Endpoint ΔNLL vs same-seed softmax")
+        ix.table(
+            "delta",
+            *T.delta_rows(rows, refs),
+            "Endpoint ΔNLL vs same-seed softmax (softmax: its mean NLL and seed SD)",
+        )
+    seed_refs = A.seed_references(pairing)
+    at_seeds: dict[tuple, set[int]] = {}
+    for r in [*seed_refs, *(r for r in rows if r.key.seed is not None)]:
+        at_seeds.setdefault(r.key.setting(), set()).update(r.seeds)
+    seed_soft = A.softmax_rows(primary, at_seeds)
+    data["softmax"] = refs + seed_soft
+    if seed_refs:
+        data["seed_references"] = seed_refs
+        ix.table(
+            "seed_references",
+            *T.delta_rows(seed_refs, seed_soft),
+            "Same-seed references of the supplementary runs: ΔNLL vs softmax at one seed (block bootstrap)",
+        )
     claims = C.paper_claims(primary, left_out)
     data["claims"] = [c.to_dict() for c in claims]
     ix.table("claims", *T.claim_rows(claims), "Paper claims")
     settings, cross = A.cross_setting(rows)
     if len(settings) > 1:
-        ix.table("cross_setting", *T.cross_rows(settings, cross), "ΔNLL vs softmax across settings")
+        columns = _cross_columns(settings, primary)
+        data["cross_setting"] = {
+            "columns": columns,
+            "rows": {c: {n: by[s] for n, s in columns.items() if s in by} for c, by in cross.items()},
+        }
+        ix.table(
+            "cross_setting",
+            *T.cross_rows(list(columns.values()), cross, list(columns)),
+            "ΔNLL vs softmax across settings",
+        )
     fac = A.factorial_effects(primary, left_out)
     if fac:
         data["factorial"] = fac
@@ -215,11 +260,11 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     traj = A.trajectories(pairing)
     if traj:
         many = len({k.setting() for k in traj}) > 1
-        series = {_label(k, many): _traj_points(v) for k, v in traj.items()}
+        series = {_label(k, many, models): _traj_points(v) for k, v in traj.items()}
         F.trajectory_figure(series, out / "trajectories.png", "ΔNLL vs same-seed softmax along training")
         ix.figure("trajectories.png", "ΔNLL trajectories")
-        data["trajectories"] = {_label(k, True): v for k, v in traj.items()}
-    geo = _mean_geometry(points)
+        data["trajectories"] = {_label(k, True, models): v for k, v in traj.items()}
+    geo = _mean_geometry(points, models)
     if geo:
         F.geometry_figure(geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)")
         ix.figure("geometry.png", "geometry")
@@ -233,7 +278,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
         for r in det:
             if r.contrast.endswith(f"− {A.full_twin(r.key.operator)}"):
                 by_key.setdefault(r.key, []).append(r)
-        series = {_label(k, many): _traj_points(v) for k, v in by_key.items()}
+        series = {_label(k, many, models): _traj_points(v) for k, v in by_key.items()}
         F.trajectory_figure(
             series,
             out / "detach.png",
@@ -245,7 +290,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     val, val_skipped = A.validation_pairs(det_pairing, logs)
     if val:
         many = len({v.key.setting() for v in val}) > 1
-        series = {f"{_label(v.key, many)}, seed {v.seed}": v for v in val}
+        series = {f"{_label(replace(v.key, seed=None), many, models)}, seed {v.seed}": v for v in val}
         data["validation"] = [dict(_json_default(v), diff=v.diff) for v in val]
         F.validation_figure(
             series, out / "validation.png", "Logged validation loss and row span along training"
@@ -268,11 +313,11 @@ def build_report(suite_dirs, out: str | Path) -> Path:
         )
     geo_end = A.final_geometry(points, left_out)
     if geo_end:
-        data["geometry"] = {_label(k, True): g for k, g in geo_end.items()}
+        data["geometry"] = {_label(k, True, models): g for k, g in geo_end.items()}
         data["geometry_trajectories"] = geo
         ix.table("geometry", *T.geometry_rows(geo_end), "Endpoint geometry (layer mean, mean over seeds)")
         gap = {
-            _label(r.key, len(settings) > 1): (
+            _label(r.key, len(settings) > 1, models): (
                 geo_end[r.key].get("h"),
                 geo_end[r.key].get("span"),
                 r.est.mean,

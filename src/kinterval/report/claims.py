@@ -44,7 +44,9 @@ def _ours(e: A.Estimate, seeds) -> str:
 
 
 def _setting(key) -> str:
-    return f"{key.budget} tokens, {key.data}, {key.tag}"
+    model = f", {key.model}" if key.model else ""
+    seed = "" if key.seed is None else f", seed {key.seed}"
+    return f"{key.budget} tokens, {key.data}, {key.tag}{model}{seed}"
 
 
 def _claim(template: Claim, found: list[tuple[A.Row, bool]]) -> list[Claim]:
@@ -91,15 +93,17 @@ def _any_arithmetic(p: Point) -> str:
 def _contrast_rows(points: list[Point], a: str, b: str, unpaired: dict[str, str] | None) -> list[A.Row]:
     """``a - b`` per block and seed at the endpoint of each setting (``analysis.at_endpoint``: a run without
     an evaluation there goes to ``unpaired``); operators match on their full spec (tau, range_grad) with any
-    arithmetic (the factorial's historical or strict cells), one row per arithmetic and setting: a run with
-    another override (``fwm-prob-k4[tau=5]``) is another operator and never stands in for ``b``."""
-    cells: dict[tuple, list[Point]] = defaultdict(list)  # (setting, arithmetic) -> every checkpoint of a, b
+    arithmetic (the factorial's historical or strict cells), one row per arithmetic and setting (and per seed
+    for a supplementary run, ``Key.seed``): a run with another override (``fwm-prob-k4[tau=5]``) is another
+    operator and never stands in for ``b``."""
+    # (setting, lineage, arithmetic) -> every checkpoint of a and b
+    cells: dict[tuple, list[Point]] = defaultdict(list)
     for p in points:
         if _any_arithmetic(p) not in (a, b):
             continue
-        cells[(p.key.setting(), p.spec.arithmetic)].append(p)
+        cells[(p.key.setting(), p.key.seed, p.spec.arithmetic)].append(p)
     rows = []
-    for (_, arith), pts in sorted(cells.items(), key=lambda kv: str(kv[0])):
+    for (*_, arith), pts in sorted(cells.items(), key=lambda kv: str(kv[0])):
         by: dict[str, dict[int, Point]] = defaultdict(dict)
         for p in A.at_endpoint(pts, f"the claim {a} − {b}", unpaired):
             by[_any_arithmetic(p)][p.seed] = p
@@ -156,7 +160,7 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
     out += _claim(
         Claim(
             "MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax",
-            "+0.208 vs +0.013, difference +0.195 (suite D, 5 seeds; Table 3 tab:cross, tab:crossfull)",
+            "+0.208 vs +0.013, difference +0.195 (suite D, 5 seeds; tab:crossfull, tab:seedend)",
             "ΔNLL(minmax-weight-k4) − ΔNLL(fwm-prob-k4) (softmax cancels: the same-seed NLL difference), "
             "per block; agrees if > 0",
             "",

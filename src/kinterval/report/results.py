@@ -1,8 +1,9 @@
 """Loading suite results from files only: manifests, per-checkpoint evaluations, geometry probes, run logs.
 
-One :class:`Point` per (run, checkpoint, evaluation tag); identity (operator, seed, token budget, group) comes
-from the manifest, never from folder names. Several suite folders load into one list, so that a run can be
-paired with a control of another folder (a supplementary run with its suite-D softmax).
+One :class:`Point` per (run, checkpoint, evaluation tag); identity (model, operator, seed, token budget,
+group) comes from the manifest, never from folder names. Several suite folders load into one list, so that a
+run can be paired with a control of another folder (a supplementary run with its suite-D softmax), and suites
+of one budget and corpus but other models (C: 1B, D: 124M, both 100M tokens of WikiText-103) stay apart.
 """
 
 from __future__ import annotations
@@ -14,11 +15,21 @@ from pathlib import Path
 
 import numpy as np
 
+from kinterval.model.config import PRESETS
 from kinterval.ops import OperatorSpec
 from kinterval.suite.manifest import read_manifest
 from kinterval.train.metrics import read_metrics
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
 REFERENCES = ("softmax", "sdpa")  # exact-softmax operators: the controls of every ΔNLL
+# Suites whose runs are a record of single runs, never a seed distribution (App. D.4, D.5, F: "supplementary
+# runs, not merged into the five-seed tables"): each seed of a condition is its own row. A suite file of
+# another name opts in with ``supplementary = true``.
+PER_SEED_SUITES = ("supplementary",)
 
 
 def operator_spec(operator: str) -> OperatorSpec:
@@ -28,17 +39,21 @@ def operator_spec(operator: str) -> OperatorSpec:
 
 @dataclass(frozen=True)
 class Key:
-    """What a table row is about: the operator with its overrides, the run's token budget, the evaluation data
-    and the evaluation tag (``val``, ``test__ptb``, ``val__op-softmax``, ...)."""
+    """What a table row is about: the operator with its overrides, the run's token budget, the evaluation
+    data, the evaluation tag (``val``, ``test__ptb``, ``val__op-softmax``, ...), the model
+    (:func:`model_label`) and, for a row of one seed of a supplementary run (:attr:`Point.per_seed`), that
+    seed."""
 
     operator: str
     budget: int
     data: str
     tag: str
+    model: str = ""
+    seed: int | None = None  # None: every seed of the condition (a designed seed set)
 
-    def setting(self) -> tuple[int, str, str]:
-        """The key without the operator: the columns of a cross-setting table."""
-        return (self.budget, self.data, self.tag)
+    def setting(self) -> tuple[int, str, str, str]:
+        """The key without the operator and seed: the columns of a cross-setting table."""
+        return (self.budget, self.data, self.tag, self.model)
 
 
 @dataclass
@@ -63,6 +78,8 @@ class Point:
     # The design: the seeds the loaded manifests plan for this operator at this token budget (a crashed or
     # unevaluated run's seed included); empty for a point built without a manifest.
     design_seeds: tuple[int, ...] = ()
+    model: str = ""  # the model shape (:func:`model_label`): runs of other models are never paired
+    per_seed: bool = False  # a supplementary run: its contrasts are one row per seed, never pooled over seeds
 
     @property
     def mean(self) -> float:
@@ -92,12 +109,29 @@ class Point:
 
     @property
     def key(self) -> Key:
-        return Key(self.operator, self.budget, data_label(self.data), self.tag)
+        seed = self.seed if self.per_seed else None
+        return Key(self.operator, self.budget, data_label(self.data), self.tag, self.model, seed)
+
+    @property
+    def identity(self) -> tuple:
+        """The run's identity across folders: model, operator, seed, budget and evaluation data."""
+        return (self.model, self.operator, self.seed, self.budget, self.data)
 
 
 def data_label(data: tuple) -> str:
     name, split, T, n = data
     return f"{name}:{split} (T={T}, {n} blocks)"
+
+
+def model_label(config: dict) -> str:
+    """The model shape of a manifest row's training config, ``"12L 12H d768"`` (a preset's value where the
+    config leaves a field unset); "" without one."""
+    m = config.get("model") or {}
+    base = PRESETS.get(m.get("preset"))
+    shape = [
+        m.get(k) if m.get(k) is not None else getattr(base, k, None) for k in ("n_layer", "n_head", "n_embd")
+    ]
+    return "" if None in shape else "{}L {}H d{}".format(*shape)
 
 
 @dataclass
@@ -155,10 +189,13 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
     """Every evaluation (all tags) of every run of the suite folder ``suite_dir``."""
     suite_dir = Path(suite_dir)
     m = read_manifest(suite_dir)
+    per_seed = m["suite"] in PER_SEED_SUITES or bool(
+        tomllib.loads(m.get("suite_toml") or "").get("supplementary")
+    )
     points, logs, graddiag = [], {}, {}
-    planned: dict[tuple, set[int]] = {}  # (operator, budget) -> the seeds the manifest plans
+    planned: dict[tuple, set[int]] = {}  # (model, operator, budget) -> the seeds the manifest plans
     for r in m["runs"]:
-        planned.setdefault((r["operator"], int(r.get("tokens") or 0)), set()).add(int(r["seed"]))
+        planned.setdefault(_plan(r), set()).add(int(r["seed"]))
     for r in m["runs"]:
         run_dir = suite_dir / r["run_dir"]
         primary_tag = Path(r["eval_dir"]).name
@@ -198,32 +235,39 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     docs=docs,
                     geometry=geo,
                     primary=tag == primary_tag,
-                    design_seeds=tuple(sorted(planned[(r["operator"], budget)])),
+                    design_seeds=tuple(sorted(planned[_plan(r)])),
+                    model=model_label(r.get("config") or {}),
+                    per_seed=per_seed,
                 )
             )
     return SuiteResults(m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs, graddiag)
 
 
+def _plan(row: dict) -> tuple:
+    """What a manifest row plans seeds for: its model, operator and token budget."""
+    return (model_label(row.get("config") or {}), row["operator"], int(row.get("tokens") or 0))
+
+
 def load_many(dirs) -> list[SuiteResults]:
-    """Several suite folders; a run (operator, seed, budget, data) found in two folders is an error. A
+    """Several suite folders; a run (model, operator, seed, budget, data) found in two folders is an error. A
     condition's design seeds are those every folder plans for it (``mini`` and ``mini-seeds`` together)."""
     out = [load_results(d) for d in dirs]
     planned: dict[tuple, set[int]] = {}
     for res in out:
         for p in res.points:
-            planned.setdefault((p.operator, p.budget), set()).update(p.design_seeds)
+            planned.setdefault((p.model, p.operator, p.budget), set()).update(p.design_seeds)
     for res in out:
         for p in res.points:
-            p.design_seeds = tuple(sorted(planned[(p.operator, p.budget)]))
+            p.design_seeds = tuple(sorted(planned[(p.model, p.operator, p.budget)]))
     seen: dict[tuple, Path] = {}
     for res in out:
         for run_id, pts in res.runs().items():
             p = pts[0]
-            ident = (p.operator, p.seed, p.budget, p.data)
-            if ident in seen and seen[ident] != res.dir:
+            if p.identity in seen and seen[p.identity] != res.dir:
                 raise ValueError(
-                    f"run {run_id} ({p.operator}, seed {p.seed}, {p.budget} tokens, "
-                    f"data {data_label(p.data)}) is in both {seen[ident]} and {res.dir}; give each run once"
+                    f"run {run_id} ({p.operator}, seed {p.seed}, {p.budget} tokens, model {p.model}, "
+                    f"data {data_label(p.data)}) is in both {seen[p.identity]} and {res.dir}; "
+                    "give each run once"
                 )
-            seen[ident] = res.dir
+            seen[p.identity] = res.dir
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from kinterval.report.analysis import Row
+from kinterval.report.analysis import ReferenceRow, Row, condition
 
 
 def num(x, signed: bool = True, digits: int = 4) -> str:
@@ -43,11 +43,16 @@ def tokens(n: int) -> str:
 
 
 def _setting_cells(rows: list[Row]) -> tuple[list[str], callable]:
-    """Budget/data/tag columns, shown only when the rows come from more than one setting."""
+    """Budget/data/tag columns, shown only when the rows come from more than one setting, and the model column
+    when they come from more than one model (suites C and D)."""
     settings = {r.key.setting() for r in rows if r.key}
     if len(settings) <= 1:
         return [], lambda r: []
-    return ["Budget", "Data", "Eval"], lambda r: [tokens(r.key.budget), r.key.data, r.key.tag]
+    if len({model for *_, model in settings}) == 1:
+        return ["Budget", "Data", "Eval"], lambda r: [tokens(r.key.budget), r.key.data, r.key.tag]
+    return ["Budget", "Data", "Eval", "Model"], lambda r: [
+        *(tokens(r.key.budget), r.key.data, r.key.tag, r.key.model)
+    ]
 
 
 def seeds(r: Row) -> str:
@@ -68,21 +73,28 @@ def estimate_cells(r: Row, multi: bool) -> list[str]:
     return cells + ["yes" if e.separated else "no"]
 
 
-def delta_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+def delta_rows(rows: list[Row], refs: list[ReferenceRow] = ()) -> tuple[list[str], list[list[str]]]:
+    """tab:seedend (several seeds: with each NLL's seed SD) or tab:endpoints (one seed): the softmax rows of
+    ``refs`` (NLL, seed SD, no contrast) first in their setting, then its conditions."""
     multi = any(r.est.n_seeds > 1 for r in rows)
-    extra, cells_of = _setting_cells(rows)
-    headers = ["Condition", *extra, "Seeds", "NLL", "ΔNLL (nats/token)", *estimate_headers(rows)]
-    out = [
-        [
-            r.key.operator,
-            *cells_of(r),
-            seeds(r),
-            num(r.nll, False),
-            num(r.est.mean),
-            *estimate_cells(r, multi),
-        ]
-        for r in rows
-    ]
+    extra, cells_of = _setting_cells([*rows, *refs])
+    sd = ["NLL seed SD"] if multi else []
+    headers = ["Condition", *extra, "Seeds", "NLL", *sd, "ΔNLL (nats/token)", *estimate_headers(rows)]
+    blank = ["-"] * (len(headers) - len(extra) - 3 - len(sd))
+    by_setting: dict[tuple, list[ReferenceRow]] = {}
+    for ref in refs:
+        by_setting.setdefault(ref.key.setting(), []).append(ref)
+    ordered = []  # each setting's softmax rows just before its first condition
+    for r in rows:
+        ordered += [*by_setting.pop(r.key.setting(), []), r]
+    out = []
+    for r in ordered + [ref for rs in by_setting.values() for ref in rs]:
+        nll_sd = [num(r.nll_sd, False)] if multi else []
+        if isinstance(r, ReferenceRow):
+            out.append([condition(r.key), *cells_of(r), seeds(r), num(r.nll, False), *nll_sd, *blank])
+            continue
+        est = [num(r.est.mean), *estimate_cells(r, multi)]
+        out.append([condition(r.key), *cells_of(r), seeds(r), num(r.nll, False), *nll_sd, *est])
     return headers, out
 
 
@@ -150,8 +162,19 @@ def detach_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     ]
 
 
-def cross_rows(settings: list[tuple], table: dict) -> tuple[list[str], list[list[str]]]:
-    headers = ["Condition", *[f"{tokens(b)}, {d}, {t}: ΔNLL [95% CI]" for b, d, t in settings]]
+def cross_column(setting: tuple, suites: str = "") -> str:
+    """A cross-setting column: ``"C: 32L 24H d1536, 100M, wt103:val (...), val"`` (the model when known)."""
+    b, d, t, model = setting
+    where = ", ".join(x for x in (model, tokens(b), d, t) if x)
+    return f"{suites}: {where}" if suites else where
+
+
+def cross_rows(
+    settings: list[tuple], table: dict, columns: list[str] | None = None
+) -> tuple[list[str], list]:
+    """tab:cross / tab:crossfull: one column per setting (``columns``: their labels, :func:`cross_column`)."""
+    columns = columns or [cross_column(s) for s in settings]
+    headers = ["Condition", *[f"{c}: ΔNLL [95% CI]" for c in columns]]
     out = []
     for op, by in table.items():
         cells = [op]
@@ -209,7 +232,7 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     yn = {True: "yes", False: "no"}
     return headers, [
         [
-            r.key.operator,
+            condition(r.key),
             r.contrast.replace(r.key.operator, "").strip(" −") or r.contrast,
             r.key.tag,
             r.key.data,
@@ -272,7 +295,7 @@ def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
     headers = ["Condition", "Budget", "Seeds", "Clipped steps (mean over seeds)", "Per seed"]
     return headers, [
         [
-            r.key.operator,
+            condition(r.key),
             tokens(r.key.budget),
             ",".join(map(str, r.seeds)),
             f"{r.mean:.3f}",
@@ -301,6 +324,6 @@ def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
     metrics = ["span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"]
     headers = ["Condition", "Budget", *metrics]
     return headers, [
-        [k.operator, tokens(k.budget), *[num(g.get(m), False, 3) for m in metrics]]
+        [condition(k), tokens(k.budget), *[num(g.get(m), False, 3) for m in metrics]]
         for k, g in sorted(geo.items(), key=lambda kv: str(kv[0]))
     ]
