@@ -97,8 +97,8 @@ def test_bad_format_version(ds):
 
 
 def test_bad_sources(tmp_path):
-    with pytest.raises(ValueError, match="unknown source 'c4'"):
-        prepare("c4", tmp_path / "x", progress=False)
+    with pytest.raises(ValueError, match="unknown source 'openwebtext'"):
+        prepare("openwebtext", tmp_path / "x", progress=False)
     with pytest.raises(FileNotFoundError, match="no_such_text"):
         prepare(f"text:{tmp_path / 'no_such_text'}", tmp_path / "x", progress=False)
     with pytest.raises(FileNotFoundError, match="no_such_bins"):

@@ -272,7 +272,7 @@ def test_preparing_over_a_dataset_removes_the_splits_it_does_not_write(tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
-@pytest.mark.parametrize("source", ["wikitext103", "fineweb-edu"])
+@pytest.mark.parametrize("source", ["wikitext103", "fineweb-edu", "ptb", "c4"])
 def test_an_unreachable_hub_is_one_error_line(tmp_path, monkeypatch, capsys, source):
     """Offline, datasets raises ConnectionError; it used to reach the user as a traceback."""
     import datasets
@@ -286,3 +286,79 @@ def test_an_unreachable_hub_is_one_error_line(tmp_path, monkeypatch, capsys, sou
     assert main(["data", "prepare", "--source", source, "--out", str(tmp_path / "d"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "could not download" in err and "Check the network" in err
+
+
+@pytest.mark.parametrize("source", ["wikitext103", "fineweb-edu", "ptb", "c4"])
+@pytest.mark.parametrize("where", ["open", "first row"])
+def test_an_unreachable_hub_leaves_the_dataset_in_place(tmp_path, monkeypatch, source, where):
+    """fineweb-edu used to clear ``out`` before opening its stream: offline, the old dataset was gone. A Hub
+    that fails when the dataset is opened, or (streams) when its first row is read, now costs nothing."""
+    import datasets
+
+    out = tmp_path / "d"
+    prepare("synthetic", out, tokens=5_000, progress=False)
+
+    def offline_rows():
+        raise ConnectionError("Couldn't reach the Hub")
+        yield
+
+    def load_dataset(*args, **kwargs):
+        if where == "open" or not kwargs.get("streaming"):
+            raise ConnectionError("Couldn't reach the Hub (LocalEntryNotFoundError)")
+        return offline_rows()
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    with pytest.raises(ValueError, match="could not download"):
+        prepare(source, out, bpe_file=PACKAGED_BPE_FILE, progress=False)
+    assert TokenShards(out, "train", verify=True).n_tokens == 5_000
+
+
+def test_bin_split_files_are_read_in_natural_order(tmp_path):
+    """``train_10.bin`` used to come before ``train_2.bin`` (string sort), re-ordering the token stream."""
+    src = tmp_path / "raw"
+    src.mkdir()
+    for i in (1, 2, 10):
+        np.full(100, i, dtype="<u2").tofile(src / f"train_{i}.bin")
+    meta = prepare(f"bin:{src}", tmp_path / "out", progress=False)
+    assert meta["params"]["files"]["train"] == [str(src / f"train_{i}.bin") for i in (1, 2, 10)]
+    ids = TokenShards(tmp_path / "out", "train").tokens()
+    assert ids.tolist() == [1] * 100 + [2] * 100 + [10] * 100
+
+
+def _fineweb_rows(n_val: int, n_train: int, val_text: str, train_text: str) -> list[dict]:
+    """FineWebEdu rows whose ids route ``n_val`` documents to val (md5 rule), interleaved with train ones."""
+    rows, i = [], 0
+    while n_val or n_train:
+        doc_id = f"<urn:uuid:{i}>"
+        i += 1
+        if sources.fineweb_split(doc_id) == "val" and n_val:
+            rows.append({"id": doc_id, "text": val_text})
+            n_val -= 1
+        elif sources.fineweb_split(doc_id) == "train" and n_train:
+            rows.append({"id": doc_id, "text": train_text})
+            n_train -= 1
+    return rows
+
+
+@pytest.mark.parametrize("splits", [("val",), ("train", "val")])
+def test_fineweb_fills_val_even_when_train_is_done_first(tmp_path, monkeypatch, splits):
+    """``splits=["val"]`` (or a train budget met before val's) used to stop after the first batch, leaving a
+    nearly empty val split: the stream now runs until every requested split has its budget."""
+    val_text = "The quick brown fox jumps over the lazy dog. " * 300  # about 3000 tokens
+    rows = _fineweb_rows(24, 3000, val_text, "A short train document.")
+    monkeypatch.setattr(sources, "stream_fineweb_edu", lambda: iter(rows))
+    meta = prepare("fineweb-edu", tmp_path / "fw", splits=splits, tokens=1_000, val_tokens=50_000,
+                   bpe_file=PACKAGED_BPE_FILE, progress=False)  # fmt: skip
+    assert meta["splits"]["val"]["n_tokens"] == 50_000
+    assert TokenShards(tmp_path / "fw", "val", verify=True).n_tokens == 50_000
+    if "train" in splits:
+        assert meta["splits"]["train"]["n_tokens"] == 1_000
+
+
+def test_fineweb_warns_when_the_stream_ends_before_a_budget(tmp_path, monkeypatch):
+    rows = _fineweb_rows(2, 50, "A validation document.", "A train document.")
+    monkeypatch.setattr(sources, "stream_fineweb_edu", lambda: iter(rows))
+    with pytest.warns(UserWarning, match=r"stream ended.*val: 10 of 50,000 tokens"):
+        meta = prepare("fineweb-edu", tmp_path / "fw", splits=["val"], val_tokens=50_000,
+                       bpe_file=PACKAGED_BPE_FILE, progress=False)  # fmt: skip
+    assert meta["splits"]["val"] == {**meta["splits"]["val"], "n_tokens": 10, "n_documents": 2}

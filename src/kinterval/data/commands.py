@@ -21,6 +21,8 @@ def _prepare(args: argparse.Namespace) -> int:
         shard_tokens=args.shard_tokens,
         copy=not args.reference,
         progress=not args.quiet,
+        split=args.split,
+        documents=args.documents,
     )
     print(f"prepared {meta['source']} -> {args.out} (vocab {meta['vocab_size']}, eot {meta['eot']})")
     print(summary_table(meta, args.block_size))
@@ -42,5 +44,11 @@ def register(subparsers) -> None:
     p.add_argument("--block-size", type=int, default=1024, help="T for the printed block counts")
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard file")
     p.add_argument("--reference", action="store_true", help="bin:DIR only: reference the files, do not copy")
+    p.add_argument(
+        "--split", default=None, help="text:PATH only: every document into this split (train, val or test)"
+    )
+    p.add_argument(
+        "--documents", type=int, default=None, help="c4 only: the first N validation documents (default 302)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_prepare)

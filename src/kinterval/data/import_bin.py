@@ -14,7 +14,8 @@ from kinterval.data.writer import DTYPE, ShardWriter, clear_outputs, write_meta
 
 
 def find_bin_files(directory: str | Path) -> dict[str, list[Path]]:
-    """Flat uint16 files of a folder by split: ``*.{split}.bin``, ``{split}.bin`` or ``{split}_*.bin``."""
+    """Flat uint16 files of a folder by split: ``*.{split}.bin``, ``{split}.bin`` or ``{split}_*.bin``, in
+    natural order (``train_2.bin`` before ``train_10.bin``)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"bin source directory not found: {directory}")
@@ -27,7 +28,8 @@ def find_bin_files(directory: str | Path) -> dict[str, list[Path]]:
                 for n in names
                 for pat in (f"*.{n}.bin", f"{n}.bin", f"{n}_*.bin")
                 for p in directory.glob(pat)
-            }
+            },
+            key=lambda p: sources.natural_key(p.name),
         )
         if files:
             found[split] = files

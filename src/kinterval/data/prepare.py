@@ -1,13 +1,16 @@
 """``prepare``: turn a source into a prepared dataset folder (uint16 shards + meta.json).
 
-Sources: ``synthetic`` (embedded default), ``wikitext103``, ``fineweb-edu``, ``text:PATH`` (local text) and
-``bin:DIR`` (existing flat uint16 files, e.g. a pre-tokenized corpus, wrapped by ``import_bin``).
-Shards are written as ``*.tmp`` and renamed; meta.json is removed first and written last (``writer.py``), so
-a folder with a meta.json is always complete.
+Sources: ``synthetic`` (embedded default), ``wikitext103``, ``fineweb-edu``, the held-out ``ptb`` and ``c4``,
+``text:PATH`` (local text) and ``bin:DIR`` (existing flat uint16 files, e.g. a pre-tokenized corpus, wrapped
+by ``import_bin``). Every source is checked and opened (a Hub dataset reached) before ``clear_outputs``
+removes the dataset already in ``out``. Shards are written as ``*.tmp`` and renamed; meta.json is removed
+first and written last (``writer.py``), so a folder with a meta.json is always complete.
 """
 
 from __future__ import annotations
 
+import itertools
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -26,7 +29,7 @@ from kinterval.data.tokenizer import (
 )
 from kinterval.data.writer import ShardWriter, clear_outputs, write_meta
 
-SOURCES = ("synthetic", "wikitext103", "fineweb-edu", "text:PATH", "bin:DIR")
+SOURCES = ("synthetic", "wikitext103", "fineweb-edu", "ptb", "c4", "text:PATH", "bin:DIR")
 SYNTHETIC_TRAIN_TOKENS = 2_000_000
 SYNTHETIC_MIN_EVAL_TOKENS = 64 * 128 + 1  # at least 64 blocks of T=128
 FINEWEB_TOKENS = 3_000_000_000  # the paper's FineWebEdu-3B
@@ -91,23 +94,24 @@ def _text_like(
 def _fineweb(
     out, splits, tokens, val_tokens, shard_tokens, bpe_file, progress, rows=None
 ) -> tuple[dict, dict]:
-    """Stream FineWebEdu until the train budget is met; val documents (md5 of id) fill ``val_tokens``."""
+    """Stream FineWebEdu until every requested split has its budget: train ``tokens``, val (md5 of id)
+    ``val_tokens``; warn when the stream ends first."""
     enc = gpt2_encoding(bpe_file)
     budget = {"train": tokens, "val": val_tokens}
     writers = {s: ShardWriter(out, s, GPT2_VOCAB, shard_tokens) for s in ("train", "val") if s in splits}
     n_docs = dict.fromkeys(writers, 0)
-    rows = sources.stream_fineweb_edu() if rows is None else rows
-    batch: list[dict] = []
-    with tqdm(total=tokens, desc="fineweb-edu train", unit="tok", disable=not progress) as bar:
-        for row in rows:
-            batch.append(row)
-            if len(batch) < DOC_BATCH:
-                continue
+    rows = iter(sources.stream_fineweb_edu() if rows is None else rows)
+    total = sum(budget[s] for s in writers)
+    with tqdm(total=total, desc="fineweb-edu", unit="tok", disable=not progress) as bar:
+        while batch := list(itertools.islice(rows, DOC_BATCH)):
             if _fineweb_batch(enc, batch, writers, budget, n_docs, bar):
                 break
-            batch = []
         else:
-            _fineweb_batch(enc, batch, writers, budget, n_docs, bar)
+            short = [f"{s}: {w.n_tokens:,} of {budget[s]:,} tokens" for s, w in writers.items()
+                     if w.n_tokens < budget[s]]  # fmt: skip
+            if short:
+                warnings.warn(f"the FineWebEdu stream ended before every budget was met ({'; '.join(short)})",
+                              stacklevel=3)  # fmt: skip
     records = {
         s: {"n_tokens": w.n_tokens, "n_documents": n_docs[s], "shards": w.close()} for s, w in writers.items()
     }
@@ -115,20 +119,19 @@ def _fineweb(
 
 
 def _fineweb_batch(enc, batch, writers, budget, n_docs, bar) -> bool:
-    """Route one batch of rows; True once every budget is met (or train is, which ends the stream)."""
-    ids = enc.encode_ordinary_batch([r["text"] for r in batch])
-    for row, doc in zip(batch, ids):
-        split = sources.fineweb_split(str(row["id"]))
-        writer = writers.get(split)
-        if writer is None or writer.n_tokens >= budget[split]:
+    """Route one batch of rows (tokenizing only those a split still needs); True once every budget is met."""
+    routed = [(sources.fineweb_split(str(row["id"])), row["text"]) for row in batch]
+    routed = [(s, text) for s, text in routed if s in writers and writers[s].n_tokens < budget[s]]
+    ids = enc.encode_ordinary_batch([text for _, text in routed]) if routed else []
+    for (split, _), doc in zip(routed, ids):
+        writer = writers[split]
+        if writer.n_tokens >= budget[split]:
             continue
         chunk = np.append(np.asarray(doc, dtype=np.uint16), np.uint16(EOT))[: budget[split] - writer.n_tokens]
         writer.write(chunk)
         n_docs[split] += 1
-        if split == "train":
-            bar.update(len(chunk))
-    train = writers.get("train")
-    return train is None or train.n_tokens >= budget["train"]
+        bar.update(len(chunk))
+    return all(w.n_tokens >= budget[s] for s, w in writers.items())
 
 
 def _wikitext(out, splits, tokens, shard_tokens, bpe_file, progress, dataset=None) -> tuple[dict, dict]:
@@ -150,13 +153,17 @@ def prepare(
     val_tokens: int = FINEWEB_VAL_TOKENS,
     copy: bool = True,
     progress: bool = True,
+    split: str | None = None,
+    documents: int | None = None,
 ) -> dict:
     """Prepare ``source`` into ``out`` and return its meta.json contents.
 
     ``tokens`` caps the train split (synthetic: its exact size, default 2M; fineweb-edu: the streamed
     budget, default 3B; bin:DIR: its first ``tokens`` ids, copied only); ``val_tokens`` caps fineweb-edu's
     held-out split. ``seed`` drives the synthetic generator only; ``copy=False`` makes ``bin:DIR`` reference
-    its files instead of copying them.
+    its files instead of copying them. ``split`` (``text:PATH`` only) puts every document into that one split;
+    ``documents`` is the number of C4 validation documents (default 302). ``ptb`` writes ``test`` and ``c4``
+    writes ``val`` whatever ``splits`` says.
     """
     out = Path(out)
     splits = tuple(dict.fromkeys(sources.SPLIT_ALIASES.get(s, s) for s in splits))
@@ -170,7 +177,19 @@ def prepare(
         raise ValueError(f"shard_tokens must be positive, got {shard_tokens!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    if source in ("wikitext103", "fineweb-edu") or source.startswith("text:"):
+    if split is not None:
+        if not source.startswith("text:"):
+            raise ValueError(f"--split applies to a text:PATH source only, got --source {source}")
+        split = sources.SPLIT_ALIASES.get(split, split)
+        if split not in sources.SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose from {list(sources.SPLITS)}")
+        splits = (split,)
+    if documents is not None:
+        if source != "c4":
+            raise ValueError(f"--documents applies to the c4 source only, got --source {source}")
+        if isinstance(documents, bool) or not isinstance(documents, int) or documents < 1:
+            raise ValueError(f"documents must be a positive integer, got {documents!r}")
+    if source in ("wikitext103", "fineweb-edu", "ptb", "c4") or source.startswith("text:"):
         gpt2_encoding(bpe_file)  # a missing or wrong --bpe-file
     params = {"tokens": tokens, "shard_tokens": shard_tokens, "splits": list(splits)}
     if source.startswith("bin:"):
@@ -191,14 +210,32 @@ def prepare(
         splits = tuple(s for s in splits if s != "test")  # FineWebEdu has no test split here
         params |= {"tokens": tokens or FINEWEB_TOKENS, "val_tokens": val_tokens, "splits": list(splits),
                    "val_rule": "int(md5(id), 16) % 1000 == 0"}  # fmt: skip
+        rows = sources.stream_fineweb_edu()  # reaches the Hub before the old dataset is removed
         clear_outputs(out, splits)
         records, tokenizer = _fineweb(
-            out, splits, tokens or FINEWEB_TOKENS, val_tokens, shard_tokens, bpe_file, progress
+            out, splits, tokens or FINEWEB_TOKENS, val_tokens, shard_tokens, bpe_file, progress, rows
         )
+    elif source == "ptb":
+        docs = {"test": [sources.ptb_test_document()]}
+        clear_outputs(out, ["test"])
+        params |= {"splits": ["test"], "hub": list(sources.PTB_HUB), "hub_split": "test",
+                   "document": "every sentence, one a line, as one document"}  # fmt: skip
+        records, tokenizer = _text_like(out, ["test"], docs, None, shard_tokens, bpe_file, progress, "ptb")
+    elif source == "c4":
+        n = documents or sources.C4_DOCUMENTS
+        docs = {"val": sources.c4_validation_documents(n)}
+        clear_outputs(out, ["val"])
+        params |= {"splits": ["val"], "hub": list(sources.C4_HUB), "hub_split": "validation", "documents": n,
+                   "document_rule": f"the first {n} documents of the validation stream"}  # fmt: skip
+        records, tokenizer = _text_like(out, ["val"], docs, None, shard_tokens, bpe_file, progress, "c4")
     elif source.startswith("text:"):
-        docs = sources.text_documents(source[5:])
+        docs = sources.text_documents(source[5:], split=split)
         clear_outputs(out, splits)
-        params["split_rule"] = "int(md5(relative path), 16) % 100: 0-1 val, 2-3 test, else train"
+        params["split_rule"] = (
+            f"every document in {split}, in natural file order"
+            if split
+            else "int(md5(relative path), 16) % 100: 0-1 val, 2-3 test, else train"
+        )
         records, tokenizer = _text_like(out, splits, docs, tokens, shard_tokens, bpe_file, progress, "text")
     else:
         raise ValueError(f"unknown source {source!r}; choose from {', '.join(SOURCES)}")

@@ -1,4 +1,5 @@
-"""Where documents come from: WikiText-103 and FineWebEdu (Hugging Face ``datasets``) and local text files.
+"""Where documents come from: WikiText-103, FineWebEdu, PTB and C4 (Hugging Face ``datasets``) and local
+text files.
 
 Split rules (all deterministic, documented in docs/data.md):
 
@@ -6,17 +7,21 @@ Split rules (all deterministic, documented in docs/data.md):
   an article starts at a level-1 heading row `` = Title = `` and runs to the next one.
 * FineWebEdu ``sample-10BT`` has only ``train``; a document goes to ``val`` when
   ``int(md5(id), 16) % 1000 == 0`` (0.1 %), everything else to ``train``.
+* PTB and C4 are held-out corpora (paper App. C.3, layer 1): the PTB test split, its sentences one a line as
+  one document, all in ``test``; the first N documents of the C4 ``en`` validation stream, all in ``val``.
 * Local text: one document per file for a folder (``*.txt``/``*.md``/``*.rst`` recursively, or every
   non-hidden file when there are none of those); a single file is split into paragraphs at blank lines
   (``"\\n\\n"``, as ``datasets``' ``sample_by="paragraph"``). The split of a document follows
   ``int(md5(key), 16) % 100``: 0-1 val, 2-3 test, the rest train, with key = the path relative to the folder
   (or ``name#i`` for the i-th paragraph of a single file); within a split documents are ordered by that md5.
+  With one split named, every document goes to it instead, in natural file order (paragraphs in file order).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import re
 import tempfile
@@ -27,6 +32,11 @@ SPLITS = ("train", "val", "test")
 SPLIT_ALIASES = {"validation": "val", "valid": "val"}
 TEXT_SUFFIXES = {".txt", ".md", ".rst"}
 _WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")
+
+
+def natural_key(name: str) -> list:
+    """Sort key comparing digit runs as integers: ``train_2.bin`` before ``train_10.bin``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def md5_int(key: str) -> int:
@@ -72,16 +82,55 @@ def stream_fineweb_edu():
     return _from_hub("HuggingFaceFW/fineweb-edu", "sample-10BT", split="train", streaming=True)
 
 
+# ---- held-out corpora (paper App. C.3, layer 1) --------------------------------------------------------
+
+PTB_HUB = ("ptb-text-only/ptb_text_only", "penn_treebank")  # the former canonical "ptb_text_only"
+C4_HUB = ("allenai/c4", "en")
+C4_DOCUMENTS = 302  # the paper's count; it does not say which 302, we take the first of the stream
+
+
+def ptb_test_document() -> str:
+    """The PTB test split (3,761 ``{"sentence"}`` rows, stripped lines of ptb.test.txt) as one document, a
+    sentence a line, in order."""
+    rows = _from_hub(*PTB_HUB, split="test")
+    return "".join(f"{sentence}\n" for sentence in rows["sentence"])
+
+
+def c4_validation_documents(n: int = C4_DOCUMENTS) -> list[str]:
+    """The ``text`` of the first ``n`` documents of the C4 ``en`` validation split, in stream order (streamed:
+    only these are downloaded)."""
+    rows = _from_hub(*C4_HUB, split="validation", streaming=True)
+    texts = [row["text"] for row in itertools.islice(rows, n)]
+    if len(texts) < n:
+        raise ValueError(f"the C4 validation stream ended after {len(texts)} documents; {n} were asked for")
+    return texts
+
+
 def _from_hub(path: str, name: str, **kw):
-    """``datasets.load_dataset(path, name, **kw)``; a Hub that cannot be reached is one clear error."""
+    """``datasets.load_dataset(path, name, **kw)``; a Hub that cannot be reached is one clear error.
+
+    A stream (``streaming=True``) is returned as an iterator whose first row has been read already: opening
+    a stream does not download, and an unreachable Hub must fail before ``prepare`` clears its output.
+    """
     import datasets
 
     try:
-        return datasets.load_dataset(path, name, **kw)
+        dataset = datasets.load_dataset(path, name, **kw)
+        if kw.get("streaming"):
+            rows = iter(dataset)
+            dataset = itertools.chain(list(itertools.islice(rows, 1)), rows)
+        return dataset
     except ConnectionError as err:
         raise ValueError(
             f"could not download {path} ({name}) from the Hugging Face Hub: {err}. Check the network (or "
             "HF_HUB_OFFLINE), or prepare from local files: --source text:PATH or bin:DIR"
+        ) from err
+    except RuntimeError as err:  # datasets >= 4 refuses a Hub copy that still needs its loading script
+        if "script" not in str(err):
+            raise
+        raise ValueError(
+            f"datasets {datasets.__version__} cannot load {path} ({name}): {err}. Prepare from local files "
+            "instead: --source text:PATH --split SPLIT"
         ) from err
 
 
@@ -94,9 +143,12 @@ def list_text_files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
     files = sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts)
+        (
+            p
+            for p in root.rglob("*")
+            if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts)
+        ),
+        key=lambda p: natural_key(p.relative_to(root).as_posix()),
     )
     texts = [p for p in files if p.suffix.lower() in TEXT_SUFFIXES]
     if not (texts or files):
@@ -172,8 +224,11 @@ def _read_datasets(files: list[Path], paragraphs: bool) -> list[str]:
     return texts
 
 
-def text_documents(path: str | Path, use_datasets: bool | None = None) -> dict[str, list[str]]:
-    """Documents of a local file or folder by split; read through ``datasets`` when installed (or asked)."""
+def text_documents(
+    path: str | Path, use_datasets: bool | None = None, split: str | None = None
+) -> dict[str, list[str]]:
+    """Documents of a local file or folder by split (md5 rule, or all in ``split`` in file order); read
+    through ``datasets`` when installed (or asked)."""
     root = Path(path)
     files = [f for f in list_text_files(root) if f.stat().st_size]  # empty files hold no document
     single = root.is_file()
@@ -192,10 +247,10 @@ def text_documents(path: str | Path, use_datasets: bool | None = None) -> dict[s
         if single
         else [f.relative_to(root).as_posix() for f in files]
     )
-    by_split: dict[str, list[tuple[int, str]]] = {s: [] for s in SPLITS}
-    for key, text in zip(keys, texts):
+    by_split: dict[str, list[tuple[int, str]]] = {s: [] for s in ([split] if split else SPLITS)}
+    for i, (key, text) in enumerate(zip(keys, texts)):
         if text.strip():
-            by_split[md5_split(key)].append((md5_int(key), text))
+            by_split[split or md5_split(key)].append((i if split else md5_int(key), text))
     if not any(by_split.values()):
         what = "" if single else f" ({len(files)} files, e.g. {files[0]})"
         raise ValueError(f"{root}: no text, only whitespace{what}")
