@@ -446,3 +446,44 @@ def test_downstream_unknown_task_or_unreachable_hub_is_one_error_line(run, in_da
     assert cli.main([*args, "--tasks", "kinterval_tiny_mc"]) == 2
     err = capsys.readouterr().err.strip()
     assert "could not download" in err and "--include-path DIR" in err and "\n" not in err
+
+
+def test_sciq_nosupport_is_sciq_without_the_passage():
+    """The paper's seventh layer-3 configuration (App. C.3): a shipped task YAML, sciq minus the passage."""
+    import yaml
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import apply_template
+
+    from kinterval.eval.lm_eval_commands import TASKS_DIR
+
+    ours = yaml.safe_load((TASKS_DIR / "sciq_nosupport.yaml").read_text())
+    import lm_eval
+
+    sciq = yaml.safe_load((Path(lm_eval.__file__).parent / "tasks" / "sciq" / "sciq.yaml").read_text())
+    changed = {"task", "doc_to_text", "doc_to_decontamination_query"}
+    assert {k: v for k, v in ours.items() if k not in changed} == {
+        k: v for k, v in sciq.items() if k not in changed
+    }
+    doc = {"support": " Cells divide.", "question": "What divides?", "distractor1": "a", "distractor2": "b",
+           "distractor3": "c", "correct_answer": "cells"}  # fmt: skip
+    assert apply_template(sciq["doc_to_text"], doc) == "Cells divide.\nQuestion: What divides?\nAnswer:"
+    assert apply_template(ours["doc_to_text"], doc) == "Question: What divides?\nAnswer:"
+    assert TaskManager(include_path=str(TASKS_DIR)).match_tasks(["sciq_nosupport"]) == ["sciq_nosupport"]
+
+
+def test_downstream_finds_the_shipped_task_and_passes_its_seed(run, tmp_path, monkeypatch, in_data):
+    """run_downstream resolves sciq_nosupport (shipped) beside a user's folder, and seeds lm-eval."""
+    import lm_eval
+
+    seen = {}
+
+    def fake(**kw):
+        seen.update(kw)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", fake)
+    with pytest.raises(RuntimeError, match="stop"):
+        run_downstream(run, ["sciq_nosupport", "kinterval_tiny_mc"], out=tmp_path / "o", include_path=DATA)
+    assert seen["tasks"] == ["sciq_nosupport", "kinterval_tiny_mc"]
+    seeds = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
+    assert {seen[k] for k in seeds} == {20260920}

@@ -31,7 +31,22 @@ def test_the_model_is_set_and_the_device_defaults_to_cpu_without_cuda(recorder):
     assert sys.argv is argv  # restored
     got = recorder[-1]
     assert got[got.index("--model") + 1] == "kinterval"
-    assert got[-4:] == ["--tasks", "hellaswag", "--device", "cpu"]
+    assert got[-6:] == [
+        "--tasks",
+        "hellaswag",
+        "--device",
+        "cpu",
+        "--include_path",
+        str(lm_eval_commands.TASKS_DIR),
+    ]
+
+
+@pytest.mark.parametrize("given", [["--include_path", "mine"], ["--include_path=mine"]])
+def test_the_shipped_tasks_folder_is_added_unless_one_is_given(recorder, given):
+    """sciq_nosupport (the paper's no-support SciQ) is found by name; lm-eval takes one folder only."""
+    assert run("--tasks", "sciq_nosupport", *given) == 0
+    got = recorder[-1]
+    assert str(lm_eval_commands.TASKS_DIR) not in got and got[-2 - len(given) : -2] == given
 
 
 @pytest.mark.parametrize("device", [["--device", "cuda:1"], ["--device=cuda:1"]])
@@ -39,7 +54,7 @@ def test_a_given_device_is_kept(recorder, device):
     assert run("-t", "hellaswag", *device) == 0  # -t is lm-eval's short --tasks
     got = recorder[-1]
     assert got.count("--device") + sum(a.startswith("--device=") for a in got) == 1
-    assert got[-len(device) :] == device
+    assert got[-len(device) - 2 : -2] == device
 
 
 @pytest.mark.parametrize("flag", [["--model", "hf"], ["--model=hf"], ["-M", "hf"]])

@@ -48,17 +48,23 @@ def _number(x) -> float | None:
         return None
 
 
+PAPER_SEED = 20260920  # App. C.3, layer 3: the seed of the lm-eval runs
+
+
 def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=None, checkpoint="latest",
-                   device="cpu", batch_size=1, num_fewshot=None) -> dict:  # fmt: skip
-    """``lm_eval.simple_evaluate`` on a checkpoint; writes ``OUT/<task>.jsonl`` and ``OUT/results.json``."""
+                   device="cpu", batch_size=1, num_fewshot=None, seed=PAPER_SEED) -> dict:  # fmt: skip
+    """``lm_eval.simple_evaluate`` on a checkpoint; writes ``OUT/<task>.jsonl`` and ``OUT/results.json``.
+
+    Tasks are lm-eval's, the YAMLs kinterval ships (``sciq_nosupport``) and those in ``include_path``.
+    ``seed`` seeds lm-eval's python, numpy, torch and few-shot generators (the paper's by default)."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     from kinterval.eval.lm_eval_adapter import KIntervalLM
-    from kinterval.eval.lm_eval_commands import hub_error
+    from kinterval.eval.lm_eval_commands import TASKS_DIR, hub_error
 
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
-    tm = TaskManager(include_path=str(include_path) if include_path else None)
+    tm = TaskManager(include_path=[str(TASKS_DIR), *([str(include_path)] if include_path else [])])
     unknown = [t for t in tasks if not tm.match_tasks([t]) and not Path(t).is_file()]  # a YAML path is fine
     if unknown:
         raise ValueError(f"lm-eval tasks not found: {', '.join(unknown)} (lm-eval's task names, or the names "
@@ -66,7 +72,9 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
     lm = KIntervalLM(run, checkpoint=checkpoint, operator=operator, device=device, batch_size=batch_size)
     try:
         res = simple_evaluate(model=lm, tasks=tasks, limit=limit, log_samples=True, task_manager=tm,
-                              num_fewshot=num_fewshot, bootstrap_iters=0)  # fmt: skip
+                              num_fewshot=num_fewshot, bootstrap_iters=0, random_seed=seed,
+                              numpy_random_seed=seed, torch_random_seed=seed,
+                              fewshot_random_seed=seed)  # fmt: skip
     except ConnectionError as err:  # a task's dataset on the Hub, without network
         raise ValueError(hub_error(err, "--include-path")) from None
     out = Path(out)
@@ -78,7 +86,7 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
     native = lm.state["config"]["operator"]["name"]
     summary = {"run": str(run), "operator": lm.operator, "native_operator": native,
                "checkpoint_step": lm.state.get("step"), "tasks": sorted(res["samples"]), "limit": limit,
-               "results": res["results"]}  # fmt: skip
+               "seed": seed, "batch_size": batch_size, "results": res["results"]}  # fmt: skip
     (out / "results.json").write_text(json.dumps(summary, indent=1, default=_jsonable) + "\n")
     return summary
 
@@ -310,7 +318,8 @@ def _downstream(args) -> int:
     out = args.out or str(Path(args.run) / "downstream" / (args.operator or "native"))
     summary = run_downstream(args.run, tasks, out=out, limit=args.limit, operator=args.operator,
                              include_path=args.include_path, checkpoint=args.checkpoint, device=args.device,
-                             batch_size=args.batch_size, num_fewshot=args.num_fewshot)  # fmt: skip
+                             batch_size=args.batch_size, num_fewshot=args.num_fewshot,
+                             seed=args.seed)  # fmt: skip
     for task, metrics in summary["results"].items():
         shown = {k: v for k, v in metrics.items() if isinstance(v, float)}
         print(task, json.dumps(shown))
@@ -392,9 +401,15 @@ def register(subparsers) -> None:
     _common(p)
     p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
     p.add_argument("--limit", type=float, help="items per task (int) or fraction")
-    p.add_argument("--include-path", help="folder of extra task YAML files")
+    p.add_argument("--include-path", help="folder of extra task YAML files (besides sciq_nosupport, shipped)")
     p.add_argument("--num-fewshot", type=int)
     p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=PAPER_SEED,
+        help=f"lm-eval's random seeds (default {PAPER_SEED}, the paper's)",
+    )
     p.set_defaults(func=_downstream)
 
     p = subparsers.add_parser(

@@ -11,6 +11,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from pathlib import Path
+
+# Task YAMLs that kinterval ships for the paper's battery (App. C.3, layer 3): sciq_nosupport
+TASKS_DIR = Path(__file__).with_name("lm_eval_tasks")
 
 
 def _lm_eval(args: argparse.Namespace) -> int:
@@ -30,6 +34,8 @@ def _lm_eval(args: argparse.Namespace) -> int:
         raise ValueError("kinterval lm-eval needs --tasks TASK [TASK ...] (or --config FILE); see --help")
     if not any(a == "--device" or a.startswith("--device=") for a in rest):
         rest += ["--device", "cuda" if torch.cuda.is_available() else "cpu"]
+    if not any(a == "--include_path" or a.startswith("--include_path=") for a in rest):
+        rest += ["--include_path", str(TASKS_DIR)]  # lm-eval takes one folder: a user's replaces this one
     run = ["run"] if importlib.util.find_spec("lm_eval._cli") else []  # lm-eval < 0.4.10 has no subcommands
     argv, sys.argv = sys.argv, ["lm-eval", *run, "--model", "kinterval", *rest]
     try:
