@@ -142,8 +142,8 @@ def test_nonfinite_loss_stops_cleanly(make_config, tmp_path):
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["status"] == "nonfinite_loss" and status["last_checkpoint"].endswith("step_000002")
     # the event goes to status.json as to metrics.jsonl: the failed step with its loss and gradient norm
-    assert [status[k] for k in ("step", "train_loss", "grad_norm")] == [
-        rows[-1][k] for k in ("step", "train_loss", "grad_norm")
+    assert [status[k] for k in ("step", "tokens", "train_loss", "grad_norm")] == [
+        rows[-1][k] for k in ("step", "tokens", "train_loss", "grad_norm")
     ]
     ckpt = load_checkpoint(latest_checkpoint(tmp_path / "run"))
     assert ckpt.state["step"] == 2

@@ -378,6 +378,18 @@ def test_checkpoint_rng_states_round_trip(tmp_path):
     assert draws() == want
 
 
+def test_cuda_rng_states_are_restored_in_device_order(monkeypatch):
+    """The keys torch_cuda_0..11 were sorted as text: device 2 got the state saved for device 10."""
+    tensors, meta = C.capture_rng()
+    tensors.update({f"torch_cuda_{i}": torch.full((4,), i, dtype=torch.uint8) for i in range(12)})
+    got = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 12)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: got.extend(int(s[0]) for s in states))
+    C.restore_rng(tensors, meta)
+    assert got == list(range(12))
+
+
 def test_resume_restores_the_checkpoint_rng_states(runs, tmp_path):
     """docs/training.md §5: --resume restores the RNG states (as user code and hooks see them)."""
     from kinterval.train import distributed as D

@@ -110,7 +110,7 @@ def capture_rng() -> tuple[dict[str, torch.Tensor], dict]:
 
 def restore_rng(tensors: dict[str, torch.Tensor], meta: dict) -> None:
     torch.set_rng_state(tensors["torch_cpu"])
-    cuda = sorted(k for k in tensors if k.startswith("torch_cuda_"))
+    cuda = sorted((k for k in tensors if k.startswith("torch_cuda_")), key=lambda k: int(k.rsplit("_", 1)[1]))
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([tensors[k] for k in cuda][: torch.cuda.device_count()])
     kind, pos, has_gauss, cached = meta["numpy"]

@@ -371,7 +371,13 @@ class Trainer:
                     "grad_norm": stats.grad_norm,
                 }
             )
-            self._status("nonfinite_loss", step=done, train_loss=stats.train_loss, grad_norm=stats.grad_norm)
+            self._status(
+                "nonfinite_loss",
+                step=done,
+                tokens=done * plan.tokens_per_step,
+                train_loss=stats.train_loss,
+                grad_norm=stats.grad_norm,
+            )  # fmt: skip (the event's row)
             print(
                 f"kinterval train: non-finite loss/gradient at step {done} "
                 f"(loss={stats.train_loss}, grad_norm={stats.grad_norm});"
