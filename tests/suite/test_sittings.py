@@ -268,3 +268,40 @@ def test_a_merge_whose_result_fails_the_gate_leaves_the_results_folder_as_it_was
     with pytest.raises(RuntimeError, match="the merged folder fails the results-only gate"):
         merge(root / "s2", res)
     assert _tree(res) == before and not list(tmp_path.glob(".res.*"))
+
+
+def test_a_merge_killed_between_its_two_renames_loses_no_sitting(sittings, tmp_path, monkeypatch):
+    """DST was renamed aside, then the merged folder failed to take its place: DST was gone, and the next
+    merge treated it as new and deleted the earlier sittings' runs."""
+    from pathlib import Path
+
+    root, *_ = sittings
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    before = _tree(res)
+    real = Path.rename
+
+    def killed(self, target):
+        if self.name == ".res.merging":
+            raise KeyboardInterrupt  # the kill, between the two renames
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "rename", killed)
+    with pytest.raises(KeyboardInterrupt):
+        merge(root / "s2", res)
+    assert _tree(res) == before  # put back at once
+    res.rename(tmp_path / ".res.replaced")  # a harder kill: DST still aside when the next merge starts
+    monkeypatch.setattr(Path, "rename", real)
+    out = merge(root / "s2", res)
+    assert out.added == ["lerp-k4-s7", "lerp-k4-s42"] and "runs/softmax-s7/status.json" in _tree(res)
+    assert gate(res, results_only=True).ok and not (tmp_path / ".res.replaced").exists()
+
+
+def test_merge_into_the_working_directory(sittings, tmp_path, monkeypatch, capsys):
+    """`kinterval suite merge ../s2 .` ended in a traceback (PosixPath('.') has an empty name)."""
+    root, *_ = sittings
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    monkeypatch.chdir(res)
+    assert main(["suite", "merge", str(root / "s2"), "."]) == 0
+    assert gate(res, results_only=True).ok

@@ -280,3 +280,45 @@ def test_eval_defaults_when_a_suite_has_no_eval_table(tmp_path):
         "geometry": True,
         "geometry_blocks": 8,
     }
+
+
+# ---------------------------------------------------------------------- audit of the definitions (2026-11-27)
+def _suite(tmp_path, body: str, name="s"):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f'name = "{name}"\nprotocol = "124m-100m"\nseeds = [1]\ncheckpoints = 2\n{body}')
+    return load_suite(path)
+
+
+def test_an_unquoted_dotted_override_sets_one_field_not_the_whole_section(tmp_path):
+    """`schedule.tokens = ...` unquoted is a nested TOML table: it replaced the protocol's whole schedule
+    (warmup 0, accum 1: a 128x smaller batch) without an error."""
+    from kinterval.suite.manifest import expected_config
+    from kinterval.train.config import TrainConfig
+
+    body = '[overrides]\nschedule.tokens = 50_000_000\n[[group]]\noperators = ["softmax"]\n'
+    suite = _suite(tmp_path, body + "[group.overrides]\nschedule.accum = 64\n")
+    got = expected_config(suite.runs[0], tmp_path).schedule
+    want = TrainConfig.from_toml("124m-100m").schedule
+    assert (got.tokens, got.accum) == (50_000_000, 64)
+    assert (got.warmup_tokens, got.micro_batch, got.min_lr_ratio) == (
+        want.warmup_tokens, want.micro_batch, want.min_lr_ratio
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("key", ['seed = 99', '"operator.name" = "lerp-k4"', '"checkpoint.count" = 7',
+                                 'data.dir = "/x"', 'name = "x"'])  # fmt: skip
+def test_overrides_of_what_each_run_sets_are_refused(tmp_path, key):
+    """They were dropped silently: the run trained with its own seed, operator and checkpoint count."""
+    with pytest.raises(ValueError, match="overrides may not set"):
+        _suite(tmp_path, f'[overrides]\n{key}\n[[group]]\noperators = ["softmax"]\n')
+
+
+def test_an_operators_own_arithmetic_wins_however_it_is_spaced(tmp_path):
+    suite = _suite(tmp_path, 'arithmetic = "historical"\n[[group]]\n'
+                   'operators = ["minmax-weight-k4[arithmetic = strict]", "fwm-prob-k4"]\n')  # fmt: skip
+    assert [r.operator for r in suite.runs] == ["minmax-weight-k4", "fwm-prob-k4[arithmetic=historical]"]
+
+
+def test_supplementary_is_a_boolean(tmp_path):
+    with pytest.raises(ValueError, match="supplementary"):
+        _suite(tmp_path, 'supplementary = "false"\n[[group]]\noperators = ["softmax"]\n')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import types
 
@@ -303,3 +304,59 @@ def test_gpus_needs_that_many_cuda_devices_unless_the_runs_train_on_the_cpu(tmp_
     runner.check_gpus(2, load_suite(suite_file(tmp_path, "124m-100m")).runs, None)
     with pytest.raises(ValueError, match="--gpus 3: 2 CUDA device"):
         runner.check_gpus(3, load_suite(suite_file(tmp_path, "124m-100m")).runs, None)
+
+
+# ---------------------------------------------------------------------- audit of the runner (2026-11-27)
+def test_gpus_map_through_the_callers_cuda_visible_devices(tmp_path, monkeypatch):
+    """The children got CUDA_VISIBLE_DEVICES=0 and 1 whatever the caller's mask: the GPUs it had excluded."""
+    FakeProc.live, FakeProc.peak = [], 0
+    seen = []
+    monkeypatch.setattr(
+        runner.subprocess, "Popen", lambda *a, **kw: seen.append(FakeProc(*a, **kw)) or seen[-1]
+    )
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4, 5")
+    runner._run_gpus(tmp_path, ["a", "b", "c"], 2, lambda *_: None)
+    assert sorted(p.gpu for p in seen) == ["4", "4", "5"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert runner._device_id(1) == "1"
+
+
+def test_a_rerun_with_other_data_or_another_suite_version_is_refused(tmp_path, data):
+    """A finished suite rerun with another --data was reported cached and ok, its evaluations redone on the
+    other data (the old ones overwritten); an edited suite file likewise. Now both stop before any file."""
+    out = tmp_path / "out"
+    assert set(run_suite(suite_file(tmp_path), out, data=data, log=lambda *_: None).values()) == {"completed"}
+    evals = {p: p.read_bytes() for p in out.glob("runs/*/eval/val/*")}
+    manifest = (out / "manifest.json").read_bytes()
+    other = tmp_path / "other-data"
+    prepare("synthetic", other, tokens=20_000, seed=1, progress=False)
+    with pytest.raises(ValueError, match="evaluated other val data than .*other-data holds"):
+        run_suite(suite_file(tmp_path), out, data=other, log=lambda *_: None)
+    edited = tmp_path / "edited" / "tiny.toml"
+    edited.parent.mkdir()
+    edited.write_text(
+        suite_file(tmp_path).read_text().replace('warmup_tokens" = 256', 'warmup_tokens" = 512')
+    )
+    with pytest.raises(ValueError, match="another version of suite tiny \\(runs differ\\)"):
+        run_suite(edited, out, data=data, log=lambda *_: None)
+    assert {p: p.read_bytes() for p in out.glob("runs/*/eval/val/*")} == evals
+    assert (out / "manifest.json").read_bytes() == manifest
+    moved = tmp_path / "moved-data"  # the same data in another folder is fine
+    data_copy = shutil.copytree(data, moved)
+    res = run_suite(suite_file(tmp_path), out, data=data_copy, log=lambda *_: None)
+    assert set(res.values()) == {"completed"}
+
+
+def test_a_finished_run_missing_a_checkpoint_is_not_reported_completed(tmp_path, data):
+    """A deleted intermediate checkpoint: the run was resumed, said completed, and the suite said ok."""
+    text = suite_file(tmp_path).read_text().replace("checkpoints = 1", "checkpoints = 2")
+    path = tmp_path / "two.toml"
+    path.write_text(text.replace('operators = ["softmax", "lerp-k4"]', 'operators = ["softmax"]'))
+    out = tmp_path / "out"
+    assert run_suite(path, out, data=data, log=lambda *_: None) == {"softmax-s1": "completed"}
+    first = sorted((out / "runs" / "softmax-s1" / "checkpoints").glob("step_*"))[0]
+    shutil.rmtree(first)
+    logs = []
+    assert runner.run_one(out, "softmax-s1", log=logs.append) == "missing_checkpoints"
+    assert f"checkpoints [{int(first.name[5:])}] of the manifest are missing" in logs[-1]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kinterval.data.sources import SPLITS
 from kinterval.ops import OperatorSpec
+from kinterval.train.config import flatten
 
 try:
     import tomllib
@@ -50,7 +51,6 @@ _GROUPS = (
     "one or more [[group]] tables",
 )
 _SPLIT = (lambda v: v in SPLITS, f"one of {list(SPLITS)}")
-_ANY = (lambda v: True, "")
 
 SUITE_FIELDS = {
     "name": _STR,
@@ -64,7 +64,7 @@ SUITE_FIELDS = {
     "group": _GROUPS,
     "data": _TABLE,
     "eval": _TABLE,
-    "supplementary": _ANY,
+    "supplementary": _BOOL,
 }
 GROUP_FIELDS = {
     "name": _STR,
@@ -160,12 +160,18 @@ def safe_name(full_name: str) -> str:
     return ".".join([base, *parts])
 
 
+# Config fields that every run of a suite sets itself (manifest.expected_config): an override of one would be
+# silently replaced
+RUN_FIELDS = {"name", "seed", "operator.name", "checkpoint.count", "data.dir"}
+
+
 def _operator(template: str, K, arithmetic: str | None) -> str:
     name = template.replace("{K}", str(K)) if K is not None else template
     if "{" in name:
         raise ValueError(f"operator {template!r} has a {{K}} placeholder but its group gives no K list")
     spec = OperatorSpec.from_full_name(name)
-    if arithmetic and spec.surrogate is not None and "arithmetic=" not in name:
+    given = re.search(r"[\[,]\s*arithmetic\s*=", name)  # the operator's own, however it is spaced
+    if arithmetic and spec.surrogate is not None and not given:
         spec = OperatorSpec.parse(spec, arithmetic=arithmetic)
     return spec.full_name
 
@@ -189,7 +195,11 @@ def load_suite(name: str | Path) -> Suite:
     for i, g in enumerate(d["group"]):
         _check_fields(path, f"group {i}: ", g, GROUP_FIELDS, ("operators",))
         seeds = g.get("seeds", d["seeds"])
-        overrides = {**d.get("overrides", {}), **g.get("overrides", {})}
+        # key by key (a group's [overrides] table never drops the suite's other keys of a section)
+        overrides = {**flatten(d.get("overrides", {})), **flatten(g.get("overrides", {}))}
+        if fixed := sorted(set(overrides) & RUN_FIELDS):
+            raise ValueError(f"{path}: group {i}: overrides may not set {fixed}: each run sets them itself "
+                             "(operators, seeds, checkpoints, the suite's data folder)")  # fmt: skip
         arithmetic = g.get("arithmetic", d.get("arithmetic"))
         for template in g["operators"]:
             for K in g.get("K", [None]):

@@ -94,9 +94,15 @@ def _run_record(rec: dict, rid: str) -> tuple[dict, dict]:
 
 def merge(src: str | Path, dst: str | Path) -> MergeResult:
     """Merge the runs SRC's ``gate.json`` signs off into the results folder DST (see the module docstring)."""
-    src, dst = Path(src), Path(dst)
-    if src.resolve() == dst.resolve():
+    src, dst = Path(src), Path(dst).resolve()  # resolved: DST may be "." (its name makes the work folders)
+    if src.resolve() == dst:
         raise ValueError(f"{src}: source and destination are the same folder")
+    old = dst.with_name(f".{dst.name}.replaced")  # DST while the merged folder takes its place
+    if old.is_dir():
+        if dst.exists():  # the last merge finished but for removing it
+            shutil.rmtree(old)
+        else:  # the last merge was killed between its two renames: DST as it was comes back
+            old.rename(dst)
     m_src, rec_src = check_results_folder(src, "SRC")
     if (dst / MANIFEST).is_file():
         m_dst, rec_dst = check_results_folder(dst, "DST")
@@ -160,11 +166,14 @@ def merge(src: str | Path, dst: str | Path) -> MergeResult:
         rep = gate(tmp, results_only=True)
         if rep.errors:  # a defect of the merge itself: nothing replaces DST
             raise RuntimeError(f"the merged folder fails the results-only gate: {rep.errors[:3]}")
-        old = dst.with_name(f".{dst.name}.replaced")
-        shutil.rmtree(old, ignore_errors=True)
         if dst.exists():
             dst.rename(old)
-        tmp.rename(dst)
+        try:
+            tmp.rename(dst)
+        except BaseException:
+            if old.exists() and not dst.exists():
+                old.rename(dst)  # DST as it was
+            raise
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

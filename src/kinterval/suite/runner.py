@@ -9,6 +9,7 @@ evaluations and geometry probes already on disk for the same checkpoint are kept
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -63,13 +64,56 @@ def init_suite(name: str | Path, out: str | Path, data: str | Path | None = None
         data = resolve_data_dir(out, previous["data_dir"])
     data_dir = prepare_data(suite, out, data)
     manifest = build_manifest(suite, out, data_dir, previous=previous)
+    if previous:
+        check_resume(out, previous, manifest, data_dir)
     write_manifest(out, manifest)
     return manifest
 
 
-def run_complete(run_dir: Path, entry: dict) -> bool:
-    import json
+def _without_data_dir(m: dict) -> dict:
+    """A manifest's rows and settings without the data folder's path (a moved folder is the same data)."""
+    rows = [{**r, "config": {**r["config"], "data": {**r["config"]["data"], "dir": None}}} for r in m["runs"]]
+    skip = ("data_dir", "suite_toml", "suite_sha256", "suite_file", "title")  # the file's text, not its rows
+    return {**{k: v for k, v in m.items() if k not in skip}, "runs": rows}
 
+
+def check_resume(out: Path, previous: dict, manifest: dict, data_dir: Path) -> None:
+    """A suite folder continues only as it began: the same runs, settings and evaluation data. Otherwise the
+    finished runs were reported cached and ok, their evaluations redone on the other data (the old ones
+    overwritten) and the manifest replaced, and only a later gate said so."""
+    from kinterval.data.loader import TokenShards
+    from kinterval.suite.merge import manifest_differences
+
+    if diffs := manifest_differences(_without_data_dir(manifest), _without_data_dir(previous)):
+        raise ValueError(
+            f"{out} was run from another version of suite {manifest['suite']} ({', '.join(diffs)} differ): "
+            "continue it with the suite file it began with, or run into another --out"
+        )
+    split = manifest["eval"]["split"]
+    info = TokenShards(data_dir, split).meta["splits"][split]
+    shards = [s.get("sha256") for s in info["shards"]]
+    for r in manifest["runs"]:
+        for js in sorted((out / r["eval_dir"]).glob("step_*.json")):
+            try:
+                req = json.loads(js.read_text()).get("request") or {}
+            except (OSError, ValueError):
+                continue  # unreadable: evaluated again (evaluate_run rewrites it)
+            if req.get("shards_sha256") not in (None, shards):
+                raise ValueError(
+                    f"{out}: {js.relative_to(out)} evaluated other {split} data than {data_dir} holds; "
+                    f"continue with the data folder the suite began with ({previous.get('data_dir')}), or "
+                    "run into another --out"
+                )
+
+
+def _device_id(gpu: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry of the ``gpu``-th device this process sees: through the caller's own
+    mask, so that ``CUDA_VISIBLE_DEVICES=4,5 ... --gpus 2`` runs on devices 4 and 5, not 0 and 1."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible.split(",")[gpu].strip() if visible else str(gpu)
+
+
+def run_complete(run_dir: Path, entry: dict) -> bool:
     status = run_dir / "status.json"
     if not status.is_file() or json.loads(status.read_text()).get("status") != "completed":
         return False
@@ -141,6 +185,11 @@ def run_one(
         if result.status != "completed":
             log(f"{run_id}: {status}")
             return result.status
+        if not run_complete(run_dir, entry):  # e.g. a checkpoint of a finished run deleted since
+            have = {p.name for p in (run_dir / "checkpoints").glob("step_*")}
+            lost = [s for s in entry["checkpoint_steps"] if f"step_{s:06d}" not in have]
+            log(f"{run_id}: {status}, but checkpoints {lost} of the manifest are missing")
+            return "missing_checkpoints"
     ev = manifest["eval"]
     # data given, the evaluation folder too: the manifest's, not one tagged with the data folder's name
     rows = evaluate_run(
@@ -273,7 +322,7 @@ def _run_gpus(
             rid, gpu = pending.pop(0), free.pop(0)
             (out / "logs").mkdir(parents=True, exist_ok=True)
             fh = open(out / "logs" / f"{rid}.log", "a")
-            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=_device_id(gpu))
             cmd = [sys.executable, "-m", "kinterval", "suite", "run-one", "--out", str(out), *options, rid]
             running[subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)] = gpu
             log(f"{rid}: started on GPU {gpu} (log {out / 'logs' / (rid + '.log')})")

@@ -131,9 +131,11 @@ class TrainConfig:
         return cls.from_dict(d)
 
     def override(self, dotted: dict) -> TrainConfig:
-        """A copy with ``{"schedule.tokens": 1000, ...}`` applied (None values are skipped)."""
+        """A copy with ``{"schedule.tokens": 1000, ...}`` applied (None values are skipped). A nested table
+        (``{"schedule": {"tokens": 1000}}``, what TOML makes of an unquoted dotted key) sets its fields one by
+        one: it never replaces a section, whose other fields would fall back to their defaults."""
         d = self.to_dict()
-        for key, value in dotted.items():
+        for key, value in flatten(dotted).items():
             if value is None:
                 continue
             node, *path = key.split(".")
