@@ -2,8 +2,8 @@
 
 One run prints ONE table; each row is (operator, dtype mode, T, D), with columns
 
-    fwd ms | f+b ms | TFLOP/s | SDPA f+b ms | x SDPA | x flex | x ref eager | x ref compiled |
-    err vs fp64 | torch fp32 err | peak MiB | ref MiB | tiles
+    fwd ms | f+b ms | f+b IQR ms | n | TFLOP/s | SDPA f+b ms | x SDPA | x flex | x ref eager |
+    x ref compiled | err vs fp64 | torch fp32 err | torch same-precision err | peak MiB | ref MiB | tiles
 
 * dtype modes: bf16 / fp16 inputs; fp32 inputs with TF32 dots ("tf32"), split dots with near-fp32 accuracy on
   the tensor cores ("tf32x3": three TF32 products; "bf16x6": three bf16 parts per operand, six bf16 products)
@@ -22,16 +22,30 @@ One run prints ONE table; each row is (operator, dtype mode, T, D), with columns
   "OOM" where the reference does not fit in memory, "-" where it was not run (see --ref-max-t, --compile-t);
 * "err vs fp64" = max |out - out64| of the forward output, where out64 is the reference backend in float64 on
   the same (dtype-rounded) inputs; "torch fp32 err" = the same for torch's own fp32 evaluation of the row's
-  operator, TF32 off (softmax: SDPA's math backend; K-interval operators: the reference backend), on fp32
-  inputs. Both at one small shape per (operator, mode, D): B = 1, H = --err-heads, T = --err-t (float64 at
-  the benchmark's B*T would not fit), the same value on every T of that (operator, mode, D). For K-interval
+  operator, TF32 off (softmax: SDPA's math backend; every other operator, the rounded-exp baselines too:
+  the reference backend), on fp32 inputs; "torch same-precision err" = the same for torch at the row's own
+  precision, the bound a kernel in that precision is held to (flash-attention's test: twice torch's error
+  at the same precision): softmax through SDPA flash on bf16 / fp16 inputs and SDPA math with TF32 matmuls
+  for tf32; the other operators through the reference backend on the dtype-rounded inputs (its maths in
+  fp32, TF32 matmuls for tf32, the output in the input dtype); for ieee, tf32x3 and bf16x6, which aim at
+  fp32, the fp32 value. All at one small shape per (operator, mode, D): B = 1, H = --err-heads, T = --err-t
+  (float64 at the benchmark's B*T would not fit), the same value on every T of that (operator, mode, D),
+  cached, so each costs one call per (operator, mode, D). For K-interval
   operators a score within rounding of a grid boundary can land in the other interval in any two fp32
   evaluations (an error of O(1/K) in that row), so both columns leave out the rows that hold such a
   decision (``kinterval.ops.flips.flip_rows``; a line under the table gives their share). A mode whose
   scores are less accurate than fp32's flips rows outside that set, and its error shows it;
-* times are medians of ``triton.testing.do_bench``; every call rotates through several input sets so that no
-  call finds its inputs in L2 from the previous one; peak MiB is the peak allocation of one fwd+bwd call
-  above the inputs.
+* times are medians over n timed calls (CUDA events around each call, a 256 MiB buffer overwritten before each
+  as ``triton.testing.do_bench`` does, one synchronization at the end): after an untimed first call and
+  --warmup ms of warm-up, n = max(--min-samples, --rep / (the warm-up's median)), so a call of 60 ms gets
+  --min-samples samples (do_bench took max(1, rep / estimate): one). "f+b IQR ms" is the 25th-75th
+  percentile range of the f+b samples and "n" their number; the CSV has the median, q25, q75 and n of every
+  timing (fwd, f+b, SDPA f+b, ref eager, ref compiled). Every call also rotates through several input sets
+  so that no call finds its inputs in L2 from the previous one; peak MiB is the peak allocation of one
+  fwd+bwd call above the inputs;
+* "tiles" = the configs the autotuner chose at the timed shape, read right after the timed fwd+bwd;
+* the table (stdout) and the CSV start with '# ' lines: device, driver, torch, triton, the git commit of the
+  checkout (and whether it had uncommitted changes) and the command line.
 
 Usage (GPU):  python benchmarks/attention.py [--ops lerp-k4,fwm-prob-k4] [--dtypes bf16,tf32,bf16x6,ieee]
               [--T 512,1024,2048,4096,8192] [--D 64,128] [--tokens 16384] [--model-dim 2048] [--no-flex]
@@ -44,7 +58,6 @@ mode unless --ops / --dtypes are given).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import math
 import os
@@ -55,9 +68,14 @@ DEFAULT_OPS = "softmax,lerp-k4,minmax-weight-k4,minmax-prob-k4,fwm-weight-k4,fwm
 DTYPE_MODES = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "tf32": ("float32", "tf32"),
                "tf32x3": ("float32", "tf32x3"), "bf16x6": ("float32", "bf16x6"),
                "ieee": ("float32", "ieee")}  # fmt: skip
-COLUMNS = ["operator", "dtype", "T", "D", "B", "H", "fwd ms", "f+b ms", "TFLOP/s", "SDPA f+b ms", "x SDPA",
-           "x flex", "x ref eager", "x ref compiled", "err vs fp64", "torch fp32 err", "peak MiB", "ref MiB",
-           "tiles"]  # fmt: skip
+COLUMNS = ["operator", "dtype", "T", "D", "B", "H", "fwd ms", "f+b ms", "f+b IQR ms", "n", "TFLOP/s",
+           "SDPA f+b ms", "x SDPA", "x flex", "x ref eager", "x ref compiled", "err vs fp64",
+           "torch fp32 err", "torch same-precision err", "peak MiB", "ref MiB", "tiles"]  # fmt: skip
+TIMINGS = ("fwd", "f+b", "SDPA f+b", "ref eager", "ref compiled")  # each: "<t> ms" (median), q25, q75, n
+CSV_COLUMNS = ([c for c in COLUMNS if c not in ("f+b IQR ms", "n")] + ["ref eager ms", "ref compiled ms"]
+               + [f"{t} {s}" for t in TIMINGS for s in ("q25 ms", "q75 ms", "n")])  # fmt: skip
+MIN_SAMPLES = 10
+L2_FLUSH_BYTES = 256 * 2**20  # overwritten before every timed call, as triton.testing.do_bench does
 FLEX = "flex-softmax"  # operator name of the FlexAttention rows
 
 
@@ -96,8 +114,12 @@ def parse_args(argv=None):
     )
     p.add_argument("--err-heads", type=int, default=8, help="heads of the forward-error shape (B = 1)")
     p.add_argument("--rotate", type=int, default=3, help="input sets rotated between calls")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup (ms)")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetitions (ms)")
+    p.add_argument(
+        "--warmup", type=int, default=25, help="warm-up before each timing (ms, at least one call)"
+    )
+    p.add_argument("--rep", type=int, default=100, help="time spent on the timed calls of each timing (ms)")
+    p.add_argument("--min-samples", type=int, default=MIN_SAMPLES,
+                   help="timed calls at least, however long one takes")  # fmt: skip
     p.add_argument("--csv", default=None, help="also write the table as CSV")
     p.add_argument("--smoke", action="store_true", help="tiny run; on CPU in the Triton interpreter")
     return p.parse_args(argv)
@@ -156,6 +178,7 @@ def main(argv=None) -> int:
     if on_gpu and args.precompile > 0:
         _precompile(ops, modes, Ds, causal, args.precompile, bwds)
 
+    header = _provenance(on_gpu, ["benchmarks/attention.py", *(sys.argv[1:] if argv is None else argv)])
     bench = _make_bench(on_gpu, args)
     notes: list[str] = []  # one line per reason a cell shows "-" (printed once, and again under the table)
     errors = _Errors(causal, device, err_t, err_heads, kinterval_attention, notes)
@@ -173,19 +196,19 @@ def main(argv=None) -> int:
                     dtype = getattr(torch, DTYPE_MODES[mode][0])
                     precision = DTYPE_MODES[mode][1]
                     sets = _inputs(B, H, T, D, dtype, device, args.rotate)
-                    sdpa_ms = None
+                    sdpa = None  # the SDPA flash samples of this shape
                     if on_gpu and not args.no_sdpa:
                         key = (B, H, T, D)
                         if key not in sdpa_cache:
                             sdpa_cache[key] = _time_sdpa(bench, B, H, T, D, device, causal, args.rotate)
-                        sdpa_ms = sdpa_cache[key]
+                        sdpa = sdpa_cache[key]
                     flex_ms = None
                     if not args.no_flex:
                         flex_row = _flex_row(bench, mode, sets, causal, flex_cache, notes)
-                        flex_ms = flex_row["f+b ms"]
+                        flex_ms = flex_row.get("f+b ms")
                         if flex_ms is not None:
-                            flex_row["err vs fp64"], flex_row["torch fp32 err"] = errors.flex(mode, D)
-                        rows.append(_finish(flex_row, FLEX, mode, shape, flops, sdpa_ms, flex_ms))
+                            flex_row.update(zip(ERROR_COLUMNS, errors.flex(mode, D)))
+                        rows.append(_finish(flex_row, FLEX, mode, shape, flops, sdpa, flex_ms))
                     for spec, bwd in ((spec, bwd) for spec in ops for bwd in bwds):
                         os.environ["KINTERVAL_TRITON_BWD"] = bwd  # read by each backward
                         label = spec.full_name + ("" if bwd == "split" else f" ({bwd} bwd)")
@@ -197,16 +220,14 @@ def main(argv=None) -> int:
                         try:
                             row = _measure(bench, spec, sets, causal, precision, on_gpu, T <= args.ref_max_t,
                                            run_compiled, triton_attention, kinterval_attention)  # fmt: skip
-                            row["err vs fp64"], row["torch fp32 err"] = errors.kernel(
-                                spec, mode, D, triton_attention
-                            )
-                            row["tiles"] = _tiles()  # the tiles the autotuner chose (or the defaults)
+                            # after the tiles were read: these launch the kernel at the error shape
+                            row.update(zip(ERROR_COLUMNS, errors.kernel(spec, mode, D, triton_attention)))
                         except ValueError as err:  # a split dot an older Triton cannot compile
                             if precision not in _split_dots():
                                 raise
                             _note(notes, f"{precision} rows: triton_attention refused it ({err})")
                             row = {}
-                        rows.append(_finish(row, label, mode, shape, flops, sdpa_ms, flex_ms))
+                        rows.append(_finish(row, label, mode, shape, flops, sdpa, flex_ms))
                         print(
                             f"{_fmt_row(rows[-1])}  [{time.perf_counter() - t_row:.0f} s]",
                             file=sys.stderr,
@@ -218,24 +239,80 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted after {len(rows)} rows", file=sys.stderr)
     errors.note_left_out()
-    _print_table(rows, notes, on_gpu)
+    _print_table(rows, notes, header)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            f.writelines(f"# {line}\n" for line in header)  # csv.DictReader: skip the lines starting "# "
+            w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
             w.writeheader()
             for r in rows:
-                w.writerow({c: r.get(c) for c in COLUMNS})
+                w.writerow({c: r.get(c) for c in CSV_COLUMNS})
     return 0
 
 
-def _finish(row, operator, mode, shape, flops, sdpa_ms, flex_ms):
-    """Add the shape and the columns derived from the row's fwd+bwd time (None: not measured)."""
-    fb = row.get("f+b ms")
+ERROR_COLUMNS = ("err vs fp64", "torch fp32 err", "torch same-precision err")
+
+
+def _finish(row, operator, mode, shape, flops, sdpa, flex_ms):
+    """Add the shape and the columns derived from the row's fwd+bwd time (None: not measured) and the SDPA
+    samples of the shape (None: not timed)."""
+    if sdpa:
+        _put(row, "SDPA f+b", sdpa)
+    fb, sdpa_ms = row.get("f+b ms"), row.get("SDPA f+b ms")
     row.update({"operator": operator, "dtype": mode, **shape,
-                "TFLOP/s": flops / (fb * 1e-3) / 1e12 if fb else None, "SDPA f+b ms": sdpa_ms,
+                "TFLOP/s": flops / (fb * 1e-3) / 1e12 if fb else None,
                 "x SDPA": fb / sdpa_ms if (fb and sdpa_ms) else None,
                 "x flex": fb / flex_ms if (fb and flex_ms) else None})  # fmt: skip
     return row
+
+
+def _put(row: dict, timing: str, samples: list[float]) -> float:
+    """Store the median ("<timing> ms"), the 25th / 75th percentiles and the number of ``samples`` of a
+    timing in ``row``; the table's "f+b IQR ms" and "n" come from those of f+b. Returns the median."""
+    import numpy as np
+
+    q25, q50, q75 = (float(x) for x in np.percentile(samples, [25, 50, 75]))
+    row.update({f"{timing} ms": q50, f"{timing} q25 ms": q25, f"{timing} q75 ms": q75,
+                f"{timing} n": len(samples)})  # fmt: skip
+    if timing == "f+b":
+        row["f+b IQR ms"], row["n"] = f"{_cell(q25)}–{_cell(q75)}", len(samples)
+    return q50
+
+
+def _provenance(on_gpu: bool, argv: list[str]) -> list[str]:
+    """The lines that start the table and the CSV: device (and driver), torch, triton, the git commit of the
+    checkout (KINTERVAL_COMMIT where the copy has no .git) and the command line.
+    (benchmarks/train_throughput.py's ``provenance`` is the same.)"""
+    import shlex
+    import subprocess
+
+    import torch
+    import triton
+
+    def out(*cmd):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=os.path.dirname(__file__))
+            return r.stdout.strip() if r.returncode == 0 else ""
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    if on_gpu:
+        driver = out("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").splitlines()
+        device = f"{torch.cuda.get_device_name()}, driver {driver[0] if driver else 'unknown'}"
+    else:
+        device = "CPU (Triton interpreter: timings meaningless)"
+    commit = out("git", "rev-parse", "HEAD")
+    if commit:
+        commit += (
+            " with uncommitted changes" if out("git", "status", "--porcelain", "--untracked-files=no") else ""
+        )
+    elif os.environ.get("KINTERVAL_COMMIT"):  # a copy of the checkout without .git (a lent GPU machine)
+        commit = os.environ["KINTERVAL_COMMIT"] + " (KINTERVAL_COMMIT)"
+    return [
+        f"kinterval triton attention benchmark; device {device}; torch {torch.__version__}, triton "
+        f"{triton.__version__}; commit {commit or 'unknown (not a git checkout; set KINTERVAL_COMMIT)'}",
+        "command " + shlex.join(argv),
+    ]
 
 
 def _note(notes: list[str], line: str) -> None:
@@ -308,20 +385,60 @@ def _precompile(ops, modes, Ds, causal, workers, bwds=("split",)):
 
 # ---------------------------------------------------------------------------------------------- timing
 def _make_bench(on_gpu: bool, args):
+    """``bench(fn) -> list of ms``, one per timed call. On the GPU: ``_samples`` with CUDA events (module
+    doc); in the interpreter smoke run one wall-clock call."""
     if on_gpu:
-        from triton.testing import do_bench
 
         def bench(fn):
-            return do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+            return _samples(fn, _cuda_times, args.warmup, args.rep, args.min_samples)
 
         return bench
 
-    def bench_cpu(fn):  # interpreter smoke run: one wall-clock call
+    def bench_cpu(fn):
         t0 = time.perf_counter()
         fn()
-        return (time.perf_counter() - t0) * 1e3
+        return [(time.perf_counter() - t0) * 1e3]
 
     return bench_cpu
+
+
+def _samples(fn, timer, warmup_ms: float, rep_ms: float, min_samples: int = MIN_SAMPLES) -> list[float]:
+    """ms of each timed call of ``fn``: one untimed call (compilation, autotuning), warm-up calls in batches
+    of 1, 2, 4, ... until ``warmup_ms`` have run (the last batch's median is the estimate), then
+    max(min_samples, rep_ms / estimate) timed calls. ``timer(fn, n)`` times n calls (``_cuda_times``)."""
+    import statistics
+
+    fn()
+    batch, spent = 1, 0.0
+    while True:
+        warm = timer(fn, batch)
+        spent += sum(warm)
+        if spent >= warmup_ms or batch >= 1024:
+            break
+        batch *= 2
+    estimate = max(statistics.median(warm), 1e-6)
+    return timer(fn, max(min_samples, math.ceil(rep_ms / estimate)))
+
+
+def _cuda_times(fn, n: int) -> list[float]:
+    """ms of each of n calls of ``fn``: CUDA events around each call, the L2 flush buffer overwritten before
+    each (no call finds the previous one's data in L2), one synchronization after the last."""
+    import torch
+
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for start, end in events:
+        _FLUSH.zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
+_FLUSH = None  # the L2 flush buffer, allocated at the first timing
 
 
 def _inputs(B, H, T, D, dtype, device, n):
@@ -376,7 +493,10 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
     def fwd_bwd(q, k, v, do):
         triton_attention(q, k, v, spec, causal=causal, precision=precision).backward(do)
 
-    row = {"fwd ms": bench(_rotating(sets, fwd)), "f+b ms": bench(_rotating(sets, fwd_bwd))}
+    row: dict = {}
+    _put(row, "fwd", bench(_rotating(sets, fwd)))
+    _put(row, "f+b", bench(_rotating(sets, fwd_bwd)))
+    row["tiles"] = _tiles()  # the autotuner's choice at this shape, before anything launches another one
     row["peak MiB"] = _peak_mib(fwd_bwd, sets)
 
     def ref_call(fn):
@@ -393,14 +513,15 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
     if run_ref:
         try:
             row["ref MiB"] = _peak_mib(ref_call(ref), sets)
-            row["x ref eager"] = bench(_rotating(sets, ref_call(ref))) / row["f+b ms"]
+            row["x ref eager"] = _put(row, "ref eager", bench(_rotating(sets, ref_call(ref)))) / row["f+b ms"]
         except torch.OutOfMemoryError:
             row["x ref eager"] = row["ref MiB"] = "OOM"
         torch.cuda.empty_cache() if on_gpu else None
     if run_compiled and row["x ref eager"] != "OOM":
         try:
             compiled = torch.compile(ref, dynamic=False)
-            row["x ref compiled"] = bench(_rotating(sets, ref_call(compiled))) / row["f+b ms"]
+            samples = bench(_rotating(sets, ref_call(compiled)))
+            row["x ref compiled"] = _put(row, "ref compiled", samples) / row["f+b ms"]
         except torch.OutOfMemoryError:
             row["x ref compiled"] = "OOM"
         except Exception as err:  # a compiler failure is reported, not fatal
@@ -409,17 +530,12 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
     return row
 
 
-@contextlib.contextmanager
 def _tf32(on: bool):
-    """torch's fp32 matmuls (cuBLAS, and Inductor's generated dots) with or without TF32."""
-    import torch
+    """torch's fp32 matmuls (cuBLAS, and Inductor's generated dots) with or without TF32 (kinterval's one
+    place that sets it: the legacy ``allow_tf32`` flag raises on torch >= 2.9 after the new API was used)."""
+    from kinterval.ops.tf32 import tf32
 
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = on
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
+    return tf32(on)
 
 
 def _flex_numerics(mode: str) -> tuple[str, bool]:
@@ -458,7 +574,7 @@ def _flex_row(bench, mode, sets, causal, cache, notes):
     key = (B, H, T, D, dtype_name, tf32)
     if key not in cache:
         fsets = [[x.detach().to(dtype).requires_grad_(x.requires_grad) for x in s] for s in sets]
-        cache[key] = {"f+b ms": None, "fwd ms": None}
+        cache[key] = {}
         try:
             flex, block_mask = _flex(causal, T, fsets[0][0].device)
 
@@ -470,11 +586,11 @@ def _flex_row(bench, mode, sets, causal, cache, notes):
                 flex(q, k, v, block_mask=block_mask).backward(do)
 
             with _tf32(tf32):
-                cache[key] = {
-                    "f+b ms": bench(_rotating(fsets, fwd_bwd)),
-                    "fwd ms": bench(_rotating(fsets, fwd)),
-                }
-                cache[key]["peak MiB"] = _peak_mib(fwd_bwd, fsets)
+                row: dict = {}
+                _put(row, "f+b", bench(_rotating(fsets, fwd_bwd)))
+                _put(row, "fwd", bench(_rotating(fsets, fwd)))
+                row["peak MiB"] = _peak_mib(fwd_bwd, fsets)
+                cache[key] = row
         except Exception as err:  # unavailable, no backward on this device, compiler failure, OOM
             msg = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
             _note(notes, f"flex-softmax rows: flex_attention failed ({type(err).__name__}: {msg})")
@@ -535,42 +651,74 @@ class _Errors:
                   "of K-interval operators and rounded-exp baselines left out, a decision within fp32 "
                   "rounding of a discontinuity (kinterval.ops.flips)")  # fmt: skip
 
+    def _torch(self, spec, sdpa_backend):
+        """torch's evaluation of ``spec``: SDPA with ``sdpa_backend`` for softmax; the reference backend for
+        every other operator (K-interval operators and the rounded-exp baselines alike)."""
+        import torch.nn.functional as F
+        from torch.nn.attention import sdpa_kernel
+
+        def fn(q, k, v):
+            if spec.kind != "softmax":
+                return self.kinterval_attention(q, k, v, spec, causal=self.causal, backend="reference")
+            with sdpa_kernel(sdpa_backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+        return fn
+
     def torch_fp32(self, spec, D):
         """torch's own fp32 evaluation of ``spec``, TF32 off: SDPA math for softmax, else the reference."""
         import torch
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention import SDPBackend
 
-        def fn(q, k, v):
-            if spec.is_kinterval:
-                return self.kinterval_attention(q, k, v, spec, causal=self.causal, backend="reference")
-            with sdpa_kernel(SDPBackend.MATH):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-
+        fn = self._torch(spec, SDPBackend.MATH)
         return self._err(("torch", spec.full_name, D), spec, torch.float32, D, fn)
 
+    def torch_same(self, spec, mode, D):
+        """torch's own evaluation of ``spec`` at the precision of ``mode`` (module doc): bf16 / fp16 inputs
+        (softmax: SDPA flash), fp32 with TF32 matmuls for tf32 (softmax: SDPA math); ieee and the split dots
+        aim at fp32: ``torch_fp32``."""
+        import torch
+        from torch.nn.attention import SDPBackend
+
+        dtype_name, precision = DTYPE_MODES[mode]
+        if dtype_name == "float32" and precision != "tf32":
+            return self.torch_fp32(spec, D)
+        tf32 = precision == "tf32"
+        backend = SDPBackend.MATH if tf32 else SDPBackend.FLASH_ATTENTION
+        key = ("torch-same", spec.full_name, dtype_name, tf32, D)
+        try:
+            return self._err(key, spec, getattr(torch, dtype_name), D, self._torch(spec, backend), tf32)
+        except RuntimeError as err:  # SDPA flash unavailable on this device / head dim
+            _note(self.notes, f"torch same-precision err of softmax in {mode}: SDPA flash failed "
+                  f"({type(err).__name__}); '-'")  # fmt: skip
+            self.cache[key] = None
+            return None
+
     def kernel(self, spec, mode, D, triton_attention):
-        """(err vs fp64, torch fp32 err) of the kernel in ``mode``; (None, None) without --err-t."""
+        """(err vs fp64, torch fp32 err, torch same-precision err) of the kernel in ``mode``; Nones without
+        --err-t."""
         import torch
 
         if not self.T:
-            return None, None
+            return None, None, None
         dtype_name, precision = DTYPE_MODES[mode]
 
         def fn(q, k, v):
             return triton_attention(q, k, v, spec, causal=self.causal, precision=precision)
 
         key = ("kernel", spec.full_name, mode, D)
-        return self._err(key, spec, getattr(torch, dtype_name), D, fn), self.torch_fp32(spec, D)
+        err = self._err(key, spec, getattr(torch, dtype_name), D, fn)
+        return err, self.torch_fp32(spec, D), self.torch_same(spec, mode, D)
 
     def flex(self, mode, D):
-        """(err vs fp64, torch fp32 err) of FlexAttention softmax in the mode's flex numerics."""
+        """(err vs fp64, torch fp32 err, torch same-precision err) of FlexAttention softmax in the mode's
+        flex numerics."""
         import torch
 
         from kinterval.ops import OperatorSpec
 
         if not self.T:
-            return None, None
+            return None, None, None
         softmax = OperatorSpec.from_full_name("softmax")
         dtype_name, tf32 = _flex_numerics(mode)
         try:
@@ -580,7 +728,7 @@ class _Errors:
         except Exception as e:  # as in _flex_row
             _note(self.notes, f"flex-softmax error column: flex_attention failed ({type(e).__name__})")
             err = None
-        return err, self.torch_fp32(softmax, D)
+        return err, self.torch_fp32(softmax, D), self.torch_same(softmax, mode, D)
 
 
 def _time_sdpa(bench, B, H, T, D, device, causal, n):
@@ -617,13 +765,9 @@ def _fmt_row(row) -> str:
     return " | ".join(_cell(row.get(c)) for c in COLUMNS)
 
 
-def _print_table(rows, notes, on_gpu):
-    import torch
-    import triton
-
-    name = torch.cuda.get_device_name() if on_gpu else "CPU (Triton interpreter: timings meaningless)"
-    print(f"# kinterval triton attention benchmark on {name}; torch {torch.__version__}, triton "
-          f"{triton.__version__}")  # fmt: skip
+def _print_table(rows, notes, header):
+    for line in header:
+        print(f"# {line}")
     cells = [COLUMNS] + [[_cell(r.get(c)) for c in COLUMNS] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     for j, row in enumerate(cells):

@@ -14,7 +14,8 @@ import torch
 pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[triton]')")
 
 ROOT = Path(__file__).resolve().parents[2]
-NEW_COLUMNS = ("x flex", "err vs fp64", "torch fp32 err")
+NEW_COLUMNS = ("x flex", "err vs fp64", "torch fp32 err", "torch same-precision err")
+PROVENANCE = ("# kinterval triton attention benchmark", "# command ")  # the header lines
 
 
 @pytest.fixture
@@ -34,9 +35,9 @@ def run(bench, capsys, tmp_path, *args):
     table = [line for line in lines if line.startswith("|") and not line.startswith("|-")]
     header = [c.strip() for c in table[0].strip("|").split("|")]
     rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in table[1:]]
-    notes = [line[2:] for line in lines if line.startswith("# ") and "benchmark on" not in line]
-    with open(out_csv, newline="") as f:
-        return rows, notes, list(csv.DictReader(f))
+    notes = [line[2:] for line in lines if line.startswith("# ") and not line.startswith(PROVENANCE)]
+    with open(out_csv, newline="") as f:  # the CSV's '# ' lines: versions and commit
+        return rows, notes, list(csv.DictReader(line for line in f if not line.startswith("# ")))
 
 
 @pytest.mark.parametrize("mode", ["tf32x3", "bf16x6"])
@@ -227,3 +228,138 @@ def test_precompile_worker_passes_over_a_refused_split_dot(bench, monkeypatch, o
     assert bench._compile_worker(("softmax", "float32", "bf16x6", 16, True, ("split",))) == "softmax"
     with pytest.raises(ValueError, match="precision 'bf16x6' needs a Triton"):  # teeth: it was refused
         autograd.resolve_precision(torch.float32, "bf16x6")
+
+
+# ------------------------------------------------------------------------------------- audit 2026-11-27
+@pytest.mark.parametrize("name", ["bf16-exp", "fp8-exp"])
+def test_torch_fp32_err_of_a_rounded_exp_baseline_is_fp32_rounding(bench, name):
+    """ "torch fp32 err" is torch's own fp32 evaluation of the row's operator against its float64 reference.
+    The rounded-exp baselines are not K-interval operators, and were sent to SDPA's softmax: the column then
+    held the distance between softmax and the baseline (bf16-exp 2.6e-3, fp8-exp 3.5e-2), not a rounding
+    error (~3e-7)."""
+    from kinterval.ops import OperatorSpec, kinterval_attention
+
+    errors = bench._Errors(True, "cpu", 64, 2, kinterval_attention, [])
+    assert errors.torch_fp32(OperatorSpec.from_full_name(name), 32) < 1e-5
+
+
+def _fake_timer(samples_ms):
+    """A stand-in for the GPU timer hook (``_cuda_times(fn, n)``): runs nothing, returns n samples cycling
+    through ``samples_ms``; records each n asked for."""
+    asked = []
+
+    def cuda_times(fn, n):
+        asked.append(n)
+        return [samples_ms[i % len(samples_ms)] for i in range(n)]
+
+    return cuda_times, asked
+
+
+def test_a_slow_call_gets_at_least_min_samples(bench, monkeypatch):
+    """Triton's do_bench repeats max(1, rep / estimate) times: a 60 ms call was timed ONCE and reported as a
+    median. The GPU bench takes at least --min-samples (10) timed calls whatever their length."""
+    timer, asked = _fake_timer([60.0, 61.0, 59.0])
+    monkeypatch.setattr(bench, "_cuda_times", timer)
+    calls = []
+    samples = bench._make_bench(True, bench.parse_args([]))(lambda: calls.append(1))
+    assert len(samples) >= 10 and asked[-1] == len(samples)
+    assert calls == [1]  # one untimed first call (compilation, autotuning) through the real function
+    fast, _ = _fake_timer([0.5])
+    monkeypatch.setattr(bench, "_cuda_times", fast)
+    assert len(bench._make_bench(True, bench.parse_args([]))(lambda: None)) == 200  # rep 100 ms / 0.5 ms
+
+
+def test_table_and_csv_give_spread_and_samples(bench, capsys, tmp_path, monkeypatch):
+    """Each timed value comes with its interquartile range and its number of samples: "f+b IQR ms" and "n"
+    in the table, q25 / q75 / n of every timing in the CSV. The GPU timer is a stand-in here."""
+    import numpy as np
+
+    cycle = [60.0, 62.0, 58.0, 61.0]
+    timer, _ = _fake_timer(cycle)
+    monkeypatch.setattr(bench, "_cuda_times", timer)
+    real = bench._make_bench
+    monkeypatch.setattr(bench, "_make_bench", lambda on_gpu, args: real(True, args))
+    rows, _, data = run(bench, capsys, tmp_path, "--ops", "softmax", "--dtypes", "tf32", "--no-flex")
+    r = data[0]
+    n = int(r["f+b n"])
+    q25, q50, q75 = np.percentile([cycle[i % 4] for i in range(n)], [25, 50, 75])
+    assert n >= 10 and rows[0]["n"] == str(n)
+    assert rows[0]["f+b IQR ms"] == f"{bench._cell(q25)}–{bench._cell(q75)}"
+    assert float(r["f+b ms"]) == pytest.approx(q50)
+    assert float(r["f+b q25 ms"]) == pytest.approx(q25) and float(r["f+b q75 ms"]) == pytest.approx(q75)
+    for timing in ("fwd", "ref eager"):
+        assert int(r[f"{timing} n"]) >= 10 and float(r[f"{timing} q25 ms"]) <= float(r[f"{timing} ms"])
+    assert float(r["x ref eager"]) == pytest.approx(1.0)
+
+
+def test_tiles_are_those_of_the_timed_shape(bench, capsys, tmp_path, monkeypatch):
+    """The tiles column reads the autotuner's last choice; it was read after the error columns had launched
+    the kernel at the error shape. Here the error shape has 3 heads, the timed one 2."""
+    import kinterval.ops.triton as kt
+
+    shapes = []
+    real_attention = kt.triton_attention
+
+    def recording(q, *args, **kwargs):
+        shapes.append(tuple(q.shape))
+        return real_attention(q, *args, **kwargs)
+
+    monkeypatch.setattr(kt, "triton_attention", recording)
+    monkeypatch.setattr(bench, "_tiles", lambda: f"H={shapes[-1][1]}")
+    monkeypatch.setattr(
+        bench._Errors,
+        "_inputs",
+        lambda self, D, dtype: [torch.randn(1, 3, self.T, D).to(self.device, dtype) for _ in range(3)],
+    )
+    rows, _, _ = run(bench, capsys, tmp_path, "--ops", "softmax", "--dtypes", "tf32", "--no-flex")
+    assert rows[0]["H"] == "2" and rows[0]["tiles"] == "H=2"
+
+
+def test_torch_same_precision_err(bench):
+    """PyTorch's own error at the row's precision: SDPA flash on bf16 inputs for softmax, the reference on
+    bf16-rounded inputs for the other operators; TF32 matmuls for tf32 (on a CPU there is no TF32: fp32's);
+    fp32's for ieee and the split dots, which aim at fp32."""
+    from kinterval.ops import OperatorSpec, kinterval_attention
+
+    errors = bench._Errors(True, "cpu", 64, 2, kinterval_attention, [])
+    for name in ("softmax", "lerp-k4", "bf16-exp"):
+        spec = OperatorSpec.from_full_name(name)
+        fp32 = errors.torch_fp32(spec, 32)
+        bf16 = errors.torch_same(spec, "bf16", 32)
+        assert 100 * fp32 < bf16 < 2e-2, name  # the bf16 output's rounding
+        for mode in ("ieee", "tf32x3", "bf16x6"):
+            assert errors.torch_same(spec, mode, 32) == fp32
+        if not torch.cuda.is_available():
+            assert errors.torch_same(spec, "tf32", 32) == pytest.approx(fp32, rel=0.5)
+
+
+def test_the_table_has_the_same_precision_column(bench, capsys, tmp_path):
+    """bf16 kernel rows are judged against PyTorch's own bf16 error: same order of magnitude, not 100x."""
+    rows, _, data = run(bench, capsys, tmp_path, "--ops", "softmax,lerp-k4", "--dtypes", "bf16", "--no-flex")
+    for r in data:
+        err, same = float(r["err vs fp64"]), float(r["torch same-precision err"])
+        assert 0 < same and err < 10 * same, r["operator"]
+
+
+def test_outputs_start_with_versions_and_commit(bench, capsys, tmp_path):
+    """Table (stdout) and CSV begin with '# ' lines naming the device, torch, triton and the git commit, so
+    that a table found later can be traced to what measured it."""
+    import subprocess
+
+    import triton
+
+    out_csv = tmp_path / "bench.csv"
+    assert (
+        bench.main(["--smoke", "--ops", "softmax", "--no-flex", "--err-t", "0", "--csv", str(out_csv)]) == 0
+    )
+    stdout = capsys.readouterr().out
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    for text in (stdout, out_csv.read_text()):
+        first = text.splitlines()[0]
+        assert first.startswith("# ") and "device" in first, first
+        provenance = "\n".join(line for line in text.splitlines() if line.startswith("# "))
+        assert f"torch {torch.__version__}" in provenance and f"triton {triton.__version__}" in provenance
+        if head:
+            assert head in provenance

@@ -1,0 +1,89 @@
+"""The GPU-session driver (benchmarks/gpu_session.sh) and the training-throughput benchmark's header, run here
+without a GPU: a mistake that would show only on a lent machine costs that session's one call. No timing is
+checked."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SESSION = ROOT / "benchmarks" / "gpu_session.sh"
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def session(tmp_path, *stages, **env):
+    """``bash benchmarks/gpu_session.sh STAGES`` with OUT in tmp_path and this Python; (rc, stdout+stderr, the
+    files it left under OUT)."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PY": sys.executable, **env}
+    r = subprocess.run(["bash", str(SESSION), *stages], capture_output=True, text=True, env=env, timeout=600)
+    files = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    return r.returncode, r.stdout + r.stderr, files
+
+
+@needs_bash
+@pytest.mark.parametrize("stages", [("bogus",), ("bench-quick", "bogus")])
+def test_an_unknown_stage_runs_nothing(tmp_path, stages):
+    """Stage names were checked only when reached: `bench-quick bogus` spent the bench-quick stage first."""
+    rc, text, files = session(tmp_path, *stages)
+    assert rc == 2 and "unknown stage 'bogus'" in text
+    assert files == [] and "== stage" not in text
+
+
+@needs_bash
+def test_stages_over_one_commands_budget_are_refused(tmp_path):
+    """The old default (tests bench-quick train) added up to 1080 s of limits, more than one 600 s command."""
+    rc, text, files = session(tmp_path, "tests", "bench-quick", "train")
+    assert rc == 2 and "over the budget" in text and files == []
+    rc, text, files = session(tmp_path, "--plan", "tests", "bench-quick", "train", GPU_SESSION_BUDGET="0")
+    assert rc == 0 and "over the budget" not in text and files == []  # 0: no budget (no 10-minute limit)
+
+
+@needs_bash
+@pytest.mark.parametrize("stages", [(), ("kernel",)])
+def test_the_default_and_the_kernel_plan_fit_one_command(tmp_path, stages):
+    """--plan prints each stage's limit and their sum, and runs nothing."""
+    rc, text, files = session(tmp_path, "--plan", *stages)
+    assert rc == 0 and files == []
+    total = [line for line in text.splitlines() if line.startswith("total")]
+    assert total and int(total[0].split()[1]) <= 560, text
+
+
+@needs_bash
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the stage would run in full")
+def test_a_failed_stage_fails_the_session(tmp_path):
+    """Without CUDA benchmarks/attention.py exits 2; the session exited 0 all the same. Now the stage's
+    summary line says it failed, and so does the exit status."""
+    rc, text, files = session(tmp_path, "bench-quick")
+    assert rc != 0
+    assert any(line.startswith("== stage bench-quick: FAILED (exit 2)") for line in text.splitlines()), text
+    assert "needs a CUDA GPU" in (tmp_path / "out" / "bench_quick.err").read_text()
+    assert "env.txt" in files
+
+
+def test_throughput_table_starts_with_versions_and_commit(tmp_path, capsys):
+    """The table on stdout and the --markdown file begin with a '# ' line: device, torch, triton and the git
+    commit, so that a table found later can be traced to what measured it."""
+    bench = runpy.run_path(str(ROOT / "benchmarks" / "train_throughput.py"))
+    md = tmp_path / "t.md"
+    argv = ["--model", "tiny", "--device", "cpu", "--vocab-size", "64", "--block-size", "16", "--steps", "1"]
+    bench["main"](
+        [*argv, "--warmup", "0", "--micro-batch", "2", "--operators", "sdpa", "--markdown", str(md)]
+    )
+    stdout = capsys.readouterr().out
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    for text in (stdout, md.read_text()):
+        first = text.splitlines()[0]
+        assert first.startswith("# ") and "device cpu" in first and f"torch {torch.__version__}" in first
+        if head:
+            assert head in first
