@@ -280,39 +280,18 @@ def _put(row: dict, timing: str, samples: list[float]) -> float:
 
 
 def _provenance(on_gpu: bool, argv: list[str]) -> list[str]:
-    """The lines that start the table and the CSV: device (and driver), torch, triton, the git commit of the
-    checkout (KINTERVAL_COMMIT where the copy has no .git) and the command line.
-    (benchmarks/train_throughput.py's ``provenance`` is the same.)"""
+    """The lines that start the table and the CSV: what measured it (benchmarks/provenance.py) and the
+    command line."""
     import shlex
-    import subprocess
 
     import torch
-    import triton
 
-    def out(*cmd):
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=os.path.dirname(__file__))
-            return r.stdout.strip() if r.returncode == 0 else ""
-        except (OSError, subprocess.SubprocessError):
-            return ""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benchmarks' shared module
+    from provenance import provenance
 
-    if on_gpu:
-        driver = out("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").splitlines()
-        device = f"{torch.cuda.get_device_name()}, driver {driver[0] if driver else 'unknown'}"
-    else:
-        device = "CPU (Triton interpreter: timings meaningless)"
-    commit = out("git", "rev-parse", "HEAD")
-    if commit:
-        commit += (
-            " with uncommitted changes" if out("git", "status", "--porcelain", "--untracked-files=no") else ""
-        )
-    elif os.environ.get("KINTERVAL_COMMIT"):  # a copy of the checkout without .git (a lent GPU machine)
-        commit = os.environ["KINTERVAL_COMMIT"] + " (KINTERVAL_COMMIT)"
-    return [
-        f"kinterval triton attention benchmark; device {device}; torch {torch.__version__}, triton "
-        f"{triton.__version__}; commit {commit or 'unknown (not a git checkout; set KINTERVAL_COMMIT)'}",
-        "command " + shlex.join(argv),
-    ]
+    device = torch.device("cuda" if on_gpu else "cpu")
+    what = provenance(device, cpu="CPU (Triton interpreter: timings meaningless)")
+    return [f"kinterval triton attention benchmark; {what}", "command " + shlex.join(argv)]
 
 
 def _note(notes: list[str], line: str) -> None:

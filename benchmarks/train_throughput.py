@@ -279,37 +279,12 @@ def precompile(args, device: torch.device) -> None:
     print(f"precompiled {len(jobs)} kernels in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
-def provenance(device: torch.device) -> str:
-    """The line that starts the table: device (and driver), torch, triton, the git commit of the checkout
-    (KINTERVAL_COMMIT where the copy has no .git). Same as benchmarks/attention.py's ``_provenance``."""
-    import subprocess
+def header_line(device: torch.device) -> str:
+    """The line that starts the table: what measured it (benchmarks/provenance.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benchmarks' shared module
+    from provenance import provenance
 
-    def out(*cmd):
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=os.path.dirname(__file__))
-            return r.stdout.strip() if r.returncode == 0 else ""
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    name = "cpu"
-    if device.type == "cuda":
-        driver = out("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").splitlines()
-        name = f"{torch.cuda.get_device_name(device)}, driver {driver[0] if driver else 'unknown'}"
-    try:
-        import triton
-
-        triton_version = f"triton {triton.__version__}"
-    except ImportError:
-        triton_version = "no triton"
-    commit = out("git", "rev-parse", "HEAD")
-    if commit and out("git", "status", "--porcelain", "--untracked-files=no"):
-        commit += " with uncommitted changes"
-    elif not commit and os.environ.get("KINTERVAL_COMMIT"):  # a copy without .git (a lent GPU machine)
-        commit = os.environ["KINTERVAL_COMMIT"] + " (KINTERVAL_COMMIT)"
-    return (
-        f"# kinterval training throughput; device {name}; torch {torch.__version__}, {triton_version}; "
-        f"commit {commit or 'unknown (not a git checkout; set KINTERVAL_COMMIT)'}"
-    )
+    return f"# kinterval training throughput; {provenance(device)}"
 
 
 def summarize(op: str, dt: str, backend: str, times_ms: list[float], tokens_per_step: int, peak: int) -> dict:
@@ -375,7 +350,7 @@ def main(argv=None) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     anchors = ", ".join(f"{dt}: {ANCHOR[dt]}" for dt in args.attention_dtypes)
     header = (
-        provenance(device)
+        header_line(device)
         + "\n\n"
         + (
             f"model {args.model}, T {T}, micro-batch {micro_batch} ({how}), device {name}, "

@@ -70,20 +70,42 @@ def test_a_failed_stage_fails_the_session(tmp_path):
 
 
 def test_throughput_table_starts_with_versions_and_commit(tmp_path, capsys):
-    """The table on stdout and the --markdown file begin with a '# ' line: device, torch, triton and the git
-    commit, so that a table found later can be traced to what measured it."""
+    """The table on stdout and the --markdown file begin with the provenance line."""
     bench = runpy.run_path(str(ROOT / "benchmarks" / "train_throughput.py"))
     md = tmp_path / "t.md"
     argv = ["--model", "tiny", "--device", "cpu", "--vocab-size", "64", "--block-size", "16", "--steps", "1"]
     bench["main"](
         [*argv, "--warmup", "0", "--micro-batch", "2", "--operators", "sdpa", "--markdown", str(md)]
     )
-    stdout = capsys.readouterr().out
+    want = "# kinterval training throughput; " + provenance()["provenance"](torch.device("cpu"))
+    for text in (capsys.readouterr().out, md.read_text()):
+        assert text.splitlines()[0] == want
+
+
+def provenance():
+    return runpy.run_path(str(ROOT / "benchmarks" / "provenance.py"))  # the module's globals
+
+
+def test_provenance_names_versions_and_the_commit_with_its_state(tmp_path, monkeypatch):
+    """Device, torch, triton and the checkout's commit, marked when it has uncommitted changes; in a copy
+    without .git (a lent GPU machine), KINTERVAL_COMMIT."""
+    import triton
+
+    describe = provenance()["provenance"]
+    line = describe(torch.device("cpu"))
+    assert line.startswith(f"device cpu; torch {torch.__version__}, triton {triton.__version__}; commit ")
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
-    for text in (stdout, md.read_text()):
-        first = text.splitlines()[0]
-        assert first.startswith("# ") and "device cpu" in first and f"torch {torch.__version__}" in first
-        if head:
-            assert head in first
+    if head:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+        assert line.endswith(f"commit {head}" + (" with uncommitted changes" if dirty else ""))
+    copy = tmp_path / "copy"  # the file alone, outside any checkout
+    copy.mkdir()
+    shutil.copy(ROOT / "benchmarks" / "provenance.py", copy)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    alone = runpy.run_path(str(copy / "provenance.py"))["provenance"]
+    assert alone(torch.device("cpu")).endswith("commit unknown (not a git checkout; set KINTERVAL_COMMIT)")
+    monkeypatch.setenv("KINTERVAL_COMMIT", "abc123")
+    assert alone(torch.device("cpu")).endswith("commit abc123 (KINTERVAL_COMMIT)")
