@@ -360,3 +360,26 @@ def test_a_finished_run_missing_a_checkpoint_is_not_reported_completed(tmp_path,
     logs = []
     assert runner.run_one(out, "softmax-s1", log=logs.append) == "missing_checkpoints"
     assert f"checkpoints [{int(first.name[5:])}] of the manifest are missing" in logs[-1]
+
+
+def test_a_run_that_raises_does_not_stop_a_sequential_suite(tmp_path, data, monkeypatch):
+    """Sequentially, the first run that raised (out of memory, a kernel error) ended the whole suite: the
+    runs after it never started. Now it is a failed run, as a child process under --gpus is, with its
+    traceback in logs/<run>.log, and the next run goes on."""
+    ran = []
+
+    def fake_run_one(out, rid, device=None, log=print):
+        ran.append(rid)
+        if rid.startswith("softmax"):
+            raise RuntimeError("CUDA out of memory")
+        return "completed"
+
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    logs = []
+    out = tmp_path / "out"
+    res = run_suite(suite_file(tmp_path), out, data=data, log=logs.append)
+    assert ran == ["softmax-s1", "lerp-k4-s1"]
+    assert res == {"softmax-s1": "failed (RuntimeError: CUDA out of memory)", "lerp-k4-s1": "completed"}
+    assert "RuntimeError: CUDA out of memory" in (out / "logs" / "softmax-s1.log").read_text()
+    assert any("softmax-s1: failed" in line and "softmax-s1.log" in line for line in logs)
+    assert main(["suite", "run", str(suite_file(tmp_path)), "--out", str(out), "--data", str(data)]) == 1

@@ -1,6 +1,7 @@
 """``kinterval suite run``: train every run of a suite, evaluate every checkpoint, skip what is done.
 
-Sequential in this process by default; ``gpus=N`` runs one run per GPU in child processes
+Sequential in this process by default (a run that raises is recorded as failed and the next one runs);
+``gpus=N`` runs one run per GPU in child processes
 (``CUDA_VISIBLE_DEVICES``), ``per_gpu=M`` up to M runs on each GPU at once (a small model does not fill a
 large GPU); ``slurm=True`` submits one job per run to Slurm through submitit. A run whose status is
 ``completed`` with all its checkpoints is not retrained; an interrupted run resumes from its last checkpoint;
@@ -265,7 +266,24 @@ def run_suite(
         return submit_slurm(out, ids, slurm_args or {}, log, executor, device=device, threads=threads)
     if gpus and gpus > 0:
         return _run_gpus(out, ids, gpus, log, per_gpu=per_gpu, device=device, threads=threads)
-    return {rid: run_one(out, rid, device=device, log=log) for rid in ids}
+    return {rid: _run_isolated(out, rid, device, log) for rid in ids}
+
+
+def _run_isolated(out: Path, rid: str, device: str | None, log) -> str:
+    """:func:`run_one` in this process, as a child would run it under ``--gpus``: a run that raises (out of
+    memory, a kernel error) is a failed run with its traceback in ``logs/<run>.log``, and the suite goes on
+    with the next run instead of leaving the rest of an unattended sitting unrun. Ctrl-C still stops all."""
+    import traceback
+
+    try:
+        return run_one(out, rid, device=device, log=log)
+    except Exception as err:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        with open(out / "logs" / f"{rid}.log", "a") as fh:
+            fh.write(traceback.format_exc())
+        status = f"failed ({type(err).__name__}: {err})"
+        log(f"{rid}: {status}; traceback in {out / 'logs' / (rid + '.log')}")
+        return status
 
 
 def signed_off(results: str | Path, suite: str) -> tuple[dict, list[str]]:
