@@ -140,3 +140,18 @@ def test_checkpoint_steps():
     assert checkpoint_steps(10, 0) == (10,)
     assert checkpoint_steps(10, 0, save_every=3) == (3, 6, 9, 10)
     assert checkpoint_steps(12, 0, save_every=4) == (4, 8, 12)
+
+
+def test_torchrun_with_a_protocols_accumulation_is_warned_of_its_other_batch():
+    """`accum` counts micro-batches per process: a paper protocol under torchrun with 4 processes and its own
+    --accum trained 4x its tokens per step (a quarter of its steps, another LR schedule) without a word."""
+    from kinterval.train.trainer import protocol_batch_note
+
+    cfg = TrainConfig.from_toml("124m-250m").override({"data.dir": "x"})
+    assert protocol_batch_note(cfg, make_plan(cfg, 1)) is None
+    note = protocol_batch_note(cfg, make_plan(cfg, 4))
+    assert "trains 131,072 tokens per step; this run trains 524,288" in note and "--accum 32" in note
+    fixed = cfg.override({"schedule.accum": 32})
+    assert protocol_batch_note(fixed, make_plan(fixed, 4)) is None
+    own = cfg.override({"name": "my-protocol"})  # not a shipped protocol: the user's own batch
+    assert protocol_batch_note(own, make_plan(own, 4)) is None

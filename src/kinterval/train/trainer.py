@@ -115,6 +115,8 @@ class Trainer:
         self.plan = make_plan(cfg, info.world_size)
         self.identity = identity(cfg, self.plan, data_identity(shards))
         check_fits(cfg, self.model_cfg, len(self.tokens), info.device)
+        if info.is_main and (note := protocol_batch_note(cfg, self.plan)):
+            print(f"kinterval train: warning: {note}", file=sys.stderr)
 
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)  # noqa: NPY002 (legacy global RNG, for user code)
@@ -451,6 +453,30 @@ def _peak_mem(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def protocol_batch_note(cfg: TrainConfig, plan: Plan) -> str | None:
+    """A warning when a shipped protocol runs with another global batch than its own: ``accum`` counts
+    micro-batches per process, so ``torchrun --nproc_per_node 4`` with the protocol's accumulation trains
+    4x the paper's tokens per step (and a quarter of its steps) unless ``--accum`` is divided by 4."""
+    from kinterval.train.config import shipped_configs
+
+    world = plan.seqs_per_step // (cfg.schedule.micro_batch * cfg.schedule.accum)
+    if world == 1 or f"{cfg.name}.toml" not in shipped_configs():
+        return None  # one process: a changed batch is the user's own --micro-batch/--accum
+    own = TrainConfig.from_toml(cfg.name)
+    s = own.schedule
+    tokens = s.micro_batch * s.accum * own.block_size
+    if plan.tokens_per_step == tokens:
+        return None
+    fix, per_accum = "", cfg.schedule.micro_batch * plan.block_size * world  # tokens of one unit of accum
+    if plan.block_size == own.block_size and tokens % per_accum == 0:
+        fix = f"; --accum {tokens // per_accum} keeps the protocol's"
+    return (
+        f"protocol {cfg.name} trains {tokens:,} tokens per step; this run trains {plan.tokens_per_step:,} "
+        f"({world} process(es) x accum {cfg.schedule.accum} x micro-batch {cfg.schedule.micro_batch} x "
+        f"{plan.block_size} tokens){fix}"
+    )
 
 
 def check_fits(cfg: TrainConfig, model_cfg, n_tokens: int, device: torch.device) -> None:
