@@ -475,3 +475,34 @@ def test_a_bad_token_id_in_the_middle_of_a_shard_is_refused_where_the_model_does
         ValueError, match=rf"token id {meta['vocab_size'] + 3} >= vocab_size {meta['vocab_size']}"
     ):
         train(make_config(**{"data.dir": str(data)}), tmp_path / "run")
+
+
+# ---------------------------------------------------------------------- one process per run folder
+def test_a_second_train_of_a_folder_in_training_is_refused(make_config, tmp_path, capsys):
+    """Two processes training one folder (a suite rerun while the children of a killed --gpus parent still
+    trained, a command started twice) both passed the no-checkpoint check and wrote the same checkpoints.
+    Now the second is refused while the first holds the folder; a killed holder leaves no stale lock."""
+    import subprocess
+    import sys
+
+    from kinterval.train.loop import run_lock
+
+    cfg = make_config()
+    out = tmp_path / "run"
+    with run_lock(out):
+        with pytest.raises(ValueError, match=f"is being trained by pid {os.getpid()} on "):
+            train(cfg, out)
+        assert main(["train", "--config", "tiny-cpu", "--data", cfg.data.dir, "--out", str(out)]) == 2
+        assert "is being trained by pid" in capsys.readouterr().err
+    assert latest_checkpoint(out) is None
+    holder = subprocess.Popen(  # another process takes the lock, then is killed with it held
+        [sys.executable, "-c", f"from kinterval.train.loop import run_lock\nwith run_lock({str(out)!r}):\n"
+         "    print('held', flush=True); import time; time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(ValueError, match=f"being trained by pid {holder.pid} "):
+        train(cfg, out)
+    holder.kill()
+    holder.wait()
+    assert train(cfg, out).status == "completed"  # the kernel released the dead holder's lock

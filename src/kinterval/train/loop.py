@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch
 
 from kinterval.model import train_precision
 from kinterval.train import distributed as D
+from kinterval.train.checkpoint import checkpoint_dir
 from kinterval.train.config import TrainConfig
 from kinterval.train.trainer import (  # noqa: F401 (re-exported: the public names of this module)
     EXECUTION_FIELDS,
@@ -49,6 +51,11 @@ def train(
 
 def run(trainer: Trainer, resume: bool, on_step: StepHook | None = None) -> TrainResult:
     """Drive ``trainer`` from its current step to the end of its plan."""
+    with run_lock(trainer.out, trainer.info.is_main):
+        return _run(trainer, resume, on_step)
+
+
+def _run(trainer: Trainer, resume: bool, on_step: StepHook | None) -> TrainResult:
     cfg, plan = trainer.cfg, trainer.plan
     if resume:
         trainer.resume()
@@ -95,3 +102,37 @@ def deterministic(device: torch.device):
         yield
     finally:
         torch.use_deterministic_algorithms(old)
+
+
+LOCK = ".lock"  # in the checkpoints folder: not a result file, never merged or gated
+
+
+@contextlib.contextmanager
+def run_lock(out: Path, is_main: bool = True):
+    """One process trains a run folder at a time. A second ``train`` of the same folder (a suite rerun while
+    the children of a killed ``--gpus`` parent still train, a command started twice) would pass the
+    no-checkpoint check beside the first and both would write the same checkpoints and logs. The lock is an
+    advisory ``flock``, released by the kernel when its process dies: a killed run leaves no stale lock. On a
+    file system without locks (some NFS mounts) the run goes on unlocked."""
+    if not is_main:  # rank 0 writes the folder; the other ranks of a torchrun job share its lock
+        yield
+        return
+    import fcntl
+
+    folder = checkpoint_dir(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            who = fh.read().strip() or "another process"
+            raise ValueError(
+                f"{out} is being trained by {who}: wait for it to finish or stop it, then resume"
+            ) from None
+        except OSError:
+            pass  # no locks on this file system
+        fh.truncate(0)
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        fh.flush()
+        yield
