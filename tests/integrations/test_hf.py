@@ -491,3 +491,39 @@ def test_a_model_with_attention_sinks_is_refused_not_run_without_them():
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-softmax").float().eval()
     with torch.no_grad(), pytest.raises(ValueError, match="does not support s_aux"):
         model(torch.randint(0, 64, (1, 6)))
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_output_attentions_returns_the_operators_probabilities(kind):
+    """output_attentions=True gave an empty tuple (as sdpa does): a user inspecting the quantized attention
+    maps got nothing, without a word. Now each layer's P of the operator comes back, and the outputs are
+    those of the fused path."""
+    from kinterval.ops import attention_probs
+
+    ids, am = batch("left")
+    model = make(kind, "kinterval-lerp-k4").eval()
+    plain = model(ids, attention_mask=am)
+    out = model(ids, attention_mask=am, output_attentions=True)
+    assert len(out.attentions) == 2 and out.attentions[0].shape == (2, 4, T, T)
+    keep = am.bool()
+    torch.testing.assert_close(out.logits[keep], plain.logits[keep], rtol=0, atol=1e-10)
+    P = out.attentions[0]
+    torch.testing.assert_close(P[1].sum(-1), torch.ones(4, T, dtype=P.dtype))  # row sums of the full row
+    assert (P[1].triu(1) == 0).all() and (P[0][..., :4] == 0).all()  # causal; padded keys get nothing
+    # the first layer's P is the operator's on the layer's own scores (llama's q, k carry RoPE)
+    calls = []
+    orig = hf._explicit_attention
+
+    def spy(q, k, v, spec, causal, mask, scale, p, backend):
+        calls.append((q, k, mask, scale))
+        return orig(q, k, v, spec, causal, mask, scale, p, backend)
+
+    hf._explicit_attention = spy
+    try:
+        with torch.no_grad():
+            first = model(ids, attention_mask=am, output_attentions=True).attentions[0]
+    finally:
+        hf._explicit_attention = orig
+    q, k, mask, scale = calls[0]
+    ref = attention_probs(q @ k.transpose(-2, -1) * scale, "lerp-k4", mask=mask)
+    torch.testing.assert_close(first, ref, rtol=0, atol=1e-12)

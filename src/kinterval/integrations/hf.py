@@ -12,6 +12,7 @@ mask builder, so every model hands us a boolean mask, True = may attend, or ``No
 
 >>> model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-fwm-prob-k4")
 
+``output_attentions=True`` returns the operator's probabilities P of each layer (the explicit-P path below).
 Dropout: with ``attention_dropout > 0`` in training mode, dropout is applied to the operator's probabilities
 (as transformers' eager path does); that path computes P explicitly (``closed_form``/``reference`` backend,
 never the fused kernel, so an explicit ``backend="triton"`` raises there). The backend is chosen by
@@ -29,12 +30,18 @@ import torch
 from torch import Tensor
 
 from kinterval.ops import BACKENDS, OperatorSpec, attention_probs, kinterval_attention, resolve_backend
+from kinterval.ops.api import working_dtype
 from kinterval.ops.spec import BASELINES
 
 try:
     from transformers import AttentionInterface
 except ImportError:  # pragma: no cover - the hint replaces the traceback chain
     raise ImportError("kinterval.integrations.hf needs transformers: pip install 'kinterval[hf]'") from None
+
+try:  # transformers 5: the collector behind output_attentions=True (None when nothing is collected)
+    from transformers.utils.output_capturing import _active_collector
+except ImportError:  # pragma: no cover - older versions: attentions are not returned, as with sdpa
+    _active_collector = None
 
 try:  # transformers >= 4.53; older versions build a float mask themselves, which we also accept
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -139,24 +146,34 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
     elif is_causal and tq > 1:
         # sdpa semantics for a skipped mask: causal, and an empty static cache is cut to the query length
         causal, key, value = True, key[:, :, :tq], value[:, :, :tq]
-    if dropout > 0.0 and module.training:
-        out = _dropout_attention(query, key, value, spec, causal, mask, scaling, dropout, backend)
-    else:
-        out = kinterval_attention(
-            query, key, value, spec, causal=causal, mask=mask, scale=scaling, backend=backend
-        )
+    p = dropout if dropout > 0.0 and module.training else 0.0
+    if p or _attentions_requested():
+        out, P = _explicit_attention(query, key, value, spec, causal, mask, scaling, p, backend)
+        return out.transpose(1, 2).contiguous(), P
+    out = kinterval_attention(
+        query, key, value, spec, causal=causal, mask=mask, scale=scaling, backend=backend
+    )
     return out.transpose(1, 2).contiguous(), None
 
 
-def _dropout_attention(q, k, v, spec, causal, mask, scale, p, backend):
-    """Explicit-P path: dropout on the operator's probabilities, as in transformers' eager attention."""
+def _attentions_requested() -> bool:
+    """Whether the model call asked for ``output_attentions``: then, as transformers' eager path does, the
+    operator's probabilities P are returned (sdpa and flash return none: ``outputs.attentions`` is empty)."""
+    collector = _active_collector.get() if _active_collector is not None else None
+    return bool(collector) and "attentions" in collector
+
+
+def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend):
+    """Explicit-P path: the operator's probabilities (returned, for ``output_attentions``), with dropout
+    ``p`` on them before ``PV`` as in transformers' eager attention."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     with torch.autocast(device_type=q.device.type, enabled=False):
-        scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
+        wd = working_dtype(q.dtype)  # float32, float64 for a float64 model, as kinterval_attention
+        scores = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
         probs_backend = resolve_backend(spec, scores.device, scores.dtype, backend=backend, probs=True)
         P = attention_probs(scores, spec, causal=causal, mask=mask, backend=probs_backend)
-        out = torch.matmul(torch.nn.functional.dropout(P, p=p, training=True), v.float())
-    return out.to(q.dtype)
+        out = torch.matmul(torch.nn.functional.dropout(P, p=p, training=True) if p else P, v.to(wd))
+    return out.to(q.dtype), P
 
 
 def _install(name: str, spec: OperatorSpec, backend: str) -> str:
