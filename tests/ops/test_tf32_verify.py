@@ -106,3 +106,47 @@ def test_verify_checks_both_k_values_and_both_masks_by_default(monkeypatch, caps
     names = {n for n, _ in calls}
     assert {"lerp-k4", "lerp-k16"} <= names and {c for _, c in calls} == {True, False}
     assert len(calls) == 2 * len(names)
+
+
+def _precision_settings() -> list[tuple[object, str]]:
+    """Every fp32 precision setting there is, parents before children (setting a parent sets its children):
+    the new API's ``fp32_precision`` settings, or the legacy flags and the matmul precision."""
+    if not hasattr(b.cuda.matmul, "fp32_precision"):
+        return [("precision", torch.get_float32_matmul_precision()), ("cudnn", b.cudnn.allow_tf32)]
+    objs = [b, b.cuda.matmul, b.cudnn, b.cudnn.conv, b.mkldnn]
+    objs += [getattr(b.mkldnn, n) for n in ("matmul", "conv") if hasattr(b.mkldnn, n)]
+    return [(o, o.fp32_precision) for o in objs if hasattr(o, "fp32_precision")]
+
+
+def test_eval_precision_keeps_cpu_attention_in_fp32_under_medium_matmul_precision():
+    """tf32(False) pinned only CUDA matmuls and cuDNN: after set_float32_matmul_precision("medium") oneDNN
+    ran fp32 CPU matmuls in bf16 (on CPUs with bf16 units), so a CPU evaluation's fp32 attention was off by
+    ~1e-2 from float64 while its summary said TF32 off. Every setting is the caller's again afterwards."""
+    from kinterval.model import NumericsConfig, eval_precision
+    from kinterval.ops import kinterval_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 64, generator=g, dtype=torch.float64) for _ in range(3))
+    want = kinterval_attention(q, k, v, "lerp-k32", causal=True, backend="reference")
+    saved = _precision_settings()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        before = _precision_settings()
+        with eval_precision(NumericsConfig()):  # tf32_eval = False
+            if hasattr(getattr(b.mkldnn, "matmul", None), "fp32_precision"):
+                assert b.mkldnn.matmul.fp32_precision == "ieee"
+            got = kinterval_attention(q.float(), k.float(), v.float(), "lerp-k32", causal=True)
+        assert _precision_settings() == before
+        with tf32(True):  # on: the CPU setting stays the caller's (TF32 is a CUDA setting)
+            if hasattr(getattr(b.mkldnn, "matmul", None), "fp32_precision"):
+                assert b.mkldnn.matmul.fp32_precision == "bf16"
+        assert _precision_settings() == before
+    finally:
+        for obj, value in saved:
+            if obj == "precision":
+                torch.set_float32_matmul_precision(value)
+            elif obj == "cudnn":
+                b.cudnn.allow_tf32 = value
+            else:
+                obj.fp32_precision = value
+    assert (got.double() - want).abs().max() < 1e-4

@@ -44,21 +44,35 @@ def tf32_enabled() -> bool:
 @contextlib.contextmanager
 def tf32(enabled: bool) -> Iterator[None]:
     """TF32 on or off for fp32 matmuls and cuDNN convolutions inside the block; the previous settings are
-    restored on exit."""
+    restored on exit.
+
+    Off also pins the CPU's fp32 matmuls (oneDNN) to full fp32: ``set_float32_matmul_precision("medium")``
+    sets ``torch.backends.mkldnn.matmul.fp32_precision`` to "bf16" (``"high"``: "tf32"), and on CPUs with
+    bf16 units (AMX) the fp32 attention of a CPU evaluation then ran in bf16 while its summary said TF32 off.
+    On leaves the CPU setting as the caller has it: TF32 in training is a CUDA tensor-core setting (App. C),
+    and forcing oneDNN's TF32 would make a CPU run's numerics depend on the CPU's generation."""
+    b = torch.backends
     if _new_api():
-        flags = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
-        old = [f.fp32_precision for f in flags]
-        for f in flags:
-            f.fp32_precision = "tf32" if enabled else "ieee"
+        mode = "tf32" if enabled else "ieee"
+        pinned = [(b.cuda.matmul, mode), (b.cudnn.conv, mode)]
+        mkldnn = getattr(b.mkldnn, "matmul", None)
+        if not enabled and hasattr(mkldnn, "fp32_precision"):
+            pinned.append((mkldnn, "ieee"))
+        old = [f.fp32_precision for f, _ in pinned]
+        for f, value in pinned:
+            f.fp32_precision = value
         try:
             yield
         finally:
-            for f, value in zip(flags, old):
+            for (f, _), value in zip(pinned, old):
                 f.fp32_precision = value
         return
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    # older PyTorch: allow_tf32 = False also sets the matmul precision to "highest", which is what turns
+    # oneDNN's bf16 matmuls off; restoring allow_tf32 alone would turn a caller's "medium" into "high"
+    old = b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision()
+    b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = enabled
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old[:2]
+        torch.set_float32_matmul_precision(old[2])
