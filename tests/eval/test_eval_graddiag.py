@@ -233,3 +233,25 @@ def test_diagnostics_give_back_the_callers_gradients_and_train_mode():
     assert model.training
     for n, p in model.named_parameters():
         assert torch.equal(p.grad, grads[n]), n
+
+
+def test_the_diagnostic_pass_runs_under_deterministic_algorithms_and_restores_them():
+    """App. F: "the diagnostic used deterministic algorithms". The pass requested none; now the forward and
+    backward run with them on (on CPU too), the result says so, and the caller's mode is back afterwards."""
+    torch.manual_seed(0)
+    model = GPT(preset("tiny", vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=16), "lerp-k4")
+    tokens = np.random.default_rng(0).integers(0, 64, 200).astype(np.uint16)
+    seen = []
+    model.register_forward_pre_hook(lambda m, a: seen.append(torch.are_deterministic_algorithms_enabled()))
+    old = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        torch.use_deterministic_algorithms(False, warn_only=True)
+        res = gradient_diagnostics(model, tokens, blocks=2)
+        assert seen == [True, True] and res["deterministic"] is True
+        after = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
+        assert after == (False, True)
+    finally:
+        torch.use_deterministic_algorithms(old[0], warn_only=old[1])

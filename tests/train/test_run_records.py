@@ -109,3 +109,36 @@ def test_resuming_a_finished_run_does_not_touch_its_records(make_config, tmp_pat
     before = [(f.read_bytes(), f.stat().st_mtime_ns) for f in files]
     assert train(cfg, run, resume=True).status == "completed"
     assert [(f.read_bytes(), f.stat().st_mtime_ns) for f in files] == before
+
+
+@pytest.mark.parametrize("caller", [(False, False), (False, True), (True, False), (True, True)])
+def test_deterministic_mode_gives_back_the_callers_flags_and_environment(
+    restore_determinism, monkeypatch, caller
+):
+    """The context restored use_deterministic_algorithms(old) alone, so a caller's warn_only was lost, and on
+    CUDA it left CUBLAS_WORKSPACE_CONFIG set in os.environ for good. Now flags and environment are the
+    caller's again (a CUBLAS_WORKSPACE_CONFIG the caller set stays as it was). ``required`` (the gradient
+    diagnostic) requests them on CPU too. Only flags are set: the CUDA branch runs without a GPU."""
+
+    def state():
+        flags = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
+        return flags, dict(os.environ)
+
+    torch.use_deterministic_algorithms(caller[0], warn_only=caller[1])
+    for device, required in (("cuda", False), ("cpu", True), ("cuda", True), ("cpu", False)):
+        before = state()
+        with deterministic(torch.device(device), required=required):
+            if device == "cuda" or required:
+                assert torch.are_deterministic_algorithms_enabled()
+                # warn-only unless the caller asked for the strict mode
+                assert torch.is_deterministic_algorithms_warn_only_enabled() == (caller[1] or not caller[0])
+            assert ("CUBLAS_WORKSPACE_CONFIG" in os.environ) == (device == "cuda")
+        assert state() == before
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the caller's own setting is kept
+    before = state()
+    with deterministic(torch.device("cuda")):
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    assert state() == before

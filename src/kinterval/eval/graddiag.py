@@ -17,6 +17,10 @@ through the checkpoint's own operator with the closed-form backward (the impleme
   (self), min_only (self + m), max_only (self + M) and "P1 (local)" (the zero-sum projection of self);
   per layer, then averaged over layers. This local VJP is not the whole-model in-graph backward.
 
+The pass runs as the paper's did: deterministic algorithms (``deterministic`` in the result; the caller's
+mode comes back afterwards), the checkpoint's evaluation numerics (fp32 attention, bf16 autocast outside it
+on CUDA, TF32 off).
+
 A NaN or infinite gradient on such a row is a ``ValueError`` naming the layer, never a dropped or good row.
 """
 
@@ -32,6 +36,7 @@ from kinterval.ops import OperatorSpec
 from kinterval.ops.closed_form import closed_form_probs, score_grad_terms
 from kinterval.ops.diagnostics import zero_sum_residual as row_zero_sum_residual
 from kinterval.ops.reference import project_zero_sum
+from kinterval.train.loop import deterministic
 
 DECOMP = ("norm_self", "norm_M", "norm_m", "err_detach", "err_min_only", "err_max_only", "err_p1_local")
 
@@ -140,7 +145,13 @@ def gradient_diagnostics(
         p.grad = None
     model.eval()
     try:
-        with eval_precision(numerics), patched_attention(model, fn), torch.enable_grad():
+        with (
+            deterministic(device, required=True),
+            eval_precision(numerics),
+            patched_attention(model, fn),
+            torch.enable_grad(),
+        ):
+            used_deterministic = torch.are_deterministic_algorithms_enabled()
             for b in range(n):
                 captured.clear()
                 x, y = get_block(tokens, b, T)
@@ -181,4 +192,5 @@ def gradient_diagnostics(
         "operator": specs[0].full_name,
         "n_blocks": n,
         "residual_rows": {"layers": row_counts, "total": total},
+        "deterministic": used_deterministic,
     }

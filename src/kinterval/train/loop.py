@@ -87,21 +87,30 @@ def _run(trainer: Trainer, resume: bool, on_step: StepHook | None) -> TrainResul
 
 
 @contextlib.contextmanager
-def deterministic(device: torch.device):
+def deterministic(device: torch.device, *, required: bool = False):
     """On CUDA, request deterministic algorithms for the run (restored afterwards), unless the environment
     sets ``KINTERVAL_DETERMINISTIC=0``: the paper's formal runs did not use them (App. F), which changes
-    float rounding only. An environment switch, not a config field: it never blocks a resume."""
-    old = torch.are_deterministic_algorithms_enabled()
+    float rounding only. An environment switch, not a config field: it never blocks a resume.
+
+    ``required``: on any device and whatever the environment says (the gradient diagnostic, App. F: "used
+    deterministic algorithms"). ``warn_only=True`` (an op without a deterministic implementation warns)
+    unless the caller already asked for the strict mode. On exit the caller's flags come back, ``warn_only``
+    included, and ``CUBLAS_WORKSPACE_CONFIG`` (set on CUDA when unset) is removed again."""
     flag = os.environ.get("KINTERVAL_DETERMINISTIC", "1")
     if flag not in ("0", "1"):
         raise ValueError(f"KINTERVAL_DETERMINISTIC must be 0 or 1, got {flag!r}")
+    old = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     try:
-        if device.type == "cuda" and flag == "1":
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True, warn_only=True)
+        if required or (device.type == "cuda" and flag == "1"):
+            if device.type == "cuda":  # cuBLAS's deterministic workspace (read when its handle is made)
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=old[1] if old[0] else True)
         yield
     finally:
-        torch.use_deterministic_algorithms(old)
+        torch.use_deterministic_algorithms(old[0], warn_only=old[1])
+        if workspace is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 
 
 LOCK = ".lock"  # in the checkpoints folder: not a result file, never merged or gated
