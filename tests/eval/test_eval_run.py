@@ -427,3 +427,75 @@ def test_tau_screen_on_softmax_checkpoint(tiny_run, capsys):
         d = z["K=4 tau=6"] - z["softmax"]
     assert [c["condition"] for c in record["contrasts"]] == ["K=4 tau=6", "K=4 minmax"]
     assert record["contrasts"][0]["delta"] == pytest.approx(d.mean())
+
+
+NUMERICS = ("device", "device_type", "autocast", "attention_dtype", "tf32", "eval_dot_precision")
+
+
+class _Loaded(Exception):
+    """Raised by a stubbed load_run: the call went on to compute instead of answering from the cache."""
+
+
+def _cuda_request(monkeypatch, module):
+    """Requests through ``module`` resolve to CUDA (only the device; the model is never loaded)."""
+
+    def load_run(*args, **kwargs):
+        raise _Loaded
+
+    monkeypatch.setattr(module, "pick_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(module, "load_run", load_run)
+
+
+def test_a_cached_result_answers_only_the_same_numerics(tiny_run, tmp_path, monkeypatch):
+    """The request recorded neither the device nor whether autocast applied (bf16 outside attention on CUDA,
+    off on CPU by default): a CPU result came back "skipped" for a CUDA request and vice versa, mixing
+    numerics in one suite. The device is resolved before the cache and its numerics are in the request."""
+    from kinterval.eval import evaluate as E
+    from kinterval.model import NumericsConfig, autocast
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    out = tmp_path / "out"
+    first = evaluate_checkpoint(ckpt, out_dir=out, max_blocks=2, device="cpu")
+    want = dict(device_type="cpu", autocast="none", attention_dtype="float32", tf32=False)
+    assert {k: first["request"][k] for k in want} == want and first["autocast"] == "none"
+    assert evaluate_checkpoint(ckpt, out_dir=out, max_blocks=2, device="cpu")["skipped"] is True
+    js = out / f"{ckpt.name}.json"
+    stored = json.loads(js.read_text())
+    with monkeypatch.context() as m:  # CUDA after CPU: evaluated, not the CPU result
+        _cuda_request(m, E)
+        with pytest.raises(_Loaded):
+            evaluate_checkpoint(ckpt, out_dir=out, max_blocks=2, device="cuda")
+    cuda = E.request(C.read_state(ckpt), TokenShards(tiny_run / "data", "val"), None, 2, False,
+                     torch.device("cuda"))  # fmt: skip
+    assert (cuda["device_type"], cuda["autocast"]) == ("cuda", "bfloat16")
+    js.write_text(json.dumps(dict(stored, request=cuda)))  # a CUDA result does not answer a CPU request
+    assert evaluate_checkpoint(ckpt, out_dir=out, max_blocks=2, device="cpu")["skipped"] is False
+    old = {k: v for k, v in first["request"].items() if k not in NUMERICS}  # written before the fields
+    js.write_text(json.dumps(dict(stored, request=old)))
+    assert evaluate_checkpoint(ckpt, out_dir=out, max_blocks=2, device="cpu")["skipped"] is False
+    # autocast on CPU (numerics.autocast_on_cpu) is another request, and the rule is autocast()'s own
+    for on_cpu in (False, True):
+        numerics = NumericsConfig(autocast_on_cpu=on_cpu)
+        ctx = autocast(numerics, "cpu")
+        applied = str(ctx.fast_dtype).removeprefix("torch.") if isinstance(ctx, torch.autocast) else "none"
+        assert E.applied_numerics(numerics, torch.device("cpu"))["autocast"] == applied
+        assert applied == ("bfloat16" if on_cpu else "none")
+
+
+@pytest.mark.parametrize("kind", ["geometry", "graddiag"])
+def test_a_diagnostic_records_its_numerics_and_answers_only_the_same(tiny_run, tmp_path, monkeypatch, kind):
+    """The geometry / graddiag JSON recorded no numerics and its cache no device: a CPU probe answered a CUDA
+    request. It now records them under an evaluation summary's field names (graddiag: deterministic too)."""
+    from kinterval.eval import diagnostics as D
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    kw = {"out_dir": tmp_path / "out", "blocks": 1}
+    res = D.diagnose_checkpoint(ckpt, kind, device="cpu", **kw)
+    summary = evaluate_checkpoint(ckpt, out_dir=tmp_path / "eval", max_blocks=1, device="cpu")
+    assert {k: res[k] for k in NUMERICS} == {k: summary[k] for k in NUMERICS}
+    assert {k: res["request"][k] for k in NUMERICS[1:]} == {k: res[k] for k in NUMERICS[1:]}
+    assert res.get("deterministic") is (True if kind == "graddiag" else None)
+    assert D.diagnose_checkpoint(ckpt, kind, device="cpu", **kw)["skipped"] is True
+    _cuda_request(monkeypatch, D)
+    with pytest.raises(_Loaded):
+        D.diagnose_checkpoint(ckpt, kind, device="cuda", **kw)

@@ -2,9 +2,11 @@
 
 ``kind`` is ``geometry`` (:func:`~kinterval.eval.geometry.geometry_probe`) or ``graddiag``
 (:func:`~kinterval.eval.graddiag.gradient_diagnostics`). An existing result is reused only for the same
-checkpoint bytes and the same ``request`` (operator, split, data by content, blocks as ``max_blocks``: the
-fingerprint of :func:`kinterval.eval.evaluate.request`); a result without one (written before it was
-recorded) is recomputed.
+checkpoint bytes and the same ``request`` (operator, split, data by content, blocks as ``max_blocks``, the
+numerics on the device: the fingerprint of :func:`kinterval.eval.evaluate.request`); a result without one, or
+without the numerics (written before they were recorded), is recomputed. The result records the numerics
+used under the field names of an evaluation summary (``device``, ``device_type``, ``autocast``,
+``attention_dtype``, ``tf32``, ``eval_dot_precision``); ``graddiag`` also ``deterministic``.
 A geometry probe under another operator goes to ``diagnostics/geometry__as-<operator>``.
 """
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from kinterval.data.loader import TokenShards
 from kinterval.eval.checkpoints import checkpoint_name, pick_device, select_checkpoints, state_sha256
-from kinterval.eval.evaluate import request, safe_operator
+from kinterval.eval.evaluate import applied_numerics, request, safe_operator
 from kinterval.eval.geometry import geometry_probe
 from kinterval.eval.graddiag import gradient_diagnostics
 from kinterval.train.checkpoint import read_state
@@ -55,13 +57,14 @@ def diagnose_checkpoint(
     sha = state_sha256(ckpt)
     stored = read_state(ckpt)
     shards = TokenShards(data or stored["config"]["data"]["dir"], split)
-    req = request(stored, shards, spec, blocks, doc_clusters=False)  # max_blocks: the probe's --blocks
+    dev = pick_device(device)  # before the cache: the request holds the device's numerics
+    req = request(stored, shards, spec, blocks, False, dev)  # max_blocks: the probe's --blocks
     if path.is_file() and not force:
         old = json.loads(path.read_text())
         if old.get("checkpoint_state_sha256") == sha and old.get("request") == req:
             return dict(old, skipped=True)
     # closed_form: the probes form P explicitly and differentiate it
-    loaded = load_run(ckpt, device=pick_device(device), backend="closed_form")
+    loaded = load_run(ckpt, device=dev, backend="closed_form")
     model, state = loaded.model, loaded.state
     tokens = shards.tokens()
     if kind == "geometry":
@@ -78,6 +81,8 @@ def diagnose_checkpoint(
         probe_operator_arg=spec,
         split=shards.split,
         train_code=state.get("code", {}),
+        device=str(dev),
+        **applied_numerics(model.config.numerics, dev),
         request=req,
     )
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@ Layout: ``RUN/eval/<tag>/step_000123.npz`` (``nll``: per-block NLL; with documen
 ``doc_nll``, ``doc_tokens``) and ``step_000123.json`` (summary: mean NLL, n_blocks, operator trained/used,
 checkpoint identity and code identity of both training and evaluation, the numerics used and the request).
 ``tag`` is the split, plus the data folder name when ``data`` is given and ``op-<operator>`` when the operator
-is overridden. A result is reused only for the same checkpoint bytes and the same request (:func:`request`).
+is overridden. A result is reused only for the same checkpoint bytes and the same request (:func:`request`),
+which includes the numerics of the device it runs on (:func:`applied_numerics`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from kinterval.data.loader import TokenShards
 from kinterval.eval.checkpoints import (
@@ -25,8 +27,8 @@ from kinterval.eval.checkpoints import (
     trained_operator,
 )
 from kinterval.eval.nll import document_ids, per_document
-from kinterval.model import ModelConfig, operator_name
-from kinterval.model.numerics import eval_dot_setting
+from kinterval.model import ModelConfig, NumericsConfig, operator_name
+from kinterval.model.numerics import autocast_applied, eval_dot_setting
 from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_ci
 from kinterval.train.checkpoint import code_identity, read_state
 from kinterval.train.evaluate import check_max_blocks, token_nll
@@ -64,17 +66,33 @@ def read_summary(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def applied_numerics(numerics: NumericsConfig, device: torch.device) -> dict:
+    """The numerics of an evaluation (or probe) on ``device``: its type, the autocast dtype outside attention
+    that :func:`kinterval.model.numerics.autocast` applies there ("none": off, as on CPU unless
+    ``autocast_on_cpu``), the attention input dtype, TF32 (``numerics.tf32_eval``, what ``eval_precision``
+    sets) and the fused kernels' eval dot precision (None: TF32 on, the kernels use "tf32")."""
+    return {
+        "device_type": device.type,
+        "autocast": autocast_applied(numerics, device),
+        "attention_dtype": numerics.attention_dtype,
+        "tf32": numerics.tf32_eval,
+        "eval_dot_precision": eval_dot_setting(numerics),
+    }
+
+
 def request(
     state: dict,
     shards: TokenShards,
     operator: str | None,
     max_blocks: int | None,
     doc_clusters: bool,
+    device: torch.device,
 ) -> dict:
-    """What an evaluation of a checkpoint (``state``: its state.json) computes, besides the checkpoint itself:
-    the operator used, the data by content (split, shard hashes, token count; not its folder, so that a moved
-    data folder answers the same request), T, the block cap, document clusters and the fused kernels' eval dot
-    precision (``$KINTERVAL_EVAL_DOT_PRECISION``). JSON values only."""
+    """What an evaluation of a checkpoint (``state``: its state.json) on ``device`` computes, besides the
+    checkpoint itself: the operator used, the data by content (split, shard hashes, token count; not its
+    folder, so that a moved data folder answers the same request), T, the block cap, document clusters and the
+    numerics on that device (:func:`applied_numerics`: a CPU result never answers a CUDA request, nor one of
+    another eval dot precision, ``$KINTERVAL_EVAL_DOT_PRECISION``). JSON values only."""
     numerics = ModelConfig.from_dict(state["model_config"]).numerics
     info = shards.meta["splits"][shards.split]
     return {
@@ -85,7 +103,7 @@ def request(
         "T": int(state["model_config"]["block_size"]),
         "max_blocks": max_blocks,
         "doc_clusters": bool(doc_clusters),
-        "eval_dot_precision": eval_dot_setting(numerics),
+        **applied_numerics(numerics, device),
     }
 
 
@@ -140,10 +158,10 @@ def evaluate_checkpoint(
     state = read_state(ckpt)
     data_dir = Path(data) if data is not None else Path(state["config"]["data"]["dir"])
     shards = TokenShards(data_dir, split)
-    req = request(state, shards, operator, max_blocks, doc_clusters)
+    dev = pick_device(device)  # before the cache: the request holds the device's numerics
+    req = request(state, shards, operator, max_blocks, doc_clusters, dev)
     if not force and _is_current(json_path, npz_path, ckpt, req):
         return dict(read_summary(json_path), skipped=True)
-    dev = pick_device(device)
     loaded = load_run(ckpt, device=dev, operator=operator)  # weights checked against state.json's sha256
     model, state = loaded.model, loaded.state
     shards.check_vocab(model.config.vocab_size)
@@ -174,10 +192,8 @@ def evaluate_checkpoint(
         "all_blocks": max_blocks is None,
         "mean_nll": float(nll.mean()),
         "batch": 1,
-        "tf32": numerics.tf32_eval,  # what token_nll's eval_precision sets
-        "attention_dtype": numerics.attention_dtype,
-        "eval_dot_precision": eval_dot_setting(numerics),  # None: TF32 on, the kernels use "tf32"
         "device": str(dev),
+        **applied_numerics(numerics, dev),  # tf32, attention_dtype, eval_dot_precision, autocast, device_type
         "train_code": state.get("code", {}),
         "eval_code": code_identity(),
         "train_config": state["config"],

@@ -50,13 +50,20 @@ def eval_precision(numerics: NumericsConfig) -> Iterator[None]:
         yield
 
 
-def autocast(numerics: NumericsConfig, device: torch.device | str) -> contextlib.AbstractContextManager:
-    """The autocast region for everything outside attention (the operator disables autocast itself)."""
+def autocast_applied(numerics: NumericsConfig, device: torch.device | str) -> str:
+    """The autocast dtype :func:`autocast` applies on ``device`` ("none": off; on CPU unless
+    ``autocast_on_cpu``)."""
     device_type = torch.device(device).type
     enabled = numerics.autocast_dtype != "none" and (device_type == "cuda" or numerics.autocast_on_cpu)
-    if not enabled:
+    return numerics.autocast_dtype if enabled else "none"
+
+
+def autocast(numerics: NumericsConfig, device: torch.device | str) -> contextlib.AbstractContextManager:
+    """The autocast region for everything outside attention (the operator disables autocast itself)."""
+    dtype = autocast_applied(numerics, device)
+    if dtype == "none":
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device_type, dtype=getattr(torch, numerics.autocast_dtype))
+    return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype))
 
 
 def attention_inputs(attention_dtype: str, *xs: Tensor, native: bool = False) -> tuple[Tensor, ...]:

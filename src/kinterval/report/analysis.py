@@ -779,8 +779,9 @@ class ClipRow:
 
 
 def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[ClipRow]:
-    """``logs``: (suite, run_id) -> metrics rows; the last logged ``clipped_frac`` of each run (the fraction
-    over the logged steps of its last training session)."""
+    """``logs``: (suite, run_id) -> metrics rows; the last logged ``clipped_frac`` of each run: the fraction
+    of all its steps since step 0 whose gradient norm was clipped, kept across resumes (the trainer stores
+    the count in each checkpoint; resumed from a checkpoint older than that count: the steps since then)."""
     acc: dict[Key, dict[int, float]] = defaultdict(dict)
     for p in final([p for p in points if p.primary]):
         rows = [r for r in logs.get((p.suite, p.run_id), []) if "clipped_frac" in r]
