@@ -512,3 +512,111 @@ def test_lm_evals_own_log_samples_files_with_string_responses(tmp_path):
     assert _item({"doc_id": 0, "filtered_resps": ["a generated answer"]})["responses"] == [
         "a generated answer"
     ]
+
+
+def numerics_record(device_type="cpu", autocast="none"):
+    """A results.json of `kinterval downstream` with the numerics fields it records."""
+    return {"seed": 20260920, "batch_size": 1, "device": device_type, "device_type": device_type,
+            "autocast": autocast, "attention_dtype": "float32", "tf32": False,
+            "eval_dot_precision": "ieee", "results": {}}  # fmt: skip
+
+
+def test_downstream_compare_refuses_results_scored_with_other_numerics(folders, tmp_path, capsys):
+    """A condition scored on CUDA under bf16 autocast and a baseline scored on the CPU were paired without a
+    word. Known differing numerics are refused (exit 2, one line); a folder without them (lm-eval's own
+    output, or a results.json written before they were recorded) is unknown: such folders stay comparable
+    among themselves, and against folders that record numerics they are compared with a warning."""
+    import warnings
+
+    from kinterval.cli import main
+    from kinterval.eval.downstream_commands import NumericsUnknownWarning
+
+    base, conds = folders
+    for folder, dev in ((base, "cpu"), (conds["tiny"], "cpu"), (conds["big"], "cuda")):
+        rec = numerics_record(dev, "bfloat16" if dev == "cuda" else "none")
+        (folder / "results.json").write_text(json.dumps(rec))
+    message = r"numerics cannot be paired: device_type 'cpu' vs 'cuda', autocast 'none' vs 'bfloat16'"
+    with pytest.raises(ValueError, match=message + r" \(.*softmax vs big\)"):
+        downstream_compare(base, {"tiny": conds["tiny"], "big": conds["big"]}, **FAST)
+    assert main(["downstream-compare", str(base), f"big={conds['big']}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "error: downstream results scored with different numerics" in err and "\n" not in err
+    rec = numerics_record("cuda", "bfloat16")  # two conditions that differ from each other, baseline unknown
+    (base / "results.json").unlink()
+    with pytest.raises(ValueError, match=r"different numerics .*\(tiny vs big\)"):
+        downstream_compare(base, {"tiny": conds["tiny"], "big": conds["big"]}, **FAST)
+    (base / "results.json").write_text(json.dumps(rec))
+    (conds["tiny"] / "results.json").write_text(json.dumps(dict(rec, device="cuda:1")))  # same kind: fine
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NumericsUnknownWarning)
+        assert downstream_compare(base, {"tiny": conds["tiny"], "big": conds["big"]}, **FAST)
+    old = {k: v for k, v in rec.items() if k in ("seed", "batch_size", "results")}
+    (conds["big"] / "results.json").write_text(json.dumps(old))  # written before the numerics were recorded
+    with pytest.warns(NumericsUnknownWarning, match="big: no recorded numerics"):
+        assert downstream_compare(base, {"tiny": conds["tiny"], "big": conds["big"]}, **FAST)
+    assert main(["downstream-compare", str(base), str(conds["same"]), "--resamples", "50",
+                 "--permutations", "50"]) == 0  # fmt: skip
+    assert "kinterval downstream-compare: warning: " in capsys.readouterr().err
+    for folder in (base, conds["tiny"]):
+        (folder / "results.json").write_text(json.dumps(old))
+    with warnings.catch_warnings():  # old folders among themselves: comparable, nothing to warn about
+        warnings.simplefilter("error", NumericsUnknownWarning)
+        assert downstream_compare(base, {"tiny": conds["tiny"], "big": conds["big"]}, **FAST)
+    (base / "results.json").write_text("{not json")
+    with pytest.raises(ValueError, match="results.json: not a JSON file"):
+        downstream_compare(base, conds["tiny"], **FAST)
+
+
+def test_numerics_fields_are_the_evaluation_summarys():
+    """The compared fields are those kinterval.eval.evaluate.applied_numerics records."""
+    import torch
+
+    from kinterval.eval.evaluate import applied_numerics
+    from kinterval.model import ModelConfig
+
+    got = applied_numerics(ModelConfig().numerics, torch.device("cpu"))
+    assert set(downstream_commands.NUMERICS_FIELDS) == set(got)
+
+
+def test_downstream_device_defaults_to_auto_and_results_record_the_numerics(monkeypatch, tmp_path):
+    """`kinterval downstream --device` defaulted to cpu (eval, geometry, probes and lm-eval: auto), so on a
+    GPU machine the battery ran without the paper's numerics; results.json did not say which were used."""
+    pytest.importorskip("lm_eval")
+    import lm_eval
+    import lm_eval.tasks
+    import torch
+
+    from kinterval.eval.evaluate import applied_numerics
+    from kinterval.model import GPT, ModelConfig
+    from kinterval.train.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=50257)
+    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
+             "model_config": cfg.to_dict()}  # fmt: skip
+    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "softmax", "closed_form").state_dict(), {}, state)
+
+    class Tasks:  # lm-eval's TaskManager walks every task YAML (10-20 s): not needed here
+        def __init__(self, *a, **k):
+            pass
+
+        def match_tasks(self, names):
+            return names
+
+    seen = {}
+    sample = {"doc_id": 0, "target": "1", "metrics": ["acc"], "acc": 1.0, "filtered_resps": [[-1.0, True]]}
+
+    def evaluate(model, **kw):
+        seen["device"] = model._device
+        return {"samples": {"t": [sample]}, "results": {"t": {"acc,none": 1.0}}}
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", evaluate)
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Tasks)
+    args = parse(["downstream", "--run", str(tmp_path / "run"), "--tasks", "t", "--out", str(tmp_path / "o")])
+    assert args.device == "auto" and args.func(args) == 0
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert seen["device"] == device
+    rec = json.loads((tmp_path / "o" / "results.json").read_text())
+    want = applied_numerics(cfg.numerics, device)
+    assert {k: rec[k] for k in ["device", *want]} == {"device": str(device), **want}
+    assert parse(["probes", "--run", "R"]).device == "auto"

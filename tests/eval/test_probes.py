@@ -357,3 +357,64 @@ def test_drawn_tokens_never_hold_eot_and_a_distance_that_just_fits_is_kept():
     samples, skipped = probes.induction_samples(1, 50257, probes.PREFIX + 64 + 1, distances=(64, 65))
     assert skipped == [65] and {s.param for s in samples} == {64}
     assert all(len(s.tokens) - 1 == probes.PREFIX + 64 + 1 for s in samples)
+
+
+def test_probes_device_auto_scores_and_records_the_numerics(tmp_path, capsys):
+    """`kinterval probes --device auto` died in a RuntimeError traceback: load_run resolved "auto" but
+    score() passed the raw string to torch.tensor(device=...) and autocast. --device defaults to auto (as
+    eval, geometry and lm-eval), and summary.json records the device and the numerics applied there."""
+    from kinterval.cli import build_parser, main
+    from kinterval.eval.evaluate import applied_numerics
+
+    run, out = make_run(tmp_path / "run"), tmp_path / "out"
+    assert build_parser().parse_args(["probes", "--run", str(run)]).device == "auto"
+    argv = ["probes", "--run", str(run), "--families", "1", "--copies", "1", "--device", "auto"]
+    assert main(argv + ["--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    want = applied_numerics(ModelConfig().numerics, device)
+    assert {k: summary[k] for k in ["device", *want]} == {"device": str(device), **want}
+    if device.type == "cpu":
+        assert summary["autocast"] == "none" and summary["attention_dtype"] == "float32"
+        assert summary["tf32"] is False
+    rows = probes.score(load_run(run).model, probes.all_samples(1, V, 160, copies=1)[0][:2], device="auto")
+    assert all(np.isfinite(r["nll"]) for r in rows)
+
+
+def test_probes_compare_refuses_outputs_scored_with_other_numerics(tmp_path, capsys):
+    """Two probe outputs, one scored on CUDA under bf16 autocast and one on the CPU, were paired without a
+    word. Known differing numerics are refused (exit 2, one line); an older summary without them is
+    unknown: two old ones stay comparable, an old one against a new one is compared with a warning."""
+    from kinterval.cli import main
+    from kinterval.eval.downstream_commands import NumericsUnknownWarning
+
+    run = make_run(tmp_path / "run")
+    out = {name: tmp_path / name for name in ("ref", "cond")}
+    for folder in out.values():
+        probes.run_probes(run, out=folder, families=2, copies=2, device="cpu")
+    assert probes.compare_probes(out["cond"], out["ref"], n_resamples=20)["deltas"]
+    path = out["cond"] / "summary.json"
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(summary, device="cuda:0", device_type="cuda", autocast="bfloat16")))
+    with pytest.raises(ValueError, match=r"different numerics cannot be paired: device_type 'cuda' vs 'cpu', "
+                                         r"autocast 'bfloat16' vs 'none' \(.*cond vs .*ref\)"):  # fmt: skip
+        probes.compare_probes(out["cond"], out["ref"], n_resamples=20)
+    capsys.readouterr()
+    assert main(["probes-compare", str(out["ref"]), str(out["cond"]), "--resamples", "20"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "error: probe outputs scored with different numerics" in err and "\n" not in err
+    path.write_text(json.dumps(dict(summary, device="cuda:1")))  # another index of the same kind: the same
+    assert probes.compare_probes(out["cond"], out["ref"], n_resamples=20)["deltas"]
+    fields = ("device", "device_type", "autocast", "attention_dtype", "tf32", "eval_dot_precision")
+    old = {k: v for k, v in summary.items() if k not in fields}  # written before the numerics were recorded
+    path.write_text(json.dumps(old))
+    with pytest.warns(NumericsUnknownWarning, match="cond: no recorded numerics"):
+        assert probes.compare_probes(out["cond"], out["ref"], n_resamples=20)["deltas"]
+    assert main(["probes-compare", str(out["ref"]), str(out["cond"]), "--resamples", "20"]) == 0
+    assert "kinterval probes-compare: warning: " in capsys.readouterr().err
+    (out["ref"] / "summary.json").write_text(json.dumps(old))  # both old: comparable, nothing to warn
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NumericsUnknownWarning)
+        assert probes.compare_probes(out["cond"], out["ref"], n_resamples=20)["deltas"]

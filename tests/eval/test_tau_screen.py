@@ -270,3 +270,46 @@ def test_paper_stages_are_app_c3s():
         None,
         True,
     )
+
+
+def test_screen_numerics_are_the_models_device_and_numerics(sharp_model):
+    from kinterval.eval.evaluate import applied_numerics
+    from kinterval.eval.tau_screen import screen_numerics
+
+    model, _ = sharp_model
+    want = applied_numerics(model.config.numerics, torch.device("cpu"))
+    assert screen_numerics(model) == {"device": "cpu", **want}
+    assert (want["device_type"], want["autocast"], want["attention_dtype"], want["tf32"]) == (
+        "cpu",
+        "none",
+        "float32",
+        False,
+    )
+
+
+def test_tau_screen_stage_records_carry_the_numerics(tmp_path):
+    """stage*.json recorded the checkpoint, grid and NLLs but not the device or numerics the screen ran
+    under (bf16 autocast outside attention on CUDA, none on the CPU); an evaluation summary records them."""
+    import json
+
+    from kinterval.cli import main
+    from kinterval.data.prepare import prepare
+    from kinterval.data.synthetic import VOCAB_SIZE
+    from kinterval.eval.evaluate import applied_numerics
+    from kinterval.model import ModelConfig
+    from kinterval.train.checkpoint import save_checkpoint
+
+    prepare("synthetic", tmp_path / "data", tokens=8_000, seed=0, progress=False)
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=VOCAB_SIZE)
+    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
+             "model_config": cfg.to_dict()}  # fmt: skip
+    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "softmax", "closed_form").state_dict(), {}, state)
+    argv = ["tau-screen", "--run", str(tmp_path / "run"), "--data", str(tmp_path / "data"), "--out",
+            str(tmp_path / "ts"), "--stages", "2b", "--K", "4", "--taus", "6", "--subset-blocks", "2",
+            "--resamples", "20"]  # fmt: skip
+    assert main(argv) == 0
+    record = json.loads((tmp_path / "ts" / "stage2b.json").read_text())
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # --device auto
+    want = applied_numerics(cfg.numerics, device)
+    assert {k: record[k] for k in ["device", *want]} == {"device": str(device), **want}

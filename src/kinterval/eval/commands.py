@@ -69,6 +69,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
         fwm_spec,
         run_stage,
         save_per_block,
+        screen_numerics,
         stage3_table,
     )
     from kinterval.train.load import load_run
@@ -114,6 +115,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
             "taus": list(st.taus),
             "blocks": st.blocks,
             "reconstruction": args.reconstruction,
+            **screen_numerics(model),  # device and the numerics, as an evaluation summary names them
             "nll": res.nll,
             "contrasts": contrasts(res, n_resamples=args.resamples),  # each condition - softmax [CI]
             "per_block": per_block.name,

@@ -5,6 +5,8 @@ task (``doc_id``, metric values, per-choice log-likelihoods), so that runs can b
 ``downstream-compare BASE C1 C2 ...`` gives, per task and metric, each condition's mean paired difference
 from the baseline with a paired bootstrap CI (4000 resamples), a sign-flip permutation p (20,000 flips), BH q
 within the task x metric family over the conditions, the App. C.3 labels and the BLiMP macro-average.
+
+Both commands refuse to pair outputs scored with different numerics (:func:`check_same_numerics`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
+import warnings
 from numbers import Number
 from pathlib import Path
 
@@ -50,19 +54,79 @@ def _number(x) -> float | None:
 
 PAPER_SEED = 20260920  # App. C.3, layer 3: the seed of the lm-eval runs
 
+# The numerics an output was scored with, as kinterval.eval.evaluate.applied_numerics names them (not imported
+# here: it pulls in torch). "device" itself (cuda:0 vs cuda:1) is recorded but not compared.
+NUMERICS_FIELDS = ("device_type", "autocast", "attention_dtype", "tf32", "eval_dot_precision")
+
+
+class NumericsUnknownWarning(UserWarning):
+    """An output compared without a check of its numerics: it was written before they were recorded."""
+
+
+def check_same_numerics(records, what: str = "outputs") -> list[str]:
+    """Refuse (``ValueError``) outputs scored with different numerics; return the names of those whose
+    numerics are unknown.
+
+    ``records``: ``(name, record)`` pairs, the record being an output's ``results.json`` or ``summary.json``,
+    or None when it has none (an lm-eval ``--log_samples`` folder). A field the record lacks (one written
+    before the numerics were recorded) is unknown and never conflicts: two old outputs stay comparable with
+    each other, and an old one with a new one (the caller warns that it could not check). Two known values
+    that differ in any of :data:`NUMERICS_FIELDS` (e.g. a CUDA output under bf16 autocast against a CPU one)
+    are refused.
+    """
+    first = {}  # field -> (name, value) of the first output that records it
+    unknown, diffs = [], {}
+    for name, rec in records:
+        rec = rec if isinstance(rec, dict) else {}
+        if any(f not in rec for f in NUMERICS_FIELDS):
+            unknown.append(name)
+        for f in NUMERICS_FIELDS:
+            if f not in rec:
+                continue
+            seen = first.setdefault(f, (name, rec[f]))
+            if seen[1] != rec[f] and f not in diffs:
+                diffs[f] = (seen, (name, rec[f]))
+    if diffs:
+        (a, _), (b, _) = next(iter(diffs.values()))
+        shown = ", ".join(f"{f} {va!r} vs {vb!r}" for f, ((_, va), (_, vb)) in diffs.items())
+        raise ValueError(f"{what} scored with different numerics cannot be paired: {shown} ({a} vs {b}); "
+                         "score both on the same kind of device (--device)")  # fmt: skip
+    return unknown
+
+
+def warn_unknown_numerics(names, what: str = "output") -> None:
+    for name in names:
+        warnings.warn(f"{name}: no recorded numerics (device, autocast, TF32; written before they were "
+                      f"recorded): compared without checking that its {what} used the same",
+                      NumericsUnknownWarning, stacklevel=3)  # fmt: skip
+
+
+def _print_numerics_warnings(command: str, caught) -> None:
+    """The :class:`NumericsUnknownWarning` lines as ``kinterval CMD: warning: ...``; others shown as usual."""
+    for w in caught:
+        if issubclass(w.category, NumericsUnknownWarning):
+            print(f"kinterval {command}: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
 
 def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=None, checkpoint="latest",
-                   device="cpu", batch_size=1, num_fewshot=None, seed=PAPER_SEED) -> dict:  # fmt: skip
+                   device="auto", batch_size=1, num_fewshot=None, seed=PAPER_SEED) -> dict:  # fmt: skip
     """``lm_eval.simple_evaluate`` on a checkpoint; writes ``OUT/<task>.jsonl`` and ``OUT/results.json``.
 
     Tasks are lm-eval's, the YAMLs kinterval ships (``sciq_nosupport``) and those in ``include_path``.
-    ``seed`` seeds lm-eval's python, numpy, torch and few-shot generators (the paper's by default)."""
+    ``seed`` seeds lm-eval's python, numpy, torch and few-shot generators (the paper's by default).
+    ``device`` "auto" is CUDA when available (the paper's numerics: bf16 autocast outside the fp32 attention),
+    else the CPU; ``results.json`` records the device and the numerics applied there."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
+    from kinterval.eval.checkpoints import pick_device
+    from kinterval.eval.evaluate import applied_numerics
     from kinterval.eval.lm_eval_adapter import KIntervalLM
     from kinterval.eval.lm_eval_commands import TASKS_DIR, hub_error
 
+    device = pick_device(device)  # an unknown device, or CUDA without a GPU, before lm-eval walks its tasks
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     tm = TaskManager(include_path=[str(TASKS_DIR), *([str(include_path)] if include_path else [])])
     unknown = [t for t in tasks if not tm.match_tasks([t]) and not Path(t).is_file()]  # a YAML path is fine
@@ -84,9 +148,10 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
             for s in sorted(samples, key=lambda s: s["doc_id"]):
                 fh.write(json.dumps(_item(s), default=_jsonable) + "\n")
     native = lm.state["config"]["operator"]["name"]
+    numerics = {"device": str(lm._device), **applied_numerics(lm.model.config.numerics, lm._device)}
     summary = {"run": str(run), "operator": lm.operator, "native_operator": native,
                "checkpoint_step": lm.state.get("step"), "tasks": sorted(res["samples"]), "limit": limit,
-               "seed": seed, "batch_size": batch_size, "results": res["results"]}  # fmt: skip
+               "seed": seed, "batch_size": batch_size, **numerics, "results": res["results"]}  # fmt: skip
     (out / "results.json").write_text(json.dumps(summary, indent=1, default=_jsonable) + "\n")
     return summary
 
@@ -165,6 +230,18 @@ def _per_item(folder) -> dict[str, dict]:
             merged.update({f"{m},{f}" if several else m: v for m, v in vals.items()})
         tasks[task] = items
     return tasks
+
+
+def _results_record(folder) -> dict | None:
+    """The folder's ``results.json`` (``kinterval downstream``), None without one (lm-eval's own output)."""
+    path = Path(folder) / "results.json"
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not a JSON file ({err})") from None
+    return rec if isinstance(rec, dict) else None
 
 
 def _check_same_items(base_name: str, base: dict, name: str, cond: dict) -> None:
@@ -249,6 +326,11 @@ def downstream_compare(
     BLiMP paradigms (tasks ``blimp_*``) add the macro-average rows of task ``blimp`` (mean over paradigms,
     items resampled with weight 1/items-of-their-paradigm). ``margin_status`` (CI inside +-``margin`` nats)
     is given for ``nll_metrics`` only.
+
+    Folders whose ``results.json`` record different numerics (device type, autocast, attention dtype, TF32,
+    eval dot precision) are refused (``ValueError``); a folder without them (no ``results.json``, or one
+    written before they were recorded) is compared unchecked, with a :class:`NumericsUnknownWarning` when
+    another folder records them (:func:`check_same_numerics`).
     """
     from kinterval.stats import bh_q
 
@@ -263,6 +345,11 @@ def downstream_compare(
     conds = {name: _per_item(folder) for name, folder in conditions.items()}
     for name, cond in conds.items():
         _check_same_items(base_name, base, name, cond)
+    records = [(base_name, _results_record(baseline))]
+    records += [(name, _results_record(folder)) for name, folder in conditions.items()]
+    unknown = check_same_numerics(records, "downstream results")
+    if len(unknown) < len(records):  # old folders among themselves: nothing to warn about
+        warn_unknown_numerics(unknown, "scoring")
 
     kw = {"n_resamples": n_resamples, "n_perm": n_perm, "seed": seed}
     families = {}  # (task, metric) -> rows, one per condition
@@ -338,9 +425,12 @@ def _compare(args) -> int:
     if len(conditions) != len(args.conditions):
         raise ValueError(f"condition names must be distinct: {args.conditions}")
     kw = {"n_resamples": args.resamples, "n_perm": args.permutations, "seed": args.seed}
-    rows = downstream_compare(
-        args.baseline, conditions, margin=args.margin, nll_metrics=args.nll_metrics, **kw
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NumericsUnknownWarning)
+        rows = downstream_compare(
+            args.baseline, conditions, margin=args.margin, nll_metrics=args.nll_metrics, **kw
+        )
+    _print_numerics_warnings("downstream-compare", caught)
     print(format_compare(rows))
     print("* BH q < 0.05 within task x metric over the conditions; ° CI excludes 0 but q >= 0.05")
     if args.json:
@@ -371,7 +461,10 @@ def _probes_compare(args) -> int:
 
     out = {}
     for name, folder in (_condition(c) for c in args.conditions):
-        res = compare_probes(folder, args.reference, n_resamples=args.resamples, seed=args.seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NumericsUnknownWarning)
+            res = compare_probes(folder, args.reference, n_resamples=args.resamples, seed=args.seed)
+        _print_numerics_warnings("probes-compare", caught)
         out[name] = res
         print(f"{name} ({res['operator']}) - reference ({res['reference_operator']})")
         for r in res["deltas"]:
@@ -390,7 +483,8 @@ def _common(p) -> None:
     p.add_argument("--run", required=True, help="training run folder (or a checkpoint folder)")
     p.add_argument("--checkpoint", default="latest", help="latest, a step number or a checkpoint path")
     p.add_argument("--operator", help="substitute this attention operator (e.g. softmax); default: the run's")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto",
+                   help="auto (CUDA when available: the paper's numerics), cpu, cuda or cuda:N")  # fmt: skip
     p.add_argument("--out", help="output folder (default RUN/<command>/<operator>)")
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kinterval.eval.checkpoints import pick_device
+from kinterval.eval.evaluate import applied_numerics
 from kinterval.train.load import load_run
 
 DISTANCES = (64, 128, 256, 512, 896)
@@ -154,6 +156,7 @@ def score(model, samples: list[Sample], *, device="cpu", batch_size: int = 1) ->
     """
     from kinterval.model.numerics import autocast, eval_precision
 
+    device = pick_device(device)  # "auto" too: torch.tensor and autocast take only a real device
     numerics = getattr(getattr(model, "config", None), "numerics", None)
     rows: list[dict | None] = [None] * len(samples)
     by_len = defaultdict(list)  # equal lengths batch without padding
@@ -353,9 +356,14 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
     Both must come from the same samples: same ``seed``, ``families``, ``copies``, skipped lengths,
     ``vocab_size`` and ``samples_sha256`` (the token sequences themselves), scored at the same ``batch_size``
     (``ValueError`` naming the field otherwise, or when an older summary lacks ``vocab_size`` or
-    ``samples_sha256``). Returns ``{operator, reference_operator, deltas,
-    slopes}`` (see :func:`paired_deltas` and :func:`delta_slopes`).
+    ``samples_sha256``) and with the same numerics (device type, autocast, attention dtype, TF32, eval dot
+    precision; a summary written before they were recorded is compared unchecked, with a
+    ``NumericsUnknownWarning`` when the other records them: see
+    :func:`kinterval.eval.downstream_commands.check_same_numerics`). Returns ``{operator, reference_operator,
+    deltas, slopes}`` (see :func:`paired_deltas` and :func:`delta_slopes`).
     """
+    from kinterval.eval.downstream_commands import check_same_numerics, warn_unknown_numerics
+
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
     folders = {"results": Path(results_dir), "reference": Path(reference_dir)}
@@ -377,6 +385,10 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
             raise ValueError(
                 f"probe {field_} differs from the reference's ({a} vs {b}): not the same samples"
             )
+    records = [(str(folders[name]), summaries[name]) for name in ("results", "reference")]
+    unknown = check_same_numerics(records, "probe outputs")
+    if len(unknown) == 1:  # two old summaries: nothing to warn about (both unknown, as before)
+        warn_unknown_numerics(unknown, "scoring")
     kw = {"n_resamples": n_resamples, "seed": seed}
     ops = {
         "operator": summaries["results"]["operator"],
@@ -387,9 +399,11 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
 
 
 def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 400, copies: int = COPIES,
-               device="cpu", seed: int = 0, batch_size: int = 1, distances=DISTANCES) -> dict:  # fmt: skip
+               device="auto", seed: int = 0, batch_size: int = 1, distances=DISTANCES) -> dict:  # fmt: skip
     """Generate, score and write ``samples.jsonl`` (one row per sample) and ``summary.json``: ``families``
-    families for probes A and B, ``copies`` samples per segment length for probe C."""
+    families for probes A and B, ``copies`` samples per segment length for probe C. ``device`` "auto" is
+    CUDA when available, else the CPU; ``summary.json`` records the device and the numerics applied there
+    (:func:`kinterval.eval.evaluate.applied_numerics`)."""
     checks = (
         ("families", families, 1),
         ("copies", copies, 1),
@@ -399,6 +413,7 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
     for name, value, lo in checks:
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    device = pick_device(device)  # once: load_run, score and the summary see the same torch.device
     loaded = load_run(run, checkpoint, device, operator)
     model, state = loaded.model, loaded.state
     cfg = model.config
@@ -412,6 +427,7 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
                "native_operator": state["config"]["operator"]["name"], "families": families, "copies": copies,
                "seed": seed, "block_size": cfg.block_size, "vocab_size": cfg.vocab_size,
                "batch_size": batch_size, "samples_sha256": samples_sha256(samples), "skipped": skipped,
+               "device": str(device), **applied_numerics(cfg.numerics, device),
                "table": summarize(rows)}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

@@ -16,7 +16,8 @@ blocks, so each condition gets a paired per-block difference from softmax with a
 CI (:func:`contrasts`); the per-block NLL arrays are kept (:func:`save_per_block`). The stage-3 table marks
 the best tau of each K and gives ``tau* - softmax`` [CI], tau* being the tau with the lowest mean NLL
 averaged over K, and every tau - softmax [CI]. The forward uses the model's own numerics (bf16 autocast
-outside attention on CUDA).
+outside attention on CUDA); :func:`screen_numerics` gives them under the evaluation summary's names, for the
+stage records.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from kinterval.eval.attention import patched_attention
+from kinterval.eval.evaluate import applied_numerics
 from kinterval.ops import OperatorSpec
 from kinterval.ops.reference import (
     grid,
@@ -119,6 +121,14 @@ class StageResult:
 
 def key(K: int, tau: float | str) -> str:
     return f"K={K} tau={tau:g}" if not isinstance(tau, str) else f"K={K} {tau}"
+
+
+def screen_numerics(model) -> dict:
+    """The device and numerics the screen's forwards run under (:func:`token_nll`: the model's own device and
+    ``config.numerics``), named as an evaluation summary names them (``device`` plus
+    :func:`kinterval.eval.evaluate.applied_numerics`)."""
+    device = next(model.parameters()).device
+    return {"device": str(device), **applied_numerics(model.config.numerics, device)}
 
 
 def run_stage(model, tokens, stage: Stage, *, reconstruction: str = "nearest", progress=None) -> StageResult:
