@@ -80,6 +80,24 @@ def test_lerp_row_top_bucket_is_the_top_interval():
     assert g["eff_buckets"] == pytest.approx(math.exp(-(q * np.log(q)).sum()))
 
 
+def test_fwm_tail_keys_are_not_in_the_top_interval():
+    """FWM at K = 1 (LERP): one interval [-tau, 0], and the keys below -tau are truncated to zero weight; the
+    top-bucket mass is the softmax mass of the keys in that interval only, never of the tail, even though a
+    tail key's clipped z (-tau) falls on the interval's index r = 0 = K - 1."""
+    s = [0.0, -1.0, -7.0, -8.0]  # tau = 6: the last two keys are the tail
+    t = torch.tensor([s], dtype=torch.float64)
+    g = row_geometry(t, torch.ones_like(t, dtype=torch.bool), "fwm-lerp-k1")
+    z = np.asarray(s) - max(s)
+    pe = _softmax(s)
+    in_interval = (z >= -6.0) & (z <= 0.0)
+    want = pe[in_interval].sum()  # (1 + e^-1) / (1 + e^-1 + e^-7 + e^-8)
+    assert want == pytest.approx((1 + math.exp(-1)) / (1 + math.exp(-1) + math.exp(-7) + math.exp(-8)))
+    assert float(g["top_bucket_mass"][0]) == pytest.approx(want, rel=1e-12)
+    assert float(g["top_bucket_mass"][0]) < 1 - 1e-4  # the tail's mass (about 9e-4) is left out
+    q = np.array([want, pe[~in_interval].sum()])  # the interval and the tail: two buckets
+    assert float(g["eff_buckets"][0]) == pytest.approx(math.exp(-(q * np.log(q)).sum()), rel=1e-12)
+
+
 def independent_geometry(model, tokens, T, blocks, K, calibration, reconstruction, tau=6.0):
     """Every metric of every layer recomputed in float64 numpy from the layer inputs (own hooks on ln_1), row
     by row: scores q k^T / sqrt(D), rows i >= 1, the grid of App. A, the top interval (LERP) or top level
