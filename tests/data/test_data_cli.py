@@ -85,3 +85,15 @@ def test_prepare_flags_are_checked_before_any_work(tmp_path, capsys, flags, mess
     out = tmp_path / "syn"
     assert cli.main(["data", "prepare", "--source", "synthetic", "--out", str(out), "--quiet", *flags]) == 2
     assert message in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("source", ["text:", "bin:", "text: "])
+def test_a_source_with_an_empty_path_is_refused(tmp_path, capsys, monkeypatch, source):
+    """``text:`` used to read Path(""), the current directory, and tokenize whatever stray files it held."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stray.txt").write_text("not a corpus\n")
+    np.arange(100, dtype="<u2").tofile(tmp_path / "stray.train.bin")
+    assert cli.main(["data", "prepare", "--source", source, "--out", "v", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval data: error: ") and "needs a path" in err and "\n" not in err
+    assert not (tmp_path / "v").exists()

@@ -71,7 +71,7 @@ def test_corrupted_shard_caught_by_verify(ds):
 
 def test_wrong_vocabulary_in_shard(ds):
     meta = json.loads((ds / "meta.json").read_text())
-    meta["vocab_size"] = 300  # the synthetic ids go up to 511
+    meta["vocab_size"], meta["eot"] = 300, 299  # the synthetic ids go up to 511 (an eot >= 300: malformed)
     (ds / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=r"train_0000\.bin.*wrong vocabulary"):
         TokenShards(ds, "train")
@@ -194,7 +194,7 @@ def test_largest_token_id_must_be_below_vocab_size(ds):
     meta["vocab_size"] = top + 1  # every id fits
     (ds / "meta.json").write_text(json.dumps(meta))
     TokenShards(ds, "train")
-    meta["vocab_size"] = top  # id ``top`` is one past the last valid id
+    meta["vocab_size"], meta["eot"] = top, top - 1  # id ``top`` is one past the last valid id (eot too)
     (ds / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=rf"token id {top} >= vocab_size {top}"):
         TokenShards(ds, "train")
@@ -262,3 +262,44 @@ def test_bad_input_leaves_an_existing_dataset_in_place(tmp_path, ds, source, kw,
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         prepare(source.format(**fill), ds, progress=False, **kw)
     assert TokenShards(ds, "train").n_tokens == 20_000
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_a_refused_bin_import_leaves_the_dataset_in_out_byte_unchanged(tmp_path, ds, capsys, reference):
+    """The vocabulary check used to run after clear_outputs: a file with an id past the vocabulary (here in
+    the last file of the last split) emptied ``out`` before it was refused."""
+    from kinterval import cli
+
+    before = {p.name: p.read_bytes() for p in ds.iterdir()}
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    np.arange(100, dtype="<u2").tofile(raw / "x.train.bin")
+    bad = np.arange(100, dtype="<u2")
+    bad[-1] = 60_000
+    bad.tofile(raw / "x.val.bin")
+    argv = ["data", "prepare", "--source", f"bin:{raw}", "--out", str(ds), "--quiet"]
+    assert cli.main(argv + ["--reference"] * reference) == 2
+    assert "token id 60000 >= vocab_size 50257" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in ds.iterdir()} == before
+    with pytest.raises(ValueError, match="need 0 <= eot < vocab_size"):  # the API's own arguments, too
+        import_bin({"train": raw / "x.train.bin"}, ds, eot=60_000, progress=False)
+    assert {p.name: p.read_bytes() for p in ds.iterdir()} == before
+
+
+@pytest.mark.parametrize("eot", [512, 99_999])
+def test_meta_json_eot_must_be_below_vocab_size(ds, capsys, eot):
+    """An eot no token can equal used to be accepted: eval --doc-clusters then saw one document."""
+    from kinterval.data.loader import read_meta
+
+    meta = json.loads((ds / "meta.json").read_text())
+    meta["eot"] = eot
+    (ds / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(
+        ValueError, match=rf"malformed meta\.json \('eot' {eot} must be below 'vocab_size' 512"
+    ):
+        read_meta(ds)
+    with pytest.raises(ValueError, match="'eot'"):
+        TokenShards(ds, "val")
+    meta["eot"] = 511  # the largest valid one
+    (ds / "meta.json").write_text(json.dumps(meta))
+    assert TokenShards(ds, "val").eot == 511

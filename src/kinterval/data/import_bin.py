@@ -54,7 +54,8 @@ def import_bin(
     """Wrap existing flat little-endian uint16 token files as a prepared dataset.
 
     ``copy=True`` re-shards them into ``out``; ``copy=False`` references them in place (meta.json stores their
-    paths relative to ``out``). Every id is checked against ``vocab_size``; sha256 is recorded either way.
+    paths relative to ``out``). Every id is checked against ``vocab_size`` before the dataset already in
+    ``out`` is removed; sha256 is recorded either way.
     ``tokens`` caps the train split at its first ``tokens`` ids (copy only: a referenced file is whole).
     """
     out = Path(out)
@@ -64,6 +65,12 @@ def import_bin(
         raise ValueError(
             "a train-token cap (--tokens) copies the first ids of the train split; referenced files "
             "(--reference, copy=False) are used whole: drop one of the two"
+        )
+    if isinstance(shard_tokens, bool) or not isinstance(shard_tokens, int) or shard_tokens < 1:
+        raise ValueError(f"shard_tokens must be a positive integer, got {shard_tokens!r}")
+    if not 0 <= eot < vocab_size <= 1 << 16:
+        raise ValueError(
+            f"need 0 <= eot < vocab_size <= 65536 (uint16 ids), got eot {eot}, vocab_size {vocab_size}"
         )
     files = {
         sources.SPLIT_ALIASES.get(s, s): [Path(p) for p in (f if isinstance(f, list) else [f])]
@@ -77,11 +84,13 @@ def import_bin(
         _check_not_wider(path)
         if path.resolve().parent == out.resolve() and path.name.startswith(tuple(f"{s}_" for s in files)):
             raise ValueError(f"{path}: importing into its own folder would overwrite it; choose another out")
+    # Every id is checked (and the documents counted) before clear_outputs removes the dataset in ``out``:
+    # a file of another vocabulary must not cost it.
+    limits = {s: tokens if s == "train" else None for s in files}
+    n_docs = {s: _scan_split(g, vocab_size, eot, progress, limits[s]) for s, g in files.items()}
     clear_outputs(out, files)
     records = {
-        s: _import_split(
-            out, s, g, vocab_size, eot, copy, shard_tokens, progress, tokens if s == "train" else None
-        )
+        s: _import_split(out, s, g, vocab_size, copy, shard_tokens, progress, limits[s], n_docs[s])
         for s, g in files.items()
     }
     tokenizer = tokenizer or {"name": "gpt2", "sha256": tokenizer_hash()}
@@ -111,25 +120,44 @@ def _check_not_wider(path: Path, sample: int = 1 << 20) -> None:
         )
 
 
-def _import_split(out, split, group, vocab_size, eot, copy, shard_tokens, progress, limit=None) -> dict:
-    """Scan (vocabulary check, document count) and copy or reference the files of one split; ``limit``
-    (copy only) keeps the split's first ``limit`` ids."""
-    writer = ShardWriter(out, split, vocab_size, shard_tokens) if copy else None
-    shards, n_docs, left = [], 0, limit
+def _split_ids(group: list[Path], limit: int | None):
+    """(path, uint16 ids) of each file of a split; ``limit`` keeps the split's first ``limit`` ids."""
     for path in group:
         ids = np.memmap(path, dtype=DTYPE, mode="r") if path.stat().st_size else np.zeros(0, DTYPE)
-        if left is not None:
-            ids, left = ids[:left], left - len(ids[:left])
-        with tqdm(total=len(ids), desc=f"import {path.name}", unit="tok", disable=not progress) as bar:
-            for start in range(0, len(ids), 1 << 24):
-                chunk = np.asarray(ids[start : start + (1 << 24)])
-                if int(chunk.max()) >= vocab_size:
-                    raise ValueError(f"{path}: token id {int(chunk.max())} >= vocab_size {vocab_size}")
-                n_docs += int(np.count_nonzero(chunk == eot))
-                if writer is not None:
-                    writer.write(chunk)
-                bar.update(len(chunk))
-        if writer is None:  # referenced in place, by a path relative to out
+        if limit is not None:
+            ids, limit = ids[:limit], limit - len(ids[:limit])
+        yield path, ids
+
+
+def _chunks(ids: np.ndarray, desc: str, progress: bool):
+    with tqdm(total=len(ids), desc=desc, unit="tok", disable=not progress) as bar:
+        for start in range(0, len(ids), 1 << 24):
+            chunk = np.asarray(ids[start : start + (1 << 24)])
+            yield chunk
+            bar.update(len(chunk))
+
+
+def _scan_split(group, vocab_size, eot, progress, limit=None) -> int:
+    """Check every id of a split against ``vocab_size``; return its number of documents (``eot`` ids)."""
+    n_docs = 0
+    for path, ids in _split_ids(group, limit):
+        for chunk in _chunks(ids, f"check {path.name}", progress):
+            if int(chunk.max()) >= vocab_size:
+                raise ValueError(f"{path}: token id {int(chunk.max())} >= vocab_size {vocab_size}")
+            n_docs += int(np.count_nonzero(chunk == eot))
+    return n_docs
+
+
+def _import_split(out, split, group, vocab_size, copy, shard_tokens, progress, limit, n_docs) -> dict:
+    """Copy or reference the (checked) files of one split; ``limit`` (copy only) keeps its first ``limit``
+    ids. Returns the split record of meta.json (``n_docs`` from ``_scan_split``)."""
+    writer = ShardWriter(out, split, vocab_size, shard_tokens) if copy else None
+    shards = []
+    for path, ids in _split_ids(group, limit):
+        if writer is not None:
+            for chunk in _chunks(ids, f"import {path.name}", progress):
+                writer.write(chunk)
+        else:  # referenced in place, by a path relative to out
             rel = os.path.relpath(path.resolve(), out.resolve())
             shards.append(
                 {"file": rel, "n_tokens": len(ids), "bytes": path.stat().st_size, "sha256": file_sha256(path)}

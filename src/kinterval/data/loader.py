@@ -50,6 +50,8 @@ def _meta_problem(meta: dict) -> str | None:
     for key in ("vocab_size", "eot"):
         if not is_int(meta.get(key)):
             return f"{key!r} must be a non-negative integer, got {meta.get(key)!r}"
+    if meta["eot"] >= meta["vocab_size"]:  # an eot no token equals: every split would be one document
+        return f"'eot' {meta['eot']} must be below 'vocab_size' {meta['vocab_size']}"
     if not isinstance(meta.get("tokenizer"), dict) or not isinstance(meta["tokenizer"].get("name"), str):
         return "'tokenizer' must be an object with a 'name'"
     if not isinstance(meta.get("splits"), dict):

@@ -177,6 +177,10 @@ def prepare(
         raise ValueError(f"shard_tokens must be positive, got {shard_tokens!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    kind, _, path = source.partition(":")
+    if kind in ("text", "bin") and not path.strip():
+        # Path("") is the current directory: its stray files are not a source anyone meant
+        raise ValueError(f"--source {source!r} needs a path after '{kind}:', e.g. {kind}:path/to/dir")
     if split is not None:
         if not source.startswith("text:"):
             raise ValueError(f"--split applies to a text:PATH source only, got --source {source}")
