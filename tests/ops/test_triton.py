@@ -1376,8 +1376,20 @@ GPU_NAMES = [
 ]
 
 
+def _use_tiles(monkeypatch, configs):
+    """Each kernel runs the one config ``configs[kind]`` (no autotuning: a single config is launched as is);
+    ``monkeypatch`` restores the autotune lists and caches after the test."""
+    for kind, kern in _kernels_module.KERNELS.items():
+        monkeypatch.setattr(kern, "configs", [configs[kind]])
+        monkeypatch.setattr(kern, "cache", {})
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (the interpreter has a single config)")
+@pytest.mark.skipif(
+    not HAS_CUDA,
+    reason="needs a CUDA device: every candidate at D = 64 and 128, with shared-memory limits "
+    "(the interpreter runs each distinct tile shape: test_interpreter_production_tile_shapes)",
+)
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("mode", ["fp32-ieee", "fp32-tf32", "fp32-tf32x3", "fp32-bf16x6", "bf16"])
 def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
@@ -1400,9 +1412,7 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
     skipped = []
     for kind in kernels:
         for i, cfg in enumerate(lists[kind]):
-            for other, kern in kernels.items():
-                monkeypatch.setattr(kern, "configs", [cfg if other == kind else lists[other][0]])
-                monkeypatch.setattr(kern, "cache", {})
+            _use_tiles(monkeypatch, {other: cfg if other == kind else lists[other][0] for other in kernels})
             q, k, v, do = make_inputs(B, H, T, T, D, seed=100 + i, dtype=dtype)
             try:
                 check("minmax-prob-k4", q, k, v, do, causal=True, mask=mask, precision=precision, atol=atol)
@@ -1411,6 +1421,48 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
                 assert i > 0, f"the default {kind} tile {cfg} does not fit the device at D = {D}"
                 skipped.append((kind, str(cfg)))
     assert len(skipped) <= 2, f"too many candidates do not fit: {skipped}"
+
+
+# Every (BLOCK_M, BLOCK_N) of the candidate lists, once: the interpreter otherwise runs one 16 x 16 tile
+# (kernels._configs), while every production default is rectangular
+PRODUCTION_TILES = sorted(
+    {
+        (bm, bn)
+        for lists in _kernels_module.TILE_LISTS.values()
+        for tiles in lists.values()
+        for bm, bn, *_ in tiles
+    }
+)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter check; GPU: test_gpu_every_autotune_candidate")
+@pytest.mark.parametrize("case", ["bf16-causal", "fp32-causal-keypad", "bf16-fused"])
+@pytest.mark.parametrize("tile", PRODUCTION_TILES, ids=lambda t: f"{t[0]}x{t[1]}")
+def test_interpreter_production_tile_shapes(tile, case, monkeypatch, request):
+    """All kernels on one production (BLOCK_M, BLOCK_N) against the float64 reference (``check``'s bound),
+    causal with Tq != Tk. The interpreter otherwise runs only its 16 x 16 tile (kernels._configs), on which
+    code that confuses BLOCK_M and BLOCK_N passes. "bf16-causal" (no mask, D <= 64) runs the split loops,
+    whose unmasked interior tiles are key tiles of BLOCK_N in the forward and dQ (_full_key_end) and query
+    blocks of BLOCK_M in dK/dV (_full_query_range); "bf16-fused" the same with the fused backward;
+    "fp32-causal-keypad" (FMA dots, a key-padding mask) the masked loops only. Tq = BLOCK_M + 11 (a full
+    query block and a partial one; at 128 rows one full block) and Tk - Tq = BLOCK_N + 9: every kernel has
+    interior tiles and masked ones."""
+    bm, bn = tile
+    cfg = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4, num_stages=1)
+    _use_tiles(monkeypatch, dict.fromkeys(_kernels_module.KERNELS, cfg))
+    Tq = min(bm + 11, 128)
+    Tk = Tq + bn + 9
+    dtype = torch.float32 if case.startswith("fp32") else torch.bfloat16
+    q, k, v, do = make_inputs(1, 1, Tq, Tk, 16, seed=bm * 1000 + bn, dtype=dtype)
+    mask = precision = None
+    if case == "fp32-causal-keypad":
+        mask = torch.ones(1, 1, 1, Tk, dtype=torch.bool)
+        mask[..., Tk - 20 :] = False  # key padding: the last 20 keys (only the last rows reach them)
+        mask[..., 3::7] = False
+        precision = "ieee"  # fp32 FMA dots (the "fma" tile list on a GPU)
+    fused = request.getfixturevalue("fused_bwd") if case == "bf16-fused" else None
+    check("minmax-prob-k4", q, k, v, do, causal=True, mask=mask, precision=precision)
+    assert fused is None or fused, "the fused backward did not run"
 
 
 @pytest.mark.gpu
