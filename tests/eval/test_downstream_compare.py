@@ -620,3 +620,135 @@ def test_downstream_device_defaults_to_auto_and_results_record_the_numerics(monk
     want = applied_numerics(cfg.numerics, device)
     assert {k: rec[k] for k in ["device", *want]} == {"device": str(device), **want}
     assert parse(["probes", "--run", "R"]).device == "auto"
+
+
+@pytest.fixture
+def fake_downstream(monkeypatch, tmp_path):
+    """``run(samples, out)``: `kinterval downstream` of a tiny checkpoint with lm-eval stubbed to log
+    ``samples`` (task -> per-item accuracies)."""
+    pytest.importorskip("lm_eval")
+    import lm_eval
+    import lm_eval.tasks
+    import torch
+
+    from kinterval.model import GPT, ModelConfig
+    from kinterval.train.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=50257)
+    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
+             "model_config": cfg.to_dict()}  # fmt: skip
+    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "softmax", "closed_form").state_dict(), {}, state)
+
+    class Tasks:
+        def __init__(self, *a, **k):
+            pass
+
+        def match_tasks(self, names):
+            return names
+
+    logged = {}
+
+    def evaluate(model, tasks, **kw):
+        samples = {
+            t: [{"doc_id": i, "target": "1", "metrics": ["acc"], "acc": a, "filtered_resps": [[-1.0, a > 0]]}
+                for i, a in enumerate(logged[t])]
+            for t in tasks
+        }  # fmt: skip
+        return {"samples": samples, "results": {t: {"acc,none": float(np.mean(logged[t]))} for t in tasks}}
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", evaluate)
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Tasks)
+
+    def run(samples, out):
+        logged.clear()
+        logged.update(samples)
+        return downstream_commands.run_downstream(tmp_path / "run", list(samples), out=out, device="cpu")
+
+    return run
+
+
+def test_downstream_outputs_are_written_atomically_results_json_last(fake_downstream, tmp_path, capsys):
+    """<task>.jsonl was rewritten in place and results.json after it: a rerun cut short left new per-item
+    files beside the previous run's results.json (or some tasks of each run). results.json now says the
+    folder is being written until every per-item file is in place, and records their sha256."""
+    from kinterval import atomic
+    from kinterval.cli import main
+
+    base, out = tmp_path / "base", tmp_path / "out"
+    fake_downstream({"qa": [1.0, 0.0, 1.0], "lm": [0.0, 0.0, 1.0]}, base)
+    first = fake_downstream({"qa": [1.0, 1.0, 1.0], "lm": [1.0, 0.0, 1.0]}, out)
+    assert first["files_sha256"] == {
+        f"{t}.jsonl": atomic.sha256_file(out / f"{t}.jsonl") for t in ("qa", "lm")
+    }
+    assert json.loads((out / "results.json").read_text()) == json.loads(json.dumps(first))
+    assert sorted(p.name for p in out.iterdir()) == ["lm.jsonl", "qa.jsonl", "results.json"]
+    assert downstream_compare(base, out, **FAST)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    written = []
+
+    def cut_short(path, data):  # the rerun is killed after its first per-item file
+        if written and path.suffix == ".jsonl":
+            raise KeyboardInterrupt
+        if path.suffix == ".jsonl":
+            written.append(path)
+        return atomic.write_with(path, lambda fh: fh.write(data))
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(atomic, "write_bytes", cut_short)
+        with pytest.raises(KeyboardInterrupt):
+            fake_downstream({"qa": [0.0, 0.0, 0.0], "lm": [0.0, 0.0, 0.0]}, out)
+    assert json.loads((out / "results.json").read_text())["complete"] is False
+    assert not any(p.name.endswith(".tmp") for p in out.iterdir())
+    capsys.readouterr()
+    assert main(["downstream-compare", str(base), str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "out/results.json: `kinterval downstream` was writing this folder and did not finish" in err
+    assert "\n" not in err
+
+    fake_downstream({"qa": [1.0, 1.0, 1.0], "lm": [1.0, 0.0, 1.0]}, out)  # the rerun finishes
+    again = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {k: v for k, v in again.items() if k != "results.json"} == {
+        k: v for k, v in before.items() if k != "results.json"
+    }
+    rows = downstream_compare(base, out, **FAST)
+    assert {r["task"] for r in rows} == {"qa", "lm"}
+
+    fake_downstream({"qa": [1.0, 1.0, 1.0]}, out)  # another task set: lm.jsonl of the last run goes
+    assert sorted(p.name for p in out.iterdir()) == ["qa.jsonl", "results.json"]
+
+
+def test_downstream_per_item_files_must_be_the_ones_results_json_records(fake_downstream, tmp_path, capsys):
+    """A results.json of one run beside the per-item files of another, an extra task file or a missing one is
+    refused naming the file; a torn or non-UTF-8 file is one line naming it, exit 2 (it was a traceback)."""
+    from kinterval.cli import main
+
+    base, a, b = tmp_path / "base", tmp_path / "a", tmp_path / "b"
+    fake_downstream({"qa": [1.0, 0.0, 1.0]}, base)
+    fake_downstream({"qa": [1.0, 1.0, 1.0]}, a)
+    fake_downstream({"qa": [0.0, 1.0, 1.0]}, b)
+    (b / "results.json").write_bytes((a / "results.json").read_bytes())  # a's record beside b's items
+    with pytest.raises(ValueError, match=r"b/qa.jsonl is not the file .*b/results.json records"):
+        downstream_compare(base, b, **FAST)
+    (a / "lm.jsonl").write_bytes((a / "qa.jsonl").read_bytes())
+    with pytest.raises(ValueError, match=r"a/lm.jsonl is not one of the files .*a/results.json records"):
+        downstream_compare(base, a, **FAST)
+    (a / "lm.jsonl").rename(a / "qa.jsonl.bak")
+    (a / "qa.jsonl").unlink()
+    with pytest.raises(ValueError, match=r"no per-item result files"):
+        downstream_compare(base, a, **FAST)
+    rec = json.loads((b / "results.json").read_text())
+    del rec["files_sha256"]  # written before the hashes were recorded: not checked
+    (b / "results.json").write_text(json.dumps(rec))
+    assert downstream_compare(base, b, **FAST)
+    for damage in (b'{"doc_id": 0, "targ', b'{"doc_id": 0, "target": "\xff"}\n', b""):
+        (b / "qa.jsonl").write_bytes(damage)
+        capsys.readouterr()
+        assert main(["downstream-compare", str(base), str(b)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("kinterval downstream-compare: error: ") and "b/qa.jsonl" in err, err
+        assert "\n" not in err
+    (b / "results.json").write_bytes(b"\xff\xfe{")
+    assert main(["downstream-compare", str(base), str(b)]) == 2
+    assert "b/results.json: not a JSON file" in capsys.readouterr().err

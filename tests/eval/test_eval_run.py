@@ -499,3 +499,51 @@ def test_a_diagnostic_records_its_numerics_and_answers_only_the_same(tiny_run, t
     _cuda_request(monkeypatch, D)
     with pytest.raises(_Loaded):
         D.diagnose_checkpoint(ckpt, kind, device="cuda", **kw)
+
+
+def test_a_summary_beside_the_arrays_of_another_request_is_not_current(tiny_run, tmp_path):
+    """An evaluation killed between its two renames left the new NPZ beside the old JSON (the NPZ was moved
+    into place before the JSON was invalidated): the JSON of ``max_blocks=2`` beside the 4-block arrays of
+    ``max_blocks=4`` answered the next ``max_blocks=2`` request as [cached]. Recreated here on disk, with and
+    without the ``npz_sha256`` a summary now records (an older summary: its block count is checked)."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    first = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    js = tmp_path / f"{first['checkpoint']}.json"
+    summary_a = json.loads(js.read_text())
+    assert evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=4)["n_blocks"] == 4
+    for summary in (summary_a, {k: v for k, v in summary_a.items() if k != "npz_sha256"}):
+        js.write_text(json.dumps(summary))  # the JSON of request A beside the NPZ of request B
+        again = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+        assert again["skipped"] is False and again["n_blocks"] == 2
+        with np.load(tmp_path / f"{first['checkpoint']}.npz") as z:
+            assert z["nll"].size == 2
+        assert evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)["skipped"] is True
+        assert evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=4)["skipped"] is False
+
+
+def test_the_old_summary_goes_before_the_arrays_are_replaced(tiny_run, tmp_path, monkeypatch):
+    """A re-evaluation cut short while its NPZ is written leaves no summary: the old JSON is removed first, so
+    it never describes the new arrays; no temporary file is left behind."""
+    from kinterval import atomic
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    first = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    npz_before = (tmp_path / f"{first['checkpoint']}.npz").read_bytes()
+
+    class Killed(BaseException):
+        pass
+
+    def killed(path, data):
+        assert not (tmp_path / f"{first['checkpoint']}.json").exists()  # gone before the NPZ is replaced
+        raise Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(atomic, "write_bytes", killed)
+        with pytest.raises(Killed):
+            evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{first['checkpoint']}.npz"]
+    assert (tmp_path / f"{first['checkpoint']}.npz").read_bytes() == npz_before
+    again = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)  # no summary: evaluated again
+    assert again["skipped"] is False and again["npz_sha256"] == atomic.sha256_file(
+        tmp_path / f"{first['checkpoint']}.npz"
+    )

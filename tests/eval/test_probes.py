@@ -1,7 +1,9 @@
 """Synthetic probes: deterministic generators, verified structure, scoring, CLI path on a tiny checkpoint."""
 
 import argparse
+import hashlib
 import json
+import re
 
 import numpy as np
 import pytest
@@ -334,6 +336,7 @@ def test_compare_refuses_runs_that_scored_other_token_sequences(tmp_path):
     samples, _ = probes.all_samples(3, 1000, 160, 0, copies=3)
     assert (summary["vocab_size"], summary["samples_sha256"]) == (1000, probes.samples_sha256(samples))
     path = out["c"] / "summary.json"  # same vocabulary, other sequences (e.g. another generator version)
+    summary = json.loads(path.read_text())  # c's own: a's records the sha256 of a's samples.jsonl
     path.write_text(json.dumps(dict(summary, samples_sha256="0" * 64)))
     with pytest.raises(ValueError, match="probe samples_sha256 differs from the reference's"):
         probes.compare_probes(out["c"], out["a"], n_resamples=20)
@@ -418,3 +421,74 @@ def test_probes_compare_refuses_outputs_scored_with_other_numerics(tmp_path, cap
     with warnings.catch_warnings():
         warnings.simplefilter("error", NumericsUnknownWarning)
         assert probes.compare_probes(out["cond"], out["ref"], n_resamples=20)["deltas"]
+
+
+def test_a_summary_of_other_samples_is_refused_naming_the_file(tmp_path, monkeypatch):
+    """samples.jsonl was rewritten in place and summary.json only after the bootstrap: a rerun cut short in
+    between paired new samples with the old summary, and probes-compare accepted it. The old summary now goes
+    first and the new one records the sha256 of the samples file; a summary of other samples is refused."""
+    ref = tmp_path / "ref"
+    probes.run_probes(make_run(tmp_path / "soft", "softmax"), out=ref, families=2, copies=2, device="cpu")
+    outs = {}
+    for op in ("fwm-prob-k4", "lerp-k4"):
+        outs[op] = tmp_path / op
+        probes.run_probes(make_run(tmp_path / f"run-{op}", op), out=outs[op], families=2, copies=2,
+                          device="cpu")  # fmt: skip
+    a, b = outs["fwm-prob-k4"], outs["lerp-k4"]
+    summary = json.loads((a / "summary.json").read_text())
+    assert probes.compare_probes(b, ref, n_resamples=20)["deltas"]
+    (b / "summary.json").write_text(json.dumps(summary))  # a's summary beside b's samples
+    with pytest.raises(ValueError, match=r"lerp-k4/samples.jsonl is not the samples file .*lerp-k4/summary"):
+        probes.compare_probes(b, ref, n_resamples=20)
+    assert summary["samples_jsonl_sha256"] == hashlib.sha256((a / "samples.jsonl").read_bytes()).hexdigest()
+    old = {k: v for k, v in summary.items() if k != "samples_jsonl_sha256"}  # written before it was recorded
+    (b / "summary.json").write_text(json.dumps(old))
+    assert probes.compare_probes(b, ref, n_resamples=20)["deltas"]
+
+    def cut_short(*args, **kwargs):
+        raise RuntimeError("killed during the bootstrap")
+
+    monkeypatch.setattr(probes, "summarize", cut_short)
+    with pytest.raises(RuntimeError, match="killed"):
+        probes.run_probes(make_run(tmp_path / "run-lerp-k4", "lerp-k4"), out=a, families=2, copies=2,
+                          device="cpu")  # fmt: skip
+    assert not (a / "summary.json").exists()  # a's old summary is not left beside the new samples
+    assert sorted(p.name for p in a.iterdir()) == ["samples.jsonl"]  # no temporary files
+    with pytest.raises(ValueError, match="is not a `kinterval probes` output"):
+        probes.compare_probes(a, ref, n_resamples=20)
+
+
+@pytest.mark.parametrize("damage", ["torn", "torn-old-summary", "empty", "empty-summary", "not-rows"])
+def test_a_torn_probes_output_is_a_one_line_error(tmp_path, capsys, damage):
+    """A samples.jsonl or summary.json cut short by a kill (or empty) ended probes-compare in a
+    JSONDecodeError traceback (exit 1); now it is one line naming the file, exit 2."""
+    from kinterval.cli import main
+
+    run = make_run(tmp_path / "run")
+    out = {name: tmp_path / name for name in ("ref", "cond")}
+    for folder in out.values():
+        probes.run_probes(run, out=folder, families=2, copies=2, device="cpu")
+    samples, summary = out["cond"] / "samples.jsonl", out["cond"] / "summary.json"
+    data = samples.read_bytes()
+    if damage.startswith("torn"):
+        samples.write_bytes(data[: len(data) // 2])
+        if damage == "torn-old-summary":
+            old = {k: v for k, v in json.loads(summary.read_text()).items() if k != "samples_jsonl_sha256"}
+            summary.write_text(json.dumps(old))
+        want = "line .*: not a JSON record" if damage == "torn-old-summary" else "is not the samples file"
+    elif damage == "empty":
+        samples.write_bytes(b"")
+        want = "is not the samples file"
+    elif damage == "empty-summary":
+        summary.write_bytes(b"")
+        want = "summary.json: not a JSON file"
+    else:
+        samples.write_text("[1, 2]\n")
+        summary.write_text(json.dumps({k: v for k, v in json.loads(summary.read_text()).items()
+                                       if k != "samples_jsonl_sha256"}))  # fmt: skip
+        want = "line 1: not a probe sample row"
+    capsys.readouterr()
+    assert main(["probes-compare", str(out["ref"]), str(out["cond"]), "--resamples", "20"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval probes-compare: error: ") and "\n" not in err, err
+    assert re.search(want, err) and "cond/" in err, err

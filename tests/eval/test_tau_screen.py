@@ -3,6 +3,7 @@
 
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -313,3 +314,83 @@ def test_tau_screen_stage_records_carry_the_numerics(tmp_path):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # --device auto
     want = applied_numerics(cfg.numerics, device)
     assert {k: record[k] for k in ["device", *want]} == {"device": str(device), **want}
+
+
+def _screen_run(tmp_path):
+    """A prepared data folder and a one-checkpoint softmax run; the argv prefix of a tau screen of it."""
+    from kinterval.data.prepare import prepare
+    from kinterval.data.synthetic import VOCAB_SIZE
+    from kinterval.model import ModelConfig
+    from kinterval.train.checkpoint import save_checkpoint
+
+    prepare("synthetic", tmp_path / "data", tokens=8_000, seed=0, progress=False)
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=VOCAB_SIZE)
+    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
+             "model_config": cfg.to_dict()}  # fmt: skip
+    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "softmax", "closed_form").state_dict(), {}, state)
+    return ["tau-screen", "--run", str(tmp_path / "run"), "--data", str(tmp_path / "data"), "--out",
+            str(tmp_path / "ts"), "--device", "cpu", "--K", "4", "--subset-blocks", "2", "--max-blocks", "2",
+            "--resamples", "20"]  # fmt: skip
+
+
+def test_a_stage_cut_short_leaves_no_record_of_another_grid(tmp_path, monkeypatch):
+    """A rerun of a stage wrote stageN.npz first and stageN.json only after the bootstrap: cut short in
+    between, the previous run's stageN.json (another tau grid) described the new arrays. The old record and
+    tables now go first and the record, written last, holds the arrays' sha256."""
+    import json
+
+    from kinterval import atomic
+    from kinterval.cli import main
+
+    argv = _screen_run(tmp_path)
+    out = tmp_path / "ts"
+    assert main([*argv, "--stages", "1,3", "--taus", "8"]) == 0
+    record = json.loads((out / "stage1.json").read_text())
+    assert {p.name for p in out.iterdir()} == {f"stage{s}.{e}" for s in "13" for e in ("json", "npz")} | {
+        "stage3.md",
+        "stage3.tex",
+    }
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bootstrap cut short")
+
+    monkeypatch.setattr("kinterval.eval.tau_screen.contrasts", broken)
+    for stage in ("1", "3"):
+        with pytest.raises(RuntimeError, match="cut short"):
+            main([*argv, "--stages", stage, "--taus", "12"])
+        with np.load(out / f"stage{stage}.npz") as z:
+            assert "K=4 tau=12" in z.files and "K=4 tau=8" not in z.files  # the new grid's arrays
+        assert not (out / f"stage{stage}.json").exists()  # and no record of the old grid beside them
+    assert not (out / "stage3.md").exists() and not (out / "stage3.tex").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["stage1.npz", "stage3.npz"]  # no temporary files
+    assert record["per_block_sha256"] != atomic.sha256_file(out / "stage1.npz")  # the first run's record
+    monkeypatch.undo()
+    assert main([*argv, "--stages", "1", "--taus", "12"]) == 0
+    record = json.loads((out / "stage1.json").read_text())
+    assert record["per_block_sha256"] == atomic.sha256_file(out / "stage1.npz") and record["taus"] == [12.0]
+
+
+def test_per_block_arrays_are_replaced_atomically(tmp_path, monkeypatch):
+    """np.savez wrote straight to the final path: a write cut short left a torn archive in place of the
+    previous stage's arrays. Now the old file stays until the new one is complete; no ``.npz`` is appended."""
+    from kinterval.eval import tau_screen
+
+    path = save_per_block(planted_stage(blocks=3), tmp_path / "stage1.npz")
+    before = path.read_bytes()
+
+    def torn(file, **arrays):  # a file name (the old call) or an open file: half an archive, then a failure
+        if hasattr(file, "write"):
+            file.write(b"PK\x03\x04 torn")
+        else:
+            Path(file).write_bytes(b"PK\x03\x04 torn")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tau_screen.np, "savez", torn)
+    with pytest.raises(OSError, match="disk full"):
+        save_per_block(planted_stage(blocks=5), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["stage1.npz"]
+    monkeypatch.undo()
+    assert save_per_block(planted_stage(blocks=5), tmp_path / "no_suffix").name == "no_suffix"
+    assert load_per_block(tmp_path / "no_suffix")["softmax"].size == 5

@@ -236,3 +236,92 @@ def test_delta_table_shows_the_softmax_row_and_each_nll_seed_sd(fake_suite, tmp_
     lerp = next(r for r in data["delta"] if r["key"]["operator"] == "lerp-k4")
     cells = next([c.strip() for c in x.strip("|").split("|")] for x in lines if x.startswith("| lerp-k4 |"))
     assert cells[3] == f"{lerp['nll_sd']:.4f}"
+
+
+def _files(folder):
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_a_report_that_stops_partway_leaves_the_previous_report_as_it_was(fake_suite, tmp_path, monkeypatch):
+    """`kinterval report` wrote into --out one table at a time with report.json and index.md last, nothing
+    cleared first: a rerun cut short left new tables beside the previous index.md and report.json (and its
+    claims), a mixed report that looked complete. It is now built beside and published at the end."""
+    from kinterval.report import build
+
+    other = tmp_path / "other"
+    _fake_suite(other, data="data2")
+    out = tmp_path / "rep"
+    build_report(fake_suite, out)
+    (out / "notes.txt").write_text("the user's own file")
+    first = _files(out)
+    assert "delta.md" in first and not any(".building" in name for name in first)
+
+    calls = []
+    table = build._Index.table
+
+    def cut_short(self, *args, **kwargs):  # the second build stops after its first table
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(args[0])
+        return table(self, *args, **kwargs)
+
+    monkeypatch.setattr(build._Index, "table", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        build_report([fake_suite, other], out)  # its delta table differs from the first build's
+    assert calls == ["delta"]
+    assert _files(out) == first  # byte-identical, and no temporary folder left
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+
+    monkeypatch.setattr(build._Index, "table", table)
+    build_report([fake_suite, other], out)
+    second = _files(out)
+    assert second["delta.md"] != first["delta.md"] and "cross_setting.md" in second
+    assert second["notes.txt"] == b"the user's own file"
+    build_report(fake_suite, out)  # the previous report's own files it does not write again go
+    assert _files(out) == first
+
+
+def test_a_report_killed_while_it_is_published_has_no_index(fake_suite, tmp_path, monkeypatch):
+    """A kill among the renames that publish a report leaves no index.md nor report.json (they go first and
+    come last); a build folder left by a kill is removed by the next build."""
+    from kinterval.report import build
+
+    other = tmp_path / "other"
+    _fake_suite(other, data="data2")
+    out = tmp_path / "rep"
+    build_report([fake_suite, other], out)
+    replace, moved = build.os.replace, []
+
+    def killed(src, dst):
+        if len(moved) == 3:
+            raise KeyboardInterrupt
+        moved.append(dst)
+        return replace(src, dst)
+
+    monkeypatch.setattr(build.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_report(fake_suite, out)
+    assert len(moved) == 3 and not (out / "index.md").exists() and not (out / "report.json").exists()
+    monkeypatch.setattr(build.os, "replace", replace)
+    (out / build.BUILDING).mkdir()  # as a SIGKILL would leave it (the finally clause never runs)
+    (out / build.BUILDING / "delta.md").write_text("stale")
+    index = build_report(fake_suite, out)
+    assert index == out / "index.md" and json.loads((out / "report.json").read_text())["delta"]
+    assert not (out / build.BUILDING).exists()
+    fresh = tmp_path / "fresh"
+    build_report(fake_suite, fresh)
+    assert _files(out) == _files(fresh)
+
+
+def test_demo_report_is_published_index_last(tmp_path, monkeypatch):
+    from kinterval.report import build
+
+    soft = np.random.default_rng(1).normal(4.0, 0.2, 40)
+    demo_report({"softmax": soft, "lerp-k4": soft + 0.1}, tmp_path / "demo")
+    first = _files(tmp_path / "demo")
+    monkeypatch.setattr(build.F, "endpoint_figure", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        demo_report({"softmax": soft, "lerp-k4": soft + 0.2}, tmp_path / "demo")
+    assert _files(tmp_path / "demo") == first

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 
@@ -60,6 +59,7 @@ def _diag(kind: str):
 
 
 def _tau_screen(args: argparse.Namespace) -> int:
+    from kinterval import atomic
     from kinterval.data.loader import TokenShards
     from kinterval.eval.checkpoints import pick_device, select_checkpoints
     from kinterval.eval.tau_screen import (
@@ -106,6 +106,11 @@ def _tau_screen(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for st in stages:
         res = run_stage(model, tokens, st, reconstruction=args.reconstruction, progress=print)
+        # stageN.json marks a finished stage: the old one (and the old tables) go before the arrays are
+        # replaced, and it is written last, recording the arrays' sha256; every file is written atomically.
+        # A kill leaves no stageN.json describing other arrays than stageN.npz.
+        for ext in ("json", "md", "tex"):
+            (out / f"stage{st.name}.{ext}").unlink(missing_ok=True)
         per_block = save_per_block(res, out / f"stage{st.name}.npz")  # kept before any statistic is formed
         record = {
             "checkpoint": str(ckpt),
@@ -119,6 +124,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
             "nll": res.nll,
             "contrasts": contrasts(res, n_resamples=args.resamples),  # each condition - softmax [CI]
             "per_block": per_block.name,
+            "per_block_sha256": atomic.sha256_file(per_block),
         }
         if not st.minmax:
             record["best_tau"] = {str(K): res.best_tau(K) for K in st.K}
@@ -127,10 +133,10 @@ def _tau_screen(args: argparse.Namespace) -> int:
             md, rows = stage3_table(res, n_resamples=args.resamples)
             tex, _ = stage3_table(res, n_resamples=args.resamples, fmt="tex")
             record["table"] = rows
-            (out / f"stage{st.name}.md").write_text(md)
-            (out / f"stage{st.name}.tex").write_text(tex)
+            atomic.write_text(out / f"stage{st.name}.md", md)
+            atomic.write_text(out / f"stage{st.name}.tex", tex)
             print(md)
-        (out / f"stage{st.name}.json").write_text(json.dumps(record, indent=1, default=float) + "\n")
+        atomic.write_json(out / f"stage{st.name}.json", record, default=float)
     print(f"written to {out}")
     return 0
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kinterval import atomic
+
 
 # ---------------------------------------------------------------------- downstream
 def _item(sample: dict) -> dict:
@@ -143,17 +145,47 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
         raise ValueError(hub_error(err, "--include-path")) from None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    _begin_writing(out)
+    files = {}
     for task, samples in res["samples"].items():
-        with open(out / f"{task}.jsonl", "w") as fh:
-            for s in sorted(samples, key=lambda s: s["doc_id"]):
-                fh.write(json.dumps(_item(s), default=_jsonable) + "\n")
+        lines = [
+            json.dumps(_item(s), default=_jsonable) + "\n" for s in sorted(samples, key=lambda s: s["doc_id"])
+        ]
+        data = "".join(lines).encode()
+        atomic.write_bytes(out / f"{task}.jsonl", data)
+        files[f"{task}.jsonl"] = atomic.sha256_bytes(data)
     native = lm.state["config"]["operator"]["name"]
     numerics = {"device": str(lm._device), **applied_numerics(lm.model.config.numerics, lm._device)}
     summary = {"run": str(run), "operator": lm.operator, "native_operator": native,
                "checkpoint_step": lm.state.get("step"), "tasks": sorted(res["samples"]), "limit": limit,
-               "seed": seed, "batch_size": batch_size, **numerics, "results": res["results"]}  # fmt: skip
-    (out / "results.json").write_text(json.dumps(summary, indent=1, default=_jsonable) + "\n")
+               "seed": seed, "batch_size": batch_size, **numerics, "results": res["results"],
+               "files_sha256": files}  # fmt: skip
+    atomic.write_json(out / "results.json", summary, default=_jsonable)  # last: the folder is complete
     return summary
+
+
+# results.json while `kinterval downstream` writes a folder: a run cut short leaves it, and the folder is
+# refused (deleting results.json instead would leave a folder read as lm-eval's own output, unchecked)
+WRITING = {"complete": False, "note": "`kinterval downstream` was writing this folder and did not finish"}
+
+
+def _begin_writing(out: Path) -> None:
+    """Mark ``out`` as being written (results.json becomes :data:`WRITING`, atomically, before any per-item
+    file is replaced) and remove the per-item files of the run that wrote it before (its results.json's
+    ``files_sha256``, else its ``tasks``), so that no task of another run stays beside the new ones."""
+    path = out / "results.json"
+    try:
+        old = json.loads(path.read_bytes()) if path.is_file() else {}
+    except ValueError:  # torn or not JSON: nothing to learn from it
+        old = {}
+    old = old if isinstance(old, dict) else {}
+    names = old.get("files_sha256") or {
+        f"{t}.jsonl": None for t in old.get("tasks") or [] if isinstance(t, str)
+    }
+    atomic.write_json(path, WRITING)
+    for name in names:
+        if isinstance(name, str) and name.endswith(".jsonl") and Path(name).name == name:
+            (out / name).unlink(missing_ok=True)
 
 
 def _jsonable(x):
@@ -195,14 +227,27 @@ def _per_item(folder) -> dict[str, dict]:
     rolling (perplexity) tasks. lm-eval's per-item ``perplexity`` (loglikelihood tasks, e.g. LAMBADA) is the
     target's log-likelihood (its aggregate is exp(-mean)) and is named ``loglikelihood``. A task logged under
     several lm-eval filters gets each metric per filter, ``metric,filter``; a (doc_id, filter) logged twice
-    is an error."""
+    is an error. A folder whose ``results.json`` records ``files_sha256`` (``kinterval downstream``) must hold
+    exactly those files, with those hashes; an unfinished one (results.json :data:`WRITING`) is refused."""
     tasks = {}
-    for task, path in _task_files(Path(folder)).items():
+    recorded = (_results_record(folder) or {}).get("files_sha256")  # first: an unfinished folder is refused
+    files = _task_files(Path(folder))
+    for task, path in files.items():
+        data = path.read_bytes()
+        record = Path(folder) / "results.json"
+        if isinstance(recorded, dict) and path.name not in recorded:
+            raise ValueError(f"{path} is not one of the files {record} records (a file of another run?): "
+                             "remove it, or rerun `kinterval downstream`")  # fmt: skip
+        if isinstance(recorded, dict) and recorded[path.name] != atomic.sha256_bytes(data):
+            raise ValueError(f"{path} is not the file {record} records (sha256 differs: a mixed or changed "
+                             "output); rerun `kinterval downstream`")  # fmt: skip
         logged = {}  # (doc_id, filter) -> (target, metrics)
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        for n, line in enumerate(data.split(b"\n"), 1):
+            if not line.strip():
+                continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError as err:
+            except ValueError as err:  # not JSON, or not UTF-8
                 raise ValueError(f"{path}, line {n}: not a JSON record ({err})") from None
             if not isinstance(rec, dict) or "doc_id" not in rec:  # e.g. a probes samples.jsonl
                 raise ValueError(f"{path}, line {n}: not a per-item result record (no doc_id)")
@@ -221,6 +266,8 @@ def _per_item(folder) -> dict[str, dict]:
                 under = f" under filter {key[1]!r}" if key[1] is not None else ""
                 raise ValueError(f"{path}, line {n}: doc_id {key[0]}{under} is logged twice")
             logged[key] = (None if target is None else str(target), vals)
+        if not logged:
+            raise ValueError(f"{path} holds no items (an empty result file)")
         several = len({f for _, f in logged}) > 1
         items = {}
         for (doc, f), (target, vals) in logged.items():
@@ -229,6 +276,10 @@ def _per_item(folder) -> dict[str, dict]:
                 raise ValueError(f"{path}: doc_id {doc} has targets {old_target!r} and {target!r}")
             merged.update({f"{m},{f}" if several else m: v for m, v in vals.items()})
         tasks[task] = items
+    if isinstance(recorded, dict):
+        missing = sorted(set(recorded) - {p.name for p in files.values()})
+        if missing:
+            raise ValueError(f"{folder}: {', '.join(missing)} recorded in results.json but missing")
     return tasks
 
 
@@ -238,9 +289,11 @@ def _results_record(folder) -> dict | None:
     if not path.is_file():
         return None
     try:
-        rec = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        rec = json.loads(path.read_bytes())
+    except ValueError as err:  # not JSON (e.g. torn), or not UTF-8
         raise ValueError(f"{path}: not a JSON file ({err})") from None
+    if isinstance(rec, dict) and rec.get("complete") is False:
+        raise ValueError(f"{path}: {rec.get('note', 'an unfinished output')}; rerun it")
     return rec if isinstance(rec, dict) else None
 
 

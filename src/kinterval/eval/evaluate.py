@@ -2,7 +2,8 @@
 
 Layout: ``RUN/eval/<tag>/step_000123.npz`` (``nll``: per-block NLL; with document clusters also ``doc_ids``,
 ``doc_nll``, ``doc_tokens``) and ``step_000123.json`` (summary: mean NLL, n_blocks, operator trained/used,
-checkpoint identity and code identity of both training and evaluation, the numerics used and the request).
+checkpoint identity and code identity of both training and evaluation, the numerics used, the request and
+``npz_sha256``, the NPZ's own hash). The JSON is removed before the NPZ is replaced and written last.
 ``tag`` is the split, plus the data folder name when ``data`` is given and ``op-<operator>`` when the operator
 is overridden. A result is reused only for the same checkpoint bytes and the same request (:func:`request`),
 which includes the numerics of the device it runs on (:func:`applied_numerics`).
@@ -10,14 +11,15 @@ which includes the numerics of the device it runs on (:func:`applied_numerics`).
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from kinterval import atomic
 from kinterval.data.loader import TokenShards
 from kinterval.eval.checkpoints import (
     checkpoint_name,
@@ -109,17 +111,30 @@ def request(
 
 def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
     """The stored result is of these checkpoint bytes and this request, written by this ``SUMMARY_VERSION``
-    (an older summary lacks fields that the gate and the report read, e.g. ``mean_ci95_block``)."""
+    (an older summary lacks fields that the gate and the report read, e.g. ``mean_ci95_block``), and the NPZ
+    beside it is the one the summary was written with: its ``npz_sha256``, or for a summary written before
+    that was recorded, the NPZ's block count and mean NLL. (An evaluation killed between the two renames of
+    an older kinterval left the summary of one request beside the arrays of another.)"""
     if not (json_path.is_file() and npz_path.is_file()):
         return False
     try:
         s = read_summary(json_path)
-        return (
-            s.get("summary_version") == SUMMARY_VERSION
+        if not (
+            isinstance(s, dict)
+            and s.get("summary_version") == SUMMARY_VERSION
             and s.get("checkpoint_state_sha256") == state_sha256(ckpt)
             and s.get("request") == req
-        )
-    except (json.JSONDecodeError, OSError):
+        ):
+            return False
+    except (ValueError, OSError):  # a torn or unreadable summary (JSONDecodeError is a ValueError)
+        return False
+    try:
+        if "npz_sha256" in s:
+            return atomic.sha256_file(npz_path) == s["npz_sha256"]
+        with np.load(npz_path, allow_pickle=False) as z:
+            nll = z["nll"]
+        return nll.size == s.get("n_blocks") and float(nll.mean()) == s.get("mean_nll")  # as written
+    except Exception:  # an unreadable NPZ (torn, not an archive, no "nll"): evaluate again
         return False
 
 
@@ -214,12 +229,15 @@ def evaluate_checkpoint(
             summary["doc_cluster_mean_nll"] = ci.mean
             summary["doc_cluster_ci95"] = [ci.lo, ci.hi]
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = npz_path.with_name(npz_path.stem + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, npz_path)
-    tmp = json_path.with_name(json_path.name + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=1) + "\n")
-    os.replace(tmp, json_path)  # the JSON is written last: its presence marks a finished evaluation
+    # The JSON marks a finished evaluation: the old one goes before the NPZ is replaced and the new one is
+    # written last, each atomically, and it records the NPZ's sha256 (checked by _is_current). A kill at any
+    # point leaves no summary beside arrays it was not written with.
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    summary["npz_sha256"] = atomic.sha256_bytes(buf.getvalue())
+    json_path.unlink(missing_ok=True)
+    atomic.write_bytes(npz_path, buf.getvalue())
+    atomic.write_json(json_path, summary)
     return dict(summary, skipped=False)
 
 

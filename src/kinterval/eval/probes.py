@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kinterval import atomic
 from kinterval.eval.checkpoints import pick_device
 from kinterval.eval.evaluate import applied_numerics
 from kinterval.train.load import load_run
@@ -242,9 +243,55 @@ def in_probeab(r: dict) -> bool:
 def probe_tables(results_dir: str | Path) -> list[dict]:
     """The summary table rows of a ``kinterval probes`` output folder (see :func:`summarize`), each with the
     run's ``operator`` added."""
-    results_dir = Path(results_dir)
-    summary = json.loads((results_dir / "summary.json").read_text())
+    path = Path(results_dir) / "summary.json"
+    summary = _read_summary(path.parent)
+    if not isinstance(summary.get("table"), list):
+        raise ValueError(f"{path}: not a `kinterval probes` summary (no table)")
     return [dict(r, operator=summary["operator"]) for r in summary["table"]]
+
+
+SAMPLE_FIELDS = ("probe", "family", "condition", "param", "nll", "acc")
+
+
+def _read_summary(folder: Path) -> dict:
+    """``folder/summary.json``; ``ValueError`` naming the file when it is missing, not JSON (torn) or not a
+    probes summary."""
+    path = folder / "summary.json"
+    if not path.is_file():
+        raise ValueError(f"{folder} is not a `kinterval probes` output (no summary.json)")
+    try:
+        summary = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a JSON file ({err}); rerun `kinterval probes`") from None
+    if not isinstance(summary, dict) or "operator" not in summary:
+        raise ValueError(f"{path}: not a `kinterval probes` summary (no operator)")
+    return summary
+
+
+def _read_samples(folder: Path, summary: dict) -> list[dict]:
+    """The rows of ``folder/samples.jsonl``. Its sha256 must be the summary's ``samples_jsonl_sha256`` (a
+    summary written before it was recorded is not checked), and every line a sample row: ``ValueError``
+    naming the file otherwise (samples of another run, or a file torn by a kill)."""
+    path = folder / "samples.jsonl"
+    data = path.read_bytes()
+    want = summary.get("samples_jsonl_sha256")
+    if want is not None and atomic.sha256_bytes(data) != want:
+        raise ValueError(f"{path} is not the samples file {folder / 'summary.json'} was written with (sha256 "
+                         "differs: a mixed or interrupted output); rerun `kinterval probes`")  # fmt: skip
+    rows = []
+    for n, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}, line {n}: not a JSON record ({err})") from None
+        if not isinstance(row, dict) or any(f not in row for f in SAMPLE_FIELDS):
+            raise ValueError(f"{path}, line {n}: not a probe sample row (fields {', '.join(SAMPLE_FIELDS)})")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path} holds no samples; rerun `kinterval probes`")
+    return rows
 
 
 # ---------------------------------------------------------------------- paired comparison with softmax
@@ -356,9 +403,11 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
     Both must come from the same samples: same ``seed``, ``families``, ``copies``, skipped lengths,
     ``vocab_size`` and ``samples_sha256`` (the token sequences themselves), scored at the same ``batch_size``
     (``ValueError`` naming the field otherwise, or when an older summary lacks ``vocab_size`` or
-    ``samples_sha256``) and with the same numerics (device type, autocast, attention dtype, TF32, eval dot
-    precision; a summary written before they were recorded is compared unchecked, with a
-    ``NumericsUnknownWarning`` when the other records them: see
+    ``samples_sha256``). Each ``samples.jsonl`` must be the file its ``summary.json`` was written with
+    (``samples_jsonl_sha256``; a summary written before it was recorded is not checked), and a torn or
+    unreadable file is a ``ValueError`` naming it. And they must be scored with the same numerics (device
+    type, autocast, attention dtype, TF32, eval dot precision; a summary written before they were recorded
+    is compared unchecked, with a ``NumericsUnknownWarning`` when the other records them: see
     :func:`kinterval.eval.downstream_commands.check_same_numerics`). Returns ``{operator, reference_operator,
     deltas, slopes}`` (see :func:`paired_deltas` and :func:`delta_slopes`).
     """
@@ -371,8 +420,8 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
     for name, folder in folders.items():
         if not (folder / "summary.json").is_file() or not (folder / "samples.jsonl").is_file():
             raise ValueError(f"{folder} is not a `kinterval probes` output (summary.json, samples.jsonl)")
-        summaries[name] = json.loads((folder / "summary.json").read_text())
-        rows[name] = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+        summaries[name] = _read_summary(folder)
+        rows[name] = _read_samples(folder, summaries[name])
     for field_ in ("seed", "families", "copies", "skipped", "vocab_size", "samples_sha256", "batch_size"):
         a, b = summaries["results"].get(field_), summaries["reference"].get(field_)
         if field_ == "batch_size":  # recorded since batch 1 became the default; older outputs were batch 8
@@ -421,15 +470,20 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
     rows = score(model, samples, device=device, batch_size=batch_size)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "samples.jsonl", "w") as fh:
-        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    # summary.json marks a finished output: the old one goes first, then samples.jsonl and last summary.json
+    # (with the samples file's sha256) are written, each atomically. A kill leaves no summary beside samples
+    # it was not written with.
+    (out / "summary.json").unlink(missing_ok=True)
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    atomic.write_bytes(out / "samples.jsonl", data)
     summary = {"run": str(run), "checkpoint_step": state.get("step"), "operator": model.operator,
                "native_operator": state["config"]["operator"]["name"], "families": families, "copies": copies,
                "seed": seed, "block_size": cfg.block_size, "vocab_size": cfg.vocab_size,
-               "batch_size": batch_size, "samples_sha256": samples_sha256(samples), "skipped": skipped,
+               "batch_size": batch_size, "samples_sha256": samples_sha256(samples),
+               "samples_jsonl_sha256": atomic.sha256_bytes(data), "skipped": skipped,
                "device": str(device), **applied_numerics(cfg.numerics, device),
                "table": summarize(rows)}  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    atomic.write_json(out / "summary.json", summary)
     return summary
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kinterval import atomic
 from kinterval.eval.attention import patched_attention
 from kinterval.eval.evaluate import applied_numerics
 from kinterval.ops import OperatorSpec
@@ -176,10 +177,11 @@ def contrasts(res: StageResult, *, n_resamples: int = 10_000) -> list[dict]:
 
 
 def save_per_block(res: StageResult, path) -> Path:
-    """Write the per-block NLL of every condition to ``path`` (npz; keys are the condition names)."""
-    path = Path(path)
-    np.savez(path, **{name: np.asarray(v, dtype=np.float64) for name, v in res.per_block.items()})
-    return path
+    """Write the per-block NLL of every condition to ``path`` (npz; keys are the condition names), atomically
+    (a temporary file renamed into place: a kill leaves the old file or the new one). ``path`` is used as
+    given: no ``.npz`` is appended."""
+    arrays = {name: np.asarray(v, dtype=np.float64) for name, v in res.per_block.items()}
+    return atomic.write_with(path, lambda fh: np.savez(fh, **arrays))
 
 
 def load_per_block(path) -> dict[str, np.ndarray]:

@@ -1,12 +1,24 @@
 """``build_report``: regenerate every table and figure of one or more suite folders from result files only,
 and ``demo_report`` for ``kinterval demo``. Output: ``index.md`` linking Markdown + LaTeX tables, PNG figures
-and ``report.json`` (all numbers)."""
+and ``report.json`` (all numbers).
+
+A report is built in ``OUT/.report.building`` (a leftover of a build that was killed is removed first) and
+only then published into ``OUT`` (:func:`_publish`): the previous report's ``index.md`` and ``report.json``
+are removed first, its other files (those its ``index.md`` links) are removed unless the new report has them,
+the new files are renamed into place and ``report.json`` and ``index.md`` come last. ``OUT`` may hold other
+files (it may be any folder the user names): they are left alone. So a report that stopped at an error, or
+was killed while it computed, leaves the previous report as it was; one killed while it is published (a few
+renames) leaves no ``index.md``: never tables of one build under the ``index.md`` of another.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import os
+import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -40,6 +52,42 @@ class _Index:
 
     def figure(self, name: str, alt: str) -> None:
         self.lines += [f"![{alt}]({name})", ""]
+
+
+BUILDING = ".report.building"  # inside OUT: the report while it is built
+# a file of the report that index.md links: [Markdown](x.md), ![alt](x.png), [report.json](report.json)
+_LINK = re.compile(r"\]\(([^()/\\\s]+\.(?:md|tex|png|json))\)")
+
+
+def _begin(out: Path) -> Path:
+    """The empty folder a report of ``out`` is built in (``out/.report.building``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / BUILDING
+    shutil.rmtree(work, ignore_errors=True)  # left by a build that was killed
+    work.mkdir()
+    return work
+
+
+def _publish(work: Path, out: Path, last: tuple[str, ...]) -> None:
+    """Move the report built in ``work`` into ``out`` (see the module docstring); ``last``: the files that
+    mark a complete report, the last of them last (``index.md``)."""
+    index = out / "index.md"
+    try:
+        old = set(_LINK.findall(index.read_text(errors="replace"))) if index.is_file() else set()
+    except OSError:
+        old = set()
+    for name in reversed(last):  # index.md first: from here until the end there is no complete report
+        (out / name).unlink(missing_ok=True)
+    new = {p.name for p in work.iterdir()}
+    for name in sorted(old - new - set(last)):  # the previous report's own files the new one lacks
+        if (out / name).is_file():
+            (out / name).unlink()
+    for name in sorted(new - set(last)):
+        os.replace(work / name, out / name)
+    for name in last:
+        if name in new:
+            os.replace(work / name, out / name)
+    work.rmdir()
 
 
 def _traj_points(rows: list[A.Row]) -> list[tuple[int, float, float, float]]:
@@ -174,11 +222,23 @@ def _run_count(r) -> str:
 def build_report(suite_dirs, out: str | Path) -> Path:
     """Report of one or more suite folders into ``out``; returns the path of ``index.md``.
 
-    The folders' runs are pooled: each run is paired with its same-seed control from any of them."""
+    The folders' runs are pooled: each run is paired with its same-seed control from any of them. The report
+    is built in ``out/.report.building`` and then published into ``out`` (module docstring): other files in
+    ``out`` are kept, an error or a kill before the publication leaves the previous report as it was."""
     dirs = [Path(d) for d in ([suite_dirs] if isinstance(suite_dirs, (str, Path)) else suite_dirs)]
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     results = load_many(dirs)
+    work = _begin(out)
+    try:
+        _build(results, work)
+        _publish(work, out, ("report.json", "index.md"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out / "index.md"
+
+
+def _build(results, out: Path) -> None:
+    """Every table, figure, ``report.json`` and ``index.md`` of ``results`` into the folder ``out``."""
     points = [p for r in results for p in r.points]
     primary = [p for p in points if p.primary]
     models = len({p.model for p in points}) > 1  # suites of several models (C and D): name the model
@@ -367,9 +427,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
         )
     (out / "report.json").write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
     ix.lines += ["All numbers: [report.json](report.json)", ""]
-    path = out / "index.md"
-    path.write_text("\n".join(ix.lines))
-    return path
+    (out / "index.md").write_text("\n".join(ix.lines))
 
 
 def _json_default(o):
@@ -394,12 +452,23 @@ def demo_report(
     ``per_block``: operator name -> per-block validation NLL (same blocks for all, ``"softmax"`` included).
     ``trajectories`` (optional): operator -> [(training tokens, mean val NLL)], softmax included, same tokens.
     Writes ``delta.md``, ``delta.tex``, ``delta.png`` (and ``trajectories.png``) and ``index.md`` into
-    ``out_dir``; returns ``{"rows": [{operator, nll, delta, lo, hi, separated}], "index": path}``.
+    ``out_dir``, built in ``out_dir/.report.building`` and published as :func:`build_report` does
+    (``index.md`` last); returns ``{"rows": [{operator, nll, delta, lo, hi, separated}], "index": path}``.
     """
     if "softmax" not in per_block:
         raise ValueError("per_block must include the softmax reference")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir)
+    work = _begin(out_dir)
+    try:
+        rows = _demo(per_block, work, trajectories, title)
+        _publish(work, out_dir, ("index.md",))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"rows": rows, "index": out_dir / "index.md"}
+
+
+def _demo(per_block, out: Path, trajectories, title: str) -> list[dict]:
+    """The demo report's files into the folder ``out``; its rows."""
     soft = np.asarray(per_block["softmax"], dtype=np.float64)
     rows, table = [], []
     for op, nll in per_block.items():
@@ -447,6 +516,5 @@ def demo_report(
         }
         F.trajectory_figure(traj, out / "trajectories.png", f"{title}: ΔNLL along training")
         index += ["![trajectories](trajectories.png)", ""]
-    path = out / "index.md"
-    path.write_text("\n".join(index))
-    return {"rows": rows, "index": path}
+    (out / "index.md").write_text("\n".join(index))
+    return rows

@@ -1,0 +1,67 @@
+"""Atomic writes of result files: a killed run leaves the old file or the new one, never a torn one.
+
+Each file is written to a temporary file in its own folder (``.<name>.tmp``: hidden, and no reader's pattern
+matches it; a kill leaves it behind, and the next write of the same file replaces it), flushed and fsynced,
+and then renamed over the final path with :func:`os.replace`. A result of several files needs an order on
+top of this (delete the file that marks the set as complete first, write it last); the callers say theirs.
+
+No kinterval imports: every layer may use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+
+def temp_path(path: str | Path) -> Path:
+    """The temporary file :func:`write_with` writes ``path`` through."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp")
+
+
+def write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write`` on a binary file object, then put what it wrote at ``path`` atomically (e.g.
+    ``write_with(p, lambda fh: np.savez(fh, **arrays))``: a file object, so numpy appends no ``.npz``).
+    On an exception nothing is left behind and ``path`` is untouched."""
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    return write_with(path, lambda fh: fh.write(data))
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, obj, *, indent: int | None = 1, default=None) -> Path:
+    """``obj`` as JSON (``json.dumps(obj, indent=indent, default=default)`` and a newline)."""
+    return write_text(path, json.dumps(obj, indent=indent, default=default) + "\n")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
