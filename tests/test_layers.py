@@ -16,6 +16,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "kinterval"
 
 LAYER = {
+    "atomic": -1,  # file writes that a kill cannot tear: no kinterval imports, usable by every layer
     "ops": 0,
     "data": 0,
     "stats": 0,
