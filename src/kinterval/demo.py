@@ -36,8 +36,9 @@ def register(subparsers) -> None:
 
 def cmd_demo(args) -> int:
     from kinterval.report import demo_report
-    from kinterval.train.demo import run_demo
+    from kinterval.train.demo import check_options, run_demo
 
+    check_options(args.tokens, args.seed, args.quick, flag="--")  # before the (temporary) folder is made
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kinterval-demo-"))
     ops = [o.strip() for o in args.operators.split(",") if o.strip()]
     t0 = time.perf_counter()

@@ -322,3 +322,28 @@ def test_an_operators_own_arithmetic_wins_however_it_is_spaced(tmp_path):
 def test_supplementary_is_a_boolean(tmp_path):
     with pytest.raises(ValueError, match="supplementary"):
         _suite(tmp_path, 'supplementary = "false"\n[[group]]\noperators = ["softmax"]\n')
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [(GOOD.replace("seeds=[1]", "seeds=[1, 99999999999999999999999]") + G, r"field 'seeds' must be a "
+      r"non-empty list of integers from 0 to 4294967295 \(2\^32 - 1\), got \[1, 99999999999999999999999\]"),
+     (GOOD.replace("seeds=[1]", "seeds=[4294967296]") + G, r"field 'seeds' must be"),
+     (GOOD + G + "seeds=[-1]\n", r"group 0: field 'seeds' must be a non-empty list of integers from 0 to"),
+     (GOOD + "[data]\nseed=-3\n" + G, r"\[data\]: field 'seed' must be an integer from 0 to 4294967295")],
+)  # fmt: skip
+def test_suite_seeds_out_of_range_are_refused_at_load_time(tmp_path, text, message, capsys):
+    """A seed of 2^32 or more passed the load and failed every run in torch or numpy (a traceback in each
+    run's log); a negative one failed each run's config check."""
+    from kinterval.cli import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_suite(bad)
+    assert main(["suite", "show", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kinterval suite: error: {bad}: ") and "\n" not in err
+    ok = GOOD.replace("seeds=[1]", "seeds=[0, 4294967295]") + G
+    bad.write_text(ok)
+    assert {r.seed for r in load_suite(bad).runs} == {0, 2**32 - 1}

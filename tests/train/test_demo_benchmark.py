@@ -249,9 +249,9 @@ def test_demo_passes_tokens_and_seed_and_reuses_the_prepared_corpus(tmp_path, mo
     from kinterval.train.demo import run_demo
 
     layers = _DemoLayers(monkeypatch)
-    run_demo(tmp_path, tokens=4096, operators=["softmax"], quick=True, seed=5, progress=False)
+    run_demo(tmp_path, tokens=8192, operators=["softmax"], quick=True, seed=5, progress=False)
     assert [(p[2]["tokens"], p[2]["seed"]) for p in layers.prepared] == [(100_000, 5)]
-    assert [(c.schedule.tokens, c.seed) for c, *_ in layers.trained] == [(4096, 5)]
+    assert [(c.schedule.tokens, c.seed) for c, *_ in layers.trained] == [(8192, 5)]
     (tmp_path / "data" / "meta.json").parent.mkdir(parents=True)
     (tmp_path / "data" / "meta.json").write_text("{}")
     run_demo(tmp_path, operators=["softmax"], quick=True, seed=5, progress=False)
@@ -340,11 +340,11 @@ def test_demo_command_passes_its_flags_and_prints_the_reports_intervals(tmp_path
     )
     monkeypatch.setattr(kinterval.report, "demo_report", demo_report)
 
-    flags = ["--tokens", "4096", "--operators", "lerp-k4,,fwm-prob-k4,", "--seed", "3", "--quick"]
+    flags = ["--tokens", "8192", "--operators", "lerp-k4,,fwm-prob-k4,", "--seed", "3", "--quick"]
     assert main(["demo", "--out", str(tmp_path), *flags, "--threads", "0", "--no-progress"]) == 0
     kw = calls[-1][1]
     assert (kw["tokens"], kw["operators"], kw["seed"], kw["quick"]) == (
-        4096,
+        8192,
         ["lerp-k4", "fwm-prob-k4"],
         3,
         True,

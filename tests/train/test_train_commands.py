@@ -31,3 +31,39 @@ def test_set_parses_toml_values_and_needs_field_equals_value():
     assert isinstance(cfg.optim.beta2, float) and isinstance(cfg.log.eval_blocks, int)
     with pytest.raises(ValueError, match=r"--set expects FIELD=VALUE, got 'optim.beta2'"):
         config("--set", "optim.beta2")
+
+
+# ------------------------------------------------------------------ audit fixes (seed range, demo --tokens)
+@pytest.mark.parametrize("seed", ["99999999999999999999999", "4294967296", "-1"])
+def test_train_refuses_a_seed_out_of_range_in_one_line(seed, tmp_path, capsys):
+    """Only seed >= 0 was checked: a huge --seed failed in torch.manual_seed ("Overflow when unpacking long
+    long", a traceback) after the run folder was made; numpy's legacy RNG takes seeds below 2^32."""
+    from kinterval.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--data", str(tmp_path), "--seed", seed]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval train: error: seed must be an integer from 0 to 4294967295")
+    assert "\n" not in err and not out.exists()
+    assert config("--seed", "4294967295").seed == 2**32 - 1
+    with pytest.raises(ValueError, match="seed must be an integer from 0 to 4294967295"):
+        config("--set", f"seed={seed}")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--quick", "--tokens", "1000"], "--tokens must be at least 4097 for the quick demo (more than its "
+      "4096 warmup tokens), got 1000"),
+     (["--tokens", "50000"], "--tokens must be at least 50001 for the full demo"),
+     (["--quick", "--seed", "99999999999999999999999"], "--seed must be an integer from 0 to 4294967295"),
+     (["--quick", "--seed", "-1"], "--seed must be an integer from 0 to 4294967295")],
+)  # fmt: skip
+def test_demo_checks_tokens_and_seed_in_its_own_terms_before_any_work(flags, message, tmp_path, capsys):
+    """`demo --quick --tokens 1000` failed after preparing the corpus, naming schedule.warmup_tokens (4096),
+    which a demo user cannot set; a huge --seed prepared the corpus, then failed in torch with a traceback."""
+    from kinterval.cli import main
+
+    assert main(["demo", "--out", str(tmp_path / "d"), "--no-progress", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kinterval demo: error: {message}") and "\n" not in err
+    assert not (tmp_path / "d").exists()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
+import re
 
 import torch
 
 from kinterval.ops.api import attention_probs, valid_mask
 from kinterval.ops.diagnostics import score_gradient, zero_sum_residual
+from kinterval.ops.seeds import check_seed
 from kinterval.ops.spec import RANGE_GRADS, OperatorSpec
 from kinterval.ops.text_table import Table
 
@@ -15,6 +18,9 @@ DEFAULT_OPERATORS = (
     "softmax bf16-exp fp8-exp lerp-k4 lerp-k16 minmax-weight-k4 minmax-prob-k4 fwm-weight-k4 fwm-prob-k4 "
     "resolved-weight-k4 fwm-prob-k16"
 ).split()
+# Peak memory per T^2, measured: the table's 4x4xTxT float32 tensors (T = 512, 1024) and verify's 2x3xTxT
+# float64 ones (T = 600) take about 2-3 KiB per T^2 in all
+BYTES_PER_T2 = 3 * 1024
 
 
 def register(sub) -> None:
@@ -25,7 +31,11 @@ def register(sub) -> None:
         "against autograd of the reference, every operator and mode (takes --K, --T and --scale).",
     )
     p.add_argument("action", nargs="?", choices=["table", "verify"], default="table")
-    p.add_argument("--operators", help="table only: comma-separated names (default: a set of each family)")
+    p.add_argument(
+        "--operators",
+        help="table only: comma-separated names, full names with [overrides] too, as the table prints them "
+        "(default: a set of each family)",
+    )
     p.add_argument(
         "--range-grad", help="table only: backward rule of the K-interval operators (default: full)"
     )
@@ -42,9 +52,51 @@ def _given(args, *names) -> list[str]:
     return ["--" + n.replace("_", "-") for n in names if getattr(args, n) is not None]
 
 
+def _memory_available() -> int | None:
+    """Bytes of memory available (Linux: MemAvailable; elsewhere the physical total), None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_memory(T: int) -> None:
+    """Refuse a --T whose tensors would not fit (it failed with an allocator traceback, or swapped)."""
+    need, avail = BYTES_PER_T2 * T * T, _memory_available()
+    if avail is not None and need > avail:
+        raise ValueError(f"--T {T} needs about {need / 2**30:,.1f} GiB of memory (about 3 KiB per T^2), more "
+                         f"than the {avail / 2**30:,.1f} GiB available; use a smaller --T")  # fmt: skip
+
+
+def split_operators(text: str) -> list[str]:
+    """``--operators``: comma-separated full names, whose ``[...]`` may hold commas of their own
+    (``fwm-prob-k4[tau=5,range_grad=detach]``); blank items are skipped."""
+    return [n.strip() for n in re.split(r",(?![^\[\]]*\])", text) if n.strip()]
+
+
+def _spec(name: str, range_grad: str | None) -> OperatorSpec:
+    """A table operator: its full name (as the table prints it), with --range-grad for K-interval ones."""
+    spec = OperatorSpec.from_full_name(name)  # the parse error itself (unknown name, tau out of range, ...)
+    if range_grad is None or range_grad == "full" or not spec.is_kinterval:  # baselines have no range_grad
+        return spec
+    if spec.range_grad not in ("full", range_grad):
+        raise ValueError(
+            f"operator {name!r} sets range_grad={spec.range_grad}, --range-grad says {range_grad}"
+        )
+    return OperatorSpec.parse(spec, range_grad=range_grad)
+
+
 def run(args) -> int:
     if args.T is not None and args.T < 2:  # the residual column needs rows with at least two keys
         raise ValueError(f"--T must be an integer >= 2, got {args.T}")
+    _check_memory(args.T if args.T is not None else 128)
     if args.scale is not None and (not math.isfinite(args.scale) or args.scale <= 0):
         raise ValueError(f"--scale must be a finite number > 0, got {args.scale}")
     if args.action == "verify":
@@ -59,11 +111,14 @@ def run(args) -> int:
         return verify_main(argv)
     if args.K is not None:
         raise ValueError("--K is for `kinterval ops verify` (the table takes operator names: --operators)")
-    operators = args.operators or ",".join(DEFAULT_OPERATORS)
     range_grad = args.range_grad or "full"
     if range_grad not in RANGE_GRADS:
         raise ValueError(f"--range-grad must be one of {', '.join(RANGE_GRADS)}, got {range_grad!r}")
-    T, scale, seed = args.T or 128, args.scale or 6.0, args.seed or 0
+    names = split_operators(args.operators) if args.operators is not None else DEFAULT_OPERATORS
+    if not names:
+        raise ValueError(f"--operators names no operator, got {args.operators!r}")
+    specs = [_spec(name, range_grad) for name in names]  # every name, before the (large) tensors
+    T, scale, seed = args.T or 128, args.scale or 6.0, check_seed(args.seed or 0, "--seed")
     gen = torch.Generator().manual_seed(seed)
     s = torch.randn(4, 4, T, T, generator=gen) * scale
     up = torch.randn(s.shape, generator=gen)
@@ -72,10 +127,7 @@ def run(args) -> int:
     table = Table(title=f"operators on random causal scores (T={T}, score sd {scale:g}, float32)")
     for col in ("operator", "TV to softmax (mean)", "TV max", "zero-sum residual (median)", "residual max"):
         table.add_column(col, justify="left" if col == "operator" else "right")
-    for name in operators.split(","):
-        spec = OperatorSpec.parse(name.strip())
-        if spec.is_kinterval and range_grad != "full":  # the baselines have no range_grad
-            spec = OperatorSpec.parse(name.strip(), range_grad=range_grad)
+    for spec in specs:
         P = attention_probs(s, spec, causal=True)
         tv = 0.5 * (P - P_soft).abs().sum(-1)
         rho = zero_sum_residual(score_gradient(s, spec, up, causal=True), valid)[

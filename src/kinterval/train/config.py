@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kinterval.model.config import PRESETS, ModelConfig, NumericsConfig, preset
 from kinterval.model.gpt import ATTENTION_BACKENDS, operator_name
+from kinterval.ops.seeds import check_seed
 
 try:
     import tomllib
@@ -184,7 +185,7 @@ class TrainConfig:
         _choice("device", self.device, DEVICES)
         _choice("dist.strategy", self.dist.strategy, STRATEGIES)
         _choice("optim.decay", self.optim.decay, DECAY_POLICIES)
-        _int("seed", self.seed, 0)
+        check_seed(self.seed, "seed")  # [0, 2^32): torch, numpy's legacy RNG
         o, s = self.optim, self.schedule
         _num("optim.lr", o.lr, lo=0, open_lo=True)
         _num("optim.beta1", o.beta1, lo=0, hi=1, open_hi=True)

@@ -17,6 +17,7 @@ import torch
 from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
 from kinterval.model import operator_name
+from kinterval.ops.seeds import check_seed
 from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
 from kinterval.train.load import load_run
@@ -24,7 +25,21 @@ from kinterval.train.loop import train
 
 DEFAULT_OPERATORS = ("softmax", "minmax-weight-k4", "fwm-prob-k4")
 FULL = {"data_tokens": 1_000_000, "tokens": 600_000}
-QUICK = {"data_tokens": 100_000, "tokens": 16_384}
+QUICK = {"data_tokens": 100_000, "tokens": 16_384, "warmup_tokens": 4096}  # full: tiny-cpu.toml's warmup
+
+
+def check_options(tokens, seed, quick: bool, flag: str = "") -> None:
+    """A ValueError for ``tokens`` or ``seed`` (named ``{flag}tokens``, ``{flag}seed``: ``flag="--"`` from the
+    CLI), raised before any data is prepared: a run's tokens must exceed the warmup the demo sets, which its
+    users cannot change (too few failed after the corpus was prepared, naming schedule.warmup_tokens)."""
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise ValueError(f"{flag}tokens must be a positive integer (left out: the default), got {tokens!r}")
+    warmup = QUICK["warmup_tokens"] if quick else TrainConfig.from_toml("tiny-cpu").schedule.warmup_tokens
+    if tokens is not None and tokens <= warmup:
+        mode = "quick" if quick else "full"
+        raise ValueError(f"{flag}tokens must be at least {warmup + 1} for the {mode} demo (more than its "
+                         f"{warmup} warmup tokens), got {tokens}")  # fmt: skip
+    check_seed(seed, f"{flag}seed")
 
 
 def run_demo(
@@ -55,8 +70,7 @@ def run_demo(
 
 def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
     operators = list(operators)
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
-        raise ValueError(f"tokens must be a positive integer (or None: the default), got {tokens!r}")
+    check_options(tokens, seed, quick)
     for op in operators:  # every name, before any data is prepared or any run trained
         operator_name(op)
     if "softmax" not in operators:
@@ -77,7 +91,7 @@ def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
         }
     )
     if quick:
-        base = base.override({"schedule.warmup_tokens": 4096, "checkpoint.count": 1})
+        base = base.override({"schedule.warmup_tokens": QUICK["warmup_tokens"], "checkpoint.count": 1})
     val = TokenShards(data, "val").tokens()
     rows = []
     for op in operators:
