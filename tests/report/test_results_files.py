@@ -3,6 +3,8 @@ per-block NLL is an error naming its file."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from synthetic_results import write_results
@@ -31,3 +33,61 @@ def test_a_non_finite_per_block_nll_names_its_file(tmp_path):
     np.savez(npz, nll=nll)
     with pytest.raises(ValueError, match=rf"{npz}: 'nll' holds a non-finite value \(inf\) at index 5"):
         load_results(tmp_path / "ci")
+
+
+def _report(args, tmp_path, capsys) -> str:
+    """`kinterval report ARGS --out`: exit status 2 and one error line, no report written; the line."""
+    from kinterval.cli import main
+
+    assert main(["report", *map(str, args), "--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("kinterval report: error: "), err
+    assert not (tmp_path / "rep").exists()
+    return err
+
+
+def test_a_folder_given_twice_is_refused(tmp_path, capsys):
+    """`kinterval report d d/` loaded the runs twice, as two seeds of their own (seeds [7, 7], sd 0)."""
+    from kinterval.report.results import load_many
+
+    write_results(tmp_path / "ci", "ci", lambda r, f: 0.0)
+    (tmp_path / "link").symlink_to(tmp_path / "ci")
+    for again in (f"{tmp_path / 'ci'}/", tmp_path / "link"):
+        with pytest.raises(ValueError, match="is given twice"):
+            load_many([tmp_path / "ci", again])
+        assert f"suite folder {tmp_path / 'ci'} is given twice" in _report(
+            [tmp_path / "ci", again], tmp_path, capsys
+        )
+
+
+MALFORMED = ["manifest without runs", "manifest run without seed", "summary a list", "summary without step",
+             "geometry a list", "graddiag without step"]  # fmt: skip
+
+
+@pytest.mark.parametrize("what", MALFORMED)
+def test_a_malformed_result_file_is_one_error_line_naming_it(tmp_path, capsys, what):
+    """The old report crashed: KeyError 'runs', AttributeError 'list' object has no attribute 'get', ..."""
+    m = write_results(tmp_path / "ci", "ci", lambda r, f: 0.0, geometry=lambda r, f: {"row_span": 1.0})
+    run = tmp_path / "ci" / m["runs"][0]["run_dir"]
+    js = sorted(run.glob("eval/val/step_*.json"))[-1]
+    manifest = tmp_path / "ci" / "manifest.json"
+    if what.startswith("manifest"):
+        bad, m = manifest, json.loads(manifest.read_text())
+        if what == "manifest without runs":
+            del m["runs"]
+        else:
+            del m["runs"][0]["seed"]
+        manifest.write_text(json.dumps(m))
+    elif what.startswith("summary"):
+        bad, s = js, json.loads(js.read_text())
+        js.write_text(
+            json.dumps([1, 2] if what == "summary a list" else {k: v for k, v in s.items() if k != "step"})
+        )
+    elif what == "geometry a list":
+        bad = run / "diagnostics" / "geometry" / js.name
+        bad.write_text("[1, 2]")
+    else:
+        bad = run / "diagnostics" / "graddiag" / js.name
+        bad.parent.mkdir(parents=True)
+        bad.write_text(json.dumps({"mean": {}}))
+    assert str(bad) in _report([tmp_path / "ci"], tmp_path, capsys)

@@ -460,3 +460,53 @@ def test_results_only_malformed_record_is_an_error_line(results_dir, tmp_path):
     _edit_json(d / RECORD, lambda r: r.update(files=["manifest.json"]))
     (err,) = gate(d, results_only=True).errors
     assert err.startswith(f"{RECORD}: unusable")
+
+
+# ---------------------------------------------------------------------- the run logs the report reads
+def _corrupt_metrics(d):
+    """A first line that is not JSON: `kinterval report` refuses such a log ("line 1 is corrupt")."""
+    log = d / "runs" / RUN / "metrics.jsonl"
+    log.write_text("garbage\n" + log.read_text())
+    return log
+
+
+def test_full_gate_reads_each_run_log_as_the_report_does(suite_dir, tmp_path, capsys):
+    """The old gate hashed a corrupt metrics.jsonl into gate.json, 0 errors; the report then refused it."""
+    d = _copy(suite_dir, tmp_path)
+    (d / RECORD).unlink()
+    _corrupt_metrics(d)
+    assert main(["suite", "gate", str(d)]) == 1
+    out = capsys.readouterr().out
+    lines = [x for x in out.splitlines() if x.startswith("ERROR")]
+    assert len(lines) == 1 and lines[0].startswith(f"ERROR runs/{RUN}/metrics.jsonl: line 1 is corrupt")
+    assert "3 runs, 6 jobs, 1 errors" in out and not (d / RECORD).exists()
+
+
+def test_results_only_reads_each_run_log_even_when_the_record_signs_it_off(results_dir, tmp_path):
+    """A gate.json written by the old gate holds the corrupt log's hash: the bytes match, the log is still
+    one error."""
+    from kinterval.suite.gate import sha256_file
+
+    d = _copy(results_dir, tmp_path)
+    log = _corrupt_metrics(d)
+    _edit_json(d / RECORD, lambda r: r["files"].update({f"runs/{RUN}/metrics.jsonl": sha256_file(log)}))
+    (err,) = gate(d, results_only=True).errors
+    assert err.startswith(f"runs/{RUN}/metrics.jsonl: line 1 is corrupt")
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda m: m.pop("runs"), "no valid 'runs' entry"),
+        (lambda m: m.update(runs={"a": 1}), "no valid 'runs' entry"),
+        (lambda m: m["runs"].append([1, 2]), "run entry 3 is not a JSON object"),
+        (lambda m: m["runs"][1].pop("run_dir"), "run entry 1 ('lerp-k4-s7') has no valid 'run_dir'"),
+        (lambda m: m["runs"][0].update(seed="7"), "run entry 0 ('softmax-s7') has no valid 'seed'"),
+    ],
+)
+def test_a_malformed_manifest_is_one_error_line(results_dir, tmp_path, capsys, edit, says):
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / "manifest.json", edit)
+    assert main(["suite", "gate", str(d), "--results-only"]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ERROR")]
+    assert len(lines) == 1 and lines[0].startswith("ERROR manifest.json: unreadable") and says in lines[0]

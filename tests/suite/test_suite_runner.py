@@ -383,3 +383,27 @@ def test_a_run_that_raises_does_not_stop_a_sequential_suite(tmp_path, data, monk
     assert "RuntimeError: CUDA out of memory" in (out / "logs" / "softmax-s1.log").read_text()
     assert any("softmax-s1: failed" in line and "softmax-s1.log" in line for line in logs)
     assert main(["suite", "run", str(suite_file(tmp_path)), "--out", str(out), "--data", str(data)]) == 1
+
+
+def test_an_unreadable_status_json_is_not_complete(tmp_path):
+    from kinterval.suite.runner import run_complete
+
+    (tmp_path / "checkpoints" / "step_000004").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "step_000004" / "state.json").write_text("{}")
+    for status in (b"garbage", b"[1, 2]", b"", b"\xff\xfe"):
+        (tmp_path / "status.json").write_bytes(status)
+        assert not run_complete(tmp_path, {"checkpoint_steps": [4]})
+
+
+def test_a_corrupt_status_json_is_resumed_not_failed(tmp_path, data):
+    """run_complete parsed status.json unguarded: the suite failed the run on every attempt (JSONDecodeError)
+    while `kinterval train --resume` rewrites it. Now the run resumes from its final checkpoint."""
+    path = tmp_path / "one.toml"
+    path.write_text(suite_file(tmp_path).read_text().replace('["softmax", "lerp-k4"]', '["softmax"]'))
+    out = tmp_path / "out"
+    assert run_suite(path, out, data=data, log=lambda *_: None) == {"softmax-s1": "completed"}
+    (out / "runs" / "softmax-s1" / "status.json").write_text("garbage")
+    logs = []
+    assert run_suite(path, out, data=data, log=logs.append) == {"softmax-s1": "completed"}
+    assert any(line.startswith("softmax-s1: resumed") for line in logs), logs
+    assert json.loads((out / "runs" / "softmax-s1" / "status.json").read_text())["status"] == "completed"

@@ -17,7 +17,7 @@ from kinterval.train.checkpoint import CheckpointError, latest_checkpoint, load_
 def tiny_state():
     torch.manual_seed(0)
     cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)
-    return GPT(cfg).state_dict(), {"model_config": cfg.to_dict()}
+    return GPT(cfg).state_dict(), {"config": {}, "model_config": cfg.to_dict()}
 
 
 def edit_state(ck, rehash=True, **changes):

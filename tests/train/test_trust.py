@@ -212,7 +212,7 @@ def test_unreadable_latest_falls_back_to_the_newest_checkpoint(runs, tmp_path, c
 def tiny_state():
     torch.manual_seed(0)
     cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)
-    return GPT(cfg).state_dict(), {"step": 1, "model_config": cfg.to_dict()}
+    return GPT(cfg).state_dict(), {"step": 1, "config": {}, "model_config": cfg.to_dict()}
 
 
 def test_files_and_folders_are_fsynced_before_their_renames(tmp_path, monkeypatch):
@@ -506,3 +506,26 @@ def test_a_second_train_of_a_folder_in_training_is_refused(make_config, tmp_path
     holder.kill()
     holder.wait()
     assert train(cfg, out).status == "completed"  # the kernel released the dead holder's lock
+
+
+@pytest.mark.parametrize("edit", ["no config", "no model_config", "config a string"])
+@pytest.mark.parametrize("command", ["eval", "geometry"])
+def test_a_state_json_without_its_configs_is_one_error_line(runs, tmp_path, capsys, command, edit):
+    """eval and geometry read state.json unverified and indexed state["config"]: a KeyError / TypeError
+    traceback. read_state now requires both configs to be JSON objects."""
+    run = copy_run(runs, "full", tmp_path)
+    ck = latest_checkpoint(run)
+    state = json.loads((ck / "state.json").read_text())
+    key = "model_config" if edit == "no model_config" else "config"
+    if edit == "config a string":
+        state["config"] = "x"
+    else:
+        del state[key]
+    state["state_sha256"] = C.state_sha256(state)  # an edit its own hash cannot see
+    (ck / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=f"lacks a valid '{key}' entry"):
+        C.read_state(ck)
+    assert main([command, "--run", str(run), "--checkpoint", "latest"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"kinterval {command}: error: checkpoint {ck}: " in err, err
+    assert f"lacks a valid '{key}' entry" in err

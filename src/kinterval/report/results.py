@@ -152,13 +152,19 @@ class SuiteResults:
         return {k: sorted(v, key=lambda p: p.step) for k, v in out.items()}
 
 
-def _json(path: Path):
+def _json(path: Path) -> dict:
+    """A result file's JSON object (evaluation summary, probe, diagnostic); ValueError naming the file."""
     try:
-        return json.loads(path.read_text())
+        obj = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(
             f"{path}: corrupt, not JSON ({err}); `kinterval suite gate` checks every file"
         ) from None
+    if not isinstance(obj, dict):
+        raise ValueError(
+            f"{path}: not a JSON object ({type(obj).__name__}); `kinterval suite gate` checks every file"
+        )
+    return obj
 
 
 def _nll_arrays(npz: Path) -> tuple[np.ndarray, dict]:
@@ -203,8 +209,11 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
         logs[r["run_id"]] = _read_logs(run_dir)
         gd_files = sorted((run_dir / "diagnostics" / "graddiag").glob("step_*.json"))
         gd = [_json(f) for f in gd_files]
+        for f, d in zip(gd_files, gd):
+            if isinstance(d.get("step"), bool) or not isinstance(d.get("step"), int):
+                raise ValueError(f"{f}: no valid 'step' ({d.get('step')!r})")
         if gd:
-            graddiag[r["run_id"]] = sorted(gd, key=lambda d: int(d["step"]))
+            graddiag[r["run_id"]] = sorted(gd, key=lambda d: d["step"])
         budget = int(r.get("tokens") or 0)
         for js in sorted((run_dir / "eval").glob("*/step_*.json")):
             s = _json(js)
@@ -217,7 +226,13 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
             gj = geo_dir / js.name
             if tag == primary_tag and gj.is_file():
                 geo = _json(gj).get("mean", {})
+                if not isinstance(geo, dict):
+                    raise ValueError(f"{gj}: 'mean' is not a JSON object")
             data = (Path(str(s.get("data_dir", ""))).name, s.get("split"), s.get("T"), int(nll.size))
+            try:
+                step, tokens = int(s["step"]), int(s.get("tokens", 0))
+            except (KeyError, TypeError, ValueError) as err:
+                raise ValueError(f"{js}: no valid step / tokens ({err!r})") from None
             points.append(
                 Point(
                     suite=m["suite"],
@@ -226,8 +241,8 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     operator=r["operator"],
                     seed=int(r["seed"]),
                     budget=budget,
-                    step=int(s["step"]),
-                    tokens=int(s.get("tokens", 0)),
+                    step=step,
+                    tokens=tokens,
                     tag=tag,
                     data=data,
                     nll=nll,
@@ -250,7 +265,17 @@ def _plan(row: dict) -> tuple:
 
 def load_many(dirs) -> list[SuiteResults]:
     """Several suite folders; a run (model, operator, seed, budget, data) found in two folders is an error. A
-    condition's design seeds are those every folder plans for it (``mini`` and ``mini-seeds`` together)."""
+    condition's design seeds are those every folder plans for it (``mini`` and ``mini-seeds`` together). A
+    folder given twice (``d`` and ``d/``, or through a link) is an error: its runs would count twice, as
+    seeds of their own."""
+    dirs, given = [Path(d) for d in dirs], {}
+    for d in dirs:
+        key = d.resolve()
+        if key in given:
+            raise ValueError(
+                f"suite folder {key} is given twice (as {given[key]} and {d}); its runs would count twice"
+            )
+        given[key] = d
     out = [load_results(d) for d in dirs]
     planned: dict[tuple, set[int]] = {}
     for res in out:

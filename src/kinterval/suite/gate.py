@@ -4,9 +4,10 @@ Full mode (a suite folder with its checkpoints and data), for every run of the m
 
 - the manifest agrees with the suite file it was built from (embedded in the manifest), and each run's
   checkpoint steps with the schedule of its config;
-- the run completed; every expected checkpoint exists, each of its files has the sha256 its ``state.json``
-  records, its config equals the suite's (execution-only fields such as device or micro-batch split excepted),
-  its operator and code identity (``ops_sha256``) the manifest's;
+- the run completed; its ``metrics.jsonl`` reads as the report reads it; every expected checkpoint exists,
+  each of its files has the sha256 its ``state.json`` records, its config equals the suite's (execution-only
+  fields such as device or micro-batch split excepted), its operator and code identity (``ops_sha256``) the
+  manifest's;
 - every checkpoint has an evaluation of the full split through its own operator (no override), of these
   checkpoint bytes, by the same operator code, whose summary (mean NLL, its CI, block and document counts)
   is what its per-block arrays give, of the manifest's data folder, with as many blocks as the split of
@@ -30,10 +31,11 @@ geometry, probed) exactly as above, and lists the others as not run, not as erro
 ``kinterval suite merge`` gathers such folders into one (:mod:`kinterval.suite.merge`).
 
 Results-only mode (``results_only=True``; a copy without checkpoints or data, e.g. committed to git) runs the
-manifest checks and every evaluation's internal checks, and holds the folder against ``gate.json``: every
-result file's bytes, and the checkpoint hashes and block count each evaluation recorded. Against a partial
-record it checks the runs the record signs off, lists the others as not run, and reports the files of a run
-the record does not sign off as one error for that run (unverified results that a report would read).
+manifest checks, every evaluation's internal checks and that of the run logs, and holds the folder against
+``gate.json``: every result file's bytes, and the checkpoint hashes and block count each evaluation
+recorded. Against a partial record it checks the runs the record signs off, lists the others as not run, and
+reports the files of a run the record does not sign off as one error for that run (unverified results that a
+report would read).
 
 Each problem is reported once, at its cause: at most one error per subject (a run entry of the manifest, a
 job, a file), so that one edit gives one error; two evaluations swapped between runs are one error.
@@ -67,6 +69,7 @@ from kinterval.suite.manifest import (
 from kinterval.train.checkpoint import FILES, CheckpointError, config_differences, read_state
 from kinterval.train.config import TrainConfig
 from kinterval.train.loop import EXECUTION_FIELDS
+from kinterval.train.metrics import read_metrics
 from kinterval.train.schedule import make_plan
 
 RECORD = "gate.json"
@@ -350,6 +353,7 @@ class _Gate:
                 continue  # not run (partial)
             self.runs += 1
             self._check_status(rid, run_dir)
+            self._check_metrics(run_dir)
             exp = self.expected.get(rid, r)
             for step in steps:
                 self.jobs += 1
@@ -365,6 +369,15 @@ class _Gate:
             return
         if status != "completed":
             self.errs.add(("run", rid), f"{rid}: run not complete (status {status})")
+
+    def _check_metrics(self, run_dir: Path) -> None:
+        """The run's metrics.jsonl, read as the report reads it (a torn last line is left out there too)."""
+        path = run_dir / "metrics.jsonl"
+        try:
+            read_metrics(run_dir)
+        except (OSError, ValueError) as err:
+            rel = self.rel(path)
+            self.errs.add(self.subject(rel), f"{rel}: {str(err).removeprefix(f'{path}: ')}")
 
     def _check_job(self, r: dict, exp: dict, run_dir: Path, eval_dir: Path, step: int) -> None:
         rid, name = r["run_id"], f"step_{step:06d}"
@@ -698,7 +711,9 @@ def gate(
         g = _Gate(out, m, results_only, partial)
         g.leave_ungated = leave_ungated
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        return GateReport("?", errors=[f"{MANIFEST}: unreadable ({err!r})"], results_only=results_only)
+        # read_manifest's ValueError names the file already; anything else by its type
+        why = str(err).removeprefix(f"{out / MANIFEST}: ") if type(err) is ValueError else repr(err)
+        return GateReport("?", errors=[f"{MANIFEST}: unreadable ({why})"], results_only=results_only)
     actual = None
     if results_only:
         g.read_record()

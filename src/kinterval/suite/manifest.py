@@ -198,7 +198,35 @@ def read_manifest(out: str | Path) -> dict:
         raise ValueError(f"{path}: corrupt, not JSON ({err})") from None
     if not isinstance(m, dict) or m.get("format") != "kinterval-suite-manifest":
         raise ValueError(f"{path}: not a kinterval suite manifest")
+    problem = _schema_problem(m)
+    if problem:
+        raise ValueError(f"{path}: malformed suite manifest ({problem})")
     return m
+
+
+# What every reader (runner, gate, merge, report) indexes without a check: the entries' types.
+_TOP = {"suite": str, "data_dir": str, "eval": dict, "runs": list}
+_ROW = {"run_id": str, "group": str, "operator": str, "seed": int, "run_dir": str, "eval_dir": str,
+        "checkpoint_steps": list, "config": dict}  # fmt: skip
+
+
+def _schema_problem(m: dict) -> str | None:
+    """What in a manifest's structure is missing or of the wrong type (None when nothing)."""
+    for key, kind in _TOP.items():
+        if not isinstance(m.get(key), kind):
+            return f"no valid {key!r} entry"
+    if not isinstance(m["eval"].get("split"), str):
+        return "no valid eval 'split'"
+    for i, r in enumerate(m["runs"]):
+        if not isinstance(r, dict):
+            return f"run entry {i} is not a JSON object"
+        for key, kind in _ROW.items():
+            v = r.get(key)
+            if not isinstance(v, kind) or isinstance(v, bool):
+                return f"run entry {i} ({r.get('run_id')!r}) has no valid {key!r}"
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in r["checkpoint_steps"]):
+            return f"run entry {i} ({r['run_id']!r}) has a checkpoint step that is not an integer"
+    return None
 
 
 def run_entry(manifest: dict, run_id: str) -> dict:

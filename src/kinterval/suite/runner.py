@@ -115,8 +115,13 @@ def _device_id(gpu: int) -> str:
 
 
 def run_complete(run_dir: Path, entry: dict) -> bool:
-    status = run_dir / "status.json"
-    if not status.is_file() or json.loads(status.read_text()).get("status") != "completed":
+    """Whether the run finished training with every checkpoint of the manifest. An unreadable status.json
+    (not JSON, not an object) is not complete: the run resumes, and training rewrites it."""
+    try:
+        status = json.loads((run_dir / "status.json").read_text())
+    except (OSError, ValueError):  # missing, unreadable, not JSON (JSONDecodeError, UnicodeDecodeError)
+        return False
+    if not isinstance(status, dict) or status.get("status") != "completed":
         return False
     return all(
         (run_dir / "checkpoints" / f"step_{s:06d}" / "state.json").is_file()

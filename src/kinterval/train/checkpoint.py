@@ -310,7 +310,10 @@ def read_state(path: str | Path, *, verify: bool = False) -> dict:
         raise CheckpointError(f"checkpoint {path}: state.json has no valid step ({step!r})")
     if named is not None and step != named:
         raise CheckpointError(f"checkpoint {path}: state.json says step {step}, the folder name says {named}")
-    for key, kind in (("files", dict), ("optimizer_structure", (dict, list)), ("rng", dict)):
+    # config and model_config: every reader indexes them (eval, geometry, the gate, load_run)
+    entries = (("files", dict), ("optimizer_structure", (dict, list)), ("rng", dict), ("config", dict),
+               ("model_config", dict))  # fmt: skip
+    for key, kind in entries:
         if not isinstance(state.get(key), kind):
             raise CheckpointError(f"checkpoint {path}: state.json lacks a valid {key!r} entry")
     return state
