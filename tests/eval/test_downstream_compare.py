@@ -752,3 +752,77 @@ def test_downstream_per_item_files_must_be_the_ones_results_json_records(fake_do
     (b / "results.json").write_bytes(b"\xff\xfe{")
     assert main(["downstream-compare", str(base), str(b)]) == 2
     assert "b/results.json: not a JSON file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--tasks", ""], "--tasks"),
+        (["--tasks", ","], "--tasks"),
+        (["--tasks", "qa", "--limit", "0"], "--limit"),
+        (["--tasks", "qa", "--limit", "-1"], "--limit"),
+        (["--tasks", "qa", "--limit", "nan"], "--limit"),
+        (["--tasks", "qa", "--limit", "inf"], "--limit"),
+        (["--tasks", "qa", "--limit", "2.5"], "--limit"),
+        (["--tasks", "qa", "--num-fewshot", "-1"], "--num-fewshot"),
+        (["--tasks", "qa", "--seed", "-1"], "--seed"),
+        (["--tasks", "qa", "--seed", str(2**32)], "--seed"),
+    ],
+)
+def test_downstream_refuses_arguments_lm_eval_would_fail_on(monkeypatch, tmp_path, capsys, flags, named):
+    """An empty task list or a --limit of 0, -1 or nan reached lm-eval (a traceback); --num-fewshot -1 was
+    taken silently and --seed -1 failed in numpy. Each is now one line naming the flag, before lm-eval."""
+    import lm_eval
+
+    from kinterval.cli import main
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", lambda *a, **k: pytest.fail("lm-eval ran"), raising=False)
+    out = tmp_path / "o"
+    assert main(["downstream", "--run", str(tmp_path / "run"), *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval downstream: error: ") and named in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_downstream_limit_keeps_lm_evals_fraction():
+    from kinterval.eval.downstream_commands import check_downstream_args
+
+    check_downstream_args(["t"], 0.5, 0, 0)  # a fraction of each task's items, as lm-eval reads it
+    check_downstream_args(["t"], 3.0, None, 20260920)
+
+
+@pytest.mark.parametrize("command", ["downstream-compare", "probes-compare"])
+@pytest.mark.parametrize("bad", ["json-dir", "json-no-folder", "seed-neg", "seed-huge"])
+def test_compare_json_target_and_seed_are_checked_before_the_table(folders, tmp_path, capsys, command, bad):
+    """``--json DIR`` failed with IsADirectoryError after the table was printed, and ``--seed -1`` ended in a
+    numpy traceback; both are now one line naming the flag, before anything is printed."""
+    from kinterval.cli import main
+
+    base, conds = folders
+    flags = {"json-dir": ["--json", str(tmp_path)], "json-no-folder": ["--json", str(tmp_path / "no" / "r")],
+             "seed-neg": ["--seed", "-1"], "seed-huge": ["--seed", str(2**32)]}[bad]  # fmt: skip
+    capsys.readouterr()
+    assert main([command, str(base), str(conds["big"]), *flags]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"kinterval {command}: error: ") and flags[0] in err, err
+    assert not (tmp_path / "no").exists()
+
+
+def test_results_record_num_fewshot_and_compare_refuses_other_shots(fake_downstream, tmp_path, capsys):
+    """results.json did not record --num-fewshot and a 2-shot result was paired with a 0-shot one silently.
+    A results.json without it (written before) is unknown and compared, as for the numerics."""
+    from kinterval.cli import main
+
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    fake_downstream({"qa": [1.0, 0.0, 1.0]}, base)
+    fake_downstream({"qa": [1.0, 1.0, 1.0]}, cond)
+    assert json.loads((base / "results.json").read_text())["num_fewshot"] is None  # each task's default
+    rec = json.loads((cond / "results.json").read_text())
+    (cond / "results.json").write_text(json.dumps(dict(rec, num_fewshot=2)))
+    capsys.readouterr()
+    assert main(["downstream-compare", str(base), str(cond)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "different --num-fewshot" in err
+    del rec["num_fewshot"]
+    (cond / "results.json").write_text(json.dumps(rec))
+    assert downstream_compare(base, cond, **FAST)

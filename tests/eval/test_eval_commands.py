@@ -80,3 +80,18 @@ def test_tau_screen_help_defaults():
     args = build_parser().parse_args(["tau-screen", "--run", "R"])
     got = (args.checkpoint, args.stages, args.subset_blocks, args.reconstruction)
     assert got == ("latest", "1,2a,2b,3", 32, "nearest")
+
+
+@pytest.mark.parametrize("name", ["softmax", "bf16-exp", "bogus"])
+def test_geometry_as_refuses_an_operator_without_a_grid(monkeypatch, tmp_path, capsys, name):
+    """``--as softmax`` ran and wrote h/top_bucket_mass/eff_buckets/tv = NaN: --as defines the grid those
+    come from, so a baseline (or an unknown name) is refused up front, naming --as, with nothing written."""
+    from kinterval.eval import diagnostics
+
+    def called(*a, **k):
+        raise AssertionError("diagnose_run ran")
+
+    monkeypatch.setattr(diagnostics, "diagnose_run", called)
+    out = tmp_path / "geo"
+    assert main(["geometry", "--run", "R", "--as", name, "--out", str(out)]) == 2
+    assert "--as" in capsys.readouterr().err and not out.exists()

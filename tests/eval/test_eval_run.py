@@ -277,7 +277,9 @@ def test_zero_or_negative_block_caps_are_named_errors(tiny_run, capsys):
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
-        assert f"error: {flag} must be a positive integer" in err and "\n" not in err
+        # a tau-screen stage bootstraps over blocks: it needs at least 2
+        want = "must be a positive integer" if flag == "max_blocks" else "must be an integer >= 2"
+        assert f"error: {flag} {want}" in err and "\n" not in err
 
 
 def test_tau_screen_checks_its_arguments_before_running_any_condition(
@@ -288,7 +290,7 @@ def test_tau_screen_checks_its_arguments_before_running_any_condition(
     monkeypatch.setattr("kinterval.train.load.load_run", lambda *a, **k: pytest.fail("the model was loaded"))
     run, out = str(tiny_run / "run"), str(tmp_path / "ts")
     for extra, message in (
-        (["--resamples", "0"], "--resamples must be a positive integer, got 0"),
+        (["--resamples", "0"], "--resamples must be an integer >= 1, got 0"),
         (["--taus", "0"], "--K 4 --taus 0 (stage 3): tau must be a finite number in (0, 1000], got 0.0"),
         (["--K", "0"], "--K 0 --taus 6 (stage 3): K must be an integer in [1, 16777216], got 0"),
         (["--stages", "3,9"], "unknown stage '9'"),

@@ -492,3 +492,45 @@ def test_a_torn_probes_output_is_a_one_line_error(tmp_path, capsys, damage):
     err = capsys.readouterr().err.strip()
     assert err.startswith("kinterval probes-compare: error: ") and "\n" not in err, err
     assert re.search(want, err) and "cond/" in err, err
+
+
+@pytest.mark.parametrize("damage", ["row-no-keys", "row-nan", "row-str-nll", "row-list-probe", "summary-list",
+                                    "summary-no-operator", "summary-operator-list"])  # fmt: skip
+def test_probes_files_of_another_schema_are_one_line_errors(tmp_path, capsys, damage):
+    """A sample row without the sample keys ended in KeyError 'probe', a summary that is a JSON list in an
+    AttributeError and one without ``operator`` in a KeyError; a row of other types (a list for the probe,
+    a string or NaN for the NLL) failed later naming no file. Each is one line naming the file, exit 2."""
+    from kinterval.cli import main
+
+    run = make_run(tmp_path / "run")
+    out = {name: tmp_path / name for name in ("ref", "cond")}
+    for folder in out.values():
+        probes.run_probes(run, out=folder, families=2, copies=2, device="cpu")
+    samples, summary_path = out["cond"] / "samples.jsonl", out["cond"] / "summary.json"
+    summary = {k: v for k, v in json.loads(summary_path.read_text()).items() if k != "samples_jsonl_sha256"}
+    row = json.loads(samples.read_text().splitlines()[0])
+    edits = {"row-no-keys": {"x": 1}, "row-nan": dict(row, nll=float("nan")),
+             "row-str-nll": dict(row, nll="1"), "row-list-probe": dict(row, probe=["A"])}  # fmt: skip
+    if damage in edits:
+        samples.write_text(json.dumps(edits[damage]) + "\n" + samples.read_text())
+        want = "samples.jsonl, line 1"
+    else:
+        no_op = {k: v for k, v in summary.items() if k != "operator"}
+        summary = {"summary-list": [summary], "summary-no-operator": no_op,
+                   "summary-operator-list": dict(summary, operator=["x"])}[damage]  # fmt: skip
+        want = "summary.json: not a `kinterval probes` summary"
+    summary_path.write_text(json.dumps(summary))
+    capsys.readouterr()
+    assert main(["probes-compare", str(out["ref"]), str(out["cond"]), "--resamples", "20"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval probes-compare: error: ") and "\n" not in err, err
+    assert want in err and "cond/" in err, err
+
+
+def test_probes_compare_refuses_two_conditions_of_one_name(tmp_path, capsys):
+    """``probes-compare REF a=X a=Y`` kept one of the two silently; refused as downstream-compare does."""
+    from kinterval.cli import main
+
+    assert main(["probes-compare", "REF", "a=X", "a=Y"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "condition names must be distinct" in err

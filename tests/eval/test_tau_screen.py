@@ -394,3 +394,31 @@ def test_per_block_arrays_are_replaced_atomically(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert save_per_block(planted_stage(blocks=5), tmp_path / "no_suffix").name == "no_suffix"
     assert load_per_block(tmp_path / "no_suffix")["softmax"].size == 5
+
+
+@pytest.mark.parametrize("flag", ["--subset-blocks", "--max-blocks"])
+def test_a_one_block_stage_is_refused_before_it_is_computed(tmp_path, capsys, monkeypatch, flag):
+    """``--subset-blocks 1`` (``--max-blocks 1``) computed the whole stage and then failed in the block
+    bootstrap ("a series of at least 2 values"), naming no flag. The flag is now checked up front."""
+    from kinterval.cli import main
+    from kinterval.eval import tau_screen
+
+    argv = _screen_run(tmp_path)
+    argv[argv.index(flag) + 1] = "1"
+    monkeypatch.setattr(tau_screen, "run_stage", lambda *a, **k: pytest.fail("the stage ran"))
+    assert main([*argv, "--stages", "1,3", "--taus", "8"]) == 2
+    assert flag in capsys.readouterr().err
+    assert not (tmp_path / "ts").exists()
+
+
+def test_a_split_of_one_block_is_refused_before_a_stage_is_computed(tmp_path, capsys, monkeypatch):
+    from kinterval.cli import main
+    from kinterval.data import loader
+    from kinterval.eval import tau_screen
+
+    argv = _screen_run(tmp_path)
+    monkeypatch.setattr(loader.TokenShards, "tokens", lambda self: np.zeros(50, np.uint16))  # one block of 33
+    argv[argv.index("--max-blocks") : argv.index("--max-blocks") + 2] = []
+    monkeypatch.setattr(tau_screen, "run_stage", lambda *a, **k: pytest.fail("the stage ran"))
+    assert main([*argv, "--stages", "3", "--taus", "8"]) == 2
+    assert "fewer than 2 blocks" in capsys.readouterr().err and not (tmp_path / "ts").exists()

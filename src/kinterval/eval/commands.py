@@ -38,6 +38,18 @@ def _diag(kind: str):
         from kinterval.eval.diagnostics import diagnose_run
 
         kw = {"spec": args.as_operator} if kind == "geometry" else {}
+        if kw.get("spec") is not None:  # --as defines h, buckets and TV: a baseline has none (all NaN)
+            from kinterval.ops import OperatorSpec
+
+            try:
+                spec = OperatorSpec.from_full_name(args.as_operator)
+            except ValueError as err:
+                raise ValueError(f"--as: {err}") from None
+            if not spec.is_kinterval:
+                got = args.as_operator
+                raise ValueError(
+                    f"--as must name a K-interval operator (it defines h, buckets, TV), got {got!r}"
+                )
         rows = diagnose_run(
             args.run,
             kind,
@@ -60,7 +72,7 @@ def _diag(kind: str):
 
 def _tau_screen(args: argparse.Namespace) -> int:
     from kinterval import atomic
-    from kinterval.data.loader import TokenShards
+    from kinterval.data.loader import TokenShards, n_blocks
     from kinterval.eval.checkpoints import pick_device, select_checkpoints
     from kinterval.eval.tau_screen import (
         PAPER_STAGES,
@@ -74,13 +86,13 @@ def _tau_screen(args: argparse.Namespace) -> int:
     )
     from kinterval.train.load import load_run
 
-    for flag, value in (
-        ("--subset-blocks", args.subset_blocks),
-        ("--max-blocks", args.max_blocks),
-        ("--resamples", args.resamples),
+    for flag, value, least in (  # each contrast's block bootstrap needs a series of at least 2 blocks
+        ("--subset-blocks", args.subset_blocks, 2),
+        ("--max-blocks", args.max_blocks, 2),
+        ("--resamples", args.resamples, 1),
     ):
-        if value is not None and value < 1:  # --max-blocks 0 used to mean "no cap"
-            raise ValueError(f"{flag} must be a positive integer, got {value}")
+        if value is not None and value < least:  # --max-blocks 0 used to mean "no cap"
+            raise ValueError(f"{flag} must be an integer >= {least}, got {value}")
     stages = []  # every stage, K and tau checked before the model is loaded
     for name in args.stages.split(","):
         st = {s.name: s for s in PAPER_STAGES}.get(name)
@@ -102,6 +114,9 @@ def _tau_screen(args: argparse.Namespace) -> int:
     if model.operator not in ("softmax", "sdpa"):
         print(f"warning: {ckpt} was trained with {model.operator}, not softmax; screening it anyway")
     tokens = TokenShards(args.data or state["config"]["data"]["dir"], args.split).tokens()
+    T = model.config.block_size
+    if n_blocks(len(tokens), T) < 2:  # before any stage is computed, as the flags above
+        raise ValueError(f"the {args.split} split holds fewer than 2 blocks of {T}+1 tokens; the CIs need 2")
     out = Path(args.out) if args.out else Path(args.run) / "diagnostics" / "tau_screen"
     out.mkdir(parents=True, exist_ok=True)
     for st in stages:

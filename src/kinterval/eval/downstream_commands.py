@@ -112,6 +112,25 @@ def _print_numerics_warnings(command: str, caught) -> None:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
+def check_downstream_args(tasks, limit, num_fewshot, seed) -> None:
+    """``ValueError`` naming the flag for arguments lm-eval would fail on with a traceback (no task, a limit
+    of 0, -1 or nan) or take silently (a negative number of few-shot examples, a limit of 2.5 items)."""
+    from kinterval.ops.seeds import check_seed
+
+    if not tasks or not all(isinstance(t, str) and t.strip() for t in tasks):
+        raise ValueError(f"--tasks must name at least one lm-eval task, got {tasks!r}")
+    if limit is not None:  # lm-eval: a limit below 1 is a fraction of each task's items, else a count
+        ok = isinstance(limit, Number) and not isinstance(limit, bool) and math.isfinite(limit) and limit > 0
+        if not ok or (limit >= 1 and limit != int(limit)):
+            raise ValueError(
+                f"--limit must be a fraction in (0, 1) or a whole number of items, got {limit!r}"
+            )
+    if num_fewshot is not None and (isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int)
+                                    or num_fewshot < 0):  # fmt: skip
+        raise ValueError(f"--num-fewshot must be an integer >= 0, got {num_fewshot!r}")
+    check_seed(seed, "--seed")
+
+
 def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=None, checkpoint="latest",
                    device="auto", batch_size=1, num_fewshot=None, seed=PAPER_SEED) -> dict:  # fmt: skip
     """``lm_eval.simple_evaluate`` on a checkpoint; writes ``OUT/<task>.jsonl`` and ``OUT/results.json``.
@@ -120,6 +139,9 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
     ``seed`` seeds lm-eval's python, numpy, torch and few-shot generators (the paper's by default).
     ``device`` "auto" is CUDA when available (the paper's numerics: bf16 autocast outside the fp32 attention),
     else the CPU; ``results.json`` records the device and the numerics applied there."""
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    check_downstream_args(tasks, limit, num_fewshot, seed)  # before lm-eval, which fails with a traceback
+    limit = int(limit) if limit is not None and limit >= 1 else limit  # a count (the flag reads a float)
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
@@ -129,7 +151,6 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
     from kinterval.eval.lm_eval_commands import TASKS_DIR, hub_error
 
     device = pick_device(device)  # an unknown device, or CUDA without a GPU, before lm-eval walks its tasks
-    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     tm = TaskManager(include_path=[str(TASKS_DIR), *([str(include_path)] if include_path else [])])
     unknown = [t for t in tasks if not tm.match_tasks([t]) and not Path(t).is_file()]  # a YAML path is fine
     if unknown:
@@ -158,8 +179,8 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
     numerics = {"device": str(lm._device), **applied_numerics(lm.model.config.numerics, lm._device)}
     summary = {"run": str(run), "operator": lm.operator, "native_operator": native,
                "checkpoint_step": lm.state.get("step"), "tasks": sorted(res["samples"]), "limit": limit,
-               "seed": seed, "batch_size": batch_size, **numerics, "results": res["results"],
-               "files_sha256": files}  # fmt: skip
+               "num_fewshot": num_fewshot, "seed": seed, "batch_size": batch_size, **numerics,
+               "results": res["results"], "files_sha256": files}  # fmt: skip
     atomic.write_json(out / "results.json", summary, default=_jsonable)  # last: the folder is complete
     return summary
 
@@ -401,6 +422,14 @@ def downstream_compare(
     records = [(base_name, _results_record(baseline))]
     records += [(name, _results_record(folder)) for name, folder in conditions.items()]
     unknown = check_same_numerics(records, "downstream results")
+    # few-shot examples (None: each task's default) change every item's score; a results.json written
+    # before num_fewshot was recorded is unknown and, as for the numerics, not refused
+    shots = {
+        name: rec["num_fewshot"] for name, rec in records if isinstance(rec, dict) and "num_fewshot" in rec
+    }
+    if len({repr(v) for v in shots.values()}) > 1:
+        shown = ", ".join(f"{name}: {v}" for name, v in shots.items())
+        raise ValueError(f"downstream results scored with different --num-fewshot cannot be paired ({shown})")
     if len(unknown) < len(records):  # old folders among themselves: nothing to warn about
         warn_unknown_numerics(unknown, "scoring")
 
@@ -454,7 +483,7 @@ def format_compare(rows: list[dict]) -> str:
 
 # ---------------------------------------------------------------------- CLI
 def _downstream(args) -> int:
-    tasks = [t for t in args.tasks.split(",") if t]
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     out = args.out or str(Path(args.run) / "downstream" / (args.operator or "native"))
     summary = run_downstream(args.run, tasks, out=out, limit=args.limit, operator=args.operator,
                              include_path=args.include_path, checkpoint=args.checkpoint, device=args.device,
@@ -473,7 +502,21 @@ def _condition(arg: str) -> tuple[str, str]:
     return (name, path) if sep and name and path else (arg, arg)
 
 
+def _check_compare_args(args) -> None:
+    """The seed and the ``--json`` target, before any table is printed (a directory failed after it)."""
+    from kinterval.ops.seeds import check_seed
+
+    check_seed(args.seed, "--seed")
+    if args.json:
+        path = Path(args.json)
+        if path.is_dir():
+            raise ValueError(f"--json {path}: is a directory; give a file name")
+        if not path.parent.is_dir():
+            raise ValueError(f"--json {path}: the folder {path.parent} does not exist")
+
+
 def _compare(args) -> int:
+    _check_compare_args(args)
     conditions = dict(_condition(c) for c in args.conditions)
     if len(conditions) != len(args.conditions):
         raise ValueError(f"condition names must be distinct: {args.conditions}")
@@ -487,7 +530,7 @@ def _compare(args) -> int:
     print(format_compare(rows))
     print("* BH q < 0.05 within task x metric over the conditions; ° CI excludes 0 but q >= 0.05")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+        atomic.write_text(args.json, json.dumps(rows, indent=1) + "\n")
     return 0
 
 
@@ -512,8 +555,12 @@ def _probes(args) -> int:
 def _probes_compare(args) -> int:
     from kinterval.eval.probes import compare_probes, in_probeab
 
+    _check_compare_args(args)
+    conditions = dict(_condition(c) for c in args.conditions)
+    if len(conditions) != len(args.conditions):  # one would silently replace the other in --json
+        raise ValueError(f"condition names must be distinct: {args.conditions}")
     out = {}
-    for name, folder in (_condition(c) for c in args.conditions):
+    for name, folder in conditions.items():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", NumericsUnknownWarning)
             res = compare_probes(folder, args.reference, n_resamples=args.resamples, seed=args.seed)
@@ -528,7 +575,7 @@ def _probes_compare(args) -> int:
             print(f"  {r['probe']} {r['metric']:<5} {r['condition']:<18} slope vs log2 {r['params']}: "
                   f"{r['slope']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}]")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+        atomic.write_text(args.json, json.dumps(out, indent=1) + "\n")
     return 0
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import defaultdict
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
@@ -253,6 +254,17 @@ def probe_tables(results_dir: str | Path) -> list[dict]:
 SAMPLE_FIELDS = ("probe", "family", "condition", "param", "nll", "acc")
 
 
+def _bad_sample_field(row: dict) -> str | None:
+    """The first field of a sample row of the wrong type (ids: probe and condition strings, family an
+    integer, param an integer or string; nll and acc finite numbers), else None."""
+    is_int = lambda x: isinstance(x, int) and not isinstance(x, bool)  # noqa: E731
+    is_str = lambda x: isinstance(x, str)  # noqa: E731
+    finite = lambda x: (is_int(x) or isinstance(x, float)) and math.isfinite(x)  # noqa: E731
+    checks = {"probe": is_str, "family": is_int, "condition": is_str,
+              "param": lambda x: is_int(x) or is_str(x), "nll": finite, "acc": finite}  # fmt: skip
+    return next((f for f, ok in checks.items() if not ok(row[f])), None)
+
+
 def _read_summary(folder: Path) -> dict:
     """``folder/summary.json``; ``ValueError`` naming the file when it is missing, not JSON (torn) or not a
     probes summary."""
@@ -263,8 +275,8 @@ def _read_summary(folder: Path) -> dict:
         summary = json.loads(path.read_bytes())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{path}: not a JSON file ({err}); rerun `kinterval probes`") from None
-    if not isinstance(summary, dict) or "operator" not in summary:
-        raise ValueError(f"{path}: not a `kinterval probes` summary (no operator)")
+    if not isinstance(summary, dict) or not isinstance(summary.get("operator"), str):
+        raise ValueError(f"{path}: not a `kinterval probes` summary (no operator name)")
     return summary
 
 
@@ -288,6 +300,9 @@ def _read_samples(folder: Path, summary: dict) -> list[dict]:
             raise ValueError(f"{path}, line {n}: not a JSON record ({err})") from None
         if not isinstance(row, dict) or any(f not in row for f in SAMPLE_FIELDS):
             raise ValueError(f"{path}, line {n}: not a probe sample row (fields {', '.join(SAMPLE_FIELDS)})")
+        bad = _bad_sample_field(row)
+        if bad:  # else a TypeError in the pairing, or a NaN CI error naming no file
+            raise ValueError(f"{path}, line {n}: {bad} is {row[bad]!r}, not a probe sample's value")
         rows.append(row)
     if not rows:
         raise ValueError(f"{path} holds no samples; rerun `kinterval probes`")
