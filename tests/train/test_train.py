@@ -247,6 +247,22 @@ def test_resume_with_another_global_batch_or_other_data_is_refused(make_config, 
         train(cfg.override({"data.dir": str(other)}), tmp_path / "run", resume=True)
 
 
+def test_the_data_source_note_may_change_on_resume(make_config, tmp_path):
+    """data.source is a free-text note (meta.json and the shard hashes are the data's identity); a changed
+    note blocked a resume."""
+    def stop(step, model):
+        if step == 3:
+            raise Killed
+
+    cfg = make_config(**{"data.source": "first note"})
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run", on_step=stop)
+    ckpt = latest_checkpoint(tmp_path / "run")
+    assert json.loads((ckpt / "state.json").read_text())["identity"].get("data.source") is None
+    result = train(cfg.override({"data.source": "my note"}), tmp_path / "run", resume=True)
+    assert result.status == "completed"
+
+
 def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
     """docs/training.md §5: a resume may change only device, operator.backend, micro_batch/accum,
     dist.strategy, data.dir, checkpoint.* and log.* (and the run's name and data.verify, a label and a
@@ -257,7 +273,7 @@ def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
 
     cfg = make_config()
     execution = {"device", "operator.backend", "schedule.micro_batch", "schedule.accum", "dist.strategy",
-                 "data.dir", "name", "data.verify"}  # fmt: skip
+                 "data.dir", "name", "data.verify", "data.source"}  # fmt: skip
     fields = set(flatten(cfg.to_dict()))
     computed = {f for f in fields if f not in execution and not f.startswith(("checkpoint.", "log."))}
     held = set(identity(cfg, make_plan(cfg, 1), {"source": "x"}))

@@ -65,6 +65,7 @@ EXECUTION_FIELDS = frozenset(
         "checkpoint.save_every",
         "data.dir",
         "data.verify",
+        "data.source",  # a free-text note; the data's identity is its shards' hashes (data.identity)
     }
 )
 
@@ -161,7 +162,9 @@ class Trainer:
         if path is None:
             return
         ckpt = load_checkpoint(path)
-        diffs = config_differences(ckpt.state.get("identity") or {}, self.identity)
+        # execution fields aside, also those a checkpoint of an older kinterval still holds in its identity
+        saved = {k: v for k, v in (ckpt.state.get("identity") or {}).items() if k not in EXECUTION_FIELDS}
+        diffs = config_differences(saved, self.identity)
         if diffs:
             raise CheckpointError(
                 f"checkpoint {path} was made with a different config; refusing to resume. "
