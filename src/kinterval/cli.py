@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import linecache
+import os
 import sys
 
 from kinterval import __version__
@@ -85,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         result = args.func(args)
+    except BrokenPipeError:  # `kinterval ... | head`: the reader left; stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE
     except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as err:
         if not is_input_error(err):
             raise  # an internal bug: keep its traceback

@@ -77,3 +77,19 @@ def test_show_lists_only_the_selected_runs(capsys):
     lines = capsys.readouterr().out.splitlines()[1:]
     want = [r.run_id for r in runs if r.group == group]
     assert 0 < len(want) < len(runs) and [line.split()[0] for line in lines] == want
+
+
+def test_output_into_a_closed_pipe_stops_quietly():
+    """`kinterval suite show D | head -1` ended in a BrokenPipeError traceback once head had left (and under
+    `suite run`, the broken pipe was recorded as the run's failure)."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first write
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinterval", "suite", "show", "D"], stdout=w, stderr=subprocess.PIPE, text=True
+    )
+    os.close(w)
+    assert proc.returncode == 141 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr

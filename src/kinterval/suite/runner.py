@@ -282,6 +282,8 @@ def _run_isolated(out: Path, rid: str, device: str | None, log) -> str:
 
     try:
         return run_one(out, rid, device=device, log=log)
+    except BrokenPipeError:  # the suite's own output closed (`| head`): not this run's failure
+        raise
     except Exception as err:
         (out / "logs").mkdir(parents=True, exist_ok=True)
         with open(out / "logs" / f"{rid}.log", "a") as fh:
