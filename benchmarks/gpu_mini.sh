@@ -172,12 +172,14 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
         tried=$n
         timeout 120 $PY -m kinterval suite gate "$SUITE" --partial > .mini/gate.txt 2>&1
         rm -rf .mini/results && mkdir -p .mini/results
-        if kinterval suite merge "$SUITE" ".mini/results/$SUITE_ID" >> .mini/gate.txt 2>&1; then
+        merged=0
+        kinterval suite merge "$SUITE" ".mini/results/$SUITE_ID" >> .mini/gate.txt 2>&1 || merged=$?
+        tail -n 25 .mini/gate.txt > "$OUT/gate.txt"  # before the tarball: a call cut after it brings both
+        if [ "$merged" -eq 0 ]; then
           tar -czf "$OUT/${SUITE_ID}_results.tar.gz.tmp" -C .mini/results "$SUITE_ID" \
             && mv "$OUT/${SUITE_ID}_results.tar.gz.tmp" "$OUT/${SUITE_ID}_results.tar.gz" && packed=$n
           echo "[$(elapsed) s] packed: $(grep -m1 "^merged" .mini/gate.txt)"
         fi
-        tail -n 25 .mini/gate.txt > "$OUT/gate.txt"
       }
       while kill -0 "$suite" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do  # the runner waits for its runs
         if [ -n "$pre" ] && ! kill -0 "$pre" 2>/dev/null; then preflight_done; fi

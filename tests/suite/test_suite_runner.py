@@ -273,15 +273,19 @@ def test_an_interrupted_run_resumes_and_a_fresh_one_does_not(tmp_path, data, mon
 
 def test_a_suite_folder_resumed_without_data_keeps_its_data_code_and_suite(tmp_path, data):
     """A resume without --data uses the manifest's data folder and keeps the code identity the suite
-    started with; a folder of another suite is refused."""
+    started with (another commit of the same operator code; other operator code is refused, below); a
+    folder of another suite is refused."""
+    from kinterval.train.checkpoint import ops_sha256
+
     out = tmp_path / "out"
     first = init_suite(suite_file(tmp_path), out, data)
     m = read_manifest(out)
-    m["code"] = {"ops_sha256": "0" * 64, "git_commit": "started-here"}
+    started = {"ops_sha256": ops_sha256(), "git_commit": "started-here"}  # same operator code, other commit
+    m["code"] = started
     (out / "manifest.json").write_text(json.dumps(m))
     again = init_suite(suite_file(tmp_path), out)  # no data: TINY has no [data] source of its own
     assert again["data_dir"] == first["data_dir"] == str(data.resolve())
-    assert again["code"] == {"ops_sha256": "0" * 64, "git_commit": "started-here"}
+    assert again["code"] == started
     other = tmp_path / "other.toml"
     other.write_text(TINY.replace('name = "tiny"', 'name = "other"').replace("{protocol}", "tiny-cpu"))
     with pytest.raises(ValueError, match="holds suite tiny, not other"):
@@ -407,3 +411,20 @@ def test_a_corrupt_status_json_is_resumed_not_failed(tmp_path, data):
     assert run_suite(path, out, data=data, log=logs.append) == {"softmax-s1": "completed"}
     assert any(line.startswith("softmax-s1: resumed") for line in logs), logs
     assert json.loads((out / "runs" / "softmax-s1" / "status.json").read_text())["status"] == "completed"
+
+
+def test_a_suite_folder_of_other_operator_code_is_refused(tmp_path, data, monkeypatch):
+    """`suite run` on a folder begun by other operator code (another kinterval version) trained and evaluated
+    into it, reported ok, and the gate then failed every new checkpoint and evaluation ("code identity
+    differs from the manifest's"). Now the run and run-one refuse it, naming the commit to continue from."""
+    from kinterval.train import checkpoint
+
+    out = tmp_path / "out"
+    init_suite(suite_file(tmp_path), out, data)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    monkeypatch.setattr(checkpoint, "ops_sha256", lambda: "f" * 64)
+    with pytest.raises(ValueError, match=r"other operator code .* checkout's \(ffffffffffff\)"):
+        run_suite(suite_file(tmp_path), out, data=data, log=lambda *_: None)
+    with pytest.raises(ValueError, match="continue it from the commit its manifest names"):
+        runner.run_one(out, "softmax-s1", log=lambda *_: None)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

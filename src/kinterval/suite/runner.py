@@ -85,6 +85,7 @@ def check_resume(out: Path, previous: dict, manifest: dict, data_dir: Path) -> N
     from kinterval.data.loader import TokenShards
     from kinterval.suite.merge import manifest_differences
 
+    check_code(out, previous)
     if diffs := manifest_differences(_without_data_dir(manifest), _without_data_dir(previous)):
         raise ValueError(
             f"{out} was run from another version of suite {manifest['suite']} ({', '.join(diffs)} differ): "
@@ -105,6 +106,20 @@ def check_resume(out: Path, previous: dict, manifest: dict, data_dir: Path) -> N
                     f"continue with the data folder the suite began with ({previous.get('data_dir')}), or "
                     "run into another --out"
                 )
+
+
+def check_code(out: Path, manifest: dict) -> None:
+    """Every checkpoint of a suite is trained and evaluated by the operator code it began with (the gate
+    checks it): runs and evaluations of other code written into ``out`` would fail the gate afterwards."""
+    from kinterval.train.checkpoint import ops_sha256
+
+    code = manifest.get("code") or {}
+    if code.get("ops_sha256") not in (None, ops_sha256()):
+        raise ValueError(
+            f"{out} was run by other operator code (ops_sha256 {str(code['ops_sha256'])[:12]}) than this "
+            f"checkout's ({ops_sha256()[:12]}): continue it from the commit its manifest names "
+            f"({code.get('git_commit')}), or run into another --out"
+        )
 
 
 def _device_id(gpu: int) -> str:
@@ -177,6 +192,7 @@ def run_one(
         torch.set_num_threads(threads)
     out = Path(out)
     manifest = read_manifest(out)
+    check_code(out, manifest)
     entry = run_entry(manifest, run_id)
     run_dir = out / entry["run_dir"]
     data = resolve_data_dir(out, entry["config"]["data"]["dir"])
