@@ -250,6 +250,7 @@ def test_resume_with_another_global_batch_or_other_data_is_refused(make_config, 
 def test_the_data_source_note_may_change_on_resume(make_config, tmp_path):
     """data.source is a free-text note (meta.json and the shard hashes are the data's identity); a changed
     note blocked a resume."""
+
     def stop(step, model):
         if step == 3:
             raise Killed
