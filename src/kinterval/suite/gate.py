@@ -43,7 +43,6 @@ job, a file), so that one edit gives one error; two evaluations swapped between 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -53,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kinterval.atomic import sha256_file
 from kinterval.data.loader import TokenShards
 from kinterval.eval.geometry import METRICS as GEOMETRY
 from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_ci
@@ -97,14 +97,6 @@ class GateReport:
         if self.not_run:
             text += f"; partial: {len(self.not_run)} of {self.runs + len(self.not_run)} runs not run"
         return text
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def result_files(out: str | Path, runs: list[str] | None = None) -> list[str]:

@@ -26,7 +26,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kinterval.suite.gate import RECORD, gate, run_of, sha256_file, write_record
+from kinterval.atomic import sha256_file
+from kinterval.suite.gate import RECORD, gate, run_of, write_record
 from kinterval.suite.manifest import MANIFEST, MANIFEST_TSV, read_manifest
 
 # Manifest fields that may differ between the sittings of one suite: when it was made, and the code identity
