@@ -65,7 +65,7 @@ elapsed() { echo $(( $(date +%s) - T_START )); }
 
 # The core fused-kernel tests of the ops tests of $ROOT: every operator, historical arithmetic, wide rows,
 # the precision modes and the inference forward of evaluation, against the float64 reference; PREFLIGHT_WORKERS
-# (16; 8 beside a sitting's runs, which need a core each) workers where pytest-xdist is installed
+# (16; 8 beside a sitting's runs, which need a core each; 0: one process) workers where pytest-xdist is installed
 # (PREFLIGHT_TESTS and PREFLIGHT_K choose other tests). Exit code 0 (all passed, or cut at the limit with no
 # failure) or 1.
 preflight() {  # preflight LIMIT_S LOGFILE
@@ -145,6 +145,8 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
         $PY -m kinterval suite run "$SUITE_NAME" --out "$SUITE" --data "$SUITE/data" --gpus 1 \
         --per-gpu "$PER_GPU" "${skip[@]}" > "$LOG" 2>&1 < /dev/null &
       suite=$!
+      # until its setsid, the runner has no process group of its own: the group kill below would miss it
+      for _ in $(seq 100); do kill -0 -- -"$suite" 2>/dev/null || ! kill -0 "$suite" 2>/dev/null && break; sleep 0.1; done
       echo "[$(elapsed) s] suite started (--per-gpu $PER_GPU${skip[*]:+, ${skip[*]}}), deadline at ${DEADLINE_S:-480} s"
       # A failed preflight does not stop the suite: which test failed (a tolerance on an operator the suite
       # does not train, or a kernel the suite uses) is for the one who merges to judge; the sitting's results

@@ -15,6 +15,8 @@ from synthetic_results import write_graddiag, write_results
 from kinterval.report.build import build_report
 from kinterval.stats import bh_q
 
+pytestmark = pytest.mark.xdist_group("reproduce")  # one worker builds the module fixture
+
 REPRODUCE = Path(__file__).resolve().parents[2] / "docs" / "reproduce.md"
 OFFSET = {7: -0.01, 42: -0.005, 253: 0.0, 1337: 0.005, 2026: 0.01}  # planted seed spread, mean 0
 SEED_SD = float(np.std(list(OFFSET.values()), ddof=1))

@@ -14,6 +14,8 @@ from kinterval.report import analysis as A
 from kinterval.report.build import build_report
 from kinterval.report.results import load_many, load_results
 
+pytestmark = pytest.mark.xdist_group("suites_together")  # one worker builds the module fixture
+
 HIST = "[arithmetic=historical]"
 MM_W4 = f"minmax-weight-k4{HIST}"
 K4 = ("softmax", "lerp-k4", MM_W4, f"minmax-prob-k4{HIST}", f"fwm-weight-k4{HIST}", f"fwm-prob-k4{HIST}")

@@ -16,6 +16,8 @@ from kinterval.stats import block_bootstrap_ci, block_length
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.runner import run_suite
 
+pytestmark = pytest.mark.xdist_group("gate")  # one worker builds the module fixture
+
 TINY = """
 name = "tiny"
 protocol = "tiny-cpu"

@@ -93,6 +93,7 @@ def _env(root, suite, *, out="out", deadline=300, preflight="test_ok.py", per_gp
         PREFLIGHT_S="60",
         PREFLIGHT_TESTS=str(root / "pre" / preflight),
         PREFLIGHT_K="test_",
+        PREFLIGHT_WORKERS="0",  # one process: xdist's default 8 workers would crowd this machine's cores
         OMP_NUM_THREADS="1",
         PER_GPU=str(per_gpu),
     )

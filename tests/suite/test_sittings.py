@@ -19,6 +19,8 @@ from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.merge import merge
 from kinterval.suite.runner import run_suite
 
+pytestmark = pytest.mark.xdist_group("sittings")  # one worker builds the module fixture
+
 QUIET = {"threads": 1, "log": lambda *_: None}
 ALL = ["softmax-s7", "lerp-k4-s7", "lerp-k4-s42"]
 

@@ -15,7 +15,7 @@ from kinterval.suite.gate import gate
 from kinterval.suite.manifest import read_manifest
 from kinterval.suite.runner import run_suite
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("suite_ci")]  # one worker builds the module fixture
 
 
 @pytest.fixture(scope="module")
