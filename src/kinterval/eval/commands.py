@@ -84,6 +84,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
         screen_numerics,
         stage3_table,
     )
+    from kinterval.train.checkpoint import trained_data_dir
     from kinterval.train.load import load_run
 
     for flag, value, least in (  # each contrast's block bootstrap needs a series of at least 2 blocks
@@ -113,7 +114,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
     model, state = loaded.model, loaded.state
     if model.operator not in ("softmax", "sdpa"):
         print(f"warning: {ckpt} was trained with {model.operator}, not softmax; screening it anyway")
-    tokens = TokenShards(args.data or state["config"]["data"]["dir"], args.split).tokens()
+    tokens = TokenShards(args.data or trained_data_dir(state, ckpt), args.split).tokens()
     T = model.config.block_size
     if n_blocks(len(tokens), T) < 2:  # before any stage is computed, as the flags above
         raise ValueError(f"the {args.split} split holds fewer than 2 blocks of {T}+1 tokens; the CIs need 2")

@@ -21,7 +21,7 @@ from kinterval.eval.checkpoints import checkpoint_name, pick_device, select_chec
 from kinterval.eval.evaluate import applied_numerics, request, safe_operator
 from kinterval.eval.geometry import geometry_probe
 from kinterval.eval.graddiag import gradient_diagnostics
-from kinterval.train.checkpoint import read_state
+from kinterval.train.checkpoint import read_state, trained_data_dir
 from kinterval.train.load import load_run
 
 KINDS = ("geometry", "graddiag")
@@ -56,7 +56,7 @@ def diagnose_checkpoint(
     path = out_dir / f"{checkpoint_name(ckpt)}.json"
     sha = state_sha256(ckpt)
     stored = read_state(ckpt)
-    shards = TokenShards(data or stored["config"]["data"]["dir"], split)
+    shards = TokenShards(data or trained_data_dir(stored, ckpt), split)
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
     req = request(stored, shards, spec, blocks, False, dev)  # max_blocks: the probe's --blocks
     if path.is_file() and not force:

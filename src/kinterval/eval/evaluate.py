@@ -32,7 +32,7 @@ from kinterval.eval.nll import document_ids, per_document
 from kinterval.model import ModelConfig, NumericsConfig, operator_name
 from kinterval.model.numerics import autocast_applied, eval_dot_setting
 from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_ci
-from kinterval.train.checkpoint import code_identity, read_state
+from kinterval.train.checkpoint import code_identity, read_state, trained_data_dir
 from kinterval.train.evaluate import check_max_blocks, token_nll
 from kinterval.train.load import load_run
 
@@ -171,7 +171,7 @@ def evaluate_checkpoint(
     out_dir = Path(out_dir) if out_dir is not None else eval_dir(run_dir, split, data, operator)
     npz_path, json_path = result_paths(out_dir, ckpt)
     state = read_state(ckpt)
-    data_dir = Path(data) if data is not None else Path(state["config"]["data"]["dir"])
+    data_dir = Path(data) if data is not None else Path(trained_data_dir(state, ckpt))
     shards = TokenShards(data_dir, split)
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
     req = request(state, shards, operator, max_blocks, doc_clusters, dev)

@@ -319,6 +319,18 @@ def read_state(path: str | Path, *, verify: bool = False) -> dict:
     return state
 
 
+def trained_data_dir(state: dict, ckpt: str | Path) -> str:
+    """The data folder a checkpoint was trained on (state.json's ``config.data.dir``), every evaluation's
+    default; ``CheckpointError`` when state.json records none (then the data folder must be given)."""
+    data = state.get("config", {}).get("data")
+    folder = data.get("dir") if isinstance(data, dict) else None
+    if not isinstance(folder, str) or not folder:
+        raise CheckpointError(
+            f"checkpoint {ckpt}: state.json records no data folder (config.data.dir); give the data (--data)"
+        )
+    return folder
+
+
 def _load_tensors(path: Path, name: str, state: dict, *, verify: bool) -> dict[str, torch.Tensor]:
     """One tensor file of a checkpoint; with ``verify`` first checked against the sha256 state.json records.
     ``CheckpointError`` names the file when it is missing, unrecorded, corrupt, truncated or unreadable."""
