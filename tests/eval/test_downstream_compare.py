@@ -578,7 +578,17 @@ def test_numerics_fields_are_the_evaluation_summarys():
     assert set(downstream_commands.NUMERICS_FIELDS) == set(got)
 
 
-def test_downstream_device_defaults_to_auto_and_results_record_the_numerics(monkeypatch, tmp_path):
+class _Tasks:  # lm-eval's TaskManager walks every task YAML (10-20 s): not needed here
+    def __init__(self, *a, **k):
+        pass
+
+    def match_tasks(self, names):
+        return names
+
+
+def test_downstream_device_defaults_to_auto_and_results_record_the_numerics(
+    monkeypatch, tmp_path, softmax_run
+):
     """`kinterval downstream --device` defaulted to cpu (eval, geometry, probes and lm-eval: auto), so on a
     GPU machine the battery ran without the paper's numerics; results.json did not say which were used."""
     pytest.importorskip("lm_eval")
@@ -587,21 +597,8 @@ def test_downstream_device_defaults_to_auto_and_results_record_the_numerics(monk
     import torch
 
     from kinterval.eval.evaluate import applied_numerics
-    from kinterval.model import GPT, ModelConfig
-    from kinterval.train.checkpoint import save_checkpoint
 
-    torch.manual_seed(0)
-    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=50257)
-    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
-             "model_config": cfg.to_dict()}  # fmt: skip
-    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "softmax", "closed_form").state_dict(), {}, state)
-
-    class Tasks:  # lm-eval's TaskManager walks every task YAML (10-20 s): not needed here
-        def __init__(self, *a, **k):
-            pass
-
-        def match_tasks(self, names):
-            return names
+    cfg = softmax_run(50257)
 
     seen = {}
     sample = {"doc_id": 0, "target": "1", "metrics": ["acc"], "acc": 1.0, "filtered_resps": [[-1.0, True]]}
@@ -611,7 +608,7 @@ def test_downstream_device_defaults_to_auto_and_results_record_the_numerics(monk
         return {"samples": {"t": [sample]}, "results": {"t": {"acc,none": 1.0}}}
 
     monkeypatch.setattr(lm_eval, "simple_evaluate", evaluate)
-    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Tasks)
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", _Tasks)
     args = parse(["downstream", "--run", str(tmp_path / "run"), "--tasks", "t", "--out", str(tmp_path / "o")])
     assert args.device == "auto" and args.func(args) == 0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -623,29 +620,14 @@ def test_downstream_device_defaults_to_auto_and_results_record_the_numerics(monk
 
 
 @pytest.fixture
-def fake_downstream(monkeypatch, tmp_path):
+def fake_downstream(monkeypatch, tmp_path, softmax_run):
     """``run(samples, out)``: `kinterval downstream` of a tiny checkpoint with lm-eval stubbed to log
     ``samples`` (task -> per-item accuracies)."""
     pytest.importorskip("lm_eval")
     import lm_eval
     import lm_eval.tasks
-    import torch
 
-    from kinterval.model import GPT, ModelConfig
-    from kinterval.train.checkpoint import save_checkpoint
-
-    torch.manual_seed(0)
-    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=50257)
-    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
-             "model_config": cfg.to_dict()}  # fmt: skip
-    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "softmax", "closed_form").state_dict(), {}, state)
-
-    class Tasks:
-        def __init__(self, *a, **k):
-            pass
-
-        def match_tasks(self, names):
-            return names
+    softmax_run(50257)
 
     logged = {}
 
@@ -658,7 +640,7 @@ def fake_downstream(monkeypatch, tmp_path):
         return {"samples": samples, "results": {t: {"acc,none": float(np.mean(logged[t]))} for t in tasks}}
 
     monkeypatch.setattr(lm_eval, "simple_evaluate", evaluate)
-    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Tasks)
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", _Tasks)
 
     def run(samples, out):
         logged.clear()

@@ -98,19 +98,10 @@ def test_geometry_as_refuses_an_operator_without_a_grid(monkeypatch, tmp_path, c
 
 
 @pytest.mark.parametrize("command", ["eval", "geometry", "graddiag", "tau-screen"])
-def test_a_checkpoint_without_a_data_folder_asks_for_one(tmp_path, capsys, command):
+def test_a_checkpoint_without_a_data_folder_asks_for_one(tmp_path, capsys, softmax_run, command):
     """A state.json whose config records no data folder (a checkpoint written by hand or by another tool):
     without --data each command says so in one line (exit 2); it raised KeyError: 'data'."""
-    import torch
-
-    from kinterval.model import GPT, ModelConfig
-    from kinterval.train.checkpoint import save_checkpoint
-
-    cfg = ModelConfig(n_layer=1, n_head=1, n_embd=16, block_size=16, vocab_size=64)
-    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
-             "model_config": cfg.to_dict()}  # fmt: skip
-    torch.manual_seed(0)
-    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "softmax", "closed_form").state_dict(), {}, state)
+    softmax_run(vocab_size=64, block_size=16)
     assert main([command, "--run", str(tmp_path / "run"), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert "records no data folder" in err and "--data" in err and len(err.splitlines()) == 1, err

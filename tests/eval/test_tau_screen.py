@@ -288,7 +288,7 @@ def test_screen_numerics_are_the_models_device_and_numerics(sharp_model):
     )
 
 
-def test_tau_screen_stage_records_carry_the_numerics(tmp_path):
+def test_tau_screen_stage_records_carry_the_numerics(tmp_path, softmax_run):
     """stage*.json recorded the checkpoint, grid and NLLs but not the device or numerics the screen ran
     under (bf16 autocast outside attention on CUDA, none on the CPU); an evaluation summary records them."""
     import json
@@ -297,15 +297,9 @@ def test_tau_screen_stage_records_carry_the_numerics(tmp_path):
     from kinterval.data.prepare import prepare
     from kinterval.data.synthetic import VOCAB_SIZE
     from kinterval.eval.evaluate import applied_numerics
-    from kinterval.model import ModelConfig
-    from kinterval.train.checkpoint import save_checkpoint
 
     prepare("synthetic", tmp_path / "data", tokens=8_000, seed=0, progress=False)
-    torch.manual_seed(0)
-    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=VOCAB_SIZE)
-    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
-             "model_config": cfg.to_dict()}  # fmt: skip
-    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "softmax", "closed_form").state_dict(), {}, state)
+    cfg = softmax_run(VOCAB_SIZE)
     argv = ["tau-screen", "--run", str(tmp_path / "run"), "--data", str(tmp_path / "data"), "--out",
             str(tmp_path / "ts"), "--stages", "2b", "--K", "4", "--taus", "6", "--subset-blocks", "2",
             "--resamples", "20"]  # fmt: skip
@@ -316,25 +310,19 @@ def test_tau_screen_stage_records_carry_the_numerics(tmp_path):
     assert {k: record[k] for k in ["device", *want]} == {"device": str(device), **want}
 
 
-def _screen_run(tmp_path):
+def _screen_run(tmp_path, softmax_run):
     """A prepared data folder and a one-checkpoint softmax run; the argv prefix of a tau screen of it."""
     from kinterval.data.prepare import prepare
     from kinterval.data.synthetic import VOCAB_SIZE
-    from kinterval.model import ModelConfig
-    from kinterval.train.checkpoint import save_checkpoint
 
     prepare("synthetic", tmp_path / "data", tokens=8_000, seed=0, progress=False)
-    torch.manual_seed(0)
-    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=VOCAB_SIZE)
-    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
-             "model_config": cfg.to_dict()}  # fmt: skip
-    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "softmax", "closed_form").state_dict(), {}, state)
+    softmax_run(VOCAB_SIZE)
     return ["tau-screen", "--run", str(tmp_path / "run"), "--data", str(tmp_path / "data"), "--out",
             str(tmp_path / "ts"), "--device", "cpu", "--K", "4", "--subset-blocks", "2", "--max-blocks", "2",
             "--resamples", "20"]  # fmt: skip
 
 
-def test_a_stage_cut_short_leaves_no_record_of_another_grid(tmp_path, monkeypatch):
+def test_a_stage_cut_short_leaves_no_record_of_another_grid(tmp_path, monkeypatch, softmax_run):
     """A rerun of a stage wrote stageN.npz first and stageN.json only after the bootstrap: cut short in
     between, the previous run's stageN.json (another tau grid) described the new arrays. The old record and
     tables now go first and the record, written last, holds the arrays' sha256."""
@@ -343,7 +331,7 @@ def test_a_stage_cut_short_leaves_no_record_of_another_grid(tmp_path, monkeypatc
     from kinterval import atomic
     from kinterval.cli import main
 
-    argv = _screen_run(tmp_path)
+    argv = _screen_run(tmp_path, softmax_run)
     out = tmp_path / "ts"
     assert main([*argv, "--stages", "1,3", "--taus", "8"]) == 0
     record = json.loads((out / "stage1.json").read_text())
@@ -397,13 +385,13 @@ def test_per_block_arrays_are_replaced_atomically(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("flag", ["--subset-blocks", "--max-blocks"])
-def test_a_one_block_stage_is_refused_before_it_is_computed(tmp_path, capsys, monkeypatch, flag):
+def test_a_one_block_stage_is_refused_before_it_is_computed(tmp_path, capsys, monkeypatch, flag, softmax_run):
     """``--subset-blocks 1`` (``--max-blocks 1``) computed the whole stage and then failed in the block
     bootstrap ("a series of at least 2 values"), naming no flag. The flag is now checked up front."""
     from kinterval.cli import main
     from kinterval.eval import tau_screen
 
-    argv = _screen_run(tmp_path)
+    argv = _screen_run(tmp_path, softmax_run)
     argv[argv.index(flag) + 1] = "1"
     monkeypatch.setattr(tau_screen, "run_stage", lambda *a, **k: pytest.fail("the stage ran"))
     assert main([*argv, "--stages", "1,3", "--taus", "8"]) == 2
@@ -411,12 +399,14 @@ def test_a_one_block_stage_is_refused_before_it_is_computed(tmp_path, capsys, mo
     assert not (tmp_path / "ts").exists()
 
 
-def test_a_split_of_one_block_is_refused_before_a_stage_is_computed(tmp_path, capsys, monkeypatch):
+def test_a_split_of_one_block_is_refused_before_a_stage_is_computed(
+    tmp_path, capsys, monkeypatch, softmax_run
+):
     from kinterval.cli import main
     from kinterval.data import loader
     from kinterval.eval import tau_screen
 
-    argv = _screen_run(tmp_path)
+    argv = _screen_run(tmp_path, softmax_run)
     monkeypatch.setattr(loader.TokenShards, "tokens", lambda self: np.zeros(50, np.uint16))  # one block of 33
     argv[argv.index("--max-blocks") : argv.index("--max-blocks") + 2] = []
     monkeypatch.setattr(tau_screen, "run_stage", lambda *a, **k: pytest.fail("the stage ran"))
