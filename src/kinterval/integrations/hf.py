@@ -6,7 +6,8 @@ mask builder, so every model hands us a boolean mask, True = may attend, or ``No
 ``is_causal``). Importing this module registers
 
 * ``"kinterval"``: the operator chosen with :func:`set_operator` (default ``fwm-prob-k4``), or, per model,
-  the config attribute ``kinterval_operator`` (saved with ``save_pretrained``);
+  the config attribute ``kinterval_operator`` (saved with ``save_pretrained``; :func:`set_config_operator`
+  sets it on a composite model's sub-configs too, which its attention modules read);
 * ``"kinterval-<operator>"`` for the baselines and every family with K in :data:`AUTO_K`, e.g.
   ``"kinterval-fwm-prob-k4"``; any other operator (other K, overrides) via :func:`attn_implementation_name`.
 
@@ -34,7 +35,7 @@ from kinterval.ops.api import working_dtype
 from kinterval.ops.spec import BASELINES
 
 try:
-    from transformers import AttentionInterface
+    from transformers import AttentionInterface, PretrainedConfig
 except ImportError:  # pragma: no cover - the hint replaces the traceback chain
     raise ImportError("kinterval.integrations.hf needs transformers: pip install 'kinterval[hf]'") from None
 
@@ -59,6 +60,7 @@ __all__ = [
     "register",
     "register_all",
     "registered_names",
+    "set_config_operator",
     "set_operator",
 ]
 
@@ -111,6 +113,8 @@ def _to_valid(mask: Tensor) -> Tensor:
     """Boolean "may attend" mask from a boolean or additive float mask (0 = attend, very negative = off)."""
     if mask.dtype == torch.bool:
         return mask
+    if not mask.dtype.is_floating_point:
+        raise ValueError(f"attention mask must be boolean or a 0/-inf float mask, got {mask.dtype}")
     blocked = mask <= torch.finfo(mask.dtype).min / 2
     if torch.any(torch.where(blocked, 0.0, mask.float()) != 0):
         raise ValueError("kinterval attention supports boolean or 0/-inf masks, not additive biases")
@@ -134,6 +138,15 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
             f"kinterval attention does not support {', '.join(given)} (softcap, additive position biases, "
             "attention sinks and sparse key selections are not defined for its operators)"
         )
+    if not query.dtype == key.dtype == value.dtype:
+        # RoPE multiplies 16-bit q, k by fp32 cos/sin, so under autocast q, k arrive fp32 and v bf16. As
+        # torch's sdpa does under autocast, all three go to the autocast dtype; else to the promoted dtype.
+        device = query.device.type
+        if torch.is_autocast_enabled(device):
+            dtype = torch.get_autocast_dtype(device)
+        else:
+            dtype = torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
+        query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: repeat the k/v heads
     if n_rep > 1:
         key = key.repeat_interleave(n_rep, dim=1)
@@ -220,6 +233,36 @@ def attn_implementation_name(operator: str | OperatorSpec, backend: str = "auto"
 def set_operator(operator: str | OperatorSpec, backend: str = "auto", **overrides) -> str:
     """Choose the operator behind the plain ``"kinterval"`` implementation (process-wide)."""
     return register(PREFIX, operator, backend, **overrides)
+
+
+def set_config_operator(config: PretrainedConfig, operator: str | OperatorSpec) -> PretrainedConfig:
+    """Set ``kinterval_operator`` (the operator of the plain ``"kinterval"`` name) on ``config`` and on every
+    sub-config in it, and return ``config``.
+
+    An attention module reads the config it holds: in a composite model (Llava, Gemma 3...) that is the
+    text or vision sub-config, so an attribute set on the top-level config alone would be ignored.
+    """
+    if not isinstance(config, PretrainedConfig):
+        raise ValueError(f"config must be a transformers PretrainedConfig, got {type(config).__name__}")
+    if not isinstance(operator, (str, OperatorSpec)):
+        raise ValueError(f"operator must be an operator name or OperatorSpec, got {type(operator).__name__}")
+    name = (_parse(operator) if isinstance(operator, str) else operator).full_name  # the name is checked here
+    todo, seen = [config], set()
+    while todo:
+        cfg = todo.pop()
+        if id(cfg) in seen:
+            continue
+        seen.add(id(cfg))
+        cfg.kinterval_operator = name
+        # sub_configs names the nested configs (text_config, vision_config...); any other config-valued
+        # attribute (get_text_config's sections among them) is walked as well
+        subs = [getattr(cfg, key, None) for key in getattr(cfg, "sub_configs", {})] + list(vars(cfg).values())
+        try:
+            subs.append(cfg.get_text_config())
+        except ValueError:  # several text configs: each is among the attributes above
+            pass
+        todo += [sub for sub in subs if isinstance(sub, PretrainedConfig)]
+    return config
 
 
 def get_operator(name: str = PREFIX) -> OperatorSpec:

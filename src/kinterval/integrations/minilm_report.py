@@ -155,19 +155,37 @@ def markdown(result: dict, ks=KS) -> str:
     return "\n".join(lines)
 
 
+def positive_ints(text: str) -> tuple[int, ...]:
+    """``--ks``: comma-separated positive integers, e.g. ``2,4,8``."""
+    try:
+        ks = tuple(int(k) for k in text.split(","))
+    except ValueError:
+        ks = ()
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers, e.g. 2,4,8; got {text!r}"
+        )
+    return ks
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kinterval.integrations.minilm_report", description=__doc__)
-    p.add_argument("--ks", default=",".join(map(str, KS)))
-    p.add_argument("--families", default=",".join(FAMILIES))
+    p.add_argument("--ks", type=positive_ints, default=KS, help="the K columns (default: 2,4,8,16,32)")
+    p.add_argument("--families", default=",".join(FAMILIES), help="operator families, comma-separated")
     p.add_argument("--json", help="also write the raw rows here")
     args = p.parse_args(argv)
-    ks = tuple(int(k) for k in args.ks.split(","))
+    families = tuple(args.families.split(","))
+    try:  # every operator name is checked before anything is loaded: a bad one is one error line
+        for op in [f"{f}-k{k}" for f in families for k in args.ks]:
+            hf.attn_implementation_name(op)
+    except ValueError as err:
+        p.error(str(err))
     try:
-        result = run(tuple(args.families.split(",")), ks)
+        result = run(families, args.ks)
     except ImportError as err:  # a package it needs (the weights, transformers) is not installed: one line
         p.error(str(err))
     print(f"{result['n_sentences']} sentences (up to {result['max_tokens']} tokens); mean cosine (min)\n")
-    print(markdown(result, ks))
+    print(markdown(result, args.ks))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
