@@ -534,3 +534,117 @@ def test_probes_compare_refuses_two_conditions_of_one_name(tmp_path, capsys):
     assert main(["probes-compare", "REF", "a=X", "a=Y"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "condition names must be distinct" in err
+
+
+def _strict_json(text):
+    """json.loads that refuses the bare NaN/Infinity Python's json writes by default (invalid JSON)."""
+
+    def refuse(const):
+        raise AssertionError(f"not strict JSON: {const}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_one_family_gives_no_interval_not_nan():
+    """With one family (`--families 1`) or one copy (`--copies 1`) no bootstrap interval can be formed: lo/hi
+    were NaN, printed "[+nan, +nan]" and written as bare NaN (invalid JSON). They are None (JSON null,
+    printed "-"); the point estimates stay."""
+    ref, cond = planted_rows(families=1)
+    table = probes.summarize(cond, n_resamples=50)
+    pooled_b = [r for r in table if (r["probe"], r["condition"]) == ("B", "all")]  # 6 samples, by sample
+    assert all(r["lo"] is not None for r in pooled_b) and len(pooled_b) == 2
+    assert all(r["lo"] is None and r["hi"] is None for r in table if r not in pooled_b)
+    assert all(np.isfinite(r["mean"]) for r in table)
+    a = next(
+        r
+        for r in table
+        if (r["probe"], r["metric"], r["param"], r["condition"]) == ("A", "nll", 64, "induction")
+    )
+    assert a["mean"] == next(
+        c["nll"] for c in cond if (c["probe"], c["param"], c["condition"]) == ("A", 64, "induction")
+    )
+    _strict_json(json.dumps(table, allow_nan=False))
+    deltas = probes.paired_deltas(cond, ref, n_resamples=50)
+    by = {(r["probe"], r["metric"], r["param"], r["condition"]): r for r in deltas}
+    for key in [
+        ("A", "nll", "all", "induction"),
+        ("A", "gain", 64, "control-induction"),
+        ("B", "nll", 16, "near"),
+    ]:
+        assert by[key]["lo"] is None and by[key]["hi"] is None and np.isfinite(by[key]["delta"])
+    # probe B pools 6 independent samples of the one family: that interval exists
+    assert by[("B", "nll", "all", "all")]["lo"] is not None
+    _strict_json(json.dumps(deltas, allow_nan=False))
+    assert probes.interval_text(None, None) == probes.interval_text(None, None, signed=True) == "-"
+    assert probes.interval_text(-0.5, 0.25, signed=True) == "[-0.5000, +0.2500]"
+    assert probes.interval_text(0.5, 0.25) == "[0.5000, 0.2500]"
+
+
+def test_cli_one_family_prints_dash_and_writes_strict_json(tmp_path, capsys):
+    from kinterval.cli import main
+
+    run = make_run(tmp_path / "run")
+    outs = {op: tmp_path / op for op in ("softmax", "native")}
+    for op, out in outs.items():
+        argv = ["probes", "--run", str(run), "--families", "1", "--copies", "1", "--device", "cpu"]
+        assert main(argv + ["--out", str(out)] + (["--operator", op] if op == "softmax" else [])) == 0
+        printed = capsys.readouterr().out
+        assert "nan" not in printed.lower() and re.search(
+            r"A nll    all induction +\S+ - n=2  tab:probeab", printed
+        )
+        summary = _strict_json((out / "summary.json").read_text())
+        assert all(r["lo"] is None for r in summary["table"] if r["condition"] != "all")
+    compare = tmp_path / "compare.json"
+    argv = ["probes-compare", str(outs["softmax"]), f"native={outs['native']}", "--resamples", "20"]
+    assert main(argv + ["--json", str(compare)]) == 0
+    printed = capsys.readouterr().out
+    assert "nan" not in printed.lower() and re.search(r"A nll    all induction +[-+]\S+ - n=2", printed)
+    deltas = _strict_json(compare.read_text())["native"]["deltas"]
+    assert any(r["lo"] is None for r in deltas)
+
+
+def test_summarize_marks_the_rows_of_table_probeab():
+    """Table tab:probeab's softmax row gives absolute probe-A target NLL, induction gain and top-1 over all
+    2,000 induction samples, and probe-B target NLL and top-1 over all 2,400: summarize had no pooled probe-A
+    target NLL / top-1 row, so `kinterval probes` marked only the gain and probe B."""
+    from kinterval.stats import family_bootstrap_ci
+
+    _, cond = planted_rows()
+    table = probes.summarize(cond, n_resamples=200)
+    want = {("A", "nll", "induction"), ("A", "acc", "induction"), ("A", "gain", "control-induction"),
+            ("B", "nll", "all"), ("B", "acc", "all")}  # fmt: skip
+    marked = [r for r in table if probes.in_probeab(r)]
+    assert sorted((r["probe"], r["metric"], r["condition"]) for r in marked) == sorted(want)
+    assert all(r["param"] == "all" for r in marked)
+    ind = [c for c in cond if c["probe"] == "A" and c["condition"] == "induction"]
+    for metric in ("nll", "acc"):
+        (row,) = [r for r in marked if (r["probe"], r["metric"]) == ("A", metric)]
+        ci = family_bootstrap_ci([c[metric] for c in ind], [c["family"] for c in ind], n_resamples=200)
+        assert (row["mean"], row["lo"], row["hi"], row["n"]) == pytest.approx((ci.mean, ci.lo, ci.hi, 40 * 5))
+    # pooled control rows too (as paired_deltas pools them), not in the table; pooled rows lead probe A
+    a = [r for r in table if r["probe"] == "A" and r["metric"] != "gain"]
+    assert [(r["param"], r["condition"]) for r in a[:4]] == [("all", "control")] * 2 + [
+        ("all", "induction")
+    ] * 2
+    assert [r["param"] for r in a[4:]] == sorted(r["param"] for r in a[4:])  # then by distance
+    # the same cells are marked among paired_deltas' rows
+    ref, cond = planted_rows()
+    marked = [r for r in probes.paired_deltas(cond, ref, n_resamples=20) if probes.in_probeab(r)]
+    assert sorted((r["probe"], r["metric"], r["condition"]) for r in marked) == sorted(want)
+
+
+def test_a_non_finite_score_is_an_error_not_a_nan_in_the_files(tmp_path, monkeypatch):
+    """A model whose logits hold NaN gave NaN scores, written as bare NaN into samples.jsonl and summary.json
+    (invalid JSON, and a NaN table)."""
+    real = probes.score
+
+    def nan_score(*a, **kw):
+        rows = real(*a, **kw)
+        rows[3]["nll"] = float("nan")
+        return rows
+
+    monkeypatch.setattr(probes, "score", nan_score)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"non-finite NLL on a probe sample \(probe A, family 0, condition"):
+        probes.run_probes(make_run(tmp_path / "run"), out=out, families=1, copies=1, device="cpu")
+    assert not (out / "summary.json").exists() and not (out / "samples.jsonl").exists()

@@ -327,3 +327,20 @@ def test_rank_statistics_use_each_seeds_own_ordering():
     assert st.kendall_w == pytest.approx(w, abs=1e-12) and st.kendall_w < 0.5
     rho = [spearmanr(scores[i], scores[j]).statistic for i, j in combinations(range(m), 2)]
     assert st.pairwise_spearman == pytest.approx(rho, abs=1e-12) and min(rho) < 0
+
+
+def test_rank_statistics_spearman_p_is_the_exact_permutation_p():
+    """ranks.md's "Spearman ΔNLL vs h (p)": with 5 conditions ordered alike, rho = 1 and the exact two-sided
+    permutation p is 2/5! = 1/60 (scipy's t approximation gave 1.4e-24); 4 conditions give 2/4! = 1/12."""
+    seeds = (7, 42)
+    planted = {"lerp-k4": 0.10, "lerp-k8": 0.04, "lerp-k16": 0.02, "lerp-k32": 0.06, "lerp-k64": 0.01}
+    base = {s: np.random.default_rng(s).normal(4.0, 0.2, N) for s in seeds}
+    pts = [point("softmax", s, base[s]) for s in seeds]
+    pts += [point(op, s, base[s] + d + 0.001 * s) for op, d in planted.items() for s in seeds]
+    rows = A.delta_table(A.softmax_pairs(pts))
+    geometry = {r.key: {"h": 100 * r.est.mean, "span": -r.est.mean} for r in rows}
+    (st,) = A.rank_statistics(rows, geometry)
+    assert st.spearman_h == pytest.approx((1.0, 1 / 60)) and st.spearman_span == pytest.approx((-1.0, 1 / 60))
+    del geometry[rows[0].key]["h"]
+    (st,) = A.rank_statistics(rows, geometry)
+    assert st.spearman_h == pytest.approx((1.0, 1 / 12))

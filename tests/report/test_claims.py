@@ -90,21 +90,21 @@ def test_claims_agree(tmp_path):
     claims, index = _suite(tmp_path, PLANTED)
     assert len(claims) == 7 and all(c["direction_agrees"] is True for c in claims.values()), claims
     det = claims["LERP K32: detach − full > 0"]
-    assert _ours(det) == pytest.approx(0.7 - 0.001, abs=3e-3) and det["separated"] is True
+    assert _ours(det) == pytest.approx(0.7 - 0.001, abs=3e-3) and det["detectable"] is True
     mm = claims["MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax"]
     assert _ours(mm) == pytest.approx(0.20 - 0.013, abs=3e-3)
     # paired per block: the shared per-block difficulty (SD 0.3) cancels, only the 0.01 noise is left
     assert mm["estimate"]["hi"] - mm["estimate"]["lo"] < 0.02
     inter = claims["factorial interaction > 0 (K4)"]
     assert _ours(inter) == pytest.approx((0.013 - 0.03) - (0.14 - 0.20), abs=3e-3)
-    assert claims["calibration main effect FWM − MinMax < 0 (K4)"]["separated"] is True
+    assert claims["calibration main effect FWM − MinMax < 0 (K4)"]["detectable"] is True
     noise = claims["LERP K32 within noise of softmax"]
     assert -0.01 < noise["estimate"]["lo"] < _ours(noise) < noise["estimate"]["hi"] < 0.01
     trend = claims["ΔNLL decreasing in K for LERP"]
     lo, hi = trend["estimate"]["lo"], trend["estimate"]["hi"]
     assert lo < _ours(trend) < hi < 0  # planted slope (0.001 - 0.09) / ... < 0, a one-seed block CI
     for c in claims.values():
-        assert {"claim", "paper", "ours", "direction_agrees", "separated"} <= set(c)
+        assert {"claim", "paper", "ours", "direction_agrees", "detectable"} <= set(c)
         assert "tab:" in c["paper"] and "[" in c["ours"]
     assert "### Paper claims" in index and "| agrees |" in index and "| disagrees |" not in index
 
@@ -118,7 +118,7 @@ def test_claims_disagree_on_a_planted_reversal(tmp_path):
     assert claims["MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax"]["direction_agrees"] is False
     assert claims["LERP K32: detach − full > 0"]["direction_agrees"] is False
     assert claims["LERP K32 within noise of softmax"]["direction_agrees"] is False
-    assert claims["LERP K32 within noise of softmax"]["separated"] is True
+    assert claims["LERP K32 within noise of softmax"]["detectable"] is True
     inter = claims["factorial interaction > 0 (K4)"]  # (0.35 - 0.03) - (0.14 - 0.20) > 0: still agrees
     assert inter["direction_agrees"] is True
     assert claims["surrogate main effect Prob − Weight < 0 (K4)"]["direction_agrees"] is False
@@ -138,7 +138,7 @@ def test_claims_without_their_runs_are_not_run(tmp_path):
         "ΔNLL decreasing in K for LERP",
     ):
         c = claims[name]
-        assert c["ours"] == "not run" and c["direction_agrees"] is None and c["separated"] is None, name
+        assert c["ours"] == "not run" and c["direction_agrees"] is None and c["detectable"] is None, name
     assert claims["LERP K32 within noise of softmax"]["direction_agrees"] is True
     assert index.count("| not run |") == 6
 
@@ -179,7 +179,28 @@ def test_lerp_within_noise_one_seed_inside_the_margin_agrees_though_detectable(t
     c = claims["LERP K32 within noise of softmax"]
     assert c["estimate"]["n_seeds"] == 1
     assert 0.0 < c["estimate"]["lo"] and c["estimate"]["hi"] < 0.01, c["estimate"]
-    assert c["separated"] is True and c["direction_agrees"] is True and c["status"] == "agrees"
+    assert c["detectable"] is True and c["direction_agrees"] is True and c["status"] == "agrees"
+
+
+def test_claims_say_detectable_for_a_ci_that_excludes_zero_not_separated(tmp_path):
+    """claims.md headed its CI-excludes-zero column "Separated", the word delta.md uses for a lower bound
+    above +0.01 (§4): one row, CI inside (0, 0.01), was "separated" in claims.md and not in delta.md. The
+    paper's word for a CI that excludes zero is "detectable" (App. C.3)."""
+    claims, _ = _suite(tmp_path, dict(PLANTED, **{"lerp-k32": 0.004}))
+    c = claims["LERP K32 within noise of softmax"]
+    assert 0.0 < c["estimate"]["lo"] < c["estimate"]["hi"] < 0.01
+    assert c["detectable"] is True and all("separated" not in x for x in claims.values())
+    rep = tmp_path / "rep"
+    lines = (rep / "claims.md").read_text().splitlines()
+    cols = [x.strip() for x in next(x for x in lines if x.startswith("| Claim |")).strip("|").split("|")]
+    rows = [x for x in lines if x.startswith("| ")]
+    assert "Detectable (CI excludes 0)" in cols and not any("Separated" in x for x in cols)
+    (row,) = [r for r in rows if r.startswith("| LERP K32 within noise")]
+    assert [x.strip() for x in row.strip("|").split("|")][cols.index("Detectable (CI excludes 0)")] == "yes"
+    delta = (rep / "delta.md").read_text().splitlines()
+    dcols = [x.strip() for x in next(x for x in delta if "Separated (lo > +0.01)" in x).strip("|").split("|")]
+    (drow,) = [r for r in delta if r.startswith("| lerp-k32 |")]
+    assert [x.strip() for x in drow.strip("|").split("|")][dcols.index("Separated (lo > +0.01)")] == "no"
 
 
 N = 48
@@ -206,7 +227,7 @@ def test_lerp_within_noise_the_papers_five_seed_row_agrees():
     e = c.estimate
     assert (e.n_seeds, e.mean, e.sd) == (5, pytest.approx(0.0076), pytest.approx(0.0063))
     assert e.lo == pytest.approx(-0.0002, abs=5e-5) and e.hi == pytest.approx(0.0154, abs=5e-5)
-    assert c.status == "agrees" and c.separated is False
+    assert c.status == "agrees" and c.detectable is False
 
 
 def test_lerp_within_noise_several_seeds_need_a_ci_that_includes_zero():
@@ -214,7 +235,7 @@ def test_lerp_within_noise_several_seeds_need_a_ci_that_includes_zero():
     ±0.01 margin is for single-seed rows only: disagrees."""
     c = _lerp32_claim({s: 0.004 + 0.0002 * i for i, s in enumerate((7, 42, 253, 1337, 2026))})
     assert c.estimate.n_seeds == 5 and 0 < c.estimate.lo < c.estimate.hi < 0.01
-    assert c.status == "disagrees" and c.separated is True
+    assert c.status == "disagrees" and c.detectable is True
     one = _lerp32_claim({1337: 0.004})  # the same difference on one seed: inside the margin, agrees
     assert one.estimate.n_seeds == 1 and 0 < one.estimate.lo and one.status == "agrees"
     wide = _lerp32_claim({1337: 0.02})  # one seed, outside the margin and excluding 0: disagrees

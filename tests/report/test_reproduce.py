@@ -274,7 +274,7 @@ def test_heldout_ordering_and_split_half(report):
     assert set(order) == {"test__ptb", "val__c4", "test__ptb__op-softmax"}
     for s in order.values():
         assert len(s["conditions"]) == len(s["split_half"]) == 25
-        assert s["spearman"][0] > 0.98 and s["spearman"][1] < 1e-6
+        assert s["spearman"][0] > 0.98 and s["spearman"][1] == pytest.approx(2 / 20001)  # permutation floor
         assert 0 < s["fluctuation_mean"] <= s["fluctuation_max"] < 0.005
     assert order["val__c4"]["unit"] == "documents" and order["test__ptb"]["unit"] == "blocks"
     assert "25 of 25" in (rep / "heldout_ordering.md").read_text()

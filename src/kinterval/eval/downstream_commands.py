@@ -535,7 +535,7 @@ def _compare(args) -> int:
 
 
 def _probes(args) -> int:
-    from kinterval.eval.probes import in_probeab, run_probes
+    from kinterval.eval.probes import in_probeab, interval_text, run_probes
 
     out = args.out or str(Path(args.run) / "probes" / (args.operator or "native"))
     summary = run_probes(args.run, out=out, checkpoint=args.checkpoint, operator=args.operator,
@@ -544,7 +544,7 @@ def _probes(args) -> int:
     for r in summary["table"]:
         mark = "  tab:probeab" * in_probeab(r)
         print(f"{r['probe']} {r['metric']:<5} {r['param']!s:>4} {r['condition']:<18} {r['mean']:.4f} "
-              f"[{r['lo']:.4f}, {r['hi']:.4f}] n={r['n']}{mark}")  # fmt: skip
+              f"{interval_text(r['lo'], r['hi'])} n={r['n']}{mark}")  # fmt: skip
     skipped = {k: v for k, v in summary["skipped"].items() if v}
     if skipped:
         print(f"skipped (do not fit block_size {summary['block_size']}): {skipped}")
@@ -553,7 +553,7 @@ def _probes(args) -> int:
 
 
 def _probes_compare(args) -> int:
-    from kinterval.eval.probes import compare_probes, in_probeab
+    from kinterval.eval.probes import compare_probes, in_probeab, interval_text
 
     _check_compare_args(args)
     conditions = dict(_condition(c) for c in args.conditions)
@@ -570,7 +570,7 @@ def _probes_compare(args) -> int:
         for r in res["deltas"]:
             mark = "  tab:probeab" * in_probeab(r)
             print(f"  {r['probe']} {r['metric']:<5} {r['param']!s:>4} {r['condition']:<18} {r['delta']:+.4f} "
-                  f"[{r['lo']:+.4f}, {r['hi']:+.4f}] n={r['n']}{mark}")  # fmt: skip
+                  f"{interval_text(r['lo'], r['hi'], signed=True)} n={r['n']}{mark}")  # fmt: skip
         for r in res["slopes"]:
             print(f"  {r['probe']} {r['metric']:<5} {r['condition']:<18} slope vs log2 {r['params']}: "
                   f"{r['slope']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}]")  # fmt: skip

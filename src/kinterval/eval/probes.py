@@ -197,28 +197,33 @@ def _stack(ctxs):
 def summarize(rows: list[dict], *, n_resamples: int = 4000, seed: int = 0) -> list[dict]:
     """Table rows ``{probe, metric, param, condition, mean, lo, hi, n}`` with family-bootstrap 95% CIs.
 
-    Probe B leads with its pooled row (``param="all"``, ``condition="all"``: every sample, near and far,
-    resampled by sample; the paper's tab:probeab row), then the per pair count and query breakdown. Probe A
+    Each probe leads with its pooled rows (``param="all"``), the paper's tab:probeab rows among them: probe A
+    induction and control over every distance (resampled by family), probe B ``condition="all"`` (every
+    sample, near and far, resampled by sample). Then the per distance / pair count / length breakdown. Probe A
     adds ``metric="gain"`` (control NLL - induction NLL) per distance and pooled (``param="all"``).
+    ``lo``/``hi`` are None when the interval cannot be formed (one family: ``--families 1``/``--copies 1``).
     """
     from kinterval.stats import family_bootstrap_ci
 
     def row(probe, metric, param, cond, values, fams):
         values, fams = np.asarray(values, float), np.asarray(fams)
-        mean, lo, hi = float(values.mean()), float("nan"), float("nan")
+        lo = hi = None  # a bootstrap over a single family has no interval
         if len(np.unique(fams)) >= 2:
             ci = family_bootstrap_ci(values, fams, n_resamples=n_resamples, seed=seed)
             lo, hi = ci.lo, ci.hi
-        return {"probe": probe, "metric": metric, "param": param, "condition": cond, "mean": mean, "lo": lo,
-                "hi": hi, "n": len(values)}  # fmt: skip
+        return {"probe": probe, "metric": metric, "param": param, "condition": cond,
+                "mean": float(values.mean()), "lo": lo, "hi": hi, "n": len(values)}  # fmt: skip
 
     out = []
     groups = defaultdict(list)
     for r in rows:
         groups[(r["probe"], r["param"], r["condition"])].append(r)
+        if r["probe"] == "A":  # pooled over distances, as paired_deltas pools them
+            groups[("A", "all", r["condition"])].append(r)
         if r["probe"] == "B":
             groups[("B", "all", "all")].append(r)
-    for (probe, param, cond), rs in sorted(groups.items(), key=lambda g: (g[0][0], g[0][2] != "all", g[0])):
+    order = lambda g: (g[0][0], g[0][1] != "all", str(g[0][1]).zfill(6), g[0][2])  # noqa: E731
+    for (probe, param, cond), rs in sorted(groups.items(), key=order):
         ids = range(len(rs)) if cond == "all" else [r["family"] for r in rs]  # pooled B: by sample
         for metric in ("nll", "acc"):
             out.append(row(probe, metric, param, cond, [r[metric] for r in rs], ids))
@@ -236,9 +241,17 @@ def summarize(rows: list[dict], *, n_resamples: int = 4000, seed: int = 0) -> li
 def in_probeab(r: dict) -> bool:
     """Whether a :func:`summarize` or :func:`paired_deltas` row is a row of the paper's Table tab:probeab:
     probe A pooled over distances (induction target NLL and top-1, induction gain), probe B pooled over every
-    sample (near and far)."""
+    sample (near and far; target NLL and top-1)."""
     return r["param"] == "all" and (r["probe"], r["condition"]) in {
         ("A", "induction"), ("A", "control-induction"), ("B", "all")}  # fmt: skip
+
+
+def interval_text(lo, hi, signed: bool = False) -> str:
+    """``[lo, hi]`` as printed by ``kinterval probes`` (``signed``: ``probes-compare``), "-" when the interval
+    could not be formed (``None``: a single family)."""
+    if lo is None or hi is None:
+        return "-"
+    return f"[{lo:+.4f}, {hi:+.4f}]" if signed else f"[{lo:.4f}, {hi:.4f}]"
 
 
 def probe_tables(results_dir: str | Path) -> list[dict]:
@@ -312,14 +325,16 @@ def _read_samples(folder: Path, summary: dict) -> list[dict]:
 # ---------------------------------------------------------------------- paired comparison with softmax
 def _paired_ci(probe, values, families, n_resamples, seed):
     """Probe A resamples whole families (distances and the induction/control pairing stay together); the
-    samples of probes B and C are independent and are resampled directly (paper, Table tab:probeab)."""
+    samples of probes B and C are independent and are resampled directly (paper, Table tab:probeab).
+    ``(None, None)`` when there is nothing to resample: one family (probe A) or one sample."""
     from kinterval.stats import family_bootstrap_ci, paired_bootstrap_ci
 
-    if len(values) < 2 or not np.any(values != values[0]):
-        return (float(values[0]),) * 2 if len(values) >= 2 else (float("nan"),) * 2
+    units = len(np.unique(families)) if probe == "A" else len(values)  # what the bootstrap resamples
+    if units < 2:
+        return None, None
+    if not np.any(values != values[0]):  # every resample has the same mean
+        return (float(values[0]),) * 2
     if probe == "A":
-        if len(np.unique(families)) < 2:
-            return float("nan"), float("nan")
         ci = family_bootstrap_ci(values, families, n_resamples=n_resamples, seed=seed)
     else:
         ci = paired_bootstrap_ci(values, n_resamples=n_resamples, seed=seed)
@@ -483,13 +498,18 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
     cfg = model.config
     samples, skipped = all_samples(families, cfg.vocab_size, cfg.block_size, seed, distances, copies)
     rows = score(model, samples, device=device, batch_size=batch_size)
+    bad = next((r for r in rows if not (math.isfinite(r["nll"]) and math.isfinite(r["acc"]))), None)
+    if bad is not None:
+        which = ", ".join(f"{k} {bad[k]}" for k in ("probe", "family", "condition", "param"))
+        raise ValueError(f"the model scored a non-finite NLL on a probe sample ({which}): its logits hold "
+                         "NaN or infinite values")  # fmt: skip
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     # summary.json marks a finished output: the old one goes first, then samples.jsonl and last summary.json
     # (with the samples file's sha256) are written, each atomically. A kill leaves no summary beside samples
     # it was not written with.
     (out / "summary.json").unlink(missing_ok=True)
-    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    data = "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows).encode()
     atomic.write_bytes(out / "samples.jsonl", data)
     summary = {"run": str(run), "checkpoint_step": state.get("step"), "operator": model.operator,
                "native_operator": state["config"]["operator"]["name"], "families": families, "copies": copies,
@@ -498,7 +518,7 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
                "samples_jsonl_sha256": atomic.sha256_bytes(data), "skipped": skipped,
                "device": str(device), **applied_numerics(cfg.numerics, device),
                "table": summarize(rows)}  # fmt: skip
-    atomic.write_json(out / "summary.json", summary)
+    atomic.write_text(out / "summary.json", json.dumps(summary, indent=1, allow_nan=False) + "\n")
     return summary
 
 
@@ -512,6 +532,7 @@ __all__ = [
     "delta_slopes",
     "in_probeab",
     "induction_samples",
+    "interval_text",
     "paired_deltas",
     "probe_tables",
     "retrieval_samples",

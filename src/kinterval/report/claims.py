@@ -3,7 +3,9 @@ report.json).
 
 Each claim names the contrast it tests, the paper's value with its source table, our estimate with its 95%
 interval under the one rule (:func:`kinterval.report.analysis.estimate`), whether the direction agrees and
-whether the interval excludes zero. A claim whose runs are absent is listed as "not run", never dropped.
+whether the difference is detectable (the interval excludes zero: App. C.3's "detectable", not the
+"separated" of the ΔNLL tables, a lower bound above +0.01). A claim whose runs are absent is listed as
+"not run", never dropped.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class Claim:
     test: str  # the contrast we estimate and the rule for "agrees"
     ours: str  # our estimate and 95% CI, or "not run"
     direction_agrees: bool | None  # None: not run
-    separated: bool | None  # the 95% CI excludes zero; None: not run
+    detectable: bool | None  # the 95% CI excludes zero; None: not run
     setting: str = ""  # token budget, data and tag of the runs used
     estimate: A.Estimate | None = None
 

@@ -198,7 +198,7 @@ def skipped_rows(skipped: dict[str, str]) -> tuple[list[str], list[list[str]]]:
 
 
 def claim_rows(claims) -> tuple[list[str], list[list[str]]]:
-    headers = ["Claim", "Paper", "Ours (95% CI)", "Status", "Direction agrees", "Separated (CI excludes 0)"]
+    headers = ["Claim", "Paper", "Ours (95% CI)", "Status", "Direction agrees", "Detectable (CI excludes 0)"]
     headers += ["Runs", "Tested"]
     yn = {True: "yes", False: "no", None: "-"}
     return headers, [
@@ -208,7 +208,7 @@ def claim_rows(claims) -> tuple[list[str], list[list[str]]]:
             c.ours,
             c.status,
             yn[c.direction_agrees],
-            yn[c.separated],
+            yn[c.detectable],
             c.setting or "-",
             c.test,
         ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_level, check_positive_int, finite_1d
+from ._checks import check_level, check_positive_int, finite_1d, make_rng
 
 _CHUNK_ELEMS = 1 << 22  # random indices drawn per chunk of resamples (bounds memory at ~32 MB)
 BLOCK = 16  # the paper's block length (§4, App. C.3)
@@ -125,7 +125,7 @@ def block_bootstrap_ci(
         )
     n_resamples = check_positive_int(n_resamples, "n_resamples")
     level = check_level(level)
-    reps = circular_block_means(x, block, n_resamples, np.random.default_rng(seed))
+    reps = circular_block_means(x, block, n_resamples, make_rng(seed))
     return _percentile_result(x.mean(), reps, level, f"circular block bootstrap (block {block})", n_resamples)
 
 
@@ -137,7 +137,7 @@ def paired_bootstrap_ci(
     n_resamples = check_positive_int(n_resamples, "n_resamples")
     level = check_level(level)
     # A circular block bootstrap with block 1 is exactly the iid bootstrap.
-    reps = circular_block_means(diffs, 1, n_resamples, np.random.default_rng(seed))
+    reps = circular_block_means(diffs, 1, n_resamples, make_rng(seed))
     return _percentile_result(diffs.mean(), reps, level, "paired bootstrap", n_resamples)
 
 
@@ -176,7 +176,7 @@ def cluster_bootstrap_ci(
     # sum_g c_g * sum_{i in g} w_i v_i  /  sum_g c_g * sum_{i in g} w_i.
     wv = np.bincount(label, weights=w * values, minlength=n_clusters)
     ww = np.bincount(label, weights=w, minlength=n_clusters)
-    rng = np.random.default_rng(seed)
+    rng = make_rng(seed)
     reps = []
     for rows in _chunks(n_resamples, n_clusters):
         draws = rng.integers(0, n_clusters, size=(rows, n_clusters))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import finite_1d, finite_2d
+from ._checks import check_real, finite_1d, finite_2d
 from .seeds import SeedSummary, seed_summary
 
 
@@ -25,15 +25,13 @@ def contrast(per_block: Mapping[str, np.ndarray], weights: Mapping[str, float]) 
     unknown = set(weights) - set(per_block)
     if unknown:
         raise ValueError(f"weights reference unknown conditions: {sorted(unknown)}")
-    lengths = {c: np.shape(v) for c, v in per_block.items()}
+    arrays = {c: finite_1d(v, f"per_block[{c!r}]") for c, v in per_block.items()}
+    lengths = {c: a.size for c, a in arrays.items()}
     if len(set(lengths.values())) != 1:
         raise ValueError(f"per-block arrays must all have the same length, got {lengths}")
-    out = np.zeros(len(next(iter(per_block.values()))))
+    out = np.zeros(next(iter(lengths.values())))
     for cond, a in weights.items():
-        a = float(a)
-        if not np.isfinite(a):
-            raise ValueError(f"weight of {cond!r} is not finite")
-        out += a * finite_1d(per_block[cond], f"per_block[{cond!r}]")
+        out += check_real(a, f"weight of {cond!r}") * arrays[cond]
     return out
 
 
@@ -125,12 +123,10 @@ class Labels:
 
 def label_single_seed(lo: float, hi: float, margin: float = 0.01) -> Labels:
     """Labels of a contrast interval ``[lo, hi]`` in nats; all comparisons are strict."""
-    lo, hi, margin = float(lo), float(hi), float(margin)
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        raise ValueError("lo and hi must be finite")
+    lo, hi, margin = check_real(lo, "lo"), check_real(hi, "hi"), check_real(margin, "margin")
     if lo > hi:
         raise ValueError(f"lo ({lo}) must not exceed hi ({hi})")
-    if not (np.isfinite(margin) and margin > 0):
+    if not margin > 0:
         raise ValueError(f"margin must be positive, got {margin}")
     return Labels(
         separated=lo > margin,

@@ -8,7 +8,7 @@ from itertools import combinations
 import numpy as np
 from scipy import stats
 
-from ._checks import finite_1d, finite_2d
+from ._checks import check_positive_int, finite_1d, finite_2d, make_rng
 
 
 def kendall_w(scores) -> float:
@@ -34,25 +34,48 @@ def kendall_w(scores) -> float:
     return float(12.0 * s / denom)
 
 
+SPEARMAN_RESAMPLES = 20000  # random pairings of the permutation p; all n! are enumerated for n <= 7
+
+
 @dataclass(frozen=True)
 class SpearmanResult:
     rho: float
     p: float
 
 
-def spearman(x, y) -> SpearmanResult:
-    """Spearman rank correlation and its two-sided p (``scipy.stats.spearmanr``)."""
+def _ranks(x, y) -> tuple[np.ndarray, np.ndarray]:
+    """Average ranks of two checked, equally long, non-constant samples of at least 3 values."""
     x = finite_1d(x, "x", min_size=3)
     y = finite_1d(y, "y", min_size=3)
     if x.size != y.size:
         raise ValueError(f"x and y must have the same length, got {x.size} and {y.size}")
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         raise ValueError("Spearman correlation is undefined for a constant input")
-    res = stats.spearmanr(x, y)
-    return SpearmanResult(float(res.statistic), float(res.pvalue))
+    return stats.rankdata(x), stats.rankdata(y)  # average ranks for ties
+
+
+def spearman(x, y, *, n_resamples: int = SPEARMAN_RESAMPLES, seed: int = 0) -> SpearmanResult:
+    """Spearman rank correlation rho and its two-sided permutation p.
+
+    rho is the Pearson correlation of the (average) ranks, as ``scipy.stats.spearmanr``. p comes from a
+    permutation test of it (``scipy.stats.pearsonr`` on the ranks with ``PermutationMethod``): under H0 every
+    pairing of the y ranks with the x ranks is equally likely. When all ``n!`` pairings fit within
+    ``n_resamples`` (n <= 7 by default) they are enumerated and p is exact (n = 3, rho = 1: p = 1/3).
+    Beyond, ``n_resamples`` random pairings drawn with ``seed`` give a deterministic p, the observed pairing
+    counted once in each tail. Two-sided p is twice the smaller one-sided p, capped at 1 (with resampling,
+    at least ``2 / (n_resamples + 1)``). The large-sample t approximation of ``spearmanr`` is not used: it is
+    far too small for the few conditions compared here.
+    """
+    rx, ry = _ranks(x, y)
+    n_resamples = check_positive_int(n_resamples, "n_resamples")
+    method = stats.PermutationMethod(n_resamples=n_resamples, rng=make_rng(seed))
+    p = stats.pearsonr(rx, ry, method=method).pvalue
+    return SpearmanResult(float(stats.spearmanr(x, y).statistic), float(min(1.0, p)))
 
 
 def pairwise_spearman(scores) -> np.ndarray:
     """Spearman rho between every pair of seeds (rows of ``scores[n_seeds, n_conditions]``), pairs i < j."""
     x = finite_2d(scores, "scores", min_rows=2, min_cols=3)
-    return np.array([spearman(x[i], x[j]).rho for i, j in combinations(range(x.shape[0]), 2)])
+    # rho only (no permutation test per pair); a constant row is refused as in spearman.
+    rho = [stats.spearmanr(*_ranks(x[i], x[j])).statistic for i, j in combinations(range(x.shape[0]), 2)]
+    return np.array(rho)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ._checks import check_level, check_positive_int, finite_1d
+from ._checks import check_level, check_positive_int, finite_1d, make_rng
 
 MAX_EXACT_N = 20  # 2^20 sign assignments
 
@@ -72,7 +72,7 @@ def permutation_p_random(diffs, n: int = 20000, seed: int | None = 0) -> float:
     """
     d = finite_1d(diffs, "diffs")
     n = check_positive_int(n, "n")
-    rng = np.random.default_rng(seed)
+    rng = make_rng(seed)
     observed = abs(d.sum()) - _tolerance(d)
     hits = 0
     step = max(1, (1 << 22) // d.size)  # chunks of sign draws to bound memory
