@@ -303,3 +303,79 @@ def test_meta_json_eot_must_be_below_vocab_size(ds, capsys, eot):
     meta["eot"] = 511  # the largest valid one
     (ds / "meta.json").write_text(json.dumps(meta))
     assert TokenShards(ds, "val").eot == 511
+
+
+@pytest.mark.parametrize("route", ["env", "flag"])
+@pytest.mark.parametrize("ranks", ["missing", "wrong"])
+def test_a_bad_bpe_file_refuses_a_bin_import_and_leaves_the_dataset_in_out(
+    tmp_path, ds, capsys, monkeypatch, route, ranks
+):
+    """bin: used to clear ``out`` before it hashed the ranks file (a missing $KINTERVAL_BPE_FILE then cost the
+    dataset there), and recorded the sha256 of a ranks file that is not GPT-2's (--bpe-file was ignored)."""
+    from kinterval import cli
+
+    before = {p.name: p.read_bytes() for p in ds.iterdir()}
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    np.arange(100, dtype="<u2").tofile(raw / "x.train.bin")
+    np.arange(100, dtype="<u2").tofile(raw / "x.val.bin")
+    bpe = tmp_path / "gpt2.tiktoken"
+    if ranks == "wrong":
+        bpe.write_text("wrong\n")
+    argv = ["data", "prepare", "--source", f"bin:{raw}", "--out", str(ds), "--quiet"]
+    if route == "env":
+        monkeypatch.setenv("KINTERVAL_BPE_FILE", str(bpe))
+    else:
+        argv += ["--bpe-file", str(bpe)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    want = "GPT-2 BPE ranks file not found" if ranks == "missing" else "not the GPT-2 ranks file"
+    assert want in err and str(bpe) in err and "\n" not in err
+    assert {p.name: p.read_bytes() for p in ds.iterdir()} == before
+    if route == "env":  # the API's default tokenizer record, too
+        with pytest.raises((FileNotFoundError, ValueError), match=want):
+            import_bin({"train": raw / "x.train.bin"}, ds, progress=False)
+        assert {p.name: p.read_bytes() for p in ds.iterdir()} == before
+
+
+def test_a_bin_import_records_the_gpt2_ranks_file(tmp_path, monkeypatch):
+    from kinterval.data.tokenizer import GPT2_BPE_SHA256, PACKAGED_BPE_FILE
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    np.arange(100, dtype="<u2").tofile(raw / "x.train.bin")
+    monkeypatch.setenv("KINTERVAL_BPE_FILE", str(PACKAGED_BPE_FILE))
+    meta = prepare(f"bin:{raw}", tmp_path / "o", progress=False)
+    assert meta["tokenizer"] == {"name": "gpt2", "sha256": GPT2_BPE_SHA256}
+
+
+@pytest.mark.parametrize(
+    ("source", "extra", "message"),
+    [("text:{text}", ["--split", "val"], "--split val writes no train split"),
+     ("text:{text}", ["--split", "test"], "--split test writes no train split"),
+     ("ptb", [], "--source ptb writes the test split only"),
+     ("c4", [], "--source c4 writes val only"),
+     ("bin:{raw}", [], "needs a train split; the files are of ['val']")],
+)  # fmt: skip
+def test_tokens_is_refused_where_no_train_split_is_written(tmp_path, ds, capsys, monkeypatch, source, extra,
+                                                           message):  # fmt: skip
+    """--tokens used to be accepted and ignored there, while meta.json recorded params.tokens as the cap."""
+    from kinterval import cli
+    from kinterval.data import sources
+
+    monkeypatch.setattr(sources, "ptb_test_document", lambda: pytest.fail("the Hub was reached"))
+    monkeypatch.setattr(sources, "c4_validation_documents", lambda n: pytest.fail("the Hub was reached"))
+    (tmp_path / "txt").mkdir()
+    (tmp_path / "txt" / "doc.txt").write_text("some text\n")
+    (tmp_path / "raw").mkdir()
+    np.arange(100, dtype="<u2").tofile(tmp_path / "raw" / "x.val.bin")
+    before = {p.name: p.read_bytes() for p in ds.iterdir()}
+    source = source.format(text=tmp_path / "txt", raw=tmp_path / "raw")
+    argv = ["data", "prepare", "--source", source, "--out", str(ds), "--quiet"] + extra
+    assert cli.main(argv + ["--tokens", "1000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "--tokens" in err and "\n" not in err
+    assert {p.name: p.read_bytes() for p in ds.iterdir()} == before
+    if source.startswith("text:"):  # without --tokens the same split is written whole
+        assert cli.main(argv) == 0
+        assert TokenShards(ds, extra[1]).n_tokens > 0

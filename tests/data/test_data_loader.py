@@ -126,3 +126,46 @@ def test_token_shards_memmap_and_concatenation(prepared):
     x, y = load_batch(whole, sampler.offsets(0, 4), 128)
     assert x.shape == (4, 128) and torch.equal(x[:, 1:], y[:, :-1])
     assert decode_tokens(whole[:3], train.meta).count(" ") == 2
+
+
+def _trained_on(data: dict) -> dict:
+    """A state.json recording ``data`` as the training data (as the trainer's identity does)."""
+    return {"step": 1, "identity": {"seed": 0, "data.identity": data}}
+
+
+def test_check_matches_refuses_data_of_another_tokenizer(prepared):
+    """Only data with a vocabulary larger than the model's used to be refused: a GPT-2 BPE model (vocab
+    50257) was evaluated on the synthetic corpus (vocab 512) without complaint."""
+    val = TokenShards(prepared, "val")
+    gpt2 = {"source": "fineweb-edu", "vocab_size": 50257, "split": "train", "n_tokens": 10**9,
+            "shards_sha256": ["ab" * 32]}  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"meta\.json: vocab_size 512, but .* \(fineweb-edu\) with vocab_size 50257"
+    ):
+        val.check_matches(_trained_on(gpt2))
+    same = {
+        "source": "bin:elsewhere",
+        "vocab_size": 512,
+        "split": "train",
+        "n_tokens": 5,
+        "shards_sha256": [],
+    }
+    for other in ({"eot": 7}, {"tokenizer": {"name": "gpt2", "sha256": None}}, {"tokenizer": "gpt2"}):
+        with pytest.raises(ValueError, match="but the checkpoint was trained on data"):
+            val.check_matches(_trained_on(same | other))  # compared where the state records them
+
+
+def test_check_matches_accepts_another_corpus_of_the_same_tokenizer(prepared, tmp_path):
+    """Source, split, token counts and shard hashes differ between held-out corpora of one tokenizer."""
+    other = tmp_path / "other"
+    prepare("synthetic", other, tokens=20_000, seed=5, progress=False)
+    trained = {"source": "text:elsewhere", "vocab_size": 512, "split": "train", "n_tokens": 123,
+               "shards_sha256": ["cd" * 32], "eot": 511,
+               "tokenizer": {"name": "synthetic", "sha256": None}}  # fmt: skip
+    for split in ("val", "test"):
+        TokenShards(other, split).check_matches(_trained_on(trained))
+    # states that record no training data (hand-built, or older) are not checked
+    val = TokenShards(prepared, "val")
+    for state in ({"config": {"operator": {"name": "softmax"}}}, {"identity": None}, {"identity": {}},
+                  {"identity": {"data.identity": None}}):  # fmt: skip
+        val.check_matches(state)

@@ -347,9 +347,14 @@ def test_fineweb_fills_val_even_when_train_is_done_first(tmp_path, monkeypatch, 
     val_text = "The quick brown fox jumps over the lazy dog. " * 300  # about 3000 tokens
     rows = _fineweb_rows(24, 3000, val_text, "A short train document.")
     monkeypatch.setattr(sources, "stream_fineweb_edu", lambda: iter(rows))
-    meta = prepare("fineweb-edu", tmp_path / "fw", splits=splits, tokens=1_000, val_tokens=50_000,
+    tokens = 1_000 if "train" in splits else None  # a train cap without a train split is refused
+    meta = prepare("fineweb-edu", tmp_path / "fw", splits=splits, tokens=tokens, val_tokens=50_000,
                    bpe_file=PACKAGED_BPE_FILE, progress=False)  # fmt: skip
     assert meta["splits"]["val"]["n_tokens"] == 50_000
+    if "train" not in splits:
+        with pytest.raises(ValueError, match=r"--tokens caps the train split; splits \['val'\] lack train"):
+            prepare("fineweb-edu", tmp_path / "fw", splits=splits, tokens=1_000, progress=False)
+        assert TokenShards(tmp_path / "fw", "val").n_tokens == 50_000  # the dataset in out is kept
     assert TokenShards(tmp_path / "fw", "val", verify=True).n_tokens == 50_000
     if "train" in splits:
         assert meta["splits"]["train"]["n_tokens"] == 1_000

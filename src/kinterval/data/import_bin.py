@@ -9,8 +9,26 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from kinterval.data import sources
-from kinterval.data.tokenizer import EOT, GPT2_VOCAB, file_sha256, tokenizer_hash
+from kinterval.data.tokenizer import (
+    EOT,
+    GPT2_BPE_SHA256,
+    GPT2_VOCAB,
+    file_sha256,
+    resolve_bpe_file,
+    tokenizer_hash,
+)
 from kinterval.data.writer import DTYPE, ShardWriter, clear_outputs, write_meta
+
+
+def gpt2_tokenizer(bpe_file: str | Path | None = None) -> dict:
+    """meta.json's tokenizer record of GPT-2 BPE ids: ``{"name": "gpt2", "sha256": ...}`` of the ranks file
+    ``gpt2_encoding(bpe_file)`` would use. A missing ranks file (FileNotFoundError) or one that is not GPT-2's
+    (ValueError) is refused, as it is when text is tokenized."""
+    sha = tokenizer_hash(bpe_file)
+    if sha != GPT2_BPE_SHA256:
+        path = resolve_bpe_file(bpe_file)
+        raise ValueError(f"{path}: not the GPT-2 ranks file (sha256 differs from {GPT2_BPE_SHA256})")
+    return {"name": "gpt2", "sha256": sha}
 
 
 def find_bin_files(directory: str | Path) -> dict[str, list[Path]]:
@@ -57,6 +75,8 @@ def import_bin(
     paths relative to ``out``). Every id is checked against ``vocab_size`` before the dataset already in
     ``out`` is removed; sha256 is recorded either way.
     ``tokens`` caps the train split at its first ``tokens`` ids (copy only: a referenced file is whole).
+    ``tokenizer`` is meta.json's tokenizer record; by default GPT-2's (:func:`gpt2_tokenizer`), checked before
+    anything in ``out`` is removed.
     """
     out = Path(out)
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
@@ -72,10 +92,15 @@ def import_bin(
         raise ValueError(
             f"need 0 <= eot < vocab_size <= 65536 (uint16 ids), got eot {eot}, vocab_size {vocab_size}"
         )
+    tokenizer = tokenizer or gpt2_tokenizer()  # a missing or wrong ranks file must not cost ``out`` either
     files = {
         sources.SPLIT_ALIASES.get(s, s): [Path(p) for p in (f if isinstance(f, list) else [f])]
         for s, f in files.items()
     }
+    if tokens is not None and "train" not in files:
+        raise ValueError(
+            f"a train-token cap (--tokens) needs a train split; the files are of {sorted(files)}"
+        )
     for path in (p for group in files.values() for p in group):
         if not path.is_file():
             raise FileNotFoundError(f"token file not found: {path}")
@@ -93,7 +118,6 @@ def import_bin(
         s: _import_split(out, s, g, vocab_size, copy, shard_tokens, progress, limits[s], n_docs[s])
         for s, g in files.items()
     }
-    tokenizer = tokenizer or {"name": "gpt2", "sha256": tokenizer_hash()}
     params = {
         "files": {s: [str(p) for p in g] for s, g in files.items()},
         "copy": copy,

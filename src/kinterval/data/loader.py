@@ -132,6 +132,33 @@ class TokenShards:
                 f"{meta}: data vocab_size {self.vocab_size} > model vocab_size {model_vocab_size}"
             )
 
+    def check_matches(self, state: dict) -> None:
+        """Refuse this split when its tokenizer differs from that of the checkpoint's training data.
+
+        ``state`` is the checkpoint's state.json; its ``identity["data.identity"]`` records the training data.
+        Compared: ``vocab_size``, and ``eot`` and the tokenizer's name and sha256 where both sides record
+        them. The corpus, split, token counts and shard hashes may differ (held-out corpora of one
+        tokenizer). A state that records no training data is not checked."""
+        trained = (state.get("identity") or {}).get("data.identity") if isinstance(state, dict) else None
+        if not isinstance(trained, dict):
+            return
+        tok = self.meta["tokenizer"]
+        ours = {"vocab_size": self.vocab_size, "eot": self.eot, "tokenizer": tok["name"]}
+        ours["tokenizer sha256"] = tok.get("sha256")
+        theirs = dict(trained)
+        if isinstance(trained.get("tokenizer"), dict):
+            theirs["tokenizer"] = trained["tokenizer"].get("name")
+            theirs["tokenizer sha256"] = trained["tokenizer"].get("sha256")
+        differ = [k for k, v in ours.items() if v is not None and theirs.get(k) not in (None, v)]
+        if differ:
+            got = ", ".join(f"{k} {ours[k]}" for k in differ)
+            want = ", ".join(f"{k} {theirs[k]}" for k in differ)
+            raise ValueError(
+                f"{self.root / 'meta.json'}: {got}, but the checkpoint was trained on data "
+                f"({trained.get('source') or 'unnamed source'}) with {want}: evaluate on data prepared with "
+                "the training data's tokenizer"
+            )
+
     def n_blocks(self, T: int) -> int:
         return n_blocks(self.n_tokens, T)
 

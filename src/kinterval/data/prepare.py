@@ -18,7 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from kinterval.data import sources, synthetic
-from kinterval.data.import_bin import find_bin_files, import_bin
+from kinterval.data.import_bin import find_bin_files, gpt2_tokenizer, import_bin
 from kinterval.data.loader import n_blocks
 from kinterval.data.tokenizer import (
     EOT,
@@ -159,7 +159,8 @@ def prepare(
     """Prepare ``source`` into ``out`` and return its meta.json contents.
 
     ``tokens`` caps the train split (synthetic: its exact size, default 2M; fineweb-edu: the streamed
-    budget, default 3B; bin:DIR: its first ``tokens`` ids, copied only); ``val_tokens`` caps fineweb-edu's
+    budget, default 3B; bin:DIR: its first ``tokens`` ids, copied only), and is an error where no train split
+    is written (``ptb``, ``c4``, ``split`` other than train); ``val_tokens`` caps fineweb-edu's
     held-out split. ``seed`` drives the synthetic generator only; ``copy=False`` makes ``bin:DIR`` reference
     its files instead of copying them. ``split`` (``text:PATH`` only) puts every document into that one split;
     ``documents`` is the number of C4 validation documents (default 302). ``ptb`` writes ``test`` and ``c4``
@@ -193,13 +194,24 @@ def prepare(
             raise ValueError(f"--documents applies to the c4 source only, got --source {source}")
         if isinstance(documents, bool) or not isinstance(documents, int) or documents < 1:
             raise ValueError(f"documents must be a positive integer, got {documents!r}")
+    if tokens is not None and source != "synthetic":  # synthetic sizes val and test from it too
+        # elsewhere --tokens caps the train split only (a bin: folder without train files: import_bin)
+        no_train = {"ptb": "--source ptb writes the test split only", "c4": "--source c4 writes val only"}
+        reason = no_train.get(source)
+        if reason is None and "train" not in splits:
+            reason = (
+                f"--split {split} writes no train split" if split else f"splits {list(splits)} lack train"
+            )
+        if reason:
+            raise ValueError(f"--tokens caps the train split; {reason}: drop --tokens")
     if source in ("wikitext103", "fineweb-edu", "ptb", "c4") or source.startswith("text:"):
         gpt2_encoding(bpe_file)  # a missing or wrong --bpe-file
     params = {"tokens": tokens, "shard_tokens": shard_tokens, "splits": list(splits)}
     if source.startswith("bin:"):
         found = find_bin_files(source[4:])
         return import_bin({s: f for s, f in found.items() if s in splits}, out, source=source, copy=copy,
-                          shard_tokens=shard_tokens, progress=progress, tokens=tokens)  # fmt: skip
+                          shard_tokens=shard_tokens, progress=progress, tokens=tokens,
+                          tokenizer=gpt2_tokenizer(bpe_file))  # fmt: skip
     if source == "synthetic":
         clear_outputs(out, splits)
         records, tokenizer, extra = _synthetic(out, splits, tokens, shard_tokens, seed, progress)

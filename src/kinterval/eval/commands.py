@@ -84,7 +84,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
         screen_numerics,
         stage3_table,
     )
-    from kinterval.train.checkpoint import trained_data_dir
+    from kinterval.train.checkpoint import read_state, trained_data_dir
     from kinterval.train.load import load_run
 
     for flag, value, least in (  # each contrast's block bootstrap needs a series of at least 2 blocks
@@ -110,11 +110,15 @@ def _tau_screen(args: argparse.Namespace) -> int:
                     raise ValueError(f"--K {K} --taus {tau:g} (stage {st.name}): {reason}") from None
         stages.append(st)
     ckpt = select_checkpoints(args.run, args.checkpoint)[-1]
+    state = read_state(ckpt)
+    shards = TokenShards(args.data or trained_data_dir(state, ckpt), args.split)
+    shards.check_matches(state)  # data of another tokenizer than the training data's, before the model loads
     loaded = load_run(ckpt, device=pick_device(args.device), backend="closed_form")  # the screen forms P
-    model, state = loaded.model, loaded.state
+    model = loaded.model
     if model.operator not in ("softmax", "sdpa"):
         print(f"warning: {ckpt} was trained with {model.operator}, not softmax; screening it anyway")
-    tokens = TokenShards(args.data or trained_data_dir(state, ckpt), args.split).tokens()
+    shards.check_vocab(model.config.vocab_size)
+    tokens = shards.tokens()
     T = model.config.block_size
     if n_blocks(len(tokens), T) < 2:  # before any stage is computed, as the flags above
         raise ValueError(f"the {args.split} split holds fewer than 2 blocks of {T}+1 tokens; the CIs need 2")

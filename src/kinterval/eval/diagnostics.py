@@ -57,6 +57,7 @@ def diagnose_checkpoint(
     sha = state_sha256(ckpt)
     stored = read_state(ckpt)
     shards = TokenShards(data or trained_data_dir(stored, ckpt), split)
+    shards.check_matches(stored)  # data of another tokenizer than the training data's is refused
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
     req = request(stored, shards, spec, blocks, False, dev)  # max_blocks: the probe's --blocks
     if path.is_file() and not force:
@@ -66,6 +67,7 @@ def diagnose_checkpoint(
     # closed_form: the probes form P explicitly and differentiate it
     loaded = load_run(ckpt, device=dev, backend="closed_form")
     model, state = loaded.model, loaded.state
+    shards.check_vocab(model.config.vocab_size)
     tokens = shards.tokens()
     if kind == "geometry":
         res = geometry_probe(model, tokens, blocks=blocks, spec=spec)

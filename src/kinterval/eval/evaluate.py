@@ -173,6 +173,7 @@ def evaluate_checkpoint(
     state = read_state(ckpt)
     data_dir = Path(data) if data is not None else Path(trained_data_dir(state, ckpt))
     shards = TokenShards(data_dir, split)
+    shards.check_matches(state)  # data of another tokenizer than the training data's is refused
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
     req = request(state, shards, operator, max_blocks, doc_clusters, dev)
     if not force and _is_current(json_path, npz_path, ckpt, req):
