@@ -170,6 +170,35 @@ def test_training_forwards_run_under_the_autocast_policy(make_config, tmp_path):
     assert set(dtypes) == {("mlp", torch.bfloat16), ("qkv", torch.bfloat16)}
 
 
+@pytest.mark.parametrize("backend", ["closed_form", "reference"])
+def test_the_attention_backward_runs_in_fp32_outside_autocast(make_config, tmp_path, backend):
+    """Paper §4: attention in fp32, bf16 autocast outside it, in the backward too. The trainer called
+    backward() inside the autocast region; the autograd engine takes the caller's autocast state, so the
+    backward of the operator's fp32 products (dQ, dK, dV, dP) ran as bf16 matmuls."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class BatchedProducts(TorchDispatchMode):  # (phase, dtype) of every batched matmul: the attention's
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default):
+                phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+                self.seen.add((phase, args[0].dtype))
+            return func(*args, **(kwargs or {}))
+
+    cfg = make_config(**{"numerics.autocast_on_cpu": True, "operator.name": "minmax-weight-k4",
+                         "operator.backend": backend})  # fmt: skip
+    trainer = Trainer(cfg, tmp_path / "run", D.setup("cpu"))
+    trainer.open_records()
+    with BatchedProducts() as products:
+        stats = trainer.step()
+    trainer.close()
+    assert stats.finite
+    assert products.seen == {("forward", torch.float32), ("backward", torch.float32)}, products.seen
+
+
 def test_without_clipping_no_step_counts_as_clipped(make_config, tmp_path):
     """optim.grad_clip 0 disables clipping: the norm is still logged, and no step is "clipped"."""
     train(make_config(**{"optim.grad_clip": 0.0}), tmp_path / "run")

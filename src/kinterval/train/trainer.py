@@ -543,9 +543,12 @@ def accumulate_gradients(model, tokens, offsets, mb, T, numerics, device, vocab_
     for j in range(0, n, mb):
         x, y = load_batch(tokens, offsets[j : j + mb], T, vocab_size)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with D.grad_sync(model, j + mb >= n), autocast(numerics, device):
-            _, loss = model(x, y)
+        with D.grad_sync(model, j + mb >= n):  # DDP's no_sync must hold the backward too
+            with autocast(numerics, device):
+                _, loss = model(x, y)
             scaled = loss * (len(x) / n)
+            # backward outside autocast: the autograd engine takes the autocast state of the caller, so a
+            # backward inside it ran the fp32 attention's backward matmuls (dQ, dK, dV, dP) in bf16
             scaled.backward()
         loss_sum += scaled.detach()
     return loss_sum
