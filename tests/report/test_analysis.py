@@ -344,3 +344,23 @@ def test_rank_statistics_spearman_p_is_the_exact_permutation_p():
     del geometry[rows[0].key]["h"]
     (st,) = A.rank_statistics(rows, geometry)
     assert st.spearman_h == pytest.approx((1.0, 1 / 12))
+
+
+def test_substitution_on_the_suites_own_split_is_paired_with_the_primary_evaluation():
+    """tab:strictaudit: the frozen checkpoint under another arithmetic on the suite's own split
+    (``kinterval eval --operator``, tag ``val__op-...``) minus its native (primary) evaluation, per block,
+    with the largest |Δ| of one block."""
+    rng = np.random.default_rng(10)
+    nll = rng.normal(4.0, 0.2, N)
+    delta = rng.normal(0.0, 1e-3, N)
+    delta[5] = 0.02
+    op = "val__op-fwm-weight-k4.arithmetic-strict"
+    pts = [
+        point("softmax", 7, nll),
+        point("fwm-weight-k4", 7, nll + 0.03),
+        point("softmax", 7, nll, tag=op, primary=False),
+        point("fwm-weight-k4", 7, nll + 0.03 + delta, tag=op, primary=False),
+    ]
+    (sub,) = [r for r in A.heldout_table(pts) if r.contrast == "substituted − native forward"]
+    assert sub.est.mean == pytest.approx(delta.mean()) and sub.max_abs == pytest.approx(0.02)
+    assert sub.key.tag == op and sub.seeds == (7,)

@@ -311,3 +311,15 @@ def test_each_claim_cites_tables_that_hold_its_values():
             last = m.end()
         assert last > 0, c.paper  # every claim cites a table
     assert not wrong
+
+
+def test_factorial_claims_state_the_weights_the_code_uses():
+    """The interaction is (FWM_P − FWM_W) − (MM_P − MM_W), weights ±1; ±1/2 are the main effects' weights."""
+    from kinterval.report.claims import paper_claims
+    from kinterval.stats import FACTORIAL_WEIGHTS
+
+    tests = {c.claim: c.test for c in paper_claims([], {})}
+    (inter,) = [t for t in tests.values() if t.startswith("interaction")]
+    assert "±1 weights" in inter and {abs(w) for w in FACTORIAL_WEIGHTS["interaction"].values()} == {1.0}
+    main = [t for t in tests.values() if t.startswith(("calibration effect", "surrogate effect"))]
+    assert len(main) == 2 and all("±1/2 weights" in t for t in main)

@@ -42,3 +42,27 @@ def test_no_graddiag_outputs_no_table(tmp_path):
     build_report([tmp_path / "ci"], tmp_path / "out")
     assert not (tmp_path / "out" / "graddecomp.md").exists()
     assert "graddecomp" not in json.loads((tmp_path / "out" / "report.json").read_text())
+
+
+def test_a_graddiag_output_without_the_residual_is_a_clear_error(tmp_path):
+    """An output lacking `zero_sum_residual` names its folder, step and key (ValueError; CLI: one line,
+    exit 2), never a KeyError traceback."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    m = write_results(tmp_path / "ci", "ci", lambda r, f: 0.0, n_blocks=8)
+    full = {k: 0.1 for k in DECOMP} | {"zero_sum_residual": 1e-7, "rows_above_1e-3": 0.0}
+    older = {k: v for k, v in full.items() if k != "zero_sum_residual"}  # an older graddiag output
+
+    def mean(r, step):
+        return None if r["operator"] != "lerp-k4" else full if r["seed"] == 7 else older
+
+    write_graddiag(tmp_path / "ci", m, mean)
+    with pytest.raises(ValueError, match=r"graddiag: the output of step \d+ has no 'zero_sum_residual'"):
+        build_report([tmp_path / "ci"], tmp_path / "out")
+    cmd = [sys.executable, "-m", "kinterval", "report", str(tmp_path / "ci"), "--out", str(tmp_path / "o")]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "zero_sum_residual" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1

@@ -66,13 +66,16 @@ def test_delta_table_columns_one_and_several_seeds_and_settings():
     )
     headers, cells = T.delta_rows([many, one])
     assert headers == ["Condition", "Seeds", "NLL", "NLL seed SD", "ΔNLL (nats/token)", "95% CI", "Interval",
-                       "Seed SD", "Eval SE", "p (perm.; boot. for one seed)", "BH q"]  # fmt: skip
+                       "Seed SD", "Eval SE", "p (perm.; boot. for one seed)", "BH q",
+                       "Separated (lo > +0.01)"]  # fmt: skip
     assert cells == [
         ["minmax-weight-k4", "7,42,253,1337,2026", "5.2000", "-", "+0.2000", "[+0.1500, +0.2500]", "t (4 df)",
-         "0.0400", "0.0030", "0.062", "0.125"],
+         "0.0400", "0.0030", "0.062", "0.125", "-"],
         ["fwm-prob-k4", "7", "5.0000", "-", "-0.0200", "[-0.0500, +0.0100]", "block bootstrap", "-", "0.0100",
-         "0.200", "0.300"],
+         "0.200", "0.300", "no"],
     ]  # fmt: skip
+    # several seeds everywhere: no single-seed label
+    assert "Separated (lo > +0.01)" not in T.delta_rows([many])[0]
     # one seed everywhere: the paper's single-seed label instead of the seed columns
     sep = Row("lerp-k4 − softmax", Key("lerp-k4", 100_007_936, DATA, "val"), (7,), _one(0.3, 0.02, 0.5))
     assert T.delta_rows([one, sep]) == (
@@ -103,11 +106,18 @@ def test_factorial_trend_detach_and_cross_setting_cells():
     assert headers[:3] == ["K", "Effect", "Estimate (nats/token)"] and headers[-2:] == ["Seeds", "Cells"]
     assert cells == [
         ["4", "calibration (FWM - MinMax)", "-0.1000", "[-0.2000, +0.0000]", "t (4 df)", "0.0500", "0.0020",
-         "0.500", "0.700", "5", "historical"],
+         "0.500", "0.700", "7,42,253,1337,2026", "historical"],
         ["pooled", "surrogate (Prob - Weight)", "+0.0300", "[+0.0100, +0.0500]", "t (4 df)", "0.0200",
-         "0.0020", "0.060", "0.100", "5", "historical"],
+         "0.0020", "0.060", "0.100", "7,42,253,1337,2026", "historical"],
     ]  # fmt: skip
-    trend = Row("lerp slope", key, FIVE, _five(-0.01, -0.03, 0.005, sd=0.004), family="lerp", note="4,8,16")
+    trend = Row(
+        "lerp slope",
+        Key("lerp", 100_007_936, DATA, "val"),
+        FIVE,
+        _five(-0.01, -0.03, 0.005, sd=0.004),
+        family="lerp",
+        note="4,8,16",
+    )
     assert T.trend_rows([trend])[1] == [
         ["lerp", "4,8,16", "5", "-0.0100", "[-0.0300, +0.0050]", "t (4 df)", "0.0040"]
     ]
@@ -135,8 +145,10 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
     held = Row("minmax-weight-k4 − softmax", key, FIVE, _five(0.05, 0.02, 0.08), q=0.01)
     assert T.heldout_rows([held])[1] == [
         ["minmax-weight-k4", "softmax", "test__ptb", DATA, "7,42,253,1337,2026", "+0.0500",
-         "[+0.0200, +0.0800]", "t (4 df)", "0.010", "yes", "no"]
+         "[+0.0200, +0.0800]", "t (4 df)", "0.010", "yes", "no", "-"]
     ]  # fmt: skip
+    sub = Row("substituted − native forward", key, (7,), _one(3e-5, -6e-5, 1.2e-4), max_abs=8.42e-3)
+    assert T.heldout_rows([sub])[1][0][-3:] == ["no", "yes", "0.00842"]
     claims = [
         Claim("FWM beats MinMax", "-0.1 (Tab. 2)", "calibration < 0", "-0.08 [-0.1, -0.06]", True, False,
               "100M owt val"),
@@ -201,3 +213,54 @@ def test_delta_table_softmax_row_and_nll_seed_sd():
         ["softmax", "1337", "3.8883", "-", "-", "-", "-"],
         ["lerp-k4", "1337", "3.9401", "+0.0500", "[+0.0400, +0.0600]", "block bootstrap", "yes"],
     ]
+
+
+def test_single_seed_rows_keep_the_separated_label_beside_rows_of_several_seeds():
+    """`report A B C D`: a one-seed row keeps "separated" (lo > +0.01) when another row has several seeds,
+    in delta.md and factorial.md; rows of several seeds get "-"."""
+    five = Row("calibration", None, FIVE, _five(-0.1, -0.2, 0.0, sd=0.05, p=0.5), K=4, family="d")
+    one = Row("calibration", None, (1337,), _one(0.05, 0.02, 0.08), K=4, family="d")
+    headers, cells = T.factorial_rows([five, one])
+    col = headers.index("Separated (lo > +0.01)")
+    assert [c[col] for c in cells] == ["-", "yes"]
+    d5 = Row("lerp-k4 − softmax", Key("lerp-k4", 1, DATA, "val"), FIVE, _five(0.2, 0.15, 0.25, sd=0.04))
+    d1 = Row("lerp-k4 − softmax", Key("lerp-k4", 2, DATA, "val"), (7,), _one(0.005, -0.01, 0.02))
+    headers, cells = T.delta_rows([d5, d1])
+    col = headers.index("Separated (lo > +0.01)")
+    assert [c[col] for c in cells] == ["-", "no"]
+
+
+def test_taildecomp_cells_name_delta_and_path_ratio_once_with_the_margin_mark():
+    """tab:taildecomp: Δ (not "Modified − full"), ° where |Δ| < 0.01, the path ratio once per resolved run."""
+    key = Key("resolved-weight-k4", 100_007_936, DATA, "val")
+    ratio = dict(recovery=1.077, recovery_lo=1.061, recovery_hi=1.095)
+    rows = [
+        Row("MinMax − softmax (weight-STE, K4)", key, (1337,), _one(0.1979, 0.1926, 0.2031), 100_007_936),
+        Row("MinMax − resolved (weight-STE, K4)", key, (1337,), _one(0.17, 0.16, 0.18), 100_007_936, **ratio),
+        Row(
+            "resolved − FWM (weight-STE, K4)",
+            key,
+            (1337,),
+            _one(0.0007, -0.002, 0.0032),
+            100_007_936,
+            **ratio,
+        ),
+    ]
+    headers, cells = T.taildecomp_rows(rows)
+    assert headers == ["Contrast", "Tokens", "Seeds", "Δ (nats/token)", "95% CI", "Interval",
+                       "Path ratio [95% CI]"]  # fmt: skip
+    assert [c[4] for c in cells] == ["[+0.1926, +0.2031]", "[+0.1600, +0.1800]", "[-0.0020, +0.0032] °"]
+    assert [c[-1] for c in cells] == ["-", "1.077 [1.061, 1.095]", "-"]
+
+
+def test_ktrend_and_factorial_rows_name_the_seed_of_a_supplementary_row():
+    """Supplementary per-seed rows (seeds 1338, 1339) are told apart by their seed: ktrend.md names it with
+    the family (analysis.condition), factorial.md lists the seeds."""
+    rows = [
+        Row("slope vs log2 K", Key("minmax-weight", 1, DATA, "val", seed=s), (s,), _one(0.01, 0.0, 0.02),
+            family="minmax-weight", note="2,4,8")
+        for s in (1338, 1339)
+    ]  # fmt: skip
+    assert [c[0] for c in T.trend_rows(rows)[1]] == ["minmax-weight, seed 1338", "minmax-weight, seed 1339"]
+    fac = [Row("calibration", None, (s,), _one(0.01, 0.0, 0.02), K=4, family="d") for s in (1338, 1339)]
+    assert [c[-2] for c in T.factorial_rows(fac)[1]] == ["1338", "1339"]

@@ -12,6 +12,7 @@ three-seed pool mixes lineages"). Every table row is a :class:`Row`.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -137,6 +138,7 @@ class Row:
     recovery_lo: float | None = None  # its 95% interval, where one is computed (the path ratio)
     recovery_hi: float | None = None
     note: str = ""
+    max_abs: float | None = None  # the largest |Δ| of one block over the seeds (substituted − native)
 
 
 @dataclass
@@ -320,10 +322,45 @@ def _row_from_pairs(contrast: str, pairs: list[Pair], key: Key | None = None, **
     )
 
 
+# The paper's order of operator families (tab:seedend, tab:endpoints): softmax, the exponential baselines
+# (no K), LERP, the four factorial cells, resolved calibration; an unknown family after them.
+FAMILY_ORDER = (
+    "lerp",
+    "minmax-weight",
+    "minmax-prob",
+    "fwm-weight",
+    "fwm-prob",
+    "resolved-weight",
+    "resolved-prob",
+)
+
+
+def operator_order(name: str) -> tuple:
+    """Sort key of an operator (``lerp-k16``) or family (``fwm-prob[arithmetic=historical]``) name, the order
+    of every table: the operators without overrides first, then each set of overrides (``range_grad``,
+    ``arithmetic``...); within them the family in the paper's order and K ascending (K4 before K16)."""
+    base, _, mods = name.partition("[")
+    m = re.fullmatch(r"(.+)-k(\d+)", base)
+    family, K = (m.group(1), int(m.group(2))) if m else (base, 0)
+    if base in ("softmax", "sdpa"):
+        rank = 0
+    elif family in FAMILY_ORDER:
+        rank = 2 + FAMILY_ORDER.index(family)
+    else:
+        rank = 1 if m is None else 2 + len(FAMILY_ORDER)  # a baseline (no K); an unknown family with a K
+    return (bool(mods), rank, mods, K, name)
+
+
+def key_order(k: Key) -> tuple:
+    """Sort key of a condition: its setting, :func:`operator_order`, then a supplementary row's seed."""
+    return (k.setting(), operator_order(k.operator), k.seed is not None, k.seed or 0)
+
+
 def _sort_key(r: Row):
     k = r.key
-    where = k.setting() if k else (0, "", "", "")
-    return (where, r.family, r.K or 0, k.operator if k else r.contrast, r.seeds, r.tokens)
+    if k is None:
+        return ((0, "", "", ""), operator_order(r.contrast), (), r.seeds, r.tokens)
+    return (k.setting(), operator_order(k.operator), k.seed is not None, k.seed or 0, r.seeds, r.tokens)
 
 
 def apply_bh(rows: list[Row], family=lambda r: (r.key.setting(), r.design)) -> None:
@@ -611,7 +648,8 @@ def k_trends(pairing: Pairing) -> list[Row]:
             fam[where][x.point.seed][x.point.K] = x
             ends[where] = x.point.tokens
     rows = []
-    for (setting, lineage, family), all_seeds in sorted(fam.items(), key=lambda kv: str(kv[0])):
+    by_order = sorted(fam.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), operator_order(kv[0][2])))
+    for (setting, lineage, family), all_seeds in by_order:
         # The K values of the seed with the most of them (the lowest such seed on a tie), and every seed
         # that has them all: extra seeds of one K alone (e.g. a second folder adding seeds to K = 32 only)
         # must not shrink the fit to fewer than two K values.
@@ -695,7 +733,8 @@ def cross_setting(rows: list[Row]) -> tuple[list[tuple], dict[str, dict[tuple, R
     table: dict[str, dict[tuple, Row]] = defaultdict(dict)
     for r in rows:
         table[condition(r.key)][r.key.setting()] = r
-    return settings, dict(sorted(table.items()))
+    order = {condition(r.key): key_order(r.key)[1:] for r in rows}
+    return settings, dict(sorted(table.items(), key=lambda kv: order[kv[0]]))
 
 
 def final_geometry(
@@ -732,22 +771,31 @@ class RankStats:
     spearman_span: tuple[float, float] | None  # (rho, p) against row span
 
 
+def ranked_rows(delta: list[Row]) -> dict[tuple, list[Row]]:
+    """Setting -> the ΔNLL rows its rank statistics (and fig:widthgap) use: the conditions run on the
+    setting's most common seed set of several seeds (suite D's five seeds, not a supplementary single-seed
+    run evaluated on the same data), or every row of a setting with no row of several seeds."""
+    by_setting: dict[tuple, list[Row]] = defaultdict(list)
+    for r in delta:
+        by_setting[r.key.setting()].append(r)
+    out = {}
+    for setting, rows in sorted(by_setting.items(), key=str):
+        sets = [r.seeds for r in rows if len(r.seeds) >= 2]
+        if sets:
+            seeds = max(sorted(set(sets)), key=sets.count)
+            rows = [r for r in rows if r.seeds == seeds]
+        out[setting] = rows
+    return out
+
+
 def rank_statistics(delta: list[Row], geometry: dict[Key, dict[str, float]]) -> list[RankStats]:
     """Per setting: Kendall's W and pairwise Spearman over the seeds every condition has, and Spearman of the
     condition-mean ΔNLL against final h and span (conditions with geometry)."""
     from kinterval.stats import kendall_w, pairwise_spearman, spearman
 
     out = []
-    by_setting: dict[tuple, list[Row]] = defaultdict(list)
-    for r in delta:
-        by_setting[r.key.setting()].append(r)
-    for setting, rows in sorted(by_setting.items(), key=str):
-        # The ordering over seeds uses the conditions run on the setting's most common seed set (suite D's
-        # five seeds, not a supplementary single-seed run evaluated on the same data).
-        sets = [r.seeds for r in rows if len(r.seeds) >= 2]
-        seeds = list(max(set(sets), key=sets.count)) if sets else []
-        if seeds:
-            rows = [r for r in rows if r.seeds == tuple(seeds)]
+    for setting, rows in ranked_rows(delta).items():
+        seeds = list(rows[0].seeds) if len(rows[0].seeds) >= 2 else []
         w, pw = None, ()
         if len(seeds) >= 2 and len(rows) >= 3:
             scores = np.array([[r.est.per_seed[r.seeds.index(s)] for r in rows] for s in seeds])
@@ -789,7 +837,7 @@ def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[C
             acc[p.key][p.seed] = float(rows[-1]["clipped_frac"])
     return [
         ClipRow(k, tuple(sorted(v)), float(np.mean(list(v.values()))), tuple(v[s] for s in sorted(v)))
-        for k, v in sorted(acc.items(), key=lambda kv: str(kv[0]))
+        for k, v in sorted(acc.items(), key=lambda kv: key_order(kv[0]))
     ]
 
 
@@ -822,9 +870,20 @@ def gradient_decomposition(results) -> list[GradDecompRow]:
         for run_id, diags in res.graddiag.items():
             op, seed = entry[run_id]["operator"], int(entry[run_id]["seed"])
             for d in diags:
-                m = d["mean"]
-                terms = {k: float(m[k]) for k in GRAD_TERMS if k in m}
+                m = d.get("mean")
                 where = (int(d["step"]), int(d.get("tokens", 0)), int(d.get("n_blocks", 0)))
+                missing = [
+                    k
+                    for k in ("zero_sum_residual", "rows_above_1e-3")
+                    if not isinstance(m, dict) or k not in m
+                ]
+                if missing:
+                    folder = res.dir / entry[run_id]["run_dir"] / "diagnostics" / "graddiag"
+                    raise ValueError(
+                        f"{folder}: the output of step {where[0]} has no {', '.join(map(repr, missing))} in "
+                        "'mean'; rerun `kinterval graddiag` on that checkpoint"
+                    )
+                terms = {k: float(m[k]) for k in GRAD_TERMS if k in m}
                 residual = (float(m["zero_sum_residual"]), float(m["rows_above_1e-3"]))
                 rows.append(GradDecompRow(res.suite, run_id, op, seed, *where, terms, *residual))
     return sorted(rows, key=lambda x: (x.operator, x.seed, x.tokens, x.suite))
@@ -883,17 +942,23 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
     rows.sort(key=_sort_key)
     apply_bh(rows)
     # tab:subst "diff": the same weights through exact softmax minus their native forward, per block and seed
-    for k, ps in sorted(groups.items(), key=lambda kv: str(kv[0])):
+    # (tab:strictaudit, tab:rounding: the same frozen checkpoint under another arithmetic, with the largest
+    # |Δ| of one block). The native evaluation is the run's own one with the tag without ``__op-``: a held-out
+    # one (``test__ptb``) or, for the suite's own split (``val__op-...``), its primary evaluation.
+    idx = _index(points)
+    for k, ps in sorted(groups.items(), key=lambda kv: key_order(kv[0])):
         base = _control_tags(k.tag)[-1]
-        native = {x.point.seed: x.point for x in groups.get(replace(k, tag=base), [])}
+        native = {x.point.seed: idx.get((*x.point.identity, base, x.point.tokens)) for x in ps}
         per_seed = {
             x.point.seed: x.point.nll - native[x.point.seed].nll
             for x in ps
-            if x.point.seed in native and native[x.point.seed].tokens == x.point.tokens
+            if native[x.point.seed] is not None and native[x.point.seed].nll.size == x.point.nll.size
         }
         if base != k.tag and per_seed:
             seeds, tokens = tuple(sorted(per_seed)), ps[0].point.tokens
-            rows.append(Row("substituted − native forward", k, seeds, estimate(per_seed), tokens))
+            r = Row("substituted − native forward", k, seeds, estimate(per_seed), tokens)
+            r.max_abs = float(max(np.abs(d).max() for d in per_seed.values()))
+            rows.append(r)
     return rows
 
 
@@ -1016,7 +1081,12 @@ def tail_decomposition(points: list[Point], unpaired: dict[str, str] | None = No
             ].append(p)
     softmax = {(*p.identity, p.tag, p.tokens): p for p in points if p.primary and p.operator == "softmax"}
     rows = []
-    for (cal, *rest), res_run in sorted(runs.items(), key=lambda kv: str(kv[0])):
+
+    def order(kv):  # setting, then Weight-STE before Prob-STE (tab:taildecomp), K ascending
+        cal, sur, K, *_, seed, setting = kv[0]
+        return (setting, sur != "weight", K or 0, str(kv[0]))
+
+    for (cal, *rest), res_run in sorted(runs.items(), key=order):
         mm_run, fwm_run = runs.get(("minmax", *rest)), runs.get(("fwm", *rest))
         if cal != "resolved" or mm_run is None or fwm_run is None:
             continue

@@ -368,8 +368,10 @@ def _build(results, out: Path) -> None:
         data["tail_decomposition"] = tail
         ix.table(
             "taildecomp",
-            *T.detach_rows(tail),
-            "Tail policy: MinMax − resolved and resolved − FWM, same seed (path ratio in the last column)",
+            *T.taildecomp_rows(tail),
+            "Tail policy: MinMax, FWM and resolved − softmax, MinMax − resolved and resolved − FWM, same "
+            "seed (°: |Δ| < 0.01 nats, below the single-seed margin; path ratio (MinMax − resolved) / "
+            "(MinMax − FWM), descriptive)",
         )
     geo_end = A.final_geometry(points, left_out)
     if geo_end:
@@ -382,7 +384,8 @@ def _build(results, out: Path) -> None:
                 geo_end[r.key].get("span"),
                 r.est.mean,
             )
-            for r in rows
+            for rs in A.ranked_rows(rows).values()  # the rows of ranks.md's Spearman (fig:widthgap)
+            for r in rs
             if r.key in geo_end
         }
         if gap:
@@ -431,6 +434,9 @@ def _build(results, out: Path) -> None:
 
 
 def _json_default(o):
+    if isinstance(o, A.Estimate):  # with its labels (paper §4, App. C.3)
+        labels = {"separated": o.separated, "detectable": o.excludes_zero, "within_margin": o.within_margin}
+        return {**{f.name: getattr(o, f.name) for f in dataclasses.fields(o)}, **labels}
     if dataclasses.is_dataclass(o):
         return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
     if isinstance(o, np.ndarray):

@@ -193,6 +193,8 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
         ),
     ):
         found = [(r, sign * r.est.mean > 0) for r in k4 if r.contrast == effect]
+        # stats.FACTORIAL_WEIGHTS: ±1/2 for the main effects (App. C.3), ±1 for the interaction
+        weights = "±1 weights" if effect == "interaction" else "±1/2 weights (App. C.3)"
         rule = (
             "interaction (FWM_P − FWM_W) − (MM_P − MM_W)" if effect == "interaction" else f"{effect} effect"
         )
@@ -200,7 +202,7 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
             Claim(
                 text,
                 paper,
-                f"{rule}, ±1/2 weights (App. C.3), per block; agrees if {'>' if sign > 0 else '<'} 0",
+                f"{rule}, {weights}, per block; agrees if {'>' if sign > 0 else '<'} 0",
                 "",
                 None,
                 None,

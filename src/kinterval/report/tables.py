@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from kinterval.report.analysis import ReferenceRow, Row, condition
+from kinterval.report.analysis import MARGIN, ReferenceRow, Row, condition, key_order
 
 
 def num(x, signed: bool = True, digits: int = 4) -> str:
@@ -59,18 +59,27 @@ def seeds(r: Row) -> str:
     return ",".join(map(str, r.seeds))
 
 
+SEPARATED = "Separated (lo > +0.01)"
+
+
 def estimate_headers(rows: list[Row]) -> list[str]:
+    """The CI columns; the seed columns when a row has several seeds; the single-seed label "separated"
+    (paper §4: CI lower bound above +0.01) when a row has one seed ("-" on the rows of several seeds)."""
+    heads = ["95% CI", "Interval"]
     if any(r.est.n_seeds > 1 for r in rows):
-        return ["95% CI", "Interval", "Seed SD", "Eval SE", "p (perm.; boot. for one seed)", "BH q"]
-    return ["95% CI", "Interval", "Separated (lo > +0.01)"]
+        heads += ["Seed SD", "Eval SE", "p (perm.; boot. for one seed)", "BH q"]
+    return heads + ([SEPARATED] if any(r.est.n_seeds == 1 for r in rows) else [])
 
 
-def estimate_cells(r: Row, multi: bool) -> list[str]:
+def estimate_cells(r: Row, headers: list[str]) -> list[str]:
+    """The cells of :func:`estimate_headers`' columns ``headers`` for row ``r``."""
     e = r.est
     cells = [ci(e.lo, e.hi), e.interval]
-    if multi:
-        return cells + [num(e.sd, False), num(e.eval_se, False), num(e.p, False, 3), num(r.q, False, 3)]
-    return cells + ["yes" if e.separated else "no"]
+    if "Seed SD" in headers:
+        cells += [num(e.sd, False), num(e.eval_se, False), num(e.p, False, 3), num(r.q, False, 3)]
+    if SEPARATED in headers:
+        cells.append("-" if e.n_seeds > 1 else "yes" if e.separated else "no")
+    return cells
 
 
 def delta_rows(rows: list[Row], refs: list[ReferenceRow] = ()) -> tuple[list[str], list[list[str]]]:
@@ -79,7 +88,8 @@ def delta_rows(rows: list[Row], refs: list[ReferenceRow] = ()) -> tuple[list[str
     multi = any(r.est.n_seeds > 1 for r in rows)
     extra, cells_of = _setting_cells([*rows, *refs])
     sd = ["NLL seed SD"] if multi else []
-    headers = ["Condition", *extra, "Seeds", "NLL", *sd, "ΔNLL (nats/token)", *estimate_headers(rows)]
+    est_heads = estimate_headers(rows)
+    headers = ["Condition", *extra, "Seeds", "NLL", *sd, "ΔNLL (nats/token)", *est_heads]
     blank = ["-"] * (len(headers) - len(extra) - 3 - len(sd))
     by_setting: dict[tuple, list[ReferenceRow]] = {}
     for ref in refs:
@@ -93,7 +103,7 @@ def delta_rows(rows: list[Row], refs: list[ReferenceRow] = ()) -> tuple[list[str
         if isinstance(r, ReferenceRow):
             out.append([condition(r.key), *cells_of(r), seeds(r), num(r.nll, False), *nll_sd, *blank])
             continue
-        est = [num(r.est.mean), *estimate_cells(r, multi)]
+        est = [num(r.est.mean), *estimate_cells(r, est_heads)]
         out.append([condition(r.key), *cells_of(r), seeds(r), num(r.nll, False), *nll_sd, *est])
     return headers, out
 
@@ -106,17 +116,17 @@ FACTORIAL_NAMES = {
 
 
 def factorial_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    multi = any(r.est.n_seeds > 1 for r in rows)
     extra, cells_of = _setting_cells(rows)
-    headers = ["K", *extra, "Effect", "Estimate (nats/token)", *estimate_headers(rows), "Seeds", "Cells"]
+    est_heads = estimate_headers(rows)
+    headers = ["K", *extra, "Effect", "Estimate (nats/token)", *est_heads, "Seeds", "Cells"]
     return headers, [
         [
             str(r.K) if r.K is not None else "pooled",
             *cells_of(r),
             FACTORIAL_NAMES.get(r.contrast, r.contrast),
             num(r.est.mean),
-            *estimate_cells(r, multi),
-            str(r.est.n_seeds),
+            *estimate_cells(r, est_heads),
+            seeds(r),
             r.family,
         ]
         for r in rows
@@ -129,7 +139,7 @@ def trend_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     headers += ["Seed SD"]
     return headers, [
         [
-            r.family,
+            condition(r.key),  # the family, and a supplementary row's seed
             r.note,
             str(r.est.n_seeds),
             *cells_of(r),
@@ -160,6 +170,29 @@ def detach_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         ]
         for r in rows
     ]
+
+
+def taildecomp_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """tab:taildecomp: each contrast's Δ with its CI, ° where |Δ| < 0.01 nats (below the single-seed
+    interpretation margin), and the path ratio (MinMax − resolved) / (MinMax − FWM) with its interval once
+    per resolved run (on its MinMax − resolved row)."""
+    extra, cells_of = _setting_cells(rows)
+    headers = ["Contrast", *extra, "Tokens", "Seeds", "Δ (nats/token)", "95% CI", "Interval"]
+    headers += ["Path ratio [95% CI]"]
+    out, shown = [], set()
+    for r in rows:
+        ratio = "-"
+        if r.recovery is not None and (r.key, r.tokens) not in shown:
+            shown.add((r.key, r.tokens))
+            ratio = f"{r.recovery:.3f}" + (
+                f" [{r.recovery_lo:.3f}, {r.recovery_hi:.3f}]" if r.recovery_lo is not None else ""
+            )
+        mark = " °" if abs(r.est.mean) < MARGIN else ""
+        out.append(
+            [r.contrast, *cells_of(r), tokens(r.tokens), seeds(r), num(r.est.mean)]
+            + [ci(r.est.lo, r.est.hi) + mark, r.est.interval, ratio]
+        )
+    return headers, out
 
 
 def cross_column(setting: tuple, suites: str = "") -> str:
@@ -228,7 +261,7 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         "Interval",
         "BH q",
     ]
-    headers += ["CI excl. 0", "CI inside ±0.01"]
+    headers += ["CI excl. 0", "CI inside ±0.01", "max abs Δ of a block (substituted − native)"]
     yn = {True: "yes", False: "no"}
     return headers, [
         [
@@ -243,6 +276,7 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             num(r.q, False, 3),
             yn[r.est.excludes_zero],
             yn[r.est.within_margin],
+            "-" if r.max_abs is None else f"{r.max_abs:.3g}",
         ]
         for r in rows
     ]
@@ -325,5 +359,5 @@ def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
     headers = ["Condition", "Budget", *metrics]
     return headers, [
         [condition(k), tokens(k.budget), *[num(g.get(m), False, 3) for m in metrics]]
-        for k, g in sorted(geo.items(), key=lambda kv: str(kv[0]))
+        for k, g in sorted(geo.items(), key=lambda kv: key_order(kv[0]))
     ]
