@@ -3,6 +3,7 @@
 import argparse
 import json
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from kinterval.eval import downstream_commands
 from kinterval.eval.downstream_commands import downstream_compare
 
 FAST = {"n_resamples": 400, "n_perm": 2000}
+# folders without a recorded few-shot count warn; the tests of that warning catch it themselves
+pytestmark = pytest.mark.filterwarnings("ignore::kinterval.eval.downstream_commands.FewshotUnknownWarning")
 
 
 def write(folder, task, values, targets=None):
@@ -327,7 +330,7 @@ def test_a_condition_with_an_extra_task_is_refused(folders, tmp_path):
 
 def test_two_items_give_a_bootstrap_ci_and_one_item_gives_none(tmp_path):
     """The CI needs two items: with d = (1, 1) every resample's mean is 1, so the CI is [1, 1]. A task of one
-    item has no CI (nan) and no labels, whether or not its item differs."""
+    item has no CI (None) and no labels, whether or not its item differs."""
     base, cond = tmp_path / "base", tmp_path / "cond"
     write(base, "two", {"acc": [0.0, 0.0]})
     write(cond, "two", {"acc": [1.0, 1.0]})
@@ -337,7 +340,7 @@ def test_two_items_give_a_bootstrap_ci_and_one_item_gives_none(tmp_path):
     two, one = rows["two"], rows["one"]
     assert (two["n"], two["diff"], two["lo"], two["hi"], two["detectable"]) == (2, 1.0, 1.0, 1.0, True)
     assert 0.4 < two["p"] < 0.6  # |sum| >= 2 in 2 of the 4 sign patterns
-    assert one["n"] == 1 and np.isnan(one["lo"]) and np.isnan(one["hi"])
+    assert one["n"] == 1 and one["lo"] is None and one["hi"] is None
     assert (one["detectable"], one["margin_status"], one["mark"]) == (None, None, "")
 
 
@@ -637,14 +640,19 @@ def fake_downstream(monkeypatch, tmp_path, softmax_run):
                 for i, a in enumerate(logged[t])]
             for t in tasks
         }  # fmt: skip
-        return {"samples": samples, "results": {t: {"acc,none": float(np.mean(logged[t]))} for t in tasks}}
+        return {"samples": samples, "results": {t: {"acc,none": float(np.mean(logged[t]))} for t in tasks},
+                "n-shot": {t: shots.get(t, 0) for t in tasks}}  # fmt: skip
 
     monkeypatch.setattr(lm_eval, "simple_evaluate", evaluate)
     monkeypatch.setattr(lm_eval.tasks, "TaskManager", _Tasks)
 
-    def run(samples, out):
+    shots = {}
+
+    def run(samples, out, n_shot=None):
         logged.clear()
         logged.update(samples)
+        shots.clear()
+        shots.update(n_shot or {})
         return downstream_commands.run_downstream(tmp_path / "run", list(samples), out=out, device="cpu")
 
     return run
@@ -749,11 +757,14 @@ def test_downstream_per_item_files_must_be_the_ones_results_json_records(fake_do
         (["--tasks", "qa", "--num-fewshot", "-1"], "--num-fewshot"),
         (["--tasks", "qa", "--seed", "-1"], "--seed"),
         (["--tasks", "qa", "--seed", str(2**32)], "--seed"),
+        (["--tasks", "qa", "--batch-size", "0"], "--batch-size"),
+        (["--tasks", "qa", "--batch-size", "-2"], "--batch-size"),
     ],
 )
 def test_downstream_refuses_arguments_lm_eval_would_fail_on(monkeypatch, tmp_path, capsys, flags, named):
     """An empty task list or a --limit of 0, -1 or nan reached lm-eval (a traceback); --num-fewshot -1 was
-    taken silently and --seed -1 failed in numpy. Each is now one line naming the flag, before lm-eval."""
+    taken silently and --seed -1 failed in numpy; --batch-size 0 was "batch_size 0: ..." after lm-eval had
+    scanned its tasks and the checkpoint was loaded. Each is now one line naming the flag, before lm-eval."""
     import lm_eval
 
     from kinterval.cli import main
@@ -771,18 +782,27 @@ def test_downstream_limit_keeps_lm_evals_fraction():
 
     check_downstream_args(["t"], 0.5, 0, 0)  # a fraction of each task's items, as lm-eval reads it
     check_downstream_args(["t"], 3.0, None, 20260920)
+    for batch_size in (1, 8, "auto", "auto:4"):  # lm-eval's batch sizes
+        check_downstream_args(["t"], None, None, 0, batch_size)
 
 
-@pytest.mark.parametrize("command", ["downstream-compare", "probes-compare"])
-@pytest.mark.parametrize("bad", ["json-dir", "json-no-folder", "seed-neg", "seed-huge"])
+@pytest.mark.parametrize(
+    "command, bad",
+    [(c, b) for c in ("downstream-compare", "probes-compare")
+     for b in ("json-dir", "json-no-folder", "seed-neg", "seed-huge", "resamples-0", "resamples-neg")]
+    + [("downstream-compare", "perm-0")],  # probes-compare has no --permutations
+)  # fmt: skip
 def test_compare_json_target_and_seed_are_checked_before_the_table(folders, tmp_path, capsys, command, bad):
-    """``--json DIR`` failed with IsADirectoryError after the table was printed, and ``--seed -1`` ended in a
-    numpy traceback; both are now one line naming the flag, before anything is printed."""
+    """``--json DIR`` failed with IsADirectoryError after the table was printed, ``--seed -1`` ended in a
+    numpy traceback and ``--permutations 0`` / ``--resamples -5`` were "n must be a positive integer" /
+    "n_resamples must be ..."; each is now one line naming the flag, before anything is printed."""
     from kinterval.cli import main
 
     base, conds = folders
     flags = {"json-dir": ["--json", str(tmp_path)], "json-no-folder": ["--json", str(tmp_path / "no" / "r")],
-             "seed-neg": ["--seed", "-1"], "seed-huge": ["--seed", str(2**32)]}[bad]  # fmt: skip
+             "seed-neg": ["--seed", "-1"], "seed-huge": ["--seed", str(2**32)],
+             "resamples-0": ["--resamples", "0"], "resamples-neg": ["--resamples", "-5"],
+             "perm-0": ["--permutations", "0"]}[bad]  # fmt: skip
     capsys.readouterr()
     assert main([command, str(base), str(conds["big"]), *flags]) == 2
     out, err = capsys.readouterr()
@@ -790,21 +810,130 @@ def test_compare_json_target_and_seed_are_checked_before_the_table(folders, tmp_
     assert not (tmp_path / "no").exists()
 
 
-def test_results_record_num_fewshot_and_compare_refuses_other_shots(fake_downstream, tmp_path, capsys):
-    """results.json did not record --num-fewshot and a 2-shot result was paired with a 0-shot one silently.
-    A results.json without it (written before) is unknown and compared, as for the numerics."""
+def test_results_record_each_tasks_fewshot_and_compare_refuses_other_shots(fake_downstream, tmp_path, capsys):
+    """results.json recorded only --num-fewshot: a folder of null (each task's default, 0 here) was refused
+    against one of 0. It now records each task's count as lm-eval scored it (n-shot), compared per task."""
     from kinterval.cli import main
 
+    base, cond, two = tmp_path / "base", tmp_path / "cond", tmp_path / "two"
+    fake_downstream({"qa": [1.0, 0.0, 1.0], "lm": [0.0, 1.0, 1.0]}, base)
+    fake_downstream({"qa": [1.0, 1.0, 1.0], "lm": [0.0, 1.0, 1.0]}, cond)
+    fake_downstream({"qa": [1.0, 1.0, 1.0], "lm": [0.0, 1.0, 1.0]}, two, n_shot={"lm": 2})
+    rec = json.loads((base / "results.json").read_text())
+    assert rec["num_fewshot"] is None and rec["task_num_fewshot"] == {"lm": 0, "qa": 0}
+    crec = json.loads((cond / "results.json").read_text())
+    (cond / "results.json").write_text(json.dumps(dict(crec, num_fewshot=0)))  # --num-fewshot 0 given
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # both record every task: no warning
+        assert downstream_compare(base, cond, **FAST)
+    capsys.readouterr()
+    assert main(["downstream-compare", str(base), str(two)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "task 'lm' scored with different numbers of few-shot examples" in err
+    assert "base: 0" in err and "two: 2" in err
+
+
+def test_compare_reads_older_results_json_and_warns_where_the_fewshot_is_unknown(fake_downstream, tmp_path):
+    """A results.json written before the per-task counts: its num_fewshot holds for every task, null (each
+    task's default) is unknown and warned about instead of refused against 0."""
     base, cond = tmp_path / "base", tmp_path / "cond"
     fake_downstream({"qa": [1.0, 0.0, 1.0]}, base)
     fake_downstream({"qa": [1.0, 1.0, 1.0]}, cond)
-    assert json.loads((base / "results.json").read_text())["num_fewshot"] is None  # each task's default
     rec = json.loads((cond / "results.json").read_text())
-    (cond / "results.json").write_text(json.dumps(dict(rec, num_fewshot=2)))
+    del rec["task_num_fewshot"]
+    for old, refused in ((dict(rec, num_fewshot=2), True), (rec, False)):
+        (cond / "results.json").write_text(json.dumps(old))
+        if refused:
+            with pytest.raises(ValueError, match=r"task 'qa' scored with different numbers of few-shot"):
+                downstream_compare(base, cond, **FAST)
+        else:
+            with pytest.warns(downstream_commands.FewshotUnknownWarning, match=r"in .*cond \(all tasks\)"):
+                assert downstream_compare(base, cond, **FAST)
+
+
+def lm_eval_results(folder, n_shot, configs=None):
+    stamp = "2026-01-01T00-00-00.000001"
+    res = {"results": {}, "n-shot": n_shot, "configs": configs or {}}
+    (folder / f"results_{stamp}.json").write_text(json.dumps(res))
+
+
+def test_lm_eval_log_samples_folders_are_compared_per_task_fewshot(tmp_path, capsys):
+    """Two lm-eval --log_samples folders scored 0-shot and 2-shot were paired silently: their results_*.json
+    (n-shot, else the task config's num_fewshot) now give each task's count; without one, a warning."""
+    from kinterval.cli import main
+
+    folders = {}
+    for name in ("zero", "two", "cfg", "none"):
+        folders[name] = tmp_path / name
+        lm_eval_samples(folders[name], "qa", [(0, None, {"acc": 1.0}), (1, None, {"acc": 0.0})])
+    lm_eval_results(folders["zero"], {"qa": 0})
+    lm_eval_results(folders["two"], {"qa": 2})
+    lm_eval_results(folders["cfg"], {}, {"qa": {"num_fewshot": 0}})
+    with pytest.raises(
+        ValueError, match=r"task 'qa' scored with different numbers of few-shot .*zero: 0, .*two: 2"
+    ):
+        downstream_compare(folders["zero"], folders["two"], **FAST)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert downstream_compare(folders["zero"], folders["cfg"], **FAST)
     capsys.readouterr()
+    assert main(["downstream-compare", str(folders["zero"]), str(folders["none"])]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no recorded number of few-shot examples in" in err and "none (all tasks)" in err
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity"])
+def test_a_non_finite_per_item_metric_is_refused_naming_folder_task_and_doc(tmp_path, capsys, bad):
+    """A NaN metric (a NaN checkpoint scored by lm-eval) failed in the statistics with "diffs contains NaN
+    or infinite values", naming no folder, task or item."""
+    from kinterval.cli import main
+
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    write(base, "qa", {"acc": [1.0, 0.0, 1.0]})
+    write(cond, "qa", {"acc": [1.0, 0.0, 1.0]})
+    lines = (cond / "qa.jsonl").read_text().splitlines()
+    lines[1] = lines[1].replace('"acc": 0.0', f'"acc": {bad}')
+    (cond / "qa.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"cond: task 'qa', doc_id 1: acc is not finite"):
+        downstream_compare(base, cond, **FAST)
     assert main(["downstream-compare", str(base), str(cond)]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "different --num-fewshot" in err
-    del rec["num_fewshot"]
-    (cond / "results.json").write_text(json.dumps(rec))
-    assert downstream_compare(base, cond, **FAST)
+    assert out == "" and "cond: task 'qa', doc_id 1: acc is not finite" in err and "\n" not in err.strip()
+
+
+def test_a_one_item_task_writes_null_and_prints_a_dash(tmp_path, capsys):
+    """A task of one item has no CI: --json wrote bare NaN (not strict JSON) and the table "[+nan, +nan]"."""
+    from kinterval.cli import main
+
+    base, cond, out = tmp_path / "base", tmp_path / "cond", tmp_path / "rows.json"
+    write(base, "one", {"acc": [1.0]})
+    write(cond, "one", {"acc": [0.0]})
+    assert main(["downstream-compare", str(base), str(cond), "--json", str(out)]) == 0
+    line = capsys.readouterr().out.splitlines()[2]
+    assert "nan" not in line and line.split()[7] == "-"  # task metric cond n base cond diff CI
+    (row,) = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in the JSON"))
+    assert (row["lo"], row["hi"], row["detectable"]) == (None, None, None)
+
+
+def test_printed_table_keeps_wide_numbers_apart():
+    """Log-likelihood totals of 9+ characters ran into each other: "4-401.2724-400.2541"."""
+    from kinterval.eval.downstream_commands import format_compare
+
+    row = {"task": "kinterval_tiny_ppl", "metric": "loglikelihood", "condition": "o_fwm", "n": 4,
+           "baseline": -401.2724, "value": -12345.2541, "diff": -11944.0, "lo": -20000.5, "hi": -3000.25,
+           "p": 0.25, "q": 0.25, "mark": "", "margin_status": None}  # fmt: skip
+    head, _, line = format_compare([row]).splitlines()
+    assert line.split() == ["kinterval_tiny_ppl", "loglikelihood", "o_fwm", "4", "-401.2724", "-12345.2541",
+                            "-11944.0000", "[-20000.5000,", "-3000.2500]", "0.2500", "0.2500"]  # fmt: skip
+    for name, value in (("base", "-401.2724"), ("cond", "-12345.2541"), ("diff", "-11944.0000")):
+        assert head.rindex(name) + len(name) == line.index(value) + len(value)  # right-aligned under its name
+
+
+def test_docs_name_the_metric_of_each_task_of_the_papers_table():
+    """docs/downstream.md did not say which metric the paper's layer-3 table reports per task."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "downstream.md").read_text()
+    battery = text.split("### The paper's battery")[1].split("\n## ")[0]
+    sentence = " ".join(battery[battery.index("The paper's table reports") :].split("\n`--limit")[0].split())
+    assert "`acc_norm` for HellaSwag, PIQA and ARC-Easy, `acc` for LAMBADA and SciQ" in sentence

@@ -487,3 +487,33 @@ def test_downstream_finds_the_shipped_task_and_passes_its_seed(run, tmp_path, mo
     assert seen["tasks"] == ["sciq_nosupport", "kinterval_tiny_mc"]
     seeds = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
     assert {seen[k] for k in seeds} == {20260920}
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_loglikelihood_is_refused_naming_the_task_and_doc(
+    run, tmp_path, in_data, monkeypatch, bad
+):
+    """A checkpoint whose forward gives NaN was scored silently: every choice NaN, lm-eval's argmax picked
+    choice 0 (accuracy of the items whose gold is 0) and results.json held NaN, exit 0."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    real = KIntervalLM._logprobs
+    monkeypatch.setattr(KIntervalLM, "_logprobs", lambda self, batch: real(self, batch) + bad)
+    for task in ("kinterval_tiny_mc", "kinterval_tiny_ppl"):  # loglikelihood, loglikelihood_rolling
+        out = tmp_path / task
+        with pytest.raises(
+            ValueError, match=rf"task '{task}', doc_id \d+: the log-likelihood is \S+ \(not finite\)"
+        ):
+            run_downstream(run, [task], out=out, include_path=DATA, limit=2)
+        assert not (out / "results.json").exists()
+
+
+def test_a_non_finite_loglikelihood_without_a_task_names_the_context(run, monkeypatch):
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run))
+    monkeypatch.setattr(lm, "_logprobs", lambda batch: torch.full((len(batch), 64, 50257), float("nan")))
+    with pytest.raises(ValueError, match="context ' the cat sat': the log-likelihood is nan"):
+        lm.loglikelihood([_Request(" the cat sat", " on")])
+    with pytest.raises(ValueError, match=r"context ' the cat sat on the mat': the log-likelihood is nan"):
+        lm.loglikelihood_rolling([_Request(" the cat sat on the mat")])

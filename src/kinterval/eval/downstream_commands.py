@@ -65,6 +65,10 @@ class NumericsUnknownWarning(UserWarning):
     """An output compared without a check of its numerics: it was written before they were recorded."""
 
 
+class FewshotUnknownWarning(UserWarning):
+    """A task compared without a check of its number of few-shot examples: its folder does not record it."""
+
+
 def check_same_numerics(records, what: str = "outputs") -> list[str]:
     """Refuse (``ValueError``) outputs scored with different numerics; return the names of those whose
     numerics are unknown.
@@ -104,15 +108,27 @@ def warn_unknown_numerics(names, what: str = "output") -> None:
 
 
 def _print_numerics_warnings(command: str, caught) -> None:
-    """The :class:`NumericsUnknownWarning` lines as ``kinterval CMD: warning: ...``; others shown as usual."""
+    """The :class:`NumericsUnknownWarning` and :class:`FewshotUnknownWarning` lines as
+    ``kinterval CMD: warning: ...``; others shown as usual."""
     for w in caught:
-        if issubclass(w.category, NumericsUnknownWarning):
+        if issubclass(w.category, (NumericsUnknownWarning, FewshotUnknownWarning)):
             print(f"kinterval {command}: warning: {w.message}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
-def check_downstream_args(tasks, limit, num_fewshot, seed) -> None:
+def parse_batch_size(value) -> int:
+    """lm-eval's batch size: a positive integer, or ``auto`` / ``auto:N`` (lm-eval's search for the largest
+    batch that fits), which this model runs as batch size 1; ``None`` is 1."""
+    text = "auto" if value is None else str(value).strip()
+    if text == "auto" or re.fullmatch(r"auto:[1-9][0-9]*", text):
+        return 1
+    if re.fullmatch(r"[0-9]+", text) and int(text) >= 1:
+        return int(text)
+    raise ValueError(f"batch_size {value!r}: use a positive integer, auto or auto:N")
+
+
+def check_downstream_args(tasks, limit, num_fewshot, seed, batch_size=1) -> None:
     """``ValueError`` naming the flag for arguments lm-eval would fail on with a traceback (no task, a limit
     of 0, -1 or nan) or take silently (a negative number of few-shot examples, a limit of 2.5 items)."""
     from kinterval.ops.seeds import check_seed
@@ -129,6 +145,12 @@ def check_downstream_args(tasks, limit, num_fewshot, seed) -> None:
                                     or num_fewshot < 0):  # fmt: skip
         raise ValueError(f"--num-fewshot must be an integer >= 0, got {num_fewshot!r}")
     check_seed(seed, "--seed")
+    try:
+        parse_batch_size(batch_size)
+    except ValueError:
+        raise ValueError(
+            f"--batch-size must be a positive integer, auto or auto:N, got {batch_size!r}"
+        ) from None
 
 
 def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=None, checkpoint="latest",
@@ -140,7 +162,9 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
     ``device`` "auto" is CUDA when available (the paper's numerics: bf16 autocast outside the fp32 attention),
     else the CPU; ``results.json`` records the device and the numerics applied there."""
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
-    check_downstream_args(tasks, limit, num_fewshot, seed)  # before lm-eval, which fails with a traceback
+    check_downstream_args(
+        tasks, limit, num_fewshot, seed, batch_size
+    )  # before lm-eval, which fails with a traceback
     limit = int(limit) if limit is not None and limit >= 1 else limit  # a count (the flag reads a float)
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
@@ -175,12 +199,15 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
         data = "".join(lines).encode()
         atomic.write_bytes(out / f"{task}.jsonl", data)
         files[f"{task}.jsonl"] = atomic.sha256_bytes(data)
+    # the number of few-shot examples each task was scored with (lm-eval's "n-shot"): --num-fewshot, or the
+    # task's default where it is not given (lm-eval keeps 0 for a task whose config fixes 0)
+    shots = {t: effective_fewshot(t, res) for t in sorted(res["samples"])}
     native = lm.state["config"]["operator"]["name"]
     numerics = {"device": str(lm._device), **applied_numerics(lm.model.config.numerics, lm._device)}
     summary = {"run": str(run), "operator": lm.operator, "native_operator": native,
                "checkpoint_step": lm.state.get("step"), "tasks": sorted(res["samples"]), "limit": limit,
-               "num_fewshot": num_fewshot, "seed": seed, "batch_size": batch_size, **numerics,
-               "results": res["results"], "files_sha256": files}  # fmt: skip
+               "num_fewshot": num_fewshot, "task_num_fewshot": shots, "seed": seed, "batch_size": batch_size,
+               **numerics, "results": res["results"], "files_sha256": files}  # fmt: skip
     atomic.write_json(out / "results.json", summary, default=_jsonable)  # last: the folder is complete
     return summary
 
@@ -281,6 +308,11 @@ def _per_item(folder) -> dict[str, dict]:
                 vals["loglikelihood"] = vals.pop("perplexity")
             if rec.get("loglikelihoods") and "is_greedy" not in rec:  # rolling (perplexity) tasks
                 vals["loglikelihood"] = float(sum(rec["loglikelihoods"]))
+            bad = sorted(m for m, v in vals.items() if not math.isfinite(v))
+            if bad:  # a NaN would pass as a difference of its own (lm-eval scores a NaN model silently)
+                raise ValueError(f"{folder}: task {task!r}, doc_id {rec['doc_id']}: {', '.join(bad)} is not "
+                                 f"finite ({path.name}, line {n}); rescore a checkpoint that gives finite "
+                                 "log-likelihoods")  # fmt: skip
             target = rec.get("target")
             key = (rec["doc_id"], rec.get("filter"))
             if key in logged:
@@ -302,6 +334,65 @@ def _per_item(folder) -> dict[str, dict]:
         if missing:
             raise ValueError(f"{folder}: {', '.join(missing)} recorded in results.json but missing")
     return tasks
+
+
+def _count(x) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
+def effective_fewshot(task: str, res: dict) -> int | None:
+    """The number of few-shot examples ``task`` was scored with in an lm-eval result (``simple_evaluate``'s
+    return or a ``results_<date>.json``): its ``n-shot``, else its config's ``num_fewshot``; else None."""
+    shots, configs = res.get("n-shot"), res.get("configs")
+    k = _count(shots.get(task)) if isinstance(shots, dict) else None
+    if k is None and isinstance(configs, dict) and isinstance(configs.get(task), dict):
+        k = _count(configs[task].get("num_fewshot"))
+    return k
+
+
+def _fewshot(folder, rec: dict | None, tasks) -> dict[str, int | None]:
+    """task -> the number of few-shot examples it was scored with, None where the folder does not say.
+
+    ``kinterval downstream``'s results.json records it per task (``task_num_fewshot``); one written before
+    records only the flag (``num_fewshot``: a number holds for every task, null is each task's default,
+    unknown here). lm-eval's own ``--log_samples`` folder has it in its ``results_<date>.json``."""
+    if rec is not None:
+        per_task = rec.get("task_num_fewshot")
+        if isinstance(per_task, dict):
+            return {t: _count(per_task.get(t)) for t in tasks}
+        return {t: _count(rec.get("num_fewshot")) for t in tasks}
+    found = {t: set() for t in tasks}
+    for path in sorted(Path(folder).glob("results_*.json")):
+        try:
+            res = json.loads(path.read_bytes())
+        except ValueError as err:
+            raise ValueError(f"{path}: not a JSON file ({err})") from None
+        for t in tasks if isinstance(res, dict) else ():
+            k = effective_fewshot(t, res)
+            if k is not None:
+                found[t].add(k)
+    return {t: next(iter(k)) if len(k) == 1 else None for t, k in found.items()}  # two runs disagree: unknown
+
+
+def check_same_fewshot(folders) -> None:
+    """Refuse (``ValueError``) a task scored with different numbers of few-shot examples in two folders;
+    warn (:class:`FewshotUnknownWarning`) for the tasks a folder does not record it for.
+
+    ``folders``: ``(name, folder, record)`` triples (``record``: the folder's results.json or None)."""
+    tasks = sorted(_task_files(Path(folders[0][1])))
+    shots = {name: _fewshot(folder, rec, tasks) for name, folder, rec in folders}
+    for t in tasks:
+        known = {name: s[t] for name, s in shots.items() if s[t] is not None}
+        if len(set(known.values())) > 1:
+            shown = ", ".join(f"{name}: {k}" for name, k in known.items())
+            raise ValueError(f"task {t!r} scored with different numbers of few-shot examples (--num-fewshot) "
+                             f"cannot be paired ({shown})")  # fmt: skip
+    unknown = {name: [t for t in tasks if s[t] is None] for name, s in shots.items()}
+    shown = "; ".join(f"{name} ({'all tasks' if len(u) == len(tasks) else ', '.join(u)})"
+                      for name, u in unknown.items() if u)  # fmt: skip
+    if shown:
+        warnings.warn(f"no recorded number of few-shot examples in {shown}: compared without checking that "
+                      "each task was scored with the same", FewshotUnknownWarning, stacklevel=3)  # fmt: skip
 
 
 def _results_record(folder) -> dict | None:
@@ -359,7 +450,7 @@ def _paired(task, metric, name, base, cond, w, *, n_resamples, n_perm, seed) -> 
     else:
         mean = lambda x: float(np.sum(w * x) / np.sum(w))  # noqa: E731
     row = {"task": task, "metric": metric, "condition": name, "n": len(d), "baseline": mean(base),
-           "value": mean(cond), "diff": mean(d), "lo": math.nan, "hi": math.nan, "p": 1.0}  # fmt: skip
+           "value": mean(cond), "diff": mean(d), "lo": None, "hi": None, "p": 1.0}  # fmt: skip
     if len(d) >= 2 and np.any(d != 0):
         if w is None:
             ci = paired_bootstrap_ci(d, n_resamples=n_resamples, seed=seed)
@@ -378,7 +469,7 @@ def _label(row: dict, *, margin: float, nll_metrics) -> dict:
     the mark of the paper's tables: ``*`` BH q < 0.05, ``°`` CI excludes zero but q >= 0.05."""
     from kinterval.stats import label_single_seed
 
-    if not (math.isfinite(row["lo"]) and math.isfinite(row["hi"])):
+    if row["lo"] is None or row["hi"] is None:  # one item: no CI
         return dict(row, detectable=None, margin_status=None, mark="")
     lab = label_single_seed(row["lo"], row["hi"], margin)
     status = lab.margin_status if row["metric"] in nll_metrics else None  # no margin for accuracy metrics
@@ -422,14 +513,9 @@ def downstream_compare(
     records = [(base_name, _results_record(baseline))]
     records += [(name, _results_record(folder)) for name, folder in conditions.items()]
     unknown = check_same_numerics(records, "downstream results")
-    # few-shot examples (None: each task's default) change every item's score; a results.json written
-    # before num_fewshot was recorded is unknown and, as for the numerics, not refused
-    shots = {
-        name: rec["num_fewshot"] for name, rec in records if isinstance(rec, dict) and "num_fewshot" in rec
-    }
-    if len({repr(v) for v in shots.values()}) > 1:
-        shown = ", ".join(f"{name}: {v}" for name, v in shots.items())
-        raise ValueError(f"downstream results scored with different --num-fewshot cannot be paired ({shown})")
+    # few-shot examples change every item's score: compared per task
+    folders = [(base_name, baseline), *conditions.items()]
+    check_same_fewshot([(name, folder, rec) for (name, folder), (_, rec) in zip(folders, records)])
     if len(unknown) < len(records):  # old folders among themselves: nothing to warn about
         warn_unknown_numerics(unknown, "scoring")
 
@@ -466,18 +552,24 @@ def downstream_compare(
 
 
 def format_compare(rows: list[dict]) -> str:
-    # text columns as wide as their longest entry plus a space (e.g. the metric "loglikelihood")
+    from kinterval.eval.probes import interval_text
+
+    # text columns as wide as their longest entry plus a space (e.g. the metric "loglikelihood"); numeric ones
+    # right-aligned after at least one space (a log-likelihood total is 9 characters or more)
     w = {k: max([width] + [len(str(r[k])) + 1 for r in rows]) for k, width in
          (("task", 24), ("metric", 12), ("condition", 20))}  # fmt: skip
-    head = (f"{'task':<{w['task']}}{'metric':<{w['metric']}}{'condition':<{w['condition']}}{'n':>6}"
-            f"{'base':>9}{'cond':>9}{'diff':>10}{'95% CI':>22}{'p':>8}{'q':>8}  margin")  # fmt: skip
+    cells = [(f"{r['n']}", f"{r['baseline']:.4f}", f"{r['value']:.4f}", f"{r['diff']:+.4f}",
+              interval_text(r["lo"], r["hi"], signed=True), f"{r['p']:.4f}", f"{r['q']:.4f}")
+             for r in rows]  # fmt: skip
+    names = ("n", "base", "cond", "diff", "95% CI", "p", "q")
+    nw = [max([least, *(len(c[i]) + 1 for c in cells)]) for i, least in enumerate((6, 9, 9, 10, 22, 8, 8))]
+    head = (f"{'task':<{w['task']}}{'metric':<{w['metric']}}{'condition':<{w['condition']}}"
+            + "".join(f"{h:>{n}}" for h, n in zip(names, nw)) + "  margin")  # fmt: skip
     lines = [head, "-" * len(head)]
-    for r in rows:
-        ci = f"[{r['lo']:+.4f}, {r['hi']:+.4f}]"
+    for r, c in zip(rows, cells):
         lines.append(f"{r['task']:<{w['task']}}{r['metric']:<{w['metric']}}{r['condition']:<{w['condition']}}"
-                     f"{r['n']:>6}{r['baseline']:>9.4f}"
-                     f"{r['value']:>9.4f}{r['diff']:>+10.4f}{ci:>22}{r['p']:>8.4f}{r['q']:>8.4f}{r['mark']:<2}"
-                     f"{r['margin_status'] or ''}")  # fmt: skip
+                     + "".join(f"{x:>{n}}" for x, n in zip(c, nw))
+                     + f"{r['mark']:<2}{r['margin_status'] or ''}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -503,10 +595,15 @@ def _condition(arg: str) -> tuple[str, str]:
 
 
 def _check_compare_args(args) -> None:
-    """The seed and the ``--json`` target, before any table is printed (a directory failed after it)."""
+    """The seed, the resample and permutation counts and the ``--json`` target, before any table is printed
+    (a directory failed after it)."""
     from kinterval.ops.seeds import check_seed
 
     check_seed(args.seed, "--seed")
+    for flag in ("resamples", "permutations"):  # probes-compare has no --permutations
+        n = getattr(args, flag, 1)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"--{flag} must be a positive integer, got {n!r}")
     if args.json:
         path = Path(args.json)
         if path.is_dir():
@@ -523,6 +620,7 @@ def _compare(args) -> int:
     kw = {"n_resamples": args.resamples, "n_perm": args.permutations, "seed": args.seed}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NumericsUnknownWarning)
+        warnings.simplefilter("always", FewshotUnknownWarning)
         rows = downstream_compare(
             args.baseline, conditions, margin=args.margin, nll_metrics=args.nll_metrics, **kw
         )
@@ -530,7 +628,7 @@ def _compare(args) -> int:
     print(format_compare(rows))
     print("* BH q < 0.05 within task x metric over the conditions; ° CI excludes 0 but q >= 0.05")
     if args.json:
-        atomic.write_text(args.json, json.dumps(rows, indent=1) + "\n")
+        atomic.write_text(args.json, json.dumps(rows, indent=1, allow_nan=False) + "\n")
     return 0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
+import math
 from pathlib import Path
 
 import torch
@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - the hint replaces the traceback chain
     raise ImportError("kinterval.eval.lm_eval_adapter needs lm-eval: pip install 'kinterval[eval]'") from None
 
 from kinterval.data.tokenizer import EOT, GPT2_BPE_SHA256, GPT2_VOCAB, gpt2_encoding
+from kinterval.eval.downstream_commands import parse_batch_size
 from kinterval.model.numerics import autocast, eval_precision
 from kinterval.train.distributed import pick_device
 from kinterval.train.load import load_run
@@ -131,16 +132,25 @@ class KIntervalLM(TemplateLM):
                 out.append((ll, bool((lp.argmax(-1) == tgt).all())))
         return out
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """lm-eval's tokenization and :meth:`_loglikelihood_tokens`; a non-finite score is refused."""
+        out = super().loglikelihood(requests, disable_tqdm)
+        for req, (ll, _) in zip(requests, out):
+            check_finite(ll, req)
+        return out
+
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """Total log-likelihood of each string, in disjoint windows of the model's context (as HFLM)."""
         out = []
-        for (string,) in (req.args for req in requests):
+        for req in requests:
+            (string,) = req.args
             windows = get_rolling_token_windows(
                 token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
                 max_seq_len=self.max_length, context_len=1,
             )  # fmt: skip
             reqs = [(None, ctx, cont) for ctx, cont in map(make_disjoint_window, windows)]
             out.append(sum(ll for ll, _ in self._loglikelihood_tokens(reqs)))
+            check_finite(out[-1], req)
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
@@ -165,15 +175,19 @@ class KIntervalLM(TemplateLM):
         return out
 
 
-def parse_batch_size(value) -> int:
-    """lm-eval's batch size: a positive integer, or ``auto`` / ``auto:N`` (lm-eval's search for the largest
-    batch that fits), which this model runs as batch size 1; ``None`` is 1."""
-    text = "auto" if value is None else str(value).strip()
-    if text == "auto" or re.fullmatch(r"auto:[1-9][0-9]*", text):
-        return 1
-    if re.fullmatch(r"[0-9]+", text) and int(text) >= 1:
-        return int(text)
-    raise ValueError(f"batch_size {value!r}: use a positive integer, auto or auto:N")
+def check_finite(ll: float, request) -> None:
+    """Refuse a NaN or infinite log-likelihood (a checkpoint whose forward overflows): lm-eval would score
+    it silently (the argmax of all-NaN choices is choice 0). The request is named by its lm-eval task and
+    doc_id, else by the first characters of its context."""
+    if math.isfinite(ll):
+        return
+    task, doc = getattr(request, "task_name", None), getattr(request, "doc_id", None)
+    if task is not None:
+        where = f"task {task!r}, doc_id {doc}"
+    else:
+        where = f"the request with context {str(request.args[0])[:40]!r}"
+    raise ValueError(f"{where}: the log-likelihood is {ll} (not finite): the checkpoint's forward gives NaN "
+                     "or inf, its scores would be meaningless")  # fmt: skip
 
 
 def check_gpt2_vocabulary(run, vocab_size: int, state: dict, enc) -> None:
