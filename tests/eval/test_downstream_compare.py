@@ -413,7 +413,7 @@ def test_compare_cli_wires_each_flag_and_documents_its_defaults(monkeypatch, tmp
     args = parse(["downstream-compare", "B", "c1", "x=c2"])
     assert args.func(args) == 0  # the help's defaults: margin 0.01, nll, 4000 resamples, 20000 flips, seed 0
     assert seen == {"margin": 0.01, "nll_metrics": ["nll"], "n_resamples": 4000, "n_perm": 20000, "seed": 0,
-                    "c": {"c1": "c1", "x": "c2"}}  # fmt: skip
+                    "task_differences": [], "c": {"c1": "c1", "x": "c2"}}  # fmt: skip
     args = parse(["downstream-compare", "B", "c1", "--margin", "0.05", "--nll-metrics", "nll", "ppl",
                   "--resamples", "11", "--permutations", "22", "--seed", "3"])  # fmt: skip
     assert args.func(args) == 0
@@ -937,3 +937,170 @@ def test_docs_name_the_metric_of_each_task_of_the_papers_table():
     battery = text.split("### The paper's battery")[1].split("\n## ")[0]
     sentence = " ".join(battery[battery.index("The paper's table reports") :].split("\n`--limit")[0].split())
     assert "`acc_norm` for HellaSwag, PIQA and ARC-Easy, `acc` for LAMBADA and SciQ" in sentence
+
+
+# ---------------------------------------------------------------------- --task-difference
+SUPPORT = "sciq\u2212sciq_nosupport"  # the derived task: SciQ with minus without the support passage
+
+
+@pytest.fixture
+def sciq_folders(tmp_path):
+    """SciQ scored with (``sciq``) and without (``sciq_nosupport``) the passage on the same 14 items, ``acc``
+    and ``acc_norm`` (random 0/1), in a baseline and three conditions: ``loses`` keeps the no-passage scores
+    but loses the passage's benefit on some items, ``same`` repeats the baseline, ``noisy`` is random."""
+    rng = np.random.default_rng(7)
+    n = 14
+    targets = [str(i % 4) for i in range(n)]
+    scores = {}
+    for name in ("softmax", "loses", "same", "noisy"):
+        if name in ("softmax", "same"):
+            rng_s = np.random.default_rng(3)  # identical draws: same scores
+            s = {t: {m: rng_s.integers(0, 2, n).astype(float) for m in ("acc", "acc_norm")}
+                 for t in ("sciq", "sciq_nosupport")}  # fmt: skip
+        elif name == "loses":
+            s = {t: {m: v.copy() for m, v in ms.items()} for t, ms in scores["softmax"].items()}
+            for m in ("acc", "acc_norm"):  # the passage's gains on the first 10 items lost
+                s["sciq"][m][:10] = np.minimum(s["sciq"][m], s["sciq_nosupport"][m])[:10]
+        else:
+            s = {t: {m: rng.integers(0, 2, n).astype(float) for m in ("acc", "acc_norm")}
+                 for t in ("sciq", "sciq_nosupport")}  # fmt: skip
+        scores[name] = s
+        for task, values in s.items():
+            write(tmp_path / name, task, values, targets)
+    conds = {name: tmp_path / name for name in ("loses", "same", "noisy")}
+    return tmp_path / "softmax", conds, scores
+
+
+def exact_sign_flip_p(d):
+    """Two-sided sign-flip p over all 2^n sign vectors (n small), by brute force."""
+    signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * len(d))).reshape(len(d), -1).T
+    return float(np.mean(np.abs(signs @ d) >= abs(d.sum()) - 1e-9))
+
+
+def test_task_difference_rows_are_the_paired_difference_of_the_benefit(sciq_folders):
+    """No command gave the paper's per-item comparison of the SciQ support-passage benefit, (cond_sciq -
+    cond_sciq_ns) - (base_sciq - base_sciq_ns): the derived task's rows are that, with a task's statistics."""
+    base, conds, scores = sciq_folders
+    n_perm = 20000
+    rows = downstream_compare(base, conds, n_resamples=400, n_perm=n_perm, seed=0,
+                              task_differences=[("sciq", "sciq_nosupport")])  # fmt: skip
+    got = by_key(rows)
+    b = scores["softmax"]
+    for m in ("acc", "acc_norm"):
+        benefit_b = b["sciq"][m] - b["sciq_nosupport"][m]
+        fam = [got[(SUPPORT, m, name)] for name in conds]
+        for name, row in zip(conds, fam):
+            c = scores[name]
+            benefit_c = c["sciq"][m] - c["sciq_nosupport"][m]
+            d = benefit_c - benefit_b
+            assert row["n"] == 14 and row["family_size"] == 3
+            assert row["baseline"] == pytest.approx(benefit_b.mean(), abs=1e-12)
+            assert row["value"] == pytest.approx(benefit_c.mean(), abs=1e-12)
+            assert row["diff"] == pytest.approx(d.mean(), abs=1e-12)
+            if not d.any():
+                assert row["p"] == 1.0 and row["lo"] == row["hi"] == 0.0
+                continue
+            p = exact_sign_flip_p(d)  # the random flips estimate it: within Monte Carlo error
+            assert abs(row["p"] - p) < 4 * np.sqrt(p * (1 - p) / n_perm) + 2 / n_perm, (name, m, row["p"], p)
+            assert row["lo"] <= d.mean() <= row["hi"]
+        want = stats.false_discovery_control([r["p"] for r in fam], method="bh")  # BH within A-B x metric
+        np.testing.assert_allclose([r["q"] for r in fam], want, rtol=1e-12)
+    assert got[(SUPPORT, "acc", "loses")]["diff"] < 0 and got[(SUPPORT, "acc", "same")]["diff"] == 0
+    # the tasks' own rows stay as they were without the option
+    plain = by_key(downstream_compare(base, conds, n_resamples=400, n_perm=n_perm, seed=0))
+    assert {k: v for k, v in got.items() if k[0] != SUPPORT} == plain
+    assert {k[:2] for k in got} - {k[:2] for k in plain} == {(SUPPORT, "acc"), (SUPPORT, "acc_norm")}
+
+
+def test_task_difference_has_acc_norm_only_where_both_tasks_have_it(sciq_folders, tmp_path):
+    base, conds, scores = sciq_folders
+    for name, folder in [("softmax", base), *conds.items()]:
+        write(folder, "sciq_nosupport", {"acc": scores[name]["sciq_nosupport"]["acc"]},
+              [str(i % 4) for i in range(14)])  # fmt: skip
+    rows = downstream_compare(base, conds, **FAST, task_differences=[("sciq", "sciq_nosupport")])
+    assert {r["metric"] for r in rows if r["task"] == SUPPORT} == {"acc"}
+
+
+def test_task_difference_cli_prints_and_writes_json_rows(sciq_folders, tmp_path, capsys):
+    from kinterval.cli import main
+
+    base, conds, _ = sciq_folders
+    out = tmp_path / "rows.json"
+    argv = [
+        "downstream-compare",
+        str(base),
+        *(f"{n}={f}" for n, f in conds.items()),
+        "--resamples",
+        "200",
+        "--permutations",
+        "500",
+        "--task-difference",
+        "sciq,sciq_nosupport",
+        "--json",
+        str(out),
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    derived = [r for r in rows if r["task"] == SUPPORT]
+    assert [(r["metric"], r["condition"]) for r in derived] == [
+        (m, c) for m in ("acc", "acc_norm") for c in ("loses", "same", "noisy")
+    ]
+    direct = downstream_compare(base, conds, n_resamples=200, n_perm=500, seed=0,
+                                task_differences=[("sciq", "sciq_nosupport")])  # fmt: skip
+    assert rows == direct
+    table = [line.split() for line in printed.splitlines() if line.startswith(SUPPORT)]
+    assert len(table) == 6 and table[0][:3] == [SUPPORT, "acc", "loses"]
+
+
+@pytest.mark.parametrize("case", ["no-b", "cond-no-b", "fewer-items", "other-target", "one-task", "same-task",
+                                  "no-acc"])  # fmt: skip
+def test_task_difference_refusals_are_one_line(sciq_folders, capsys, case):
+    """A folder without A or B, items of A and B that differ, or not two task names: one line, exit 2."""
+    from kinterval.cli import main
+
+    base, conds, scores = sciq_folders
+    spec, named = "sciq,sciq_nosupport", None
+    targets = [str(i % 4) for i in range(14)]
+    if case == "no-b":
+        spec, named = "sciq,sciq_nosupprot", "has no result file for task 'sciq_nosupprot'"
+    elif case == "cond-no-b":
+        (conds["same"] / "sciq_nosupport.jsonl").rename(conds["same"] / "sciq_ns.jsonl")
+        named = "same has no result file for task 'sciq_nosupport'"
+    elif case == "fewer-items":
+        for name, folder in [("softmax", base), *conds.items()]:
+            values = {m: v[:13] for m, v in scores[name]["sciq_nosupport"].items()}
+            write(folder, "sciq_nosupport", values, targets)
+        named = "the items of 'sciq' (14) and 'sciq_nosupport' (13) differ"
+    elif case == "other-target":
+        for name, folder in [("softmax", base), *conds.items()]:
+            write(folder, "sciq_nosupport", scores[name]["sciq_nosupport"], targets[:13] + ["9"])
+        named = "item 13 has target '1' in 'sciq' but '9' in 'sciq_nosupport'"
+    elif case == "one-task":
+        spec, named = "sciq", "--task-difference must be two task names A,B"
+    elif case == "same-task":
+        spec, named = "sciq,sciq", "names one task twice"
+    elif case == "no-acc":
+        for name, folder in [("softmax", base), *conds.items()]:
+            write(folder, "sciq_nosupport", {"acc_norm": scores[name]["sciq_nosupport"]["acc_norm"]}, targets)
+        named = "do not both have the metric 'acc'"
+    capsys.readouterr()
+    argv = [
+        "downstream-compare",
+        str(base),
+        *(f"{n}={f}" for n, f in conds.items()),
+        "--task-difference",
+        spec,
+    ]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith("kinterval downstream-compare: error: --task-difference ") and named in err, err
+
+
+def test_docs_give_the_support_passage_comparison_command():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "downstream.md").read_text()
+    battery = text.split("### The paper's battery")[1].split("\n## ")[0]
+    assert "--task-difference sciq,sciq_nosupport" in battery

@@ -477,8 +477,69 @@ def _label(row: dict, *, margin: float, nll_metrics) -> dict:
     return dict(row, detectable=lab.detectable, margin_status=status, mark=mark)
 
 
+DIFF_METRICS = ("acc", "acc_norm")  # the metrics of a task difference: acc, and acc_norm where both have it
+
+
+def difference_name(a: str, b: str) -> str:
+    """The derived task of ``--task-difference A,B``: ``A−B`` (a minus sign, U+2212)."""
+    return f"{a}\u2212{b}"
+
+
+def _task_difference(folders, a: str, b: str) -> tuple[list[dict], list[str]]:
+    """``folders``: ``(name, per-item results)`` pairs; their ``{doc_id: (target, {metric: A - B})}``, in
+    order, and the metrics.
+
+    Every folder must hold tasks ``a`` and ``b`` with the same items (doc_id and target): the difference of
+    one item is its score with ``a``'s prompt minus its score with ``b``'s (e.g. SciQ with and without the
+    support passage), so an item of one task only has no difference and is refused, not dropped."""
+    flag = f"--task-difference {a},{b}"
+    for name, tasks in folders:
+        for t in (a, b):
+            if t not in tasks:
+                raise ValueError(f"{flag}: {name} has no result file for task {t!r}")
+        ia, ib = tasks[a], tasks[b]
+        if set(ia) != set(ib):
+            n_only = len(set(ia) ^ set(ib))
+            raise ValueError(f"{flag}: the items of {a!r} ({len(ia)}) and {b!r} ({len(ib)}) differ in "
+                             f"{name}; {n_only} doc_id(s) in only one")  # fmt: skip
+        for i in ia:
+            if ia[i][0] != ib[i][0]:
+                raise ValueError(f"{flag}: item {i} has target {ia[i][0]!r} in {a!r} but {ib[i][0]!r} in "
+                                 f"{b!r} ({name})")  # fmt: skip
+    both = set.intersection(*(set(_metrics(t, tasks[t])) for _, tasks in folders for t in (a, b)))
+    metrics = [m for m in DIFF_METRICS if m in both]
+    if DIFF_METRICS[0] not in metrics:
+        raise ValueError(f"{flag}: tasks {a!r} and {b!r} do not both have the metric {DIFF_METRICS[0]!r}")
+    derived = [{i: (t, {m: tasks[a][i][1][m] - tasks[b][i][1][m] for m in metrics})
+                for i, (t, _) in tasks[a].items()} for _, tasks in folders]  # fmt: skip
+    return derived, metrics
+
+
+def _check_differences(task_differences) -> list[tuple[str, str]]:
+    """``task_differences`` as distinct ``(A, B)`` pairs of two different task names, else ``ValueError``."""
+    pairs = []
+    for pair in task_differences or ():
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2
+        if not ok or not all(isinstance(t, str) and t.strip() and t == t.strip() for t in pair):
+            raise ValueError(f"--task-difference must be two task names A,B, got {pair!r}")
+        if pair[0] == pair[1]:
+            raise ValueError(f"--task-difference {pair[0]},{pair[1]}: names one task twice")
+        if tuple(pair) in pairs:
+            raise ValueError(f"--task-difference {pair[0]},{pair[1]} is given twice")
+        pairs.append(tuple(pair))
+    return pairs
+
+
 def downstream_compare(
-    baseline, conditions, *, margin=MARGIN, nll_metrics=NLL_METRICS, n_resamples=4000, n_perm=20000, seed=0
+    baseline,
+    conditions,
+    *,
+    margin=MARGIN,
+    nll_metrics=NLL_METRICS,
+    n_resamples=4000,
+    n_perm=20000,
+    seed=0,
+    task_differences=(),
 ) -> list[dict]:
     """N conditions against one baseline, paired per item (App. C.3, layer 3).
 
@@ -491,6 +552,12 @@ def downstream_compare(
     BLiMP paradigms (tasks ``blimp_*``) add the macro-average rows of task ``blimp`` (mean over paradigms,
     items resampled with weight 1/items-of-their-paradigm). ``margin_status`` (CI inside +-``margin`` nats)
     is given for ``nll_metrics`` only.
+
+    ``task_differences``: ``(A, B)`` pairs of tasks scored on the same items (``sciq``, ``sciq_nosupport``).
+    Each adds the rows of the derived task ``A−B`` (:func:`difference_name`; metric ``acc``, and ``acc_norm``
+    where both tasks have it): per item the score with A minus the score with B, paired between condition
+    and baseline as a task is, so ``diff`` = (cond_A - cond_B) - (base_A - base_B), BH within its own
+    ``A−B`` x metric family. Every folder must hold A and B with the same items, else ``ValueError``.
 
     Folders whose ``results.json`` record different numerics (device type, autocast, attention dtype, TF32,
     eval dot precision) are refused (``ValueError``); a folder without them (no ``results.json``, or one
@@ -505,9 +572,15 @@ def downstream_compare(
         conditions = {str(c): c for c in conditions}
     if not conditions:
         raise ValueError("downstream_compare needs at least one condition")
+    pairs = _check_differences(task_differences)
     base_name = str(baseline)
     base = _per_item(baseline)
     conds = {name: _per_item(folder) for name, folder in conditions.items()}
+    derived = [(difference_name(a, b), *_task_difference([(base_name, base), *conds.items()], a, b))
+               for a, b in pairs]  # fmt: skip
+    clash = sorted({t for t, _, _ in derived} & set(base))
+    if clash:
+        raise ValueError(f"task {clash[0]!r} is both a result file and a --task-difference row")
     for name, cond in conds.items():
         _check_same_items(base_name, base, name, cond)
     records = [(base_name, _results_record(baseline))]
@@ -521,15 +594,18 @@ def downstream_compare(
 
     kw = {"n_resamples": n_resamples, "n_perm": n_perm, "seed": seed}
     families = {}  # (task, metric) -> rows, one per condition
+
+    def task_rows(task, metrics, base_items, cond_items):  # cond_items: one {doc_id: ...} per condition
+        ids = sorted(base_items)
+        for m in metrics:
+            xb = np.array([base_items[i][1][m] for i in ids])
+            families[(task, m)] = [
+                _paired(task, m, name, xb, np.array([c[i][1][m] for i in ids]), None, **kw)
+                for name, c in zip(conds, cond_items)
+            ]
+
     for task in sorted(base):
-        ids = sorted(base[task])
-        for m in _metrics(task, base[task]):
-            xb = np.array([base[task][i][1][m] for i in ids])
-            rows = []
-            for name, c in conds.items():
-                xc = np.array([c[task][i][1][m] for i in ids])
-                rows.append(_paired(task, m, name, xb, xc, None, **kw))
-            families[(task, m)] = rows
+        task_rows(task, _metrics(task, base[task]), base[task], [c[task] for c in conds.values()])
     paradigms = [t for t in sorted(base) if t.startswith(BLIMP_PREFIX)]
     if paradigms:
         if "blimp" in base:
@@ -543,6 +619,8 @@ def downstream_compare(
                 xc = np.array([c[t][i][1][m] for t, i in keys])
                 rows.append(dict(_paired("blimp", m, name, xb, xc, w, **kw), paradigms=len(paradigms)))
             families[("blimp", m)] = rows
+    for task, items, metrics in derived:  # per-item A - B, paired between condition and baseline as a task
+        task_rows(task, metrics, items[0], items[1:])
     out = []
     for rows in families.values():
         for row, q in zip(rows, bh_q([r["p"] for r in rows])):
@@ -618,6 +696,7 @@ def _compare(args) -> int:
     if len(conditions) != len(args.conditions):
         raise ValueError(f"condition names must be distinct: {args.conditions}")
     kw = {"n_resamples": args.resamples, "n_perm": args.permutations, "seed": args.seed}
+    kw["task_differences"] = [tuple(t.strip() for t in v.split(",")) for v in args.task_difference or []]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NumericsUnknownWarning)
         warnings.simplefilter("always", FewshotUnknownWarning)
@@ -717,6 +796,10 @@ def register(subparsers) -> None:
     p.add_argument("--resamples", type=int, default=4000, help="paired bootstrap resamples (default 4000)")
     p.add_argument("--permutations", type=int, default=20000, help="random sign flips (default 20000)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--task-difference", action="append", metavar="A,B",
+                   help="add rows of the derived task A\u2212B: per item, task A's score minus task B's "
+                   "on the same items (e.g. sciq,sciq_nosupport: the support-passage benefit); "
+                   "repeatable")  # fmt: skip
     p.add_argument("--json", help="also write the rows as JSON here")
     p.set_defaults(func=_compare)
 
