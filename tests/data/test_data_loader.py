@@ -14,6 +14,9 @@ from kinterval.data import (
     prepare,
 )
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("data_loader")
+
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):

@@ -5,6 +5,9 @@ import pytest
 
 from kinterval.data import synthetic as syn
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("data_synthetic")
+
 
 @pytest.fixture(scope="module")
 def docs() -> list[list[int]]:

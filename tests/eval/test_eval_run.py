@@ -23,6 +23,9 @@ from kinterval.train.config import TrainConfig
 from kinterval.train.load import load_run
 from kinterval.train.loop import train
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("eval_run")
+
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
@@ -341,6 +344,9 @@ def test_document_ids_assign_each_target_to_its_document():
 
 
 def test_operator_override_is_recorded_separately(tiny_run, capsys):
+    own = evaluate_run(tiny_run / "run", checkpoint="latest")[0]  # the run's own result (or its cache)
+    own_file = eval_dir(tiny_run / "run") / f"{own['checkpoint']}.json"
+    own_bytes = own_file.read_bytes()
     assert (
         main(
             [
@@ -362,8 +368,8 @@ def test_operator_override_is_recorded_separately(tiny_run, capsys):
     summary = json.loads(next(d.glob("step_*.json")).read_text())
     assert summary["operator_override"] is True
     assert summary["operator_used"] == "fwm-prob-k4" and summary["operator_trained"] == "softmax"
-    base = json.loads((eval_dir(tiny_run / "run") / f"{summary['checkpoint']}.json").read_text())
-    assert base["operator_used"] == "softmax"  # the run's own result is untouched
+    assert summary["checkpoint"] == own["checkpoint"] and own["operator_used"] == "softmax"
+    assert own_file.read_bytes() == own_bytes  # the run's own result is untouched
 
 
 def test_document_clusters_on_test_split(tiny_run):

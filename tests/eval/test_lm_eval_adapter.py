@@ -15,6 +15,9 @@ from kinterval.model import GPT, ModelConfig  # noqa: E402
 from kinterval.train.checkpoint import save_checkpoint  # noqa: E402
 from kinterval.train.load import load_run  # noqa: E402
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("lm_eval_adapter")
+
 DATA = Path(__file__).parent / "data"
 
 

@@ -30,6 +30,9 @@ from kinterval.ops.reference import reference_probs
 from kinterval.stats import block_bootstrap_ci
 from kinterval.train.evaluate import token_nll
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("tau_screen")
+
 # rows of fp32 scores (max key first, then keys 9 and 20 nats below it): the audit's row with M = -5.0287,
 # where (M - tau) - M rounds to just below -tau, and a row with positive M
 PLANTED_ROWS = torch.tensor(

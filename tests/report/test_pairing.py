@@ -10,6 +10,9 @@ from synthetic_results import write_results
 
 from kinterval.report.build import build_report
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("pairing")
+
 SUITE = """
 name = "{name}"
 protocol = "tiny-cpu"

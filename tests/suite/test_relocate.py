@@ -15,6 +15,9 @@ from kinterval.suite.gate import gate
 from kinterval.suite.manifest import read_manifest, same_data_dir
 from kinterval.suite.runner import run_suite
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("relocate")
+
 TINY = """
 name = "tiny-move"
 protocol = "tiny-cpu"

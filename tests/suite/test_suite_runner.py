@@ -16,6 +16,9 @@ from kinterval.suite.definition import load_suite
 from kinterval.suite.manifest import read_manifest
 from kinterval.suite.runner import init_suite, run_suite, submit_slurm
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("suite_runner")
+
 TINY = """
 name = "tiny"
 protocol = "{protocol}"

@@ -18,6 +18,9 @@ from kinterval.train.checkpoint import CheckpointError, latest_checkpoint, load_
 from kinterval.train.loop import train
 from kinterval.train.metrics import read_metrics
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("trust")
+
 
 class Killed(Exception):
     pass

@@ -14,6 +14,9 @@ from kinterval.train.evaluate import evaluate_nll
 from kinterval.train.loop import train
 from kinterval.train.metrics import read_metrics
 
+# the tests share module-scoped state: one pytest-xdist worker runs them in order
+pytestmark = pytest.mark.xdist_group("validation_log")
+
 
 class Killed(Exception):
     pass
