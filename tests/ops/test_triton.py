@@ -143,7 +143,7 @@ def _extremum_ties(s):
 def _grads(fn, q, k, v, do):
     leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
     out = fn(*leaves)
-    grads = torch.autograd.grad(out, leaves, do)
+    grads = torch.autograd.grad(out, leaves, do.to(out.device))  # the kernels' output is on DEVICE
     return [out.detach(), *grads]
 
 
@@ -888,6 +888,30 @@ def test_fused_backward_low_precision(fused_bwd):
     q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=13, dtype=torch.bfloat16)
     check("minmax-prob-k4", q, k, v, do, causal=True)
     assert fused_bwd, "the fused backward did not run"
+
+
+def test_fused_backward_survives_autotuning(fused_bwd, monkeypatch):
+    """Triton's autotuner times a new shape's candidates by running the kernel on the caller's buffers (even a
+    single pruned candidate, whenever the kernel has several configs). The fused backward adds dQ and the
+    eq. (2) row sums atomically, so its pre-hook must zero them before each timed launch and before the real
+    one. Here the autotuner runs (two configs, a new cache) with a stand-in timer that launches three times:
+    without the hook dQ came out four times too large (on an H200, about 1500 times)."""
+    kern = _kernels_module._bwd_fused_kernel
+    launches = []
+
+    def timer(kernel_call, quantiles):
+        for _ in range(3):
+            kernel_call()
+            launches.append(1)
+        return [1.0, 1.0, 1.0]
+
+    monkeypatch.setattr(kern, "configs", kern.configs * 2)
+    monkeypatch.setattr(kern, "cache", {})
+    monkeypatch.setattr(kern, "_do_bench", timer)
+    q, k, v, do = make_inputs(1, 2, 21, 21, 16, seed=5)
+    check("minmax-prob-k4", q, k, v, do, causal=True)
+    assert fused_bwd, "the fused backward did not run"
+    assert launches, "the autotuner did not time the kernel"
 
 
 def test_fused_backward_falls_back_where_it_cannot_run(fused_bwd, monkeypatch):

@@ -1395,7 +1395,19 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, O
     return dk, dv
 
 
-@triton.autotune(configs=_configs("fused"), key=_KEY, prune_configs_by=_pruner("fused"))
+def _zero_fused_accumulators(nargs, reset_only=False):
+    """Autotuner pre-hook of the fused backward: zero its atomic accumulators (DQa, S1a, GMa of ``stats``)
+    before each timed launch and before the real one. Triton's autotuner times a new key's candidates by
+    running the kernel many times on the caller's buffers (even a single candidate, whenever the kernel has
+    more than one config), so without this the first backward of each shape returned dQ and the eq. (2)
+    row sums summed over hundreds of launches."""
+    for acc in nargs["stats"][7:10]:
+        acc.zero_()
+
+
+@triton.autotune(
+    configs=_configs("fused"), key=_KEY, prune_configs_by=_pruner("fused"), pre_hook=_zero_fused_accumulators
+)
 @triton.jit
 def _bwd_fused_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
                       MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
