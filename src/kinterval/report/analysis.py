@@ -1213,3 +1213,104 @@ def factorial_cells(rows: list[Row]) -> dict[tuple, dict[int, dict[str, Row]]]:
         if full:
             out[(setting, arith)] = full
     return out
+
+
+SURROGATE_EFFECTS = {"MinMax": "Prob − Weight under MinMax", "FWM": "Prob − Weight under FWM"}
+
+
+def surrogate_effects(fac: list[Row], cells: dict[int, dict[str, Row]]) -> dict[str, dict[int, Row]]:
+    """fig:2x2 (d): the surrogate effect Prob − Weight against K under each calibration (``MinMax``,
+    ``FWM``), paired by seed: the simple-effect rows of :func:`factorial_effects` (``fac``) of the design
+    whose cells are ``cells`` (one (setting, arithmetic) entry of :func:`factorial_cells`: its setting,
+    arithmetic and FWM tau, full gradient, the designed seed set). A K with no such row is absent."""
+    any_cell = next(iter(next(iter(cells.values())).values()))
+    fwm = _spec(next(cs["fwm_w"] for cs in cells.values()).key.operator)
+    design = _design_name(fwm.arithmetic, "full", fwm.tau)
+    out: dict[str, dict[int, Row]] = {}
+    for cal, name in SURROGATE_EFFECTS.items():
+        by_K = {
+            r.K: r
+            for r in fac
+            if r.contrast == name
+            and r.K is not None
+            and r.key.operator == f"factorial K{r.K}"
+            and r.key.seed is None
+            and r.key.setting() == any_cell.key.setting()
+            and r.family == design
+        }
+        if by_K:
+            out[cal] = dict(sorted(by_K.items()))
+    return out
+
+
+@dataclass
+class KPanels:
+    """fig:k for one setting: (a) each designed full-gradient condition's endpoint ΔNLL vs softmax by family
+    and K, at the K measured only; (b) the K = ``K`` conditions' ΔNLL vs softmax along training; (c) each
+    Nearest condition at K = ``K`` minus the same-seed LERP at that K along training. ``not_run``: panel
+    letter -> why it has nothing to show (its runs are absent)."""
+
+    setting: tuple
+    K: int
+    final: dict[str, dict[int, Row]]  # (a) family -> K -> endpoint row
+    gap: dict[str, list[Row]]  # (b) operator -> one row per checkpoint
+    vs_lerp: dict[str, list[Row]]  # (c) operator -> one row per checkpoint (operator − lerp-kK)
+    not_run: dict[str, str] = field(default_factory=dict)
+
+
+def _designed_full(k: Key) -> bool:
+    """A designed (not supplementary per-seed) full-gradient condition with a K."""
+    return k.seed is None and _spec(k.operator).K is not None and full_twin(k.operator) is None
+
+
+def k_panels(points: list[Point], delta: list[Row], traj: dict[Key, list[Row]], K: int = 4) -> KPanels | None:
+    """fig:k (124M @ 2.5B in the paper) for the longest-horizon setting among the designed full-gradient
+    conditions with a K in ``delta`` (:func:`delta_table`; a tie: the setting with more of them): (a) their
+    endpoint rows, (b) the K = ``K`` rows of ``traj`` (:func:`trajectories` of the softmax pairing), (c) each
+    Nearest condition at K with no override besides the arithmetic minus the same-seed ``lerp-kK`` (the LERP
+    reference of :func:`factorial_effects`) at every checkpoint both reached, per block, under the one rule
+    (:func:`estimate`). None without such a setting."""
+    rows = [r for r in delta if _designed_full(r.key)]
+    if not rows:
+        return None
+    setting = max(
+        {r.key.setting() for r in rows}, key=lambda s: (s[0], sum(r.key.setting() == s for r in rows))
+    )
+    final: dict[str, dict[int, Row]] = defaultdict(dict)
+    for r in rows:
+        if r.key.setting() == setting:
+            final[r.family][r.K] = r
+    final = {
+        f: dict(sorted(v.items())) for f, v in sorted(final.items(), key=lambda kv: operator_order(kv[0]))
+    }
+    gap = {
+        k.operator: v
+        for k, v in sorted(traj.items(), key=lambda kv: key_order(kv[0]))
+        if k.setting() == setting and _designed_full(k) and _spec(k.operator).K == K
+    }
+    lerp = f"lerp-k{K}"
+
+    def control_of(op: str) -> str | None:
+        s = _spec(op)
+        plain = OperatorSpec.parse(op.partition("[")[0], arithmetic=s.arithmetic) == s
+        return (
+            lerp if s.K == K and s.reconstruction == "nearest" and s.range_grad == "full" and plain else None
+        )
+
+    here = [p for p in points if p.primary and p.key.setting() == setting and p.key.seed is None]
+    pairing = pair_controls(here, control_of)
+    vs_lerp = {
+        k.operator: v for k, v in sorted(trajectories(pairing).items(), key=lambda kv: key_order(kv[0]))
+    }
+    not_run = {}
+    if not gap:
+        not_run["b"] = f"no K={K} condition"
+    if not vs_lerp:
+        nearest = sorted({p.operator for p in here if control_of(p.operator)})
+        if not nearest:
+            not_run["c"] = f"no Nearest condition at K={K}"
+        elif not any(p.operator == lerp for p in here):
+            not_run["c"] = f"no {lerp} run to pair with {', '.join(nearest)}"
+        else:
+            not_run["c"] = "; ".join(f"{run}: {why}" for run, why in pairing.unpaired.items())
+    return KPanels(setting, K, final, gap, vs_lerp, not_run)

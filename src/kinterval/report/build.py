@@ -184,17 +184,25 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
     n = max(len(r.seeds) for cs in cells.values() for r in cs.values())
     families: dict[str, dict[int, A.Row]] = {}
     for r in rows:
-        if r.K and r.key.setting() == setting and len(r.seeds) == n and A.full_twin(r.key.operator) is None:
+        if (
+            r.K
+            and r.key.setting() == setting
+            and r.key.seed is None  # a supplementary run's row of one seed is not the designed condition
+            and len(r.seeds) == n
+            and A.full_twin(r.key.operator) is None
+        ):
             families.setdefault(r.family, {})[r.K] = r
-    families = {f: v for f, v in families.items() if len(v) > 1}
+    families = {f: dict(sorted(v.items())) for f, v in sorted(families.items()) if len(v) > 1}
+    surrogate = A.surrogate_effects(fac, cells)
     F.factorial_figure(
         cells,
         families,
         ix.out / "factorial2x2.png",
         f"Calibration x surrogate, {T.tokens(setting[0])}, {setting[1]}, arithmetic={arith}, "
         + (f"{n} seeds, t intervals" if n > 1 else "one seed, block-bootstrap intervals"),
+        surrogate,
     )
-    ix.figure("factorial2x2.png", "2x2 factorial cells")
+    ix.figure("factorial2x2.png", "2x2 factorial cells, ΔNLL by K per family, surrogate effect by K")
     data["factorial_cells"] = {
         "setting": setting,
         "arithmetic": arith,
@@ -202,6 +210,52 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
             K: {c: {"operator": r.key.operator, "est": r.est} for c, r in cs.items()}
             for K, cs in cells.items()
         },
+        "families": {f: {K: r.est for K, r in by_K.items()} for f, by_K in families.items()},
+        "surrogate_effect": {
+            cal: {K: {"seeds": r.seeds, "est": r.est} for K, r in by_K.items()}
+            for cal, by_K in surrogate.items()
+        },
+    }
+
+
+def _k_figure(primary, rows: list[A.Row], traj, ix: _Index, data: dict) -> None:
+    """fig:k for the longest-horizon setting (:func:`analysis.k_panels`): ``kscaling.png``; what it plots goes
+    to report.json (``k_figure``); a panel whose runs are absent is drawn "not run" and named in index.md."""
+    kp = A.k_panels(primary, rows, traj)
+    if kp is None:
+        return
+    where = f"{T.tokens(kp.setting[0])}, {kp.setting[1]}"
+    F.k_figure(
+        kp.final,
+        kp.gap,
+        kp.vs_lerp,
+        kp.not_run,
+        ix.out / "kscaling.png",
+        f"K scaling, {where}: endpoint ΔNLL by K, K={kp.K} gap and Nearest − LERP along training",
+        K=kp.K,
+    )
+    ix.figure(
+        "kscaling.png", f"endpoint ΔNLL by K and family, K={kp.K} gap and Nearest − LERP along training"
+    )
+    for letter, why in kp.not_run.items():
+        ix.lines += [f"kscaling.png ({letter}): not run ({why}).", ""]
+
+    def along(series):
+        return {
+            op: [{"tokens": r.tokens, "seeds": r.seeds, "est": r.est} for r in rs]
+            for op, rs in series.items()
+        }
+
+    data["k_figure"] = {
+        "setting": kp.setting,
+        "K": kp.K,
+        "final": {
+            f: {K: {"operator": r.key.operator, "est": r.est} for K, r in v.items()}
+            for f, v in kp.final.items()
+        },
+        "gap": along(kp.gap),
+        "nearest_minus_lerp": along(kp.vs_lerp),
+        "not_run": kp.not_run,
     }
 
 
@@ -324,6 +378,7 @@ def _build(results, out: Path) -> None:
         F.trajectory_figure(series, out / "trajectories.png", "ΔNLL vs same-seed softmax along training")
         ix.figure("trajectories.png", "ΔNLL trajectories")
         data["trajectories"] = {_label(k, True, models): v for k, v in traj.items()}
+    _k_figure(primary, rows, traj, ix, data)
     geo = _mean_geometry(points, models)
     if geo:
         F.geometry_figure(geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)")

@@ -3,6 +3,7 @@ endpoint ΔNLL bar chart used by the demo. Every figure is a PNG with labelled a
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -269,13 +270,38 @@ CELL_STYLE = {  # (calibration label, surrogate index, colour)
 }
 
 
-def factorial_figure(cells: dict[int, dict], families: dict[str, dict], path: Path, title: str) -> Path:
+def _not_run(ax, why: str) -> None:
+    """An empty panel whose runs are absent: "not run" and why."""
+    text = "not run\n" + textwrap.fill(f"({why})", 48)
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=8, transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _log2_x(ax, Ks) -> None:
+    """log2 K axis, labelled in plain numbers, half a doubling of margin around the K values shown."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    if Ks:
+        ax.set_xlim(min(Ks) / 2**0.5, max(Ks) * 2**0.5)
+    ax.set_xlabel("K")
+
+
+def factorial_figure(
+    cells: dict[int, dict],
+    families: dict[str, dict],
+    path: Path,
+    title: str,
+    surrogate: dict[str, dict] | None = None,
+) -> Path:
     """fig:2x2. One panel per K: endpoint ΔNLL vs softmax of the four cells by surrogate placement
-    (Weight-STE, Prob-STE), one line per calibration, 95% intervals; dotted: LERP at the same K. Last panel:
-    mean ΔNLL vs K (log2) per family with its interval (symlog y).
-    ``cells``: K -> cell (``mm_w``, ..., ``lerp``) -> Row; ``families``: family -> {K: Row}."""
+    (Weight-STE, Prob-STE), one line per calibration, 95% intervals; dotted: LERP at the same K. Then: mean
+    ΔNLL vs K (log2) per family with its interval (symlog y); last, panel (d): the surrogate effect Prob −
+    Weight vs K (log2) under each calibration, paired by seed, with its interval (symlog y; "not run" when
+    empty). ``cells``: K -> cell (``mm_w``, ..., ``lerp``) -> Row; ``families``: family -> {K: Row};
+    ``surrogate``: calibration (``MinMax``, ``FWM``) -> {K: Row}."""
     Ks = sorted(cells)
-    fig, axes = plt.subplots(1, len(Ks) + 1, figsize=(3.2 * len(Ks) + 5, 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(Ks) + 2, figsize=(3.2 * len(Ks) + 9, 4.4), squeeze=False)
     for ax, K in zip(axes[0], Ks):
         vals = []
         for cal, off in (("MinMax", -0.04), ("FWM", 0.04)):
@@ -302,7 +328,7 @@ def factorial_figure(cells: dict[int, dict], families: dict[str, dict], path: Pa
         ax.set_ylabel("endpoint ΔNLL vs softmax (nats/token)")
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7, frameon=False)
-    ax = axes[0][-1]
+    ax = axes[0][-2]
     vals = []
     for j, (fam, by_K) in enumerate(sorted(families.items())):
         ks = sorted(by_K)
@@ -325,9 +351,83 @@ def factorial_figure(cells: dict[int, dict], families: dict[str, dict], path: Pa
     ax.set_ylabel("mean ΔNLL vs softmax (nats/token)")
     ax.set_title("all families", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, frameon=False)
+    if families:
+        ax.legend(fontsize=6, frameon=False)
+    ax = axes[0][-1]
+    ax.set_title("surrogate effect Prob − Weight", fontsize=9)
+    if not surrogate:
+        _not_run(ax, "no Prob − Weight contrast")
+    else:
+        vals = []
+        for j, (cal, by_K) in enumerate(surrogate.items()):
+            color = next((s[2] for s in CELL_STYLE.values() if s[0] == cal), f"C{j}")
+            xs = [K * 2 ** (0.05 * (2 * j - 1)) for K in by_K]  # MinMax a little left, FWM right
+            for x, row in zip(xs, by_K.values()):
+                _interval(ax, x, row, color, label=cal if x == xs[0] else None, points=False)
+                vals += [row.est.lo, row.est.hi]
+            ax.plot(xs, [r.est.mean for r in by_K.values()], color=color, lw=1)
+        _log2_x(ax, [K for by_K in surrogate.values() for K in by_K])
+        _symlog_y(ax, vals, linthresh=0.02)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_ylabel("Prob − Weight (nats/token), paired by seed")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def k_figure(
+    final: dict, gap: dict, vs_lerp: dict, not_run: dict, path: Path, title: str, K: int = 4
+) -> Path:
+    """fig:k. (a) Endpoint ΔNLL vs softmax by K (log2) and family, at the measured K only, whiskers: the
+    95% interval; (b) ΔNLL vs softmax along training of the K = ``K`` conditions with their interval bands;
+    (a, b) symlog, linear within ±0.02 nats. (c) Each Nearest condition minus the same-seed LERP at K along
+    training with its interval band, linear. ``final``: family -> {K: Row}; ``gap``, ``vs_lerp``: label ->
+    [Row per checkpoint]; ``not_run``: panel letter -> why (an empty "not run" panel)."""
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.0))
+    ax = axes[0]
+    vals = []
+    n = len(final)
+    for j, (fam, by_K) in enumerate(final.items()):
+        xs = [K_ * 2 ** (0.04 * (j - (n - 1) / 2)) for K_ in by_K]  # a small offset per family
+        for x, row in zip(xs, by_K.values()):
+            _interval(ax, x, row, f"C{j}", label=fam if x == xs[0] else None, points=False)
+            vals += [row.est.lo, row.est.hi]
+        if len(xs) > 1:
+            ax.plot(xs, [r.est.mean for r in by_K.values()], color=f"C{j}", lw=1)
+    _log2_x(ax, [K_ for by_K in final.values() for K_ in by_K])
+    _symlog_y(ax, vals, linthresh=0.02)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_ylabel("endpoint ΔNLL vs softmax (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, frameon=False)
+    for ax, series, letter, ylabel in (
+        (axes[1], gap, "b", "ΔNLL vs softmax (nats/token)"),
+        (axes[2], vs_lerp, "c", f"Nearest − LERP K={K} (nats/token)"),
+    ):
+        if not series:
+            _not_run(ax, not_run.get(letter, "no runs"))
+            continue
+        vals = []
+        for label, rows in series.items():
+            t = [r.tokens for r in rows]
+            line = ax.plot(t, [r.est.mean for r in rows], marker="o", ms=3, lw=1.2, label=label)[0]
+            lo, hi = [r.est.lo for r in rows], [r.est.hi for r in rows]
+            ax.fill_between(t, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+            vals += lo + hi
+        ax.axhline(0, color="k", lw=0.8)
+        if letter == "b":
+            _symlog_y(ax, vals, linthresh=0.02)
+        ax.set_ylabel(ylabel)
+        _tokens_axis(ax)
+        ax.legend(fontsize=6, frameon=False)
+    for ax, letter in zip(axes, "abc"):
+        ax.set_title(f"({letter})", fontsize=9, loc="left")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
