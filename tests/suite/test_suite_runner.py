@@ -274,6 +274,45 @@ def test_an_interrupted_run_resumes_and_a_fresh_one_does_not(tmp_path, data, mon
     assert calls == [False, False, True]
 
 
+def test_a_cpu_protocol_is_evaluated_on_the_cpu_on_a_gpu_machine(tmp_path, data, monkeypatch):
+    """Evaluation and the geometry probe run where the run trains: a CPU protocol (tiny-cpu, the ci suite's)
+    on a machine with CUDA was trained on the CPU but evaluated under "auto", i.e. on the GPU in bf16
+    autocast, so the same suite recorded other numbers there; --device still overrides both."""
+    import torch
+
+    from kinterval.suite.runner import run_one
+
+    seen = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runner, "run_complete", lambda run_dir, entry: "train" in seen)
+
+    def fake_train(cfg, run_dir, *, resume):
+        seen["train"] = cfg.device
+        return types.SimpleNamespace(status="completed")
+
+    def fake_eval(run_dir, **kw):
+        seen["eval"] = kw["device"]
+        return [{"skipped": False, "mean_nll": 1.0}]
+
+    def fake_diag(run_dir, kind, **kw):
+        seen["geometry"] = kw["device"]
+
+    monkeypatch.setattr("kinterval.train.loop.train", fake_train)
+    monkeypatch.setattr("kinterval.eval.evaluate.evaluate_run", fake_eval)
+    monkeypatch.setattr("kinterval.eval.diagnostics.diagnose_run", fake_diag)
+    out = tmp_path / "out"
+    init_suite(suite_file(tmp_path), out, data)
+    m = read_manifest(out)
+    m["eval"]["geometry"] = True
+    (out / "manifest.json").write_text(json.dumps(m))
+    assert m["runs"][0]["config"]["device"] == "cpu"  # tiny-cpu
+    run_one(out, "softmax-s1", log=print)
+    assert seen == {"train": "cpu", "eval": "cpu", "geometry": "cpu"}
+    seen.clear()
+    run_one(out, "softmax-s1", device="cuda", log=print)
+    assert seen == {"train": "cuda", "eval": "cuda", "geometry": "cuda"}
+
+
 def test_a_suite_folder_resumed_without_data_keeps_its_data_code_and_suite(tmp_path, data):
     """A resume without --data uses the manifest's data folder and keeps the code identity the suite
     started with (another commit of the same operator code; other operator code is refused, below); a

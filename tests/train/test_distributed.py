@@ -78,3 +78,16 @@ def test_two_processes_match_one_process(make_config, data_dir, tmp_path, strate
         torch.testing.assert_close(da.model[k], db.model[k], rtol=1e-5, atol=1e-5)
     run_cfg = json.loads((tmp_path / "ddp" / "run_config.json").read_text())
     assert run_cfg["world_size"] == 2 and run_cfg["plan"]["seqs_per_step"] == 8
+
+
+def test_pick_device_refuses_a_gpu_index_the_machine_lacks(monkeypatch):
+    """`--device cuda:7` on a one-GPU machine passed and failed later with torch's "invalid device ordinal"
+    traceback (eval, geometry, graddiag, probes, downstream, lm-eval): a one-line ValueError now."""
+    from kinterval.train.distributed import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert pick_device("cuda:0") == torch.device("cuda:0")
+    assert pick_device("cuda") == torch.device("cuda")
+    with pytest.raises(ValueError, match="'cuda:7': only 1 CUDA device"):
+        pick_device("cuda:7")

@@ -213,6 +213,8 @@ def run_one(
             log(f"{run_id}: {status}, but checkpoints {lost} of the manifest are missing")
             return "missing_checkpoints"
     ev = manifest["eval"]
+    # evaluated where the run trains: a CPU protocol (the ci suite's) stays on the CPU on a GPU machine
+    eval_device = device or entry["config"].get("device") or "auto"
     # data given, the evaluation folder too: the manifest's, not one tagged with the data folder's name
     rows = evaluate_run(
         run_dir,
@@ -220,7 +222,7 @@ def run_one(
         data=data,
         out_dir=out / entry["eval_dir"],
         doc_clusters=ev["doc_clusters"],
-        device=device or "auto",
+        device=eval_device,
     )
     new = sum(not r["skipped"] for r in rows)
     if ev.get("geometry"):
@@ -230,7 +232,7 @@ def run_one(
             blocks=ev["geometry_blocks"],
             split=ev["split"],
             data=data,
-            device=device or "auto",
+            device=eval_device,
         )
     log(
         f"{run_id}: {status}; {len(rows)} checkpoints evaluated ({new} new), "

@@ -49,6 +49,8 @@ def pick_device(name: str | torch.device) -> torch.device:
         raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(name)!r} requested but CUDA is not available")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {str(name)!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
     return device
 
 
