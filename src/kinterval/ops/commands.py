@@ -1,15 +1,18 @@
-"""CLI: ``kinterval ops`` (operator table) and ``kinterval ops verify`` (closed form vs reference)."""
+"""CLI: ``kinterval ops`` (operator table), ``kinterval ops verify`` (closed form vs reference) and
+``kinterval ops consistency`` (the gradient-consistency diagnostics of App. F)."""
 
 from __future__ import annotations
 
 import math
 import os
 import re
+from pathlib import Path
 
 import torch
 
+from kinterval import atomic
 from kinterval.ops.api import attention_probs, valid_mask
-from kinterval.ops.diagnostics import score_gradient, zero_sum_residual
+from kinterval.ops.diagnostics import consistency_table, score_gradient, zero_sum_residual
 from kinterval.ops.seeds import check_seed
 from kinterval.ops.spec import RANGE_GRADS, OperatorSpec
 from kinterval.ops.text_table import Table
@@ -28,23 +31,35 @@ def register(sub) -> None:
         "ops",
         help="operator table: distance to softmax and gradient zero-sum residual",
         description="`kinterval ops`: the operator table. `kinterval ops verify`: the closed-form backward "
-        "against autograd of the reference, every operator and mode (takes --K, --T and --scale).",
+        "against autograd of the reference, every operator and mode (takes --K, --T and --scale). "
+        "`kinterval ops consistency`: the gradient-consistency diagnostics A1-A4 and P1-0 (App. F) in "
+        "float64, under range_grad full, detach and p1 (takes --K or --operators, --T, --scale, --seed, "
+        "--json).",
     )
-    p.add_argument("action", nargs="?", choices=["table", "verify"], default="table")
+    p.add_argument("action", nargs="?", choices=["table", "verify", "consistency"], default="table")
     p.add_argument(
         "--operators",
-        help="table only: comma-separated names, full names with [overrides] too, as the table prints them "
-        "(default: a set of each family)",
+        help="table and consistency: comma-separated names, full names with [overrides] too, as the table "
+        "prints them (default: a set of each family; consistency: softmax, lerp, minmax-weight and "
+        "minmax-prob at each --K)",
     )
     p.add_argument(
         "--range-grad", help="table only: backward rule of the K-interval operators (default: full)"
     )
     p.add_argument(
-        "--T", type=int, help="keys per causal row, 4 x 4 heads (default: 128); verify's default: 33"
+        "--T",
+        type=int,
+        help="keys per causal row, 4 x 4 heads (default: 128); verify's default: 33, consistency's: 64",
     )
     p.add_argument("--scale", type=float, help="score standard deviation (default: 6, spans of about 25-30)")
-    p.add_argument("--seed", type=int, help="table only: seed of the random scores (default: 0)")
-    p.add_argument("--K", type=int, nargs="+", help="verify only: the K of every operator (default: 4 16)")
+    p.add_argument("--seed", type=int, help="table and consistency: seed of the random scores (default: 0)")
+    p.add_argument(
+        "--K",
+        type=int,
+        nargs="+",
+        help="verify and consistency: the K of every operator (default: 4 16; consistency: 2 4 8 16 32)",
+    )
+    p.add_argument("--json", help="consistency only: also write the numbers here as JSON")
     p.set_defaults(func=run)
 
 
@@ -99,6 +114,10 @@ def run(args) -> int:
     _check_memory(args.T if args.T is not None else 128)
     if args.scale is not None and (not math.isfinite(args.scale) or args.scale <= 0):
         raise ValueError(f"--scale must be a finite number > 0, got {args.scale}")
+    if args.json is not None and args.action != "consistency":
+        raise ValueError("--json is for `kinterval ops consistency`")
+    if args.action == "consistency":
+        return _consistency(args)
     if args.action == "verify":
         from kinterval.ops.verify import main as verify_main
 
@@ -138,3 +157,122 @@ def run(args) -> int:
         )
     print(table)
     return 0
+
+
+# ------------------------------------------------------------------------------------------ consistency
+def _consistency(args) -> int:
+    """`kinterval ops consistency`: :func:`consistency_table`, printed as the paper's table (Diagnostic,
+    Question, Result) and one row per operator and backward; the numbers as JSON with --json."""
+    if other := _given(args, "range_grad"):
+        raise ValueError(f"`ops consistency` runs range_grad full, detach and p1 itself; it does not take "
+                         f"{other[0]}")  # fmt: skip
+    if args.T is not None and args.T < 3:
+        raise ValueError(f"--T must be an integer >= 3 for `ops consistency` (A4 needs rows of three keys), "
+                         f"got {args.T}")  # fmt: skip
+    if args.K is not None and args.operators is not None:
+        raise ValueError("--K sets the K of the default operators; --operators names carry their own K")
+    if args.K is not None and any(K < 1 for K in args.K):
+        raise ValueError(f"--K must be integers >= 1, got {' '.join(map(str, args.K))}")
+    if args.json is not None:  # before the diagnostics run, not after
+        path = Path(args.json)
+        if path.is_dir():
+            raise ValueError(f"--json {path}: is a directory; give a file name")
+        if not path.parent.is_dir():
+            raise ValueError(f"--json {path}: the folder {path.parent} does not exist")
+    names = None
+    if args.operators is not None:
+        names = split_operators(args.operators)
+        if not names:
+            raise ValueError(f"--operators names no operator, got {args.operators!r}")
+    result = consistency_table(
+        T=args.T if args.T is not None else 64,
+        scale=args.scale if args.scale is not None else 6.0,
+        seed=check_seed(args.seed if args.seed is not None else 0, "--seed"),
+        Ks=args.K,
+        operators=names,
+    )
+    print(_summary_table(result))
+    print()
+    print(_rows_table(result))
+    if args.json is not None:
+        atomic.write_json(args.json, result)
+    return 0
+
+
+def _e(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1e}"
+
+
+def _summary_table(result: dict) -> Table:
+    """The paper's table: a line per diagnostic and family (K-interval families: range_grad full, detach)."""
+    st, sm = result["settings"], result["summary"]
+    fams = sm["families"]
+    table = Table(
+        title=f"gradient-consistency diagnostics (App. F), float64, random causal scores "
+        f"(T={st['T']}, score sd {st['scale']:g}, seed {st['seed']})"
+    )
+    for col in ("Diagnostic", "Question", "Result"):
+        table.add_column(col)
+
+    def block(diagnostic: str, question: str, results: list[str]) -> None:
+        for i, res in enumerate(results):
+            table.add_row(diagnostic if i == 0 else "", question if i == 0 else "", res)
+
+    verdict = "pass for all" if sm["shift_pass"] else "FAIL over"
+    block("A1 forward shift invariance", f"F(S+c1) = F(S), c = {st['shift_c']:g}",
+          [f"{verdict} {sm['operators']} operators: max |F(S+c1) - F(S)| = {_e(sm['shift_max_abs'])} "
+           f"(tolerance {st['shift_tol']:.1e}, fp64 rounding of s + c)"])  # fmt: skip
+    a2, a3, a4, p1 = [], [], [], []
+    for fam, modes in fams.items():
+        for mode in ("full", "detach"):
+            if mode not in modes:
+                continue
+            m, label = modes[mode], fam if len(modes) == 1 else f"{fam} {mode}"
+            lo, hi = m["residual_median_min"], m["residual_median_max"]
+            median = f"{lo:.3f}" if f"{lo:.3f}" == f"{hi:.3f}" else f"{lo:.3f}-{hi:.3f} over K"
+            a2.append(f"{label}: max {_e(m['residual_max'])}" if mode == "full" else
+                      f"{label}: median {median}, max {m['residual_max']:.3f}")  # fmt: skip
+            K = f" K={m['K_top']}" if m["K_top"] is not None else ""
+            over_K = f"; max over K |autograd| {_e(m['directional_autograd_max_abs'])}" if K else ""
+            a3.append(f"{label}{K}: autograd {m['directional_autograd_top']:+.1e} vs true 0 "
+                      f"(FD {m['directional_fd_top']:+.1e}){over_K}")  # fmt: skip
+            if m["interior_rel_err_max"] is not None:
+                a4.append(f"{label}: max |autograd - FD| / max |autograd| = {_e(m['interior_rel_err_max'])}")
+        if "p1" in modes:
+            m = modes["p1"]
+            same = "yes" if m["forward_equals_detach_all"] else "NO"
+            p1.append(f"{fam}: forward bitwise equal to detach: {same}; projected rho max "
+                      f"{_e(m['residual_max'])}; max |g_proj - g_full| {_e(m['max_abs_vs_full_top'])} "
+                      f"at K={m['K_top']}, max over K {_e(m['max_abs_vs_full_max'])}")  # fmt: skip
+    hard = [f for f, modes in fams.items() if modes["full"]["interior_keys"] is None]
+    if hard:
+        a4.append(f"{', '.join(hard)}: n/a (hard forward, locally constant)")
+    if none := [f for f, modes in fams.items() if modes["full"]["interior_keys"] == 0]:
+        a4.append(f"{', '.join(none)}: no key away from the extrema and the grid's kinks (use a larger --T)")
+    block("A2 gradient shift residual", "rho = |sum_j g_ij| / sum_j |g_ij| per row", a2)
+    block("A3 all-ones directional FD", "autograd vs derivative along s + c1", a3)
+    block("A4 interior finite difference", "local slopes away from the extrema", a4)
+    block(
+        "P1-0 projection sanity",
+        "removes exactly the common-mode gradient?",
+        p1 or ["n/a (no K-interval operator)"],
+    )
+    return table
+
+
+def _rows_table(result: dict) -> Table:
+    """Every operator and backward: the numbers the summary is drawn from."""
+    table = Table(
+        title="per operator and backward (A4: max |autograd - FD| / max |autograd| at interior keys)"
+    )
+    cols = ("operator", "backward", "A1 max|dF|", "A2 rho median", "A2 rho max", "A3 autograd", "A3 FD",
+            "A4 rel err", "max|g - g_full|", "P1 fwd = detach")  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("operator", "backward") else "right")
+    for r in result["rows"]:
+        fwd = {None: "", True: "bitwise", False: "differs"}[r["forward_equals_detach"]]
+        table.add_row(r["operator"], r["range_grad"], _e(r["shift_max_abs"]), _e(r["residual_median"]),
+                      _e(r["residual_max"]), f"{r['directional_autograd']:+.1e}",
+                      f"{r['directional_fd']:+.1e}", _e(r["interior_rel_err"]), _e(r["max_abs_vs_full"]),
+                      fwd)  # fmt: skip
+    return table
