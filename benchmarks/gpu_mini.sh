@@ -31,8 +31,8 @@
 #            was run by this code; which runs are still to run
 #   sitting  env, then at once: the kernel preflight (the core fused-kernel tests on this GPU, at most
 #            PREFLIGHT_S s, default 150, in the background) and the suite's pending runs (--per-gpu PER_GPU,
-#            default 2; each kernel's default tile, KINTERVAL_TRITON_AUTOTUNE=0, unless set). At DEADLINE_S s
-#            after the start (default 480) the suite is stopped. Each run that finishes is signed off at
+#            default 3; each kernel's default tile, KINTERVAL_TRITON_AUTOTUNE=0, unless set). At DEADLINE_S s
+#            after the start (default 545) the suite is stopped. Each run that finishes is signed off at
 #            once (`suite gate --partial`) and packed (`suite merge` into ${SUITE_NAME}_results.tar.gz in
 #            $OUT, replacing the last), so that a call cut short still brings back what finished. A failed
 #            preflight does not stop the suite: the results come back all the same with
@@ -49,7 +49,10 @@ ROOT=${PIN:-.}  # the checkout whose code runs: this one, or the pinned commit o
 export PYTHONPATH=$PWD/$ROOT/src PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 CORPUS=${CORPUS:-.corpus/docs}
-PER_GPU=${PER_GPU:-2}
+# mini on an H200: three runs at once finished in 450-464 s (330-350 s of training each, five per-block
+# evaluations, the preflight beside them); the deadline leaves a slower GPU some room, and the ~30 s after
+# it (stopping the suite, the last pack) keep the call within 600 s
+PER_GPU=${PER_GPU:-3}
 SUITE_NAME=${SUITE_NAME:-mini}  # a shipped suite, or a suite file
 SUITE_ID=$(basename "$SUITE_NAME" .toml)
 RESULTS=${RESULTS:-docs/results/$SUITE_ID}
@@ -119,7 +122,7 @@ EOF
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
         $PY -c "import torch, triton; from kinterval.train.checkpoint import code_identity as c
 print('torch', torch.__version__, 'triton', triton.__version__); print('code', c())"
-        echo "PER_GPU=$PER_GPU DEADLINE_S=${DEADLINE_S:-480} PREFLIGHT_S=${PREFLIGHT_S:-150} PIN=${PIN:-}" \
+        echo "PER_GPU=$PER_GPU DEADLINE_S=${DEADLINE_S:-545} PREFLIGHT_S=${PREFLIGHT_S:-150} PIN=${PIN:-}" \
           "KINTERVAL_TRITON_AUTOTUNE=${KINTERVAL_TRITON_AUTOTUNE:-} KINTERVAL_DETERMINISTIC=${KINTERVAL_DETERMINISTIC:-}"
       } 2>&1 | tee "$OUT/env.txt" ;;
     kernels)
@@ -127,7 +130,7 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       cat "$OUT/kernels.txt"
       [ "$rc" -eq 0 ] || { echo "kernel preflight failed"; exit 1; } ;;
     sitting)
-      deadline=$(( T_START + ${DEADLINE_S:-480} ))
+      deadline=$(( T_START + ${DEADLINE_S:-545} ))
       # each kernel's default tile: autotuning compiles and times every candidate in every run's process,
       # minutes of a sitting (set KINTERVAL_TRITON_AUTOTUNE=1 to autotune all the same)
       export KINTERVAL_TRITON_AUTOTUNE=${KINTERVAL_TRITON_AUTOTUNE:-0}
@@ -148,7 +151,7 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       suite=$!
       # until its setsid, the runner has no process group of its own: the group kill below would miss it
       for _ in $(seq 100); do kill -0 -- -"$suite" 2>/dev/null || ! kill -0 "$suite" 2>/dev/null && break; sleep 0.1; done
-      echo "[$(elapsed) s] suite started (--per-gpu $PER_GPU${skip[*]:+, ${skip[*]}}), deadline at ${DEADLINE_S:-480} s"
+      echo "[$(elapsed) s] suite started (--per-gpu $PER_GPU${skip[*]:+, ${skip[*]}}), deadline at ${DEADLINE_S:-545} s"
       # A failed preflight does not stop the suite: which test failed (a tolerance on an operator the suite
       # does not train, or a kernel the suite uses) is for the one who merges to judge; the sitting's results
       # come back marked (PREFLIGHT_FAILED.txt) and the call exits with 3.
