@@ -406,6 +406,25 @@ def test_bad_registry_names_are_value_errors():
     assert "sdpa" not in hf.registered_names()
 
 
+def test_a_canonical_name_is_reserved_for_its_operator():
+    """register("kinterval-fwm-prob-k4", "lerp-k4") bound the canonical name of FWM-Prob to LERP, and every
+    model asking for "kinterval-fwm-prob-k4" (or attn_implementation_name, which reuses it) silently ran
+    LERP; the canonical name of the operator itself, and its "@backend" form, still register."""
+    with pytest.raises(ValueError, match="'kinterval-fwm-prob-k4' is the canonical name of another operator"):
+        hf.register("kinterval-fwm-prob-k4", "lerp-k4")
+    with pytest.raises(ValueError, match="canonical name of another operator"):
+        hf.register("kinterval-lerp-k4@reference", "lerp-k4", backend="closed_form")
+    assert hf.register("kinterval-lerp-k4", "lerp-k4") == "kinterval-lerp-k4"
+    assert (
+        hf.register("kinterval-lerp-k4@reference", "lerp-k4", backend="reference")
+        == "kinterval-lerp-k4@reference"
+    )
+    assert hf.get_operator("kinterval-lerp-k4").full_name == "lerp-k4"
+    name = hf.attn_implementation_name("fwm-prob-k4")
+    assert hf.get_operator(name).full_name == "fwm-prob-k4"
+    assert hf.register("my-lerp", "lerp-k4") == "my-lerp"  # other names are free
+
+
 def test_an_explicit_name_ignores_the_config_operator():
     """config.kinterval_operator (an exported run's) chooses the operator of the plain "kinterval" name only:
     asked for "kinterval-softmax", the model runs softmax."""

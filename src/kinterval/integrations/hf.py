@@ -217,7 +217,16 @@ def register(
         # registering over "sdpa" would silently run kinterval in every model that asks for sdpa
         raise ValueError(f"{name!r} is one of transformers' own attention implementations; pick another name")
     spec = OperatorSpec.parse(_parse(operator) if isinstance(operator, str) else operator, **overrides)
-    return _install(name or f"{PREFIX}-{spec.full_name}", spec, backend)
+    canonical = f"{PREFIX}-{spec.full_name}"
+    if name and name.startswith(f"{PREFIX}-") and name not in (canonical, f"{canonical}@{backend}"):
+        # "kinterval-fwm-prob-k4" bound to another operator would silently run it in every model that asks
+        # for the canonical name (attn_implementation_name reuses the registration)
+        raise ValueError(
+            f"{name!r} is the canonical name of another operator; {spec.full_name} with backend {backend!r} "
+            f"registers as {canonical!r}"
+            + ("" if backend == "auto" else f" or {canonical + '@' + backend!r}")
+        )
+    return _install(name or canonical, spec, backend)
 
 
 def attn_implementation_name(operator: str | OperatorSpec, backend: str = "auto", **overrides) -> str:
