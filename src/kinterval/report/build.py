@@ -133,8 +133,11 @@ def _cross_columns(settings: list[tuple], points) -> dict[str, tuple]:
 
 
 def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -> None:
-    """fig:seeds and fig:2x2 for the setting with the most seeds (suite D when given): ``seeds.png`` and
-    ``factorial2x2.png``; what they plot goes to report.json (``seeds_figure``, ``factorial_cells``)."""
+    """fig:seeds and fig:2x2 (c, d) for the setting with the most seeds (suite D when given), fig:2x2 (a, b)
+    for the one-seed setting with the most K carrying the four factorial cells, then the longest horizon
+    (suite B when given; without one, the same setting as (c, d)): ``seeds.png`` and ``factorial2x2.png``;
+    what they plot goes to report.json (``seeds_figure``, ``factorial_cells`` with ``panels``: the setting
+    of each panel)."""
     multi = [r for r in rows if len(r.seeds) > 1]
     if multi:
         setting = max(
@@ -173,15 +176,19 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
     groups = A.factorial_cells(rows)
     if not groups:
         return
-    (setting, arith), cells = max(
-        groups.items(),
-        key=lambda kv: (
-            max(len(r.seeds) for cs in kv[1].values() for r in cs.values()),
-            len(kv[1]),
-            str(kv[0]),
-        ),
-    )
-    n = max(len(r.seeds) for cs in cells.values() for r in cs.values())
+
+    def n_seeds(cells) -> int:
+        return max(len(r.seeds) for cs in cells.values() for r in cs.values())
+
+    # (c, d): the setting with the most seeds (suite D when given)
+    (setting, arith), cells_cd = max(groups.items(), key=lambda kv: (n_seeds(kv[1]), len(kv[1]), str(kv[0])))
+    n = n_seeds(cells_cd)
+    # (a, b): a one-seed setting (block-bootstrap intervals), the one with the most K carrying the four cells,
+    # then the longest horizon (suite B: K=4 and 16 at 250M); without one, the setting of (c, d)
+    one = {k: v for k, v in groups.items() if n_seeds(v) == 1}
+    ab = max(one, key=lambda k: (len(one[k]), k[0][0], str(k))) if one else (setting, arith)
+    cells = groups[ab]
+    n_ab = n_seeds(cells)
     families: dict[str, dict[int, A.Row]] = {}
     for r in rows:
         if (
@@ -193,19 +200,20 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
         ):
             families.setdefault(r.family, {})[r.K] = r
     families = {f: dict(sorted(v.items())) for f, v in sorted(families.items()) if len(v) > 1}
-    surrogate = A.surrogate_effects(fac, cells)
-    F.factorial_figure(
-        cells,
-        families,
-        ix.out / "factorial2x2.png",
-        f"Calibration x surrogate, {T.tokens(setting[0])}, {setting[1]}, arithmetic={arith}, "
-        + (f"{n} seeds, t intervals" if n > 1 else "one seed, block-bootstrap intervals"),
-        surrogate,
-    )
+    surrogate = A.surrogate_effects(fac, cells_cd)
+
+    def where(st, ar, k) -> str:
+        ivl = f"{k} seeds, t intervals" if k > 1 else "one seed, block-bootstrap intervals"
+        return f"{T.tokens(st[0])}, {st[1]}, arithmetic={ar}, {ivl}"
+
+    title = f"Calibration x surrogate, {where(setting, arith, n)}"
+    if ab != (setting, arith):
+        title = f"Calibration x surrogate: cells {where(*ab, n_ab)}; by K {where(setting, arith, n)}"
+    F.factorial_figure(cells, families, ix.out / "factorial2x2.png", title, surrogate)
     ix.figure("factorial2x2.png", "2x2 factorial cells, ΔNLL by K per family, surrogate effect by K")
     data["factorial_cells"] = {
-        "setting": setting,
-        "arithmetic": arith,
+        "setting": ab[0],
+        "arithmetic": ab[1],
         "cells": {
             K: {c: {"operator": r.key.operator, "est": r.est} for c, r in cs.items()}
             for K, cs in cells.items()
@@ -214,6 +222,12 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
         "surrogate_effect": {
             cal: {K: {"seeds": r.seeds, "est": r.est} for K, r in by_K.items()}
             for cal, by_K in surrogate.items()
+        },
+        # the setting each panel plots: (a, b) the cells per K, (c) the families by K, (d) Prob − Weight by K
+        "panels": {
+            "ab": {"setting": ab[0], "arithmetic": ab[1], "seeds": n_ab, "K": sorted(cells)},
+            "c": {"setting": setting, "seeds": n},
+            "d": {"setting": setting, "arithmetic": arith, "seeds": n},
         },
     }
 
@@ -366,6 +380,15 @@ def _build(results, out: Path) -> None:
     if fac:
         data["factorial"] = fac
         ix.table("factorial", *T.factorial_rows(fac), "2x2 factorial effects by K")
+    strict = A.strict_table(points)
+    data["strict"] = strict
+    ix.table(
+        "strict",
+        *T.strict_rows(strict),
+        "Strict-forward replication of the factorial cells at one seed (tab:strict): Δ per validation block "
+        "at the strict runs' endpoint, block-bootstrap CI; evaluator: the evaluation folder (RUN/eval/TAG) "
+        "every term was evaluated in, with its `__op-` override for the strict forward on frozen weights",
+    )
     trends = A.k_trends(pairing)
     if trends:
         data["k_trends"] = trends

@@ -361,3 +361,22 @@ def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
         [condition(k), tokens(k.budget), *[num(g.get(m), False, 3) for m in metrics]]
         for k, g in sorted(geo.items(), key=lambda kv: key_order(kv[0]))
     ]
+
+
+def strict_rows(rows) -> tuple[list[str], list[list[str]]]:
+    """tab:strict: each contrast with its evaluator (evaluation tag), Δ and 95% CI, and the evaluations it
+    combines; a contrast whose runs or evaluations are absent is "not run" with the reason."""
+    headers = ["Group", "Contrast (nats/token)", "K", "Seed", "Evaluator", "Δ", "95% CI", "Interval"]
+    headers += ["Evaluations (or why not run)"]
+    out = []
+    for r in rows:
+        seed = "-" if r.seed is None else str(r.seed)
+        if r.est is None:
+            out.append([r.group, r.contrast, str(r.K), seed, r.evaluator, "not run", "-", "-", r.why])
+            continue
+        e = r.est
+        out.append(
+            [r.group, r.contrast, str(r.K), seed, r.evaluator, num(e.mean), ci(e.lo, e.hi), e.interval]
+            + ["; ".join(r.terms)]
+        )
+    return headers, out
