@@ -61,6 +61,7 @@ def test_full_split_and_summary(tiny_run):
         assert r["n_blocks"] == shards.n_blocks(32) and r["all_blocks"]
         assert r["operator_used"] == r["operator_trained"] == "softmax" and not r["operator_override"]
         assert r["train_code"]["ops_sha256"] == r["eval_code"]["ops_sha256"]
+        assert r["device_name"] and r["device"] == "cpu"  # the CPU's model (a second evaluator: tab:strict)
         with np.load(eval_dir(tiny_run / "run") / f"{r['checkpoint']}.npz") as z:
             assert z["nll"].shape == (r["n_blocks"],)
             assert z["nll"].mean() == pytest.approx(r["mean_nll"])
@@ -555,3 +556,14 @@ def test_the_old_summary_goes_before_the_arrays_are_replaced(tiny_run, tmp_path,
     assert again["skipped"] is False and again["npz_sha256"] == atomic.sha256_file(
         tmp_path / f"{first['checkpoint']}.npz"
     )
+
+
+def test_device_name_is_the_gpu_model(monkeypatch):
+    """A CUDA evaluation records the GPU model (two evaluators of tab:strict are told apart by it)."""
+    import torch
+
+    from kinterval.eval.evaluate import device_name
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H200")
+    assert device_name(torch.device("cuda:0")) == "NVIDIA H200"
+    assert device_name(torch.device("cpu"))

@@ -231,3 +231,22 @@ def test_strict_table_missing_cell(folders, tmp_path):
     assert pairs["MinMax: Prob − Weight (strict pair)"]["est"] is not None
     for name in ("FWM: Prob − Weight (strict pair)", "Interaction (FWM_P − FWM_W) − (MM_P − MM_W)"):
         assert pairs[name]["est"] is None and "no fwm-prob-k4 run with seed 7" in pairs[name]["why"]
+
+
+def test_the_evaluator_names_the_device_models(folders, tmp_path):
+    """The evaluations' recorded device models (``device_name``) name the evaluator: the strict pairs of the
+    training GPU and of the secondary evaluator; older files without the field show the tag alone."""
+    for name in ("hist", "supp"):
+        shutil.copytree(folders / name, tmp_path / name)
+    for js in (tmp_path / "supp").glob("runs/*/eval/*/step_*.json"):
+        gpu = "RTX 3090" if js.parent.name == "val__gpu2" else "RTX 5090"
+        js.write_text(json.dumps({**json.loads(js.read_text()), "device_name": gpu}))
+    out = tmp_path / "rep"
+    build_report([tmp_path / "hist", tmp_path / "supp"], out)
+    rows = json.loads((out / "report.json").read_text())["strict"]
+    devices = {(r["group"], r["evaluator"]): tuple(r["devices"]) for r in rows if r["est"] is not None}
+    assert devices[("strict pairs, training evaluator", "val")] == ("RTX 5090",)
+    assert devices[("strict pairs, secondary evaluator", "val__gpu2")] == ("RTX 3090",)
+    assert devices[("background: historical runs only", "val")] == ()  # the planted files record none
+    md = (out / "strict.md").read_text()
+    assert "| val__gpu2 (RTX 3090) |" in md and "| val (RTX 5090) |" in md

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import platform
 import time
 from pathlib import Path
 
@@ -66,6 +67,13 @@ def result_paths(out_dir: str | Path, ckpt: str | Path) -> tuple[Path, Path]:
 
 def read_summary(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def device_name(device: torch.device) -> str:
+    """The model of the device an evaluation ran on ("NVIDIA H200"; on the CPU the processor, else "cpu")."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine() or device.type
 
 
 def applied_numerics(numerics: NumericsConfig, device: torch.device) -> dict:
@@ -209,6 +217,7 @@ def evaluate_checkpoint(
         "mean_nll": float(nll.mean()),
         "batch": 1,
         "device": str(dev),
+        "device_name": device_name(dev),  # which GPU (or CPU): a second evaluator is another machine
         **applied_numerics(numerics, dev),  # tf32, attention_dtype, eval_dot_precision, autocast, device_type
         "train_code": state.get("code", {}),
         "eval_code": code_identity(),

@@ -1347,6 +1347,7 @@ class StrictRow:
     tokens: int = 0
     terms: tuple[str, ...] = ()
     why: str = ""
+    devices: tuple[str, ...] = ()  # the device models its evaluations recorded (none in older files)
 
 
 def _strict_cell(p: Point) -> str | None:
@@ -1473,7 +1474,8 @@ def _strict_lineage(points: list[Point], own: list[Point], seed: int, K: int) ->
         d = sum(w * p.nll for w, p in found)
         est = estimate({seed: d}, f"tab:strict {name}, seed {seed} [{tag}, {end} tokens]")
         shown = tuple(f"{w:+g} {p.operator} [{p.tag}]" for w, p in found)
-        return StrictRow(group, name, seed, K, tag, est, end, shown)
+        devices = tuple(sorted({p.device_name for _, p in found if p.device_name}))
+        return StrictRow(group, name, seed, K, tag, est, end, shown, devices=devices)
 
     def at_evaluators(group, name, tags, terms) -> list[StrictRow]:
         """The contrast at each evaluator of ``tags`` with all its evaluations; else one "not run" row with

@@ -387,7 +387,8 @@ def _build(results, out: Path) -> None:
         *T.strict_rows(strict),
         "Strict-forward replication of the factorial cells at one seed (tab:strict): Δ per validation block "
         "at the strict runs' endpoint, block-bootstrap CI; evaluator: the evaluation folder (RUN/eval/TAG) "
-        "every term was evaluated in, with its `__op-` override for the strict forward on frozen weights",
+        "every term was evaluated in, with its `__op-` override for the strict forward on frozen weights "
+        "(and the device models its evaluations recorded)",
     )
     trends = A.k_trends(pairing)
     if trends:

@@ -80,6 +80,7 @@ class Point:
     design_seeds: tuple[int, ...] = ()
     model: str = ""  # the model shape (:func:`model_label`): runs of other models are never paired
     per_seed: bool = False  # a supplementary run: its contrasts are one row per seed, never pooled over seeds
+    device_name: str = ""  # the GPU (or CPU) model the evaluation ran on; "" in files that do not record it
 
     @property
     def mean(self) -> float:
@@ -253,6 +254,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     design_seeds=tuple(sorted(planned[_plan(r)])),
                     model=model_label(r.get("config") or {}),
                     per_seed=per_seed,
+                    device_name=str(s.get("device_name") or ""),
                 )
             )
     return SuiteResults(m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs, graddiag)

@@ -375,8 +375,9 @@ def strict_rows(rows) -> tuple[list[str], list[list[str]]]:
             out.append([r.group, r.contrast, str(r.K), seed, r.evaluator, "not run", "-", "-", r.why])
             continue
         e = r.est
+        where = r.evaluator + (f" ({', '.join(r.devices)})" if r.devices else "")
         out.append(
-            [r.group, r.contrast, str(r.K), seed, r.evaluator, num(e.mean), ci(e.lo, e.hi), e.interval]
+            [r.group, r.contrast, str(r.K), seed, where, num(e.mean), ci(e.lo, e.hi), e.interval]
             + ["; ".join(r.terms)]
         )
     return headers, out
