@@ -897,9 +897,10 @@ def test_fused_backward_low_precision(fused_bwd):
 def test_fused_backward_survives_autotuning(fused_bwd, monkeypatch):
     """Triton's autotuner times a new shape's candidates by running the kernel on the caller's buffers (even a
     single pruned candidate, whenever the kernel has several configs). The fused backward adds dQ and the
-    eq. (2) row sums atomically, so its pre-hook must zero them before each timed launch and before the real
-    one. Here the autotuner runs (two configs, a new cache) with a stand-in timer that launches three times:
-    without the hook dQ came out four times too large (on an H200, about 1500 times)."""
+    row sums of the calibration terms of eq. (2) atomically, so its pre-hook must zero them before each timed
+    launch and before the real one. Here the autotuner runs (two configs, a new cache) with a stand-in timer
+    that launches three times: without the hook dQ came out several times too large (on an H200, about 1500
+    times)."""
     kern = _kernels_module._bwd_fused_kernel
     launches = []
 

@@ -1399,8 +1399,8 @@ def _zero_fused_accumulators(nargs, reset_only=False):
     """Autotuner pre-hook of the fused backward: zero its atomic accumulators (DQa, S1a, GMa of ``stats``)
     before each timed launch and before the real one. Triton's autotuner times a new key's candidates by
     running the kernel many times on the caller's buffers (even a single candidate, whenever the kernel has
-    more than one config), so without this the first backward of each shape returned dQ and the eq. (2)
-    row sums summed over hundreds of launches."""
+    more than one config), so without this the first backward of each shape returned dQ and the row sums of
+    the calibration terms of eq. (2) summed over hundreds of launches."""
     for acc in nargs["stats"][7:10]:
         acc.zero_()
 
