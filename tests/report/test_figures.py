@@ -12,15 +12,6 @@ from kinterval.report import figures as F
 from kinterval.report.analysis import Estimate, Row
 
 
-@pytest.fixture
-def figs(monkeypatch):
-    kept, close = [], F.plt.close
-    monkeypatch.setattr(F.plt, "close", kept.append)
-    yield kept
-    for fig in kept:
-        close(fig)
-
-
 def _bar_ends(ax, axis):
     """(low, high) of each error bar of the axes' error-bar containers, along ``axis`` (0: x, 1: y)."""
     ends = []

@@ -183,15 +183,6 @@ def test_k_figure_without_lerp_is_not_run(no_lerp4):
 # --- the figures draw what they are given ---
 
 
-@pytest.fixture
-def figs(monkeypatch):
-    kept, close = [], F.plt.close
-    monkeypatch.setattr(F.plt, "close", kept.append)
-    yield kept
-    for fig in kept:
-        close(fig)
-
-
 def _row(mean, lo, hi, tokens=0):
     return Row("c", None, (1, 2), Estimate(mean, lo, hi, "t (1 df)", 2, (lo, hi)), tokens=tokens)
 

@@ -21,6 +21,21 @@ GEOMETRY = (
 )
 
 
+def _save(fig, path: Path, title: str | None = None, *, bottom=0.0, top=0.95, panels=()) -> Path:
+    """Letter the ``panels`` (a), (b), ..., title the figure (its layout keeps ``bottom`` for a figure legend
+    and the band above ``top`` for the title), write it to ``path`` and close it."""
+    for ax, letter in zip(panels, "abcdefgh"):
+        ax.set_title(f"({letter})", fontsize=9, loc="left")
+    if title is None:
+        fig.tight_layout()
+    else:
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout(rect=(0, bottom, 1, top))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
 def _legend(ax, n: int) -> None:
     if n:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, ncol=1 + n // 20)
@@ -73,10 +88,7 @@ def trajectory_figure(
     ax.set_title(title, fontsize=10)
     _tokens_axis(ax)
     _legend(ax, len(traj))
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def geometry_figure(series: dict[str, list[tuple[int, dict]]], path: Path, title: str) -> Path:
@@ -95,11 +107,7 @@ def geometry_figure(series: dict[str, list[tuple[int, dict]]], path: Path, title
             ax.set_yscale("log")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="lower center", frameon=False, ncol=ncol)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, legend_h / (4 + legend_h), 1, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title, bottom=legend_h / (4 + legend_h))
 
 
 def endpoint_figure(rows: list[dict], path: Path, title: str) -> Path:
@@ -114,10 +122,7 @@ def endpoint_figure(rows: list[dict], path: Path, title: str) -> Path:
     ax.set_xlabel("ΔNLL vs softmax (nats/token), 95% CI")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def widthgap_figure(points: dict[str, tuple[float, float, float]], path: Path, title: str) -> Path:
@@ -135,11 +140,7 @@ def widthgap_figure(points: dict[str, tuple[float, float, float]], path: Path, t
         ax.set_xlabel(label)
         ax.set_ylabel("endpoint ΔNLL vs softmax (nats/token)")
         ax.grid(alpha=0.3, which="both")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title)
 
 
 def validation_figure(pairs, path: Path, title: str) -> Path:
@@ -163,19 +164,15 @@ def validation_figure(pairs, path: Path, title: str) -> Path:
     axes[2].axhline(0, color="k", lw=0.8)
     axes[2].set_ylabel("validation loss, modified − full (nats/token)")
     _symlog_y(axes[2], diffs, linthresh=0.02)
-    for ax, letter in zip(axes, "abc"):
+    for ax in axes:
         _tokens_axis(ax)
-        ax.set_title(f"({letter})", fontsize=9, loc="left")
     handles, labels = axes[0].get_legend_handles_labels()
     rows = -(-len(labels) // 3)
     fig.legend(handles, labels, fontsize=7, loc="lower center", frameon=False, ncol=3)
     legend_h = 0.17 * rows + 0.3
     fig.set_size_inches(17, 4.6 + legend_h)
-    fig.suptitle(title + " (solid: modified backward, dashed: full-gradient twin)", fontsize=10)
-    fig.tight_layout(rect=(0, legend_h / (4.6 + legend_h), 1, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    title += " (solid: modified backward, dashed: full-gradient twin)"
+    return _save(fig, path, title, bottom=legend_h / (4.6 + legend_h), panels=axes)
 
 
 def _interval(ax, x, row, color, marker="o", fill=True, label=None, points=True) -> None:
@@ -253,13 +250,7 @@ def seeds_figure(conditions: dict, effects: dict, path: Path, title: str) -> Pat
     ax.set_xlabel("paired evaluation SE of ΔNLL (log)")
     ax.set_ylabel("seed SD of ΔNLL (log)")
     ax.grid(alpha=0.3, which="both")
-    for ax, letter in zip(axes, "abc"):
-        ax.set_title(f"({letter})", fontsize=9, loc="left")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title, panels=axes)
 
 
 CELL_STYLE = {  # (calibration label, surrogate index, colour)
@@ -372,11 +363,7 @@ def factorial_figure(
         ax.set_ylabel("Prob − Weight (nats/token), paired by seed")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, frameon=False)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title, top=0.93)
 
 
 def k_figure(
@@ -424,10 +411,4 @@ def k_figure(
         ax.set_ylabel(ylabel)
         _tokens_axis(ax)
         ax.legend(fontsize=6, frameon=False)
-    for ax, letter in zip(axes, "abc"):
-        ax.set_title(f"({letter})", fontsize=9, loc="left")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title, top=0.94, panels=axes)
