@@ -150,3 +150,34 @@ def test_eval_precision_keeps_cpu_attention_in_fp32_under_medium_matmul_precisio
             else:
                 obj.fp32_precision = value
     assert (got.double() - want).abs().max() < 1e-4
+
+
+@new_api
+@pytest.mark.parametrize("caller", ["highest", "medium"])
+def test_the_generic_matmul_precision_getter_answers_inside_tf32(caller):
+    """torch.get_float32_matmul_precision() (read by inductor's autotuning caches and FlexAttention's
+    lowering) raised inside ``tf32(True)`` on PyTorch >= 2.9: the context set CUDA matmuls to "tf32" with
+    the new API while the legacy precision it returns still said "highest". Inside the block it now answers
+    "high" ("medium" where the caller's oneDNN matmuls are bf16), inside ``tf32(False)`` "highest", and
+    every setting is the caller's again afterwards."""
+    saved = _precision_settings()
+    try:
+        old = torch.get_float32_matmul_precision()
+    except RuntimeError:  # an earlier test's new-API settings left the getter raising
+        old = None
+    try:
+        torch.set_float32_matmul_precision(caller)
+        before = _precision_settings()
+        with tf32(True):
+            assert torch.get_float32_matmul_precision() == ("medium" if caller == "medium" else "high")
+            assert b.cuda.matmul.allow_tf32 is True and tf32_flags()[0] is True
+        assert _precision_settings() == before and torch.get_float32_matmul_precision() == caller
+        with tf32(False):
+            assert torch.get_float32_matmul_precision() == "highest"
+            assert b.cuda.matmul.allow_tf32 is False and tf32_flags() == (False, False)
+        assert _precision_settings() == before and torch.get_float32_matmul_precision() == caller
+    finally:
+        if old is not None:
+            torch.set_float32_matmul_precision(old)
+        for obj, value in saved:
+            obj.fp32_precision = value

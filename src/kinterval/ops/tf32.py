@@ -1,8 +1,9 @@
 """TF32 for fp32 matmuls (and cuDNN convolutions): one place that reads and sets it.
 
 PyTorch >= 2.9 has the ``fp32_precision`` settings and raises when its legacy ``allow_tf32`` flags are read
-after a mix of the two APIs was used; on those versions only the new API is used here, on older ones the
-legacy flags."""
+after a mix of the two APIs was used; on those versions the new API sets the precision here, and the legacy
+matmul precision that ``torch.get_float32_matmul_precision()`` returns is kept consistent with it; on older
+ones the legacy flags."""
 
 from __future__ import annotations
 
@@ -54,16 +55,29 @@ def tf32(enabled: bool) -> Iterator[None]:
     b = torch.backends
     if _new_api():
         mode = "tf32" if enabled else "ieee"
-        pinned = [(b.cuda.matmul, mode), (b.cudnn.conv, mode)]
         mkldnn = getattr(b.mkldnn, "matmul", None)
-        if not enabled and hasattr(mkldnn, "fp32_precision"):
-            pinned.append((mkldnn, "ieee"))
+        pinned = [(b.cuda.matmul, mode), (b.cudnn.conv, mode)]
+        if hasattr(mkldnn, "fp32_precision"):
+            pinned.append((mkldnn, mkldnn.fp32_precision if enabled else "ieee"))
         old = [f.fp32_precision for f, _ in pinned]
+        # The legacy matmul precision, which torch.get_float32_matmul_precision() returns (inductor's
+        # autotuning caches and FlexAttention read it), is stored apart from the fp32_precision settings,
+        # and that getter raises when CUDA matmuls are "tf32" while it says "highest". So it is set to
+        # match ("medium" keeps a caller's bf16 oneDNN matmuls legal) before the settings are pinned, and
+        # restored first on exit; None: the caller's settings already made the getter raise.
+        try:
+            old_legacy = torch.get_float32_matmul_precision()
+        except RuntimeError:
+            old_legacy = None
+        cpu_bf16 = enabled and getattr(mkldnn, "fp32_precision", "") == "bf16"
+        torch.set_float32_matmul_precision("highest" if not enabled else "medium" if cpu_bf16 else "high")
         for f, value in pinned:
             f.fp32_precision = value
         try:
             yield
         finally:
+            if old_legacy is not None:
+                torch.set_float32_matmul_precision(old_legacy)
             for (f, _), value in zip(pinned, old):
                 f.fp32_precision = value
         return
