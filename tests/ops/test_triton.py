@@ -926,6 +926,35 @@ def test_fused_backward_survives_autotuning(fused_bwd, monkeypatch):
     assert launches, "the autotuner did not time the kernel"
 
 
+def test_no_timed_launches_without_autotuning(monkeypatch):
+    """KINTERVAL_TRITON_AUTOTUNE=0 keeps one candidate, but Triton's autotuner still timed it (~0.1 s of
+    launches per kernel and new shape) whenever the kernel has several configs. Its timer (``_timer``) now
+    launches nothing then: each kernel of a forward and backward runs once, the real launch."""
+    runs = []
+    monkeypatch.setattr(_kernels_module, "AUTOTUNE", False)
+    for kern in (
+        _kernels_module._fwd_kernel,
+        _kernels_module._bwd_dq_kernel,
+        _kernels_module._bwd_dkdv_kernel,
+    ):
+        monkeypatch.setattr(kern, "configs", kern.configs * 2)  # as on a GPU: several configs
+        monkeypatch.setattr(kern, "cache", {})
+        monkeypatch.delitem(kern.__dict__, "do_bench", raising=False)  # the cached_property reads _do_bench
+        run = kern.fn.run
+
+        def counted(*args, _run=run, _name=kern.base_fn.__name__, **kwargs):
+            runs.append(_name)
+            return _run(*args, **kwargs)
+
+        monkeypatch.setattr(kern.fn, "run", counted)
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", "split")
+    q, k, v, do = make_inputs(1, 1, 19, 19, 16, seed=3)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out = kinterval_attention(q, k, v, "fwm-prob-k4", causal=True, backend="triton")
+    out.backward(do)
+    assert sorted(runs) == ["_bwd_dkdv_kernel", "_bwd_dq_kernel", "_fwd_kernel"], runs
+
+
 def test_fused_backward_falls_back_where_it_cannot_run(fused_bwd, monkeypatch):
     """P1 (its projection needs the complete row sums inside dK) and deterministic algorithms run the split
     backward; an unknown KINTERVAL_TRITON_BWD raises."""

@@ -165,6 +165,15 @@ def _pruner(kind: str) -> dict:
     return {"early_config_prune": functools.partial(_prune, kind=kind)}
 
 
+def _timer(kernel_call, quantiles):
+    """The autotuner's timer: the driver's benchmarker (Triton's default), and without autotuning no launch
+    at all. Triton 3.6 times a new key's candidates whenever a kernel has several configs, even the single
+    one ``_prune`` keeps when KINTERVAL_TRITON_AUTOTUNE=0: ~0.1 s of launches per kernel and shape."""
+    if not AUTOTUNE:
+        return [0.0] * len(quantiles)
+    return triton.runtime.driver.active.get_benchmarker()(kernel_call, quantiles=quantiles)
+
+
 def _patch_interpreter_index() -> None:
     """Interpreter shim: scalars are 1-element arrays there, and numpy >= 2.3 refuses ``int()`` on them, which
     breaks tensor loop bounds (``range(0, hi)``); read the single element instead. No effect on GPU."""
@@ -852,7 +861,9 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.const
     return Mq, off_new, W, acc
 
 
-@triton.autotune(configs=_configs("fwd"), key=_KEY + ["SAVE"], prune_configs_by=_pruner("fwd"))
+@triton.autotune(
+    configs=_configs("fwd"), key=_KEY + ["SAVE"], prune_configs_by=_pruner("fwd"), do_bench=_timer
+)
 @triton.jit
 def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
                 MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, SAVE: tl.constexpr,
@@ -1059,7 +1070,7 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
     return dq, ksum, S1, GM, nv
 
 
-@triton.autotune(configs=_configs("dq"), key=_KEY, prune_configs_by=_pruner("dq"))
+@triton.autotune(configs=_configs("dq"), key=_KEY, prune_configs_by=_pruner("dq"), do_bench=_timer)
 @triton.jit
 def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
                    MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -1268,7 +1279,7 @@ def _arg_key_terms(dk, n0, lo, query, offs_n, dims, stats, GRAD: tl.constexpr, P
     return dk
 
 
-@triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by=_pruner("dkdv"))
+@triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by=_pruner("dkdv"), do_bench=_timer)
 @triton.jit
 def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
                      MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -1406,7 +1417,11 @@ def _zero_fused_accumulators(nargs, reset_only=False):
 
 
 @triton.autotune(
-    configs=_configs("fused"), key=_KEY, prune_configs_by=_pruner("fused"), pre_hook=_zero_fused_accumulators
+    configs=_configs("fused"),
+    key=_KEY,
+    prune_configs_by=_pruner("fused"),
+    pre_hook=_zero_fused_accumulators,
+    do_bench=_timer,
 )
 @triton.jit
 def _bwd_fused_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
