@@ -324,3 +324,25 @@ def test_factorial_claims_state_the_weights_the_code_uses():
     assert "±1 weights" in inter and {abs(w) for w in FACTORIAL_WEIGHTS["interaction"].values()} == {1.0}
     main = [t for t in tests.values() if t.startswith(("calibration effect", "surrogate effect"))]
     assert len(main) == 2 and all("±1/2 weights" in t for t in main)
+
+
+def test_the_quoted_contrast_difference_is_the_papers_five_seed_difference():
+    """The MinMax–Weight vs FWM–Prob claim quotes the difference of tab:seedend's five-seed mean ΔNLL
+    (+0.2076 − +0.0132 = +0.1944, quoted +0.194), not of the values rounded to three digits (+0.195, a number
+    the paper does not give), and the two means themselves."""
+    if not PAPER.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the paper beside the clone ({PAPER})")
+        pytest.skip("the paper is not beside the clone (../shared/paper)")
+    seedend = _table(PAPER.read_text(encoding="utf-8"), "tab:seedend")
+
+    def mean(row: str) -> str:  # the row's ΔNLL column: condition & NLL & NLL SD & ΔNLL & ...
+        return re.search(rf"{row} & [\d.]+ & [\d.]+ & ([-+][\d.]+) &", seedend).group(1)
+
+    mw, fp = mean("MinMax--Weight K4"), mean("FWM--Prob K4")
+    (c,) = [c for c in paper_claims([], {}) if c.claim.startswith("MinMax–Weight K4")]
+    assert f"{mw} vs {fp}, difference {float(mw) - float(fp):+.3f} (tab:seedend)" in c.paper, (
+        mw,
+        fp,
+        c.paper,
+    )

@@ -115,6 +115,20 @@ def test_claim_contrast_is_at_one_endpoint():
     assert list(unpaired) == ["minmax-weight-k4-s42 [val] in the claim minmax-weight-k4 − fwm-prob-k4"]
 
 
+def test_a_claim_names_the_checkpoint_it_is_computed_at():
+    """Every run of a claim stopped at 500 of its 1000 tokens: the claim is computed at that last checkpoint,
+    and its Runs column says so ("500 of 1000 tokens") and ``tokens`` is 500; it showed the budget alone."""
+    ops = {"minmax-weight-k4": 0.2, "fwm-prob-k4": 0.01}
+    (claim,) = [c for c in C.paper_claims(runs(ops), {}) if c.claim.startswith("MinMax–Weight")]
+    assert claim.setting.startswith("1000 tokens,") and claim.tokens == 1000
+    early = runs(ops, crashed={(op, s) for op in ops for s in (7, 42)})
+    (claim,) = [c for c in C.paper_claims(early, {}) if c.claim.startswith("MinMax–Weight")]
+    assert claim.setting.startswith("500 of 1000 tokens,") and claim.tokens == 500
+    assert claim.estimate.mean == pytest.approx(0.5 * (0.2 - 0.01)) and claim.to_dict()["tokens"] == 500
+    (not_run,) = [c for c in C.paper_claims([], {}) if c.claim.startswith("MinMax–Weight")]
+    assert not_run.tokens is None and not_run.setting == ""
+
+
 @pytest.mark.parametrize("tau_run_first", [True, False])
 def test_claim_contrast_takes_the_default_tau_operator_only(tau_run_first):
     """A same-seed fwm-prob-k4[tau=5] run (another operator: its tau override) must not stand in for
