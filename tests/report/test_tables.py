@@ -264,3 +264,21 @@ def test_ktrend_and_factorial_rows_name_the_seed_of_a_supplementary_row():
     assert [c[0] for c in T.trend_rows(rows)[1]] == ["minmax-weight, seed 1338", "minmax-weight, seed 1339"]
     fac = [Row("calibration", None, (s,), _one(0.01, 0.0, 0.02), K=4, family="d") for s in (1338, 1339)]
     assert [c[-2] for c in T.factorial_rows(fac)[1]] == ["1338", "1339"]
+
+
+def test_latex_tables_escape_tex_specials_and_spell_unicode_symbols():
+    """The .tex tables held raw Unicode (−, ±, Δ, ≫, §, ×, °) and unescaped &, #, $, <, >: pdflatex without a
+    Unicode setup stops at the first of them, and OT1 prints < and > as ¡ and ¿. Every cell, header and
+    caption line now renders as ASCII LaTeX; the Markdown keeps the text as it is."""
+    from kinterval.report.tables import render
+
+    cell = "ΔNLL − 0.1 ± 0.2 ≫ §4, 3 × 2 °, a_b & 50% #1 $x {y} < z > ~^\\"
+    tex = render(["Δ", "x"], [[cell, "–"]], "tex", caption="first − line\nsecond")
+    assert tex.isascii(), tex
+    row = tex.split("\\midrule\n")[1].split(" \\\\")[0]
+    assert row == (
+        r"$\Delta$NLL $-$ 0.1 $\pm$ 0.2 $\gg$ \S{}4, 3 $\times$ 2 $^\circ$, "
+        r"a\_b \& 50\% \#1 \$x \{y\} $<$ z $>$ \textasciitilde{}\textasciicircum{}\textbackslash{} & --"
+    )
+    assert tex.startswith("% first $-$ line\n% second\n\\begin{tabular}{lr}\n")
+    assert cell in render(["Δ", "x"], [[cell, "–"]], "md")

@@ -20,14 +20,59 @@ def ci(lo, hi) -> str:
     return "-" if lo is None or not math.isfinite(lo) else f"[{num(lo)}, {num(hi)}]"
 
 
+# LaTeX for the characters the tables use: TeX's specials escaped, the Unicode symbols as math or text
+# commands, so that a .tex table compiles under pdflatex without a Unicode setup (and "<", ">" print as
+# themselves under the default OT1 font encoding).
+_LATEX = str.maketrans(
+    {
+        "\\": r"\textbackslash{}",
+        "&": r"\&",
+        "%": r"\%",
+        "$": r"\$",
+        "#": r"\#",
+        "_": r"\_",
+        "{": r"\{",
+        "}": r"\}",
+        "~": r"\textasciitilde{}",
+        "^": r"\textasciicircum{}",
+        "<": "$<$",
+        ">": "$>$",
+        "−": "$-$",
+        "–": "--",
+        "—": "---",
+        "±": r"$\pm$",
+        "×": r"$\times$",
+        "·": r"$\cdot$",
+        "°": r"$^\circ$",
+        "≫": r"$\gg$",
+        "≪": r"$\ll$",
+        "≤": r"$\leq$",
+        "≥": r"$\geq$",
+        "≈": r"$\approx$",
+        "→": r"$\to$",
+        "Δ": r"$\Delta$",
+        "τ": r"$\tau$",
+        "ρ": r"$\rho$",
+        "γ": r"$\gamma$",
+        "§": r"\S{}",
+        "…": r"\dots{}",
+    }
+)
+
+
+def latex(text: str) -> str:
+    """``text`` as LaTeX source (see ``_LATEX``); other characters pass through."""
+    return text.translate(_LATEX)
+
+
 def render(headers: list[str], rows: list[list[str]], fmt: str = "md", caption: str = "") -> str:
     if fmt == "md":
         out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         out += ["| " + " | ".join(r) + " |" for r in rows]
         return (f"{caption}\n\n" if caption else "") + "\n".join(out) + "\n"
-    esc = [[c.replace("_", "\\_").replace("%", "\\%") for c in r] for r in [headers, *rows]]
+    esc = [[latex(c) for c in r] for r in [headers, *rows]]
     body = " \\\\\n".join(" & ".join(r) for r in esc[1:])
-    cap = f"% {caption}\n" if caption else ""
+    cap = "".join(f"% {latex(line)}\n" for line in caption.splitlines())
     return (
         f"{cap}\\begin{{tabular}}{{l{'r' * (len(headers) - 1)}}}\n\\toprule\n{' & '.join(esc[0])} \\\\\n"
         f"\\midrule\n{body} \\\\\n\\bottomrule\n\\end{{tabular}}\n"
