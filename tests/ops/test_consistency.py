@@ -129,6 +129,8 @@ def test_summary_aggregates_the_rows(table):
     assert s["residual_median_min"] == min(r["residual_median"] for r in det)
     assert s["residual_median_max"] == max(r["residual_median"] for r in det)
     assert s["K_top"] == 32 and s["directional_autograd_top"] == det[-1]["directional_autograd"]
+    # the largest residual over K, which for detach is at the smallest K, not at K_top
+    assert s["residual_max"] == max(r["residual_max"] for r in det) > det[-1]["residual_max"]
     assert fams["lerp"]["p1"]["forward_equals_detach_all"] is True
     assert fams["minmax-weight"]["full"]["interior_keys"] is None
 
@@ -167,6 +169,26 @@ def test_a_broken_operator_is_reported(monkeypatch, capsys):
     assert cli.main(["ops", "consistency", "--T", "4", "--K", "4"]) == 0
     printed = capsys.readouterr().out
     assert "FAIL" in printed and "forward bitwise equal to detach: NO" in printed
+
+
+def test_p1_forward_broken_at_one_k_is_reported(monkeypatch, capsys):
+    """A p1 forward that differs from detach's at K=4 only (K=8 bit for bit): the family's flag is False and
+    the CLI prints NO."""
+    real = diagnostics.attention_probs
+
+    def broken(s, spec, **kw):
+        P = real(s, spec, **kw)
+        if getattr(spec, "range_grad", None) == "p1" and spec.K == 4:
+            P = P + 1e-15 * P
+        return P
+
+    monkeypatch.setattr(diagnostics, "attention_probs", broken)
+    out = consistency_table(T=4, Ks=[4, 8])
+    rows = _rows(out, family="lerp", range_grad="p1")
+    assert [(r["K"], r["forward_equals_detach"]) for r in rows] == [(4, False), (8, True)]
+    assert out["summary"]["families"]["lerp"]["p1"]["forward_equals_detach_all"] is False
+    assert cli.main(["ops", "consistency", "--T", "4", "--K", "4", "8"]) == 0
+    assert "forward bitwise equal to detach: NO" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

@@ -284,3 +284,24 @@ def test_report_geometry_and_width_gap_are_at_the_endpoint(tmp_path):
     geo = {k.split(" ")[0]: g for k, g in data["geometry"].items()}
     assert geo["lerp-k4"] == {"h": 1.0, "span": 10.0}, geo  # seed 7 at the endpoint only
     assert "lerp-k4-s42 [val] in geometry" in data["unpaired"]
+
+
+def test_the_minmax_weight_over_fwm_prob_claim_has_one_entry_per_arithmetic():
+    """The strict and the historical K4 cells side by side: the claim has an entry for each, with its own
+    estimate, not the first alone."""
+    pts = runs({"minmax-weight-k4": 0.2, "fwm-prob-k4": 0.01})
+    pts += runs({"minmax-weight-k4[arithmetic=historical]": 0.3, "fwm-prob-k4[arithmetic=historical]": 0.02})
+    claims = [c for c in C.paper_claims(pts, {}) if c.claim.startswith("MinMax–Weight")]
+    got = {c.setting.rsplit("; ", 1)[1]: c.estimate.mean for c in claims}
+    assert got == pytest.approx({"arithmetic=historical": 0.3 - 0.02, "arithmetic=strict": 0.2 - 0.01})
+    assert all(c.status == "agrees" for c in claims)
+
+
+def test_a_claim_leaves_out_a_seed_whose_two_runs_have_other_block_counts():
+    """Hand-made points whose fwm-prob-k4 seed 42 holds fewer blocks than its minmax-weight-k4 (the points'
+    data label says the same blocks): that seed is left out of the per-block contrast, no numpy error."""
+    pts = runs({"minmax-weight-k4": 0.2, "fwm-prob-k4": 0.01})
+    short = next(p for p in pts if (p.operator, p.seed, p.tokens) == ("fwm-prob-k4", 42, 1000))
+    short.nll = short.nll[: N // 2]
+    (claim,) = [c for c in C.paper_claims(pts, {}) if c.claim.startswith("MinMax–Weight")]
+    assert claim.estimate.mean == pytest.approx(0.2 - 0.01) and claim.ours.endswith("; seed 7)")

@@ -78,10 +78,16 @@ def folders(tmp_path_factory):
     return tmp
 
 
-def _cells(tmp, *names):
+def _report(tmp, *names):
+    """report.json of the folders ``names`` (built once per module)."""
     out = tmp / ("rep-" + "-".join(names))
-    build_report([tmp / n for n in names], out)
-    return json.loads((out / "report.json").read_text())["factorial_cells"]
+    if not out.exists():
+        build_report([tmp / n for n in names], out)
+    return json.loads((out / "report.json").read_text())
+
+
+def _cells(tmp, *names):
+    return _report(tmp, *names)["factorial_cells"]
 
 
 def _nll(tmp, suite, op, seed):
@@ -139,3 +145,31 @@ def test_cells_fall_back(folders):
     assert fc["cells"]["4"]["mm_w"]["est"]["mean"] == pytest.approx(
         planted("Alike", "minmax-weight-k4"), abs=0.004
     )
+
+
+def test_k_figure_is_of_the_longest_horizon(folders):
+    """fig:k plots the longest-horizon setting (the A-like one at 98k tokens, one seed, K=4) over the
+    three-seed and the B-like settings."""
+    k = _report(folders, "Dlike", "Blike", "Alike")["k_figure"]
+    assert k["setting"][0] == 98_304 and k["K"] == 4
+    for fam, by_K in k["final"].items():
+        assert list(by_K) == ["4"]
+        assert by_K["4"]["est"]["mean"] == pytest.approx(planted("Alike", f"{fam}-k4"), abs=0.004)
+
+
+PARTIAL16 = """
+[[group]]
+name = "weight16"
+operators = ["minmax-weight-k16", "fwm-weight-k16"]
+"""
+
+
+def test_cells_only_at_the_k_with_all_four(tmp_path):
+    """A K with two of the four cells (suites A and C: the Weight-STE cells at K=16) is not a 2x2: the cells
+    panel shows K=4 only."""
+    (tmp_path / "a.toml").write_text(_suite("A16", [1337], 49_152, [4]) + PARTIAL16)
+    write_results(tmp_path / "A16", tmp_path / "a.toml", lambda r, frac: 0.0, n_blocks=40, noise=0.004)
+    build_report([tmp_path / "A16"], tmp_path / "rep")
+    fc = json.loads((tmp_path / "rep" / "report.json").read_text())["factorial_cells"]
+    assert list(fc["cells"]) == ["4"] and fc["panels"]["ab"]["K"] == [4]
+    assert set(fc["cells"]["4"]) == {"mm_w", "mm_p", "fwm_w", "fwm_p", "lerp"}

@@ -250,3 +250,84 @@ def test_the_evaluator_names_the_device_models(folders, tmp_path):
     assert devices[("background: historical runs only", "val")] == ()  # the planted files record none
     md = (out / "strict.md").read_text()
     assert "| val__gpu2 (RTX 3090) |" in md and "| val (RTX 5090) |" in md
+
+
+def _md_rows(rep):
+    """The body rows of strict.md, each a list of its cells."""
+    lines = [x for x in (rep / "strict.md").read_text().splitlines() if x.startswith("| ")]
+    return [x[2:-2].split(" | ") for x in lines[1:]]
+
+
+def test_strict_md_shows_each_estimate_and_its_interval(folders):
+    """Each computed row of strict.md prints report.json's Δ and its interval [lo, hi]."""
+    rep, data = _report(folders, "hist", "supp")
+    md = {(c[0], c[1], c[4]): c for c in _md_rows(rep)}
+    for r in data["strict"]:
+        e = r["est"]
+        cells = md[(r["group"], r["contrast"], r["evaluator"])]
+        assert cells[5:8] == [f"{e['mean']:+.4f}", f"[{e['lo']:+.4f}, {e['hi']:+.4f}]", "block bootstrap"]
+        assert e["lo"] < e["mean"] < e["hi"]
+
+
+def test_the_devices_of_a_row_are_those_of_all_its_evaluations(folders, tmp_path):
+    """A contrast of a new strict run (one GPU) and a historical run (another GPU) names both."""
+    for name, gpu in (("hist", "RTX 4090"), ("supp", "RTX 5090")):
+        shutil.copytree(folders / name, tmp_path / name)
+        for js in (tmp_path / name).glob("runs/*/eval/*/step_*.json"):
+            js.write_text(json.dumps({**json.loads(js.read_text()), "device_name": gpu}))
+    out = tmp_path / "rep"
+    build_report([tmp_path / "hist", tmp_path / "supp"], out)
+    rows = json.loads((out / "report.json").read_text())["strict"]
+    devices = {r["contrast"]: tuple(r["devices"]) for r in rows if r["evaluator"] == "val"}
+    assert devices["MinMax: new strict Weight − historical Weight"] == ("RTX 4090", "RTX 5090")
+    assert devices["FWM: new Prob − historical Prob, strict forward on both"] == ("RTX 4090", "RTX 5090")
+    assert devices["FWM: historical Prob − historical Weight"] == ("RTX 4090",)
+    assert "| val (RTX 4090, RTX 5090) |" in (out / "strict.md").read_text()
+
+
+def test_an_evaluation_that_records_another_forward_than_its_folder_says_is_not_used(folders, tmp_path):
+    """The historical FWM Prob run's val__op-fwm-prob-k4 evaluation records that it ran the MinMax Prob
+    forward: the recorded operator_used wins over the folder name, the rows that need the strict FWM
+    forward are not run (the MinMax ones are computed)."""
+    shutil.copytree(folders / "hist", tmp_path / "hist")
+    m = json.loads((tmp_path / "hist" / "manifest.json").read_text())
+    r = next(r for r in m["runs"] if r["operator"] == "fwm-prob-k4[arithmetic=historical]" and r["seed"] == 7)
+    (js,) = (tmp_path / "hist" / r["run_dir"] / "eval" / "val__op-fwm-prob-k4").glob("step_*.json")
+    js.write_text(json.dumps({**json.loads(js.read_text()), "operator_used": "minmax-prob-k4"}))
+    build_report([tmp_path / "hist", folders / "supp"], tmp_path / "rep")
+    rows = json.loads((tmp_path / "rep" / "report.json").read_text())["strict"]
+    hist = {r["contrast"]: r for r in rows if r["group"] == "historical comparisons (frozen weights)"}
+    for name in (
+        "new Prob − historical Prob, strict forward on both",
+        "historical Prob, native − strict forward",
+    ):
+        assert hist[f"MinMax: {name}"]["est"] is not None
+        assert hist[f"FWM: {name}"]["est"] is None
+        assert "no evaluation through fwm-prob-k4 [val]" in hist[f"FWM: {name}"]["why"]
+
+
+def test_strict_runs_of_a_designed_suite_are_not_the_strict_table(folders, tmp_path):
+    """tab:strict reads the supplementary (one-seed) strict runs only: the same runs in a designed suite
+    (not supplementary) leave every row not run."""
+    (tmp_path / "design.toml").write_text(SUPP.replace('name = "supplementary"', 'name = "strict-design"'))
+    write_results(tmp_path / "design", tmp_path / "design.toml", effect, n_blocks=N, noise=0.004)
+    build_report([folders / "hist", tmp_path / "design"], tmp_path / "rep")
+    rows = json.loads((tmp_path / "rep" / "report.json").read_text())["strict"]
+    assert len(rows) == 14
+    assert all(r["est"] is None and "no strict-arithmetic factorial run" in r["why"] for r in rows)
+
+
+def test_historical_runs_on_other_data_are_not_compared(folders, tmp_path):
+    """The historical runs of another data folder (other validation blocks): the rows that need them are
+    not run, the strict pairs are computed."""
+    (tmp_path / "hist.toml").write_text(HIST)
+    write_results(tmp_path / "hist", tmp_path / "hist.toml", effect, n_blocks=N, noise=0.004, data="other")
+    build_report([tmp_path / "hist", folders / "supp"], tmp_path / "rep")
+    rows = json.loads((tmp_path / "rep" / "report.json").read_text())["strict"]
+    by_group = {}
+    for r in rows:
+        by_group.setdefault(r["group"], []).append(r)
+    assert all(r["est"] is not None for r in by_group["strict pairs, training evaluator"])
+    for g in ("historical comparisons (frozen weights)", "background: historical runs only"):
+        for r in by_group[g]:
+            assert r["est"] is None and "[arithmetic=historical] run with seed 7" in r["why"], r

@@ -512,3 +512,104 @@ def test_a_malformed_manifest_is_one_error_line(results_dir, tmp_path, capsys, e
     assert main(["suite", "gate", str(d), "--results-only"]) == 1
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ERROR")]
     assert len(lines) == 1 and lines[0].startswith("ERROR manifest.json: unreadable") and says in lines[0]
+
+
+# ---------------------------------------------------------------------- results-only: the recorded bytes
+def shift_eval_consistently(d):
+    """Every block NLL lower by 0.05, with mean_nll and mean_ci95 recomputed as the evaluator writes them:
+    the summary agrees with its arrays, only the bytes gate.json has tell."""
+    npz = _eval(d).with_suffix(".npz")
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files}
+    nll = arrays["nll"] = arrays["nll"] - 0.05
+    np.savez(npz, **arrays)
+    ci = block_bootstrap_ci(nll, block=block_length(nll.size))
+    _edit_json(_eval(d), lambda s: s.update(mean_nll=float(nll.mean()), mean_ci95=[ci.lo, ci.hi]))
+
+
+def double_geometry_mean(d):
+    _edit_json(_geo(d), lambda g: g["mean"].update(span=2 * g["mean"]["span"]))
+
+
+def edit_metrics_value(d):
+    log = d / "runs" / RUN / "metrics.jsonl"
+    lines = log.read_text().splitlines()
+    rec = json.loads(lines[-1])
+    rec["train_loss"] += 1.0
+    log.write_text("\n".join([*lines[:-1], json.dumps(rec)]) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("tamper", "rel"),
+    [
+        (shift_eval_consistently, f"runs/{RUN}/eval/val/step_000016.json"),
+        (double_geometry_mean, f"runs/{RUN}/diagnostics/geometry/step_000016.json"),
+        (edit_metrics_value, f"runs/{RUN}/metrics.jsonl"),
+    ],
+    ids=["evaluation", "geometry", "metrics"],
+)
+def test_results_only_compares_each_file_with_the_recorded_bytes(results_dir, tmp_path, tamper, rel):
+    """An edit that leaves every file self-consistent is still caught: its bytes differ from gate.json."""
+    d = _copy(results_dir, tmp_path)
+    tamper(d)
+    assert gate(d, results_only=True).errors == [f"{rel}: differs from the bytes {RECORD} has (sha256)"]
+
+
+def test_results_only_compares_the_manifest_with_the_recorded_bytes(results_dir, tmp_path):
+    """A manifest edit that no specific check explains (the code's commit) is the recorded-bytes error."""
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / "manifest.json", lambda m: m["code"].update(git_commit="0" * 40))
+    (err,) = gate(d, results_only=True).errors
+    assert err == f"manifest.json: differs from the bytes {RECORD} has (sha256)"
+
+
+def test_results_only_refuses_the_record_of_another_suite(results_dir, tmp_path):
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / RECORD, lambda r: r.update(suite="other"))
+    (err,) = gate(d, results_only=True).errors
+    assert err.startswith(f"{RECORD}: unusable") and "suite 'other'" in err
+
+
+def test_results_only_reports_a_run_the_record_does_not_sign_off(results_dir, tmp_path):
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / RECORD, lambda r: r["runs"].remove(RUN))
+    assert gate(d, results_only=True).errors == [f"manifest.json: run {RUN} is not in {RECORD}"]
+
+
+@pytest.fixture(scope="module")
+def results_with_override(suite_dir, tmp_path_factory):
+    """The suite with a second evaluation of one checkpoint (under an operator override, in
+    eval/val__op-softmax/), gated in full, then copied as committed: no checkpoints, no data."""
+    from kinterval.eval.evaluate import evaluate_checkpoint
+
+    root = tmp_path_factory.mktemp("override")
+    full = root / "full"
+    shutil.copytree(suite_dir, full)
+    (full / RECORD).unlink()
+    evaluate_checkpoint(_ckpt(full), operator="softmax", device="cpu")
+    assert gate(full).ok
+    dst = root / "results"
+    shutil.copytree(full, dst, ignore=shutil.ignore_patterns("checkpoints", "data"))
+    return dst
+
+
+def _override_eval(d):
+    return d / "runs" / RUN / "eval" / "val__op-softmax" / "step_000016.json"
+
+
+def test_results_only_accepts_another_evaluation_of_a_recorded_checkpoint(results_with_override, capsys):
+    assert _override_eval(results_with_override).is_file()
+    assert main(["suite", "gate", str(results_with_override), "--results-only"]) == 0
+    assert "3 runs, 6 jobs, 0 errors" in capsys.readouterr().out
+
+
+def test_results_only_checks_another_evaluation_against_the_record(results_with_override, tmp_path):
+    """Its summary names another checkpoint; gate.json re-recorded over the edited bytes: one error."""
+    from kinterval.suite.gate import sha256_file
+
+    d = _copy(results_with_override, tmp_path)
+    js = _override_eval(d)
+    _edit_json(js, lambda s: s.update(checkpoint_state_sha256="0" * 64))
+    _edit_json(d / RECORD, lambda r: r["files"].update({js.relative_to(d).as_posix(): sha256_file(js)}))
+    (err,) = gate(d, results_only=True).errors
+    assert err.startswith(f"runs/{RUN}/eval/val__op-softmax/step_000016.json: not an evaluation of the run's")

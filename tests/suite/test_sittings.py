@@ -155,6 +155,20 @@ def test_a_sitting_of_other_operator_code_is_refused(sittings, tmp_path, monkeyp
     assert _tree(res) == before
 
 
+def test_a_sitting_of_another_learning_rate_is_refused(sittings, tmp_path):
+    """The same suite name and operator code, another optim.lr: not a sitting of the same suite run."""
+    root, *_ = sittings
+    (tmp_path / "tiny.toml").write_text(TINY.replace("[overrides]", '[overrides]\n"optim.lr" = 1e-3'))
+    run_suite(tmp_path / "tiny.toml", tmp_path / "s", only=["lerp-k4-s42"], **QUIET)
+    assert gate(tmp_path / "s", partial=True).ok
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    before = _tree(res)
+    with pytest.raises(ValueError, match="not sittings of one suite run: their manifests differ in .*runs"):
+        merge(tmp_path / "s", res)
+    assert _tree(res) == before
+
+
 def test_sittings_on_other_data_or_with_other_results_are_refused(sittings, tmp_path):
     root, suite, *_ = sittings
     other = tmp_path / "s3"
