@@ -1175,26 +1175,24 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     tl.store(MUo + row_i, mu, mask=rmask)
 
 
+# ----------------------------------------------------------------------- dK/dV and the fused backward
 @triton.jit
-def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
-               GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
-               BLOCK_M: tl.constexpr):  # fmt: skip
-    """One query tile of the dK/dV loop, kv_sums = (dk, dv): dV += P^T dO, dK += dS^T q, dS = dL/ds eq. (2).
-    kv = (k, v) of the key block; query = (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d,
-    dmask); stats = the per-row buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo)."""
-    FULL: tl.constexpr = TILE[0]  # an interior tile: every score valid
-    ARG_AFTER: tl.constexpr = TILE[1]  # eq. (2)'s calibration terms after the loop (_bwd_dkdv_kernel)
+def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP: tl.constexpr,
+                    MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr, SUM_GM: tl.constexpr,
+                    BLOCK_M: tl.constexpr):  # fmt: skip
+    """What the dK/dV and the fused backward share on one query tile of a key block: the tile's q and dO, its
+    row statistics and grid constants, the scores and their backward coefficients (``_bwd_coefs``; dw/dM of
+    eq. (1) when SUM_GM), dV += P^T dO with the forward P (P^N for the strict STE operators; historical: the
+    P of Weight-STE, eq. (3), or of Prob-STE, eq. (4)) and g = dO V^T. kv = (k, v) of the key block; query =
+    (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d, dmask); stats starts with the per-row
+    buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin)."""
     k, v = kv
     CALIB: tl.constexpr = OP[0]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
     HISTORICAL: tl.constexpr = OP[4]
-    KEEP_MAX_TERM: tl.constexpr = GRAD[0]
-    KEEP_MIN_TERM: tl.constexpr = GRAD[1]
-    PROJECT_P1: tl.constexpr = GRAD[3]
     q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
     offs_d, dmask = dims
-    Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo = stats
-    dk, dv = kv_sums
+    Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, _, _, _ = stats
     offs_m = start_m + tl.arange(0, BLOCK_M)
     rmask = offs_m < Tq
     qmask = dmask[None, :] if FULL else rmask[:, None] & dmask[None, :]
@@ -1213,15 +1211,33 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
-    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, False)
-    # dV_j = sum_i P_ij dO_i with the forward P (P^N for the strict STE operators; historical: the P of
-    # Weight-STE, eq. (3), or of Prob-STE, eq. (4))
+    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, SUM_GM)
     if JACOBIAN_AT_PL and HISTORICAL:
         p = prob_ste(wLp, w, Wa, Wf)
     else:
         p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
     g = _dot(do, tl.trans(v), PREC)
+    return q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv
+
+
+@triton.jit
+def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
+               GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
+               BLOCK_M: tl.constexpr):  # fmt: skip
+    """One query tile of the dK/dV loop, kv_sums = (dk, dv): dV += P^T dO, dK += dS^T q, dS = dL/ds eq. (2).
+    Arguments as in ``_key_block_tile``; stats = the per-row buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin,
+    GMo, Gmo, MUo)."""
+    FULL: tl.constexpr = TILE[0]  # an interior tile: every score valid
+    ARG_AFTER: tl.constexpr = TILE[1]  # eq. (2)'s calibration terms after the loop (_bwd_key_block)
+    KEEP_MAX_TERM: tl.constexpr = GRAD[0]
+    KEEP_MIN_TERM: tl.constexpr = GRAD[1]
+    PROJECT_P1: tl.constexpr = GRAD[3]
+    GMo, Gmo, MUo = stats[7], stats[8], stats[9]
+    dk, dv = kv_sums
+    q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv = _key_block_tile(
+        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, FULL, False, BLOCK_M
+    )
     gamma = _gamma(g, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0))  # not masked: cD = 0 off keep
     if ARG_AFTER:  # eq. (2)'s self term here; its calibration terms after the loop (_arg_key_terms)
         ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])
@@ -1279,12 +1295,64 @@ def _arg_key_terms(dk, n0, lo, query, offs_n, dims, stats, GRAD: tl.constexpr, P
     return dk
 
 
-@triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by=_pruner("dkdv"), do_bench=_timer)
 @triton.jit
-def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
-                     MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
-    """dK, dV over one key block (loop over query blocks); calibration terms on the arg-max/arg-min keys."""
+def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
+                GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
+                BLOCK_M: tl.constexpr):  # fmt: skip
+    """One query tile of the fused backward, kv_sums = (dk, dv): dV += P^T dO and dK += dS^T q with the self
+    term dS = gamma Delta of eq. (2); the tile's dQ share dS k and its row sums S1 = sum_j dS_ij and
+    G_M, the sum over j of gamma_ij times dw_j/dM (eq. 1), are added atomically to fp32 buffers. The
+    calibration terms of eq. (2) need the complete row sums: ``autograd.fused_backward`` adds them after the
+    kernel. Arguments as in ``_dkdv_step``; stats = (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, DQa, S1a,
+    GMa)."""
+    k, v = kv
+    KEEP_MAX_TERM: tl.constexpr = GRAD[0]
+    KEEP_MIN_TERM: tl.constexpr = GRAD[1]
+    SUM_GM: tl.constexpr = GRAD[2]
+    q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
+    offs_d, dmask = dims
+    DQa, S1a, GMa = stats[7], stats[8], stats[9]
+    dk, dv = kv_sums
+    q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv = _key_block_tile(
+        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, TILE[0], SUM_GM, BLOCK_M
+    )
+    inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
+    gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
+    ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])  # eq. (2) self term
+    dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
+    amask = rmask[:, None] & dmask[None, :]
+    o_ptrs = bh * Tq * D + (start_m + tl.arange(0, BLOCK_M))[:, None] * D + offs_d[None, :]
+    tl.atomic_add(DQa + o_ptrs, _dot(_cast(ds, k.dtype), k, PREC), mask=amask, sem="relaxed")
+    if KEEP_MAX_TERM or KEEP_MIN_TERM:
+        tl.atomic_add(S1a + row_i, tl.sum(ds, 1), mask=rmask, sem="relaxed")
+    if SUM_GM:
+        tl.atomic_add(GMa + row_i, tl.sum(gamma * dM, 1), mask=rmask, sem="relaxed")
+    return dk, dv
+
+
+@triton.jit
+def _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
+              GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
+              BLOCK_M: tl.constexpr):  # fmt: skip
+    """One query tile of a key block, TILE = (FULL, ARG_AFTER, FUSED): ``_fused_step`` (FUSED) or
+    ``_dkdv_step``."""
+    if TILE[2]:
+        kv_sums = _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                              MASKING, PREC, TILE, BLOCK_M)  # fmt: skip
+    else:
+        kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                             MASKING, PREC, TILE, BLOCK_M)  # fmt: skip
+    return kv_sums
+
+
+@triton.jit
+def _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
+                   MASKING: tl.constexpr, PREC: tl.constexpr, LOOP: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+    """dK, dV of one key block over its query blocks (masked, unmasked interior, masked: SPLIT): the body of
+    ``_bwd_dkdv_kernel`` and, FUSED, of ``_bwd_fused_kernel``; LOOP = (SPLIT, FUSED). The split backward
+    adds eq. (2)'s calibration terms on the arg-max/arg-min keys here (``_arg_key_terms``), the fused one
+    after it."""
     Kp, V, Mask, DO = ins
     DK, DV = outs
     q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
@@ -1294,11 +1362,13 @@ def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constex
     smb, smh, smm, smn = m_str
     H, Tq, Tk, D = shape
     scale, kf, tau = consts
+    SPLIT: tl.constexpr = LOOP[0]
+    FUSED: tl.constexpr = LOOP[1]
     IS_CAUSAL: tl.constexpr = MASKING[0]
     HAS_MASK: tl.constexpr = MASKING[1]
     # eq. (2)'s calibration terms (KEEP_MAX_TERM, KEEP_MIN_TERM) after the loop, not per score, where the
     # epilogue's query tile fits beside the accumulators: at D = 128 in fp32 it made ptxas spill 264-292 B
-    ARG_AFTER: tl.constexpr = (GRAD[0] or GRAD[1]) and BLOCK_D <= 64
+    ARG_AFTER: tl.constexpr = (GRAD[0] or GRAD[1]) and BLOCK_D <= 64 and not FUSED
     pid_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -1327,14 +1397,14 @@ def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constex
     if SPLIT:
         full_lo, full_hi = _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_m in range(lo, full_lo, BLOCK_M):  # masked, unmasked interior, masked (last rows)
-            kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
-                                 MASKING, PREC, (False, ARG_AFTER), BLOCK_M)  # fmt: skip
+            kv_sums = _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                               MASKING, PREC, (False, ARG_AFTER, FUSED), BLOCK_M)  # fmt: skip
         for start_m in range(full_lo, full_hi, BLOCK_M):
-            kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
-                                 MASKING, PREC, (True, ARG_AFTER), BLOCK_M)  # fmt: skip
+            kv_sums = _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                                MASKING, PREC, (True, ARG_AFTER, FUSED), BLOCK_M)  # fmt: skip
     for start_m in range(full_hi, Tq, BLOCK_M):
-        kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
-                             MASKING, PREC, (False, ARG_AFTER), BLOCK_M)  # fmt: skip
+        kv_sums = _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+                            MASKING, PREC, (False, ARG_AFTER, FUSED), BLOCK_M)  # fmt: skip
     dk, dv = kv_sums
     if ARG_AFTER:
         dk = _arg_key_terms(dk, pid_n * BLOCK_N, lo, query, offs_n, dims, stats, GRAD, PREC, BLOCK_M, BLOCK_N)
@@ -1345,65 +1415,14 @@ def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constex
     tl.store(DV + out, _cast(dv, DV.dtype.element_ty), mask=kvmask)
 
 
-# ------------------------------------------------------------------------------------- fused backward
+@triton.autotune(configs=_configs("dkdv"), key=_KEY, prune_configs_by=_pruner("dkdv"), do_bench=_timer)
 @triton.jit
-def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
-                GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
-                BLOCK_M: tl.constexpr):  # fmt: skip
-    """One query tile of the fused backward, kv_sums = (dk, dv): dV += P^T dO and dK += dS^T q with the self
-    term dS = gamma Delta of eq. (2); the tile's dQ share dS k and its row sums S1 = sum_j dS_ij and
-    G_M, the sum over j of gamma_ij times dw_j/dM (eq. 1), are added atomically to fp32 buffers. The
-    calibration terms of eq. (2) need the complete row sums: ``autograd.fused_backward`` adds them after the
-    kernel. kv, query, dims as in ``_dkdv_step``; stats = (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, DQa, S1a,
-    GMa)."""
-    k, v = kv
-    CALIB: tl.constexpr = OP[0]
-    JACOBIAN_AT_PL: tl.constexpr = OP[3]
-    HISTORICAL: tl.constexpr = OP[4]
-    KEEP_MAX_TERM: tl.constexpr = GRAD[0]
-    KEEP_MIN_TERM: tl.constexpr = GRAD[1]
-    SUM_GM: tl.constexpr = GRAD[2]
-    q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
-    offs_d, dmask = dims
-    Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, DQa, S1a, GMa = stats
-    dk, dv = kv_sums
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    rmask = offs_m < Tq
-    qmask = dmask[None, :] if FULL else rmask[:, None] & dmask[None, :]
-    q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
-    o_ptrs = bh * Tq * D + offs_m[:, None] * D + offs_d[None, :]
-    do = tl.load(DO + o_ptrs, mask=qmask, other=0.0)
-    row_i = bh * Tq + offs_m
-    M = tl.load(Mrow + row_i, mask=rmask, other=0.0)
-    m = tl.load(mrow + row_i, mask=rmask, other=0.0)
-    Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
-    Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
-    Dd = tl.load(Dlt + row_i, mask=rmask, other=0.0)
-    amax = tl.load(Amax + row_i, mask=rmask, other=-1)
-    amin = tl.load(Amin + row_i, mask=rmask, other=-1)
-    row = row_constants(M, m, kf, tau, CALIB)
-    s = _scores(q, tl.trans(k), scale, M, PREC, OP[1])
-    valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    is_max = offs_n[None, :] == amax[:, None]
-    is_min = offs_n[None, :] == amin[:, None]
-    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, SUM_GM)
-    if JACOBIAN_AT_PL and HISTORICAL:  # dV with the forward P, as in _dkdv_step
-        p = prob_ste(wLp, w, Wa, Wf)
-    else:
-        p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
-    dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
-    g = _dot(do, tl.trans(v), PREC)
-    inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
-    gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
-    ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])  # eq. (2) self term
-    dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
-    amask = rmask[:, None] & dmask[None, :]
-    tl.atomic_add(DQa + o_ptrs, _dot(_cast(ds, k.dtype), k, PREC), mask=amask, sem="relaxed")
-    if KEEP_MAX_TERM or KEEP_MIN_TERM:
-        tl.atomic_add(S1a + row_i, tl.sum(ds, 1), mask=rmask, sem="relaxed")
-    if SUM_GM:
-        tl.atomic_add(GMa + row_i, tl.sum(gamma * dM, 1), mask=rmask, sem="relaxed")
-    return dk, dv
+def _bwd_dkdv_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
+                     MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+    """dK, dV over one key block (loop over query blocks); calibration terms on the arg-max/arg-min keys."""
+    _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP, GRAD, MASKING, PREC, (SPLIT, False),
+                   BLOCK_M, BLOCK_N, BLOCK_D)  # fmt: skip
 
 
 def _zero_fused_accumulators(nargs, reset_only=False):
@@ -1431,59 +1450,8 @@ def _bwd_fused_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.conste
     over query blocks), and dQ's share of the block added atomically (``_fused_step``). Scores and grid are
     recomputed once instead of twice; the result is not bitwise reproducible (atomic summation order).
     outs = (DK, DV): DK holds dS^T q * scale without the calibration terms (fp32 when those follow)."""
-    Kp, V, Mask, DO = ins
-    DK, DV = outs
-    q_str, k_str, v_str, m_str = strides
-    sqb, sqh, sqm, sqd = q_str
-    skb, skh, skn, skd = k_str
-    svb, svh, svn, svd = v_str
-    smb, smh, smm, smn = m_str
-    H, Tq, Tk, D = shape
-    scale, kf, tau = consts
-    IS_CAUSAL: tl.constexpr = MASKING[0]
-    HAS_MASK: tl.constexpr = MASKING[1]
-    pid_n = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // H
-    hd = bh % H
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    dmask = offs_d < D
-    kvmask = (offs_n[:, None] < Tk) & dmask[None, :]
-    k = tl.load(
-        Kp + b * skb + hd * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0
-    )
-    v = tl.load(
-        V + b * svb + hd * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0
-    )
-    kv = (k, v)
-    query = (Q + b * sqb + hd * sqh, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau)
-    dims = (offs_d, dmask)
-    mask = (Mask + b * smb + hd * smh, smm, smn)
-    lo = 0
-    if IS_CAUSAL:  # first query that sees key pid_n * BLOCK_N: i >= j - (Tk - Tq)
-        lo = tl.maximum(pid_n * BLOCK_N - (Tk - Tq), 0)
-        lo = (lo // BLOCK_M) * BLOCK_M
-
-    kv_sums = (tl.zeros([BLOCK_N, BLOCK_D], tl.float32), tl.zeros([BLOCK_N, BLOCK_D], tl.float32))
-    full_hi = lo
-    if SPLIT:
-        full_lo, full_hi = _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
-        for start_m in range(lo, full_lo, BLOCK_M):  # masked, unmasked interior, masked (last rows)
-            kv_sums = _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
-                                  MASKING, PREC, False, BLOCK_M)  # fmt: skip
-        for start_m in range(full_lo, full_hi, BLOCK_M):
-            kv_sums = _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
-                                  MASKING, PREC, True, BLOCK_M)  # fmt: skip
-    for start_m in range(full_hi, Tq, BLOCK_M):
-        kv_sums = _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
-                              MASKING, PREC, False, BLOCK_M)  # fmt: skip
-    dk, dv = kv_sums
-
-    dk = dk * scale
-    out = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
-    tl.store(DK + out, _cast(dk, DK.dtype.element_ty), mask=kvmask)
-    tl.store(DV + out, _cast(dv, DV.dtype.element_ty), mask=kvmask)
+    _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP, GRAD, MASKING, PREC, (SPLIT, True),
+                   BLOCK_M, BLOCK_N, BLOCK_D)  # fmt: skip
 
 
 # The autotuned kernels by the names of CANDIDATES (benchmarks, tests and _fits_shared_memory use it).
