@@ -67,3 +67,20 @@ def test_demo_checks_tokens_and_seed_in_its_own_terms_before_any_work(flags, mes
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"kinterval demo: error: {message}") and "\n" not in err
     assert not (tmp_path / "d").exists()
+
+
+def test_model_flag_takes_the_presets_shape_over_the_config_files(capsys):
+    """--config tiny-cpu --model small trained tiny-cpu's 2 x 128 model while run_config.json said
+    preset "small": the config file's shape fields won over --model, silently. --model now takes the preset's
+    shape (and says which config fields it replaced); --block-size and --set still apply after it."""
+    cfg = config("--config", "tiny-cpu", "--model", "small")
+    shape = cfg.model_config(vocab_size=100)
+    assert cfg.model.preset == "small" and (shape.n_layer, shape.n_embd, shape.block_size) == (6, 384, 512)
+    assert (
+        "--model small takes the preset's shape, not the config's model.n_layer=2" in capsys.readouterr().out
+    )
+    cfg = config("--config", "tiny-cpu", "--model", "small", "--block-size", "64", "--set", "model.n_layer=3")
+    shape = cfg.model_config(vocab_size=100)
+    assert (shape.n_layer, shape.n_embd, shape.block_size) == (3, 384, 64)
+    tiny = config("--config", "tiny-cpu").model_config(vocab_size=100)  # without --model: the file's shape
+    assert (tiny.n_layer, tiny.n_head, tiny.n_embd) == (2, 4, 128)

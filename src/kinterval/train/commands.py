@@ -91,8 +91,25 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_train)
 
 
+# The model fields a preset fixes: --model replaces a config file's values of these with the preset's
+# (flags such as --block-size and --set still apply after it)
+PRESET_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_multiple")
+
+
 def config_from_args(args) -> TrainConfig:
     cfg = TrainConfig.from_toml(args.config) if args.config else TrainConfig()
+    if args.model is not None:
+        dropped = {f: getattr(cfg.model, f) for f in PRESET_FIELDS if getattr(cfg.model, f) is not None}
+        if dropped:
+            d = cfg.to_dict()
+            d["model"].update(dict.fromkeys(dropped))  # None: the preset's value
+            cfg = TrainConfig.from_dict(d)
+            fields = ", ".join(f"model.{f}={v}" for f, v in dropped.items())
+            if os.environ.get("RANK", "0") == "0":
+                print(
+                    f"kinterval train: --model {args.model} takes the preset's shape, not the config's",
+                    fields,
+                )
     overrides = {field: getattr(args, dest) for dest, field in FLAG_FIELDS.items()}
     if args.tensorboard:
         overrides["log.tensorboard"] = True
