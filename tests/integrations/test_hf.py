@@ -663,3 +663,31 @@ def test_an_integer_mask_is_refused_with_a_value_error():
     ids, _ = batch(None)
     with torch.no_grad(), pytest.raises(ValueError, match="got torch.int64"):
         model(ids, attention_mask=torch.ones(2, 1, T, T, dtype=torch.long).tril())
+
+
+def test_a_model_with_its_own_attention_code_gets_a_mask_it_can_add_and_a_warning():
+    """Bloom (like MPT, XGLM, GPT-NeoX-Japanese) computes attention in its own code: it never calls a
+    kinterval implementation, and it adds the mask it gets to its scores. Given sdpa's mask (boolean, or
+    None without padding) it ran unmasked: bidirectional, logits off eager's by 2e-2, silently. It now gets
+    eager's float mask (its own softmax, correctly masked) and a warning; a model that routes attention
+    through transformers' AttentionInterface keeps sdpa's mask and warns nothing."""
+    import warnings
+
+    from transformers import BloomConfig
+
+    cfg = BloomConfig(vocab_size=V, hidden_size=64, n_layer=2, n_head=4)
+    torch.manual_seed(0)
+    eager = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    with pytest.warns(UserWarning, match="BloomConfig: this model computes attention in its own code"):
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-softmax").eval()
+        model.load_state_dict(eager.state_dict())
+        hf._own_attention.cache_clear()  # warn at this forward even if an earlier test built a Bloom
+        ids, am = batch("left")
+        with torch.no_grad():
+            got, want = model(ids, attention_mask=am).logits, eager(ids, attention_mask=am).logits
+    assert (got - want)[am.bool()].abs().max() < 1e-6
+    with torch.no_grad():  # causal without padding (sdpa's builder returns no mask there)
+        assert (model(ids).logits - eager(ids).logits).abs().max() < 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make("llama", "kinterval-softmax")(*batch("left"))

@@ -3,7 +3,8 @@
 Registration goes through the public extension points only: ``transformers.AttentionInterface`` for the
 attention function and ``transformers.masking_utils.AttentionMaskInterface`` for the mask (we reuse the sdpa
 mask builder, so every model hands us a boolean mask, True = may attend, or ``None`` when sdpa would rely on
-``is_causal``). Importing this module registers
+``is_causal``; a model that computes attention in its own code gets eager's float mask and a warning, see
+``_mask``). Importing this module registers
 
 * ``"kinterval"``: the operator chosen with :func:`set_operator` (default ``fwm-prob-k4``), or, per model,
   the config attribute ``kinterval_operator`` (saved with ``save_pretrained``; :func:`set_config_operator`
@@ -23,9 +24,11 @@ not supported.
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from collections import Counter
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import torch
 from torch import Tensor
@@ -45,9 +48,9 @@ except ImportError:  # pragma: no cover - older versions: attentions are not ret
     _active_collector = None
 
 try:  # transformers >= 4.53; older versions build a float mask themselves, which we also accept
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 except ImportError:  # pragma: no cover
-    AttentionMaskInterface = sdpa_mask = None
+    AttentionMaskInterface = eager_mask = sdpa_mask = None
 
 __all__ = [
     "AUTO_K",
@@ -189,13 +192,45 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend):
     return out.to(q.dtype), P
 
 
+@cache
+def _own_attention(config_class: type) -> bool:
+    """Whether the transformers model of ``config_class`` computes attention in its own code instead of
+    through ``AttentionInterface``: its modeling module does not read ``ALL_ATTENTION_FUNCTIONS`` (Bloom, MPT,
+    XGLM, GPT-NeoX-Japanese, ...). Warns once per class. False where the module is not found (remote code)."""
+    module = config_class.__module__.replace(".configuration_", ".modeling_")
+    try:
+        own = module != config_class.__module__ and not hasattr(
+            importlib.import_module(module), "ALL_ATTENTION_FUNCTIONS"
+        )
+    except Exception:  # noqa: BLE001 - a module that cannot be imported here: assume the interface
+        return False
+    if own:
+        warnings.warn(
+            f"{config_class.__name__}: this model computes attention in its own code, not through "
+            "transformers' AttentionInterface, so a kinterval attn_implementation does not run in it (its "
+            "own softmax runs, with eager's mask); kinterval.integrations.hf.expect_kinterval detects this",
+            stacklevel=3,
+        )
+    return own
+
+
+def _mask(*args, config=None, **kwargs):
+    """The mask builder of every kinterval name: sdpa's (boolean, True = may attend, or None where is_causal
+    suffices: the fused causal path). A model that computes attention in its own code adds the mask it gets
+    to its scores, and a boolean or absent mask would leave it unmasked, bidirectional and silently wrong:
+    it gets eager's float mask (0 / dtype min), which it adds correctly."""
+    if config is not None and _own_attention(type(config)):
+        return eager_mask(*args, config=config, **kwargs)
+    return sdpa_mask(*args, config=config, **kwargs)
+
+
 def _install(name: str, spec: OperatorSpec, backend: str) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if name not in _REGISTRY:
         AttentionInterface.register(name, lambda *a, **kw: _attention(name, *a, **kw))
         if AttentionMaskInterface is not None:
-            AttentionMaskInterface.register(name, sdpa_mask)
+            AttentionMaskInterface.register(name, _mask)
     _REGISTRY[name] = (spec, backend)
     return name
 
