@@ -364,3 +364,25 @@ def test_substitution_on_the_suites_own_split_is_paired_with_the_primary_evaluat
     (sub,) = [r for r in A.heldout_table(pts) if r.contrast == "substituted − native forward"]
     assert sub.est.mean == pytest.approx(delta.mean()) and sub.max_abs == pytest.approx(0.02)
     assert sub.key.tag == op and sub.seeds == (7,)
+
+
+def test_clip_statistics_of_the_logged_training_rows():
+    """The clip table gave the whole-run clipped fraction only; the paper also reports the clipped share of
+    the last 1.5B of 2.5B tokens (98%), single-step gradient norms (10^4), final pre-clip norms and the
+    largest train-loss rise between logs. Ten logged steps of 100 tokens: the last 60% are steps 5-10."""
+    nll = np.zeros(4)
+    pts = [Point("s", f"op-s{seed}", "g", "lerp-k4", seed, 1000, 10, 1000, "val", ("d", "val", 64, 4), nll)
+           for seed in (7, 42)]  # fmt: skip
+    clipped = [True, True, True, True, False, True, True, False, True, True]  # steps 5-10: 4 of 6
+    loss = [6.0, 5.0, 5.5, 4.0, 4.2, 3.9, 3.8, 3.7, 3.6, 3.5]  # largest rise +0.5 (step 2 -> 3)
+    norm = [1.0, 12000.0, 3.0, 2.0, 0.9, 1.5, 1.1, 0.8, 1.2, 2.4]
+    rows = [{"step": i + 1, "tokens": 100 * (i + 1), "clipped": c, "clipped_frac": 0.7, "train_loss": lo,
+             "grad_norm": g} for i, (c, lo, g) in enumerate(zip(clipped, loss, norm))]  # fmt: skip
+    old = [
+        {"step": 1, "tokens": 100, "clipped_frac": 0.25, "train_loss": 5.0}
+    ]  # a log without the per-step fields
+    (row,) = A.clip_fractions(pts, {("s", "op-s7"): rows, ("s", "op-s42"): old})
+    assert row.seeds == (7, 42) and row.per_seed == (0.7, 0.25) and row.mean == pytest.approx(0.475)
+    assert row.tail == (pytest.approx(4 / 6), None)
+    assert row.final_norm == (2.4, None) and row.max_norm == (12000.0, None)
+    assert row.max_loss_rise == (pytest.approx(0.5), None)

@@ -816,29 +816,65 @@ def rank_statistics(delta: list[Row], geometry: dict[Key, dict[str, float]]) -> 
     return out
 
 
+# The trailing window of the clip statistics: the paper's "98% of steps clipped over the last 1.5B tokens" of
+# a 2.5B-token run (App. D), the last 60% of the training tokens
+CLIP_TAIL = 0.6
+
+
 @dataclass
 class ClipRow:
-    """Fraction of training steps whose gradient norm was clipped (from ``metrics.jsonl``), per condition."""
+    """Gradient-clipping and gradient-norm statistics of training (from ``metrics.jsonl``), per condition:
+    the fraction of all steps whose gradient norm was clipped (mean over seeds, and per seed), and per seed
+    the clipped fraction of the logged steps in the last ``CLIP_TAIL`` of the training tokens, the final and
+    the largest logged pre-clip gradient norm and the largest train-loss rise between consecutive logs (§5:
+    "45% of steps clipped"; App. D: "98% of steps clipped over the last 1.5B tokens", "single-step gradient
+    norms of 10^4", "final pre-clip gradient norms", "largest train-loss increase between consecutive logs";
+    App. F: "final logged gradient norms"). None: not logged."""
 
     key: Key
     seeds: tuple[int, ...]
     mean: float
     per_seed: tuple[float, ...]
+    tail: tuple[float | None, ...] = ()
+    final_norm: tuple[float | None, ...] = ()
+    max_norm: tuple[float | None, ...] = ()
+    max_loss_rise: tuple[float | None, ...] = ()
+
+
+def _run_clip_stats(rows: list[dict]) -> dict:
+    """One run's statistics from its training rows (those with ``clipped_frac``), in step order."""
+    norms = [float(r["grad_norm"]) for r in rows if r.get("grad_norm") is not None]
+    budget = max((r.get("tokens", 0) for r in rows), default=0)
+    tail = [r["clipped"] for r in rows if "clipped" in r and r.get("tokens", 0) > (1 - CLIP_TAIL) * budget]
+    losses = [float(r["train_loss"]) for r in rows if r.get("train_loss") is not None]
+    rises = [b - a for a, b in zip(losses, losses[1:])]
+    return dict(
+        frac=float(rows[-1]["clipped_frac"]),
+        tail=float(np.mean(tail)) if tail else None,
+        final_norm=norms[-1] if norms else None,
+        max_norm=max(norms) if norms else None,
+        max_loss_rise=max(rises) if rises else None,
+    )
 
 
 def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[ClipRow]:
-    """``logs``: (suite, run_id) -> metrics rows; the last logged ``clipped_frac`` of each run: the fraction
-    of all its steps since step 0 whose gradient norm was clipped, kept across resumes (the trainer stores
-    the count in each checkpoint; resumed from a checkpoint older than that count: the steps since then)."""
-    acc: dict[Key, dict[int, float]] = defaultdict(dict)
+    """``logs``: (suite, run_id) -> metrics rows. The whole-run fraction is the last logged ``clipped_frac``
+    of each run: the fraction of all its steps since step 0 whose gradient norm was clipped, kept across
+    resumes (the trainer stores the count in each checkpoint; resumed from a checkpoint older than that
+    count: the steps since then). The other statistics read the logged rows, one per ``log.every`` steps."""
+    acc: dict[Key, dict[int, dict]] = defaultdict(dict)
     for p in final([p for p in points if p.primary]):
         rows = [r for r in logs.get((p.suite, p.run_id), []) if "clipped_frac" in r]
         if rows:
-            acc[p.key][p.seed] = float(rows[-1]["clipped_frac"])
-    return [
-        ClipRow(k, tuple(sorted(v)), float(np.mean(list(v.values()))), tuple(v[s] for s in sorted(v)))
-        for k, v in sorted(acc.items(), key=lambda kv: key_order(kv[0]))
-    ]
+            acc[p.key][p.seed] = _run_clip_stats(sorted(rows, key=lambda r: r.get("step", 0)))
+    out = []
+    for k, v in sorted(acc.items(), key=lambda kv: key_order(kv[0])):
+        seeds = tuple(sorted(v))
+        per = {name: tuple(v[s][name] for s in seeds) for name in ("frac", "tail", "final_norm", "max_norm")}
+        rise = tuple(v[s]["max_loss_rise"] for s in seeds)
+        out.append(ClipRow(k, seeds, float(np.mean(per["frac"])), per["frac"], per["tail"], per["final_norm"],
+                           per["max_norm"], rise))  # fmt: skip
+    return out
 
 
 GRAD_TERMS = DECOMP  # the terms `kinterval graddiag` writes

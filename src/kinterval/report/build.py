@@ -498,7 +498,7 @@ def _build(results, out: Path) -> None:
     clips = A.clip_fractions(points, logs)
     if clips:
         data["clip_fractions"] = clips
-        ix.table("clip", *T.clip_rows(clips), "Fraction of training steps with a clipped gradient norm")
+        ix.table("clip", *T.clip_rows(clips), "Gradient clipping and gradient norms in training")
     unpaired = {**pairing.unpaired, **det_pairing.unpaired, **left_out}
     if unpaired:
         data["unpaired"] = unpaired

@@ -371,14 +371,25 @@ def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
 
 
 def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
-    headers = ["Condition", "Budget", "Seeds", "Clipped steps (mean over seeds)", "Per seed"]
+    from kinterval.report.analysis import CLIP_TAIL
+
+    def each(values, fmt):
+        return ", ".join("-" if x is None else format(x, fmt) for x in values) or "-"
+
+    headers = ["Condition", "Budget", "Seeds", "Clipped steps (mean over seeds)", "Per seed",
+               f"Clipped in the last {CLIP_TAIL:.0%} of tokens", "Final pre-clip norm",
+               "Largest pre-clip norm", "Largest loss rise between logs"]  # fmt: skip
     return headers, [
         [
             condition(r.key),
             tokens(r.key.budget),
             ",".join(map(str, r.seeds)),
             f"{r.mean:.3f}",
-            ", ".join(f"{x:.3f}" for x in r.per_seed),
+            each(r.per_seed, ".3f"),
+            each(r.tail, ".3f"),
+            each(r.final_norm, ".3g"),
+            each(r.max_norm, ".3g"),
+            each(r.max_loss_rise, ".3g"),
         ]
         for r in rows
     ]
