@@ -250,6 +250,29 @@ def test_continuation_longer_than_the_context_is_refused(run):
         lm._loglikelihood_tokens([(None, ctx, toks[5:70])])
 
 
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_continuation_that_encodes_to_no_tokens_is_refused(run, batch_size):
+    """lm-eval encodes context + continuation together: "hello wor" + "ld" is ([hello, " world"], []), the
+    continuation absorbed by the context's last token. It scored 0.0 and greedy (so that choice won a
+    multiple-choice item silently), or, alone with a one-token context, failed deep in the model. As HFLM,
+    it is refused, naming the request."""
+    from lm_eval.api.instance import Instance
+
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run), batch_size=batch_size)
+    reqs = [
+        Instance("loglikelihood", {}, pair, i)
+        for i, pair in enumerate([(" the cat", " sat"), ("hello wor", "ld")])
+    ]
+    with pytest.raises(
+        ValueError, match=r"continuation 'ld' after the context ending 'hello wor' encodes to no"
+    ):
+        lm.loglikelihood(reqs)
+    with pytest.raises(ValueError, match="encodes to no tokens"):
+        lm.loglikelihood([Instance("loglikelihood", {}, ("a", "b"), 0)])
+
+
 @pytest.mark.parametrize("value, want", [(None, 1), ("auto", 1), ("auto:4", 1), (3, 3), ("8", 8)])
 def test_batch_size_accepts_integers_and_auto(value, want):
     from kinterval.eval.lm_eval_adapter import parse_batch_size

@@ -114,7 +114,13 @@ class KIntervalLM(TemplateLM):
         for start in range(0, len(requests), self.batch_size):
             chunk = requests[start : start + self.batch_size]
             inputs, conts = [], []
-            for _, ctx, cont in chunk:
+            for pair, ctx, cont in chunk:
+                if not cont:  # as HFLM (an assertion there): its score would be 0.0 and "greedy", silently
+                    what = f"{pair[1]!r} after the context ending {pair[0][-40:]!r}" if pair else "(tokens)"
+                    raise ValueError(
+                        f"the continuation {what} encodes to no tokens (the GPT-2 BPE merges it into the "
+                        "context's last token, or it is empty): it cannot be scored"
+                    )
                 if len(cont) > self.max_length:  # as lm-eval's HFLM: its scores would need a longer context
                     raise ValueError(
                         f"a continuation of {len(cont)} tokens is longer than the model's context "
