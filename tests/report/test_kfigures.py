@@ -238,24 +238,6 @@ def test_k_figure_panels(figs, tmp_path):
 
 
 TAU8 = """
-name = "kfig-tau"
-title = "kfig-tau: the 2x2 at K=4, and FWM at tau=8 too, three seeds"
-protocol = "tiny-cpu"
-corpus = "synthetic"
-seeds = [7, 42, 253]
-checkpoints = 2
-
-[eval]
-split = "val"
-
-[[group]]
-name = "softmax"
-operators = ["softmax"]
-
-[[group]]
-name = "factorial"
-operators = ["minmax-weight-k4", "minmax-prob-k4", "fwm-weight-k4", "fwm-prob-k4"]
-
 [[group]]
 name = "fwm-tau8"
 operators = ["fwm-weight-k4[tau=8]", "fwm-prob-k4[tau=8]"]
@@ -265,7 +247,7 @@ operators = ["fwm-weight-k4[tau=8]", "fwm-prob-k4[tau=8]"]
 def test_2x2_surrogate_effect_is_that_of_the_plotted_design(tmp_path):
     """FWM runs at another tau in the same setting make a second design (MinMax joins it) whose Prob −
     Weight differs: fig:2x2 (d) shows the design of the plotted cells (default tau), not the other one."""
-    (tmp_path / "kfig.toml").write_text(TAU8)
+    (tmp_path / "kfig.toml").write_text(SUITE + TAU8)  # the suite, and FWM at tau=8 too
 
     def effect_tau8(r, frac):  # at tau=8, Prob − Weight under FWM is 0.12 larger than at the default tau
         op = r["operator"]
@@ -276,6 +258,6 @@ def test_2x2_surrogate_effect_is_that_of_the_plotted_design(tmp_path):
     m = write_results(tmp_path / "res", tmp_path / "kfig.toml", effect_tau8, n_blocks=40, noise=0.004)
     build_report([tmp_path / "res"], tmp_path / "rep")
     data = json.loads((tmp_path / "rep" / "report.json").read_text())
-    (v,) = data["factorial_cells"]["surrogate_effect"]["FWM"].values()
+    v = data["factorial_cells"]["surrogate_effect"]["FWM"]["4"]
     _check(v["est"], _contrast(tmp_path / "res", m, "fwm-prob-k4", "fwm-weight-k4"))
     assert v["est"]["mean"] == pytest.approx(planted("fwm-prob-k4") - planted("fwm-weight-k4"), abs=0.003)

@@ -870,10 +870,9 @@ def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[C
     out = []
     for k, v in sorted(acc.items(), key=lambda kv: key_order(kv[0])):
         seeds = tuple(sorted(v))
-        per = {name: tuple(v[s][name] for s in seeds) for name in ("frac", "tail", "final_norm", "max_norm")}
-        rise = tuple(v[s]["max_loss_rise"] for s in seeds)
-        out.append(ClipRow(k, seeds, float(np.mean(per["frac"])), per["frac"], per["tail"], per["final_norm"],
-                           per["max_norm"], rise))  # fmt: skip
+        # per seed, in ClipRow's field order: per_seed (frac), tail, final_norm, max_norm, max_loss_rise
+        per = {name: tuple(v[s][name] for s in seeds) for name in next(iter(v.values()))}
+        out.append(ClipRow(k, seeds, float(np.mean(per["frac"])), *per.values()))
     return out
 
 
