@@ -69,6 +69,16 @@ def test_nearest_level_of_a_midpoint_key_rounds_up():
     assert float(g["top_bucket_mass"][0]) == pytest.approx(p[0] + p[1], rel=1e-12)
 
 
+@pytest.mark.parametrize("op", ["lerp-k4", "minmax-weight-k4"])
+def test_degenerate_minmax_row_is_one_top_bucket(op):
+    """A MinMax row of equal scores (span 0) is degenerate: every key gets weight 1 (App. A), the operator
+    is exact there, and all the softmax mass is one bucket, the top one."""
+    s = torch.tensor([[2.5, 2.5, 2.5]], dtype=torch.float64)
+    g = row_geometry(s, torch.ones_like(s, dtype=torch.bool), op)
+    assert float(g["top_bucket_mass"][0]) == 1.0
+    assert float(g["eff_buckets"][0]) == 1.0 and float(g["tv"][0]) == 0.0
+
+
 def test_lerp_row_top_bucket_is_the_top_interval():
     g = _row("lerp-k4")
     span = max(ROW) - min(ROW)
