@@ -225,32 +225,42 @@ def test_a_summary_without_a_request_is_not_current(tiny_run, tmp_path):
 @pytest.mark.parametrize("kind", ["geometry", "graddiag"])
 def test_a_cached_diagnostic_answers_only_the_same_request(tiny_run, tmp_path, kind):
     """The diagnostics cache was keyed on the checkpoint hash and --as only: --blocks 4, --split test or
-    other --data returned the stored result of the first call (its n_blocks and split) as if computed."""
+    other --data returned the stored result of the first call (its n_blocks and split) as if computed. A
+    stored result of other options is not replaced either (it may be a suite's probe, which the gate reads)
+    unless --force, or replace_other (the suite runner)."""
     import shutil
 
     from kinterval.eval.diagnostics import diagnose_checkpoint
 
     ckpt = list_checkpoints(tiny_run / "run")[-1]
     kw = {"out_dir": tmp_path / "out", "device": "cpu"}
+    path = tmp_path / "out" / f"{ckpt.name}.json"
     first = diagnose_checkpoint(ckpt, kind, blocks=1, **kw)
     assert first["skipped"] is False
     assert diagnose_checkpoint(ckpt, kind, blocks=1, **kw)["skipped"] is True
-    more = diagnose_checkpoint(ckpt, kind, blocks=2, **kw)
+    kept = path.read_bytes()
+    with pytest.raises(ValueError, match=r"for 1 block, not for the options given.*--force"):
+        diagnose_checkpoint(ckpt, kind, blocks=2, **kw)
+    assert path.read_bytes() == kept
+    more = diagnose_checkpoint(ckpt, kind, blocks=2, force=True, **kw)
     assert (more["skipped"], more["n_blocks"]) == (False, 2)
-    test = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", **kw)
+    with pytest.raises(ValueError, match="for split 'val', not"):
+        diagnose_checkpoint(ckpt, kind, blocks=2, split="test", **kw)
+    test = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", replace_other=True, **kw)
     assert (test["skipped"], test["split"]) == (False, "test")
     moved = shutil.copytree(tiny_run / "data", tmp_path / "elsewhere" / "data")  # the same shards elsewhere
     assert diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=moved, **kw)["skipped"] is True
     prepare("synthetic", tmp_path / "other", tokens=40_000, seed=1, progress=False)
-    other = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=tmp_path / "other", **kw)
+    with pytest.raises(ValueError, match="for other data, not"):
+        diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=tmp_path / "other", **kw)
+    other = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=tmp_path / "other", force=True, **kw)
     assert other["skipped"] is False and other["mean"] != test["mean"]
-    path = tmp_path / "out" / f"{ckpt.name}.json"
     stored = json.loads(path.read_text())
-    del stored["request"]  # a result written before the request was recorded
+    del stored["request"]  # a result written before the request was recorded: recomputed, not refused
     path.write_text(json.dumps(stored))
-    again = diagnose_checkpoint(ckpt, kind, blocks=2, split="test", data=tmp_path / "other", **kw)
-    assert again["skipped"] is False and again["request"] == other["request"]
-    assert (first["request"]["max_blocks"], again["request"]["split"]) == (1, "test")
+    again = diagnose_checkpoint(ckpt, kind, blocks=1, **kw)
+    assert again["skipped"] is False and again["request"] == first["request"]
+    assert (first["request"]["max_blocks"], test["request"]["split"]) == (1, "test")
 
 
 def test_the_eval_numerics_used_are_recorded(tiny_run, tmp_path, monkeypatch):

@@ -296,6 +296,7 @@ def test_a_cpu_protocol_is_evaluated_on_the_cpu_on_a_gpu_machine(tmp_path, data,
 
     def fake_diag(run_dir, kind, **kw):
         seen["geometry"] = kw["device"]
+        assert kw["replace_other"] is True  # the suite's own probe: a user's probe of other blocks goes
 
     monkeypatch.setattr("kinterval.train.loop.train", fake_train)
     monkeypatch.setattr("kinterval.eval.evaluate.evaluate_run", fake_eval)

@@ -7,7 +7,10 @@ numerics on the device: the fingerprint of :func:`kinterval.eval.evaluate.reques
 without the numerics (written before they were recorded), is recomputed. The result records the numerics
 used under the field names of an evaluation summary (``device``, ``device_type``, ``autocast``,
 ``attention_dtype``, ``tf32``, ``eval_dot_precision``); ``graddiag`` also ``deterministic``.
-A geometry probe under another operator goes to ``diagnostics/geometry__as-<operator>``.
+A geometry probe under another operator goes to ``diagnostics/geometry__as-<operator>``. A stored result of
+the same checkpoint under other options (blocks, split, data) is not replaced unless ``force`` (or
+``replace_other``, the suite runner's, whose folder it is): it may be a suite's probe, which the gate and the
+report read.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def diagnose_checkpoint(
     out_dir: str | Path | None = None,
     device: str = "auto",
     force: bool = False,
+    replace_other: bool = False,
 ) -> dict:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -64,6 +68,8 @@ def diagnose_checkpoint(
         old = json.loads(path.read_text())
         if old.get("checkpoint_state_sha256") == sha and old.get("request") == req:
             return dict(old, skipped=True)
+        if old.get("checkpoint_state_sha256") == sha and not replace_other:
+            _refuse_other_request(path, kind, old.get("request"), req)
     # closed_form: the probes form P explicitly and differentiate it
     loaded = load_run(ckpt, device=dev, backend="closed_form")
     model, state = loaded.model, loaded.state
@@ -92,6 +98,29 @@ def diagnose_checkpoint(
     tmp.write_text(json.dumps(res, indent=1) + "\n")
     os.replace(tmp, path)
     return dict(res, skipped=False)
+
+
+def _refuse_other_request(path: Path, kind: str, old: dict | None, req: dict) -> None:
+    """A ValueError when the stored result ``old`` asked for other blocks, split or data than ``req`` (its
+    numerics may differ: a result of another device is recomputed, as a cache)."""
+    if not isinstance(old, dict):
+        return
+    was = []
+    if old.get("max_blocks") != req["max_blocks"]:
+        n = old.get("max_blocks")
+        was.append(f"{n} block" + ("" if n == 1 else "s"))
+    if old.get("split") != req["split"]:
+        was.append(f"split {old.get('split')!r}")
+    elif any(
+        old.get(k) != req[k] for k in ("shards_sha256", "n_tokens", "T")
+    ):  # another split: its own shards
+        was.append("other data")
+    if was:
+        raise ValueError(
+            f"{path} holds this checkpoint's {kind} for {', '.join(was)}, not for the options given (a "
+            "suite's probe, perhaps, which its gate and report read): give the same options to reuse it, "
+            "--out DIR to write this one elsewhere, or --force to replace it"
+        )
 
 
 def diagnose_run(run_dir: str | Path, kind: str, *, checkpoint: str | int = "all", **kwargs) -> list[dict]:

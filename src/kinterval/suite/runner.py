@@ -233,6 +233,7 @@ def run_one(
             split=ev["split"],
             data=data,
             device=eval_device,
+            replace_other=True,  # the suite's own probe, in its own run folder
         )
     log(
         f"{run_id}: {status}; {len(rows)} checkpoints evaluated ({new} new), "
