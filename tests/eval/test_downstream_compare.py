@@ -774,6 +774,7 @@ def test_downstream_refuses_arguments_lm_eval_would_fail_on(monkeypatch, tmp_pat
     assert main(["downstream", "--run", str(tmp_path / "run"), *flags, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("kinterval downstream: error: ") and named in err and "\n" not in err
+    assert "auto" not in err  # the flag takes integers only: the message offered auto, which it refuses
     assert not out.exists()
 
 
@@ -784,6 +785,8 @@ def test_downstream_limit_keeps_lm_evals_fraction():
     check_downstream_args(["t"], 3.0, None, 20260920)
     for batch_size in (1, 8, "auto", "auto:4"):  # lm-eval's batch sizes
         check_downstream_args(["t"], None, None, 0, batch_size)
+    with pytest.raises(ValueError, match="a positive integer, auto or auto:N, got 'auto:0'"):
+        check_downstream_args(["t"], None, None, 0, "auto:0")  # from Python, lm-eval's strings are named
 
 
 @pytest.mark.parametrize(

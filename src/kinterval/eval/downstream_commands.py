@@ -147,10 +147,9 @@ def check_downstream_args(tasks, limit, num_fewshot, seed, batch_size=1) -> None
     check_seed(seed, "--seed")
     try:
         parse_batch_size(batch_size)
-    except ValueError:
-        raise ValueError(
-            f"--batch-size must be a positive integer, auto or auto:N, got {batch_size!r}"
-        ) from None
+    except ValueError:  # the command line's flag takes integers; lm-eval's "auto" strings come from Python
+        what = "a positive integer" if isinstance(batch_size, int) else "a positive integer, auto or auto:N"
+        raise ValueError(f"--batch-size must be {what}, got {batch_size!r}") from None
 
 
 def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=None, checkpoint="latest",
