@@ -287,6 +287,29 @@ def test_probe_b_pooled_row_is_every_sample_resampled_by_sample():
     assert table[0]["lo"] < table[0]["mean"] < table[0]["hi"]
 
 
+def test_paired_deltas_lead_each_probe_with_the_table_rows_then_pooled_before_per_parameter():
+    """docs/downstream.md: rows by probe, the table's rows first, then metric and condition, each pooled row
+    (param "all") before its per-parameter rows. Probe A's table row `A nll all induction` came 4th, after
+    the per-distance rows of the control."""
+    ref, cond = planted_rows(families=40)
+    deltas = probes.paired_deltas(cond, ref, n_resamples=20)
+    for probe in ("A", "B", "C"):
+        rows = [r for r in deltas if r["probe"] == probe]
+        marked = [probes.in_probeab(r) for r in rows]
+        assert marked == sorted(marked, reverse=True)  # the tab:probeab rows, then the breakdown
+        assert any(marked) == (probe != "C")
+        key = lambda r: (r["metric"], r["condition"])  # noqa: E731
+        for i, r in enumerate(rows):
+            if r["param"] == "all":  # no row of its metric and condition before it
+                assert not [x for x in rows[:i] if key(x) == key(r)], (probe, key(r))
+    a = [(r["metric"], r["param"], r["condition"]) for r in deltas if r["probe"] == "A"][:3]
+    assert a == [
+        ("nll", "all", "induction"),
+        ("gain", "all", "control-induction"),
+        ("acc", "all", "induction"),
+    ]
+
+
 def test_delta_slopes_against_log2_length():
     ref, cond = planted_rows()
     slopes = {

@@ -368,7 +368,8 @@ def paired_deltas(rows, ref_rows, *, n_resamples: int = 4000, seed: int = 0) -> 
     ``acc``; ``gain`` for probe A), param (distance / pair count / length, and ``"all"`` pooled) and sample
     condition. Probe B leads with its pooled rows (``param="all"``, ``condition="all"``: every sample, near
     and far; the paper's tab:probeab row). ``reference`` and ``value`` are the two means, ``delta`` their
-    paired difference. Within a probe: pooled rows first, then metrics in the table's order (nll, gain, acc).
+    paired difference. Within a probe: the rows of tab:probeab first (:func:`in_probeab`), then by metric in
+    the table's order (nll, gain, acc) and condition, each pooled row before its per-parameter rows.
     """
     pairs = _sample_table(rows, ref_rows)
     groups = defaultdict(list)  # (probe, metric, param, condition) -> [(family, value, reference value)]
@@ -391,8 +392,9 @@ def paired_deltas(rows, ref_rows, *, n_resamples: int = 4000, seed: int = 0) -> 
                     "reference": float(ref.mean()), "value": float(value.mean()),
                     "delta": float((value - ref).mean()), "lo": lo, "hi": hi, "n": len(items)})  # fmt: skip
     rank = ("nll", "gain", "acc").index
-    order = lambda r: (r["probe"], r["condition"] != "all", rank(r["metric"]), r["condition"],  # noqa: E731
-                       r["param"] == "all", str(r["param"]).zfill(6))  # fmt: skip
+    # within a probe: the rows of tab:probeab, then each condition's pooled row before its per-parameter rows
+    order = lambda r: (r["probe"], not in_probeab(r), rank(r["metric"]), r["condition"] != "all",  # noqa: E731
+                       r["condition"], r["param"] != "all", str(r["param"]).zfill(6))  # fmt: skip
     return sorted(out, key=order)
 
 
