@@ -208,6 +208,12 @@ def register(subparsers) -> None:
     )
     p.add_argument("--subset-blocks", type=int, default=32, help="blocks of the subset stages (default 32)")
     p.add_argument("--max-blocks", type=int, default=None, help="cap the full-split stage (testing only)")
-    p.add_argument("--reconstruction", default="nearest", choices=["nearest", "lerp"])
+    p.add_argument(
+        "--reconstruction",
+        default="nearest",
+        choices=["nearest", "lerp"],
+        help="reconstruction of every screened operator and of the MinMax column (default nearest: the hard "
+        "forward of the FWM-Weight/-Prob operators that tau is chosen for)",
+    )
     p.add_argument("--resamples", type=int, default=10_000, help="block-bootstrap resamples of the CIs")
     p.set_defaults(func=_tau_screen)
