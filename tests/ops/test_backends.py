@@ -124,3 +124,18 @@ def test_a_dtype_that_is_not_a_torch_dtype_is_a_value_error():
     """dtype="float64" was compared with torch.float64, never matched, and triton was accepted for it."""
     with pytest.raises(ValueError, match="dtype must be a torch.dtype or None, got 'float64'"):
         resolve_backend("lerp-k4", "cpu", "float64")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64, torch.float8_e4m3fn])
+def test_a_dtype_no_operator_takes_is_a_value_error(dtype):
+    """resolve_backend answered "closed_form" for int64, bool and complex inputs, which every operator
+    refuses (kinterval_attention: scores must be a floating tensor)."""
+    with pytest.raises(ValueError, match=f"dtype must be float64, float32, bfloat16 or float16 .*{dtype}"):
+        resolve_backend("lerp-k4", "cpu", dtype)
+    assert resolve_backend("lerp-k4", "cpu", torch.bfloat16) == "closed_form"
+
+
+def test_a_backend_that_is_not_a_string_is_a_value_error():
+    """backend=["auto"] raised TypeError: unhashable type: 'list'."""
+    with pytest.raises(ValueError, match=r"backend must be a string, one of \('auto', .*got \['auto'\]"):
+        resolve_backend("lerp-k4", "cpu", backend=["auto"])

@@ -21,6 +21,7 @@ import torch
 from kinterval.ops.spec import OperatorSpec, as_spec
 
 AUTO = "auto"
+FLOATING = (torch.float64, torch.float32, torch.bfloat16, torch.float16)  # the operators' input dtypes
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,10 @@ def resolve_backend(
     spec = as_spec(spec)
     if dtype is not None and not isinstance(dtype, torch.dtype):  # "float64" would pass every check
         raise ValueError(f"dtype must be a torch.dtype or None, got {dtype!r}")
+    if dtype is not None and dtype not in FLOATING:  # the operators' input dtypes (api.working_dtype)
+        raise ValueError(f"dtype must be float64, float32, bfloat16 or float16 (or None), got {dtype}")
+    if not isinstance(backend, str):
+        raise ValueError(f"backend must be a string, one of {BACKENDS}, got {backend!r}")
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError):
