@@ -39,8 +39,12 @@ def cmd_demo(args) -> int:
     from kinterval.train.demo import check_options, run_demo
 
     check_options(args.tokens, args.seed, args.quick, flag="--")  # before the (temporary) folder is made
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kinterval-demo-"))
     ops = [o.strip() for o in args.operators.split(",") if o.strip()]
+    if not ops:
+        raise ValueError(
+            f"--operators names no operator, got {args.operators!r} (e.g. minmax-weight-k4,lerp-k4)"
+        )
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kinterval-demo-"))
     t0 = time.perf_counter()
     rows = run_demo(
         out,

@@ -59,11 +59,13 @@ def run_benchmark(monkeypatch, capsys, *args) -> list[list[str]]:
 @pytest.mark.parametrize(
     "flags, message",
     [(["--tokens", "0"], "tokens must be a positive integer"), (["--threads", "-1"], "threads must be"),
-     (["--operators", "softmax,bogus"], "unknown operator name 'bogus'")],
+     (["--operators", "softmax,bogus"], "unknown operator name 'bogus'"),
+     (["--operators", ""], "--operators names no operator"), (["--operators", " , "], "names no operator")],
 )  # fmt: skip
 def test_demo_checks_its_flags_before_any_work(tmp_path, capsys, flags, message):
-    """--tokens 0 silently meant the default, --threads -1 was torch's RuntimeError, and an unknown operator
-    failed only after the data was prepared and softmax trained."""
+    """--tokens 0 silently meant the default, --threads -1 was torch's RuntimeError, an unknown operator
+    failed only after the data was prepared and softmax trained, and --operators "" trained softmax alone and
+    printed a table without a single ΔNLL."""
     assert main(["demo", "--quick", "--out", str(tmp_path / "d"), "--no-progress", *flags]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "d").exists()
 

@@ -69,8 +69,10 @@ def run_demo(
 
 
 def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
-    operators = list(operators)
+    operators = [operators] if isinstance(operators, str) else list(operators)
     check_options(tokens, seed, quick)
+    if not operators:
+        raise ValueError("operators names no operator (softmax is added to those given)")
     for op in operators:  # every name, before any data is prepared or any run trained
         operator_name(op)
     if "softmax" not in operators:
