@@ -181,6 +181,16 @@ def test_cli_downstream_and_compare(run, tmp_path, in_data, capsys):
     assert "kinterval_tiny_mc" in capsys.readouterr().out
 
 
+def test_downstream_names_a_missing_include_path(run, tmp_path, capsys):
+    """A misspelt --include-path was passed on to lm-eval, which said only that the task was not found."""
+    from kinterval.cli import main
+
+    args = ["--run", str(run), "--tasks", "kinterval_tiny_mc", "--include-path", str(tmp_path / "nope")]
+    assert main(["downstream", *args, "--device", "cpu", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--include-path" in err and "no such folder" in err and not (tmp_path / "o").exists()
+
+
 def test_kinterval_lm_eval_command_runs_a_local_task(run, tmp_path, in_data, capsys):
     from kinterval import cli
 

@@ -174,6 +174,8 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
     from kinterval.eval.lm_eval_commands import TASKS_DIR, hub_error
 
     device = pick_device(device)  # an unknown device, or CUDA without a GPU, before lm-eval walks its tasks
+    if include_path is not None and not Path(include_path).is_dir():  # lm-eval would only say "not found"
+        raise FileNotFoundError(f"--include-path {include_path}: no such folder of task YAML files")
     tm = TaskManager(include_path=[str(TASKS_DIR), *([str(include_path)] if include_path else [])])
     unknown = [t for t in tasks if not tm.match_tasks([t]) and not Path(t).is_file()]  # a YAML path is fine
     if unknown:
