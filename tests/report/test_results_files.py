@@ -4,6 +4,7 @@ per-block NLL is an error naming its file."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +22,49 @@ def test_a_torn_last_metrics_line_is_left_out(tmp_path):
         f.write('{"step": 99, "clipped_fr')
     logs = load_results(tmp_path / "ci").logs[run["run_id"]]
     assert len(logs) == n and all(r["clipped_frac"] == 0.1 for r in logs)
+
+
+def _cut_log(suite: Path, run: dict) -> Path:
+    """Cut the run's metrics.jsonl after its first row (the checkpoint at step 16 of 48), mid-row."""
+    log = suite / run["run_dir"] / "metrics.jsonl"
+    first = log.read_text().splitlines()[0]
+    log.write_text(first + '\n{"step": 32, "clipped_fr')
+    return log
+
+
+def test_a_truncated_log_of_a_finished_run_is_refused(tmp_path, capsys):
+    """The report took the clip statistics of a completed run from whatever rows its metrics.jsonl kept: a log
+    cut after step 16 of 48 gave that seed the clipped fraction of its first steps, with exit status 0."""
+    m = write_results(tmp_path / "ci", "ci", lambda r, f: 0.0, clip=lambda r: 0.1)
+    run = m["runs"][2]
+    log = _cut_log(tmp_path / "ci", run)
+    why = rf"{log}: truncated: its last row is step 16, but the run trained 48 steps \(its checkpoint at "
+    with pytest.raises(ValueError, match=why):
+        load_results(tmp_path / "ci")
+    assert f"{log}: truncated" in _report([tmp_path / "ci"], tmp_path, capsys)
+    # status.json of the completed run says so too, when the last checkpoint is not evaluated (yet)
+    for f in (tmp_path / "ci" / run["run_dir"] / "eval").glob("*/step_000048.*"):
+        f.unlink()
+    (log.parent / "status.json").write_text(json.dumps({"status": "completed", "step": 48, "steps": 48}))
+    with pytest.raises(ValueError, match=rf"{log}: .* trained 48 steps \(status.json of the completed run\)"):
+        load_results(tmp_path / "ci")
+    log.write_text("")
+    with pytest.raises(ValueError, match=rf"{log}: truncated: it holds no logged step"):
+        load_results(tmp_path / "ci")
+
+
+def test_the_log_of_a_run_still_training_may_stop_anywhere(tmp_path):
+    """A run of a partial suite still training (or stopped early): its log is read as far as it goes."""
+    m = write_results(tmp_path / "ci", "ci", lambda r, f: 0.0, clip=lambda r: 0.1)
+    run = m["runs"][2]
+    log = _cut_log(tmp_path / "ci", run)
+    for f in (tmp_path / "ci" / run["run_dir"] / "eval").glob("*/step_0000[34]*"):
+        f.unlink()
+    for status in (None, "running", "nonfinite_loss"):
+        if status is not None:
+            (log.parent / "status.json").write_text(json.dumps({"status": status, "step": 20, "steps": 48}))
+        logs = load_results(tmp_path / "ci").logs[run["run_id"]]
+        assert [r["step"] for r in logs] == [16]
 
 
 def test_a_non_finite_per_block_nll_names_its_file(tmp_path):

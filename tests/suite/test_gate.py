@@ -484,6 +484,23 @@ def test_full_gate_reads_each_run_log_as_the_report_does(suite_dir, tmp_path, ca
     assert "3 runs, 6 jobs, 1 errors" in out and not (d / RECORD).exists()
 
 
+@pytest.mark.parametrize("keep", [0, 1])
+def test_full_gate_refuses_a_truncated_log_of_a_completed_run(suite_dir, tmp_path, capsys, keep):
+    """A completed run's metrics.jsonl cut after its first row (or emptied) passed the gate, 0 errors, and
+    the report then gave clip statistics of the first steps (it now refuses the file, as the gate does)."""
+    d = _copy(suite_dir, tmp_path)
+    (d / RECORD).unlink()
+    log = d / "runs" / RUN / "metrics.jsonl"
+    rows = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(rows[:keep]))
+    trained = json.loads((d / "runs" / RUN / "status.json").read_text())["step"]
+    assert main(["suite", "gate", str(d)]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ERROR")]
+    ends = "no logged step" if keep == 0 else f"its last row is step {json.loads(rows[0])['step']}"
+    assert lines == [f"ERROR runs/{RUN}/metrics.jsonl: truncated: {ends} of the {trained} the run trained"]
+    assert not (d / RECORD).exists()
+
+
 def test_results_only_reads_each_run_log_even_when_the_record_signs_it_off(results_dir, tmp_path):
     """A gate.json written by the old gate holds the corrupt log's hash: the bytes match, the log is still
     one error."""

@@ -188,8 +188,40 @@ def _nll_arrays(npz: Path) -> tuple[np.ndarray, dict]:
     return nll, docs
 
 
-def _read_logs(run_dir: Path) -> list[dict]:
-    return read_metrics(run_dir)  # a torn last line (a run killed mid-write) is left out
+def _trained_steps(run_dir: Path, run: dict, eval_steps: list[int]) -> tuple[int, str] | None:
+    """The step count of a run that finished training, and where that is read: ``status.json`` when it says
+    "completed", else the manifest's planned ``steps`` when a checkpoint at that step was evaluated. None for
+    a run still training or stopped early (its log may end anywhere)."""
+    status = run_dir / "status.json"
+    if status.is_file():
+        st = _json(status)
+        if st.get("status") == "completed":
+            if isinstance(st.get("step"), bool) or not isinstance(st.get("step"), int):
+                raise ValueError(f"{status}: a completed run without a valid 'step' ({st.get('step')!r})")
+            return st["step"], f"{status.name} of the completed run"
+    planned = run.get("steps")
+    if isinstance(planned, int) and planned in eval_steps:
+        return planned, f"its checkpoint at step {planned} is evaluated"
+    return None
+
+
+def _read_logs(run_dir: Path, run: dict, eval_steps: list[int]) -> list[dict]:
+    """The rows of the run's metrics.jsonl. A torn last line (a run killed mid-write) is left out; a log that
+    stops short of the last step of a run that finished training is refused (the trainer always logs the last
+    step): the clip statistics and validation rows would describe its first steps only."""
+    rows = read_metrics(run_dir)
+    path = run_dir / "metrics.jsonl"
+    trained = _trained_steps(run_dir, run, eval_steps) if path.is_file() else None
+    if trained is not None:
+        last = max((x["step"] for x in rows if isinstance(x.get("step"), int)), default=None)
+        n, source = trained
+        if last is None or last < n:
+            ends = "it holds no logged step" if last is None else f"its last row is step {last}"
+            raise ValueError(
+                f"{path}: truncated: {ends}, but the run trained {n} steps ({source}); the rows after "
+                f"step {last or 0} are missing"
+            )
+    return rows
 
 
 def load_results(suite_dir: str | Path) -> SuiteResults:
@@ -207,7 +239,6 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
         run_dir = suite_dir / r["run_dir"]
         primary_tag = Path(r["eval_dir"]).name
         geo_dir = run_dir / "diagnostics" / "geometry"
-        logs[r["run_id"]] = _read_logs(run_dir)
         gd_files = sorted((run_dir / "diagnostics" / "graddiag").glob("step_*.json"))
         gd = [_json(f) for f in gd_files]
         for f, d in zip(gd_files, gd):
@@ -216,6 +247,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
         if gd:
             graddiag[r["run_id"]] = sorted(gd, key=lambda d: d["step"])
         budget = int(r.get("tokens") or 0)
+        eval_steps = []  # the run's evaluated checkpoints, all tags
         for js in sorted((run_dir / "eval").glob("*/step_*.json")):
             s = _json(js)
             npz = js.with_suffix(".npz")
@@ -234,6 +266,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                 step, tokens = int(s["step"]), int(s.get("tokens", 0))
             except (KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{js}: no valid step / tokens ({err!r})") from None
+            eval_steps.append(step)
             points.append(
                 Point(
                     suite=m["suite"],
@@ -257,6 +290,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     device_name=str(s.get("device_name") or ""),
                 )
             )
+        logs[r["run_id"]] = _read_logs(run_dir, r, eval_steps)
     return SuiteResults(m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs, graddiag)
 
 

@@ -363,13 +363,22 @@ class _Gate:
             self.errs.add(("run", rid), f"{rid}: run not complete (status {status})")
 
     def _check_metrics(self, run_dir: Path) -> None:
-        """The run's metrics.jsonl, read as the report reads it (a torn last line is left out there too)."""
+        """The run's metrics.jsonl, read as the report reads it (a torn last line is left out there too); a
+        completed run's log reaches its last step (the trainer always logs it), or the report refuses it."""
         path = run_dir / "metrics.jsonl"
+        rel = self.rel(path)
         try:
-            read_metrics(run_dir)
+            rows = read_metrics(run_dir)
+            st = json.loads((run_dir / "status.json").read_text()) if path.is_file() else {}
         except (OSError, ValueError) as err:
-            rel = self.rel(path)
             self.errs.add(self.subject(rel), f"{rel}: {str(err).removeprefix(f'{path}: ')}")
+            return
+        n = st.get("step") if isinstance(st, dict) and st.get("status") == "completed" else None
+        if isinstance(n, int) and not isinstance(n, bool):
+            last = max((x["step"] for x in rows if isinstance(x.get("step"), int)), default=None)
+            if last is None or last < n:
+                ends = "no logged step" if last is None else f"its last row is step {last}"
+                self.errs.add(self.subject(rel), f"{rel}: truncated: {ends} of the {n} the run trained")
 
     def _check_job(self, r: dict, exp: dict, run_dir: Path, eval_dir: Path, step: int) -> None:
         rid, name = r["run_id"], f"step_{step:06d}"
