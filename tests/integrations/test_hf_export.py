@@ -142,3 +142,84 @@ def test_a_run_with_bf16_attention_inputs_is_refused(tmp_path):
     argv = ["export-hf", "--run", str(run), "--out", str(tmp_path / "hf")]
     assert cli.main(argv) == 2
     assert not (tmp_path / "hf").exists()
+
+
+def snapshot(folder):
+    """Everything under ``folder`` (relative path -> bytes, None for a folder): what a refused export must
+    leave as it was."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")
+    }
+
+
+def refused(capsys, run, out, match):
+    """export-hf into ``out``: a ValueError naming the problem (CLI: exit 2, one line); nothing written."""
+    from kinterval.integrations.hf_export import export_hf
+
+    before = snapshot(run.parent)
+    with pytest.raises(ValueError, match=match):
+        export_hf(run, out, checkpoint="1")
+    capsys.readouterr()
+    assert cli.main(["export-hf", "--run", str(run), "--checkpoint", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and re.search(match, err), err
+    assert snapshot(run.parent) == before  # the checkpoint's bytes, and every other file, unchanged
+
+
+def test_export_into_a_checkpoint_folder_is_refused(tmp_path, capsys):
+    """--out RUN/checkpoints/step_N replaced the checkpoint's model.safetensors and config with the GPT-2
+    files: the run could no longer resume, evaluate or export. Refused, also inside it and through a link."""
+    run = make_run(tmp_path / "run", "fwm-prob-k4", 0)
+    ckpt = run / "checkpoints" / "step_000001"
+    refused(capsys, run, ckpt, r"step_000001 is a kinterval checkpoint folder \(it holds state.json\)")
+    refused(capsys, run, ckpt / "hf", r"lies inside .*step_000001, which is a kinterval checkpoint folder")
+    (tmp_path / "link").symlink_to(ckpt, target_is_directory=True)
+    refused(capsys, run, tmp_path / "link", "is a kinterval checkpoint folder")
+    refused(capsys, run, tmp_path / "x" / ".." / "link" / "hf", "lies inside .*checkpoint folder")
+
+
+def test_export_into_a_run_folder_is_refused(tmp_path, capsys):
+    """--out RUN dropped config.json, model.safetensors and README.md among the run's files. Refused, and so
+    is any folder inside a run, and a run that has no checkpoint yet (status.json, run_config.json)."""
+    run = make_run(tmp_path / "run", "fwm-prob-k4", 0)
+    refused(capsys, run, run, r"run is a kinterval run folder \(it holds run_config.json, status.json or")
+    refused(capsys, run, run / "checkpoints", r"lies inside .*run, which is a kinterval run folder")
+    refused(capsys, run, run / "exports" / "hf", "lies inside .*run, which is a kinterval run folder")
+    for marker in ("status.json", "run_config.json"):
+        (tmp_path / marker.split(".")[0]).mkdir()
+        (tmp_path / marker.split(".")[0] / marker).write_text("{}\n")
+        refused(capsys, run, tmp_path / marker.split(".")[0] / "hf", "which is a kinterval run folder")
+
+
+def test_export_into_a_foreign_folder_or_file_is_refused(tmp_path, capsys):
+    """A non-empty --out that export-hf did not write (another model's config.json included) would be
+    overwritten in part: refused. So is an --out that is a file."""
+    run = make_run(tmp_path / "run", "fwm-prob-k4", 0)
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    refused(capsys, run, out, "notes is a non-empty folder that is not an earlier export-hf output")
+    other = tmp_path / "llama"  # a transformers model with the kinterval attention, not an export-hf folder
+    other.mkdir()
+    (other / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "kinterval_operator": "fwm-prob-k4"})
+    )
+    (other / "model.safetensors").write_bytes(b"weights")
+    refused(capsys, run, other, "llama is a non-empty folder that is not an earlier export-hf output")
+    (tmp_path / "file").write_text("x")
+    refused(capsys, run, tmp_path / "file", "is a file, not a folder")
+
+
+def test_re_export_into_an_export_folder_or_an_empty_folder_works(tmp_path):
+    """An earlier export-hf folder is overwritten with the new export; an empty folder is written."""
+    run_a = make_run(tmp_path / "a", "fwm-prob-k4", 0)
+    run_b = make_run(tmp_path / "b", "softmax", 1)
+    (tmp_path / "hf").mkdir()  # empty
+    (tmp_path / "fresh").mkdir()
+    assert cli.main(["export-hf", "--run", str(run_a), "--out", str(tmp_path / "hf")]) == 0
+    assert cli.main(["export-hf", "--run", str(run_b), "--out", str(tmp_path / "hf")]) == 0
+    assert cli.main(["export-hf", "--run", str(run_b), "--out", str(tmp_path / "fresh")]) == 0
+    hf_files, fresh = snapshot(tmp_path / "hf"), snapshot(tmp_path / "fresh")
+    fresh["README.md"] = fresh["README.md"].replace(b"fresh", b"hf")  # the README names its folder
+    assert hf_files == fresh  # b's export, nothing of a's left
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["kinterval_operator"] == "softmax"

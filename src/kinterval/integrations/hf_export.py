@@ -13,6 +13,7 @@ only for the baselines and K in ``AUTO_K`` without overrides). The config names 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import torch
@@ -41,6 +42,8 @@ def export_hf(run, out, checkpoint="latest") -> Path:
     from kinterval.integrations import hf
     from kinterval.train.load import load_run
 
+    check_out(out)
+    out = Path(out)
     loaded = load_run(run, checkpoint)
     model, state = loaded.model, loaded.state
     cfg = model.config
@@ -65,7 +68,6 @@ def export_hf(run, out, checkpoint="latest") -> Path:
     missing, unexpected = hf_model.load_state_dict(gpt2_state_dict(model), strict=False)
     if set(missing) - {"lm_head.weight"} or unexpected:  # lm_head is tied to wte, nothing else may be left
         raise RuntimeError(f"GPT-2 weight mapping incomplete: missing {missing}, unexpected {unexpected}")
-    out = Path(out)
     hf_model.save_pretrained(out)
     # every text source of `kinterval data prepare` is GPT-2 BPE (50257 ids); another size is token-id data
     tokenizer_note = (
@@ -85,6 +87,56 @@ def export_hf(run, out, checkpoint="latest") -> Path:
         )  # fmt: skip
     )
     return out
+
+
+def check_out(out) -> None:
+    """``ValueError`` (before anything is written) unless export-hf may write the folder ``out``.
+
+    Refused: ``out`` (symlinks and ``..`` resolved) or any folder above it is a kinterval checkpoint (holds
+    ``state.json``) or training run (holds ``run_config.json``, ``status.json``, ``checkpoints/LATEST`` or a
+    ``checkpoints/step_*`` folder), whose files the export would overwrite or mix with; and an existing
+    ``out`` that is not an empty folder or an earlier export-hf folder (whose config.json has
+    ``kinterval_attn_implementation``), which would be overwritten in part.
+    """
+    path = Path(out).resolve()
+    for folder in (path, *path.parents):
+        ckpts = folder / "checkpoints"
+        if (folder / "state.json").is_file():
+            kind = "a kinterval checkpoint folder (it holds state.json)"
+        elif (
+            (folder / "run_config.json").is_file()
+            or (folder / "status.json").is_file()
+            or (ckpts / "LATEST").is_file()
+            or any(p.is_dir() for p in ckpts.glob("step_*"))
+        ):
+            kind = "a kinterval run folder (it holds run_config.json, status.json or checkpoints/)"
+        else:
+            continue
+        where = "is" if folder == path else f"lies inside {folder}, which is"
+        raise ValueError(
+            f"--out {out} {where} {kind}: export-hf would overwrite or mix with the run's files; "
+            "give a folder outside any run"
+        )
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    if path.is_dir() and any(path.iterdir()) and not _is_export(path):
+        raise ValueError(
+            f"--out {out} is a non-empty folder that is not an earlier export-hf output (no config.json with "
+            "kinterval_attn_implementation): give a new or empty folder"
+        )
+
+
+def _is_export(folder: Path) -> bool:
+    """Whether ``folder`` holds the config.json of an earlier export-hf (a GPT-2 naming its attention)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return (
+        isinstance(config, dict)
+        and config.get("architectures") == ["GPT2LMHeadModel"]
+        and "kinterval_attn_implementation" in config
+    )
 
 
 def gpt2_state_dict(model) -> dict[str, torch.Tensor]:
