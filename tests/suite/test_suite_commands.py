@@ -18,10 +18,15 @@ def fake_report(errors):
     "max_errors, shown, more",
     [(0, 0, "... and 3 more errors"), (2, 2, "... and 1 more errors"), (3, 3, None)],
 )
-def test_gate_prints_at_most_max_errors_and_counts_the_rest(monkeypatch, capsys, max_errors, shown, more):
+def test_gate_prints_at_most_max_errors_and_counts_the_rest(
+    monkeypatch, capsys, tmp_path, max_errors, shown, more
+):
     """--max-errors N (>= 0) prints the first N errors and says how many more there are."""
     from kinterval.suite import gate
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "D").mkdir()
+    (tmp_path / "D" / "manifest.json").write_text("{}")  # a folder with a manifest: the gate reads it
     seen = {}
     rep = fake_report(["e1", "e2", "e3"])
     monkeypatch.setattr(gate, "gate", lambda d, **k: seen.update(k, dir=d) or rep)
@@ -93,3 +98,23 @@ def test_output_into_a_closed_pipe_stops_quietly():
     )
     os.close(w)
     assert proc.returncode == 141 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+@pytest.mark.parametrize("what", ["missing", "empty", "a file"])
+def test_gate_of_a_folder_without_a_manifest_is_one_line_and_exit_2(tmp_path, capsys, what):
+    """`suite gate PATH` of a missing path, an empty folder or a file printed an ERROR line and a summary of
+    suite "?" and exited 1, where merge, report and --skip-gated say one line and exit 2."""
+    path = tmp_path / "d"
+    if what == "empty":
+        path.mkdir()
+    elif what == "a file":
+        path.write_text("x")
+    assert main(["suite", "gate", str(path)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1
+    assert err[0] == f"kinterval suite: error: {path}: no manifest.json there, not a suite or results folder"
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.json").write_text("{not json")  # there but unreadable: a gate error
+    assert main(["suite", "gate", str(tmp_path / "bad"), "--no-record"]) == 1
+    assert "ERROR manifest.json: unreadable" in capsys.readouterr().out

@@ -61,10 +61,15 @@ def _run_one(args) -> int:
 
 
 def _gate(args) -> int:
+    from pathlib import Path
+
     from kinterval.suite.gate import gate
+    from kinterval.suite.manifest import MANIFEST
 
     if args.max_errors < 0:
         raise ValueError(f"--max-errors must be >= 0, got {args.max_errors}")
+    if not (Path(args.dir) / MANIFEST).is_file():  # one that is there but unreadable is a gate error
+        raise FileNotFoundError(f"{args.dir}: no {MANIFEST} there, not a suite or results folder")
     rep = gate(
         args.dir, results_only=args.results_only, write_record=not args.no_record, partial=args.partial
     )

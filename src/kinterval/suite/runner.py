@@ -5,7 +5,9 @@ Sequential in this process by default (a run that raises is recorded as failed a
 (``CUDA_VISIBLE_DEVICES``), ``per_gpu=M`` up to M runs on each GPU at once (a small model does not fill a
 large GPU); ``slurm=True`` submits one job per run to Slurm through submitit. A run whose status is
 ``completed`` with all its checkpoints is not retrained; an interrupted run resumes from its last checkpoint;
-evaluations and geometry probes already on disk for the same checkpoint are kept.
+evaluations and geometry probes already on disk for the same checkpoint are kept. A finished run that has lost
+a checkpoint is not trained again (``missing_checkpoints``: that would overwrite its results), and a results
+folder without checkpoints is refused as ``out``.
 """
 
 from __future__ import annotations
@@ -129,19 +131,52 @@ def _device_id(gpu: int) -> str:
     return visible.split(",")[gpu].strip() if visible else str(gpu)
 
 
-def run_complete(run_dir: Path, entry: dict) -> bool:
-    """Whether the run finished training with every checkpoint of the manifest. An unreadable status.json
-    (not JSON, not an object) is not complete: the run resumes, and training rewrites it."""
+def _status(run_dir: Path) -> str | None:
+    """The ``status`` of ``status.json``; None when it is missing or unreadable (not JSON, not an object)."""
     try:
         status = json.loads((run_dir / "status.json").read_text())
     except (OSError, ValueError):  # missing, unreadable, not JSON (JSONDecodeError, UnicodeDecodeError)
-        return False
-    if not isinstance(status, dict) or status.get("status") != "completed":
-        return False
-    return all(
-        (run_dir / "checkpoints" / f"step_{s:06d}" / "state.json").is_file()
+        return None
+    return status.get("status") if isinstance(status, dict) else None
+
+
+def _missing_checkpoints(run_dir: Path, entry: dict) -> list[int]:
+    """The checkpoint steps of the manifest that the run folder lacks."""
+    return [
+        s
         for s in entry["checkpoint_steps"]
-    )
+        if not (run_dir / "checkpoints" / f"step_{s:06d}" / "state.json").is_file()
+    ]
+
+
+def run_complete(run_dir: Path, entry: dict) -> bool:
+    """Whether the run finished training with every checkpoint of the manifest. An unreadable status.json
+    (not JSON, not an object) is not complete: the run resumes, and training rewrites it."""
+    return _status(run_dir) == "completed" and not _missing_checkpoints(run_dir, entry)
+
+
+def lost_checkpoints(run_dir: Path, entry: dict, eval_dir: Path) -> list[int]:
+    """Checkpoint steps a run once had and has lost: every missing one of a run whose status is
+    ``completed``, and any missing one with an evaluation in ``eval_dir``. Training such a run again would
+    overwrite its results (evaluations, metrics, status, probes), so :func:`run_one` does not."""
+    missing = _missing_checkpoints(run_dir, entry)
+    if not missing or _status(run_dir) == "completed":
+        return missing
+    evaluated = {p.stem for p in eval_dir.glob("step_*.json")}
+    return [s for s in missing if f"step_{s:06d}" in evaluated]
+
+
+def check_not_results_folder(out: Path) -> None:
+    """``out`` must not be a results folder (evaluations without any checkpoint: one made by ``suite merge``
+    or copied without its checkpoints), which ``suite run`` would train again over its results."""
+    runs = out / "runs"
+    if not (out / MANIFEST).is_file() or any(runs.glob("*/checkpoints/step_*")):
+        return
+    if (out / "gate.json").is_file() or any(runs.glob("*/eval/*/step_*.json")):
+        raise ValueError(
+            f"{out} is a results folder (results without checkpoints): its runs would be trained again "
+            f"over their results; run into a new --out, with --skip-gated {out} to run only what it lacks"
+        )
 
 
 def check_device_threads(device: str | None, threads: int | None) -> None:
@@ -152,15 +187,35 @@ def check_device_threads(device: str | None, threads: int | None) -> None:
         raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
 
 
+def _devices(runs, device: str | None) -> set[str]:
+    """The devices the runs train on: ``device`` (``--device``) if given, else their protocols'."""
+    from kinterval.train.config import TrainConfig
+
+    if device:
+        return {device}
+    return {TrainConfig.from_toml(r.protocol).override(r.overrides).device for r in runs}
+
+
+def check_device_available(runs, device: str | None) -> None:
+    """The runs' device (``--device``, else their protocols') exists on this machine: ``cuda`` without CUDA
+    is refused before any run starts, rather than failing every run in turn."""
+    from kinterval.train.distributed import pick_device
+
+    for name in sorted(_devices(runs, device) - {"auto"}):
+        try:
+            pick_device(name)
+        except ValueError as err:
+            what = f"--device {name}" if device else "the runs' protocol device"
+            raise ValueError(
+                f"{what}: {err}; pass --device cpu (or auto), or run on a machine with a GPU"
+            ) from None
+
+
 def check_gpus(gpus: int, runs, device: str | None) -> None:
     """``--gpus N`` needs N visible CUDA devices unless the runs train on the CPU (``--device cpu`` or a CPU
     protocol such as ``tiny-cpu``: then N child processes share the CPU). Without this a run meant for a GPU
     that a child cannot see (``CUDA_VISIBLE_DEVICES`` beyond the machine's) trained on the CPU, unnoticed."""
-    from kinterval.train.config import TrainConfig
-
-    devices = (
-        {device} if device else {TrainConfig.from_toml(r.protocol).override(r.overrides).device for r in runs}
-    )
+    devices = _devices(runs, device)
     if devices == {"cpu"}:
         return
     import torch
@@ -197,6 +252,13 @@ def run_one(
     run_dir = out / entry["run_dir"]
     data = resolve_data_dir(out, entry["config"]["data"]["dir"])
     status = "cached"
+    if lost := lost_checkpoints(run_dir, entry, out / entry["eval_dir"]):
+        log(
+            f"{run_id}: finished, but checkpoints {lost} of the manifest are missing; not trained again "
+            f"(that would overwrite its results): restore them into {run_dir / 'checkpoints'}, or delete "
+            f"{run_dir} to train the run anew"
+        )
+        return "missing_checkpoints"
     if not run_complete(run_dir, entry):
         cfg = TrainConfig.from_dict(entry["config"])
         cfg = cfg.override({"device": device, "log.progress": False, "data.dir": str(data)})
@@ -207,9 +269,8 @@ def run_one(
         if result.status != "completed":
             log(f"{run_id}: {status}")
             return result.status
-        if not run_complete(run_dir, entry):  # e.g. a checkpoint of a finished run deleted since
-            have = {p.name for p in (run_dir / "checkpoints").glob("step_*")}
-            lost = [s for s in entry["checkpoint_steps"] if f"step_{s:06d}" not in have]
+        if not run_complete(run_dir, entry):  # e.g. a checkpoint of an interrupted run deleted since
+            lost = _missing_checkpoints(run_dir, entry)
             log(f"{run_id}: {status}, but checkpoints {lost} of the manifest are missing")
             return "missing_checkpoints"
     ev = manifest["eval"]
@@ -274,6 +335,9 @@ def run_suite(
         raise ValueError(f"--only {only} matches no run of suite {suite.name}")
     if gpus and not slurm:
         check_gpus(gpus, runs, device)
+    if not slurm:  # a Slurm job checks its own node's device
+        check_device_available(runs, device)
+    check_not_results_folder(out)
     executor = _slurm_executor(out) if slurm else None  # no submitit or no Slurm: refused here too
     done = signed_off(skip_gated, suite.name) if skip_gated is not None else None
     if threads:
