@@ -133,6 +133,15 @@ def test_margin_label_for_nll_metrics_only(folders):
     assert rows[("qa", "acc", "tiny")]["margin_status"] is None
 
 
+def test_nll_metrics_must_name_a_metric_of_the_results(folders):
+    """--nll-metrics zzz was taken: no row got a margin label, silently."""
+    base, conds = folders
+    with pytest.raises(ValueError, match=r"--nll-metrics zzz: no task has that metric \(metrics: \['acc'"):
+        downstream_compare(base, conds, nll_metrics=("nll", "zzz"), **FAST)
+    rows = by_key(downstream_compare(base, conds, nll_metrics=["nll"], **FAST))  # named, and present
+    assert rows[("lm", "nll", "tiny")]["margin_status"] == "within margin"
+
+
 def test_differing_items_are_refused_naming_the_task(folders, tmp_path):
     base, conds = folders
     short = tmp_path / "short"

@@ -622,6 +622,12 @@ def downstream_compare(
             families[("blimp", m)] = rows
     for task, items, metrics in derived:  # per-item A - B, paired between condition and baseline as a task
         task_rows(task, metrics, items[0], items[1:])
+    named = set(nll_metrics) - {m for _, m in families}
+    if tuple(nll_metrics) != NLL_METRICS and named:  # a misspelt name would label nothing, silently
+        have = sorted({m for _, m in families})
+        raise ValueError(
+            f"--nll-metrics {', '.join(sorted(named))}: no task has that metric (metrics: {have})"
+        )
     out = []
     for rows in families.values():
         for row, q in zip(rows, bh_q([r["p"] for r in rows])):
