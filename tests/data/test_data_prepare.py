@@ -123,6 +123,19 @@ def test_prepare_synthetic_sizes_blocks_and_shards(tmp_path):
     assert sorted(p.name for p in out.glob("train_*")) == ["train_0000.bin"]
 
 
+def test_synthetic_splits_come_from_their_own_streams(tmp_path):
+    """docs/data.md: val and test are max(5 % of train, 64·128+1) tokens each, from streams (seed, 1) and
+    (seed, 2); 200,000 train tokens put 5 % (10,000) above the 8,193 floor."""
+    meta = prepare("synthetic", tmp_path, tokens=200_000, seed=5, progress=False)
+    train, val, test = (TokenShards(tmp_path, s).tokens() for s in ("train", "val", "test"))
+    expected = max(200_000 * 5 // 100, 64 * 128 + 1)
+    assert expected == 10_000 and len(train) == 200_000 and len(val) == len(test) == expected
+    assert np.array_equal(val, synthetic.generate(expected, 5, stream=1))
+    assert np.array_equal(test, synthetic.generate(expected, 5, stream=2))
+    assert not np.array_equal(test, train[: len(test)]) and not np.array_equal(val, train[: len(val)])
+    assert meta["params"]["synthetic_streams"] == {"train": 0, "val": 1, "test": 2}
+
+
 def test_import_bin_copy_and_reference(tmp_path):
     src = tmp_path / "raw"
     src.mkdir()

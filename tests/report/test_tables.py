@@ -256,6 +256,16 @@ def test_taildecomp_cells_name_delta_and_path_ratio_once_with_the_margin_mark():
     assert [c[-1] for c in cells] == ["-", "1.077 [1.061, 1.095]", "-"]
 
 
+def test_taildecomp_margin_mark_is_for_delta_strictly_below_the_margin():
+    """The ° of tab:taildecomp marks |Δ| < 0.01 only: a Δ of exactly ±0.01 gets none, ±0.0099 gets it."""
+    key = Key("resolved-weight-k4", 100_007_936, DATA, "val")
+    means = (0.01, -0.01, 0.0099, -0.0099)
+    rows = [Row("resolved − FWM (weight-STE, K4)", key, (1337,), _one(m, m - 0.001, m + 0.001), 100_007_936)
+            for m in means]  # fmt: skip
+    _, cells = T.taildecomp_rows(rows)
+    assert [c[4].endswith(" °") for c in cells] == [False, False, True, True]
+
+
 def test_ktrend_and_factorial_rows_name_the_seed_of_a_supplementary_row():
     """Supplementary per-seed rows (seeds 1338, 1339) are told apart by their seed: ktrend.md names it with
     the family (analysis.condition), factorial.md lists the seeds."""
