@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa
 
 from kinterval.integrations import hf  # noqa: E402
 from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
+from kinterval.ops.catalog import FAMILY_FORMS  # noqa: E402
 
 V, T = 128, 12
 CONFIGS = {
@@ -106,6 +108,52 @@ def test_softmax_reproduces_eager_and_sdpa(kind, padding):
             torch.testing.assert_close(
                 ours[keep], model(ids, attention_mask=am).logits[keep], rtol=0, atol=1e-5
             )
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("t", [2, 3])
+def test_a_short_prompt_without_mask_is_causal_like_sdpa(kind, t):
+    """A 2- or 3-token prompt without attention_mask: sdpa's mask builder hands None (is_causal), and the
+    kinterval path must then be causal from two queries on, as sdpa is."""
+    ids = torch.randint(0, V, (1, t), generator=torch.Generator().manual_seed(1))
+    model = make(kind, "kinterval-softmax").float()
+    with torch.no_grad():
+        ours = model(ids).logits
+        model.set_attn_implementation("sdpa")
+        torch.testing.assert_close(ours, model(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_a_module_without_is_causal_is_causal_like_sdpa():
+    """No mask, no is_causal argument and no is_causal attribute on the module: causal, as sdpa's default."""
+    q, k, v = (
+        torch.randn(1, 2, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(s))
+        for s in range(3)
+    )
+    module = types.SimpleNamespace(training=False)
+    out, _ = hf._attention("kinterval-softmax", module, q, k, v, None, scaling=8**-0.5)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-10)
+
+
+def test_the_explicit_p_path_default_scale_is_one_over_sqrt_d():
+    """scaling=None on the explicit-P path (output_attentions, dropout) is D^-1/2, as on the fused path."""
+    q, k, v = (
+        torch.randn(1, 2, 6, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(s))
+        for s in range(3)
+    )
+    spec = OperatorSpec.from_full_name("softmax")
+    out, _ = hf._explicit_attention(q, k, v, spec, True, None, None, 0.0, "auto")
+    torch.testing.assert_close(
+        out, kinterval_attention(q, k, v, spec, causal=True, scale=None), rtol=0, atol=1e-10
+    )
+
+
+def test_every_family_and_auto_k_is_registered():
+    """Every K-interval form of the operator catalog, for every K in AUTO_K, has its own name."""
+    names = set(hf.registered_names())
+    expected = {f"{hf.PREFIX}-{form.format(K=k)}" for form in FAMILY_FORMS for k in hf.AUTO_K}
+    assert len(expected) == len(FAMILY_FORMS) * len(hf.AUTO_K)
+    assert expected <= names, sorted(expected - names)
 
 
 def test_generate_matches_sdpa():

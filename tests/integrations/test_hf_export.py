@@ -51,6 +51,8 @@ def test_export_round_trip_gives_kinterval_logits(tmp_path, operator, capsys):
     config = json.loads((out / "config.json").read_text())
     impl = config["kinterval_attn_implementation"]
     assert config["architectures"] == ["GPT2LMHeadModel"] and config["kinterval_operator"] == operator
+    # the run's MLP is exact GELU; "gelu_new" (the tanh form) is within the round trip's tolerance at init
+    assert config["activation_function"] == "gelu"
     readme = (out / "README.md").read_text()
     assert "import kinterval.integrations.hf" in readme
     assert f'from_pretrained("hf", attn_implementation="{impl}")' in readme
@@ -223,3 +225,15 @@ def test_re_export_into_an_export_folder_or_an_empty_folder_works(tmp_path):
     fresh["README.md"] = fresh["README.md"].replace(b"fresh", b"hf")  # the README names its folder
     assert hf_files == fresh  # b's export, nothing of a's left
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["kinterval_operator"] == "softmax"
+
+
+def test_export_into_a_run_with_only_a_checkpoint_folder_is_refused(tmp_path):
+    """A run folder holding only checkpoints/step_N/ (no LATEST, status.json or run_config.json) is a run."""
+    from kinterval.integrations.hf_export import check_out
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_000100").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"run is a kinterval run folder"):
+        check_out(run)
+    with pytest.raises(ValueError, match=r"lies inside .*run, which is a kinterval run folder"):
+        check_out(run / "hf")
