@@ -141,6 +141,11 @@ def edit_geometry(d):
     _edit_json(d / "runs" / RUN / "diagnostics" / "geometry" / "step_000016.json", lambda g: g.update(step=3))
 
 
+def edit_n_blocks(d):
+    """A block count that the 'nll' array does not have, the rest of the summary left as evaluated."""
+    _edit_json(_eval(d), lambda s: s.update(n_blocks=s["n_blocks"] + 5))
+
+
 def edit_mean_ci95(d):
     _edit_json(_eval(d), lambda s: s.update(mean_ci95=[s["mean_ci95"][0] - 0.01, s["mean_ci95"][1]]))
 
@@ -199,6 +204,7 @@ def edit_n_jobs(d):
 
 
 SUMMARY_TAMPERINGS = [
+    edit_n_blocks,
     edit_mean_ci95,
     edit_mean_ci95_block,
     edit_recorded_state_hash,
@@ -311,6 +317,40 @@ def test_full_gate_checks_the_geometry_probes_the_report_reads(suite_dir, tmp_pa
     rep = gate(d)
     assert len(rep.errors) == 1 and "geometry" in rep.errors[0] and RUN in rep.errors[0], rep.errors
     assert not (d / RECORD).exists()  # nothing signed off
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda st: st.setdefault("operator", {}).update(full_name="lerp-k8"), "trained operator lerp-k8"),
+        (lambda st: st.setdefault("code", {}).update(ops_sha256="0" * 64), "code identity 000000000000"),
+    ],
+    ids=["operator", "code"],
+)
+def test_full_gate_checks_the_checkpoints_own_operator_and_code(suite_dir, tmp_path, edit, says):
+    """A checkpoint whose state.json names another operator or code than the manifest: the evaluation and the
+    geometry probe re-pointed at the edited state.json, so only the checkpoint's own identity tells."""
+    from kinterval.suite.gate import sha256_file
+
+    d = _copy(suite_dir, tmp_path)
+    state = _ckpt(d) / "state.json"
+    _edit_json(state, edit)
+    for js in (_eval(d), _geo(d)):
+        _edit_json(js, lambda s: s.update(checkpoint_state_sha256=sha256_file(state)))
+    (err,) = gate(d, write_record=False).errors
+    assert err.startswith(f"{RUN} step 16: {says}") and "!= manifest" in err, err
+
+
+def test_full_gate_checks_the_document_count_against_the_document_arrays(suite_dir, tmp_path):
+    """A summary with document clusters whose n_documents is not the length of its document arrays."""
+    from kinterval.eval.evaluate import evaluate_checkpoint
+
+    d = _copy(suite_dir, tmp_path)
+    summary = evaluate_checkpoint(_ckpt(d), doc_clusters=True, force=True, device="cpu")
+    assert summary["n_documents"] >= 2 and gate(d, write_record=False).ok
+    _edit_json(_eval(d), lambda s: s.update(n_documents=s["n_documents"] + 5))
+    (err,) = gate(d, write_record=False).errors
+    assert f"the summary says n_documents {summary['n_documents'] + 5}" in err, err
 
 
 def test_a_summary_from_before_the_recorded_block_is_an_error_that_says_re_evaluate(suite_dir, tmp_path):
@@ -484,10 +524,11 @@ def test_full_gate_reads_each_run_log_as_the_report_does(suite_dir, tmp_path, ca
     assert "3 runs, 6 jobs, 1 errors" in out and not (d / RECORD).exists()
 
 
-@pytest.mark.parametrize("keep", [0, 1])
+@pytest.mark.parametrize("keep", [0, 1, -1])
 def test_full_gate_refuses_a_truncated_log_of_a_completed_run(suite_dir, tmp_path, capsys, keep):
-    """A completed run's metrics.jsonl cut after its first row (or emptied) passed the gate, 0 errors, and
-    the report then gave clip statistics of the first steps (it now refuses the file, as the gate does)."""
+    """A completed run's metrics.jsonl cut after its first row (or emptied, or without only its last row)
+    passed the gate, 0 errors, and the report then gave clip statistics of the first steps (it now refuses
+    the file, as the gate does)."""
     d = _copy(suite_dir, tmp_path)
     (d / RECORD).unlink()
     log = d / "runs" / RUN / "metrics.jsonl"
@@ -496,7 +537,7 @@ def test_full_gate_refuses_a_truncated_log_of_a_completed_run(suite_dir, tmp_pat
     trained = json.loads((d / "runs" / RUN / "status.json").read_text())["step"]
     assert main(["suite", "gate", str(d)]) == 1
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ERROR")]
-    ends = "no logged step" if keep == 0 else f"its last row is step {json.loads(rows[0])['step']}"
+    ends = "no logged step" if keep == 0 else f"its last row is step {json.loads(rows[keep - 1])['step']}"
     assert lines == [f"ERROR runs/{RUN}/metrics.jsonl: truncated: {ends} of the {trained} the run trained"]
     assert not (d / RECORD).exists()
 

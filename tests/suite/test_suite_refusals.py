@@ -5,6 +5,7 @@ runs x 2 checkpoints, CPU, seconds)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import types
@@ -84,6 +85,25 @@ def test_a_finished_run_that_lost_one_checkpoint_is_not_resumed(gated, tmp_path,
     logs = []
     assert runner.run_one(out, RUN, log=logs.append) == "missing_checkpoints"
     assert "checkpoints [8] of the manifest are missing" in logs[-1] and _tree(out) == before
+
+
+def test_a_finished_run_that_lost_an_unevaluated_checkpoint_is_not_trained_again(
+    gated, tmp_path, no_training
+):
+    """A completed run lacks a checkpoint and its evaluation: it is still lost (the run had finished), not a
+    run cut short that training would resume."""
+    src, _ = gated
+    out = tmp_path / "out"
+    shutil.copytree(src, out)
+    run = out / "runs" / RUN
+    shutil.rmtree(run / "checkpoints" / "step_000008")
+    for ext in (".json", ".npz"):
+        (run / "eval" / "val" / f"step_000008{ext}").unlink()
+    entry = next(e for e in json.loads((out / "manifest.json").read_text())["runs"] if e["run_id"] == RUN)
+    assert runner.lost_checkpoints(run, entry, run / "eval" / "val") == [8]
+    before = _tree(out)
+    assert runner.run_one(out, RUN, log=lambda *_: None) == "missing_checkpoints"
+    assert _tree(out) == before
 
 
 def test_an_evaluated_checkpoint_is_lost_whatever_the_status(gated, tmp_path, monkeypatch):
