@@ -12,6 +12,7 @@ import types
 
 import pytest
 from test_gate import TINY
+from test_sittings import _tree
 
 from kinterval.cli import main
 from kinterval.suite import runner
@@ -21,12 +22,6 @@ from kinterval.suite.runner import run_suite
 pytestmark = pytest.mark.xdist_group("suite_refusals")  # one worker builds the module fixture
 
 RUN = "softmax-s7"
-
-
-def _tree(folder):
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import numpy as np
 from kinterval.model.config import PRESETS
 from kinterval.ops import OperatorSpec
 from kinterval.suite.manifest import read_manifest
-from kinterval.train.metrics import read_metrics
+from kinterval.train.metrics import last_logged_step, read_metrics
 
 try:
     import tomllib
@@ -213,7 +213,7 @@ def _read_logs(run_dir: Path, run: dict, eval_steps: list[int]) -> list[dict]:
     path = run_dir / "metrics.jsonl"
     trained = _trained_steps(run_dir, run, eval_steps) if path.is_file() else None
     if trained is not None:
-        last = max((x["step"] for x in rows if isinstance(x.get("step"), int)), default=None)
+        last = last_logged_step(rows)
         n, source = trained
         if last is None or last < n:
             ends = "it holds no logged step" if last is None else f"its last row is step {last}"

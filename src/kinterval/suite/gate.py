@@ -69,7 +69,7 @@ from kinterval.suite.manifest import (
 from kinterval.train.checkpoint import FILES, CheckpointError, config_differences, read_state
 from kinterval.train.config import TrainConfig
 from kinterval.train.loop import EXECUTION_FIELDS
-from kinterval.train.metrics import read_metrics
+from kinterval.train.metrics import last_logged_step, read_metrics
 from kinterval.train.schedule import make_plan
 
 RECORD = "gate.json"
@@ -375,7 +375,7 @@ class _Gate:
             return
         n = st.get("step") if isinstance(st, dict) and st.get("status") == "completed" else None
         if isinstance(n, int) and not isinstance(n, bool):
-            last = max((x["step"] for x in rows if isinstance(x.get("step"), int)), default=None)
+            last = last_logged_step(rows)
             if last is None or last < n:
                 ends = "no logged step" if last is None else f"its last row is step {last}"
                 self.errs.add(self.subject(rel), f"{rel}: truncated: {ends} of the {n} the run trained")

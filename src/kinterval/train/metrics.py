@@ -58,6 +58,12 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return _parse(path) if path.is_file() else []
 
 
+def last_logged_step(rows: list[dict]) -> int | None:
+    """The largest ``step`` of the rows of :func:`read_metrics` (None: no logged step). The trainer always
+    logs a run's last step, so a completed run whose log stops short of it was truncated."""
+    return max((r["step"] for r in rows if isinstance(r.get("step"), int)), default=None)
+
+
 def _parse(path: Path) -> list[dict]:
     """Every row of a JSONL file. Only the last line may be unreadable, and only when it is unterminated (a
     write cut short by a kill): it is dropped. Anything unreadable before it is corruption: ValueError."""
