@@ -948,7 +948,7 @@ def test_no_timed_launches_without_autotuning(monkeypatch):
 
         monkeypatch.setattr(kern.fn, "run", counted)
     monkeypatch.setenv("KINTERVAL_TRITON_BWD", "split")
-    q, k, v, do = make_inputs(1, 1, 19, 19, 16, seed=3)
+    q, k, v, do = (x.to(DEVICE) for x in make_inputs(1, 1, 19, 19, 16, seed=3))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     out = kinterval_attention(q, k, v, "fwm-prob-k4", causal=True, backend="triton")
     out.backward(do)
