@@ -4,6 +4,7 @@ checked."""
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import shutil
@@ -109,3 +110,21 @@ def test_provenance_names_versions_and_the_commit_with_its_state(tmp_path, monke
     assert alone(torch.device("cpu")).endswith("commit unknown (not a git checkout; set KINTERVAL_COMMIT)")
     monkeypatch.setenv("KINTERVAL_COMMIT", "abc123")
     assert alone(torch.device("cpu")).endswith("commit abc123 (KINTERVAL_COMMIT)")
+
+
+def test_run_throughput_adds_step_times_into_a_clock(tmp_path, capsys):
+    """benchmarks/run_throughput.py: 100 steps of 1M tokens at 100k tokens/s (10 s each), then 50 steps at
+    1M tokens/s (1 s each): 1050 s of training, windows of 500 s at 100k, 100k and 1M tokens/s."""
+    run = tmp_path / "runs" / "a-s1"
+    run.mkdir(parents=True)
+    rows = [{"step": s, "tokens": 10**6 * s, "tokens_per_s": 1e5 if s <= 100 else 1e6} for s in range(1, 151)]
+    rows.insert(
+        5, {"event": "eval", "step": 5, "tokens": 5 * 10**6, "val_loss": 3.0}
+    )  # no tokens_per_s: skipped
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    main = runpy.run_path(str(ROOT / "benchmarks" / "run_throughput.py"))["main"]
+    assert main([str(tmp_path), "--window", "500"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[-1] == "| a-s1 | 1050 | 100 | 100 | 1000 |", table  # thousands of tokens/s
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "none")])

@@ -1,0 +1,57 @@
+"""Training throughput of finished runs over time, from their own logs (no GPU needed).
+
+Each run's ``metrics.jsonl`` logs tokens/s per optimizer step. This script adds up the step times into a
+training clock and prints the median tokens/s in each WINDOW seconds of it, one row per run. Runs trained
+side by side on one GPU (``suite run --per-gpu M``) show the level of M at once in their bulk and higher
+levels at their ends, when the others had finished or were still starting.
+
+Usage:  python benchmarks/run_throughput.py RESULTS_DIR [--window 30] [--only PATTERN ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import statistics
+from pathlib import Path
+
+
+def windows(metrics: Path, window: float) -> tuple[list[float], float]:
+    """Median tokens/s per window of the training clock, and the clock's total (s)."""
+    clock, bins = 0.0, {}
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line)
+        if "tokens_per_s" not in row:
+            continue
+        tokens = row["tokens"] - bins.get("_last", 0)
+        bins["_last"] = row["tokens"]
+        clock += tokens / row["tokens_per_s"]
+        bins.setdefault(int(clock // window), []).append(row["tokens_per_s"])
+    bins.pop("_last", None)
+    return [statistics.median(bins[k]) for k in sorted(bins)], clock
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, help="a suite folder (runs/<run_id>/metrics.jsonl)")
+    ap.add_argument("--window", type=float, default=30.0, help="seconds of training per column")
+    ap.add_argument("--only", nargs="*", default=["*"], help="run ids (shell patterns)")
+    args = ap.parse_args(argv)
+    files = sorted((args.results / "runs").glob("*/metrics.jsonl"))
+    files = [f for f in files if any(fnmatch.fnmatch(f.parent.name, p) for p in args.only)]
+    if not files:
+        ap.error(f"no runs/*/metrics.jsonl under {args.results}")
+    rows = [(f.parent.name, *windows(f, args.window)) for f in files]
+    n = max(len(w) for _, w, _ in rows)
+    print(f"median tokens/s (thousands) per {args.window:g} s of training")
+    print("| run | train s | " + " | ".join(f"{i * args.window:g}-" for i in range(n)) + " |")
+    print("|---|---|" + "---|" * n)
+    for name, w, clock in rows:
+        cells = [f"{v / 1000:.0f}" for v in w] + [""] * (n - len(w))
+        print(f"| {name} | {clock:.0f} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
