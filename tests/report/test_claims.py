@@ -170,6 +170,20 @@ def test_claims_pool_seeds_across_folders(tmp_path):
         assert claims[name]["direction_agrees"] is True
     trend = claims["ΔNLL decreasing in K for LERP"]
     assert trend["estimate"]["n_seeds"] == 1 and trend["direction_agrees"] is True
+    index = (tmp_path / "rep" / "index.md").read_text()
+    assert "different operator code" not in index
+    # seeds run by another kinterval version: the report says so (it still pools them)
+    manifest = tmp_path / "seeds" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["code"] = {**m["code"], "ops_sha256": "0123456789ab" + "0" * 52}
+    manifest.write_text(json.dumps(m))
+    build_report([tmp_path / "mini", tmp_path / "seeds"], tmp_path / "rep")
+    index = (tmp_path / "rep" / "index.md").read_text()
+    assert (
+        "**The folders ran different operator code**" in index and "mini-shaped-seeds `0123456789ab`" in index
+    )
+    folders = json.loads((tmp_path / "rep" / "report.json").read_text())["folders"]
+    assert [f["code"]["ops_sha256"][:12] for f in folders][1] == "0123456789ab"
 
 
 def test_lerp_within_noise_one_seed_inside_the_margin_agrees_though_detectable(tmp_path):

@@ -332,10 +332,19 @@ def _build(results, out: Path) -> None:
                 "title": r.title,
                 "runs": len(r.runs()),
                 "not_run": _not_run(r),
+                "code": r.manifest.get("code"),
             }
             for r in results
         ]
     }
+    codes = [(r.suite, (r.manifest.get("code") or {}).get("ops_sha256")) for r in results]
+    if len({sha for _, sha in codes}) > 1:  # pairs and seed statistics across these folders mix operator code
+        ix.lines += [
+            "**The folders ran different operator code** (`ops_sha256`: "
+            + ", ".join(f"{suite} `{str(sha)[:12]}`" for suite, sha in codes)
+            + "): pairs and seed statistics across them compare runs of different kinterval versions.",
+            "",
+        ]
 
     left_out: dict[str, str] = {}  # runs left out of a row that is not built from a pairing: run -> reason
     pairing = A.softmax_pairs(primary)
