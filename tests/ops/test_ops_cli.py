@@ -73,3 +73,11 @@ def test_ops_table_reports_the_override_error_itself(capsys):
     assert "sets range_grad=p1, --range-grad says detach" in _one_error_line(capsys)
     assert cli.main(["ops", "--T", "2", "--operators", " , "]) == 2
     assert "--operators names no operator" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("action", [[], ["verify"], ["consistency"]])
+def test_ops_names_the_scale_that_overflows_float32(action, capsys):
+    """--scale 1e39 made the table and verify say only "scores contain NaN or +inf on keys that are not
+    masked" (their float32 draws overflowed), naming no flag."""
+    assert cli.main(["ops", *action, "--scale", "1e39", "--T", "8"]) == 2
+    assert "--scale 1e+39 makes float32 scores overflow; use a smaller --scale" in _one_error_line(capsys)

@@ -114,6 +114,9 @@ def run(args) -> int:
     _check_memory(args.T if args.T is not None else 128)
     if args.scale is not None and (not math.isfinite(args.scale) or args.scale <= 0):
         raise ValueError(f"--scale must be a finite number > 0, got {args.scale}")
+    # every action draws float32 scores N(0, scale^2); 8 sd stays under float32's largest value
+    if args.scale is not None and args.scale * 8 > torch.finfo(torch.float32).max:
+        raise ValueError(f"--scale {args.scale:g} makes float32 scores overflow; use a smaller --scale")
     if args.json is not None and args.action != "consistency":
         raise ValueError("--json is for `kinterval ops consistency`")
     if args.action == "consistency":
