@@ -164,6 +164,8 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
     assert T.rank_rows([ranks])[1] == [
         ["100M", "owt", "val", "7,42", "3", "0.900", "0.800–0.950", "+0.500 (0.04)", "-0.200 (0.6)"]
     ]
+    one_seed = RankStats((50_003_968, "docs", "val"), (), ("a", "b", "c"), None, (), (0.9, 0.07), None)
+    assert T.rank_rows([one_seed])[1] == [["50M", "docs", "val", "-", "3", "-", "-", "+0.900 (0.07)", "-"]]
     clip = ClipRow(key, (7, 42), 0.1, (0.05, 0.15), (0.98, None), (0.497, 2.4), (1.2e4, 3.0), (0.035, None))
     assert T.clip_rows([clip])[1] == [
         ["minmax-weight-k4", "100M", "7,42", "0.100", "0.050, 0.150", "0.980, -", "0.497, 2.4", "1.2e+04, 3",

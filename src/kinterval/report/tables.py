@@ -359,7 +359,7 @@ def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
             tokens(s.setting[0]),
             s.setting[1],
             s.setting[2],
-            ",".join(map(str, s.seeds)),
+            ",".join(map(str, s.seeds)) or "-",  # one seed: no ordering over seeds (W and Spearman "-")
             str(len(s.conditions)),
             num(s.kendall_w, False, 3),
             f"{min(s.pairwise_spearman):.3f}–{max(s.pairwise_spearman):.3f}" if s.pairwise_spearman else "-",
