@@ -220,3 +220,33 @@ def test_readme_lists_every_command():
     section = readme.split("## Command line", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`kinterval ([a-z][a-z-]*)", section))
     assert set(_subcommands(build_parser())) <= named, "README.md's command list misses a subcommand"
+
+
+def table_cells(row: str) -> int:
+    """The cells of a markdown table row: the `|` outside code spans and not escaped, less the two edges."""
+    n, code, i = 0, False, 0
+    while i < len(row):
+        if row[i] == "\\":
+            i += 2
+            continue
+        code ^= row[i] == "`"
+        n += row[i] == "|" and not code
+        i += 1
+    return n - 1
+
+
+def test_table_rows_have_the_header_s_cells():
+    """A row with a cell more than its header renders without it: a sitting's column once went into the
+    rows of another table of the same page."""
+    assert table_cells("| a | `x|y` | b \\| c |") == 3
+    bad = []
+    for page in PAGES:
+        header = None
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            if not line.startswith("|"):
+                header = None
+            elif header is None:
+                header = table_cells(line)
+            elif table_cells(line) != header:
+                bad.append(f"{page.relative_to(ROOT)}:{n}: {table_cells(line)} cells, its header {header}")
+    assert not bad, "\n".join(bad)
