@@ -3,13 +3,15 @@
 # results folder still lacks until a deadline, signs off those that finished, and brings their results back.
 #
 #   bash benchmarks/gpu_mini.sh check      # here, on the CPU, before the call (costs no device time)
-#   bash benchmarks/gpu_mini.sh sitting    # the device call: `run` with carry [".corpus"], timeout_s 600
+#   bash benchmarks/gpu_mini.sh sitting    # the device call: `run` with carry [".corpus"] (and the PIN
+#                                          # below), timeout_s 600; `check` prints the exact command
 #
-# then, here, with the tarball the call brought back (files_at):
-#   mkdir -p out/sitting && tar -xzf FILES_AT/mini_results.tar.gz -C out/sitting
-#   kinterval suite merge out/sitting/mini docs/results/mini && kinterval report docs/results/mini
-#   (and commit docs/results/mini, the call's env.txt, preflight.txt, sitting.log and gate.txt beside it in
-#   docs/results/mini/sittings/N/, and an entry in docs/results/README.md)
+# then, here, with the tarball the call brought back (files_at; S is the suite, `mini` or `mini-seeds`):
+#   mkdir -p out/sitting && tar -xzf FILES_AT/S_results.tar.gz -C out/sitting
+#   kinterval suite merge out/sitting/S docs/results/S       # the first merge makes docs/results/S
+#   kinterval suite gate docs/results/S --results-only && kinterval report docs/results/S
+#   (and commit docs/results/S, the call's env.txt, preflight.txt, sitting.log and gate.txt beside it in
+#   docs/results/S/sittings/N/, and an entry in docs/results/README.md)
 #
 # A lent machine lives for one session's device time (15 minutes here, its start included), and nothing on it
 # outlives it: checkpoints are far too large to come back, so a run that the deadline cuts is lost and trains
@@ -18,10 +20,14 @@
 # results folder; the next sitting runs only what that folder lacks (`suite run --skip-gated`).
 #
 # Every sitting must run the operator code of the results folder's first sitting (the gate's "same code"):
-# `check` says whether this checkout's is. If it is not, put that commit beside the repository and run from it:
+# `check` says whether this checkout's is. If it is not, put that commit beside the repository and run from it,
+# with this checkout's kernel tests as the preflight (the pinned commit's own may be older than their fixes):
 #   git worktree add --detach .pinned COMMIT     # COMMIT: the git_commit in docs/results/mini/manifest.json
-#   PIN=.pinned bash benchmarks/gpu_mini.sh check          and in the call:  PIN=.pinned bash ... sitting
-#   (carry [".corpus", ".pinned"])
+#   PIN=.pinned bash benchmarks/gpu_mini.sh check
+#   in the call: PIN=.pinned PREFLIGHT_TESTS=tests/ops/test_triton.py bash ... sitting  (carry .corpus, .pinned)
+# A suite whose results are reported with another folder's (mini-seeds with mini: the seed intervals pool
+# both) must run that folder's code from its first sitting on: SAME_CODE_AS=DIR makes `check` refuse other
+# operator code than DIR's manifest records (default for mini-seeds: docs/results/mini).
 #
 # The corpus travels from a git-ignored folder inside the repository. Once, in the repository root:
 #   mkdir -p .corpus/docs && cp PATH_TO_YOUR_TOKEN_FILES/*.bin .corpus/docs/   # flat uint16 GPT-2 tokens
@@ -56,6 +62,8 @@ PER_GPU=${PER_GPU:-3}
 SUITE_NAME=${SUITE_NAME:-mini}  # a shipped suite, or a suite file
 SUITE_ID=$(basename "$SUITE_NAME" .toml)
 RESULTS=${RESULTS:-docs/results/$SUITE_ID}
+[ "$SUITE_ID" = mini-seeds ] && SAME_CODE_AS=${SAME_CODE_AS-docs/results/mini}  # its seeds pool with mini's
+SAME_CODE_AS=${SAME_CODE_AS:-}
 SUITE=.mini/$SUITE_ID
 LOG=.mini/$SUITE_ID.log
 T_START=$(date +%s)
@@ -115,14 +123,38 @@ EOF
       else
         echo "$RESULTS: no results yet; the first sitting runs the suite from its first run"
       fi
-      [ "$ok" -eq 1 ] && echo "ready: run '${PIN:+PIN=$PIN }bash benchmarks/gpu_mini.sh sitting' with carry [.corpus${PIN:+, $PIN}]" \
+      if [ -n "$SAME_CODE_AS" ]; then  # this code must be the one the other folder was run with
+        $PY - "$SAME_CODE_AS" <<'EOF' || ok=0
+import json
+import sys
+from pathlib import Path
+
+from kinterval.train.checkpoint import ops_sha256
+
+folder, ours = Path(sys.argv[1]), ops_sha256()
+try:
+    code = json.loads((folder / "manifest.json").read_text())["code"]
+except (OSError, ValueError, KeyError) as err:
+    sys.exit(f"not ready: SAME_CODE_AS={folder}: no manifest code to compare with ({err})")
+if code["ops_sha256"] != ours:
+    sys.exit(f"not ready: this code (ops_sha256 {ours[:12]}) is not {folder}'s ({code['ops_sha256'][:12]}, "
+             f"commit {code.get('git_commit')}): run that commit (PIN=...), or set SAME_CODE_AS= to skip")
+print(f"same operator code as {folder} (ops_sha256 {ours[:12]})")
+EOF
+      fi
+      # pinned code: this checkout's kernel tests as the preflight, unless others are named
+      tests=${PREFLIGHT_TESTS:-${PIN:+tests/ops/test_triton.py}}
+      env_vars="${PIN:+PIN=$PIN }${tests:+PREFLIGHT_TESTS=$tests }"
+      [ "$SUITE_NAME" = mini ] || env_vars+="SUITE_NAME=$SUITE_NAME "
+      [ "$ok" -eq 1 ] && echo "ready: run '${env_vars}bash benchmarks/gpu_mini.sh sitting' with carry [.corpus${PIN:+, $PIN}]" \
         || { echo "not ready"; exit 2; } ;;
     env)
       {
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
         $PY -c "import torch, triton; from kinterval.train.checkpoint import code_identity as c
 print('torch', torch.__version__, 'triton', triton.__version__); print('code', c())"
-        echo "PER_GPU=$PER_GPU DEADLINE_S=${DEADLINE_S:-545} PREFLIGHT_S=${PREFLIGHT_S:-150} PIN=${PIN:-}" \
+        echo "SUITE_NAME=$SUITE_NAME PER_GPU=$PER_GPU DEADLINE_S=${DEADLINE_S:-545} PREFLIGHT_S=${PREFLIGHT_S:-150}" \
+          "PIN=${PIN:-} PREFLIGHT_TESTS=${PREFLIGHT_TESTS:-}" \
           "KINTERVAL_TRITON_AUTOTUNE=${KINTERVAL_TRITON_AUTOTUNE:-} KINTERVAL_DETERMINISTIC=${KINTERVAL_DETERMINISTIC:-}"
       } 2>&1 | tee "$OUT/env.txt" ;;
     kernels)

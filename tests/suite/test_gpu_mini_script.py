@@ -6,6 +6,7 @@ do once the results folder signs off every run."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from kinterval.data.prepare import prepare
 from kinterval.suite.gate import gate
 from kinterval.suite.merge import merge
 from kinterval.suite.runner import run_suite
+from kinterval.train.checkpoint import ops_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -82,7 +84,7 @@ def checkout(tmp_path):
     return root
 
 
-def _env(root, suite, *, out="out", deadline=300, preflight="test_ok.py", per_gpu=2):
+def _env(root, suite, *, out="out", deadline=300, preflight="test_ok.py", per_gpu=2, extra=None):
     return dict(
         os.environ,
         PY=sys.executable,
@@ -96,6 +98,7 @@ def _env(root, suite, *, out="out", deadline=300, preflight="test_ok.py", per_gp
         PREFLIGHT_WORKERS="0",  # one process: xdist's default 8 workers would crowd this machine's cores
         OMP_NUM_THREADS="1",
         PER_GPU=str(per_gpu),
+        **(extra or {}),
     )
 
 
@@ -196,3 +199,22 @@ def test_check_refuses_a_results_folder_that_fails_its_gate(checkout, tmp_path):
     manifest.write_text(manifest.read_text().replace('"suite": "ci"', '"suite": "quick"', 1))
     rc, log, _ = _script(checkout, "check", "quick")
     assert rc == 2 and "fails the results-only gate" in log and "not ready" in log, log
+
+
+def test_check_refuses_other_operator_code_than_the_folder_it_pools_with(checkout, tmp_path):
+    """mini-seeds' seed intervals pool with mini's runs: its first sitting has no results folder of its own to
+    hold it to one code, so SAME_CODE_AS names the folder whose code it must run (mini-seeds: mini)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "manifest.json").write_text(
+        json.dumps({"code": {"ops_sha256": ops_sha256(), "git_commit": "c0"}})
+    )
+    env = {"SAME_CODE_AS": str(other)}
+    rc, log, _ = _script(checkout, "check", "quick", extra=env)
+    assert rc == 0 and f"same operator code as {other}" in log, log
+    assert f"SUITE_NAME={checkout / 'quick.toml'} bash benchmarks/gpu_mini.sh sitting" in log, log
+    (other / "manifest.json").write_text(json.dumps({"code": {"ops_sha256": "f" * 64, "git_commit": "c0"}}))
+    rc, log, _ = _script(checkout, "check", "quick", extra=env)
+    assert rc == 2 and "is not" in log and "ffffffffffff, commit c0" in log and "not ready" in log, log
+    rc, log, _ = _script(checkout, "check", "quick", extra={"SAME_CODE_AS": str(tmp_path / "none")})
+    assert rc == 2 and "no manifest code to compare with" in log, log
