@@ -95,7 +95,8 @@ def test_merged_sittings_make_one_complete_results_folder(sittings, tmp_path):
     assert (again.added, again.already) == ([], ["lerp-k4-s7", "lerp-k4-s42"]) and _tree(res) == before
     build_report([res], tmp_path / "report")  # the report reads a merged folder like any other
     rep = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert rep["folders"] == [{"suite": "tiny", "title": "tiny", "runs": 3, "not_run": []}]
+    code = json.loads((res / "manifest.json").read_text())["code"]  # the folder's operator code, as recorded
+    assert rep["folders"] == [{"suite": "tiny", "title": "tiny", "runs": 3, "not_run": [], "code": code}]
     # lerp-k4 of sitting 2 paired with the softmax control of sitting 1 (seed 42 has no control)
     assert [(r["contrast"], r["seeds"]) for r in rep["delta"]] == [("lerp-k4 − softmax", [7])], rep["delta"]
 
@@ -109,8 +110,9 @@ def test_a_partial_results_folder_reports_its_missing_runs_as_not_run(sittings, 
     index = build_report([root / "res1"], tmp_path / "report").read_text()
     assert "suite tiny (tiny; 1 of 3 runs; not run: lerp-k4-s7, lerp-k4-s42)" in index
     folders = json.loads((tmp_path / "report" / "report.json").read_text())["folders"]
+    code = json.loads((root / "res1" / "manifest.json").read_text())["code"]
     assert folders == [
-        {"suite": "tiny", "title": "tiny", "runs": 1, "not_run": ["lerp-k4-s7", "lerp-k4-s42"]}
+        {"suite": "tiny", "title": "tiny", "runs": 1, "not_run": ["lerp-k4-s7", "lerp-k4-s42"], "code": code}
     ]
 
 
