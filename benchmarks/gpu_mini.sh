@@ -42,7 +42,9 @@
 #            once (`suite gate --partial`) and packed (`suite merge` into ${SUITE_NAME}_results.tar.gz in
 #            $OUT, replacing the last), so that a call cut short still brings back what finished. A failed
 #            preflight does not stop the suite: the results come back all the same with
-#            PREFLIGHT_FAILED.txt, and the call exits with 3 (read preflight.txt before merging them)
+#            PREFLIGHT_FAILED.txt, and the call exits with 3 (read preflight.txt before merging them).
+#            The runs that did not finish come back as evidence only: unfinished.tar.gz holds their
+#            status.json, metrics.jsonl and log (a failed run's traceback)
 #   env      GPU, driver, torch and triton versions, the commit (into $OUT/env.txt)
 #   kernels  the preflight alone, in the foreground (at most KERNELS_LIMIT s, default 360)
 #   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best PER_GPU)
@@ -232,6 +234,21 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       fi
       if [ -n "$pre" ]; then preflight_done; fi
       FORCE=1 pack
+      # the runs that did not come back (cut at the deadline, failed, stopped on a non-finite loss): their
+      # status, metrics and log (a failed run's traceback), small, as evidence; never merged
+      unfinished=()
+      for d in "$SUITE"/runs/*/ "$SUITE"/logs/*.log; do  # a run started has a log, maybe no folder yet
+        [ -e "$d" ] || continue
+        r=$(basename "$d" .log)
+        [ ! -d ".mini/results/$SUITE_ID/runs/$r" ] && [[ ! " ${unfinished[*]} " =~ " logs/$r.log " ]] || continue
+        for f in "runs/$r/status.json" "runs/$r/metrics.jsonl" "logs/$r.log"; do
+          [ -f "$SUITE/$f" ] && unfinished+=("$f")
+        done
+      done
+      if [ ${#unfinished[@]} -gt 0 ]; then
+        tar -czf "$OUT/unfinished.tar.gz" -C "$SUITE" "${unfinished[@]}"
+        echo "unfinished.tar.gz: status, metrics and logs of the runs that did not finish"
+      fi
       cat "$OUT/preflight.txt"
       tail -n 15 "$LOG" | cut -c1-240
       if grep -q "^nothing to run" "$LOG"; then
