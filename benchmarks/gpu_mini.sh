@@ -131,16 +131,20 @@ import json
 import sys
 from pathlib import Path
 
+from kinterval.suite.runner import check_code
 from kinterval.train.checkpoint import ops_sha256
 
-folder, ours = Path(sys.argv[1]), ops_sha256()
+folder = Path(sys.argv[1])
 try:
-    code = json.loads((folder / "manifest.json").read_text())["code"]
-except (OSError, ValueError, KeyError) as err:
-    sys.exit(f"not ready: SAME_CODE_AS={folder}: no manifest code to compare with ({err})")
-if code["ops_sha256"] != ours:
-    sys.exit(f"not ready: this code (ops_sha256 {ours[:12]}) is not {folder}'s ({code['ops_sha256'][:12]}, "
-             f"commit {code.get('git_commit')}): run that commit (PIN=...), or set SAME_CODE_AS= to skip")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["code"]["ops_sha256"]
+except (OSError, ValueError, KeyError, TypeError) as err:
+    sys.exit(f"not ready: SAME_CODE_AS={folder}: no manifest code to compare with ({err!r})")
+try:
+    check_code(folder, manifest)  # the runner's own check: the code a folder was run with, or a ValueError
+except ValueError as err:
+    sys.exit(f"not ready: SAME_CODE_AS={folder}: {err}")
+ours = ops_sha256()
 print(f"same operator code as {folder} (ops_sha256 {ours[:12]})")
 EOF
       fi
@@ -237,10 +241,12 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       # the runs that did not come back (cut at the deadline, failed, stopped on a non-finite loss): their
       # status, metrics and log (a failed run's traceback), small, as evidence; never merged
       unfinished=()
+      declare -A seen=()
       for d in "$SUITE"/runs/*/ "$SUITE"/logs/*.log; do  # a run started has a log, maybe no folder yet
         [ -e "$d" ] || continue
         r=$(basename "$d" .log)
-        [ ! -d ".mini/results/$SUITE_ID/runs/$r" ] && [[ ! " ${unfinished[*]} " =~ " logs/$r.log " ]] || continue
+        [ -z "${seen[$r]:-}" ] && [ ! -d ".mini/results/$SUITE_ID/runs/$r" ] || continue
+        seen[$r]=1
         for f in "runs/$r/status.json" "runs/$r/metrics.jsonl" "logs/$r.log"; do
           [ -f "$SUITE/$f" ] && unfinished+=("$f")
         done

@@ -19,16 +19,14 @@ from pathlib import Path
 
 def windows(metrics: Path, window: float) -> tuple[list[float], float]:
     """Median tokens/s per window of the training clock, and the clock's total (s)."""
-    clock, bins = 0.0, {}
+    clock, last, bins = 0.0, 0, {}
     for line in metrics.read_text().splitlines():
         row = json.loads(line)
         if "tokens_per_s" not in row:
             continue
-        tokens = row["tokens"] - bins.get("_last", 0)
-        bins["_last"] = row["tokens"]
-        clock += tokens / row["tokens_per_s"]
+        clock += (row["tokens"] - last) / row["tokens_per_s"]  # this step's seconds
+        last = row["tokens"]
         bins.setdefault(int(clock // window), []).append(row["tokens_per_s"])
-    bins.pop("_last", None)
     return [statistics.median(bins[k]) for k in sorted(bins)], clock
 
 

@@ -228,6 +228,7 @@ def test_check_refuses_other_operator_code_than_the_folder_it_pools_with(checkou
     assert f"SUITE_NAME={checkout / 'quick.toml'} bash benchmarks/gpu_mini.sh sitting" in log, log
     (other / "manifest.json").write_text(json.dumps({"code": {"ops_sha256": "f" * 64, "git_commit": "c0"}}))
     rc, log, _ = _script(checkout, "check", "quick", extra=env)
-    assert rc == 2 and "is not" in log and "ffffffffffff, commit c0" in log and "not ready" in log, log
+    assert rc == 2 and "other operator code (ops_sha256 ffffffffffff)" in log and "(c0)" in log, log
+    assert "not ready" in log
     rc, log, _ = _script(checkout, "check", "quick", extra={"SAME_CODE_AS": str(tmp_path / "none")})
     assert rc == 2 and "no manifest code to compare with" in log, log

@@ -337,7 +337,7 @@ def _build(results, out: Path) -> None:
             for r in results
         ]
     }
-    codes = [(r.suite, (r.manifest.get("code") or {}).get("ops_sha256")) for r in results]
+    codes = [(f["suite"], (f["code"] or {}).get("ops_sha256")) for f in data["folders"]]
     if len({sha for _, sha in codes}) > 1:  # pairs and seed statistics across these folders mix operator code
         ix.lines += [
             "**The folders ran different operator code** (`ops_sha256`: "
