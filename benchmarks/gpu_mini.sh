@@ -37,8 +37,10 @@
 #            was run by this code; which runs are still to run
 #   sitting  env, then at once: the kernel preflight (the core fused-kernel tests on this GPU, at most
 #            PREFLIGHT_S s, default 150, in the background) and the suite's pending runs (--per-gpu PER_GPU,
-#            default 3; each kernel's default tile, KINTERVAL_TRITON_AUTOTUNE=0, unless set). At DEADLINE_S s
-#            after the start (default 545) the suite is stopped. Each run that finishes is signed off at
+#            default 3; each kernel's default tile, KINTERVAL_TRITON_AUTOTUNE=0, unless set): the first MAX_RUNS
+#            of them (default PER_GPU: one wave, which fills a sitting; a second wave would be cut at the
+#            deadline and lost, and would hold the machine for nothing). At DEADLINE_S s after the start
+#            (default 545) the suite is stopped. Each run that finishes is signed off at
 #            once (`suite gate --partial`) and packed (`suite merge` into ${SUITE_NAME}_results.tar.gz in
 #            $OUT, replacing the last), so that a call cut short still brings back what finished. A failed
 #            preflight does not stop the suite: the results come back all the same with
@@ -61,6 +63,7 @@ CORPUS=${CORPUS:-.corpus/docs}
 # evaluations, the preflight beside them); the deadline leaves a slower GPU some room, and the ~30 s after
 # it (stopping the suite, the last pack) keep the call within 600 s
 PER_GPU=${PER_GPU:-3}
+MAX_RUNS=${MAX_RUNS:-$PER_GPU}  # runs a sitting starts: one wave (three at once end at 450-465 s, a deadline of 545)
 SUITE_NAME=${SUITE_NAME:-mini}  # a shipped suite, or a suite file
 SUITE_ID=$(basename "$SUITE_NAME" .toml)
 RESULTS=${RESULTS:-docs/results/$SUITE_ID}
@@ -97,6 +100,31 @@ preflight() {  # preflight LIMIT_S LOGFILE
   [ "$rc" -eq 0 ]
 }
 
+# Two lines: the runs the results folder does not sign off yet, in the suite's order (all of them without a
+# results folder), space-separated; then a line that counts them. An error line and exit 1 when the folder
+# fails the results-only gate, holds another suite or was run by other operator code.
+pending_runs() {
+  $PY - "$RESULTS" "$SUITE_NAME" <<'EOF'
+import sys
+from pathlib import Path
+
+from kinterval.suite.definition import load_suite
+from kinterval.suite.runner import signed_off
+
+results, name = sys.argv[1:]
+suite = load_suite(name)
+done = []
+if (Path(results) / "gate.json").is_file():
+    try:
+        _, done = signed_off(results, suite.name)  # results-only gate, same suite and operator code
+    except ValueError as err:
+        sys.exit(f"not ready: {err}")
+pending = [r.run_id for r in suite.runs if r.run_id not in done]  # in the order they run
+print(" ".join(pending))
+print(f"{len(done)} runs signed off; to run ({len(pending)}): {' '.join(pending) or 'none'}")
+EOF
+}
+
 for stage in "$@"; do
   t0=$(date +%s)
   case "$stage" in
@@ -107,24 +135,14 @@ for stage in "$@"; do
       echo "working tree with the corpus: ${size} MiB (at most 64 travel)"
       [ "${size:-999}" -lt 64 ] || ok=0
       for d in .corpus .mini; do git check-ignore -q "$d" || { echo "$d must be git-ignored"; ok=0; }; done
+      pending=$(pending_runs) || ok=0
       if [ -f "$RESULTS/gate.json" ]; then
-        $PY - "$RESULTS" "$SUITE_NAME" <<'EOF' || ok=0
-import sys
-
-from kinterval.suite.runner import signed_off
-from kinterval.suite.definition import load_suite
-
-results, name = sys.argv[1:]
-try:
-    _, done = signed_off(results, load_suite(name).name)  # results-only gate, same suite and operator code
-except ValueError as err:
-    sys.exit(f"not ready: {err}")
-pending = [r.run_id for r in load_suite(name).runs if r.run_id not in done]  # in the order they run
-print(f"{results}: {len(done)} runs signed off; to run ({len(pending)}): {' '.join(pending) or 'none'}")
-EOF
+        [ "$ok" -eq 1 ] && echo "$RESULTS: $(tail -n 1 <<< "$pending")"
       else
         echo "$RESULTS: no results yet; the first sitting runs the suite from its first run"
       fi
+      read -ra todo <<< "$(head -n 1 <<< "$pending")"
+      [ "$ok" -eq 1 ] && [ ${#todo[@]} -gt 0 ] && echo "the next sitting runs (MAX_RUNS=$MAX_RUNS): ${todo[*]:0:$MAX_RUNS}"
       if [ -n "$SAME_CODE_AS" ]; then  # this code must be the one the other folder was run with
         $PY - "$SAME_CODE_AS" <<'EOF' || ok=0
 import json
@@ -159,7 +177,7 @@ EOF
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
         $PY -c "import torch, triton; from kinterval.train.checkpoint import code_identity as c
 print('torch', torch.__version__, 'triton', triton.__version__); print('code', c())"
-        echo "SUITE_NAME=$SUITE_NAME PER_GPU=$PER_GPU DEADLINE_S=${DEADLINE_S:-545} PREFLIGHT_S=${PREFLIGHT_S:-150}" \
+        echo "SUITE_NAME=$SUITE_NAME PER_GPU=$PER_GPU MAX_RUNS=$MAX_RUNS DEADLINE_S=${DEADLINE_S:-545} PREFLIGHT_S=${PREFLIGHT_S:-150}" \
           "PIN=${PIN:-} PREFLIGHT_TESTS=${PREFLIGHT_TESTS:-}" \
           "KINTERVAL_TRITON_AUTOTUNE=${KINTERVAL_TRITON_AUTOTUNE:-} KINTERVAL_DETERMINISTIC=${KINTERVAL_DETERMINISTIC:-}"
       } 2>&1 | tee "$OUT/env.txt" ;;
@@ -181,15 +199,20 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       fi
       skip=()
       [ -f "$RESULTS/gate.json" ] && skip=(--skip-gated "$RESULTS")
+      # one wave: the first MAX_RUNS runs still to run (none left: the runner says "nothing to run")
+      only=()
+      pending=$(pending_runs) || { kill "$pre"; exit 2; }
+      read -ra todo <<< "$(head -n 1 <<< "$pending")"
+      [ ${#todo[@]} -gt 0 ] && only=(--only "${todo[@]:0:$MAX_RUNS}")
       # its own session and process group (Python's setsid: no util-linux needed), so that the deadline stops
       # the runner and every run it started with one signal to the group
       $PY -c 'import os, sys; os.setsid(); os.execvp(sys.argv[1], sys.argv[1:])' \
         $PY -m kinterval suite run "$SUITE_NAME" --out "$SUITE" --data "$SUITE/data" --gpus 1 \
-        --per-gpu "$PER_GPU" "${skip[@]}" > "$LOG" 2>&1 < /dev/null &
+        --per-gpu "$PER_GPU" "${skip[@]}" "${only[@]}" > "$LOG" 2>&1 < /dev/null &
       suite=$!
       # until its setsid, the runner has no process group of its own: the group kill below would miss it
       for _ in $(seq 100); do kill -0 -- -"$suite" 2>/dev/null || ! kill -0 "$suite" 2>/dev/null && break; sleep 0.1; done
-      echo "[$(elapsed) s] suite started (--per-gpu $PER_GPU${skip[*]:+, ${skip[*]}}), deadline at ${DEADLINE_S:-545} s"
+      echo "[$(elapsed) s] suite started (--per-gpu $PER_GPU${skip[*]:+, ${skip[*]}}${only[*]:+, ${only[*]}}), deadline at ${DEADLINE_S:-545} s"
       # A failed preflight does not stop the suite: which test failed (a tolerance on an operator the suite
       # does not train, or a kernel the suite uses) is for the one who merges to judge; the sitting's results
       # come back marked (PREFLIGHT_FAILED.txt) and the call exits with 3.

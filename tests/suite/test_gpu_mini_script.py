@@ -55,6 +55,11 @@ QUICK = """
 name = "quick"
 operators = ["softmax"]
 """
+PAIR = """
+[[group]]
+name = "pair"
+operators = ["softmax", "lerp-k4"]
+"""
 LONG = """
 [[group]]
 name = "long"
@@ -79,7 +84,7 @@ def checkout(tmp_path):
     (root / "pre").mkdir()
     (root / "pre" / "test_ok.py").write_text("def test_ok():\n    pass\n")
     (root / "pre" / "test_bad.py").write_text("def test_bad():\n    assert False\n")
-    for name, groups in (("quick", QUICK), ("cut", QUICK + LONG), ("long", LONG)):
+    for name, groups in (("quick", QUICK), ("cut", QUICK + LONG), ("long", LONG), ("pair", PAIR)):
         (root / f"{name}.toml").write_text(SUITE.format(name=name) + groups)
     return root
 
@@ -166,7 +171,7 @@ def test_a_call_cut_short_by_the_machine_still_brings_back_every_finished_run(ch
     each run was signed off and packed as it finished. One run at a time: the quick run (first in the suite)
     finishes, the long one is cut."""
     tarball = checkout / "out" / "cut_results.tar.gz"
-    env = _env(checkout, "cut", deadline=300, per_gpu=1)
+    env = _env(checkout, "cut", deadline=300, per_gpu=1, extra={"MAX_RUNS": "2"})  # both start
     proc = subprocess.Popen(["bash", "benchmarks/gpu_mini.sh", "sitting"], cwd=checkout, env=env)
     t0 = time.monotonic()
     while not tarball.exists() and proc.poll() is None and time.monotonic() - t0 < 240:
@@ -189,6 +194,23 @@ def test_a_call_cut_short_by_the_machine_still_brings_back_every_finished_run(ch
     assert gate(checkout / "results" / "cut", results_only=True).not_run == ["lerp-k4-s5"]
     rc, log, _ = _script(checkout, "check", "cut")
     assert rc == 0 and "1 runs signed off; to run (1): lerp-k4-s5" in log, log
+
+
+def test_a_sitting_starts_one_wave_of_runs(checkout):
+    """A run started after the first wave would be cut at the deadline and lost, holding the machine for
+    nothing: a sitting starts the first MAX_RUNS (default PER_GPU) of the runs still to run, and ends when
+    they do; the next sitting takes the rest."""
+    rc, log, _ = _script(checkout, "check", "pair", per_gpu=1)
+    assert rc == 0 and "the next sitting runs (MAX_RUNS=1): softmax-s5" in log, log
+    rc, log, _ = _script(checkout, "sitting", "pair", per_gpu=1)
+    assert rc == 0 and "--only softmax-s5" in log and "deadline: stopping" not in log, log
+    sitting = (checkout / "out" / "sitting.log").read_text()
+    assert "suite pair: 1 of 2 runs" in sitting and "lerp-k4-s5" not in sitting, sitting
+    assert not (checkout / "out" / "unfinished.tar.gz").exists()
+    _unpack_and_merge(checkout, "pair")
+    rc, log, _ = _script(checkout, "check", "pair", per_gpu=1)
+    assert rc == 0 and "1 runs signed off; to run (1): lerp-k4-s5" in log, log
+    assert "the next sitting runs (MAX_RUNS=1): lerp-k4-s5" in log, log
 
 
 def test_nothing_to_do_once_the_results_folder_signs_off_every_run(checkout):
