@@ -90,7 +90,7 @@ def checkout(tmp_path):
 
 
 def _env(root, suite, *, out="out", deadline=300, preflight="test_ok.py", per_gpu=2, extra=None):
-    return dict(
+    env = dict(
         os.environ,
         PY=sys.executable,
         OUT=str(root / out),
@@ -103,8 +103,8 @@ def _env(root, suite, *, out="out", deadline=300, preflight="test_ok.py", per_gp
         PREFLIGHT_WORKERS="0",  # one process: xdist's default 8 workers would crowd this machine's cores
         OMP_NUM_THREADS="1",
         PER_GPU=str(per_gpu),
-        **(extra or {}),
     )
+    return {**env, **(extra or {})}
 
 
 def _script(root, stage, suite, **kw):
@@ -211,6 +211,17 @@ def test_a_sitting_starts_one_wave_of_runs(checkout):
     rc, log, _ = _script(checkout, "check", "pair", per_gpu=1)
     assert rc == 0 and "1 runs signed off; to run (1): lerp-k4-s5" in log, log
     assert "the next sitting runs (MAX_RUNS=1): lerp-k4-s5" in log, log
+
+
+def test_kernel_tests_take_their_own_selection_and_what_is_left_of_the_call(checkout):
+    """``sitting kernels`` in one call: the kernel tests after the sitting select with KERNELS_K (the
+    sitting's preflight keeps PREFLIGHT_K) and run for what is left of CALL_S, or not at all when too little
+    is."""
+    extra = {"KERNELS_K": "test_ok", "PREFLIGHT_K": "test_bad"}
+    rc, log, _ = _script(checkout, "kernels", "quick", preflight="", extra=extra)  # both test files
+    assert rc == 0 and 'at most 360 s: -k "test_ok"' in log and "1 passed" in log, log
+    rc, log, _ = _script(checkout, "kernels", "quick", preflight="", extra={**extra, "CALL_S": "80"})
+    assert rc == 0 and "kernels: 55 s left in this call, too few; not run" in log, log
 
 
 def test_nothing_to_do_once_the_results_folder_signs_off_every_run(checkout):
