@@ -48,7 +48,8 @@
 #            The runs that did not finish come back as evidence only: unfinished.tar.gz holds their
 #            status.json, metrics.jsonl and log (a failed run's traceback)
 #   env      GPU, driver, torch and triton versions, the commit (into $OUT/env.txt)
-#   kernels  kernel tests in the foreground: PREFLIGHT_TESTS selected by KERNELS_K (default PREFLIGHT_K), at most
+#   kernels  kernel tests in the foreground, of this checkout's code even with a PIN (the code the next kernel
+#            change builds on): PREFLIGHT_TESTS selected by KERNELS_K (default PREFLIGHT_K), at most
 #            KERNELS_LIMIT s (default: 360, or what is left of CALL_S = 575 s after the stages before it in
 #            this call, e.g. `sitting kernels`; skipped with under 60 s left)
 #   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best PER_GPU)
@@ -87,11 +88,11 @@ elapsed() { echo $(( $(date +%s) - T_START )); }
 # (16; 8 beside a sitting's runs, which need a core each; 0: one process) workers where pytest-xdist is installed
 # (PREFLIGHT_TESTS and PREFLIGHT_K choose other tests). Exit code 0 (all passed, or cut at the limit with no
 # failure) or 1.
-preflight() {  # preflight LIMIT_S LOGFILE [K]
+preflight() {  # preflight LIMIT_S LOGFILE [K [TESTS]]
   local xdist="" rc
   $PY -c "import xdist" 2>/dev/null && xdist="-n ${PREFLIGHT_WORKERS:-16}"
   OMP_NUM_THREADS=1 timeout --preserve-status -s INT -k 20 "$1" $PY -m pytest -q -p no:cacheprovider $xdist \
-    --tb=line -rf "${PREFLIGHT_TESTS:-$ROOT/tests/ops/test_triton.py}" -k "${3:-$PREFLIGHT_K}" \
+    --tb=line -rf "${4:-${PREFLIGHT_TESTS:-$ROOT/tests/ops/test_triton.py}}" -k "${3:-$PREFLIGHT_K}" \
     > ".mini/$(basename "$2").full" 2>&1
   rc=$?
   grep -vE "^ |Warning|warnings summary|^tests/.*::|^$|^-- Docs" ".mini/$(basename "$2").full" | tail -n 25 > "$2"
@@ -188,7 +189,8 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       limit=${KERNELS_LIMIT:-$(( left < 360 ? left : 360 ))}
       if [ "$limit" -lt 60 ]; then echo "kernels: ${limit} s left in this call, too few; not run"; continue; fi
       echo "[$(elapsed) s] kernel tests, at most $limit s: -k \"${KERNELS_K:-$PREFLIGHT_K}\""
-      preflight "$limit" "$OUT/kernels.txt" "${KERNELS_K:-$PREFLIGHT_K}"; rc=$?
+      PYTHONPATH=$PWD/src preflight "$limit" "$OUT/kernels.txt" "${KERNELS_K:-$PREFLIGHT_K}" \
+        "${PREFLIGHT_TESTS:-tests/ops/test_triton.py}"; rc=$?
       cat "$OUT/kernels.txt"
       [ "$rc" -eq 0 ] || { echo "kernel preflight failed"; exit 1; } ;;
     sitting)

@@ -222,6 +222,14 @@ def test_kernel_tests_take_their_own_selection_and_what_is_left_of_the_call(chec
     assert rc == 0 and 'at most 360 s: -k "test_ok"' in log and "1 passed" in log, log
     rc, log, _ = _script(checkout, "kernels", "quick", preflight="", extra={**extra, "CALL_S": "80"})
     assert rc == 0 and "kernels: 55 s left in this call, too few; not run" in log, log
+    # they test this checkout's code, not the pinned code the sitting before them ran
+    (checkout / "pinned" / "src" / "kinterval").mkdir(parents=True)
+    (checkout / "pinned" / "src" / "kinterval" / "__init__.py").write_text("raise ImportError('pinned')\n")
+    (checkout / "pre" / "test_code.py").write_text("def test_code():\n    import kinterval.ops  # noqa\n")
+    rc, log, _ = _script(
+        checkout, "kernels", "quick", preflight="", extra={**extra, "PIN": "pinned", "KERNELS_K": "test_code"}
+    )
+    assert rc == 0 and "1 passed" in log, log
 
 
 def test_nothing_to_do_once_the_results_folder_signs_off_every_run(checkout):
