@@ -39,6 +39,9 @@ declare -A LIMIT=(
   [bench-ieee]=240
   # 4 operators x {ieee, tf32x3, bf16x6} x T {1024, 4096} x D {64, 128}; ieee at T = 4096 ~0.25 s a call
   [bench-eval]=495
+  # the part of it that decides the evaluation default: 2 operators x {ieee, bf16x6} x T 1024 x D {64, 128},
+  # 8 rows (estimated from bench-eval's size; not measured): fits what a sitting call leaves of a session
+  [bench-eval-quick]=240
   # 6 short runs of 90 s each (3 split settings, twice)
   [bench-split]=540
   [bench-baselines]=495
@@ -142,6 +145,11 @@ run_stage() {  # run_stage STAGE: the exit status of the stage's command (the fi
       limited "$stage" $PY benchmarks/attention.py --ops softmax,fwm-prob-k4,minmax-weight-k4,lerp-k4 \
         --dtypes ieee,tf32x3,bf16x6 --T 1024,4096 --D 64,128 --compile-t '' --ref-max-t 0 --no-flex \
         --csv "$OUT/bench_eval.csv" 2>"$OUT/bench_eval.err" | tee "$OUT/bench_eval.md"
+      return "${PIPESTATUS[0]}" ;;
+    bench-eval-quick)  # bf16x6 against ieee at T = 1024: speed half of the evaluation-default decision
+      limited "$stage" $PY benchmarks/attention.py --ops softmax,fwm-prob-k4 --dtypes ieee,bf16x6 --T 1024 \
+        --D 64,128 --compile-t '' --ref-max-t 0 --no-flex --csv "$OUT/bench_eval_quick.csv" \
+        2>"$OUT/bench_eval_quick.err" | tee "$OUT/bench_eval_quick.md"
       return "${PIPESTATUS[0]}" ;;
     bench-split)  # interior tiles: forward/backward split limits 64/64 (default), 64/0, 0/0; bf16, D = 64, twice
       for s in 64/64 64/0 0/0 64/64 64/0 0/0; do
