@@ -128,3 +128,33 @@ def test_run_throughput_adds_step_times_into_a_clock(tmp_path, capsys):
     assert table[-1] == "| a-s1 | 1050 | 100 | 100 | 1000 |", table  # thousands of tokens/s
     with pytest.raises(SystemExit):
         main([str(tmp_path / "none")])
+
+
+def test_run_throughput_median_default_window_only_and_ragged_rows(tmp_path, capsys):
+    """The documented defaults and options (module docstring): WINDOW 30 s, the median of each window,
+    --only by run id, evaluation rows (no tokens_per_s) are not steps, one column per window of the longest
+    run and an empty cell where a shorter run has ended."""
+
+    def write(rid, rows):
+        (tmp_path / "runs" / rid).mkdir(parents=True)
+        (tmp_path / "runs" / rid / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    # a-s1: 5 s, 5 s and 2 s steps at 1k, 1k, 4k tokens/s (window 0: median 1k, mean 2k), then 40 s at 1k
+    write("a-s1", [{"step": 1, "tokens": 5000, "tokens_per_s": 1000.0},
+                   {"step": 2, "tokens": 10000, "tokens_per_s": 1000.0},
+                   {"step": 3, "tokens": 18000, "tokens_per_s": 4000.0},
+                   {"step": 4, "tokens": 58000, "tokens_per_s": 1000.0}])  # fmt: skip
+    # b-s1: one 1 s step at 2k tokens/s, then an evaluation row
+    write("b-s1", [{"step": 1, "tokens": 2000, "tokens_per_s": 2000.0},
+                   {"event": "eval", "step": 1, "tokens": 2000, "val_loss": 3.0}])  # fmt: skip
+    main = runpy.run_path(str(ROOT / "benchmarks" / "run_throughput.py"))["main"]
+    assert main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "median tokens/s (thousands) per 30 s of training",
+        "| run | train s | 0- | 30- |",
+        "|---|---|---|---|",
+        "| a-s1 | 52 | 1 | 1 |",
+        "| b-s1 | 1 | 2 |  |",
+    ]
+    assert main([str(tmp_path), "--only", "b-*"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "| b-s1 | 1 | 2 |"
