@@ -305,3 +305,40 @@ def test_a_claim_leaves_out_a_seed_whose_two_runs_have_other_block_counts():
     short.nll = short.nll[: N // 2]
     (claim,) = [c for c in C.paper_claims(pts, {}) if c.claim.startswith("MinMax–Weight")]
     assert claim.estimate.mean == pytest.approx(0.2 - 0.01) and claim.ours.endswith("; seed 7)")
+
+
+def _minmax_weight_claims(pts):
+    return [c for c in C.paper_claims(pts, {}) if c.claim.startswith("MinMax–Weight")]
+
+
+def test_a_claims_ours_is_its_estimate_and_interval_in_order():
+    """The Ours cell is "mean [lo, hi] (interval; seed ...)", lower bound first; the direction agrees on the
+    sign of the mean ("agrees if > 0"), whether or not the CI excludes 0 (that is the Detectable column)."""
+    pts = runs({"minmax-weight-k4": 0.2, "fwm-prob-k4": 0.01})
+    for p in pts:
+        if (p.operator, p.seed) == ("minmax-weight-k4", 42):
+            p.nll = p.nll - 0.2  # seed 42: −0.01, seed 7: +0.19; mean +0.09, a t interval across 0
+    (c,) = _minmax_weight_claims(pts)
+    e = c.estimate
+    assert e.lo < 0 < e.mean < e.hi and e.mean == pytest.approx(0.09)
+    assert c.ours == f"{e.mean:+.4f} [{e.lo:+.4f}, {e.hi:+.4f}] (t (1 df); seed 7,42)"
+    assert c.direction_agrees is True and c.detectable is False and c.status == "agrees"
+
+
+def test_a_supplementary_runs_claim_names_its_seed():
+    """A supplementary run (one row per seed, never pooled): each seed's entry says which seed it is."""
+    pts = runs({"minmax-weight-k4": 0.2, "fwm-prob-k4": 0.01})
+    for p in pts:
+        p.per_seed = True
+    got = sorted(c.setting for c in _minmax_weight_claims(pts))
+    assert got == [
+        f"1000 tokens, d:val (T=64, {N} blocks), val, seed {s}; arithmetic=strict" for s in (42, 7)
+    ]
+
+
+def test_the_detach_claim_is_the_detach_pair_only():
+    """A LERP K32 run under the other modified backward (``range_grad=p1``, its own pair with the same
+    full-gradient twin) is not "LERP K32: detach − full": the claim keeps one entry, the detach pair's."""
+    pts = runs({"lerp-k32": 0.001, "lerp-k32[range_grad=detach]": 0.7, "lerp-k32[range_grad=p1]": -0.3})
+    (c,) = [c for c in C.paper_claims(pts, {}) if c.claim.startswith("LERP K32: detach")]
+    assert c.estimate.mean == pytest.approx(0.7 - 0.001) and c.status == "agrees"
