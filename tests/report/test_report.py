@@ -409,3 +409,16 @@ def test_reproduce_doc_lists_the_substitution_audits_as_report_results():
     row = next(x for x in report.splitlines() if x.startswith("| `tab:strictaudit`"))
     assert "`tab:rounding`" in row and "heldout.md" in row and "substituted − native forward" in row
     assert "tab:strictaudit" not in rest and "tab:rounding" not in rest
+
+
+def test_a_folder_whose_manifest_records_no_code_is_reported(tmp_path):
+    """A manifest without ``code`` (written before kinterval recorded it; ``suite run`` and the gate accept
+    one): report.json gives its code as null and the report is built, not a TypeError."""
+    write_results(tmp_path / "b", "ci", lambda r, f: EFFECT.get(r["operator"], 0.0) * f)
+    manifest = tmp_path / "b" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["code"]
+    manifest.write_text(json.dumps(m))
+    index = build_report([tmp_path / "b"], tmp_path / "rep").read_text()
+    folders = json.loads((tmp_path / "rep" / "report.json").read_text())["folders"]
+    assert [f["code"] for f in folders] == [None] and "different operator code" not in index

@@ -135,3 +135,19 @@ def test_a_malformed_result_file_is_one_error_line_naming_it(tmp_path, capsys, w
         bad.parent.mkdir(parents=True)
         bad.write_text(json.dumps({"mean": {}}))
     assert str(bad) in _report([tmp_path / "ci"], tmp_path, capsys)
+
+
+def test_a_log_one_step_short_of_a_finished_run_is_refused(tmp_path):
+    """A completed run's log whose last row is the step before its last (48): one step short is truncated
+    too (the trainer always logs the last step)."""
+    m = write_results(tmp_path / "ci", "ci", lambda r, f: 0.0, clip=lambda r: 0.1)
+    run = m["runs"][2]
+    log = tmp_path / "ci" / run["run_dir"] / "metrics.jsonl"
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    assert rows[-1]["step"] == 48
+    rows[-1]["step"] = 47
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(
+        ValueError, match=rf"{log}: truncated: its last row is step 47, but the run trained 48"
+    ):
+        load_results(tmp_path / "ci")

@@ -40,6 +40,8 @@ def test_a_committed_report_regenerates_from_its_files(folder, tmp_path):
     assert not stale, (
         f"{folder.name}'s report is stale in {stale}: run `kinterval report docs/results/{folder.name}`"
     )
+    # the figures too, by name: a figure index.md links that the build no longer draws is a stale report
+    assert sorted(p.name for p in committed.iterdir()) == sorted(p.name for p in tmp_path.iterdir())
 
 
 def _last_nll(folder: Path, run: dict) -> np.ndarray:
