@@ -171,3 +171,20 @@ def test_cuda_on_a_machine_without_cuda_is_refused_before_any_run(
     monkeypatch.setitem(sys.modules, "submitit", None)
     assert main(["suite", "run", str(suite), "--out", str(out), "--slurm", *flags]) == 2
     assert "--slurm needs submitit" in capsys.readouterr().err and not out.exists()
+
+
+def test_skip_gated_refuses_a_results_folder_of_another_version_of_the_suite(gated, tmp_path):
+    """The same suite name and operator code, another optim.lr: the results folder's runs are not this
+    suite's, so none is skipped as signed off (and the two could never be merged); refused with the fields
+    that differ."""
+    src, _ = gated
+    other = tmp_path / "tiny.toml"
+    other.write_text(
+        TINY.replace("seeds = [7, 42]", "seeds = [7]").replace(
+            "[overrides]", '[overrides]\n"optim.lr" = 1e-3'
+        )
+    )
+    with pytest.raises(
+        ValueError, match=rf"--skip-gated {src}: its manifest differs from this suite folder's in runs"
+    ):
+        run_suite(other, tmp_path / "s", skip_gated=src, threads=1, log=lambda *_: None)
