@@ -671,3 +671,11 @@ def test_results_only_checks_another_evaluation_against_the_record(results_with_
     _edit_json(d / RECORD, lambda r: r["files"].update({js.relative_to(d).as_posix(): sha256_file(js)}))
     (err,) = gate(d, results_only=True).errors
     assert err.startswith(f"runs/{RUN}/eval/val__op-softmax/step_000016.json: not an evaluation of the run's")
+
+
+def test_results_only_record_whose_partial_is_not_a_boolean_is_unusable(results_dir, tmp_path):
+    """``"partial": "false"`` (a string, truthy) would make a full record partial: its runs' absence from the
+    folder then reads as "not run", not as missing results."""
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / RECORD, lambda r: r.update(partial="false"))
+    assert gate(d, results_only=True).errors == [f"{RECORD}: unusable (partial malformed)"]

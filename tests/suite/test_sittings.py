@@ -323,3 +323,65 @@ def test_merge_into_the_working_directory(sittings, tmp_path, monkeypatch, capsy
     monkeypatch.chdir(res)
     assert main(["suite", "merge", str(root / "s2"), "."]) == 0
     assert gate(res, results_only=True).ok
+
+
+def test_a_runs_record_is_its_own_not_a_run_whose_id_extends_it():
+    """Run ids of seeds 4 and 42 (``lerp-k4-s4``, ``lerp-k4-s42``): the files and checkpoints a record signs
+    off for one are its own, not those of every run whose id starts with it (the merge compares and copies
+    a run's record by them)."""
+    from kinterval.suite.merge import _run_record
+
+    rec = {
+        "files": {
+            "manifest.json": "m",
+            "runs/lerp-k4-s4/status.json": "a",
+            "runs/lerp-k4-s4/eval/val/step_000008.json": "b",
+            "runs/lerp-k4-s42/status.json": "c",
+        },
+        "checkpoints": {
+            "lerp-k4-s4/step_000008": {"n_blocks": 1},
+            "lerp-k4-s42/step_000008": {"n_blocks": 2},
+        },
+    }
+    assert _run_record(rec, "lerp-k4-s4") == (
+        {"runs/lerp-k4-s4/status.json": "a", "runs/lerp-k4-s4/eval/val/step_000008.json": "b"},
+        {"lerp-k4-s4/step_000008": {"n_blocks": 1}},
+    )
+
+
+def test_each_run_the_partial_record_does_not_sign_off_is_its_own_error(sittings, tmp_path):
+    """Results of two runs the record does not sign off: one error for each run (one per subject), each
+    naming its run."""
+    root, *_ = sittings
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    for rid in ("lerp-k4-s7", "lerp-k4-s42"):
+        shutil.copytree(
+            root / "s2" / "runs" / rid, res / "runs" / rid, ignore=shutil.ignore_patterns("checkpoints")
+        )
+    errors = gate(res, results_only=True).errors
+    assert [e.split(":")[0] for e in errors] == ["runs/lerp-k4-s42", "runs/lerp-k4-s7"], errors
+
+
+def test_a_record_counts_the_jobs_it_signs_off(sittings, tmp_path):
+    """gate.json's n_jobs: the checkpoints of the runs it signs off (2 per run), partial or merged."""
+    root, *_ = sittings
+    assert json.loads((root / "s1" / RECORD).read_text())["n_jobs"] == 2
+    assert json.loads((root / "s2" / RECORD).read_text())["n_jobs"] == 4
+    merge(root / "s2", tmp_path / "res")
+    merge(root / "s1", tmp_path / "res")
+    assert json.loads((tmp_path / "res" / RECORD).read_text())["n_jobs"] == 6
+
+
+def test_a_partial_gate_reports_a_run_whose_status_is_corrupt(sittings, tmp_path):
+    """A run whose status.json does not read (written atomically, so corrupt) is gated and reported, not
+    passed over as a run cut short: the partial gate fails and signs off nothing."""
+    root, *_ = sittings
+    s = tmp_path / "s2"
+    shutil.copytree(root / "s2", s)
+    (s / RECORD).unlink()
+    (s / "runs" / "lerp-k4-s7" / "status.json").write_text("garbage")
+    rep = gate(s, partial=True)
+    assert rep.not_run == ["softmax-s7"], rep.not_run
+    assert any(e.startswith("runs/lerp-k4-s7/status.json: unreadable") for e in rep.errors), rep.errors
+    assert not (s / RECORD).exists()
