@@ -512,7 +512,14 @@ def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
     x = -h
     series = 1.0 + x * (0.5 + x * (1 / 6 + x * (1 / 24 + x * (1 / 120 + x * (1 / 720 + x * (1 / 5040))))))
     dfac = tl.where(degen, 0.0, tl.where(h < 0.25, series, (1.0 - emh) * inv_h))
-    return h, inv_h, b0, emh, dfac, degen, kf, 1.0 / kf, tau, h * LOG2E
+    # A degenerate MinMax row weighs every valid key 1 (App. A): with e^{-h} = 1 and h log2(e) = 0 its grid
+    # points are all e^0 = 1, so w^L = (1 - t) + t and w^N are exactly 1 and no per-score select is needed
+    # (``_place``). Per row; Delta is 0 there by dfac above.
+    h_log2 = h * LOG2E
+    if CALIB == 1:
+        emh = tl.where(degen, 1.0, emh)
+        h_log2 = tl.where(degen, 0.0, h_log2)
+    return h, inv_h, b0, emh, dfac, degen, kf, 1.0 / kf, tau, h_log2
 
 
 @triton.jit
@@ -550,8 +557,9 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     ``_place``: no per-score select here. A user-masked key's score may be anything (inf or NaN where its k
     is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (2)): MinMax pins a masked key's
     x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
-    Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and ``_place`` gives them weight 1.
-    Returns (w^L, w^N, keep, one, Delta on kept keys, r, x, t, E_r, E_r1): x the pinned grid position.
+    Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and their grid points are all 1
+    (``row_constants``), so every weight is 1.
+    Returns (w^L, w^N, keep, Delta on kept keys, r, x, t, E_r, E_r1): x the pinned grid position.
     """
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
     z = s - M[:, None]
@@ -599,18 +607,13 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     wL = lerp_weight(t, E_r, E_r1)
     wN = nearest_weight(t, E_r, E_r1)
     cDelta = tl.where(keep, E_r1 * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
-    one = degen.to(tl.float32)[:, None]  # degenerate MinMax row: weight 1 on every valid key
-    return wL, wN, keep, one, cDelta, r, x, t, E_r, E_r1
+    return wL, wN, keep, cDelta, r, x, t, E_r, E_r1
 
 
 @triton.jit
-def _place(w, keep, one, CALIB: tl.constexpr):
-    """The weight on kept keys, 0 elsewhere; 1 on the valid keys of a degenerate MinMax row (one = 1:
-    w * 0 + 1 is exactly 1, and w * 1 + 0 exactly w)."""
-    if CALIB == 1:
-        return tl.where(keep, w * (1.0 - one) + one, 0.0)
-    else:
-        return tl.where(keep, w, 0.0)
+def _place(w, keep):
+    """The weight on kept keys, 0 elsewhere (a degenerate MinMax row's weights are already 1: ``grid``)."""
+    return tl.where(keep, w, 0.0)
 
 
 @triton.jit
@@ -637,16 +640,15 @@ def prob_ste(wLp, wHp, WL, WH):
 
 
 @triton.jit
-def _forward_weight(wL, wN, keep, one, OP: tl.constexpr):
+def _forward_weight(wL, wN, keep, OP: tl.constexpr):
     """The weight the forward normalizes, placed: w^L (LERP) or the STE weight of ``weight_ste``."""
-    CALIB: tl.constexpr = OP[0]
     HARD: tl.constexpr = OP[2]
     HISTORICAL: tl.constexpr = OP[4]
     if HARD:
         w = weight_ste(wL, wN, HISTORICAL)
     else:
         w = wL
-    return _place(w, keep, one, CALIB)
+    return _place(w, keep)
 
 
 @triton.jit
@@ -787,11 +789,11 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
         w = tl.where(valid, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
         is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
-        wL, wN, keep, one, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
+        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
         # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
-        w = _forward_weight(wL, wN, keep, one, OP)
+        w = _forward_weight(wL, wN, keep, OP)
         if SUM_L:  # Prob-STE also needs W^L and, for the backward, P^L V (eq. 4 backward point)
-            wLp = _place(wL, keep, one, CALIB)
+            wLp = _place(wL, keep)
             if PASS3:  # historical P = P^L + sg(P^H - P^L), per key
                 w = prob_ste(wLp, w, WL, W)
             else:
@@ -1026,11 +1028,11 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
         wLp = w
         keep = valid
     else:
-        wL, wN, keep, one, cD, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
-        w = _forward_weight(wL, wN, keep, one, OP)
+        wL, wN, keep, cD, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
+        w = _forward_weight(wL, wN, keep, OP)
         wLp = w
         if JACOBIAN_AT_PL and HISTORICAL:
-            wLp = _place(wL, keep, one, CALIB)
+            wLp = _place(wL, keep)
         if SUM_GM:
             dM = calibration_grad(cD, r, x, t, E_r, E_r1, row[7])
     return w, wLp, keep, cD, dM
