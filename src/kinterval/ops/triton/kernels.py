@@ -652,13 +652,25 @@ def _forward_weight(wL, wN, keep, OP: tl.constexpr):
 
 
 @triton.jit
-def calibration_grad(cD, r, x, t, E_r, E_r1, inv_k):
-    """eq. (1) (eq:calgrad), MinMax: dw^L/dM = -w^L - Delta rho + X with rho = (r + t_raw)/K, written as
-    -Y - Delta rho with Y = w^L - X = (1-t) E_r (1 - r/K) + t E_r1 (1 - (r+1)/K), a sum of non-negative terms
-    that does not cancel in fp32. dw^L/dm = -Delta - dw^L/dM follows per row (G_m = -S1 - G_M).
-    r + t_raw is x bit for bit (``grid``: t_raw = x - r is exact, and so is the sum back), so rho = x/K."""
-    Y = (1.0 - t) * E_r * (1.0 - r * inv_k) + t * E_r1 * (1.0 - (r + 1.0) * inv_k)
-    return -Y - cD * (x * inv_k)
+def calibration_grad(r, x, t, E_r, E_r1, cD, row, SHORT: tl.constexpr):
+    """eq. (1) (eq:calgrad), MinMax: dw^L/dM = -w^L - Delta rho + X with rho = (r + t_raw)/K, i.e. -Y - Delta
+    rho with Y = w^L - X = (1-t) E_r (1 - r/K) + t E_r1 (1 - (r+1)/K), a sum of non-negative terms that does
+    not cancel in fp32. dw^L/dm = -Delta - dw^L/dM follows per row (G_m = -S1 - G_M). r + t_raw is x bit for
+    bit (``grid``: t_raw = x - r is exact, and so is the sum back), so rho = x/K. cD is Delta on kept keys.
+    SHORT: with E_r = E_r1 e^{-h} and Delta = E_r1 dfac, E_r1 factors out,
+        dw^L/dM = -E_r1 [(1-t) e^{-h} u + t (u - 1/K) + (dfac/K) x],  u = 1 - r/K,
+    three non-negative terms in seven operations per score instead of twelve ((1-t) e^{-h} is one fma).
+    Regrouping the first two as u ((1-t) e^{-h} + t) - t/K saves one more but cancels where e^{-h} and
+    Delta rho are small (wide rows). The dQ kernel takes SHORT up to D = 64: at D = 128 its schedule made
+    ptxas spill (benchmarks/results/kernels-2026-11-28b/NOTES.md)."""
+    h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
+    if SHORT:
+        u = 1.0 - r * inv_k
+        y = (emh[:, None] - t * emh[:, None]) * u + t * (u - inv_k)  # Y / E_r1
+        return -(E_r1 * ((dfac * inv_k)[:, None] * x + y))
+    else:
+        Y = (1.0 - t) * E_r * (1.0 - r * inv_k) + t * E_r1 * (1.0 - (r + 1.0) * inv_k)
+        return -Y - cD * (x * inv_k)
 
 
 @triton.jit
@@ -1007,8 +1019,8 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
     Returns the forward weight w (w^N, or w^H in historical arithmetic, for the STE operators; for
     dV = P^T dO), the placed w^L (historical Prob-STE's P needs it), the kept-key mask, the self-term factor
     cD (Delta on kept keys: the self term of dL/ds, eq. 2; w for softmax: dS = P (g - D)) and
-    dM = dw/dM (eq. 1, when SUM_GM). ``s`` is the tile of ``_scores``: for softmax (s - M) log2(e). The exp
-    baselines: w of ``exp_baseline`` and cD its dw/dz.
+    dM = dw/dM (eq. 1, when SUM_GM: 1 ``calibration_grad`` in full, 2 its SHORT form). ``s`` is the tile of
+    ``_scores``: for softmax (s - M) log2(e). The exp baselines: w of ``exp_baseline`` and cD its dw/dz.
     """
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
@@ -1034,7 +1046,7 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
         if JACOBIAN_AT_PL and HISTORICAL:
             wLp = _place(wL, keep)
         if SUM_GM:
-            dM = calibration_grad(cD, r, x, t, E_r, E_r1, row[7])
+            dM = calibration_grad(r, x, t, E_r, E_r1, cD, row, SUM_GM == 2)
     return w, wLp, keep, cD, dM
 
 
@@ -1058,7 +1070,8 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
     s = _scores(q, tl.trans(k), scale, M, PREC, OP[1])
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
-    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, SUM_GM)
+    GM_FORM: tl.constexpr = SUM_GM * (1 + (q.shape[1] <= 64))  # calibration_grad's SHORT form up to D = 64
+    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, GM_FORM)
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
     gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
     ds = score_grad(gamma, cD, is_max, GM, is_min, GM, False, False, OP[5])  # eq. (2) self term; rest after
@@ -1315,8 +1328,9 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, O
     offs_d, dmask = dims
     DQa, S1a, GMa = stats[7], stats[8], stats[9]
     dk, dv = kv_sums
+    GM_FORM: tl.constexpr = SUM_GM * (1 + (offs_d.shape[0] <= 64))  # as in _dq_step
     q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv = _key_block_tile(
-        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, TILE[0], SUM_GM, BLOCK_M
+        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, TILE[0], GM_FORM, BLOCK_M
     )
     inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
     gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
