@@ -1193,16 +1193,20 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
 # ----------------------------------------------------------------------- dK/dV and the fused backward
 @triton.jit
 def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP: tl.constexpr,
-                    MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr, SUM_GM: tl.constexpr,
+                    MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr, COEF: tl.constexpr,
                     BLOCK_M: tl.constexpr):  # fmt: skip
     """What the dK/dV and the fused backward share on one query tile of a key block: the tile's q and dO, its
     row statistics and grid constants, the scores and their backward coefficients (``_bwd_coefs``; dw/dM of
     eq. (1) when SUM_GM), dV += P^T dO with the forward P (P^N for the strict STE operators; historical: the
     P of Weight-STE, eq. (3), or of Prob-STE, eq. (4)) and g = dO V^T. kv = (k, v) of the key block; query =
     (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d, dmask); stats starts with the per-row
-    buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin)."""
+    buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin). COEF = (SUM_GM, FOLD): FOLD returns cD / W^at, the
+    self-term factor with the normalization's 1/W of gamma (App. B) folded in per row (``_dkdv_step``)."""
     k, v = kv
+    SUM_GM: tl.constexpr = COEF[0]
+    FOLD: tl.constexpr = COEF[1]
     CALIB: tl.constexpr = OP[0]
+    SOFTMAX: tl.constexpr = OP[1]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
     HISTORICAL: tl.constexpr = OP[4]
     q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
@@ -1222,7 +1226,11 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP
     amax = tl.load(Amax + row_i, mask=rmask, other=-1)
     amin = tl.load(Amin + row_i, mask=rmask, other=-1)
     row = row_constants(M, m, kf, tau, CALIB)
-    s = _scores(q, tl.trans(k), scale, M, PREC, OP[1])
+    if FOLD and CALIB != 0:  # Delta/W^at = E_r1 (dfac/W^at): a per-row factor, one product per score less
+        h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
+        dfac = dfac * tl.where(Wa > 0, 1.0 / Wa, 0.0)
+        row = (h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2)
+    s = _scores(q, tl.trans(k), scale, M, PREC, SOFTMAX)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
@@ -1231,6 +1239,8 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP
         p = prob_ste(wLp, w, Wa, Wf)
     else:
         p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
+    if FOLD and SOFTMAX:  # W^at = W: dS = P (g - D), FlashAttention's form
+        cD = p
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
     g = _dot(do, tl.trans(v), PREC)
     return q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv
@@ -1250,10 +1260,18 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP
     PROJECT_P1: tl.constexpr = GRAD[3]
     GMo, Gmo, MUo = stats[7], stats[8], stats[9]
     dk, dv = kv_sums
+    # The self term gamma Delta = (g - D) (Delta/W^at) with the row's 1/W^at folded into Delta's per-row
+    # factor (grid operators) or, for softmax, into P: no gamma tile. The exp baselines keep gamma (BF16-exp
+    # rounds it to bf16 before the product: score_grad).
+    FOLD: tl.constexpr = OP[0] != 0 or OP[1]
+    COEF: tl.constexpr = (False, FOLD)
     q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv = _key_block_tile(
-        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, FULL, False, BLOCK_M
+        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, FULL, COEF, BLOCK_M
     )
-    gamma = _gamma(g, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0))  # not masked: cD = 0 off keep
+    if FOLD:
+        gamma = g - Dd[:, None]  # not masked: cD = 0 off keep
+    else:
+        gamma = _gamma(g, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0))
     if ARG_AFTER:  # eq. (2)'s self term here; its calibration terms after the loop (_arg_key_terms)
         ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])
     else:
@@ -1328,9 +1346,9 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, O
     offs_d, dmask = dims
     DQa, S1a, GMa = stats[7], stats[8], stats[9]
     dk, dv = kv_sums
-    GM_FORM: tl.constexpr = SUM_GM * (1 + (offs_d.shape[0] <= 64))  # as in _dq_step
+    COEF: tl.constexpr = (SUM_GM * (1 + (offs_d.shape[0] <= 64)), False)  # as in _dq_step
     q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv = _key_block_tile(
-        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, TILE[0], GM_FORM, BLOCK_M
+        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, TILE[0], COEF, BLOCK_M
     )
     inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
     gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
