@@ -11,6 +11,8 @@ import importlib
 import linecache
 import os
 import sys
+import warnings
+from pathlib import Path
 
 from kinterval import __version__
 
@@ -77,6 +79,23 @@ def input_error_message(err: BaseException) -> str:
     return " ".join(str(err).split("\n"))
 
 
+PACKAGE = Path(__file__).resolve().parent
+
+
+def warning_lines(command: str):
+    """A ``warnings.showwarning`` that prints kinterval's own warnings (a UserWarning attributed to a file of
+    this package) as one ``kinterval COMMAND: warning: ...`` line, as errors are; others as Python does."""
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and Path(filename).resolve().is_relative_to(PACKAGE):
+            print(f"kinterval {command}: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -84,6 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         args.lm_eval_args = rest
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    with warnings.catch_warnings():
+        warnings.showwarning = warning_lines(args.command)
+        warnings.filterwarnings("always", category=UserWarning, module=r"kinterval(\.|$)")  # each one
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         result = args.func(args)
     except BrokenPipeError:  # `kinterval ... | head`: the reader left; stop quietly, as Unix tools do

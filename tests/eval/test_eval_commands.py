@@ -105,3 +105,25 @@ def test_a_checkpoint_without_a_data_folder_asks_for_one(tmp_path, capsys, softm
     assert main([command, "--run", str(tmp_path / "run"), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert "records no data folder" in err and "--data" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_latest_checkpoint_without_state_json_is_named_in_one_warning_line(tmp_path, capsys, softmax_run):
+    """LATEST names a step folder whose state.json is missing (a checkpoint copied in part): the command
+    says so in one ``kinterval eval: warning:`` line (it said LATEST "does not name a checkpoint of this run"
+    as a Python UserWarning with its source line) and uses the newest complete one; asked for by its step,
+    the error names the missing state.json."""
+    softmax_run(vocab_size=64, block_size=16)
+    root = tmp_path / "run" / "checkpoints"
+    (root / "step_000002").mkdir()
+    (root / "LATEST").write_text("step_000002\n")
+    assert main(["eval", "--run", str(tmp_path / "run"), "--checkpoint", "latest", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == (
+        f"kinterval eval: warning: {root / 'LATEST'} names step_000002, which has no state.json (an incomplete "
+        "or damaged checkpoint); using the newest complete one, step_000001"
+    ), err
+    assert len(err) == 2 and "records no data folder" in err[1], err  # step 1 was used
+    assert main(["eval", "--run", str(tmp_path / "run"), "--checkpoint", "2", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no checkpoint at step 2" in err and "step_000002 has no state.json (incomplete or damaged)" in err
+    assert "have: ['step_000001']" in err and len(err.splitlines()) == 1, err

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 import warnings
 from numbers import Number
 from pathlib import Path
@@ -105,16 +104,6 @@ def warn_unknown_numerics(names, what: str = "output") -> None:
         warnings.warn(f"{name}: no recorded numerics (device, autocast, TF32; written before they were "
                       f"recorded): compared without checking that its {what} used the same",
                       NumericsUnknownWarning, stacklevel=3)  # fmt: skip
-
-
-def _print_numerics_warnings(command: str, caught) -> None:
-    """The :class:`NumericsUnknownWarning` and :class:`FewshotUnknownWarning` lines as
-    ``kinterval CMD: warning: ...``; others shown as usual."""
-    for w in caught:
-        if issubclass(w.category, (NumericsUnknownWarning, FewshotUnknownWarning)):
-            print(f"kinterval {command}: warning: {w.message}", file=sys.stderr)
-        else:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def parse_batch_size(value) -> int:
@@ -704,13 +693,10 @@ def _compare(args) -> int:
         raise ValueError(f"condition names must be distinct: {args.conditions}")
     kw = {"n_resamples": args.resamples, "n_perm": args.permutations, "seed": args.seed}
     kw["task_differences"] = [tuple(t.strip() for t in v.split(",")) for v in args.task_difference or []]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", NumericsUnknownWarning)
-        warnings.simplefilter("always", FewshotUnknownWarning)
-        rows = downstream_compare(
-            args.baseline, conditions, margin=args.margin, nll_metrics=args.nll_metrics, **kw
-        )
-    _print_numerics_warnings("downstream-compare", caught)
+    # (a NumericsUnknownWarning or FewshotUnknownWarning is a "kinterval downstream-compare: warning:" line)
+    rows = downstream_compare(
+        args.baseline, conditions, margin=args.margin, nll_metrics=args.nll_metrics, **kw
+    )
     print(format_compare(rows))
     print("* BH q < 0.05 within task x metric over the conditions; ° CI excludes 0 but q >= 0.05")
     if args.json:
@@ -745,10 +731,7 @@ def _probes_compare(args) -> int:
         raise ValueError(f"condition names must be distinct: {args.conditions}")
     out = {}
     for name, folder in conditions.items():
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", NumericsUnknownWarning)
-            res = compare_probes(folder, args.reference, n_resamples=args.resamples, seed=args.seed)
-        _print_numerics_warnings("probes-compare", caught)
+        res = compare_probes(folder, args.reference, n_resamples=args.resamples, seed=args.seed)
         out[name] = res
         print(f"{name} ({res['operator']}) - reference ({res['reference_operator']})")
         for r in res["deltas"]:

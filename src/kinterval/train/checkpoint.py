@@ -275,11 +275,12 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         if named:
             return named[0]
         if found:
-            warnings.warn(
-                f"{latest} does not name a checkpoint of this run ({name!r}); "
-                f"using the newest, {found[-1].name}",
-                stacklevel=2,
+            why = (
+                f"names {name}, which has no state.json (an incomplete or damaged checkpoint)"
+                if step is not None and (root / name).is_dir()
+                else f"does not name a checkpoint of this run ({name!r})"
             )
+            warnings.warn(f"{latest} {why}; using the newest complete one, {found[-1].name}", stacklevel=2)
     return found[-1] if found else None
 
 

@@ -93,7 +93,9 @@ def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "lat
         named = [p for p in found if checkpoint_step(p) == int(checkpoint)]
         if not named:
             have = [p.name for p in found]
-            raise FileNotFoundError(f"no checkpoint at step {int(checkpoint)} in {path} (have: {have})")
+            folder = checkpoint_dir(path) / f"step_{int(checkpoint):06d}"
+            why = f": {folder.name} has no state.json (incomplete or damaged)" if folder.is_dir() else ""
+            raise FileNotFoundError(f"no checkpoint at step {int(checkpoint)} in {path}{why} (have: {have})")
         return named[0]
     # relative to the run folder, or to the working directory; two different folders are refused, so that
     # `--checkpoint checkpoints/step_N` run from inside another run's folder never loads that run's weights
