@@ -146,6 +146,22 @@ def test_a_results_folder_as_out_is_refused_before_anything_is_written(
     assert _tree(res) == before
 
 
+@pytest.mark.parametrize("inside", ["", "sub"])
+def test_a_training_run_folder_as_out_is_refused_before_anything_is_written(gated, tmp_path, capsys, inside):
+    """A training run's folder (or a folder inside it) as --out: the suite's manifest, runs/ and data/ were
+    written beside the run's own checkpoints, run_config.json and status.json."""
+    src, suite = gated
+    run = tmp_path / "run"
+    shutil.copytree(src / "runs" / RUN, run)
+    before = _tree(run)
+    out = run / inside if inside else run
+    assert main(["suite", "run", str(suite), "--out", str(out), "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    where = "is" if not inside else f"lies inside {run.resolve()}, which is"
+    assert len(err) == 1 and f"--out {out} {where} a kinterval run folder" in err[0], err
+    assert _tree(run) == before
+
+
 @pytest.mark.parametrize(
     "override, says",
     [("", "--device cuda: device 'cuda' requested but CUDA is not available"),

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from kinterval.train.checkpoint import enclosing_run
+
 README = """# {name}
 
 A kinterval training run exported as a transformers GPT-2 (`GPT2LMHeadModel`), step {step}, whose attention
@@ -99,19 +101,8 @@ def check_out(out) -> None:
     ``kinterval_attn_implementation``), which would be overwritten in part.
     """
     path = Path(out).resolve()
-    for folder in (path, *path.parents):
-        ckpts = folder / "checkpoints"
-        if (folder / "state.json").is_file():
-            kind = "a kinterval checkpoint folder (it holds state.json)"
-        elif (
-            (folder / "run_config.json").is_file()
-            or (folder / "status.json").is_file()
-            or (ckpts / "LATEST").is_file()
-            or any(p.is_dir() for p in ckpts.glob("step_*"))
-        ):
-            kind = "a kinterval run folder (it holds run_config.json, status.json or checkpoints/)"
-        else:
-            continue
+    if run := enclosing_run(path):
+        folder, kind = run
         where = "is" if folder == path else f"lies inside {folder}, which is"
         raise ValueError(
             f"--out {out} {where} {kind}: export-hf would overwrite or mix with the run's files; "

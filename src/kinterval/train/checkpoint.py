@@ -234,6 +234,26 @@ def save_checkpoint(
     return final
 
 
+def enclosing_run(path: str | Path) -> tuple[Path, str] | None:
+    """The kinterval checkpoint or training-run folder that ``path`` (symlinks and ``..`` resolved) is or lies
+    inside, with what it is; None when there is none. A run folder holds ``run_config.json``, ``status.json``,
+    ``checkpoints/LATEST`` or a ``checkpoints/step_*`` folder; a checkpoint folder ``state.json``. Commands
+    that write a folder of their own refuse one there: they would overwrite or mix with the run's files."""
+    path = Path(path).resolve()
+    for folder in (path, *path.parents):
+        ckpts = folder / "checkpoints"
+        if (folder / "state.json").is_file():
+            return folder, "a kinterval checkpoint folder (it holds state.json)"
+        if (
+            (folder / "run_config.json").is_file()
+            or (folder / "status.json").is_file()
+            or (ckpts / "LATEST").is_file()
+            or any(p.is_dir() for p in ckpts.glob("step_*"))
+        ):
+            return folder, "a kinterval run folder (it holds run_config.json, status.json or checkpoints/)"
+    return None
+
+
 def checkpoint_step(path: str | Path) -> int | None:
     """The step a checkpoint folder's name says (``step_NNNNNN`` or its ``.old-`` copy), else None."""
     m = STEP_NAME.fullmatch(Path(path).name.removeprefix(OLD_PREFIX))
