@@ -379,3 +379,10 @@ def test_tokens_is_refused_where_no_train_split_is_written(tmp_path, ds, capsys,
     if source.startswith("text:"):  # without --tokens the same split is written whole
         assert cli.main(argv) == 0
         assert TokenShards(ds, extra[1]).n_tokens > 0
+
+
+def test_a_bpe_file_with_the_synthetic_source_is_refused(tmp_path):
+    """--bpe-file nope with --source synthetic (generated ids, no tokenizer) was silently ignored."""
+    with pytest.raises(ValueError, match="--bpe-file applies to GPT-2-tokenized sources"):
+        prepare("synthetic", tmp_path / "s", tokens=1_000, bpe_file="nope", progress=False)
+    assert not (tmp_path / "s").exists()

@@ -119,8 +119,8 @@ def test_a_latest_checkpoint_without_state_json_is_named_in_one_warning_line(tmp
     assert main(["eval", "--run", str(tmp_path / "run"), "--checkpoint", "latest", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == (
-        f"kinterval eval: warning: {root / 'LATEST'} names step_000002, which has no state.json (an incomplete "
-        "or damaged checkpoint); using the newest complete one, step_000001"
+        f"kinterval eval: warning: {root / 'LATEST'} names step_000002, which has no state.json (an "
+        "incomplete or damaged checkpoint); using the newest complete one, step_000001"
     ), err
     assert len(err) == 2 and "records no data folder" in err[1], err  # step 1 was used
     assert main(["eval", "--run", str(tmp_path / "run"), "--checkpoint", "2", "--device", "cpu"]) == 2

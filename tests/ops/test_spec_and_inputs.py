@@ -405,3 +405,16 @@ def test_q_k_v_of_a_wrong_dtype_are_named():
         kinterval_attention(x.long(), x, x, "lerp-k4")
     with pytest.raises(ValueError, match="v must be"):
         kinterval_attention(x, x, x.bool(), "lerp-k4")
+
+
+def test_overrides_in_a_full_name_are_case_insensitive_as_the_name():
+    """operators.md: names are case-insensitive; FWM-PROB-K4[TAU=5] said "unknown override(s) ['TAU']"."""
+    want = OperatorSpec.parse("fwm-prob-k4", tau=5.0, range_grad="detach", arithmetic="historical")
+    assert OperatorSpec.from_full_name("FWM-PROB-K4[TAU=5,Range_Grad=DETACH,ARITHMETIC=Historical]") == want
+
+
+@pytest.mark.parametrize("full", ["lerp-k4[tau=0]", "lerp-k4[tau=nan]", "softmax[range_grad=bogus]"])
+def test_an_override_that_does_not_apply_is_named_whatever_its_value(full):
+    """lerp-k4[tau=0] said "tau must be a finite number in (0, 1000]", as if another tau would do."""
+    with pytest.raises(ValueError, match="applies only to"):
+        OperatorSpec.from_full_name(full)

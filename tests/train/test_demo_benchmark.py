@@ -60,7 +60,9 @@ def run_benchmark(monkeypatch, capsys, *args) -> list[list[str]]:
     "flags, message",
     [(["--tokens", "0"], "tokens must be a positive integer"), (["--threads", "-1"], "threads must be"),
      (["--operators", "softmax,bogus"], "unknown operator name 'bogus'"),
-     (["--operators", ""], "--operators names no operator"), (["--operators", " , "], "names no operator")],
+     (["--operators", ""], "--operators names no operator"), (["--operators", " , "], "names no operator"),
+     (["--operators", "fwm-prob-k4,FWM-Prob-K4"], "names fwm-prob-k4 more than once"),
+     (["--operators", "softmax,softmax"], "names softmax more than once")],
 )  # fmt: skip
 def test_demo_checks_its_flags_before_any_work(tmp_path, capsys, flags, message):
     """--tokens 0 silently meant the default, --threads -1 was torch's RuntimeError, an unknown operator

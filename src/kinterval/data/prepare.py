@@ -206,6 +206,8 @@ def prepare(
             raise ValueError(f"--tokens caps the train split; {reason}: drop --tokens")
     if source in ("wikitext103", "fineweb-edu", "ptb", "c4") or source.startswith("text:"):
         gpt2_encoding(bpe_file)  # a missing or wrong --bpe-file
+    elif source == "synthetic" and bpe_file is not None:
+        raise ValueError("--bpe-file applies to GPT-2-tokenized sources; --source synthetic makes its ids")
     params = {"tokens": tokens, "shard_tokens": shard_tokens, "splits": list(splits)}
     if source.startswith("bin:"):
         found = find_bin_files(source[4:])

@@ -121,6 +121,14 @@ class OperatorSpec:
                 )
             if isinstance(self.K, bool) or not isinstance(self.K, int):
                 raise bad(f"K must be an integer in [1, {MAX_K}], got {self.K!r}")
+        # Overrides that make no sense for this operator are errors when set to a non-default value
+        # (whatever the value: checked before the ranges below).
+        if "tau" in explicit and self.tau != DEFAULT_TAU and self.calibration not in ("fwm", "resolved"):
+            raise bad("tau applies only to fwm and resolved calibration")
+        if "range_grad" in explicit and self.range_grad != "full" and self.kind != "kinterval":
+            raise bad("range_grad applies only to K-interval operators (baselines keep the max on the tape)")
+        if "arithmetic" in explicit and self.arithmetic != "strict" and self.surrogate is None:
+            raise bad("arithmetic applies only to the weight/prob surrogates (Nearest reconstruction)")
         if self.range_grad not in RANGE_GRADS:
             raise bad(f"range_grad must be one of {RANGE_GRADS}, got {self.range_grad!r}")
         if self.arithmetic not in ARITHMETICS:
@@ -136,13 +144,6 @@ class OperatorSpec:
                 f"the grid step tau/K must be at least 2^-126 (the smallest normal float32), got "
                 f"tau={self.tau!r}, K={self.K} (tau/K = {self.tau / self.K:.3g})"
             )
-        # Overrides that make no sense for this operator are errors when set to a non-default value.
-        if "tau" in explicit and self.tau != DEFAULT_TAU and self.calibration not in ("fwm", "resolved"):
-            raise bad("tau applies only to fwm and resolved calibration")
-        if "range_grad" in explicit and self.range_grad != "full" and self.kind != "kinterval":
-            raise bad("range_grad applies only to K-interval operators (baselines keep the max on the tape)")
-        if "arithmetic" in explicit and self.arithmetic != "strict" and self.surrogate is None:
-            raise bad("arithmetic applies only to the weight/prob surrogates (Nearest reconstruction)")
         object.__setattr__(self, "tau", float(self.tau))
 
     # ------------------------------------------------------------------ naming
@@ -180,7 +181,7 @@ class OperatorSpec:
         if not m:
             raise ValueError(f"cannot parse operator {full!r}; valid forms: {VALID_FORMS}")
         overrides: dict = {}
-        for item in filter(None, (m.group(2) or "").split(",")):
+        for item in filter(None, (m.group(2) or "").lower().split(",")):  # case-insensitive, as the name
             key, _, value = item.partition("=")
             if key.strip() in overrides:
                 raise ValueError(

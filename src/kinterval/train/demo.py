@@ -73,8 +73,10 @@ def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
     check_options(tokens, seed, quick)
     if not operators:
         raise ValueError("operators names no operator (softmax is added to those given)")
-    for op in operators:  # every name, before any data is prepared or any run trained
-        operator_name(op)
+    names = [operator_name(op) for op in operators]  # every name, before any data or training
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"operators names {', '.join(twice)} more than once: each operator trains one run")
     if "softmax" not in operators:
         operators.insert(0, "softmax")
     sizes = QUICK if quick else FULL
