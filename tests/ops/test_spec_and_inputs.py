@@ -418,3 +418,17 @@ def test_an_override_that_does_not_apply_is_named_whatever_its_value(full):
     """lerp-k4[tau=0] said "tau must be a finite number in (0, 1000]", as if another tau would do."""
     with pytest.raises(ValueError, match="applies only to"):
         OperatorSpec.from_full_name(full)
+
+
+@pytest.mark.parametrize("backend", ["reference", "closed_form"])
+def test_causal_with_fewer_queries_than_keys_is_lower_right_as_documented(backend):
+    """docs/operators.md: causal=True aligns the last query with the last key, as torch's causal_lower_right
+    (SDPA's is_causal aligns the first query with the first key: top-left)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, t, 8, dtype=torch.float64) for t in (3, 5, 5))
+    out = kinterval_attention(q, k, v, OperatorSpec.parse("softmax"), causal=True, backend=backend)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(3, 5))
+    top_left = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(out, want, rtol=0, atol=1e-12) and not torch.allclose(out, top_left, atol=1e-3)
