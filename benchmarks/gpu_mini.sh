@@ -173,7 +173,9 @@ EOF
       tests=${PREFLIGHT_TESTS:-${PIN:+tests/ops/test_triton.py}}
       env_vars="${PIN:+PIN=$PIN }${tests:+PREFLIGHT_TESTS=$tests }"
       [ "$SUITE_NAME" = mini ] || env_vars+="SUITE_NAME=$SUITE_NAME "
-      [ "$ok" -eq 1 ] && echo "ready: run '${env_vars}bash benchmarks/gpu_mini.sh sitting' with carry [.corpus${PIN:+, $PIN}]" \
+      # pinned: the time the sitting leaves tests this checkout's kernels (the `kernels` stage), which the
+      # preflight beside the runs does not (it tests the pinned code the runs use)
+      [ "$ok" -eq 1 ] && echo "ready: run '${env_vars}bash benchmarks/gpu_mini.sh sitting${PIN:+ kernels}' with carry [.corpus${PIN:+, $PIN}]" \
         || { echo "not ready"; exit 2; } ;;
     env)
       {

@@ -232,6 +232,17 @@ def test_kernel_tests_take_their_own_selection_and_what_is_left_of_the_call(chec
     assert rc == 0 and "1 passed" in log, log
 
 
+def test_check_prints_the_pinned_command_with_the_kernel_tests_after_the_sitting(checkout):
+    """With PIN the sitting's preflight tests the pinned code its runs use; the time the sitting leaves tests
+    this checkout's kernels, so the printed command is ``sitting kernels``."""
+    (checkout / "pin").mkdir()
+    (checkout / "pin" / "src").symlink_to(REPO / "src")
+    rc, log, _ = _script(checkout, "check", "quick", extra={"PIN": "pin"})
+    assert rc == 0 and "bash benchmarks/gpu_mini.sh sitting kernels' with carry [.corpus, pin]" in log, log
+    rc, log, _ = _script(checkout, "check", "quick")
+    assert rc == 0 and "bash benchmarks/gpu_mini.sh sitting' with carry [.corpus]" in log, log
+
+
 def test_nothing_to_do_once_the_results_folder_signs_off_every_run(checkout):
     suite, res = checkout / "quick.toml", checkout / "results" / "quick"
     rc, log, _ = _script(checkout, "check", "quick")
