@@ -354,3 +354,34 @@ def test_demo_command_passes_its_flags_and_prints_the_reports_intervals(tmp_path
         True,
     )
     assert kw["progress"] is False and not kw["threads"]  # 0 or None: torch's setting
+
+
+def test_demo_trains_each_operator_once_under_its_canonical_name(tmp_path, monkeypatch):
+    """--operators SOFTMAX,FWM-Prob-K4: softmax was added again beside "SOFTMAX" (two softmax runs), and the
+    runs were named as typed. The names are canonical before anything is prepared or trained."""
+    from kinterval.train import demo as demo_module
+
+    trained = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_train(cfg, run, resume):
+        trained.append((cfg.operator.name, run.name))
+        run.mkdir(parents=True)
+        if len(trained) == 2:
+            raise Stop
+
+        class Done:
+            status, train_s, last_loss = "completed", 0.0, 0.0
+
+        return Done()
+
+    monkeypatch.setattr(demo_module, "prepare", lambda *a, **k: None)
+    monkeypatch.setattr(demo_module, "TokenShards", lambda *a: type("T", (), {"tokens": lambda self: None})())
+    monkeypatch.setattr(demo_module, "train", fake_train)
+    monkeypatch.setattr(demo_module, "load_run", lambda run: type("R", (), {"model": None})())
+    monkeypatch.setattr(demo_module, "evaluate_nll", lambda *a: np.zeros(2))
+    with pytest.raises(Stop):
+        demo_module._run(tmp_path, None, ["SOFTMAX", "FWM-Prob-K4"], True, 0, False)
+    assert trained == [("softmax", "softmax"), ("fwm-prob-k4", "fwm-prob-k4")]

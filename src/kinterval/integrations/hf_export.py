@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from kinterval.train.checkpoint import enclosing_run
+from kinterval.train.checkpoint import check_outside_runs
 
 README = """# {name}
 
@@ -101,13 +101,7 @@ def check_out(out) -> None:
     ``kinterval_attn_implementation``), which would be overwritten in part.
     """
     path = Path(out).resolve()
-    if run := enclosing_run(path):
-        folder, kind = run
-        where = "is" if folder == path else f"lies inside {folder}, which is"
-        raise ValueError(
-            f"--out {out} {where} {kind}: export-hf would overwrite or mix with the run's files; "
-            "give a folder outside any run"
-        )
+    check_outside_runs(out, "export-hf would overwrite or mix with the run's files")
     if path.exists() and not path.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder")
     if path.is_dir() and any(path.iterdir()) and not _is_export(path):

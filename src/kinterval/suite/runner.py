@@ -28,7 +28,7 @@ from kinterval.suite.manifest import (
     run_entry,
     write_manifest,
 )
-from kinterval.train.checkpoint import enclosing_run
+from kinterval.train.checkpoint import check_outside_runs
 from kinterval.train.config import DEVICES
 
 
@@ -171,10 +171,7 @@ def check_not_results_folder(out: Path) -> None:
     """``out`` must not be a results folder (evaluations without any checkpoint: one made by ``suite merge``
     or copied without its checkpoints), which ``suite run`` would train again over its results, nor a training
     run or checkpoint folder, or lie inside one, whose files the suite's would mix with."""
-    if run := enclosing_run(out):
-        folder, kind = run
-        where = "is" if folder == Path(out).resolve() else f"lies inside {folder}, which is"
-        raise ValueError(f"--out {out} {where} {kind}: give a suite folder outside any run")
+    check_outside_runs(out, "the suite's files would mix with the run's")
     runs = out / "runs"
     if not (out / MANIFEST).is_file() or any(runs.glob("*/checkpoints/step_*")):
         return

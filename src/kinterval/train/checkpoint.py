@@ -254,6 +254,15 @@ def enclosing_run(path: str | Path) -> tuple[Path, str] | None:
     return None
 
 
+def check_outside_runs(out: str | Path, why: str) -> None:
+    """``ValueError`` when ``out`` is or lies inside a checkpoint or run folder (:func:`enclosing_run`);
+    ``why`` says what writing there would do."""
+    if run := enclosing_run(out):
+        folder, kind = run
+        where = "is" if folder == Path(out).resolve() else f"lies inside {folder}, which is"
+        raise ValueError(f"--out {out} {where} {kind}: {why}; give a folder outside any run")
+
+
 def checkpoint_step(path: str | Path) -> int | None:
     """The step a checkpoint folder's name says (``step_NNNNNN`` or its ``.old-`` copy), else None."""
     m = STEP_NAME.fullmatch(Path(path).name.removeprefix(OLD_PREFIX))

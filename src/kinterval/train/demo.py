@@ -73,8 +73,9 @@ def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
     check_options(tokens, seed, quick)
     if not operators:
         raise ValueError("operators names no operator (softmax is added to those given)")
-    names = [operator_name(op) for op in operators]  # every name, before any data or training
-    twice = sorted({n for n in names if names.count(n) > 1})
+    # canonical names (every one checked before any data or training): "SOFTMAX" is the softmax reference
+    operators = [operator_name(op) for op in operators]
+    twice = sorted({n for n in operators if operators.count(n) > 1})
     if twice:
         raise ValueError(f"operators names {', '.join(twice)} more than once: each operator trains one run")
     if "softmax" not in operators:
