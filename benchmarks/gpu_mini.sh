@@ -271,8 +271,9 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       fi
       if [ -n "$pre" ]; then preflight_done; fi
       FORCE=1 pack
-      # the runs that did not come back (cut at the deadline, failed, stopped on a non-finite loss): their
-      # status, metrics and log (a failed run's traceback), small, as evidence; never merged
+      # the runs that did not come back (cut at the deadline, failed; a run stopped by a non-finite loss is
+      # signed off and merged): their status, metrics and log (a failed run's traceback), small, as
+      # evidence; never merged
       unfinished=()
       declare -A seen=()
       for d in "$SUITE"/runs/*/ "$SUITE"/logs/*.log; do  # a run started has a log, maybe no folder yet

@@ -37,13 +37,15 @@ def write_results(
     clip: Callable[[dict], float] | None = None,
     runs: Callable[[dict], bool] | None = None,
     validation: Callable[[dict, float], dict | None] | None = None,
+    stopped: Callable[[dict], int | None] | None = None,
 ) -> dict:
     """Write the results of ``suite`` (a name or a .toml path) into ``root``; returns the manifest.
 
     ``heldout``: tag -> (data folder name, n_blocks, endpoint effect(run), with document clusters); those
     evaluations are written for the final checkpoint only. ``clip(run)``: fraction of clipped steps logged.
     ``runs(run)``: False drops a run's results (the manifest keeps it). ``validation(run, frac)``: the fields
-    of the ``"validation"`` row logged at each checkpoint (None: the run logs none).
+    of the ``"validation"`` row logged at each checkpoint (None: the run logs none). ``stopped(run)``: the
+    step of a non-finite loss that stopped the run (its status.json says so; no checkpoint from that step on).
     """
     m = build_manifest(load_suite(suite), root, root / data)
     write_manifest(root, m)
@@ -54,9 +56,21 @@ def write_results(
         run_dir = root / r["run_dir"]
         steps = r["checkpoint_steps"]
         tokens_per_step = r["tokens"] // steps[-1]
+        stop = stopped(r) if stopped is not None else None
+        if stop is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            status = {
+                "status": "nonfinite_loss",
+                "step": stop,
+                "steps": steps[-1],
+                "tokens": stop * tokens_per_step,
+            }
+            (run_dir / "status.json").write_text(json.dumps(status))
         level = _rng("seed", r["seed"]).normal(0, 0.05)
         base = _rng("base", r["seed"]).normal(5.0, 0.3, n_blocks) + level
         for i, step in enumerate(steps):
+            if stop is not None and step >= stop:
+                break
             frac = (i + 1) / len(steps)
             nll = base + effect(r, frac) + _rng(r["run_id"], step).normal(0, noise, n_blocks)
             _write_eval(

@@ -360,3 +360,48 @@ def test_the_quoted_contrast_difference_is_the_papers_five_seed_difference():
         fp,
         c.paper,
     )
+
+
+def test_runs_stopped_by_a_non_finite_loss_are_entries_of_their_own(tmp_path):
+    """A run the trainer stopped with a non-finite loss (status.json "nonfinite_loss", no checkpoint from that
+    step on) is neither "not run" nor silently compared at an earlier checkpoint: each claim that involves its
+    operator lists it, agreeing when the claim says that operator is the worse one, disagreeing when it says
+    the other is (or that it is within noise of softmax), not estimable in a factorial effect; the report has
+    a table of stopped runs and names the stop where it leaves the run out of a row."""
+    stops = {"lerp-k32[range_grad=detach]": 40, "minmax-weight-k4[arithmetic=historical]": 40, "lerp-k32": 20}
+    claims, index = _claims(tmp_path, PLANTED, stopped=lambda r: stops.get(r["operator"]))
+    by: dict[str, list] = {}
+    for c in claims:
+        by.setdefault(c["claim"], []).append(c)
+
+    def stopped(name):
+        return [c for c in by[name] if c["stopped"]]
+
+    # no estimate at the last checkpoint before a stop, where the run may still have tracked its control
+    assert all(c["stopped"] for c in by["LERP K32: detach − full > 0"])
+    full, det = stopped("LERP K32: detach − full > 0")  # both lerp-k32 runs stopped, the full one at step 20
+    assert (full["status"], full["direction_agrees"]) == ("disagrees (run stopped)", False)
+    assert (det["status"], det["direction_agrees"]) == ("agrees (run stopped)", True)
+    det = [det]
+    assert det[0]["ours"].startswith("lerp-k32.range_grad-detach-s1337: non-finite loss at step 40 (20480 of")
+    assert "last evaluated at 16384 tokens" in det[0]["ours"] and det[0]["detectable"] is None
+    assert det[0]["estimate"] is None and det[0]["tokens"] == 20480
+    (mm,) = stopped("MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax")
+    assert mm["status"] == "agrees (run stopped)" and mm["ours"].startswith("minmax-weight-k4")
+    for name in ("factorial interaction > 0 (K4)", "surrogate main effect Prob − Weight < 0 (K4)"):
+        assert [c["status"] for c in by[name]] == ["not estimable (run stopped)"], name  # no cell at the end
+    (noise,) = by["LERP K32 within noise of softmax"]
+    assert noise["status"] == "disagrees (run stopped)" and noise["ours"].startswith("lerp-k32-s1337")
+    trend = by["ΔNLL decreasing in K for LERP"]  # K4 and K16 still give a slope; K32 is listed
+    assert [c["status"] for c in trend] == ["agrees", "not estimable (run stopped)"]
+    assert "not run" not in {c["status"] for c in claims}
+    assert "### Runs stopped by a non-finite loss" in index
+    assert "| lerp-k32-s1337 | lerp-k32 | 1337 | 20 | 10240 of 24576 | 8192 tokens |" in index
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert set(report["stopped"]) == {
+        "lerp-k32-s1337",
+        "lerp-k32.range_grad-detach-s1337",
+        "minmax-weight-k4.arithmetic-historical-s1337",
+    }
+    left = [v for k, v in report["unpaired"].items() if k.startswith("lerp-k32-s1337")]
+    assert left and all(v.startswith("stopped by a non-finite loss at step 20 (10240 tokens)") for v in left)

@@ -10,7 +10,7 @@ from kinterval.cli import main
 
 def fake_report(errors):
     rep = {"errors": errors, "results_only": False, "suite": "s", "record": None, "ok": not errors,
-           "not_run": []}  # fmt: skip
+           "not_run": [], "stopped": {}}  # fmt: skip
     return SimpleNamespace(**rep, summary=lambda: "summary")
 
 

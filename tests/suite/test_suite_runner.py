@@ -114,18 +114,26 @@ def test_per_gpu_caps_each_gpu(tmp_path, monkeypatch):
 
 
 def test_a_failed_child_run_is_reported_failed(tmp_path, monkeypatch):
+    """Exit 1 is a failed run; exit 3 (run-one's for a non-finite loss, as `kinterval train`'s) stopped."""
+    codes = {"r1": 1, "r2": 3, "r3": 2}
+
     class Failing(FakeProc):
         def poll(self):
             code = super().poll()
-            if code is not None and self.args[-1] == "r1":
-                self.returncode = 3
+            if code is not None:
+                self.returncode = codes.get(self.args[-1], 0)
             return self.returncode
 
     FakeProc.live, FakeProc.peak = [], 0
     monkeypatch.setattr(runner.subprocess, "Popen", Failing)
     monkeypatch.setattr(runner.time, "sleep", lambda s: None)
-    res = runner._run_gpus(tmp_path, ["r0", "r1"], 1, lambda line: None)
-    assert res == {"r0": "completed", "r1": "failed (exit 3)"}
+    res = runner._run_gpus(tmp_path, ["r0", "r1", "r2", "r3"], 1, lambda line: None)
+    assert res == {
+        "r0": "completed",
+        "r1": "failed (exit 1)",
+        "r2": "nonfinite_loss",
+        "r3": "failed (exit 2)",
+    }
 
 
 class FakeExecutor:

@@ -281,12 +281,32 @@ def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=la
             continue
         last = max((run(x) for x in xs), key=lambda p: p.tokens)
         paired = "paired " if isinstance(xs[0], Pair) else ""
-        _left_out(
-            unpaired,
-            f"{last.run_id} [{last.tag}] in {what}",
-            f"no {paired}evaluation at the endpoint ({end} training tokens); its last is at {last.tokens}",
-        )
+        why = f"no {paired}evaluation at the endpoint ({end} training tokens); its last is at {last.tokens}"
+        if last.stopped is not None:
+            why = f"stopped by a non-finite loss at step {last.stopped[0]} ({last.stopped[1]} tokens); {why}"
+        _left_out(unpaired, f"{last.run_id} [{last.tag}] in {what}", why)
     return out
+
+
+def stopped_runs(points: Iterable[Point]) -> dict[str, dict]:
+    """The runs the trainer stopped with a non-finite loss: run -> operator, seed, the step and training
+    tokens of that loss, the run's budget and its last evaluated checkpoint (tokens, mean NLL)."""
+    last: dict[str, Point] = {}
+    for p in points:
+        if p.stopped is not None and (p.run_id not in last or p.tokens > last[p.run_id].tokens):
+            last[p.run_id] = p
+    return {
+        rid: dict(
+            operator=p.operator,
+            seed=p.seed,
+            step=p.stopped[0],
+            tokens=p.stopped[1],
+            budget=p.budget,
+            last_evaluated_tokens=p.tokens,
+            last_mean_nll=p.mean,
+        )
+        for rid, p in sorted(last.items())
+    }
 
 
 def design_of(points: Iterable[Point]) -> tuple:

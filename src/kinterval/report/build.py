@@ -508,6 +508,15 @@ def _build(results, out: Path) -> None:
     if clips:
         data["clip_fractions"] = clips
         ix.table("clip", *T.clip_rows(clips), "Gradient clipping and gradient norms in training")
+    stopped = A.stopped_runs(primary)
+    if stopped:
+        data["stopped"] = stopped
+        ix.table(
+            "stopped",
+            *T.stopped_rows(stopped),
+            "Runs stopped by a non-finite loss or gradient norm (evaluated up to their last checkpoint, "
+            "not trained again; left out of every row at a later endpoint)",
+        )
     unpaired = {**pairing.unpaired, **det_pairing.unpaired, **left_out}
     if unpaired:
         data["unpaired"] = unpaired

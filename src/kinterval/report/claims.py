@@ -5,7 +5,10 @@ Each claim names the contrast it tests, the paper's value with its source table,
 interval under the one rule (:func:`kinterval.report.analysis.estimate`), whether the direction agrees and
 whether the difference is detectable (the interval excludes zero: App. C.3's "detectable", not the
 "separated" of the ΔNLL tables, a lower bound above +0.01). A claim whose runs are absent is listed as
-"not run", never dropped.
+"not run", never dropped. A run of a claim that the trainer stopped with a non-finite loss (the paper's
+"diverges", past the point of a finite loss) is an entry of its own: it agrees when the claim says that run's
+operator is the worse one (LERP K32 detach, MinMax–Weight K4), disagrees when the claim says the other is (or
+that it is within noise of softmax), and is "not estimable" in a factorial effect or the K trend.
 """
 
 from __future__ import annotations
@@ -29,12 +32,14 @@ class Claim:
     setting: str = ""  # training tokens at the checkpoint used (and the budget), data and tag of the runs
     tokens: int | None = None  # training tokens at the checkpoint the estimate uses; None: not run
     estimate: A.Estimate | None = None
+    stopped: bool = False  # an entry for a run stopped by a non-finite loss (no estimate)
 
     @property
     def status(self) -> str:
         if self.direction_agrees is None:
-            return "not run"
-        return "agrees" if self.direction_agrees else "disagrees"
+            return "not estimable (run stopped)" if self.stopped else "not run"
+        agrees = "agrees" if self.direction_agrees else "disagrees"
+        return f"{agrees} (run stopped)" if self.stopped else agrees
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -73,6 +78,59 @@ def _claim(template: Claim, found: list[tuple[A.Row, bool]]) -> list[Claim]:
         )
         for r, agrees in found
     ]
+
+
+def _stopped_points(points: list[Point], roles: dict[str, int]) -> list[Point]:
+    """The last evaluated checkpoint of each run stopped by a non-finite loss whose operator (any
+    arithmetic) is in ``roles``, in run order."""
+    last: dict[str, Point] = {}
+    for p in points:
+        if p.stopped is not None and _any_arithmetic(p) in roles:
+            if p.run_id not in last or p.tokens > last[p.run_id].tokens:
+                last[p.run_id] = p
+    return [last[k] for k in sorted(last)]
+
+
+def _stopped_claims(template: Claim, stops: list[Point], roles: dict[str, int]) -> list[Claim]:
+    """One entry per run of ``stops`` (:func:`_stopped_points`): ``roles[op]`` = +1 if the claim says ``op``
+    is the worse one (the run agrees), -1 if it says the other is (it disagrees), 0 where a non-finite loss
+    gives the claim no sign (not estimable)."""
+    out = []
+    for p in stops:
+        run_id, (step, tokens) = p.run_id, p.stopped
+        role = roles[_any_arithmetic(p)]
+        out.append(
+            Claim(
+                template.claim,
+                template.paper,
+                template.test,
+                f"{run_id}: non-finite loss at step {step} ({tokens} of {p.budget} tokens); "
+                f"last evaluated at {p.tokens} tokens, NLL {p.mean:.4f}",
+                None if role == 0 else role > 0,
+                None,
+                _setting(p.key, tokens),
+                tokens,
+                stopped=True,
+            )
+        )
+    return out
+
+
+def _claim_with_stops(template: Claim, found, points: list[Point], roles: dict[str, int]) -> list[Claim]:
+    """:func:`_claim`'s entries, and :func:`_stopped_claims`'s after them; "not run" only without either. In
+    a setting where a run of the claim stopped, an estimate short of the budget (at the last checkpoint
+    before the stop, where the run may still have tracked its control) is left out: the stop is the result."""
+    stops = _stopped_points(points, roles)
+    halted = {p.key.setting() for p in stops}
+    found = [(r, a) for r, a in found if r.key.setting() not in halted or r.tokens >= r.key.budget]
+    entries = _stopped_claims(template, stops, roles)
+    if entries and not found:
+        return entries
+    return _claim(template, found) + entries
+
+
+# the 2x2 factorial's cells at K = 4 (any arithmetic)
+FACTORIAL_K4 = ("minmax-weight-k4", "minmax-prob-k4", "fwm-weight-k4", "fwm-prob-k4")
 
 
 def _within_noise(e: A.Estimate) -> bool:
@@ -152,7 +210,7 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
         for r in _last(detach)
         if spec_is(r, calibration="minmax", reconstruction="lerp", K=32, range_grad="detach")
     ]
-    out += _claim(
+    out += _claim_with_stops(
         Claim(
             "LERP K32: detach − full > 0",
             "+0.737 [+0.721, +0.752], seed 1337 (tab:detach); seeds 7/42: +0.802, +0.780 (tab:detachrep)",
@@ -162,9 +220,11 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
             None,
         ),
         found,
+        points,
+        {"lerp-k32[range_grad=detach]": 1, "lerp-k32": -1},
     )
     found = [(r, r.est.mean > 0) for r in _contrast_rows(points, "minmax-weight-k4", "fwm-prob-k4", unpaired)]
-    out += _claim(
+    out += _claim_with_stops(
         Claim(
             "MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax",
             "+0.208 vs +0.013 (suite D, 5 seeds; tab:crossfull); five-seed means +0.2076 vs +0.0132, "
@@ -176,6 +236,8 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
             None,
         ),
         found,
+        points,
+        {"minmax-weight-k4": 1, "fwm-prob-k4": -1},
     )
     k4 = [r for r in fac if r.K == 4]
     for effect, text, paper, sign in (
@@ -204,7 +266,7 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
         rule = (
             "interaction (FWM_P − FWM_W) − (MM_P − MM_W)" if effect == "interaction" else f"{effect} effect"
         )
-        out += _claim(
+        out += _claim_with_stops(
             Claim(
                 text,
                 paper,
@@ -214,9 +276,11 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
                 None,
             ),
             found,
+            points,
+            dict.fromkeys(FACTORIAL_K4, 0),
         )
     found = [(r, _within_noise(r.est)) for r in delta if r.key.operator == "lerp-k32"]
-    out += _claim(
+    out += _claim_with_stops(
         Claim(
             "LERP K32 within noise of softmax",
             "−0.0008 [−0.004, +0.002], seed 1337 (tab:detach); 5 seeds +0.0076 [−0.000, +0.015] "
@@ -228,9 +292,12 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
             None,
         ),
         found,
+        points,
+        {"lerp-k32": -1, "softmax": 0},
     )
     found = [(r, r.est.mean < 0) for r in trends if r.family == "lerp"]
-    out += _claim(
+    trend_ops = {_any_arithmetic(p): 0 for p in points if p.family == "lerp" or p.operator == "softmax"}
+    out += _claim_with_stops(
         Claim(
             "ΔNLL decreasing in K for LERP",
             "slope −0.0222 [−0.024, −0.020] nats per doubling of K (suite D, 5 seeds; tab:ktrend)",
@@ -240,5 +307,7 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
             None,
         ),
         found,
+        points,
+        trend_ops,
     )
     return out

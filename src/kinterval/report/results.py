@@ -17,7 +17,7 @@ import numpy as np
 
 from kinterval.model.config import PRESETS
 from kinterval.ops import OperatorSpec
-from kinterval.suite.manifest import read_manifest
+from kinterval.suite.manifest import read_manifest, stopped_step
 from kinterval.train.metrics import last_logged_step, read_metrics
 
 try:
@@ -81,6 +81,9 @@ class Point:
     model: str = ""  # the model shape (:func:`model_label`): runs of other models are never paired
     per_seed: bool = False  # a supplementary run: its contrasts are one row per seed, never pooled over seeds
     device_name: str = ""  # the GPU (or CPU) model the evaluation ran on; "" in files that do not record it
+    # (step, training tokens) at which the trainer stopped the run with a non-finite loss (its status.json);
+    # None for a run that completed or is still training
+    stopped: tuple[int, int] | None = None
 
     @property
     def mean(self) -> float:
@@ -205,6 +208,19 @@ def _trained_steps(run_dir: Path, run: dict, eval_steps: list[int]) -> tuple[int
     return None
 
 
+def _stopped(run_dir: Path, run: dict) -> tuple[int, int] | None:
+    """(step, training tokens) of the non-finite loss that stopped the run, from its ``status.json`` (the
+    tokens from the manifest's tokens per step where the status has none)."""
+    path = run_dir / "status.json"
+    n = stopped_step(_json(path) if path.is_file() else None)
+    if n is None:
+        return None
+    tokens = _json(path).get("tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        tokens = n * int(run.get("tokens") or 0) // max(1, int(run.get("steps") or 1))
+    return n, tokens
+
+
 def _read_logs(run_dir: Path, run: dict, eval_steps: list[int]) -> list[dict]:
     """The rows of the run's metrics.jsonl. A torn last line (a run killed mid-write) is left out; a log that
     stops short of the last step of a run that finished training is refused (the trainer always logs the last
@@ -247,6 +263,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
         if gd:
             graddiag[r["run_id"]] = sorted(gd, key=lambda d: d["step"])
         budget = int(r.get("tokens") or 0)
+        stopped = _stopped(run_dir, r)
         eval_steps = []  # the run's evaluated checkpoints, all tags
         for js in sorted((run_dir / "eval").glob("*/step_*.json")):
             s = _json(js)
@@ -288,6 +305,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     model=model_label(r.get("config") or {}),
                     per_seed=per_seed,
                     device_name=str(s.get("device_name") or ""),
+                    stopped=stopped,
                 )
             )
         logs[r["run_id"]] = _read_logs(run_dir, r, eval_steps)

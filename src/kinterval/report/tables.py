@@ -269,6 +269,22 @@ def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]
     ]
 
 
+def stopped_rows(stopped: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    headers = ["Run", "Operator", "Seed", "Non-finite at step", "Tokens (of budget)", "Last evaluated", "NLL"]
+    return headers, [
+        [
+            rid,
+            s["operator"],
+            str(s["seed"]),
+            str(s["step"]),
+            f"{s['tokens']} of {s['budget']}",
+            f"{s['last_evaluated_tokens']} tokens",
+            num(s["last_mean_nll"], signed=False),
+        ]
+        for rid, s in stopped.items()
+    ]
+
+
 def skipped_rows(skipped: dict[str, str]) -> tuple[list[str], list[list[str]]]:
     return ["Modified run vs full-gradient twin", "Why it is skipped"], [
         [k, v] for k, v in sorted(skipped.items())

@@ -26,6 +26,7 @@ def _show(args) -> int:
 
 
 def _run(args) -> int:
+    from kinterval.suite.manifest import STOPPED
     from kinterval.suite.runner import run_suite
 
     slurm_args = {"partition": args.slurm_partition, "time": args.slurm_time}
@@ -47,17 +48,24 @@ def _run(args) -> int:
             f"{len(res)} runs submitted to Slurm, 0 finished yet; afterwards: kinterval suite gate {args.out}"
         )
         return 0
-    bad = {k: v for k, v in res.items() if v != "completed"}
-    print(f"{len(res) - len(bad)} of {len(res)} runs ok" + (f"; failed: {sorted(bad)}" if bad else ""))
+    stopped = sorted(k for k, v in res.items() if v == STOPPED)
+    bad = sorted(k for k, v in res.items() if v not in ("completed", STOPPED))
+    line = f"{len(res) - len(bad) - len(stopped)} of {len(res)} runs ok"
+    if stopped:  # an outcome the gate signs off and the report lists, not a failure: not trained again
+        line += f"; stopped by a non-finite loss (evaluated as far as they got): {stopped}"
+    print(line + (f"; failed: {bad}" if bad else ""))
     print(f"next: kinterval suite gate {args.out}")
     return 1 if bad else 0
 
 
 def _run_one(args) -> int:
+    from kinterval.suite.manifest import STOPPED
     from kinterval.suite.runner import run_one
+    from kinterval.train.trainer import EXIT_NONFINITE
 
     status = run_one(args.out, args.run_id, device=args.device, threads=args.threads)
-    return 0 if status == "completed" else 1
+    # a stopped run exits as `kinterval train` does for it (docs/training.md), so that --gpus tells it apart
+    return {"completed": 0, STOPPED: EXIT_NONFINITE}.get(status, 1)
 
 
 def _gate(args) -> int:
@@ -77,6 +85,9 @@ def _gate(args) -> int:
         print(f"ERROR {e}")
     if len(rep.errors) > args.max_errors:
         print(f"... and {len(rep.errors) - args.max_errors} more errors")
+    if rep.stopped:
+        runs = " ".join(f"{rid} (step {n})" for rid, n in rep.stopped.items())
+        print(f"stopped by a non-finite loss, gated up to their last checkpoint ({len(rep.stopped)}): {runs}")
     if rep.not_run:
         print(f"not run ({len(rep.not_run)}): {' '.join(rep.not_run)}")
     mode = " (results only)" if rep.results_only else ""

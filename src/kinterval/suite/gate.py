@@ -4,7 +4,9 @@ Full mode (a suite folder with its checkpoints and data), for every run of the m
 
 - the manifest agrees with the suite file it was built from (embedded in the manifest), and each run's
   checkpoint steps with the schedule of its config;
-- the run completed; its ``metrics.jsonl`` reads as the report reads it; every expected checkpoint exists,
+- the run finished training: completed, or stopped by a non-finite loss or gradient norm at step N (an
+  outcome, listed in the summary; its expected checkpoints are those before N); its ``metrics.jsonl`` reads
+  as the report reads it; every expected checkpoint exists,
   each of its files has the sha256 its ``state.json`` records, its config equals the suite's (execution-only
   fields such as device or micro-batch split excepted), its operator and code identity (``ops_sha256``) the
   manifest's;
@@ -25,8 +27,8 @@ With 0 errors it writes ``DIR/gate.json``, the signed-off record: the sha256 of 
 run status, metrics, evaluations, probes), the hashes of every checkpoint and each job's block count.
 
 Partial mode (``partial=True``, full mode only; a suite cut short, e.g. by a machine's time limit) gates the
-runs whose work is finished (training completed, every checkpoint evaluated and, when the suite probes
-geometry, probed) exactly as above, and lists the others as not run, not as errors. Its
+runs whose work is finished (training completed or stopped, every checkpoint it keeps evaluated and, when the
+suite probes geometry, probed) exactly as above, and lists the others as not run, not as errors. Its
 ``gate.json`` says ``"partial": true`` and signs off those runs alone: their result files and checkpoints.
 ``kinterval suite merge`` gathers such folders into one (:mod:`kinterval.suite.merge`).
 
@@ -59,12 +61,15 @@ from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_
 from kinterval.suite.manifest import (
     MANIFEST,
     MANIFEST_TSV,
+    STOPPED,
     eval_settings,
+    final_steps,
     manifest_suite,
     read_manifest,
     resolve_data_dir,
     run_row,
     same_data_dir,
+    stopped_step,
 )
 from kinterval.train.checkpoint import FILES, CheckpointError, config_differences, read_state
 from kinterval.train.config import TrainConfig
@@ -87,6 +92,7 @@ class GateReport:
     results_only: bool = False
     record: Path | None = None  # the gate.json this gate wrote
     not_run: list[str] = field(default_factory=list)  # partial: runs of the manifest not gated
+    stopped: dict[str, int] = field(default_factory=dict)  # gated runs stopped by a non-finite loss -> step
 
     @property
     def ok(self) -> bool:
@@ -94,6 +100,8 @@ class GateReport:
 
     def summary(self) -> str:
         text = f"{self.runs} runs, {self.jobs} jobs, {len(self.errors)} errors"
+        if self.stopped:
+            text += f"; {len(self.stopped)} stopped by a non-finite loss"
         if self.not_run:
             text += f"; partial: {len(self.not_run)} of {self.runs + len(self.not_run)} runs not run"
         return text
@@ -202,6 +210,7 @@ class _Gate:
         self.out, self.m, self.results_only, self.partial = out, m, results_only, partial
         self.gated: set[str] | None = None  # partial: the runs gated (None: every run of the manifest)
         self.not_run: list[str] = []
+        self.stopped: dict[str, int] = {}  # run -> the step of its non-finite loss
         self.leave_ungated = False  # results-only: pass over the folders of runs a partial record lacks
         self.errs = _Errors()
         self.code = (m.get("code") or {}).get("ops_sha256")
@@ -324,13 +333,18 @@ class _Gate:
             )
 
     def finished(self, r: dict) -> bool:
-        """Whether a run's suite work is done: training completed, and every checkpoint evaluated (its JSON is
-        written last) and, when the suite probes geometry, probed. A run killed at any point before is not."""
-        run_dir, names = self.out / r["run_dir"], [f"step_{int(s):06d}.json" for s in r["checkpoint_steps"]]
+        """Whether a run's suite work is done: training finished (completed, or stopped by a non-finite loss),
+        and every checkpoint it keeps (:func:`final_steps`) evaluated (its JSON is written last) and, when the
+        suite probes geometry, probed. A run killed at any point before is not."""
+        run_dir = self.out / r["run_dir"]
+        final = final_steps(_read_status(run_dir), [int(s) for s in r["checkpoint_steps"]])
+        if final is None:
+            return False
+        names = [f"step_{s:06d}.json" for s in final]
         done = [self.out / r["eval_dir"] / n for n in names]
         if self.m["eval"].get("geometry"):
             done += [run_dir / "diagnostics" / "geometry" / n for n in names]
-        return _status(run_dir) == "completed" and all(p.is_file() for p in done)
+        return all(p.is_file() for p in done)
 
     def check_runs(self) -> None:
         for r in self.m["runs"]:
@@ -344,25 +358,49 @@ class _Gate:
             if self.gated is not None and rid not in self.gated:
                 continue  # not run (partial)
             self.runs += 1
-            self._check_status(rid, run_dir)
-            self._check_metrics(run_dir)
+            if (n := self._check_status(rid, run_dir)) is not None:
+                steps = [s for s in steps if s < n]  # its checkpoints before the non-finite loss
+            trusted = self._status_as_recorded(run_dir)
+            if not trusted:  # an edited status.json is one error (check_files), not one per job it moves
+                steps = [
+                    s
+                    for s in map(int, r["checkpoint_steps"])
+                    if f"{rid}/step_{s:06d}" in self.record["checkpoints"]
+                ]
+            self._check_metrics(run_dir, trusted)
             exp = self.expected.get(rid, r)
             for step in steps:
                 self.jobs += 1
                 self._check_job(r, exp, run_dir, eval_dir, step)
             self._check_other_evals(rid, run_dir, eval_dir)
 
-    def _check_status(self, rid: str, run_dir: Path) -> None:
+    def _check_status(self, rid: str, run_dir: Path) -> int | None:
+        """The run finished training: completed, or stopped by a non-finite loss (then the step of that loss,
+        before which its checkpoints are gated: :func:`final_steps`)."""
         path = run_dir / "status.json"
         try:
-            status = _status(run_dir)
-        except (OSError, ValueError, AttributeError) as err:
+            st = _read_status(run_dir)
+        except (OSError, ValueError) as err:
             self.errs.add(("run", rid), f"{self.rel(path)}: unreadable ({err})")
-            return
-        if status != "completed":
+            return None
+        if (n := stopped_step(st)) is not None:
+            self.stopped[rid] = n
+            return n
+        if final_steps(st, []) is None:
+            status = "missing" if st is None else st.get("status")
             self.errs.add(("run", rid), f"{rid}: run not complete (status {status})")
+        return None
 
-    def _check_metrics(self, run_dir: Path) -> None:
+    def _status_as_recorded(self, run_dir: Path) -> bool:
+        """Whether the run's status.json may say which checkpoints it keeps: always in full mode; in
+        results-only mode when it holds the bytes the record signs off (else check_files reports it)."""
+        if not self.results_only or self.record is None:
+            return True
+        rel, path = self.rel(run_dir / "status.json"), run_dir / "status.json"
+        want = self.record["files"].get(rel)
+        return want is None or (path.is_file() and sha256_file(path) == want)
+
+    def _check_metrics(self, run_dir: Path, status_trusted: bool = True) -> None:
         """The run's metrics.jsonl, read as the report reads it (a torn last line is left out there too); a
         completed run's log reaches its last step (the trainer always logs it), or the report refuses it."""
         path = run_dir / "metrics.jsonl"
@@ -373,7 +411,9 @@ class _Gate:
         except (OSError, ValueError) as err:
             self.errs.add(self.subject(rel), f"{rel}: {str(err).removeprefix(f'{path}: ')}")
             return
-        n = st.get("step") if isinstance(st, dict) and st.get("status") == "completed" else None
+        # the trainer logs a completed run's last step, and a stopped run's non-finite step as an event
+        finished = status_trusted and isinstance(st, dict) and st.get("status") in ("completed", STOPPED)
+        n = st.get("step") if finished else None
         if isinstance(n, int) and not isinstance(n, bool):
             last = last_logged_step(rows)
             if last is None or last < n:
@@ -674,7 +714,7 @@ def write_record(out: Path, manifest: dict, runs: list[str], checkpoints: dict, 
         "suite": manifest["suite"],
         "runs": [r["run_id"] for r in rows],
         "partial": len(rows) < len(manifest["runs"]),
-        "n_jobs": sum(len(r["checkpoint_steps"]) for r in rows),
+        "n_jobs": len(checkpoints),  # a run stopped by a non-finite loss has fewer than its manifest row
         "checkpoints": dict(sorted(checkpoints.items())),
         "files": dict(sorted(files.items())),
     }
@@ -685,10 +725,15 @@ def write_record(out: Path, manifest: dict, runs: list[str], checkpoints: dict, 
     return path
 
 
-def _status(run_dir: Path) -> str:
-    """A run's status (``status.json``), ``"missing"`` without one."""
+def _read_status(run_dir: Path) -> dict | None:
+    """A run's ``status.json`` object, None without one; ``ValueError`` when it is not a JSON object."""
     path = run_dir / "status.json"
-    return json.loads(path.read_text()).get("status") if path.is_file() else "missing"
+    if not path.is_file():
+        return None
+    st = json.loads(path.read_text())
+    if not isinstance(st, dict):
+        raise ValueError(f"not a JSON object ({type(st).__name__})")
+    return st
 
 
 def gate(
@@ -725,7 +770,8 @@ def gate(
     g.check_runs()
     if actual is not None:
         g.check_files(actual)
-    rep = GateReport(str(m.get("suite")), g.runs, g.jobs, g.errs.lines(), results_only, not_run=g.not_run)
+    rep = GateReport(str(m.get("suite")), g.runs, g.jobs, g.errs.lines(), results_only)
+    rep.not_run, rep.stopped = g.not_run, g.stopped
     if not results_only and write_record and rep.ok:
         rep.record = g.write_record()
     return rep

@@ -24,6 +24,8 @@ from kinterval.train.schedule import make_plan
 MANIFEST = "manifest.json"
 MANIFEST_TSV = "manifest.tsv"
 AXES = ("calibration", "reconstruction", "surrogate", "K", "tau", "range_grad", "arithmetic")
+# The trainer's status of a run it stopped at a non-finite loss or gradient norm: an outcome too.
+STOPPED = "nonfinite_loss"
 
 
 def stored_data_dir(out: str | Path, data_dir: str | Path) -> str:
@@ -227,6 +229,26 @@ def _schema_problem(m: dict) -> str | None:
         if not all(isinstance(s, int) and not isinstance(s, bool) for s in r["checkpoint_steps"]):
             return f"run entry {i} ({r['run_id']!r}) has a checkpoint step that is not an integer"
     return None
+
+
+def stopped_step(status) -> int | None:
+    """The step at which the trainer stopped a run with a non-finite loss or gradient norm, from its
+    ``status.json`` object; None for any other status (or a malformed one)."""
+    if not isinstance(status, dict) or status.get("status") != STOPPED:
+        return None
+    step = status.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 1 else None
+
+
+def final_steps(status, steps: list[int]) -> list[int] | None:
+    """The checkpoint steps that a run whose ``status.json`` holds ``status`` keeps for good, or None while
+    it is not finished (running, killed, no status): every step of a completed run; for a run stopped by a
+    non-finite loss at step N, those before N. Such a run is finished too: it is evaluated as far as it got
+    and not trained again (a resume replays the same batches from its last checkpoint into the same state)."""
+    if isinstance(status, dict) and status.get("status") == "completed":
+        return list(steps)
+    n = stopped_step(status)
+    return None if n is None else [s for s in steps if s < n]
 
 
 def run_entry(manifest: dict, run_id: str) -> dict:

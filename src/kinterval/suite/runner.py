@@ -1,12 +1,13 @@
 """``kinterval suite run``: train every run of a suite, evaluate every checkpoint, skip what is done.
 
 Sequential in this process by default (a run that raises is recorded as failed and the next one runs);
-``gpus=N`` runs one run per GPU in child processes
-(``CUDA_VISIBLE_DEVICES``), ``per_gpu=M`` up to M runs on each GPU at once (a small model does not fill a
-large GPU); ``slurm=True`` submits one job per run to Slurm through submitit. A run whose status is
-``completed`` with all its checkpoints is not retrained; an interrupted run resumes from its last checkpoint;
-evaluations and geometry probes already on disk for the same checkpoint are kept. A finished run that has lost
-a checkpoint is not trained again (``missing_checkpoints``: that would overwrite its results), and a results
+``gpus=N`` runs one run per GPU in child processes (``CUDA_VISIBLE_DEVICES``), ``per_gpu=M`` up to M runs on
+each GPU at once (a small model does not fill a large GPU); ``slurm=True`` submits one job per run to Slurm
+through submitit. A run whose status is ``completed`` with all its checkpoints is not retrained, nor one the
+trainer stopped with a non-finite loss (``nonfinite_loss``: its outcome, evaluated up to its last
+checkpoint); an interrupted run resumes from its last checkpoint; evaluations and geometry probes already on
+disk for the same checkpoint are kept. A finished run that has lost a checkpoint is not trained again
+(``missing_checkpoints``: that would overwrite its results), and a results
 folder without checkpoints is refused as ``out``.
 """
 
@@ -22,10 +23,13 @@ from pathlib import Path
 from kinterval.suite.definition import Suite, load_suite, select
 from kinterval.suite.manifest import (
     MANIFEST,
+    STOPPED,
     build_manifest,
+    final_steps,
     read_manifest,
     resolve_data_dir,
     run_entry,
+    stopped_step,
     write_manifest,
 )
 from kinterval.train.checkpoint import check_outside_runs
@@ -132,38 +136,38 @@ def _device_id(gpu: int) -> str:
     return visible.split(",")[gpu].strip() if visible else str(gpu)
 
 
-def _status(run_dir: Path) -> str | None:
-    """The ``status`` of ``status.json``; None when it is missing or unreadable (not JSON, not an object)."""
+def read_status(run_dir: Path) -> dict | None:
+    """The run's ``status.json`` object; None when it is missing or unreadable (not JSON, not an object)."""
     try:
         status = json.loads((run_dir / "status.json").read_text())
     except (OSError, ValueError):  # missing, unreadable, not JSON (JSONDecodeError, UnicodeDecodeError)
         return None
-    return status.get("status") if isinstance(status, dict) else None
+    return status if isinstance(status, dict) else None
 
 
-def _missing_checkpoints(run_dir: Path, entry: dict) -> list[int]:
-    """The checkpoint steps of the manifest that the run folder lacks."""
-    return [
-        s
-        for s in entry["checkpoint_steps"]
-        if not (run_dir / "checkpoints" / f"step_{s:06d}" / "state.json").is_file()
-    ]
+def _missing_checkpoints(run_dir: Path, steps: list[int]) -> list[int]:
+    """The checkpoint steps of ``steps`` that the run folder lacks."""
+    return [s for s in steps if not (run_dir / "checkpoints" / f"step_{s:06d}" / "state.json").is_file()]
 
 
 def run_complete(run_dir: Path, entry: dict) -> bool:
-    """Whether the run finished training with every checkpoint of the manifest. An unreadable status.json
-    (not JSON, not an object) is not complete: the run resumes, and training rewrites it."""
-    return _status(run_dir) == "completed" and not _missing_checkpoints(run_dir, entry)
+    """Whether the run finished training (completed, or stopped by a non-finite loss:
+    :func:`~kinterval.suite.manifest.final_steps`) with every checkpoint it keeps. An unreadable status.json
+    (not JSON, not an object) is not finished: the run resumes, and training rewrites it."""
+    final = final_steps(read_status(run_dir), entry["checkpoint_steps"])
+    return final is not None and not _missing_checkpoints(run_dir, final)
 
 
 def lost_checkpoints(run_dir: Path, entry: dict, eval_dir: Path) -> list[int]:
-    """Checkpoint steps a run once had and has lost: every missing one of a run whose status is
-    ``completed``, and any missing one with an evaluation in ``eval_dir``. Training such a run again would
-    overwrite its results (evaluations, metrics, status, probes), so :func:`run_one` does not."""
-    missing = _missing_checkpoints(run_dir, entry)
-    if not missing or _status(run_dir) == "completed":
-        return missing
+    """Checkpoint steps a run once had and has lost: every missing one that a finished run keeps
+    (:func:`~kinterval.suite.manifest.final_steps`), and any missing one with an evaluation in ``eval_dir``.
+    Training such a run again would overwrite its results (evaluations, metrics, status, probes), so
+    :func:`run_one` does not."""
+    final = final_steps(read_status(run_dir), entry["checkpoint_steps"])
+    if final is not None:
+        return _missing_checkpoints(run_dir, final)
     evaluated = {p.stem for p in eval_dir.glob("step_*.json")}
+    missing = _missing_checkpoints(run_dir, entry["checkpoint_steps"])
     return [s for s in missing if f"step_{s:06d}" in evaluated]
 
 
@@ -262,20 +266,27 @@ def run_one(
             f"{run_dir} to train the run anew"
         )
         return "missing_checkpoints"
-    if not run_complete(run_dir, entry):
+    if (n := stopped_step(read_status(run_dir))) is not None:
+        status = f"stopped by a non-finite loss at step {n} (its status.json); not trained again"
+        log(f"{run_id}: {status} (delete {run_dir} to train it anew)")
+    elif not run_complete(run_dir, entry):
         cfg = TrainConfig.from_dict(entry["config"])
         cfg = cfg.override({"device": device, "log.progress": False, "data.dir": str(data)})
         resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step_*"))
         t0 = time.perf_counter()
         result = train(cfg, run_dir, resume=resume)
         status = f"{'resumed' if resume else 'trained'} in {time.perf_counter() - t0:.1f}s ({result.status})"
-        if result.status != "completed":
+        if result.status not in ("completed", STOPPED):
             log(f"{run_id}: {status}")
             return result.status
         if not run_complete(run_dir, entry):  # e.g. a checkpoint of an interrupted run deleted since
-            lost = _missing_checkpoints(run_dir, entry)
+            lost = _missing_checkpoints(run_dir, final_steps(read_status(run_dir), entry["checkpoint_steps"]))
             log(f"{run_id}: {status}, but checkpoints {lost} of the manifest are missing")
             return "missing_checkpoints"
+    outcome = "completed" if stopped_step(read_status(run_dir)) is None else STOPPED
+    if outcome == STOPPED and not final_steps(read_status(run_dir), entry["checkpoint_steps"]):
+        log(f"{run_id}: {status}; stopped before its first checkpoint: nothing to evaluate")
+        return outcome
     ev = manifest["eval"]
     # evaluated where the run trains: a CPU protocol (the ci suite's) stays on the CPU on a GPU machine
     eval_device = device or entry["config"].get("device") or "auto"
@@ -299,11 +310,12 @@ def run_one(
             device=eval_device,
             replace_other=True,  # the suite's own probe, in its own run folder
         )
+    last = "last" if outcome == STOPPED else "final"
     log(
         f"{run_id}: {status}; {len(rows)} checkpoints evaluated ({new} new), "
-        f"final NLL {rows[-1]['mean_nll']:.4f}"
+        f"{last} NLL {rows[-1]['mean_nll']:.4f}"
     )
-    return "completed"
+    return outcome
 
 
 def run_suite(
@@ -424,6 +436,8 @@ def _run_gpus(
 ) -> dict:
     """One child process per run (``suite run-one``, with ``device`` and ``threads`` when given), at most
     ``per_gpu`` of them on each GPU at a time."""
+    from kinterval.train.trainer import EXIT_NONFINITE  # run-one's exit status for a stopped run
+
     options = [*(["--device", device] if device else []), *(["--threads", str(threads)] if threads else [])]
     pending, running, done = list(ids), {}, {}
     while pending or running:
@@ -440,7 +454,9 @@ def _run_gpus(
         time.sleep(2)
         for proc in [p for p in running if p.poll() is not None]:
             rid = proc.args[-1]
-            done[rid] = "completed" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+            done[rid] = {0: "completed", EXIT_NONFINITE: STOPPED}.get(
+                proc.returncode, f"failed (exit {proc.returncode})"
+            )
             log(f"{rid}: {done[rid]}")
             del running[proc]
     return done
