@@ -171,6 +171,22 @@ def test_evaluation_is_batch_1_blocks_under_autocast_with_tf32_off():
         np.testing.assert_allclose(got[k], want.double().numpy(), rtol=1e-6, atol=1e-6)
 
 
+def test_evaluation_copies_blocks_back_in_chunks_with_the_same_values(monkeypatch):
+    """The per-token NLLs come back to the host FLUSH blocks at a time (one sync per chunk): the same array,
+    bit for bit, for a block count that is not a multiple of the chunk."""
+    import kinterval.train.evaluate as ev
+
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=97, block_size=16, n_layer=1, n_head=2, n_embd=32), "lerp-k4")
+    tokens = np.random.default_rng(1).integers(0, 97, 8 * 16 + 1).astype(np.uint16)
+    whole = ev.token_nll(model, tokens, 16)
+    monkeypatch.setattr(ev, "FLUSH", 3)
+    chunked = ev.token_nll(model, tokens, 16)
+    assert chunked.shape == (8, 16) and np.array_equal(chunked, whole)
+    monkeypatch.setattr(ev, "FLUSH", 1)
+    assert np.array_equal(ev.token_nll(model, tokens, 16, max_blocks=5), whole[:5])
+
+
 def test_evaluation_refuses_float_tokens_and_ids_outside_the_vocabulary():
     """Float token arrays were truncated silently; an id >= vocab_size was torch's IndexError on CPU and a
     device-side assert on CUDA. Both are ValueErrors naming the problem, checked once per array."""

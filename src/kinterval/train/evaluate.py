@@ -14,6 +14,8 @@ from tqdm import tqdm
 from kinterval.data.loader import check_tokens, get_block, n_blocks
 from kinterval.model.numerics import autocast, eval_precision
 
+FLUSH = 256  # blocks whose per-token NLLs are copied to the host at once
+
 
 def check_max_blocks(max_blocks) -> None:
     """``max_blocks`` of an evaluation: None (every block) or a positive integer."""
@@ -47,6 +49,9 @@ def token_nll(
         raise ValueError(f"the split holds no block of {T}+1 tokens ({len(tokens)} tokens)")
     check_tokens(tokens[: n * T + 1], model.config.vocab_size)  # once, the ids the blocks read
     out = np.empty((n, T), dtype=np.float64)
+    # the fp32 NLLs stay on the device and come back FLUSH blocks at a time: one host sync per FLUSH blocks,
+    # not per block, so that the host queues the next blocks while the device runs (the same values)
+    pending: list[torch.Tensor] = []
     was_training = model.training
     model.eval()
     try:
@@ -55,8 +60,10 @@ def token_nll(
                 x, y = get_block(tokens, k, T)
                 with autocast(numerics, device):
                     logits, _ = model(x[None].to(device))
-                nll = F.cross_entropy(logits[0].float(), y.to(device), reduction="none")
-                out[k] = nll.double().cpu().numpy()
+                pending.append(F.cross_entropy(logits[0].float(), y.to(device), reduction="none"))
+                if len(pending) == FLUSH or k == n - 1:
+                    out[k + 1 - len(pending) : k + 1] = torch.stack(pending).double().cpu().numpy()
+                    pending.clear()
     finally:
         model.train(was_training)
     return out
