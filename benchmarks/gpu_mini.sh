@@ -20,9 +20,11 @@
 # results folder; the next sitting runs only what that folder lacks (`suite run --skip-gated`).
 #
 # Every sitting must run the operator code of the results folder's first sitting (the gate's "same code"):
-# `check` says whether this checkout's is. If it is not, put that commit beside the repository and run from it,
-# with this checkout's kernel tests as the preflight (the pinned commit's own may be older than their fixes):
-#   git worktree add --detach .pinned COMMIT     # COMMIT: the git_commit in docs/results/mini/manifest.json
+# `check` says whether this checkout's is. If it is not, put this checkout beside the repository with that
+# commit's operator code (src/kinterval/ops, what ops_sha256 hashes; the runner, gate and trainer stay this
+# checkout's) and run from it, with this checkout's kernel tests as the preflight:
+#   git worktree add --detach .pinned HEAD
+#   git -C .pinned checkout COMMIT -- src/kinterval/ops   # COMMIT: git_commit in docs/results/mini/manifest.json
 #   PIN=.pinned bash benchmarks/gpu_mini.sh check
 #   in the call: PIN=.pinned PREFLIGHT_TESTS=tests/ops/test_triton.py bash ... sitting  (carry .corpus, .pinned)
 # A suite whose results are reported with another folder's (mini-seeds with mini: the seed intervals pool
