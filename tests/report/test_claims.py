@@ -405,3 +405,21 @@ def test_runs_stopped_by_a_non_finite_loss_are_entries_of_their_own(tmp_path):
     }
     left = [v for k, v in report["unpaired"].items() if k.startswith("lerp-k32-s1337")]
     assert left and all(v.startswith("stopped by a non-finite loss at step 20 (10240 tokens)") for v in left)
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_not_called_not_run(tmp_path):
+    """No evaluation, so no per-block point: the claim still lists the stop (from status.json and the
+    manifest), and the table of stopped runs has it with no last evaluation."""
+    claims, index = _claims(tmp_path, PLANTED, stopped=lambda r: 10 if "detach" in r["operator"] else None)
+    (det,) = [c for c in claims if c["claim"] == "LERP K32: detach − full > 0"]
+    assert det["status"] == "agrees (run stopped)" and det["estimate"] is None
+    assert det["ours"] == (
+        "lerp-k32.range_grad-detach-s1337: non-finite loss at step 10 (5120 of 24576 tokens), before its "
+        "first checkpoint"
+    )
+    assert det["setting"] == "5120 of 24576 tokens, 1L 1H d32, seed 1337"
+    row = (
+        "| lerp-k32.range_grad-detach-s1337 | lerp-k32[range_grad=detach] | 1337 | 10 | 5120 of 24576 | - | -"
+    )
+    assert row in index
+    assert sum(c["status"] == "not run" for c in claims) == 0

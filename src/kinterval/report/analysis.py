@@ -288,14 +288,15 @@ def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=la
     return out
 
 
-def stopped_runs(points: Iterable[Point]) -> dict[str, dict]:
+def stopped_runs(points: Iterable[Point], unevaluated: dict[str, dict] | None = None) -> dict[str, dict]:
     """The runs the trainer stopped with a non-finite loss: run -> operator, seed, the step and training
-    tokens of that loss, the run's budget and its last evaluated checkpoint (tokens, mean NLL)."""
+    tokens of that loss, the run's budget and its last evaluated checkpoint (tokens, mean NLL; None for a
+    run of ``unevaluated``, stopped before its first checkpoint: ``SuiteResults.stopped_unevaluated``)."""
     last: dict[str, Point] = {}
     for p in points:
         if p.stopped is not None and (p.run_id not in last or p.tokens > last[p.run_id].tokens):
             last[p.run_id] = p
-    return {
+    out = {
         rid: dict(
             operator=p.operator,
             seed=p.seed,
@@ -305,8 +306,12 @@ def stopped_runs(points: Iterable[Point]) -> dict[str, dict]:
             last_evaluated_tokens=p.tokens,
             last_mean_nll=p.mean,
         )
-        for rid, p in sorted(last.items())
+        for rid, p in last.items()
     }
+    for rid, s in (unevaluated or {}).items():
+        keep = ("operator", "seed", "step", "tokens", "budget")
+        out.setdefault(rid, {**{k: s[k] for k in keep}, "last_evaluated_tokens": None, "last_mean_nll": None})
+    return dict(sorted(out.items()))
 
 
 def design_of(points: Iterable[Point]) -> tuple:

@@ -370,7 +370,8 @@ def _build(results, out: Path) -> None:
             *T.delta_rows(seed_refs, seed_soft),
             "Same-seed references of the supplementary runs: ΔNLL vs softmax at one seed (block bootstrap)",
         )
-    claims = C.paper_claims(primary, left_out)
+    unevaluated = {k: v for r in results for k, v in r.stopped_unevaluated.items()}
+    claims = C.paper_claims(primary, left_out, unevaluated)
     data["claims"] = [c.to_dict() for c in claims]
     ix.table("claims", *T.claim_rows(claims), "Paper claims")
     settings, cross = A.cross_setting(rows)
@@ -508,7 +509,7 @@ def _build(results, out: Path) -> None:
     if clips:
         data["clip_fractions"] = clips
         ix.table("clip", *T.clip_rows(clips), "Gradient clipping and gradient norms in training")
-    stopped = A.stopped_runs(primary)
+    stopped = A.stopped_runs(primary, unevaluated)
     if stopped:
         data["stopped"] = stopped
         ix.table(

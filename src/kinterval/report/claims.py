@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from kinterval.ops import OperatorSpec
 from kinterval.report import analysis as A
-from kinterval.report.results import Point
+from kinterval.report.results import Point, operator_spec
 
 
 @dataclass
@@ -116,14 +116,42 @@ def _stopped_claims(template: Claim, stops: list[Point], roles: dict[str, int]) 
     return out
 
 
-def _claim_with_stops(template: Claim, found, points: list[Point], roles: dict[str, int]) -> list[Claim]:
-    """:func:`_claim`'s entries, and :func:`_stopped_claims`'s after them; "not run" only without either. In
-    a setting where a run of the claim stopped, an estimate short of the budget (at the last checkpoint
-    before the stop, where the run may still have tracked its control) is left out: the stop is the result."""
+def _unevaluated_claims(template: Claim, unevaluated: dict[str, dict], roles: dict[str, int]) -> list[Claim]:
+    """:func:`_stopped_claims` for the runs stopped before their first checkpoint (no evaluation, no Point:
+    ``SuiteResults.stopped_unevaluated``)."""
+    out = []
+    for run_id, s in sorted(unevaluated.items()):
+        op = OperatorSpec.parse(operator_spec(s["operator"]), arithmetic="strict").full_name
+        if op not in roles:
+            continue
+        at = f"{s['tokens']} of {s['budget']} tokens"
+        out.append(
+            Claim(
+                template.claim,
+                template.paper,
+                template.test,
+                f"{run_id}: non-finite loss at step {s['step']} ({at}), before its first checkpoint",
+                None if roles[op] == 0 else roles[op] > 0,
+                None,
+                at + (f", {s['model']}" if s["model"] else "") + f", seed {s['seed']}",
+                s["tokens"],
+                stopped=True,
+            )
+        )
+    return out
+
+
+def _claim_with_stops(
+    template: Claim, found, points: list[Point], roles: dict[str, int], unevaluated: dict[str, dict]
+) -> list[Claim]:
+    """:func:`_claim`'s entries, and those of the claim's stopped runs after them (:func:`_stopped_claims`,
+    :func:`_unevaluated_claims`); "not run" only without either. In a setting where a run of the claim
+    stopped, an estimate short of the budget (at the last checkpoint before the stop, where the run may still
+    have tracked its control) is left out: the stop is the result."""
     stops = _stopped_points(points, roles)
     halted = {p.key.setting() for p in stops}
     found = [(r, a) for r, a in found if r.key.setting() not in halted or r.tokens >= r.key.budget]
-    entries = _stopped_claims(template, stops, roles)
+    entries = _stopped_claims(template, stops, roles) + _unevaluated_claims(template, unevaluated, roles)
     if entries and not found:
         return entries
     return _claim(template, found) + entries
@@ -185,7 +213,9 @@ def _contrast_rows(points: list[Point], a: str, b: str, unpaired: dict[str, str]
     return rows
 
 
-def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) -> list[Claim]:
+def paper_claims(
+    points: list[Point], unpaired: dict[str, str] | None = None, unevaluated: dict[str, dict] | None = None
+) -> list[Claim]:
     """The claims of issue 12 on the primary (suite) evaluations of ``points``, each at its runs' endpoint; a
     run without an evaluation there is left out and listed in ``unpaired`` (run -> reason), or raises
     ``ValueError`` when ``unpaired`` is None."""
@@ -204,13 +234,16 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
         s = A._spec(r.key.operator)
         return all(getattr(s, k) == v for k, v in kw.items())
 
+    def with_stops(template: Claim, found, roles: dict[str, int]) -> list[Claim]:
+        return _claim_with_stops(template, found, points, roles, unevaluated or {})
+
     out: list[Claim] = []
     found = [
         (r, r.est.mean > 0)
         for r in _last(detach)
         if spec_is(r, calibration="minmax", reconstruction="lerp", K=32, range_grad="detach")
     ]
-    out += _claim_with_stops(
+    out += with_stops(
         Claim(
             "LERP K32: detach − full > 0",
             "+0.737 [+0.721, +0.752], seed 1337 (tab:detach); seeds 7/42: +0.802, +0.780 (tab:detachrep)",
@@ -220,11 +253,10 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
             None,
         ),
         found,
-        points,
         {"lerp-k32[range_grad=detach]": 1, "lerp-k32": -1},
     )
     found = [(r, r.est.mean > 0) for r in _contrast_rows(points, "minmax-weight-k4", "fwm-prob-k4", unpaired)]
-    out += _claim_with_stops(
+    out += with_stops(
         Claim(
             "MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax",
             "+0.208 vs +0.013 (suite D, 5 seeds; tab:crossfull); five-seed means +0.2076 vs +0.0132, "
@@ -236,7 +268,6 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
             None,
         ),
         found,
-        points,
         {"minmax-weight-k4": 1, "fwm-prob-k4": -1},
     )
     k4 = [r for r in fac if r.K == 4]
@@ -266,7 +297,7 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
         rule = (
             "interaction (FWM_P − FWM_W) − (MM_P − MM_W)" if effect == "interaction" else f"{effect} effect"
         )
-        out += _claim_with_stops(
+        out += with_stops(
             Claim(
                 text,
                 paper,
@@ -276,11 +307,10 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
                 None,
             ),
             found,
-            points,
             dict.fromkeys(FACTORIAL_K4, 0),
         )
     found = [(r, _within_noise(r.est)) for r in delta if r.key.operator == "lerp-k32"]
-    out += _claim_with_stops(
+    out += with_stops(
         Claim(
             "LERP K32 within noise of softmax",
             "−0.0008 [−0.004, +0.002], seed 1337 (tab:detach); 5 seeds +0.0076 [−0.000, +0.015] "
@@ -292,12 +322,11 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
             None,
         ),
         found,
-        points,
         {"lerp-k32": -1, "softmax": 0},
     )
     found = [(r, r.est.mean < 0) for r in trends if r.family == "lerp"]
     trend_ops = {_any_arithmetic(p): 0 for p in points if p.family == "lerp" or p.operator == "softmax"}
-    out += _claim_with_stops(
+    out += with_stops(
         Claim(
             "ΔNLL decreasing in K for LERP",
             "slope −0.0222 [−0.024, −0.020] nats per doubling of K (suite D, 5 seeds; tab:ktrend)",
@@ -307,7 +336,6 @@ def paper_claims(points: list[Point], unpaired: dict[str, str] | None = None) ->
             None,
         ),
         found,
-        points,
         trend_ops,
     )
     return out

@@ -147,6 +147,9 @@ class SuiteResults:
     points: list[Point]
     logs: dict[str, list[dict]] = field(default_factory=dict)  # run_id -> metrics.jsonl rows
     graddiag: dict[str, list[dict]] = field(default_factory=dict)  # run_id -> `kinterval graddiag` outputs
+    # runs the trainer stopped with a non-finite loss before any evaluated checkpoint (no Point carries them):
+    # run_id -> operator, seed, budget, model, step, tokens
+    stopped_unevaluated: dict[str, dict] = field(default_factory=dict)
 
     def runs(self) -> dict[str, list[Point]]:
         out: dict[str, list[Point]] = {}
@@ -247,7 +250,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
     per_seed = m["suite"] in PER_SEED_SUITES or bool(
         tomllib.loads(m.get("suite_toml") or "").get("supplementary")
     )
-    points, logs, graddiag = [], {}, {}
+    points, logs, graddiag, unevaluated = [], {}, {}, {}
     planned: dict[tuple, set[int]] = {}  # (model, operator, budget) -> the seeds the manifest plans
     for r in m["runs"]:
         planned.setdefault(_plan(r), set()).add(int(r["seed"]))
@@ -309,7 +312,18 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                 )
             )
         logs[r["run_id"]] = _read_logs(run_dir, r, eval_steps)
-    return SuiteResults(m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs, graddiag)
+        if stopped is not None and not any(p.run_id == r["run_id"] and p.primary for p in points):
+            unevaluated[r["run_id"]] = dict(
+                operator=r["operator"],
+                seed=int(r["seed"]),
+                budget=budget,
+                model=model_label(r.get("config") or {}),
+                step=stopped[0],
+                tokens=stopped[1],
+            )
+    return SuiteResults(
+        m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs, graddiag, unevaluated
+    )
 
 
 def _plan(row: dict) -> tuple:

@@ -278,7 +278,7 @@ def stopped_rows(stopped: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
             str(s["seed"]),
             str(s["step"]),
             f"{s['tokens']} of {s['budget']}",
-            f"{s['last_evaluated_tokens']} tokens",
+            "-" if s["last_evaluated_tokens"] is None else f"{s['last_evaluated_tokens']} tokens",
             num(s["last_mean_nll"], signed=False),
         ]
         for rid, s in stopped.items()
