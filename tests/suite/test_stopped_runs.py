@@ -141,3 +141,19 @@ def test_a_stopped_run_merges_and_reports(stopped, tmp_path):
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["stopped"][RUN]["step"] == POISON + 1
     assert report["stopped"][RUN]["last_evaluated_tokens"] == 8 * 256
+
+
+def test_final_steps_are_the_checkpoints_before_the_non_finite_step():
+    """The trainer checks a step's loss before it saves that step's checkpoint: a stop at a checkpoint step
+    keeps only the ones before it. Anything but completed or a well-formed stop is not finished."""
+    from kinterval.suite.manifest import final_steps, stopped_step
+
+    steps = [8, 16]
+    assert final_steps({"status": "completed", "step": 16}, steps) == [8, 16]
+    assert final_steps({"status": "nonfinite_loss", "step": 16}, steps) == [8]
+    assert final_steps({"status": "nonfinite_loss", "step": 9}, steps) == [8]
+    assert final_steps({"status": "nonfinite_loss", "step": 8}, steps) == []
+    for status in ({"status": "running", "step": 3}, None, [], {"status": "nonfinite_loss"}):
+        assert final_steps(status, steps) is None, status
+    for step in (True, 0, -1, "9", 9.0):
+        assert stopped_step({"status": "nonfinite_loss", "step": step}) is None, step
