@@ -1052,10 +1052,12 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
 
 @triton.jit
 def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl.constexpr,
-             GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
+             GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
              BLOCK_N: tl.constexpr):  # fmt: skip
     """One key tile of the dQ loop, state = (dq, ksum, S1, GM, nv): the self term of eq. (2) into dq, its row
-    sums S1 (and G_M, the P1 sums). query = (q, dO) of the query block; rows = (M, amax, amin, Dd, inv_Wa)."""
+    sums S1 (and G_M, the P1 sums). query = (q, dO) of the query block; rows = (M, amax, amin, Dd, inv_Wa);
+    TILE = (FULL, FOLD): FOLD sums W^at gamma, and the kernel applies the row's 1/W^at after the loop."""
+    FULL: tl.constexpr = TILE[0]
     q, do = query
     SUM_GM: tl.constexpr = GRAD[2]
     PROJECT_P1: tl.constexpr = GRAD[3]
@@ -1073,7 +1075,10 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
     GM_FORM: tl.constexpr = SUM_GM * (1 + (q.shape[1] <= 64))  # calibration_grad's SHORT form up to D = 64
     w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, GM_FORM)
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
-    gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
+    if TILE[1]:
+        gamma = tl.where(keep, g - Dd[:, None], 0.0)  # W^at gamma
+    else:
+        gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
     ds = score_grad(gamma, cD, is_max, GM, is_min, GM, False, False, OP[5])  # eq. (2) self term; rest after
     dq += _dot(_cast(ds, k.dtype), k, PREC)
     S1 += tl.sum(ds, 1)
@@ -1138,6 +1143,12 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     hi = Tk
     if IS_CAUSAL:
         hi = tl.minimum(Tk, (pid_m + 1) * BLOCK_M + Tk - Tq)
+    # The self term of eq. (2) and G_M of eq. (1) are linear in gamma = (g - D)/W^at: FOLD sums them with
+    # W^at gamma and scales the row sums and dq by 1/W^at once, one product per score less. Not for BF16-exp
+    # (it rounds gamma itself to bf16: score_grad), nor for MinMax's G_M sum in fp32 at D = 128, where ptxas
+    # spilled more (benchmarks/results/kernels-2026-11-28c/NOTES.md).
+    LOW: tl.constexpr = Q.dtype.element_ty.primitive_bitwidth < 32  # bf16 / fp16 inputs
+    FOLD: tl.constexpr = OP[5] != 1 and (BLOCK_D <= 64 or not GRAD[2] or LOW)
 
     state = (
         tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # dq
@@ -1151,11 +1162,15 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
         full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_n in range(0, full_hi, BLOCK_N):  # unmasked interior tiles, then the rest
             state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING,
-                             PREC, True, BLOCK_N)  # fmt: skip
+                             PREC, (True, FOLD), BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
         state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING, PREC,
-                         False, BLOCK_N)  # fmt: skip
+                         (False, FOLD), BLOCK_N)  # fmt: skip
     dq, ksum, S1, GM, nv = state
+    if FOLD:
+        dq *= inv_Wa[:, None]
+        S1 *= inv_Wa
+        GM *= inv_Wa
 
     # The calibration terms of eq. (2): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
     # Softmax: G_M = -sum_j dS_ij = 0 in exact arithmetic (not applied; KEEP_MAX_TERM is False). BF16-exp
