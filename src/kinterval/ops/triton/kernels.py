@@ -1013,7 +1013,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
 
 # -------------------------------------------------------------------------------------------- backward
 @triton.jit
-def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.constexpr):
+def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.constexpr, inv_Wf=None):
     """Per-tile backward coefficients, formed before g = dO V^T so that few score-sized tiles stay live.
 
     Returns the forward weight w (w^N, or w^H in historical arithmetic, for the STE operators; for
@@ -1021,6 +1021,7 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
     cD (Delta on kept keys: the self term of dL/ds, eq. 2; w for softmax: dS = P (g - D)) and
     dM = dw/dM (eq. 1, when SUM_GM: 1 ``calibration_grad`` in full, 2 its SHORT form). ``s`` is the tile of
     ``_scores``: for softmax (s - M) log2(e). The exp baselines: w of ``exp_baseline`` and cD its dw/dz.
+    With the row's 1/W (``inv_Wf``) the strict STE operators return w^N/W, the forward's P^N, as w.
     """
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
@@ -1041,7 +1042,13 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
         keep = valid
     else:
         wL, wN, keep, cD, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
-        w = _forward_weight(wL, wN, keep, OP)
+        if inv_Wf is not None and OP[2] and not HISTORICAL:
+            # P^N = w^N/W (eq. 3, 4 strict) = E_r1 (1/W or e^{-h}/W), as E_r = E_r1 e^{-h}: the select is
+            # between two row constants and E_r, unused here, is not formed; one product per score less.
+            # Placed before the product: a select last is sunk past the bf16 cast of P (unpack, select, pack)
+            w = _place(E_r1, keep) * tl.where(t >= 0.5, inv_Wf[:, None], (row[3] * inv_Wf)[:, None])
+        else:
+            w = _forward_weight(wL, wN, keep, OP)
         wLp = w
         if JACOBIAN_AT_PL and HISTORICAL:
             wLp = _place(wL, keep)
@@ -1249,11 +1256,17 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
-    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, SUM_GM)
+    inv_Wf = tl.where(Wf > 0, 1.0 / Wf, 0.0)
+    STRICT_STE: tl.constexpr = CALIB != 0 and OP[2] and not HISTORICAL  # _bwd_coefs returns P^N
+    w, wLp, keep, cD, dM = _bwd_coefs(
+        s, valid, is_max, is_min, M, row, OP, SUM_GM, inv_Wf if STRICT_STE else None
+    )
     if JACOBIAN_AT_PL and HISTORICAL:
         p = prob_ste(wLp, w, Wa, Wf)
+    elif STRICT_STE:
+        p = w
     else:
-        p = w * tl.where(Wf > 0, 1.0 / Wf, 0.0)[:, None]
+        p = w * inv_Wf[:, None]
     if FOLD and SOFTMAX:  # W^at = W: dS = P (g - D), FlashAttention's form
         cD = p
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
