@@ -1043,9 +1043,10 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
     else:
         wL, wN, keep, cD, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
         if inv_Wf is not None and OP[2] and not HISTORICAL:
-            # P^N = w^N/W (eq. 3, 4 strict) = E_r1 (1/W or e^{-h}/W), as E_r = E_r1 e^{-h}: the select is
-            # between two row constants and E_r, unused here, is not formed; one product per score less.
-            # Placed before the product: a select last is sunk past the bf16 cast of P (unpack, select, pack)
+            # P^N = w^N/W of strict Weight-STE, eq. (3), and Prob-STE, eq. (4): as E_r = E_r1 e^{-h},
+            # P^N = E_r1 (1/W or e^{-h}/W), a select between two row constants; E_r, unused here, is not
+            # formed: one product per score less. Placed before the product: a select last is sunk past
+            # the bf16 cast of P (unpack, select, pack)
             w = _place(E_r1, keep) * tl.where(t >= 0.5, inv_Wf[:, None], (row[3] * inv_Wf)[:, None])
         else:
             w = _forward_weight(wL, wN, keep, OP)
@@ -1150,10 +1151,10 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     hi = Tk
     if IS_CAUSAL:
         hi = tl.minimum(Tk, (pid_m + 1) * BLOCK_M + Tk - Tq)
-    # The self term of eq. (2) and G_M of eq. (1) are linear in gamma = (g - D)/W^at: FOLD sums them with
-    # W^at gamma and scales the row sums and dq by 1/W^at once, one product per score less. Not for BF16-exp
-    # (it rounds gamma itself to bf16: score_grad), nor for MinMax's G_M sum in fp32 at D = 128, where ptxas
-    # spilled more (benchmarks/results/kernels-2026-11-28c/NOTES.md).
+    # eq. (2)'s self term and the row sum of gamma dw/dM (eq. 1) are linear in gamma = (g - D)/W^at: FOLD
+    # sums both with W^at gamma and scales the row sums and dq by 1/W^at once, one product per score less.
+    # Not for BF16-exp (it rounds gamma itself to bf16: score_grad), nor for MinMax's G_M sum in fp32 at
+    # D = 128, where ptxas spilled more (benchmarks/results/kernels-2026-11-28c/NOTES.md).
     LOW: tl.constexpr = Q.dtype.element_ty.primitive_bitwidth < 32  # bf16 / fp16 inputs
     FOLD: tl.constexpr = OP[5] != 1 and (BLOCK_D <= 64 or not GRAD[2] or LOW)
 
