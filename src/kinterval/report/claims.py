@@ -80,78 +80,65 @@ def _claim(template: Claim, found: list[tuple[A.Row, bool]]) -> list[Claim]:
     ]
 
 
-def _stopped_points(points: list[Point], roles: dict[str, int]) -> list[Point]:
-    """The last evaluated checkpoint of each run stopped by a non-finite loss whose operator (any
-    arithmetic) is in ``roles``, in run order."""
+@dataclass(frozen=True)
+class _Stop:
+    """A run the trainer stopped with a non-finite loss, as a claim lists it."""
+
+    run_id: str
+    operator: str  # with every override but the arithmetic (:func:`_any_arithmetic`)
+    ours: str
+    setting: str
+    tokens: int  # training tokens at the non-finite step
+    key: tuple | None  # its evaluations' ``Key.setting()``; None before its first checkpoint
+
+
+def _stops(points: list[Point], unevaluated: dict[str, dict]) -> list[_Stop]:
+    """Every stopped run, in run order: from its last evaluated checkpoint, or, stopped before its first,
+    from ``unevaluated`` (``SuiteResults.stopped_unevaluated``: status.json and the manifest)."""
     last: dict[str, Point] = {}
     for p in points:
-        if p.stopped is not None and _any_arithmetic(p) in roles:
-            if p.run_id not in last or p.tokens > last[p.run_id].tokens:
-                last[p.run_id] = p
-    return [last[k] for k in sorted(last)]
+        if p.stopped is not None and (p.run_id not in last or p.tokens > last[p.run_id].tokens):
+            last[p.run_id] = p
+    out = {}
+    for rid, p in last.items():
+        step, tokens = p.stopped
+        at = f"{tokens} of {p.budget} tokens"
+        last_eval = f"last evaluated at {p.tokens} tokens, NLL {p.mean:.4f}"
+        ours = f"{rid}: non-finite loss at step {step} ({at}); {last_eval}"
+        out[rid] = _Stop(rid, _any_arithmetic(p), ours, _setting(p.key, tokens), tokens, p.key.setting())
+    for rid, u in unevaluated.items():
+        at = f"{u['tokens']} of {u['budget']} tokens"
+        op = OperatorSpec.parse(operator_spec(u["operator"]), arithmetic="strict").full_name
+        ours = f"{rid}: non-finite loss at step {u['step']} ({at}), before its first checkpoint"
+        setting = at + (f", {u['model']}" if u["model"] else "") + f", seed {u['seed']}"
+        out.setdefault(rid, _Stop(rid, op, ours, setting, u["tokens"], None))
+    return [out[k] for k in sorted(out)]
 
 
-def _stopped_claims(template: Claim, stops: list[Point], roles: dict[str, int]) -> list[Claim]:
-    """One entry per run of ``stops`` (:func:`_stopped_points`): ``roles[op]`` = +1 if the claim says ``op``
-    is the worse one (the run agrees), -1 if it says the other is (it disagrees), 0 where a non-finite loss
-    gives the claim no sign (not estimable)."""
-    out = []
-    for p in stops:
-        run_id, (step, tokens) = p.run_id, p.stopped
-        role = roles[_any_arithmetic(p)]
-        out.append(
-            Claim(
-                template.claim,
-                template.paper,
-                template.test,
-                f"{run_id}: non-finite loss at step {step} ({tokens} of {p.budget} tokens); "
-                f"last evaluated at {p.tokens} tokens, NLL {p.mean:.4f}",
-                None if role == 0 else role > 0,
-                None,
-                _setting(p.key, tokens),
-                tokens,
-                stopped=True,
-            )
-        )
-    return out
-
-
-def _unevaluated_claims(template: Claim, unevaluated: dict[str, dict], roles: dict[str, int]) -> list[Claim]:
-    """:func:`_stopped_claims` for the runs stopped before their first checkpoint (no evaluation, no Point:
-    ``SuiteResults.stopped_unevaluated``)."""
-    out = []
-    for run_id, s in sorted(unevaluated.items()):
-        op = OperatorSpec.parse(operator_spec(s["operator"]), arithmetic="strict").full_name
-        if op not in roles:
-            continue
-        at = f"{s['tokens']} of {s['budget']} tokens"
-        out.append(
-            Claim(
-                template.claim,
-                template.paper,
-                template.test,
-                f"{run_id}: non-finite loss at step {s['step']} ({at}), before its first checkpoint",
-                None if roles[op] == 0 else roles[op] > 0,
-                None,
-                at + (f", {s['model']}" if s["model"] else "") + f", seed {s['seed']}",
-                s["tokens"],
-                stopped=True,
-            )
-        )
-    return out
-
-
-def _claim_with_stops(
-    template: Claim, found, points: list[Point], roles: dict[str, int], unevaluated: dict[str, dict]
-) -> list[Claim]:
-    """:func:`_claim`'s entries, and those of the claim's stopped runs after them (:func:`_stopped_claims`,
-    :func:`_unevaluated_claims`); "not run" only without either. In a setting where a run of the claim
-    stopped, an estimate short of the budget (at the last checkpoint before the stop, where the run may still
-    have tracked its control) is left out: the stop is the result."""
-    stops = _stopped_points(points, roles)
-    halted = {p.key.setting() for p in stops}
+def _claim_with_stops(template: Claim, found, stops: list[_Stop], roles: dict[str, int]) -> list[Claim]:
+    """:func:`_claim`'s entries, then one per stopped run whose operator (any arithmetic) the claim involves:
+    ``roles[op]`` = +1 if the claim says ``op`` is the worse one (the run agrees), -1 if it says the other is
+    (it disagrees), 0 where a non-finite loss gives the claim no sign (not estimable). "not run" only without
+    either. In a setting where a run of the claim stopped, an estimate short of the budget (at the last
+    checkpoint before the stop, where the run may still have tracked its control) is left out: the stop is
+    the result."""
+    stops = [x for x in stops if x.operator in roles]
+    halted = {x.key for x in stops}
     found = [(r, a) for r, a in found if r.key.setting() not in halted or r.tokens >= r.key.budget]
-    entries = _stopped_claims(template, stops, roles) + _unevaluated_claims(template, unevaluated, roles)
+    entries = [
+        Claim(
+            template.claim,
+            template.paper,
+            template.test,
+            x.ours,
+            None if roles[x.operator] == 0 else roles[x.operator] > 0,
+            None,
+            x.setting,
+            x.tokens,
+            stopped=True,
+        )
+        for x in stops
+    ]
     if entries and not found:
         return entries
     return _claim(template, found) + entries
@@ -234,8 +221,10 @@ def paper_claims(
         s = A._spec(r.key.operator)
         return all(getattr(s, k) == v for k, v in kw.items())
 
+    stops = _stops(points, unevaluated or {})
+
     def with_stops(template: Claim, found, roles: dict[str, int]) -> list[Claim]:
-        return _claim_with_stops(template, found, points, roles, unevaluated or {})
+        return _claim_with_stops(template, found, stops, roles)
 
     out: list[Claim] = []
     found = [

@@ -386,7 +386,7 @@ class _Gate:
         if (n := stopped_step(st)) is not None:
             self.stopped[rid] = n
             return n
-        if final_steps(st, []) is None:
+        if st is None or st.get("status") != "completed":
             status = "missing" if st is None else st.get("status")
             self.errs.add(("run", rid), f"{rid}: run not complete (status {status})")
         return None

@@ -283,8 +283,11 @@ def run_one(
             lost = _missing_checkpoints(run_dir, final_steps(read_status(run_dir), entry["checkpoint_steps"]))
             log(f"{run_id}: {status}, but checkpoints {lost} of the manifest are missing")
             return "missing_checkpoints"
-    outcome = "completed" if stopped_step(read_status(run_dir)) is None else STOPPED
-    if outcome == STOPPED and not final_steps(read_status(run_dir), entry["checkpoint_steps"]):
+    final = read_status(run_dir)
+    outcome = "completed" if stopped_step(final) is None else STOPPED
+    if outcome == STOPPED and not final_steps(
+        final, entry["checkpoint_steps"]
+    ):  # before its first checkpoint
         log(f"{run_id}: {status}; stopped before its first checkpoint: nothing to evaluate")
         return outcome
     ev = manifest["eval"]
