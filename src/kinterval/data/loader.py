@@ -177,6 +177,17 @@ def n_blocks(n_tokens: int, T: int) -> int:
     return max(0, (n_tokens - 1) // T)
 
 
+def first_blocks(n_tokens: int, T: int, blocks: int) -> int:
+    """How many of the first ``blocks`` blocks a probe reads (geometry, gradient diagnostics): at most the
+    split's; a split without one full block is refused (every per-block average would be NaN)."""
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
+    n = min(blocks, n_blocks(n_tokens, T))
+    if n == 0:
+        raise ValueError(f"the split holds no block of {T}+1 tokens ({n_tokens} tokens)")
+    return n
+
+
 def check_tokens(tokens, vocab_size: int | None = None) -> None:
     """``tokens`` is a 1-D numpy array of integer token ids (no float ids silently truncated); with
     ``vocab_size`` every id is also in ``[0, vocab_size)``. The dtype check costs nothing; the id range is

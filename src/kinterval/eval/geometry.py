@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from kinterval.data.loader import get_block, n_blocks
+from kinterval.data.loader import first_blocks, get_block
 from kinterval.eval.attention import attention_layers, layer_spec, qkv_scores
 from kinterval.model import autocast, eval_precision
 from kinterval.ops import OperatorSpec
@@ -120,11 +120,7 @@ def geometry_probe(
     Returns ``{"layers": [{metric: value}], "mean": {metric: layer mean}, "operator": name, "n_blocks": n}``.
     """
     T = T or model.config.block_size
-    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
-        raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
-    n = min(blocks, n_blocks(len(tokens), T))
-    if n == 0:  # nothing to average: every metric would be NaN
-        raise ValueError(f"the split holds no block of {T}+1 tokens ({len(tokens)} tokens)")
+    n = first_blocks(len(tokens), T, blocks)
     layers = attention_layers(model)
     sums = [dict.fromkeys(METRICS, 0.0) for _ in layers]
     counts = [dict.fromkeys(METRICS, 0) for _ in layers]

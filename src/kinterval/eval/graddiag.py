@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kinterval.data.loader import get_block, n_blocks
+from kinterval.data.loader import first_blocks, get_block
 from kinterval.eval.attention import attention_layers, layer_spec, patched_attention
 from kinterval.model import autocast, eval_precision
 from kinterval.ops import OperatorSpec
@@ -117,11 +117,7 @@ def gradient_diagnostics(
 ) -> dict:
     """Zero-sum residual (and optionally the decomposition) over the first ``blocks`` blocks."""
     T = T or model.config.block_size
-    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
-        raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
-    n = min(blocks, n_blocks(len(tokens), T))
-    if n == 0:  # nothing to average: every metric would be NaN
-        raise ValueError(f"the split holds no block of {T}+1 tokens ({len(tokens)} tokens)")
+    n = first_blocks(len(tokens), T, blocks)
     layers = attention_layers(model)
     specs = [layer_spec(m) for m in layers]
     residuals: list[list[torch.Tensor]] = [[] for _ in layers]
