@@ -422,7 +422,7 @@ def test_compare_cli_wires_each_flag_and_documents_its_defaults(monkeypatch, tmp
     args = parse(["downstream-compare", "B", "c1", "x=c2"])
     assert args.func(args) == 0  # the help's defaults: margin 0.01, nll, 4000 resamples, 20000 flips, seed 0
     assert seen == {"margin": 0.01, "nll_metrics": ["nll"], "n_resamples": 4000, "n_perm": 20000, "seed": 0,
-                    "task_differences": [], "c": {"c1": "c1", "x": "c2"}}  # fmt: skip
+                    "task_differences": [], "groups": None, "c": {"c1": "c1", "x": "c2"}}  # fmt: skip
     args = parse(["downstream-compare", "B", "c1", "--margin", "0.05", "--nll-metrics", "nll", "ppl",
                   "--resamples", "11", "--permutations", "22", "--seed", "3"])  # fmt: skip
     assert args.func(args) == 0
@@ -1116,3 +1116,121 @@ def test_docs_give_the_support_passage_comparison_command():
     text = (Path(__file__).resolve().parents[2] / "docs" / "downstream.md").read_text()
     battery = text.split("### The paper's battery")[1].split("\n## ")[0]
     assert "--task-difference sciq,sciq_nosupport" in battery
+
+
+# ---------------------------------------------------------------------- pre-declared condition groups
+def test_groups_label_rows_and_count_each_groups_outcomes_on_the_primary_metric(folders):
+    """Planted: ``big`` improves qa by +0.30 and the BLiMP macro row by +0.10; ``tiny`` adds 2 right answers
+    of 400 on qa and nothing on BLiMP; ``same`` repeats the baseline. ``lm`` has only ``nll``, not the primary
+    ``acc``: it is named as not counted. Reversed (``big`` as the baseline) the signs turn."""
+    from kinterval.eval.downstream_commands import group_summary
+
+    base, conds = folders
+    groups = {"near": ["tiny", "same"], "large": ["big"]}
+    rows = downstream_compare(base, conds, groups=groups, **FAST)
+    plain = downstream_compare(base, conds, **FAST)
+    assert {k: {f: v for f, v in r.items() if f != "group"} for k, r in by_key(rows).items()} == by_key(plain)
+    assert {r["condition"]: r["group"] for r in rows} == {"big": "large", "tiny": "near", "same": "near"}
+    qa = [r["condition"] for r in rows if (r["task"], r["metric"]) == ("qa", "acc")]
+    assert qa == ["tiny", "same", "big"]  # the groups' order, the given order within a group
+    near, large = group_summary(rows)
+    assert (large["group"], large["conditions"], sorted(large["tasks"])) == (
+        "large",
+        ["big"],
+        ["blimp", "qa"],
+    )
+    assert (large["comparisons"], large["positive"], large["negative"]) == (2, 2, 0)
+    assert (large["detectable"], large["q05_positive"], large["q05_negative"]) == (2, 2, 0)
+    assert large["skipped_tasks"] == near["skipped_tasks"] == ["lm"]
+    assert (near["group"], near["conditions"], near["comparisons"]) == ("near", ["tiny", "same"], 4)
+    assert (near["positive"], near["negative"], near["q05_positive"], near["q05_negative"]) == (1, 0, 0, 0)
+    # --primary lm=nll counts the lm task too: big's +0.05 nats is a positive, detectable difference
+    _, large = group_summary(rows, {"lm": "nll"})
+    assert (large["comparisons"], large["positive"], large["q05_positive"], large["skipped_tasks"]) == (
+        3,
+        3,
+        3,
+        [],
+    )
+
+    rev = downstream_compare(conds["big"], {"soft": base, "tiny": conds["tiny"]},
+                             groups={"a": ["soft"], "b": ["tiny"]}, **FAST)  # fmt: skip
+    a, b = group_summary(rev)
+    assert (a["comparisons"], a["negative"], a["q05_negative"], a["positive"]) == (2, 2, 2, 0)
+    assert (b["comparisons"], b["negative"], b["q05_negative"]) == (2, 2, 2)  # tiny lacks big's gains
+
+
+@pytest.mark.parametrize(
+    "groups, message",
+    [({"a": ["big", "tiny"]}, r"every condition needs a group; not in any: \['same'\]"),
+     ({"a": ["big", "tiny"], "b": ["same", "big"]}, "'big' is already in group 'a'"),
+     ({"a": ["big", "tiny", "same", "huge"]}, "'huge' is not a compared condition"),
+     ({"a": ["big", "tiny", "same"], "b": []}, "give the group's conditions as a list"),
+     ({}, "give at least one group")],
+)  # fmt: skip
+def test_groups_must_put_every_condition_in_exactly_one_group(folders, groups, message):
+    base, conds = folders
+    with pytest.raises(ValueError, match=message):
+        downstream_compare(base, conds, groups=groups, **FAST)
+
+
+def test_group_summary_needs_grouped_rows(folders):
+    from kinterval.eval.downstream_commands import group_summary
+
+    base, conds = folders
+    with pytest.raises(ValueError, match="needs rows with a group"):
+        group_summary(downstream_compare(base, conds, **FAST))
+
+
+def test_group_cli_prints_the_counts_and_writes_the_group_of_each_row(folders, tmp_path, capsys):
+    from kinterval.cli import main
+
+    base, conds = folders
+    out = tmp_path / "rows.json"
+    argv = [
+        "downstream-compare",
+        str(base),
+        *(f"{n}={f}" for n, f in conds.items()),
+        "--resamples",
+        "400",
+        "--permutations",
+        "2000",
+        "--group",
+        "large=big",
+        "--group",
+        "near=tiny,same",
+        "--json",
+        str(out),
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    assert rows == downstream_compare(
+        base, conds, groups={"large": ["big"], "near": ["tiny", "same"]}, **FAST
+    )
+    table = printed.split("q<.05, >0")[1].splitlines()[2:]
+    counts = {
+        line.split()[0]: line.split()[1:] for line in table if line and line.split()[0] in ("large", "near")
+    }
+    # conditions, tasks, compared, diff < 0, diff > 0, CI excludes 0, q < .05 and < 0, q < .05 and > 0
+    assert counts == {"large": ["1", "2", "2", "0", "2", "2", "0", "2"],
+                      "near": ["2", "2", "4", "0", "1", "0", "0", "0"]}  # fmt: skip
+    assert "(not counted, no primary metric: lm)" in printed
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--group", "large"], "--group must be NAME=COND"),
+     (["--group", "=big,tiny,same"], "--group must be NAME=COND"),
+     (["--group", "a=big", "--group", "a=tiny,same"], "--group a is given twice"),
+     (["--group", "a=big,tiny"], "not in any: ['same']"),
+     (["--group", "a=big,tiny,same", "--primary", "qa"], "--primary must be TASK=METRIC")],
+)  # fmt: skip
+def test_group_cli_refusals_are_one_line(folders, capsys, flags, message):
+    from kinterval.cli import main
+
+    base, conds = folders
+    argv = ["downstream-compare", str(base), *(f"{n}={f}" for n, f in conds.items()), *flags]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kinterval downstream-compare: error: ") and message in err[0]

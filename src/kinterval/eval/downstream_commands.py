@@ -520,6 +520,101 @@ def _check_differences(task_differences) -> list[tuple[str, str]]:
     return pairs
 
 
+# The primary metric of each configuration of the paper's layer-3 table (tab:stagec): acc_norm for HellaSwag,
+# PIQA and ARC-Easy; acc for the others (LAMBADA, SciQ with and without the passage, the BLiMP macro row).
+PRIMARY_METRICS = {"hellaswag": "acc_norm", "piqa": "acc_norm", "arc_easy": "acc_norm"}
+PRIMARY_DEFAULT = "acc"
+
+
+def check_groups(groups, conditions) -> dict[str, str]:
+    """``groups`` (group -> condition names, in the order of the pre-declaration) as condition -> group.
+
+    Every group has a name and at least one condition, every named condition is one of ``conditions``, and
+    every condition is in exactly one group: a count per group must not silently miss or double a condition.
+    """
+    if not isinstance(groups, dict) or not groups:
+        raise ValueError(f"--group: give at least one group NAME=COND[,COND...], got {groups!r}")
+    group_of: dict[str, str] = {}
+    for name, members in groups.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"--group: a group needs a name, got {name!r}")
+        if isinstance(members, str) or not members:
+            raise ValueError(f"--group {name}: give the group's conditions as a list, got {members!r}")
+        for c in members:
+            if c not in conditions:
+                raise ValueError(f"--group {name}: {c!r} is not a compared condition ({conditions})")
+            if c in group_of:
+                raise ValueError(f"--group {name}: {c!r} is already in group {group_of[c]!r}")
+            group_of[c] = name
+    missing = [c for c in conditions if c not in group_of]
+    if missing:
+        raise ValueError(f"--group: every condition needs a group; not in any: {missing}")
+    return group_of
+
+
+def primary_metric(task: str, primary=None) -> str:
+    """The metric a configuration is counted by: ``primary[task]`` if given, else the paper's
+    (:data:`PRIMARY_METRICS`, else ``acc``)."""
+    return {**PRIMARY_METRICS, **(primary or {})}.get(task, PRIMARY_DEFAULT)
+
+
+def group_summary(rows, primary=None) -> list[dict]:
+    """Per pre-declared group, the counts the paper's predictions are judged by (§5 downstream, App. E
+    "Pre-declared predictions, outcome"): over every condition x configuration of the group, on the
+    configuration's primary metric (:func:`primary_metric`).
+
+    ``rows``: :func:`downstream_compare` rows with ``group`` (rows of several calls may be joined, e.g. the
+    BLiMP folder's and the other tasks'). A configuration is a task; BLiMP counts once, as its macro row
+    ``blimp`` (its paradigms ``blimp_*`` are not counted), and ``--task-difference`` rows are not
+    configurations. Returns ``[{group, conditions, tasks, comparisons, negative, positive, detectable,
+    q05_negative, q05_positive, skipped_tasks}]`` in the groups' order: ``negative``/``positive`` count point
+    estimates below/above 0, ``detectable`` CIs that exclude 0, ``q05_*`` BH q < 0.05 by the sign of the
+    difference; ``skipped_tasks`` are tasks without their primary metric (e.g. a perplexity-only task).
+    """
+    if any("group" not in r for r in rows):
+        raise ValueError("group_summary needs rows with a group (downstream_compare(..., groups=...))")
+    out: dict[str, dict] = {}
+    for r in rows:
+        g = out.setdefault(r["group"], {"group": r["group"], "conditions": [], "tasks": [], "comparisons": 0,
+                                        "negative": 0, "positive": 0, "detectable": 0, "q05_negative": 0,
+                                        "q05_positive": 0, "skipped_tasks": []})  # fmt: skip
+        task = r["task"]
+        if task.startswith(BLIMP_PREFIX) or "\u2212" in task:  # a paradigm, or a task difference
+            continue
+        if r["condition"] not in g["conditions"]:
+            g["conditions"].append(r["condition"])
+        if task not in g["tasks"]:
+            g["tasks"].append(task)
+    for g in out.values():  # a task counts on its primary metric; one without it is named, not dropped
+        have = {(r["task"], r["metric"]) for r in rows if r["group"] == g["group"]}
+        g["skipped_tasks"] = [t for t in g["tasks"] if (t, primary_metric(t, primary)) not in have]
+        g["tasks"] = [t for t in g["tasks"] if t not in g["skipped_tasks"]]
+    for r in rows:
+        g = out[r["group"]]
+        if r["task"] not in g["tasks"] or r["metric"] != primary_metric(r["task"], primary):
+            continue
+        g["comparisons"] += 1
+        g["negative"] += r["diff"] < 0
+        g["positive"] += r["diff"] > 0
+        g["detectable"] += bool(r["detectable"])
+        if r["q"] < 0.05:
+            g["q05_negative" if r["diff"] < 0 else "q05_positive"] += 1
+    return list(out.values())
+
+
+def format_group_summary(summary: list[dict]) -> str:
+    head = (f"{'group':<20}{'conditions':>11}{'tasks':>6}{'compared':>9}{'diff<0':>7}{'diff>0':>7}"
+            f"{'CI excl 0':>10}{'q<.05, <0':>10}{'q<.05, >0':>10}")  # fmt: skip
+    lines = [head, "-" * len(head)]
+    for g in summary:
+        lines.append(f"{g['group']:<20}{len(g['conditions']):>11}{len(g['tasks']):>6}{g['comparisons']:>9}"
+                     f"{g['negative']:>7}{g['positive']:>7}{g['detectable']:>10}{g['q05_negative']:>10}"
+                     f"{g['q05_positive']:>10}")  # fmt: skip
+        if g["skipped_tasks"]:
+            lines.append(f"  (not counted, no primary metric: {', '.join(g['skipped_tasks'])})")
+    return "\n".join(lines)
+
+
 def downstream_compare(
     baseline,
     conditions,
@@ -530,6 +625,7 @@ def downstream_compare(
     n_perm=20000,
     seed=0,
     task_differences=(),
+    groups=None,
 ) -> list[dict]:
     """N conditions against one baseline, paired per item (App. C.3, layer 3).
 
@@ -549,6 +645,11 @@ def downstream_compare(
     and baseline as a task is, so ``diff`` = (cond_A - cond_B) - (base_A - base_B), BH within its own
     ``A−B`` x metric family. Every folder must hold A and B with the same items, else ``ValueError``.
 
+    ``groups``: the pre-declared condition groups (App. E, "Pre-declared condition groups"), a mapping
+    group name -> condition names that puts every condition in exactly one group (:func:`check_groups`).
+    Each row then carries its ``group``, and within a family the rows follow the groups' order (BH q does
+    not depend on it); :func:`group_summary` counts the outcomes per group.
+
     Folders whose ``results.json`` record different numerics (device type, autocast, attention dtype, TF32,
     eval dot precision) are refused (``ValueError``); a folder without them (no ``results.json``, or one
     written before they were recorded) is compared unchecked, with a :class:`NumericsUnknownWarning` when
@@ -563,6 +664,7 @@ def downstream_compare(
     if not conditions:
         raise ValueError("downstream_compare needs at least one condition")
     pairs = _check_differences(task_differences)
+    group_of = check_groups(groups, list(conditions)) if groups is not None else None
     base_name = str(baseline)
     base = _per_item(baseline)
     conds = {name: _per_item(folder) for name, folder in conditions.items()}
@@ -619,9 +721,15 @@ def downstream_compare(
         )
     out = []
     for rows in families.values():
+        labelled = []
         for row, q in zip(rows, bh_q([r["p"] for r in rows])):
             row = dict(row, q=float(q), family_size=len(rows))
-            out.append(_label(row, margin=margin, nll_metrics=nll_metrics))
+            labelled.append(_label(row, margin=margin, nll_metrics=nll_metrics))
+        if group_of is not None:  # grouped: rows in the groups' order, stable within a group
+            order = {g: i for i, g in enumerate(groups)}
+            labelled = sorted((dict(r, group=group_of[r["condition"]]) for r in labelled),
+                              key=lambda r: order[r["group"]])  # fmt: skip
+        out += labelled
     return [{k: (float(v) if isinstance(v, np.floating) else v) for k, v in r.items()} for r in out]
 
 
@@ -668,6 +776,31 @@ def _condition(arg: str) -> tuple[str, str]:
     return (name, path) if sep and name and path else (arg, arg)
 
 
+def _groups(values) -> dict[str, list[str]]:
+    """``--group NAME=COND[,COND...]`` flags as an ordered mapping (checked by :func:`check_groups`)."""
+    groups: dict[str, list[str]] = {}
+    for v in values:
+        name, sep, members = v.partition("=")
+        names = [c.strip() for c in members.split(",") if c.strip()]
+        if not sep or not name.strip() or not names:
+            raise ValueError(f"--group must be NAME=COND[,COND...], got {v!r}")
+        if name.strip() in groups:
+            raise ValueError(f"--group {name.strip()} is given twice")
+        groups[name.strip()] = names
+    return groups
+
+
+def _primary(values) -> dict[str, str]:
+    """``--primary TASK=METRIC`` flags as a mapping."""
+    out = {}
+    for v in values or []:
+        task, sep, metric = (x.strip() for x in v.partition("="))
+        if not sep or not task or not metric:
+            raise ValueError(f"--primary must be TASK=METRIC, got {v!r}")
+        out[task] = metric
+    return out
+
+
 def _check_compare_args(args) -> None:
     """The seed, the resample and permutation counts and the ``--json`` target, before any table is printed
     (a directory failed after it)."""
@@ -693,12 +826,18 @@ def _compare(args) -> int:
         raise ValueError(f"condition names must be distinct: {args.conditions}")
     kw = {"n_resamples": args.resamples, "n_perm": args.permutations, "seed": args.seed}
     kw["task_differences"] = [tuple(t.strip() for t in v.split(",")) for v in args.task_difference or []]
+    kw["groups"] = _groups(args.group) if args.group else None
+    primary = _primary(args.primary)
     # (a NumericsUnknownWarning or FewshotUnknownWarning is a "kinterval downstream-compare: warning:" line)
     rows = downstream_compare(
         args.baseline, conditions, margin=args.margin, nll_metrics=args.nll_metrics, **kw
     )
     print(format_compare(rows))
     print("* BH q < 0.05 within task x metric over the conditions; ° CI excludes 0 but q >= 0.05")
+    if kw["groups"]:
+        print()
+        print(format_group_summary(group_summary(rows, primary)))
+        print("per group: condition x task comparisons on each task's primary metric (--primary)")
     if args.json:
         atomic.write_text(args.json, json.dumps(rows, indent=1, allow_nan=False) + "\n")
     return 0
@@ -790,6 +929,12 @@ def register(subparsers) -> None:
                    help="add rows of the derived task A\u2212B: per item, task A's score minus task B's "
                    "on the same items (e.g. sciq,sciq_nosupport: the support-passage benefit); "
                    "repeatable")  # fmt: skip
+    p.add_argument("--group", action="append", metavar="NAME=COND[,COND...]",
+                   help="a pre-declared condition group (App. E); repeatable, in the declared order; every "
+                   "condition in one group. Adds each row's group and a count per group")  # fmt: skip
+    p.add_argument("--primary", action="append", metavar="TASK=METRIC",
+                   help="the metric a task is counted by in the group counts (default: the paper's, "
+                   "acc_norm for hellaswag, piqa, arc_easy; acc otherwise); repeatable")  # fmt: skip
     p.add_argument("--json", help="also write the rows as JSON here")
     p.set_defaults(func=_compare)
 
