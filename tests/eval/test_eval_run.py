@@ -577,3 +577,37 @@ def test_device_name_is_the_gpu_model(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H200")
     assert device_name(torch.device("cuda:0")) == "NVIDIA H200"
     assert device_name(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("kind", ["geometry", "graddiag"])
+@pytest.mark.parametrize("damage", ["torn", "binary", "not an object"])
+def test_an_unreadable_stored_diagnostic_is_recomputed_not_a_traceback(
+    tiny_run, tmp_path, capsys, kind, damage
+):
+    """A stored probe cut short, of binary bytes or not a JSON object stopped `kinterval geometry` (and
+    `graddiag`, and every `suite run` of that run) with a JSONDecodeError or AttributeError traceback. It is a
+    cache entry that says nothing: recomputed and replaced, as an unreadable evaluation summary is."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    out = tmp_path / "out"
+    args = [
+        kind,
+        "--run",
+        str(tiny_run / "run"),
+        "--checkpoint",
+        "latest",
+        "--blocks",
+        "1",
+        "--device",
+        "cpu",
+    ]
+    assert main([*args, "--out", str(out)]) == 0
+    path = out / f"{ckpt.name}.json"
+    good = json.loads(path.read_text())
+    text = path.read_bytes()
+    bad = {"torn": text[: len(text) // 2], "binary": b"\xff\xfe\x00{", "not an object": b"[1, 2]\n"}[damage]
+    path.write_bytes(bad)
+    capsys.readouterr()
+    assert main([*args, "--out", str(out)]) == 0
+    again = json.loads(path.read_text())
+    assert again["mean"] == good["mean"] and again["request"] == good["request"]
+    assert "Traceback" not in capsys.readouterr().err

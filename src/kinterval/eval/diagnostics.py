@@ -4,7 +4,8 @@
 (:func:`~kinterval.eval.graddiag.gradient_diagnostics`). An existing result is reused only for the same
 checkpoint bytes and the same ``request`` (operator, split, data by content, blocks as ``max_blocks``, the
 numerics on the device: the fingerprint of :func:`kinterval.eval.evaluate.request`); a result without one, or
-without the numerics (written before they were recorded), is recomputed. The result records the numerics
+without the numerics (written before they were recorded), is recomputed, and so is an unreadable one (torn,
+not JSON, not an object). The result records the numerics
 used under the field names of an evaluation summary (``device``, ``device_type``, ``autocast``,
 ``attention_dtype``, ``tf32``, ``eval_dot_precision``); ``graddiag`` also ``deterministic``.
 A geometry probe under another operator goes to ``diagnostics/geometry__as-<operator>``. A stored result of
@@ -64,8 +65,8 @@ def diagnose_checkpoint(
     shards.check_matches(stored)  # data of another tokenizer than the training data's is refused
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
     req = request(stored, shards, spec, blocks, False, dev)  # max_blocks: the probe's --blocks
-    if path.is_file() and not force:
-        old = json.loads(path.read_text())
+    old = None if force else _stored(path)
+    if old is not None:
         if old.get("checkpoint_state_sha256") == sha and old.get("request") == req:
             return dict(old, skipped=True)
         if old.get("checkpoint_state_sha256") == sha and not replace_other:
@@ -98,6 +99,16 @@ def diagnose_checkpoint(
     tmp.write_text(json.dumps(res, indent=1) + "\n")
     os.replace(tmp, path)
     return dict(res, skipped=False)
+
+
+def _stored(path: Path) -> dict | None:
+    """The stored result at ``path``; None when there is none or it is unreadable (torn, not JSON, not an
+    object): a cache entry that says nothing is recomputed and replaced, as an evaluation's is."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):  # missing; JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    return old if isinstance(old, dict) else None
 
 
 def _refuse_other_request(path: Path, kind: str, old: dict | None, req: dict) -> None:
