@@ -136,6 +136,35 @@ def test_torn_last_metrics_line_is_dropped_on_resume(runs, tmp_path):
     ]
 
 
+@pytest.mark.parametrize("damage", ["removed", "cut before the checkpoint's row", "intact"])
+def test_a_log_without_the_checkpoint_steps_row_is_warned_of_on_resume(runs, tmp_path, damage):
+    """A metrics.jsonl deleted or cut short since the checkpoint was saved was resumed in silence: the run
+    logged on from the checkpoint above a gap, and the report's clipping tail, largest gradient norm and
+    largest loss rise left the lost steps out. A kill never causes it (a step's row is written before its
+    checkpoint), so an intact log, torn last line and all, gives no warning."""
+    import warnings
+
+    cfg, _ = runs
+    run = copy_run(runs, "killed", tmp_path)
+    log = run / "metrics.jsonl"
+    if damage == "removed":
+        log.unlink()
+    elif damage == "intact":
+        with open(log, "a") as f:
+            f.write('{"step": 6, "train_loss": 3.1')  # a kill in the middle of a write
+    else:
+        log.write_text("".join(f"{json.dumps(r)}\n" for r in read_metrics(run) if r["step"] < 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert train(cfg, run, resume=True).status == "completed"
+    said = [str(w.message) for w in caught if "has no row for step 4" in str(w.message)]
+    if damage == "intact":
+        assert said == []
+    else:
+        last = "no training row" if damage == "removed" else "its last training row is step 3"
+        assert len(said) == 1 and last in said[0] and "logs from step 5 on" in said[0]
+
+
 def test_corrupt_metrics_line_in_the_middle_is_refused(runs, tmp_path):
     cfg, _ = runs
     run = copy_run(runs, "killed", tmp_path)

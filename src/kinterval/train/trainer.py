@@ -19,6 +19,7 @@ import random
 import resource
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from kinterval.train.checkpoint import (
 )
 from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
-from kinterval.train.metrics import MetricsLog, write_status
+from kinterval.train.metrics import MetricsLog, last_logged_step, read_metrics, write_status
 from kinterval.train.optim import build_optimizer
 from kinterval.train.schedule import Plan, make_plan
 
@@ -172,6 +173,9 @@ class Trainer:
             )
         state = ckpt.state
         self.done, self.last_checkpoint = int(state["step"]), ckpt.path
+        log = state["config"].get("log")
+        every = log.get("every") if isinstance(log, dict) else None
+        self._resumed_every = every if isinstance(every, int) and not isinstance(every, bool) else None
         self.last_loss, self.train_s = state.get("train_loss"), float(state.get("train_s", 0.0))
         # Clipped steps since step 0; checkpoints written before it was recorded count from the resume.
         self.clipped_steps = int(state.get("clipped_steps", 0))
@@ -201,6 +205,7 @@ class Trainer:
             return
         self.out.mkdir(parents=True, exist_ok=True)
         self.log.truncate_after(self.done)  # rows past the checkpoint are redone
+        self._check_log_reaches_checkpoint()
         run_config = {
             "config": self.cfg.to_dict(),
             "model": self.model_cfg.to_dict(),
@@ -403,6 +408,25 @@ class Trainer:
             self._bar.close()
         if self.log is not None:
             self.log.close()
+
+    def _check_log_reaches_checkpoint(self) -> None:
+        """Warn when metrics.jsonl lacks the row that the session which saved the resumed checkpoint logged
+        for its step (the file deleted, replaced or cut short since): the resumed run would log on from the
+        checkpoint above a gap, and the statistics read from the log (clipping tail, largest gradient norm,
+        largest loss rise) would silently leave out the lost steps. A kill never causes it: a step's row is
+        written before its checkpoint."""
+        every, done = getattr(self, "_resumed_every", None), self.done
+        if not done or not every or (done % every and done != self.plan.steps):
+            return
+        rows = read_metrics(self.out)
+        if not any(r.get("step") == done and "event" not in r for r in rows):
+            have = last_logged_step([r for r in rows if "event" not in r])
+            warnings.warn(
+                f"{self.log.path} has no row for step {done}, the checkpoint resumed from "
+                f"({'no training row' if have is None else f'its last training row is step {have}'}): the "
+                f"rows of the steps before it are lost, and the resumed run logs from step {done + 1} on",
+                stacklevel=2,
+            )
 
     def _final_train_s(self) -> float:
         """The time recorded in the final checkpoint when the last step was saved (so that a later no-op
