@@ -47,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
 def is_input_error(err: BaseException) -> bool:
     """Whether ``err`` reports bad input (one line, exit 2) rather than a bug (traceback kept).
 
-    The rule: a ``FileNotFoundError`` names a path the user gave, and so does a ``FileExistsError`` or
-    ``NotADirectoryError`` that carries a file name (an output folder such as ``--out`` that is a file); a
+    The rule: a ``FileNotFoundError`` names a path the user gave, and so does a ``FileExistsError``,
+    ``NotADirectoryError`` or ``IsADirectoryError`` that carries a file name (an output folder such as
+    ``--out`` that is a file, a file such as a run's ``metrics.jsonl`` that is a folder); a
     ``ValueError`` (``CheckpointError``
     included) is bad input only when one of kinterval's own input checks raised it, i.e. the innermost frame
     of its traceback is a ``raise`` statement in a kinterval module. A ``ValueError`` raised inside torch,
@@ -57,7 +58,7 @@ def is_input_error(err: BaseException) -> bool:
     """
     if isinstance(err, FileNotFoundError):
         return True
-    if isinstance(err, (FileExistsError, NotADirectoryError)):
+    if isinstance(err, (FileExistsError, NotADirectoryError, IsADirectoryError)):
         return err.filename is not None
     if not isinstance(err, ValueError) or err.__traceback__ is None:
         return False
@@ -76,6 +77,8 @@ def input_error_message(err: BaseException) -> str:
         return f"{err.filename} exists and is not a folder (an output folder is needed there)"
     if isinstance(err, NotADirectoryError):
         return f"{err.filename}: a part of this path is a file, not a folder"
+    if isinstance(err, IsADirectoryError):
+        return f"{err.filename} is a folder (a file is needed there)"
     return " ".join(str(err).split("\n"))
 
 
@@ -115,7 +118,10 @@ def _run(args) -> int:
     except BrokenPipeError:  # `kinterval ... | head`: the reader left; stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141  # 128 + SIGPIPE
-    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as err:
+    except KeyboardInterrupt:  # Ctrl-C: files are written atomically, so this is a kill, not a traceback
+        print(f"kinterval {args.command}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError) as err:
         if not is_input_error(err):
             raise  # an internal bug: keep its traceback
         print(f"kinterval {args.command}: error: {input_error_message(err)}", file=sys.stderr)

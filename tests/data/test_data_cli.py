@@ -77,6 +77,36 @@ def test_an_output_folder_that_is_a_file_is_one_line(tmp_path, capsys):
     assert not cli.is_input_error(FileExistsError("no file name: not a path the user gave"))
 
 
+def test_a_file_that_is_a_folder_is_one_line(tmp_path, capsys, monkeypatch):
+    """A path that must be a file but is a folder (a run's metrics.jsonl, say) is bad input, not an
+    IsADirectoryError traceback; one without a file name is an internal error and keeps its traceback."""
+    import kinterval.data.commands as commands
+
+    folder = tmp_path / "metrics.jsonl"
+    folder.mkdir()
+    monkeypatch.setattr(commands, "prepare", lambda *a, **k: folder.read_text())
+    assert (
+        cli.main(["data", "prepare", "--source", "synthetic", "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err == f"kinterval data: error: {folder} is a folder (a file is needed there)"
+    assert not cli.is_input_error(IsADirectoryError("no file name"))
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    """Ctrl-C stops a command with one line and the shell's status for SIGINT, not a traceback."""
+    import kinterval.data.commands as commands
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "prepare", interrupted)
+    assert (
+        cli.main(["data", "prepare", "--source", "synthetic", "--out", str(tmp_path / "x"), "--quiet"]) == 130
+    )
+    assert capsys.readouterr().err == "kinterval data: interrupted\n"
+
+
 @pytest.mark.parametrize(
     "flags, message", [(["--block-size", "0"], "--block-size must be positive"),
                        (["--reference"], "--reference applies to a bin:DIR source only")],
