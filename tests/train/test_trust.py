@@ -218,6 +218,27 @@ def test_malformed_state_json_is_a_checkpoint_error(runs, tmp_path, text, match)
         train(cfg, run, resume=True)
 
 
+def test_a_damaged_newest_checkpoint_names_the_way_on_and_the_way_works(runs, tmp_path):
+    """A bit flip in the newest checkpoint is refused, with the step to fall back to; removing that folder,
+    as the message says, resumes from the checkpoint before it and ends where the uninterrupted run ends."""
+    cfg, root = runs
+    run = copy_run(runs, "killed", tmp_path)
+    newest = run / "checkpoints" / "step_000004"
+    model = newest / "model.safetensors"
+    data = bytearray(model.read_bytes())
+    data[-3] ^= 0x10
+    model.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=rf"\(remove {newest} to resume from step_000002\)$"):
+        train(cfg, run, resume=True)
+    shutil.rmtree(newest)
+    with pytest.warns(UserWarning, match="LATEST does not name a checkpoint of this run"):
+        assert train(cfg, run, resume=True).status == "completed"
+    assert len(train_rows(run)) == len(train_rows(root / "full"))
+    assert train_rows(run) == [
+        {**r, **_volatile(s)} for r, s in zip(train_rows(root / "full"), train_rows(run))
+    ]
+
+
 # ---------------------------------------------------------------------- 6. LATEST
 def test_latest_pointing_at_another_run_is_not_followed(runs, tmp_path):
     cfg, root = runs

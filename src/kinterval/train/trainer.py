@@ -34,9 +34,11 @@ from kinterval.ops import resolve_backend
 from kinterval.train import distributed as D
 from kinterval.train.checkpoint import (
     CheckpointError,
+    checkpoint_step,
     code_identity,
     config_differences,
     latest_checkpoint,
+    list_checkpoints,
     load_checkpoint,
     restore_rng,
     save_checkpoint,
@@ -162,7 +164,14 @@ class Trainer:
         path = latest_checkpoint(self.out)
         if path is None:
             return
-        ckpt = load_checkpoint(path)
+        try:
+            ckpt = load_checkpoint(path)
+        except CheckpointError as err:  # a damaged newest checkpoint: say how to go on without it
+            older = [c for c in list_checkpoints(self.out) if checkpoint_step(c) < checkpoint_step(path)]
+            hint = (
+                f"remove {path} to resume from {older[-1].name}" if older else f"remove {path} to start over"
+            )
+            raise CheckpointError(f"{err} ({hint})") from None
         # execution fields aside, also those a checkpoint of an older kinterval still holds in its identity
         saved = {k: v for k, v in (ckpt.state.get("identity") or {}).items() if k not in EXECUTION_FIELDS}
         diffs = config_differences(saved, self.identity)
