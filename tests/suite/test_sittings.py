@@ -288,7 +288,7 @@ def test_a_merge_whose_result_fails_the_gate_leaves_the_results_folder_as_it_was
     assert _tree(res) == before and not list(tmp_path.glob(".res.*"))
 
 
-def test_a_merge_killed_between_its_two_renames_loses_no_sitting(sittings, tmp_path, monkeypatch):
+def test_a_merge_killed_between_its_two_renames_loses_no_sitting(sittings, tmp_path, monkeypatch, capsys):
     """DST was renamed aside, then the merged folder failed to take its place: DST was gone, and the next
     merge treated it as new and deleted the earlier sittings' runs."""
     from pathlib import Path
@@ -310,6 +310,11 @@ def test_a_merge_killed_between_its_two_renames_loses_no_sitting(sittings, tmp_p
     assert _tree(res) == before  # put back at once
     res.rename(tmp_path / ".res.replaced")  # a harder kill: DST still aside when the next merge starts
     monkeypatch.setattr(Path, "rename", real)
+    from kinterval.cli import main
+
+    assert main(["suite", "gate", str(res), "--results-only"]) == 2  # the gate says how to get DST back
+    err = capsys.readouterr().err
+    assert f"an interrupted `kinterval suite merge` left it as {tmp_path / '.res.replaced'}" in err
     out = merge(root / "s2", res)
     assert out.added == ["lerp-k4-s7", "lerp-k4-s42"] and "runs/softmax-s7/status.json" in _tree(res)
     assert gate(res, results_only=True).ok and not (tmp_path / ".res.replaced").exists()

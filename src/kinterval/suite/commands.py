@@ -73,10 +73,16 @@ def _gate(args) -> int:
 
     from kinterval.suite.gate import gate
     from kinterval.suite.manifest import MANIFEST
+    from kinterval.suite.merge import replaced_folder
 
     if args.max_errors < 0:
         raise ValueError(f"--max-errors must be >= 0, got {args.max_errors}")
     if not (Path(args.dir) / MANIFEST).is_file():  # one that is there but unreadable is a gate error
+        if not Path(args.dir).exists() and replaced_folder(args.dir).is_dir():
+            raise FileNotFoundError(
+                f"{args.dir}: not there; an interrupted `kinterval suite merge` left it as "
+                f"{replaced_folder(args.dir)}: run that merge again (it puts the folder back, then merges)"
+            )
         raise FileNotFoundError(f"{args.dir}: no {MANIFEST} there, not a suite or results folder")
     rep = gate(
         args.dir, results_only=args.results_only, write_record=not args.no_record, partial=args.partial

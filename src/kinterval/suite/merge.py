@@ -93,12 +93,18 @@ def _run_record(rec: dict, rid: str) -> tuple[dict, dict]:
     return files, cks
 
 
+def replaced_folder(dst: str | Path) -> Path:
+    """Where :func:`merge` keeps DST while the merged folder takes its place (``.DST.replaced`` beside it)."""
+    dst = Path(dst).resolve()
+    return dst.with_name(f".{dst.name}.replaced")
+
+
 def merge(src: str | Path, dst: str | Path) -> MergeResult:
     """Merge the runs SRC's ``gate.json`` signs off into the results folder DST (see the module docstring)."""
     src, dst = Path(src), Path(dst).resolve()  # resolved: DST may be "." (its name makes the work folders)
     if src.resolve() == dst:
         raise ValueError(f"{src}: source and destination are the same folder")
-    old = dst.with_name(f".{dst.name}.replaced")  # DST while the merged folder takes its place
+    old = replaced_folder(dst)  # DST while the merged folder takes its place
     if old.is_dir():
         if dst.exists():  # the last merge finished but for removing it
             shutil.rmtree(old)
