@@ -282,3 +282,15 @@ def test_a_logged_row_is_its_steps_stats_with_throughput_since_the_last_row_and_
     ]
     assert [r["tokens_per_s"] for r in rows] == [3 * 256 / 3, 256 / 2]
     assert before <= rows[0]["peak_mem"] <= rows[1]["peak_mem"] <= after
+
+
+def test_validate_without_eval_every_names_the_setting(make_config, tmp_path):
+    # docs/training.md §7: trainer.validate() needs log.eval_every > 0 (only then is the val split loaded)
+    cfg = make_config()
+    assert cfg.log.eval_every == 0
+    trainer = Trainer(cfg, tmp_path / "run", D.setup(cfg.device))
+    try:
+        with pytest.raises(ValueError, match=r"log\.eval_every"):
+            trainer.validate()
+    finally:
+        trainer.close()

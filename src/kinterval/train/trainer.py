@@ -292,6 +292,11 @@ class Trainer:
         batch 1, TF32 off) and, in the same forward passes, the geometry probe's row span ``M - m`` (rows
         i >= 1, averaged per layer, then over layers); written as a ``"validation"`` row of metrics.jsonl.
         A collective under FSDP2 (every rank runs it); it changes no training state."""
+        if self.val_tokens is None:
+            raise ValueError(
+                "Trainer.validate() needs log.eval_every > 0 (the val split is loaded only then); "
+                f"this run's config has log.eval_every = {self.cfg.log.eval_every}"
+            )
         model = D.unwrap(self.model)
         layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
         sums, counts = [0.0] * len(layers), [0] * len(layers)
