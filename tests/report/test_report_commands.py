@@ -16,3 +16,16 @@ def test_report_passes_every_folder_and_its_output_folder(monkeypatch, tmp_path,
     assert cli.main(["report", a, b, "--out", str(tmp_path / "r")]) == 0
     assert calls[-1] == ([a, b], tmp_path / "r")
     assert f"report written: {tmp_path / 'r'}" in capsys.readouterr().out
+
+
+def test_report_refuses_an_out_inside_a_run_folder(tmp_path, capsys):
+    # a report written into a run folder mixes its files with the run's: the gate then counts them as errors
+    run = tmp_path / "suite" / "runs" / "softmax-s7"
+    run.mkdir(parents=True)
+    (run / "run_config.json").write_text("{}")
+    for out in (run, run / "report"):
+        assert cli.main(["report", str(tmp_path / "suite"), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("kinterval report: error: --out")
+        assert "run folder" in err[0]
+    assert sorted(p.name for p in run.iterdir()) == ["run_config.json"]

@@ -30,6 +30,7 @@ from kinterval.report import claims as C
 from kinterval.report import figures as F
 from kinterval.report import tables as T
 from kinterval.report.results import Key, load_many
+from kinterval.train.checkpoint import check_outside_runs
 
 
 class _Index:
@@ -295,6 +296,7 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     ``out`` are kept, an error or a kill before the publication leaves the previous report as it was."""
     dirs = [Path(d) for d in ([suite_dirs] if isinstance(suite_dirs, (str, Path)) else suite_dirs)]
     out = Path(out)
+    check_outside_runs(out, "the report's files would mix with the run's (its gate would count them)")
     results = load_many(dirs)
     work = _begin(out)
     try:
