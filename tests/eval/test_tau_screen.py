@@ -349,7 +349,7 @@ def test_a_stage_cut_short_leaves_no_record_of_another_grid(tmp_path, monkeypatc
     monkeypatch.setattr("kinterval.eval.tau_screen.contrasts", broken)
     for stage in ("1", "3"):
         with pytest.raises(RuntimeError, match="cut short"):
-            main([*argv, "--stages", stage, "--taus", "12"])
+            main([*argv, "--stages", stage, "--taus", "12", "--force"])
         with np.load(out / f"stage{stage}.npz") as z:
             assert "K=4 tau=12" in z.files and "K=4 tau=8" not in z.files  # the new grid's arrays
         assert not (out / f"stage{stage}.json").exists()  # and no record of the old grid beside them
@@ -415,3 +415,40 @@ def test_a_split_of_one_block_is_refused_before_a_stage_is_computed(
     monkeypatch.setattr(tau_screen, "run_stage", lambda *a, **k: pytest.fail("the stage ran"))
     assert main([*argv, "--stages", "3", "--taus", "8"]) == 2
     assert "fewer than 2 blocks" in capsys.readouterr().err and not (tmp_path / "ts").exists()
+
+
+def test_a_stage_screened_with_other_options_is_not_replaced_silently(tmp_path, softmax_run, capsys):
+    """A rerun with another tau grid (or reconstruction, checkpoint, data, blocks) replaced the stage's record
+    and arrays without a word; it is refused, before the model loads, unless --force. The same options rerun
+    as before, and a LERP screen goes to its own folder by default."""
+    import json
+
+    from kinterval.cli import main
+
+    argv = _screen_run(tmp_path, softmax_run)
+    out = tmp_path / "ts"
+    assert main([*argv, "--stages", "1", "--taus", "8"]) == 0
+    first = (out / "stage1.npz").read_bytes()
+    assert main([*argv, "--stages", "1", "--taus", "8"]) == 0  # the same screen again
+    capsys.readouterr()
+    for flags, named in ((["--taus", "12"], "taus [8.0] -> [12.0]"),
+                         (["--taus", "8", "--reconstruction", "lerp"], "reconstruction 'nearest' -> 'lerp'"),
+                         (["--taus", "8", "--subset-blocks", "3"], "blocks 2 -> 3")):  # fmt: skip
+        assert main([*argv, "--stages", "1", *flags]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(
+            f"kinterval tau-screen: error: {out / 'stage1.json'} was screened with other options"
+        )
+        assert named in err and "pass --force to replace it" in err and "\n" not in err
+        assert (out / "stage1.npz").read_bytes() == first  # nothing was replaced
+    assert main([*argv, "--stages", "1", "--taus", "12", "--force"]) == 0
+    record = json.loads((out / "stage1.json").read_text())
+    assert record["taus"] == [12.0] and record["split"] == "val" and len(record["shards_sha256"]) >= 1
+
+    run_default = [a for a in argv if a not in ("--out", str(out))]  # the run's own diagnostics folder
+    assert main([*run_default, "--stages", "1", "--taus", "8"]) == 0
+    assert main([*run_default, "--stages", "1", "--taus", "8", "--reconstruction", "lerp"]) == 0
+    diag = tmp_path / "run" / "diagnostics"
+    nearest = json.loads((diag / "tau_screen" / "stage1.json").read_text())
+    lerp = json.loads((diag / "tau_screen__lerp" / "stage1.json").read_text())
+    assert (nearest["reconstruction"], lerp["reconstruction"]) == ("nearest", "lerp")

@@ -113,6 +113,16 @@ def _tau_screen(args: argparse.Namespace) -> int:
     state = read_state(ckpt)
     shards = TokenShards(args.data or trained_data_dir(state, ckpt), args.split)
     shards.check_matches(state)  # data of another tokenizer than the training data's, before the model loads
+    default = "tau_screen" if args.reconstruction == "nearest" else f"tau_screen__{args.reconstruction}"
+    out = Path(args.out) if args.out else Path(args.run) / "diagnostics" / default
+    info = shards.meta["splits"][shards.split]
+    data = {"split": shards.split, "shards_sha256": [x.get("sha256") for x in info["shards"]]}  # by content
+    screens = {st.name: {"checkpoint": str(ckpt), **data, "tail": st.tail, "K": list(st.K),
+                         "taus": [float(t) for t in st.taus], "blocks": st.blocks,
+                         "reconstruction": args.reconstruction} for st in stages}  # fmt: skip
+    for name, screen in screens.items():  # a stage of other options is not replaced silently
+        if not args.force:
+            _refuse_other_screen(out / f"stage{name}.json", screen)
     loaded = load_run(ckpt, device=pick_device(args.device), backend="closed_form")  # the screen forms P
     model = loaded.model
     if model.operator not in ("softmax", "sdpa"):
@@ -122,7 +132,6 @@ def _tau_screen(args: argparse.Namespace) -> int:
     T = model.config.block_size
     if n_blocks(len(tokens), T) < 2:  # before any stage is computed, as the flags above
         raise ValueError(f"the {args.split} split holds fewer than 2 blocks of {T}+1 tokens; the CIs need 2")
-    out = Path(args.out) if args.out else Path(args.run) / "diagnostics" / "tau_screen"
     out.mkdir(parents=True, exist_ok=True)
     for st in stages:
         res = run_stage(model, tokens, st, reconstruction=args.reconstruction, progress=print)
@@ -133,13 +142,8 @@ def _tau_screen(args: argparse.Namespace) -> int:
             (out / f"stage{st.name}.{ext}").unlink(missing_ok=True)
         per_block = save_per_block(res, out / f"stage{st.name}.npz")  # kept before any statistic is formed
         record = {
-            "checkpoint": str(ckpt),
+            **screens[st.name],
             "stage": st.name,
-            "tail": st.tail,
-            "K": list(st.K),
-            "taus": list(st.taus),
-            "blocks": st.blocks,
-            "reconstruction": args.reconstruction,
             **screen_numerics(model),  # device and the numerics, as an evaluation summary names them
             "nll": res.nll,
             "contrasts": contrasts(res, n_resamples=args.resamples),  # each condition - softmax [CI]
@@ -159,6 +163,26 @@ def _tau_screen(args: argparse.Namespace) -> int:
         atomic.write_json(out / f"stage{st.name}.json", record, default=float)
     print(f"written to {out}")
     return 0
+
+
+def _refuse_other_screen(path: Path, screen: dict) -> None:
+    """A ``ValueError`` when the stage record at ``path`` was screened with other options than ``screen``
+    (checkpoint, data, tail, K, taus, blocks, reconstruction; a field an older record lacks is not
+    compared)."""
+    import json
+
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):  # none, or unreadable: nothing to keep
+        return
+    if not isinstance(old, dict):
+        return
+    diffs = [f"{k} {old[k]!r} -> {v!r}" for k, v in screen.items() if k in old and old[k] != v]
+    if diffs:
+        raise ValueError(
+            f"{path} was screened with other options ({'; '.join(diffs)}); pass --force to replace it, or "
+            "--out for another folder"
+        )
 
 
 def _common(p, *, checkpoint="all") -> None:
@@ -216,4 +240,5 @@ def register(subparsers) -> None:
         "forward of the FWM-Weight/-Prob operators that tau is chosen for)",
     )
     p.add_argument("--resamples", type=int, default=10_000, help="block-bootstrap resamples of the CIs")
+    p.add_argument("--force", action="store_true", help="replace stages screened with other options")
     p.set_defaults(func=_tau_screen)
