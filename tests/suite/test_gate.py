@@ -542,6 +542,23 @@ def test_full_gate_refuses_a_truncated_log_of_a_completed_run(suite_dir, tmp_pat
     assert not (d / RECORD).exists()
 
 
+def test_full_gate_refuses_a_log_with_a_hole(suite_dir, tmp_path, capsys):
+    """A log deleted or cut inside a row, then resumed, ends at the last step but lacks the rows before the
+    checkpoint: it passed the gate, and the report's clip statistics left those steps out."""
+    d = _copy(suite_dir, tmp_path)
+    (d / RECORD).unlink()
+    log = d / "runs" / RUN / "metrics.jsonl"
+    rows = log.read_text().splitlines(keepends=True)
+    steps = [json.loads(r)["step"] for r in rows if "event" not in json.loads(r)]
+    every = steps[1] - steps[0]
+    log.write_text("".join(rows[:1] + rows[3:]))  # the second and third rows lost
+    assert main(["suite", "gate", str(d)]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ERROR")]
+    assert lines == [f"ERROR runs/{RUN}/metrics.jsonl: 2 logged step(s) missing below its last row (step "
+                     f"{steps[-1]}), the first {steps[1]} (a row every {every} steps)"]  # fmt: skip
+    assert not (d / RECORD).exists()
+
+
 def test_results_only_reads_each_run_log_even_when_the_record_signs_it_off(results_dir, tmp_path):
     """A gate.json written by the old gate holds the corrupt log's hash: the bytes match, the log is still
     one error."""

@@ -83,6 +83,13 @@ IGNORED = EXECUTION_FIELDS - {"checkpoint.count", "data.dir"}
 _UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile)
 
 
+def _log_every(row: dict) -> int | None:
+    """The run's ``log.every`` from its manifest row (None where the row does not record it)."""
+    log = row.get("config", {}).get("log") if isinstance(row.get("config"), dict) else None
+    every = log.get("every") if isinstance(log, dict) else None
+    return every if isinstance(every, int) and not isinstance(every, bool) and every >= 1 else None
+
+
 @dataclass
 class GateReport:
     suite: str
@@ -367,7 +374,7 @@ class _Gate:
                     for s in map(int, r["checkpoint_steps"])
                     if f"{rid}/step_{s:06d}" in self.record["checkpoints"]
                 ]
-            self._check_metrics(run_dir, trusted)
+            self._check_metrics(run_dir, trusted, _log_every(r))
             exp = self.expected.get(rid, r)
             for step in steps:
                 self.jobs += 1
@@ -400,9 +407,11 @@ class _Gate:
         want = self.record["files"].get(rel)
         return want is None or (path.is_file() and sha256_file(path) == want)
 
-    def _check_metrics(self, run_dir: Path, status_trusted: bool = True) -> None:
+    def _check_metrics(self, run_dir: Path, status_trusted: bool = True, every: int | None = None) -> None:
         """The run's metrics.jsonl, read as the report reads it (a torn last line is left out there too); a
-        completed run's log reaches its last step (the trainer always logs it), or the report refuses it."""
+        completed run's log reaches its last step (the trainer always logs it), or the report refuses it; and
+        with the run's ``log.every`` it holds every such step up to its last row (a log deleted or cut short
+        before a resume leaves a hole, and the clip statistics would leave those steps out)."""
         path = run_dir / "metrics.jsonl"
         rel = self.rel(path)
         try:
@@ -419,6 +428,15 @@ class _Gate:
             if last is None or last < n:
                 ends = "no logged step" if last is None else f"its last row is step {last}"
                 self.errs.add(self.subject(rel), f"{rel}: truncated: {ends} of the {n} the run trained")
+        logged = {r["step"] for r in rows if "event" not in r and isinstance(r.get("step"), int)}
+        if every and logged:
+            missing = sorted(set(range(every, max(logged) + 1, every)) - logged)
+            if missing:
+                self.errs.add(
+                    self.subject(rel),
+                    f"{rel}: {len(missing)} logged step(s) missing below its last row (step {max(logged)}), "
+                    f"the first {missing[0]} (a row every {every} steps)",
+                )
 
     def _check_job(self, r: dict, exp: dict, run_dir: Path, eval_dir: Path, step: int) -> None:
         rid, name = r["run_id"], f"step_{step:06d}"
