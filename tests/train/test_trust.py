@@ -136,7 +136,7 @@ def test_torn_last_metrics_line_is_dropped_on_resume(runs, tmp_path):
     ]
 
 
-@pytest.mark.parametrize("damage", ["removed", "cut before the checkpoint's row", "intact"])
+@pytest.mark.parametrize("damage", ["removed", "cut before the checkpoint's row", "intact", "hole"])
 def test_a_log_without_the_checkpoint_steps_row_is_warned_of_on_resume(runs, tmp_path, damage):
     """A metrics.jsonl deleted or cut short since the checkpoint was saved was resumed in silence: the run
     logged on from the checkpoint above a gap, and the report's clipping tail, largest gradient norm and
@@ -149,6 +149,8 @@ def test_a_log_without_the_checkpoint_steps_row_is_warned_of_on_resume(runs, tmp
     log = run / "metrics.jsonl"
     if damage == "removed":
         log.unlink()
+    elif damage == "hole":  # rows 2 and 3 lost below an intact checkpoint row
+        log.write_text("".join(f"{json.dumps(r)}\n" for r in read_metrics(run) if r["step"] not in (2, 3)))
     elif damage == "intact":
         with open(log, "a") as f:
             f.write('{"step": 6, "train_loss": 3.1')  # a kill in the middle of a write
@@ -157,12 +159,13 @@ def test_a_log_without_the_checkpoint_steps_row_is_warned_of_on_resume(runs, tmp
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert train(cfg, run, resume=True).status == "completed"
-    said = [str(w.message) for w in caught if "has no row for step 4" in str(w.message)]
+    said = [str(w.message) for w in caught if "row(s) up to step 4, the checkpoint resumed" in str(w.message)]
     if damage == "intact":
         assert said == []
-    else:
-        last = "no training row" if damage == "removed" else "its last training row is step 3"
-        assert len(said) == 1 and last in said[0] and "logs from step 5 on" in said[0]
+    else:  # the killed run logged every step (log.every 1): steps 1-4 lost, or step 4 alone
+        lost, steps = {"removed": ("4", "1 to 4"), "hole": ("2", "2 to 3")}.get(damage, ("1", "4 to 4"))
+        lost, steps = f"lacks {lost} row(s) up to step 4", f"(steps {steps})"
+        assert len(said) == 1 and lost in said[0] and steps in said[0] and "logs from step 5 on" in said[0]
 
 
 def test_corrupt_metrics_line_in_the_middle_is_refused(runs, tmp_path):

@@ -74,7 +74,7 @@ from kinterval.suite.manifest import (
 from kinterval.train.checkpoint import FILES, CheckpointError, config_differences, read_state
 from kinterval.train.config import TrainConfig
 from kinterval.train.loop import EXECUTION_FIELDS
-from kinterval.train.metrics import last_logged_step, read_metrics
+from kinterval.train.metrics import last_logged_step, missing_steps, read_metrics
 from kinterval.train.schedule import make_plan
 
 RECORD = "gate.json"
@@ -428,15 +428,14 @@ class _Gate:
             if last is None or last < n:
                 ends = "no logged step" if last is None else f"its last row is step {last}"
                 self.errs.add(self.subject(rel), f"{rel}: truncated: {ends} of the {n} the run trained")
-        logged = {r["step"] for r in rows if "event" not in r and isinstance(r.get("step"), int)}
-        if every and logged:
-            missing = sorted(set(range(every, max(logged) + 1, every)) - logged)
-            if missing:
-                self.errs.add(
-                    self.subject(rel),
-                    f"{rel}: {len(missing)} logged step(s) missing below its last row (step {max(logged)}), "
-                    f"the first {missing[0]} (a row every {every} steps)",
-                )
+        last = last_logged_step([r for r in rows if "event" not in r])
+        missing = missing_steps(rows, every, last) if every and last else []
+        if missing:
+            self.errs.add(
+                self.subject(rel),
+                f"{rel}: {len(missing)} logged step(s) missing below its last row (step {last}), the first "
+                f"{missing[0]} (a row every {every} steps)",
+            )
 
     def _check_job(self, r: dict, exp: dict, run_dir: Path, eval_dir: Path, step: int) -> None:
         rid, name = r["run_id"], f"step_{step:06d}"

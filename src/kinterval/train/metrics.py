@@ -64,6 +64,14 @@ def last_logged_step(rows: list[dict]) -> int | None:
     return max((r["step"] for r in rows if isinstance(r.get("step"), int)), default=None)
 
 
+def missing_steps(rows: list[dict], every: int, through: int) -> list[int]:
+    """The steps up to ``through`` that the trainer logs (every ``every``-th, :func:`kinterval.train.loop
+    .train`) and ``rows`` lack: a log deleted or cut short before a resume leaves such a hole, and the
+    statistics read from the log (clip fractions, largest gradient norm) would leave those steps out."""
+    logged = {r["step"] for r in rows if "event" not in r and isinstance(r.get("step"), int)}
+    return sorted(set(range(every, through + 1, every)) - logged)
+
+
 def _parse(path: Path) -> list[dict]:
     """Every row of a JSONL file. Only the last line may be unreadable, and only when it is unterminated (a
     write cut short by a kill): it is dropped. Anything unreadable before it is corruption: ValueError."""

@@ -45,7 +45,7 @@ from kinterval.train.checkpoint import (
 )
 from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
-from kinterval.train.metrics import MetricsLog, last_logged_step, read_metrics, write_status
+from kinterval.train.metrics import MetricsLog, missing_steps, read_metrics, write_status
 from kinterval.train.optim import build_optimizer
 from kinterval.train.schedule import Plan, make_plan
 
@@ -138,6 +138,7 @@ class Trainer:
             )
 
         self.done = 0  # optimizer steps completed
+        self._resumed_every: int | None = None  # log.every of the session that saved the resumed checkpoint
         self.clipped_steps, self.clip_base = 0, 0  # clipped_frac = clipped_steps / (done - clip_base)
         self.train_s, self._t0 = (
             0.0,
@@ -424,21 +425,17 @@ class Trainer:
             self.log.close()
 
     def _check_log_reaches_checkpoint(self) -> None:
-        """Warn when metrics.jsonl lacks the row that the session which saved the resumed checkpoint logged
-        for its step (the file deleted, replaced or cut short since): the resumed run would log on from the
-        checkpoint above a gap, and the statistics read from the log (clipping tail, largest gradient norm,
-        largest loss rise) would silently leave out the lost steps. A kill never causes it: a step's row is
-        written before its checkpoint."""
-        every, done = getattr(self, "_resumed_every", None), self.done
-        if not done or not every or (done % every and done != self.plan.steps):
+        """Warn when metrics.jsonl lacks rows that the sessions before the resumed checkpoint logged (the
+        file deleted, replaced or cut short since; :func:`missing_steps`): the resumed run would log on above
+        a hole. A kill never causes it: a step's row is written before its checkpoint."""
+        if not self.done or not self._resumed_every:
             return
-        rows = read_metrics(self.out)
-        if not any(r.get("step") == done and "event" not in r for r in rows):
-            have = last_logged_step([r for r in rows if "event" not in r])
+        missing = missing_steps(read_metrics(self.out), self._resumed_every, self.done)
+        if missing:
             warnings.warn(
-                f"{self.log.path} has no row for step {done}, the checkpoint resumed from "
-                f"({'no training row' if have is None else f'its last training row is step {have}'}): the "
-                f"rows of the steps before it are lost, and the resumed run logs from step {done + 1} on",
+                f"{self.log.path} lacks {len(missing)} row(s) up to step {self.done}, the checkpoint resumed "
+                f"from (steps {missing[0]} to {missing[-1]}): those steps are lost from the log, and the "
+                f"resumed run logs from step {self.done + 1} on",
                 stacklevel=2,
             )
 
