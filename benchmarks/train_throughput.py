@@ -35,6 +35,7 @@ import torch
 
 from kinterval.model import GPT, SDPA, autocast, preset, train_precision
 from kinterval.model.config import ATTENTION_DTYPES
+from kinterval.model.gpt import compile_blocks
 from kinterval.ops import resolve_backend
 
 DEFAULT_OPERATORS = "sdpa,softmax,minmax-weight-k4,fwm-prob-k4"
@@ -84,6 +85,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=min(16, os.cpu_count() or 1),
         help="CUDA: processes that fill Triton's kernel cache with every autotune candidate first (0: off)",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile each block, as `kinterval train --compile` (the K-interval operator stays eager)",
+    )
     p.add_argument("--markdown", help="also write the table to this file (rewritten after every row)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     args = p.parse_args(argv)
@@ -132,6 +138,8 @@ class Row:
         torch.manual_seed(0)
         with torch.device(device):  # built on the device: a 124M model initializes in a fraction of a second
             self.model = GPT(self.cfg, op, args.backend)
+        if args.compile:  # compiled at the first (warm-up) step
+            compile_blocks(self.model)
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=device.type == "cuda"
         )
@@ -356,6 +364,7 @@ def main(argv=None) -> None:
             f"model {args.model}, T {T}, micro-batch {micro_batch} ({how}), device {name}, "
             f"torch {torch.__version__}; {args.steps} timed steps per row after {args.warmup} warm-up"
             + (f", {args.repeats} interleaved repeats pooled" if args.repeats > 1 else "")
+            + (", blocks compiled (torch.compile; the K-interval operator eager)" if args.compile else "")
             + f"; anchors: {anchors}"
         )
     )

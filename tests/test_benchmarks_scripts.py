@@ -83,6 +83,24 @@ def test_throughput_table_starts_with_versions_and_commit(tmp_path, capsys):
         assert text.splitlines()[0] == want
 
 
+def test_throughput_compiles_the_blocks_when_asked(capsys):
+    """--compile: every row's blocks through torch.compile (the operator eager), and the header says so."""
+    from torch._dynamo.utils import counters
+
+    bench = runpy.run_path(str(ROOT / "benchmarks" / "train_throughput.py"))
+    argv = ["--model", "tiny", "--device", "cpu", "--vocab-size", "64", "--block-size", "16", "--steps", "1"]
+    torch._dynamo.reset()
+    counters.clear()
+    bench["main"]([*argv, "--warmup", "1", "--micro-batch", "2", "--operators", "sdpa,lerp-k4", "--compile"])
+    assert counters["stats"]["unique_graphs"] > 0  # the blocks went through dynamo
+    out = capsys.readouterr().out
+    assert "blocks compiled (torch.compile; the K-interval operator eager)" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| sdpa", "| lerp-k4"))]
+    assert len(rows) == 2 and not any("error" in r for r in rows), out
+    args = bench["parse_args"](["--compile"])
+    assert args.compile and not bench["parse_args"]([]).compile
+
+
 def provenance():
     return runpy.run_path(str(ROOT / "benchmarks" / "provenance.py"))  # the module's globals
 

@@ -1,6 +1,7 @@
 """torchrun with 2 CPU processes (gloo; DDP and FSDP2) reproduces one process with doubled accumulation."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ from kinterval.train.loop import train
 from kinterval.train.metrics import read_metrics
 
 
-def run_torchrun(data_dir, out, strategy="ddp"):
+def run_torchrun(data_dir, out, strategy="ddp", extra=(), env=None):
     cmd = [
         sys.executable,
         "-m",
@@ -53,15 +54,20 @@ def run_torchrun(data_dir, out, strategy="ddp"):
         "--strategy",
         strategy,
         "--no-progress",
+        *extra,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", "fsdp2+compile"])
 def test_two_processes_match_one_process(make_config, data_dir, tmp_path, strategy):
-    proc = run_torchrun(data_dir, tmp_path / "ddp", strategy)
+    strategy, compiled = strategy.removesuffix("+compile"), strategy.endswith("+compile")
+    # compiled blocks: dynamo logs its graph break at the eager operator (model/gpt.py), once per rank
+    env = {**os.environ, "TORCH_LOGS": "graph_breaks"} if compiled else None
+    proc = run_torchrun(data_dir, tmp_path / "ddp", strategy, ["--compile"] if compiled else [], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("_operator_attention" in proc.stderr) == compiled, proc.stderr[-3000:]
     # One process, accumulation doubled: the same 8 global sequences per step.
     single = make_config(**{"operator.name": "fwm-prob-k4", "schedule.micro_batch": 2, "schedule.accum": 4})
     train(single, tmp_path / "one")

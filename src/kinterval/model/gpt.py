@@ -36,6 +36,13 @@ def operator_name(operator: str | OperatorSpec) -> str:
     return op if op == SDPA else op.full_name
 
 
+@torch.compiler.disable
+def _operator_attention(q, k, v, operator: OperatorSpec, backend: str) -> torch.Tensor:
+    """The K-interval operator, always eager: under :func:`compile_blocks` torch.compile stops here (a graph
+    break), so that the operator's numerics are those of its backend, compiled model or not."""
+    return kinterval_attention(q, k, v, operator, causal=True, backend=backend)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: ModelConfig, operator: str | OperatorSpec = "softmax", backend: str = "auto"):
         super().__init__()
@@ -63,7 +70,7 @@ class CausalSelfAttention(nn.Module):
                     # Only the fused kernel takes bf16 itself (fp32 maths inside); the others get the rounded
                     # values as fp32 tensors, so that the operator maths never runs in bf16.
                     q, k, v = q.float(), k.float(), v.float()
-                y = kinterval_attention(q, k, v, self.operator, causal=True, backend=backend)
+                y = _operator_attention(q, k, v, self.operator, backend)
         return self.c_proj(y.to(x.dtype).transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -181,3 +188,13 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1).long())
         return logits, loss
+
+
+def compile_blocks(model: GPT) -> None:
+    """``torch.compile`` each transformer block in place (``nn.Module.compile``: parameter names and state
+    dicts are unchanged, so checkpoints of compiled and eager runs are interchangeable). Inductor fuses the
+    LayerNorms, the MLP's GELU and the residual adds; SDPA is traced, while a K-interval operator runs
+    eagerly between two compiled graphs (:func:`_operator_attention`). Blocks, not the whole model, as
+    torchtitan does: each block is also FSDP2's unit. Compilation happens at the first forward."""
+    for block in model.transformer.h:
+        block.compile()

@@ -77,6 +77,12 @@ def register(subparsers) -> None:
         choices=("bfloat16", "none"),
         help="autocast dtype outside attention (float16 is refused: no loss scaling)",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        default=None,
+        help="torch.compile each block (the K-interval operator stays eager); config field `compile`",
+    )
     p.add_argument("--tensorboard", action="store_true", default=None, help="also write TensorBoard events")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument(
@@ -113,6 +119,8 @@ def config_from_args(args) -> TrainConfig:
     overrides = {field: getattr(args, dest) for dest, field in FLAG_FIELDS.items()}
     if args.tensorboard:
         overrides["log.tensorboard"] = True
+    if args.compile:
+        overrides["compile"] = True
     if args.no_progress:
         overrides["log.progress"] = False
     for item in args.set:

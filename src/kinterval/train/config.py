@@ -95,6 +95,7 @@ class TrainConfig:
     name: str = ""
     seed: int = 0
     device: str = "auto"
+    compile: bool = False  # torch.compile each block; the K-interval operator stays eager (model/gpt.py)
     model: ModelSection = field(default_factory=ModelSection)
     operator: OperatorSection = field(default_factory=OperatorSection)
     data: DataSection = field(default_factory=DataSection)
@@ -215,6 +216,7 @@ class TrainConfig:
             if not isinstance(value, str):
                 raise ValueError(f"{name} must be a string, got {value!r}")
         for name, value, optional in (
+            ("compile", self.compile, False),
             ("data.verify", self.data.verify, False),
             ("log.progress", self.log.progress, False),
             ("log.tensorboard", self.log.tensorboard, False),

@@ -20,6 +20,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from kinterval.model.gpt import compile_blocks
+
 
 @dataclass
 class DistInfo:
@@ -76,7 +78,11 @@ def teardown(info: DistInfo) -> None:
         dist.destroy_process_group()
 
 
-def wrap(model: torch.nn.Module, info: DistInfo, strategy: str) -> torch.nn.Module:
+def wrap(model: torch.nn.Module, info: DistInfo, strategy: str, compile: bool = False) -> torch.nn.Module:
+    """DDP or FSDP2 (each block, then the whole) under torchrun; with ``compile``, each block is compiled in
+    place first (:func:`kinterval.model.gpt.compile_blocks`), as torchtitan compiles before sharding."""
+    if compile:
+        compile_blocks(model)
     if not info.distributed:
         return model
     if strategy == "fsdp2":

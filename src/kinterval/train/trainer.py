@@ -55,6 +55,7 @@ EXECUTION_FIELDS = frozenset(
     {
         "name",
         "device",
+        "compile",
         "operator.backend",
         "schedule.micro_batch",
         "schedule.accum",
@@ -126,7 +127,7 @@ class Trainer:
         np.random.seed(cfg.seed % 2**32)  # noqa: NPY002 (legacy global RNG, for user code)
         random.seed(cfg.seed)
         model = GPT(self.model_cfg, cfg.operator.name, cfg.operator.backend).to(info.device)
-        self.model = D.wrap(model, info, cfg.dist.strategy)
+        self.model = D.wrap(model, info, cfg.dist.strategy, compile=cfg.compile)
         self.optimizer, self.decayed = build_optimizer(self.model, cfg.optim, info.device)
         self.sampler = SequenceSampler(len(self.tokens), self.plan.block_size, cfg.seed)
         self.log = MetricsLog(self.out, cfg.log.tensorboard) if info.is_main else None
@@ -314,7 +315,9 @@ class Trainer:
         handles = [m.register_forward_pre_hook(hook(i)) for i, m in enumerate(layers)]
         try:
             n = self.cfg.log.eval_blocks
-            nll = evaluate_nll(model, self.val_tokens, self.plan.block_size, max_blocks=n)
+            # eager even with compiled blocks (`compile`): the evaluator's numerics, and the hooks above run
+            with torch.compiler.set_stance("force_eager"):
+                nll = evaluate_nll(model, self.val_tokens, self.plan.block_size, max_blocks=n)
         finally:
             for h in handles:
                 h.remove()
