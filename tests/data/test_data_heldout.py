@@ -135,8 +135,8 @@ def test_a_single_text_file_into_one_split_keeps_paragraph_order(tmp_path):
 
 @pytest.mark.parametrize(
     "source, kw, message",
-    [("synthetic", {"split": "val"}, "--split applies to a text:PATH source only"),
-     ("ptb", {"split": "val"}, "--split applies to a text:PATH source only"),
+    [("synthetic", {"split": "val"}, "--split applies to a text:PATH or hf:PATH source only"),
+     ("ptb", {"split": "val"}, "--split applies to a text:PATH or hf:PATH source only"),
      ("text:{text}", {"split": "dev"}, "unknown split"),
      ("ptb", {"documents": 5}, "--documents applies to the c4 source only"),
      ("c4", {"documents": 0}, "documents must be a positive integer")],

@@ -23,6 +23,9 @@ def _prepare(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         split=args.split,
         documents=args.documents,
+        hf_config=args.hf_config,
+        hf_split=args.hf_split,
+        text_field=args.text_field,
     )
     print(f"prepared {meta['source']} -> {args.out} (vocab {meta['vocab_size']}, eot {meta['eot']})")
     print(summary_table(meta, args.block_size))
@@ -45,8 +48,13 @@ def register(subparsers) -> None:
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard file")
     p.add_argument("--reference", action="store_true", help="bin:DIR only: reference the files, do not copy")
     p.add_argument(
-        "--split", default=None, help="text:PATH only: every document into this split (train, val or test)"
+        "--split",
+        default=None,
+        help="text:PATH or hf:PATH only: every document into this split (train, val or test)",
     )
+    p.add_argument("--hf-config", default=None, help="hf:PATH only: the dataset's configuration (subset)")
+    p.add_argument("--hf-split", default=None, help="hf:PATH only: the split to stream (default train)")
+    p.add_argument("--text-field", default=None, help="hf:PATH only: the text's field (default text)")
     p.add_argument(
         "--documents", type=int, default=None, help="c4 only: the first N validation documents (default 302)"
     )

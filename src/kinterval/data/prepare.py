@@ -1,8 +1,9 @@
 """``prepare``: turn a source into a prepared dataset folder (uint16 shards + meta.json).
 
 Sources: ``synthetic`` (embedded default), ``wikitext103``, ``fineweb-edu``, the held-out ``ptb`` and ``c4``,
-``text:PATH`` (local text) and ``bin:DIR`` (existing flat uint16 files, e.g. a pre-tokenized corpus, wrapped
-by ``import_bin``). Every source is checked and opened (a Hub dataset reached) before ``clear_outputs``
+``hf:PATH`` (any Hugging Face dataset, streamed; or a local dataset folder or data file), ``text:PATH``
+(local text) and ``bin:DIR`` (existing flat uint16 files, e.g. a pre-tokenized corpus, wrapped by
+``import_bin``). Every source is checked and opened (a Hub dataset reached) before ``clear_outputs``
 removes the dataset already in ``out``. Shards are written as ``*.tmp`` and renamed; meta.json is removed
 first and written last (``writer.py``), so a folder with a meta.json is always complete.
 """
@@ -29,7 +30,7 @@ from kinterval.data.tokenizer import (
 )
 from kinterval.data.writer import ShardWriter, clear_outputs, write_meta
 
-SOURCES = ("synthetic", "wikitext103", "fineweb-edu", "ptb", "c4", "text:PATH", "bin:DIR")
+SOURCES = ("synthetic", "wikitext103", "fineweb-edu", "ptb", "c4", "hf:PATH", "text:PATH", "bin:DIR")
 SYNTHETIC_TRAIN_TOKENS = 2_000_000
 SYNTHETIC_MIN_EVAL_TOKENS = 64 * 128 + 1  # at least 64 blocks of T=128
 FINEWEB_TOKENS = 3_000_000_000  # the paper's FineWebEdu-3B
@@ -96,21 +97,32 @@ def _fineweb(
 ) -> tuple[dict, dict]:
     """Stream FineWebEdu until every requested split has its budget: train ``tokens``, val (md5 of id)
     ``val_tokens``; warn when the stream ends first."""
+    rows = sources.stream_fineweb_edu() if rows is None else rows
+    budget = {s: b for s, b in (("train", tokens), ("val", val_tokens)) if s in splits}
+    route = lambda i, row: (sources.fineweb_split(str(row["id"])), row["text"])  # noqa: E731
+    return _stream(out, budget, rows, route, shard_tokens, bpe_file, progress, "fineweb-edu")
+
+
+def _stream(out, budget, rows, route, shard_tokens, bpe_file, progress, name) -> tuple[dict, dict]:
+    """Tokenize streamed rows into the splits of ``budget`` (split -> token cap, None: no cap);
+    ``route(i, row)`` gives a row's (split, text), text None to skip it. Reading stops once every capped split
+    is full (with no cap, at the end of the stream); a stream that ends before a cap is met warns."""
     enc = gpt2_encoding(bpe_file)
-    budget = {"train": tokens, "val": val_tokens}
-    writers = {s: ShardWriter(out, s, GPT2_VOCAB, shard_tokens) for s in ("train", "val") if s in splits}
+    writers = {s: ShardWriter(out, s, GPT2_VOCAB, shard_tokens) for s in budget}
     n_docs = dict.fromkeys(writers, 0)
-    rows = iter(sources.stream_fineweb_edu() if rows is None else rows)
-    total = sum(budget[s] for s in writers)
-    with tqdm(total=total, desc="fineweb-edu", unit="tok", disable=not progress) as bar:
+    capped = {s: b for s, b in budget.items() if b is not None}
+    rows = enumerate(rows)
+    total = sum(capped.values()) if len(capped) == len(budget) else None
+    with tqdm(total=total, desc=name, unit="tok", disable=not progress) as bar:
         while batch := list(itertools.islice(rows, DOC_BATCH)):
-            if _fineweb_batch(enc, batch, writers, budget, n_docs, bar):
+            routed = [route(i, row) for i, row in batch]
+            if _stream_batch(enc, routed, writers, budget, n_docs, bar) and capped:
                 break
         else:
-            short = [f"{s}: {w.n_tokens:,} of {budget[s]:,} tokens" for s, w in writers.items()
-                     if w.n_tokens < budget[s]]  # fmt: skip
+            short = [f"{s}: {writers[s].n_tokens:,} of {b:,} tokens" for s, b in capped.items()
+                     if writers[s].n_tokens < b]  # fmt: skip
             if short:
-                warnings.warn(f"the FineWebEdu stream ended before every budget was met ({'; '.join(short)})",
+                warnings.warn(f"the {name} stream ended before every budget was met ({'; '.join(short)})",
                               stacklevel=3)  # fmt: skip
     records = {
         s: {"n_tokens": w.n_tokens, "n_documents": n_docs[s], "shards": w.close()} for s, w in writers.items()
@@ -118,20 +130,25 @@ def _fineweb(
     return records, {"name": "gpt2", "sha256": tokenizer_hash(bpe_file)}
 
 
-def _fineweb_batch(enc, batch, writers, budget, n_docs, bar) -> bool:
-    """Route one batch of rows (tokenizing only those a split still needs); True once every budget is met."""
-    routed = [(sources.fineweb_split(str(row["id"])), row["text"]) for row in batch]
-    routed = [(s, text) for s, text in routed if s in writers and writers[s].n_tokens < budget[s]]
+def _stream_batch(enc, routed, writers, budget, n_docs, bar) -> bool:
+    """Write one batch of routed documents (tokenizing only those a split still needs); True once every
+    capped split is full."""
+
+    def open_(split):
+        return split in writers and (budget[split] is None or writers[split].n_tokens < budget[split])
+
+    routed = [(s, text) for s, text in routed if text is not None and open_(s)]
     ids = enc.encode_ordinary_batch([text for _, text in routed]) if routed else []
     for (split, _), doc in zip(routed, ids):
-        writer = writers[split]
-        if writer.n_tokens >= budget[split]:
+        if not open_(split):
             continue
-        chunk = np.append(np.asarray(doc, dtype=np.uint16), np.uint16(EOT))[: budget[split] - writer.n_tokens]
-        writer.write(chunk)
+        chunk = np.append(np.asarray(doc, dtype=np.uint16), np.uint16(EOT))
+        if budget[split] is not None:
+            chunk = chunk[: budget[split] - writers[split].n_tokens]
+        writers[split].write(chunk)
         n_docs[split] += 1
         bar.update(len(chunk))
-    return all(w.n_tokens >= budget[s] for s, w in writers.items())
+    return all(w.n_tokens >= budget[s] for s, w in writers.items() if budget[s] is not None)
 
 
 def _wikitext(out, splits, tokens, shard_tokens, bpe_file, progress, dataset=None) -> tuple[dict, dict]:
@@ -155,6 +172,9 @@ def prepare(
     progress: bool = True,
     split: str | None = None,
     documents: int | None = None,
+    hf_config: str | None = None,
+    hf_split: str | None = None,
+    text_field: str | None = None,
 ) -> dict:
     """Prepare ``source`` into ``out`` and return its meta.json contents.
 
@@ -164,7 +184,9 @@ def prepare(
     held-out split. ``seed`` drives the synthetic generator only; ``copy=False`` makes ``bin:DIR`` reference
     its files instead of copying them. ``split`` (``text:PATH`` only) puts every document into that one split;
     ``documents`` is the number of C4 validation documents (default 302). ``ptb`` writes ``test`` and ``c4``
-    writes ``val`` whatever ``splits`` says.
+    writes ``val`` whatever ``splits`` says. ``hf:PATH`` only: ``hf_config`` (the dataset's configuration),
+    ``hf_split`` (the split streamed, default ``train``), ``text_field`` (default ``text``); ``split`` works
+    for it as for ``text:PATH``.
     """
     out = Path(out)
     splits = tuple(dict.fromkeys(sources.SPLIT_ALIASES.get(s, s) for s in splits))
@@ -179,12 +201,15 @@ def prepare(
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     kind, _, path = source.partition(":")
-    if kind in ("text", "bin") and not path.strip():
+    if kind in ("text", "bin", "hf") and not path.strip():
         # Path("") is the current directory: its stray files are not a source anyone meant
         raise ValueError(f"--source {source!r} needs a path after '{kind}:', e.g. {kind}:path/to/dir")
+    for flag, value in (("--hf-config", hf_config), ("--hf-split", hf_split), ("--text-field", text_field)):
+        if value is not None and kind != "hf":
+            raise ValueError(f"{flag} applies to an hf:PATH source only, got --source {source}")
     if split is not None:
-        if not source.startswith("text:"):
-            raise ValueError(f"--split applies to a text:PATH source only, got --source {source}")
+        if kind not in ("text", "hf"):
+            raise ValueError(f"--split applies to a text:PATH or hf:PATH source only, got --source {source}")
         split = sources.SPLIT_ALIASES.get(split, split)
         if split not in sources.SPLITS:
             raise ValueError(f"unknown split {split!r}; choose from {list(sources.SPLITS)}")
@@ -204,7 +229,7 @@ def prepare(
             )
         if reason:
             raise ValueError(f"--tokens caps the train split; {reason}: drop --tokens")
-    if source in ("wikitext103", "fineweb-edu", "ptb", "c4") or source.startswith("text:"):
+    if source in ("wikitext103", "fineweb-edu", "ptb", "c4") or kind in ("text", "hf"):
         gpt2_encoding(bpe_file)  # a missing or wrong --bpe-file
     elif source == "synthetic" and bpe_file is not None:
         raise ValueError("--bpe-file applies to GPT-2-tokenized sources; --source synthetic makes its ids")
@@ -246,6 +271,23 @@ def prepare(
         params |= {"splits": ["val"], "hub": list(sources.C4_HUB), "hub_split": "validation", "documents": n,
                    "document_rule": f"the first {n} documents of the validation stream"}  # fmt: skip
         records, tokenizer = _text_like(out, ["val"], docs, None, shard_tokens, bpe_file, progress, "c4")
+    elif kind == "hf":
+        hf_split, text_field = hf_split or "train", text_field or "text"
+        rows = sources.stream_hf(path, hf_config, hf_split)  # reaches the Hub before the old dataset goes
+        first = next(rows, None)
+        if first is None:
+            raise ValueError(f"{path}: split {hf_split!r} holds no row")
+        route = sources.hf_router(text_field, split)
+        route(0, first)  # a missing text field, before the old dataset goes
+        budget = {s: (tokens if s == "train" else None) for s in splits}
+        params |= {"hf_path": path, "hf_config": hf_config, "hf_split": hf_split, "text_field": text_field,
+                   "split_rule": f"every document in {split}, in stream order" if split else
+                   "int(md5(id, else stream index), 16) % 100: 0-1 val, 2-3 test, else train"}  # fmt: skip
+        clear_outputs(out, splits)
+        records, tokenizer = _stream(out, budget, itertools.chain([first], rows), route, shard_tokens,
+                                     bpe_file, progress, "hf")  # fmt: skip
+        if not any(r["n_tokens"] for r in records.values()):
+            raise ValueError(f"{path}: no row of split {hf_split!r} holds text in field {text_field!r}")
     elif source.startswith("text:"):
         docs = sources.text_documents(source[5:], split=split)
         clear_outputs(out, splits)

@@ -9,6 +9,9 @@ Split rules (all deterministic, documented in docs/data.md):
   ``int(md5(id), 16) % 1000 == 0`` (0.1 %), everything else to ``train``.
 * PTB and C4 are held-out corpora (paper App. C.3, layer 1): the PTB test split, its sentences one a line as
   one document, all in ``test``; the first N documents of the C4 ``en`` validation stream, all in ``val``.
+* Any Hugging Face dataset (``hf:PATH``): one split streamed, a row's text field one document; a document
+  goes to val/test/train by the local-text rule below with key = the row's ``id`` (its stream index when
+  there is no ``id`` column), or all into one named split.
 * Local text: one document per file for a folder (``*.txt``/``*.md``/``*.rst`` recursively, or every
   non-hidden file when there are none of those); a single file is split into paragraphs at blank lines
   (``"\\n\\n"``, as ``datasets``' ``sample_by="paragraph"``). The split of a document follows
@@ -82,6 +85,54 @@ def stream_fineweb_edu():
     return _from_hub("HuggingFaceFW/fineweb-edu", "sample-10BT", split="train", streaming=True)
 
 
+# ---- any Hugging Face dataset ---------------------------------------------------------------------------
+
+
+# a local data file's format: datasets' packaged builder
+HF_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text",
+                    ".arrow": "arrow"}  # fmt: skip
+
+
+def stream_hf(path: str, config: str | None = None, split: str = "train"):
+    """Streaming rows of ``split`` of ``path``: a Hub dataset id, or a local dataset folder or data file that
+    ``datasets.load_dataset`` reads (json/jsonl, parquet, csv, arrow, txt). A local one is read offline."""
+    local = Path(path).exists()
+    args, kw = (path, config), {"split": split, "streaming": True}
+    if local and Path(path).is_file():  # a single data file: its format's packaged builder
+        suffix = Path(path).suffix
+        if suffix not in HF_FILE_BUILDERS:
+            raise ValueError(f"hf:{path}: a data file must end in one of {', '.join(HF_FILE_BUILDERS)}")
+        args = (HF_FILE_BUILDERS[suffix], config)
+        kw["data_files"] = {split: path}
+    try:
+        with datasets_offline() if local else contextlib.nullcontext():
+            return _from_hub(*args, **kw)
+    except ValueError as err:  # datasets' "Bad split: ...", "BuilderConfig ... not found", an unknown format
+        raise ValueError(f"hf:{path}: {' '.join(str(err).split())}") from err
+    except StopIteration:  # datasets' json builder on an empty file
+        raise ValueError(f"{path}: split {split!r} holds no row") from None
+
+
+def hf_router(text_field: str, split: str | None):
+    """``route(i, row) -> (split, text)`` of the ``hf:`` source: the row's ``text_field`` (None, empty or
+    whitespace-only text: skipped), into ``split`` or by :func:`md5_split` of the row's ``id`` column (its
+    index in the stream when it has none)."""
+
+    def route(i: int, row: dict):
+        if text_field not in row:
+            raise ValueError(
+                f"the dataset has no text field {text_field!r}; its fields: {sorted(row)} (choose one with "
+                "--text-field)"
+            )
+        text = row[text_field]
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"field {text_field!r} of row {i} is {type(text).__name__}, not text")
+        text = text if text and text.strip() else None
+        return (split or md5_split(str(row["id"] if "id" in row else i))), text
+
+    return route
+
+
 # ---- held-out corpora (paper App. C.3, layer 1) --------------------------------------------------------
 
 PTB_HUB = ("ptb-text-only/ptb_text_only", "penn_treebank")  # the former canonical "ptb_text_only"
@@ -106,14 +157,18 @@ def c4_validation_documents(n: int = C4_DOCUMENTS) -> list[str]:
     return texts
 
 
-def _from_hub(path: str, name: str, **kw):
+def _from_hub(path: str, name: str | None, **kw):
     """``datasets.load_dataset(path, name, **kw)``; a Hub that cannot be reached is one clear error.
 
     A stream (``streaming=True``) is returned as an iterator whose first row has been read already: opening
     a stream does not download, and an unreachable Hub must fail before ``prepare`` clears its output.
     """
-    import datasets
-
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(
+            "the Hugging Face sources need the datasets package: pip install 'kinterval[data]'"
+        ) from None
     try:
         dataset = datasets.load_dataset(path, name, **kw)
         if kw.get("streaming"):
@@ -122,15 +177,16 @@ def _from_hub(path: str, name: str, **kw):
         return dataset
     except ConnectionError as err:
         raise ValueError(
-            f"could not download {path} ({name}) from the Hugging Face Hub: {err}. Check the network (or "
-            "HF_HUB_OFFLINE), or prepare from local files: --source text:PATH or bin:DIR"
+            f"could not download {path}{f' ({name})' if name else ''} from the Hugging Face Hub: {err}. "
+            "Check the network (or HF_HUB_OFFLINE), or prepare from local files: --source text:PATH, "
+            "hf:LOCAL_PATH or bin:DIR"
         ) from err
     except RuntimeError as err:  # datasets >= 4 refuses a Hub copy that still needs its loading script
         if "script" not in str(err):
             raise
         raise ValueError(
-            f"datasets {datasets.__version__} cannot load {path} ({name}): {err}. Prepare from local files "
-            "instead: --source text:PATH --split SPLIT"
+            f"datasets {datasets.__version__} cannot load {path}{f' ({name})' if name else ''}: {err}. "
+            "Prepare from local files instead: --source text:PATH --split SPLIT"
         ) from err
 
 

@@ -1,0 +1,150 @@
+"""``--source hf:PATH``: any Hugging Face dataset streamed (offline here: local data files and folders, and
+the Hub call checked by its arguments)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from kinterval.cli import main
+from kinterval.data import TokenShards, prepare, sources
+from kinterval.data.tokenizer import EOT, PACKAGED_BPE_FILE, gpt2_encoding
+
+ENC = gpt2_encoding(PACKAGED_BPE_FILE)
+
+
+def docs(n: int, with_id: bool = True) -> list[dict]:
+    return [
+        ({"id": f"doc-{i}"} if with_id else {})
+        | {"text": f"Document {i}. " + "A line of prose. " * (i % 5 + 1)}
+        for i in range(n)
+    ]
+
+
+def write_jsonl(path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def split_ids(out, split) -> list[int]:
+    return TokenShards(out, split).tokens().tolist()
+
+
+def expected(texts) -> list[int]:
+    return [t for text in texts for t in ENC.encode_ordinary(text) + [EOT]]
+
+
+@pytest.mark.parametrize("with_id", [True, False])
+def test_a_local_folder_splits_by_the_md5_of_id_or_the_stream_index(tmp_path, with_id):
+    rows = docs(300, with_id)
+    write_jsonl(tmp_path / "ds" / "part.jsonl", rows)
+    meta = prepare(f"hf:{tmp_path / 'ds'}", tmp_path / "out", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    for split in ("train", "val", "test"):
+        keys = [r["id"] if with_id else str(i) for i, r in enumerate(rows)]
+        want = [r["text"] for r, key in zip(rows, keys) if sources.md5_split(key) == split]  # in stream order
+        assert split_ids(tmp_path / "out", split) == expected(want), split
+        assert meta["splits"][split]["n_documents"] == len(want)
+    assert 0 < meta["splits"]["val"]["n_documents"] < 20
+    assert meta["params"]["hf_split"] == "train" and meta["params"]["text_field"] == "text"
+    assert meta["params"]["split_rule"].startswith("int(md5(id, else stream index), 16) % 100")
+
+
+def test_a_data_file_a_text_field_and_one_split(tmp_path):
+    """A parquet file, the text in "content", every document into val; empty and None texts dropped."""
+    import pandas as pd  # a dependency of datasets
+
+    texts = ["First document.", "   ", None, "Second one, longer than the first."]
+    pd.DataFrame({"content": texts}).to_parquet(tmp_path / "d.parquet")
+    meta = prepare(f"hf:{tmp_path / 'd.parquet'}", tmp_path / "out", text_field="content", split="val",
+                   bpe_file=PACKAGED_BPE_FILE, progress=False)  # fmt: skip
+    assert list(meta["splits"]) == ["val"]
+    assert split_ids(tmp_path / "out", "val") == expected([texts[0], texts[3]])
+
+
+def test_tokens_caps_train_and_stops_reading(tmp_path, monkeypatch):
+    """--tokens: train cut at exactly N tokens, and the stream is not read to its end (a Hub dataset may hold
+    billions of tokens)."""
+    consumed = []
+
+    def endless(path, config, split):
+        for i in itertools.count():
+            consumed.append(i)
+            assert i < 5_000, "read on after train was full"
+            yield {"id": f"d{i}", "text": f"Row {i} of an endless stream."}
+
+    monkeypatch.setattr(sources, "stream_hf", endless)
+    meta = prepare(
+        "hf:some/dataset", tmp_path / "out", tokens=5_000, bpe_file=PACKAGED_BPE_FILE, progress=False
+    )
+    assert meta["splits"]["train"]["n_tokens"] == 5_000
+    assert meta["splits"]["val"]["n_tokens"] > 0 and len(consumed) < 2_000
+
+
+def test_the_hub_is_streamed_with_the_given_config_and_split(monkeypatch):
+    """A name that is not a local path goes to datasets.load_dataset(name, config, split=..., streaming=True),
+    and the first row is read before prepare clears anything."""
+    import datasets
+
+    calls = []
+
+    def load_dataset(*args, **kw):
+        calls.append((args, kw))
+        return iter([{"text": "one"}, {"text": "two"}])
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    rows = sources.stream_hf("roneneldan/TinyStories", "cfg", "validation")
+    assert calls == [(("roneneldan/TinyStories", "cfg"), {"split": "validation", "streaming": True})]
+    assert [r["text"] for r in rows] == ["one", "two"]
+
+
+def test_bad_input_is_refused_before_the_old_dataset_goes(tmp_path, capsys):
+    out = tmp_path / "out"
+    prepare("synthetic", out, tokens=10_000, progress=False)
+    before = (out / "meta.json").read_text()
+    write_jsonl(tmp_path / "ds" / "a.jsonl", docs(20))
+    write_jsonl(tmp_path / "empty" / "a.jsonl", [])
+    write_jsonl(tmp_path / "blank" / "a.jsonl", [{"text": "  "}, {"text": None}])
+    (tmp_path / "f.xyz").write_text("x")
+    no_field = "has no text field 'body'; its fields: ['id', 'text']"
+    cases = [
+        (["--source", f"hf:{tmp_path / 'ds'}", "--text-field", "body"], no_field),
+        (["--source", f"hf:{tmp_path / 'ds'}", "--hf-split", "validation"], "Bad split: validation"),
+        (["--source", f"hf:{tmp_path / 'ds'}", "--hf-config", "nope"], "BuilderConfig 'nope' not found"),
+        (["--source", f"hf:{tmp_path / 'empty'}"], "holds no row"),
+        (["--source", f"hf:{tmp_path / 'f.xyz'}"], "a data file must end in one of .jsonl"),
+        (["--source", "hf:"], "needs a path after 'hf:'"),
+        (["--source", "synthetic", "--text-field", "text"], "--text-field applies to an hf:PATH source only"),
+        (["--source", f"text:{tmp_path / 'ds'}", "--hf-split", "train"], "--hf-split applies to an hf:PATH"),
+        (["--source", "c4", "--split", "val"], "--split applies to a text:PATH or hf:PATH source only"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        assert main(["data", "prepare", *argv, "--out", str(out), "--quiet"]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (argv, err)
+        assert (out / "meta.json").read_text() == before
+    # whitespace only: nothing to write (this one is found while writing)
+    assert (
+        main(["data", "prepare", "--source", f"hf:{tmp_path / 'blank'}", "--out", str(tmp_path / "b")]) == 2
+    )
+    assert "no row of split 'train' holds text in field 'text'" in capsys.readouterr().err
+
+
+def test_the_cli_prepares_a_folder_training_can_read(tmp_path, capsys):
+    write_jsonl(tmp_path / "ds" / "a.jsonl", [{"body": r["text"]} for r in docs(200, with_id=False)])
+    argv = [
+        "data",
+        "prepare",
+        "--source",
+        f"hf:{tmp_path / 'ds'}",
+        "--text-field",
+        "body",
+        "--split",
+        "train",
+    ]
+    assert main([*argv, "--out", str(tmp_path / "out"), "--quiet", "--block-size", "64"]) == 0
+    assert "prepared hf:" in capsys.readouterr().out
+    ids = np.asarray(split_ids(tmp_path / "out", "train"))
+    assert np.sum(ids == EOT) == 200 and TokenShards(tmp_path / "out", "train").vocab_size == 50257
