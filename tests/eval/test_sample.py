@@ -1,0 +1,115 @@
+"""``kinterval sample`` and :func:`kinterval.eval.sample.generate` (nanoGPT's sampler)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from kinterval.cli import main
+from kinterval.data.tokenizer import EOT, gpt2_encoding
+from kinterval.eval.sample import generate, sample_run
+from kinterval.model import GPT, ModelConfig
+
+
+def tiny(vocab=64, block=16, operator="lerp-k4"):
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=block, vocab_size=vocab)
+    model = GPT(cfg, operator, "closed_form").eval()
+    with torch.no_grad():  # a peaked next-token distribution, so that greedy and sampled paths differ
+        model.lm_head.weight.mul_(40)
+    return model
+
+
+def last_logits(model, idx):
+    with torch.no_grad():
+        return model(idx[:, -model.config.block_size :])[0][:, -1, :].float()
+
+
+def test_temperature_zero_and_top_one_are_greedy_and_the_context_is_cropped():
+    model = tiny()
+    idx = torch.randint(0, 64, (2, 20))  # longer than block_size 16
+    want = idx
+    for _ in range(6):
+        want = torch.cat([want, last_logits(model, want).argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(generate(model, idx, 6, temperature=0), want)
+    g = torch.Generator().manual_seed(1)
+    assert torch.equal(generate(model, idx, 6, temperature=1.0, top_k=1, generator=g), want)
+
+
+def test_every_sampled_token_is_among_the_top_k_and_seeds_repeat():
+    model = tiny()
+    idx = torch.zeros(8, 1, dtype=torch.long)
+    out = generate(model, idx, 12, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(0))
+    for t in range(1, out.size(1)):
+        top = torch.topk(last_logits(model, out[:, :t]), 3).indices
+        assert (top == out[:, t : t + 1]).any(dim=1).all(), t
+    again = generate(model, idx, 12, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(0))
+    other = generate(model, idx, 12, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(out, again) and not torch.equal(out, other)
+
+
+def test_the_first_token_follows_softmax_of_logits_over_temperature():
+    """6000 one-token samples of an 8-token vocabulary against softmax(logits / 0.7): chi-square."""
+    model = tiny(vocab=8)
+    with torch.no_grad():
+        model.lm_head.weight.div_(8)  # spread enough that every token has a count
+    idx = torch.full((6000, 3), 2, dtype=torch.long)
+    out = generate(model, idx, 1, temperature=0.7, generator=torch.Generator().manual_seed(0))[:, -1]
+    p = torch.softmax(last_logits(model, idx[:1]).double() / 0.7, dim=-1)[0].numpy()
+    counts = np.bincount(out.numpy(), minlength=8)
+    assert stats.chisquare(counts, p * counts.sum()).pvalue > 1e-3
+    wrong = torch.softmax(last_logits(model, idx[:1]).double(), dim=-1)[0].numpy()  # temperature 1
+    assert stats.chisquare(counts, wrong * counts.sum()).pvalue < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [({"temperature": -1.0}, "temperature must be a number >= 0"), ({"temperature": float("inf")}, "finite"),
+     ({"top_k": 0}, "top_k must be a positive integer"), ({"max_new_tokens": -1}, "max_new_tokens")],
+)  # fmt: skip
+def test_bad_sampling_settings_are_refused(kw, message):
+    args = {"max_new_tokens": 2} | kw
+    with pytest.raises(ValueError, match=message):
+        generate(tiny(), torch.zeros(1, 1, dtype=torch.long), args.pop("max_new_tokens"), **args)
+
+
+def test_a_gpt2_run_takes_and_prints_text(softmax_run, tmp_path, capsys):
+    softmax_run(50257)
+    run = tmp_path / "run"
+    rows = sample_run(run, prompt="Hello world", max_new_tokens=5, samples=2, device="cpu")
+    enc = gpt2_encoding()
+    assert len(rows) == 2 and all(len(r["new_ids"]) == 5 for r in rows)
+    assert rows[0]["ids"][:2] == enc.encode_ordinary("Hello world")
+    assert rows[0]["text"] == enc.decode(rows[0]["ids"]) and rows[0]["text"].startswith("Hello world")
+    assert sample_run(run, max_new_tokens=1, device="cpu")[0]["ids"][0] == EOT  # no prompt: <|endoftext|>
+    assert main(["sample", "--run", str(run), "--prompt", "Hello world", "--tokens", "5", "--samples", "2",
+                 "--device", "cpu"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert (
+        out == rows[0]["text"] + "\n" + "-" * 40 + "\n" + rows[1]["text"] + "\n"
+    )  # seed 0: the same samples
+
+
+def test_any_run_takes_ids_and_refuses_text_without_gpt2_vocabulary(softmax_run, tmp_path, capsys):
+    softmax_run(512)
+    run = str(tmp_path / "run")
+    assert (
+        main(["sample", "--run", run, "--prompt-ids", "1, 2,3", "--tokens", "4", "--json", "--device", "cpu"])
+        == 0
+    )
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["ids"][:3] == [1, 2, 3] and len(row["new_ids"]) == 4 and row["text"] is None
+    for argv, message in (
+        (["--prompt", "hi"], "vocabulary (512 tokens) is not GPT-2's"),
+        ([], "give --prompt-ids"),
+        (["--prompt-ids", "1,512"], "prompt ids must lie in [0, 512), got [512]"),
+        (["--prompt-ids", "1,x"], "--prompt-ids takes integers"),
+        (["--prompt-ids", "1", "--samples", "0"], "samples must be a positive integer"),
+    ):
+        assert main(["sample", "--run", run, "--device", "cpu", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (argv, err)
+    with pytest.raises(SystemExit):  # argparse: one or the other
+        main(["sample", "--run", run, "--prompt", "a", "--prompt-ids", "1"])
