@@ -10,7 +10,7 @@ import inspect
 
 from kinterval.data.sources import C4_DOCUMENTS
 from kinterval.eval import probes
-from kinterval.eval.downstream_commands import PAPER_SEED
+from kinterval.eval.downstream import PAPER_SEED
 from kinterval.eval.geometry import geometry_probe
 from kinterval.ops.formulas import EPS_DEGENERATE
 from kinterval.ops.spec import DEFAULT_TAU

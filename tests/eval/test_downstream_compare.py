@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kinterval.eval import downstream_commands
-from kinterval.eval.downstream_commands import downstream_compare
+from kinterval.eval import downstream, downstream_commands
+from kinterval.eval import downstream_compare as compare_module
+from kinterval.eval.downstream_compare import downstream_compare
 
 FAST = {"n_resamples": 400, "n_perm": 2000}
 # folders without a recorded few-shot count warn; the tests of that warning catch it themselves
-pytestmark = pytest.mark.filterwarnings("ignore::kinterval.eval.downstream_commands.FewshotUnknownWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::kinterval.eval.downstream.FewshotUnknownWarning")
 
 
 def write(folder, task, values, targets=None):
@@ -261,12 +262,12 @@ def test_identical_results_get_a_zero_ci_and_the_mark_follows_bh_q():
     """A condition equal to the baseline item by item has CI [0, 0] (within any margin, not detectable); the
     '*' mark needs BH q < 0.05, a CI that excludes zero with q >= 0.05 is '°'."""
     x = np.array([3.0, 4.0, 5.0])
-    row = downstream_commands._paired("lm", "nll", "c", x, x.copy(), None, n_resamples=50, n_perm=50, seed=0)
+    row = compare_module._paired("lm", "nll", "c", x, x.copy(), None, n_resamples=50, n_perm=50, seed=0)
     assert (row["lo"], row["hi"], row["p"], row["diff"]) == (0.0, 0.0, 1.0, 0.0)
-    lab = downstream_commands._label(dict(row, q=1.0), margin=0.01, nll_metrics=("nll",))
+    lab = compare_module._label(dict(row, q=1.0), margin=0.01, nll_metrics=("nll",))
     assert (lab["detectable"], lab["margin_status"], lab["mark"]) == (False, "within margin", "")
     sig = {"metric": "acc", "lo": 0.1, "hi": 0.3, "p": 0.01}
-    mark = lambda q: downstream_commands._label(dict(sig, q=q), margin=0.01, nll_metrics=())["mark"]  # noqa: E731
+    mark = lambda q: compare_module._label(dict(sig, q=q), margin=0.01, nll_metrics=())["mark"]  # noqa: E731
     assert (mark(0.01), mark(0.2)) == ("*", "°")
 
 
@@ -291,7 +292,7 @@ def test_two_result_files_of_one_task_or_other_metrics_are_refused(folders, tmp_
 def test_the_per_item_record_keeps_each_choice_loglikelihood_and_greedy_flag():
     sample = {"doc_id": 3, "target": 1, "metrics": ["acc"], "acc": 1.0,
               "filtered_resps": [[-1.5, False], [-0.5, True]]}  # fmt: skip
-    assert downstream_commands._item(sample) == {
+    assert downstream._item(sample) == {
         "doc_id": 3,
         "target": 1,
         "metrics": {"acc": 1.0},
@@ -376,7 +377,7 @@ def test_resamples_and_permutations_reach_their_own_procedures(folders, monkeypa
 def test_the_mark_needs_q_strictly_below_005():
     """docs/downstream.md: ``*`` when q < 0.05, ``°`` when the CI excludes 0 but q >= 0.05."""
     sig = {"metric": "acc", "lo": 0.1, "hi": 0.3, "p": 0.01}
-    assert downstream_commands._label(dict(sig, q=0.05), margin=0.01, nll_metrics=())["mark"] == "°"
+    assert compare_module._label(dict(sig, q=0.05), margin=0.01, nll_metrics=())["mark"] == "°"
 
 
 def test_blimp_task_next_to_its_paradigms_is_refused(tmp_path):
@@ -495,7 +496,7 @@ def test_a_folder_of_other_records_is_a_named_error_not_a_key_error(folders, tmp
 
 def test_printed_table_keeps_long_names_apart():
     """A metric of 12 characters or more ran into the condition: 'loglikelihoodmmw-k4'."""
-    from kinterval.eval.downstream_commands import format_compare
+    from kinterval.eval.downstream_compare import format_compare
 
     row = {"task": "a_task_name_longer_than_24", "metric": "loglikelihood",
            "condition": "a-condition-over-20-chars", "n": 4, "baseline": -21.7925, "value": -21.7924,
@@ -517,7 +518,7 @@ def test_lm_evals_own_log_samples_files_with_string_responses(tmp_path):
         lm_eval_lines(folder, "wikitext", recs)
     (row,) = downstream_compare(base, cond, **FAST)
     assert (row["metric"], row["n"], row["baseline"], row["value"]) == ("loglikelihood", 3, -5.5, -4.5)
-    from kinterval.eval.downstream_commands import _item
+    from kinterval.eval.downstream import _item
 
     rec = _item({"doc_id": 0, "filtered_resps": [["-1.5", "False"], ["-0.5", "True"]]})
     assert rec["loglikelihoods"] == [-1.5, -0.5] and rec["is_greedy"] == [False, True]
@@ -541,7 +542,7 @@ def test_downstream_compare_refuses_results_scored_with_other_numerics(folders, 
     import warnings
 
     from kinterval.cli import main
-    from kinterval.eval.downstream_commands import NumericsUnknownWarning
+    from kinterval.eval.downstream import NumericsUnknownWarning
 
     base, conds = folders
     for folder, dev in ((base, "cpu"), (conds["tiny"], "cpu"), (conds["big"], "cuda")):
@@ -788,7 +789,7 @@ def test_downstream_refuses_arguments_lm_eval_would_fail_on(monkeypatch, tmp_pat
 
 
 def test_downstream_limit_keeps_lm_evals_fraction():
-    from kinterval.eval.downstream_commands import check_downstream_args
+    from kinterval.eval.downstream import check_downstream_args
 
     check_downstream_args(["t"], 0.5, 0, 0)  # a fraction of each task's items, as lm-eval reads it
     check_downstream_args(["t"], 3.0, None, 20260920)
@@ -929,7 +930,7 @@ def test_a_one_item_task_writes_null_and_prints_a_dash(tmp_path, capsys):
 
 def test_printed_table_keeps_wide_numbers_apart():
     """Log-likelihood totals of 9+ characters ran into each other: "4-401.2724-400.2541"."""
-    from kinterval.eval.downstream_commands import format_compare
+    from kinterval.eval.downstream_compare import format_compare
 
     row = {"task": "kinterval_tiny_ppl", "metric": "loglikelihood", "condition": "o_fwm", "n": 4,
            "baseline": -401.2724, "value": -12345.2541, "diff": -11944.0, "lo": -20000.5, "hi": -3000.25,
@@ -1123,7 +1124,7 @@ def test_groups_label_rows_and_count_each_groups_outcomes_on_the_primary_metric(
     """Planted: ``big`` improves qa by +0.30 and the BLiMP macro row by +0.10; ``tiny`` adds 2 right answers
     of 400 on qa and nothing on BLiMP; ``same`` repeats the baseline. ``lm`` has only ``nll``, not the primary
     ``acc``: it is named as not counted. Reversed (``big`` as the baseline) the signs turn."""
-    from kinterval.eval.downstream_commands import group_summary
+    from kinterval.eval.downstream_compare import group_summary
 
     base, conds = folders
     groups = {"near": ["tiny", "same"], "large": ["big"]}
@@ -1175,7 +1176,7 @@ def test_groups_must_put_every_condition_in_exactly_one_group(folders, groups, m
 
 
 def test_group_summary_needs_grouped_rows(folders):
-    from kinterval.eval.downstream_commands import group_summary
+    from kinterval.eval.downstream_compare import group_summary
 
     base, conds = folders
     with pytest.raises(ValueError, match="needs rows with a group"):

@@ -10,7 +10,8 @@ import torch
 pytest.importorskip("lm_eval")
 
 from kinterval.data.tokenizer import EOT, gpt2_encoding  # noqa: E402
-from kinterval.eval.downstream_commands import downstream_compare, run_downstream  # noqa: E402
+from kinterval.eval.downstream import run_downstream  # noqa: E402
+from kinterval.eval.downstream_compare import downstream_compare  # noqa: E402
 from kinterval.model import GPT, ModelConfig  # noqa: E402
 from kinterval.train.checkpoint import save_checkpoint  # noqa: E402
 from kinterval.train.load import load_run  # noqa: E402

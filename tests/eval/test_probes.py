@@ -412,7 +412,7 @@ def test_probes_compare_refuses_outputs_scored_with_other_numerics(tmp_path, cap
     word. Known differing numerics are refused (exit 2, one line); an older summary without them is
     unknown: two old ones stay comparable, an old one against a new one is compared with a warning."""
     from kinterval.cli import main
-    from kinterval.eval.downstream_commands import NumericsUnknownWarning
+    from kinterval.eval.downstream import NumericsUnknownWarning
 
     run = make_run(tmp_path / "run")
     out = {name: tmp_path / name for name in ("ref", "cond")}

@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - the hint replaces the traceback chain
     raise ImportError("kinterval.eval.lm_eval_adapter needs lm-eval: pip install 'kinterval[eval]'") from None
 
 from kinterval.data.tokenizer import EOT, GPT2_BPE_SHA256, GPT2_VOCAB, gpt2_encoding
-from kinterval.eval.downstream_commands import parse_batch_size
+from kinterval.eval.downstream import parse_batch_size
 from kinterval.model.numerics import autocast, eval_precision
 from kinterval.train.distributed import pick_device
 from kinterval.train.load import load_run

@@ -440,10 +440,10 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
     unreadable file is a ``ValueError`` naming it. And they must be scored with the same numerics (device
     type, autocast, attention dtype, TF32, eval dot precision; a summary written before they were recorded
     is compared unchecked, with a ``NumericsUnknownWarning`` when the other records them: see
-    :func:`kinterval.eval.downstream_commands.check_same_numerics`). Returns ``{operator, reference_operator,
+    :func:`kinterval.eval.downstream.check_same_numerics`). Returns ``{operator, reference_operator,
     deltas, slopes}`` (see :func:`paired_deltas` and :func:`delta_slopes`).
     """
-    from kinterval.eval.downstream_commands import check_same_numerics, warn_unknown_numerics
+    from kinterval.eval.downstream import check_same_numerics, warn_unknown_numerics
 
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
