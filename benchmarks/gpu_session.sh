@@ -56,6 +56,9 @@ declare -A LIMIT=(
   # every row, so a run cut at its limit keeps the rows it finished
   [throughput]=555
   [train-ref]=200
+  # sdpa and fwm-prob-k4, eager then with compiled blocks: 2 x 2 rows x 55 steps at micro-batch 8, plus
+  # inductor's compile of 12 blocks in the compiled rows' warm-up (estimated, not measured)
+  [train-compile]=300
 )
 declare -A PLAN=([kernel]="tests-quick bench-quick")  # named stage lists, each one command
 BUDGET=${GPU_SESSION_BUDGET:-560}
@@ -195,6 +198,15 @@ run_stage() {  # run_stage STAGE: the exit status of the stage's command (the fi
         --attention-dtype float32,bfloat16 --micro-batch max --micro-batch-cap 64 --steps 100 --warmup 5 \
         --markdown "$OUT/throughput.md" 2>"$OUT/throughput.err" | tee "$OUT/throughput.txt"
       return "${PIPESTATUS[0]}" ;;
+    train-compile)  # what `kinterval train --compile` buys: the same rows eager, then with compiled blocks
+      for mode in eager compile; do  # half the stage's limit each
+        timeout -s INT -k "$GRACE" $((LIMIT[$stage] / 2 - GRACE)) $PY benchmarks/train_throughput.py \
+          --operators sdpa,fwm-prob-k4 --steps 50 --warmup 5 $([ "$mode" = compile ] && echo --compile) 2>&1 \
+          | tee "$OUT/train_$mode.md"
+        st=${PIPESTATUS[0]}
+        [ "$st" != 0 ] && rc=$st
+      done
+      return "$rc" ;;
     train-ref)  # the materialized operator (closed_form backend), for the issue's comparison
       limited "$stage" $PY benchmarks/train_throughput.py --backend closed_form --micro-batch 4 \
         --operators minmax-weight-k4 2>&1 | tee "$OUT/train_ref.md"
