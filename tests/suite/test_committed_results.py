@@ -77,3 +77,20 @@ def test_a_tampered_copy_fails_the_gate(tmp_path):
     d["mean_nll"] += 0.01
     ev.write_text(json.dumps(d))
     assert len(gate(copy, results_only=True).errors) == 1
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_this_checkout_continues_a_committed_folder(folder, tmp_path):
+    """A later sitting (`suite run --skip-gated`, then `suite merge`) compares this checkout's manifest with
+    the committed one: a config field added to kinterval since (read at its default) must not be a
+    difference, or every later sitting of the suite is refused."""
+    from kinterval.suite.definition import load_suite
+    from kinterval.suite.manifest import build_manifest, read_manifest
+    from kinterval.suite.merge import manifest_differences
+    from kinterval.suite.runner import _without_data_dir
+
+    old = read_manifest(folder)
+    new = build_manifest(load_suite(old["suite"]), tmp_path, tmp_path / "data", previous=old)
+    assert manifest_differences(_without_data_dir(new), _without_data_dir(old)) == []
+    raw = json.loads((folder / "manifest.json").read_text())["runs"][0]["config"]
+    assert "compile" not in raw  # the case this guards: a manifest older than the `compile` field

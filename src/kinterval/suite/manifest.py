@@ -203,6 +203,11 @@ def read_manifest(out: str | Path) -> dict:
     problem = _schema_problem(m)
     if problem:
         raise ValueError(f"{path}: malformed suite manifest ({problem})")
+    for r in m["runs"]:  # a config field added to kinterval after the manifest was written: its default
+        try:
+            r["config"] = TrainConfig.from_dict(r["config"]).to_dict()
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}: malformed suite manifest (run {r['run_id']!r}: {err})") from None
     return m
 
 
