@@ -1,0 +1,139 @@
+"""Contrasts from loaded results (paper §4 "Statistics", App. C.3): every number the tables and figures show.
+
+Every run is paired with its same-seed control (softmax, or the full-gradient twin of a modified backward) of
+the same model at the same token budget, data, evaluation tag and checkpoint, across all the folders given.
+A contrast is computed per validation block and per seed; :func:`estimate` then applies the paper's one rule:
+one seed gives a circular block-bootstrap CI over blocks (evaluation sampling only), several seeds the seed
+summary (mean of the per-seed contrasts, seed SD, t interval, exact sign-permutation p). Several seeds are
+pooled only within a designed seed set (suite D's five seeds, ``mini`` with ``mini-seeds``): a supplementary
+run's seeds are replications, not a seed distribution, and each is its own row (``Key.seed``; App. F "a
+three-seed pool mixes lineages"). Every table row is a :class:`Row`.
+
+The modules: :mod:`.core` (the one rule, pairing, endpoints, order, BH, ΔNLL vs softmax), :mod:`.factorial`
+(the calibration x surrogate factorial and K), :mod:`.detach` (modified backward vs its full twin),
+:mod:`.taildecomp` (tail decomposition and path ratio), :mod:`.heldout` (held-out and substituted forwards),
+:mod:`.strict` (tab:strict), :mod:`.ranks` (seed robustness of the ordering) and :mod:`.records` (training
+logs and diagnostics). Every public name is importable from here.
+"""
+
+from __future__ import annotations
+
+from kinterval.report.analysis.core import (
+    FAMILY_ORDER,
+    MARGIN,
+    N_RESAMPLES,
+    Estimate,
+    Pair,
+    Pairing,
+    ReferenceRow,
+    Row,
+    apply_bh,
+    at_endpoint,
+    condition,
+    cross_setting,
+    delta_table,
+    design_of,
+    estimate,
+    final,
+    final_geometry,
+    full_twin,
+    key_order,
+    operator_order,
+    pair_controls,
+    seed_references,
+    softmax_pairs,
+    softmax_rows,
+    stopped_runs,
+    trajectories,
+)
+
+# private helpers, read from here by kinterval.report.claims (A._left_out, A._spec)
+from kinterval.report.analysis.core import _left_out as _left_out
+from kinterval.report.analysis.core import _spec as _spec
+from kinterval.report.analysis.detach import detach_pairs
+from kinterval.report.analysis.factorial import (
+    FACTORIAL,
+    SIMPLE_EFFECTS,
+    SURROGATE_EFFECTS,
+    VS_LERP,
+    KPanels,
+    factorial_cells,
+    factorial_effects,
+    k_panels,
+    k_trends,
+    surrogate_effects,
+)
+from kinterval.report.analysis.heldout import HeldoutOrdering, heldout_ordering, heldout_table, split_half
+from kinterval.report.analysis.ranks import RankStats, rank_statistics, ranked_rows
+from kinterval.report.analysis.records import (
+    CLIP_TAIL,
+    GRAD_TERMS,
+    ClipRow,
+    GradDecompRow,
+    ValidationPair,
+    clip_fractions,
+    gradient_decomposition,
+    validation_pairs,
+)
+from kinterval.report.analysis.strict import STRICT_GROUPS, StrictRow, strict_table
+from kinterval.report.analysis.taildecomp import path_ratio_ci, tail_decomposition
+
+__all__ = [
+    "CLIP_TAIL",
+    "ClipRow",
+    "Estimate",
+    "FACTORIAL",
+    "FAMILY_ORDER",
+    "GRAD_TERMS",
+    "GradDecompRow",
+    "HeldoutOrdering",
+    "KPanels",
+    "MARGIN",
+    "N_RESAMPLES",
+    "Pair",
+    "Pairing",
+    "RankStats",
+    "ReferenceRow",
+    "Row",
+    "SIMPLE_EFFECTS",
+    "STRICT_GROUPS",
+    "SURROGATE_EFFECTS",
+    "StrictRow",
+    "VS_LERP",
+    "ValidationPair",
+    "apply_bh",
+    "at_endpoint",
+    "clip_fractions",
+    "condition",
+    "cross_setting",
+    "delta_table",
+    "design_of",
+    "detach_pairs",
+    "estimate",
+    "factorial_cells",
+    "factorial_effects",
+    "final",
+    "final_geometry",
+    "full_twin",
+    "gradient_decomposition",
+    "heldout_ordering",
+    "heldout_table",
+    "k_panels",
+    "k_trends",
+    "key_order",
+    "operator_order",
+    "pair_controls",
+    "path_ratio_ci",
+    "rank_statistics",
+    "ranked_rows",
+    "seed_references",
+    "softmax_pairs",
+    "softmax_rows",
+    "split_half",
+    "stopped_runs",
+    "strict_table",
+    "surrogate_effects",
+    "tail_decomposition",
+    "trajectories",
+    "validation_pairs",
+]

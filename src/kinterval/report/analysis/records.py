@@ -1,0 +1,180 @@
+"""Training logs and diagnostics (``metrics.jsonl``, ``kinterval graddiag``): gradient-clipping statistics,
+the fixed-upstream gradient decomposition (tab:graddecomp) and the logged validation pairs (fig:detach)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from kinterval.eval.graddiag import DECOMP
+from kinterval.report.analysis.core import Pairing, final, key_order
+from kinterval.report.results import Key, Point
+
+# The trailing window of the clip statistics: the paper's "98% of steps clipped over the last 1.5B tokens" of
+# a 2.5B-token run (App. D), the last 60% of the training tokens
+CLIP_TAIL = 0.6
+
+
+@dataclass
+class ClipRow:
+    """Gradient-clipping and gradient-norm statistics of training (from ``metrics.jsonl``), per condition:
+    the fraction of all steps whose gradient norm was clipped (mean over seeds, and per seed), and per seed
+    the clipped fraction of the logged steps in the last ``CLIP_TAIL`` of the training tokens, the final and
+    the largest logged pre-clip gradient norm and the largest train-loss rise between consecutive logs (§5:
+    "45% of steps clipped"; App. D: "98% of steps clipped over the last 1.5B tokens", "single-step gradient
+    norms of 10^4", "final pre-clip gradient norms", "largest train-loss increase between consecutive logs";
+    App. F: "final logged gradient norms"). None: not logged."""
+
+    key: Key
+    seeds: tuple[int, ...]
+    mean: float
+    per_seed: tuple[float, ...]
+    tail: tuple[float | None, ...] = ()
+    final_norm: tuple[float | None, ...] = ()
+    max_norm: tuple[float | None, ...] = ()
+    max_loss_rise: tuple[float | None, ...] = ()
+
+
+def _run_clip_stats(rows: list[dict]) -> dict:
+    """One run's statistics from its training rows (those with ``clipped_frac``), in step order."""
+    norms = [float(r["grad_norm"]) for r in rows if r.get("grad_norm") is not None]
+    budget = max((r.get("tokens", 0) for r in rows), default=0)
+    tail = [r["clipped"] for r in rows if "clipped" in r and r.get("tokens", 0) > (1 - CLIP_TAIL) * budget]
+    losses = [float(r["train_loss"]) for r in rows if r.get("train_loss") is not None]
+    rises = [b - a for a, b in zip(losses, losses[1:])]
+    return dict(
+        frac=float(rows[-1]["clipped_frac"]),
+        tail=float(np.mean(tail)) if tail else None,
+        final_norm=norms[-1] if norms else None,
+        max_norm=max(norms) if norms else None,
+        max_loss_rise=max(rises) if rises else None,
+    )
+
+
+def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[ClipRow]:
+    """``logs``: (suite, run_id) -> metrics rows. The whole-run fraction is the last logged ``clipped_frac``
+    of each run: the fraction of all its steps since step 0 whose gradient norm was clipped, kept across
+    resumes (the trainer stores the count in each checkpoint; resumed from a checkpoint older than that
+    count: the steps since then). The other statistics read the logged rows, one per ``log.every`` steps."""
+    acc: dict[Key, dict[int, dict]] = defaultdict(dict)
+    for p in final([p for p in points if p.primary]):
+        rows = [r for r in logs.get((p.suite, p.run_id), []) if "clipped_frac" in r]
+        if rows:
+            acc[p.key][p.seed] = _run_clip_stats(sorted(rows, key=lambda r: r.get("step", 0)))
+    out = []
+    for k, v in sorted(acc.items(), key=lambda kv: key_order(kv[0])):
+        seeds = tuple(sorted(v))
+        # per seed, in ClipRow's field order: per_seed (frac), tail, final_norm, max_norm, max_loss_rise
+        per = {name: tuple(v[s][name] for s in seeds) for name in next(iter(v.values()))}
+        out.append(ClipRow(k, seeds, float(np.mean(per["frac"])), *per.values()))
+    return out
+
+
+GRAD_TERMS = DECOMP  # the terms `kinterval graddiag` writes
+
+
+@dataclass
+class GradDecompRow:
+    """tab:graddecomp: the fixed-upstream decomposition of the score gradient at one checkpoint of one run
+    (``kinterval graddiag``), layer means: norm ratios of the self / M / m terms to g_full, the relative error
+    of each modified backward, and the zero-sum residual of the implemented score gradient."""
+
+    suite: str
+    run_id: str
+    operator: str
+    seed: int
+    step: int
+    tokens: int
+    n_blocks: int
+    terms: dict[str, float]  # GRAD_TERMS -> layer mean (absent when graddiag ran without the decomposition)
+    zero_sum_residual: float
+    rows_above_1e_3: float
+
+
+def gradient_decomposition(results) -> list[GradDecompRow]:
+    """One row per (run, checkpoint) with a ``kinterval graddiag`` output, by (operator, seed, tokens)."""
+    rows = []
+    for res in results:
+        entry = {r["run_id"]: r for r in res.manifest["runs"]}
+        for run_id, diags in res.graddiag.items():
+            op, seed = entry[run_id]["operator"], int(entry[run_id]["seed"])
+            for d in diags:
+                m = d.get("mean")
+                where = (int(d["step"]), int(d.get("tokens", 0)), int(d.get("n_blocks", 0)))
+                missing = [
+                    k
+                    for k in ("zero_sum_residual", "rows_above_1e-3")
+                    if not isinstance(m, dict) or k not in m
+                ]
+                if missing:
+                    folder = res.dir / entry[run_id]["run_dir"] / "diagnostics" / "graddiag"
+                    raise ValueError(
+                        f"{folder}: the output of step {where[0]} has no {', '.join(map(repr, missing))} in "
+                        "'mean'; rerun `kinterval graddiag` on that checkpoint"
+                    )
+                terms = {k: float(m[k]) for k in GRAD_TERMS if k in m}
+                residual = (float(m["zero_sum_residual"]), float(m["rows_above_1e-3"]))
+                rows.append(GradDecompRow(res.suite, run_id, op, seed, *where, terms, *residual))
+    return sorted(rows, key=lambda x: (x.operator, x.seed, x.tokens, x.suite))
+
+
+@dataclass
+class ValidationPair:
+    """Logged validation rows (``"event": "validation"`` of metrics.jsonl) of a modified-backward run and its
+    same-seed full-gradient twin at the training tokens both logged (fig:detach a, b; fig:detachextra)."""
+
+    key: Key  # the modified run's condition
+    control: str  # the full-gradient twin's operator
+    seed: int
+    tokens: list[int]
+    val_loss: list[float]
+    control_val_loss: list[float]
+    row_span: list[float]
+    control_row_span: list[float]
+
+    @property
+    def diff(self) -> list[float]:
+        """Validation loss, modified − full, at each logged token count."""
+        return [a - b for a, b in zip(self.val_loss, self.control_val_loss)]
+
+
+def _validation_rows(rows: list[dict]) -> dict[int, dict]:
+    return {int(r["tokens"]): r for r in rows if r.get("event") == "validation" and "val_loss" in r}
+
+
+def validation_pairs(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[list[ValidationPair], dict]:
+    """The logged validation trajectories of each pair of ``pairing`` (``detach_pairs``' pairing: modified
+    run -> same-seed full twin); ``logs``: (suite, run_id) -> metrics rows. Returns the pairs and the runs
+    skipped (run -> reason): either run without validation rows, or no token count logged by both."""
+    out, skipped = [], {}
+    for x in sorted(final(pairing.pairs, lambda x: x.point), key=lambda x: (x.point.run_id, x.point.tag)):
+        if not x.point.primary:
+            continue
+        run_id = x.point.run_id
+        own = _validation_rows(logs.get((x.point.suite, x.point.run_id), []))
+        ctrl = _validation_rows(logs.get((x.control.suite, x.control.run_id), []))
+        name = f"{run_id} vs {x.control.run_id}"
+        if not own or not ctrl:
+            skipped[name] = (
+                f"no validation rows in metrics.jsonl of {run_id if not own else x.control.run_id}"
+            )
+            continue
+        ts = sorted(set(own) & set(ctrl))
+        if not ts:
+            skipped[name] = "no training-token count logged by both runs"
+            continue
+        out.append(
+            ValidationPair(
+                x.point.key,
+                x.control.operator,
+                x.point.seed,
+                ts,
+                [float(own[t]["val_loss"]) for t in ts],
+                [float(ctrl[t]["val_loss"]) for t in ts],
+                [float(own[t].get("row_span", float("nan"))) for t in ts],
+                [float(ctrl[t].get("row_span", float("nan"))) for t in ts],
+            )
+        )
+    return out, skipped
