@@ -119,17 +119,26 @@ def test_bad_input_is_refused_before_the_old_dataset_goes(tmp_path, capsys):
         (["--source", "synthetic", "--text-field", "text"], "--text-field applies to an hf:PATH source only"),
         (["--source", f"text:{tmp_path / 'ds'}", "--hf-split", "train"], "--hf-split applies to an hf:PATH"),
         (["--source", "c4", "--split", "val"], "--split applies to a text:PATH or hf:PATH source only"),
+        # rows, but none with text: found by reading ahead, before anything is removed
+        (["--source", f"hf:{tmp_path / 'blank'}"], "no row of split 'train' holds text in field 'text'"),
     ]  # fmt: skip
     for argv, message in cases:
         assert main(["data", "prepare", *argv, "--out", str(out), "--quiet"]) == 2, argv
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, (argv, err)
         assert (out / "meta.json").read_text() == before
-    # whitespace only: nothing to write (this one is found while writing)
-    assert (
-        main(["data", "prepare", "--source", f"hf:{tmp_path / 'blank'}", "--out", str(tmp_path / "b")]) == 2
-    )
-    assert "no row of split 'train' holds text in field 'text'" in capsys.readouterr().err
+
+
+def test_rows_without_text_before_the_first_document_are_skipped_not_lost(tmp_path):
+    """The rows read ahead for the first document are routed and written like every other row."""
+    rows = [{"text": None}, {"text": " "}] * 30 + docs(100, with_id=False)
+    write_jsonl(tmp_path / "ds" / "a.jsonl", rows)
+    meta = prepare(f"hf:{tmp_path / 'ds'}", tmp_path / "out", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    for split in ("train", "val", "test"):
+        want = [r["text"] for i, r in enumerate(rows) if r["text"] and r["text"].strip()
+                and sources.md5_split(str(i)) == split]  # fmt: skip
+        assert split_ids(tmp_path / "out", split) == expected(want), split
+        assert meta["splits"][split]["n_documents"] == len(want)
 
 
 def test_the_cli_prepares_a_folder_training_can_read(tmp_path, capsys):

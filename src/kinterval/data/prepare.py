@@ -274,20 +274,26 @@ def prepare(
     elif kind == "hf":
         hf_split, text_field = hf_split or "train", text_field or "text"
         rows = sources.stream_hf(path, hf_config, hf_split)  # reaches the Hub before the old dataset goes
-        first = next(rows, None)
-        if first is None:
-            raise ValueError(f"{path}: split {hf_split!r} holds no row")
         route = sources.hf_router(text_field, split)
-        route(0, first)  # a missing text field, before the old dataset goes
+        # Read up to the first row that a split takes (a missing or non-text field, a split with no row or no
+        # text are refused here), before the old dataset goes; the rows read are written first.
+        head = []
+        for i, row in enumerate(rows):
+            head.append(row)
+            target, text = route(i, row)
+            if text is not None and target in splits:
+                break
+        else:
+            if not head:
+                raise ValueError(f"{path}: split {hf_split!r} holds no row")
+            raise ValueError(f"{path}: no row of split {hf_split!r} holds text in field {text_field!r}")
         budget = {s: (tokens if s == "train" else None) for s in splits}
         params |= {"hf_path": path, "hf_config": hf_config, "hf_split": hf_split, "text_field": text_field,
                    "split_rule": f"every document in {split}, in stream order" if split else
                    "int(md5(id, else stream index), 16) % 100: 0-1 val, 2-3 test, else train"}  # fmt: skip
         clear_outputs(out, splits)
-        records, tokenizer = _stream(out, budget, itertools.chain([first], rows), route, shard_tokens,
+        records, tokenizer = _stream(out, budget, itertools.chain(head, rows), route, shard_tokens,
                                      bpe_file, progress, "hf")  # fmt: skip
-        if not any(r["n_tokens"] for r in records.values()):
-            raise ValueError(f"{path}: no row of split {hf_split!r} holds text in field {text_field!r}")
     elif source.startswith("text:"):
         docs = sources.text_documents(source[5:], split=split)
         clear_outputs(out, splits)
