@@ -157,3 +157,25 @@ def test_the_cli_prepares_a_folder_training_can_read(tmp_path, capsys):
     assert "prepared hf:" in capsys.readouterr().out
     ids = np.asarray(split_ids(tmp_path / "out", "train"))
     assert np.sum(ids == EOT) == 200 and TokenShards(tmp_path / "out", "train").vocab_size == 50257
+
+
+def test_a_folder_of_several_data_formats_is_refused(tmp_path, capsys):
+    """datasets reads only the most common format of a folder: a corpus.jsonl beside two .txt notes would be
+    dropped for the notes without a word. Refused; one format (hidden files and a README aside) is read."""
+    write_jsonl(tmp_path / "ds" / "corpus.jsonl", docs(30))
+    (tmp_path / "ds" / "a.txt").write_text("note one\n")
+    (tmp_path / "ds" / "sub").mkdir()
+    (tmp_path / "ds" / "sub" / "b.txt").write_text("note two\n")
+    argv = ["data", "prepare", "--source", f"hf:{tmp_path / 'ds'}", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "data files of several formats (text: a.txt, sub/b.txt; json: corpus.jsonl)" in err, err
+    assert err.count("\n") == 1
+    for f in ("a.txt", "sub/b.txt"):
+        (tmp_path / "ds" / f).unlink()
+    (tmp_path / "ds" / ".notes.txt").write_text("hidden\n")
+    (tmp_path / "ds" / "README.md").write_text("# a corpus\n")
+    assert main(argv) == 0
+    assert split_ids(tmp_path / "out", "train") == expected(
+        [r["text"] for r in docs(30) if sources.md5_split(r["id"]) == "train"]
+    )

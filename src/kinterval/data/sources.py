@@ -98,6 +98,8 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
     ``datasets.load_dataset`` reads (json/jsonl, parquet, csv, arrow, txt). A local one is read offline."""
     local = Path(path).exists()
     args, kw = (path, config), {"split": split, "streaming": True}
+    if local and Path(path).is_dir():
+        _one_format(Path(path))
     if local and Path(path).is_file():  # a single data file: its format's packaged builder
         suffix = Path(path).suffix
         if suffix not in HF_FILE_BUILDERS:
@@ -111,6 +113,28 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
         raise ValueError(f"hf:{path}: {' '.join(str(err).split())}") from err
     except StopIteration:  # datasets' json builder on an empty file
         raise ValueError(f"{path}: split {split!r} holds no row") from None
+
+
+def _one_format(folder: Path) -> None:
+    """Refuse a local dataset folder whose data files have several formats (say a ``.jsonl`` and ``.txt``
+    notes): ``datasets`` would read only the most common format's files and silently drop the others.
+    A README.md with ``configs:`` names its data files itself and is left to ``datasets``."""
+    readme = folder / "README.md"
+    if readme.is_file() and "configs:" in readme.read_text(encoding="utf-8", errors="replace"):
+        return
+    formats: dict[str, list[str]] = {}
+    for f in sorted(folder.rglob("*")):
+        rel = f.relative_to(folder)
+        if f.is_file() and not any(p.startswith((".", "__")) for p in rel.parts):
+            builder = HF_FILE_BUILDERS.get(f.suffix.lower())
+            if builder is not None:
+                formats.setdefault(builder, []).append(rel.as_posix())
+    if len(formats) > 1:
+        found = "; ".join(f"{b}: {', '.join(f[:3])}{' ...' * (len(f) > 3)}" for b, f in formats.items())
+        raise ValueError(
+            f"hf:{folder}: data files of several formats ({found}); datasets would read the most common "
+            "format only and ignore the rest: give one data file, or a folder of one format"
+        )
 
 
 def hf_router(text_field: str, split: str | None):
