@@ -179,3 +179,28 @@ def test_a_folder_of_several_data_formats_is_refused(tmp_path, capsys):
     assert split_ids(tmp_path / "out", "train") == expected(
         [r["text"] for r in docs(30) if sources.md5_split(r["id"]) == "train"]
     )
+
+
+def test_a_missing_local_path_is_named_not_sent_to_the_hub(tmp_path, monkeypatch, capsys):
+    """A path that cannot be a Hub id (NAME or OWNER/NAME) and does not exist is a one-line error at once,
+    not half a minute of offline retries ending in 'Repo id must use alphanumeric chars'; a Hub id that
+    fails says that no local path of that name exists either."""
+    import datasets
+
+    def offline(*args, **kw):
+        if args[0] == "owner/corpus":
+            raise ConnectionError("Couldn't reach 'owner/corpus' on the Hub (LocalEntryNotFoundError)")
+        raise AssertionError(f"load_dataset called for {args}")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    out = str(tmp_path / "out")
+    for path in ("./nosuchdir", str(tmp_path / "missing"), "data/sub/corpus", "corpus.jsonl", "x.PARQUET"):
+        assert main(["data", "prepare", "--source", f"hf:{path}", "--out", out, "--quiet"]) == 2, path
+        err = capsys.readouterr().err
+        assert err == f"kinterval data: error: hf:{path}: no such file or folder\n", err
+    assert main(["data", "prepare", "--source", "hf:owner/corpus", "--out", out, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "kinterval data: error: hf:owner/corpus (no local file or folder of that name: read as a Hub id): "
+        "could not download owner/corpus from the Hugging Face Hub"
+    ), err

@@ -97,6 +97,13 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
     """Streaming rows of ``split`` of ``path``: a Hub dataset id, or a local dataset folder or data file that
     ``datasets.load_dataset`` reads (json/jsonl, parquet, csv, arrow, txt). A local one is read offline."""
     local = Path(path).exists()
+    if not local and (
+        path.startswith(("/", ".", "~"))
+        or path.count("/") > 1
+        or "\\" in path
+        or Path(path).suffix.lower() in HF_FILE_BUILDERS
+    ):  # not a Hub id (NAME or OWNER/NAME) either: a local path with a typo, not a download to wait for
+        raise FileNotFoundError(f"hf:{path}: no such file or folder")
     args, kw = (path, config), {"split": split, "streaming": True}
     if local and Path(path).is_dir():
         _one_format(Path(path))
@@ -110,7 +117,8 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
         with datasets_offline() if local else contextlib.nullcontext():
             return _from_hub(*args, **kw)
     except ValueError as err:  # datasets' "Bad split: ...", "BuilderConfig ... not found", an unknown format
-        raise ValueError(f"hf:{path}: {' '.join(str(err).split())}") from err
+        where = "" if local else " (no local file or folder of that name: read as a Hub id)"
+        raise ValueError(f"hf:{path}{where}: {' '.join(str(err).split())}") from err
     except StopIteration:  # datasets' json builder on an empty file
         raise ValueError(f"{path}: split {split!r} holds no row") from None
 
