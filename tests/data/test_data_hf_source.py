@@ -204,3 +204,17 @@ def test_a_missing_local_path_is_named_not_sent_to_the_hub(tmp_path, monkeypatch
         "kinterval data: error: hf:owner/corpus (no local file or folder of that name: read as a Hub id): "
         "could not download owner/corpus from the Hugging Face Hub"
     ), err
+
+
+def test_a_data_file_takes_any_suffix_case_and_no_config(tmp_path, capsys):
+    """d.JSONL is a JSON-lines file; --hf-config on a data file was accepted and recorded while the packaged
+    builder ignored it: refused now."""
+    write_jsonl(tmp_path / "d.JSONL", docs(20, with_id=False))
+    out = str(tmp_path / "out")
+    argv = ["data", "prepare", "--source", f"hf:{tmp_path / 'd.JSONL'}", "--out", out, "--quiet"]
+    argv += ["--split", "val"]
+    assert main(argv) == 0
+    assert split_ids(out, "val") == expected([r["text"] for r in docs(20)])
+    assert main([*argv, "--hf-config", "foo"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("d.JSONL: --hf-config names a dataset's configuration; a data file has none\n"), err

@@ -108,10 +108,12 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
     if local and Path(path).is_dir():
         _one_format(Path(path))
     if local and Path(path).is_file():  # a single data file: its format's packaged builder
-        suffix = Path(path).suffix
+        suffix = Path(path).suffix.lower()  # d.JSONL as d.jsonl
         if suffix not in HF_FILE_BUILDERS:
             raise ValueError(f"hf:{path}: a data file must end in one of {', '.join(HF_FILE_BUILDERS)}")
-        args = (HF_FILE_BUILDERS[suffix], config)
+        if config is not None:  # the packaged builder would take any name, and it would change nothing
+            raise ValueError(f"hf:{path}: --hf-config names a dataset's configuration; a data file has none")
+        args = (HF_FILE_BUILDERS[suffix], None)
         kw["data_files"] = {split: path}
     try:
         with datasets_offline() if local else contextlib.nullcontext():
