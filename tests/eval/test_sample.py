@@ -64,6 +64,19 @@ def test_the_first_token_follows_softmax_of_logits_over_temperature():
     assert stats.chisquare(counts, wrong * counts.sum()).pvalue < 1e-6
 
 
+def test_tiny_and_huge_temperatures_give_greedy_and_uniform_samples_not_nan():
+    """logits / 1e-45 overflowed to inf (float32), and softmax of inf is NaN: torch.multinomial raised."""
+    model = tiny()
+    idx = torch.randint(0, 64, (4, 5))
+    greedy = generate(model, idx, 5, temperature=0)
+    for t in (1e-30, 1e-45, 1e-300, 5e-324):
+        g = torch.Generator().manual_seed(0)
+        assert torch.equal(generate(model, idx, 5, temperature=t, top_k=10, generator=g), greedy), t
+        assert torch.equal(generate(model, idx, 5, temperature=t, generator=g), greedy), t
+    out = generate(model, torch.zeros(4000, 1, dtype=torch.long), 1, temperature=1e300, generator=g)[:, -1]
+    assert stats.chisquare(np.bincount(out.numpy(), minlength=64)).pvalue > 1e-3  # uniform
+
+
 @pytest.mark.parametrize(
     ("kw", "message"),
     [({"temperature": -1.0}, "temperature must be a number >= 0"), ({"temperature": float("inf")}, "finite"),

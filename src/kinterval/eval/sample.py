@@ -44,7 +44,9 @@ def generate(
         if temperature == 0:
             nxt = logits.argmax(dim=-1, keepdim=True)
         else:
-            logits = logits / temperature
+            # softmax is shift-invariant: the largest logit set to 0 and the division in float64, so that a
+            # tiny temperature gives -inf (never inf, whose softmax is NaN) and a huge one rounds to uniform
+            logits = (logits.double() - logits.max(dim=-1, keepdim=True).values.double()) / temperature
             if top_k is not None and top_k < logits.size(-1):
                 kth = torch.topk(logits, top_k).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
