@@ -218,3 +218,33 @@ def test_a_data_file_takes_any_suffix_case_and_no_config(tmp_path, capsys):
     assert main([*argv, "--hf-config", "foo"]) == 2
     err = capsys.readouterr().err
     assert err.endswith("d.JSONL: --hf-config names a dataset's configuration; a data file has none\n"), err
+
+
+def test_a_row_that_cannot_be_read_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """A truncated .arrow file raised pyarrow's OSError at the first row, and a malformed line deep in a big
+    file pyarrow's ArrowInvalid in the middle of the stream: both were tracebacks."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    table = pa.table({"text": [r["text"] for r in docs(50)]})
+    with open(tmp_path / "d.arrow", "wb") as f, ipc.new_stream(f, table.schema) as w:
+        w.write_table(table)
+    data = (tmp_path / "d.arrow").read_bytes()
+    (tmp_path / "d.arrow").write_bytes(data[: len(data) - 10])
+    out = str(tmp_path / "out")
+    assert main(["data", "prepare", "--source", f"hf:{tmp_path / 'd.arrow'}", "--out", out, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kinterval data: error: hf:{tmp_path / 'd.arrow'}: Expected to be able to read")
+    assert err.count("\n") == 1
+
+    def stream(*args, **kw):
+        yield from docs(700)
+        raise pa.lib.ArrowInvalid("JSON parse error: Invalid encoding in string. in row 15192")
+
+    monkeypatch.setattr(datasets, "load_dataset", stream)
+    assert main(["data", "prepare", "--source", "hf:owner/corpus", "--out", out, "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        "kinterval data: error: hf:owner/corpus: row 700 or a later one cannot be read: JSON parse error: "
+        "Invalid encoding in string. in row 15192\n"
+    )

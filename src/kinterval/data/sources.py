@@ -117,12 +117,31 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
         kw["data_files"] = {split: path}
     try:
         with datasets_offline() if local else contextlib.nullcontext():
-            return _from_hub(*args, **kw)
-    except ValueError as err:  # datasets' "Bad split: ...", "BuilderConfig ... not found", an unknown format
+            rows = _from_hub(*args, **kw)
+    except (ValueError, OSError) as err:  # "Bad split: ...", "BuilderConfig ... not found", a damaged file
+        if isinstance(err, FileNotFoundError):  # datasets' "doesn't contain any data files": as it is
+            raise
         where = "" if local else " (no local file or folder of that name: read as a Hub id)"
         raise ValueError(f"hf:{path}{where}: {' '.join(str(err).split())}") from err
     except StopIteration:  # datasets' json builder on an empty file
         raise ValueError(f"{path}: split {split!r} holds no row") from None
+    return _read_on(path, rows)
+
+
+def _read_on(path: str, rows):
+    """``rows``, with a row that cannot be read (a malformed line deep in a data file, a truncated file, a
+    dropped connection: pyarrow's and datasets' ValueError or OSError) one line naming the row."""
+    rows = iter(rows)
+    for i in itertools.count():
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except (ValueError, OSError) as err:
+            raise ValueError(
+                f"hf:{path}: row {i} or a later one cannot be read: {' '.join(str(err).split())}"
+            ) from err
+        yield row
 
 
 def _one_format(folder: Path) -> None:
