@@ -97,6 +97,9 @@ def test_a_gpt2_run_takes_and_prints_text(softmax_run, tmp_path, capsys):
     assert rows[0]["ids"][:2] == enc.encode_ordinary("Hello world")
     assert rows[0]["text"] == enc.decode(rows[0]["ids"]) and rows[0]["text"].startswith("Hello world")
     assert sample_run(run, max_new_tokens=1, device="cpu")[0]["ids"][0] == EOT  # no prompt: <|endoftext|>
+    # <|endoftext|> in a prompt is the token, as the printed text shows it (it was encoded as 7 tokens)
+    (row,) = sample_run(run, prompt="A.<|endoftext|>B", max_new_tokens=1, device="cpu")
+    assert row["ids"][:3] == [*enc.encode_ordinary("A."), EOT] and row["text"].startswith("A.<|endoftext|>B")
     assert main(["sample", "--run", str(run), "--prompt", "Hello world", "--tokens", "5", "--samples", "2",
                  "--device", "cpu"]) == 0  # fmt: skip
     out = capsys.readouterr().out

@@ -89,7 +89,9 @@ def sample_run(
                 f"this run's vocabulary ({vocab} tokens) is not GPT-2's ({GPT2_VOCAB}): give the prompt as "
                 "token ids (--prompt-ids)"
             )
-        prompt_ids = enc.encode_ordinary(prompt) or [EOT]
+        # "<|endoftext|>" in the prompt is the token that separates documents (as nanoGPT's sample.py, and as
+        # the text of a sample prints it), not 7 tokens of punctuation and letters
+        prompt_ids = enc.encode(prompt, allowed_special={"<|endoftext|>"}) or [EOT]
     elif prompt_ids is None:
         if enc is None:
             raise ValueError(f"this run's vocabulary ({vocab} tokens) is not GPT-2's: give --prompt-ids")
