@@ -248,3 +248,22 @@ def test_a_row_that_cannot_be_read_is_one_line_not_a_traceback(tmp_path, monkeyp
         "kinterval data: error: hf:owner/corpus: row 700 or a later one cannot be read: JSON parse error: "
         "Invalid encoding in string. in row 15192\n"
     )
+
+
+def test_a_null_id_is_keyed_by_the_stream_index(tmp_path):
+    """A null id is no key (hashing the text "None" would put every such row in one split)."""
+    rows = [{"id": None if i % 2 else f"doc-{i}", "text": f"Row {i} of the dataset."} for i in range(400)]
+    write_jsonl(tmp_path / "ds" / "a.jsonl", rows)
+    prepare(f"hf:{tmp_path / 'ds'}", tmp_path / "out", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    for split in ("train", "val", "test"):
+        keys = [str(i) if r["id"] is None else r["id"] for i, r in enumerate(rows)]
+        want = [r["text"] for r, key in zip(rows, keys) if sources.md5_split(key) == split]
+        assert split_ids(tmp_path / "out", split) == expected(want), split
+
+
+@pytest.mark.parametrize("flag", ["--text-field", "--hf-split", "--hf-config"])
+def test_an_empty_hf_flag_is_refused_not_read_as_its_default(tmp_path, capsys, flag):
+    write_jsonl(tmp_path / "ds" / "a.jsonl", docs(5))
+    argv = ["data", "prepare", "--source", f"hf:{tmp_path / 'ds'}", flag, " ", "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert f"{flag} must name something, got ' '" in capsys.readouterr().err

@@ -129,3 +129,17 @@ def test_any_run_takes_ids_and_refuses_text_without_gpt2_vocabulary(softmax_run,
         assert message in err and err.count("\n") == 1, (argv, err)
     with pytest.raises(SystemExit):  # argparse: one or the other
         main(["sample", "--run", run, "--prompt", "a", "--prompt-ids", "1"])
+
+
+def test_last_only_logits_are_the_last_row_of_the_full_logits():
+    """Sampling asks the model for the last position's logits alone: (B, 1, vocab) instead of (B, T, vocab)
+    (a 124M model at T = 1024 would otherwise hold 200 MB of logits per sample per token)."""
+    model = tiny(vocab=50)
+    idx = torch.randint(0, 50, (3, 16))
+    with torch.no_grad():
+        full, _ = model(idx)
+        last, loss = model(idx, last_only=True)
+    assert last.shape == (3, 1, 50) and loss is None
+    torch.testing.assert_close(last[:, 0], full[:, -1], rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="takes no targets"):
+        model(idx, idx, last_only=True)

@@ -207,6 +207,8 @@ def prepare(
     for flag, value in (("--hf-config", hf_config), ("--hf-split", hf_split), ("--text-field", text_field)):
         if value is not None and kind != "hf":
             raise ValueError(f"{flag} applies to an hf:PATH source only, got --source {source}")
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            raise ValueError(f"{flag} must name something, got {value!r}")
     if split is not None:
         if kind not in ("text", "hf"):
             raise ValueError(f"--split applies to a text:PATH or hf:PATH source only, got --source {source}")

@@ -181,7 +181,8 @@ def hf_router(text_field: str, split: str | None):
         if text is not None and not isinstance(text, str):
             raise ValueError(f"field {text_field!r} of row {i} is {type(text).__name__}, not text")
         text = text if text and text.strip() else None
-        return (split or md5_split(str(row["id"] if "id" in row else i))), text
+        key = row.get("id")  # a null id is no key: the stream index, as without an id column
+        return (split or md5_split(str(i if key is None else key))), text
 
     return route
 

@@ -99,7 +99,8 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     """``GPT(config, operator="fwm-prob-k4", backend="auto")``; ``forward(idx, targets=None)`` returns
-    ``(logits, loss)`` with the loss the mean token cross-entropy (None without targets). ``idx`` holds int64
+    ``(logits, loss)`` with the loss the mean token cross-entropy (None without targets); ``last_only=True``
+    returns the last position's logits alone (sampling). ``idx`` holds int64
     or int32 ids in ``[0, vocab_size)``, and so do ``targets`` (no ignore index; at least one token); an id
     outside is a ``ValueError`` (off CUDA, where the check costs no host sync in the training loop; on CUDA an
     id beyond the padded table is torch's device-side assert)."""
@@ -157,7 +158,7 @@ class GPT(nn.Module):
                 f"{int(hi)}"
             )
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, last_only: bool = False):
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             got = f"{tuple(idx.shape)} {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
             raise ValueError(f"idx must be a 2-d integer tensor of token ids (B, T), int64/int32, got {got}")
@@ -181,6 +182,10 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
+        if last_only:  # sampling: the next-token logits alone, (B, 1, vocab), not a (B, T, vocab) tensor
+            if targets is not None:
+                raise ValueError("last_only gives the last position's logits: it takes no targets")
+            x = x[:, -1:, :]
         logits = self.lm_head(x)
         if self.config.padded_vocab_size != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]  # the padding rows never get probability
