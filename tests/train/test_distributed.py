@@ -60,12 +60,13 @@ def run_torchrun(data_dir, out, strategy="ddp", extra=(), env=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", "fsdp2+compile"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", "fsdp2+compile", "fsdp2+activation-checkpointing"])
 def test_two_processes_match_one_process(make_config, data_dir, tmp_path, strategy):
-    strategy, compiled = strategy.removesuffix("+compile"), strategy.endswith("+compile")
+    strategy, _, option = strategy.partition("+")
+    compiled = option == "compile"
     # compiled blocks: dynamo logs its graph break at the eager operator (model/gpt.py), once per rank
     env = {**os.environ, "TORCH_LOGS": "graph_breaks"} if compiled else None
-    proc = run_torchrun(data_dir, tmp_path / "ddp", strategy, ["--compile"] if compiled else [], env)
+    proc = run_torchrun(data_dir, tmp_path / "ddp", strategy, [f"--{option}"] if option else [], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("_operator_attention" in proc.stderr) == compiled, proc.stderr[-3000:]
     # One process, accumulation doubled: the same 8 global sequences per step.
@@ -84,6 +85,8 @@ def test_two_processes_match_one_process(make_config, data_dir, tmp_path, strate
         torch.testing.assert_close(da.model[k], db.model[k], rtol=1e-5, atol=1e-5)
     run_cfg = json.loads((tmp_path / "ddp" / "run_config.json").read_text())
     assert run_cfg["world_size"] == 2 and run_cfg["plan"]["seqs_per_step"] == 8
+    assert run_cfg["config"]["activation_checkpointing"] == (option == "activation-checkpointing")
+    assert run_cfg["config"]["compile"] == compiled
 
 
 def test_pick_device_refuses_a_gpu_index_the_machine_lacks(monkeypatch):

@@ -265,7 +265,8 @@ def test_the_data_source_note_may_change_on_resume(make_config, tmp_path):
 
 
 def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
-    """docs/training.md §5: a resume may change only device, compile, operator.backend, micro_batch/accum,
+    """docs/training.md §5: a resume may change only device, compile, activation_checkpointing,
+    operator.backend, micro_batch/accum,
     dist.strategy, data.dir, checkpoint.* and log.* (and the run's name and data.verify, a label and a
     check); every other config field is part of the identity a checkpoint must match."""
     from kinterval.train.config import flatten
@@ -273,8 +274,9 @@ def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
     from kinterval.train.trainer import identity
 
     cfg = make_config()
-    execution = {"device", "compile", "operator.backend", "schedule.micro_batch", "schedule.accum",
-                 "dist.strategy", "data.dir", "name", "data.verify", "data.source"}  # fmt: skip
+    execution = {"device", "compile", "activation_checkpointing", "operator.backend", "schedule.micro_batch",
+                 "schedule.accum", "dist.strategy", "data.dir", "name", "data.verify",
+                 "data.source"}  # fmt: skip
     fields = set(flatten(cfg.to_dict()))
     computed = {f for f in fields if f not in execution and not f.startswith(("checkpoint.", "log."))}
     held = set(identity(cfg, make_plan(cfg, 1), {"source": "x"}))

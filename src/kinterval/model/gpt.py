@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from kinterval.model.config import ModelConfig
 from kinterval.model.numerics import attention_inputs
@@ -119,6 +120,7 @@ class GPT(nn.Module):
             )
         )
         self.lm_head = nn.Linear(config.n_embd, config.padded_vocab_size, bias=False)
+        self.activation_checkpointing = False  # True: each block recomputed in the backward (less memory)
         self.lm_head.weight = self.transformer.wte.weight  # tied embeddings
         self.apply(self._init_weights)
         # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer).
@@ -180,7 +182,11 @@ class GPT(nn.Module):
         pos = torch.arange(T, device=idx.device)
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)
         for block in self.transformer.h:
-            x = block(x)
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                # keep only the block's input; its activations are recomputed in the backward (same values)
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         x = self.transformer.ln_f(x)
         if last_only:  # sampling: the next-token logits alone, (B, 1, vocab), not a (B, T, vocab) tensor
             if targets is not None:

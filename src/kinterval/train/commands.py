@@ -83,6 +83,12 @@ def register(subparsers) -> None:
         default=None,
         help="torch.compile each block (the K-interval operator stays eager); config field `compile`",
     )
+    p.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        default=None,
+        help="recompute each block in the backward (less activation memory, the same result)",
+    )
     p.add_argument("--tensorboard", action="store_true", default=None, help="also write TensorBoard events")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument(
@@ -121,6 +127,8 @@ def config_from_args(args) -> TrainConfig:
         overrides["log.tensorboard"] = True
     if args.compile:
         overrides["compile"] = True
+    if args.activation_checkpointing:
+        overrides["activation_checkpointing"] = True
     if args.no_progress:
         overrides["log.progress"] = False
     for item in args.set:

@@ -96,6 +96,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     compile: bool = False  # torch.compile each block; the K-interval operator stays eager (model/gpt.py)
+    activation_checkpointing: bool = False  # recompute each block in the backward: less memory, same result
     model: ModelSection = field(default_factory=ModelSection)
     operator: OperatorSection = field(default_factory=OperatorSection)
     data: DataSection = field(default_factory=DataSection)
@@ -217,6 +218,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a string, got {value!r}")
         for name, value, optional in (
             ("compile", self.compile, False),
+            ("activation_checkpointing", self.activation_checkpointing, False),
             ("data.verify", self.data.verify, False),
             ("log.progress", self.log.progress, False),
             ("log.tensorboard", self.log.tensorboard, False),

@@ -56,6 +56,7 @@ EXECUTION_FIELDS = frozenset(
         "name",
         "device",
         "compile",
+        "activation_checkpointing",
         "operator.backend",
         "schedule.micro_batch",
         "schedule.accum",
@@ -127,6 +128,7 @@ class Trainer:
         np.random.seed(cfg.seed % 2**32)  # noqa: NPY002 (legacy global RNG, for user code)
         random.seed(cfg.seed)
         model = GPT(self.model_cfg, cfg.operator.name, cfg.operator.backend).to(info.device)
+        model.activation_checkpointing = cfg.activation_checkpointing
         self.model = D.wrap(model, info, cfg.dist.strategy, compile=cfg.compile)
         self.optimizer, self.decayed = build_optimizer(self.model, cfg.optim, info.device)
         self.sampler = SequenceSampler(len(self.tokens), self.plan.block_size, cfg.seed)
