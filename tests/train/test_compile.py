@@ -90,6 +90,11 @@ def test_a_killed_compiled_run_resumes_bit_identically_and_either_way(make_confi
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
     assert losses(tmp_path / "killed") == losses(tmp_path / "whole")
 
+    # activation checkpointing recomputes the compiled blocks: the same run to the bit
+    train(cfg.override({"activation_checkpointing": True}), tmp_path / "ac")
+    ac = weights(tmp_path / "ac")
+    assert all(torch.equal(whole[k], ac[k]) for k in whole)
+
     with pytest.raises(Stop):
         train(cfg.override({"compile": False}), tmp_path / "switched", on_step=stop)
     train(cfg, tmp_path / "switched", resume=True)  # no "different config" refusal
