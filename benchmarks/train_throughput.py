@@ -90,6 +90,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="torch.compile each block, as `kinterval train --compile` (the K-interval operator stays eager)",
     )
+    p.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="recompute each block in the backward, as `kinterval train --activation-checkpointing`",
+    )
     p.add_argument("--markdown", help="also write the table to this file (rewritten after every row)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     args = p.parse_args(argv)
@@ -138,6 +143,7 @@ class Row:
         torch.manual_seed(0)
         with torch.device(device):  # built on the device: a 124M model initializes in a fraction of a second
             self.model = GPT(self.cfg, op, args.backend)
+        self.model.activation_checkpointing = args.activation_checkpointing
         if args.compile:  # compiled at the first (warm-up) step
             compile_blocks(self.model)
         self.opt = torch.optim.AdamW(
@@ -365,6 +371,7 @@ def main(argv=None) -> None:
             f"torch {torch.__version__}; {args.steps} timed steps per row after {args.warmup} warm-up"
             + (f", {args.repeats} interleaved repeats pooled" if args.repeats > 1 else "")
             + (", blocks compiled (torch.compile; the K-interval operator eager)" if args.compile else "")
+            + (", activation checkpointing" if args.activation_checkpointing else "")
             + f"; anchors: {anchors}"
         )
     )

@@ -101,6 +101,27 @@ def test_throughput_compiles_the_blocks_when_asked(capsys):
     assert args.compile and not bench["parse_args"]([]).compile
 
 
+def test_throughput_checkpoints_activations_when_asked(capsys):
+    """--activation-checkpointing: every row's model recomputes its blocks, and the header says so."""
+    bench = runpy.run_path(str(ROOT / "benchmarks" / "train_throughput.py"))
+    args = bench["parse_args"](["--model", "tiny", "--vocab-size", "64", "--activation-checkpointing"])
+    row = bench["Row"]("lerp-k4", "float32", args, torch.device("cpu"))
+    assert (
+        row.model.activation_checkpointing
+        and not bench["Row"](
+            "lerp-k4",
+            "float32",
+            bench["parse_args"](["--model", "tiny", "--vocab-size", "64"]),
+            torch.device("cpu"),
+        ).model.activation_checkpointing
+    )
+    argv = ["--model", "tiny", "--device", "cpu", "--vocab-size", "64", "--block-size", "16", "--steps", "1"]
+    bench["main"](
+        [*argv, "--warmup", "0", "--micro-batch", "2", "--operators", "sdpa", "--activation-checkpointing"]
+    )
+    assert ", activation checkpointing" in capsys.readouterr().out
+
+
 def provenance():
     return runpy.run_path(str(ROOT / "benchmarks" / "provenance.py"))  # the module's globals
 
