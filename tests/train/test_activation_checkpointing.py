@@ -46,11 +46,19 @@ def test_checkpointed_blocks_keep_less_and_give_the_same_gradients(operator):
     assert kept < full / 3, (kept, full)  # 4 blocks' activations against their 4 inputs (and the head)
 
 
-def test_a_run_with_checkpointed_blocks_is_the_same_run(make_config, tmp_path):
-    """Bit-identical weights and losses; a resume may switch it (an execution field)."""
+def test_a_run_with_checkpointed_blocks_is_the_same_run(make_config, tmp_path, monkeypatch):
+    """Bit-identical weights and losses, with the blocks really checkpointed; a resume may switch it (an
+    execution field)."""
+    calls = []
+    real = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(
+        torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
     cfg = make_config(**{"operator.name": "fwm-prob-k4"})
     train(cfg, tmp_path / "plain")
+    assert not calls
     train(cfg.override({"activation_checkpointing": True}), tmp_path / "ac")
+    assert len(calls) == 8 * 2 * 2  # steps x micro-batches x layers (evaluation never checkpoints)
     a = load_file(latest_checkpoint(tmp_path / "plain") / "model.safetensors")
     b = load_file(latest_checkpoint(tmp_path / "ac") / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -166,6 +166,8 @@ class GPT(nn.Module):
             raise ValueError(f"idx must be a 2-d integer tensor of token ids (B, T), int64/int32, got {got}")
         self._check_ids("token ids", idx)
         if targets is not None:
+            if last_only:
+                raise ValueError("last_only gives the last position's logits: it takes no targets")
             if not isinstance(targets, torch.Tensor) or targets.shape != idx.shape:
                 got = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
                 raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {got}")
@@ -189,8 +191,6 @@ class GPT(nn.Module):
                 x = block(x)
         x = self.transformer.ln_f(x)
         if last_only:  # sampling: the next-token logits alone, (B, 1, vocab), not a (B, T, vocab) tensor
-            if targets is not None:
-                raise ValueError("last_only gives the last position's logits: it takes no targets")
             x = x[:, -1:, :]
         logits = self.lm_head(x)
         if self.config.padded_vocab_size != self.config.vocab_size:
