@@ -7,6 +7,7 @@ import torch
 from kinterval.data import (
     SequenceSampler,
     TokenShards,
+    data_passes,
     decode_tokens,
     get_block,
     load_batch,
@@ -75,6 +76,17 @@ def test_sampler_permutes_each_epoch_deterministically():
     assert np.array_equal(SequenceSampler(1001, 10, 3).offsets(0, 200), np.concatenate([e0, e1]))
     assert not np.array_equal(SequenceSampler(1001, 10, 4).offsets(0, 100), e0)
     assert (e0 + 10 + 1 <= 1001).all()
+
+
+def test_data_passes_count_the_samplers_windows():
+    """One pass is every window of the sampler once: 100 windows of 10 (+1) tokens in 1001 tokens; a budget
+    of 2.5 passes is the sampler's epochs 0, 1 and half of 2."""
+    assert data_passes(1000, 1001, 10) == 1.0 and data_passes(2500, 1001, 10) == 2.5
+    assert data_passes(1000, 1000, 10) == pytest.approx(1000 / 990)  # 99 windows: the last token is a target
+    s = SequenceSampler(n_tokens=1001, T=10, seed=3)
+    assert {s.epoch(i) for i in range(int(data_passes(2500, 1001, 10) * s.n_windows))} == {0, 1, 2}
+    with pytest.raises(ValueError, match="hold no training window"):
+        data_passes(10, 10, 10)
 
 
 def test_sampler_independent_of_chunking():

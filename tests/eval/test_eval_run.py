@@ -62,9 +62,22 @@ def test_full_split_and_summary(tiny_run):
         assert r["operator_used"] == r["operator_trained"] == "softmax" and not r["operator_override"]
         assert r["train_code"]["ops_sha256"] == r["eval_code"]["ops_sha256"]
         assert r["device_name"] and r["device"] == "cpu"  # the CPU's model (a second evaluator: tab:strict)
+        # the passes over the train split its weights were trained on (the checkpoint's data identity)
+        n_train = TokenShards(tiny_run / "data", "train").n_tokens
+        assert r["train_passes"] == pytest.approx(r["tokens"] / (n_train - 1 - (n_train - 1) % 32), abs=5e-7)
         with np.load(eval_dir(tiny_run / "run") / f"{r['checkpoint']}.npz") as z:
             assert z["nll"].shape == (r["n_blocks"],)
             assert z["nll"].mean() == pytest.approx(r["mean_nll"])
+
+
+def test_train_passes_need_the_checkpoints_data_identity():
+    from kinterval.eval.evaluate import train_passes
+
+    data = {"n_tokens": 1001}
+    assert train_passes({"tokens": 2500, "identity": {"data.identity": data}}, 10) == 2.5
+    for state in ({"tokens": 2500}, {"tokens": 5, "identity": {"data.identity": {"n_tokens": True}}}):
+        assert train_passes(state, 10) is None  # a checkpoint that records no (valid) data identity
+    assert train_passes({"tokens": 5, "identity": {"data.identity": {"n_tokens": 10}}}, 10) is None
 
 
 def test_resumable(tiny_run):

@@ -38,6 +38,8 @@ def write_results(
     runs: Callable[[dict], bool] | None = None,
     validation: Callable[[dict, float], dict | None] | None = None,
     stopped: Callable[[dict], int | None] | None = None,
+    passes: Callable[[dict, float], float | None] | None = None,
+    train: Callable[[dict, int], float] | None = None,
 ) -> dict:
     """Write the results of ``suite`` (a name or a .toml path) into ``root``; returns the manifest.
 
@@ -46,6 +48,8 @@ def write_results(
     ``runs(run)``: False drops a run's results (the manifest keeps it). ``validation(run, frac)``: the fields
     of the ``"validation"`` row logged at each checkpoint (None: the run logs none). ``stopped(run)``: the
     step of a non-finite loss that stopped the run (its status.json says so; no checkpoint from that step on).
+    ``passes(run, frac)``: the ``train_passes`` each primary evaluation records (None: not recorded).
+    ``train(run, step)``: the training loss logged at every step (a training row with its tokens).
     """
     m = build_manifest(load_suite(suite), root, root / data)
     write_manifest(root, m)
@@ -74,7 +78,13 @@ def write_results(
             frac = (i + 1) / len(steps)
             nll = base + effect(r, frac) + _rng(r["run_id"], step).normal(0, noise, n_blocks)
             _write_eval(
-                run_dir / r["eval_dir"].split("/", 2)[2], step, step * tokens_per_step, root / data, T, nll
+                run_dir / r["eval_dir"].split("/", 2)[2],
+                step,
+                step * tokens_per_step,
+                root / data,
+                T,
+                nll,
+                passes=passes(r, frac) if passes is not None else None,
             )
             if geometry is not None:
                 g = run_dir / "diagnostics" / "geometry"
@@ -87,6 +97,12 @@ def write_results(
                 run_dir / "eval" / tag, steps[-1], steps[-1] * tokens_per_step, root / name, T, nll, docs
             )
         rows = []
+        last = stop - 1 if stop is not None else steps[-1]
+        if train is not None:
+            rows += [
+                {"step": s, "tokens": s * tokens_per_step, "train_loss": train(r, s)}
+                for s in range(1, last + 1)
+            ]
         if clip is not None:
             rows += [{"step": s, "clipped_frac": clip(r), "train_loss": 5.0} for s in steps]
         for i, step in enumerate(steps if validation is not None else []):
@@ -98,7 +114,9 @@ def write_results(
     return m
 
 
-def _write_eval(ev: Path, step: int, tokens: int, data_dir: Path, T: int, nll, docs: bool = False) -> None:
+def _write_eval(
+    ev: Path, step: int, tokens: int, data_dir: Path, T: int, nll, docs: bool = False, passes=None
+) -> None:
     ev.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
     arrays = {"nll": nll}
@@ -120,6 +138,8 @@ def _write_eval(ev: Path, step: int, tokens: int, data_dir: Path, T: int, nll, d
         "n_blocks": int(nll.size),
         "mean_nll": float(nll.mean()),
     }
+    if passes is not None:
+        summary["train_passes"] = passes
     (ev / f"{name}.json").write_text(json.dumps(summary))
 
 

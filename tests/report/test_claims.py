@@ -107,6 +107,28 @@ def test_claims_agree(tmp_path):
         assert {"claim", "paper", "ours", "direction_agrees", "detectable"} <= set(c)
         assert "tab:" in c["paper"] and "[" in c["ours"]
     assert "### Paper claims" in index and "| agrees |" in index and "| disagrees |" not in index
+    # evaluations that record no passes over the train split: no multi-pass note anywhere
+    assert "passes" not in index and all(c["train_passes"] is None for c in claims.values())
+
+
+def test_claims_name_the_passes_over_the_train_split(tmp_path):
+    """Runs that saw their training data 2.46 times by their endpoint: each claim's setting says so, with
+    the number in report.json, and the index lists the runs; at 0.8 passes nothing is flagged."""
+    for d in ("multi", "single"):
+        (tmp_path / d).mkdir()
+    claims, index = _suite(tmp_path / "multi", PLANTED, passes=lambda r, frac: 2.4648 * frac)
+    for c in claims.values():
+        assert "(2.46 passes over the train split)" in c["setting"], c
+        assert c["train_passes"] == pytest.approx(2.4648)
+    assert "**Runs that saw their training data more than once**" in index
+    assert "mini-shaped/softmax-s1337 2.46" in index and "lerp-k32-s1337 2.46" in index
+    report = json.loads((tmp_path / "multi" / "rep" / "report.json").read_text())
+    assert report["train_passes"]["mini-shaped/lerp-k4-s1337"] == pytest.approx(2.4648)
+
+    claims, index = _suite(tmp_path / "single", PLANTED, passes=lambda r, frac: 0.8 * frac)
+    for c in claims.values():
+        assert "passes" not in c["setting"] and c["train_passes"] == pytest.approx(0.8)
+    assert "more than once" not in index
 
 
 def test_claims_disagree_on_a_planted_reversal(tmp_path):

@@ -83,6 +83,7 @@ def report(tmp_path_factory):
         heldout=heldout,
         clip=lambda r: 0.1,
         validation=validation,
+        train=lambda r, step: 4.0 + effect(r, 1.0),  # training rows: the fit table
     )
     write_results(
         tmp / "supp",

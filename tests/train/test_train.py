@@ -264,6 +264,31 @@ def test_the_data_source_note_may_change_on_resume(make_config, tmp_path):
     assert result.status == "completed"
 
 
+def test_a_budget_over_the_train_split_is_noted_and_recorded(make_config, tmp_path, capsys):
+    """A run whose tokens go over its train split more than once says so at the start (the passes, and the
+    split a single pass needs) and records the split's size and the passes in run_config.json; a run within
+    one pass says nothing."""
+    from kinterval.data.loader import TokenShards, n_blocks
+    from kinterval.data.prepare import prepare
+
+    prepare("synthetic", tmp_path / "small", tokens=3000, seed=0, progress=False)
+    n = TokenShards(tmp_path / "small", "train").n_tokens
+    cfg = make_config(**{"data.dir": str(tmp_path / "small"), "schedule.tokens": 32 * 8 * 20})
+    train(cfg, tmp_path / "run")
+    passes = 32 * 8 * 20 / (n_blocks(n, 32) * 32)
+    assert passes > 1
+    err = capsys.readouterr().err
+    assert f"kinterval train: note: 5,120 training tokens are {passes:.2f} passes over the train split" in err
+    assert f"({n:,} tokens)" in err and "needs a train split of 5,121 tokens or more" in err
+    record = json.loads((tmp_path / "run" / "run_config.json").read_text())["train_data"]
+    assert record == {"tokens": n, "passes": pytest.approx(passes)}
+
+    train(make_config(), tmp_path / "one-pass")
+    assert "passes over the train split" not in capsys.readouterr().err
+    record = json.loads((tmp_path / "one-pass" / "run_config.json").read_text())["train_data"]
+    assert record["passes"] < 1
+
+
 def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
     """docs/training.md §5: a resume may change only device, compile, activation_checkpointing,
     operator.backend, micro_batch/accum,

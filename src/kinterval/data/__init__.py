@@ -4,6 +4,7 @@ from kinterval.data.import_bin import import_bin
 from kinterval.data.loader import (
     SequenceSampler,
     TokenShards,
+    data_passes,
     decode_tokens,
     get_block,
     load_batch,
@@ -18,6 +19,7 @@ __all__ = [
     "GPT2_VOCAB",
     "SequenceSampler",
     "TokenShards",
+    "data_passes",
     "decode_tokens",
     "get_block",
     "gpt2_encoding",

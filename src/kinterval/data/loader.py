@@ -177,6 +177,16 @@ def n_blocks(n_tokens: int, T: int) -> int:
     return max(0, (n_tokens - 1) // T)
 
 
+def data_passes(tokens: int, n_tokens: int, T: int) -> float:
+    """How many passes over a training split of ``n_tokens`` tokens ``tokens`` training tokens make at block
+    size ``T``: one pass is every window of :class:`SequenceSampler` once (``n_blocks(n_tokens, T) * T``
+    tokens). Above 1 the run sees every training sequence again, in a new order."""
+    windows = n_blocks(n_tokens, T)
+    if windows == 0:
+        raise ValueError(f"{n_tokens} tokens hold no training window of {T}+1 tokens")
+    return tokens / (windows * T)
+
+
 def first_blocks(n_tokens: int, T: int, blocks: int) -> int:
     """How many of the first ``blocks`` blocks a probe reads (geometry, gradient diagnostics): at most the
     split's; a split without one full block is refused (every per-block average would be NaN)."""

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from kinterval import atomic
-from kinterval.data.loader import TokenShards
+from kinterval.data.loader import TokenShards, data_passes, n_blocks
 from kinterval.eval.checkpoints import (
     checkpoint_name,
     pick_device,
@@ -158,6 +158,17 @@ def _check_finite(tok: np.ndarray, ckpt: Path, split: str) -> None:
         )
 
 
+def train_passes(state: dict, T: int) -> float | None:
+    """Passes over its train split that a checkpoint's weights were trained on (:func:`data_passes`; above
+    1 the model saw its training sequences again), from the data identity the checkpoint records; None for a
+    checkpoint that records none."""
+    data = (state.get("identity") or {}).get("data.identity")
+    n = data.get("n_tokens") if isinstance(data, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n_blocks(n, T) == 0:
+        return None
+    return round(data_passes(int(state.get("tokens", 0)), n, T), 6)
+
+
 def evaluate_checkpoint(
     ckpt: str | Path,
     *,
@@ -203,6 +214,7 @@ def evaluate_checkpoint(
         "checkpoint": checkpoint_name(ckpt),
         "step": int(state["step"]),
         "tokens": int(state.get("tokens", 0)),
+        "train_passes": train_passes(state, T),
         "checkpoint_state_sha256": state_sha256(ckpt),
         "checkpoint_files": state.get("files", {}),
         "operator_trained": trained_operator(state),

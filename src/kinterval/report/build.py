@@ -274,6 +274,17 @@ def _k_figure(primary, rows: list[A.Row], traj, ix: _Index, data: dict) -> None:
     }
 
 
+def _endpoint_passes(points) -> dict[str, float]:
+    """``suite/run_id`` -> passes over its train split at the run's last evaluated checkpoint, for the runs
+    whose evaluations record it (``train_passes``)."""
+    last: dict[str, tuple[int, float]] = {}
+    for p in points:
+        name = f"{p.suite}/{p.run_id}"
+        if p.passes is not None and p.tokens >= last.get(name, (-1, 0.0))[0]:
+            last[name] = (p.tokens, p.passes)
+    return {name: n for name, (_, n) in sorted(last.items())}
+
+
 def _not_run(r) -> list[str]:
     """The manifest's runs a folder has no evaluation of (a suite run in sittings: `suite merge`)."""
     have = r.runs()
@@ -345,6 +356,20 @@ def _build(results, out: Path) -> None:
             "**The folders ran different operator code** (`ops_sha256`: "
             + ", ".join(f"{suite} `{str(sha)[:12]}`" for suite, sha in codes)
             + "): pairs and seed statistics across them compare runs of different kinterval versions.",
+            "",
+        ]
+
+    passes = _endpoint_passes(primary)
+    if passes:
+        data["train_passes"] = passes
+    repeated = {run: n for run, n in passes.items() if n > 1}
+    if repeated:  # a multi-epoch regime: the held-out NLL also reflects what a run memorized of its data
+        ix.lines += [
+            "**Runs that saw their training data more than once** (passes over the train split at their last "
+            "evaluated checkpoint): "
+            + ", ".join(f"{run} {n:.2f}" for run, n in sorted(repeated.items()))
+            + ". Every training sequence was seen again, so their validation NLL also reflects how much of "
+            "the train split they memorized.",
             "",
         ]
 
@@ -506,6 +531,15 @@ def _build(results, out: Path) -> None:
             *T.graddecomp_rows(grad),
             "Fixed-upstream decomposition of the score gradient (layer means; norm ratios to g_full, "
             "relative errors of each modified backward) and zero-sum residual (`kinterval graddiag`)",
+        )
+    fit = A.train_fit(pairing, logs)
+    if fit:
+        data["train_fit"] = fit
+        ix.table(
+            "fit",
+            *T.fit_rows(fit),
+            f"Training fit at the endpoint: training loss over the last {A.FIT_TAIL:.0%} of the tokens, "
+            "condition − same-seed control on the same batches, beside the evaluation ΔNLL",
         )
     clips = A.clip_fractions(points, logs)
     if clips:

@@ -33,6 +33,9 @@ class Claim:
     tokens: int | None = None  # training tokens at the checkpoint the estimate uses; None: not run
     estimate: A.Estimate | None = None
     stopped: bool = False  # an entry for a run stopped by a non-finite loss (no estimate)
+    # passes over their train split that the runs' weights were trained on at that checkpoint (> 1: every
+    # training sequence seen again, a multi-epoch regime unlike the paper's runs); None: not recorded
+    train_passes: float | None = None
 
     @property
     def status(self) -> str:
@@ -51,17 +54,30 @@ def _ours(e: A.Estimate, seeds) -> str:
     return f"{e.mean:+.4f} [{e.lo:+.4f}, {e.hi:+.4f}] ({e.interval}; seed {s})"
 
 
-def _setting(key, tokens: int) -> str:
+def _setting(key, tokens: int, passes: float | None = None) -> str:
     """The runs' setting, led by the checkpoint the claim is computed at: the budget where the runs reached
-    it, else "T of B tokens" (every run of the claim stopped short of its budget: its last checkpoint)."""
+    it, else "T of B tokens" (every run of the claim stopped short of its budget: its last checkpoint); and
+    the passes over the train split when the runs saw their training data more than once."""
     model = f", {key.model}" if key.model else ""
     seed = "" if key.seed is None else f", seed {key.seed}"
     at = f"{key.budget} tokens" if not tokens or tokens == key.budget else f"{tokens} of {key.budget} tokens"
-    return f"{at}, {key.data}, {key.tag}{model}{seed}"
+    repeat = f" ({passes:.2f} passes over the train split)" if passes is not None and passes > 1 else ""
+    return f"{at}{repeat}, {key.data}, {key.tag}{model}{seed}"
 
 
-def _claim(template: Claim, found: list[tuple[A.Row, bool]]) -> list[Claim]:
-    """One entry per setting where the claim's runs exist; one "not run" entry when there is none."""
+def _passes(points: list[Point]) -> dict[tuple, float]:
+    """(``Key.setting()``, training tokens) -> the most passes over the train split any run there records."""
+    out: dict[tuple, float] = {}
+    for p in points:
+        if p.passes is not None:
+            k = (p.key.setting(), p.tokens)
+            out[k] = max(out.get(k, 0.0), p.passes)
+    return out
+
+
+def _claim(template: Claim, found: list[tuple[A.Row, bool]], passes: dict[tuple, float]) -> list[Claim]:
+    """One entry per setting where the claim's runs exist; one "not run" entry when there is none.
+    ``passes``: :func:`_passes` of the points."""
     if not found:
         return [Claim(template.claim, template.paper, template.test, "not run", None, None)]
     return [
@@ -72,9 +88,11 @@ def _claim(template: Claim, found: list[tuple[A.Row, bool]]) -> list[Claim]:
             _ours(r.est, r.seeds),
             bool(agrees),
             r.est.excludes_zero,
-            _setting(r.key, r.tokens) + (f"; {r.family}" if r.family else ""),
+            _setting(r.key, r.tokens, passes.get((r.key.setting(), r.tokens)))
+            + (f"; {r.family}" if r.family else ""),
             r.tokens or None,
             r.est,
+            train_passes=passes.get((r.key.setting(), r.tokens)),
         )
         for r, agrees in found
     ]
@@ -115,7 +133,9 @@ def _stops(points: list[Point], unevaluated: dict[str, dict]) -> list[_Stop]:
     return [out[k] for k in sorted(out)]
 
 
-def _claim_with_stops(template: Claim, found, stops: list[_Stop], roles: dict[str, int]) -> list[Claim]:
+def _claim_with_stops(
+    template: Claim, found, stops: list[_Stop], roles: dict[str, int], passes: dict[tuple, float]
+) -> list[Claim]:
     """:func:`_claim`'s entries, then one per stopped run whose operator (any arithmetic) the claim involves:
     ``roles[op]`` = +1 if the claim says ``op`` is the worse one (the run agrees), -1 if it says the other is
     (it disagrees), 0 where a non-finite loss gives the claim no sign (not estimable). "not run" only without
@@ -141,7 +161,7 @@ def _claim_with_stops(template: Claim, found, stops: list[_Stop], roles: dict[st
     ]
     if entries and not found:
         return entries
-    return _claim(template, found) + entries
+    return _claim(template, found, passes) + entries
 
 
 # the 2x2 factorial's cells at K = 4 (any arithmetic)
@@ -222,9 +242,10 @@ def paper_claims(
         return all(getattr(s, k) == v for k, v in kw.items())
 
     stops = _stops(points, unevaluated or {})
+    passes = _passes(points)
 
     def with_stops(template: Claim, found, roles: dict[str, int]) -> list[Claim]:
-        return _claim_with_stops(template, found, stops, roles)
+        return _claim_with_stops(template, found, stops, roles, passes)
 
     out: list[Claim] = []
     found = [

@@ -84,6 +84,9 @@ class Point:
     # (step, training tokens) at which the trainer stopped the run with a non-finite loss (its status.json);
     # None for a run that completed or is still training
     stopped: tuple[int, int] | None = None
+    # passes over its train split the checkpoint was trained on (> 1: a multi-epoch run); None when the
+    # evaluation does not record it
+    passes: float | None = None
 
     @property
     def mean(self) -> float:
@@ -172,6 +175,12 @@ def _json(path: Path) -> dict:
             f"{path}: not a JSON object ({type(obj).__name__}); `kinterval suite gate` checks every file"
         )
     return obj
+
+
+def _passes(value) -> float | None:
+    """An evaluation's ``train_passes``: a positive finite number, else None (not recorded, or not valid)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+    return float(value) if ok else None
 
 
 def _nll_arrays(npz: Path) -> tuple[np.ndarray, dict]:
@@ -309,6 +318,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     per_seed=per_seed,
                     device_name=str(s.get("device_name") or ""),
                     stopped=stopped,
+                    passes=_passes(s.get("train_passes")),
                 )
             )
         logs[r["run_id"]] = _read_logs(run_dir, r, eval_steps)

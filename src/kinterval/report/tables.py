@@ -411,6 +411,33 @@ def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
     ]
 
 
+def fit_rows(rows) -> tuple[list[str], list[list[str]]]:
+    """The training-fit table (``analysis.train_fit``): training loss over the last ``FIT_TAIL`` of the
+    tokens against the evaluation, each as condition − same-seed control."""
+    from kinterval.report.analysis import FIT_TAIL
+
+    headers = ["Condition", "Budget", "Seeds", "Control", "Steps", f"Train loss (last {FIT_TAIL:.0%})",
+               "Δ train loss", "95% CI", "Interval", "ΔNLL (evaluation)", "NLL − train loss",
+               "Control NLL − train loss"]  # fmt: skip
+    return headers, [
+        [
+            condition(r.key),
+            tokens(r.key.budget),
+            ",".join(map(str, r.seeds)),
+            r.control,
+            str(r.steps),
+            num(r.train, signed=False),
+            num(r.d_train.mean),
+            ci(r.d_train.lo, r.d_train.hi),
+            r.d_train.interval,
+            num(r.d_eval),
+            num(r.gap),
+            num(r.control_gap),
+        ]
+        for r in rows
+    ]
+
+
 def graddecomp_rows(rows) -> tuple[list[str], list[list[str]]]:
     """tab:graddecomp (norm ratios to g_full; relative errors of the implemented local gradient) with the
     zero-sum residual of the run's own implemented score gradient."""

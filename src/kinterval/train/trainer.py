@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from kinterval.data.loader import SequenceSampler, TokenShards, load_batch, n_blocks
+from kinterval.data.loader import SequenceSampler, TokenShards, data_passes, load_batch, n_blocks
 from kinterval.model import GPT, SDPA, CausalSelfAttention, autocast, parse_operator, train_precision
 from kinterval.model.scores import attention_scores, row_span
 from kinterval.ops import resolve_backend
@@ -123,6 +123,9 @@ class Trainer:
         check_fits(cfg, self.model_cfg, len(self.tokens), info.device)
         if info.is_main and (note := protocol_batch_note(cfg, self.plan)):
             print(f"kinterval train: warning: {note}", file=sys.stderr)
+        self.passes = data_passes(self.plan.total_tokens, len(self.tokens), self.plan.block_size)
+        if info.is_main and (note := passes_note(self.plan, len(self.tokens), cfg.data.dir)):
+            print(f"kinterval train: note: {note}", file=sys.stderr)
 
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)  # noqa: NPY002 (legacy global RNG, for user code)
@@ -224,6 +227,8 @@ class Trainer:
             "model": self.model_cfg.to_dict(),
             "plan": asdict(self.plan),
             "world_size": self.info.world_size,
+            # the train split's size, and how many times the planned tokens go over it (1 = each window once)
+            "train_data": {"tokens": len(self.tokens), "passes": round(self.passes, 6)},
         }
         (self.out / "run_config.json").write_text(json.dumps(run_config, indent=1) + "\n")
         self._status("running")
@@ -519,6 +524,20 @@ def protocol_batch_note(cfg: TrainConfig, plan: Plan) -> str | None:
         f"protocol {cfg.name} trains {tokens:,} tokens per step; this run trains {plan.tokens_per_step:,} "
         f"({world} process(es) x accum {cfg.schedule.accum} x micro-batch {cfg.schedule.micro_batch} x "
         f"{plan.block_size} tokens){fix}"
+    )
+
+
+def passes_note(plan: Plan, n_tokens: int, data_dir: str) -> str | None:
+    """A note when the planned tokens go over the train split more than once: every later pass repeats each
+    training sequence (in a new order), so the run measures a multi-epoch regime, where a held-out NLL also
+    reflects how much the model memorized of its train split."""
+    passes = data_passes(plan.total_tokens, n_tokens, plan.block_size)
+    if passes <= 1:
+        return None
+    return (
+        f"{plan.total_tokens:,} training tokens are {passes:.2f} passes over the train split of {data_dir} "
+        f"({n_tokens:,} tokens): passes after the first repeat every training sequence in a new order; one "
+        f"pass (each token seen at most once) needs a train split of {plan.total_tokens + 1:,} tokens or more"
     )
 
 

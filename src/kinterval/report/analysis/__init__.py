@@ -67,12 +67,15 @@ from kinterval.report.analysis.heldout import HeldoutOrdering, heldout_ordering,
 from kinterval.report.analysis.ranks import RankStats, rank_statistics, ranked_rows
 from kinterval.report.analysis.records import (
     CLIP_TAIL,
+    FIT_TAIL,
     GRAD_TERMS,
     ClipRow,
+    FitRow,
     GradDecompRow,
     ValidationPair,
     clip_fractions,
     gradient_decomposition,
+    train_fit,
     validation_pairs,
 )
 from kinterval.report.analysis.strict import STRICT_GROUPS, StrictRow, strict_table
@@ -84,7 +87,9 @@ __all__ = [
     "Estimate",
     "FACTORIAL",
     "FAMILY_ORDER",
+    "FIT_TAIL",
     "GRAD_TERMS",
+    "FitRow",
     "GradDecompRow",
     "HeldoutOrdering",
     "KPanels",
@@ -134,6 +139,7 @@ __all__ = [
     "strict_table",
     "surrogate_effects",
     "tail_decomposition",
+    "train_fit",
     "trajectories",
     "validation_pairs",
 ]

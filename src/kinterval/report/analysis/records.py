@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kinterval.eval.graddiag import DECOMP
-from kinterval.report.analysis.core import Pairing, final, key_order
+from kinterval.report.analysis.core import Estimate, Pairing, estimate, final, key_order
 from kinterval.report.results import Key, Point
 
 # The trailing window of the clip statistics: the paper's "98% of steps clipped over the last 1.5B tokens" of
@@ -178,3 +178,64 @@ def validation_pairs(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[l
             )
         )
     return out, skipped
+
+
+# The trailing window of the training-fit table: the last 10% of a run's training tokens
+FIT_TAIL = 0.1
+
+
+@dataclass
+class FitRow:
+    """How well a condition fits its training data at the endpoint, beside its evaluation ΔNLL: the training
+    loss logged over the last ``FIT_TAIL`` of the training tokens minus the same-seed softmax's at the same
+    steps (the same batches: one seed gives one data order), with the one rule's interval over the per-step
+    differences (one seed: block bootstrap over steps; several: t over seeds). Where the evaluation ΔNLL and
+    the training Δ differ, the condition generalizes differently (e.g. memorizes less of a train split it saw
+    several times); where they agree, it fits differently. Means over seeds."""
+
+    key: Key
+    seeds: tuple[int, ...]
+    control: str  # the control's operator
+    steps: int  # logged steps in the window (the fewest over seeds)
+    train: float  # the condition's mean training loss over the window
+    d_train: Estimate  # training loss, condition − control, per step
+    d_eval: float  # endpoint evaluation ΔNLL, condition − control
+    gap: float  # endpoint evaluation NLL − training loss over the window, the condition
+    control_gap: float  # the same for the control
+
+
+def _train_losses(rows: list[dict]) -> dict[int, float]:
+    """Training tokens -> logged training loss, for the training rows (no ``event``) with a finite loss."""
+    out = {}
+    for r in rows:
+        loss = r.get("train_loss")
+        if "event" not in r and isinstance(loss, (int, float)) and np.isfinite(loss) and "tokens" in r:
+            out[int(r["tokens"])] = float(loss)
+    return out
+
+
+def train_fit(pairing: Pairing, logs: dict[tuple, list[dict]]) -> list[FitRow]:
+    """A :class:`FitRow` per condition at its endpoint, from the pairs of ``pairing`` (``softmax_pairs``) at
+    each run's last checkpoint and ``logs``: (suite, run_id) -> metrics rows. Runs whose logs (or their
+    control's) hold fewer than two common steps in the window are left out."""
+    per_key: dict[Key, dict[int, tuple]] = defaultdict(dict)
+    for x in final(pairing.pairs, lambda x: x.point):
+        p, c = x.point, x.control
+        if not p.primary or p.run_id == c.run_id:
+            continue
+        own = _train_losses(logs.get((p.suite, p.run_id), []))
+        ctrl = _train_losses(logs.get((c.suite, c.run_id), []))
+        ts = sorted(t for t in set(own) & set(ctrl) if (1 - FIT_TAIL) * p.tokens < t <= p.tokens)
+        if len(ts) < 2:
+            continue
+        train, ctrl_train = np.mean([own[t] for t in ts]), np.mean([ctrl[t] for t in ts])
+        d = np.array([own[t] - ctrl[t] for t in ts])
+        per_key[p.key][p.seed] = (d, train, p.mean - c.mean, p.mean - train, c.mean - ctrl_train, c.operator)
+    out = []
+    for key, v in sorted(per_key.items(), key=lambda kv: key_order(kv[0])):
+        seeds = tuple(sorted(v))
+        d, train, d_eval, gap, control_gap, control = zip(*(v[s] for s in seeds))
+        est = estimate(dict(zip(seeds, d)), f"training loss of {key.operator} − control")
+        mean = [float(np.mean(x)) for x in (train, d_eval, gap, control_gap)]
+        out.append(FitRow(key, seeds, control[0], min(x.size for x in d), mean[0], est, *mean[1:]))
+    return out
