@@ -9,11 +9,13 @@ from pathlib import Path
 
 
 class MetricsLog:
-    """Append-only JSONL log; ``truncate_after(step)`` drops rows a resumed run will redo."""
+    """Append-only JSONL log; ``truncate_after(step)`` drops rows a resumed run will redo. With
+    ``tensorboard`` the rows also go to TensorBoard events in ``RUN/tensorboard``."""
 
     def __init__(self, run_dir: str | Path, tensorboard: bool = False):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.tb = None
+        self._writer = None  # SummaryWriter, opened at the first truncate_after or write
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -21,10 +23,19 @@ class MetricsLog:
                 raise ValueError(
                     "log.tensorboard needs the tensorboard package: pip install 'kinterval[tensorboard]'"
                 ) from err
-            self.tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+            self._writer = SummaryWriter
+
+    def _open_tb(self, step: int) -> None:
+        """TensorBoard's writer; a session that goes on from ``step`` hides the events an earlier session
+        wrote after it (``purge_step``), as ``truncate_after`` drops their rows: else a resumed run's curves
+        would hold those steps twice."""
+        if self._writer is not None and self.tb is None:
+            purge = step + 1 if step > 0 else None
+            self.tb = self._writer(str(self.path.parent / "tensorboard"), purge_step=purge)
 
     def truncate_after(self, step: int) -> None:
         """Keep the rows up to ``step`` (a torn last line, as a kill mid-write leaves, is dropped)."""
+        self._open_tb(step)
         if not self.path.is_file():
             return
         keep = [row for row in _parse(self.path) if row.get("step", 0) <= step]
@@ -35,6 +46,7 @@ class MetricsLog:
     def write(self, row: dict) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(_jsonable(row)) + "\n")
+        self._open_tb(0)
         if self.tb is not None and row.get("event") == "validation":
             for key in ("val_loss", "row_span"):
                 self.tb.add_scalar(f"val/{key}", row[key], row["step"])

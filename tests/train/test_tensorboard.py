@@ -1,0 +1,61 @@
+"""``log.tensorboard``: the rows of metrics.jsonl as TensorBoard scalars, each step once after a resume."""
+
+import sys
+
+import pytest
+
+from kinterval.train.loop import train
+from kinterval.train.metrics import MetricsLog, read_metrics
+
+event_accumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator",
+    reason="the tensorboard package (a dev dependency: pip install -e '.[dev]')",
+)
+
+
+class Killed(Exception):
+    pass
+
+
+def scalars(run) -> dict[str, list[tuple[int, float]]]:
+    """What TensorBoard shows: tag -> (step, value) in display order, orphaned events purged."""
+    acc = event_accumulator.EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def logged(run, key, event=None) -> list[tuple[int, float]]:
+    return [(r["step"], r[key]) for r in read_metrics(run) if r.get("event") == event and key in r]
+
+
+def test_scalars_are_the_logged_rows_and_a_resume_shows_each_step_once(make_config, tmp_path):
+    cfg = make_config(**{"log.tensorboard": True, "log.eval_every": 3})  # checkpoints after 2, 4, 6, 8
+
+    def kill(step, model):
+        if step == 7:  # past the checkpoint at 6, and past the validation at step 6
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run", on_step=kill)
+    assert [s for s, _ in scalars(tmp_path / "run")["train/train_loss"]] == list(range(1, 8))
+    train(cfg, tmp_path / "run", resume=True)
+    shown = scalars(tmp_path / "run")
+    assert {"train/train_loss", "train/lr", "train/grad_norm", "val/val_loss", "val/row_span"} <= set(shown)
+    # steps 7 of the first session and of the resumed one: only the resumed one is shown
+    for tag, key, event, steps in (
+        ("train/train_loss", "train_loss", None, range(1, 9)),
+        ("train/lr", "lr", None, range(1, 9)),
+        ("train/grad_norm", "grad_norm", None, range(1, 9)),
+        ("val/val_loss", "val_loss", "validation", [3, 6, 8]),
+    ):
+        want = logged(tmp_path / "run", key, event)
+        assert [s for s, _ in shown[tag]] == [s for s, _ in want] == list(steps), tag
+        assert [v for _, v in shown[tag]] == pytest.approx([v for _, v in want], rel=1e-6), tag  # float32
+
+
+def test_without_the_package_the_error_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import raises ImportError
+    with pytest.raises(ValueError, match=r"pip install 'kinterval\[tensorboard\]'"):
+        MetricsLog(tmp_path, tensorboard=True)
+    MetricsLog(tmp_path).write({"step": 1, "train_loss": 1.0})  # without TensorBoard: no import at all
+    assert not (tmp_path / "tensorboard").exists()
