@@ -281,7 +281,7 @@ def test_a_budget_over_the_train_split_is_noted_and_recorded(make_config, tmp_pa
     assert f"kinterval train: note: 5,120 training tokens are {passes:.2f} passes over the train split" in err
     assert f"({n:,} tokens)" in err and "needs a train split of 5,121 tokens or more" in err
     record = json.loads((tmp_path / "run" / "run_config.json").read_text())["train_data"]
-    assert record == {"tokens": n, "passes": pytest.approx(passes)}
+    assert record == {"source": "synthetic", "tokens": n, "passes": pytest.approx(passes)}
 
     train(make_config(), tmp_path / "one-pass")
     assert "passes over the train split" not in capsys.readouterr().err

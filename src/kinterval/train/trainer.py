@@ -227,8 +227,13 @@ class Trainer:
             "model": self.model_cfg.to_dict(),
             "plan": asdict(self.plan),
             "world_size": self.info.world_size,
-            # the train split's size, and how many times the planned tokens go over it (1 = each window once)
-            "train_data": {"tokens": len(self.tokens), "passes": round(self.passes, 6)},
+            # the data read (config.data.source is a free-text label, e.g. a protocol's corpus), the train
+            # split's size, and how many times the planned tokens go over it (1 = each window once)
+            "train_data": {
+                "source": self.identity["data.identity"]["source"],
+                "tokens": len(self.tokens),
+                "passes": round(self.passes, 6),
+            },
         }
         (self.out / "run_config.json").write_text(json.dumps(run_config, indent=1) + "\n")
         self._status("running")
