@@ -1,8 +1,11 @@
-"""``kinterval data prepare``: build a prepared dataset folder and print its splits."""
+"""``kinterval data prepare``: build a prepared dataset folder and print its splits. ``kinterval data
+overlap``: n-gram overlap of one split with another (e.g. validation with training)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from kinterval.data.prepare import SOURCES, prepare, summary_table
 
@@ -29,6 +32,29 @@ def _prepare(args: argparse.Namespace) -> int:
     )
     print(f"prepared {meta['source']} -> {args.out} (vocab {meta['vocab_size']}, eot {meta['eot']})")
     print(summary_table(meta, args.block_size))
+    return 0
+
+
+def _overlap(args: argparse.Namespace) -> int:
+    from kinterval.data.overlap import split_overlap
+
+    if args.n < 1:
+        raise ValueError(f"--n must be a positive window length, got {args.n}")
+    o = split_overlap(args.data, args.split, args.against, args.against_data, args.n)
+    other = f"{args.against_data or args.data} {args.against}"
+    d = o.to_dict()
+    print(f"{o.n}-gram overlap of {args.data} {args.split} ({o.tokens:,} tokens, {d['documents']} documents) "
+          f"with {other} ({o.against_tokens:,} tokens)")  # fmt: skip
+    print(f"windows of {o.n} tokens within a document: {o.windows:,}; also in {args.against}: {o.found:,} "
+          f"({o.window_share:.1%})")  # fmt: skip
+    print(f"tokens inside such a window: {o.covered:,} ({o.token_share:.1%})")
+    print(f"documents with such a token: {d['documents_touched']} of {d['documents']}; with more than half "
+          f"of their tokens: {d['documents_over_half']}")  # fmt: skip
+    if args.json:
+        where = {"data": str(args.data), "split": args.split}
+        where.update(against_data=str(args.against_data or args.data), against=args.against)
+        record = {**where, **d}
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
@@ -60,3 +86,16 @@ def register(subparsers) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_prepare)
+
+    o = sub.add_parser(
+        "overlap", help="n-gram overlap of a split with another (e.g. val with train): contamination"
+    )
+    o.add_argument("data", help="prepared data folder")
+    o.add_argument("--split", default="val", help="the split checked (default val)")
+    o.add_argument("--against", default="train", help="the split it is looked up in (default train)")
+    o.add_argument(
+        "--against-data", default=None, help="look it up in this prepared folder's split (same tokenizer)"
+    )
+    o.add_argument("--n", type=int, default=13, help="window length in tokens (default 13, as GPT-3)")
+    o.add_argument("--json", default=None, help="also write the numbers and each document's share here")
+    o.set_defaults(func=_overlap)
