@@ -40,6 +40,7 @@ def write_results(
     stopped: Callable[[dict], int | None] | None = None,
     passes: Callable[[dict, float], float | None] | None = None,
     train: Callable[[dict, int], float] | None = None,
+    shards: tuple[str, ...] | None = None,
 ) -> dict:
     """Write the results of ``suite`` (a name or a .toml path) into ``root``; returns the manifest.
 
@@ -50,6 +51,8 @@ def write_results(
     step of a non-finite loss that stopped the run (its status.json says so; no checkpoint from that step on).
     ``passes(run, frac)``: the ``train_passes`` each primary evaluation records (None: not recorded).
     ``train(run, step)``: the training loss logged at every step (a training row with its tokens).
+    ``shards``: the shard hashes the primary evaluations' requests record. ``effect`` may return an array of
+    ``n_blocks`` (a per-block effect).
     """
     m = build_manifest(load_suite(suite), root, root / data)
     write_manifest(root, m)
@@ -85,6 +88,7 @@ def write_results(
                 T,
                 nll,
                 passes=passes(r, frac) if passes is not None else None,
+                shards=shards,
             )
             if geometry is not None:
                 g = run_dir / "diagnostics" / "geometry"
@@ -115,7 +119,7 @@ def write_results(
 
 
 def _write_eval(
-    ev: Path, step: int, tokens: int, data_dir: Path, T: int, nll, docs: bool = False, passes=None
+    ev: Path, step: int, tokens: int, data_dir: Path, T: int, nll, docs=False, passes=None, shards=None
 ) -> None:
     ev.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
@@ -140,6 +144,8 @@ def _write_eval(
     }
     if passes is not None:
         summary["train_passes"] = passes
+    if shards is not None:
+        summary["request"] = {"shards_sha256": list(shards), "T": T}
     (ev / f"{name}.json").write_text(json.dumps(summary))
 
 

@@ -9,13 +9,20 @@ from kinterval.report import build
 
 def test_report_passes_every_folder_and_its_output_folder(monkeypatch, tmp_path, capsys):
     calls = []
-    monkeypatch.setattr(build, "build_report", lambda dirs, out: calls.append((list(dirs), Path(out))) or out)
+
+    def fake(dirs, out, clean_blocks=()):
+        calls.append((list(dirs), Path(out), list(clean_blocks)))
+        return out
+
+    monkeypatch.setattr(build, "build_report", fake)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     assert cli.main(["report", a, b]) == 0
-    assert calls[-1] == ([a, b], Path(a) / "report")
+    assert calls[-1] == ([a, b], Path(a) / "report", [])
     assert cli.main(["report", a, b, "--out", str(tmp_path / "r")]) == 0
-    assert calls[-1] == ([a, b], tmp_path / "r")
+    assert calls[-1] == ([a, b], tmp_path / "r", [])
     assert f"report written: {tmp_path / 'r'}" in capsys.readouterr().out
+    assert cli.main(["report", a, "--clean-blocks", "x.json", "--clean-blocks", "y.json"]) == 0
+    assert calls[-1] == ([a], Path(a) / "report", ["x.json", "y.json"])
 
 
 def test_report_refuses_an_out_inside_a_run_folder(tmp_path, capsys):

@@ -84,6 +84,7 @@ def report(tmp_path_factory):
         clip=lambda r: 0.1,
         validation=validation,
         train=lambda r, step: 4.0 + effect(r, 1.0),  # training rows: the fit table
+        shards=("ef" * 32,),  # the split a block coverage file describes: the clean-blocks table
     )
     write_results(
         tmp / "supp",
@@ -95,7 +96,9 @@ def report(tmp_path_factory):
         validation=validation,
     )
     write_graddiag(tmp / "D", json.loads((tmp / "D" / "manifest.json").read_text()), graddiag)
-    build_report([tmp / "D", tmp / "supp"], tmp / "rep")
+    cover = {"n": 13, "block_size": 64, "shards_sha256": ["ef" * 32], "block_coverage": [0.0, 0.3] * 24}
+    (tmp / "cover.json").write_text(json.dumps(cover))
+    build_report([tmp / "D", tmp / "supp"], tmp / "rep", clean_blocks=[tmp / "cover.json"])
     return tmp / "rep", json.loads((tmp / "rep" / "report.json").read_text())
 
 

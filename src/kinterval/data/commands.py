@@ -40,6 +40,8 @@ def _overlap(args: argparse.Namespace) -> int:
 
     if args.n < 1:
         raise ValueError(f"--n must be a positive window length, got {args.n}")
+    if args.block_size is not None and args.block_size < 1:
+        raise ValueError(f"--block-size must be positive, got {args.block_size}")
     o = split_overlap(args.data, args.split, args.against, args.against_data, args.n)
     other = f"{args.against_data or args.data} {args.against}"
     d = o.to_dict()
@@ -50,10 +52,16 @@ def _overlap(args: argparse.Namespace) -> int:
     print(f"tokens inside such a window: {o.covered:,} ({o.token_share:.1%})")
     print(f"documents with such a token: {d['documents_touched']} of {d['documents']}; with more than half "
           f"of their tokens: {d['documents_over_half']}")  # fmt: skip
+    blocks = {}
+    if args.block_size is not None:
+        cover = o.block_coverage(args.block_size)
+        blocks = {"block_size": args.block_size, "block_coverage": [round(float(c), 6) for c in cover]}
+        print(f"blocks of {args.block_size} tokens (as `kinterval eval` scores them) with no target inside "
+              f"such a window: {int((cover == 0).sum()):,} of {cover.size:,}")  # fmt: skip
     if args.json:
         where = {"data": str(args.data), "split": args.split}
         where.update(against_data=str(args.against_data or args.data), against=args.against)
-        record = {**where, **d}
+        record = {**where, "shards_sha256": list(o.shards_sha256), **d, **blocks}
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
@@ -97,5 +105,11 @@ def register(subparsers) -> None:
         "--against-data", default=None, help="look it up in this prepared folder's split (same tokenizer)"
     )
     o.add_argument("--n", type=int, default=13, help="window length in tokens (default 13, as GPT-3)")
+    o.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="also each evaluation block's share of covered targets (for `kinterval report --clean-blocks`)",
+    )
     o.add_argument("--json", default=None, help="also write the numbers and each document's share here")
     o.set_defaults(func=_overlap)

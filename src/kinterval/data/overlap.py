@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kinterval.data.loader import TokenShards
+from kinterval.data.loader import TokenShards, n_blocks
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -64,6 +64,14 @@ class Overlap:
     covered: int  # tokens (not end-of-text) inside at least one found window
     against_tokens: int
     doc_coverage: np.ndarray = field(repr=False)  # per document of the checked split: share of tokens covered
+    token_covered: np.ndarray = field(repr=False)  # per token of the checked split: inside a found window
+    shards_sha256: tuple = ()  # the checked split's shard hashes, as an evaluation records them
+
+    def block_coverage(self, T: int) -> np.ndarray:
+        """Per evaluation block ``k`` of ``T`` tokens (targets ``kT+1 .. kT+T``, as ``kinterval eval``
+        scores them): the share of its targets inside a found window. 0: a block with none ("clean")."""
+        k = n_blocks(self.token_covered.size, T)
+        return self.token_covered[1 : k * T + 1].reshape(k, T).mean(axis=1)
 
     @property
     def window_share(self) -> float:
@@ -125,6 +133,7 @@ def ngram_overlap(
         covered=int((covered & text).sum()),
         against_tokens=int(len(against)),
         doc_coverage=hit[keep] / size[keep],
+        token_covered=covered,
     )
 
 
@@ -148,4 +157,6 @@ def split_overlap(
                 f"({mine.get('name')}, vocab {checked.vocab_size} vs {theirs.get('name')}, vocab "
                 f"{other.vocab_size}): their token ids cannot be compared"
             )
-    return ngram_overlap(checked.tokens(), other.tokens(), n=n, eot=checked.eot)
+    o = ngram_overlap(checked.tokens(), other.tokens(), n=n, eot=checked.eot)
+    o.shards_sha256 = tuple(s.get("sha256") for s in checked.meta["splits"][checked.split]["shards"])
+    return o

@@ -299,8 +299,9 @@ def _run_count(r) -> str:
     )
 
 
-def build_report(suite_dirs, out: str | Path) -> Path:
-    """Report of one or more suite folders into ``out``; returns the path of ``index.md``.
+def build_report(suite_dirs, out: str | Path, clean_blocks=()) -> Path:
+    """Report of one or more suite folders into ``out``; returns the path of ``index.md``. ``clean_blocks``:
+    block coverage files of ``kinterval data overlap --block-size T --json`` (the clean-blocks table).
 
     The folders' runs are pooled: each run is paired with its same-seed control from any of them. The report
     is built in ``out/.report.building`` and then published into ``out`` (module docstring): other files in
@@ -309,16 +310,18 @@ def build_report(suite_dirs, out: str | Path) -> Path:
     out = Path(out)
     check_outside_runs(out, "the report's files would mix with the run's (its gate would count them)")
     results = load_many(dirs)
+    coverages = [A.read_coverage(f) for f in clean_blocks]
+    clean = A.clean_blocks([p for r in results for p in r.points], coverages)  # a file of no split: refused
     work = _begin(out)
     try:
-        _build(results, work)
+        _build(results, work, clean)
         _publish(work, out, ("report.json", "index.md"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out / "index.md"
 
 
-def _build(results, out: Path) -> None:
+def _build(results, out: Path, clean=()) -> None:
     """Every table, figure, ``report.json`` and ``index.md`` of ``results`` into the folder ``out``."""
     points = [p for r in results for p in r.points]
     primary = [p for p in points if p.primary]
@@ -531,6 +534,15 @@ def _build(results, out: Path) -> None:
             *T.graddecomp_rows(grad),
             "Fixed-upstream decomposition of the score gradient (layer means; norm ratios to g_full, "
             "relative errors of each modified backward) and zero-sum residual (`kinterval graddiag`)",
+        )
+    if clean:
+        data["clean_blocks"] = clean
+        ix.table(
+            "clean_blocks",
+            *T.clean_rows(clean),
+            "Endpoint ΔNLL vs same-seed softmax on the validation blocks with no target inside an n-gram "
+            "window that also stands in the training split (clean), and on the others (`kinterval data "
+            "overlap`)",
         )
     fit = A.train_fit(pairing, logs)
     if fit:

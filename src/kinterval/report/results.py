@@ -87,6 +87,7 @@ class Point:
     # passes over its train split the checkpoint was trained on (> 1: a multi-epoch run); None when the
     # evaluation does not record it
     passes: float | None = None
+    shards: tuple[str, ...] = ()  # the evaluated split's shard hashes (its request); () when not recorded
 
     @property
     def mean(self) -> float:
@@ -181,6 +182,12 @@ def _passes(value) -> float | None:
     """An evaluation's ``train_passes``: a positive finite number, else None (not recorded, or not valid)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
     return float(value) if ok else None
+
+
+def _shards(request) -> tuple[str, ...]:
+    """The shard hashes an evaluation's request records, () when it records none."""
+    shards = request.get("shards_sha256") if isinstance(request, dict) else None
+    return tuple(shards) if isinstance(shards, list) and all(isinstance(x, str) for x in shards) else ()
 
 
 def _nll_arrays(npz: Path) -> tuple[np.ndarray, dict]:
@@ -319,6 +326,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     device_name=str(s.get("device_name") or ""),
                     stopped=stopped,
                     passes=_passes(s.get("train_passes")),
+                    shards=_shards(s.get("request")),
                 )
             )
         logs[r["run_id"]] = _read_logs(run_dir, r, eval_steps)

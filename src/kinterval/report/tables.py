@@ -411,6 +411,31 @@ def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
     ]
 
 
+def clean_rows(rows) -> tuple[list[str], list[list[str]]]:
+    """ΔNLL vs softmax on all blocks, on the blocks without a target in a window shared with the training
+    split, and on the others (``analysis.clean_blocks``)."""
+
+    def est(e):
+        return ["-", "-"] if e is None else [num(e.mean), ci(e.lo, e.hi)]
+
+    headers = ["Condition", "Data", "Seeds", "n-gram", "ΔNLL, all blocks", "95% CI", "Clean blocks",
+               "ΔNLL, clean", "95% CI", "Covered blocks", "ΔNLL, covered", "95% CI"]  # fmt: skip
+    return headers, [
+        [
+            condition(r.key),
+            r.key.data,
+            ",".join(map(str, r.seeds)),
+            str(r.n),
+            *est(r.all),
+            str(r.n_clean),
+            *est(r.clean),
+            str(r.n_covered),
+            *est(r.covered),
+        ]  # fmt: skip
+        for r in rows
+    ]
+
+
 def fit_rows(rows) -> tuple[list[str], list[list[str]]]:
     """The training-fit table (``analysis.train_fit``): training loss over the last ``FIT_TAIL`` of the
     tokens against the evaluation, each as condition − same-seed control."""

@@ -18,6 +18,7 @@ logs and diagnostics). Every public name is importable from here.
 
 from __future__ import annotations
 
+from kinterval.report.analysis.cleanblocks import CleanRow, clean_blocks, read_coverage
 from kinterval.report.analysis.core import (
     FAMILY_ORDER,
     MARGIN,
@@ -83,6 +84,7 @@ from kinterval.report.analysis.taildecomp import path_ratio_ci, tail_decompositi
 
 __all__ = [
     "CLIP_TAIL",
+    "CleanRow",
     "ClipRow",
     "Estimate",
     "FACTORIAL",
@@ -108,6 +110,7 @@ __all__ = [
     "ValidationPair",
     "apply_bh",
     "at_endpoint",
+    "clean_blocks",
     "clip_fractions",
     "condition",
     "cross_setting",
@@ -130,6 +133,7 @@ __all__ = [
     "pair_controls",
     "path_ratio_ci",
     "rank_statistics",
+    "read_coverage",
     "ranked_rows",
     "seed_references",
     "softmax_pairs",
