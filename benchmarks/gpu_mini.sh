@@ -23,7 +23,9 @@
 # `check` says whether this checkout's is. If it is not, put this checkout beside the repository with that
 # commit's operator code (src/kinterval/ops, what ops_sha256 hashes; the runner, gate and trainer stay this
 # checkout's) and run from it, with this checkout's kernel tests as the preflight:
-#   git worktree add --detach .pinned HEAD
+#   git worktree add --no-checkout --detach .pinned HEAD
+#   git -C .pinned sparse-checkout set src && git -C .pinned checkout   # only src/ runs there: the rest of a
+#                                                                       # full checkout would not fit in 64 MiB
 #   git -C .pinned checkout COMMIT -- src/kinterval/ops   # COMMIT: git_commit in docs/results/mini/manifest.json
 #   PIN=.pinned bash benchmarks/gpu_mini.sh check
 #   in the call: PIN=.pinned PREFLIGHT_TESTS=tests/ops/test_triton.py bash ... sitting  (carry .corpus, .pinned)
@@ -62,6 +64,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT" .mini
 ROOT=${PIN:-.}  # the checkout whose code runs: this one, or the pinned commit of the results folder
 export PYTHONPATH=$PWD/$ROOT/src PYTHONUNBUFFERED=1
+ROOT_TESTS=$ROOT/tests; [ -d "$ROOT_TESTS" ] || ROOT_TESTS=tests  # a pin of src/ only: this checkout's tests
 PY=${PY:-python3}
 CORPUS=${CORPUS:-.corpus/docs}
 # mini on an H200: three runs at once finished in 450-464 s (330-350 s of training each, five per-block
@@ -94,7 +97,7 @@ preflight() {  # preflight LIMIT_S LOGFILE [K [TESTS]]
   local xdist="" rc
   $PY -c "import xdist" 2>/dev/null && xdist="-n ${PREFLIGHT_WORKERS:-16}"
   OMP_NUM_THREADS=1 timeout --preserve-status -s INT -k 20 "$1" $PY -m pytest -q -p no:cacheprovider $xdist \
-    --tb=line -rf "${4:-${PREFLIGHT_TESTS:-$ROOT/tests/ops/test_triton.py}}" -k "${3:-$PREFLIGHT_K}" \
+    --tb=line -rf "${4:-${PREFLIGHT_TESTS:-$ROOT_TESTS/ops/test_triton.py}}" -k "${3:-$PREFLIGHT_K}" \
     > ".mini/$(basename "$2").full" 2>&1
   rc=$?
   grep -vE "^ |Warning|warnings summary|^tests/.*::|^$|^-- Docs" ".mini/$(basename "$2").full" | tail -n 25 > "$2"
