@@ -129,3 +129,30 @@ def test_the_overlap_command_writes_what_the_report_reads(tmp_path, capsys):
     assert cov["block_coverage"] == pytest.approx(want, abs=1e-6)
     assert 0 < (cov["block_coverage"] > 0).sum() < cov["block_coverage"].size  # some clean blocks, some not
     assert main(["data", "overlap", str(tmp_path / "syn"), "--block-size", "0"]) == 2
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"block_coverage": ["x"] + [0.0] * (N_BLOCKS - 1)},  # a string numpy cannot read: was a traceback
+        {"block_coverage": ["0.5"] + [0.0] * (N_BLOCKS - 1)},  # a numeric string: was read as a number
+        {"block_coverage": [[0.1], [0.2, 0.3]]},  # ragged lists: was a numpy traceback
+        {"block_coverage": {"a": 1}},
+        {"block_coverage": [True] + [False] * (N_BLOCKS - 1)},
+        {"n": "abc"},
+        {"n": None},
+        {"n": 13.7},  # was silently shown as 13
+        {"n": -4},  # was shown as a -4-gram
+        {"block_size": "64"},
+        {"shards_sha256": None},  # was a TypeError traceback
+        {"shards_sha256": 5},
+        {"shards_sha256": SHARDS[0]},  # a string, not a list: was split into characters
+    ],
+)
+def test_a_coverage_file_of_wrong_types_is_one_line_error(folder, tmp_path, capsys, change):
+    record = {"n": 13, "block_size": 64, "shards_sha256": list(SHARDS), "block_coverage": list(COVER)}
+    (tmp_path / "bad.json").write_text(json.dumps({**record, **change}))
+    bad = str(tmp_path / "bad.json")
+    assert main(["report", str(folder), "--out", str(tmp_path / "rep"), "--clean-blocks", bad]) == 2
+    assert "bad.json: not a block coverage file" in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()

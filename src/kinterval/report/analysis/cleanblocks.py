@@ -40,9 +40,24 @@ def read_coverage(path: str | Path) -> dict:
         d = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{path}: not a readable JSON file ({err})") from None
-    ok = isinstance(d, dict) and all(k in d for k in ("n", "block_size", "shards_sha256", "block_coverage"))
-    cover = np.asarray(d.get("block_coverage", []) if ok else [], dtype=float)
-    if not ok or cover.ndim != 1 or cover.size == 0 or not np.all((cover >= 0) & (cover <= 1)):
+
+    def count(x) -> bool:  # a positive integer (not a bool, not 13.7)
+        return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+    def share(x) -> bool:  # a real number in [0, 1] (not a string, a bool, a list or NaN)
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1
+
+    ok = (
+        isinstance(d, dict)
+        and count(d.get("n"))
+        and count(d.get("block_size"))
+        and isinstance(d.get("shards_sha256"), list)
+        and all(isinstance(s, str) for s in d["shards_sha256"])
+        and isinstance(d.get("block_coverage"), list)
+        and all(share(c) for c in d["block_coverage"])
+    )
+    cover = np.asarray(d["block_coverage"] if ok else [], dtype=float)
+    if not ok or cover.size == 0:
         raise ValueError(
             f"{path}: not a block coverage file (write one with `kinterval data overlap DATA --block-size T "
             "--json FILE`: it needs n, block_size, shards_sha256 and block_coverage)"
