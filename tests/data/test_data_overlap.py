@@ -108,3 +108,14 @@ def test_cli_prints_the_shares_and_writes_json(tmp_path, capsys):
     assert main(["data", "overlap", str(tmp_path / "syn"), "--n", "0"]) == 2
     assert main(["data", "overlap", str(tmp_path / "syn"), "--split", "nope"]) == 2
     assert "unknown split 'nope'" in capsys.readouterr().err
+
+
+def test_a_json_target_that_cannot_be_written_is_refused_before_the_work(tmp_path, capsys):
+    """A folder or a path in a missing folder as --json: one line, before anything is computed or printed."""
+    from kinterval.data.prepare import prepare
+
+    prepare("synthetic", tmp_path / "syn", tokens=30_000, seed=0, progress=False)
+    for target, says in ((tmp_path, "is a directory"), (tmp_path / "no" / "o.json", "does not exist")):
+        assert main(["data", "overlap", str(tmp_path / "syn"), "--json", str(target)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and says in err

@@ -42,6 +42,12 @@ def _overlap(args: argparse.Namespace) -> int:
         raise ValueError(f"--n must be a positive window length, got {args.n}")
     if args.block_size is not None and args.block_size < 1:
         raise ValueError(f"--block-size must be positive, got {args.block_size}")
+    if args.json:  # before the work, not after it
+        path = Path(args.json)
+        if path.is_dir():
+            raise ValueError(f"--json {path}: is a directory; give a file name")
+        if not path.parent.is_dir():
+            raise ValueError(f"--json {path}: the folder {path.parent} does not exist")
     o = split_overlap(args.data, args.split, args.against, args.against_data, args.n)
     other = f"{args.against_data or args.data} {args.against}"
     d = o.to_dict()
