@@ -119,3 +119,17 @@ def test_a_json_target_that_cannot_be_written_is_refused_before_the_work(tmp_pat
         assert main(["data", "overlap", str(tmp_path / "syn"), "--json", str(target)]) == 2
         out, err = capsys.readouterr()
         assert out == "" and says in err
+
+
+def test_a_block_size_longer_than_the_split_is_refused(tmp_path, capsys):
+    """A split with no block of T+1 tokens wrote a coverage file of no block (which the report then refused
+    as malformed): one line now, nothing written."""
+    from kinterval.data.prepare import prepare
+
+    prepare("synthetic", tmp_path / "syn", tokens=30_000, seed=0, progress=False)
+    path = tmp_path / "o.json"
+    argv = ["data", "overlap", str(tmp_path / "syn"), "--block-size", "8193", "--json", str(path)]
+    assert main(argv) == 2  # val: 8,193 tokens, so 8,192 targets
+    assert "holds no evaluation block of 8193+1 tokens" in capsys.readouterr().err and not path.exists()
+    assert main([*argv[:3], "--block-size", "8192", "--json", str(path)]) == 0
+    assert len(json.loads(path.read_text())["block_coverage"]) == 1

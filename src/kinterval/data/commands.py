@@ -48,6 +48,15 @@ def _overlap(args: argparse.Namespace) -> int:
             raise ValueError(f"--json {path}: is a directory; give a file name")
         if not path.parent.is_dir():
             raise ValueError(f"--json {path}: the folder {path.parent} does not exist")
+    if args.block_size is not None:  # a split of no block would write a coverage file of no block
+        from kinterval.data.loader import TokenShards
+
+        checked = TokenShards(args.data, args.split)
+        if checked.n_blocks(args.block_size) == 0:
+            raise ValueError(
+                f"--block-size {args.block_size}: the {checked.split} split of {args.data} "
+                f"({checked.n_tokens} tokens) holds no evaluation block of {args.block_size}+1 tokens"
+            )
     o = split_overlap(args.data, args.split, args.against, args.against_data, args.n)
     other = f"{args.against_data or args.data} {args.against}"
     d = o.to_dict()
