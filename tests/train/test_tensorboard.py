@@ -59,3 +59,32 @@ def test_without_the_package_the_error_names_the_extra(tmp_path, monkeypatch):
         MetricsLog(tmp_path, tensorboard=True)
     MetricsLog(tmp_path).write({"step": 1, "train_loss": 1.0})  # without TensorBoard: no import at all
     assert not (tmp_path / "tensorboard").exists()
+
+
+def test_a_resume_that_turns_tensorboard_back_on_shows_every_logged_step(make_config, tmp_path):
+    """On (killed at 5, checkpoint 4), off (resumed, killed at 7, checkpoint 6), on again (to 8): the curves
+    are metrics.jsonl's rows. They lacked step 6, logged by the session without TensorBoard."""
+    on = make_config(**{"log.tensorboard": True, "log.eval_every": 3})
+    off = make_config(**{"log.tensorboard": False, "log.eval_every": 3})
+
+    def kill_at(n):
+        def kill(step, model):
+            if step == n:
+                raise Killed
+
+        return kill
+
+    with pytest.raises(Killed):
+        train(on, tmp_path / "run", on_step=kill_at(5))
+    with pytest.raises(Killed):
+        train(off, tmp_path / "run", resume=True, on_step=kill_at(7))
+    train(on, tmp_path / "run", resume=True)
+    shown = scalars(tmp_path / "run")
+    for tag, key, event in (
+        ("train/train_loss", "train_loss", None),
+        ("val/val_loss", "val_loss", "validation"),
+    ):
+        want = logged(tmp_path / "run", key, event)
+        assert [s for s, _ in shown[tag]] == [s for s, _ in want], tag
+        assert [v for _, v in shown[tag]] == pytest.approx([v for _, v in want], rel=1e-6), tag
+    assert [s for s, _ in shown["train/train_loss"]] == list(range(1, 9))

@@ -26,11 +26,12 @@ class MetricsLog:
             self._writer = SummaryWriter
 
     def _open_tb(self, step: int) -> None:
-        """TensorBoard's writer; a session that goes on from ``step`` hides the events an earlier session
-        wrote after it (``purge_step``), as ``truncate_after`` drops their rows: else a resumed run's curves
-        would hold those steps twice."""
+        """TensorBoard's writer; a session that goes on from ``step`` hides every event an earlier session
+        wrote (``purge_step`` 0), and ``truncate_after`` writes the kept rows again: else a resumed run's
+        curves would hold the steps after ``step`` twice, or lack those an earlier session logged with
+        ``log.tensorboard`` off."""
         if self._writer is not None and self.tb is None:
-            purge = step + 1 if step > 0 else None
+            purge = 0 if step > 0 else None
             self.tb = self._writer(str(self.path.parent / "tensorboard"), purge_step=purge)
 
     def truncate_after(self, step: int) -> None:
@@ -42,21 +43,30 @@ class MetricsLog:
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
         os.replace(tmp, self.path)
+        if self.tb is not None and step > 0:
+            for row in keep:
+                self._add_scalars(row)
 
     def write(self, row: dict) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(_jsonable(row)) + "\n")
         self._open_tb(0)
+        self._add_scalars(row)
+
+    def _add_scalars(self, row: dict) -> None:
+        """A row's numbers as scalars (a row read back from the file holds non-finite ones as strings:
+        left out)."""
+
+        def number(value) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
         if self.tb is not None and row.get("event") == "validation":
             for key in ("val_loss", "row_span"):
-                self.tb.add_scalar(f"val/{key}", row[key], row["step"])
+                if number(row.get(key)):
+                    self.tb.add_scalar(f"val/{key}", row[key], row["step"])
         elif self.tb is not None and "event" not in row:
             for key, value in row.items():
-                if (
-                    key not in ("step", "tokens")
-                    and isinstance(value, (int, float))
-                    and not isinstance(value, bool)
-                ):
+                if key not in ("step", "tokens") and number(value):
                     self.tb.add_scalar(f"train/{key}", value, row["step"])
 
     def close(self) -> None:
