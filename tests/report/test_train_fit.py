@@ -107,3 +107,18 @@ def test_the_report_writes_the_fit_table(tmp_path):
     fit = json.loads((tmp_path / "rep" / "report.json").read_text())["train_fit"]
     row = next(x for x in fit if x["key"]["operator"] == "lerp-k4")
     assert row["d_train"]["mean"] == pytest.approx(-0.03, abs=3e-3) and row["steps"] == 5
+
+
+def test_rows_whose_loss_or_tokens_are_not_numbers_are_left_out(tmp_path):
+    """A loss of true counted as 1.0 (a silent wrong Δ); tokens of null or "abc" were a traceback."""
+    rows, res = _fit(tmp_path, train=_train_loss)
+    want = rows["lerp-k4"].d_train.mean
+    for run_id, log in res.logs.items():
+        if run_id.startswith("lerp-k4-"):
+            for x in log:
+                if "event" not in x and x["step"] == 45:
+                    x["train_loss"] = True
+                elif "event" not in x and x["step"] in (46, 47):
+                    x["tokens"] = None if x["step"] == 46 else "abc"
+    r = _rows(res)["lerp-k4"]
+    assert r.steps == 2 and r.d_train.mean == pytest.approx(want, abs=3e-3)

@@ -208,9 +208,10 @@ def _train_losses(rows: list[dict]) -> dict[int, float]:
     """Training tokens -> logged training loss, for the training rows (no ``event``) with a finite loss."""
     out = {}
     for r in rows:
-        loss = r.get("train_loss")
-        if "event" not in r and isinstance(loss, (int, float)) and np.isfinite(loss) and "tokens" in r:
-            out[int(r["tokens"])] = float(loss)
+        loss, tokens = r.get("train_loss"), r.get("tokens")
+        number = isinstance(loss, (int, float)) and not isinstance(loss, bool) and np.isfinite(loss)
+        if "event" not in r and number and isinstance(tokens, int) and not isinstance(tokens, bool):
+            out[tokens] = float(loss)
     return out
 
 
