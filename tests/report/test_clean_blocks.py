@@ -156,3 +156,19 @@ def test_a_coverage_file_of_wrong_types_is_one_line_error(folder, tmp_path, caps
     assert main(["report", str(folder), "--out", str(tmp_path / "rep"), "--clean-blocks", bad]) == 2
     assert "bad.json: not a block coverage file" in capsys.readouterr().err
     assert not (tmp_path / "rep").exists()
+
+
+def test_two_files_of_one_split_and_n_are_refused(folder, tmp_path, capsys):
+    """The same file twice (or a copy) gave every condition two rows the table could not tell apart."""
+    one = coverage_file(tmp_path / "one.json")
+    two = coverage_file(tmp_path / "two.json")
+    for files in ((one, one), (one, two)):
+        argv = ["report", str(folder), "--out", str(tmp_path / "rep")]
+        assert main([*argv, *(x for f in files for x in ("--clean-blocks", str(f)))]) == 2
+        assert "both give the 13-gram coverage of one split at block size 64" in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()
+    other_n = tmp_path / "n8.json"
+    other_n.write_text(json.dumps({**json.loads(one.read_text()), "n": 8}))
+    build_report(folder, tmp_path / "rep", clean_blocks=[one, other_n])  # another n: its own rows
+    rows = json.loads((tmp_path / "rep" / "report.json").read_text())["clean_blocks"]
+    assert sorted({r["n"] for r in rows}) == [8, 13]

@@ -69,9 +69,16 @@ def clean_blocks(points: list[Point], coverages: list[dict]) -> list[CleanRow]:
     """:class:`CleanRow` per condition and coverage file, for the primary evaluations of the split the file
     describes (the same shard hashes, block size and block count). ``ValueError`` for a file that matches no
     evaluation."""
-    out = []
+    out, seen = [], {}
     for cov in coverages:
         c = cov["block_coverage"]
+        same = (cov["shards_sha256"], cov["block_size"], cov["n"])
+        if same in seen:  # two rows per condition that the table could not tell apart
+            raise ValueError(
+                f"{cov['path']} and {seen[same]} both give the {cov['n']}-gram coverage of one split at "
+                f"block size {cov['block_size']}: give one of them"
+            )
+        seen[same] = cov["path"]
         sel = [
             p
             for p in points
