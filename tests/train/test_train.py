@@ -289,6 +289,23 @@ def test_a_budget_over_the_train_split_is_noted_and_recorded(make_config, tmp_pa
     assert record["passes"] < 1
 
 
+def test_a_budget_just_over_one_pass_is_not_shown_as_1_00_passes(make_config):
+    """A budget a few tokens over one pass read "1.00 passes" in a note about going over the split more than
+    once (and so did the report's index line and claims): enough decimals to tell it from 1; exactly one
+    pass (or less) gives no note. Torchrun-like world sizes scale the planned tokens, not the passes' rule."""
+    from kinterval.data.loader import passes_text
+    from kinterval.train.schedule import make_plan
+    from kinterval.train.trainer import passes_note
+
+    assert passes_text(2.0064) == "2.01" and passes_text(1.0) == "1.00" and passes_text(0.5) == "0.50"
+    assert passes_text(1.0003) == "1.0003" and passes_text(1.0000004) == "1.000000"
+    for world in (1, 2, 4, 8):
+        plan = make_plan(make_config(**{"schedule.tokens": 32 * 8 * 8 * 1000}), world)
+        one = plan.total_tokens + 1  # a train split of exactly one pass
+        assert passes_note(plan, one, "D") is None
+        assert "are 1.00002 passes over the train split" in passes_note(plan, one - 32, "D")
+
+
 def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
     """docs/training.md §5: a resume may change only device, compile, activation_checkpointing,
     operator.backend, micro_batch/accum,

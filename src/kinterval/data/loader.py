@@ -187,6 +187,15 @@ def data_passes(tokens: int, n_tokens: int, T: int) -> float:
     return tokens / (windows * T)
 
 
+def passes_text(passes: float) -> str:
+    """``passes`` with two decimals, or as many more (up to 6) as a count above 1 needs not to read "1.00"
+    (a budget a few tokens over one pass: a note that says it goes over the split more than once)."""
+    digits = 2
+    while passes > 1 and f"{passes:.{digits}f}" == f"{1:.{digits}f}" and digits < 6:
+        digits += 1
+    return f"{passes:.{digits}f}"
+
+
 def first_blocks(n_tokens: int, T: int, blocks: int) -> int:
     """How many of the first ``blocks`` blocks a probe reads (geometry, gradient diagnostics): at most the
     split's; a split without one full block is refused (every per-block average would be NaN)."""

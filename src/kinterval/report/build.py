@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kinterval.data.loader import passes_text
 from kinterval.report import analysis as A
 from kinterval.report import claims as C
 from kinterval.report import figures as F
@@ -370,7 +371,7 @@ def _build(results, out: Path, clean=()) -> None:
         ix.lines += [
             "**Runs that saw their training data more than once** (passes over the train split at their last "
             "evaluated checkpoint): "
-            + ", ".join(f"{run} {n:.2f}" for run, n in sorted(repeated.items()))
+            + ", ".join(f"{run} {passes_text(n)}" for run, n in sorted(repeated.items()))
             + ". Every training sequence was seen again, so their validation NLL also reflects how much of "
             "the train split they memorized.",
             "",

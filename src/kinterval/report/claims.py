@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from kinterval.data.loader import passes_text
 from kinterval.ops import OperatorSpec
 from kinterval.report import analysis as A
 from kinterval.report.results import Point, operator_spec
@@ -61,7 +62,9 @@ def _setting(key, tokens: int, passes: float | None = None) -> str:
     model = f", {key.model}" if key.model else ""
     seed = "" if key.seed is None else f", seed {key.seed}"
     at = f"{key.budget} tokens" if not tokens or tokens == key.budget else f"{tokens} of {key.budget} tokens"
-    repeat = f" ({passes:.2f} passes over the train split)" if passes is not None and passes > 1 else ""
+    repeat = ""
+    if passes is not None and passes > 1:
+        repeat = f" ({passes_text(passes)} passes over the train split)"
     return f"{at}{repeat}, {key.data}, {key.tag}{model}{seed}"
 
 

@@ -27,7 +27,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from kinterval.data.loader import SequenceSampler, TokenShards, data_passes, load_batch, n_blocks
+from kinterval.data.loader import (
+    SequenceSampler,
+    TokenShards,
+    data_passes,
+    load_batch,
+    n_blocks,
+    passes_text,
+)
 from kinterval.model import GPT, SDPA, CausalSelfAttention, autocast, parse_operator, train_precision
 from kinterval.model.scores import attention_scores, row_span
 from kinterval.ops import resolve_backend
@@ -539,8 +546,9 @@ def passes_note(plan: Plan, n_tokens: int, data_dir: str) -> str | None:
     passes = data_passes(plan.total_tokens, n_tokens, plan.block_size)
     if passes <= 1:
         return None
+    shown = passes_text(passes)
     return (
-        f"{plan.total_tokens:,} training tokens are {passes:.2f} passes over the train split of {data_dir} "
+        f"{plan.total_tokens:,} training tokens are {shown} passes over the train split of {data_dir} "
         f"({n_tokens:,} tokens): passes after the first repeat every training sequence in a new order; one "
         f"pass (each token seen at most once) needs a train split of {plan.total_tokens + 1:,} tokens or more"
     )
