@@ -94,6 +94,22 @@ def test_cli_prints_the_shares_and_writes_json(tmp_path, capsys):
     assert code == 0 and "8-gram overlap of" in out and "also in train:" in out
     record = json.loads((tmp_path / "o.json").read_text())
     assert record["split"] == "val" and record["against"] == "train" and record["n"] == 8
+    assert (
+        main(
+            [
+                "data",
+                "overlap",
+                str(tmp_path / "syn"),
+                "--split",
+                "validation",
+                "--json",
+                str(tmp_path / "v.json"),
+            ]
+        )
+        == 0
+    )
+    assert json.loads((tmp_path / "v.json").read_text())["split"] == "val"  # the split's name in the folder
+    capsys.readouterr()
     assert len(record["doc_coverage"]) == record["documents"] > 0
     assert f"({record['window_share']:.1%})" in out and f"({record['token_share']:.1%})" in out
 

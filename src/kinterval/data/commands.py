@@ -74,7 +74,7 @@ def _overlap(args: argparse.Namespace) -> int:
         print(f"blocks of {args.block_size} tokens (as `kinterval eval` scores them) with no target inside "
               f"such a window: {int((cover == 0).sum()):,} of {cover.size:,}")  # fmt: skip
     if args.json:
-        where = {"data": str(args.data), "split": args.split}
+        where = {"data": str(args.data), "split": o.split}
         where.update(against_data=str(args.against_data or args.data), against=args.against)
         record = {**where, "shards_sha256": list(o.shards_sha256), **d, **blocks}
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")

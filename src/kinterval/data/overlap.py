@@ -66,6 +66,7 @@ class Overlap:
     doc_coverage: np.ndarray = field(repr=False)  # per document of the checked split: share of tokens covered
     token_covered: np.ndarray = field(repr=False)  # per token of the checked split: inside a found window
     shards_sha256: tuple = ()  # the checked split's shard hashes, as an evaluation records them
+    split: str = ""  # the checked split's name in its folder ("val" for "validation")
 
     def block_coverage(self, T: int) -> np.ndarray:
         """Per evaluation block ``k`` of ``T`` tokens (targets ``kT+1 .. kT+T``, as ``kinterval eval``
@@ -159,4 +160,5 @@ def split_overlap(
             )
     o = ngram_overlap(checked.tokens(), other.tokens(), n=n, eot=checked.eot)
     o.shards_sha256 = tuple(s.get("sha256") for s in checked.meta["splits"][checked.split]["shards"])
+    o.split = checked.split
     return o

@@ -549,7 +549,7 @@ def passes_note(plan: Plan, n_tokens: int, data_dir: str) -> str | None:
     shown = passes_text(passes)
     return (
         f"{plan.total_tokens:,} training tokens are {shown} passes over the train split of {data_dir} "
-        f"({n_tokens:,} tokens): passes after the first repeat every training sequence in a new order; one "
+        f"({n_tokens:,} tokens): passes after the first repeat training sequences, in a new order; one "
         f"pass (each token seen at most once) needs a train split of {plan.total_tokens + 1:,} tokens or more"
     )
 
