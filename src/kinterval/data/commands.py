@@ -4,9 +4,9 @@ overlap``: n-gram overlap of one split with another (e.g. validation with traini
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from kinterval import atomic
 from kinterval.data.prepare import SOURCES, prepare, summary_table
 
 
@@ -77,7 +77,7 @@ def _overlap(args: argparse.Namespace) -> int:
         where = {"data": str(args.data), "split": o.split}
         where.update(against_data=str(args.against_data or args.data), against=args.against)
         record = {**where, "shards_sha256": list(o.shards_sha256), **d, **blocks}
-        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+        atomic.write_json(args.json, record)  # a kill leaves the old file or the new one, never half
     return 0
 
 
