@@ -32,10 +32,13 @@ def _fit(tmp_path, **kw):
     return _rows(res), res
 
 
-def _rows(res) -> dict:
+def _rows(res, skipped=None) -> dict:
     primary = [p for p in res.points if p.primary]
     logs = {(res.suite, run): rows for run, rows in res.logs.items()}  # as build_report keys them
-    return {r.key.operator: r for r in A.train_fit(A.softmax_pairs(primary), logs)}
+    rows, left_out = A.train_fit(A.softmax_pairs(primary), logs)
+    if skipped is not None:
+        skipped.update(left_out)
+    return {r.key.operator: r for r in rows}
 
 
 def test_the_training_difference_is_paired_per_step_and_sits_beside_the_evaluation(tmp_path):
@@ -88,8 +91,14 @@ def test_runs_without_two_common_logged_steps_in_the_window_are_left_out(tmp_pat
     for run_id, log in res.logs.items():
         if run_id.startswith("lerp-k4-"):
             log[:] = [x for x in log if x["step"] <= 40 or x["step"] == 48]
-    rows = _rows(res)
+    skipped = {}
+    rows = _rows(res, skipped)
     assert "lerp-k4" not in rows and "minmax-weight-k4" in rows
+    # each left-out pair is named with its reason, none silently dropped
+    assert sorted(skipped) == [f"lerp-k4-s{s} vs softmax-s{s}" for s in (42, 7)]
+    assert set(skipped.values()) == {
+        "1 training step(s) logged by both runs in the last 10% of the tokens; the table needs two"
+    }
 
 
 def test_the_report_writes_the_fit_table(tmp_path):
@@ -122,3 +131,18 @@ def test_rows_whose_loss_or_tokens_are_not_numbers_are_left_out(tmp_path):
                     x["tokens"] = None if x["step"] == 46 else "abc"
     r = _rows(res)["lerp-k4"]
     assert r.steps == 2 and r.d_train.mean == pytest.approx(want, abs=3e-3)
+
+
+def test_the_report_lists_the_pairs_it_leaves_out_of_the_fit_table(tmp_path):
+    write_results(
+        tmp_path / "ci", "ci", lambda r, frac: EVAL.get(r["operator"], 0.1) * frac, train=_train_loss
+    )
+    for log in (tmp_path / "ci" / "runs").glob("lerp-k4-s*/metrics.jsonl"):
+        rows = [json.loads(line) for line in log.read_text().splitlines()]
+        log.write_text("".join(json.dumps(x) + "\n" for x in rows if x["step"] <= 40 or x["step"] == 48))
+    build_report(tmp_path / "ci", tmp_path / "rep")
+    table = (tmp_path / "rep" / "fit_skipped.md").read_text()
+    assert "| lerp-k4-s7 vs softmax-s7 | 1 training step(s) logged by both runs" in table
+    assert "| lerp-k4 |" not in (tmp_path / "rep" / "fit.md").read_text()
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert sorted(data["train_fit_skipped"]) == ["lerp-k4-s42 vs softmax-s42", "lerp-k4-s7 vs softmax-s7"]

@@ -36,6 +36,35 @@ def test_a_line_with_a_stray_byte_or_a_non_object_is_refused(tmp_path):
         read_metrics(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        (b'{"step": 2, "tokens": "12x"}', "'tokens' is '12x', not an integer"),
+        (b'{"step": "2"}', "'step' is '2', not an integer"),
+        (b'{"step": 2, "tokens": true}', "'tokens' is True, not an integer"),
+        (b'{"step": 2, "train_loss": "low"}', "'train_loss' is 'low', not a number"),
+        (b'{"step": 2, "grad_norm": [1.0]}', "'grad_norm' is \\[1.0\\], not a number"),
+        (b'{"step": 2, "clipped": 1}', "'clipped' is 1, not true or false"),
+        (b'{"event": "validation", "step": 2, "val_loss": {}}', "'val_loss' is \\{\\}, not a number"),
+    ],
+)
+def test_a_row_whose_known_fields_have_the_wrong_type_is_refused_by_its_line(tmp_path, line, says):
+    """Readers compare and average these fields (the report's clip statistics, resume's truncation): a
+    tampered value is named with its line, not a TypeError deep inside a table."""
+    write(tmp_path, b'{"step": 1, "tokens": 8, "train_loss": 2.5, "clipped": false}\n' + line + b"\n")
+    with pytest.raises(ValueError, match=f"line 2: {says}; refusing"):
+        read_metrics(tmp_path)
+
+
+def test_what_the_trainer_writes_passes_the_row_check(tmp_path):
+    """Non-finite numbers (written as strings), None and integer-valued floats are all valid rows."""
+    log = MetricsLog(tmp_path)
+    row = {"step": 1, "tokens": 8, "train_loss": float("nan"), "grad_norm": None, "lr": 0, "clipped": True}
+    log.write(row)
+    log.write({"event": "validation", "step": 1, "tokens": 8, "val_loss": float("inf"), "val_blocks": 2})
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 1]
+
+
 def test_truncate_after_keeps_the_rows_up_to_the_checkpoint_step(tmp_path):
     """A resumed run redoes the steps after its checkpoint: their rows go, the checkpoint step's own row and
     the rows before it stay."""

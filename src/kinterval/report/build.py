@@ -545,7 +545,7 @@ def _build(results, out: Path, clean=()) -> None:
             "window that also stands in the training split (clean), and on the others (`kinterval data "
             "overlap`)",
         )
-    fit = A.train_fit(pairing, logs)
+    fit, fit_skipped = A.train_fit(pairing, logs)
     if fit:
         data["train_fit"] = fit
         ix.table(
@@ -553,6 +553,13 @@ def _build(results, out: Path, clean=()) -> None:
             *T.fit_rows(fit),
             f"Training fit at the endpoint: training loss over the last {A.FIT_TAIL:.0%} of the tokens, "
             "condition − same-seed control on the same batches, beside the evaluation ΔNLL",
+        )
+    if fit_skipped:
+        data["train_fit_skipped"] = fit_skipped
+        ix.table(
+            "fit_skipped",
+            *T.skipped_rows(fit_skipped, "Run vs same-seed control"),
+            "Pairs not in fit.md (too few training rows logged by both in the window)",
         )
     clips = A.clip_fractions(points, logs)
     if clips:

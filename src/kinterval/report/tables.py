@@ -285,10 +285,10 @@ def stopped_rows(stopped: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
     ]
 
 
-def skipped_rows(skipped: dict[str, str]) -> tuple[list[str], list[list[str]]]:
-    return ["Modified run vs full-gradient twin", "Why it is skipped"], [
-        [k, v] for k, v in sorted(skipped.items())
-    ]
+def skipped_rows(
+    skipped: dict[str, str], pair: str = "Modified run vs full-gradient twin"
+) -> tuple[list[str], list[list[str]]]:
+    return [pair, "Why it is skipped"], [[k, v] for k, v in sorted(skipped.items())]
 
 
 def claim_rows(claims) -> tuple[list[str], list[list[str]]]:

@@ -111,8 +111,35 @@ def _parse(path: Path) -> list[dict]:
             raise ValueError(f"{path}: line {i + 1} is corrupt ({err}); refusing to use this log") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}: line {i + 1} is not a JSON object")
+        bad = _bad_field(row)
+        if bad:
+            raise ValueError(f"{path}: line {i + 1}: {bad}; refusing to use this log")
         rows.append(row)
     return rows
+
+
+# The fields the trainer writes, by kind; readers (resume, report, gate) compare and sum them
+_INTS = ("step", "tokens", "val_blocks", "peak_mem")
+_NUMBERS = ("train_loss", "lr", "grad_norm", "clipped_frac", "tokens_per_s", "val_loss", "row_span")
+_NONFINITE = ("nan", "inf", "-inf")  # how :func:`_jsonable` writes non-finite floats
+
+
+def _bad_field(row: dict) -> str | None:
+    """What is wrong with a row's known fields (None: nothing): integers must be integers, numbers numbers
+    (or None, or a non-finite float as :func:`_jsonable` writes it), ``clipped`` a boolean."""
+    for key in _INTS:
+        v = row.get(key)
+        if key in row and (isinstance(v, bool) or not isinstance(v, int)):
+            return f"{key!r} is {v!r}, not an integer"
+    for key in _NUMBERS:
+        v = row.get(key)
+        if v is None or v in _NONFINITE:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"{key!r} is {v!r}, not a number"
+    if "clipped" in row and not isinstance(row["clipped"], bool):
+        return f"'clipped' is {row['clipped']!r}, not true or false"
+    return None
 
 
 def write_status(run_dir: str | Path, **status) -> None:

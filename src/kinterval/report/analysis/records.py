@@ -215,11 +215,12 @@ def _train_losses(rows: list[dict]) -> dict[int, float]:
     return out
 
 
-def train_fit(pairing: Pairing, logs: dict[tuple, list[dict]]) -> list[FitRow]:
+def train_fit(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[list[FitRow], dict[str, str]]:
     """A :class:`FitRow` per condition at its endpoint, from the pairs of ``pairing`` (``softmax_pairs``) at
-    each run's last checkpoint and ``logs``: (suite, run_id) -> metrics rows. Runs whose logs (or their
-    control's) hold fewer than two common steps in the window are left out."""
+    each run's last checkpoint and ``logs``: (suite, run_id) -> metrics rows; and the pairs left out
+    ("run vs control" -> why): those whose logs hold fewer than two common steps in the window."""
     per_key: dict[Key, dict[int, tuple]] = defaultdict(dict)
+    skipped: dict[str, str] = {}
     for x in final(pairing.pairs, lambda x: x.point):
         p, c = x.point, x.control
         if not p.primary or p.run_id == c.run_id:
@@ -228,6 +229,10 @@ def train_fit(pairing: Pairing, logs: dict[tuple, list[dict]]) -> list[FitRow]:
         ctrl = _train_losses(logs.get((c.suite, c.run_id), []))
         ts = sorted(t for t in set(own) & set(ctrl) if (1 - FIT_TAIL) * p.tokens < t <= p.tokens)
         if len(ts) < 2:
+            skipped[f"{p.run_id} vs {c.run_id}"] = (
+                f"{len(ts)} training step(s) logged by both runs in the last {FIT_TAIL:.0%} of the tokens; "
+                "the table needs two"
+            )
             continue
         train, ctrl_train = np.mean([own[t] for t in ts]), np.mean([ctrl[t] for t in ts])
         d = np.array([own[t] - ctrl[t] for t in ts])
@@ -239,4 +244,4 @@ def train_fit(pairing: Pairing, logs: dict[tuple, list[dict]]) -> list[FitRow]:
         est = estimate(dict(zip(seeds, d)), f"training loss of {key.operator} − control")
         mean = [float(np.mean(x)) for x in (train, d_eval, gap, control_gap)]
         out.append(FitRow(key, seeds, control[0], min(x.size for x in d), mean[0], est, *mean[1:]))
-    return out
+    return out, skipped
