@@ -172,3 +172,23 @@ def test_two_files_of_one_split_and_n_are_refused(folder, tmp_path, capsys):
     build_report(folder, tmp_path / "rep", clean_blocks=[one, other_n])  # another n: its own rows
     rows = json.loads((tmp_path / "rep" / "report.json").read_text())["clean_blocks"]
     assert sorted({r["n"] for r in rows}) == [8, 13]
+
+
+def test_an_evaluation_capped_with_max_blocks_takes_the_coverage_of_its_first_blocks(tmp_path):
+    """The same shards and block size give the same blocks, and `eval --max-blocks N` reads the first N: the
+    file of the whole split applies to them (it was refused as 'no evaluation of that split')."""
+    n = N_BLOCKS // 2
+    cover = COVER[:n]
+
+    def capped(r, frac):
+        base = 0.05 if r["operator"] == "lerp-k4" else 0.02
+        extra = 0.1 if r["operator"] == "lerp-k4" else 0.0
+        return 0.0 if r["operator"] == "softmax" else (base + extra * (cover > 0)) * frac
+
+    write_results(tmp_path / "ci", "ci", capped, n_blocks=n, noise=0.002, shards=SHARDS)
+    build_report(tmp_path / "ci", tmp_path / "rep", clean_blocks=[coverage_file(tmp_path / "cover.json")])
+    rows = json.loads((tmp_path / "rep" / "report.json").read_text())["clean_blocks"]
+    lerp = next(r for r in rows if r["key"]["operator"] == "lerp-k4")
+    assert (lerp["n_clean"], lerp["n_covered"]) == (n - int((cover > 0).sum()), int((cover > 0).sum()))
+    assert lerp["clean"]["mean"] == pytest.approx(0.05, abs=2e-3)
+    assert lerp["covered"]["mean"] == pytest.approx(0.15, abs=2e-3)

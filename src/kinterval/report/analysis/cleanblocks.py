@@ -83,32 +83,41 @@ def clean_blocks(points: list[Point], coverages: list[dict]) -> list[CleanRow]:
             p
             for p in points
             if p.primary and p.shards == cov["shards_sha256"] and p.data[2] == cov["block_size"]
-            and p.nll.size == c.size
+            and p.nll.size <= c.size
         ]  # fmt: skip
         if not sel:
             raise ValueError(
                 f"{cov['path']}: no evaluation of that split ({c.size} blocks of {cov['block_size']} tokens, "
                 f"shards {', '.join(s[:12] for s in cov['shards_sha256'])}) in these folders"
             )
-        rows = {}
-        for name, mask in (("all", None), ("clean", c == 0), ("covered", c > 0)):
-            if mask is not None and mask.sum() < 2:
-                rows[name] = {}
-                continue
-            pts = sel if mask is None else [dataclasses.replace(p, nll=p.nll[mask]) for p in sel]
-            rows[name] = {r.key: r for r in delta_table(softmax_pairs(pts))}
-        for key, r in rows["all"].items():
-            clean, covered = rows["clean"].get(key), rows["covered"].get(key)
-            out.append(
-                CleanRow(
-                    key,
-                    r.seeds,
-                    int(cov["n"]),
-                    r.est,
-                    clean.est if clean else None,
-                    covered.est if covered else None,
-                    int((c == 0).sum()),
-                    int((c > 0).sum()),
-                )
+        # the same shards and block size give the same blocks: an evaluation with fewer (`--max-blocks`)
+        # read the first ones, so its coverage is the file's first entries
+        for size in sorted({p.nll.size for p in sel}, reverse=True):
+            out += _rows(cov["n"], c[:size], [p for p in sel if p.nll.size == size])
+    return out
+
+
+def _rows(n: int, c: np.ndarray, sel: list[Point]) -> list[CleanRow]:
+    """The rows of one coverage ``c`` over the evaluations ``sel``, all of ``c.size`` blocks."""
+    rows, out = {}, []
+    for name, mask in (("all", None), ("clean", c == 0), ("covered", c > 0)):
+        if mask is not None and mask.sum() < 2:
+            rows[name] = {}
+            continue
+        pts = sel if mask is None else [dataclasses.replace(p, nll=p.nll[mask]) for p in sel]
+        rows[name] = {r.key: r for r in delta_table(softmax_pairs(pts))}
+    for key, r in rows["all"].items():
+        clean, covered = rows["clean"].get(key), rows["covered"].get(key)
+        out.append(
+            CleanRow(
+                key,
+                r.seeds,
+                int(n),
+                r.est,
+                clean.est if clean else None,
+                covered.est if covered else None,
+                int((c == 0).sum()),
+                int((c > 0).sum()),
             )
+        )
     return out
