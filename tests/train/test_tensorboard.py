@@ -88,3 +88,29 @@ def test_a_resume_that_turns_tensorboard_back_on_shows_every_logged_step(make_co
         assert [s for s, _ in shown[tag]] == [s for s, _ in want], tag
         assert [v for _, v in shown[tag]] == pytest.approx([v for _, v in want], rel=1e-6), tag
     assert [s for s, _ in shown["train/train_loss"]] == list(range(1, 9))
+
+
+def test_a_resume_with_tensorboard_off_warns_that_the_old_curves_go_stale(make_config, tmp_path, capsys):
+    """The killed session's events stay (nothing rewrites them), so they may show steps past the checkpoint
+    that this session redoes: the resume says so and how to rewrite them; a run that never wrote any is
+    quiet."""
+    on = make_config(**{"log.tensorboard": True})
+    off = make_config(**{"log.tensorboard": False})
+
+    def kill(step, model):
+        if step == 5:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(on, tmp_path / "run", on_step=kill)
+    capsys.readouterr()
+    train(off, tmp_path / "run", resume=True)
+    err = capsys.readouterr().err
+    assert "tensorboard holds an earlier session's events" in err
+    assert "after the checkpoint at step 4" in err and "resume with --tensorboard" in err
+    assert [s for s, _ in scalars(tmp_path / "run")["train/train_loss"]] == list(range(1, 6))  # stale: 5
+
+    with pytest.raises(Killed):
+        train(off, tmp_path / "quiet", on_step=kill)
+    train(off, tmp_path / "quiet", resume=True)
+    assert "tensorboard" not in capsys.readouterr().err

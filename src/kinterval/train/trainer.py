@@ -229,6 +229,14 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.log.truncate_after(self.done)  # rows past the checkpoint are redone
         self._check_log_reaches_checkpoint()
+        if self.done and not self.cfg.log.tensorboard and (self.out / "tensorboard").is_dir():
+            print(
+                f"kinterval train: warning: {self.out / 'tensorboard'} holds an earlier session's events, "
+                "and this one runs with log.tensorboard off: those curves stop there and may show steps "
+                f"after the checkpoint at step {self.done}, which this session redoes (metrics.jsonl is the "
+                "record; resume with --tensorboard to rewrite the curves from it)",
+                file=sys.stderr,
+            )
         run_config = {
             "config": self.cfg.to_dict(),
             "model": self.model_cfg.to_dict(),
