@@ -361,9 +361,37 @@ def test_substitution_on_the_suites_own_split_is_paired_with_the_primary_evaluat
         point("softmax", 7, nll, tag=op, primary=False),
         point("fwm-weight-k4", 7, nll + 0.03 + delta, tag=op, primary=False),
     ]
-    (sub,) = [r for r in A.heldout_table(pts) if r.contrast == "substituted − native forward"]
+    soft, sub = [r for r in A.heldout_table(pts) if r.contrast == "substituted − native forward"]
+    assert soft.key.operator == "softmax" and soft.est.mean == 0  # softmax weights through the same forward
     assert sub.est.mean == pytest.approx(delta.mean()) and sub.max_abs == pytest.approx(0.02)
     assert sub.key.tag == op and sub.seeds == (7,)
+
+
+def test_substitution_of_a_run_without_a_softmax_pair_is_reported():
+    """A softmax run evaluated through a K-interval forward (``kinterval eval --operator lerp-k8`` on it) and
+    a K-interval run with no softmax control both get their substituted − native row: the contrast needs no
+    control (both were left out of the report without a line)."""
+    rng = np.random.default_rng(11)
+    nll = rng.normal(4.0, 0.2, N)
+    delta = rng.normal(0.01, 1e-3, N)
+    tag = "val__op-lerp-k8"
+    for op in ("softmax", "fwm-prob-k2"):
+        pts = [point(op, 7, nll), point(op, 7, nll + delta, tag=tag, primary=False)]
+        (sub,) = A.heldout_table(pts, {})
+        assert (sub.contrast, sub.key.operator, sub.key.tag, sub.seeds) == (
+            "substituted − native forward",
+            op,
+            tag,
+            (7,),
+        )
+        assert sub.est.mean == pytest.approx(delta.mean()) and sub.max_abs == pytest.approx(delta.max())
+    # through its own forward (``kinterval eval --operator softmax`` of a softmax run): no substitution
+    assert (
+        A.heldout_table(
+            [point("softmax", 7, nll), point("softmax", 7, nll, tag="val__op-softmax", primary=False)], {}
+        )
+        == []
+    )
 
 
 def test_clip_statistics_of_the_logged_training_rows():

@@ -54,8 +54,6 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
     from kinterval.stats import cluster_bootstrap_ci
 
     groups = _heldout_groups(points, unpaired)
-    if not groups:
-        return []
     rows = []
     for k, ps in groups.items():
         r = _row_from_pairs(f"{k.operator} − softmax", ps)
@@ -79,22 +77,34 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
         rows.append(r)
     rows.sort(key=_sort_key)
     apply_bh(rows)
-    # tab:subst "diff": the same weights through exact softmax minus their native forward, per block and seed
-    # (tab:strictaudit, tab:rounding: the same frozen checkpoint under another arithmetic, with the largest
-    # |Δ| of one block). The native evaluation is the run's own one with the tag without ``__op-``: a held-out
-    # one (``test__ptb``) or, for the suite's own split (``val__op-...``), its primary evaluation.
+    return rows + _substitution_rows(points, unpaired)
+
+
+def _substitution_rows(points: list[Point], unpaired: dict[str, str] | None) -> list[Row]:
+    """tab:subst "diff": the same weights through another forward minus their native forward, per block and
+    seed (tab:strictaudit, tab:rounding: the same frozen checkpoint under another arithmetic, with the largest
+    |Δ| of one block), at each key's endpoint. The native evaluation is the run's own one with the tag
+    without ``__op-``: a held-out one (``test__ptb``) or, for the suite's own split (``val__op-...``), its
+    primary evaluation. Every run counts, a softmax run through a K-interval forward too: the contrast needs
+    no control. A run evaluated through its own operator (``val__op-softmax`` of a softmax run) has none."""
+    from kinterval.eval.evaluate import safe_operator
+
+    by_key: dict[Key, list[Point]] = defaultdict(list)
+    for p in points:
+        forward = [x[3:] for x in p.tag.split("__") if x.startswith("op-")]
+        if not p.primary and forward and forward[-1] != safe_operator(p.operator):
+            by_key[p.key].append(p)
     idx = _index(points)
-    for k, ps in sorted(groups.items(), key=lambda kv: key_order(kv[0])):
+    rows = []
+    for k, ps in sorted(by_key.items(), key=lambda kv: key_order(kv[0])):
         base = _control_tags(k.tag)[-1]
-        native = {x.point.seed: idx.get((*x.point.identity, base, x.point.tokens)) for x in ps}
-        per_seed = {
-            x.point.seed: x.point.nll - native[x.point.seed].nll
-            for x in ps
-            if native[x.point.seed] is not None and native[x.point.seed].nll.size == x.point.nll.size
-        }
-        if base != k.tag and per_seed:
-            seeds, tokens = tuple(sorted(per_seed)), ps[0].point.tokens
-            r = Row("substituted − native forward", k, seeds, estimate(per_seed), tokens)
+        per_seed, tokens = {}, 0
+        for p in at_endpoint(ps, "substituted − native forward", unpaired):
+            native = idx.get((*p.identity, base, p.tokens))
+            if native is not None and native.nll.size == p.nll.size:
+                per_seed[p.seed], tokens = p.nll - native.nll, p.tokens
+        if per_seed:
+            r = Row("substituted − native forward", k, tuple(sorted(per_seed)), estimate(per_seed), tokens)
             r.max_abs = float(max(np.abs(d).max() for d in per_seed.values()))
             rows.append(r)
     return rows
