@@ -187,6 +187,17 @@ G = '[[group]]\noperators=["softmax"]\n'
         (GOOD.replace("checkpoints=2", "checkpoints=0") + G, r"field 'checkpoints' must be an integer >= 1"),
         (GOOD.replace("checkpoints=2", "checkpoints=true") + G, r"field 'checkpoints' must be"),
         (GOOD + "overrides=3\n" + G, r"field 'overrides' must be a table"),
+        # an operator name, an override or a K list that does not fit names the file and the group
+        (GOOD + G + '[[group]]\noperators=["lerp-kk8"]\n', r"group 1: unknown operator name 'lerp-kk8'"),
+        (GOOD + '[[group]]\noperators=["fwm-prob-k4[tua=4]"]\n', r"group 0: unknown override\(s\) \['tua'\]"),
+        (
+            GOOD + '[[group]]\noperators=["lerp-k{K}"]\n',
+            r"group 0: operator 'lerp-k\{K\}' has a \{K\} placeholder",
+        ),
+        (
+            GOOD + '[[group]]\noperators=["lerp-k8"]\nK=[4, 8]\n',
+            r"group 0: operator 'lerp-k8' has no \{K\} placeholder",
+        ),
     ],
 )
 def test_suite_fields_are_checked_at_load_time(tmp_path, text, message):

@@ -207,8 +207,15 @@ def load_suite(name: str | Path) -> Suite:
                              "(operators, seeds, checkpoints, the suite's data folder)")  # fmt: skip
         arithmetic = g.get("arithmetic", d.get("arithmetic"))
         for template in g["operators"]:
+            if "K" in g and "{K}" not in template:  # each K would repeat the same runs
+                raise ValueError(f"{path}: group {i}: operator {template!r} has no {{K}} placeholder, but "
+                                 f"the group gives K = {g['K']} (put operators without {{K}} in a group of "
+                                 "their own)")  # fmt: skip
             for K in g.get("K", [None]):
-                op = _operator(template, K, arithmetic)
+                try:
+                    op = _operator(template, K, arithmetic)
+                except ValueError as err:
+                    raise ValueError(f"{path}: group {i}: {err}") from None
                 for seed in seeds:
                     runs.append(
                         RunSpec(
