@@ -283,7 +283,7 @@ def paper_claims(
         found,
         {"minmax-weight-k4": 1, "fwm-prob-k4": -1},
     )
-    k4 = [r for r in fac if r.K == 4]
+    k4 = [r for r in fac if r.K == 4 and r.family in A.PAPER_DESIGNS]  # not another tau or range_grad
     for effect, text, paper, sign in (
         (
             "interaction",

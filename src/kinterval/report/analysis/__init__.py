@@ -54,6 +54,7 @@ from kinterval.report.analysis.core import _spec as _spec
 from kinterval.report.analysis.detach import detach_pairs
 from kinterval.report.analysis.factorial import (
     FACTORIAL,
+    PAPER_DESIGNS,
     SIMPLE_EFFECTS,
     SURROGATE_EFFECTS,
     VS_LERP,
@@ -97,6 +98,7 @@ __all__ = [
     "KPanels",
     "MARGIN",
     "N_RESAMPLES",
+    "PAPER_DESIGNS",
     "Pair",
     "Pairing",
     "RankStats",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kinterval.ops import OperatorSpec
+from kinterval.ops.spec import DEFAULT_TAU
 from kinterval.report.analysis.core import (
     Pair,
     Pairing,
@@ -69,6 +70,11 @@ def _cells(points: list[Point], unpaired: dict[str, str] | None) -> dict[tuple, 
 
 def _design_name(arith: str, rg: str, tau) -> str:
     return f"arithmetic={arith}, range_grad={rg}" + ("" if tau is None else f", tau={tau:g}")
+
+
+# The paper's factorial designs (``Row.family``): FWM at the default tau with the full gradient, in either
+# arithmetic; a factorial at another tau or range_grad is another operator family
+PAPER_DESIGNS = frozenset(_design_name(a, "full", DEFAULT_TAU) for a in ("strict", "historical"))
 
 
 SIMPLE_EFFECTS = {
