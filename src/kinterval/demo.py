@@ -25,7 +25,7 @@ def register(subparsers) -> None:
     d.add_argument(
         "--operators",
         default=",".join(DEFAULT_OPERATORS),
-        help="comma-separated operator names (softmax is always included)",
+        help="comma-separated operator names, full names with [overrides] too (softmax is always included)",
     )
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--quick", action="store_true", help="a much smaller version (under a minute)")
@@ -35,11 +35,12 @@ def register(subparsers) -> None:
 
 
 def cmd_demo(args) -> int:
+    from kinterval.ops.commands import split_operators
     from kinterval.report import demo_report
     from kinterval.train.demo import check_options, run_demo
 
     check_options(args.tokens, args.seed, args.quick, flag="--")  # before the (temporary) folder is made
-    ops = [o.strip() for o in args.operators.split(",") if o.strip()]
+    ops = split_operators(args.operators)  # a comma inside [...] separates overrides, not names
     if not ops:
         raise ValueError(
             f"--operators names no operator, got {args.operators!r} (e.g. minmax-weight-k4,lerp-k4)"
@@ -57,12 +58,13 @@ def cmd_demo(args) -> int:
     )
     report = demo_report({r["operator"]: r["per_block"] for r in rows}, out / "report")
     ci = {r["operator"]: r for r in report["rows"]}
-    head = f"{'operator':<22}{'val NLL':>10}{'ΔNLL vs softmax':>18}   {'95% block-bootstrap CI':<24}"
-    print(f"{head}{'train s':>8}\n" + "-" * 84)
+    w = max(22, *(len(r["operator"]) + 2 for r in rows))  # full names with [overrides] are long
+    head = f"{'operator':<{w}}{'val NLL':>10}{'ΔNLL vs softmax':>18}   {'95% block-bootstrap CI':<24}"
+    print(f"{head}{'train s':>8}\n" + "-" * (w + 62))
     for r in rows:
         c = ci.get(r["operator"])
         interval = f"[{c['lo']:+.4f}, {c['hi']:+.4f}]" + (" separated" if c["separated"] else "") if c else ""
-        line = f"{r['operator']:<22}{r['val_nll']:>10.4f}{r['delta_nll']:>+18.4f}   {interval:<24}"
+        line = f"{r['operator']:<{w}}{r['val_nll']:>10.4f}{r['delta_nll']:>+18.4f}   {interval:<24}"
         print(f"{line}{r['train_s']:>8.1f}")
     legend = f"{rows[0]['blocks']} validation blocks; ΔNLL > 0: worse than softmax, nats/token"
     # the intervals' bootstrap: block 16, or n // 2 below 32 blocks (none for softmax alone)

@@ -62,7 +62,10 @@ def run_benchmark(monkeypatch, capsys, *args) -> list[list[str]]:
      (["--operators", "softmax,bogus"], "unknown operator name 'bogus'"),
      (["--operators", ""], "--operators names no operator"), (["--operators", " , "], "names no operator"),
      (["--operators", "fwm-prob-k4,FWM-Prob-K4"], "names fwm-prob-k4 more than once"),
-     (["--operators", "softmax,softmax"], "names softmax more than once")],
+     (["--operators", "softmax,softmax"], "names softmax more than once"),
+     # a comma inside [...] separates overrides, not names (as in kinterval ops --operators)
+     (["--operators", "fwm-prob-k4[tau=5,range_grad=detach],fwm-prob-k4[range_grad=detach,tau=5]"],
+      "names fwm-prob-k4[tau=5,range_grad=detach] more than once")],
 )  # fmt: skip
 def test_demo_checks_its_flags_before_any_work(tmp_path, capsys, flags, message):
     """--tokens 0 silently meant the default, --threads -1 was torch's RuntimeError, an unknown operator
