@@ -37,6 +37,7 @@ from kinterval.model import GPT, SDPA, autocast, preset, train_precision
 from kinterval.model.config import ATTENTION_DTYPES
 from kinterval.model.gpt import compile_blocks
 from kinterval.ops import resolve_backend
+from kinterval.ops.commands import split_operators
 
 DEFAULT_OPERATORS = "sdpa,softmax,minmax-weight-k4,fwm-prob-k4"
 ANCHOR = {"float32": "SDPA fp32 (memory-efficient on CUDA)", "bfloat16": "SDPA bf16 (flash on CUDA)"}
@@ -109,7 +110,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("steps", "micro_batch_start"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    ops = [o.strip() for o in args.operators.split(",") if o.strip()]
+    ops = split_operators(args.operators)  # a comma inside [...] separates overrides, not names
     args.ops = [SDPA] + [o for o in ops if o != SDPA]  # the anchor first in every numerics group
     return args
 

@@ -82,6 +82,13 @@ def test_benchmark_cpu_smoke(monkeypatch, capsys):
     assert rows[0][6] == "1.00×"
 
 
+def test_benchmark_takes_full_names_with_overrides(monkeypatch, capsys):
+    """A comma inside [...] separates overrides, not names (as in kinterval ops --operators)."""
+    args = ("--micro-batch", "2", "--steps", "1", "--operators", "fwm-prob-k4[tau=5,range_grad=detach]")
+    rows = run_benchmark(monkeypatch, capsys, *args)[1:]
+    assert [r[0] for r in rows] == ["sdpa", "fwm-prob-k4[tau=5,range_grad=detach]"]
+
+
 @pytest.mark.parametrize("device", ["auto", "cuda"])
 def test_benchmark_without_a_gpu_asks_for_device_cpu(monkeypatch, capsys, device):
     """--device auto fell back to the CPU and set out to time GPT-2 124M there (hours, no message). Exit
