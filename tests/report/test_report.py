@@ -422,3 +422,23 @@ def test_a_folder_whose_manifest_records_no_code_is_reported(tmp_path):
     index = build_report([tmp_path / "b"], tmp_path / "rep").read_text()
     folders = json.loads((tmp_path / "rep" / "report.json").read_text())["folders"]
     assert [f["code"] for f in folders] == [None] and "different operator code" not in index
+
+
+def test_a_suite_with_an_sdpa_run_reports_it_as_a_reference(tmp_path):
+    """sdpa is exact softmax: a row without a Δ of its own, never a K panel's condition (the panels' control
+    test parsed 'sdpa' as an operator name and stopped the whole report)."""
+    (tmp_path / "s.toml").write_text(
+        'name="sd"\nprotocol="tiny-cpu"\nseeds=[7]\ncheckpoints=2\n'
+        '[overrides]\n"model.n_layer"=1\n"model.n_head"=1\n"model.n_embd"=32\n"model.block_size"=64\n'
+        '"schedule.tokens"=24_576\n"schedule.warmup_tokens"=2_048\n"schedule.micro_batch"=8\n'
+        '[[group]]\noperators=["softmax", "sdpa", "lerp-k4", "minmax-weight-k4"]\n'
+    )
+    effect = {"lerp-k4": 0.05, "minmax-weight-k4": 0.2}
+    write_results(tmp_path / "sd", tmp_path / "s.toml", lambda r, f: effect.get(r["operator"], 0.0) * f)
+    build_report(tmp_path / "sd", tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert sorted(r["key"]["operator"] for r in data["softmax"]) == ["sdpa", "softmax"]  # the references
+    rows = {r["key"]["operator"]: r for r in data["delta"]}
+    assert sorted(rows) == ["lerp-k4", "minmax-weight-k4"]  # each vs the same-seed softmax
+    assert rows["lerp-k4"]["est"]["mean"] == pytest.approx(0.05, abs=5e-3)
+    assert rows["minmax-weight-k4"]["est"]["mean"] == pytest.approx(0.2, abs=5e-3)

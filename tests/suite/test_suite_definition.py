@@ -358,3 +358,18 @@ def test_suite_seeds_out_of_range_are_refused_at_load_time(tmp_path, text, messa
     ok = GOOD.replace("seeds=[1]", "seeds=[0, 4294967295]") + G
     bad.write_text(ok)
     assert {r.seed for r in load_suite(bad).runs} == {0, 2**32 - 1}
+
+
+def test_sdpa_is_a_suite_operator_as_in_train(tmp_path):
+    """`train --operator sdpa` runs exact softmax through PyTorch's SDPA; a suite may run it too (it was
+    'unknown operator name'), and its design axes are softmax's."""
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD + '[[group]]\noperators=["softmax", "sdpa", " sdpa"]\n')
+    with pytest.raises(ValueError, match="duplicate"):
+        load_suite(path)
+    path.write_text(GOOD + '[[group]]\noperators=["softmax", "sdpa"]\n')
+    runs = {r.operator: r for r in load_suite(path).runs}
+    assert sorted(runs) == ["sdpa", "softmax"]
+    assert runs["sdpa"].spec == OperatorSpec.parse("softmax") and runs["sdpa"].axes()["name"] == "softmax"
+    rows = build_manifest(load_suite(path), tmp_path / "out", tmp_path / "data")["runs"]
+    assert [r["run_id"] for r in rows] == ["softmax-s1", "sdpa-s1"]

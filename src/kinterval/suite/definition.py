@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from kinterval.data.sources import SPLITS
+from kinterval.model.gpt import SDPA
 from kinterval.ops import OperatorSpec
 from kinterval.ops.seeds import SEED_LIMIT, is_seed
 from kinterval.train.config import flatten
@@ -100,7 +101,12 @@ class RunSpec:
 
     @property
     def spec(self) -> OperatorSpec:
-        return OperatorSpec.from_full_name(self.operator)
+        """The operator's spec (``sdpa``: softmax, which SDPA computes)."""
+        return (
+            OperatorSpec.parse("softmax")
+            if self.operator == SDPA
+            else OperatorSpec.from_full_name(self.operator)
+        )
 
     def axes(self) -> dict:
         """The operator's design axes (calibration, reconstruction, surrogate, K, tau, range_grad, ...)"""
@@ -174,6 +180,8 @@ def _operator(template: str, K, arithmetic: str | None) -> str:
     name = template.replace("{K}", str(K)) if K is not None else template
     if "{" in name:
         raise ValueError(f"operator {template!r} has a {{K}} placeholder but its group gives no K list")
+    if name.strip() == SDPA:  # exact softmax by PyTorch's SDPA, a control as in `train --operator`
+        return SDPA
     spec = OperatorSpec.from_full_name(name)
     given = re.search(r"[\[,]\s*arithmetic\s*=", name)  # the operator's own, however it is spaced
     if arithmetic and spec.surrogate is not None and not given:

@@ -360,10 +360,10 @@ def k_panels(points: list[Point], delta: list[Row], traj: dict[Key, list[Row]], 
 
     def control_of(op: str) -> str | None:
         s = _spec(op)
+        if s.K != K or s.reconstruction != "nearest" or s.range_grad != "full":
+            return None  # (a reference such as sdpa included: it has no K)
         plain = OperatorSpec.parse(op.partition("[")[0], arithmetic=s.arithmetic) == s
-        return (
-            lerp if s.K == K and s.reconstruction == "nearest" and s.range_grad == "full" and plain else None
-        )
+        return lerp if plain else None
 
     here = [p for p in points if p.primary and p.key.setting() == setting and p.key.seed is None]
     pairing = pair_controls(here, control_of)
