@@ -56,9 +56,12 @@ def test_run_passes_its_flags_and_exits_1_when_a_run_failed(monkeypatch, capsys)
     assert seen == {"name": "mini", "out": "O", "data": "D", "only": ["x*"], "gpus": 2, "per_gpu": 3,
                     "slurm": False, "slurm_args": {"partition": "gpu", "time": 90}, "device": "cpu",
                     "threads": 1, "skip_gated": "R"}  # fmt: skip
-    assert "1 of 2 runs ok; failed: ['b']" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 of 2 runs ok; failed: ['b']" in out
+    assert "next: kinterval suite gate O --partial (without --partial once every run has run)" in out
     result.pop("b")
     assert main(["suite", "run", "mini", "--out", "O"]) == 0
+    assert capsys.readouterr().out.endswith("next: kinterval suite gate O\n")  # the whole suite: plain
     assert (seen["gpus"], seen["per_gpu"], seen["slurm_args"]) == (0, 1, {"partition": None, "time": None})
     assert seen["skip_gated"] is None
 
