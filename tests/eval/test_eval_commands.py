@@ -29,6 +29,38 @@ def test_eval_passes_each_flag_to_evaluate_run(monkeypatch):
     )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "trained, used, noted",
+    [
+        ("lerp-k4", "lerp-k4[range_grad=detach]", True),
+        ("fwm-prob-k4[range_grad=max_only,tau=4]", "fwm-prob-k4[tau=4]", True),
+        ("lerp-k4", "lerp-k8", False),
+        ("lerp-k4", "lerp-k4[range_grad=full]", False),  # the run's own operator, spelled out
+        ("fwm-prob-k4", "fwm-prob-k4[tau=4,range_grad=detach]", False),
+        ("softmax", "sdpa", False),
+    ],
+)
+def test_an_override_that_changes_only_range_grad_is_noted(monkeypatch, capsys, trained, used, noted):
+    """range_grad changes the backward alone: such an evaluation repeats the run's own forward."""
+    from kinterval.eval import evaluate
+
+    row = {
+        "checkpoint": "step_000004",
+        "step": 4,
+        "operator_used": used,
+        "operator_trained": trained,
+        "operator_override": True,
+        "split": "val",
+        "n_blocks": 2,
+        "mean_nll": 3.0,
+        "skipped": False,
+    }
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, **k: [row, dict(row, checkpoint="step_000008")])
+    assert main(["eval", "--run", "R", "--operator", used, "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("only in range_grad") == noted  # once per trained operator, not per checkpoint
+
+
 @pytest.mark.parametrize("kind", ["geometry", "graddiag"])
 def test_diagnostics_pass_their_flags_and_default_to_8_blocks(monkeypatch, kind):
     from kinterval.eval import diagnostics

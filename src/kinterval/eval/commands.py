@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -30,7 +31,25 @@ def _eval(args: argparse.Namespace) -> int:
             f"{r['checkpoint']}  step {r['step']:>7}  {r['operator_used']}{extra}  {r['split']}  "
             f"{r['n_blocks']} blocks  mean NLL {r['mean_nll']:.4f} nats/token{docs}  [{state}]"
         )
+    for trained in sorted({r["operator_trained"] for r in rows if r["operator_override"]}):
+        if _same_forward(trained, args.operator):
+            print(
+                f"kinterval eval: note: {args.operator} differs from the run's {trained} only in range_grad, "
+                "which changes the backward alone: these evaluations repeat the run's own forward",
+                file=sys.stderr,
+            )
     return 0
+
+
+def _same_forward(trained: str, used: str) -> bool:
+    """Whether two K-interval operators differ only in ``range_grad`` (the backward rule, eq. 1)."""
+    from kinterval.ops import OperatorSpec
+
+    try:
+        a, b = OperatorSpec.from_full_name(trained), OperatorSpec.from_full_name(used)
+    except ValueError:  # sdpa, or a name the evaluation itself would have refused
+        return False
+    return a != b and a.is_kinterval and OperatorSpec.parse(b, range_grad=a.range_grad) == a
 
 
 def _diag(kind: str):
