@@ -21,10 +21,10 @@ from kinterval.train.checkpoint import save_checkpoint  # noqa: E402
 from kinterval.train.load import load_run  # noqa: E402
 
 
-def make_run(root, operator, seed, **config):
+def make_run(root, operator, seed, vocab_size=50257, **config):
     """A run folder with one checkpoint (step 1) of a random-init GPT over the GPT-2 vocabulary."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=50257, **config)
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=vocab_size, **config)
     model = GPT(cfg, operator, "closed_form")
     state = {"step": 1, "config": {"operator": {"name": operator, "backend": "closed_form"}},
              "model_config": cfg.to_dict()}  # fmt: skip
@@ -58,7 +58,7 @@ def test_export_round_trip_gives_kinterval_logits(tmp_path, operator, capsys):
     assert f'from_pretrained("hf", attn_implementation="{impl}")' in readme
     assert str(tmp_path) not in readme
     assert (
-        "The tokenizer is GPT-2's BPE (tiktoken's `gpt2`, 50257 tokens)." in readme
+        "The tokenizer is GPT-2's BPE (tiktoken's `gpt2`, 50257 tokens), saved in this folder" in readme
     )  # a GPT-2-vocabulary run
 
     model = load_run(run).model
@@ -225,6 +225,33 @@ def test_re_export_into_an_export_folder_or_an_empty_folder_works(tmp_path):
     fresh["README.md"] = fresh["README.md"].replace(b"fresh", b"hf")  # the README names its folder
     assert hf_files == fresh  # b's export, nothing of a's left
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["kinterval_operator"] == "softmax"
+
+
+def test_a_gpt2_vocabulary_export_carries_gpt2_s_tokenizer_and_end_of_text(tmp_path):
+    """A run over GPT-2's BPE exports its tokenizer (offline; AutoTokenizer and lm-eval's --model hf load it
+    from the folder: without it transformers silently builds an empty GPT-2 tokenizer that encodes any text
+    to no ids) and <|endoftext|> as bos/eos, so generate stops at a document's end. A re-export of a
+    token-id run (no tokenizer) leaves none of those files behind."""
+    from transformers import AutoTokenizer
+
+    from kinterval.data.tokenizer import EOT, gpt2_encoding
+
+    out = tmp_path / "hf"
+    assert (
+        cli.main(["export-hf", "--run", str(make_run(tmp_path / "a", "softmax", 0)), "--out", str(out)]) == 0
+    )
+    tok = AutoTokenizer.from_pretrained(out)
+    text = "Quantized attention: K = 4 intervals,\n\n  naïve café 🙂<|endoftext|>"
+    assert tok(text).input_ids == gpt2_encoding().encode(text, allowed_special="all")
+    assert tok.eos_token_id == tok.bos_token_id == EOT and tok.model_max_length == 64
+    config = json.loads((out / "config.json").read_text())
+    assert config["eos_token_id"] == config["bos_token_id"] == EOT
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == EOT
+
+    run_ids = make_run(tmp_path / "b", "softmax", 0, vocab_size=512)
+    assert cli.main(["export-hf", "--run", str(run_ids), "--out", str(out)]) == 0
+    assert not any((out / name).exists() for name in ("tokenizer.json", "tokenizer_config.json"))
+    assert json.loads((out / "config.json").read_text())["eos_token_id"] is None
 
 
 def test_export_into_a_run_with_only_a_checkpoint_folder_is_refused(tmp_path):

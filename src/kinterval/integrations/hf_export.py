@@ -6,18 +6,23 @@ The attention is the kinterval operator through the plain ``attn_implementation`
 :mod:`kinterval.integrations.hf`, which reads the operator from the config (``kinterval_operator``): that name
 is registered for every operator, with or without overrides (``"kinterval-<operator>"`` names are registered
 only for the baselines and K in ``AUTO_K`` without overrides). The config names it
-(``kinterval_attn_implementation``) and the folder's README.md says how to load it; lm-eval's ``--model hf``,
-``generate`` and the Hub tooling then work.
+(``kinterval_attn_implementation``) and the folder's README.md says how to load it. A run over GPT-2's BPE
+(50257 ids) also gets GPT-2's tokenizer (built offline from the ranks file kinterval ships) and
+``<|endoftext|>`` as its bos/eos token, so ``AutoTokenizer``, lm-eval's ``--model hf``, ``generate`` and the
+Hub tooling then work.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import tempfile
 from pathlib import Path
 
 import torch
 
+from kinterval.data.tokenizer import EOT, GPT2_VOCAB, gpt2_encoding, resolve_bpe_file
 from kinterval.train.checkpoint import check_outside_runs
 
 README = """# {name}
@@ -38,7 +43,8 @@ Without `attn_implementation` transformers loads its default attention (softmax)
 
 
 def export_hf(run, out, checkpoint="latest") -> Path:
-    """Write ``out`` (config.json, model.safetensors, README.md) from ``run``'s ``checkpoint``."""
+    """Write ``out`` (config.json, model.safetensors, README.md; GPT-2's tokenizer files for a run over
+    GPT-2's BPE) from ``run``'s ``checkpoint``."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from kinterval.integrations import hf
@@ -64,6 +70,9 @@ def export_hf(run, out, checkpoint="latest") -> Path:
         n_head=cfg.n_head, activation_function="gelu", layer_norm_epsilon=1e-5, resid_pdrop=0.0,
         embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
     )  # fmt: skip
+    gpt2_bpe = cfg.vocab_size == GPT2_VOCAB  # every text source of `kinterval data prepare` is GPT-2 BPE
+    if gpt2_bpe:  # documents end with <|endoftext|>: generate stops there, as GPT-2's own config says
+        config.bos_token_id = config.eos_token_id = EOT
     config.kinterval_operator = model.operator
     config.kinterval_attn_implementation = impl
     hf_model = GPT2LMHeadModel(config).eval()
@@ -71,10 +80,14 @@ def export_hf(run, out, checkpoint="latest") -> Path:
     if set(missing) - {"lm_head.weight"} or unexpected:  # lm_head is tied to wte, nothing else may be left
         raise RuntimeError(f"GPT-2 weight mapping incomplete: missing {missing}, unexpected {unexpected}")
     hf_model.save_pretrained(out)
-    # every text source of `kinterval data prepare` is GPT-2 BPE (50257 ids); another size is token-id data
+    for name in TOKENIZER_FILES:  # an earlier export's tokenizer must not outlive a re-export
+        (out / name).unlink(missing_ok=True)
+    if gpt2_bpe:
+        gpt2_tokenizer(cfg.block_size).save_pretrained(out)
     tokenizer_note = (
-        "The tokenizer is GPT-2's BPE (tiktoken's `gpt2`, 50257 tokens)."
-        if cfg.vocab_size == 50257
+        "The tokenizer is GPT-2's BPE (tiktoken's `gpt2`, 50257 tokens), saved in this folder: "
+        f'`AutoTokenizer.from_pretrained("{out.name}")`.'
+        if gpt2_bpe
         else f"The vocabulary has {cfg.vocab_size} token ids, not GPT-2's 50257: the run was trained on "
         "token ids that are not GPT-2 BPE text (e.g. the synthetic corpus), so no text tokenizer goes with "
         "it; feed it ids from the same source."
@@ -89,6 +102,38 @@ def export_hf(run, out, checkpoint="latest") -> Path:
         )  # fmt: skip
     )
     return out
+
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
+
+
+def gpt2_tokenizer(max_length: int):
+    """GPT-2's BPE as a transformers fast tokenizer, built offline from the ranks file (the ids of
+    ``kinterval.data.tokenizer.gpt2_encoding``: ``<|endoftext|>`` = 50256 is bos, eos and unk, as GPT-2's)."""
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    enc = gpt2_encoding()  # checks the ranks file's sha256
+    with tempfile.TemporaryDirectory() as tmp:
+        ranks = resolve_bpe_file()
+        if ranks is None:  # tiktoken's registry copy: the converter reads a ranks file
+            ranks = Path(tmp) / "gpt2.tiktoken"
+            ranks.write_text(
+                "".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in enc._mergeable_ranks.items())
+            )
+        backend = TikTokenConverter(
+            vocab_file=str(ranks), pattern=enc._pat_str, extra_special_tokens=enc._special_tokens
+        ).converted()
+    eot = enc.decode([EOT])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token=eot, eos_token=eot, unk_token=eot, model_max_length=max_length
+    )
 
 
 def check_out(out) -> None:
@@ -160,5 +205,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("export-hf", help="write a run's checkpoint as a transformers GPT-2 model")
     p.add_argument("--run", required=True, help="training run folder (or a checkpoint folder)")
     p.add_argument("--checkpoint", default="latest", help="latest (default), a step number or a path")
-    p.add_argument("--out", required=True, help="output folder (config.json, model.safetensors, README.md)")
+    p.add_argument(
+        "--out", required=True, help="output folder (config.json, model.safetensors, README.md, tokenizer)"
+    )
     p.set_defaults(func=_export)
