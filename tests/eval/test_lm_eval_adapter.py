@@ -1,6 +1,8 @@
 """lm-eval adapter: offline local tasks through lm_eval.simple_evaluate on a tiny random-init checkpoint."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -554,3 +556,23 @@ def test_a_non_finite_loglikelihood_without_a_task_names_the_context(run, monkey
         lm.loglikelihood([_Request(" the cat sat", " on")])
     with pytest.raises(ValueError, match=r"context ' the cat sat on the mat': the log-likelihood is nan"):
         lm.loglikelihood_rolling([_Request(" the cat sat on the mat")])
+
+
+def test_a_broken_lm_eval_install_keeps_its_cause(tmp_path):
+    """lm-eval installed but failing to import is not reported as missing: the error names the cause."""
+    (tmp_path / "lm_eval").mkdir()
+    (tmp_path / "lm_eval" / "__init__.py").write_text(
+        "raise ImportError('cannot import name X from datasets')\n"
+    )
+    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\nimport kinterval.eval.lm_eval_adapter"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode != 0
+    assert (
+        "needs lm-eval: pip install 'kinterval[eval]' (importing it failed: cannot import name X"
+        in res.stderr
+    )
+    code = "import sys; sys.modules['lm_eval'] = None\nimport kinterval.eval.lm_eval_adapter"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (
+        "needs lm-eval: pip install 'kinterval[eval]'\n" in res.stderr and "During handling" not in res.stderr
+    )

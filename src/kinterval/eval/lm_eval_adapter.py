@@ -23,8 +23,12 @@ try:
     from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import register_model
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
-except ImportError:  # pragma: no cover - the hint replaces the traceback chain
-    raise ImportError("kinterval.eval.lm_eval_adapter needs lm-eval: pip install 'kinterval[eval]'") from None
+except ImportError as err:  # a missing lm-eval gets the hint; a broken one keeps its cause
+    missing = isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == "lm_eval"
+    raise ImportError(
+        "kinterval.eval.lm_eval_adapter needs lm-eval: pip install 'kinterval[eval]'"
+        + ("" if missing else f" (importing it failed: {err})")
+    ) from (None if missing else err)
 
 from kinterval.data.tokenizer import EOT, GPT2_BPE_SHA256, GPT2_VOCAB, gpt2_encoding
 from kinterval.eval.downstream import parse_batch_size

@@ -39,8 +39,12 @@ from kinterval.ops.spec import BASELINES
 
 try:
     from transformers import AttentionInterface, PretrainedConfig
-except ImportError:  # pragma: no cover - the hint replaces the traceback chain
-    raise ImportError("kinterval.integrations.hf needs transformers: pip install 'kinterval[hf]'") from None
+except ImportError as err:  # a missing transformers gets the hint; a broken one keeps its cause
+    missing = isinstance(err, ModuleNotFoundError) and err.name == "transformers"
+    raise ImportError(
+        "kinterval.integrations.hf needs transformers >= 5.0: pip install 'kinterval[hf]'"
+        + ("" if missing else f" (importing it failed: {err})")
+    ) from (None if missing else err)
 
 try:  # transformers 5: the collector behind output_attentions=True (None when nothing is collected)
     from transformers.utils.output_capturing import _active_collector

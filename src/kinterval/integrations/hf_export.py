@@ -193,9 +193,9 @@ def gpt2_state_dict(model) -> dict[str, torch.Tensor]:
 
 def _export(args: argparse.Namespace) -> int:
     try:
-        import transformers  # noqa: F401
-    except ImportError:
-        raise ValueError("kinterval export-hf needs transformers: pip install 'kinterval[hf]'") from None
+        import kinterval.integrations.hf  # noqa: F401  (imports transformers)
+    except ImportError as err:  # its message names the cause of a broken install
+        raise ValueError(str(err)) from None
     out = export_hf(args.run, args.out, args.checkpoint)
     print(f"exported {args.run} -> {out} (see {out / 'README.md'} to load it)")
     return 0
