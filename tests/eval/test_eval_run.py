@@ -205,6 +205,38 @@ def test_a_cached_result_answers_only_the_same_request(tiny_run, tmp_path):
     assert docs["request"]["doc_clusters"] is True and docs["request"]["max_blocks"] is None
 
 
+def test_a_capped_evaluation_does_not_replace_the_full_split_one(tiny_run, tmp_path, capsys):
+    """`eval --max-blocks N` (a quick look) replaced the checkpoint's full-split evaluation (which the gate
+    and the report read) with N blocks: the gate then failed with "did not cover the full split"."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    out = tmp_path / "out"
+    full = evaluate_checkpoint(ckpt, out_dir=out)
+    with pytest.raises(ValueError, match="every block; --max-blocks 2 would replace it"):
+        evaluate_checkpoint(ckpt, out_dir=out, max_blocks=2)
+    assert evaluate_checkpoint(ckpt, out_dir=out) == dict(full, skipped=True)  # kept as it was
+    assert evaluate_checkpoint(ckpt, out_dir=tmp_path / "elsewhere", max_blocks=2)["n_blocks"] == 2
+    argv = ["eval", "--run", str(tiny_run / "run"), "--checkpoint", "latest", "--out", str(out)]
+    assert main([*argv, "--max-blocks", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval eval: error:") and "--force" in err and "\n" not in err
+    assert evaluate_checkpoint(ckpt, out_dir=out, max_blocks=2, force=True)["n_blocks"] == 2
+    assert evaluate_checkpoint(ckpt, out_dir=out)["all_blocks"] is True  # the full one replaces a capped one
+
+
+def test_a_cap_at_or_above_the_split_is_the_full_evaluation(tiny_run, tmp_path):
+    """A --max-blocks at or above the split's block count read every block but was recorded as capped
+    (`all_blocks` false: "did not cover the full split" in the gate) and missed the full result's cache."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    n = TokenShards(tiny_run / "data", "val").n_blocks(32)
+    out = tmp_path / "out"
+    full = evaluate_checkpoint(ckpt, out_dir=out)
+    for cap in (n, n + 5):
+        r = evaluate_checkpoint(ckpt, out_dir=out, max_blocks=cap)
+        assert r == dict(full, skipped=True), cap
+    r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "b", max_blocks=n + 5)
+    assert (r["n_blocks"], r["all_blocks"], r["request"]["max_blocks"]) == (n, True, None)
+
+
 def test_the_request_names_the_data_by_content_not_by_folder(tiny_run, tmp_path):
     """The request held the data folder's absolute path: a moved data folder (a moved suite folder) made
     every finished evaluation stale. The same shards in another folder are the same request; other shards

@@ -146,6 +146,21 @@ def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
         return False
 
 
+def _refuse_replacing_full(json_path: Path, ckpt: Path, max_blocks: int) -> None:
+    """A ``ValueError`` when ``json_path`` holds an evaluation of every block of these checkpoint bytes: a
+    ``--max-blocks`` look would replace the protocol result that the gate and the report read."""
+    try:
+        s = read_summary(json_path)
+        full = s["checkpoint_state_sha256"] == state_sha256(ckpt) and s["request"]["max_blocks"] is None
+    except (ValueError, OSError, KeyError, TypeError):  # none, unreadable or another layout: nothing to keep
+        return
+    if full:
+        raise ValueError(
+            f"{json_path} holds this checkpoint's evaluation of every block; --max-blocks {max_blocks} would "
+            "replace it: give --out DIR to write the capped evaluation elsewhere, or --force to replace it"
+        )
+
+
 def _check_finite(tok: np.ndarray, ckpt: Path, split: str) -> None:
     """``ValueError`` naming the checkpoint and the first block with a NaN or infinite per-token NLL."""
     bad = ~np.isfinite(tok)
@@ -194,9 +209,13 @@ def evaluate_checkpoint(
     shards = TokenShards(data_dir, split)
     shards.check_matches(state)  # data of another tokenizer than the training data's is refused
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
+    if max_blocks is not None and max_blocks >= shards.n_blocks(int(state["model_config"]["block_size"])):
+        max_blocks = None  # a cap at or above the split's block count reads every block: the full request
     req = request(state, shards, operator, max_blocks, doc_clusters, dev)
     if not force and _is_current(json_path, npz_path, ckpt, req):
         return dict(read_summary(json_path), skipped=True)
+    if not force and max_blocks is not None:
+        _refuse_replacing_full(json_path, ckpt, max_blocks)
     loaded = load_run(ckpt, device=dev, operator=operator)  # weights checked against state.json's sha256
     model, state = loaded.model, loaded.state
     shards.check_vocab(model.config.vocab_size)
