@@ -237,6 +237,15 @@ def test_a_cap_at_or_above_the_split_is_the_full_evaluation(tiny_run, tmp_path):
     assert (r["n_blocks"], r["all_blocks"], r["request"]["max_blocks"]) == (n, True, None)
 
 
+def test_the_tau_screen_refuses_checkpoint_all(tiny_run, tmp_path, capsys, monkeypatch):
+    """`tau-screen --checkpoint all` (which its help offered) screened the latest checkpoint alone."""
+    monkeypatch.setattr("kinterval.train.load.load_run", lambda *a, **k: pytest.fail("the model was loaded"))
+    argv = ["tau-screen", "--run", str(tiny_run / "run"), "--stages", "3", "--out", str(tmp_path / "ts")]
+    assert main([*argv, "--checkpoint", "all"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "error: --checkpoint" in err and "one checkpoint" in err and "\n" not in err
+
+
 def test_the_request_names_the_data_by_content_not_by_folder(tiny_run, tmp_path):
     """The request held the data folder's absolute path: a moved data folder (a moved suite folder) made
     every finished evaluation stale. The same shards in another folder are the same request; other shards

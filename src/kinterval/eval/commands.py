@@ -113,6 +113,8 @@ def _tau_screen(args: argparse.Namespace) -> int:
     ):
         if value is not None and value < least:  # --max-blocks 0 used to mean "no cap"
             raise ValueError(f"{flag} must be an integer >= {least}, got {value}")
+    if args.checkpoint == "all":
+        raise ValueError("--checkpoint: the tau screen takes one checkpoint (latest or a step), got 'all'")
     stages = []  # every stage, K and tau checked before the model is loaded
     for name in args.stages.split(","):
         st = {s.name: s for s in PAPER_STAGES}.get(name)
@@ -240,7 +242,8 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _common(p, *, checkpoint="all") -> None:
     p.add_argument("--run", required=True, help="run folder (holds checkpoints/)")
-    p.add_argument("--checkpoint", default=checkpoint, help="all | latest | STEP")
+    choices = "all | latest | STEP" if checkpoint == "all" else "latest | STEP"
+    p.add_argument("--checkpoint", default=checkpoint, help=choices)
     p.add_argument("--split", default="val", help="split of the data folder (val, test, ...)")
     p.add_argument("--data", default=None, help="prepared data folder (default: the run's training data)")
     p.add_argument("--out", default=None, help="output folder (default: inside the run folder)")
