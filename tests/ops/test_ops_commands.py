@@ -74,3 +74,18 @@ def test_ops_verify_runs_with_the_flags_given(capsys):
     assert cli.main(["ops", "verify", "--K", "2", "--T", "6"]) == 0
     out = capsys.readouterr().out
     assert "lerp-k2" in out and "lerp-k4" not in out
+
+
+def test_ops_table_tv_is_over_the_rows_with_two_or_more_keys(capsys):
+    """The TV mean counted row 0 (one key: TV 0 for every operator) while the residual left it out, which
+    pulled the mean down by 1/T (to 7/8 at T = 8); the geometry probe's TV is over rows i >= 1 too."""
+    import torch
+
+    from kinterval.ops import attention_probs
+
+    assert cli.main(["ops", "--operators", "lerp-k4", "--T", "8", "--seed", "0"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("lerp-k4"))
+    s = torch.randn(4, 4, 8, 8, generator=torch.Generator().manual_seed(0)) * 6.0
+    P, E = attention_probs(s, "lerp-k4", causal=True), attention_probs(s, "softmax", causal=True)
+    tv = 0.5 * (P - E).abs().sum(-1)[..., 1:]
+    assert row.split()[1:3] == [f"{tv.mean():.4f}", f"{tv.max():.4f}"]

@@ -151,10 +151,9 @@ def run(args) -> int:
         table.add_column(col, justify="left" if col == "operator" else "right")
     for spec in specs:
         P = attention_probs(s, spec, causal=True)
-        tv = 0.5 * (P - P_soft).abs().sum(-1)
-        rho = zero_sum_residual(score_gradient(s, spec, up, causal=True), valid)[
-            ..., 1:
-        ]  # rows with >= 2 keys
+        # both columns over the rows with >= 2 keys (i >= 1): row 0 holds one key, TV 0 for every operator
+        tv = 0.5 * (P - P_soft).abs().sum(-1)[..., 1:]
+        rho = zero_sum_residual(score_gradient(s, spec, up, causal=True), valid)[..., 1:]
         table.add_row(
             spec.full_name, f"{tv.mean():.4f}", f"{tv.max():.4f}", f"{rho.median():.1e}", f"{rho.max():.1e}"
         )
