@@ -7,6 +7,7 @@ from kinterval.stats import (
     block_length,
     cluster_bootstrap_ci,
     family_bootstrap_ci,
+    label_single_seed,
     paired_bootstrap_ci,
 )
 
@@ -217,3 +218,17 @@ def test_defaults_are_the_papers_protocol():
     q = permutation_p_random(x[:12])
     assert q == permutation_p_random(x[:12], n=20000, seed=0)
     assert (q * 20001) == pytest.approx(round(q * 20001), abs=1e-6)  # p = (1 + hits) / (1 + 20000)
+
+
+@pytest.mark.parametrize("value", [0.01, -0.3, 0.0])
+def test_a_constant_series_gives_the_zero_width_interval_at_its_value(value):
+    """100 x 0.01 gave mean 0.009999999999999998 and [0.010000000000000004, 0.010000000000000009] (rounding
+    of the prefix sums): an interval off its estimate, "separated" (lo > +0.01) at a difference of 0.01."""
+    x = np.full(100, value)
+    for r in (block_bootstrap_ci(x), paired_bootstrap_ci(x)):
+        assert (r.mean, r.lo, r.hi, r.se) == (value, value, value, 0.0)
+        assert r.p == (1.0 if value == 0 else 2 / (r.n_resamples + 1))
+    r = block_bootstrap_ci(np.full(100, 0.01))
+    assert not label_single_seed(r.lo, r.hi).separated
+    with pytest.raises(ValueError, match="seed"):
+        block_bootstrap_ci(x, seed=-1)

@@ -67,7 +67,7 @@ def _percentile_result(
         mean=float(estimate),
         lo=float(lo),
         hi=float(hi),
-        se=float(reps.std(ddof=1)) if reps.size > 1 else 0.0,
+        se=float(reps.std(ddof=1)) if reps.min() < reps.max() else 0.0,  # np.std of equal values rounds
         level=level,
         n_resamples=n_resamples,
         method=method,
@@ -104,6 +104,16 @@ def circular_block_means(x: np.ndarray, block: int, n_resamples: int, rng: np.ra
     return np.concatenate(out) / n
 
 
+def _mean_and_reps(x: np.ndarray, block: int, n_resamples: int, seed: int | None) -> tuple[float, np.ndarray]:
+    """The mean of ``x`` and its circular block-bootstrap replicates. A constant series has every replicate
+    equal to its value exactly (the prefix sums would round them, e.g. 100 x 0.01 to an interval just above
+    the mean, which a margin test such as "lo > 0.01" would then pass)."""
+    rng = make_rng(seed)  # a bad seed is refused for every series
+    if x[0] == x.min() == x.max():
+        return float(x[0]), np.full(n_resamples, x[0])
+    return float(x.mean()), circular_block_means(x, block, n_resamples, rng)
+
+
 def block_bootstrap_ci(
     x, *, block: int = 16, n_resamples: int = 4000, level: float = 0.95, seed: int | None = 0
 ) -> BootstrapResult:
@@ -125,8 +135,8 @@ def block_bootstrap_ci(
         )
     n_resamples = check_positive_int(n_resamples, "n_resamples")
     level = check_level(level)
-    reps = circular_block_means(x, block, n_resamples, make_rng(seed))
-    return _percentile_result(x.mean(), reps, level, f"circular block bootstrap (block {block})", n_resamples)
+    est, reps = _mean_and_reps(x, block, n_resamples, seed)
+    return _percentile_result(est, reps, level, f"circular block bootstrap (block {block})", n_resamples)
 
 
 def paired_bootstrap_ci(
@@ -137,8 +147,8 @@ def paired_bootstrap_ci(
     n_resamples = check_positive_int(n_resamples, "n_resamples")
     level = check_level(level)
     # A circular block bootstrap with block 1 is exactly the iid bootstrap.
-    reps = circular_block_means(diffs, 1, n_resamples, make_rng(seed))
-    return _percentile_result(diffs.mean(), reps, level, "paired bootstrap", n_resamples)
+    est, reps = _mean_and_reps(diffs, 1, n_resamples, seed)
+    return _percentile_result(est, reps, level, "paired bootstrap", n_resamples)
 
 
 def cluster_bootstrap_ci(
