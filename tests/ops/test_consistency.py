@@ -252,9 +252,10 @@ def test_cli_bad_input_is_one_line_exit_2(flags, message, capsys, monkeypatch):
     assert err.startswith("kinterval ops: error: ") and "\n" not in err and message in err, err
 
 
-def test_json_is_for_consistency_only(capsys, tmp_path):
-    assert cli.main(["ops", "--T", "3", "--json", str(tmp_path / "x.json")]) == 2
-    assert "--json is for `kinterval ops consistency`" in capsys.readouterr().err
+def test_json_is_not_for_verify(capsys, tmp_path):
+    assert cli.main(["ops", "verify", "--T", "3", "--json", str(tmp_path / "x.json")]) == 2
+    assert "--json is for the table and `kinterval ops consistency`" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_a4_keys_avoid_the_extrema_and_the_grid_points():

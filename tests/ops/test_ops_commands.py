@@ -89,3 +89,27 @@ def test_ops_table_tv_is_over_the_rows_with_two_or_more_keys(capsys):
     P, E = attention_probs(s, "lerp-k4", causal=True), attention_probs(s, "softmax", causal=True)
     tv = 0.5 * (P - E).abs().sum(-1)[..., 1:]
     assert row.split()[1:3] == [f"{tv.mean():.4f}", f"{tv.max():.4f}"]
+
+
+def test_ops_table_json_holds_the_printed_numbers_and_the_setting(capsys, tmp_path):
+    """The table's numbers for scripts (`--json`, as `ops consistency`); a path that cannot be written is
+    refused before the tensors are built."""
+    import json
+
+    out = tmp_path / "table.json"
+    argv = ["ops", "--operators", "softmax,fwm-prob-k4[tau=5]", "--T", "8", "--seed", "3", "--json", str(out)]
+    assert cli.main(argv) == 0
+    printed = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[3:]}
+    data = json.loads(out.read_text())
+    assert data["setting"] == {"T": 8, "scale": 6.0, "seed": 3, "range_grad": "full", "dtype": "float32"}
+    assert [r["operator"] for r in data["rows"]] == ["softmax", "fwm-prob-k4[tau=5]"]
+    for r in data["rows"]:
+        assert printed[r["operator"]] == [
+            f"{r['tv_mean']:.4f}",
+            f"{r['tv_max']:.4f}",
+            f"{r['residual_median']:.1e}",
+            f"{r['residual_max']:.1e}",
+        ]
+    assert data["rows"][1]["tv_mean"] > 0 == data["rows"][0]["tv_mean"]
+    assert cli.main(["ops", "--T", "8", "--json", str(tmp_path / "no" / "t.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err

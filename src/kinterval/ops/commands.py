@@ -34,7 +34,7 @@ def register(sub) -> None:
         "against autograd of the reference, every operator and mode (takes --K, --T and --scale). "
         "`kinterval ops consistency`: the gradient-consistency diagnostics A1-A4 and P1-0 (App. F) in "
         "float64, under range_grad full, detach and p1 (takes --K or --operators, --T, --scale, --seed, "
-        "--json).",
+        "--json). The table and consistency write their numbers as JSON with --json FILE.",
     )
     p.add_argument("action", nargs="?", choices=["table", "verify", "consistency"], default="table")
     p.add_argument(
@@ -59,7 +59,7 @@ def register(sub) -> None:
         nargs="+",
         help="verify and consistency: the K of every operator (default: 4 16; consistency: 2 4 8 16 32)",
     )
-    p.add_argument("--json", help="consistency only: also write the numbers here as JSON")
+    p.add_argument("--json", help="table and consistency: also write the numbers here as JSON")
     p.set_defaults(func=run)
 
 
@@ -117,8 +117,8 @@ def run(args) -> int:
     # every action draws float32 scores N(0, scale^2); 8 sd stays under float32's largest value
     if args.scale is not None and args.scale * 8 > torch.finfo(torch.float32).max:
         raise ValueError(f"--scale {args.scale:g} makes float32 scores overflow; use a smaller --scale")
-    if args.json is not None and args.action != "consistency":
-        raise ValueError("--json is for `kinterval ops consistency`")
+    if args.json is not None and args.action == "verify":
+        raise ValueError("--json is for the table and `kinterval ops consistency`, not `ops verify`")
     if args.action == "consistency":
         return _consistency(args)
     if args.action == "verify":
@@ -140,6 +140,7 @@ def run(args) -> int:
     if not names:
         raise ValueError(f"--operators names no operator, got {args.operators!r}")
     specs = [_spec(name, range_grad) for name in names]  # every name, before the (large) tensors
+    _check_json_path(args.json)
     T, scale, seed = args.T or 128, args.scale or 6.0, check_seed(args.seed or 0, "--seed")
     gen = torch.Generator().manual_seed(seed)
     s = torch.randn(4, 4, T, T, generator=gen) * scale
@@ -149,16 +150,33 @@ def run(args) -> int:
     table = Table(title=f"operators on random causal scores (T={T}, score sd {scale:g}, float32)")
     for col in ("operator", "TV to softmax (mean)", "TV max", "zero-sum residual (median)", "residual max"):
         table.add_column(col, justify="left" if col == "operator" else "right")
+    rows = []
     for spec in specs:
         P = attention_probs(s, spec, causal=True)
         # both columns over the rows with >= 2 keys (i >= 1): row 0 holds one key, TV 0 for every operator
         tv = 0.5 * (P - P_soft).abs().sum(-1)[..., 1:]
         rho = zero_sum_residual(score_gradient(s, spec, up, causal=True), valid)[..., 1:]
+        row = dict(operator=spec.full_name, tv_mean=float(tv.mean()), tv_max=float(tv.max()))
+        rows.append(row | dict(residual_median=float(rho.median()), residual_max=float(rho.max())))
         table.add_row(
             spec.full_name, f"{tv.mean():.4f}", f"{tv.max():.4f}", f"{rho.median():.1e}", f"{rho.max():.1e}"
         )
     print(table)
+    if args.json is not None:
+        setting = {"T": T, "scale": scale, "seed": seed, "range_grad": range_grad, "dtype": "float32"}
+        atomic.write_json(args.json, {"setting": setting, "rows": rows})
     return 0
+
+
+def _check_json_path(json: str | None) -> None:
+    """``--json FILE``: refused before the work when it cannot be written there."""
+    if json is None:
+        return
+    path = Path(json)
+    if path.is_dir():
+        raise ValueError(f"--json {path}: is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"--json {path}: the folder {path.parent} does not exist")
 
 
 # ------------------------------------------------------------------------------------------ consistency
@@ -175,12 +193,7 @@ def _consistency(args) -> int:
         raise ValueError("--K sets the K of the default operators; --operators names carry their own K")
     if args.K is not None and any(K < 1 for K in args.K):
         raise ValueError(f"--K must be integers >= 1, got {' '.join(map(str, args.K))}")
-    if args.json is not None:  # before the diagnostics run, not after
-        path = Path(args.json)
-        if path.is_dir():
-            raise ValueError(f"--json {path}: is a directory; give a file name")
-        if not path.parent.is_dir():
-            raise ValueError(f"--json {path}: the folder {path.parent} does not exist")
+    _check_json_path(args.json)  # before the diagnostics run, not after
     names = None
     if args.operators is not None:
         names = split_operators(args.operators)
