@@ -56,7 +56,7 @@ def cmd_demo(args) -> int:
         progress=not args.no_progress,
         threads=args.threads or None,
     )
-    report = demo_report({r["operator"]: r["per_block"] for r in rows}, out / "report")
+    report = demo_report({r["operator"]: r["per_block"] for r in rows}, out / "report", seeds=args.seed)
     ci = {r["operator"]: r for r in report["rows"]}
     w = max(22, *(len(r["operator"]) + 2 for r in rows))  # full names with [overrides] are long
     head = f"{'operator':<{w}}{'val NLL':>10}{'ΔNLL vs softmax':>18}   {'95% block-bootstrap CI':<24}"

@@ -19,7 +19,7 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -606,6 +606,8 @@ def demo_report(
     *,
     trajectories: Mapping[str, list[tuple[int, float]]] | None = None,
     title: str = "kinterval demo",
+    notes: Sequence[str] = (),
+    seeds: Mapping[str, int] | int = 0,
 ) -> dict:
     """Endpoint ΔNLL vs softmax with block-bootstrap CIs for the demo.
 
@@ -614,20 +616,23 @@ def demo_report(
     Writes ``delta.md``, ``delta.tex``, ``delta.png`` (and ``trajectories.png``) and ``index.md`` into
     ``out_dir``, built in ``out_dir/.report.building`` and published as :func:`build_report` does
     (``index.md`` last); returns ``{"rows": [{operator, nll, delta, lo, hi, separated}], "index": path}``.
+    ``notes``: lines listed under the table in ``index.md``. ``seeds``: each operator's training seed (its
+    "Seeds" cell), or one for all.
     """
     if "softmax" not in per_block:
         raise ValueError("per_block must include the softmax reference")
     out_dir = Path(out_dir)
     work = _begin(out_dir)
     try:
-        rows = _demo(per_block, work, trajectories, title)
+        seed_of = seeds if isinstance(seeds, Mapping) else dict.fromkeys(per_block, seeds)
+        rows = _demo(per_block, work, trajectories, title, notes, seed_of)
         _publish(work, out_dir, ("index.md",))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"rows": rows, "index": out_dir / "index.md"}
 
 
-def _demo(per_block, out: Path, trajectories, title: str) -> list[dict]:
+def _demo(per_block, out: Path, trajectories, title: str, notes: Sequence[str], seeds) -> list[dict]:
     """The demo report's files into the folder ``out``; its rows."""
     soft = np.asarray(per_block["softmax"], dtype=np.float64)
     rows, table = [], []
@@ -637,13 +642,14 @@ def _demo(per_block, out: Path, trajectories, title: str) -> list[dict]:
         nll = np.asarray(nll, dtype=np.float64)
         if nll.shape != soft.shape:
             raise ValueError(f"{op}: {nll.shape[0]} blocks, softmax has {soft.shape[0]}")
-        est = A.estimate({0: nll - soft}, f"{op} − softmax")
-        row = A.Row(f"{op} − softmax", Key(op, 0, "", ""), (0,), est, nll=float(nll.mean()))
+        seed = int(seeds.get(op, 0))
+        est = A.estimate({seed: nll - soft}, f"{op} − softmax")
+        row = A.Row(f"{op} − softmax", Key(op, 0, "", ""), (seed,), est, nll=float(nll.mean()))
         table.append(row)
         rows.append(
             {
                 "operator": op,
-                "seeds": [0],
+                "seeds": [seed],
                 "nll": row.nll,
                 "delta": est.mean,
                 "lo": est.lo,
@@ -667,6 +673,8 @@ def _demo(per_block, out: Path, trajectories, title: str) -> list[dict]:
     ]
     F.endpoint_figure(plot_rows, out / "delta.png", cap)
     index = [f"# {title}", "", T.render(headers, cells, "md", cap), "![ΔNLL](delta.png)", ""]
+    if notes:
+        index += ["Notes:", *(f"- {n}" for n in notes), ""]
     if trajectories and "softmax" in trajectories:
         base = dict(trajectories["softmax"])
         traj = {

@@ -1,4 +1,4 @@
-"""``kinterval report DIR [DIR ...] [--out DIR]``."""
+"""``kinterval report DIR [DIR ...] [--out DIR]`` and ``kinterval report --runs RUN [RUN ...]``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,32 @@ from pathlib import Path
 def _report(args) -> int:
     from kinterval.report.build import build_report
 
+    if args.runs:
+        return _runs(args)
+    if args.split is not None:
+        raise ValueError(
+            "--split is for --runs (a suite folder's report reads the split its suite evaluates)"
+        )
+    if not args.dirs:
+        raise ValueError("give suite folder(s), or --runs RUN [RUN ...] for runs of `kinterval train`")
     out = Path(args.out) if args.out else Path(args.dirs[0]) / "report"
     path = build_report(args.dirs, out, clean_blocks=args.clean_blocks or ())
     print(f"report written: {path}")
+    return 0
+
+
+def _runs(args) -> int:
+    from kinterval.report.runs_report import runs_report
+
+    if args.dirs or args.clean_blocks:
+        raise ValueError("--runs takes run folders instead of suite folders, and no --clean-blocks")
+    rep = runs_report(args.runs, Path(args.out or "report"), split=args.split or "val")
+    for r in rep["rows"]:
+        ci = f"[{r['lo']:+.4f}, {r['hi']:+.4f}]" + (" separated" if r["separated"] else "")
+        print(f"{r['operator']:<24} NLL {r['nll']:.4f}  ΔNLL vs softmax {r['delta']:+.4f}  {ci}")
+    for n in rep["notes"]:
+        print(f"note: {n}")
+    print(f"report written: {rep['index']}")
     return 0
 
 
@@ -18,10 +41,18 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="tables (Markdown + LaTeX) and figures from suite result files")
     p.add_argument(
         "dirs",
-        nargs="+",
+        nargs="*",
         help="suite folder(s) (with manifest.json); runs are paired with same-seed controls across all",
     )
-    p.add_argument("--out", default=None, help="output folder (default: DIR/report)")
+    p.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="RUN",
+        help="instead of suites: run folders of `kinterval train`, each evaluated at its latest checkpoint "
+        "(`kinterval eval`); ΔNLL vs the one softmax run among them",
+    )
+    p.add_argument("--split", default=None, help="with --runs: the evaluated split (default: val)")
+    p.add_argument("--out", default=None, help="output folder (default: DIR/report; with --runs: report)")
     p.add_argument(
         "--clean-blocks",
         action="append",

@@ -1,0 +1,99 @@
+"""``kinterval report --runs RUN ...``: endpoint ΔNLL of loose training runs (folders of ``kinterval train``,
+each evaluated with ``kinterval eval``) against the softmax run among them, with block-bootstrap CIs: the
+demo's report for runs a suite did not make. A suite folder gets the full report (seed pairing, claims,
+geometry, ...); this one compares what the runs' evaluations on one split hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kinterval.eval.checkpoints import state_sha256
+from kinterval.eval.evaluate import eval_dir, load_result, read_summary, result_paths
+from kinterval.report.build import demo_report
+from kinterval.train.checkpoint import check_outside_runs
+from kinterval.train.load import find_checkpoint
+
+REFERENCES = ("softmax", "sdpa")  # exact softmax: the control
+# the request fields that must agree for a per-block difference: the same blocks under the same numerics
+SAME = ("split", "shards_sha256", "n_tokens", "T", "max_blocks", "device_type", "autocast", "attention_dtype",
+        "tf32", "eval_dot_precision")  # fmt: skip
+
+
+@dataclass
+class Evaluated:
+    run: Path
+    operator: str
+    seed: int | None
+    request: dict
+    nll: np.ndarray  # per block, the latest checkpoint
+    trajectory: list[tuple[int, float]]  # (training tokens, mean NLL) of every evaluated checkpoint
+
+
+def _evaluated(run: Path, split: str) -> Evaluated:
+    """The run's evaluation of its latest checkpoint on ``split`` (refused when missing or stale) and the
+    mean NLL of every checkpoint evaluated there."""
+    ckpt = find_checkpoint(run, "latest")
+    folder = eval_dir(run, split)
+    _, path = result_paths(folder, ckpt)
+    again = f"`kinterval eval --run {run} --checkpoint latest --split {split}`"
+    if not path.is_file():
+        raise ValueError(
+            f"{run}: its latest checkpoint ({ckpt.name}) has no evaluation on {split}; run {again}"
+        )
+    summary, arrays = load_result(path)
+    if summary.get("checkpoint_state_sha256") != state_sha256(ckpt):
+        raise ValueError(f"{path}: an evaluation of other checkpoint bytes than {ckpt}; run {again} again")
+    seed = (summary.get("train_config") or {}).get("seed")
+    trajectory = []
+    for f in sorted(folder.glob("step_*.json")):
+        s = read_summary(f)
+        if s.get("request", {}).get("max_blocks") == summary["request"].get("max_blocks"):
+            trajectory.append((int(s["tokens"]), float(s["mean_nll"])))
+    return Evaluated(
+        run, summary["operator_used"], seed, summary["request"], arrays["nll"], sorted(trajectory)
+    )
+
+
+def runs_report(runs: list[str | Path], out_dir: str | Path, split: str = "val") -> dict:
+    """Endpoint ΔNLL of each run vs the one softmax (or sdpa) run among ``runs``, on ``split`` at each run's
+    latest checkpoint: :func:`kinterval.report.demo_report`'s files in ``out_dir``, and its rows plus a
+    ``notes`` list (e.g. runs of other seeds than the control: their Δ holds seed variation too)."""
+    check_outside_runs(Path(out_dir), "the report's files would mix with the run's")
+    ev = [_evaluated(Path(r), split) for r in runs]
+    controls = [e for e in ev if e.operator in REFERENCES]
+    if len(controls) != 1:
+        found = ", ".join(str(e.run) for e in controls) or "none"
+        raise ValueError(f"--runs needs exactly one softmax (or sdpa) run as the control; found {found}")
+    control = controls[0]
+    seen: dict[str, Path] = {}
+    for e in ev:
+        if e.operator in seen:
+            raise ValueError(
+                f"{seen[e.operator]} and {e.run} both ran {e.operator}: give one run per operator (a suite "
+                "pairs several seeds, see `kinterval suite`)"
+            )
+        seen[e.operator] = e.run
+        diff = [k for k in SAME if e.request.get(k) != control.request.get(k)]
+        if diff:
+            raise ValueError(
+                f"{e.run} and the control {control.run} were evaluated on other blocks or numerics ("
+                + ", ".join(f"{k}: {e.request.get(k)!r} vs {control.request.get(k)!r}" for k in diff)
+                + "): evaluate both alike"
+            )
+    notes = [
+        f"{e.operator} ran seed {e.seed}, the control seed {control.seed}: its Δ holds seed variation too"
+        for e in ev
+        if e is not control and e.seed != control.seed
+    ]
+    name = {e.operator: ("softmax" if e is control else e.operator) for e in ev}
+    per_block = {name[e.operator]: e.nll for e in [control, *(x for x in ev if x is not control)]}
+    trajectories = {name[e.operator]: e.trajectory for e in ev if len(e.trajectory) > 1}
+    title = f"kinterval runs ({split}, latest checkpoints; control {control.operator}, {control.run.name})"
+    seeds = {name[e.operator]: e.seed or 0 for e in ev}
+    rep = demo_report(
+        per_block, out_dir, trajectories=trajectories or None, title=title, notes=notes, seeds=seeds
+    )
+    return dict(rep, notes=notes)

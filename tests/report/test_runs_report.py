@@ -1,0 +1,102 @@
+"""``kinterval report --runs RUN ...``: endpoint ΔNLL of runs of `kinterval train` against the softmax run
+among them, from their own evaluations, without a suite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kinterval.cli import main
+
+pytestmark = pytest.mark.xdist_group("runs_report")  # the runs are trained once per module
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """softmax, lerp-k4 (seed 0) and fwm-prob-k4 (seed 5), two checkpoints each, evaluated on val."""
+    import torch
+
+    from kinterval.data.prepare import prepare
+    from kinterval.train.config import TrainConfig
+    from kinterval.train.loop import train
+
+    root = tmp_path_factory.mktemp("runs_report")
+    prepare("synthetic", root / "data", tokens=60_000, seed=0, progress=False)
+    torch.set_num_threads(1)
+    for name, op, seed in (("soft", "softmax", 0), ("lerp", "lerp-k4", 0), ("fwm", "fwm-prob-k4", 5)):
+        cfg = TrainConfig().override(
+            {
+                "data.dir": str(root / "data"),
+                "device": "cpu",
+                "model.preset": "tiny",
+                "model.n_embd": 32,
+                "model.block_size": 32,
+                "schedule.tokens": 32 * 8 * 8,
+                "schedule.warmup_tokens": 512,
+                "schedule.micro_batch": 4,
+                "schedule.accum": 2,
+                "checkpoint.count": 2,
+                "log.progress": False,
+                "operator.name": op,
+                "seed": seed,
+            }  # fmt: skip
+        )
+        train(cfg, root / name)
+        assert main(["eval", "--run", str(root / name), "--quiet"]) == 0
+    return root
+
+
+def test_each_run_against_the_softmax_run_with_its_seed_and_a_note(runs, capsys):
+    from kinterval.eval.evaluate import eval_dir, load_result
+
+    out = runs / "rep"
+    argv = ["report", "--runs", *(str(runs / n) for n in ("lerp", "soft", "fwm")), "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "note: fwm-prob-k4 ran seed 5, the control seed 0: its Δ holds seed variation too" in printed
+    nll = {
+        n: load_result(sorted(eval_dir(runs / n).glob("step_*.json"))[-1])[1]["nll"] for n in ("soft", "lerp")
+    }
+    delta = float((nll["lerp"] - nll["soft"]).mean())
+    assert f"lerp-k4                  NLL {nll['lerp'].mean():.4f}  ΔNLL vs softmax {delta:+.4f}" in printed
+    table = (out / "delta.md").read_text()
+    assert "| fwm-prob-k4 | 5 |" in table and "| lerp-k4 | 0 |" in table
+    index = (out / "index.md").read_text()
+    assert "control softmax" in index and "- fwm-prob-k4 ran seed 5" in index
+    assert (out / "delta.png").is_file() and (out / "trajectories.png").is_file()  # two checkpoints each
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--runs", "lerp", "fwm"], "exactly one softmax (or sdpa) run as the control; found none"),
+        (["--runs", "soft", "lerp", "--split", "test"], "has no evaluation on test; run `kinterval eval"),
+        (["--runs", "soft", "lerp", "lerp"], "both ran lerp-k4: give one run per operator"),
+        (["soft", "--runs", "lerp"], "--runs takes run folders instead of suite folders"),
+        (["soft", "--split", "val"], "--split is for --runs"),
+        ([], "give suite folder(s), or --runs RUN"),
+        (["--runs", "soft", "lerp", "--out", "soft/report"], "the report's files would mix with the run's"),
+    ],
+)
+def test_what_cannot_be_compared_is_one_error_line(runs, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(runs)
+    out = [] if "--out" in argv else ["--out", str(runs / "bad")]
+    assert main(["report", *argv, *out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kinterval report: error: ") and message in err and "\n" not in err, err
+    assert not (runs / "bad").exists() and not (runs / "soft" / "report").exists()
+
+
+def test_runs_evaluated_on_other_blocks_are_refused(runs, capsys):
+    """A capped evaluation (other blocks) is no paired comparison with a full one."""
+    assert main(["eval", "--run", str(runs / "lerp"), "--max-blocks", "3", "--force", "--quiet"]) == 0
+    try:
+        assert (
+            main(["report", "--runs", str(runs / "soft"), str(runs / "lerp"), "--out", str(runs / "x")]) == 2
+        )
+        assert "max_blocks: 3 vs None" in capsys.readouterr().err
+    finally:  # the full evaluation back, for the other tests
+        assert main(["eval", "--run", str(runs / "lerp"), "--force", "--quiet"]) == 0
+    summary = json.loads(sorted((runs / "lerp" / "eval" / "val").glob("step_*.json"))[-1].read_text())
+    assert summary["all_blocks"]
