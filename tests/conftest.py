@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 import torch
 
 # Without CUDA, the Triton kernels run in Triton's CPU interpreter. This must be set before any module creates
@@ -28,3 +29,47 @@ if os.environ.get("CI"):
     _shared = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tokenizers", "gpt2.tiktoken")
     if not os.path.isfile(_shared):
         raise RuntimeError(f"CI needs ../shared beside the clone ({_shared} is missing)")
+
+
+# A tiny training setup, for the tests of any folder (kinterval is imported inside: the settings above first)
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    """A small synthetic corpus (vocab 512) prepared by the data layer."""
+    from kinterval.data.prepare import prepare
+
+    out = tmp_path_factory.mktemp("data") / "synthetic"
+    prepare("synthetic", out, tokens=60_000, seed=0, progress=False)
+    return out
+
+
+@pytest.fixture
+def make_config(data_dir):
+    return lambda **overrides: tiny_config(data_dir, **overrides)
+
+
+@pytest.fixture(scope="session")
+def shared_config(data_dir):
+    """``make_config`` for module- and session-scoped fixtures."""
+    return lambda **overrides: tiny_config(data_dir, **overrides)
+
+
+def tiny_config(data_dir, **overrides):
+    """A 2-layer d=32 model on T=32 sequences (a ``TrainConfig``): a few ms per step on CPU."""
+    from kinterval.train.config import TrainConfig
+
+    base = {
+        "data.dir": str(data_dir),
+        "device": "cpu",
+        "model.preset": "tiny",
+        "model.n_embd": 32,
+        "model.block_size": 32,
+        "schedule.tokens": 32 * 8 * 8,
+        "schedule.warmup_tokens": 512,
+        "schedule.micro_batch": 4,
+        "schedule.accum": 2,
+        "optim.lr": 3e-3,
+        "checkpoint.count": 4,
+        "log.progress": False,
+    }
+    base.update(overrides)
+    return TrainConfig().override(base)

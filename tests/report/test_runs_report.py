@@ -13,37 +13,21 @@ pytestmark = pytest.mark.xdist_group("runs_report")  # the runs are trained once
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, shared_config):
     """softmax, lerp-k4 (seed 0) and fwm-prob-k4 (seed 5), two checkpoints each, evaluated on val."""
     import torch
 
-    from kinterval.data.prepare import prepare
-    from kinterval.train.config import TrainConfig
     from kinterval.train.loop import train
 
     root = tmp_path_factory.mktemp("runs_report")
-    prepare("synthetic", root / "data", tokens=60_000, seed=0, progress=False)
-    torch.set_num_threads(1)
-    for name, op, seed in (("soft", "softmax", 0), ("lerp", "lerp-k4", 0), ("fwm", "fwm-prob-k4", 5)):
-        cfg = TrainConfig().override(
-            {
-                "data.dir": str(root / "data"),
-                "device": "cpu",
-                "model.preset": "tiny",
-                "model.n_embd": 32,
-                "model.block_size": 32,
-                "schedule.tokens": 32 * 8 * 8,
-                "schedule.warmup_tokens": 512,
-                "schedule.micro_batch": 4,
-                "schedule.accum": 2,
-                "checkpoint.count": 2,
-                "log.progress": False,
-                "operator.name": op,
-                "seed": seed,
-            }  # fmt: skip
-        )
-        train(cfg, root / name)
-        assert main(["eval", "--run", str(root / name), "--quiet"]) == 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models run fastest on one thread
+    try:
+        for name, op, seed in (("soft", "softmax", 0), ("lerp", "lerp-k4", 0), ("fwm", "fwm-prob-k4", 5)):
+            train(shared_config(**{"checkpoint.count": 2, "operator.name": op, "seed": seed}), root / name)
+            assert main(["eval", "--run", str(root / name), "--quiet"]) == 0
+    finally:
+        torch.set_num_threads(threads)
     return root
 
 
