@@ -322,8 +322,11 @@ def test_demo_command_passes_its_flags_and_prints_the_reports_intervals(tmp_path
             for op, v in nll.items()
         ]  # fmt: skip
 
-    def demo_report(per_block, out):
+    shown_seeds = []
+
+    def demo_report(per_block, out, seeds):
         assert list(per_block) == ["softmax", "lerp-k4", "fwm-prob-k4"] and out == tmp_path / "report"
+        shown_seeds.append(seeds)  # the demo's seed, shown in the table's Seeds column
         rows = [
             {"operator": "lerp-k4", "lo": 0.05, "hi": 0.2, "separated": True, "block": 7},
             {"operator": "fwm-prob-k4", "lo": 0.004, "hi": 0.02, "separated": False, "block": 7},
@@ -346,7 +349,9 @@ def test_demo_command_passes_its_flags_and_prints_the_reports_intervals(tmp_path
     assert f"report: {tmp_path / 'report' / 'index.md'}" in out
 
     # softmax alone: no interval, so no bootstrap legend (it printed "block 16" for a bootstrap never run)
-    monkeypatch.setattr(kinterval.report, "demo_report", lambda per_block, out: {"rows": [], "index": out})
+    monkeypatch.setattr(
+        kinterval.report, "demo_report", lambda per_block, out, seeds: {"rows": [], "index": out}
+    )
     assert main(["demo", "--out", str(tmp_path), "--operators", "softmax"]) == 0
     out = capsys.readouterr().out
     assert (
@@ -364,6 +369,7 @@ def test_demo_command_passes_its_flags_and_prints_the_reports_intervals(tmp_path
         True,
     )
     assert kw["progress"] is False and not kw["threads"]  # 0 or None: torch's setting
+    assert shown_seeds == [0, 3]
 
 
 def test_demo_trains_each_operator_once_under_its_canonical_name(tmp_path, monkeypatch):

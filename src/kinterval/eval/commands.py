@@ -42,7 +42,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _same_forward(trained: str, used: str) -> bool:
-    """Whether two K-interval operators differ only in ``range_grad`` (the backward rule, eq. 1)."""
+    """Whether two K-interval operators differ only in ``range_grad`` (which acts in the backward alone)."""
     from kinterval.ops import OperatorSpec
 
     try:
