@@ -42,6 +42,16 @@ def write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     return path
 
 
+def check_target(path: str | Path, flag: str = "--json") -> None:
+    """``ValueError`` (one line naming ``flag``) when a file cannot be written at ``path``: a folder stands
+    there, or its folder does not exist. Commands call it before their work, not after."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"{flag} {path}: the folder {path.parent} does not exist")
+
+
 def write_bytes(path: str | Path, data: bytes) -> Path:
     return write_with(path, lambda fh: fh.write(data))
 

@@ -4,7 +4,6 @@ overlap``: n-gram overlap of one split with another (e.g. validation with traini
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from kinterval import atomic
 from kinterval.data.prepare import SOURCES, prepare, summary_table
@@ -43,11 +42,7 @@ def _overlap(args: argparse.Namespace) -> int:
     if args.block_size is not None and args.block_size < 1:
         raise ValueError(f"--block-size must be positive, got {args.block_size}")
     if args.json:  # before the work, not after it
-        path = Path(args.json)
-        if path.is_dir():
-            raise ValueError(f"--json {path}: is a directory; give a file name")
-        if not path.parent.is_dir():
-            raise ValueError(f"--json {path}: the folder {path.parent} does not exist")
+        atomic.check_target(args.json)
     if args.block_size is not None:  # a split of no block would write a coverage file of no block
         from kinterval.data.loader import TokenShards
 

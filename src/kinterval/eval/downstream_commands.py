@@ -98,11 +98,7 @@ def _check_compare_args(args) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"--{flag} must be a positive integer, got {n!r}")
     if args.json:
-        path = Path(args.json)
-        if path.is_dir():
-            raise ValueError(f"--json {path}: is a directory; give a file name")
-        if not path.parent.is_dir():
-            raise ValueError(f"--json {path}: the folder {path.parent} does not exist")
+        atomic.check_target(args.json)
 
 
 def _compare(args) -> int:

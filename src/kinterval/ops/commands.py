@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from pathlib import Path
 
 import torch
 
@@ -140,7 +139,8 @@ def run(args) -> int:
     if not names:
         raise ValueError(f"--operators names no operator, got {args.operators!r}")
     specs = [_spec(name, range_grad) for name in names]  # every name, before the (large) tensors
-    _check_json_path(args.json)
+    if args.json is not None:  # before the tensors, not after
+        atomic.check_target(args.json)
     T, scale, seed = args.T or 128, args.scale or 6.0, check_seed(args.seed or 0, "--seed")
     gen = torch.Generator().manual_seed(seed)
     s = torch.randn(4, 4, T, T, generator=gen) * scale
@@ -168,17 +168,6 @@ def run(args) -> int:
     return 0
 
 
-def _check_json_path(json: str | None) -> None:
-    """``--json FILE``: refused before the work when it cannot be written there."""
-    if json is None:
-        return
-    path = Path(json)
-    if path.is_dir():
-        raise ValueError(f"--json {path}: is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise ValueError(f"--json {path}: the folder {path.parent} does not exist")
-
-
 # ------------------------------------------------------------------------------------------ consistency
 def _consistency(args) -> int:
     """`kinterval ops consistency`: :func:`consistency_table`, printed as the paper's table (Diagnostic,
@@ -193,7 +182,8 @@ def _consistency(args) -> int:
         raise ValueError("--K sets the K of the default operators; --operators names carry their own K")
     if args.K is not None and any(K < 1 for K in args.K):
         raise ValueError(f"--K must be integers >= 1, got {' '.join(map(str, args.K))}")
-    _check_json_path(args.json)  # before the diagnostics run, not after
+    if args.json is not None:  # before the diagnostics run, not after
+        atomic.check_target(args.json)
     names = None
     if args.operators is not None:
         names = split_operators(args.operators)

@@ -13,13 +13,13 @@ import numpy as np
 from kinterval.eval.checkpoints import state_sha256
 from kinterval.eval.evaluate import eval_dir, load_result, read_summary, result_paths
 from kinterval.report.build import demo_report
+from kinterval.report.results import REFERENCES
 from kinterval.train.checkpoint import check_outside_runs
 from kinterval.train.load import find_checkpoint
 
-REFERENCES = ("softmax", "sdpa")  # exact softmax: the control
-# the request fields that must agree for a per-block difference: the same blocks under the same numerics
-SAME = ("split", "shards_sha256", "n_tokens", "T", "max_blocks", "device_type", "autocast", "attention_dtype",
-        "tf32", "eval_dot_precision")  # fmt: skip
+# the request fields that may differ: everything else (split, shards, T, block cap, numerics) must agree for a
+# per-block difference, the same blocks under the same numerics
+MAY_DIFFER = ("operator", "doc_clusters")
 
 
 @dataclass
@@ -76,7 +76,8 @@ def runs_report(runs: list[str | Path], out_dir: str | Path, split: str = "val")
                 "pairs several seeds, see `kinterval suite`)"
             )
         seen[e.operator] = e.run
-        diff = [k for k in SAME if e.request.get(k) != control.request.get(k)]
+        keys = sorted((set(e.request) | set(control.request)) - set(MAY_DIFFER))
+        diff = [k for k in keys if e.request.get(k) != control.request.get(k)]
         if diff:
             raise ValueError(
                 f"{e.run} and the control {control.run} were evaluated on other blocks or numerics ("
