@@ -13,7 +13,7 @@ from kinterval.cli import main
 from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
 from kinterval.eval.checkpoints import list_checkpoints
-from kinterval.eval.evaluate import eval_dir, evaluate_checkpoint, evaluate_run
+from kinterval.eval.evaluate import eval_dir, evaluate_checkpoint, evaluate_run, load_result, result_paths
 from kinterval.eval.nll import document_ids, per_document
 from kinterval.eval.tau_screen import Stage, floor_probs, fwm_spec, run_stage, stage3_table
 from kinterval.ops.reference import reference_probs
@@ -665,3 +665,20 @@ def test_an_unreadable_stored_diagnostic_is_recomputed_not_a_traceback(
     again = json.loads(path.read_text())
     assert again["mean"] == good["mean"] and again["request"] == good["request"]
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_plain_evaluation_keeps_the_document_cluster_one(tiny_run, tmp_path):
+    """A plain `eval` after `eval --doc-clusters` of the same checkpoint recomputed the per-block NLL and
+    replaced the summary, losing the per-document arrays and the document-cluster CI."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    out = tmp_path / "out"
+    docs = evaluate_checkpoint(ckpt, out_dir=out, split="test", doc_clusters=True)
+    plain = evaluate_checkpoint(ckpt, out_dir=out, split="test")
+    assert plain["skipped"] is True and plain["doc_cluster_ci95"] == docs["doc_cluster_ci95"]
+    summary, arrays = load_result(result_paths(out, ckpt)[1])
+    assert summary["request"]["doc_clusters"] is True and "doc_nll" in arrays
+    # the other way round is a new request: a plain result does not answer --doc-clusters
+    plain_first = tmp_path / "plain"
+    assert evaluate_checkpoint(ckpt, out_dir=plain_first, split="test")["skipped"] is False
+    again = evaluate_checkpoint(ckpt, out_dir=plain_first, split="test", doc_clusters=True)
+    assert again["skipped"] is False and again["n_documents"] >= 2

@@ -117,12 +117,21 @@ def request(
     }
 
 
+def _answers(stored, req: dict) -> bool:
+    """A stored request answers ``req`` when it is the same, or the same with document clusters where ``req``
+    has none: the per-block NLL is the same, and a plain evaluation must not replace the per-document one."""
+    return stored == req or (
+        isinstance(stored, dict) and not req["doc_clusters"] and stored == dict(req, doc_clusters=True)
+    )
+
+
 def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
-    """The stored result is of these checkpoint bytes and this request, written by this ``SUMMARY_VERSION``
-    (an older summary lacks fields that the gate and the report read, e.g. ``mean_ci95_block``), and the NPZ
-    beside it is the one the summary was written with: its ``npz_sha256``, or for a summary written before
-    that was recorded, the NPZ's block count and mean NLL. (An evaluation killed between the two renames of
-    an older kinterval left the summary of one request beside the arrays of another.)"""
+    """The stored result is of these checkpoint bytes and answers this request (:func:`_answers`), written
+    by this ``SUMMARY_VERSION`` (an older summary lacks fields that the gate and the report read, e.g.
+    ``mean_ci95_block``), and the NPZ beside it is the one the summary was written with: its ``npz_sha256``,
+    or for a summary written before that was recorded, the NPZ's block count and mean NLL. (An evaluation
+    killed between the two renames of an older kinterval left the summary of one request beside the arrays
+    of another.)"""
     if not (json_path.is_file() and npz_path.is_file()):
         return False
     try:
@@ -131,7 +140,7 @@ def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
             isinstance(s, dict)
             and s.get("summary_version") == SUMMARY_VERSION
             and s.get("checkpoint_state_sha256") == state_sha256(ckpt)
-            and s.get("request") == req
+            and _answers(s.get("request"), req)
         ):
             return False
     except (ValueError, OSError):  # a torn or unreadable summary (JSONDecodeError is a ValueError)
