@@ -387,6 +387,16 @@ def test_a_row_whose_score_span_overflows_is_an_error_or_nan_not_zeros(op, backe
         torch.testing.assert_close(P[0], torch.tensor([1.0, 0.0, 0.0]))
 
 
+@pytest.mark.parametrize("backend", ["reference", "closed_form"])
+def test_a_float64_span_overflow_does_not_advise_float64(backend):
+    """float64 scores 1.7e308 and -1.7e308: the error said "pass float64 scores" to a float64 caller."""
+    s = torch.tensor([[1.7e308, -1.7e308, 0.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="span more than torch.float64 holds") as err:
+        attention_probs(s, "lerp-k4", backend=backend)
+    assert "pass float64" not in str(err.value)
+    assert "scale the scores down" in str(err.value)
+
+
 @pytest.mark.parametrize("op", ["lerp-k4", "minmax-prob-k4", "resolved-lerp-k4", "resolved-weight-k4"])
 def test_the_fused_kernel_gives_a_nan_row_where_the_score_span_overflows(op):
     """Resolved, fused: s - M = -inf on a valid key gave x = NaN, and the GPU's minNum/maxNum clamps dropped

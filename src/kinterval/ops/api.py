@@ -108,9 +108,10 @@ def attention_probs(
     s = scores.to(working_dtype(scores.dtype))
     valid = attended_keys(s, causal=causal, mask=mask)
     if span_overflows(s.detach(), valid, spec).any():
+        remedy = "pass float64 scores" if s.dtype != torch.float64 else "scale the scores down"
         raise ValueError(
             f"a row's scores span more than {s.dtype} holds (max - min overflows) on keys that are not "
-            f"masked; {spec.full_name} cannot place them on its grid: pass float64 scores"
+            f"masked; {spec.full_name} cannot place them on its grid: {remedy}"
         )
     return _probs(s, valid, spec, backend)
 
