@@ -568,6 +568,38 @@ def test_grid_decisions_with_an_inexact_reciprocal_width(name):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m, w=what: f"{name} {w}: {m}")
 
 
+@pytest.mark.parametrize("name", ["minmax-weight-k3", "minmax-prob-k3", "minmax-weight-k6"])
+def test_nearest_midpoint_with_a_rounded_grid_point_is_a_flip(name):
+    """docs/kernels.md, Conventions: the kernel's midpoint test is t = x - r with x the correctly rounded
+    (z~ - b_0)/h; the reference's is t = (z~ - b_r)/h with b_r = b_0 + r h rounded. Row 0, -1, -2, -3, -4
+    (span 4, h = 4/3 at K = 3 and 2/3 at K = 6, neither exact): keys -2 (K = 3) and -1, -3 (K = 6) sit
+    exactly on a Nearest midpoint. The kernel rounds them up, as Table S1 does for t = 1/2; the fp32
+    reference gets t = 0.49999988 from the rounded b_r and rounds them down. The docs claimed both decide a
+    key exactly on a midpoint alike; they do only where b_r is exact. flip_rows flags the row, so the
+    kernel tests leave it out."""
+    K = int(name.rsplit("k", 1)[1])
+    scores = torch.tensor([0.0, -1.0, -2.0, -3.0, -4.0])
+    T = D = len(scores)
+    q = torch.zeros(1, 1, 1, D)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, T, D)
+    k[0, 0, :, 0] = scores
+    v = torch.eye(T, D)[None, None]  # out = P
+    P_tri = triton_attention(*(x.to(DEVICE) for x in (q, k, v)), name, scale=1.0, precision="ieee")
+    P_ref = kinterval_attention(q, k, v, name, scale=1.0, backend="reference")
+    w_tri, w_ref = (P[0, 0, 0].cpu().double() / P[0, 0, 0, 0].item() for P in (P_tri, P_ref))
+    h = 4.0 / K
+    on_midpoint = ((scores + 4.0) / h - 0.5).remainder(1.0).abs() < 1e-6  # exact in float64
+    up = torch.exp(-4.0 + ((scores + 4.0) / h + 0.5).double() * h)  # Table S1: t = 1/2 rounds up
+    down = torch.exp(-4.0 + ((scores + 4.0) / h - 0.5).double() * h)
+    assert on_midpoint.any()
+    torch.testing.assert_close(w_tri[on_midpoint], up[on_midpoint], rtol=1e-5, atol=0)
+    torch.testing.assert_close(w_ref[on_midpoint], down[on_midpoint], rtol=1e-5, atol=0)
+    torch.testing.assert_close(w_tri[~on_midpoint], w_ref[~on_midpoint], rtol=1e-6, atol=0)
+    spec = OperatorSpec.parse(name)
+    assert flip_rows(spec, q, k, 1.0, torch.ones(1, 1, 1, T, dtype=torch.bool)).all()
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("step", [0.5, 3.0, 10.0])
 def test_softmax_one_pass_rescales(step, causal):
