@@ -139,3 +139,27 @@ def test_a_backend_that_is_not_a_string_is_a_value_error():
     """backend=["auto"] raised TypeError: unhashable type: 'list'."""
     with pytest.raises(ValueError, match=r"backend must be a string, one of \('auto', .*got \['auto'\]"):
         resolve_backend("lerp-k4", "cpu", backend=["auto"])
+
+
+def test_auto_never_sends_a_value_head_dim_the_kernels_lack_to_triton(monkeypatch):
+    """v with its own head dimension Dv != D (SDPA allows it) ran in closed_form and reference, but "auto"
+    resolved to triton on CUDA, whose kernels need Dv = D: the same call raised there. "auto" now takes
+    closed_form for it, and an explicit triton names the head dimensions."""
+    import kinterval.ops.api as api
+
+    real = api.resolve_backend
+
+    def on_cuda(spec, device, dtype, backend="auto"):  # what resolve_backend answers for a CUDA tensor
+        return "triton" if backend in ("auto", "triton") else real(spec, device, dtype, backend=backend)
+
+    monkeypatch.setattr(api, "resolve_backend", on_cuda)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
+    v = torch.randn(1, 2, 5, 3, generator=g)
+    for spec in ("fwm-prob-k4", "softmax"):
+        got = kinterval_attention(q, k, v, spec, causal=True)
+        want = kinterval_attention(q, k, v, spec, causal=True, backend="closed_form")
+        assert got.shape == (1, 2, 5, 3)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        with pytest.raises(ValueError, match=r"needs v's head dimension to equal q's, got D = 8 and Dv = 3"):
+            kinterval_attention(q, k, v, spec, causal=True, backend="triton")

@@ -163,7 +163,8 @@ def kinterval_attention(
 ) -> Tensor:
     """Attention ``P(q k^T * scale) v`` with the probabilities of ``spec``; mirrors SDPA's signature.
 
-    q is (B, H, Tq, D); k and v are (B, H, Tk, D). ``mask`` is boolean, True where the query may attend,
+    q is (B, H, Tq, D); k is (B, H, Tk, D) and v (B, H, Tk, Dv): Dv may differ from D, as in SDPA (the triton
+    kernels need Dv = D; "auto" then takes closed_form). ``mask`` is boolean, True where the query may attend,
     broadcastable to (B, H, Tq, Tk). The default scale is 1/sqrt(D). The operator maths runs in float32
     (float64 for float64 inputs); the output has q's dtype. The reference and closed_form backends also form
     q k^T and P v in float32; the triton backend multiplies bf16/fp16 inputs as they are (16-bit dots with
@@ -199,7 +200,15 @@ def kinterval_attention(
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
 
+    requested = backend
     backend = resolve_backend(spec, q.device, q.dtype, backend=backend)  # "auto": the fastest that runs spec
+    if backend == "triton" and v.shape[-1] != q.shape[-1]:  # the kernels need Dv = D
+        if requested == "triton":
+            raise ValueError(
+                f"backend 'triton' needs v's head dimension to equal q's, got D = {q.shape[-1]} and "
+                f"Dv = {v.shape[-1]}; backend 'closed_form' can run it"
+            )
+        backend = "closed_form"
     if backend == "triton":
         from kinterval.ops.triton import triton_attention
 
