@@ -568,6 +568,20 @@ def test_grid_decisions_with_an_inexact_reciprocal_width(name):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m, w=what: f"{name} {w}: {m}")
 
 
+@pytest.mark.parametrize(
+    "name", ["fwm-lerp-k5[tau=0.3]", "fwm-weight-k10[tau=0.15]", "resolved-prob-k9[tau=0.35]"]
+)  # fmt: skip
+def test_a_tau_that_float32_does_not_hold(name):
+    """docs/kernels.md, pass 2: the kernels' step is fl32(fl32(tau)/K), the reference's fl32(tau/K) as the
+    reference's; for these tau and K the two differ by an ulp (asserted), and every row that is not
+    flip-prone keeps the fp32 bound. The other tests use tau that float32 holds."""
+    spec = OperatorSpec.from_full_name(name)
+    assert (torch.tensor(spec.tau) / spec.K).item() != torch.tensor(spec.tau / spec.K).item()
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(1, 2, 24, 16, generator=g) for _ in range(4))
+    check(spec, q * 0.3, k, v, do, causal=True)
+
+
 @pytest.mark.parametrize("name", ["minmax-weight-k3", "minmax-prob-k3", "minmax-weight-k6"])
 def test_nearest_midpoint_with_a_rounded_grid_point_is_a_flip(name):
     """docs/kernels.md, Conventions: the kernel's midpoint test is t = x - r with x the correctly rounded
