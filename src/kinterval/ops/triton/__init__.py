@@ -4,7 +4,8 @@ Public names:
 
 * :func:`triton_attention` -- ``P(q k^T * scale) v`` for one :class:`~kinterval.ops.spec.OperatorSpec`, an
   autograd function over fused kernels, same semantics as ``kinterval_attention(..., backend="reference")``
-  (see ``docs/kernels.md`` for the algorithm and the documented deviations: ties and the softmax max term);
+  (see ``docs/kernels.md`` for the algorithm and the documented deviations: ties, the softmax max term and
+  the Nearest midpoint test, which rounds differently where the reference's grid point is rounded);
 * :func:`triton_supports` -- whether a spec is handled by the kernels (pure Python, never imports triton), so
   that the ``auto`` backend can fall back to ``closed_form``.
 
