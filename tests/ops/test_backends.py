@@ -143,23 +143,30 @@ def test_a_backend_that_is_not_a_string_is_a_value_error():
 
 def test_auto_never_sends_a_value_head_dim_the_kernels_lack_to_triton(monkeypatch):
     """v with its own head dimension Dv != D (SDPA allows it) ran in closed_form and reference, but "auto"
-    resolved to triton on CUDA, whose kernels need Dv = D: the same call raised there. "auto" now takes
-    closed_form for it, and an explicit triton names the head dimensions."""
+    resolved to triton on CUDA, whose kernels need Dv = D: the same call raised there. resolve_backend now
+    takes closed_form for it, and an explicit triton says why not."""
     import kinterval.ops.api as api
+    from kinterval.ops.backends import _triton_importable
+
+    if _triton_importable():  # the CUDA answer needs no GPU: resolve_backend reads no device state
+        assert resolve_backend("fwm-prob-k4", "cuda", torch.float32) == "triton"
+    assert resolve_backend("fwm-prob-k4", "cuda", torch.float32, value_dim_differs=True) == "closed_form"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # triton then runs on CPU tensors when asked explicitly
+    if _triton_importable():
+        with pytest.raises(
+            ValueError, match=r"cannot run .*need v's head dimension to equal q's.*'closed_form'"
+        ):
+            resolve_backend("fwm-prob-k4", "cpu", torch.float32, backend="triton", value_dim_differs=True)
 
     real = api.resolve_backend
-
-    def on_cuda(spec, device, dtype, backend="auto"):  # what resolve_backend answers for a CUDA tensor
-        return "triton" if backend in ("auto", "triton") else real(spec, device, dtype, backend=backend)
-
-    monkeypatch.setattr(api, "resolve_backend", on_cuda)
+    monkeypatch.setattr(
+        api, "resolve_backend", lambda spec, device, dtype, **kw: real(spec, "cuda", dtype, **kw)
+    )
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
     v = torch.randn(1, 2, 5, 3, generator=g)
-    for spec in ("fwm-prob-k4", "softmax"):
+    for spec in ("fwm-prob-k4", "softmax"):  # as on CUDA: the kernels would raise on these CPU tensors
         got = kinterval_attention(q, k, v, spec, causal=True)
         want = kinterval_attention(q, k, v, spec, causal=True, backend="closed_form")
         assert got.shape == (1, 2, 5, 3)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
-        with pytest.raises(ValueError, match=r"needs v's head dimension to equal q's, got D = 8 and Dv = 3"):
-            kinterval_attention(q, k, v, spec, causal=True, backend="triton")

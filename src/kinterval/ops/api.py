@@ -200,15 +200,8 @@ def kinterval_attention(
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
 
-    requested = backend
-    backend = resolve_backend(spec, q.device, q.dtype, backend=backend)  # "auto": the fastest that runs spec
-    if backend == "triton" and v.shape[-1] != q.shape[-1]:  # the kernels need Dv = D
-        if requested == "triton":
-            raise ValueError(
-                f"backend 'triton' needs v's head dimension to equal q's, got D = {q.shape[-1]} and "
-                f"Dv = {v.shape[-1]}; backend 'closed_form' can run it"
-            )
-        backend = "closed_form"
+    differs = v.shape[-1] != q.shape[-1]  # Dv != D: not in the fused kernels
+    backend = resolve_backend(spec, q.device, q.dtype, backend=backend, value_dim_differs=differs)
     if backend == "triton":
         from kinterval.ops.triton import triton_attention
 

@@ -87,6 +87,7 @@ def resolve_backend(
     *,
     backend: str = AUTO,
     probs: bool = False,
+    value_dim_differs: bool = False,
 ) -> str:
     """The backend that computes ``spec`` on ``device`` for inputs of ``dtype`` (None: any floating dtype).
 
@@ -95,6 +96,7 @@ def resolve_backend(
     explicit ``backend`` is returned unchanged when it supports the operator, else a ``ValueError`` names the
     operator, the backend, the reason and the backend that would run it. ``probs=True`` asks for a backend
     that forms the probabilities P explicitly (``attention_probs``; the fused kernel never does).
+    ``value_dim_differs=True``: v's head dimension is not q's (SDPA allows it; the fused kernels do not).
     """
     spec = as_spec(spec)
     if dtype is not None and not isinstance(dtype, torch.dtype):  # "float64" would pass every check
@@ -107,19 +109,25 @@ def resolve_backend(
         device = torch.device(device)
     except (RuntimeError, TypeError):
         raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+
+    def why_not(b: Backend) -> str | None:
+        reason = b.why_not(spec, device, dtype)
+        if reason is None and probs and not b.forms_probs:
+            reason = "it never forms the probabilities P explicitly"
+        if reason is None and value_dim_differs and b is TRITON:
+            reason = "the fused kernels need v's head dimension to equal q's"
+        return reason
+
     if backend == AUTO:
         for b in _candidates(device, probs):
-            if b.why_not(spec, device, dtype) is None:
+            if why_not(b) is None:
                 return b.name
         raise ValueError(f"no backend runs {spec.full_name} on {device.type}")  # reference runs everything
     if backend not in REGISTRY:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
-    b = REGISTRY[backend]
-    reason = b.why_not(spec, device, dtype)
-    if reason is None and probs and not b.forms_probs:
-        reason = "it never forms the probabilities P explicitly"
+    reason = why_not(REGISTRY[backend])
     if reason is not None:
-        other = resolve_backend(spec, device, dtype, probs=probs)
+        other = resolve_backend(spec, device, dtype, probs=probs, value_dim_differs=value_dim_differs)
         where = f"{device.type}" + (f", {dtype}" if dtype is not None else "")
         raise ValueError(
             f"backend {backend!r} cannot run operator {spec.full_name} on {where}: {reason}; "
