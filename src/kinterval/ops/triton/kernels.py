@@ -492,7 +492,8 @@ def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
     factor (1 - e^{-h})/h (0 on a degenerate row: no gradient), the degenerate flag, K, 1/K, tau and
     h log2(e)."""
     # h and 1/h are correctly rounded (div_rn; the plain ``/`` is an approximate division on the GPU): h is
-    # then the reference's fp32 h, and 1/h = RN(1/h) is what the grid position's correction step needs
+    # then the reference's fp32 h (for FWM/resolved, when float32 holds tau: docs/kernels.md, row constants),
+    # and 1/h = RN(1/h) is what the grid position's correction step needs
     if CALIB == 1:  # MinMax: h = (M - m)/K, b_0 = m - M; degenerate rows get the safe width 1
         span = M - m
         degen = span <= EPS_DEGENERATE
