@@ -442,3 +442,13 @@ def test_causal_with_fewer_queries_than_keys_is_lower_right_as_documented(backen
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(3, 5))
     top_left = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert torch.allclose(out, want, rtol=0, atol=1e-12) and not torch.allclose(out, top_left, atol=1e-3)
+
+
+def test_word_overrides_are_case_insensitive_as_in_the_name():
+    """``lerp-k4[range_grad=P1]`` parsed (names are case-insensitive) but ``parse("lerp-k4",
+    range_grad="P1")``, the paper's spelling, was refused."""
+    by_name = OperatorSpec.from_full_name("lerp-k4[range_grad=P1]")
+    assert OperatorSpec.parse("lerp-k4", range_grad="P1") == by_name and by_name.range_grad == "p1"
+    assert OperatorSpec.parse("minmax-weight-k4", arithmetic="Historical").arithmetic == "historical"
+    with pytest.raises(ValueError, match="range_grad must be one of"):
+        OperatorSpec.parse("lerp-k4", range_grad="P2")

@@ -71,7 +71,9 @@ class OperatorSpec:
         if unknown:
             raise ValueError(f"unknown override(s) {sorted(unknown)}; valid forms: {VALID_FORMS}")
         fields = asdict(base)
-        fields.update(overrides)
+        # word overrides are case-insensitive, as in the name ("P1" is the paper's spelling of p1)
+        words = {k: v.lower() for k, v in overrides.items() if isinstance(v, str) and k != "tau"}
+        fields.update(overrides, **words)
         spec = cls(**fields)
         spec._validate(explicit=set(overrides))
         return spec
