@@ -267,3 +267,29 @@ def test_an_empty_hf_flag_is_refused_not_read_as_its_default(tmp_path, capsys, f
     argv = ["data", "prepare", "--source", f"hf:{tmp_path / 'ds'}", flag, " ", "--out", str(tmp_path / "o")]
     assert main(argv) == 2
     assert f"{flag} must name something, got ' '" in capsys.readouterr().err
+
+
+def test_a_folder_saved_with_save_to_disk_is_read_with_load_from_disk(tmp_path, capsys):
+    """``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` folders (which ``load_dataset`` refuses): a
+    Dataset whole, a DatasetDict's --hf-split; a missing split or a --hf-config is one error line."""
+    datasets = pytest.importorskip("datasets")
+    rows = docs(120)
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "one"))
+    bodies = [{"id": r["id"], "body": r["text"]} for r in rows]
+    train, val = datasets.Dataset.from_list(bodies[:80]), datasets.Dataset.from_list(bodies[80:])
+    datasets.DatasetDict({"train": train, "validation": val}).save_to_disk(str(tmp_path / "dd"))
+    prepare(f"hf:{tmp_path / 'one'}", tmp_path / "o1", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    want = [r["text"] for r in rows if sources.md5_split(r["id"]) == "train"]
+    assert split_ids(tmp_path / "o1", "train") == expected(want)
+    meta = prepare(f"hf:{tmp_path / 'dd'}", tmp_path / "o2", text_field="body", hf_split="validation",
+                   split="val", bpe_file=PACKAGED_BPE_FILE, progress=False)  # fmt: skip
+    assert list(meta["splits"]) == ["val"]
+    assert split_ids(tmp_path / "o2", "val") == expected([r["text"] for r in rows[80:]])
+    for args, message in [
+        (["--source", f"hf:{tmp_path / 'dd'}", "--hf-split", "test"], "no split 'test'; its splits: ['tr"),
+        (["--source", f"hf:{tmp_path / 'one'}", "--hf-config", "x"], "a save_to_disk folder has none"),
+        (["--source", f"hf:{tmp_path / 'one'}", "--hf-split", "validation"], "a saved Dataset is one split"),
+    ]:
+        assert main(["data", "prepare", *args, "--out", str(tmp_path / "o3"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err

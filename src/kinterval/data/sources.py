@@ -95,7 +95,8 @@ HF_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".
 
 def stream_hf(path: str, config: str | None = None, split: str = "train"):
     """Streaming rows of ``split`` of ``path``: a Hub dataset id, or a local dataset folder or data file that
-    ``datasets.load_dataset`` reads (json/jsonl, parquet, csv, arrow, txt). A local one is read offline."""
+    ``datasets.load_dataset`` reads (json/jsonl, parquet, csv, arrow, txt), or a folder written by
+    ``save_to_disk`` (read with ``load_from_disk``). A local one is read offline."""
     local = Path(path).exists()
     if not local and (
         path.startswith(("/", ".", "~"))
@@ -105,7 +106,8 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
     ):  # not a Hub id (NAME or OWNER/NAME) either: a local path with a typo, not a download to wait for
         raise FileNotFoundError(f"hf:{path}: no such file or folder")
     args, kw = (path, config), {"split": split, "streaming": True}
-    if local and Path(path).is_dir():
+    saved = local and saved_to_disk(Path(path))
+    if local and Path(path).is_dir() and not saved:
         _one_format(Path(path))
     if local and Path(path).is_file():  # a single data file: its format's packaged builder
         suffix = Path(path).suffix.lower()  # d.JSONL as d.jsonl
@@ -117,7 +119,7 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
         kw["data_files"] = {split: path}
     try:
         with datasets_offline() if local else contextlib.nullcontext():
-            rows = _from_hub(*args, **kw)
+            rows = _from_disk(path, config, split) if saved else _from_hub(*args, **kw)
     except (ValueError, OSError) as err:  # "Bad split: ...", "BuilderConfig ... not found", a damaged file
         if isinstance(err, FileNotFoundError):  # datasets' "doesn't contain any data files": as it is
             raise
@@ -126,6 +128,35 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
     except StopIteration:  # datasets' json builder on an empty file
         raise ValueError(f"{path}: split {split!r} holds no row") from None
     return _read_on(path, rows)
+
+
+def saved_to_disk(folder: Path) -> bool:
+    """A folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk`` (``load_dataset`` refuses
+    it; ``load_from_disk`` reads it)."""
+    return (folder / "dataset_dict.json").is_file() or (
+        (folder / "state.json").is_file() and (folder / "dataset_info.json").is_file()
+    )
+
+
+def _from_disk(path: str, config: str | None, split: str):
+    """The rows of a ``save_to_disk`` folder: a DatasetDict's ``split``; a Dataset whole (it is one split:
+    ``split`` must be the default ``train`` or the split it was saved from)."""
+    import datasets
+
+    if config is not None:
+        raise ValueError("--hf-config names a dataset's configuration; a save_to_disk folder has none")
+    dataset = datasets.load_from_disk(path)
+    if isinstance(dataset, datasets.DatasetDict):
+        if split not in dataset:
+            raise ValueError(f"no split {split!r}; its splits: {sorted(dataset)} (choose with --hf-split)")
+        dataset = dataset[split]
+    elif split != "train" and str(dataset.split) != split:
+        raise ValueError(
+            f"a saved Dataset is one split ({dataset.split or 'unnamed'}), not {split!r}: omit --hf-split"
+        )
+    if len(dataset) == 0:
+        raise ValueError(f"split {split!r} holds no row")
+    return iter(dataset)
 
 
 def _read_on(path: str, rows):
