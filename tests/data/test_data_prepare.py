@@ -380,3 +380,25 @@ def test_fineweb_warns_when_the_stream_ends_before_a_budget(tmp_path, monkeypatc
         meta = prepare("fineweb-edu", tmp_path / "fw", splits=["val"], val_tokens=50_000,
                        bpe_file=PACKAGED_BPE_FILE, progress=False)  # fmt: skip
     assert meta["splits"]["val"] == {**meta["splits"]["val"], "n_tokens": 10, "n_documents": 2}
+
+
+def test_an_out_folder_inside_the_source_is_never_read_back_as_source(tmp_path):
+    """--out inside a text: folder of non-text files (every file is a document then): preparing twice reads
+    the same documents, not the shards and meta.json the first prepare wrote; an hf: folder and --out equal
+    to the source folder are refused before anything is written."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(5):
+        (notes / f"n{i}.note").write_text(f"Note number {i}.\n")
+    first = prepare(f"text:{notes}", notes / "prep", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    second = prepare(f"text:{notes}", notes / "prep", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    assert first["splits"] == second["splits"]
+    assert sum(s["n_documents"] for s in second["splits"].values()) == 5
+    with pytest.raises(ValueError, match="is the source folder"):
+        prepare(f"text:{notes}", notes, bpe_file=PACKAGED_BPE_FILE, progress=False)
+    pytest.importorskip("datasets")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "d.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
+    with pytest.raises(ValueError, match="lies inside the source folder"):
+        prepare(f"hf:{tmp_path / 'hf'}", tmp_path / "hf" / "prep", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    assert not (tmp_path / "hf" / "prep").exists()

@@ -275,6 +275,11 @@ def prepare(
         records, tokenizer = _text_like(out, ["val"], docs, None, shard_tokens, bpe_file, progress, "c4")
     elif kind == "hf":
         hf_split, text_field = hf_split or "train", text_field or "text"
+        if Path(path).is_dir() and out.resolve().is_relative_to(Path(path).resolve()):
+            raise ValueError(
+                f"--out {out} lies inside the source folder {path}: datasets would read the dataset written "
+                "there as data files of the source; choose an --out outside it"
+            )
         rows = sources.stream_hf(path, hf_config, hf_split)  # reaches the Hub before the old dataset goes
         route = sources.hf_router(text_field, split)
         # Read up to the first row that a split takes (a missing or non-text field, a split with no row or no
@@ -297,7 +302,9 @@ def prepare(
         records, tokenizer = _stream(out, budget, itertools.chain(head, rows), route, shard_tokens,
                                      bpe_file, progress, "hf")  # fmt: skip
     elif source.startswith("text:"):
-        docs = sources.text_documents(source[5:], split=split)
+        if out.resolve() == Path(path).resolve():
+            raise ValueError(f"--out {out} is the source folder: choose another folder (or one inside it)")
+        docs = sources.text_documents(path, split=split, exclude=out)  # files under --out are not read
         clear_outputs(out, splits)
         params["split_rule"] = (
             f"every document in {split}, in natural file order"

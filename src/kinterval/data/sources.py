@@ -278,16 +278,21 @@ def _from_hub(path: str, name: str | None, **kw):
 # ---- local text -----------------------------------------------------------------------------------------
 
 
-def list_text_files(root: Path) -> list[Path]:
+def list_text_files(root: Path, exclude: Path | None = None) -> list[Path]:
+    """The document files of ``root``; none under ``exclude`` (the output folder, when it lies inside
+    ``root``: a second prepare must not read the dataset the first one wrote there)."""
     if not root.exists():
         raise FileNotFoundError(f"text source not found: {root}")
     if root.is_file():
         return [root]
+    skip = exclude.resolve() if exclude is not None else None
     files = sorted(
         (
             p
             for p in root.rglob("*")
-            if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts)
+            if p.is_file()
+            and not any(s.startswith(".") for s in p.relative_to(root).parts)
+            and not (skip is not None and p.resolve().is_relative_to(skip))
         ),
         key=lambda p: natural_key(p.relative_to(root).as_posix()),
     )
@@ -366,12 +371,12 @@ def _read_datasets(files: list[Path], paragraphs: bool) -> list[str]:
 
 
 def text_documents(
-    path: str | Path, use_datasets: bool | None = None, split: str | None = None
+    path: str | Path, use_datasets: bool | None = None, split: str | None = None, exclude: Path | None = None
 ) -> dict[str, list[str]]:
     """Documents of a local file or folder by split (md5 rule, or all in ``split`` in file order); read
-    through ``datasets`` when installed (or asked)."""
+    through ``datasets`` when installed (or asked). Files under ``exclude`` (the output folder): not read."""
     root = Path(path)
-    files = [f for f in list_text_files(root) if f.stat().st_size]  # empty files hold no document
+    files = [f for f in list_text_files(root, exclude) if f.stat().st_size]  # empty files hold no document
     single = root.is_file()
     if not files:
         raise ValueError(f"{root}: empty text file" if single else f"{root}: every text file in it is empty")
