@@ -402,3 +402,17 @@ def test_an_out_folder_inside_the_source_is_never_read_back_as_source(tmp_path):
     with pytest.raises(ValueError, match="lies inside the source folder"):
         prepare(f"hf:{tmp_path / 'hf'}", tmp_path / "hf" / "prep", bpe_file=PACKAGED_BPE_FILE, progress=False)
     assert not (tmp_path / "hf" / "prep").exists()
+
+
+@pytest.mark.parametrize("use_datasets", [False, True])
+def test_a_leading_byte_order_mark_is_not_document_text(tmp_path, use_datasets):
+    """A UTF-8 file saved with a byte-order mark (as Windows editors do): the mark is not tokenized."""
+    if use_datasets:
+        pytest.importorskip("datasets")
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_bytes("\ufeffCafé doc\r\nline two\r\n".encode())
+    (tmp_path / "single.txt").write_bytes("\ufeffFirst paragraph.\n\nSecond, \ufeff kept inside.\n".encode())
+    docs = sources.text_documents(tmp_path / "corpus", use_datasets=use_datasets, split="train")
+    assert docs == {"train": ["Café doc\nline two\n"]}
+    docs = sources.text_documents(tmp_path / "single.txt", use_datasets=use_datasets, split="train")
+    assert docs == {"train": ["First paragraph.", "Second, \ufeff kept inside.\n"]}

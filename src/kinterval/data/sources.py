@@ -306,7 +306,8 @@ def _read_plain(files: list[Path], paragraphs: bool) -> list[str]:
     out = []
     for f in files:
         try:
-            text = f.read_text(encoding="utf-8")  # universal newlines, like datasets' text builder
+            # universal newlines, like datasets' text builder; a leading byte-order mark is no text
+            text = f.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as err:
             raise ValueError(f"{f}: not UTF-8 text ({err})") from None
         out += [p for p in text.split("\n\n") if p] if paragraphs else [text]
@@ -355,6 +356,7 @@ def _read_datasets(files: list[Path], paragraphs: bool) -> list[str]:
                 "text",
                 data_files={"train": [str(f) for f in files]},
                 sample_by=mode,
+                encoding="utf-8-sig",  # a file's leading byte-order mark (Windows editors) is no text
                 split="train",
                 cache_dir=cache,
             )
