@@ -100,3 +100,22 @@ def test_pick_device_refuses_a_gpu_index_the_machine_lacks(monkeypatch):
     assert pick_device("cuda") == torch.device("cuda")
     with pytest.raises(ValueError, match="'cuda:7': only 1 CUDA device"):
         pick_device("cuda:7")
+
+
+def test_a_refusal_on_rank_0_alone_stops_every_rank(data_dir, tmp_path):
+    """Rank 0 alone takes the run's lock (and reads its log): when it refused (the folder trained by another
+    process), rank 1 trained on into the first gradient all-reduce and died with gloo's "connection closed"
+    traceback (under nccl it would wait there). Every rank stops now, rank 1 with one line naming rank 0."""
+    import fcntl
+
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    with open(folder / ".lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fh.write("pid 1 on another host\n")
+        fh.flush()
+        proc = run_torchrun(data_dir, tmp_path / "run")
+    assert proc.returncode != 0
+    assert "is being trained by pid 1 on another host" in proc.stderr, proc.stderr[-3000:]
+    assert "rank 0 stopped before training" in proc.stderr, proc.stderr[-3000:]
+    assert "[rank1]: Traceback" not in proc.stderr, proc.stderr[-3000:]

@@ -118,6 +118,22 @@ def mean_across(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return value
 
 
+def agree(info: DistInfo, error: Exception | None) -> None:
+    """Stop every rank when one rank failed a step that only it takes (rank 0 alone holds the run's lock and
+    reads its log), instead of leaving the others to train on into a collective that the failed rank never
+    joins (gloo: a "connection closed" traceback; nccl: a hang). Raises ``error`` on the rank that had it and
+    a ``ValueError`` naming the failed rank(s) on the others; all ranks must call it."""
+    if info.distributed:
+        failed = torch.zeros(info.world_size, dtype=torch.int32, device=info.device)
+        failed[info.rank] = int(error is not None)
+        dist.all_reduce(failed)
+        ranks = [str(r) for r in failed.nonzero().flatten().tolist()]
+        if error is None and ranks:
+            raise ValueError(f"rank {', '.join(ranks)} stopped before training (see its error)")
+    if error is not None:
+        raise error
+
+
 def barrier(info: DistInfo) -> None:
     if info.distributed:
         dist.barrier()

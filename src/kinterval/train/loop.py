@@ -51,7 +51,13 @@ def train(
 
 def run(trainer: Trainer, resume: bool, on_step: StepHook | None = None) -> TrainResult:
     """Drive ``trainer`` from its current step to the end of its plan."""
-    with run_lock(trainer.out, trainer.info.is_main):
+    with contextlib.ExitStack() as stack:
+        error = None
+        try:  # rank 0 takes the lock for the job: its refusal must stop every rank (D.agree)
+            stack.enter_context(run_lock(trainer.out, trainer.info.is_main))
+        except ValueError as err:
+            error = err
+        D.agree(trainer.info, error)
         return _run(trainer, resume, on_step)
 
 
@@ -63,7 +69,12 @@ def _run(trainer: Trainer, resume: bool, on_step: StepHook | None) -> TrainResul
             return trainer.finish()
     else:
         trainer.start()
-    trainer.open_records()
+    error = None
+    try:  # rank 0 alone reads and rewrites the log (a corrupt row is refused there)
+        trainer.open_records()
+    except (ValueError, OSError) as err:
+        error = err
+    D.agree(trainer.info, error)
     trainer.model.train()
     try:
         with train_precision(trainer.model_cfg.numerics):
