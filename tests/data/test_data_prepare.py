@@ -416,3 +416,29 @@ def test_a_leading_byte_order_mark_is_not_document_text(tmp_path, use_datasets):
     assert docs == {"train": ["Café doc\nline two\n"]}
     docs = sources.text_documents(tmp_path / "single.txt", use_datasets=use_datasets, split="train")
     assert docs == {"train": ["First paragraph.", "Second, \ufeff kept inside.\n"]}
+
+
+def test_a_file_name_that_is_not_utf8_is_split_by_its_bytes(tmp_path):
+    """A folder holding a Latin-1 file name (``café.txt`` written by an old tool): the md5 split rule raised
+    UnicodeEncodeError (a traceback); the name's own bytes are hashed now."""
+    import hashlib
+    import os
+
+    root = tmp_path / "latin"
+    root.mkdir()
+    name = b"caf\xe9.txt"
+    try:
+        (Path(os.fsdecode(os.fsencode(root) + b"/" + name))).write_text("A document with a Latin-1 name.\n")
+    except (OSError, UnicodeError):
+        pytest.skip("this file system refuses a file name that is not UTF-8")
+    (root / "ok.txt").write_text("Plain one.\n")
+    docs = sources.text_documents(root, use_datasets=False)
+    assert sorted(d for split in docs.values() for d in split) == [
+        "A document with a Latin-1 name.\n",
+        "Plain one.\n",
+    ]
+    bucket = int(hashlib.md5(name).hexdigest(), 16) % 100
+    want = "val" if bucket < 2 else "test" if bucket < 4 else "train"
+    assert "A document with a Latin-1 name.\n" in docs[want]
+    meta = prepare(f"text:{root}", tmp_path / "out", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    assert sum(s["n_documents"] for s in meta["splits"].values()) == 2

@@ -43,7 +43,9 @@ def natural_key(name: str) -> list:
 
 
 def md5_int(key: str) -> int:
-    return int(hashlib.md5(key.encode("utf-8")).hexdigest(), 16)
+    """md5 of the key's UTF-8 bytes; a file name that is not UTF-8 (Python keeps its bytes as surrogates)
+    hashes its own bytes."""
+    return int(hashlib.md5(key.encode("utf-8", "surrogateescape")).hexdigest(), 16)
 
 
 def md5_split(key: str) -> str:
