@@ -1,6 +1,7 @@
 """Trust in the run's files: finished runs, torn logs, edited state, a misdirected LATEST, atomic saves,
 clip statistics across a resume and a block size that cannot fit."""
 
+import hashlib
 import json
 import os
 import random
@@ -109,6 +110,34 @@ def test_a_finished_run_is_not_resumed_under_another_config(runs, tmp_path):
     with pytest.raises(CheckpointError, match=r"different config.*seed: 0 -> 5"):
         train(cfg.override({"seed": 5}), run, resume=True)
     assert (run / "status.json").read_bytes() == status
+
+
+def test_the_same_shards_prepared_from_another_source_path_resume(runs, data_dir, tmp_path):
+    """docs/training.md §5: the data identity is the vocabulary, token count and shard hashes. The --source
+    string the folder was prepared from was compared too: the same corpus prepared as text:corpus and as
+    text:ABSOLUTE/corpus (identical shards) was refused. Resuming on such a copy now gives the full run."""
+    cfg, _ = runs
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    meta["source"] = "text:elsewhere/corpus"
+    (copy / "meta.json").write_text(json.dumps(meta))
+    run = copy_run(runs, "killed", tmp_path)
+    train(cfg.override({"data.dir": str(copy)}), run, resume=True)
+    full = runs[1] / "full"
+    assert [r["train_loss"] for r in train_rows(run)] == [r["train_loss"] for r in train_rows(full)]
+    a, b = (load_checkpoint(r / "checkpoints" / "step_000008") for r in (full, run))
+    assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
+    # other tokens (two ids swapped, meta.json's hash updated to match) are still refused
+    other = tmp_path / "other"
+    shutil.copytree(copy, other)
+    ids = np.fromfile(other / "train_0000.bin", dtype="<u2")
+    ids[:2] = ids[1::-1].copy()
+    ids.tofile(other / "train_0000.bin")
+    meta["splits"]["train"]["shards"][0]["sha256"] = hashlib.sha256(ids.tobytes()).hexdigest()
+    (other / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"different config.*data.identity.shards_sha256"):
+        train(cfg.override({"data.dir": str(other)}), copy_run(runs, "killed", tmp_path / "x"), resume=True)
 
 
 def test_demo_rerun_shows_the_real_numbers(tmp_path):

@@ -80,6 +80,10 @@ EXECUTION_FIELDS = frozenset(
         "data.source",  # a free-text note; the data's identity is its shards' hashes (data.identity)
     }
 )
+# Recorded in a checkpoint's identity but not compared on resume: the --source string the data folder was
+# prepared from (text:corpus and the same folder by its absolute path give the same shards, whose hashes are
+# compared).
+RECORDED_ONLY = frozenset({"data.identity.source"})
 
 EXIT_NONFINITE = 3
 
@@ -188,7 +192,7 @@ class Trainer:
             raise CheckpointError(f"{err} ({hint})") from None
         # execution fields aside, also those a checkpoint of an older kinterval still holds in its identity
         saved = {k: v for k, v in (ckpt.state.get("identity") or {}).items() if k not in EXECUTION_FIELDS}
-        diffs = config_differences(saved, self.identity)
+        diffs = [d for d in config_differences(saved, self.identity) if d.split(":")[0] not in RECORDED_ONLY]
         if diffs:
             raise CheckpointError(
                 f"checkpoint {path} was made with a different config; refusing to resume. "
