@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -293,3 +294,15 @@ def test_a_folder_saved_with_save_to_disk_is_read_with_load_from_disk(tmp_path, 
         assert main(["data", "prepare", *args, "--out", str(tmp_path / "o3"), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, err
+
+
+def test_a_local_hf_path_without_datasets_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """hf:LOCAL (a data file, a folder, a save_to_disk folder) without the datasets package: an
+    ImportError traceback from the offline switch; one line saying what to install now."""
+    write_jsonl(tmp_path / "ds" / "a.jsonl", docs(5))
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
+    for source in (tmp_path / "ds", tmp_path / "ds" / "a.jsonl"):
+        args = ["data", "prepare", "--source", f"hf:{source}", "--out", str(tmp_path / "o"), "--quiet"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "needs the datasets package: pip install 'kinterval[data]'" in err and "Traceback" not in err

@@ -107,6 +107,10 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
         or Path(path).suffix.lower() in HF_FILE_BUILDERS
     ):  # not a Hub id (NAME or OWNER/NAME) either: a local path with a typo, not a download to wait for
         raise FileNotFoundError(f"hf:{path}: no such file or folder")
+    try:  # a local path is read by datasets too (offline)
+        import datasets  # noqa: F401
+    except ImportError:
+        raise ValueError(f"hf:{path} needs the datasets package: pip install 'kinterval[data]'") from None
     args, kw = (path, config), {"split": split, "streaming": True}
     saved = local and saved_to_disk(Path(path))
     if local and Path(path).is_dir() and not saved:
