@@ -239,3 +239,24 @@ def test_a_suite_file_marked_supplementary_is_one_row_per_seed(tmp_path, flag):
     det, _ = A.detach_pairs(pts)
     end = [r for r in det if r.tokens == max(x.tokens for x in det)]
     assert sorted(r.seeds for r in end) == ([(7,), (42,)] if flag else [(7, 42)])
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_other_corpora_under_one_data_folder_name_are_never_paired(tmp_path, same):
+    """Two suite folders that each prepared their own ``OUT/data`` (a suite file's ``[data]``): the labels
+    agree (folder name, split, T, blocks), the contents (shard hashes) may not. A condition added in a
+    folder of its own pairs with the first folder's softmax only when both evaluated the same split."""
+    files = {"main": '["softmax", "lerp-k4"]', "added": '["lerp-k8"]'}
+    for name, ops in files.items():
+        (tmp_path / f"{name}.toml").write_text(TINY.format(name=name, extra="", operators=ops))
+        shards = ("a" * 64,) if same or name == "main" else ("b" * 64,)
+        write_results(tmp_path / name, tmp_path / f"{name}.toml", lambda r, f: 0.02 * f, shards=shards)
+    pts = [p for r in load_many([tmp_path / "main", tmp_path / "added"]) for p in r.points if p.primary]
+    pairing = A.softmax_pairs(pts)
+    added = [x for x in pairing.pairs if x.point.operator == "lerp-k8"]
+    if same:
+        assert added and not any("lerp-k8" in k for k in pairing.unpaired)
+    else:
+        assert not added
+        assert pairing.unpaired["lerp-k8-s7 [val] vs softmax"] == "softmax seed 7 was evaluated on other data"
+        assert [x.point.operator for x in pairing.pairs] == ["lerp-k4"] * len(pairing.pairs)

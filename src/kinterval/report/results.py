@@ -8,8 +8,10 @@ of one budget and corpus but other models (C: 1B, D: 124M, both 100M tokens of W
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -350,7 +352,8 @@ def _plan(row: dict) -> tuple:
 
 
 def load_many(dirs) -> list[SuiteResults]:
-    """Several suite folders; a run (model, operator, seed, budget, data) found in two folders is an error. A
+    """Several suite folders; a run (model, operator, seed, budget, data) found in two folders is an error.
+    Other corpora under one data folder name are told apart (:func:`_name_corpora_apart`), never paired. A
     condition's design seeds are those every folder plans for it (``mini`` and ``mini-seeds`` together). A
     folder given twice (``d`` and ``d/``, or through a link) is an error: its runs would count twice, as
     seeds of their own."""
@@ -370,6 +373,7 @@ def load_many(dirs) -> list[SuiteResults]:
     for res in out:
         for p in res.points:
             p.design_seeds = tuple(sorted(planned[(p.model, p.operator, p.budget)]))
+    _name_corpora_apart(out)
     seen: dict[tuple, Path] = {}
     for res in out:
         for run_id, pts in res.runs().items():
@@ -382,3 +386,22 @@ def load_many(dirs) -> list[SuiteResults]:
                 )
             seen[p.identity] = res.dir
     return out
+
+
+def _name_corpora_apart(results: list[SuiteResults]) -> None:
+    """Evaluations of other corpora under one data label (folder name, split, T, block count), e.g. two suite
+    folders that each prepared their own ``OUT/data`` from another source or seed, are never paired: where
+    one label holds evaluations of more than one split content (the shard hashes their requests record),
+    each content's label gets a short hash of its shards (``data#1a2b3c4d:val (T=64, 128 blocks)``).
+    Evaluations that record no shard hashes keep the plain label."""
+    contents: dict[tuple, set[tuple[str, ...]]] = defaultdict(set)
+    for res in results:
+        for p in res.points:
+            if p.shards:
+                contents[p.data].add(p.shards)
+    for res in results:
+        for p in res.points:
+            if p.shards and len(contents[p.data]) > 1:
+                name, *rest = p.data
+                short = hashlib.sha256("\n".join(p.shards).encode()).hexdigest()[:8]
+                p.data = (f"{name}#{short}", *rest)
