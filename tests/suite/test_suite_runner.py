@@ -393,8 +393,9 @@ def test_a_rerun_with_other_data_or_another_suite_version_is_refused(tmp_path, d
     edited.write_text(
         suite_file(tmp_path).read_text().replace('warmup_tokens" = 256', 'warmup_tokens" = 512')
     )
-    with pytest.raises(ValueError, match="another version of suite tiny \\(runs differ\\)"):
+    with pytest.raises(ValueError, match="another version of suite tiny \\(runs differ\\)") as err:
         run_suite(edited, out, data=data, log=lambda *_: None)
+    assert "to add conditions, put them in a suite file of their own" in str(err.value)
     assert {p: p.read_bytes() for p in out.glob("runs/*/eval/val/*")} == evals
     assert (out / "manifest.json").read_bytes() == manifest
     moved = tmp_path / "moved-data"  # the same data in another folder is fine

@@ -96,7 +96,9 @@ def check_resume(out: Path, previous: dict, manifest: dict, data_dir: Path) -> N
     if diffs := manifest_differences(_without_data_dir(manifest), _without_data_dir(previous)):
         raise ValueError(
             f"{out} was run from another version of suite {manifest['suite']} ({', '.join(diffs)} differ): "
-            "continue it with the suite file it began with, or run into another --out"
+            "continue it with the suite file it began with, or run into another --out (to add conditions, "
+            "put them in a suite file of their own, run it into its own --out and report both folders "
+            "together)"
         )
     split = manifest["eval"]["split"]
     info = TokenShards(data_dir, split).meta["splits"][split]
