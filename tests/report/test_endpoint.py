@@ -97,6 +97,18 @@ def test_k_trend_uses_one_endpoint_for_every_K():
     assert "lerp-k16-s42 [val] in K trend of lerp" in pairing.unpaired
 
 
+def test_a_family_of_one_K_has_no_trend_to_leave_a_run_out_of():
+    """FWM–Prob at K4 alone has no K-trend row: its run without an endpoint evaluation is left out of the ΔNLL
+    row (unpaired.md says so), not of a "K trend of fwm-prob" that does not exist."""
+    pts = runs(
+        {"softmax": 0.0, "fwm-prob-k4": 0.02, "lerp-k4": 0.09, "lerp-k16": 0.05},
+        crashed={("fwm-prob-k4", 42)},
+    )
+    pairing = A.softmax_pairs(pts)
+    assert [r.family for r in A.k_trends(pairing)] == ["lerp"]
+    assert not any("K trend" in k for k in pairing.unpaired)
+
+
 def test_tail_decomposition_needs_the_three_runs_at_one_endpoint():
     ops = {"minmax-weight-k4": 0.2, "resolved-weight-k4": 0.1, "fwm-weight-k4": 0.04}
     pts = runs(ops, seeds=(7,), crashed={("resolved-weight-k4", 7)})

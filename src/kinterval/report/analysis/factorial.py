@@ -220,6 +220,8 @@ def k_trends(pairing: Pairing) -> list[Row]:
     fam: dict[tuple, dict[int, dict[int, Pair]]] = defaultdict(lambda: defaultdict(dict))
     ends: dict[tuple, int] = {}
     for where, pairs in by_family.items():
+        if len({x.point.K for x in pairs}) < 2:
+            continue  # one K has no trend: no row to leave a run out of
         for x in at_endpoint(pairs, f"K trend of {where[-1]}", pairing.unpaired, lambda x: x.point):
             fam[where][x.point.seed][x.point.K] = x
             ends[where] = x.point.tokens
