@@ -368,6 +368,16 @@ def test_a_summary_from_before_the_recorded_block_is_an_error_that_says_re_evalu
         assert len(errors) == 1 and "no mean_ci95_block" in errors[0] and "re-evaluate" in errors[0], errors
 
 
+def test_a_run_that_never_started_is_one_error(suite_dir, tmp_path):
+    """A suite cut short before a run began (no run folder): one line naming the run and the way on, not one
+    per checkpoint, evaluation and probe it would have had."""
+    d = _copy(suite_dir, tmp_path)
+    shutil.rmtree(d / "runs" / RUN)
+    rep = gate(d, write_record=False)
+    assert len(rep.errors) == 1 and RUN in rep.errors[0] and "not run" in rep.errors[0], rep.errors
+    assert "--partial" in rep.errors[0] and rep.jobs == gate(suite_dir, write_record=False).jobs
+
+
 def test_full_gate_needs_the_data_folder(suite_dir, tmp_path):
     d = _copy(suite_dir, tmp_path)
     shutil.rmtree(d / "data")

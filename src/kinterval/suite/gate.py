@@ -365,6 +365,14 @@ class _Gate:
             if self.gated is not None and rid not in self.gated:
                 continue  # not run (partial)
             self.runs += 1
+            if not self.results_only and not run_dir.exists():
+                self.jobs += len(steps)  # one error at its cause, not one per checkpoint it would have
+                self.errs.add(
+                    ("run", rid),
+                    f"{rid}: not run (no {self.rel(run_dir)}); `kinterval suite run` runs it, "
+                    "`kinterval suite gate --partial` signs off the finished runs",
+                )
+                continue
             if (n := self._check_status(rid, run_dir)) is not None:
                 steps = [s for s in steps if s < n]  # its checkpoints before the non-finite loss
             trusted = self._status_as_recorded(run_dir)
