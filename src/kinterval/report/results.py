@@ -20,7 +20,9 @@ import numpy as np
 from kinterval.model.config import PRESETS
 from kinterval.ops import OperatorSpec
 from kinterval.suite.manifest import read_manifest, stopped_step
+from kinterval.train.config import flatten
 from kinterval.train.metrics import last_logged_step, read_metrics
+from kinterval.train.trainer import EXECUTION_FIELDS
 
 try:
     import tomllib
@@ -90,6 +92,9 @@ class Point:
     # evaluation does not record it
     passes: float | None = None
     shards: tuple[str, ...] = ()  # the evaluated split's shard hashes (its request); () when not recorded
+    # the run's training protocol: every field of its manifest row's config but the execution fields, its
+    # seed and operator (:func:`protocol_of`); runs of one model and budget under two are never paired
+    protocol: tuple = ()
 
     @property
     def mean(self) -> float:
@@ -142,6 +147,16 @@ def model_label(config: dict) -> str:
         m.get(k) if m.get(k) is not None else getattr(base, k, None) for k in ("n_layer", "n_head", "n_embd")
     ]
     return "" if None in shape else "{}L {}H d{}".format(*shape)
+
+
+NOT_PROTOCOL = EXECUTION_FIELDS | {"seed", "operator.name"}  # a run's own, not its setting's
+
+
+def protocol_of(config: dict) -> tuple:
+    """What a run's manifest row's training config sets beyond its seed, operator and execution fields (the
+    optimizer, schedule, model and numerics), as sorted (field, value) pairs."""
+    flat = flatten(config) if isinstance(config, dict) else {}
+    return tuple(sorted((k, json.dumps(v)) for k, v in flat.items() if k not in NOT_PROTOCOL))
 
 
 @dataclass
@@ -329,6 +344,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     stopped=stopped,
                     passes=_passes(s.get("train_passes")),
                     shards=_shards(s.get("request")),
+                    protocol=protocol_of(r.get("config") or {}),
                 )
             )
         logs[r["run_id"]] = _read_logs(run_dir, r, eval_steps)
@@ -338,6 +354,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                 seed=int(r["seed"]),
                 budget=budget,
                 model=model_label(r.get("config") or {}),
+                protocol=protocol_of(r.get("config") or {}),
                 step=stopped[0],
                 tokens=stopped[1],
             )
@@ -366,6 +383,7 @@ def load_many(dirs) -> list[SuiteResults]:
             )
         given[key] = d
     out = [load_results(d) for d in dirs]
+    _name_protocols_apart(out)
     planned: dict[tuple, set[int]] = {}
     for res in out:
         for p in res.points:
@@ -405,3 +423,33 @@ def _name_corpora_apart(results: list[SuiteResults]) -> None:
                 name, *rest = p.data
                 short = hashlib.sha256("\n".join(p.shards).encode()).hexdigest()[:8]
                 p.data = (f"{name}#{short}", *rest)
+
+
+def _name_protocols_apart(results: list[SuiteResults]) -> None:
+    """Runs of one model and token budget trained under other protocols (another learning rate, warmup, batch
+    or numerics: a suite file of a second folder that does not repeat the first one's overrides) are other
+    settings, never paired: where one model label and budget hold more than one protocol
+    (:func:`protocol_of`), each such run's model label gets the fields that differ, with its values
+    (``2L 2H d64 [optim.lr=0.001]``)."""
+    points = [p for res in results for p in res.points]
+    stopped = [u for res in results for u in res.stopped_unevaluated.values()]
+    items = [(p.model, p.budget, p.protocol) for p in points] + [
+        (u["model"], u["budget"], u["protocol"]) for u in stopped
+    ]
+    protocols: dict[tuple, set[tuple]] = defaultdict(set)
+    for model, budget, protocol in items:
+        protocols[(model, budget)].add(protocol)
+
+    def label(model: str, budget: int, protocol: tuple) -> str:
+        group = [dict(p) for p in protocols[(model, budget)]]
+        if len(group) < 2:
+            return model
+        keys = sorted({k for g in group for k in g})
+        own = dict(protocol)
+        differ = [k for k in keys if len({g.get(k) for g in group}) > 1]
+        return "{} [{}]".format(model, ", ".join(f"{k}={own.get(k, '-')}" for k in differ))
+
+    for p in points:
+        p.model = label(p.model, p.budget, p.protocol)
+    for u in stopped:
+        u["model"] = label(u["model"], u["budget"], u["protocol"])

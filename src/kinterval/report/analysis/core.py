@@ -198,7 +198,7 @@ def pair_controls(points: list[Point], control_of) -> Pairing:
             why = f"no {ctrl_op} run with seed {p.seed}"
         elif not any(c.model == p.model for c in cands):
             models = sorted({c.model for c in cands})
-            why = f"{ctrl_op} seed {p.seed} is another model ({models}, not {p.model})"
+            why = f"{ctrl_op} seed {p.seed} is another model or protocol ({models}, not {p.model})"
         elif not any(c.budget == p.budget for c in cands):
             why = f"{ctrl_op} seed {p.seed} has another token budget ({sorted({c.budget for c in cands})})"
         elif not any(c.data == p.data for c in cands):
