@@ -152,11 +152,14 @@ def model_label(config: dict) -> str:
 NOT_PROTOCOL = EXECUTION_FIELDS | {"seed", "operator.name"}  # a run's own, not its setting's
 
 
-def protocol_of(config: dict) -> tuple:
-    """What a run's manifest row's training config sets beyond its seed, operator and execution fields (the
-    optimizer, schedule, model and numerics), as sorted (field, value) pairs."""
+def protocol_of(row: dict) -> tuple:
+    """What a manifest row's training config sets beyond its seed, operator and execution fields (the
+    optimizer, schedule, model and numerics), with its optimizer ``steps`` (the batch: micro-batch, accum and
+    world size are execution fields, their product is not), as sorted (field, value) pairs."""
+    config = row.get("config")
     flat = flatten(config) if isinstance(config, dict) else {}
-    return tuple(sorted((k, json.dumps(v)) for k, v in flat.items() if k not in NOT_PROTOCOL))
+    flat = {k: v for k, v in flat.items() if k not in NOT_PROTOCOL} | {"steps": row.get("steps")}
+    return tuple(sorted((k, json.dumps(v)) for k, v in flat.items()))
 
 
 @dataclass
@@ -344,7 +347,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     stopped=stopped,
                     passes=_passes(s.get("train_passes")),
                     shards=_shards(s.get("request")),
-                    protocol=protocol_of(r.get("config") or {}),
+                    protocol=protocol_of(r),
                 )
             )
         logs[r["run_id"]] = _read_logs(run_dir, r, eval_steps)
@@ -354,7 +357,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                 seed=int(r["seed"]),
                 budget=budget,
                 model=model_label(r.get("config") or {}),
-                protocol=protocol_of(r.get("config") or {}),
+                protocol=protocol_of(r),
                 step=stopped[0],
                 tokens=stopped[1],
             )
