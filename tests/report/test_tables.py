@@ -147,6 +147,12 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
         ["minmax-weight-k4", "softmax", "test__ptb", DATA, "7,42,253,1337,2026", "+0.0500",
          "[+0.0200, +0.0800]", "t (4 df)", "0.010", "yes", "no", "-"]
     ]  # fmt: skip
+    floor = Row("minmax-weight-k4 − softmax", key, (7,), _one(0.05, 0.04, 0.06, p=2 / 4001), q=0.0006)
+    assert T.heldout_rows([floor])[1][0][8] == "<0.001"  # tab:nearci's "<0.001", never "0.000" or "0.001"
+    est = _five(0.05, 0.02, 0.08, sd=0.01, eval_se=0.002, p=0.0625)
+    five = Row("lerp-k4 − softmax", key, FIVE, est, q=4e-4)
+    assert T.estimate_cells(five, T.estimate_headers([five]))[4:6] == ["0.062", "<0.001"]
+    assert [T.prob(x) for x in (0.0004999, 0.001, 0.0625, None)] == ["<0.001", "0.001", "0.062", "-"]
     sub = Row("substituted − native forward", key, (7,), _one(3e-5, -6e-5, 1.2e-4), max_abs=8.42e-3)
     assert T.heldout_rows([sub])[1][0][-3:] == ["no", "yes", "0.00842"]
     claims = [

@@ -16,6 +16,14 @@ def num(x, signed: bool = True, digits: int = 4) -> str:
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
+def prob(x) -> str:
+    """A p value or BH q to 3 decimals; one below 0.001 as "<0.001" (as tab:nearci prints it), never
+    "0.000": the bootstrap and permutation p have a positive floor (2/4001; 2/2^n)."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
 def ci(lo, hi) -> str:
     return "-" if lo is None or not math.isfinite(lo) else f"[{num(lo)}, {num(hi)}]"
 
@@ -121,7 +129,7 @@ def estimate_cells(r: Row, headers: list[str]) -> list[str]:
     e = r.est
     cells = [ci(e.lo, e.hi), e.interval]
     if "Seed SD" in headers:
-        cells += [num(e.sd, False), num(e.eval_se, False), num(e.p, False, 3), num(r.q, False, 3)]
+        cells += [num(e.sd, False), num(e.eval_se, False), prob(e.p), prob(r.q)]
     if SEPARATED in headers:
         cells.append("-" if e.n_seeds > 1 else "yes" if e.separated else "no")
     return cells
@@ -334,7 +342,7 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             num(r.est.mean),
             ci(r.est.lo, r.est.hi),
             r.est.interval,
-            num(r.q, False, 3),
+            prob(r.q),
             yn[r.est.excludes_zero],
             yn[r.est.within_margin],
             "-" if r.max_abs is None else f"{r.max_abs:.3g}",
