@@ -184,6 +184,11 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
         [["a", "50M", "8.000", "-", "-", "-", "-", "-", "-"],
          ["b", "100M", "20.000", "5.000", "0.100", "-", "-", "-", "-"]],
     )  # fmt: skip
+    # suites C (1B) and D (124M) at one budget and corpus: the model tells their rows apart
+    two = {Key("softmax", 100_007_936, DATA, "val", m): {"span": x} for m, x in (("12L", 9.0), ("32L", 7.0))}
+    assert T.geometry_rows(two)[0][:3] == ["Condition", "Budget", "Model"]
+    assert [r[:4] for r in T.geometry_rows(two)[1]] == [["softmax", "100M", "12L", "9.000"],
+                                                        ["softmax", "100M", "32L", "7.000"]]  # fmt: skip
     terms = {t: 0.25 for t in GRAD_TERMS}
     terms[GRAD_TERMS[0]] = 0.909
     gd = SimpleNamespace(operator="lerp-k32", seed=7, tokens=20_000_000, n_blocks=8, terms=terms,

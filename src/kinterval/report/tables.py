@@ -487,10 +487,16 @@ def graddecomp_rows(rows) -> tuple[list[str], list[list[str]]]:
 
 
 def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
+    """Endpoint geometry per condition and setting: the data column when the rows are of several corpora, the
+    model column when of several models (suites C and D: both 100M tokens of WikiText-103)."""
     metrics = ["span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"]
-    headers = ["Condition", "Budget", *metrics]
+    extra = [
+        (h, f) for h, f in (("Data", "data"), ("Model", "model")) if len({getattr(k, f) for k in geo}) > 1
+    ]
+    headers = ["Condition", "Budget", *(h for h, _ in extra), *metrics]
     return headers, [
-        [condition(k), tokens(k.budget), *[num(g.get(m), False, 3) for m in metrics]]
+        [condition(k), tokens(k.budget), *(getattr(k, f) for _, f in extra)]
+        + [num(g.get(m), False, 3) for m in metrics]
         for k, g in sorted(geo.items(), key=lambda kv: key_order(kv[0]))
     ]
 
