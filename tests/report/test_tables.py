@@ -189,6 +189,9 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
     assert T.geometry_rows(two)[0][:3] == ["Condition", "Budget", "Model"]
     assert [r[:4] for r in T.geometry_rows(two)[1]] == [["softmax", "100M", "12L", "9.000"],
                                                         ["softmax", "100M", "32L", "7.000"]]  # fmt: skip
+    clips = [ClipRow(k, (7,), 0.1, (0.1,), (None,), (0.5,), (2.0,), (0.03,)) for k in two]
+    assert T.clip_rows(clips)[0][:4] == ["Condition", "Budget", "Model", "Seeds"]
+    assert [r[:3] for r in T.clip_rows(clips)[1]] == [["softmax", "100M", "12L"], ["softmax", "100M", "32L"]]
     terms = {t: 0.25 for t in GRAD_TERMS}
     terms[GRAD_TERMS[0]] = 0.909
     gd = SimpleNamespace(operator="lerp-k32", seed=7, tokens=20_000_000, n_blocks=8, terms=terms,

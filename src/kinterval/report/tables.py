@@ -394,19 +394,30 @@ def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
     ]
 
 
+def _data_model(keys) -> tuple[list[str], callable]:
+    """The data and model columns of a table whose rows may be of several corpora or models (suites C and D
+    are both 100M tokens of WikiText-103): each only when the rows' keys hold more than one."""
+    fields = [
+        (h, f) for h, f in (("Data", "data"), ("Model", "model")) if len({getattr(k, f) for k in keys}) > 1
+    ]
+    return [h for h, _ in fields], lambda k: [getattr(k, f) for _, f in fields]
+
+
 def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
     from kinterval.report.analysis import CLIP_TAIL
 
     def each(values, fmt):
         return ", ".join("-" if x is None else format(x, fmt) for x in values) or "-"
 
-    headers = ["Condition", "Budget", "Seeds", "Clipped steps (mean over seeds)", "Per seed",
+    heads, cells = _data_model([r.key for r in rows])
+    headers = ["Condition", "Budget", *heads, "Seeds", "Clipped steps (mean over seeds)", "Per seed",
                f"Clipped in the last {CLIP_TAIL:.0%} of tokens", "Final pre-clip norm",
                "Largest pre-clip norm", "Largest loss rise between logs"]  # fmt: skip
     return headers, [
         [
             condition(r.key),
             tokens(r.key.budget),
+            *cells(r.key),
             ",".join(map(str, r.seeds)),
             f"{r.mean:.3f}",
             each(r.per_seed, ".3f"),
@@ -449,13 +460,15 @@ def fit_rows(rows) -> tuple[list[str], list[list[str]]]:
     tokens against the evaluation, each as condition − same-seed control."""
     from kinterval.report.analysis import FIT_TAIL
 
-    headers = ["Condition", "Budget", "Seeds", "Control", "Steps", f"Train loss (last {FIT_TAIL:.0%})",
-               "Δ train loss", "95% CI", "Interval", "ΔNLL (evaluation)", "NLL − train loss",
-               "Control NLL − train loss"]  # fmt: skip
+    heads, cells = _data_model([r.key for r in rows])
+    headers = ["Condition", "Budget", *heads, "Seeds", "Control", "Steps",
+               f"Train loss (last {FIT_TAIL:.0%})", "Δ train loss", "95% CI", "Interval", "ΔNLL (evaluation)",
+               "NLL − train loss", "Control NLL − train loss"]  # fmt: skip
     return headers, [
         [
             condition(r.key),
             tokens(r.key.budget),
+            *cells(r.key),
             ",".join(map(str, r.seeds)),
             r.control,
             str(r.steps),
@@ -490,13 +503,9 @@ def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
     """Endpoint geometry per condition and setting: the data column when the rows are of several corpora, the
     model column when of several models (suites C and D: both 100M tokens of WikiText-103)."""
     metrics = ["span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"]
-    extra = [
-        (h, f) for h, f in (("Data", "data"), ("Model", "model")) if len({getattr(k, f) for k in geo}) > 1
-    ]
-    headers = ["Condition", "Budget", *(h for h, _ in extra), *metrics]
-    return headers, [
-        [condition(k), tokens(k.budget), *(getattr(k, f) for _, f in extra)]
-        + [num(g.get(m), False, 3) for m in metrics]
+    heads, cells = _data_model(geo)
+    return ["Condition", "Budget", *heads, *metrics], [
+        [condition(k), tokens(k.budget), *cells(k), *[num(g.get(m), False, 3) for m in metrics]]
         for k, g in sorted(geo.items(), key=lambda kv: key_order(kv[0]))
     ]
 
