@@ -189,6 +189,9 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
     assert T.geometry_rows(two)[0][:3] == ["Condition", "Budget", "Model"]
     assert [r[:4] for r in T.geometry_rows(two)[1]] == [["softmax", "100M", "12L", "9.000"],
                                                         ["softmax", "100M", "32L", "7.000"]]  # fmt: skip
+    c_and_d = [RankStats((100_007_936, DATA, "val", m), (), ("a", "b", "c"), None, (), (0.5, 0.1), None)
+               for m in ("12L", "32L")]  # fmt: skip
+    assert T.rank_rows(c_and_d)[0][3] == "Model" and [r[3] for r in T.rank_rows(c_and_d)[1]] == ["12L", "32L"]
     clips = [ClipRow(k, (7,), 0.1, (0.1,), (None,), (0.5,), (2.0,), (0.03,)) for k in two]
     assert T.clip_rows(clips)[0][:4] == ["Condition", "Budget", "Model", "Seeds"]
     assert [r[:3] for r in T.clip_rows(clips)[1]] == [["softmax", "100M", "12L"], ["softmax", "100M", "32L"]]

@@ -351,16 +351,30 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     ]
 
 
+def _setting_model(stats) -> tuple[list[str], callable]:
+    """The model column of a table of per-setting statistics (``setting``: budget, data, tag, model), only
+    when they are of several models (suites C and D: both 100M tokens of WikiText-103)."""
+    if len({s.setting[3] if len(s.setting) > 3 else "" for s in stats}) < 2:
+        return [], lambda s: []
+    return ["Model"], lambda s: [s.setting[3] if len(s.setting) > 3 else ""]
+
+
 def heldout_ordering_rows(stats) -> tuple[list[str], list[list[str]]]:
     """Layer 1: Spearman of the held-out ΔNLL ordering with the in-domain one, and the split-half fluctuation
     (the largest and the mean absolute first-half − second-half ΔNLL over the conditions; descriptive)."""
-    headers = ["Budget", "Data", "Eval", "Conditions", "Spearman with in-domain ΔNLL (p)", "Split-half units"]
-    headers += ["Split-half fluctuation: largest (condition)", "Split-half fluctuation: mean"]
+    model, cells = _setting_model(stats)
+    headers = ["Budget", "Data", "Eval", *model, "Conditions", "Spearman with in-domain ΔNLL (p)"]
+    headers += [
+        "Split-half units",
+        "Split-half fluctuation: largest (condition)",
+        "Split-half fluctuation: mean",
+    ]
     return headers, [
         [
             tokens(s.setting[0]),
             s.setting[1],
             s.setting[2],
+            *cells(s),
             f"{len(s.conditions)} of {len(s.split_half)}",
             "-" if s.spearman is None else f"{s.spearman[0]:+.3f} ({s.spearman[1]:.3g})",
             s.unit,
@@ -372,8 +386,9 @@ def heldout_ordering_rows(stats) -> tuple[list[str], list[list[str]]]:
 
 
 def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
-    headers = ["Budget", "Data", "Eval", "Seeds", "Conditions", "Kendall's W", "Pairwise Spearman (min–max)"]
-    headers += ["Spearman ΔNLL vs h (p)", "Spearman ΔNLL vs span (p)"]
+    model, cells = _setting_model(stats)
+    headers = ["Budget", "Data", "Eval", *model, "Seeds", "Conditions", "Kendall's W"]
+    headers += ["Pairwise Spearman (min–max)", "Spearman ΔNLL vs h (p)", "Spearman ΔNLL vs span (p)"]
 
     def rho(x):
         return "-" if x is None else f"{x[0]:+.3f} ({x[1]:.3g})"
@@ -383,6 +398,7 @@ def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
             tokens(s.setting[0]),
             s.setting[1],
             s.setting[2],
+            *cells(s),
             ",".join(map(str, s.seeds)) or "-",  # one seed: no ordering over seeds (W and Spearman "-")
             str(len(s.conditions)),
             num(s.kendall_w, False, 3),
