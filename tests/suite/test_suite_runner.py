@@ -480,3 +480,20 @@ def test_a_suite_folder_of_other_operator_code_is_refused(tmp_path, data, monkey
     with pytest.raises(ValueError, match="continue it from the commit its manifest names"):
         runner.run_one(out, "softmax-s1", log=lambda *_: None)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_gpu_protocol_without_cuda_is_refused_unless_device_cpu_says_so(monkeypatch):
+    """`suite run D` on a machine without CUDA started 124M runs on the CPU (its protocol's device is
+    "auto") without a word; they would take days. It is refused unless --device cpu says it is meant."""
+    import torch
+
+    from kinterval.suite.definition import load_suite
+    from kinterval.suite.runner import check_auto_has_gpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"no CUDA device here.*device 'auto'.*pass --device cpu to mean it"):
+        check_auto_has_gpu(load_suite("D").runs[:2], None)
+    check_auto_has_gpu(load_suite("D").runs[:2], "cpu")  # said so
+    check_auto_has_gpu(load_suite("ci").runs, None)  # a CPU protocol (tiny-cpu)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    check_auto_has_gpu(load_suite("mini").runs, None)

@@ -220,6 +220,18 @@ def check_device_available(runs, device: str | None) -> None:
             ) from None
 
 
+def check_auto_has_gpu(runs, device: str | None) -> None:
+    """Runs whose protocol trains on ``device = "auto"`` (the GPU protocols: 124M, 1B, mini) on a machine
+    without CUDA would train on the CPU, for days, unasked: refused unless ``--device cpu`` says so."""
+    import torch
+
+    if device is None and "auto" in _devices(runs, None) and not torch.cuda.is_available():
+        raise ValueError(
+            "no CUDA device here, and these runs' protocol trains on device 'auto' (a GPU protocol): they "
+            "would train on the CPU; pass --device cpu to mean it, or run on a machine with a GPU"
+        )
+
+
 def check_gpus(gpus: int, runs, device: str | None) -> None:
     """``--gpus N`` needs N visible CUDA devices unless the runs train on the CPU (``--device cpu`` or a CPU
     protocol such as ``tiny-cpu``: then N child processes share the CPU). Without this a run meant for a GPU
@@ -364,7 +376,9 @@ def run_suite(
         import torch
 
         torch.set_num_threads(threads)
-    manifest = init_suite(name, out, data)
+    manifest = init_suite(name, out, data)  # a missing --data is named first
+    if not slurm:
+        check_auto_has_gpu(runs, device)
     if done is not None:
         ids = skip_signed_off(manifest, ids, skip_gated, *done, log)
         if not ids:
