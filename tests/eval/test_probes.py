@@ -364,10 +364,10 @@ def test_compare_refuses_runs_that_scored_other_token_sequences(tmp_path):
     with pytest.raises(ValueError, match="probe samples_sha256 differs from the reference's"):
         probes.compare_probes(out["c"], out["a"], n_resamples=20)
     path.write_text(json.dumps(dict(summary, batch_size=8)))  # same samples, scored 8 per forward
-    with pytest.raises(ValueError, match=r"probe batch_size differs from the reference's \(8 vs 1\)"):
+    with pytest.raises(ValueError, match=r"batch_size .*\(8 vs 1\): not scored alike: rerun"):
         probes.compare_probes(out["c"], out["a"], n_resamples=20)
     path.write_text(json.dumps({k: v for k, v in summary.items() if k != "batch_size"}))  # older: batch 8
-    with pytest.raises(ValueError, match=r"probe batch_size differs from the reference's \(8 vs 1\)"):
+    with pytest.raises(ValueError, match=r"batch_size .*\(8 vs 1\): not scored alike: rerun"):
         probes.compare_probes(out["c"], out["a"], n_resamples=20)
     del summary["samples_sha256"]  # a summary written before the hash was recorded
     path.write_text(json.dumps(summary))

@@ -463,9 +463,12 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
             raise ValueError(f"{old}/summary.json has no {field_} (written before it was recorded): the "
                              "token sequences cannot be checked; rerun `kinterval probes`")  # fmt: skip
         if a != b:
-            raise ValueError(
-                f"probe {field_} differs from the reference's ({a} vs {b}): not the same samples"
+            why = (  # the samples are the same; batched scoring rounds differently (see score)
+                f"not scored alike: rerun one with --batch-size {b}"
+                if field_ == "batch_size"
+                else "not the same samples"
             )
+            raise ValueError(f"probe {field_} differs from the reference's ({a} vs {b}): {why}")
     records = [(str(folders[name]), summaries[name]) for name in ("results", "reference")]
     unknown = check_same_numerics(records, "probe outputs")
     if len(unknown) == 1:  # two old summaries: nothing to warn about (both unknown, as before)
