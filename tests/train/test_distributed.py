@@ -119,3 +119,14 @@ def test_a_refusal_on_rank_0_alone_stops_every_rank(data_dir, tmp_path):
     assert "is being trained by pid 1 on another host" in proc.stderr, proc.stderr[-3000:]
     assert "rank 0 stopped before training" in proc.stderr, proc.stderr[-3000:]
     assert "[rank1]: Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_lock_file_rank_0_cannot_open_stops_every_rank(data_dir, tmp_path):
+    """The lock's other refusal: rank 0 cannot open the lock file (an OSError: here a folder in its place, in
+    the field a folder it may not write). Only rank 0 opens it, so rank 1 must stop with it, not train on into
+    gloo's "connection closed" traceback."""
+    (tmp_path / "run" / "checkpoints" / ".lock").mkdir(parents=True)
+    proc = run_torchrun(data_dir, tmp_path / "run")
+    assert proc.returncode != 0
+    assert "rank 0 stopped before training" in proc.stderr, proc.stderr[-3000:]
+    assert "[rank1]: Traceback" not in proc.stderr, proc.stderr[-3000:]

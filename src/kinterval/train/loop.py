@@ -53,9 +53,10 @@ def run(trainer: Trainer, resume: bool, on_step: StepHook | None = None) -> Trai
     """Drive ``trainer`` from its current step to the end of its plan."""
     with contextlib.ExitStack() as stack:
         error = None
-        try:  # rank 0 takes the lock for the job: its refusal must stop every rank (D.agree)
+        try:  # rank 0 takes the lock for the job: its refusal must stop every rank (D.agree), as must a
+            # lock file it cannot make or open (an OSError: a folder it may not write, a folder in its place)
             stack.enter_context(run_lock(trainer.out, trainer.info.is_main))
-        except ValueError as err:
+        except (ValueError, OSError) as err:
             error = err
         D.agree(trainer.info, error)
         return _run(trainer, resume, on_step)
