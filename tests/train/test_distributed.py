@@ -130,3 +130,20 @@ def test_a_lock_file_rank_0_cannot_open_stops_every_rank(data_dir, tmp_path):
     assert proc.returncode != 0
     assert "rank 0 stopped before training" in proc.stderr, proc.stderr[-3000:]
     assert "[rank1]: Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_corrupt_log_row_on_resume_stops_every_rank(data_dir, tmp_path):
+    """Rank 0 alone reads the run's metrics.jsonl when a resume opens its records: a corrupt row there is
+    refused on rank 0, and rank 1 must stop with it (one line naming rank 0), not train on into gloo's
+    "connection closed" traceback."""
+    import shutil
+
+    out = tmp_path / "run"
+    assert run_torchrun(data_dir, out).returncode == 0
+    shutil.rmtree(latest_checkpoint(out))  # the resume redoes the last stretch
+    log = out / "metrics.jsonl"
+    log.write_text("{not json\n" + log.read_text())
+    proc = run_torchrun(data_dir, out, extra=("--resume",))
+    assert proc.returncode != 0
+    assert "rank 0 stopped before training" in proc.stderr, proc.stderr[-3000:]
+    assert "[rank1]: Traceback" not in proc.stderr, proc.stderr[-3000:]
