@@ -289,3 +289,37 @@ def test_a_condition_trained_under_another_protocol_is_never_paired(tmp_path, ov
         why = pairing.unpaired["lerp-k8-s7 [val] vs softmax"]
         assert "another model or protocol" in why and says in why, why
         assert len({x.point.model for x in pairing.pairs}) == 1
+
+
+def test_an_evaluation_without_shard_hashes_keeps_the_plain_data_label(tmp_path):
+    """Where two folders' contents differ under one data label, only the evaluations that record their shard
+    hashes get ``data#<hash>``; a third folder evaluated before the hashes were recorded keeps the plain
+    label (there is no hash of its content to name)."""
+    files = {"main": ('["softmax", "lerp-k4"]', ("a" * 64,)), "added": ('["lerp-k8"]', ("b" * 64,))}
+    files["old"] = ('["lerp-k2"]', None)
+    for name, (ops, shards) in files.items():
+        (tmp_path / f"{name}.toml").write_text(TINY.format(name=name, extra="", operators=ops))
+        write_results(tmp_path / name, tmp_path / f"{name}.toml", lambda r, f: 0.02 * f, shards=shards)
+    results = load_many([tmp_path / n for n in files])
+    labels = {r.suite: {p.data[0] for p in r.points if p.primary} for r in results}
+    assert all("#" in x for n in ("main", "added") for x in labels[n]), labels
+    assert all("#" not in x for x in labels["old"]), labels
+
+
+def test_a_run_stopped_before_evaluation_under_another_protocol_is_labelled_apart(tmp_path):
+    """A run of the added folder (another learning rate) stopped by a non-finite loss before its first
+    checkpoint has no evaluation, only its stopped record: its model label names the protocol field that
+    differs, as its evaluated siblings' would, and the first folder's runs are labelled apart from it."""
+    files = {"main": '["softmax", "lerp-k4"]', "added": '["lerp-k8"]'}
+    for name, ops in files.items():
+        text = TINY.format(name=name, extra="", operators=ops)
+        if name == "added":
+            text = "\n".join(x for x in text.splitlines() if not x.startswith('"optim.lr"'))
+            text = text.replace("[overrides]\n", '[overrides]\n"optim.lr" = 1e-3\n')
+        (tmp_path / f"{name}.toml").write_text(text)
+        stopped = (lambda r: 1) if name == "added" else None
+        write_results(tmp_path / name, tmp_path / f"{name}.toml", lambda r, f: 0.02 * f, stopped=stopped)
+    results = {r.suite: r for r in load_many([tmp_path / "main", tmp_path / "added"])}
+    stopped = results["added"].stopped_unevaluated
+    assert stopped and all("[optim.lr=0.001]" in u["model"] for u in stopped.values()), stopped
+    assert {p.model for p in results["main"].points} == {"1L 1H d32 [optim.lr=0.003]"}
