@@ -151,6 +151,9 @@ def test_auto_never_sends_a_value_head_dim_the_kernels_lack_to_triton(monkeypatc
     if _triton_importable():  # the CUDA answer needs no GPU: resolve_backend reads no device state
         assert resolve_backend("fwm-prob-k4", "cuda", torch.float32) == "triton"
     assert resolve_backend("fwm-prob-k4", "cuda", torch.float32, value_dim_differs=True) == "closed_form"
+    if _triton_importable():  # the explicit triton's refusal points to closed_form, not to triton itself
+        with pytest.raises(ValueError, match=r"equal q's; backend 'closed_form' can"):
+            resolve_backend("fwm-prob-k4", "cuda", torch.float32, backend="triton", value_dim_differs=True)
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # triton then runs on CPU tensors when asked explicitly
     if _triton_importable():
         with pytest.raises(
