@@ -81,3 +81,12 @@ def test_ops_names_the_scale_that_overflows_float32(action, capsys):
     masked" (their float32 draws overflowed), naming no flag."""
     assert cli.main(["ops", *action, "--scale", "1e39", "--T", "8"]) == 2
     assert "--scale 1e+39 makes float32 scores overflow; use a smaller --scale" in _one_error_line(capsys)
+
+
+def test_ops_table_range_grad_is_case_insensitive(capsys):
+    """--range-grad P1 (the paper's spelling) was refused, while the same override in a name or through
+    OperatorSpec.parse is case-insensitive."""
+    assert cli.main(["ops", "--T", "3", "--operators", "lerp-k4", "--range-grad", "P1"]) == 0
+    upper = capsys.readouterr().out
+    assert cli.main(["ops", "--T", "3", "--operators", "lerp-k4", "--range-grad", "p1"]) == 0
+    assert "lerp-k4[range_grad=p1]" in upper and upper == capsys.readouterr().out

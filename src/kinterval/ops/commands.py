@@ -132,7 +132,7 @@ def run(args) -> int:
         return verify_main(argv)
     if args.K is not None:
         raise ValueError("--K is for `kinterval ops verify` (the table takes operator names: --operators)")
-    range_grad = args.range_grad or "full"
+    range_grad = (args.range_grad or "full").lower()  # case-insensitive, as in a name (the paper's P1)
     if range_grad not in RANGE_GRADS:
         raise ValueError(f"--range-grad must be one of {', '.join(RANGE_GRADS)}, got {range_grad!r}")
     names = split_operators(args.operators) if args.operators is not None else DEFAULT_OPERATORS
