@@ -195,6 +195,21 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
     clips = [ClipRow(k, (7,), 0.1, (0.1,), (None,), (0.5,), (2.0,), (0.03,)) for k in two]
     assert T.clip_rows(clips)[0][:4] == ["Condition", "Budget", "Model", "Seeds"]
     assert [r[:3] for r in T.clip_rows(clips)[1]] == [["softmax", "100M", "12L"], ["softmax", "100M", "32L"]]
+    # fit.md and heldout_ordering.md: the model column in the header and in each row (a row without it would
+    # shift every later cell under the wrong header)
+    d = SimpleNamespace(mean=0.01, lo=0.0, hi=0.02, interval="t")
+    fits = [SimpleNamespace(key=k, seeds=(7,), control="softmax", steps=9, train=3.0, d_train=d, d_eval=0.02,
+                            gap=0.1, control_gap=0.1) for k in two]  # fmt: skip
+    head, rows = T.fit_rows(fits)
+    assert head[:4] == ["Condition", "Budget", "Model", "Seeds"] and all(len(r) == len(head) for r in rows)
+    assert [r[:4] for r in rows] == [["softmax", "100M", "12L", "7"], ["softmax", "100M", "32L", "7"]]
+    held = [SimpleNamespace(setting=(100_007_936, DATA, "val", m), conditions=("a", "b"),
+                            split_half={"a": 0.1}, spearman=None, unit="doc", fluctuation_max=0.1,
+                            fluctuation_mean=0.1)
+            for m in ("12L", "32L")]  # fmt: skip
+    head, rows = T.heldout_ordering_rows(held)
+    assert head[3] == "Model" and all(len(r) == len(head) for r in rows)
+    assert [r[3:5] for r in rows] == [["12L", "2 of 1"], ["32L", "2 of 1"]]
     terms = {t: 0.25 for t in GRAD_TERMS}
     terms[GRAD_TERMS[0]] = 0.909
     gd = SimpleNamespace(operator="lerp-k32", seed=7, tokens=20_000_000, n_blocks=8, terms=terms,
