@@ -147,3 +147,20 @@ def test_a_corrupt_log_row_on_resume_stops_every_rank(data_dir, tmp_path):
     assert proc.returncode != 0
     assert "rank 0 stopped before training" in proc.stderr, proc.stderr[-3000:]
     assert "[rank1]: Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_tensorboard_missing_on_rank_0_stops_every_rank(data_dir, tmp_path):
+    """Rank 0 alone opens the metrics log, and with --tensorboard refuses when the tensorboard package is
+    missing (here a stand-in package that fails to import): rank 1 must stop with it, not go on into gloo's
+    "connection closed" traceback."""
+    fake = tmp_path / "site" / "tensorboard"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("no tensorboard here")\n')
+    path = os.pathsep.join(x for x in (str(fake.parent), os.environ.get("PYTHONPATH")) if x)
+    proc = run_torchrun(
+        data_dir, tmp_path / "run", extra=("--tensorboard",), env={**os.environ, "PYTHONPATH": path}
+    )
+    assert proc.returncode != 0
+    assert "log.tensorboard needs the tensorboard package" in proc.stderr, proc.stderr[-3000:]
+    assert "rank 0 stopped before training" in proc.stderr, proc.stderr[-3000:]
+    assert "[rank1]: Traceback" not in proc.stderr, proc.stderr[-3000:]
