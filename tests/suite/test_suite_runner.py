@@ -497,3 +497,19 @@ def test_a_gpu_protocol_without_cuda_is_refused_unless_device_cpu_says_so(monkey
     check_auto_has_gpu(load_suite("ci").runs, None)  # a CPU protocol (tiny-cpu)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     check_auto_has_gpu(load_suite("mini").runs, None)
+
+
+def test_suite_run_refuses_a_gpu_protocol_without_cuda_but_slurm_submits_it(tmp_path, data, monkeypatch):
+    """`suite run` of a GPU protocol (device "auto") on a machine without CUDA is refused before any run
+    starts; with --slurm the jobs go to GPU nodes (the submitting machine needs no CUDA) and are submitted."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    suite = suite_file(tmp_path, "124m-100m")
+    with pytest.raises(ValueError, match=r"no CUDA device here"):
+        run_suite(suite, tmp_path / "out", data=data, log=print)
+    assert not list((tmp_path / "out").glob("runs/*/checkpoints"))
+    ex = FakeExecutor()
+    monkeypatch.setattr(runner, "_slurm_executor", lambda out: ex)
+    run_suite(suite, tmp_path / "slurm", data=data, slurm=True, log=print)
+    assert len(ex.submitted) == 2 and "gpus_per_node" in ex.params
