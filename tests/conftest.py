@@ -1,6 +1,8 @@
 """Session-wide test settings, loaded by pytest before any test module is imported."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -73,3 +75,17 @@ def tiny_config(data_dir, **overrides):
     }
     base.update(overrides)
     return TrainConfig().override(base)
+
+
+@pytest.fixture
+def import_with_broken(tmp_path):
+    """``import_with_broken(package, error, module)``: import ``module`` in a fresh interpreter where
+    ``package`` is installed but its import raises ``ImportError(error)``; the finished process."""
+
+    def run(package: str, error: str, module: str) -> subprocess.CompletedProcess:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(f"raise ImportError({error!r})\n")
+        code = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\nimport {module}"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+    return run

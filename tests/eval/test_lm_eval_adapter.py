@@ -558,14 +558,10 @@ def test_a_non_finite_loglikelihood_without_a_task_names_the_context(run, monkey
         lm.loglikelihood_rolling([_Request(" the cat sat on the mat")])
 
 
-def test_a_broken_lm_eval_install_keeps_its_cause(tmp_path):
+def test_a_broken_lm_eval_install_keeps_its_cause(import_with_broken):
     """lm-eval installed but failing to import is not reported as missing: the error names the cause."""
-    (tmp_path / "lm_eval").mkdir()
-    (tmp_path / "lm_eval" / "__init__.py").write_text(
-        "raise ImportError('cannot import name X from datasets')\n"
-    )
-    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\nimport kinterval.eval.lm_eval_adapter"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    error = "cannot import name X from datasets"
+    res = import_with_broken("lm_eval", error, "kinterval.eval.lm_eval_adapter")
     assert res.returncode != 0
     assert (
         "needs lm-eval: pip install 'kinterval[eval]' (importing it failed: cannot import name X"

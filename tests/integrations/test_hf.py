@@ -255,15 +255,11 @@ def test_missing_transformers_gives_one_line_hint():
     assert "During handling" not in res.stderr
 
 
-def test_a_broken_transformers_install_keeps_its_cause(tmp_path):
+def test_a_broken_transformers_install_keeps_its_cause(import_with_broken):
     """transformers installed but failing to import (e.g. a huggingface_hub it does not match) is not
     reported as missing: the error names the cause and chains its traceback."""
-    (tmp_path / "transformers").mkdir()
-    (tmp_path / "transformers" / "__init__.py").write_text(
-        "raise ImportError(\"cannot import name 'HfApi' from 'huggingface_hub'\")\n"
-    )
-    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\nimport kinterval.integrations.hf"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    error = "cannot import name 'HfApi' from 'huggingface_hub'"
+    res = import_with_broken("transformers", error, "kinterval.integrations.hf")
     assert res.returncode != 0
     assert "(importing it failed: cannot import name 'HfApi' from 'huggingface_hub')" in res.stderr
     assert "The above exception was the direct cause" in res.stderr

@@ -351,12 +351,17 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     ]
 
 
+def _varying(items, columns: dict) -> tuple[list[str], callable]:
+    """The columns (header: cell of an item) whose cells differ between ``items``, e.g. the data and model of
+    rows of several corpora or models (suites C and D are both 100M tokens of WikiText-103): their headers,
+    and a function giving an item's cells."""
+    keep = {h: f for h, f in columns.items() if len({f(x) for x in items}) > 1}
+    return list(keep), lambda x: [f(x) for f in keep.values()]
+
+
 def _setting_model(stats) -> tuple[list[str], callable]:
-    """The model column of a table of per-setting statistics (``setting``: budget, data, tag, model), only
-    when they are of several models (suites C and D: both 100M tokens of WikiText-103)."""
-    if len({s.setting[3] if len(s.setting) > 3 else "" for s in stats}) < 2:
-        return [], lambda s: []
-    return ["Model"], lambda s: [s.setting[3] if len(s.setting) > 3 else ""]
+    """The model column of per-setting statistics (``setting``: budget, data, tag, model), if several."""
+    return _varying(stats, {"Model": lambda s: s.setting[3] if len(s.setting) > 3 else ""})
 
 
 def heldout_ordering_rows(stats) -> tuple[list[str], list[list[str]]]:
@@ -411,12 +416,8 @@ def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
 
 
 def _data_model(keys) -> tuple[list[str], callable]:
-    """The data and model columns of a table whose rows may be of several corpora or models (suites C and D
-    are both 100M tokens of WikiText-103): each only when the rows' keys hold more than one."""
-    fields = [
-        (h, f) for h, f in (("Data", "data"), ("Model", "model")) if len({getattr(k, f) for k in keys}) > 1
-    ]
-    return [h for h, _ in fields], lambda k: [getattr(k, f) for _, f in fields]
+    """The data and model columns of rows keyed by condition keys, each where the rows hold several."""
+    return _varying(keys, {"Data": lambda k: k.data, "Model": lambda k: k.model})
 
 
 def clip_rows(rows) -> tuple[list[str], list[list[str]]]:

@@ -118,11 +118,18 @@ def mean_across(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return value
 
 
-def agree(info: DistInfo, error: Exception | None) -> None:
-    """Stop every rank when one rank failed a step that only it takes (rank 0 alone holds the run's lock and
-    reads its log), instead of leaving the others to train on into a collective that the failed rank never
-    joins (gloo: a "connection closed" traceback; nccl: a hang). Raises ``error`` on the rank that had it and
-    a ``ValueError`` naming the failed rank(s) on the others; all ranks must call it."""
+@contextlib.contextmanager
+def agreed(info: DistInfo, catch: tuple[type[Exception], ...] = (ValueError, OSError)):
+    """Run a step that only rank 0 takes (it alone holds the run's lock and reads and writes its log) so that
+    its refusal (an exception of ``catch``) stops every rank, instead of leaving the others to train on into
+    a collective that rank 0 never joins (gloo: a "connection closed" traceback; nccl: a hang). Re-raises the
+    error on the rank that had it and raises a ``ValueError`` naming the failed rank(s) on the others; every
+    rank must enter it."""
+    error = None
+    try:
+        yield
+    except catch as err:
+        error = err
     if info.distributed:
         failed = torch.zeros(info.world_size, dtype=torch.int32, device=info.device)
         failed[info.rank] = int(error is not None)

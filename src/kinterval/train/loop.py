@@ -52,13 +52,10 @@ def train(
 def run(trainer: Trainer, resume: bool, on_step: StepHook | None = None) -> TrainResult:
     """Drive ``trainer`` from its current step to the end of its plan."""
     with contextlib.ExitStack() as stack:
-        error = None
-        try:  # rank 0 takes the lock for the job: its refusal must stop every rank (D.agree), as must a
-            # lock file it cannot make or open (an OSError: a folder it may not write, a folder in its place)
+        # rank 0 takes the lock for the job: its refusal, or a lock file it cannot make or open (an OSError:
+        # a folder it may not write, a folder in its place), stops every rank
+        with D.agreed(trainer.info):
             stack.enter_context(run_lock(trainer.out, trainer.info.is_main))
-        except (ValueError, OSError) as err:
-            error = err
-        D.agree(trainer.info, error)
         return _run(trainer, resume, on_step)
 
 
@@ -70,12 +67,8 @@ def _run(trainer: Trainer, resume: bool, on_step: StepHook | None) -> TrainResul
             return trainer.finish()
     else:
         trainer.start()
-    error = None
-    try:  # rank 0 alone reads and rewrites the log (a corrupt row is refused there)
+    with D.agreed(trainer.info):  # rank 0 alone reads and rewrites the log (a corrupt row is refused there)
         trainer.open_records()
-    except (ValueError, OSError) as err:
-        error = err
-    D.agree(trainer.info, error)
     trainer.model.train()
     try:
         with train_precision(trainer.model_cfg.numerics):

@@ -146,12 +146,9 @@ class Trainer:
         self.model = D.wrap(model, info, cfg.dist.strategy, compile=cfg.compile)
         self.optimizer, self.decayed = build_optimizer(self.model, cfg.optim, info.device)
         self.sampler = SequenceSampler(len(self.tokens), self.plan.block_size, cfg.seed)
-        error, self.log = None, None
-        try:  # rank 0 alone keeps the log: its refusal (no tensorboard package) must stop every rank
+        self.log = None
+        with D.agreed(info, (ValueError,)):  # rank 0 alone keeps the log: its refusal stops every rank
             self.log = MetricsLog(self.out, cfg.log.tensorboard) if info.is_main else None
-        except ValueError as err:
-            error = err
-        D.agree(info, error)
         self.val_tokens = TokenShards(cfg.data.dir, "val").tokens() if cfg.log.eval_every else None
         if self.val_tokens is not None and n_blocks(len(self.val_tokens), self.plan.block_size) == 0:
             raise ValueError(
