@@ -80,10 +80,6 @@ EXECUTION_FIELDS = frozenset(
         "data.source",  # a free-text note; the data's identity is its shards' hashes (data.identity)
     }
 )
-# Recorded in a checkpoint's identity but not compared on resume: the --source string the data folder was
-# prepared from (text:corpus and the same folder by its absolute path give the same shards, whose hashes are
-# compared).
-RECORDED_ONLY = frozenset({"data.identity.source"})
 
 EXIT_NONFINITE = 3
 
@@ -192,9 +188,8 @@ class Trainer:
                 f"remove {path} to resume from {older[-1].name}" if older else f"remove {path} to start over"
             )
             raise CheckpointError(f"{err} ({hint})") from None
-        # execution fields aside, also those a checkpoint of an older kinterval still holds in its identity
-        saved = {k: v for k, v in (ckpt.state.get("identity") or {}).items() if k not in EXECUTION_FIELDS}
-        diffs = [d for d in config_differences(saved, self.identity) if d.split(":")[0] not in RECORDED_ONLY]
+        saved = ckpt.state.get("identity") or {}
+        diffs = config_differences(resume_identity(saved), resume_identity(self.identity))
         if diffs:
             raise CheckpointError(
                 f"checkpoint {path} was made with a different config; refusing to resume. "
@@ -507,6 +502,16 @@ def data_identity(shards: TokenShards) -> dict:
         "n_tokens": shards.n_tokens,
         "shards_sha256": [s.get("sha256") for s in info["shards"]],
     }
+
+
+def resume_identity(identity: dict) -> dict:
+    """What resume compares of an identity: its execution fields aside (also those a checkpoint of an older
+    kinterval still holds), and the data by content, not by the ``--source`` string it was prepared from
+    (``text:corpus`` and the same folder by its absolute path give the same shards, whose hashes count)."""
+    out = {k: v for k, v in identity.items() if k not in EXECUTION_FIELDS}
+    if isinstance(out.get("data.identity"), dict):
+        out["data.identity"] = {k: v for k, v in out["data.identity"].items() if k != "source"}
+    return out
 
 
 def identity(cfg: TrainConfig, plan: Plan, data: dict) -> dict:
