@@ -65,6 +65,10 @@ def test_full_split_and_summary(tiny_run):
         # the passes over the train split its weights were trained on (the checkpoint's data identity)
         n_train = TokenShards(tiny_run / "data", "train").n_tokens
         assert r["train_passes"] == pytest.approx(r["tokens"] / (n_train - 1 - (n_train - 1) % 32), abs=5e-7)
+        # the training data by content (the report tells runs trained on other corpora apart by it)
+        train_shards = TokenShards(tiny_run / "data", "train").meta["splits"]["train"]["shards"]
+        assert r["train_data"]["shards_sha256"] == [s["sha256"] for s in train_shards]
+        assert r["train_data"]["n_tokens"] == n_train and "source" not in r["train_data"]
         with np.load(eval_dir(tiny_run / "run") / f"{r['checkpoint']}.npz") as z:
             assert z["nll"].shape == (r["n_blocks"],)
             assert z["nll"].mean() == pytest.approx(r["mean_nll"])

@@ -41,6 +41,7 @@ def write_results(
     passes: Callable[[dict, float], float | None] | None = None,
     train: Callable[[dict, int], float] | None = None,
     shards: tuple[str, ...] | None = None,
+    train_data: dict | None = None,
 ) -> dict:
     """Write the results of ``suite`` (a name or a .toml path) into ``root``; returns the manifest.
 
@@ -51,8 +52,9 @@ def write_results(
     step of a non-finite loss that stopped the run (its status.json says so; no checkpoint from that step on).
     ``passes(run, frac)``: the ``train_passes`` each primary evaluation records (None: not recorded).
     ``train(run, step)``: the training loss logged at every step (a training row with its tokens).
-    ``shards``: the shard hashes the primary evaluations' requests record. ``effect`` may return an array of
-    ``n_blocks`` (a per-block effect).
+    ``shards``: the shard hashes the primary evaluations' requests record. ``train_data``: the training data
+    every evaluation records (an evaluation summary's ``train_data``; None: not recorded). ``effect`` may
+    return an array of ``n_blocks`` (a per-block effect).
     """
     m = build_manifest(load_suite(suite), root, root / data)
     write_manifest(root, m)
@@ -89,6 +91,7 @@ def write_results(
                 nll,
                 passes=passes(r, frac) if passes is not None else None,
                 shards=shards,
+                train_data=train_data,
             )
             if geometry is not None:
                 g = run_dir / "diagnostics" / "geometry"
@@ -98,7 +101,14 @@ def write_results(
             hb = _rng("heldout", name, r["seed"]).normal(5.0, 0.3, n)
             nll = hb + eff(r) + _rng(r["run_id"], tag).normal(0, noise, n)
             _write_eval(
-                run_dir / "eval" / tag, steps[-1], steps[-1] * tokens_per_step, root / name, T, nll, docs
+                run_dir / "eval" / tag,
+                steps[-1],
+                steps[-1] * tokens_per_step,
+                root / name,
+                T,
+                nll,
+                docs,
+                train_data=train_data,
             )
         rows = []
         last = stop - 1 if stop is not None else steps[-1]
@@ -119,7 +129,16 @@ def write_results(
 
 
 def _write_eval(
-    ev: Path, step: int, tokens: int, data_dir: Path, T: int, nll, docs=False, passes=None, shards=None
+    ev: Path,
+    step: int,
+    tokens: int,
+    data_dir: Path,
+    T: int,
+    nll,
+    docs=False,
+    passes=None,
+    shards=None,
+    train_data=None,
 ) -> None:
     ev.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
@@ -146,6 +165,8 @@ def _write_eval(
         summary["train_passes"] = passes
     if shards is not None:
         summary["request"] = {"shards_sha256": list(shards), "T": T}
+    if train_data is not None:
+        summary["train_data"] = train_data
     (ev / f"{name}.json").write_text(json.dumps(summary))
 
 

@@ -291,6 +291,34 @@ def test_a_condition_trained_under_another_protocol_is_never_paired(tmp_path, ov
         assert len({x.point.model for x in pairing.pairs}) == 1
 
 
+def _corpus(name: str) -> dict:
+    return {"vocab_size": 50257, "split": "train", "n_tokens": 4096, "shards_sha256": [name * 64]}
+
+
+@pytest.mark.parametrize("added", ["a", "b", None])
+def test_a_condition_trained_on_other_data_is_never_paired(tmp_path, added):
+    """Two folders that each trained on their own corpus but evaluated one validation split (same shard
+    hashes, same data label): a condition of the second folder pairs with the first folder's softmax only
+    when both trained on the same data; an evaluation that records no training data keeps the plain label
+    (an older kinterval's) and pairs as before."""
+    files = {"main": ('["softmax", "lerp-k4"]', _corpus("a")), "added": ('["lerp-k8"]', None)}
+    files["added"] = ('["lerp-k8"]', _corpus(added) if added else None)
+    for name, (ops, train) in files.items():
+        (tmp_path / f"{name}.toml").write_text(TINY.format(name=name, extra="", operators=ops))
+        write_results(tmp_path / name, tmp_path / f"{name}.toml", lambda r, f: 0.02 * f, train_data=train)
+    results = load_many([tmp_path / "main", tmp_path / "added"])
+    pairing = A.softmax_pairs([p for r in results for p in r.points if p.primary])
+    paired = [x for x in pairing.pairs if x.point.operator == "lerp-k8"]
+    if added == "b":
+        assert not paired
+        why = pairing.unpaired["lerp-k8-s7 [val] vs softmax"]
+        assert "another model or protocol" in why and "[train data#" in why, why
+        labels = {r.suite: {p.model for p in r.points} for r in results}
+        assert len(labels["main"]) == len(labels["added"]) == 1 and labels["main"] != labels["added"]
+    else:
+        assert paired and {x.point.model for x in pairing.pairs} == {"1L 1H d32"}
+
+
 def test_an_evaluation_without_shard_hashes_keeps_the_plain_data_label(tmp_path):
     """Where two folders' contents differ under one data label, only the evaluations that record their shard
     hashes get ``data#<hash>``; a third folder evaluated before the hashes were recorded keeps the plain

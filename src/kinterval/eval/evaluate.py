@@ -193,6 +193,14 @@ def train_passes(state: dict, T: int) -> float | None:
     return round(data_passes(int(state.get("tokens", 0)), n, T), 6)
 
 
+def trained_data(state: dict) -> dict | None:
+    """The training data a checkpoint records by content (vocabulary, split, token count and shard hashes; not
+    the ``--source`` it was prepared from), None for a checkpoint that records none. The report tells runs
+    trained on other data apart by it (:func:`kinterval.report.results.train_data_hash`)."""
+    data = (state.get("identity") or {}).get("data.identity")
+    return {k: v for k, v in data.items() if k != "source"} if isinstance(data, dict) else None
+
+
 def evaluate_checkpoint(
     ckpt: str | Path,
     *,
@@ -262,6 +270,7 @@ def evaluate_checkpoint(
         "train_code": state.get("code", {}),
         "eval_code": code_identity(),
         "train_config": state["config"],
+        "train_data": trained_data(state),
         "seconds": round(time.perf_counter() - t0, 3),
         "request": req,
     }

@@ -95,6 +95,9 @@ class Point:
     # the run's training protocol: every field of its manifest row's config but the execution fields, its
     # seed and operator (:func:`protocol_of`); runs of one model and budget under two are never paired
     protocol: tuple = ()
+    # a short hash of the training data the evaluated checkpoint records (:func:`train_data_hash`); "" when
+    # the evaluation does not record it
+    train_data: str = ""
 
     @property
     def mean(self) -> float:
@@ -208,6 +211,15 @@ def _shards(request) -> tuple[str, ...]:
     """The shard hashes an evaluation's request records, () when it records none."""
     shards = request.get("shards_sha256") if isinstance(request, dict) else None
     return tuple(shards) if isinstance(shards, list) and all(isinstance(x, str) for x in shards) else ()
+
+
+def train_data_hash(summary: dict) -> str:
+    """A short hash of the training data an evaluation summary records (``train_data``: vocabulary, split,
+    token count and shard hashes of what the checkpoint trained on), "" when it records none."""
+    data = summary.get("train_data")
+    if not isinstance(data, dict):
+        return ""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def _nll_arrays(npz: Path) -> tuple[np.ndarray, dict]:
@@ -348,6 +360,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     passes=_passes(s.get("train_passes")),
                     shards=_shards(s.get("request")),
                     protocol=protocol_of(r),
+                    train_data=train_data_hash(s),
                 )
             )
         logs[r["run_id"]] = _read_logs(run_dir, r, eval_steps)
@@ -373,10 +386,11 @@ def _plan(row: dict) -> tuple:
 
 def load_many(dirs) -> list[SuiteResults]:
     """Several suite folders; a run (model, operator, seed, budget, data) found in two folders is an error.
-    Other corpora under one data folder name are told apart (:func:`_name_corpora_apart`), never paired. A
-    condition's design seeds are those every folder plans for it (``mini`` and ``mini-seeds`` together). A
-    folder given twice (``d`` and ``d/``, or through a link) is an error: its runs would count twice, as
-    seeds of their own."""
+    Other corpora under one data folder name are told apart (:func:`_name_corpora_apart`), never paired, and
+    so are runs trained under other protocols or on other data (:func:`_name_protocols_apart`,
+    :func:`_name_training_data_apart`). A condition's design seeds are those every folder plans for it
+    (``mini`` and ``mini-seeds`` together). A folder given twice (``d`` and ``d/``, or through a link) is an
+    error: its runs would count twice, as seeds of their own."""
     dirs, given = [Path(d) for d in dirs], {}
     for d in dirs:
         key = d.resolve()
@@ -387,6 +401,7 @@ def load_many(dirs) -> list[SuiteResults]:
         given[key] = d
     out = [load_results(d) for d in dirs]
     _name_protocols_apart(out)
+    _name_training_data_apart(out)
     planned: dict[tuple, set[int]] = {}
     for res in out:
         for p in res.points:
@@ -426,6 +441,23 @@ def _name_corpora_apart(results: list[SuiteResults]) -> None:
                 name, *rest = p.data
                 short = hashlib.sha256("\n".join(p.shards).encode()).hexdigest()[:8]
                 p.data = (f"{name}#{short}", *rest)
+
+
+def _name_training_data_apart(results: list[SuiteResults]) -> None:
+    """Runs of one model and token budget trained on other data (two folders that each prepared their own
+    corpus, evaluated on one validation split) are other settings, never paired: where one model label and
+    budget hold evaluations of checkpoints trained on more than one corpus (:func:`train_data_hash`), each
+    such point's model label gets its training data's hash (``2L 2H d64 [train data#1a2b3c4d]``).
+    Evaluations that record no training data keep the plain label."""
+    hashes: dict[tuple, set[str]] = defaultdict(set)
+    for res in results:
+        for p in res.points:
+            if p.train_data:
+                hashes[(p.model, p.budget)].add(p.train_data)
+    for res in results:
+        for p in res.points:
+            if p.train_data and len(hashes[(p.model, p.budget)]) > 1:
+                p.model = f"{p.model} [train data#{p.train_data}]"
 
 
 def _name_protocols_apart(results: list[SuiteResults]) -> None:
