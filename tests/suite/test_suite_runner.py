@@ -508,7 +508,9 @@ def test_suite_run_refuses_a_gpu_protocol_without_cuda_but_slurm_submits_it(tmp_
     suite = suite_file(tmp_path, "124m-100m")
     with pytest.raises(ValueError, match=r"no CUDA device here"):
         run_suite(suite, tmp_path / "out", data=data, log=print)
-    assert not list((tmp_path / "out").glob("runs/*/checkpoints"))
+    assert not (tmp_path / "out").exists()  # refused before the manifest is written or data prepared
+    with pytest.raises(ValueError, match=r"needs --data DIR"):  # a missing --data is still named first
+        run_suite(suite, tmp_path / "out", log=print)
     ex = FakeExecutor()
     monkeypatch.setattr(runner, "_slurm_executor", lambda out: ex)
     run_suite(suite, tmp_path / "slurm", data=data, slurm=True, log=print)

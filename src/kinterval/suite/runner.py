@@ -35,17 +35,27 @@ from kinterval.suite.manifest import (
 from kinterval.train.checkpoint import check_outside_runs
 from kinterval.train.config import DEVICES
 
+_HOW = "make one with `kinterval data prepare --source bin:DIR|text:FILE|synthetic --out DIR`"
+
+
+def check_data_given(suite: Suite, out: Path, data: str | Path | None) -> None:
+    """``--data`` names a prepared data folder; a suite without a ``[data]`` source of its own needs one (or
+    a manifest in ``out`` that names its data folder, on a resume). Checked before anything is written or
+    downloaded."""
+    if data is not None and not (Path(data) / "meta.json").is_file():
+        where = Path(data).resolve()
+        raise ValueError(f"--data {where} is not a prepared data folder (no meta.json); {_HOW}")
+    if data is None and not suite.data.get("source") and not (Path(out) / MANIFEST).is_file():
+        raise ValueError(f"suite {suite.name} needs --data DIR, a prepared data folder; {_HOW}")
+
 
 def prepare_data(suite: Suite, out: Path, data: str | Path | None) -> Path:
     """``data`` if given, else the suite's own ``[data]`` source prepared once into ``OUT/data``."""
-    how = "make one with `kinterval data prepare --source bin:DIR|text:FILE|synthetic --out DIR`"
+    check_data_given(suite, out, data)
     if data is not None:
-        data = Path(data).resolve()
-        if not (data / "meta.json").is_file():
-            raise ValueError(f"--data {data} is not a prepared data folder (no meta.json); {how}")
-        return data
-    if not suite.data.get("source"):
-        raise ValueError(f"suite {suite.name} needs --data DIR, a prepared data folder; {how}")
+        return Path(data).resolve()
+    if not suite.data.get("source"):  # a resume whose manifest names no data folder
+        raise ValueError(f"suite {suite.name} needs --data DIR, a prepared data folder; {_HOW}")
     target = (out / "data").resolve()
     if not (target / "meta.json").is_file():
         from kinterval.data.prepare import prepare
@@ -376,9 +386,10 @@ def run_suite(
         import torch
 
         torch.set_num_threads(threads)
-    manifest = init_suite(name, out, data)  # a missing --data is named first
-    if not slurm:
+    check_data_given(suite, out, data)  # a missing --data is named first
+    if not slurm:  # before init_suite writes the manifest or prepares (downloads) the suite's data
         check_auto_has_gpu(runs, device)
+    manifest = init_suite(name, out, data)
     if done is not None:
         ids = skip_signed_off(manifest, ids, skip_gated, *done, log)
         if not ids:
