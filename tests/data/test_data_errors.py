@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from kinterval.cli import main
 from kinterval.data import TokenShards, import_bin, prepare
 from kinterval.data.tokenizer import GPT2_VOCAB
 
@@ -136,6 +137,21 @@ def test_import_refuses_to_overwrite_its_source(tmp_path):
     meta = import_bin({"train": other}, tmp_path, copy=False, progress=False)
     assert meta["splits"]["train"]["shards"][0]["file"] == "corpus.train.bin"
     assert TokenShards(tmp_path, "train", verify=True).tokens().tolist() == [1, 2, 3]
+
+
+def test_a_copy_into_the_folder_of_its_token_files_is_refused(tmp_path, capsys):
+    """`data prepare --source bin:DIR --out DIR` wrote train_0000.bin beside train.bin, and the next prepare
+    of DIR read both (twice the tokens). Copying into the files' own folder is refused, before anything is
+    written; --reference still wraps them in place."""
+    for split in ("train", "val"):
+        np.arange(100, dtype="<u2").tofile(tmp_path / f"{split}.bin")
+    argv = ["data", "prepare", "--source", f"bin:{tmp_path}", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "is the folder of the token files" in err and "--reference" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.bin", "val.bin"]
+    assert main([*argv, "--reference"]) == 0
+    assert TokenShards(tmp_path, "train").n_tokens == 100
 
 
 def test_wider_integer_bin_files_are_refused(tmp_path):

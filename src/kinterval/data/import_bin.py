@@ -109,6 +109,12 @@ def import_bin(
         _check_not_wider(path)
         if path.resolve().parent == out.resolve() and path.name.startswith(tuple(f"{s}_" for s in files)):
             raise ValueError(f"{path}: importing into its own folder would overwrite it; choose another out")
+        if copy and path.resolve().parent == out.resolve():  # the next bin: prepare would read both
+            raise ValueError(
+                f"--out {out} is the folder of the token files it imports: their copies would lie beside "
+                "them and a later prepare of that folder would read both; choose another --out, or "
+                "--reference to wrap the files in place"
+            )
     # Every id is checked (and the documents counted) before clear_outputs removes the dataset in ``out``:
     # a file of another vocabulary must not cost it.
     limits = {s: tokens if s == "train" else None for s in files}
