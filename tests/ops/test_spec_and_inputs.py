@@ -452,3 +452,25 @@ def test_word_overrides_are_case_insensitive_as_in_the_name():
     assert OperatorSpec.parse("minmax-weight-k4", arithmetic="Historical").arithmetic == "historical"
     with pytest.raises(ValueError, match="range_grad must be one of"):
         OperatorSpec.parse("lerp-k4", range_grad="P2")
+
+
+@pytest.mark.parametrize(
+    "full", ["minmax-prob-k4[]", "lerp-k4[range_grad=detach,]", "fwm-prob-k4[tau=5,,range_grad=detach]"]
+)
+def test_an_empty_override_in_brackets_is_an_error(full):
+    """``minmax-prob-k4[]`` and a stray comma parsed as if the brackets were not there."""
+    with pytest.raises(ValueError, match=r"empty override in \[\.\.\.\].*valid forms"):
+        OperatorSpec.from_full_name(full)
+
+
+def test_numpy_scalars_are_numbers_in_a_spec():
+    """``tau=np.float32(5)`` (or an np.int64 ``K``) was "not a number"; numpy bools stay refused."""
+    np = pytest.importorskip("numpy")
+    want = OperatorSpec.parse("fwm-prob-k4", tau=5.0)
+    for tau in (np.float32(5.0), np.float64(5.0), np.int64(5)):
+        got = OperatorSpec.parse("fwm-prob-k4", tau=tau)
+        assert got == want and type(got.tau) is float and got.full_name == "fwm-prob-k4[tau=5]"
+    spec = OperatorSpec(kind="kinterval", calibration="fwm", reconstruction="lerp", K=np.int64(4))
+    assert spec == OperatorSpec.parse("fwm-lerp-k4") and type(spec.K) is int
+    with pytest.raises(ValueError, match="tau must be a number"):
+        OperatorSpec.parse("fwm-prob-k4", tau=np.bool_(True))

@@ -7,6 +7,7 @@ An operator is identified by its canonical name (``str(spec)``), e.g. ``lerp-k4`
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import asdict, dataclass
 
@@ -121,8 +122,9 @@ class OperatorSpec:
                     f"surrogate must be None for lerp, one of {SURROGATES} for nearest, "
                     f"got {self.surrogate!r}"
                 )
-            if isinstance(self.K, bool) or not isinstance(self.K, int):
+            if isinstance(self.K, bool) or not isinstance(self.K, numbers.Integral):  # numpy ints are fine
                 raise bad(f"K must be an integer in [1, {MAX_K}], got {self.K!r}")
+            object.__setattr__(self, "K", int(self.K))
         # Overrides that make no sense for this operator are errors when set to a non-default value
         # (whatever the value: checked before the ranges below).
         if "tau" in explicit and self.tau != DEFAULT_TAU and self.calibration not in ("fwm", "resolved"):
@@ -135,7 +137,7 @@ class OperatorSpec:
             raise bad(f"range_grad must be one of {RANGE_GRADS}, got {self.range_grad!r}")
         if self.arithmetic not in ARITHMETICS:
             raise bad(f"arithmetic must be one of {ARITHMETICS}, got {self.arithmetic!r}")
-        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)):
+        if isinstance(self.tau, bool) or not isinstance(self.tau, numbers.Real):  # numpy floats are fine
             raise bad(f"tau must be a number, got {self.tau!r}")
         if not math.isfinite(self.tau) or not 0 < self.tau <= MAX_TAU:
             raise bad(f"tau must be a finite number in (0, {MAX_TAU:g}], got {self.tau!r}")
@@ -183,7 +185,13 @@ class OperatorSpec:
         if not m:
             raise ValueError(f"cannot parse operator {full!r}; valid forms: {VALID_FORMS}")
         overrides: dict = {}
-        for item in filter(None, (m.group(2) or "").lower().split(",")):  # case-insensitive, as the name
+        items = [] if m.group(2) is None else m.group(2).lower().split(",")  # case-insensitive, as the name
+        if any(not item.strip() for item in items):  # "lerp-k4[]", "lerp-k4[range_grad=detach,]"
+            raise ValueError(
+                f"operator {full!r}: empty override in [...] (write the name alone, or "
+                f"name[key=value,...]); valid forms: {VALID_FORMS}"
+            )
+        for item in items:
             key, _, value = item.partition("=")
             if key.strip() in overrides:
                 raise ValueError(
