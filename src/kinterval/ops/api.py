@@ -10,8 +10,10 @@ import contextlib
 import math
 import numbers
 from collections.abc import Iterator
+from contextlib import nullcontext
 from contextvars import ContextVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -47,10 +49,36 @@ def working_dtype(dtype: torch.dtype, what: str = "scores") -> torch.dtype:
     raise ValueError(f"{what} must be a floating tensor (float64/32, bfloat16, float16), got {dtype}")
 
 
-def check_causal(causal) -> None:
-    """``causal`` must be a bool: any other value (e.g. the string "no", which is truthy) is a ValueError."""
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be True or False, got {causal!r}")
+def check_causal(causal, name: str = "causal") -> bool:
+    """``causal`` as a Python bool; it must be a bool or a numpy bool: any other value (e.g. the string "no",
+    which is truthy, or the int 1) is a ValueError naming the argument ``name``."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {causal!r}")
+    return bool(causal)
+
+
+def as_valid_mask(mask: Tensor | None, what: str = "mask") -> Tensor | None:
+    """A boolean "may attend" mask from a boolean mask (returned as is) or from an additive float mask of
+    SDPA's kind restricted to masking: 0 = attend, ``-inf`` (or at most half the dtype's lowest value, e.g.
+    ``finfo.min``) = masked. Any other float value (an additive bias), or another dtype, is a ValueError."""
+    if mask is None or (isinstance(mask, Tensor) and mask.dtype == torch.bool):
+        return mask
+    if not isinstance(mask, Tensor) or not mask.dtype.is_floating_point:
+        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"{what} must be boolean or a 0/-inf float mask, got {got}")
+    blocked = mask <= torch.finfo(mask.dtype).min / 2
+    if mask.device.type != "meta" and torch.any(torch.where(blocked, 0.0, mask.float()) != 0):
+        raise ValueError(f"{what}: kinterval attention supports boolean or 0/-inf masks, not additive biases")
+    return ~blocked
+
+
+def _check_mask_shape(mask: Tensor, scores_shape) -> None:
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        shape = None
+    if shape != torch.Size(scores_shape):  # also a mask of higher rank than the scores
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(scores_shape)}")
 
 
 def valid_mask(scores_shape: torch.Size, device, *, causal: bool, mask: Tensor | None) -> Tensor:
@@ -58,7 +86,7 @@ def valid_mask(scores_shape: torch.Size, device, *, causal: bool, mask: Tensor |
 
     ``causal`` aligns the last query with the last key: key j is visible to query i iff j <= i + Tk - Tq.
     """
-    check_causal(causal)
+    causal = check_causal(causal)
     Tq, Tk = scores_shape[-2], scores_shape[-1]
     valid = torch.ones((), dtype=torch.bool, device=device)
     if causal:
@@ -71,12 +99,7 @@ def valid_mask(scores_shape: torch.Size, device, *, causal: bool, mask: Tensor |
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
             got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
             raise ValueError(f"mask must be a boolean tensor (True = may attend), got {got}")
-        try:
-            shape = torch.broadcast_shapes(mask.shape, scores_shape)
-        except RuntimeError:
-            shape = None
-        if shape != torch.Size(scores_shape):  # also a mask of higher rank than the scores
-            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(scores_shape)}")
+        _check_mask_shape(mask, scores_shape)
         valid = valid & mask.to(device)
     return valid.expand(scores_shape)
 
@@ -160,12 +183,30 @@ def kinterval_attention(
     scale: float | None = None,
     backend: str = "auto",
     precision: str | None = None,
+    dropout_p: float = 0.0,
+    enable_gqa: bool = False,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
 ) -> Tensor:
-    """Attention ``P(q k^T * scale) v`` with the probabilities of ``spec``; mirrors SDPA's signature.
+    """Attention ``P(q k^T * scale) v`` with the probabilities of ``spec``; a drop-in for
+    ``F.scaled_dot_product_attention(q, k, v, attn_mask=, dropout_p=, is_causal=, scale=, enable_gqa=)``,
+    whose keyword names it also takes.
 
     q is (B, H, Tq, D); k is (B, H, Tk, D) and v (B, H, Tk, Dv): Dv may differ from D, as in SDPA (the triton
-    kernels need Dv = D; "auto" then takes closed_form). ``mask`` is boolean, True where the query may attend,
-    broadcastable to (B, H, Tq, Tk). The default scale is 1/sqrt(D). The operator maths runs in float32
+    kernels need Dv = D; "auto" then takes closed_form). ``enable_gqa=True`` (SDPA's grouped-query attention):
+    k and v may have H_kv heads, H a multiple of H_kv, k/v head j serving q heads j*H/H_kv .. (j+1)*H/H_kv - 1
+    (they are repeated, as ``repeat_interleave``; the gradients sum back onto the H_kv heads); without it, a
+    head count that differs from q's is a ``ValueError``. ``mask`` (alias ``attn_mask``, SDPA's name; not
+    both) is boolean, True where the query may attend, or a float mask of SDPA's additive kind that only
+    masks: 0 = attend, ``-inf`` (or ``finfo.min``) = masked; any other value, an additive bias, is a
+    ``ValueError`` (checking a float mask costs one host sync); broadcastable to (B, H, Tq, Tk).
+    ``causal=True`` aligns the last query with the last key (bottom-right, as FlashAttention);
+    ``is_causal=True`` is SDPA's (top-left: query i sees keys j <= i); they agree when Tq = Tk; not both.
+    Both may be combined with a mask. The default scale is 1/sqrt(D) (q's D, also when Dv differs).
+    ``dropout_p`` in [0, 1] is dropout on the probabilities P before P v, as SDPA (applied whenever it is
+    nonzero: pass ``dropout_p=p if training else 0.0``); the backward sees the dropped P. It needs P
+    explicitly: "auto" then takes closed_form, and backend="triton" raises ``ValueError``.
+    Bools may be numpy bools and numbers numpy scalars. The operator maths runs in float32
     (float64 for float64 inputs); the output has q's dtype. The reference and closed_form backends also form
     q k^T and P v in float32; the triton backend multiplies bf16/fp16 inputs as they are (16-bit dots with
     fp32 accumulation, P rounded to the input dtype before P v, as flash attention does).
@@ -175,14 +216,31 @@ def kinterval_attention(
     "tf32x3", "bf16x6" or "ieee") selects the fp32 dot precision of the triton backend (None: the enclosing
     :func:`dot_precision`, else torch's TF32 setting: ``tf32_enabled``); the others follow
     ``torch.backends`` settings. A query row with a non-finite score (NaN or ±inf, from non-finite q or k) on
-    a key it may attend is NaN in the output, never a quiet zero row; ``scale`` must be finite.
+    a key it may attend is NaN in the output, never a quiet zero row; ``scale`` must be finite. Meta (and
+    fake) tensors propagate shapes through the reference and closed_form backends.
     """
     spec = as_spec(spec)
-    check_causal(causal)
+    causal = check_causal(causal)
+    is_causal = check_causal(is_causal, "is_causal")
+    enable_gqa = check_causal(enable_gqa, "enable_gqa")
+    if causal and is_causal:
+        raise ValueError("pass causal=True (bottom-right) or is_causal=True (SDPA's top-left), not both")
+    if attn_mask is not None:
+        if mask is not None:
+            raise ValueError("pass mask or attn_mask (the same argument, SDPA's name), not both")
+        mask = attn_mask
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
+        raise ValueError(f"dropout_p must be a number in [0, 1], got {dropout_p!r}")
+    dropout_p = float(dropout_p)
+    if dropout_p and backend == "triton":
+        raise ValueError(
+            "dropout_p > 0 needs the probabilities P explicitly, which the fused triton kernels never form: "
+            "use backend 'closed_form', 'reference' or 'auto', or dropout_p=0"
+        )
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor) or x.dim() != 4:
             raise ValueError(f"{name} must be a 4-d tensor (B, H, T, D), got {getattr(x, 'shape', type(x))}")
@@ -191,6 +249,16 @@ def kinterval_attention(
         raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"k and v must agree in (B, H, Tk), got {tuple(k.shape)} and {tuple(v.shape)}")
+    H, H_kv = q.shape[1], k.shape[1]
+    if H != H_kv and not enable_gqa:
+        raise ValueError(
+            f"q has {H} heads and k, v have {H_kv}: pass enable_gqa=True for grouped-query attention "
+            f"(q {tuple(q.shape)}, k {tuple(k.shape)})"
+        )
+    if H != H_kv:
+        if H_kv == 0 or H % H_kv:
+            raise ValueError(f"enable_gqa needs q's head count {H} to be a multiple of k and v's {H_kv}")
+        k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)
     if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in B, H and D")
     if q.shape[-1] == 0:
@@ -199,9 +267,21 @@ def kinterval_attention(
         scale = 1.0 / math.sqrt(q.shape[-1])
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    scale = float(scale)
+    mask = as_valid_mask(mask, "attn_mask" if attn_mask is not None else "mask")
+    Tq, Tk = q.shape[2], k.shape[2]
+    if is_causal and Tq == Tk:
+        causal = True
+    elif is_causal:  # SDPA's top-left alignment as an explicit mask
+        if mask is not None:
+            _check_mask_shape(mask, (*q.shape[:2], Tq, Tk))
+        top_left = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
+        mask = top_left if mask is None else mask.to(q.device) & top_left
 
     differs = v.shape[-1] != q.shape[-1]  # Dv != D: not in the fused kernels
-    backend = resolve_backend(spec, q.device, q.dtype, backend=backend, value_dim_differs=differs)
+    backend = resolve_backend(
+        spec, q.device, q.dtype, backend=backend, probs=dropout_p > 0, value_dim_differs=differs
+    )
     if backend == "triton":
         from kinterval.ops.triton import triton_attention
 
@@ -210,10 +290,14 @@ def kinterval_attention(
         return triton_attention(q, k, v, spec, causal=causal, mask=mask, scale=scale, precision=precision)
 
     wd = working_dtype(q.dtype)
-    with torch.autocast(device_type=q.device.type, enabled=False):  # the operator runs outside autocast
+    device = q.device.type  # meta tensors have no autocast
+    off = torch.autocast(device, enabled=False) if torch.amp.is_autocast_available(device) else nullcontext()
+    with off:  # the operator runs outside autocast
         scores = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
         valid = valid_mask(scores.shape, scores.device, causal=causal, mask=mask)
         P = _probs(scores, valid, spec, backend)
+        if dropout_p:
+            P = torch.nn.functional.dropout(P, p=dropout_p)
         out = torch.matmul(P, v.to(wd))
         # A row with a non-finite score (from non-finite q or k), or whose scores span more than the working
         # dtype holds (MinMax, resolved), is NaN, never a quiet zero row; no host sync.
