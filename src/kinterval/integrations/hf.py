@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from kinterval.ops import BACKENDS, OperatorSpec, attention_probs, kinterval_attention, resolve_backend
-from kinterval.ops.api import working_dtype
+from kinterval.ops.api import as_valid_mask, working_dtype
 from kinterval.ops.spec import BASELINES
 
 try:
@@ -118,14 +118,7 @@ def _parse(name: str) -> OperatorSpec:
 
 def _to_valid(mask: Tensor) -> Tensor:
     """Boolean "may attend" mask from a boolean or additive float mask (0 = attend, very negative = off)."""
-    if mask.dtype == torch.bool:
-        return mask
-    if not mask.dtype.is_floating_point:
-        raise ValueError(f"attention mask must be boolean or a 0/-inf float mask, got {mask.dtype}")
-    blocked = mask <= torch.finfo(mask.dtype).min / 2
-    if torch.any(torch.where(blocked, 0.0, mask.float()) != 0):
-        raise ValueError("kinterval attention supports boolean or 0/-inf masks, not additive biases")
-    return ~blocked
+    return as_valid_mask(mask, "attention mask")
 
 
 # Arguments of transformers' attention interface that change what attention computes and that the
