@@ -750,3 +750,25 @@ def test_a_model_with_its_own_attention_code_gets_a_mask_it_can_add_and_a_warnin
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make("llama", "kinterval-softmax")(*batch("left"))
+
+
+def test_grouped_query_llama_attention_dropout_is_sdpas_draw():
+    """Llama with 4 query heads on 2 k/v heads and attention_dropout in training mode: kinterval-softmax (the
+    explicit-P path, k/v heads repeated) gives sdpa's logits with the same seed, and the dropout acts."""
+    cfg = CONFIGS["llama"]()
+    cfg.attention_dropout = 0.2
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").double()
+    ids, am = batch("left")
+
+    def logits(impl, train):
+        model.set_attn_implementation(impl)
+        model.train(train)
+        torch.manual_seed(5)
+        with torch.no_grad():
+            return model(ids, attention_mask=am).logits[am.bool()]
+
+    for train in (False, True):
+        torch.testing.assert_close(
+            logits("kinterval-softmax", train), logits("sdpa", train), rtol=0, atol=1e-12
+        )
+    assert (logits("sdpa", True) - logits("sdpa", False)).abs().max() > 1e-2
