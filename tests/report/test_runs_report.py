@@ -84,3 +84,28 @@ def test_runs_evaluated_on_other_blocks_are_refused(runs, capsys):
         assert main(["eval", "--run", str(runs / "lerp"), "--force", "--quiet"]) == 0
     summary = json.loads(sorted((runs / "lerp" / "eval" / "val").glob("step_*.json"))[-1].read_text())
     assert summary["all_blocks"]
+
+
+def test_a_run_of_other_data_protocol_or_length_is_compared_with_a_note_for_each(runs, capsys):
+    """What besides the operator differs from the control (the training data, a protocol field, the tokens
+    of the latest checkpoint) is named in a note, as the seed is: the Δ holds it too."""
+    import shutil
+
+    other = runs / "other"
+    shutil.copytree(runs / "lerp", other)
+    path = sorted((other / "eval" / "val").glob("step_*.json"))[-1]
+    s = json.loads(path.read_text())
+    s["train_data"] = dict(s["train_data"], shards_sha256=["f" * 64])  # trained on another corpus
+    s["train_config"]["optim"]["lr"] = 0.5
+    s["tokens"] += 64
+    path.write_text(json.dumps(s))
+    out = runs / "rep_other"
+    assert main(["report", "--runs", str(runs / "soft"), str(other), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "note: lerp-k4 trained on other data (train data#" in printed
+    assert "lerp-k4 trained under another protocol (optim.lr=0.5 (control " in printed
+    assert "tokens, the control's" in printed and "seed" not in printed.split("note:", 1)[1]
+    index = (out / "index.md").read_text()
+    assert index.count("its Δ holds") == 3
+    assert main(["report", "--runs", str(runs / "soft"), str(runs / "lerp"), "--out", str(out)]) == 0
+    assert "note:" not in capsys.readouterr().out  # the same data, protocol, seed and length: no note

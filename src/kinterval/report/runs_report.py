@@ -13,8 +13,9 @@ import numpy as np
 from kinterval.eval.checkpoints import state_sha256
 from kinterval.eval.evaluate import eval_dir, load_result, read_summary, result_paths
 from kinterval.report.build import demo_report
-from kinterval.report.results import REFERENCES
+from kinterval.report.results import NOT_PROTOCOL, REFERENCES, train_data_hash
 from kinterval.train.checkpoint import check_outside_runs
+from kinterval.train.config import flatten
 from kinterval.train.load import find_checkpoint
 
 # the request fields that may differ: everything else (split, shards, T, block cap, numerics) must agree for a
@@ -30,6 +31,9 @@ class Evaluated:
     request: dict
     nll: np.ndarray  # per block, the latest checkpoint
     trajectory: list[tuple[int, float]]  # (training tokens, mean NLL) of every evaluated checkpoint
+    tokens: int  # training tokens of the latest checkpoint
+    protocol: dict  # its training config but the seed, operator and execution fields (flattened)
+    train_data: str  # a short hash of its training data (:func:`train_data_hash`); "" when not recorded
 
 
 def _evaluated(run: Path, split: str) -> Evaluated:
@@ -46,15 +50,53 @@ def _evaluated(run: Path, split: str) -> Evaluated:
     summary, arrays = load_result(path)
     if summary.get("checkpoint_state_sha256") != state_sha256(ckpt):
         raise ValueError(f"{path}: an evaluation of other checkpoint bytes than {ckpt}; run {again} again")
-    seed = (summary.get("train_config") or {}).get("seed")
+    config = summary.get("train_config") or {}
+    seed = config.get("seed")
     trajectory = []
     for f in sorted(folder.glob("step_*.json")):
         s = read_summary(f)
         if s.get("request", {}).get("max_blocks") == summary["request"].get("max_blocks"):
             trajectory.append((int(s["tokens"]), float(s["mean_nll"])))
+    protocol = {k: v for k, v in flatten(config).items() if k not in NOT_PROTOCOL}
     return Evaluated(
-        run, summary["operator_used"], seed, summary["request"], arrays["nll"], sorted(trajectory)
+        run,
+        summary["operator_used"],
+        seed,
+        summary["request"],
+        arrays["nll"],
+        sorted(trajectory),
+        int(summary.get("tokens", 0)),
+        protocol,
+        train_data_hash(summary),
     )
+
+
+def _notes(e: Evaluated, control: Evaluated) -> list[str]:
+    """What besides the operator differs between a run and the control: each is in its Δ too."""
+    notes = []
+    if e.seed != control.seed:
+        notes.append(
+            f"{e.operator} ran seed {e.seed}, the control seed {control.seed}: its Δ holds seed variation too"
+        )
+    if e.tokens != control.tokens:
+        notes.append(
+            f"{e.operator}'s latest checkpoint trained {e.tokens:,} tokens, the control's "
+            f"{control.tokens:,}: its Δ holds the training difference too"
+        )
+    fields = sorted(
+        k for k in set(e.protocol) | set(control.protocol) if e.protocol.get(k) != control.protocol.get(k)
+    )
+    if fields:
+        said = ", ".join(
+            f"{k}={e.protocol.get(k)!r} (control {control.protocol.get(k)!r})" for k in fields[:4]
+        )
+        notes.append(f"{e.operator} trained under another protocol ({said}): its Δ holds that difference too")
+    if e.train_data and control.train_data and e.train_data != control.train_data:
+        notes.append(
+            f"{e.operator} trained on other data (train data#{e.train_data}, the control's "
+            f"#{control.train_data}): its Δ holds the data's effect too"
+        )
+    return notes
 
 
 def runs_report(runs: list[str | Path], out_dir: str | Path, split: str = "val") -> dict:
@@ -84,11 +126,7 @@ def runs_report(runs: list[str | Path], out_dir: str | Path, split: str = "val")
                 + ", ".join(f"{k}: {e.request.get(k)!r} vs {control.request.get(k)!r}" for k in diff)
                 + "): evaluate both alike"
             )
-    notes = [
-        f"{e.operator} ran seed {e.seed}, the control seed {control.seed}: its Δ holds seed variation too"
-        for e in ev
-        if e is not control and e.seed != control.seed
-    ]
+    notes = [note for e in ev if e is not control for note in _notes(e, control)]
     name = {e.operator: ("softmax" if e is control else e.operator) for e in ev}
     per_block = {name[e.operator]: e.nll for e in [control, *(x for x in ev if x is not control)]}
     trajectories = {name[e.operator]: e.trajectory for e in ev if len(e.trajectory) > 1}
