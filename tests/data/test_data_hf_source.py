@@ -306,3 +306,71 @@ def test_a_local_hf_path_without_datasets_is_one_error_line(tmp_path, monkeypatc
         assert main(args) == 2
         err = capsys.readouterr().err
         assert "needs the datasets package: pip install 'kinterval[data]'" in err and "Traceback" not in err
+
+
+def test_a_data_folder_with_a_dataset_info_file_is_not_a_save_to_disk_folder(tmp_path):
+    """A save_to_disk folder holds state.json and dataset_info.json together (or a dataset_dict.json); a
+    folder of data files beside a dataset_info.json alone (datasets reads it as metadata) is read with
+    load_dataset, not sent to load_from_disk."""
+    assert not sources.saved_to_disk(tmp_path)
+    write_jsonl(tmp_path / "ds" / "a.jsonl", docs(40))
+    (tmp_path / "ds" / "dataset_info.json").write_text(json.dumps({"description": "a corpus"}))
+    assert not sources.saved_to_disk(tmp_path / "ds")
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "state.json").write_text("{}")
+    assert not sources.saved_to_disk(tmp_path / "st")
+    (tmp_path / "st" / "dataset_info.json").write_text("{}")
+    assert sources.saved_to_disk(tmp_path / "st")
+    pytest.importorskip("datasets")
+    prepare(f"hf:{tmp_path / 'ds'}", tmp_path / "out", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    want = [r["text"] for r in docs(40) if sources.md5_split(r["id"]) == "train"]
+    assert split_ids(tmp_path / "out", "train") == expected(want)
+
+
+def test_files_datasets_ignores_are_no_second_format(tmp_path):
+    """datasets ignores files under a ``__`` folder (``__MACOSX``, ``__pycache__``) as it ignores hidden ones,
+    and a README.md with ``configs:`` names the data files itself: neither is refused as a second format."""
+    pytest.importorskip("datasets")
+    write_jsonl(tmp_path / "ds" / "corpus.jsonl", docs(30))
+    (tmp_path / "ds" / "__MACOSX").mkdir()
+    (tmp_path / "ds" / "__MACOSX" / "notes.txt").write_text("not data\n")
+    prepare(f"hf:{tmp_path / 'ds'}", tmp_path / "out", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    want = [r["text"] for r in docs(30) if sources.md5_split(r["id"]) == "train"]
+    assert split_ids(tmp_path / "out", "train") == expected(want)
+    write_jsonl(tmp_path / "cfg" / "corpus.jsonl", docs(30))
+    (tmp_path / "cfg" / "notes.txt").write_text("not data\n")
+    (tmp_path / "cfg" / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n"
+        "  - split: train\n    path: corpus.jsonl\n---\n"
+    )
+    prepare(f"hf:{tmp_path / 'cfg'}", tmp_path / "out2", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    assert split_ids(tmp_path / "out2", "train") == expected(want)
+
+
+def test_an_integer_id_zero_is_a_key(tmp_path):
+    """An id of 0 (an integer id column counting from zero) is the key "0", not "no id": only a null id
+    falls back to the stream index."""
+    n = 200
+    rows = [{"id": (i - 4) % n, "text": f"Row {i} of the dataset."} for i in range(n)]  # id 0: the 5th row
+    assert sources.md5_split("0") != sources.md5_split("4")  # so the two keys route it apart
+    write_jsonl(tmp_path / "ds" / "a.jsonl", rows)
+    prepare(f"hf:{tmp_path / 'ds'}", tmp_path / "out", bpe_file=PACKAGED_BPE_FILE, progress=False)
+    for split in ("train", "val", "test"):
+        want = [r["text"] for r in rows if sources.md5_split(str(r["id"])) == split]
+        assert split_ids(tmp_path / "out", split) == expected(want), split
+
+
+def test_rows_only_for_splits_not_asked_for_are_refused_before_the_old_dataset_goes(tmp_path):
+    """splits=["val"] with rows that the md5 rule all puts into train: refused when read ahead (no row a
+    requested split takes; the message said no row held text), before the dataset in --out is removed."""
+    out = tmp_path / "out"
+    prepare("synthetic", out, tokens=10_000, progress=False)
+    before = (out / "meta.json").read_text()
+    rows = [r for r in docs(40) if sources.md5_split(r["id"]) == "train"][:10]
+    write_jsonl(tmp_path / "ds" / "a.jsonl", rows)
+    with pytest.raises(
+        ValueError,
+        match=r"none of the 10 documents of split 'train' goes to the split\(s\) asked for \(val\)",
+    ):
+        prepare(f"hf:{tmp_path / 'ds'}", out, splits=["val"], bpe_file=PACKAGED_BPE_FILE, progress=False)
+    assert (out / "meta.json").read_text() == before

@@ -284,15 +284,21 @@ def prepare(
         route = sources.hf_router(text_field, split)
         # Read up to the first row that a split takes (a missing or non-text field, a split with no row or no
         # text are refused here), before the old dataset goes; the rows read are written first.
-        head = []
+        head, texts = [], 0
         for i, row in enumerate(rows):
             head.append(row)
             target, text = route(i, row)
+            texts += text is not None
             if text is not None and target in splits:
                 break
         else:
             if not head:
                 raise ValueError(f"{path}: split {hf_split!r} holds no row")
+            if texts:  # documents, all routed to splits not asked for
+                raise ValueError(
+                    f"{path}: none of the {texts} documents of split {hf_split!r} goes to the split(s) asked "
+                    f"for ({', '.join(splits)}): the md5 rule puts each elsewhere (--split names one split)"
+                )
             raise ValueError(f"{path}: no row of split {hf_split!r} holds text in field {text_field!r}")
         budget = {s: (tokens if s == "train" else None) for s in splits}
         params |= {"hf_path": path, "hf_config": hf_config, "hf_split": hf_split, "text_field": text_field,
