@@ -394,8 +394,9 @@ def test_an_out_folder_inside_the_source_is_never_read_back_as_source(tmp_path):
     second = prepare(f"text:{notes}", notes / "prep", bpe_file=PACKAGED_BPE_FILE, progress=False)
     assert first["splits"] == second["splits"]
     assert sum(s["n_documents"] for s in second["splits"].values()) == 5
-    with pytest.raises(ValueError, match="is the source folder"):
-        prepare(f"text:{notes}", notes, bpe_file=PACKAGED_BPE_FILE, progress=False)
+    for same in (notes, notes / "prep" / ".."):  # the folder by another spelling is the same folder
+        with pytest.raises(ValueError, match="is the source folder"):
+            prepare(f"text:{notes}", same, bpe_file=PACKAGED_BPE_FILE, progress=False)
     pytest.importorskip("datasets")
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "d.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
@@ -438,7 +439,24 @@ def test_a_file_name_that_is_not_utf8_is_split_by_its_bytes(tmp_path):
         "Plain one.\n",
     ]
     bucket = int(hashlib.md5(name).hexdigest(), 16) % 100
+    # the key is the name's own bytes (Python's surrogates turned back), not the name with a replacement mark
+    assert sources.md5_int(name.decode("utf-8", "surrogateescape")) == int(hashlib.md5(name).hexdigest(), 16)
     want = "val" if bucket < 2 else "test" if bucket < 4 else "train"
     assert "A document with a Latin-1 name.\n" in docs[want]
     meta = prepare(f"text:{root}", tmp_path / "out", bpe_file=PACKAGED_BPE_FILE, progress=False)
     assert sum(s["n_documents"] for s in meta["splits"].values()) == 2
+
+
+@pytest.mark.parametrize("use_datasets", [False, True])
+def test_a_single_file_splits_its_paragraphs_by_name_and_index(tmp_path, use_datasets):
+    """docs/data.md: the i-th paragraph (from 0) of a single file has the key ``name#i``; within a split the
+    paragraphs are ordered by that key's md5."""
+    if use_datasets:
+        pytest.importorskip("datasets")
+    paragraphs = [f"Paragraph number {i}." for i in range(60)]
+    (tmp_path / "one.txt").write_text("\n\n".join(paragraphs) + "\n")
+    docs = sources.text_documents(tmp_path / "one.txt", use_datasets=use_datasets)
+    for split in sources.SPLITS:
+        keys = sorted((i for i in range(60) if sources.md5_split(f"one.txt#{i}") == split),
+                      key=lambda i: sources.md5_int(f"one.txt#{i}"))  # fmt: skip
+        assert [d.strip() for d in docs[split]] == [paragraphs[i] for i in keys], split
