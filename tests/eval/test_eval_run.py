@@ -686,3 +686,28 @@ def test_a_plain_evaluation_keeps_the_document_cluster_one(tiny_run, tmp_path):
     assert evaluate_checkpoint(ckpt, out_dir=plain_first, split="test")["skipped"] is False
     again = evaluate_checkpoint(ckpt, out_dir=plain_first, split="test", doc_clusters=True)
     assert again["skipped"] is False and again["n_documents"] >= 2
+
+
+def test_an_older_summary_beside_other_arrays_of_its_block_count_is_not_current(tiny_run, tmp_path):
+    """A summary without ``npz_sha256`` (an older kinterval's) is current only beside the arrays it was
+    written with: the block count and the mean NLL both match. The arrays of another operator's evaluation
+    with as many blocks do not answer it."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    first = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    js = tmp_path / f"{first['checkpoint']}.json"
+    summary_a = {k: v for k, v in json.loads(js.read_text()).items() if k != "npz_sha256"}
+    other = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2, operator="fwm-prob-k4")
+    assert other["n_blocks"] == 2 and other["mean_nll"] != first["mean_nll"]
+    js.write_text(json.dumps(summary_a))  # the older JSON of request A beside the NPZ of the other operator
+    again = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    assert again["skipped"] is False and again["mean_nll"] == first["mean_nll"]
+
+
+def test_a_capped_look_may_replace_a_full_evaluation_of_other_checkpoint_bytes(tiny_run, tmp_path):
+    """The full-split evaluation a capped look must not replace is one of these checkpoint bytes: a stored
+    full evaluation of other bytes (the checkpoint re-saved since) is stale, and the capped look goes on."""
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    full = evaluate_checkpoint(ckpt, out_dir=tmp_path)
+    js = tmp_path / f"{full['checkpoint']}.json"
+    js.write_text(json.dumps(dict(json.loads(js.read_text()), checkpoint_state_sha256="0" * 64)))
+    assert evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)["n_blocks"] == 2

@@ -256,6 +256,7 @@ def test_other_corpora_under_one_data_folder_name_are_never_paired(tmp_path, sam
     added = [x for x in pairing.pairs if x.point.operator == "lerp-k8"]
     if same:
         assert added and not any("lerp-k8" in k for k in pairing.unpaired)
+        assert all("#" not in p.data[0] for p in pts)  # one content under the label: no hash in it
     else:
         assert not added
         assert pairing.unpaired["lerp-k8-s7 [val] vs softmax"] == "softmax seed 7 was evaluated on other data"
@@ -332,6 +333,9 @@ def test_an_evaluation_without_shard_hashes_keeps_the_plain_data_label(tmp_path)
     labels = {r.suite: {p.data[0] for p in r.points if p.primary} for r in results}
     assert all("#" in x for n in ("main", "added") for x in labels[n]), labels
     assert all("#" not in x for x in labels["old"]), labels
+    # without the added folder only one content is recorded under the label: the plain label for all
+    results = load_many([tmp_path / "main", tmp_path / "old"])
+    assert all("#" not in p.data[0] for r in results for p in r.points), results
 
 
 def test_a_run_stopped_before_evaluation_under_another_protocol_is_labelled_apart(tmp_path):

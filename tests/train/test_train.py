@@ -327,6 +327,21 @@ def test_resume_identity_holds_every_field_but_the_execution_ones(make_config):
     assert {"derived.seqs_per_step", "derived.steps", "data.identity"} <= held
 
 
+def test_resume_identity_drops_the_execution_fields_an_older_checkpoint_holds(make_config):
+    """A checkpoint of an older kinterval kept execution fields (device, micro-batch, ...) in its identity:
+    resume compares it without them (and without the data's --source string), so it resumes under another
+    device or micro-batch; every other field still counts."""
+    from kinterval.train.schedule import make_plan
+    from kinterval.train.trainer import identity, resume_identity
+
+    cfg = make_config()
+    now = identity(cfg, make_plan(cfg, 1), {"source": "text:corpus", "n_tokens": 10})
+    old = dict(now, **{"device": "cuda", "schedule.micro_batch": 64, "operator.backend": "triton"})
+    old["data.identity"] = {"source": "text:/abs/corpus", "n_tokens": 10}
+    assert resume_identity(old) == resume_identity(now)
+    assert resume_identity(dict(old, seed=5)) != resume_identity(now)
+
+
 @pytest.mark.parametrize(("count", "save_every", "saved"), [(0, 0, [8]), (0, 3, [3, 6, 8])])
 def test_a_completed_run_always_has_its_final_checkpoint(make_config, tmp_path, count, save_every, saved):
     """checkpoint.count 0, or a save_every that does not divide the 8 steps, used to finish "completed"
