@@ -82,6 +82,26 @@ def input_error_message(err: BaseException) -> str:
     return " ".join(str(err).split("\n"))
 
 
+# Arguments that name a file or folder: an empty value (`--out ""`, an unset shell variable) would be read as
+# the current folder, where a command wrote its outputs, trained or looked for a dataset.
+PATH_ARGUMENTS = {
+    "out", "run", "data", "dir", "dirs", "runs", "json", "config", "bpe_file", "include_path", "against_data",
+    "clean_blocks", "skip_gated", "src", "dst", "baseline", "conditions", "reference",
+}  # fmt: skip
+
+
+def empty_path_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The name of the first argument of the chosen (sub)command that names a path and was given as "", or
+    None."""
+    while sub := next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None):
+        parser = sub.choices[getattr(args, sub.dest)]
+    for action in parser._actions:
+        value = getattr(args, action.dest, None) if action.dest in PATH_ARGUMENTS else None
+        if "" in (value if isinstance(value, list) else [value]):
+            return "/".join(action.option_strings) or action.dest
+    return None
+
+
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -106,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         args.lm_eval_args = rest
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if empty := empty_path_argument(parser, args):  # "" would name the current folder
+        print(
+            f"kinterval {args.command}: error: argument {empty}: an empty path; give a file or folder",
+            file=sys.stderr,
+        )
+        return 2
     with warnings.catch_warnings():
         warnings.showwarning = warning_lines(args.command)
         warnings.filterwarnings("always", category=UserWarning, module=r"kinterval(\.|$)")  # each one
