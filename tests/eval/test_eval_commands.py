@@ -2,6 +2,8 @@
 parameter, with the documented defaults (mutation audit, benchmarks/results/mutation-2026-11-24/cli_glue.md).
 """
 
+from pathlib import Path
+
 import pytest
 
 from kinterval.cli import build_parser, main
@@ -159,3 +161,49 @@ def test_a_latest_checkpoint_without_state_json_is_named_in_one_warning_line(tmp
     err = capsys.readouterr().err.strip()
     assert "no checkpoint at step 2" in err and "step_000002 has no state.json (incomplete or damaged)" in err
     assert "have: ['step_000001']" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", ["eval", "geometry", "graddiag"])
+def test_each_command_names_the_folder_it_wrote(tmp_path, capsys, softmax_run, command):
+    """eval, geometry and graddiag printed their rows but not where the files went (their default folder
+    depends on the split, data and operator); tau-screen, train and report name theirs."""
+    from kinterval.data.prepare import prepare
+    from kinterval.data.synthetic import VOCAB_SIZE
+
+    prepare("synthetic", tmp_path / "data", tokens=8_000, seed=0, progress=False)
+    softmax_run(VOCAB_SIZE)
+    argv = [command, "--run", str(tmp_path / "run"), "--data", str(tmp_path / "data"), "--device", "cpu"]
+    argv += {"eval": ["--max-blocks", "2", "--quiet"], "geometry": ["--blocks", "1", "--as", "lerp-k4"]}.get(
+        command, ["--blocks", "1"]
+    )
+    for _ in range(2):  # written, then cached: named both times
+        assert main(argv) == 0
+        last = capsys.readouterr().out.splitlines()[-1]
+        assert (
+            last.startswith("written to ")
+            and (Path(last[len("written to ") :]) / "step_000001.json").is_file()
+        )
+
+
+def test_tau_screen_of_a_run_not_trained_with_softmax_warns_on_stderr(tmp_path, capsys, monkeypatch):
+    """The warning was a bare ``warning: ...`` line on stdout, among the screen's tables."""
+    import torch
+
+    from kinterval.data.prepare import prepare
+    from kinterval.data.synthetic import VOCAB_SIZE
+    from kinterval.model import GPT, ModelConfig
+    from kinterval.train.checkpoint import save_checkpoint
+
+    prepare("synthetic", tmp_path / "data", tokens=8_000, seed=0, progress=False)
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=VOCAB_SIZE)
+    state = {"step": 1, "config": {"operator": {"name": "lerp-k4", "backend": "closed_form"}},
+             "model_config": cfg.to_dict()}  # fmt: skip
+    save_checkpoint(tmp_path / "run", 1, GPT(cfg, "lerp-k4", "closed_form").state_dict(), {}, state)
+    argv = ["tau-screen", "--run", str(tmp_path / "run"), "--data", str(tmp_path / "data"), "--out",
+            str(tmp_path / "ts"), "--device", "cpu", "--stages", "1", "--K", "4", "--taus", "4",
+            "--subset-blocks", "2", "--resamples", "10"]  # fmt: skip
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "warning" not in out and out.splitlines()[-1] == f"written to {tmp_path / 'ts'}"
+    assert err.startswith("kinterval tau-screen: warning: ") and "trained with lerp-k4" in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 
@@ -38,7 +39,14 @@ def _eval(args: argparse.Namespace) -> int:
                 "which changes the backward alone: these evaluations repeat the run's own forward",
                 file=sys.stderr,
             )
+    _written(rows)
     return 0
+
+
+def _written(rows: list[dict]) -> None:
+    """Name the folder(s) the results of ``rows`` are in, as the other commands name theirs."""
+    for folder in sorted({str(Path(r["path"]).parent) for r in rows if "path" in r}):
+        print(f"written to {folder}")
 
 
 def _same_forward(trained: str, used: str) -> bool:
@@ -84,6 +92,7 @@ def _diag(kind: str):
         for r in rows:
             mean = "  ".join(f"{k} {v:.4g}" for k, v in r["mean"].items())
             print(f"{r['checkpoint']}  step {r['step']}  {r['operator']}  layer mean: {mean}")
+        _written(rows)
         return 0
 
     return run
@@ -147,7 +156,9 @@ def _tau_screen(args: argparse.Namespace) -> int:
     loaded = load_run(ckpt, device=pick_device(args.device), backend="closed_form")  # the screen forms P
     model = loaded.model
     if model.operator not in ("softmax", "sdpa"):
-        print(f"warning: {ckpt} was trained with {model.operator}, not softmax; screening it anyway")
+        warnings.warn(
+            f"{ckpt} was trained with {model.operator}, not softmax; screening it anyway", stacklevel=1
+        )
     shards.check_vocab(model.config.vocab_size)
     tokens = shards.tokens()
     T = model.config.block_size

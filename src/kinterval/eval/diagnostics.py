@@ -68,7 +68,7 @@ def diagnose_checkpoint(
     old = None if force else _stored(path)
     if old is not None:
         if old.get("checkpoint_state_sha256") == sha and old.get("request") == req:
-            return dict(old, skipped=True)
+            return dict(old, skipped=True, path=str(path))
         if old.get("checkpoint_state_sha256") == sha and not replace_other:
             _refuse_other_request(path, kind, old.get("request"), req)
     # closed_form: the probes form P explicitly and differentiate it
@@ -98,7 +98,7 @@ def diagnose_checkpoint(
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(res, indent=1) + "\n")
     os.replace(tmp, path)
-    return dict(res, skipped=False)
+    return dict(res, skipped=False, path=str(path))
 
 
 def _stored(path: Path) -> dict | None:

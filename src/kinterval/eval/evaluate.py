@@ -215,7 +215,7 @@ def evaluate_checkpoint(
     progress: bool = False,
 ) -> dict:
     """Evaluate one checkpoint (skipped if a result of the same checkpoint and :func:`request` exists, unless
-    ``force``); its summary."""
+    ``force``); its summary, with ``skipped`` and ``path`` (the summary's file) added."""
     check_max_blocks(max_blocks)  # before the cache: a bad cap is never answered with a cached result
     ckpt = Path(ckpt)
     run_dir = ckpt.parent.parent
@@ -230,7 +230,7 @@ def evaluate_checkpoint(
         max_blocks = None  # a cap at or above the split's block count reads every block: the full request
     req = request(state, shards, operator, max_blocks, doc_clusters, dev)
     if not force and _is_current(json_path, npz_path, ckpt, req):
-        return dict(read_summary(json_path), skipped=True)
+        return dict(read_summary(json_path), skipped=True, path=str(json_path))
     if not force and max_blocks is not None:
         _refuse_replacing_full(json_path, ckpt, max_blocks)
     loaded = load_run(ckpt, device=dev, operator=operator)  # weights checked against state.json's sha256
@@ -297,7 +297,7 @@ def evaluate_checkpoint(
     json_path.unlink(missing_ok=True)
     atomic.write_bytes(npz_path, buf.getvalue())
     atomic.write_json(json_path, summary)
-    return dict(summary, skipped=False)
+    return dict(summary, skipped=False, path=str(json_path))
 
 
 def evaluate_run(run_dir: str | Path, *, checkpoint: str | int = "all", **kwargs) -> list[dict]:
