@@ -3,6 +3,8 @@ exit 2, and what a command wrote is named."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from kinterval import cli
@@ -31,3 +33,34 @@ def test_an_empty_path_is_refused_before_any_work(tmp_path, monkeypatch, capsys,
     assert err.startswith(f"kinterval {argv[0]}: error: argument {name}: an empty path")
     assert err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def _commands(parser, path=("kinterval",)):
+    """(command path, parser) of every command and subcommand."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, (*path, name))
+
+
+def test_every_argument_says_what_it_does():
+    """--seed, --num-fewshot, --batch-size, run-one's run_id and --out, ... had no help text."""
+    missing = [
+        f"{' '.join(path)} {'/'.join(a.option_strings) or a.dest}"
+        for path, parser in _commands(cli.build_parser())
+        if path[1:2] != ("lm-eval",)  # lm-eval's own command line, passed through
+        for a in parser._actions
+        if not a.help and not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+    ]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    "argv", [["eval", "--run", "R"], ["data", "prepare", "--source", "synthetic", "--out", "D"]]
+)
+def test_no_progress_is_accepted_wherever_quiet_is(argv):
+    """train and demo take --no-progress, eval and data prepare --quiet: each takes both spellings now."""
+    parser = cli.build_parser()
+    assert parser.parse_args([*argv, "--no-progress"]).quiet and parser.parse_args([*argv, "--quiet"]).quiet
+    assert not parser.parse_args(argv).quiet

@@ -21,16 +21,18 @@ def register(subparsers) -> None:
         description="End-to-end demo on the embedded synthetic corpus (CPU, minutes).",
     )
     d.add_argument("--out", help="folder for data, runs and report (default: a new temporary folder)")
-    d.add_argument("--tokens", type=int, help="training tokens per operator")
+    d.add_argument(
+        "--tokens", type=int, help="training tokens per operator (default 600,000; --quick: 16,384)"
+    )
     d.add_argument(
         "--operators",
         default=",".join(DEFAULT_OPERATORS),
         help="comma-separated operator names, full names with [overrides] too (softmax is always included)",
     )
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0, help="seed of the data and of every run (default 0)")
     d.add_argument("--quick", action="store_true", help="a much smaller version (under a minute)")
-    d.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
-    d.add_argument("--no-progress", action="store_true")
+    d.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default; default 1)")
+    d.add_argument("--no-progress", action="store_true", help="no progress bars")
     d.set_defaults(func=cmd_demo)
 
 

@@ -84,12 +84,16 @@ def register(subparsers) -> None:
     p.add_argument("--source", required=True, help=f"one of: {', '.join(SOURCES)}")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--tokens", type=int, default=None, help="train-token budget (synthetic: exact size)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic generator seed")
+    p.add_argument("--seed", type=int, default=0, help="synthetic generator seed (default 0)")
     p.add_argument(
         "--bpe-file", default=None, help="GPT-2 ranks file (gpt2.tiktoken) for offline tokenization"
     )
-    p.add_argument("--block-size", type=int, default=1024, help="T for the printed block counts")
-    p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard file")
+    p.add_argument(
+        "--block-size", type=int, default=1024, help="T for the printed block counts (default 1024)"
+    )
+    p.add_argument(
+        "--shard-tokens", type=int, default=100_000_000, help="tokens per shard file (default 100,000,000)"
+    )
     p.add_argument("--reference", action="store_true", help="bin:DIR only: reference the files, do not copy")
     p.add_argument(
         "--split",
@@ -102,7 +106,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--documents", type=int, default=None, help="c4 only: the first N validation documents (default 302)"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", "--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_prepare)
 
     o = sub.add_parser(

@@ -184,8 +184,8 @@ def register(subparsers) -> None:
     p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
     p.add_argument("--limit", type=float, help="items per task (int) or fraction")
     p.add_argument("--include-path", help="folder of extra task YAML files (besides sciq_nosupport, shipped)")
-    p.add_argument("--num-fewshot", type=int)
-    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--num-fewshot", type=int, help="few-shot examples per item (default: the task's own)")
+    p.add_argument("--batch-size", type=int, default=1, help="lm-eval's batch size (default 1)")
     p.add_argument(
         "--seed",
         type=int,
@@ -206,7 +206,7 @@ def register(subparsers) -> None:
                    help="metrics in nats per token that get the margin label (default: nll)")  # fmt: skip
     p.add_argument("--resamples", type=int, default=4000, help="paired bootstrap resamples (default 4000)")
     p.add_argument("--permutations", type=int, default=20000, help="random sign flips (default 20000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the sign flips (default 0)")
     p.add_argument("--task-difference", action="append", metavar="A,B",
                    help="add rows of the derived task A\u2212B: per item, task A's score minus task B's "
                    "on the same items (e.g. sciq,sciq_nosupport: the support-passage benefit); "
@@ -234,7 +234,7 @@ def register(subparsers) -> None:
         default=300,  # probes.COPIES (not imported: it pulls in torch)
         help="probe C samples per segment length L (default 300, the paper's: 900 in total)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the probe samples (default 0)")
     p.add_argument(
         "--batch-size",
         type=int,
@@ -249,6 +249,6 @@ def register(subparsers) -> None:
     p.add_argument("reference", help="reference `kinterval probes` output folder (e.g. softmax)")
     p.add_argument("conditions", nargs="+", help="compared probe output folders, PATH or NAME=PATH")
     p.add_argument("--resamples", type=int, default=4000, help="bootstrap resamples (default 4000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--json", help="write {condition: {operator, reference_operator, deltas, slopes}} here")
     p.set_defaults(func=_probes_compare)

@@ -35,7 +35,13 @@ def register(sub) -> None:
         "float64, under range_grad full, detach and p1 (takes --K or --operators, --T, --scale, --seed, "
         "--json). The table and consistency write their numbers as JSON with --json FILE.",
     )
-    p.add_argument("action", nargs="?", choices=["table", "verify", "consistency"], default="table")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["table", "verify", "consistency"],
+        default="table",
+        help="what to compute (default table; see above)",
+    )
     p.add_argument(
         "--operators",
         help="table and consistency: comma-separated names, full names with [overrides] too, as the table "

@@ -149,7 +149,7 @@ def register(subparsers) -> None:
         "--per-gpu", type=int, default=1, help="with --gpus: up to M runs at once on each GPU (small models)"
     )
     q.add_argument("--slurm", action="store_true", help="submit one Slurm job per run (needs submitit)")
-    q.add_argument("--slurm-partition", default=None)
+    q.add_argument("--slurm-partition", default=None, help="Slurm partition (default: the cluster's)")
     q.add_argument("--slurm-time", type=int, default=None, help="job time limit in minutes")
     q.add_argument(
         "--device", default=None, help="override the protocol's device (cpu, cuda); also with --gpus, --slurm"
@@ -168,8 +168,8 @@ def register(subparsers) -> None:
     q = sub.add_parser(
         "run-one", help="train + evaluate one run of an initialised suite folder (used by --gpus)"
     )
-    q.add_argument("run_id")
-    q.add_argument("--out", required=True)
+    q.add_argument("run_id", help="a run id of the suite folder's manifest (`kinterval suite show`)")
+    q.add_argument("--out", required=True, help="the suite folder `kinterval suite run` initialised")
     q.add_argument("--device", default=None, help="override the protocol's device (cpu, cuda)")
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     q.set_defaults(func=_run_one)
@@ -189,7 +189,7 @@ def register(subparsers) -> None:
         action="store_true",
         help="a suite cut short: gate the completed runs, list the others as not run (gate.json says so)",
     )
-    q.add_argument("--max-errors", type=int, default=50, help="errors to print")
+    q.add_argument("--max-errors", type=int, default=50, help="errors to print (default 50)")
     q.set_defaults(func=_gate)
     q = sub.add_parser(
         "merge",

@@ -42,7 +42,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train",
         help="pretrain a GPT with a chosen attention operator",
-        description="Train (or --resume) a run; flags override the --config TOML.",
+        description="Train (or --resume) a run; flags override the --config TOML (its values: the defaults).",
     )
     p.add_argument("--config", help=f"TOML file or shipped name ({', '.join(shipped_configs())})")
     p.add_argument("--out", required=True, help="run folder (metrics.jsonl, status.json, checkpoints/)")
@@ -53,20 +53,20 @@ def register(subparsers) -> None:
     )
     p.add_argument("--backend", help="auto | reference | closed_form | triton")
     p.add_argument("--tokens", type=int, help="token budget (rounded up to whole steps)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--seed", type=int, help="seed of the weights and the data order (config: seed)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="config: device")
     p.add_argument("--micro-batch", type=int, help="sequences per forward pass")
     p.add_argument("--accum", type=int, help="micro-batches per step per process")
     p.add_argument("--block-size", type=int, help="sequence length T")
     p.add_argument("--lr", type=float, help="peak learning rate")
-    p.add_argument("--warmup-tokens", type=int)
-    p.add_argument("--min-lr-ratio", type=float)
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--grad-clip", type=float)
+    p.add_argument("--warmup-tokens", type=int, help="linear warmup (config: schedule.warmup_tokens)")
+    p.add_argument("--min-lr-ratio", type=float, help="final / peak lr of the cosine decay")
+    p.add_argument("--weight-decay", type=float, help="AdamW weight decay")
+    p.add_argument("--grad-clip", type=float, help="gradient-norm clip (0: off)")
     p.add_argument("--checkpoints", type=int, help="number of evenly spaced checkpoints")
     p.add_argument("--save-every", type=int, help="extra checkpoint every N steps")
     p.add_argument("--strategy", choices=("ddp", "fsdp2"), help="multi-process strategy under torchrun")
-    p.add_argument("--log-every", type=int)
+    p.add_argument("--log-every", type=int, help="a metrics.jsonl row every N steps")
     p.add_argument(
         "--eval-every",
         type=int,
