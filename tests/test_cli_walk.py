@@ -64,3 +64,26 @@ def test_no_progress_is_accepted_wherever_quiet_is(argv):
     parser = cli.build_parser()
     assert parser.parse_args([*argv, "--no-progress"]).quiet and parser.parse_args([*argv, "--quiet"]).quiet
     assert not parser.parse_args(argv).quiet
+
+
+@pytest.mark.parametrize(
+    "argv, dest, want",
+    [
+        (["ops", "verify", "--K", "4,16"], "K", [4, 16]),
+        (["ops", "consistency", "--K", "4", "16,32"], "K", [4, 16, 32]),
+        (["ops", "verify", "--K", "4,", "16"], "K", [4, 16]),
+        (["tau-screen", "--run", "R", "--K", "4,8"], "K", [4, 8]),
+        (["tau-screen", "--run", "R", "--taus", "4,6.5", "8"], "taus", [4.0, 6.5, 8.0]),
+    ],
+)
+def test_number_lists_take_commas_as_the_other_lists_do(argv, dest, want):
+    """--operators, --stages and --tasks are comma lists; ``--K 4,16`` was refused (invalid int value)."""
+    assert getattr(cli.build_parser().parse_args(argv), dest) == want
+
+
+@pytest.mark.parametrize("value", ["4,x", "", "4.5"])
+def test_a_bad_number_list_is_one_error_line(capsys, value):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["ops", "verify", "--K", value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("kinterval ops: error: argument --K: ")

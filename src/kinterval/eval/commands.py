@@ -264,6 +264,8 @@ def _common(p, *, checkpoint="all") -> None:
 
 
 def register(subparsers) -> None:
+    from kinterval.ops.commands import Extend, numbers
+
     p = subparsers.add_parser("eval", help="per-block validation NLL of a run's checkpoints (resumable)")
     _common(p)
     p.add_argument("--operator", default=None, help="evaluate through this operator instead (e.g. softmax)")
@@ -317,9 +319,19 @@ def register(subparsers) -> None:
     )
     _common(p, checkpoint="latest")
     p.add_argument("--stages", default="1,2a,2b,3", help="comma-separated stages (1, 2a, 2b, 3)")
-    p.add_argument("--K", type=int, nargs="+", default=None, help="override the K values of every stage")
     p.add_argument(
-        "--taus", type=float, nargs="+", default=None, help="override the tau values of every stage"
+        "--K",
+        type=numbers(int),
+        action=Extend,
+        nargs="+",
+        help="override the K values of every stage (space- or comma-separated)",
+    )
+    p.add_argument(
+        "--taus",
+        type=numbers(float),
+        action=Extend,
+        nargs="+",
+        help="override the tau values of every stage (space- or comma-separated)",
     )
     p.add_argument("--subset-blocks", type=int, default=32, help="blocks of the subset stages (default 32)")
     p.add_argument("--max-blocks", type=int, default=None, help="cap the full-split stage (testing only)")
