@@ -14,7 +14,11 @@ class Stop(Exception):
 
 
 def test_eval_passes_each_flag_to_evaluate_run(monkeypatch):
+    import sys
+
     from kinterval.eval import evaluate
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the bar unless --quiet
 
     seen = {}
     monkeypatch.setattr(evaluate, "evaluate_run", lambda run, **k: seen.update(k, run=run) or [])
@@ -207,3 +211,25 @@ def test_tau_screen_of_a_run_not_trained_with_softmax_warns_on_stderr(tmp_path, 
     out, err = capsys.readouterr()
     assert "warning" not in out and out.splitlines()[-1] == f"written to {tmp_path / 'ts'}"
     assert err.startswith("kinterval tau-screen: warning: ") and "trained with lerp-k4" in err
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_progress_bars_only_on_a_terminal(tmp_path, capsys, monkeypatch, softmax_run, tty):
+    """eval and data prepare drew their bars into a log file or a pipe (thousands of carriage-return
+    updates); as train, they draw one only when stderr is a terminal."""
+    import sys
+
+    from kinterval.data.synthetic import VOCAB_SIZE
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
+    assert (
+        main(
+            ["data", "prepare", "--source", "synthetic", "--tokens", "8000", "--out", str(tmp_path / "data")]
+        )
+        == 0
+    )
+    assert ("synthetic train" in capsys.readouterr().err) == tty
+    softmax_run(VOCAB_SIZE)
+    argv = ["eval", "--run", str(tmp_path / "run"), "--data", str(tmp_path / "data"), "--device", "cpu"]
+    assert main([*argv, "--max-blocks", "2"]) == 0
+    assert ("eval:" in capsys.readouterr().err) == tty

@@ -4,6 +4,7 @@ overlap``: n-gram overlap of one split with another (e.g. validation with traini
 from __future__ import annotations
 
 import argparse
+import sys
 
 from kinterval import atomic
 from kinterval.data.prepare import SOURCES, prepare, summary_table
@@ -22,7 +23,7 @@ def _prepare(args: argparse.Namespace) -> int:
         bpe_file=args.bpe_file,
         shard_tokens=args.shard_tokens,
         copy=not args.reference,
-        progress=not args.quiet,
+        progress=not args.quiet and sys.stderr.isatty(),  # no bar in a log file or pipe
         split=args.split,
         documents=args.documents,
         hf_config=args.hf_config,
@@ -106,7 +107,12 @@ def register(subparsers) -> None:
     p.add_argument(
         "--documents", type=int, default=None, help="c4 only: the first N validation documents (default 302)"
     )
-    p.add_argument("--quiet", "--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--quiet",
+        "--no-progress",
+        action="store_true",
+        help="no progress bars (there is none when stderr is not a terminal)",
+    )
     p.set_defaults(func=_prepare)
 
     o = sub.add_parser(

@@ -22,7 +22,7 @@ def _eval(args: argparse.Namespace) -> int:
         device=args.device,
         max_blocks=args.max_blocks,
         force=args.force,
-        progress=not args.quiet,
+        progress=not args.quiet and sys.stderr.isatty(),  # no bar in a log file or pipe
     )
     for r in rows:
         extra = f" (override of {r['operator_trained']})" if r["operator_override"] else ""
@@ -272,7 +272,12 @@ def register(subparsers) -> None:
     p.add_argument("--doc-clusters", action="store_true", help="also per-document NLL + document-cluster CI")
     p.add_argument("--max-blocks", type=int, default=None, help="only the first N blocks (not the protocol)")
     p.add_argument("--force", action="store_true", help="re-evaluate checkpoints that already have results")
-    p.add_argument("--quiet", "--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--quiet",
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (there is none when stderr is not a terminal)",
+    )
     p.set_defaults(func=_eval)
 
     for kind, help_ in (
