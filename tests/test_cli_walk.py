@@ -87,3 +87,22 @@ def test_a_bad_number_list_is_one_error_line(capsys, value):
         cli.main(["ops", "verify", "--K", value])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith("kinterval ops: error: argument --K: ")
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["suite", "show", "ci", "--only", "nosuch"], "--only ['nosuch'] matches no run of suite ci"),
+        (["downstream-compare", "{file}", "{file}"], "a_file is a file, not a folder"),
+        (["probes-compare", "{missing}", "{empty}"], "missing is not a `kinterval probes` output"),
+    ],
+)
+def test_the_error_names_what_is_wrong_with_the_first_bad_argument(tmp_path, capsys, argv, says):
+    """`suite show --only` of no run printed "0 runs" with exit 0 (`suite run` refuses it); a file given to
+    downstream-compare "did not exist"; probes-compare named its second folder when the first was missing."""
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    paths = {"file": tmp_path / "a_file", "missing": tmp_path / "missing", "empty": tmp_path / "empty"}
+    assert cli.main([a.format(**paths) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kinterval {argv[0]}: error: ") and says in err and "\n" not in err, err

@@ -39,7 +39,8 @@ def _task_files(folder: Path) -> dict[str, Path]:
     """task -> per-item file: ``<task>.jsonl`` (``kinterval downstream``) or lm-eval's
     ``samples_<task>_<date>.jsonl`` (``lm_eval --log_samples --output_path``)."""
     if not folder.is_dir():
-        raise ValueError(f"downstream result folder {folder} does not exist")
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise ValueError(f"downstream result folder {folder} {what}")
     files: dict[str, Path] = {}
     for path in sorted(folder.glob("*.jsonl")):
         m = _SAMPLES.fullmatch(path.name)

@@ -447,7 +447,7 @@ def compare_probes(results_dir, reference_dir, *, n_resamples: int = 4000, seed:
 
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
-    folders = {"results": Path(results_dir), "reference": Path(reference_dir)}
+    folders = {"reference": Path(reference_dir), "results": Path(results_dir)}  # checked in the CLI's order
     summaries, rows = {}, {}
     for name, folder in folders.items():
         if not (folder / "summary.json").is_file() or not (folder / "samples.jsonl").is_file():

@@ -19,6 +19,8 @@ def _show(args) -> int:
 
     s = load_suite(args.name)
     runs = select(s.runs, args.only)
+    if not runs:  # as `suite run --only` refuses it
+        raise ValueError(f"--only {args.only} matches no run of suite {s.name}")
     print(f"suite {s.name}: {s.title} ({len(runs)} runs, protocol {s.protocol}, corpus {s.corpus or '-'})")
     for r in runs:
         print(f"  {r.run_id:60s} {r.group:20s} seed {r.seed:5d}  {r.checkpoints} ckpts  {r.protocol}")
