@@ -210,6 +210,121 @@ def test_is_causal_is_sdpas_top_left_and_causal_is_bottom_right():
         kinterval_attention(q, k, v, "softmax", is_causal=True, attn_mask=torch.ones(4, 6, dtype=torch.bool))
 
 
+def _random_mask(shape, seed):
+    """A boolean mask that keeps key 0 and drops about a third of the others (no row fully masked)."""
+    m = torch.rand(shape, generator=torch.Generator().manual_seed(seed)) > 0.35
+    m[..., 0] = True
+    return m
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("Tq, Tk", [(7, 4), (4, 7), (6, 6)])
+@pytest.mark.parametrize("kind", ["bool", "-inf float32", "finfo.min float32", "finfo.min bfloat16"])
+@pytest.mark.parametrize("per_head", [False, True])
+def test_is_causal_with_a_mask_attends_the_keys_both_allow(backend, Tq, Tk, kind, per_head):
+    """SDPA refuses is_causal with attn_mask; kinterval_attention takes both and attends the keys both allow:
+    SDPA's output and gradients with the AND of the top-left causal mask and the mask, also under enable_gqa
+    with a mask over q's heads or broadcast over them, and with a float mask of another dtype than q."""
+    q, k, v = _qkv(Tq=Tq, Tk=Tk)
+    m = _random_mask((2, 4 if per_head else 1, Tq, Tk), seed=Tq * 10 + Tk)
+    if kind == "bool":
+        mask = m
+    else:
+        dtype = torch.bfloat16 if "bfloat16" in kind else torch.float32
+        blocked = float("-inf") if kind.startswith("-inf") else torch.finfo(dtype).min
+        mask = torch.zeros(m.shape, dtype=dtype).masked_fill(~m, blocked)
+    both = m & torch.ones(Tq, Tk, dtype=torch.bool).tril()
+    kw = dict(enable_gqa=True)
+    got = _out_and_grads(
+        lambda q, k, v: kinterval_attention(
+            q, k, v, "softmax", backend=backend, is_causal=True, attn_mask=mask, **kw
+        ),
+        q,
+        k,
+        v,
+    )
+    want = _out_and_grads(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=both, **kw), q, k, v
+    )
+    _assert_all_close(got, want, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fully_masked_rows_are_zero_as_sdpa_gives_for_a_boolean_or_minus_inf_mask(backend):
+    """A query row with no key to attend (a boolean mask, -inf, or is_causal with a mask that drops every key
+    the row may see) is a zero row with zero gradients, as SDPA's; a finfo.min float mask counts as masked,
+    so its fully masked row is zero too, where SDPA (which adds finfo.min to every score) averages v."""
+    q, k, v = _qkv(Tq=6, Tk=4, H_kv=4)
+    m = torch.ones(2, 1, 6, 4, dtype=torch.bool)
+    m[0, :, 2] = False  # row 2 of batch 0 masks every key
+    m[1, :, :, 0] = False  # is_causal: row 0 sees key 0 only, which this drops
+    top_left = torch.ones(6, 4, dtype=torch.bool).tril()
+    want = _out_and_grads(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=m & top_left), q, k, v
+    )
+    assert not want[0][0, :, 2].any() and not want[0][1, :, 0].any()  # SDPA's fully masked rows are zeros
+    for mask in (m, torch.zeros(m.shape).masked_fill(~m, float("-inf"))):
+        got = _out_and_grads(
+            lambda q, k, v, mask=mask: kinterval_attention(
+                q, k, v, "softmax", backend=backend, is_causal=True, attn_mask=mask
+            ),
+            q,
+            k,
+            v,
+        )
+        _assert_all_close(got, want, atol=1e-12)
+    finfo_mask = torch.zeros(m.shape).masked_fill(~m, torch.finfo(torch.float32).min)
+    got = kinterval_attention(q, k, v, "softmax", backend=backend, is_causal=True, attn_mask=finfo_mask)
+    torch.testing.assert_close(got, want[0], rtol=0, atol=1e-12)
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=finfo_mask.double())
+    torch.testing.assert_close(sdpa[0, :, 2], v[0].mean(1), rtol=0, atol=1e-12)  # SDPA: the mean of v
+
+
+def test_dropout_asks_auto_for_a_backend_that_forms_the_probabilities(monkeypatch):
+    """On CUDA "auto" would take the fused kernels, which have no dropout: dropout_p > 0 must ask
+    resolve_backend for a backend that forms P (and dropout_p = 0 must not)."""
+    import kinterval.ops.api as api
+
+    asked = []
+
+    def spy(*args, probs=False, **kwargs):
+        asked.append(probs)
+        return "closed_form"
+
+    monkeypatch.setattr(api, "resolve_backend", spy)
+    q, k, v = _qkv(H_kv=4)
+    kinterval_attention(q, k, v, "softmax", dropout_p=0.25)
+    kinterval_attention(q, k, v, "softmax", dropout_p=0.0)
+    assert asked == [True, False]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@pytest.mark.parametrize("Tq, Tk", [(3, 5), (5, 3)])
+def test_is_causal_with_a_mask_in_the_fused_kernels(Tq, Tk):
+    """The triton backend (its CPU interpreter without CUDA) gets is_causal with Tq != Tk as an explicit
+    top-left mask ANDed with the caller's: the float64 closed form's values to float32 rounding."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q, k, v = _qkv(B=1, H=2, H_kv=1, Tq=Tq, Tk=Tk, D=16, Dv=16, dtype=torch.float32, device=device)
+    m = torch.ones(1, 2, Tq, Tk, dtype=torch.bool, device=device)
+    m[0, 1, :, 0] = False
+    m[0, 1, 0, 1] = True
+    kw = dict(is_causal=True, attn_mask=m, enable_gqa=True)
+    got = _out_and_grads(
+        lambda q, k, v: kinterval_attention(q, k, v, "fwm-prob-k4", backend="triton", precision="ieee", **kw),
+        q,
+        k,
+        v,
+    )
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    want = _out_and_grads(
+        lambda q, k, v: kinterval_attention(q, k, v, "fwm-prob-k4", backend="closed_form", **kw),
+        q64,
+        k64,
+        v64,
+    )
+    _assert_all_close([g.double() for g in got], want, atol=1e-5)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_numpy_bools_and_scalars_act_as_python_ones(backend):
     """``causal=np.True_`` (as numpy code computes it) was refused as not a bool."""
