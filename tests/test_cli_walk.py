@@ -35,6 +35,61 @@ def test_an_empty_path_is_refused_before_any_work(tmp_path, monkeypatch, capsys,
     assert list(tmp_path.iterdir()) == []
 
 
+# Every argument that names a file or folder, per command: each must be refused when given as "".
+PATH_ARGUMENTS_OF = {
+    ("ops",): {"json"},
+    ("data", "prepare"): {"bpe_file", "out"},
+    ("data", "overlap"): {"json", "against_data", "data"},
+    ("train",): {"config", "out", "data"},
+    ("eval",): {"run", "out", "data"},
+    ("geometry",): {"run", "out", "data"},
+    ("graddiag",): {"run", "out", "data"},
+    ("sample",): {"run"},
+    ("tau-screen",): {"run", "out", "data"},
+    ("downstream",): {"run", "include_path", "out"},
+    ("downstream-compare",): {"json", "baseline", "conditions"},
+    ("probes",): {"run", "out"},
+    ("probes-compare",): {"json", "reference", "conditions"},
+    ("export-hf",): {"run", "out"},
+    ("suite", "run"): {"skip_gated", "out", "data"},
+    ("suite", "run-one"): {"out"},
+    ("suite", "gate"): {"dir"},
+    ("suite", "merge"): {"dst", "src"},
+    ("report",): {"runs", "dirs", "clean_blocks", "out"},
+    ("demo",): {"out"},
+}
+
+
+def test_every_path_argument_of_every_command_is_refused_empty():
+    """Each command's file and folder arguments (a positional one, one of several values too) given as ""
+    are named by empty_path_argument; a path argument missing from cli.PATH_ARGUMENTS would be read as the
+    current folder."""
+    root = cli.build_parser()
+    seen = {}
+    for path, parser in _commands(root):
+        if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+            continue
+        namespace, p = argparse.Namespace(), root
+        for name in path[1:]:  # the subcommand choices that lead to this command
+            sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+            setattr(namespace, sub.dest, name)
+            p = sub.choices[name]
+        for action in parser._actions:
+            setattr(namespace, action.dest, action.default)
+        refused = set()
+        for action in parser._actions:
+            if action.nargs == 0 or isinstance(action, argparse._HelpAction):
+                continue
+            before = getattr(namespace, action.dest)
+            setattr(namespace, action.dest, ["a", ""] if action.nargs in ("+", "*") else "")
+            if cli.empty_path_argument(root, namespace) == ("/".join(action.option_strings) or action.dest):
+                refused.add(action.dest)
+            setattr(namespace, action.dest, before)
+        if refused:
+            seen[path[1:]] = refused
+    assert seen == PATH_ARGUMENTS_OF
+
+
 def _commands(parser, path=("kinterval",)):
     """(command path, parser) of every command and subcommand."""
     yield path, parser
