@@ -97,7 +97,15 @@ def test_a_run_of_other_data_protocol_or_length_is_compared_with_a_note_for_each
     s = json.loads(path.read_text())
     s["train_data"] = dict(s["train_data"], shards_sha256=["f" * 64])  # trained on another corpus
     s["train_config"]["optim"]["lr"] = 0.5
-    s["tokens"] += 64
+    s["tokens"] += s["tokens"] // s["step"]  # one optimizer step more
+    s["step"] += 1
+    path.write_text(json.dumps(s))
+    batch = runs / "half_the_steps"  # the same tokens in half the optimizer steps: twice the batch
+    shutil.copytree(runs / "lerp", batch)
+    path = sorted((batch / "eval" / "val").glob("step_*.json"))[-1]
+    s = json.loads(path.read_text())
+    assert s["step"] % 2 == 0
+    s["step"] //= 2
     path.write_text(json.dumps(s))
     out = runs / "rep_other"
     assert main(["report", "--runs", str(runs / "soft"), str(other), "--out", str(out)]) == 0
@@ -107,5 +115,8 @@ def test_a_run_of_other_data_protocol_or_length_is_compared_with_a_note_for_each
     assert "tokens, the control's" in printed and "seed" not in printed.split("note:", 1)[1]
     index = (out / "index.md").read_text()
     assert index.count("its Δ holds") == 3
+    assert main(["report", "--runs", str(runs / "soft"), str(batch), "--out", str(runs / "rep_batch")]) == 0
+    printed = capsys.readouterr().out
+    assert "note: lerp-k4 trained with another batch (" in printed and printed.count("note:") == 1, printed
     assert main(["report", "--runs", str(runs / "soft"), str(runs / "lerp"), "--out", str(out)]) == 0
     assert "note:" not in capsys.readouterr().out  # the same data, protocol, seed and length: no note

@@ -32,6 +32,7 @@ class Evaluated:
     nll: np.ndarray  # per block, the latest checkpoint
     trajectory: list[tuple[int, float]]  # (training tokens, mean NLL) of every evaluated checkpoint
     tokens: int  # training tokens of the latest checkpoint
+    tokens_per_step: int  # its global batch in tokens (micro-batch x accum x processes x T); 0 when unknown
     protocol: dict  # its training config but the seed, operator and execution fields (flattened)
     train_data: str  # a short hash of its training data (:func:`train_data_hash`); "" when not recorded
 
@@ -66,6 +67,7 @@ def _evaluated(run: Path, split: str) -> Evaluated:
         arrays["nll"],
         sorted(trajectory),
         int(summary.get("tokens", 0)),
+        int(summary.get("tokens", 0)) // step if (step := int(summary.get("step", 0))) > 0 else 0,
         protocol,
         train_data_hash(summary),
     )
@@ -82,6 +84,13 @@ def _notes(e: Evaluated, control: Evaluated) -> list[str]:
         notes.append(
             f"{e.operator}'s latest checkpoint trained {e.tokens:,} tokens, the control's "
             f"{control.tokens:,}: its Δ holds the training difference too"
+        )
+    if e.tokens_per_step and control.tokens_per_step and e.tokens_per_step != control.tokens_per_step:
+        # micro_batch, accum and the process count are execution fields, left out of the protocol; their
+        # product, the batch an optimizer step takes, is not
+        notes.append(
+            f"{e.operator} trained with another batch ({e.tokens_per_step:,} tokens per optimizer step, the "
+            f"control's {control.tokens_per_step:,}): its Δ holds that difference too"
         )
     fields = sorted(
         k for k in set(e.protocol) | set(control.protocol) if e.protocol.get(k) != control.protocol.get(k)
