@@ -515,3 +515,15 @@ def test_suite_run_refuses_a_gpu_protocol_without_cuda_but_slurm_submits_it(tmp_
     monkeypatch.setattr(runner, "_slurm_executor", lambda out: ex)
     run_suite(suite, tmp_path / "slurm", data=data, slurm=True, log=print)
     assert len(ex.submitted) == 2 and "gpus_per_node" in ex.params
+
+
+def test_suite_run_resumed_without_data_takes_the_manifests_data_folder(tmp_path, data, monkeypatch):
+    """The --data check before the manifest is written must let a resume without --data through when the
+    folder's manifest names its data (the suite has no [data] source of its own)."""
+    monkeypatch.setattr(runner, "_slurm_executor", lambda out: FakeExecutor())
+    suite = suite_file(tmp_path, "124m-100m")
+    run_suite(suite, tmp_path / "out", data=data, slurm=True, log=print)
+    run_suite(suite, tmp_path / "out", slurm=True, log=print)  # no --data: the manifest's
+    assert read_manifest(tmp_path / "out")["data_dir"] == str(data.resolve())
+    with pytest.raises(ValueError, match=r"needs --data DIR"):  # a fresh folder still needs it
+        run_suite(suite, tmp_path / "fresh", slurm=True, log=print)
