@@ -120,3 +120,21 @@ def test_a_run_of_other_data_protocol_or_length_is_compared_with_a_note_for_each
     assert "note: lerp-k4 trained with another batch (" in printed and printed.count("note:") == 1, printed
     assert main(["report", "--runs", str(runs / "soft"), str(runs / "lerp"), "--out", str(out)]) == 0
     assert "note:" not in capsys.readouterr().out  # the same data, protocol, seed and length: no note
+
+
+def test_no_note_for_an_unrecorded_training_data_or_another_execution_field(runs, capsys):
+    """An evaluation of an older kinterval records no train_data: nothing to compare, no note (not "other
+    data"); execution fields (log.every, data.dir, device) are no protocol: no note either."""
+    import shutil
+
+    older = runs / "older"
+    shutil.copytree(runs / "lerp", older)
+    path = sorted((older / "eval" / "val").glob("step_*.json"))[-1]
+    s = json.loads(path.read_text())
+    del s["train_data"]
+    s["train_config"]["log"]["every"] += 1
+    s["train_config"]["data"]["dir"] = str(runs / "elsewhere")
+    s["train_config"]["device"] = "cuda:3"
+    path.write_text(json.dumps(s))
+    assert main(["report", "--runs", str(runs / "soft"), str(older), "--out", str(runs / "rep_older")]) == 0
+    assert "note:" not in capsys.readouterr().out

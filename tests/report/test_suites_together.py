@@ -320,6 +320,20 @@ def test_a_condition_trained_on_other_data_is_never_paired(tmp_path, added):
         assert paired and {x.point.model for x in pairing.pairs} == {"1L 1H d32"}
 
 
+def test_an_evaluation_that_records_no_training_data_keeps_the_plain_model_label(tmp_path):
+    """Where one model and budget hold two training corpora, only the evaluations that record theirs get
+    ``[train data#<hash>]``; a third folder of an older kinterval (no train_data) keeps the plain label."""
+    files = {"main": ('["softmax", "lerp-k4"]', _corpus("a")), "added": ('["lerp-k8"]', _corpus("b"))}
+    files["old"] = ('["lerp-k2"]', None)
+    for name, (ops, train) in files.items():
+        (tmp_path / f"{name}.toml").write_text(TINY.format(name=name, extra="", operators=ops))
+        write_results(tmp_path / name, tmp_path / f"{name}.toml", lambda r, f: 0.02 * f, train_data=train)
+    results = load_many([tmp_path / n for n in files])
+    labels = {r.suite: {p.model for p in r.points} for r in results}
+    assert all("[train data#" in x for n in ("main", "added") for x in labels[n]), labels
+    assert labels["old"] == {"1L 1H d32"}, labels
+
+
 def test_an_evaluation_without_shard_hashes_keeps_the_plain_data_label(tmp_path):
     """Where two folders' contents differ under one data label, only the evaluations that record their shard
     hashes get ``data#<hash>``; a third folder evaluated before the hashes were recorded keeps the plain
