@@ -34,7 +34,10 @@ def test_prepare_passes_each_flag(monkeypatch, tmp_path):
 
 def test_prepare_defaults_are_the_documented_ones(monkeypatch, tmp_path):
     """docs/data.md: --block-size 1024 (printed block counts), --shard-tokens 100M, seed 0, copy, progress,
-    the source's own splits, c4's default document count."""
+    the source's own splits, c4's default document count; progress bars on a terminal."""
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     calls = record(monkeypatch)
     assert cli.main(["data", "prepare", "--source", "synthetic", "--out", str(tmp_path / "o")]) == 0
     _, _, kw = calls["prepare"]
