@@ -161,3 +161,30 @@ def test_the_error_names_what_is_wrong_with_the_first_bad_argument(tmp_path, cap
     assert cli.main([a.format(**paths) for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"kinterval {argv[0]}: error: ") and says in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["data", "prepare", "--source", "synthetic", "--tokens", "0", "--out", "{tmp}/d"],
+            "--tokens must be",
+        ),
+        (["probes", "--run", "{tmp}", "--batch-size", "0"], "--batch-size must be an integer >= 1"),
+    ],
+)
+def test_a_bad_value_names_the_flag_not_the_python_parameter(tmp_path, capsys, argv, says):
+    """A library check's message names its parameter (``batch_size must be ...``); on the command line the
+    error names the flag the user typed."""
+    assert cli.main([a.format(tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kinterval {argv[0]}: error: {says}"), err
+
+
+def test_only_a_must_message_of_a_known_parameter_is_renamed():
+    flags = {"batch_size": "--batch-size"}
+    assert (
+        cli.input_error_message(ValueError("batch_size must be >= 1"), flags) == "--batch-size must be >= 1"
+    )
+    assert cli.input_error_message(ValueError("batch_size is odd"), flags) == "batch_size is odd"
+    assert cli.input_error_message(ValueError("tokens must be > 0"), flags) == "tokens must be > 0"

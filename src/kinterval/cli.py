@@ -10,6 +10,7 @@ import argparse
 import importlib
 import linecache
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -71,15 +72,20 @@ def is_input_error(err: BaseException) -> bool:
     return linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).lstrip().startswith("raise")
 
 
-def input_error_message(err: BaseException) -> str:
-    """The one-line text of an input error."""
+def input_error_message(err: BaseException, flags: dict[str, str] | None = None) -> str:
+    """The one-line text of an input error. A library check names its Python parameter (``batch_size must
+    be ...``): where the command has a flag for it (``flags``: parameter -> option), the flag is named."""
     if isinstance(err, FileExistsError):
         return f"{err.filename} exists and is not a folder (an output folder is needed there)"
     if isinstance(err, NotADirectoryError):
         return f"{err.filename}: a part of this path is a file, not a folder"
     if isinstance(err, IsADirectoryError):
         return f"{err.filename} is a folder (a file is needed there)"
-    return " ".join(str(err).split("\n"))
+    text = " ".join(str(err).split("\n"))
+    name = re.match(r"(\w+) must ", text)
+    if name and name[1] in (flags or {}):
+        text = flags[name[1]] + text[len(name[1]) :]
+    return text
 
 
 # Arguments that name a file or folder: an empty value (`--out ""`, an unset shell variable) would be read as
@@ -90,11 +96,17 @@ PATH_ARGUMENTS = {
 }  # fmt: skip
 
 
+def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command that ``args`` ran."""
+    while sub := next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None):
+        parser = sub.choices[getattr(args, sub.dest)]
+    return parser
+
+
 def empty_path_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
     """The name of the first argument of the chosen (sub)command that names a path and was given as "", or
     None."""
-    while sub := next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None):
-        parser = sub.choices[getattr(args, sub.dest)]
+    parser = chosen_parser(parser, args)
     for action in parser._actions:
         value = getattr(args, action.dest, None) if action.dest in PATH_ARGUMENTS else None
         if "" in (value if isinstance(value, list) else [value]):
@@ -135,10 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = warning_lines(args.command)
         warnings.filterwarnings("always", category=UserWarning, module=r"kinterval(\.|$)")  # each one
-        return _run(args)
+        flags = {
+            a.dest: a.option_strings[-1] for a in chosen_parser(parser, args)._actions if a.option_strings
+        }
+        return _run(args, flags)
 
 
-def _run(args) -> int:
+def _run(args, flags: dict[str, str] | None = None) -> int:
     try:
         result = args.func(args)
     except BrokenPipeError:  # `kinterval ... | head`: the reader left; stop quietly, as Unix tools do
@@ -150,7 +165,7 @@ def _run(args) -> int:
     except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError) as err:
         if not is_input_error(err):
             raise  # an internal bug: keep its traceback
-        print(f"kinterval {args.command}: error: {input_error_message(err)}", file=sys.stderr)
+        print(f"kinterval {args.command}: error: {input_error_message(err, flags)}", file=sys.stderr)
         return 2
     return int(result or 0)
 

@@ -43,7 +43,7 @@ def test_train_refuses_a_seed_out_of_range_in_one_line(seed, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--data", str(tmp_path), "--seed", seed]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("kinterval train: error: seed must be an integer from 0 to 4294967295")
+    assert err.startswith("kinterval train: error: --seed must be an integer from 0 to 4294967295")
     assert "\n" not in err and not out.exists()
     assert config("--seed", "4294967295").seed == 2**32 - 1
     with pytest.raises(ValueError, match="seed must be an integer from 0 to 4294967295"):
