@@ -341,16 +341,15 @@ def test_zero_or_negative_block_caps_are_named_errors(tiny_run, capsys):
     """eval --max-blocks 0 blamed the split and -2 raised numpy's error; tau-screen --max-blocks 0 meant
     "no cap" and ran the whole split."""
     run = str(tiny_run / "run")
-    for argv, flag in (
-        (["eval", "--run", run, "--max-blocks", "0", "--quiet"], "max_blocks"),
-        (["eval", "--run", run, "--max-blocks", "-2", "--quiet"], "max_blocks"),
-        (["tau-screen", "--run", run, "--stages", "1", "--max-blocks", "0"], "--max-blocks"),
-        (["tau-screen", "--run", run, "--stages", "2a", "--subset-blocks", "0"], "--subset-blocks"),
+    positive, two = "must be a positive integer", "must be an integer >= 2"  # a screen's bootstrap needs 2
+    for argv, flag, want in (
+        (["eval", "--run", run, "--max-blocks", "0", "--quiet"], "--max-blocks", positive),
+        (["eval", "--run", run, "--max-blocks", "-2", "--quiet"], "--max-blocks", positive),
+        (["tau-screen", "--run", run, "--stages", "1", "--max-blocks", "0"], "--max-blocks", two),
+        (["tau-screen", "--run", run, "--stages", "2a", "--subset-blocks", "0"], "--subset-blocks", two),
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
-        # a tau-screen stage bootstraps over blocks: it needs at least 2
-        want = "must be a positive integer" if flag == "max_blocks" else "must be an integer >= 2"
         assert f"error: {flag} {want}" in err and "\n" not in err
 
 
