@@ -7,6 +7,7 @@ reports ΔNLL against softmax with 95% circular block-bootstrap CIs and writes a
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +33,11 @@ def register(subparsers) -> None:
     d.add_argument("--seed", type=int, default=0, help="seed of the data and of every run (default 0)")
     d.add_argument("--quick", action="store_true", help="a much smaller version (under a minute)")
     d.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default; default 1)")
-    d.add_argument("--no-progress", action="store_true", help="no progress bars")
+    d.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars (there is none when stderr is not a terminal)",
+    )
     d.set_defaults(func=cmd_demo)
 
 
@@ -55,7 +60,7 @@ def cmd_demo(args) -> int:
         operators=ops,
         quick=args.quick,
         seed=args.seed,
-        progress=not args.no_progress,
+        progress=not args.no_progress and sys.stderr.isatty(),  # no bar in a log file or pipe
         threads=args.threads or None,
     )
     report = demo_report({r["operator"]: r["per_block"] for r in rows}, out / "report", seeds=args.seed)

@@ -335,6 +335,7 @@ def test_demo_command_passes_its_flags_and_prints_the_reports_intervals(tmp_path
 
     monkeypatch.setattr(demo, "run_demo", run_demo)
     monkeypatch.setattr(kinterval.report, "demo_report", demo_report)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # progress bars on a terminal only
     assert main(["demo", "--out", str(tmp_path)]) == 0
     assert calls[-1] == (
         tmp_path,
