@@ -118,6 +118,9 @@ def mean_across(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return value
 
 
+_FLAGS: list[torch.Tensor] = []  # every agreed() flag tensor, held for the life of the process
+
+
 @contextlib.contextmanager
 def agreed(info: DistInfo, catch: tuple[type[Exception], ...] = (ValueError, OSError)):
     """Run a step that only rank 0 takes (it alone holds the run's lock and reads and writes its log) so that
@@ -134,6 +137,11 @@ def agreed(info: DistInfo, catch: tuple[type[Exception], ...] = (ValueError, OSE
         failed = torch.zeros(info.world_size, dtype=torch.int32, device=info.device)
         failed[info.rank] = int(error is not None)
         dist.all_reduce(failed)
+        # Kept alive in Python past the process group: gloo's worker thread frees its finished work (and so
+        # its reference to this tensor) on its own time. Were the tensor's last reference there, the worker
+        # would need the GIL to free it while the main thread, tearing the group down after the refusal,
+        # holds the GIL and waits for the worker: both wait forever (seen under a loaded CPU).
+        _FLAGS.append(failed)
         ranks = [str(r) for r in failed.nonzero().flatten().tolist()]
         if error is None and ranks:
             raise ValueError(f"rank {', '.join(ranks)} stopped before training (see its error)")
