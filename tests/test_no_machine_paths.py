@@ -25,6 +25,8 @@ def product_files() -> list[Path]:
         if p.is_file()
         and p.suffix in TEXT
         and "__pycache__" not in p.parts
+        # pip's build record (src/*.egg-info) is no product file: the scan is the same installed or not
+        and not any(part.endswith(".egg-info") for part in p.parts)
         and (ROOT / "docs" / "results") not in p.parents[1:]
     )
 
