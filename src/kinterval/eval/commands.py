@@ -7,6 +7,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from kinterval.arglists import Extend, numbers
+
 
 def _eval(args: argparse.Namespace) -> int:
     from kinterval.eval.evaluate import evaluate_run
@@ -264,8 +266,6 @@ def _common(p, *, checkpoint="all") -> None:
 
 
 def register(subparsers) -> None:
-    from kinterval.ops.commands import Extend, numbers
-
     p = subparsers.add_parser("eval", help="per-block validation NLL of a run's checkpoints (resumable)")
     _common(p)
     p.add_argument("--operator", default=None, help="evaluate through this operator instead (e.g. softmax)")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -11,6 +10,7 @@ import re
 import torch
 
 from kinterval import atomic
+from kinterval.arglists import Extend, numbers
 from kinterval.ops.api import attention_probs, valid_mask
 from kinterval.ops.diagnostics import consistency_table, score_gradient, zero_sum_residual
 from kinterval.ops.seeds import check_seed
@@ -69,30 +69,6 @@ def register(sub) -> None:
     )
     p.add_argument("--json", help="table and consistency: also write the numbers here as JSON")
     p.set_defaults(func=run)
-
-
-def numbers(kind=int):
-    """An argparse ``type`` for one value of a ``nargs="+"`` number list that also takes commas, as the
-    operator, stage and task lists do: ``--K 4 16``, ``--K 4,16`` and ``--K 4, 16`` are the same (with
-    ``action=Extend``)."""
-
-    def parse(text: str) -> list:
-        items = [x for x in text.split(",") if x.strip()]
-        if not items and "," not in text:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-        try:
-            return [kind(x) for x in items]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
-
-    return parse
-
-
-class Extend(argparse.Action):
-    """Flattens the lists of :func:`numbers` into one."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, [x for v in values for x in v])
 
 
 def _given(args, *names) -> list[str]:
