@@ -38,7 +38,8 @@
 #
 # Stages (several in one call run in order):
 #   check    corpus present and small enough to travel; the results folder passes the results-only gate and
-#            was run by this code; which runs are still to run
+#            was run by this code; which runs are still to run; then the sitting's own commands run those
+#            runs on this CPU at a tiny size, with the code the sitting runs (about 40 s; SMOKE=0 skips it)
 #   sitting  env, then at once: the kernel preflight (the core fused-kernel tests on this GPU, at most
 #            PREFLIGHT_S s, default 150, in the background) and the suite's pending runs (--per-gpu PER_GPU,
 #            default 3; each kernel's default tile, KINTERVAL_TRITON_AUTOTUNE=0, unless set): the first MAX_RUNS
@@ -133,6 +134,44 @@ print(f"{len(done)} runs signed off; to run ({len(pending)}): {' '.join(pending)
 EOF
 }
 
+# The sitting's own commands (data prepare --source bin:, suite run, suite gate --partial, suite merge) with
+# the code that runs there ($ROOT: this checkout, or the pin), on this CPU: the runs the next sitting starts,
+# at 1 layer, d = 16, T = 32 and 1,024 tokens, on the first 10,000 tokens of each token file. A pin whose
+# operator code lacks something the rest of this checkout imports fails here, not in the device call.
+smoke() {  # smoke RUN_ID...
+  local dir rc=0
+  dir=$(mktemp -d)
+  mkdir "$dir/corpus"
+  for f in "$CORPUS"/*.bin; do head -c 20000 "$f" > "$dir/corpus/$(basename "$f")"; done
+  $PY - "$SUITE_NAME" "$dir/smoke.toml" "$@" <<'EOF' > "$dir/log" 2>&1 || rc=1
+import json
+import sys
+
+from kinterval.suite.definition import load_suite
+
+name, out, *ids = sys.argv[1:]
+runs = [r for r in load_suite(name).runs if r.run_id in ids]
+tiny = {"model.n_layer": 1, "model.n_head": 1, "model.n_embd": 16, "model.block_size": 32,
+        "schedule.tokens": 1_024, "schedule.warmup_tokens": 256, "schedule.micro_batch": 8, "schedule.accum": 1}
+lines = ['name = "smoke"', f'protocol = "{runs[0].protocol}"', 'corpus = "the sitting\'s, sliced"',
+         f"seeds = [{runs[0].seed}]", "checkpoints = 1", "[overrides]"]
+lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in {**runs[0].overrides, **tiny}.items()]
+lines += ["[eval]", 'split = "val"', "geometry = true", "geometry_blocks = 1"]
+for i, run in enumerate(runs):  # a group a run: each keeps its own protocol
+    lines += ["[[group]]", f'name = "g{i}"', f'protocol = "{run.protocol}"', f"operators = [{json.dumps(run.operator)}]"]
+open(out, "w").write("\n".join(lines) + "\n")
+EOF
+  [ "$rc" -eq 0 ] && { (
+    export CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=1
+    kinterval data prepare --source "bin:$dir/corpus" --out "$dir/data" --quiet \
+      && kinterval suite run "$dir/smoke.toml" --out "$dir/s" --data "$dir/data" --device cpu --threads 1 \
+      && kinterval suite gate "$dir/s" --partial && kinterval suite merge "$dir/s" "$dir/merged"
+  ) >> "$dir/log" 2>&1 || rc=1; }
+  [ "$rc" -eq 0 ] || { cp "$dir/log" .mini/smoke.log; tail -n 5 "$dir/log"; }
+  rm -rf "$dir"
+  return "$rc"
+}
+
 for stage in "$@"; do
   t0=$(date +%s)
   case "$stage" in
@@ -151,6 +190,14 @@ for stage in "$@"; do
       fi
       read -ra todo <<< "$(head -n 1 <<< "$pending")"
       [ "$ok" -eq 1 ] && [ ${#todo[@]} -gt 0 ] && echo "the next sitting runs (MAX_RUNS=$MAX_RUNS): ${todo[*]:0:$MAX_RUNS}"
+      if [ "$ok" -eq 1 ] && [ ${#todo[@]} -gt 0 ] && [ "${SMOKE:-1}" != 0 ]; then
+        t_smoke=$(date +%s)
+        if smoke "${todo[@]:0:$MAX_RUNS}"; then
+          echo "the sitting's commands ran those runs on this CPU, at a tiny size ($(( $(date +%s) - t_smoke )) s)"
+        else
+          echo "the sitting's commands failed on this CPU with the code that runs there (.mini/smoke.log)"; ok=0
+        fi
+      fi
       if [ -n "$SAME_CODE_AS" ]; then  # this code must be the one the other folder was run with
         $PY - "$SAME_CODE_AS" <<'EOF' || ok=0
 import json

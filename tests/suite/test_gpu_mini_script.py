@@ -104,6 +104,7 @@ def _env(root, suite, *, out="out", deadline=300, preflight="test_ok.py", per_gp
         PREFLIGHT_WORKERS="0",  # one process: xdist's default 8 workers would crowd this machine's cores
         OMP_NUM_THREADS="1",
         PER_GPU=str(per_gpu),
+        SMOKE="0",  # check's CPU run of the sitting's commands: its own tests below turn it on
     )
     return {**env, **(extra or {})}
 
@@ -239,10 +240,24 @@ def test_check_prints_the_pinned_command_with_the_kernel_tests_after_the_sitting
     this checkout's kernels, so the printed command is ``sitting kernels``."""
     (checkout / "pin").mkdir()
     (checkout / "pin" / "src").symlink_to(REPO / "src")
-    rc, log, _ = _script(checkout, "check", "quick", extra={"PIN": "pin"})
+    rc, log, _ = _script(checkout, "check", "quick", extra={"PIN": "pin", "SMOKE": "1"})
     assert rc == 0 and "bash benchmarks/gpu_mini.sh sitting kernels' with carry [.corpus, pin]" in log, log
+    assert "the sitting's commands ran those runs on this CPU, at a tiny size" in log, log
     rc, log, _ = _script(checkout, "check", "quick")
     assert rc == 0 and "bash benchmarks/gpu_mini.sh sitting' with carry [.corpus]" in log, log
+
+
+def test_check_refuses_a_pin_whose_code_breaks_the_sitting_s_commands(checkout):
+    """A pin mixes an older commit's operator code with this checkout's other code: when that code imports
+    something the pinned ops lack, the command line does not even start. check runs the sitting's commands
+    on the CPU with the code the sitting runs, so that this shows here, not in the device call."""
+    shutil.copytree(REPO / "src", checkout / "pin" / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    broken = checkout / "pin" / "src" / "kinterval" / "arglists.py"  # what the CLI's modules import
+    broken.write_text("raise ImportError('not in the pin')\n")
+    rc, log, _ = _script(checkout, "check", "quick", extra={"PIN": "pin", "SMOKE": "1"})
+    assert rc == 2 and "ImportError: not in the pin" in log and "not ready" in log, log
+    assert "the sitting's commands failed on this CPU" in log, log
+    assert "ImportError: not in the pin" in (checkout / ".mini" / "smoke.log").read_text()
 
 
 def test_nothing_to_do_once_the_results_folder_signs_off_every_run(checkout):
