@@ -157,8 +157,9 @@ lines = ['name = "smoke"', f'protocol = "{runs[0].protocol}"', 'corpus = "the si
          f"seeds = [{runs[0].seed}]", "checkpoints = 1", "[overrides]"]
 lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in {**runs[0].overrides, **tiny}.items()]
 lines += ["[eval]", 'split = "val"', "geometry = true", "geometry_blocks = 1"]
-for i, run in enumerate(runs):  # a group a run: each keeps its own protocol
-    lines += ["[[group]]", f'name = "g{i}"', f'protocol = "{run.protocol}"', f"operators = [{json.dumps(run.operator)}]"]
+for i, run in enumerate(runs):  # a group a run: each keeps its own protocol and seed
+    lines += ["[[group]]", f'name = "g{i}"', f'protocol = "{run.protocol}"', f"seeds = [{run.seed}]",
+              f"operators = [{json.dumps(run.operator)}]"]
 open(out, "w").write("\n".join(lines) + "\n")
 EOF
   [ "$rc" -eq 0 ] && { (

@@ -61,6 +61,12 @@ PAIR = """
 name = "pair"
 operators = ["softmax", "lerp-k4"]
 """
+SEEDS = """
+[[group]]
+name = "seeds"
+operators = ["softmax"]
+seeds = [5, 6]
+"""
 LONG = """
 [[group]]
 name = "long"
@@ -85,7 +91,8 @@ def checkout(tmp_path):
     (root / "pre").mkdir()
     (root / "pre" / "test_ok.py").write_text("def test_ok():\n    pass\n")
     (root / "pre" / "test_bad.py").write_text("def test_bad():\n    assert False\n")
-    for name, groups in (("quick", QUICK), ("cut", QUICK + LONG), ("long", LONG), ("pair", PAIR)):
+    suites = {"quick": QUICK, "cut": QUICK + LONG, "long": LONG, "pair": PAIR, "seeds": SEEDS}
+    for name, groups in suites.items():
         (root / f"{name}.toml").write_text(SUITE.format(name=name) + groups)
     return root
 
@@ -240,8 +247,10 @@ def test_check_prints_the_pinned_command_with_the_kernel_tests_after_the_sitting
     this checkout's kernels, so the printed command is ``sitting kernels``."""
     (checkout / "pin").mkdir()
     (checkout / "pin" / "src").symlink_to(REPO / "src")
-    rc, log, _ = _script(checkout, "check", "quick", extra={"PIN": "pin", "SMOKE": "1"})
+    # the smoke (check's CPU run of the sitting's commands) runs one operator at two seeds
+    rc, log, _ = _script(checkout, "check", "seeds", extra={"PIN": "pin", "SMOKE": "1"})
     assert rc == 0 and "bash benchmarks/gpu_mini.sh sitting kernels' with carry [.corpus, pin]" in log, log
+    assert "the next sitting runs (MAX_RUNS=2): softmax-s5 softmax-s6" in log, log
     assert "the sitting's commands ran those runs on this CPU, at a tiny size" in log, log
     rc, log, _ = _script(checkout, "check", "quick")
     assert rc == 0 and "bash benchmarks/gpu_mini.sh sitting' with carry [.corpus]" in log, log
