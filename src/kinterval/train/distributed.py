@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import time
 from dataclasses import dataclass
 
 import torch
@@ -118,9 +120,6 @@ def mean_across(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return value
 
 
-_FLAGS: list[torch.Tensor] = []  # every agreed() flag tensor, held for the life of the process
-
-
 @contextlib.contextmanager
 def agreed(info: DistInfo, catch: tuple[type[Exception], ...] = (ValueError, OSError)):
     """Run a step that only rank 0 takes (it alone holds the run's lock and reads and writes its log) so that
@@ -136,17 +135,31 @@ def agreed(info: DistInfo, catch: tuple[type[Exception], ...] = (ValueError, OSE
     if info.distributed:
         failed = torch.zeros(info.world_size, dtype=torch.int32, device=info.device)
         failed[info.rank] = int(error is not None)
-        dist.all_reduce(failed)
-        # Kept alive in Python past the process group: gloo's worker thread frees its finished work (and so
-        # its reference to this tensor) on its own time. Were the tensor's last reference there, the worker
-        # would need the GIL to free it while the main thread, tearing the group down after the refusal,
-        # holds the GIL and waits for the worker: both wait forever (seen under a loaded CPU).
-        _FLAGS.append(failed)
+        _all_reduce_released(failed)
         ranks = [str(r) for r in failed.nonzero().flatten().tolist()]
         if error is None and ranks:
             raise ValueError(f"rank {', '.join(ranks)} stopped before training (see its error)")
     if error is not None:
         raise error
+
+
+def _all_reduce_released(tensor: torch.Tensor, timeout_s: float = 60.0) -> None:
+    """``dist.all_reduce(tensor)``, then on gloo (CPU) wait, the GIL released, until its worker thread has
+    dropped its references to ``tensor``.
+
+    ``all_reduce`` returns when gloo's worker marks the work done, but the worker frees the work (and so its
+    references to the tensor) only afterwards. While C++ shares a tensor, torch holds a reference to its
+    Python object, and the worker's last release drops that reference: it needs the GIL, however long
+    Python itself keeps the tensor. A refusal's teardown can free the process group with the GIL held (the
+    DDP model's reducer, freed with the refusal's traceback, owns it), and ``~ProcessGroupGloo`` joins the
+    worker: both would wait forever (seen under a loaded CPU)."""
+    held = sys.getrefcount(tensor)  # this frame's references, before the collective shares the tensor
+    dist.all_reduce(tensor)
+    if tensor.device.type != "cpu":
+        return
+    deadline = time.monotonic() + timeout_s
+    while (tensor._use_count() > 1 or sys.getrefcount(tensor) > held) and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def barrier(info: DistInfo) -> None:
