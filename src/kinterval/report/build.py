@@ -30,6 +30,7 @@ from kinterval.report import analysis as A
 from kinterval.report import claims as C
 from kinterval.report import figures as F
 from kinterval.report import tables as T
+from kinterval.report.probes import probe_comparisons
 from kinterval.report.results import Key, load_many
 from kinterval.train.checkpoint import check_outside_runs
 
@@ -544,6 +545,17 @@ def _build(results, out: Path, clean=()) -> None:
             "Endpoint ΔNLL vs same-seed softmax on the validation blocks with no target inside an n-gram "
             "window that also stands in the training split (clean), and on the others (`kinterval data "
             "overlap`)",
+        )
+    probes = probe_comparisons(results, pairing)  # empty when no run has `kinterval probes` output
+    if probes:
+        data["probes"] = probes
+        ix.table(
+            "probes",
+            *T.probe_rows(probes),
+            "Synthetic probes vs same-seed softmax (tab:probeab, tab:probec; `kinterval probes` on each run, "
+            "compared as `kinterval probes-compare` does): Δ = condition − softmax per sample, paired 95% "
+            "bootstrap CI; probe C slopes per doubling of the copied length L. Every row and slope: "
+            "report.json `probes`",
         )
     fit, fit_skipped = A.train_fit(pairing, logs)
     if fit:

@@ -1,0 +1,61 @@
+"""The synthetic probes of a suite's runs against their same-seed softmax (Tables tab:probeab, tab:probec).
+
+``kinterval probes --run RUN`` writes ``RUN/probes/native`` (``summary.json``, ``samples.jsonl``); each run
+that is not softmax is compared with the softmax run of its seed (the control its ΔNLL is paired with) by
+:func:`kinterval.eval.probes.compare_probes`, exactly as ``kinterval probes-compare`` compares them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kinterval.report.results import REFERENCES
+
+PROBES = Path("probes") / "native"  # the default output of `kinterval probes --run RUN`
+
+
+def _probe_dir(r, row: dict) -> Path:
+    return r.dir / row["run_dir"] / PROBES
+
+
+def probe_comparisons(results, pairing) -> dict[str, dict]:
+    """Condition name -> ``compare_probes(condition, control)`` (``operator, reference_operator, deltas,
+    slopes``) with the control's name (``reference``) and the two runs (``run``, ``reference_run``:
+    ``suite/run_id``), or ``{operator, run, not_run: why}`` for a condition without probes or without a
+    control that has them. Empty when no run of ``results`` has probes.
+
+    ``pairing``: :func:`kinterval.report.analysis.softmax_pairs` of the primary evaluations (a run's control
+    is the run its ΔNLL is paired with). ``ValueError`` naming both folders when two outputs cannot be paired
+    (other samples, vocabulary or batch size; see ``compare_probes``)."""
+    rows = {(r.suite, row["run_id"]): (r, row) for r in results for row in r.manifest["runs"]}
+    if not any((_probe_dir(r, row) / "summary.json").is_file() for r, row in rows.values()):
+        return {}
+    from kinterval.eval.probes import compare_probes  # torch, only for a report that has probes
+
+    control = {(x.point.suite, x.point.run_id): (x.control.suite, x.control.run_id) for x in pairing.pairs}
+    suites_of: dict[str, set[str]] = {}
+    for suite, rid in rows:
+        suites_of.setdefault(rid, set()).add(suite)
+    name = lambda suite, rid: rid if len(suites_of[rid]) == 1 else f"{suite}/{rid}"  # noqa: E731
+    out = {}
+    for (suite, rid), (r, row) in rows.items():
+        if row["operator"] in REFERENCES:
+            continue
+        cond, mine = name(suite, rid), _probe_dir(r, row)
+        entry = {"operator": row["operator"], "run": f"{suite}/{rid}"}
+        ctrl = control.get((suite, rid))
+        ref = _probe_dir(*rows[ctrl]) if ctrl else None
+        if not (mine / "summary.json").is_file():
+            out[cond] = dict(entry, not_run=f"no probes ({PROBES.as_posix()}: `kinterval probes --run RUN`)")
+        elif ctrl is None:
+            out[cond] = dict(entry, not_run="no same-seed softmax control")
+        elif not (ref / "summary.json").is_file():
+            out[cond] = dict(entry, not_run=f"its control {name(*ctrl)} has no probes ({PROBES.as_posix()})")
+        else:
+            try:
+                res = compare_probes(mine, ref)
+            except ValueError as err:  # compare_probes names a field, not always the folders
+                raise ValueError(f"probes of {cond} ({mine}) vs {name(*ctrl)} ({ref}): {err}") from None
+            runs = {"run": entry["run"], "reference": name(*ctrl), "reference_run": "/".join(ctrl)}
+            out[cond] = dict(runs, **res)
+    return out

@@ -1,0 +1,116 @@
+"""``kinterval report`` includes the probe tables (tab:probeab, tab:probec) of the runs that have
+``kinterval probes`` output (``RUN/probes/native``), each run against its same-seed softmax."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from synthetic_results import write_results
+
+from kinterval import atomic, cli
+from kinterval.eval.probes import in_probeab, summarize
+from kinterval.report.build import build_report
+
+DELTA = 0.5  # planted: every sample's NLL of the condition = softmax's + 0.5 (probe C: + the slope's share)
+SLOPE = 0.1  # planted probe C slope per doubling of the copied length L
+FAMILIES = 12
+
+
+def _rows(seed: int, shift: float) -> list[dict]:
+    """Sample rows of probes A, B and C (``kinterval probes``'s samples.jsonl) for ``FAMILIES`` families: a
+    softmax NLL per sample (the same for every run of a seed); a condition's (``shift`` > 0) adds ``shift``
+    (and for C, SLOPE per doubling of L) and ±0.01 alternating over families and cells, which averages out
+    in every pooled row and slope: the planted values are the exact means, with intervals around them."""
+    base = np.random.default_rng(seed)
+    cells = [("A", d, c) for d in (64, 128) for c in ("induction", "control")]
+    cells += [("B", n, c) for n in (16, 32) for c in ("near", "far")]
+    cells += [("C", L, "copy") for L in (32, 64, 128)]
+    rows = []
+    for f in range(FAMILIES):
+        for j, (probe, param, cond) in enumerate(cells):
+            nll = base.uniform(1, 4)
+            if shift > 0:
+                nll += shift + SLOPE * np.log2(param / 32) * (probe == "C") + 0.01 * (-1) ** (f + j)
+                nll += 0.01 * (-1) ** f * (param == 128 and probe == "C")  # slopes that differ by family
+            rows.append({"probe": probe, "family": f, "condition": cond, "param": param,
+                         "nll": float(nll), "acc": float(base.uniform() < 0.5),
+                         "n_scored": 1})  # fmt: skip
+    return rows
+
+
+def write_probes(run_dir, operator: str, shift: float, seed: int = 7, batch_size: int = 1) -> None:
+    """``run_dir/probes/native`` as ``kinterval probes --run RUN`` writes it (the fields its summary.json
+    carries; the token sequences' hash shared by every run, as the same samples give)."""
+    out = run_dir / "probes" / "native"
+    out.mkdir(parents=True)
+    rows = _rows(seed, shift)
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    (out / "samples.jsonl").write_bytes(data)
+    summary = {"run": str(run_dir), "operator": operator, "native_operator": operator, "families": FAMILIES,
+               "copies": FAMILIES, "seed": 0, "block_size": 1024, "vocab_size": 50304,
+               "batch_size": batch_size, "samples_sha256": "same samples",
+               "samples_jsonl_sha256": atomic.sha256_bytes(data), "skipped": {"A": [], "B": [], "C": []},
+               "table": summarize(rows, n_resamples=200)}  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+@pytest.fixture
+def suite(tmp_path):
+    root = tmp_path / "ci"
+    write_results(root, "ci", lambda r, f: 0.0, n_blocks=16)
+    return root
+
+
+def test_the_report_includes_the_probe_tables_against_the_same_seed_softmax(suite, tmp_path):
+    write_probes(suite / "runs" / "softmax-s7", "softmax", 0.0)
+    write_probes(suite / "runs" / "lerp-k4-s7", "lerp-k4", DELTA)
+    index = build_report([suite], tmp_path / "rep").read_text()
+    rep = tmp_path / "rep"
+    probes = json.loads((rep / "report.json").read_text())["probes"]
+    c = probes["lerp-k4-s7"]
+    assert (c["operator"], c["reference_operator"], c["reference"]) == ("lerp-k4", "softmax", "softmax-s7")
+    ab = [r for r in c["deltas"] if in_probeab(r)]
+    assert len(ab) == 5  # probe A nll, gain and acc, probe B nll and acc
+    for r in ab:  # the planted delta comes back, within its CI (acc and gain: none planted)
+        want = DELTA if r["metric"] == "nll" else 0.0
+        assert r["lo"] < want + 1e-9 and want - 1e-9 < r["hi"], r
+        assert r["delta"] == pytest.approx(want, abs=1e-9), r
+    (slope,) = [r for r in c["slopes"] if r["probe"] == "C"]
+    assert slope["lo"] < SLOPE - 1e-3 and SLOPE + 1e-3 < slope["hi"] and slope["params"] == [32, 64, 128]
+    # every other condition of the suite is listed, not run (no probes), never dropped
+    runs = json.loads((suite / "manifest.json").read_text())["runs"]
+    others = {r["run_id"] for r in runs if r["operator"] != "softmax"} - {"lerp-k4-s7"}
+    assert {k for k, v in probes.items() if "not_run" in v} == others
+    assert "no probes" in probes["lerp-k4-s42"]["not_run"]
+    md = (rep / "probes.md").read_text()
+    assert "probes.md" in index and "tab:probeab" in (rep / "probes.tex").read_text()
+    line = next(x for x in md.splitlines() if "| A | nll | all | induction |" in x)
+    assert line.startswith("| lerp-k4-s7 | softmax-s7 (softmax) |") and "| +0.50" in line
+    assert line.endswith("| tab:probeab |")
+    assert "| C | nll | slope vs log2 [32, 64, 128] | copy | +0.1" in md
+    assert "| lerp-k4-s42 | - | - | - | - | - | not run |" in md
+
+
+def test_a_condition_whose_control_has_no_probes_is_not_run(suite, tmp_path):
+    write_probes(suite / "runs" / "lerp-k4-s7", "lerp-k4", DELTA)
+    build_report([suite], tmp_path / "rep")
+    probes = json.loads((tmp_path / "rep" / "report.json").read_text())["probes"]
+    assert probes["lerp-k4-s7"]["not_run"].startswith("its control softmax-s7 has no probes")
+
+
+def test_without_probes_the_report_has_no_probe_section(suite, tmp_path):
+    index = build_report([suite], tmp_path / "rep").read_text()
+    assert not (tmp_path / "rep" / "probes.md").exists() and "probes.md" not in index
+    assert "probes" not in json.loads((tmp_path / "rep" / "report.json").read_text())
+
+
+def test_probes_scored_at_another_batch_size_are_refused_naming_both_folders(suite, tmp_path, capsys):
+    write_probes(suite / "runs" / "softmax-s7", "softmax", 0.0)
+    write_probes(suite / "runs" / "lerp-k4-s7", "lerp-k4", DELTA, batch_size=8)
+    assert cli.main(["report", str(suite), "--out", str(tmp_path / "rep")]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("kinterval report: error: probes of lerp-k4-s7") and "batch_size differs" in err
+    assert str(suite / "runs" / "softmax-s7" / "probes" / "native") in err
+    assert not (tmp_path / "rep" / "index.md").exists()
