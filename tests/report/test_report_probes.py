@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from synthetic_results import write_results
 from kinterval import atomic, cli
 from kinterval.eval.probes import in_probeab, summarize
 from kinterval.report.build import build_report
+from kinterval.suite.gate import RECORD, gate
+from kinterval.suite.runner import run_suite
 
 DELTA = 0.5  # planted: every sample's NLL of the condition = softmax's + 0.5 (probe C: + the slope's share)
 SLOPE = 0.1  # planted probe C slope per doubling of the copied length L
@@ -114,3 +117,63 @@ def test_probes_scored_at_another_batch_size_are_refused_naming_both_folders(sui
     assert err.startswith("kinterval report: error: probes of lerp-k4-s7") and "batch_size differs" in err
     assert str(suite / "runs" / "softmax-s7" / "probes" / "native") in err
     assert not (tmp_path / "rep" / "index.md").exists()
+
+
+TINY = """
+name = "tiny"
+protocol = "tiny-cpu"
+corpus = "synthetic"
+seeds = [7]
+checkpoints = 2
+[overrides]
+"model.n_layer" = 1
+"model.n_head" = 2
+"model.n_embd" = 32
+"model.block_size" = 32
+"schedule.tokens" = 4_096
+"schedule.warmup_tokens" = 512
+"schedule.micro_batch" = 8
+"operator.backend" = "closed_form"
+[data]
+source = "synthetic"
+tokens = 20_000
+[eval]
+split = "val"
+[[group]]
+operators = ["softmax", "lerp-k4"]
+"""
+
+
+def test_the_gate_signs_off_the_probe_files_and_a_copy_is_held_against_them(tmp_path):
+    """A real (tiny) suite with probes: the full gate records their files in gate.json, ``--results-only``
+    checks a copy without checkpoints against them (one error for an edited probe file), and the report of
+    the copy has the probe table."""
+    (tmp_path / "tiny.toml").write_text(TINY)
+    out = tmp_path / "out"
+    res = run_suite(tmp_path / "tiny.toml", out, threads=1, log=lambda *_: None)
+    assert set(res.values()) == {"completed"}
+    write_probes(out / "runs" / "softmax-s7", "softmax", 0.0)
+    write_probes(out / "runs" / "lerp-k4-s7", "lerp-k4", DELTA)
+    rep = gate(out)
+    assert rep.ok, rep.errors
+    files = json.loads((out / RECORD).read_text())["files"]
+    for run in ("softmax-s7", "lerp-k4-s7"):
+        assert {f"runs/{run}/probes/native/{n}" for n in ("summary.json", "samples.jsonl")} <= set(files)
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("checkpoints", "data"))
+    assert gate(copy, results_only=True).ok
+    build_report([copy], tmp_path / "rep")
+    probes = json.loads((tmp_path / "rep" / "report.json").read_text())["probes"]
+    assert probes["lerp-k4-s7"]["reference"] == "softmax-s7"
+    edits = {
+        "summary.json": (b'"batch_size": 1', b'"batch_size": 8'),
+        "samples.jsonl": (b'"nll": 1', b'"nll": 2'),
+    }
+    for name, (was, now) in edits.items():
+        edited = tmp_path / f"edited-{name}"
+        shutil.copytree(copy, edited)
+        path = edited / "runs" / "lerp-k4-s7" / "probes" / "native" / name
+        assert was in path.read_bytes()
+        path.write_bytes(path.read_bytes().replace(was, now, 1))
+        (err,) = gate(edited, results_only=True).errors
+        assert f"runs/lerp-k4-s7/probes/native/{name}: differs from the bytes {RECORD} has" in err
