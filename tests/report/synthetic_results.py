@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kinterval import atomic
 from kinterval.suite.definition import load_suite
 from kinterval.suite.manifest import build_manifest, write_manifest
 
@@ -182,3 +183,48 @@ def write_graddiag(root: Path, manifest: dict, mean: Callable[[dict, int], dict 
             d.mkdir(parents=True, exist_ok=True)
             out = {"mean": m, "layers": [m], "step": step, "tokens": step * 1000, "n_blocks": 8}
             (d / f"step_{step:06d}.json").write_text(json.dumps(out))
+
+
+PROBE_SLOPE = 0.1  # planted probe C slope per doubling of the copied length L
+PROBE_FAMILIES = 12
+
+
+def _probe_rows(seed: int, shift: float) -> list[dict]:
+    """Sample rows of probes A, B and C (``kinterval probes``'s samples.jsonl), ``PROBE_FAMILIES`` families: a
+    softmax NLL per sample (the same for every run of a seed); a condition's (``shift`` > 0) adds ``shift``
+    (and for C, PROBE_SLOPE per doubling of L) and ±0.01 alternating over families and cells, which averages
+    out in every pooled row and slope: the planted values are the exact means, with intervals around them."""
+    base = np.random.default_rng(seed)
+    cells = [("A", d, c) for d in (64, 128) for c in ("induction", "control")]
+    cells += [("B", n, c) for n in (16, 32) for c in ("near", "far")]
+    cells += [("C", L, "copy") for L in (32, 64, 128)]
+    rows = []
+    for f in range(PROBE_FAMILIES):
+        for j, (probe, param, cond) in enumerate(cells):
+            nll = base.uniform(1, 4)
+            if shift > 0:
+                nll += shift + PROBE_SLOPE * np.log2(param / 32) * (probe == "C") + 0.01 * (-1) ** (f + j)
+                nll += 0.01 * (-1) ** f * (param == 128 and probe == "C")  # slopes that differ by family
+            rows.append({"probe": probe, "family": f, "condition": cond, "param": param,
+                         "nll": float(nll), "acc": float(base.uniform() < 0.5),
+                         "n_scored": 1})  # fmt: skip
+    return rows
+
+
+def write_probes(run_dir, operator: str, shift: float, seed: int = 7, batch_size: int = 1) -> None:
+    """``run_dir/probes/native`` as ``kinterval probes --run RUN`` writes it (the fields its summary.json
+    carries; the token sequences' hash shared by every run, as the same samples give). Every sample NLL of
+    the condition is its softmax's + ``shift`` (probe C: + PROBE_SLOPE per doubling of L)."""
+    from kinterval.eval.probes import summarize  # torch: only for the tests that write probes
+
+    out = run_dir / "probes" / "native"
+    out.mkdir(parents=True)
+    rows = _probe_rows(seed, shift)
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    (out / "samples.jsonl").write_bytes(data)
+    summary = {"run": str(run_dir), "operator": operator, "native_operator": operator,
+               "families": PROBE_FAMILIES, "copies": PROBE_FAMILIES, "seed": 0, "block_size": 1024,
+               "vocab_size": 50304, "batch_size": batch_size, "samples_sha256": "same samples",
+               "samples_jsonl_sha256": atomic.sha256_bytes(data), "skipped": {"A": [], "B": [], "C": []},
+               "table": summarize(rows, n_resamples=200)}  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -6,57 +6,16 @@ from __future__ import annotations
 import json
 import shutil
 
-import numpy as np
 import pytest
-from synthetic_results import write_results
+from synthetic_results import PROBE_SLOPE, write_probes, write_results
 
-from kinterval import atomic, cli
-from kinterval.eval.probes import in_probeab, summarize
+from kinterval import cli
+from kinterval.eval.probes import in_probeab
 from kinterval.report.build import build_report
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.runner import run_suite
 
-DELTA = 0.5  # planted: every sample's NLL of the condition = softmax's + 0.5 (probe C: + the slope's share)
-SLOPE = 0.1  # planted probe C slope per doubling of the copied length L
-FAMILIES = 12
-
-
-def _rows(seed: int, shift: float) -> list[dict]:
-    """Sample rows of probes A, B and C (``kinterval probes``'s samples.jsonl) for ``FAMILIES`` families: a
-    softmax NLL per sample (the same for every run of a seed); a condition's (``shift`` > 0) adds ``shift``
-    (and for C, SLOPE per doubling of L) and ±0.01 alternating over families and cells, which averages out
-    in every pooled row and slope: the planted values are the exact means, with intervals around them."""
-    base = np.random.default_rng(seed)
-    cells = [("A", d, c) for d in (64, 128) for c in ("induction", "control")]
-    cells += [("B", n, c) for n in (16, 32) for c in ("near", "far")]
-    cells += [("C", L, "copy") for L in (32, 64, 128)]
-    rows = []
-    for f in range(FAMILIES):
-        for j, (probe, param, cond) in enumerate(cells):
-            nll = base.uniform(1, 4)
-            if shift > 0:
-                nll += shift + SLOPE * np.log2(param / 32) * (probe == "C") + 0.01 * (-1) ** (f + j)
-                nll += 0.01 * (-1) ** f * (param == 128 and probe == "C")  # slopes that differ by family
-            rows.append({"probe": probe, "family": f, "condition": cond, "param": param,
-                         "nll": float(nll), "acc": float(base.uniform() < 0.5),
-                         "n_scored": 1})  # fmt: skip
-    return rows
-
-
-def write_probes(run_dir, operator: str, shift: float, seed: int = 7, batch_size: int = 1) -> None:
-    """``run_dir/probes/native`` as ``kinterval probes --run RUN`` writes it (the fields its summary.json
-    carries; the token sequences' hash shared by every run, as the same samples give)."""
-    out = run_dir / "probes" / "native"
-    out.mkdir(parents=True)
-    rows = _rows(seed, shift)
-    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
-    (out / "samples.jsonl").write_bytes(data)
-    summary = {"run": str(run_dir), "operator": operator, "native_operator": operator, "families": FAMILIES,
-               "copies": FAMILIES, "seed": 0, "block_size": 1024, "vocab_size": 50304,
-               "batch_size": batch_size, "samples_sha256": "same samples",
-               "samples_jsonl_sha256": atomic.sha256_bytes(data), "skipped": {"A": [], "B": [], "C": []},
-               "table": summarize(rows, n_resamples=200)}  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+DELTA = 0.5  # planted: every sample NLL of the condition = softmax's + 0.5 (probe C: + the slope's share)
 
 
 @pytest.fixture
@@ -81,7 +40,8 @@ def test_the_report_includes_the_probe_tables_against_the_same_seed_softmax(suit
         assert r["lo"] < want + 1e-9 and want - 1e-9 < r["hi"], r
         assert r["delta"] == pytest.approx(want, abs=1e-9), r
     (slope,) = [r for r in c["slopes"] if r["probe"] == "C"]
-    assert slope["lo"] < SLOPE - 1e-3 and SLOPE + 1e-3 < slope["hi"] and slope["params"] == [32, 64, 128]
+    assert slope["lo"] < PROBE_SLOPE - 1e-3 and PROBE_SLOPE + 1e-3 < slope["hi"]
+    assert slope["params"] == [32, 64, 128]
     # every other condition of the suite is listed, not run (no probes), never dropped
     runs = json.loads((suite / "manifest.json").read_text())["runs"]
     others = {r["run_id"] for r in runs if r["operator"] != "softmax"} - {"lerp-k4-s7"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from synthetic_results import write_graddiag, write_results
+from synthetic_results import write_graddiag, write_probes, write_results
 
 from kinterval.report.build import build_report
 from kinterval.stats import bh_q
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.xdist_group("reproduce")  # one worker builds the modul
 REPRODUCE = Path(__file__).resolve().parents[2] / "docs" / "reproduce.md"
 OFFSET = {7: -0.01, 42: -0.005, 253: 0.0, 1337: 0.005, 2026: 0.01}  # planted seed spread, mean 0
 SEED_SD = float(np.std(list(OFFSET.values()), ddof=1))
+PROBE_DELTA = 0.3  # planted probe NLL of lerp-k4-s7 minus softmax-s7's, every sample
 BASE = {"lerp": 0.4, "minmax-weight": 0.8, "minmax-prob": 0.5, "fwm-weight": 0.12, "fwm-prob": 0.05}
 
 
@@ -96,6 +97,8 @@ def report(tmp_path_factory):
         validation=validation,
     )
     write_graddiag(tmp / "D", json.loads((tmp / "D" / "manifest.json").read_text()), graddiag)
+    write_probes(tmp / "D" / "runs" / "softmax-s7", "softmax", 0.0)  # `kinterval probes`: the probe tables
+    write_probes(tmp / "D" / "runs" / "lerp-k4-s7", "lerp-k4", PROBE_DELTA)
     cover = {"n": 13, "block_size": 64, "shards_sha256": ["ef" * 32], "block_coverage": [0.0, 0.3] * 24}
     (tmp / "cover.json").write_text(json.dumps(cover))
     build_report([tmp / "D", tmp / "supp"], tmp / "rep", clean_blocks=[tmp / "cover.json"])
@@ -304,3 +307,15 @@ def test_gradient_decomposition_table(report):
         want = GRADDECOMP[0] if r["tokens"] == min(x["tokens"] for x in rows) else GRADDECOMP[1]
         assert r["terms"]["err_max_only"] == want["err_max_only"] and r["terms"]["norm_M"] == want["norm_M"]
     assert "0.361" in (rep / "graddecomp.md").read_text()
+
+
+def test_the_probe_table_recovers_the_planted_probe_delta(report):
+    rep, data = report
+    c = data["probes"]["lerp-k4-s7"]
+    nll = [r for r in c["deltas"] if r["metric"] == "nll" and r["param"] == "all" and r["probe"] in "AB"]
+    assert nll and all(r["lo"] <= PROBE_DELTA + 1e-9 and PROBE_DELTA - 1e-9 <= r["hi"] for r in nll)
+    assert sum("not_run" in v for v in data["probes"].values()) == len(data["probes"]) - 1
+    assert (
+        "| lerp-k4-s7 | softmax-s7 (softmax) | B | nll | all | all | +0.3000 |"
+        in (rep / "probes.md").read_text()
+    )
