@@ -15,6 +15,7 @@ from kinterval.report.build import build_report
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.runner import run_suite
 
+NOT_EVALUATED = ("softmax-s42", "lerp-k16-s7")
 DELTA = 0.5  # planted: every sample NLL of the condition = softmax's + 0.5 (probe C: + the slope's share)
 
 
@@ -56,11 +57,19 @@ def test_the_report_includes_the_probe_tables_against_the_same_seed_softmax(suit
     assert "| lerp-k4-s42 | - | - | - | - | - | not run |" in md
 
 
-def test_a_condition_whose_control_has_no_probes_is_not_run(suite, tmp_path):
-    write_probes(suite / "runs" / "lerp-k4-s7", "lerp-k4", DELTA)
-    build_report([suite], tmp_path / "rep")
+def test_a_condition_whose_control_has_no_probes_or_that_has_no_control_is_not_run(tmp_path):
+    """Probes of a run whose softmax has none, of a run whose softmax was never evaluated (no control: the
+    ΔNLL pairing's), and of a run never evaluated itself: each listed as not run, with why."""
+    root = tmp_path / "ci"
+    write_results(root, "ci", lambda r, f: 0.0, n_blocks=16, runs=lambda r: r["run_id"] not in NOT_EVALUATED)
+    for run in ("lerp-k4-s7", "lerp-k4-s42", "lerp-k16-s7"):
+        write_probes(root / "runs" / run, run.rsplit("-", 1)[0], DELTA, seed=int(run.rsplit("-s", 1)[1]))
+    build_report([root], tmp_path / "rep")
     probes = json.loads((tmp_path / "rep" / "report.json").read_text())["probes"]
     assert probes["lerp-k4-s7"]["not_run"].startswith("its control softmax-s7 has no probes")
+    assert probes["lerp-k4-s42"]["not_run"] == "no same-seed softmax control"
+    assert probes["lerp-k16-s7"]["not_run"] == "not evaluated"
+    assert all("not_run" in v for v in probes.values())
 
 
 def test_without_probes_the_report_has_no_probe_section(suite, tmp_path):

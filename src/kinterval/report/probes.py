@@ -32,6 +32,7 @@ def probe_comparisons(results, pairing) -> dict[str, dict]:
         return {}
     from kinterval.eval.probes import compare_probes  # torch, only for a report that has probes
 
+    evaluated = {r.suite: set(r.runs()) for r in results}
     control = {(x.point.suite, x.point.run_id): (x.control.suite, x.control.run_id) for x in pairing.pairs}
     suites_of: dict[str, set[str]] = {}
     for suite, rid in rows:
@@ -47,8 +48,9 @@ def probe_comparisons(results, pairing) -> dict[str, dict]:
         ref = _probe_dir(*rows[ctrl]) if ctrl else None
         if not (mine / "summary.json").is_file():
             out[cond] = dict(entry, not_run=f"no probes ({PROBES.as_posix()}: `kinterval probes --run RUN`)")
-        elif ctrl is None:
-            out[cond] = dict(entry, not_run="no same-seed softmax control")
+        elif ctrl is None:  # unpaired.md says why, for a run with evaluations
+            why = "no same-seed softmax control" if rid in evaluated[suite] else "not evaluated"
+            out[cond] = dict(entry, not_run=why)
         elif not (ref / "summary.json").is_file():
             out[cond] = dict(entry, not_run=f"its control {name(*ctrl)} has no probes ({PROBES.as_posix()})")
         else:
