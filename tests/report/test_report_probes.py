@@ -53,8 +53,16 @@ def test_the_report_includes_the_probe_tables_against_the_same_seed_softmax(suit
     line = next(x for x in md.splitlines() if "| A | nll | all | induction |" in x)
     assert line.startswith("| lerp-k4-s7 | softmax-s7 (softmax) |") and "| +0.50" in line
     assert line.endswith("| tab:probeab |")
-    assert "| C | nll | slope vs log2 [32, 64, 128] | copy | +0.1" in md
-    assert "| lerp-k4-s42 | - | - | - | - | - | not run |" in md
+    assert "| C | nll | slope vs log2 [32, 64, 128] | copy | - | +0.1" in md
+    assert "| lerp-k4-s42 | - | - | - | - | - | - | not run |" in md
+    # the reference's absolute value (the paper's softmax row) beside each difference
+    head = [
+        x.strip()
+        for x in next(x for x in md.splitlines() if x.startswith("| Condition")).strip("|").split("|")
+    ]
+    cells = [x.strip() for x in line.strip("|").split("|")]
+    ref = next(r for r in ab if (r["probe"], r["metric"]) == ("A", "nll"))
+    assert cells[head.index("Reference value")] == f"{ref['reference']:.4f}"
 
 
 def test_a_condition_whose_control_has_no_probes_or_that_has_no_control_is_not_run(tmp_path):

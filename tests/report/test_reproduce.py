@@ -315,7 +315,8 @@ def test_the_probe_table_recovers_the_planted_probe_delta(report):
     nll = [r for r in c["deltas"] if r["metric"] == "nll" and r["param"] == "all" and r["probe"] in "AB"]
     assert nll and all(r["lo"] <= PROBE_DELTA + 1e-9 and PROBE_DELTA - 1e-9 <= r["hi"] for r in nll)
     assert sum("not_run" in v for v in data["probes"].values()) == len(data["probes"]) - 1
+    ref = next(r["reference"] for r in nll if r["probe"] == "B")  # softmax's absolute NLL, then the delta
     assert (
-        "| lerp-k4-s7 | softmax-s7 (softmax) | B | nll | all | all | +0.3000 |"
+        f"| lerp-k4-s7 | softmax-s7 (softmax) | B | nll | all | all | {ref:.4f} | +0.3000 |"
         in (rep / "probes.md").read_text()
     )

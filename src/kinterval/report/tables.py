@@ -553,24 +553,31 @@ def probe_rows(comparisons: dict) -> tuple[list[str], list[list[str]]]:
     length L), in its columns; a condition without probes is "not run" with the reason."""
     from kinterval.eval.probes import in_probeab, interval_text
 
-    headers = ["Condition", "Reference", "Probe", "Metric", "Param", "Sample", "Δ vs reference", "95% CI"]
-    headers += ["n", "Table (or why not run)"]
+    headers = ["Condition", "Reference", "Probe", "Metric", "Param", "Sample", "Reference value"]
+    headers += ["Δ vs reference", "95% CI", "n", "Table (or why not run)"]
     out = []
     for name, c in comparisons.items():
         if "not_run" in c:
-            out.append([name, "-", "-", "-", "-", "-", "not run", "-", "-", c["not_run"]])
+            out.append([name, "-", "-", "-", "-", "-", "-", "not run", "-", "-", c["not_run"]])
             continue
         ref = f"{c['reference']} ({c['reference_operator']})"
         for r in c["deltas"]:
             table = "tab:probeab" if in_probeab(r) else "tab:probec" if r["probe"] == "C" else None
             if table:
                 ivl = interval_text(r["lo"], r["hi"], signed=True)
-                cells = [r["probe"], r["metric"], str(r["param"]), r["condition"], num(r["delta"]), ivl]
+                cells = [
+                    r["probe"],
+                    r["metric"],
+                    str(r["param"]),
+                    r["condition"],
+                    num(r["reference"], signed=False),
+                ]
+                cells += [num(r["delta"]), ivl]  # the reference's absolute value: the tables' softmax row
                 out.append([name, ref, *cells, str(r["n"]), table])
         for r in c["slopes"]:
             if r["probe"] == "C":
                 param = f"slope vs log2 {r['params']}"
                 ivl = interval_text(r["lo"], r["hi"], signed=True)
-                cells = [r["probe"], r["metric"], param, r["condition"], num(r["slope"]), ivl]
+                cells = [r["probe"], r["metric"], param, r["condition"], "-", num(r["slope"]), ivl]
                 out.append([name, ref, *cells, f"{r['n_families']} families", "tab:probec"])
     return headers, out
