@@ -143,6 +143,11 @@ def agreed(info: DistInfo, catch: tuple[type[Exception], ...] = (ValueError, OSE
         raise error
 
 
+# C++ references to a tensor (a private method; without it, only the Python references are watched). Looked
+# up on the class: a bound method would itself hold a reference to the tensor it waits on.
+_use_count = getattr(torch.Tensor, "_use_count", lambda tensor: 1)
+
+
 def _all_reduce_released(tensor: torch.Tensor, timeout_s: float = 60.0) -> None:
     """``dist.all_reduce(tensor)``, then on gloo (CPU) wait, the GIL released, until its worker thread has
     dropped its references to ``tensor``.
@@ -158,7 +163,7 @@ def _all_reduce_released(tensor: torch.Tensor, timeout_s: float = 60.0) -> None:
     if tensor.device.type != "cpu":
         return
     deadline = time.monotonic() + timeout_s
-    while (tensor._use_count() > 1 or sys.getrefcount(tensor) > held) and time.monotonic() < deadline:
+    while (_use_count(tensor) > 1 or sys.getrefcount(tensor) > held) and time.monotonic() < deadline:
         time.sleep(0.001)
 
 
