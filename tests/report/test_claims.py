@@ -242,6 +242,15 @@ def test_claims_say_detectable_for_a_ci_that_excludes_zero_not_separated(tmp_pat
     assert [x.strip() for x in drow.strip("|").split("|")][dcols.index("Separated (lo > +0.01)")] == "no"
 
 
+def test_claims_separated_is_the_ci_test_not_the_verdict(tmp_path):
+    """report.json's `separated` is whether the CI excludes zero, whatever the claim's verdict: a claim that
+    agrees with a CI that includes zero is not separated; one that disagrees, its CI excluding zero, is."""
+    claims, _ = _suite(tmp_path, dict(PLANTED, **{"lerp-k32": 0.0, "lerp-k32[range_grad=detach]": -0.5}))
+    noise, detach = claims["LERP K32 within noise of softmax"], claims["LERP K32: detach − full > 0"]
+    assert (noise["status"], noise["detectable"], noise["separated"]) == ("agrees", False, False)
+    assert (detach["status"], detach["detectable"], detach["separated"]) == ("disagrees", True, True)
+
+
 N = 48
 
 
