@@ -129,6 +129,8 @@ def test_no_progress_is_accepted_wherever_quiet_is(argv):
         (["ops", "verify", "--K", "4,", "16"], "K", [4, 16]),
         (["tau-screen", "--run", "R", "--K", "4,8"], "K", [4, 8]),
         (["tau-screen", "--run", "R", "--taus", "4,6.5", "8"], "taus", [4.0, 6.5, 8.0]),
+        (["ops", "verify", "--K", "4", ",", "16"], "K", [4, 16]),  # a comma of its own: `--K 4 , 16`
+        (["ops", "verify", "--K", "4, 16, "], "K", [4, 16]),  # quoted, a space after each comma
     ],
 )
 def test_number_lists_take_commas_as_the_other_lists_do(argv, dest, want):
