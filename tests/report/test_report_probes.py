@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from synthetic_results import PROBE_SLOPE, write_probes, write_results
 
 from kinterval import cli
+from kinterval import suite as suite_package
 from kinterval.eval.probes import in_probeab
 from kinterval.report.build import build_report
 from kinterval.suite.gate import RECORD, gate
@@ -78,6 +80,26 @@ def test_a_condition_whose_control_has_no_probes_or_that_has_no_control_is_not_r
     assert probes["lerp-k4-s42"]["not_run"] == "no same-seed softmax control"
     assert probes["lerp-k16-s7"]["not_run"] == "not evaluated"
     assert all("not_run" in v for v in probes.values())
+
+
+def test_two_suites_with_the_same_run_ids_keep_both_probe_conditions(tmp_path):
+    """Two folders run the same run ids (ci and a copy at half the tokens under another name): each condition
+    is named ``suite/run_id`` and compared with its own suite's softmax, none overwriting the other."""
+    text = (Path(suite_package.__file__).parent / "suites" / "ci.toml").read_text()
+    text = text.replace('name = "ci"', 'name = "ci2"', 1).replace("= 24_576", "= 12_288", 1)
+    (tmp_path / "ci2.toml").write_text(text)
+    for folder, suite, delta in (("a", "ci", DELTA), ("b", tmp_path / "ci2.toml", 2 * DELTA)):
+        write_results(tmp_path / folder, suite, lambda r, f: 0.0, n_blocks=16, data="../data")
+        write_probes(tmp_path / folder / "runs" / "softmax-s7", "softmax", 0.0)
+        write_probes(tmp_path / folder / "runs" / "lerp-k4-s7", "lerp-k4", delta)
+    build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "rep")
+    probes = json.loads((tmp_path / "rep" / "report.json").read_text())["probes"]
+    assert "lerp-k4-s7" not in probes
+    for suite, delta in (("ci", DELTA), ("ci2", 2 * DELTA)):
+        c = probes[f"{suite}/lerp-k4-s7"]
+        assert (c["run"], c["reference"]) == (f"{suite}/lerp-k4-s7", f"{suite}/softmax-s7")
+        nll = [r["delta"] for r in c["deltas"] if in_probeab(r) and r["metric"] == "nll"]
+        assert nll and nll == pytest.approx([delta] * len(nll), abs=1e-9)
 
 
 def test_without_probes_the_report_has_no_probe_section(suite, tmp_path):
