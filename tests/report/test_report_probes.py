@@ -82,6 +82,23 @@ def test_a_condition_whose_control_has_no_probes_or_that_has_no_control_is_not_r
     assert all("not_run" in v for v in probes.values())
 
 
+def test_probe_c_rows_at_each_copied_length_are_in_tab_probec(suite, tmp_path):
+    """Probe C's difference at each copied length L stands in tab:probec beside its slope, one row a
+    (metric, L, sample) of report.json's deltas."""
+    write_probes(suite / "runs" / "softmax-s7", "softmax", 0.0)
+    write_probes(suite / "runs" / "lerp-k4-s7", "lerp-k4", DELTA)
+    build_report([suite], tmp_path / "rep")
+    c = json.loads((tmp_path / "rep" / "report.json").read_text())["probes"]["lerp-k4-s7"]
+    want = [r for r in c["deltas"] if r["probe"] == "C"]
+    assert {r["param"] for r in want} >= {32, 64, 128}
+    md = (tmp_path / "rep" / "probes.md").read_text().splitlines()
+    rows = [x for x in md if x.startswith("| lerp-k4-s7 | softmax-s7 (softmax) | C |") and "slope" not in x]
+    assert len(rows) == len(want) and all(x.endswith("| tab:probec |") for x in rows)
+    for r in want:
+        cells = f"| C | {r['metric']} | {r['param']} | {r['condition']} | {r['reference']:.4f} |"
+        assert any(cells in x for x in rows), r
+
+
 def test_two_suites_with_the_same_run_ids_keep_both_probe_conditions(tmp_path):
     """Two folders run the same run ids (ci and a copy at half the tokens under another name): each condition
     is named ``suite/run_id`` and compared with its own suite's softmax, none overwriting the other."""
