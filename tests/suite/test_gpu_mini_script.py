@@ -269,6 +269,19 @@ def test_check_refuses_a_pin_whose_code_breaks_the_sitting_s_commands(checkout):
     assert "ImportError: not in the pin" in (checkout / ".mini" / "smoke.log").read_text()
 
 
+def test_check_smoke_runs_the_merge_too(checkout):
+    """The smoke runs every command of the sitting through to the merge: a pin whose merge alone fails (data
+    prepare, the suite and the gate all pass) is not ready."""
+    shutil.copytree(REPO / "src", checkout / "pin" / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    broken = checkout / "pin" / "src" / "kinterval" / "suite" / "merge.py"
+    broken.write_text(
+        broken.read_text() + "\n\ndef merge(src, dst):\n    raise ValueError('merge broken in the pin')\n"
+    )
+    rc, log, _ = _script(checkout, "check", "quick", extra={"PIN": "pin", "SMOKE": "1"})
+    assert rc == 2 and "not ready" in log and "the sitting's commands failed on this CPU" in log, log
+    assert "merge broken in the pin" in (checkout / ".mini" / "smoke.log").read_text()
+
+
 def test_nothing_to_do_once_the_results_folder_signs_off_every_run(checkout):
     suite, res = checkout / "quick.toml", checkout / "results" / "quick"
     rc, log, _ = _script(checkout, "check", "quick")
