@@ -16,6 +16,7 @@ from kinterval.eval.probes import in_probeab
 from kinterval.report.build import build_report
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.runner import run_suite
+from tiny_suite import tiny_suite
 
 NOT_EVALUATED = ("softmax-s42", "lerp-k16-s7")
 DELTA = 0.5  # planted: every sample NLL of the condition = softmax's + 0.5 (probe C: + the slope's share)
@@ -135,29 +136,13 @@ def test_probes_scored_at_another_batch_size_are_refused_naming_both_folders(sui
     assert not (tmp_path / "rep" / "index.md").exists()
 
 
-TINY = """
-name = "tiny"
-protocol = "tiny-cpu"
-corpus = "synthetic"
-seeds = [7]
-checkpoints = 2
-[overrides]
-"model.n_layer" = 1
-"model.n_head" = 2
-"model.n_embd" = 32
-"model.block_size" = 32
-"schedule.tokens" = 4_096
-"schedule.warmup_tokens" = 512
-"schedule.micro_batch" = 8
-"operator.backend" = "closed_form"
-[data]
-source = "synthetic"
-tokens = 20_000
-[eval]
-split = "val"
+TINY = tiny_suite(
+    """
 [[group]]
 operators = ["softmax", "lerp-k4"]
-"""
+""",
+    geometry=False,
+)
 
 
 def test_the_gate_signs_off_the_probe_files_and_a_copy_is_held_against_them(tmp_path):

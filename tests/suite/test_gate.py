@@ -15,31 +15,12 @@ from kinterval.cli import main
 from kinterval.stats import block_bootstrap_ci, block_length
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.runner import run_suite
+from tiny_suite import tiny_suite
 
 pytestmark = pytest.mark.xdist_group("gate")  # one worker builds the module fixture
 
-TINY = """
-name = "tiny"
-protocol = "tiny-cpu"
-corpus = "synthetic"
-seeds = [7]
-checkpoints = 2
-[overrides]
-"model.n_layer" = 1
-"model.n_head" = 2
-"model.n_embd" = 32
-"model.block_size" = 32
-"schedule.tokens" = 4_096
-"schedule.warmup_tokens" = 512
-"schedule.micro_batch" = 8
-"operator.backend" = "closed_form"
-[data]
-source = "synthetic"
-tokens = 20_000
-[eval]
-split = "val"
-geometry = true
-geometry_blocks = 2
+TINY = tiny_suite(
+    """
 [[group]]
 name = "softmax"
 operators = ["softmax"]
@@ -48,6 +29,7 @@ name = "lerp"
 operators = ["lerp-k4"]
 seeds = [7, 42]
 """
+)
 RUN = "lerp-k4-s7"
 
 

@@ -14,36 +14,20 @@ from kinterval.cli import main
 from kinterval.suite.gate import gate
 from kinterval.suite.manifest import read_manifest, same_data_dir
 from kinterval.suite.runner import run_suite
+from tiny_suite import tiny_suite
 
 # the tests share module-scoped state: one pytest-xdist worker runs them in order
 pytestmark = pytest.mark.xdist_group("relocate")
 
-TINY = """
-name = "tiny-move"
-protocol = "tiny-cpu"
-corpus = "synthetic"
-seeds = [7]
-checkpoints = 2
-[overrides]
-"model.n_layer" = 1
-"model.n_head" = 2
-"model.n_embd" = 32
-"model.block_size" = 32
-"schedule.tokens" = 2_048
-"schedule.warmup_tokens" = 512
-"schedule.micro_batch" = 8
-"operator.backend" = "closed_form"
-[data]
-source = "synthetic"
-tokens = 20_000
-[eval]
-split = "val"
-geometry = true
-geometry_blocks = 2
+TINY = tiny_suite(
+    """
 [[group]]
 name = "lerp"
 operators = ["lerp-k4"]
-"""
+""",
+    name="tiny-move",
+    tokens=2_048,
+)
 RUN = "lerp-k4-s7"
 
 
