@@ -34,6 +34,7 @@ def product_files() -> list[Path]:
 def test_the_scan_sees_the_suites_and_docs():
     names = {p.relative_to(ROOT).as_posix() for p in product_files()}
     assert "src/kinterval/suite/suites/mini.toml" in names and "docs/measurement.md" in names
+    assert not [n for n in names if ".egg-info/" in n]  # pip's build record of an installed checkout
     assert MACHINE_PATH.search("--source bin:/data/docs") and MACHINE_PATH.search("see ../shared/x")
     assert not MACHINE_PATH.search("--source bin:data/docs  runs/mini  data/tmp/x")
 
