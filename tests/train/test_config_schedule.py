@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import torch
 
 from kinterval.train.config import TrainConfig, shipped_configs
 from kinterval.train.schedule import checkpoint_steps, lr_at, make_plan
@@ -60,6 +61,9 @@ def test_all_shipped_configs_load():
         ("operator.backend", "cuda", "operator.backend must be one of"),
         ("model.preset", "gpt9", "model.preset must be one of"),
         ("device", "tpu", "device must be one of"),
+        ("device", "cuda:x", r"device must be one of .* or cuda:N"),
+        ("device", "cuda:-1", r"device must be one of .* or cuda:N"),
+        ("device", 0, r"device must be one of .* or cuda:N"),
         ("optim.decay", "all", "optim.decay must be one of"),
         ("schedule.warmup_tokens", 10**9, "warmup_tokens"),
         ("data.verify", 1, "data.verify must be true or false"),
@@ -77,6 +81,30 @@ def test_bad_values_are_named(field, value, message):
     cfg = TrainConfig().override({"data.dir": "x", field: value})
     with pytest.raises(ValueError, match=message):
         cfg.validate()
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:3"])
+def test_a_run_names_one_gpu_of_several(device):
+    TrainConfig().override({"data.dir": "x", "device": device}).validate()
+
+
+def test_cuda_n_sets_the_current_device_and_is_refused_under_torchrun(monkeypatch):
+    """A single process on cuda:N makes it the current device (library calls that take the current device
+    take it); under torchrun each rank takes cuda:LOCAL_RANK, so an index is refused, not ignored."""
+    from kinterval.train import distributed as D
+
+    chosen = []
+    monkeypatch.setattr(D, "pick_device", lambda name: torch.device(name))
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert D.setup("cuda:1").device == torch.device("cuda", 1)
+    assert chosen == [torch.device("cuda", 1)]
+    assert D.setup("cuda").device == torch.device("cuda") and len(chosen) == 1
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ValueError, match="torchrun: each rank trains on cuda:LOCAL_RANK; pass --device cuda"):
+        D.setup("cuda:1")
+    assert len(chosen) == 1
 
 
 def test_unknown_fields_and_missing_data(tmp_path):

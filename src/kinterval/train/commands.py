@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     p.add_argument("--backend", help="auto | reference | closed_form | triton")
     p.add_argument("--tokens", type=int, help="token budget (rounded up to whole steps)")
     p.add_argument("--seed", type=int, help="seed of the weights and the data order (config: seed)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="config: device")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N (config: device)")
     p.add_argument("--micro-batch", type=int, help="sequences per forward pass")
     p.add_argument("--accum", type=int, help="micro-batches per step per process")
     p.add_argument("--block-size", type=int, help="sequence length T")

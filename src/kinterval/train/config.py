@@ -7,6 +7,7 @@ A TOML file mirrors the sections below (``[model]``, ``[operator]``, ``[data]``,
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
@@ -20,7 +21,7 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - python 3.10
     import tomli as tomllib
 
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda")  # suite runs; a single run also takes "cuda:N"
 STRATEGIES = ("ddp", "fsdp2")
 DECAY_POLICIES = ("nanogpt", "matrices")
 
@@ -184,7 +185,7 @@ class TrainConfig:
             )
         operator_name(self.operator.name)  # raises ValueError with the valid forms
         _choice("operator.backend", self.operator.backend, ATTENTION_BACKENDS)
-        _choice("device", self.device, DEVICES)
+        check_device(self.device)
         _choice("dist.strategy", self.dist.strategy, STRATEGIES)
         _choice("optim.decay", self.optim.decay, DECAY_POLICIES)
         check_seed(self.seed, "seed")  # [0, 2^32): torch, numpy's legacy RNG
@@ -263,6 +264,13 @@ def _build(cls, d: dict, prefix: str):
         else:
             kwargs[name] = value
     return cls(**kwargs)
+
+
+def check_device(name) -> None:
+    """A run's ``device``: one of DEVICES or ``cuda:N`` (one GPU of several; under torchrun each rank takes
+    ``cuda:LOCAL_RANK`` instead, so ``cuda`` is the name to give there)."""
+    if not (name in DEVICES or (isinstance(name, str) and re.fullmatch(r"cuda:\d+", name))):
+        raise ValueError(f"device must be one of {list(DEVICES)} or cuda:N, got {name!r}")
 
 
 def _choice(name, value, choices) -> None:

@@ -63,7 +63,14 @@ def setup(device_name: str) -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     device = pick_device(device_name)
     if world <= 1:
+        if device.type == "cuda" and device.index is not None:
+            torch.cuda.set_device(device)  # cuda:N: library calls that take the current device take this one
         return DistInfo(device=device)
+    if device.type == "cuda" and device.index is not None:
+        raise ValueError(
+            f"device {device_name!r} under torchrun: each rank trains on cuda:LOCAL_RANK; pass --device cuda "
+            "(and CUDA_VISIBLE_DEVICES to choose the GPUs)"
+        )
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if device.type == "cuda":
         device = torch.device("cuda", local_rank)
@@ -115,7 +122,7 @@ def grad_sync(model: torch.nn.Module, enabled: bool):
 def mean_across(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     if info.distributed:
         value = value.clone()
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        _all_reduce_released(value)  # a SUM; released like ``agreed``'s flags (a refusal may follow a log)
         value /= info.world_size
     return value
 

@@ -663,7 +663,7 @@ def calibration_grad(r, x, t, E_r, E_r1, cD, row, SHORT: tl.constexpr):
     three non-negative terms in seven operations per score instead of twelve ((1-t) e^{-h} is one fma).
     Regrouping the first two as u ((1-t) e^{-h} + t) - t/K saves one more but cancels where e^{-h} and
     Delta rho are small (wide rows). The dQ kernel takes SHORT up to D = 64: at D = 128 its schedule made
-    ptxas spill (benchmarks/results/kernels-2026-11-28b/NOTES.md)."""
+    ptxas spill (dQ, measured by benchmarks/kernel_resources.py: bf16 0 -> 20 B, TF32 128 -> 188 B)."""
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
     if SHORT:
         u = 1.0 - r * inv_k
@@ -1155,7 +1155,7 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     # eq. (2)'s self term and the row sum of gamma dw/dM (eq. 1) are linear in gamma = (g - D)/W^at: FOLD
     # sums both with W^at gamma and scales the row sums and dq by 1/W^at once, one product per score less.
     # Not for BF16-exp (it rounds gamma itself to bf16: score_grad), nor for MinMax's G_M sum in fp32 at
-    # D = 128, where ptxas spilled more (benchmarks/results/kernels-2026-11-28c/NOTES.md).
+    # D = 128, where ptxas spilled more (benchmarks/kernel_resources.py, TF32 D = 128).
     LOW: tl.constexpr = Q.dtype.element_ty.primitive_bitwidth < 32  # bf16 / fp16 inputs
     FOLD: tl.constexpr = OP[5] != 1 and (BLOCK_D <= 64 or not GRAD[2] or LOW)
 
