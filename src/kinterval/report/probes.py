@@ -14,8 +14,29 @@ from kinterval.report.results import REFERENCES
 PROBES = Path("probes") / "native"  # the default output of `kinterval probes --run RUN`
 
 
+NO_PROBES = f"no probes ({PROBES.as_posix()}: `kinterval probes --run RUN`)"
+
+
 def _probe_dir(r, row: dict) -> Path:
     return r.dir / row["run_dir"] / PROBES
+
+
+def compare_pair(cond: str, entry: dict, mine: Path, ref_name: str, ref: Path, ref_run: str) -> dict:
+    """Probes ``mine`` (condition ``cond``) vs those of its control ``ref`` (named ``ref_name``, the run
+    ``ref_run``): ``compare_probes``'s result with ``run``, ``reference`` and ``reference_run``, or ``entry``
+    with ``not_run`` when either has no probes. ``ValueError`` naming both folders when they cannot be
+    paired."""
+    if not (mine / "summary.json").is_file():
+        return dict(entry, not_run=NO_PROBES)
+    if not (ref / "summary.json").is_file():
+        return dict(entry, not_run=f"its control {ref_name} has no probes ({PROBES.as_posix()})")
+    from kinterval.eval.probes import compare_probes  # torch, only for a report that has probes
+
+    try:
+        res = compare_probes(mine, ref)
+    except ValueError as err:  # compare_probes names a field, not always the folders
+        raise ValueError(f"probes of {cond} ({mine}) vs {ref_name} ({ref}): {err}") from None
+    return dict({"run": entry["run"], "reference": ref_name, "reference_run": ref_run}, **res)
 
 
 def probe_comparisons(results, pairing) -> dict[str, dict]:
@@ -30,8 +51,6 @@ def probe_comparisons(results, pairing) -> dict[str, dict]:
     rows = {(r.suite, row["run_id"]): (r, row) for r in results for row in r.manifest["runs"]}
     if not any((_probe_dir(r, row) / "summary.json").is_file() for r, row in rows.values()):
         return {}
-    from kinterval.eval.probes import compare_probes  # torch, only for a report that has probes
-
     evaluated = {r.suite: set(r.runs()) for r in results}
     control = {(x.point.suite, x.point.run_id): (x.control.suite, x.control.run_id) for x in pairing.pairs}
     suites_of: dict[str, set[str]] = {}
@@ -45,19 +64,9 @@ def probe_comparisons(results, pairing) -> dict[str, dict]:
         cond, mine = name(suite, rid), _probe_dir(r, row)
         entry = {"operator": row["operator"], "run": f"{suite}/{rid}"}
         ctrl = control.get((suite, rid))
-        ref = _probe_dir(*rows[ctrl]) if ctrl else None
-        if not (mine / "summary.json").is_file():
-            out[cond] = dict(entry, not_run=f"no probes ({PROBES.as_posix()}: `kinterval probes --run RUN`)")
-        elif ctrl is None:  # unpaired.md says why, for a run with evaluations
+        if ctrl is None:  # unpaired.md says why, for a run with evaluations
             why = "no same-seed softmax control" if rid in evaluated[suite] else "not evaluated"
-            out[cond] = dict(entry, not_run=why)
-        elif not (ref / "summary.json").is_file():
-            out[cond] = dict(entry, not_run=f"its control {name(*ctrl)} has no probes ({PROBES.as_posix()})")
+            out[cond] = dict(entry, not_run=why if (mine / "summary.json").is_file() else NO_PROBES)
         else:
-            try:
-                res = compare_probes(mine, ref)
-            except ValueError as err:  # compare_probes names a field, not always the folders
-                raise ValueError(f"probes of {cond} ({mine}) vs {name(*ctrl)} ({ref}): {err}") from None
-            runs = {"run": entry["run"], "reference": name(*ctrl), "reference_run": "/".join(ctrl)}
-            out[cond] = dict(runs, **res)
+            out[cond] = compare_pair(cond, entry, mine, name(*ctrl), _probe_dir(*rows[ctrl]), "/".join(ctrl))
     return out
