@@ -4,8 +4,10 @@ among them, from their own evaluations, without a suite."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
+from synthetic_results import write_probes
 
 from kinterval.cli import main
 
@@ -138,3 +140,75 @@ def test_no_note_for_an_unrecorded_training_data_or_another_execution_field(runs
     path.write_text(json.dumps(s))
     assert main(["report", "--runs", str(runs / "soft"), str(older), "--out", str(runs / "rep_older")]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+PROBE_DELTA = 0.5  # planted: every probe sample NLL of lerp-k4 = the control's + 0.5 (probe C: + the slope)
+
+
+@pytest.fixture
+def probe_runs(runs, tmp_path):
+    """Copies of the runs soft, lerp and fwm (the module's stay without probes) and ``probes(name, ...)``: its
+    ``kinterval probes`` output, as :func:`write_probes` writes it."""
+    for name in ("soft", "lerp", "fwm"):
+        shutil.copytree(runs / name, tmp_path / name)
+    op = {"soft": "softmax", "lerp": "lerp-k4", "fwm": "fwm-prob-k4"}
+    return tmp_path, lambda name, delta=0.0, **kw: write_probes(tmp_path / name, op[name], delta, **kw)
+
+
+def test_runs_with_probes_get_the_probe_table_against_the_control(runs, probe_runs):
+    """The probes of a run against the control's, as a suite's report pairs them (probes.md, probes.tex, an
+    index.md section, ``probes``); a run without probes is listed "not run"; a later report of runs without
+    probes takes the table away again."""
+    from kinterval.eval.probes import in_probeab
+    from kinterval.report.runs_report import runs_report
+
+    root, probes = probe_runs
+    probes("soft")
+    probes("lerp", PROBE_DELTA)
+    out = root / "rep"
+    rep = runs_report([root / "soft", root / "lerp", root / "fwm"], out)
+    c = rep["probes"]["lerp-k4"]
+    assert (c["operator"], c["reference_operator"], c["reference"]) == ("lerp-k4", "softmax", "soft")
+    assert (c["run"], c["reference_run"]) == (str(root / "lerp"), str(root / "soft"))
+    nll = [r["delta"] for r in c["deltas"] if in_probeab(r) and r["metric"] == "nll"]
+    assert nll and nll == pytest.approx([PROBE_DELTA] * len(nll), abs=1e-9)
+    assert rep["probes"]["fwm-prob-k4"]["not_run"].startswith("no probes (probes/native")
+    md = (out / "probes.md").read_text()
+    line = next(x for x in md.splitlines() if "| A | nll | all | induction |" in x)
+    assert line.startswith("| lerp-k4 | soft (softmax) |") and line.endswith("| tab:probeab |")
+    assert "| fwm-prob-k4 | - | - | - | - | - | - | not run |" in md
+    assert "tab:probec" in (out / "probes.tex").read_text()
+    index = (out / "index.md").read_text()
+    assert "### Synthetic probes vs the control" in index and "[Markdown](probes.md)" in index
+    assert index.index("delta.png") < index.index("probes.md")
+    # the same folder, runs without probes: the report of today, no probe table left behind
+    rep = runs_report([runs / "soft", runs / "lerp"], out)
+    assert "probes" not in rep and not (out / "probes.md").exists() and not (out / "probes.tex").exists()
+    assert "probes" not in (out / "index.md").read_text()
+
+
+def test_a_run_whose_control_has_no_probes_is_not_run(probe_runs):
+    from kinterval.report.runs_report import runs_report
+
+    root, probes = probe_runs
+    probes("lerp", PROBE_DELTA)
+    rep = runs_report([root / "soft", root / "lerp", root / "fwm"], root / "rep")
+    assert rep["probes"]["lerp-k4"] == {
+        "operator": "lerp-k4",
+        "run": str(root / "lerp"),
+        "not_run": "its control soft has no probes (probes/native)",
+    }
+    assert rep["probes"]["fwm-prob-k4"]["not_run"].startswith("no probes")
+    assert "| lerp-k4 | - | - | - | - | - | - | not run |" in (root / "rep" / "probes.md").read_text()
+
+
+def test_probes_that_cannot_be_paired_are_one_error_line_naming_both_folders(probe_runs, capsys):
+    root, probes = probe_runs
+    probes("soft")
+    probes("lerp", PROBE_DELTA, batch_size=8)
+    out = root / "rep"
+    assert main(["report", "--runs", str(root / "soft"), str(root / "lerp"), "--out", str(out)]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("kinterval report: error: probes of lerp-k4") and "batch_size differs" in err
+    assert str(root / "lerp" / "probes" / "native") in err and str(root / "soft" / "probes" / "native") in err
+    assert not (out / "index.md").exists()

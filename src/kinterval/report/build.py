@@ -620,6 +620,7 @@ def demo_report(
     title: str = "kinterval demo",
     notes: Sequence[str] = (),
     seeds: Mapping[str, int] | int = 0,
+    probes: Mapping[str, dict] | None = None,
 ) -> dict:
     """Endpoint ΔNLL vs softmax with block-bootstrap CIs for the demo.
 
@@ -629,7 +630,9 @@ def demo_report(
     ``out_dir``, built in ``out_dir/.report.building`` and published as :func:`build_report` does
     (``index.md`` last); returns ``{"rows": [{operator, nll, delta, lo, hi, separated}], "index": path}``.
     ``notes``: lines listed under the table in ``index.md``. ``seeds``: each operator's training seed (its
-    "Seeds" cell), or one for all.
+    "Seeds" cell), or one for all. ``probes`` (optional): condition -> its probes vs the control's (as
+    :func:`kinterval.report.probes.compare_pair` gives them): ``probes.md``, ``probes.tex``, a section of
+    ``index.md`` and the returned ``probes``.
     """
     if "softmax" not in per_block:
         raise ValueError("per_block must include the softmax reference")
@@ -637,14 +640,14 @@ def demo_report(
     work = _begin(out_dir)
     try:
         seed_of = seeds if isinstance(seeds, Mapping) else dict.fromkeys(per_block, seeds)
-        rows = _demo(per_block, work, trajectories, title, notes, seed_of)
+        rows = _demo(per_block, work, trajectories, title, notes, seed_of, probes)
         _publish(work, out_dir, ("index.md",))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"rows": rows, "index": out_dir / "index.md"}
+    return {"rows": rows, "index": out_dir / "index.md", **({"probes": probes} if probes else {})}
 
 
-def _demo(per_block, out: Path, trajectories, title: str, notes: Sequence[str], seeds) -> list[dict]:
+def _demo(per_block, out: Path, trajectories, title: str, notes: Sequence[str], seeds, probes) -> list[dict]:
     """The demo report's files into the folder ``out``; its rows."""
     soft = np.asarray(per_block["softmax"], dtype=np.float64)
     rows, table = [], []
@@ -696,5 +699,15 @@ def _demo(per_block, out: Path, trajectories, title: str, notes: Sequence[str], 
         }
         F.trajectory_figure(traj, out / "trajectories.png", f"{title}: ΔNLL along training")
         index += ["![trajectories](trajectories.png)", ""]
+    if probes:
+        ix = _Index(out)
+        ix.table(
+            "probes",
+            *T.probe_rows(probes),
+            "Synthetic probes vs the control (tab:probeab, tab:probec; `kinterval probes` on each run, "
+            "compared as `kinterval probes-compare` does): Δ = run − control per sample, paired 95% "
+            "bootstrap CI; probe C slopes per doubling of the copied length L",
+        )
+        index += ix.lines
     (out / "index.md").write_text("\n".join(index))
     return rows

@@ -13,6 +13,7 @@ import numpy as np
 from kinterval.eval.checkpoints import state_sha256
 from kinterval.eval.evaluate import eval_dir, load_result, read_summary, result_paths
 from kinterval.report.build import demo_report
+from kinterval.report.probes import PROBES, compare_pair
 from kinterval.report.results import NOT_PROTOCOL, REFERENCES, train_data_hash
 from kinterval.train.checkpoint import check_outside_runs
 from kinterval.train.config import flatten
@@ -108,10 +109,32 @@ def _notes(e: Evaluated, control: Evaluated) -> list[str]:
     return notes
 
 
+def _probes(ev: list[Evaluated], control: Evaluated) -> dict[str, dict]:
+    """Each run but the control -> its probes (``kinterval probes --run RUN``) vs the control's
+    (:func:`kinterval.report.probes.compare_pair`), "not run" with why for a run or control without them;
+    empty when no run has probes."""
+    if not any((e.run / PROBES / "summary.json").is_file() for e in ev):
+        return {}
+    return {
+        e.operator: compare_pair(
+            e.operator,
+            {"operator": e.operator, "run": str(e.run)},
+            e.run / PROBES,
+            control.run.name,
+            control.run / PROBES,
+            str(control.run),
+        )
+        for e in ev
+        if e is not control
+    }
+
+
 def runs_report(runs: list[str | Path], out_dir: str | Path, split: str = "val") -> dict:
     """Endpoint ΔNLL of each run vs the one softmax (or sdpa) run among ``runs``, on ``split`` at each run's
     latest checkpoint: :func:`kinterval.report.demo_report`'s files in ``out_dir``, and its rows plus a
-    ``notes`` list (e.g. runs of other seeds than the control: their Δ holds seed variation too)."""
+    ``notes`` list (e.g. runs of other seeds than the control: their Δ holds seed variation too); with
+    ``probes`` (the probe table, :func:`_probes`) when a run has ``kinterval probes`` output. ``ValueError``
+    naming both folders for probes that cannot be paired with the control's."""
     check_outside_runs(Path(out_dir), "the report's files would mix with the run's")
     ev = [_evaluated(Path(r), split) for r in runs]
     controls = [e for e in ev if e.operator in REFERENCES]
@@ -141,7 +164,14 @@ def runs_report(runs: list[str | Path], out_dir: str | Path, split: str = "val")
     trajectories = {name[e.operator]: e.trajectory for e in ev if len(e.trajectory) > 1}
     title = f"kinterval runs ({split}, latest checkpoints; control {control.operator}, {control.run.name})"
     seeds = {name[e.operator]: e.seed or 0 for e in ev}
+    probes = _probes(ev, control)  # before any file is written: unpairable probes leave no report
     rep = demo_report(
-        per_block, out_dir, trajectories=trajectories or None, title=title, notes=notes, seeds=seeds
+        per_block,
+        out_dir,
+        trajectories=trajectories or None,
+        title=title,
+        notes=notes,
+        seeds=seeds,
+        probes=probes,
     )
     return dict(rep, notes=notes)
