@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 
 from kinterval import atomic
 from kinterval.data.loader import TokenShards, data_passes, n_blocks
+from kinterval.environment import device_name
 from kinterval.eval.checkpoints import (
     checkpoint_name,
     pick_device,
@@ -67,13 +67,6 @@ def result_paths(out_dir: str | Path, ckpt: str | Path) -> tuple[Path, Path]:
 
 def read_summary(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
-
-
-def device_name(device: torch.device) -> str:
-    """The model of the device an evaluation ran on ("NVIDIA H200"; on the CPU the processor, else "cpu")."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return platform.processor() or platform.machine() or device.type
 
 
 def applied_numerics(numerics: NumericsConfig, device: torch.device) -> dict:

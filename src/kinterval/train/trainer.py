@@ -13,6 +13,7 @@ size.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import random
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from kinterval import atomic
 from kinterval.data.loader import (
     SequenceSampler,
     TokenShards,
@@ -35,6 +37,7 @@ from kinterval.data.loader import (
     n_blocks,
     passes_text,
 )
+from kinterval.environment import ENVIRONMENT_FILE, environment, read_environment
 from kinterval.model import GPT, SDPA, CausalSelfAttention, autocast, parse_operator, train_precision
 from kinterval.model.scores import attention_scores, row_span
 from kinterval.ops import resolve_backend
@@ -252,7 +255,18 @@ class Trainer:
             },
         }
         (self.out / "run_config.json").write_text(json.dumps(run_config, indent=1) + "\n")
+        self._record_environment()
         self._status("running")
+
+    def _record_environment(self) -> None:
+        """Append this session's machine to ``environment.jsonl`` (one line per session, from the step it
+        starts at); the lines of sessions that started at or after that step are dropped first: their work
+        is redone."""
+        path = self.out / ENVIRONMENT_FILE
+        kept = [row for row in read_environment(path) if int(row.get("step", 0)) < self.done]
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        kept.append({"step": self.done, "time": now, **environment(self.info.device, self.info.world_size)})
+        atomic.write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
 
     # ------------------------------------------------------------------ one step
     def step(self) -> StepStats:

@@ -1,0 +1,68 @@
+"""The machine a run or an evaluation ran on: :func:`device_name` and :func:`environment`.
+
+A training session appends :func:`environment` to its run's ``environment.jsonl``; an evaluation records
+:func:`device_name` in its summary. No kinterval imports: every layer may use it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+ENVIRONMENT_FILE = "environment.jsonl"  # in a run folder: one line per training session
+
+
+def device_name(device: torch.device) -> str:
+    """The model of ``device`` ("NVIDIA H200"; on the CPU the processor, else "cpu")."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine() or device.type
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` (not imported), None when it is not installed."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def environment(device: torch.device, processes: int) -> dict:
+    """The software and hardware of a session on ``device`` with ``processes`` processes (the world size):
+    device type and model, torch, its CUDA (None on CPU builds), triton (None when not installed), python
+    and the host name."""
+    return {
+        "device": device.type,
+        "device_name": device_name(device),
+        "processes": int(processes),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": package_version("triton"),
+        "python": platform.python_version(),
+        "host": platform.node(),
+    }
+
+
+def read_environment(path: str | Path) -> list[dict]:
+    """The session lines of an ``environment.jsonl`` ([] when there is none); a line that is not a JSON
+    object with an integer ``step`` is a ``ValueError`` naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        step = row.get("step") if isinstance(row, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise ValueError(f"{path}, line {n}: not a session record (a JSON object with an integer step)")
+        rows.append(row)
+    return rows

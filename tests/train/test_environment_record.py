@@ -1,0 +1,80 @@
+"""``RUN/environment.jsonl``: the machine each training session ran on (docs/training.md), one line per
+session from the step it started at; a resume from an earlier checkpoint drops the lines it redoes."""
+
+import datetime
+import importlib.metadata
+import platform
+import shutil
+
+import pytest
+import torch
+
+from kinterval.environment import ENVIRONMENT_FILE, environment, read_environment
+from kinterval.train.loop import train
+
+FIELDS = {"step", "time", "device", "device_name", "processes", "torch", "cuda", "triton", "python", "host"}
+
+
+class Killed(Exception):
+    pass
+
+
+def kill_at(n):
+    def hook(step, model):
+        if step == n:
+            raise Killed
+
+    return hook
+
+
+def starts(run):
+    return [row["step"] for row in read_environment(run / ENVIRONMENT_FILE)]
+
+
+def test_each_session_appends_its_environment_and_a_resume_drops_what_it_redoes(make_config, tmp_path):
+    cfg = make_config()  # 8 steps, checkpoints after steps 2, 4, 6, 8
+    run = tmp_path / "run"
+    with pytest.raises(Killed):
+        train(cfg, run, on_step=kill_at(5))  # last checkpoint: step 4
+    (row,) = read_environment(run / ENVIRONMENT_FILE)
+    assert set(row) == FIELDS and row["step"] == 0
+    assert row["device"] == "cpu" and row["device_name"] and row["processes"] == 1
+    assert row["torch"] == torch.__version__ and row["cuda"] == torch.version.cuda
+    assert row["python"] == platform.python_version() and row["host"] == platform.node()
+    assert datetime.datetime.fromisoformat(row["time"]).utcoffset() == datetime.timedelta(0)
+
+    with pytest.raises(Killed):
+        train(cfg, run, resume=True, on_step=kill_at(7))  # resumes at 4, last checkpoint: step 6
+    assert starts(run) == [0, 4]
+    assert read_environment(run / ENVIRONMENT_FILE)[0] == row  # the earlier session's line is kept as it was
+
+    # back to the checkpoint at step 4: the session that started there is redone, its line replaced
+    shutil.rmtree(run / "checkpoints" / "step_000006")
+    (run / "checkpoints" / "LATEST").write_text("step_000004\n")
+    assert train(cfg, run, resume=True).status == "completed"
+    assert starts(run) == [0, 4]
+    assert [p.name for p in run.iterdir() if p.name.startswith(".")] == []  # no temporary file left behind
+
+    assert train(cfg, run, resume=True).resumed_finished  # a finished run: nothing trained, nothing added
+    assert starts(run) == [0, 4]
+
+
+def test_environment_without_triton_says_none(monkeypatch):
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "triton":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    env = environment(torch.device("cpu"), 2)
+    assert env["triton"] is None and env["processes"] == 2 and env["device"] == "cpu"
+
+
+def test_a_damaged_environment_line_is_refused(tmp_path):
+    path = tmp_path / ENVIRONMENT_FILE
+    path.write_text('{"step": 0}\n{"step": "4"}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        read_environment(path)
+    assert read_environment(tmp_path / "absent.jsonl") == []
