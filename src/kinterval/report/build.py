@@ -586,6 +586,21 @@ def _build(results, out: Path, clean=()) -> None:
             "Runs stopped by a non-finite loss or gradient norm (evaluated up to their last checkpoint, "
             "not trained again; left out of every row at a later endpoint)",
         )
+    hw = A.hardware(results)
+    data["hardware"] = {
+        "stacks": hw.stacks,
+        "rows": hw.rows,
+        "runs": hw.run_stacks,
+    }
+    ix.table("hardware", *T.hardware_rows(hw), T.hardware_caption(hw))
+    if hw.recorded:
+        data["stack"] = {"columns": hw.columns(), "rows": hw.by_family}
+        ix.table(
+            "stack",
+            *T.stack_rows(hw),
+            "Operator family by training stack (tab:dstack): runs of each family per training stack (the "
+            "stacks of the hardware table), with totals",
+        )
     unpaired = {**pairing.unpaired, **det_pairing.unpaired, **left_out}
     if unpaired:
         data["unpaired"] = unpaired

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kinterval.environment import ENVIRONMENT_FILE, read_environment
 from kinterval.model.config import PRESETS
 from kinterval.ops import OperatorSpec
 from kinterval.suite.manifest import read_manifest, stopped_step
@@ -39,6 +40,17 @@ PER_SEED_SUITES = ("supplementary",)
 def operator_spec(operator: str) -> OperatorSpec:
     """The :class:`OperatorSpec` of an operator name with overrides (``sdpa`` is softmax computed by SDPA)."""
     return OperatorSpec.parse("softmax") if operator == "sdpa" else OperatorSpec.from_full_name(operator)
+
+
+def operator_family(operator: str) -> str:
+    """Operator with overrides but without its K (``lerp``, ``fwm-prob[arithmetic=historical]``); a baseline
+    without K (``softmax``) is its own family."""
+    s = operator_spec(operator)
+    if s.K is None:
+        return operator
+    base = str(s).rsplit("-k", 1)[0]
+    extra = operator.partition("[")[2]
+    return f"{base}[{extra}" if extra else base
 
 
 @dataclass(frozen=True)
@@ -114,12 +126,7 @@ class Point:
     @property
     def family(self) -> str:
         """Operator with overrides but without its K: ``lerp``, ``fwm-prob[arithmetic=historical]``."""
-        s = self.spec
-        if s.K is None:
-            return self.operator
-        base = str(s).rsplit("-k", 1)[0]
-        extra = self.operator.partition("[")[2]
-        return f"{base}[{extra}" if extra else base
+        return operator_family(self.operator)
 
     @property
     def is_reference(self) -> bool:
@@ -166,6 +173,18 @@ def protocol_of(row: dict) -> tuple:
 
 
 @dataclass
+class RunRecord:
+    """What a run folder records of where and how long it trained (the hardware table)."""
+
+    run_id: str
+    group: str
+    operator: str
+    sessions: list[dict]  # the lines of its environment.jsonl, one per training session; [] when not recorded
+    train_s: float | None  # status.json's train_s (training wall time over all sessions); None: not recorded
+    world_size: int | None  # run_config.json's world_size; None: not recorded
+
+
+@dataclass
 class SuiteResults:
     suite: str
     title: str
@@ -177,6 +196,8 @@ class SuiteResults:
     # runs the trainer stopped with a non-finite loss before any evaluated checkpoint (no Point carries them):
     # run_id -> operator, seed, budget, model, step, tokens
     stopped_unevaluated: dict[str, dict] = field(default_factory=dict)
+    # the manifest's runs that have a run folder, in manifest order: run_id -> its machine and training time
+    records: dict[str, RunRecord] = field(default_factory=dict)
 
     def runs(self) -> dict[str, list[Point]]:
         out: dict[str, list[Point]] = {}
@@ -242,6 +263,29 @@ def _nll_arrays(npz: Path) -> tuple[np.ndarray, dict]:
     return nll, docs
 
 
+def _number(value, minimum: float) -> float | None:
+    """A recorded number (not a bool, finite, at least ``minimum``), else None."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and minimum <= value < float("inf")
+    return value if ok else None
+
+
+def _run_record(run_dir: Path, run: dict) -> RunRecord:
+    """The run's training machine (``environment.jsonl``), ``train_s`` (``status.json``) and world size
+    (``run_config.json``), each None or [] where the folder does not record it."""
+    status = run_dir / "status.json"
+    train_s = _number(_json(status).get("train_s"), 0) if status.is_file() else None
+    config = run_dir / "run_config.json"
+    world = _number(_json(config).get("world_size"), 1) if config.is_file() else None
+    return RunRecord(
+        run_id=run["run_id"],
+        group=run["group"],
+        operator=run["operator"],
+        sessions=read_environment(run_dir / ENVIRONMENT_FILE),
+        train_s=None if train_s is None else float(train_s),
+        world_size=None if world is None or world != int(world) else int(world),
+    )
+
+
 def _trained_steps(run_dir: Path, run: dict, eval_steps: list[int]) -> tuple[int, str] | None:
     """The step count of a run that finished training, and where that is read: ``status.json`` when it says
     "completed", else the manifest's planned ``steps`` when a checkpoint at that step was evaluated. None for
@@ -298,12 +342,14 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
     per_seed = m["suite"] in PER_SEED_SUITES or bool(
         tomllib.loads(m.get("suite_toml") or "").get("supplementary")
     )
-    points, logs, graddiag, unevaluated = [], {}, {}, {}
+    points, logs, graddiag, unevaluated, records = [], {}, {}, {}, {}
     planned: dict[tuple, set[int]] = {}  # (model, operator, budget) -> the seeds the manifest plans
     for r in m["runs"]:
         planned.setdefault(_plan(r), set()).add(int(r["seed"]))
     for r in m["runs"]:
         run_dir = suite_dir / r["run_dir"]
+        if run_dir.is_dir():
+            records[r["run_id"]] = _run_record(run_dir, r)
         primary_tag = Path(r["eval_dir"]).name
         geo_dir = run_dir / "diagnostics" / "geometry"
         gd_files = sorted((run_dir / "diagnostics" / "graddiag").glob("step_*.json"))
@@ -375,7 +421,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                 tokens=stopped[1],
             )
     return SuiteResults(
-        m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs, graddiag, unevaluated
+        m["suite"], m.get("title", m["suite"]), suite_dir, m, points, logs, graddiag, unevaluated, records
     )
 
 

@@ -581,3 +581,59 @@ def probe_rows(comparisons: dict) -> tuple[list[str], list[list[str]]]:
                 cells = [r["probe"], r["metric"], param, r["condition"], "-", num(r["slope"]), ivl]
                 out.append([name, ref, *cells, f"{r['n_families']} families", "tab:probec"])
     return headers, out
+
+
+def stack_text(stack: dict) -> str:
+    """One training stack of the caption: ``NVIDIA H200 ×1 process, torch 2.5.1, CUDA 12.4, Python 3.11.7``
+    (a field its sessions did not record: "not recorded"; a CPU build of torch: "no CUDA")."""
+    from kinterval.report.analysis import NOT_RECORDED
+
+    n = stack.get("processes")
+    procs = NOT_RECORDED if n == NOT_RECORDED else f"{n} process{'es' if n != 1 else ''}"
+    cuda = stack.get("cuda")
+    cuda = "no CUDA" if cuda is None else cuda if cuda == NOT_RECORDED else f"CUDA {cuda}"
+    device, torch, python = stack.get("device_name"), stack.get("torch"), stack.get("python")
+    return f"{device} ×{procs}, torch {torch}, {cuda}, Python {python}"
+
+
+def hardware_caption(hw) -> str:
+    stacks = "; ".join(f"{sid}: {stack_text(s)}" for sid, s in hw.stacks.items())
+    return (
+        "Training and evaluation hardware per suite and group (tab:hardware), from the run folders "
+        "(environment.jsonl, status.json, run_config.json) and the evaluation summaries. Training stack: the "
+        "device model, processes, torch, CUDA and Python of each training session; a run whose sessions "
+        "ran on several stacks lists each (S1+S2); a run without environment.jsonl is not recorded. "
+        "Stacks: " + (stacks or "none recorded") + ". Train hours: training wall time × processes / 3600, "
+        "summed over the runs that record it (status.json train_s)"
+    )
+
+
+def hardware_rows(hw) -> tuple[list[str], list[list[str]]]:
+    """tab:hardware (``analysis.hardware``): one row per suite and group."""
+
+    def hours(r) -> str:
+        if r.train_hours is None:
+            return "—"
+        text = f"{r.train_hours:.3g}" if r.train_hours < 100 else f"{r.train_hours:.0f}"
+        return text if r.timed_runs == len(r.runs) else f"{text} ({r.timed_runs} of {len(r.runs)} runs)"
+
+    def stacks(r) -> str:
+        return "; ".join(f"{label} ({n} run{'s' if n != 1 else ''})" for label, n in r.stacks.items())
+
+    headers = ["Suite", "Group", "Runs", "Training stack", "Evaluation device(s)", "Train hours"]
+    return headers, [
+        [r.suite, r.group, str(len(r.runs)), stacks(r), ", ".join(r.eval_devices) or "none", hours(r)]
+        for r in hw.rows
+    ]
+
+
+def stack_rows(hw) -> tuple[list[str], list[list[str]]]:
+    """tab:dstack (``analysis.hardware``): runs per operator family and training stack, with totals."""
+    columns = hw.columns()
+    headers = ["Family", *columns, "Total"]
+    rows = [
+        [family, *(str(counts.get(c, 0)) for c in columns), str(sum(counts.values()))]
+        for family, counts in hw.by_family.items()
+    ]
+    totals = [sum(counts.get(c, 0) for counts in hw.by_family.values()) for c in columns]
+    return headers, [*rows, ["Total", *map(str, totals), str(sum(totals))]]

@@ -12,8 +12,9 @@ three-seed pool mixes lineages"). Every table row is a :class:`Row`.
 The modules: :mod:`.core` (the one rule, pairing, endpoints, order, BH, ΔNLL vs softmax), :mod:`.factorial`
 (the calibration x surrogate factorial and K), :mod:`.detach` (modified backward vs its full twin),
 :mod:`.taildecomp` (tail decomposition and path ratio), :mod:`.heldout` (held-out and substituted forwards),
-:mod:`.strict` (tab:strict), :mod:`.ranks` (seed robustness of the ordering) and :mod:`.records` (training
-logs and diagnostics). Every public name is importable from here.
+:mod:`.strict` (tab:strict), :mod:`.ranks` (seed robustness of the ordering), :mod:`.records` (training
+logs and diagnostics) and :mod:`.hardware` (training stacks and evaluation devices). Every public name is
+importable from here.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from kinterval.report.analysis.factorial import (
     k_trends,
     surrogate_effects,
 )
+from kinterval.report.analysis.hardware import NOT_RECORDED, STACK_FIELDS, Hardware, HardwareRow, hardware
 from kinterval.report.analysis.heldout import HeldoutOrdering, heldout_ordering, heldout_table, split_half
 from kinterval.report.analysis.ranks import RankStats, rank_statistics, ranked_rows
 from kinterval.report.analysis.records import (
@@ -94,9 +96,12 @@ __all__ = [
     "GRAD_TERMS",
     "FitRow",
     "GradDecompRow",
+    "Hardware",
+    "HardwareRow",
     "HeldoutOrdering",
     "KPanels",
     "MARGIN",
+    "NOT_RECORDED",
     "N_RESAMPLES",
     "PAPER_DESIGNS",
     "Pair",
@@ -105,6 +110,7 @@ __all__ = [
     "ReferenceRow",
     "Row",
     "SIMPLE_EFFECTS",
+    "STACK_FIELDS",
     "STRICT_GROUPS",
     "SURROGATE_EFFECTS",
     "StrictRow",
@@ -126,6 +132,7 @@ __all__ = [
     "final_geometry",
     "full_twin",
     "gradient_decomposition",
+    "hardware",
     "heldout_ordering",
     "heldout_table",
     "k_panels",
