@@ -99,6 +99,9 @@ def report(tmp_path_factory):
     write_graddiag(tmp / "D", json.loads((tmp / "D" / "manifest.json").read_text()), graddiag)
     write_probes(tmp / "D" / "runs" / "softmax-s7", "softmax", 0.0)  # `kinterval probes`: the probe tables
     write_probes(tmp / "D" / "runs" / "lerp-k4-s7", "lerp-k4", PROBE_DELTA)
+    # one run's training environment: the stack table
+    session = {"step": 0, "device_name": "NVIDIA H200", "processes": 1, "torch": "2.5.1", "cuda": "12.4"}
+    (tmp / "D" / "runs" / "softmax-s7" / "environment.jsonl").write_text(json.dumps(session) + "\n")
     cover = {"n": 13, "block_size": 64, "shards_sha256": ["ef" * 32], "block_coverage": [0.0, 0.3] * 24}
     (tmp / "cover.json").write_text(json.dumps(cover))
     build_report([tmp / "D", tmp / "supp"], tmp / "rep", clean_blocks=[tmp / "cover.json"])
