@@ -225,6 +225,7 @@ def test_full_gate_records_every_result_file_and_checkpoint(suite_dir):
     state = json.loads((_ckpt(suite_dir) / "state.json").read_text())
     assert ck["files"] == state["files"] and ck["n_blocks"] > 0
     assert "manifest.json" in rec["files"] and f"runs/{RUN}/eval/val/step_000016.npz" in rec["files"]
+    assert all(f"runs/{r}/environment.jsonl" in rec["files"] for r in rec["runs"])  # where each run trained
     assert not any("/checkpoints/" in f for f in rec["files"])
 
 
@@ -606,14 +607,21 @@ def edit_metrics_value(d):
     log.write_text("\n".join([*lines[:-1], json.dumps(rec)]) + "\n")
 
 
+def edit_environment(d):
+    env = d / "runs" / RUN / "environment.jsonl"
+    (row,) = [json.loads(x) for x in env.read_text().splitlines()]
+    env.write_text(json.dumps({**row, "device_name": "NVIDIA H200"}) + "\n")
+
+
 @pytest.mark.parametrize(
     ("tamper", "rel"),
     [
         (shift_eval_consistently, f"runs/{RUN}/eval/val/step_000016.json"),
         (double_geometry_mean, f"runs/{RUN}/diagnostics/geometry/step_000016.json"),
         (edit_metrics_value, f"runs/{RUN}/metrics.jsonl"),
+        (edit_environment, f"runs/{RUN}/environment.jsonl"),
     ],
-    ids=["evaluation", "geometry", "metrics"],
+    ids=["evaluation", "geometry", "metrics", "environment"],
 )
 def test_results_only_compares_each_file_with_the_recorded_bytes(results_dir, tmp_path, tamper, rel):
     """An edit that leaves every file self-consistent is still caught: its bytes differ from gate.json."""
