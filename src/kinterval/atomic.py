@@ -10,10 +10,11 @@ No kinterval imports: every layer may use it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,14 +25,27 @@ def temp_path(path: str | Path) -> Path:
     return path.with_name(f".{path.name}.tmp")
 
 
+@contextlib.contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """An ``OSError`` without a file name raised inside (a write or a close cut short: a full disk fails
+    at the flush, and Python names no file then) is raised again naming ``path``, so the command's error
+    line says which file could not be written."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from err
+
+
 def write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     """Call ``write`` on a binary file object, then put what it wrote at ``path`` atomically (e.g.
     ``write_with(p, lambda fh: np.savez(fh, **arrays))``: a file object, so numpy appends no ``.npz``).
-    On an exception nothing is left behind and ``path`` is untouched."""
+    On an exception nothing is left behind and ``path`` is untouched; an ``OSError`` names ``path``."""
     path = Path(path)
     tmp = temp_path(path)
     try:
-        with open(tmp, "wb") as fh:
+        with naming(path), open(tmp, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())

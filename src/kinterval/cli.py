@@ -7,6 +7,7 @@ them, so that dependencies keep pointing one way (cli imports everything, nothin
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import linecache
 import os
@@ -167,7 +168,23 @@ def _run(args, flags: dict[str, str] | None = None) -> int:
             raise  # an internal bug: keep its traceback
         print(f"kinterval {args.command}: error: {input_error_message(err, flags)}", file=sys.stderr)
         return 2
+    except OSError as err:
+        if err.errno not in SYSTEM_ERRNOS:
+            raise
+        print(f"kinterval {args.command}: error: {system_error_message(err)}", file=sys.stderr)
+        return 1
     return int(result or 0)
+
+
+# A file system that refuses a read or write: not a bug (no traceback) and not bad input (exit 1, not 2)
+SYSTEM_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def system_error_message(err: OSError) -> str:
+    """One line for an ``OSError`` of :data:`SYSTEM_ERRNOS`: the file and the system's reason."""
+    reason = err.strerror or str(err)
+    where = f"{err.filename}: " if err.filename is not None else ""
+    return f"{where}{reason} ({errno.errorcode.get(err.errno, err.errno)})"
 
 
 if __name__ == "__main__":  # pragma: no cover

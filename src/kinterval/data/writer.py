@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -10,6 +11,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+
+from kinterval import atomic
 
 DTYPE = np.dtype("<u2")
 FORMAT_VERSION = 1
@@ -42,9 +45,24 @@ class ShardWriter:
         self._f = open(self._tmp, "wb")
         self._hash, self._count = hashlib.sha256(), 0
 
+    @contextlib.contextmanager
+    def _writing(self):
+        """A failed write (a full disk) names the shard and removes its partial ``.tmp``, which holds the
+        space."""
+        try:
+            with atomic.naming(self._path):
+                yield
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self._f.close()
+            self._tmp.unlink(missing_ok=True)
+            self._f = None
+            raise
+
     def _finish(self) -> None:
-        self._f.close()
-        os.replace(self._tmp, self._path)
+        with self._writing():
+            self._f.close()
+            os.replace(self._tmp, self._path)
         self.shards.append(
             {"file": self._path.name, "n_tokens": self._count, "bytes": self._count * DTYPE.itemsize,
              "sha256": self._hash.hexdigest()}
@@ -61,7 +79,8 @@ class ShardWriter:
                 self._open()
             take = min(ids.size, self.shard_tokens - self._count)
             blob = ids[:take].tobytes()
-            self._f.write(blob)
+            with self._writing():
+                self._f.write(blob)
             self._hash.update(blob)
             self._count += take
             self.n_tokens += take
@@ -77,9 +96,7 @@ class ShardWriter:
 
 def write_json_atomic(path: str | Path, obj: dict) -> None:
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
 def clear_outputs(out: Path, splits: Iterable[str]) -> None:

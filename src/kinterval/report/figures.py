@@ -12,6 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
+from kinterval import atomic  # noqa: E402
+
 # (metric, axis label, log scale): span and h on log axes as in the paper's geometry figures
 GEOMETRY = (
     ("span", "row span M − m (score units, log)", True),
@@ -31,8 +33,11 @@ def _save(fig, path: Path, title: str | None = None, *, bottom=0.0, top=0.95, pa
     else:
         fig.suptitle(title, fontsize=10)
         fig.tight_layout(rect=(0, bottom, 1, top))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    try:
+        with atomic.naming(path):  # a full disk: the error names the figure
+            fig.savefig(path, dpi=130)
+    finally:
+        plt.close(fig)
     return path
 
 

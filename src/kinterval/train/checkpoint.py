@@ -19,6 +19,7 @@ and the optimizer's step counters.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -34,6 +35,8 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+
+from kinterval import atomic
 
 FORMAT = "kinterval-checkpoint"
 FORMAT_VERSION = 1
@@ -187,23 +190,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(
-    run_dir: str | Path, step: int, model_state: dict, optim_state: dict, state: dict
-) -> Path:
-    """Write ``step_{step:06d}`` atomically and point LATEST at it. ``state`` holds the JSON metadata."""
-    root = checkpoint_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    name = f"step_{step:06d}"
-    final, tmp, old = root / name, root / f".tmp-{name}", root / f"{OLD_PREFIX}{name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """``safetensors.save_file``; its I/O failure (a ``SafetensorError`` naming no file) as an ``OSError``
+    naming ``path``."""
+    try:
+        save_file(tensors, path, metadata={"format": FORMAT})
+    except SafetensorError as err:
+        code = re.search(r"os error (\d+)", str(err))
+        code = int(code[1]) if code else errno.EIO
+        raise OSError(
+            code, os.strerror(code) if f"os error {code}" in str(err) else str(err), str(path)
+        ) from err
 
+
+def _write_files(tmp: Path, model_state: dict, optim_state: dict, state: dict, step: int) -> dict:
+    """Write a checkpoint's files into the folder ``tmp``, fsynced; return its state.json content."""
     model_tensors = {k: v.detach().cpu().contiguous() for k, v in model_state.items() if k != TIED[0]}
     optim_struct, optim_tensors = flatten_state(optim_state)
     rng_tensors, rng_meta = capture_rng()
-    save_file(model_tensors, tmp / "model.safetensors", metadata={"format": FORMAT})
-    save_file(optim_tensors, tmp / "optimizer.safetensors", metadata={"format": FORMAT})
-    save_file(rng_tensors, tmp / "rng.safetensors", metadata={"format": FORMAT})
+    _save_tensors(model_tensors, tmp / "model.safetensors")
+    _save_tensors(optim_tensors, tmp / "optimizer.safetensors")
+    _save_tensors(rng_tensors, tmp / "rng.safetensors")
     state = dict(
         state,
         step=step,
@@ -214,10 +221,29 @@ def save_checkpoint(
         files={f: _sha256(tmp / f) for f in FILES},
     )
     state["state_sha256"] = state_sha256(state)
-    (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
+    with atomic.naming(tmp / "state.json"):
+        (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
     for f in (*FILES, "state.json"):
         _fsync_file(tmp / f)
     _fsync_dir(tmp)  # the folder's entries are durable before it is renamed into place
+    return state
+
+
+def save_checkpoint(
+    run_dir: str | Path, step: int, model_state: dict, optim_state: dict, state: dict
+) -> Path:
+    """Write ``step_{step:06d}`` atomically and point LATEST at it. ``state`` holds the JSON metadata."""
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:06d}"
+    final, tmp, old = root / name, root / f".tmp-{name}", root / f"{OLD_PREFIX}{name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:  # a failed write (a full disk) leaves no partial folder taking the space; the old checkpoints stay
+        state = _write_files(tmp, model_state, optim_state, state, step)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
     if final.exists():  # re-saving a step: move the old copy aside (readers use it meanwhile), swap, drop it
         if old.exists():  # left by a kill in an earlier swap, and superseded by ``final``
@@ -227,7 +253,8 @@ def save_checkpoint(
     _fsync_dir(root)
     shutil.rmtree(old, ignore_errors=True)
     latest_tmp = root / "LATEST.tmp"
-    latest_tmp.write_text(name + "\n")
+    with atomic.naming(latest_tmp):
+        latest_tmp.write_text(name + "\n")
     _fsync_file(latest_tmp)
     os.replace(latest_tmp, root / "LATEST")
     _fsync_dir(root)

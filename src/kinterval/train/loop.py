@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from kinterval import atomic
 from kinterval.model import train_precision
 from kinterval.train import distributed as D
 from kinterval.train.checkpoint import checkpoint_dir
@@ -147,6 +148,6 @@ def run_lock(out: Path, is_main: bool = True):
         except OSError:
             pass  # no locks on this file system
         fh.truncate(0)
-        fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        fh.flush()
+        with atomic.naming(folder / LOCK):  # unbuffered: a full disk fails here, naming the file
+            os.write(fh.fileno(), f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
         yield

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
+
+from kinterval import atomic
 
 
 class MetricsLog:
@@ -40,15 +41,13 @@ class MetricsLog:
         if not self.path.is_file():
             return
         keep = [row for row in _parse(self.path) if row.get("step", 0) <= step]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
-        os.replace(tmp, self.path)
+        atomic.write_text(self.path, "".join(json.dumps(row) + "\n" for row in keep))
         if self.tb is not None and step > 0:
             for row in keep:
                 self._add_scalars(row)
 
     def write(self, row: dict) -> None:
-        with open(self.path, "a") as f:
+        with atomic.naming(self.path), open(self.path, "a") as f:  # a torn last line is dropped on reading
             f.write(json.dumps(_jsonable(row)) + "\n")
         self._open_tb(0)
         self._add_scalars(row)
@@ -143,10 +142,7 @@ def _bad_field(row: dict) -> str | None:
 
 
 def write_status(run_dir: str | Path, **status) -> None:
-    path = Path(run_dir) / "status.json"
-    tmp = path.with_name("status.json.tmp")
-    tmp.write_text(json.dumps(_jsonable(status), indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic.write_text(Path(run_dir) / "status.json", json.dumps(_jsonable(status), indent=1) + "\n")
 
 
 def _jsonable(obj):

@@ -254,7 +254,7 @@ class Trainer:
                 "passes": round(self.passes, 6),
             },
         }
-        (self.out / "run_config.json").write_text(json.dumps(run_config, indent=1) + "\n")
+        atomic.write_text(self.out / "run_config.json", json.dumps(run_config, indent=1) + "\n")
         self._record_environment()
         self._status("running")
 
