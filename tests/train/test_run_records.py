@@ -87,7 +87,7 @@ def test_non_finite_numbers_are_written_as_strings_so_the_files_stay_strict_json
     assert strict((tmp_path / "status.json").read_text()) == {
         "status": "nonfinite_loss", "loss": "-inf", "history": [1.0, "inf"]
     }  # fmt: skip
-    assert not (tmp_path / "status.json.tmp").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "status.json"]  # no temp file left
 
 
 @pytest.fixture
