@@ -9,22 +9,11 @@ import shutil
 import pytest
 import torch
 
+from kill_hook import Killed, kill_at
 from kinterval.environment import ENVIRONMENT_FILE, environment, read_environment
 from kinterval.train.loop import train
 
 FIELDS = {"step", "time", "device", "device_name", "processes", "torch", "cuda", "triton", "python", "host"}
-
-
-class Killed(Exception):
-    pass
-
-
-def kill_at(n):
-    def hook(step, model):
-        if step == n:
-            raise Killed
-
-    return hook
 
 
 def starts(run):

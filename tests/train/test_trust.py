@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from kill_hook import Killed, kill_at
 from kinterval.cli import main
 from kinterval.model import GPT, ModelConfig
 from kinterval.train import checkpoint as C
@@ -21,18 +22,6 @@ from kinterval.train.metrics import read_metrics
 
 # the tests share module-scoped state: one pytest-xdist worker runs them in order
 pytestmark = pytest.mark.xdist_group("trust")
-
-
-class Killed(Exception):
-    pass
-
-
-def kill_at(n):
-    def hook(step, model):
-        if step == n:
-            raise Killed
-
-    return hook
 
 
 def train_rows(run):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from kinterval.report.analysis import MARGIN, ReferenceRow, Row, condition, key_order
+from kinterval.report.analysis import MARGIN, NOT_RECORDED, ReferenceRow, Row, condition, key_order
 
 
 def num(x, signed: bool = True, digits: int = 4) -> str:
@@ -586,8 +586,6 @@ def probe_rows(comparisons: dict) -> tuple[list[str], list[list[str]]]:
 def stack_text(stack: dict) -> str:
     """One training stack of the caption: ``NVIDIA H200 ×1 process, torch 2.5.1, CUDA 12.4, Python 3.11.7``
     (a field its sessions did not record: "not recorded"; a CPU build of torch: "no CUDA")."""
-    from kinterval.report.analysis import NOT_RECORDED
-
     n = stack.get("processes")
     procs = NOT_RECORDED if n == NOT_RECORDED else f"{n} process{'es' if n != 1 else ''}"
     cuda = stack.get("cuda")
