@@ -128,3 +128,27 @@ def test_a_second_stack_is_numbered_by_first_appearance_and_counted_by_family(ci
     assert by_family["minmax-weight"] == ["1", "1", "0", "2"]
     assert by_family["fwm-prob"] == ["1", "0", "1", "2"]
     assert by_family["Total"] == ["13", "1", "1", "15"]
+
+
+def test_a_run_resumed_on_another_process_count_counts_each_session_at_its_own(ci):
+    root, m = ci
+    plant(root, m)  # every run: 1800 s on one process
+    lerp = next(r for r in m["runs"] if r["group"] == "lerp")
+
+    def seconds(sessions):
+        (root / lerp["run_dir"] / ENVIRONMENT_FILE).write_text(
+            "".join(json.dumps(s) + "\n" for s in sessions)
+        )
+        (res,) = load_many([root])
+        return A.process_seconds(res.records[lerp["run_id"]]), rows_by_group(A.hardware([res]))["lerp"]
+
+    # 600 s on one process, then 1200 s on four
+    total, row = seconds([session(0, train_s=0.0), session(10, train_s=600.0, processes=4)])
+    assert total == pytest.approx(600 + 1200 * 4)
+    assert row.train_hours == pytest.approx(1.5 + (len(row.runs) - 1) * 0.5)
+    # lines written before train_s was recorded, or times that do not add up: the first session's count
+    assert seconds([session(0), session(10, processes=4)])[0] == pytest.approx(1800)
+    assert seconds([session(0, train_s=0.0), session(10, train_s=2000.0, processes=4)])[0] == pytest.approx(
+        1800
+    )
+    assert seconds([session(0, processes=2, train_s=5.0)])[0] == pytest.approx(3600)

@@ -3,6 +3,7 @@ session from the step it started at; a resume from an earlier checkpoint drops t
 
 import datetime
 import importlib.metadata
+import json
 import platform
 import shutil
 
@@ -13,7 +14,19 @@ from kill_hook import Killed, kill_at
 from kinterval.environment import ENVIRONMENT_FILE, environment, read_environment
 from kinterval.train.loop import train
 
-FIELDS = {"step", "time", "device", "device_name", "processes", "torch", "cuda", "triton", "python", "host"}
+FIELDS = {
+    "step",
+    "time",
+    "train_s",
+    "device",
+    "device_name",
+    "processes",
+    "torch",
+    "cuda",
+    "triton",
+    "python",
+    "host",
+}
 
 
 def starts(run):
@@ -36,6 +49,11 @@ def test_each_session_appends_its_environment_and_a_resume_drops_what_it_redoes(
         train(cfg, run, resume=True, on_step=kill_at(7))  # resumes at 4, last checkpoint: step 6
     assert starts(run) == [0, 4]
     assert read_environment(run / ENVIRONMENT_FILE)[0] == row  # the earlier session's line is kept as it was
+    # the second session starts with the training time the checkpoint at step 4 saved
+    saved = json.loads((run / "checkpoints" / "step_000004" / "state.json").read_text())["train_s"]
+    assert (
+        row["train_s"] == 0 and read_environment(run / ENVIRONMENT_FILE)[1]["train_s"] == round(saved, 3) > 0
+    )
 
     # back to the checkpoint at step 4: the session that started there is redone, its line replaced
     shutil.rmtree(run / "checkpoints" / "step_000006")

@@ -602,7 +602,8 @@ def hardware_caption(hw) -> str:
         "device model, processes, torch, CUDA and Python of each training session; a run whose sessions "
         "ran on several stacks lists each (S1+S2); a run without environment.jsonl is not recorded. "
         "Stacks: " + (stacks or "none recorded") + ". Train hours: training wall time × processes / 3600, "
-        "summed over the runs that record it (status.json train_s)"
+        "each session's time (environment.jsonl train_s) at its own process count, summed over the runs that "
+        "record it (status.json train_s)"
     )
 
 

@@ -260,12 +260,14 @@ class Trainer:
 
     def _record_environment(self) -> None:
         """Append this session's machine to ``environment.jsonl`` (one line per session, from the step it
-        starts at); the lines of sessions that started at or after that step are dropped first: their work
-        is redone."""
+        starts at, with the run's training time before it, ``train_s``: a session's share of the run's time
+        is the next line's ``train_s`` minus its own); the lines of sessions that started at or after that
+        step are dropped first: their work is redone."""
         path = self.out / ENVIRONMENT_FILE
         kept = [row for row in read_environment(path) if int(row.get("step", 0)) < self.done]
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        kept.append({"step": self.done, "time": now, **environment(self.info.device, self.info.world_size)})
+        env = environment(self.info.device, self.info.world_size)
+        kept.append({"step": self.done, "time": now, "train_s": round(self.train_s, 3), **env})
         atomic.write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
 
     # ------------------------------------------------------------------ one step

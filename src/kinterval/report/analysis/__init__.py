@@ -66,7 +66,14 @@ from kinterval.report.analysis.factorial import (
     k_trends,
     surrogate_effects,
 )
-from kinterval.report.analysis.hardware import NOT_RECORDED, STACK_FIELDS, Hardware, HardwareRow, hardware
+from kinterval.report.analysis.hardware import (
+    NOT_RECORDED,
+    STACK_FIELDS,
+    Hardware,
+    HardwareRow,
+    hardware,
+    process_seconds,
+)
 from kinterval.report.analysis.heldout import HeldoutOrdering, heldout_ordering, heldout_table, split_half
 from kinterval.report.analysis.ranks import RankStats, rank_statistics, ranked_rows
 from kinterval.report.analysis.records import (
@@ -155,4 +162,5 @@ __all__ = [
     "train_fit",
     "trajectories",
     "validation_pairs",
+    "process_seconds",
 ]

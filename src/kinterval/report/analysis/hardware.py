@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kinterval.report.analysis.core import operator_order
-from kinterval.report.results import SuiteResults, operator_family
+from kinterval.report.results import RunRecord, SuiteResults, operator_family
 
 STACK_FIELDS = ("device_name", "processes", "torch", "cuda", "python")
 NOT_RECORDED = "not recorded"
@@ -28,7 +28,7 @@ class HardwareRow:
     runs: list[str]  # run ids, manifest order
     stacks: dict[str, int]  # the runs' stack labels ("S1", "S1+S2", "not recorded") -> runs, first seen first
     eval_devices: list[str]  # the device models the runs' evaluations record ("not recorded": some do not)
-    train_hours: float | None  # sum of train_s x processes / 3600 over the runs that record train_s
+    train_hours: float | None  # sum of training time x processes / 3600 (process_seconds) over the timed runs
     timed_runs: int  # the runs that record train_s
 
 
@@ -53,6 +53,30 @@ class Hardware:
 def stack_of(session: dict) -> tuple:
     """The stack of one session line: its :data:`STACK_FIELDS` (a field the line lacks: "not recorded")."""
     return tuple(session.get(f, NOT_RECORDED) for f in STACK_FIELDS)
+
+
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
+
+
+def process_seconds(rec: RunRecord) -> float:
+    """The run's training time × processes (``rec.train_s`` must be recorded): each session's share of the
+    time (the next session's ``train_s`` at its start minus its own; the last one's: up to ``rec.train_s``)
+    times its own process count. Where the sessions do not record that (lines written before ``train_s`` was,
+    or times that do not add up), the whole time × the first session's process count (else the world size)."""
+    counts = [_count(s.get("processes")) for s in rec.sessions]
+    starts = [s.get("train_s") for s in rec.sessions]
+    bounds = [*starts, rec.train_s]
+    if rec.sessions and all(counts) and all(_number(t) for t in starts):
+        shares = [b - a for a, b in zip(bounds, bounds[1:])]
+        if starts[0] == 0 and min(shares) >= 0:
+            return sum(share * n for share, n in zip(shares, counts))
+    first = counts[0] if counts else None
+    return rec.train_s * (first or rec.world_size or 1)
 
 
 def hardware(results: list[SuiteResults]) -> Hardware:
@@ -84,10 +108,7 @@ def hardware(results: list[SuiteResults]) -> Hardware:
                 if d not in row.eval_devices:
                     row.eval_devices.append(d)
             if rec.train_s is not None:
-                first = rec.sessions[0].get("processes") if rec.sessions else None
-                ok = isinstance(first, int) and not isinstance(first, bool) and first >= 1
-                processes = first if ok else rec.world_size or 1
-                row.train_hours = (row.train_hours or 0.0) + rec.train_s * processes / 3600
+                row.train_hours = (row.train_hours or 0.0) + process_seconds(rec) / 3600
                 row.timed_runs += 1
             family = operator_family(rec.operator)
             counts = hw.by_family.setdefault(family, {})
