@@ -202,6 +202,24 @@ def test_a_run_whose_control_has_no_probes_is_not_run(probe_runs):
     assert "| lerp-k4 | - | - | - | - | - | - | not run |" in (root / "rep" / "probes.md").read_text()
 
 
+def test_the_printed_summary_names_each_runs_probes(probe_runs, capsys):
+    root, probes = probe_runs
+    probes("soft")
+    probes("lerp", PROBE_DELTA)
+    out = root / "rep"
+    assert (
+        main(
+            ["report", "--runs", str(root / "soft"), str(root / "lerp"), str(root / "fwm"), "--out", str(out)]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out.splitlines()
+    assert "probes lerp-k4: vs soft (softmax)" in printed
+    assert any(x.startswith("probes fwm-prob-k4: not run (no probes (probes/native") for x in printed)
+    assert f"probe table written: {out / 'probes.md'}" in printed
+    assert printed[-1] == f"report written: {out / 'index.md'}"
+
+
 def test_probes_that_cannot_be_paired_are_one_error_line_naming_both_folders(probe_runs, capsys):
     root, probes = probe_runs
     probes("soft")

@@ -33,6 +33,15 @@ def _runs(args) -> int:
         print(f"{r['operator']:<24} NLL {r['nll']:.4f}  ΔNLL vs softmax {r['delta']:+.4f}  {ci}")
     for n in rep["notes"]:
         print(f"note: {n}")
+    for cond, p in rep.get("probes", {}).items():  # the table itself is probes.md
+        seen = (
+            f"not run ({p['not_run']})"
+            if "not_run" in p
+            else f"vs {p['reference']} ({p['reference_operator']})"
+        )
+        print(f"probes {cond}: {seen}")
+    if rep.get("probes"):
+        print(f"probe table written: {Path(rep['index']).parent / 'probes.md'}")
     print(f"report written: {rep['index']}")
     return 0
 
