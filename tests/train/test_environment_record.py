@@ -85,3 +85,18 @@ def test_a_damaged_environment_line_is_refused(tmp_path):
     with pytest.raises(ValueError, match="line 2"):
         read_environment(path)
     assert read_environment(tmp_path / "absent.jsonl") == []
+
+
+def test_a_resume_over_a_damaged_record_says_how_to_go_on(make_config, tmp_path):
+    cfg = make_config()
+    run = tmp_path / "run"
+    with pytest.raises(Killed):
+        train(cfg, run, on_step=kill_at(3))  # last checkpoint: step 2
+    (run / ENVIRONMENT_FILE).write_text('{"step": 0}\n{"step": \n')
+    with pytest.raises(
+        ValueError, match=r"line 2: not a session record .*; fix or delete that line to go on"
+    ):
+        train(cfg, run, resume=True)
+    (run / ENVIRONMENT_FILE).unlink()
+    assert train(cfg, run, resume=True).status == "completed"
+    assert starts(run) == [2]  # this session's line; the ones before were deleted

@@ -264,7 +264,12 @@ class Trainer:
         is the next line's ``train_s`` minus its own); the lines of sessions that started at or after that
         step are dropped first: their work is redone."""
         path = self.out / ENVIRONMENT_FILE
-        kept = [row for row in read_environment(path) if int(row.get("step", 0)) < self.done]
+        try:
+            kept = [row for row in read_environment(path) if int(row.get("step", 0)) < self.done]
+        except ValueError as err:  # the record of earlier sessions only: say how to go on
+            raise ValueError(
+                f"{err}; fix or delete that line to go on (that session's record is lost)"
+            ) from None
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         env = environment(self.info.device, self.info.world_size)
         kept.append({"step": self.done, "time": now, "train_s": round(self.train_s, 3), **env})
