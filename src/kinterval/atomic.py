@@ -11,12 +11,20 @@ No kinterval imports: every layer may use it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+# A file system that refuses a read or write (a full disk, a quota, a read-only folder, a failing disk): not a
+# bug and not bad input. The command line reports it as one line naming the file (exit status 1); the suite
+# runner stops at it rather than starting runs that would fail alike.
+SYSTEM_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+)
 
 
 def temp_path(path: str | Path) -> Path:
@@ -26,14 +34,16 @@ def temp_path(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def naming(path: str | Path) -> Iterator[None]:
+def naming(path: str | Path, temp: str | Path | None = None) -> Iterator[None]:
     """An ``OSError`` without a file name raised inside (a write or a close cut short: a full disk fails
-    at the flush, and Python names no file then) is raised again naming ``path``, so the command's error
-    line says which file could not be written."""
+    at the flush, and Python names no file then), or one naming ``temp`` (the hidden file ``path`` is written
+    through: a read-only folder refuses to create it), is raised again naming ``path``, so the command's
+    error line says which file could not be written."""
     try:
         yield
     except OSError as err:
-        if err.filename is not None or err.errno is None:
+        named = None if err.filename is None else str(err.filename)  # a Path when a Path was opened
+        if err.errno is None or named not in (None, None if temp is None else str(temp)):
             raise
         raise OSError(err.errno, err.strerror or str(err), str(path)) from err
 
@@ -45,13 +55,15 @@ def write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     path = Path(path)
     tmp = temp_path(path)
     try:
-        with naming(path), open(tmp, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with naming(path, tmp):
+            with open(tmp, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder refuses even this; the first error tells
+            tmp.unlink(missing_ok=True)
         raise
     return path
 

@@ -16,7 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from kinterval import __version__
+from kinterval import __version__, atomic
 
 # One line per layer; each module defines ``register(subparsers) -> None``.
 COMMAND_MODULES = (
@@ -177,7 +177,7 @@ def _run(args, flags: dict[str, str] | None = None) -> int:
 
 
 # A file system that refuses a read or write: not a bug (no traceback) and not bad input (exit 1, not 2)
-SYSTEM_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+SYSTEM_ERRNOS = atomic.SYSTEM_ERRNOS
 
 
 def system_error_message(err: OSError) -> str:

@@ -17,9 +17,9 @@ report read.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from kinterval import atomic
 from kinterval.data.loader import TokenShards
 from kinterval.eval.checkpoints import checkpoint_name, pick_device, select_checkpoints, state_sha256
 from kinterval.eval.evaluate import applied_numerics, request, safe_operator
@@ -95,9 +95,7 @@ def diagnose_checkpoint(
         request=req,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(res, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic.write_json(path, res)  # a full disk leaves no partial file in the run folder (the gate hashes all)
     return dict(res, skipped=False, path=str(path))
 
 

@@ -76,7 +76,7 @@ def _run_one(args) -> int:
 def _gate(args) -> int:
     from pathlib import Path
 
-    from kinterval.suite.gate import gate
+    from kinterval.suite.gate import RECORD, gate
     from kinterval.suite.manifest import MANIFEST
     from kinterval.suite.merge import replaced_folder
 
@@ -105,6 +105,9 @@ def _gate(args) -> int:
     print(f"integrity gate{mode}, suite {rep.suite}: {rep.summary()}")
     if rep.record is not None:
         print(f"wrote {rep.record} (what `kinterval suite gate --results-only` checks a copy against)")
+    if rep.record_error is not None:  # the verdict is printed; the missing record is the error line
+        print(f"not recorded: {RECORD} could not be written (--no-record gates a folder without writing it)")
+        raise rep.record_error
     return 0 if rep.ok else 1
 
 

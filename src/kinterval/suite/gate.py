@@ -24,7 +24,9 @@ is found inside it, and the absolute path a checkpoint or evaluation recorded fo
 folder then was (``/old/place/OUT/data`` for ``data``) names the same folder (:func:`same_data_dir`).
 
 With 0 errors it writes ``DIR/gate.json``, the signed-off record: the sha256 of every result file (manifest,
-run status, metrics, evaluations, probes), the hashes of every checkpoint and each job's block count.
+run status, metrics, evaluations, probes), the hashes of every checkpoint and each job's block count. It is
+written atomically; when it cannot be (a full disk, a read-only folder) the report keeps its verdict and
+holds the ``OSError`` in ``record_error``.
 
 Partial mode (``partial=True``, full mode only; a suite cut short, e.g. by a machine's time limit) gates the
 runs whose work is finished (training completed or stopped, every checkpoint it keeps evaluated and, when the
@@ -47,13 +49,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from kinterval import atomic
 from kinterval.atomic import sha256_file
 from kinterval.data.loader import TokenShards
 from kinterval.eval.geometry import METRICS as GEOMETRY
@@ -98,6 +100,7 @@ class GateReport:
     errors: list[str] = field(default_factory=list)
     results_only: bool = False
     record: Path | None = None  # the gate.json this gate wrote
+    record_error: OSError | None = None  # why it could not be written (a full disk, a read-only folder)
     not_run: list[str] = field(default_factory=list)  # partial: runs of the manifest not gated
     stopped: dict[str, int] = field(default_factory=dict)  # gated runs stopped by a non-finite loss -> step
 
@@ -743,11 +746,7 @@ def write_record(out: Path, manifest: dict, runs: list[str], checkpoints: dict, 
         "checkpoints": dict(sorted(checkpoints.items())),
         "files": dict(sorted(files.items())),
     }
-    path = Path(out) / RECORD
-    tmp = path.with_name(RECORD + ".tmp")
-    tmp.write_text(json.dumps(rec, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic.write_json(Path(out) / RECORD, rec)
 
 
 def _read_status(run_dir: Path) -> dict | None:
@@ -798,5 +797,8 @@ def gate(
     rep = GateReport(str(m.get("suite")), g.runs, g.jobs, g.errs.lines(), results_only)
     rep.not_run, rep.stopped = g.not_run, g.stopped
     if not results_only and write_record and rep.ok:
-        rep.record = g.write_record()
+        try:
+            rep.record = g.write_record()
+        except OSError as err:  # the verdict stands; the caller says the record is missing
+            rep.record_error = err
     return rep

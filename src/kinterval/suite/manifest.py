@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 
+from kinterval import atomic
 from kinterval.suite.definition import RunSpec, Suite, load_suite, suite_path
 from kinterval.train.checkpoint import code_identity
 from kinterval.train.config import TrainConfig
@@ -162,12 +162,12 @@ def manifest_suite(manifest: dict) -> Suite:
 
 
 def write_manifest(out: str | Path, manifest: dict) -> Path:
+    """Write ``OUT/manifest.json`` and ``OUT/manifest.tsv``, each atomically (a full disk leaves the old file,
+    never a torn one) and only when its bytes change: a resume of a finished suite writes nothing, and so runs
+    on a read-only copy."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / MANIFEST
-    tmp = path.with_name(MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, path)
     cols = [
         "run_id",
         "group",
@@ -186,7 +186,17 @@ def write_manifest(out: str | Path, manifest: dict) -> Path:
     lines.append(
         f"# code ops_sha256={manifest['code'].get('ops_sha256')} git={manifest['code'].get('git_commit')}"
     )
-    (out / MANIFEST_TSV).write_text("\n".join(lines) + "\n")
+    for target, text in (
+        (path, json.dumps(manifest, indent=1) + "\n"),
+        (out / MANIFEST_TSV, "\n".join(lines) + "\n"),
+    ):
+        data = text.encode("utf-8")
+        try:
+            same = target.read_bytes() == data
+        except OSError:
+            same = False
+        if not same:
+            atomic.write_bytes(target, data)
     return path
 
 

@@ -21,7 +21,9 @@ must pass the results-only gate before it replaces DST.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +95,32 @@ def _run_record(rec: dict, rid: str) -> tuple[dict, dict]:
     return files, cks
 
 
+# Errors of the side a copy writes: named by the destination file (a full disk fails at the write, and
+# shutil names the source file then).
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    try:
+        shutil.copy2(src, dst)
+    except OSError as err:
+        if err.errno in _WRITE_ERRNOS and err.filename != str(dst):
+            raise OSError(err.errno, err.strerror, str(dst)) from err
+        raise
+
+
+def _copy_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
+    """Copy the folder ``src`` to ``dst`` (made), leaving out the entries named in ``skip`` at any depth; stop
+    at the first failure with an ``OSError`` naming the file (``shutil.copytree`` copies on and raises one
+    ``shutil.Error`` listing every failure as text, which the command line could only show as a traceback)."""
+    for root, dirs, files in os.walk(src):
+        dirs[:] = sorted(d for d in dirs if d not in skip)
+        here = dst / Path(root).relative_to(src)
+        here.mkdir(parents=True, exist_ok=here != dst)
+        for name in sorted(f for f in files if f not in skip):
+            _copy_file(Path(root) / name, here / name)
+
+
 def replaced_folder(dst: str | Path) -> Path:
     """Where :func:`merge` keeps DST while the merged folder takes its place (``.DST.replaced`` beside it)."""
     dst = Path(dst).resolve()
@@ -153,20 +181,18 @@ def merge(src: str | Path, dst: str | Path) -> MergeResult:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         if (dst / MANIFEST).is_file():
-            shutil.copytree(dst, tmp)
+            _copy_tree(dst, tmp)
         else:
             tmp.mkdir(parents=True)
             for name in (MANIFEST, MANIFEST_TSV):
                 if (src / name).is_file():
-                    shutil.copy2(src / name, tmp / name)
+                    _copy_file(src / name, tmp / name)
         for rid in res.added:
-            shutil.copytree(
-                src / "runs" / rid, tmp / "runs" / rid, ignore=shutil.ignore_patterns("checkpoints")
-            )
+            _copy_tree(src / "runs" / rid, tmp / "runs" / rid, skip=("checkpoints",))
             log = src / "logs" / f"{rid}.log"
             if log.is_file():
                 (tmp / "logs").mkdir(exist_ok=True)
-                shutil.copy2(log, tmp / "logs" / log.name)
+                _copy_file(log, tmp / "logs" / log.name)
         # the manifest kept (DST's, or SRC's for a new folder), as its bytes are
         files.update({n: sha256_file(tmp / n) for n in (MANIFEST, MANIFEST_TSV) if (tmp / n).is_file()})
         write_record(tmp, m_dst, signed, checkpoints, files)
@@ -182,6 +208,11 @@ def merge(src: str | Path, dst: str | Path) -> MergeResult:
                 old.rename(dst)  # DST as it was
             raise
         shutil.rmtree(old, ignore_errors=True)
+    except OSError as err:  # a full disk: named as the file of DST it was writing (the work folder goes)
+        where = Path(str(err.filename)) if err.filename is not None else None
+        if err.errno is None or where is None or not where.is_relative_to(tmp):
+            raise
+        raise OSError(err.errno, err.strerror, str(dst / where.relative_to(tmp))) from err
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return res

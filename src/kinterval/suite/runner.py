@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from kinterval.atomic import SYSTEM_ERRNOS
 from kinterval.suite.definition import Suite, load_suite, select
 from kinterval.suite.manifest import (
     MANIFEST,
@@ -405,20 +406,41 @@ def run_suite(
 def _run_isolated(out: Path, rid: str, device: str | None, log) -> str:
     """:func:`run_one` in this process, as a child would run it under ``--gpus``: a run that raises (out of
     memory, a kernel error) is a failed run with its traceback in ``logs/<run>.log``, and the suite goes on
-    with the next run instead of leaving the rest of an unattended sitting unrun. Ctrl-C still stops all."""
+    with the next run instead of leaving the rest of an unattended sitting unrun. Ctrl-C still stops all, and
+    so does a file system that refuses a write (a full disk, a read-only folder: :data:`SYSTEM_ERRNOS`): each
+    run left would train up to its first checkpoint and fail alike. What is finished is kept; the same
+    command, once the disk has room, resumes the run from its last checkpoint."""
     import traceback
 
     try:
         return run_one(out, rid, device=device, log=log)
     except BrokenPipeError:  # the suite's own output closed (`| head`): not this run's failure
         raise
+    except OSError as err:
+        if err.errno not in SYSTEM_ERRNOS:
+            return _failed(out, rid, err, traceback.format_exc(), log)
+        log(
+            f"{rid}: stopped by a file system error (below); the runs left would fail alike, so the suite "
+            "stops here. Free space (or make the folder writable) and run the same command again: finished "
+            "runs are kept, this one resumes from its last checkpoint"
+        )
+        raise
     except Exception as err:
+        return _failed(out, rid, err, traceback.format_exc(), log)
+
+
+def _failed(out: Path, rid: str, err: Exception, trace: str, log) -> str:
+    """Record a failed run: its traceback in ``logs/<run>.log`` (when that can be written) and the status."""
+    status = f"failed ({type(err).__name__}: {err})"
+    try:
         (out / "logs").mkdir(parents=True, exist_ok=True)
         with open(out / "logs" / f"{rid}.log", "a") as fh:
-            fh.write(traceback.format_exc())
-        status = f"failed ({type(err).__name__}: {err})"
-        log(f"{rid}: {status}; traceback in {out / 'logs' / (rid + '.log')}")
+            fh.write(trace)
+    except OSError as log_err:  # the run's failure is the news, not the log's
+        log(f"{rid}: {status}; its traceback could not be written to {out / 'logs'} ({log_err})")
         return status
+    log(f"{rid}: {status}; traceback in {out / 'logs' / (rid + '.log')}")
+    return status
 
 
 def signed_off(results: str | Path, suite: str) -> tuple[dict, list[str]]:
