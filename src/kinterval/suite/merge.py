@@ -113,7 +113,7 @@ def _copy_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
     """Copy the folder ``src`` to ``dst`` (made), leaving out the entries named in ``skip`` at any depth; stop
     at the first failure with an ``OSError`` naming the file (``shutil.copytree`` copies on and raises one
     ``shutil.Error`` listing every failure as text, which the command line could only show as a traceback)."""
-    for root, dirs, files in os.walk(src):
+    for root, dirs, files in os.walk(src, followlinks=True):  # as copytree: a linked folder is copied
         dirs[:] = sorted(d for d in dirs if d not in skip)
         here = dst / Path(root).relative_to(src)
         here.mkdir(parents=True, exist_ok=here != dst)
