@@ -27,6 +27,13 @@ SYSTEM_ERRNOS = frozenset(
 )
 
 
+def system_error_message(err: OSError) -> str:
+    """One line for an ``OSError`` of :data:`SYSTEM_ERRNOS`: the file and the system's reason."""
+    reason = err.strerror or str(err)
+    where = f"{err.filename}: " if err.filename is not None else ""
+    return f"{where}{reason} ({errno.errorcode.get(err.errno, err.errno)})"
+
+
 def temp_path(path: str | Path) -> Path:
     """The temporary file :func:`write_with` writes ``path`` through."""
     path = Path(path)

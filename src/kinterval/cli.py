@@ -7,7 +7,6 @@ them, so that dependencies keep pointing one way (cli imports everything, nothin
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import linecache
 import os
@@ -178,13 +177,7 @@ def _run(args, flags: dict[str, str] | None = None) -> int:
 
 # A file system that refuses a read or write: not a bug (no traceback) and not bad input (exit 1, not 2)
 SYSTEM_ERRNOS = atomic.SYSTEM_ERRNOS
-
-
-def system_error_message(err: OSError) -> str:
-    """One line for an ``OSError`` of :data:`SYSTEM_ERRNOS`: the file and the system's reason."""
-    reason = err.strerror or str(err)
-    where = f"{err.filename}: " if err.filename is not None else ""
-    return f"{where}{reason} ({errno.errorcode.get(err.errno, err.errno)})"
+system_error_message = atomic.system_error_message
 
 
 if __name__ == "__main__":  # pragma: no cover

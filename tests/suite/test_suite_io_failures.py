@@ -201,3 +201,38 @@ def test_a_merge_into_a_full_disk_is_one_line_and_leaves_the_destination_as_it_w
     assert sorted(p.name for p in tmp_path.iterdir()) == (["results"] if existing else [])
     if existing:
         assert _tree(dst) == before
+
+
+def test_a_child_run_on_a_full_disk_exits_74_and_gpus_starts_no_more_runs(tmp_path, monkeypatch, capsys):
+    """``suite run-one`` (the child of ``--gpus``) exits EX_IOERR on a file system error, with one line;
+    ``--gpus`` then starts no more runs (each would fail alike) and lets the running ones finish."""
+    ckpt = tmp_path / "out" / "runs" / "a" / "checkpoints" / "model.safetensors"
+
+    def full(*args, **kwargs):
+        raise refused(errno.ENOSPC, ckpt)
+
+    monkeypatch.setattr(R, "run_one", full)
+    assert cli.main(["suite", "run-one", "--out", str(tmp_path / "out"), "a"]) == R.EXIT_FILE_SYSTEM == 74
+    assert capsys.readouterr().err == f"kinterval suite: error: {ckpt}: No space left on device (ENOSPC)\n"
+
+    started, codes = [], {"r1": R.EXIT_FILE_SYSTEM}
+
+    class Child:  # r0 and r1 run side by side (2 GPUs); r1 fails on the full disk; r0 finishes after it
+        def __init__(self, cmd, env, stdout, stderr):
+            self.args, self.returncode, self.polls = cmd, None, 0
+            started.append(cmd[-1])
+
+        def poll(self):
+            self.polls += 1
+            if self.polls >= (1 if self.args[-1] == "r1" else 3):
+                self.returncode = codes.get(self.args[-1], 0)
+            return self.returncode
+
+    monkeypatch.setattr(R.subprocess, "Popen", Child)
+    monkeypatch.setattr(R.time, "sleep", lambda s: None)
+    logs = []
+    res = R._run_gpus(tmp_path / "out", ["r0", "r1", "r2", "r3"], 2, logs.append)
+    assert started == ["r0", "r1"]
+    assert res == {"r0": "completed", "r1": "failed (exit 74)", "r2": R.NOT_STARTED, "r3": R.NOT_STARTED}
+    (line,) = [x for x in logs if "file system" in x]
+    assert line.startswith("r1: stopped by a file system error") and "2 runs not started" in line

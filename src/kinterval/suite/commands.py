@@ -64,11 +64,20 @@ def _run(args) -> int:
 
 
 def _run_one(args) -> int:
+    import sys
+
+    from kinterval.atomic import SYSTEM_ERRNOS, system_error_message
     from kinterval.suite.manifest import STOPPED
-    from kinterval.suite.runner import run_one
+    from kinterval.suite.runner import EXIT_FILE_SYSTEM, run_one
     from kinterval.train.trainer import EXIT_NONFINITE
 
-    status = run_one(args.out, args.run_id, device=args.device, threads=args.threads)
+    try:
+        status = run_one(args.out, args.run_id, device=args.device, threads=args.threads)
+    except OSError as err:  # a full disk: its own exit status, so that --gpus starts no more runs
+        if err.errno not in SYSTEM_ERRNOS:
+            raise
+        print(f"kinterval suite: error: {system_error_message(err)}", file=sys.stderr)
+        return EXIT_FILE_SYSTEM
     # a stopped run exits as `kinterval train` does for it (docs/training.md), so that --gpus tells it apart
     return {"completed": 0, STOPPED: EXIT_NONFINITE}.get(status, 1)
 

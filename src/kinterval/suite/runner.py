@@ -421,8 +421,7 @@ def _run_isolated(out: Path, rid: str, device: str | None, log) -> str:
             return _failed(out, rid, err, traceback.format_exc(), log)
         log(
             f"{rid}: stopped by a file system error (below); the runs left would fail alike, so the suite "
-            "stops here. Free space (or make the folder writable) and run the same command again: finished "
-            "runs are kept, this one resumes from its last checkpoint"
+            f"stops here. {FILE_SYSTEM_ADVICE}"
         )
         raise
     except Exception as err:
@@ -483,6 +482,16 @@ def skip_signed_off(manifest: dict, ids: list[str], results, theirs: dict, done:
     return left
 
 
+# `suite run-one`'s exit status for a run that a file system stopped (a full disk, a read-only folder;
+# sysexits' EX_IOERR): under --gpus the suite then starts no more runs, as it does without --gpus
+EXIT_FILE_SYSTEM = 74
+FILE_SYSTEM_ADVICE = (
+    "Free space (or make the folder writable) and run the same command again: finished runs are kept, "
+    "a stopped one resumes from its last checkpoint"
+)
+NOT_STARTED = "not started (a file system error stopped the suite)"
+
+
 def _run_gpus(
     out: Path, ids: list[str], gpus: int, log, per_gpu: int = 1, device: str | None = None, threads=None
 ) -> dict:
@@ -511,6 +520,13 @@ def _run_gpus(
             )
             log(f"{rid}: {done[rid]}")
             del running[proc]
+            if proc.returncode == EXIT_FILE_SYSTEM and pending:  # the runs left would fail alike
+                log(
+                    f"{rid}: stopped by a file system error (its log names the file); {len(pending)} runs "
+                    f"not started, the {len(running)} running go on. {FILE_SYSTEM_ADVICE}"
+                )
+                done.update(dict.fromkeys(pending, NOT_STARTED))
+                pending.clear()
     return done
 
 
