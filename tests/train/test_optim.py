@@ -56,3 +56,16 @@ def test_a_ddp_wrapper_gets_the_same_groups_and_names():
     assert not any(n.startswith("module.") for n in decayed)
     decay_of = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
     assert decay_of[id(model.transformer.wte.weight)] == decay_of[id(model.transformer.wpe.weight)] == 0.0
+
+
+def test_the_configured_hyperparameters_reach_every_group():
+    """Every optim setting is used, not only the paper's values (which are torch's defaults for eps): a run
+    with other betas, eps, weight decay and learning rate gets them in both groups (decay 0 in the other)."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    cfg = OptimSection(lr=1e-3, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.05)
+    opt, _ = build_optimizer(model, cfg, torch.device("cpu"))
+    assert [(g["lr"], g["betas"], g["eps"], g["weight_decay"]) for g in opt.param_groups] == [
+        (1e-3, (0.8, 0.99), 1e-6, 0.05),
+        (1e-3, (0.8, 0.99), 1e-6, 0.0),
+    ]
