@@ -121,3 +121,22 @@ def test_the_autocast_policy_is_bf16_on_cuda_and_on_cpu_only_when_asked():
     ]
     assert [autocast_applied(on_cpu, d) for d in ("cuda", "cpu")] == ["bfloat16", "bfloat16"]
     assert [autocast_applied(off, d) for d in ("cuda", "cpu")] == ["none", "none"]
+
+
+def test_tf32_is_on_in_the_training_backward_too(make_config, tmp_path):
+    """Paper App. C: TF32 matmuls in training, the backward's products included; ``step()`` sets it itself
+    (here inside a caller's TF32-off region), for its forwards and its backwards alike."""
+    from kinterval.model import tf32
+    from kinterval.ops.tf32 import tf32_flags
+
+    trainer = Trainer(make_config(), tmp_path / "run", D.setup("cpu"))
+    seen = {"forward": set(), "backward": set()}
+    trainer.model.register_forward_pre_hook(lambda m, a: seen["forward"].add(tf32_flags()))
+    for p in trainer.model.parameters():
+        p.register_hook(lambda g: seen["backward"].add(tf32_flags()))
+    trainer.open_records()
+    with tf32(False):
+        assert trainer.step().finite
+        assert tf32_flags() == (False, False)
+    trainer.close()
+    assert seen == {"forward": {(True, True)}, "backward": {(True, True)}}
