@@ -414,3 +414,17 @@ def test_clip_statistics_of_the_logged_training_rows():
     assert row.tail == (pytest.approx(4 / 6), None)
     assert row.final_norm == (2.4, None) and row.max_norm == (12000.0, None)
     assert row.max_loss_rise == (pytest.approx(0.5), None)
+
+
+def test_apply_bh_gives_each_row_the_q_of_its_own_p():
+    """BH q follows each row's p when the rows are not in p order (the families above all held ascending p,
+    so a q list attached in sorted order passed them)."""
+    ps = [0.04, 0.001, 0.5, 0.03, 0.2]
+    rows = [
+        A.Row(f"c{i}", None, (7,), A.Estimate(0.0, -1.0, 1.0, "block bootstrap", 1, (0.0,), p=p))
+        for i, p in enumerate(ps)
+    ]
+    A.apply_bh(rows, family=lambda r: "one family")
+    # Hand-worked step-up: sorted p (0.001, 0.03, 0.04, 0.2, 0.5) x 5/rank = (0.005, 0.075, 0.0667, 0.25,
+    # 0.5), then the running minimum from the top: (0.005, 0.0667, 0.0667, 0.25, 0.5).
+    assert [r.q for r in rows] == pytest.approx([0.2 / 3, 0.005, 0.5, 0.2 / 3, 0.25], rel=1e-12)

@@ -13,6 +13,7 @@ from kinterval.stats import (
     kendall_w,
     label_single_seed,
     paired_bootstrap_ci,
+    pairwise_spearman,
     permutation_p_random,
     seed_summary,
     spearman,
@@ -52,6 +53,20 @@ X = np.arange(40.0)
         (lambda: kendall_w(None), "scores"),
         (lambda: spearman([1, 2, 3], [1, 2, 3], n_resamples=None), "n_resamples"),
         (lambda: spearman([1, 2, 3], [1, 2, 3], seed="a"), "seed"),
+        # Booleans are refused where a number is meant (True is not block 1 nor a bound of 1).
+        (lambda: block_bootstrap_ci(X, block=True), "block"),
+        (lambda: block_bootstrap_ci(X, n_resamples=True), "n_resamples"),
+        (lambda: block_length(True), "n"),
+        (lambda: label_single_seed(False, True), "lo"),
+        (lambda: label_single_seed(0.0, True), "hi"),
+        (lambda: contrast({"a": [1.0, 2.0]}, {"a": True}), "weight of 'a'"),
+        # Too little data is refused by the argument that is short, not by a later step.
+        (lambda: block_bootstrap_ci([1.0]), "x needs at least 2"),
+        (lambda: k_trend_slopes([0, 8], [[0.1, 0.2], [0.1, 0.3]]), "K values must be positive"),
+        (lambda: k_trend_slopes([-4, 8], [[0.1, 0.2], [0.1, 0.3]]), "K values must be positive"),
+        (lambda: k_trend_slopes([4, 8], [[0.1, 0.2]]), "delta_nll"),
+        (lambda: kendall_w([[1.0], [2.0]]), "scores"),
+        (lambda: pairwise_spearman([[1.0, 2.0], [2.0, 1.0]]), "scores"),
     ],
 )
 def test_bad_argument_is_a_value_error_naming_it(call, name):

@@ -159,6 +159,7 @@ def test_cluster_and_family_bootstrap_respect_within_cluster_correlation():
         lambda: block_bootstrap_ci(np.ones(20), level=-0.1),
         lambda: block_bootstrap_ci(np.ones((4, 5))),
         lambda: paired_bootstrap_ci([]),
+        lambda: paired_bootstrap_ci([0.3]),  # one item: a zero-width interval at 0.3 would "exclude 0"
         lambda: paired_bootstrap_ci([1.0, np.inf]),
         lambda: paired_bootstrap_ci([1.0, 2.0], level=95),
         lambda: cluster_bootstrap_ci([1.0, 2.0], [0]),
@@ -173,6 +174,13 @@ def test_cluster_and_family_bootstrap_respect_within_cluster_correlation():
 def test_bootstrap_bad_input(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_cluster_bootstrap_refuses_a_negative_weight_inside_a_positive_cluster():
+    """Token weights are counts: a negative item weight is refused even when its cluster's total (and every
+    resample's) stays positive, where no later step would notice it."""
+    with pytest.raises(ValueError, match="non-negative"):
+        cluster_bootstrap_ci([1.0, 2.0, 3.0, 4.0], [0, 0, 1, 2], [2.0, -1.0, 1.0, 1.0])
 
 
 def test_bootstrap_p_matches_the_interval():
@@ -232,3 +240,55 @@ def test_a_constant_series_gives_the_zero_width_interval_at_its_value(value):
     assert not label_single_seed(r.lo, r.hi).separated
     with pytest.raises(ValueError, match="seed"):
         block_bootstrap_ci(x, seed=-1)
+
+
+@pytest.mark.parametrize("level", [0.8, 0.9, 0.99])
+def test_level_sets_the_percentiles_of_every_bootstrap(level):
+    """Every test above ran at the default 95%: a level that was ignored passed them all."""
+    x = np.random.default_rng(11).normal(0.05, 1.0, 64)
+    q = [(1 - level) / 2, (1 + level) / 2]
+    r = block_bootstrap_ci(x, block=8, n_resamples=300, level=level, seed=2)
+    assert (r.lo, r.hi) == pytest.approx(tuple(np.quantile(_naive_block_means(x, 8, 300, 2), q)), rel=1e-10)
+    assert r.level == level
+    p = paired_bootstrap_ci(x, n_resamples=300, level=level, seed=2)
+    idx = np.random.default_rng(2).integers(0, x.size, size=(300, x.size))
+    assert (p.lo, p.hi) == pytest.approx(tuple(np.quantile(x[idx].mean(axis=1), q)), rel=1e-10)
+    groups = np.arange(64) // 4  # 16 equal clusters: the statistic is the mean of the drawn cluster means
+    c = cluster_bootstrap_ci(x, groups, n_resamples=300, level=level, seed=2)
+    draws = np.random.default_rng(2).integers(0, 16, size=(300, 16))
+    ref = x.reshape(16, 4).mean(axis=1)[draws].mean(axis=1)
+    assert (c.lo, c.hi) == pytest.approx(tuple(np.quantile(ref, q)), rel=1e-10)
+
+
+def test_resamples_drawn_in_chunks_are_all_kept(monkeypatch):
+    """Resamples are drawn in chunks of at most _CHUNK_ELEMS random integers; at the real size no test series
+    spans two chunks, so a chunk loop that dropped the remainder passed everything. With 3 resamples per
+    chunk, 1001 resamples are 334 chunks, the last of 2: every replicate must be kept, the result equal to
+    the one-chunk draw and, far from 0, p at its floor 2 / (1001 + 1)."""
+    import kinterval.stats.bootstrap as bs
+
+    x = np.random.default_rng(6).normal(1.0, 0.1, 50)
+    groups = np.arange(50) // 5  # 10 clusters
+    whole = (
+        block_bootstrap_ci(x, block=5, n_resamples=1001, seed=4),
+        paired_bootstrap_ci(x, n_resamples=1001, seed=4),
+        cluster_bootstrap_ci(x, groups, n_resamples=1001, seed=4),
+    )
+    monkeypatch.setattr(bs, "_CHUNK_ELEMS", 30)
+    assert bs.circular_block_means(x, 5, 1001, np.random.default_rng(4)).size == 1001
+    chunked = (
+        block_bootstrap_ci(x, block=5, n_resamples=1001, seed=4),
+        paired_bootstrap_ci(x, n_resamples=1001, seed=4),
+        cluster_bootstrap_ci(x, groups, n_resamples=1001, seed=4),
+    )
+    assert chunked == whole
+    for r in chunked:
+        assert r.p == pytest.approx(2 / 1002), r.method
+
+
+def test_seed_none_draws_fresh_resamples():
+    """seed=None is fresh entropy (documented), not a hidden fixed seed."""
+    x = np.random.default_rng(8).normal(size=100)
+    assert block_bootstrap_ci(x, seed=None, n_resamples=200) != block_bootstrap_ci(
+        x, seed=None, n_resamples=200
+    )

@@ -121,3 +121,19 @@ def test_bh_known_values():
 def test_seed_bad_input(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_permutation_tolerance_only_absorbs_rounding():
+    """|sum| = 2 + 1e-7 is reached only by +-all; the assignments flipping the small item give 2 - 1e-7,
+    a real difference of 2e-7 (not rounding), so p = 2/8. A tolerance wide enough to tie them gives 4/8."""
+    d = [1.0, 1.0, 1e-7]
+    assert permutation_p_exact(d) == pytest.approx(2 / 8, abs=1e-15)
+    assert abs(permutation_p_random(d, n=20000, seed=0) - 2 / 8) < 0.02
+
+
+def test_random_permutation_keeps_every_chunk():
+    """Sign draws come in chunks of 2^22 // len(d) rows; with 1000 items 20,000 draws span five chunks, the
+    last partial. Only the first item is non-zero, so every assignment ties the observed |sum|: p = 1
+    exactly, and less if any draw were dropped."""
+    d = np.r_[1.0, np.zeros(999)]
+    assert permutation_p_random(d, n=20000, seed=0) == 1.0
