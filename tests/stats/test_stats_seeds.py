@@ -137,3 +137,14 @@ def test_random_permutation_keeps_every_chunk():
     exactly, and less if any draw were dropped."""
     d = np.r_[1.0, np.zeros(999)]
     assert permutation_p_random(d, n=20000, seed=0) == 1.0
+
+
+def test_exact_permutation_accepts_up_to_max_exact_n():
+    """n <= MAX_EXACT_N is enumerated (the report takes the exact p for up to that many seeds), n + 1 is
+    refused: 20 equal positive differences reach |sum| only at +-all, p = 2 / 2^20."""
+    from kinterval.stats.seeds import MAX_EXACT_N
+
+    assert MAX_EXACT_N == 20
+    assert permutation_p_exact(np.full(MAX_EXACT_N, 0.1)) == 2 / 2**20
+    with pytest.raises(ValueError, match="permutation_p_random"):
+        permutation_p_exact(np.full(MAX_EXACT_N + 1, 0.1))
