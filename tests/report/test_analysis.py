@@ -346,6 +346,29 @@ def test_rank_statistics_spearman_p_is_the_exact_permutation_p():
     assert st.spearman_h == pytest.approx((1.0, 1 / 12))
 
 
+def test_rank_statistics_leave_out_what_ties_make_undefined():
+    """Conditions whose ΔNLL ties on a seed (identical runs) give no W when every seed ties them all, no rho
+    for a pair with such a seed, and no Spearman against geometry for equal mean ΔNLL: left out, not a
+    report that fails."""
+    seeds = (7, 42, 1337)
+    base = {s: np.random.default_rng(s).normal(4.0, 0.2, N) for s in seeds}
+    tied = {"lerp-k4": (0.05,) * 3, "lerp-k8": (0.05,) * 3, "lerp-k16": (0.05,) * 3}
+    pts = [point("softmax", s, base[s]) for s in seeds]
+    pts += [point(op, s, base[s] + d) for op, ds in tied.items() for s, d in zip(seeds, ds)]
+    rows = A.delta_table(A.softmax_pairs(pts))
+    geometry = {r.key: {"h": float(i), "span": 1.0 + i} for i, r in enumerate(rows)}
+    (st,) = A.rank_statistics(rows, geometry)
+    assert (st.kendall_w, st.pairwise_spearman, st.spearman_h, st.spearman_span) == (None, (), None, None)
+
+    mixed = {"lerp-k4": (0.05, 0.01, 0.03), "lerp-k8": (0.05, 0.02, 0.01), "lerp-k16": (0.05, 0.03, 0.02)}
+    pts = [point("softmax", s, base[s]) for s in seeds]
+    pts += [point(op, s, base[s] + d) for op, ds in mixed.items() for s, d in zip(seeds, ds)]
+    rows = A.delta_table(A.softmax_pairs(pts))
+    (st,) = A.rank_statistics(rows, {})
+    assert st.kendall_w is not None and len(st.pairwise_spearman) == 1  # seeds 42 and 1337 only
+    assert st.pairwise_spearman[0] == pytest.approx(-0.5)
+
+
 def test_substitution_on_the_suites_own_split_is_paired_with_the_primary_evaluation():
     """tab:strictaudit: the frozen checkpoint under another arithmetic on the suite's own split
     (``kinterval eval --operator``, tag ``val__op-...``) minus its native (primary) evaluation, per block,

@@ -45,7 +45,9 @@ def ranked_rows(delta: list[Row]) -> dict[tuple, list[Row]]:
 
 def rank_statistics(delta: list[Row], geometry: dict[Key, dict[str, float]]) -> list[RankStats]:
     """Per setting: Kendall's W and pairwise Spearman over the seeds every condition has, and Spearman of the
-    condition-mean ΔNLL against final h and span (conditions with geometry)."""
+    condition-mean ΔNLL against final h and span (conditions with geometry). What is undefined is left out,
+    not an error: W when every seed ties all conditions, a seed pair's rho when one of the two ties them all,
+    a Spearman against geometry when the ΔNLL or the metric is the same for every condition."""
     from kinterval.stats import kendall_w, pairwise_spearman, spearman
 
     out = []
@@ -54,11 +56,13 @@ def rank_statistics(delta: list[Row], geometry: dict[Key, dict[str, float]]) -> 
         w, pw = None, ()
         if len(seeds) >= 2 and len(rows) >= 3:
             scores = np.array([[r.est.per_seed[r.seeds.index(s)] for r in rows] for s in seeds])
-            w, pw = kendall_w(scores), tuple(float(x) for x in pairwise_spearman(scores))
+            varied = scores[np.ptp(scores, axis=1) > 0]  # a seed that ties every condition ranks nothing
+            w = kendall_w(scores) if len(varied) else None
+            pw = tuple(float(x) for x in pairwise_spearman(varied)) if len(varied) >= 2 else ()
 
         def assoc(metric, rows=rows):
             pts = [(geometry[r.key][metric], r.est.mean) for r in rows if metric in geometry.get(r.key, {})]
-            if len(pts) < 3 or len({x for x, _ in pts}) < 2:
+            if len(pts) < 3 or len({x for x, _ in pts}) < 2 or len({y for _, y in pts}) < 2:
                 return None
             res = spearman([x for x, _ in pts], [y for _, y in pts])
             return (res.rho, res.p)
