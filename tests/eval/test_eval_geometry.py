@@ -307,3 +307,26 @@ def test_probe_gives_back_train_mode():
     assert model.training and all(m.training for m in model.modules())
     geometry_probe(model.eval(), tokens, blocks=2)
     assert not any(m.training for m in model.modules())
+
+
+def test_a_probe_spec_sets_the_grid_on_every_layer_of_a_softmax_model():
+    """``spec`` is the operator whose grid defines h, buckets and TV (a softmax run has none of its own, e.g.
+    the operator one would deploy): every metric of every layer of a softmax model probed with "lerp-k4"
+    against the independent computation on that model's own scores."""
+    from kinterval.eval.geometry import METRICS, geometry_probe
+    from kinterval.model import GPT, preset
+
+    torch.manual_seed(0)
+    T = 16
+    cfg = preset("tiny", vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=T)
+    model = GPT(cfg, "softmax", "closed_form").eval()
+    with torch.no_grad():
+        for blk in model.transformer.h:
+            blk.attn.c_attn.weight.mul_(25)
+    tokens = np.random.default_rng(1).integers(0, 64, size=3 * T + 1).astype(np.uint16)
+    got = geometry_probe(model, tokens, blocks=2, spec="lerp-k4")
+    assert got["operator"] == "lerp-k4"
+    want = independent_geometry(model, tokens, T, 2, 4, "minmax", "lerp")
+    for L in range(2):
+        for name in METRICS:
+            assert got["layers"][L][name] == pytest.approx(want[L][name], rel=1e-4, abs=1e-7), (L, name)
