@@ -36,6 +36,19 @@ def test_full_gradient_is_zero_sum_and_detach_is_not(op):
         assert float(zero_sum_residual(g_det, valid).median()) > 1e-3
 
 
+def test_an_exactly_zero_sum_row_has_residual_zero_and_is_not_left_out():
+    """Only an all-zero row (0/0) is left out of the residual: a row whose gradient sums to exactly 0 (what an
+    exact full gradient gives, e.g. [a, -a] on two keys) has residual 0 and enters the median; masked keys do
+    not count."""
+    g = torch.tensor(
+        [[0.5, -0.5, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, -0.5, 9.0]], dtype=torch.float64
+    )
+    valid = torch.tensor([[1, 1, 0]] * 4, dtype=torch.bool)
+    torch.testing.assert_close(
+        zero_sum_residual(g, valid), torch.tensor([0.0, 1.0, 0.5 / 1.5], dtype=torch.float64)
+    )
+
+
 def test_decomposition_identities():
     s, valid, u = _rows(1)
     d = decomposition_sums(s.detach(), valid, OperatorSpec.parse("lerp-k4"), u)
