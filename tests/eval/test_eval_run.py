@@ -72,6 +72,13 @@ def test_full_split_and_summary(tiny_run):
         with np.load(eval_dir(tiny_run / "run") / f"{r['checkpoint']}.npz") as z:
             assert z["nll"].shape == (r["n_blocks"],)
             assert z["nll"].mean() == pytest.approx(r["mean_nll"])
+    for r, ckpt in zip(rows, list_checkpoints(tiny_run / "run")):
+        # the checkpoint the result is of, as its state.json records it (the report pairs results by step and
+        # tokens), its block size and batch 1
+        state = C.read_state(ckpt)
+        assert (r["checkpoint"], r["step"], r["tokens"]) == (ckpt.name, state["step"], state["tokens"])
+        assert r["checkpoint_files"] == state["files"] and state["files"]
+        assert (r["T"], r["batch"]) == (32, 1)
 
 
 def test_train_passes_need_the_checkpoints_data_identity():
@@ -444,6 +451,10 @@ def test_document_clusters_on_test_split(tiny_run):
     rows = evaluate_run(tiny_run / "run", checkpoint="latest", split="test", doc_clusters=True)
     r = rows[0]
     assert r["split"] == "test" and r["n_documents"] >= 2
+    # targets tokens[1 : nT + 1]: a new document starts after every EOT among tokens[1 : nT]
+    shards = TokenShards(tiny_run / "data", "test")
+    tokens = np.asarray(shards.tokens())
+    assert r["n_documents"] == 1 + int((tokens[1 : r["n_blocks"] * 32] == shards.eot).sum())
     lo, hi = r["doc_cluster_ci95"]
     assert lo <= r["doc_cluster_mean_nll"] <= hi
     with np.load(eval_dir(tiny_run / "run", "test") / f"{r['checkpoint']}.npz") as z:
