@@ -162,13 +162,14 @@ PLANTED = {
 }
 
 
-def planted_stage(blocks=120):
-    """A stage-3 result whose conditions differ from softmax by PLANTED per block (plus small noise)."""
+def planted_stage(blocks=120, planted=None):
+    """A stage-3 result whose conditions differ from softmax by ``planted`` (default PLANTED) per block (plus
+    small noise)."""
     rng = np.random.default_rng(0)
     res = StageResult(Stage("3", "zero", (4, 8), (5.0, 6.0), None, minmax=True))
     soft = rng.normal(4.3, 0.2, blocks)  # block-to-block spread shared by every condition (paired away)
     res.per_block["softmax"] = soft
-    for (K, tau), delta in PLANTED.items():
+    for (K, tau), delta in (planted or PLANTED).items():
         res.per_block[key(K, tau)] = soft + delta + rng.normal(0, 0.002, blocks)
     res.nll.update({name: float(v.mean()) for name, v in res.per_block.items()})
     return res
@@ -252,6 +253,10 @@ def test_best_tau_per_k_and_global_tau_over_every_k():
     res.nll.update({key(K, t): v for (K, t), v in nll.items()})
     # means over K: tau=5 3.45, tau=6 3.125, tau=7 3.675
     assert (res.best_tau(4), res.best_tau(8), res.global_tau()) == (5.0, 6.0, 6.0)
+    # tau* can be no K's own best: K=4 picks 5, K=8 picks 7, the mean over K picks 6 (5.0, 1.0, 5.0)
+    nll = {(4, 5.0): 0.0, (4, 6.0): 1.0, (4, 7.0): 10.0, (8, 5.0): 10.0, (8, 6.0): 1.0, (8, 7.0): 0.0}
+    res.nll.update({key(K, t): v for (K, t), v in nll.items()})
+    assert (res.best_tau(4), res.best_tau(8), res.global_tau()) == (5.0, 7.0, 6.0)
 
 
 def test_paper_stages_are_app_c3s():
@@ -452,3 +457,56 @@ def test_a_stage_screened_with_other_options_is_not_replaced_silently(tmp_path, 
     nearest = json.loads((diag / "tau_screen" / "stage1.json").read_text())
     lerp = json.loads((diag / "tau_screen__lerp" / "stage1.json").read_text())
     assert (nearest["reconstruction"], lerp["reconstruction"]) == ("nearest", "lerp")
+
+
+def test_stage3_rows_give_tau_star_where_a_k_prefers_another_tau():
+    """Each row's delta [CI] is tau* - softmax also at a K whose own best tau is another (K=4: best 5, tau*
+    6 over K); the MinMax column is that K's MinMax NLL, the tau columns its NLLs, the bold cell its best."""
+    planted = {(4, 5.0): 0.01, (4, 6.0): 0.02, (8, 5.0): 0.05, (8, 6.0): -0.004, (4, "minmax"): 1.0,
+               (8, "minmax"): 0.5}  # fmt: skip
+    res = planted_stage(planted=planted)
+    assert (res.best_tau(4), res.best_tau(8), res.global_tau()) == (5.0, 6.0, 6.0)
+    md, rows = stage3_table(res, n_resamples=300)
+    for r in rows:
+        K = r["K"]
+        assert r["tau_star"] == 6.0 and r["best_tau"] == res.best_tau(K)
+        assert r["delta"] == pytest.approx(planted[(K, 6.0)], abs=2e-3)
+        assert r["lo"] < planted[(K, 6.0)] < r["hi"]
+        assert r["minmax"] == res.nll[key(K, "minmax")]
+        assert r["tau"] == {t: res.nll[key(K, t)] for t in (5.0, 6.0)}
+    line = {int(x.split("|")[1]): x for x in md.splitlines() if re.match(r"\| \d+ \| \d", x)}
+    for K, best in ((4, 5.0), (8, 6.0)):
+        assert line[K].count("**") == 2 and f"**{res.nll[key(K, best)]:.4f}**" in line[K]
+        assert f"| {res.nll[key(K, 'minmax')]:.4f} |" in line[K]
+
+
+def test_a_stage_runs_each_k_tau_condition_its_minmax_and_the_softmax_reference(monkeypatch):
+    """The conditions of a stage by the operator each swaps in: every K x tau FWM with the stage's tail,
+    MinMax at each K (zero tail) and softmax, the reference of every contrast (a bf16-exp or other baseline
+    in its place moves a random model's NLL by about 1e-6 only), each on the stage's blocks; a condition's
+    NLL is the mean of its per-block NLL."""
+    from kinterval.eval import tau_screen
+
+    calls = []
+
+    def fake_nll(model, tokens, spec, *, tail="zero", blocks=None):
+        calls.append((spec.full_name, tail, blocks))
+        return np.array([0.0, 0.0, 3.0 * len(calls)])  # its call number in the last block; median 0
+
+    monkeypatch.setattr(tau_screen, "swapped_nll", fake_nll)
+    for stage in (
+        Stage("3", "zero", (4, 8), (5.0, 6.0), 3, minmax=True),
+        Stage("2a", "floor", (4,), (7.0,), None),
+    ):
+        res = run_stage(None, None, stage)
+        want = {
+            key(K, t): (fwm_spec(K, t).full_name, stage.tail, stage.blocks)
+            for K in stage.K
+            for t in stage.taus
+        }
+        if stage.minmax:
+            want.update({key(K, "minmax"): (f"minmax-weight-k{K}", "zero", stage.blocks) for K in stage.K})
+        want["softmax"] = ("softmax", "zero", stage.blocks)
+        assert {name: calls[int(v[-1]) // 3 - 1] for name, v in res.per_block.items()} == want
+        assert res.nll == {name: float(v.mean()) for name, v in res.per_block.items()}
+        calls.clear()
