@@ -75,6 +75,59 @@ def test_reference_matches_independent_paper_transcription(form, K):
             np.testing.assert_allclose(grad[i].numpy(), grad_np, rtol=1e-9, atol=1e-13 * np.abs(g[i]).max())
 
 
+@pytest.mark.parametrize("calib", ("fwm", "resolved"))
+@pytest.mark.parametrize("tau", (2.5, 11.0))
+def test_tau_override_against_paper_transcription(calib, tau):
+    """A tau override moves FWM's window [-tau, 0], its step tau/K and its zero tail, and resolved's grid: the
+    forward and eq. (2) dL/ds of both backends against the numpy transcription at that tau (the tests above
+    use the default tau = 6 only, so an operator that ignored the override in the tail or the step passed)."""
+    rng = np.random.default_rng(int(tau * 10))
+    s = rng.normal(size=(5, 12)) * 4.0
+    valid = rng.random((5, 12)) > 0.25
+    valid[:, 0] = True
+    g = rng.normal(size=(5, 12))
+    for form in ("{c}-lerp-k4", "{c}-weight-k4", "{c}-prob-k3"):
+        spec = OperatorSpec.parse(form.format(c=calib), tau=tau)
+        for backend in ("reference", "closed_form"):
+            P, grad = run(torch.tensor(s), spec, torch.tensor(g), backend, mask=torch.tensor(valid))
+            for i in range(len(s)):
+                P_np, grad_np = row_probs_and_grad(
+                    s[i], valid[i], g[i], calib, spec.K, spec.surrogate, tau=tau
+                )
+                where = (spec.full_name, backend, i)
+                np.testing.assert_allclose(P[i].numpy(), P_np, rtol=1e-12, atol=1e-15, err_msg=str(where))
+                np.testing.assert_allclose(
+                    grad[i].numpy(), grad_np, rtol=1e-9, atol=1e-13, err_msg=str(where)
+                )
+    # the override matters on these rows: keys in the window of one tau and the tail of the other
+    z = s - np.where(valid, s, -np.inf).max(-1, keepdims=True)
+    assert (valid & (z < -min(tau, 6.0)) & (z >= -max(tau, 6.0))).any()
+
+
+@pytest.mark.parametrize(
+    "name, scale, tol",
+    [("lerp-k16777216", 4.0, 3e-5), ("fwm-prob-k65536", 4.0, 3e-5), ("minmax-weight-k4096", 4.0, 3e-5),
+     ("lerp-k1", 3000.0, 3e-6), ("lerp-k2", 300.0, 3e-6), ("minmax-prob-k4", 3000.0, 3e-6)],
+)  # fmt: skip
+def test_float32_gradients_keep_float64_accuracy(name, scale, tol):
+    """The CPU backends' float32 gradients against float64 on the same scores. Large K: Delta and LERP's
+    t-derivative evaluated as (e^{b_{r+1}} - e^{b_r})/h lose the digits of h (0.47 off at K = 2^24, 8e-4 at
+    fwm-prob-k65536, 2e-4 at minmax-weight-k4096; ~1e-5 as written). Small K and wide spans: eq. (1)'s
+    dw/dM = -w + X written as it stands cancels (1e-5 to 2.5e-4 off in the closed form; ~3e-7 as a sum of
+    non-negative terms). K a power of two: the grid points b_r are then exact in float32."""
+    gen = torch.Generator().manual_seed(5)
+    s = torch.randn(2, 24, 24, generator=gen) * scale
+    up = torch.randn(s.shape, generator=gen)
+    modes = ("full",) if scale < 100 else ("full", "max_only", "min_only")
+    for rg in modes:
+        spec = OperatorSpec.parse(name, range_grad=rg)
+        _, exact = run(s.double(), spec, up.double(), "reference", causal=True)
+        for backend in ("reference", "closed_form"):
+            _, got = run(s, spec, up, backend, causal=True)
+            err = ((got.double() - exact).abs().max() / exact.abs().max()).item()
+            assert err < tol, (spec.full_name, backend, err)
+
+
 def test_tied_and_masked_extrema_against_paper_transcription():
     """Table S1 ties: the extremum terms of dL/ds, eq. (2), are split evenly among tied valid extrema, and a
     masked key that ties a valid extremum gets nothing. Both backends against the numpy transcription."""
