@@ -474,3 +474,25 @@ def test_numpy_scalars_are_numbers_in_a_spec():
     assert spec == OperatorSpec.parse("fwm-lerp-k4") and type(spec.K) is int
     with pytest.raises(ValueError, match="tau must be a number"):
         OperatorSpec.parse("fwm-prob-k4", tau=np.bool_(True))
+
+
+def test_range_grad_takes_the_papers_five_modes_and_no_other_name():
+    """full, detach, max_only, min_only and P1 (App. B) are the backward modes; any other name, however
+    plausible, is an error (a sixth name would reach neither extremum term and act as detach in silence), and
+    on a MinMax row the five give five different gradients (no two names collapse into one mode)."""
+    from kinterval.ops.spec import RANGE_GRADS
+
+    assert sorted(RANGE_GRADS) == sorted(("full", "detach", "max_only", "min_only", "p1"))
+    for name in ("none", "max", "min", "detached", "projected", "p0", "both"):
+        with pytest.raises(ValueError, match="valid forms"):
+            OperatorSpec.parse("lerp-k4", range_grad=name)
+    s = torch.tensor([[1.3, -2.0, 0.4, 3.1, -0.7]], dtype=torch.float64)
+    up = torch.tensor([[0.5, -1.0, 2.0, 0.3, -0.4]], dtype=torch.float64)
+    grads = []
+    for mode in ("full", "detach", "max_only", "min_only", "P1"):
+        x = s.clone().requires_grad_()
+        (attention_probs(x, OperatorSpec.parse("lerp-k4", range_grad=mode)) * up).sum().backward()
+        grads.append(x.grad)
+    for i in range(5):
+        for j in range(i):
+            assert not torch.allclose(grads[i], grads[j], rtol=1e-6, atol=1e-9), (i, j)
