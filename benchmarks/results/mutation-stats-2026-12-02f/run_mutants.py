@@ -1,7 +1,7 @@
 """Mutation audit of src/kinterval/stats: apply each mutant alone, run the stats tests, restore the file.
 
 Run from the repository root:
-``PYTHONPATH=src python benchmarks/results/mutation-stats/run_mutants.py [ID ...]``.
+``PYTHONPATH=src python benchmarks/results/mutation-stats-2026-12-02f/run_mutants.py [ID ...]``.
 A mutant is killed when the selected tests fail (any non-zero exit). Each mutant's text must occur once.
 """
 

@@ -1,5 +1,5 @@
 """Mutation runner of the eval measurement audit (NOTES.md). Run from the repository root with the worktree's
-``src`` first on PYTHONPATH: ``python benchmarks/results/mutation-eval/mutants.py [ID ...]``.
+``src`` first on PYTHONPATH: ``python benchmarks/results/mutation-eval-2026-12-02f/mutants.py [ID ...]``.
 
 Each mutant replaces one exact string (it must occur exactly once) in one product file, runs its selection
 (``pytest -x -q -p no:xdist -p no:cacheprovider``), records killed / survived and restores the file with
