@@ -656,6 +656,9 @@ def test_mixed_q_k_v_dtypes_go_to_the_promoted_dtype_outside_autocast():
     out, _ = impl(module, q, k, v.bfloat16(), None)
     ref = kinterval_attention(q, k, v.bfloat16().float(), "lerp-k4", causal=True).transpose(1, 2)
     assert out.dtype == torch.float32 and torch.equal(out, ref)
+    out, _ = impl(module, q.bfloat16(), k, v, None)  # a bf16 query does not make fp32 keys and values bf16
+    ref = kinterval_attention(q.bfloat16().float(), k, v, "lerp-k4", causal=True).transpose(1, 2)
+    assert out.dtype == torch.float32 and torch.equal(out, ref)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, _ = impl(module, q, k, v.bfloat16(), None)
         ref, _ = impl(module, q.bfloat16(), k.bfloat16(), v.bfloat16(), None)
@@ -776,3 +779,90 @@ def test_grouped_query_llama_attention_dropout_is_sdpas_draw():
             logits("kinterval-softmax", train), logits("sdpa", train), rtol=0, atol=1e-12
         )
     assert (logits("sdpa", True) - logits("sdpa", False)).abs().max() > 1e-2
+
+
+def _sdpa_and(impl, model, ids, **kw):
+    """The logits of ``impl`` and of sdpa for the same call."""
+    with torch.no_grad():
+        model.set_attn_implementation(impl)
+        ours = model(ids, **kw).logits
+        model.set_attn_implementation("sdpa")
+        return ours, model(ids, **kw).logits
+
+
+@pytest.mark.parametrize("padding", [None, "left"])
+def test_a_sliding_window_model_matches_sdpa(padding):
+    """Mistral with a 4-token sliding window over 12 tokens: kinterval-softmax gives sdpa's logits, with and
+    without padding, and the window acts (full causal attention gives other logits)."""
+    from transformers import MistralConfig
+
+    cfg = MistralConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                        sliding_window=4)  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").double().eval()
+    ids, am = batch(padding)
+    keep = am.bool()
+    ours, sdpa = _sdpa_and("kinterval-softmax", model, ids, attention_mask=am)
+    torch.testing.assert_close(ours[keep], sdpa[keep], rtol=0, atol=1e-12)
+    model.config.sliding_window = None
+    _, full = _sdpa_and("kinterval-softmax", model, ids, attention_mask=am)
+    assert (ours[keep] - full[keep]).abs().max() > 1e-3
+
+
+def test_the_is_causal_argument_wins_over_the_module_attribute():
+    """Without a mask, an ``is_causal`` argument (a model's cross- or encoder attention) decides, whatever the
+    module's attribute says; without the argument the attribute does, as in sdpa_attention_forward."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8, dtype=torch.float64, generator=g) for _ in range(3))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for attribute in (True, False):
+        module = types.SimpleNamespace(training=False, is_causal=attribute)
+        for argument in (True, False, None):
+            out, _ = hf._attention("kinterval-softmax", module, q, k, v, None, is_causal=argument)
+            causal = attribute if argument is None else argument
+            torch.testing.assert_close(
+                out, sdpa(q, k, v, is_causal=causal).transpose(1, 2), rtol=0, atol=1e-12
+            )
+
+
+def test_the_explicit_p_path_runs_in_fp32_outside_autocast():
+    """The explicit-P path (output_attentions, dropout) with bf16 q, k, v under bf16 autocast: scores and P in
+    fp32, autocast off (bf16 matmuls would round the scores), so P is the operator's on the fp32 scores of the
+    same values and the output is the fused path's, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 7, 16, generator=g).bfloat16() for _ in range(3))
+    spec = OperatorSpec.from_full_name("fwm-prob-k4")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, P = hf._explicit_attention(q, k, v, spec, True, None, None, 0.0, "auto")
+    _, P32 = hf._explicit_attention(q.float(), k.float(), v.float(), spec, True, None, None, 0.0, "auto")
+    assert P.dtype == torch.float32 and torch.equal(P, P32)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, kinterval_attention(q, k, v, spec, causal=True))
+
+
+def test_a_float_mask_with_a_narrower_dtypes_minimum_is_a_mask():
+    """A model whose mask was built in bf16 (finfo(bf16).min) and then upcast to fp32 hands over an fp32 mask
+    whose blocked entries are bf16's minimum, above fp32's: anything at or below half the dtype's lowest value
+    counts as masked, not as an additive bias."""
+    for blocked in (torch.finfo(torch.bfloat16).min, torch.finfo(torch.float32).min / 2):
+        mask = torch.tensor([[0.0, blocked], [0.0, 0.0]], dtype=torch.float32)
+        assert torch.equal(hf._to_valid(mask), torch.tensor([[True, False], [True, True]]))
+
+
+def test_without_attentions_or_dropout_the_fused_path_runs(monkeypatch):
+    """The explicit-P path materialises (B, H, T, T) probabilities and never runs the fused kernels: only
+    output_attentions or attention dropout in training take it; a plain forward and an eval-mode forward
+    of a model with attention dropout do not."""
+    cfg = CONFIGS["gpt2"]()
+    cfg.attn_pdrop = 0.3
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-lerp-k4").eval()
+    ids, am = batch("left")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the explicit-P path ran")
+
+    monkeypatch.setattr(hf, "_explicit_attention", refuse)
+    with torch.no_grad():
+        model(ids, attention_mask=am)
+        with pytest.raises(AssertionError, match="explicit-P path ran"):
+            model(ids, attention_mask=am, output_attentions=True)
