@@ -57,6 +57,7 @@ def test_export_round_trip_gives_kinterval_logits(tmp_path, operator, capsys):
     assert "import kinterval.integrations.hf" in readme
     assert f'from_pretrained("hf", attn_implementation="{impl}")' in readme
     assert str(tmp_path) not in readme
+    assert "step 1, whose attention" in readme and f"operator `{operator}`" in readme  # the checkpoint's
     assert (
         "The tokenizer is GPT-2's BPE (tiktoken's `gpt2`, 50257 tokens), saved in this folder" in readme
     )  # a GPT-2-vocabulary run
@@ -208,6 +209,15 @@ def test_export_into_a_foreign_folder_or_file_is_refused(tmp_path, capsys):
     )
     (other / "model.safetensors").write_bytes(b"weights")
     refused(capsys, run, other, "llama is a non-empty folder that is not an earlier export-hf output")
+    gpt2 = (
+        tmp_path / "gpt2"
+    )  # transformers' own GPT-2 (say a downloaded one): no kinterval_attn_implementation
+    gpt2.mkdir()
+    (gpt2 / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})
+    )
+    (gpt2 / "model.safetensors").write_bytes(b"weights")
+    refused(capsys, run, gpt2, "gpt2 is a non-empty folder that is not an earlier export-hf output")
     (tmp_path / "file").write_text("x")
     refused(capsys, run, tmp_path / "file", "is a file, not a folder")
 
@@ -264,3 +274,30 @@ def test_export_into_a_run_with_only_a_checkpoint_folder_is_refused(tmp_path):
         check_out(run)
     with pytest.raises(ValueError, match=r"lies inside .*run, which is a kinterval run folder"):
         check_out(run / "hf")
+
+
+def test_an_export_with_more_heads_than_layers_keeps_both_counts(tmp_path):
+    """The runs above have as many heads as layers (2 and 2), so a head count mapped from the layer count
+    went unseen: 3 layers of 4 heads reload as 3 layers of 4 heads, with the run's logits (attention weights
+    scaled up so that the scores, hence the head split, matter well above rounding)."""
+    torch.manual_seed(5)
+    cfg = ModelConfig(n_layer=3, n_head=4, n_embd=32, block_size=64, vocab_size=512)
+    model = GPT(cfg, "fwm-prob-k4", "closed_form")
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.c_attn.weight.mul_(30)
+    state = {"step": 1, "config": {"operator": {"name": "fwm-prob-k4", "backend": "closed_form"}},
+             "model_config": cfg.to_dict()}  # fmt: skip
+    save_checkpoint(tmp_path / "run", 1, model.state_dict(), {}, state)
+    out = tmp_path / "hf"
+    assert cli.main(["export-hf", "--run", str(tmp_path / "run"), "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["n_layer"], config["n_head"], config["n_embd"]) == (3, 4, 32)
+    reloaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation="kinterval").eval()
+    ids = IDS % 512
+    with torch.no_grad():
+        ours = load_run(tmp_path / "run").model(ids)[0]
+        torch.testing.assert_close(reloaded(ids).logits, ours, rtol=0, atol=1e-5)
+    wrong = AutoModelForCausalLM.from_pretrained(out, attn_implementation="kinterval", n_head=2).eval()
+    with torch.no_grad():  # the check has the power to see a wrong head split
+        assert (wrong(ids).logits - ours).abs().max() > 1e-3
