@@ -1,5 +1,5 @@
 """Mutation runner of the Hugging Face integration audit (NOTES.md). Run from the repository root with the
-worktree's ``src`` first on PYTHONPATH: ``python benchmarks/results/mutation-hf/mutants.py [ID ...]``.
+worktree's ``src`` first on PYTHONPATH: ``python benchmarks/results/mutation-hf-2026-12-02f/mutants.py [ID ...]``.
 
 Each mutant replaces one exact string (it must occur exactly once) in one product file, runs the selection
 (``pytest -x -q -p no:xdist -p no:cacheprovider`` on tests/integrations/test_hf.py and test_hf_export.py, the
