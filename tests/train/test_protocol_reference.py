@@ -140,22 +140,3 @@ def test_tf32_is_on_in_the_training_backward_too(make_config, tmp_path):
         assert tf32_flags() == (False, False)
     trainer.close()
     assert seen == {"forward": {(True, True)}, "backward": {(True, True)}}
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_a_cuda_training_step_runs_under_bf16_autocast_by_default(make_config, tmp_path):
-    """Paper §4 on the device the paper trained on: with the default numerics (``autocast_on_cpu`` off) a
-    CUDA step's projections run in bf16. On CPU the autocast region's device cannot be told apart from the
-    tensors' (an autocast region for "cpu" around CUDA tensors would leave them in fp32)."""
-    trainer = Trainer(make_config(device="cuda"), tmp_path / "run", D.setup("cuda"))
-    assert not trainer.cfg.numerics.autocast_on_cpu
-    block = trainer.model.transformer.h[0]
-    dtypes = []
-    block.mlp.c_fc.register_forward_hook(lambda m, a, out: dtypes.append(("mlp", out.dtype)))
-    block.attn.c_attn.register_forward_hook(lambda m, a, out: dtypes.append(("qkv", out.dtype)))
-    trainer.open_records()
-    stats = trainer.step()
-    trainer.close()
-    assert stats.finite
-    assert set(dtypes) == {("mlp", torch.bfloat16), ("qkv", torch.bfloat16)}

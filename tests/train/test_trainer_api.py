@@ -155,10 +155,28 @@ def test_each_step_trains_on_its_global_sequences_of_the_seeded_order(make_confi
         assert torch.equal(x, torch.from_numpy(want)), j
 
 
-def test_training_forwards_run_under_the_autocast_policy(make_config, tmp_path):
-    """Paper §4: everything outside attention runs under bf16 autocast in training (on CPU when
-    ``numerics.autocast_on_cpu`` asks for it); tests/model checks the fp32 attention inside it."""
-    trainer = Trainer(make_config(**{"numerics.autocast_on_cpu": True}), tmp_path / "run", D.setup("cpu"))
+@pytest.mark.parametrize(
+    "device, overrides",
+    [
+        ("cpu", {"numerics.autocast_on_cpu": True}),
+        # the default numerics on a GPU: autocast_on_cpu off. On CPU the autocast region's device cannot be
+        # told apart from the tensors' (a region for "cpu" around CUDA tensors would leave them in fp32)
+        pytest.param(
+            "cuda",
+            {},
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+            ],
+        ),
+    ],
+)
+def test_training_forwards_run_under_the_autocast_policy(make_config, tmp_path, device, overrides):
+    """Paper §4: everything outside attention runs under bf16 autocast in training (on a GPU by default, on
+    CPU when ``numerics.autocast_on_cpu`` asks for it); tests/model checks the fp32 attention inside it."""
+    cfg = make_config(device=device, **overrides)
+    assert cfg.numerics.autocast_on_cpu == (device == "cpu")
+    trainer = Trainer(cfg, tmp_path / "run", D.setup(device))
     block = trainer.model.transformer.h[0]
     dtypes = []
     block.mlp.c_fc.register_forward_hook(lambda m, a, out: dtypes.append(("mlp", out.dtype)))
