@@ -1,5 +1,6 @@
 """The Hugging Face drop-in: tiny random-init GPT-2, Llama (GQA) and BERT models from config, no download."""
 
+import importlib.util
 import inspect
 import os
 import subprocess
@@ -23,7 +24,7 @@ from transformers import (  # noqa: E402
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: E402
 
 from kinterval.integrations import hf  # noqa: E402
-from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
+from kinterval.ops import OperatorSpec, dot_precision, kinterval_attention  # noqa: E402
 from kinterval.ops.catalog import FAMILY_FORMS  # noqa: E402
 
 V, T = 128, 12
@@ -866,3 +867,34 @@ def test_without_attentions_or_dropout_the_fused_path_runs(monkeypatch):
         model(ids, attention_mask=am)
         with pytest.raises(AssertionError, match="explicit-P path ran"):
             model(ids, attention_mask=am, output_attentions=True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_grouped_query_llama_hands_its_kv_heads_to_the_kernels_uncopied(monkeypatch):
+    """A grouped-query Llama (4 q heads on 2 k/v heads) under the triton backend: the kernels (their CPU
+    interpreter without CUDA) get k and v with their 2 heads and ``enable_gqa``, and the logits and the
+    gradients equal the closed form's, which repeats the heads."""
+    seen = []
+    real = hf.kinterval_attention
+
+    def spy(query, key, value, *args, **kwargs):
+        seen.append((query.shape[1], key.shape[1], value.shape[1], kwargs.get("enable_gqa")))
+        return real(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(hf, "kinterval_attention", spy)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ids, am = (x.to(device) for x in batch("left"))
+    results = []
+    for backend in ("triton", "closed_form"):
+        name = hf.register(f"gqa-test-{backend}", "fwm-prob-k4", backend=backend)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(CONFIGS["llama"](), attn_implementation=name).to(device)
+        with dot_precision("ieee"):
+            logits = model(ids, attention_mask=am).logits
+        logits.float().square().mean().backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        results.append((logits.detach(), grads))
+    assert seen[0] == (4, 2, 2, True)
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=1e-4)
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)

@@ -217,7 +217,9 @@ def check(
     ``atol`` is relative (to ||ref64|| for the Frobenius bound, to max(1, max |ref64|) for the max bound);
     default 2e-6 (fp32), TF32_ATOL (fp32 with TF32 dots) or 2e-3 (bf16/fp16). Rows with a grid decision
     within rounding of a discontinuity (kinterval.ops.flips.flip_rows, module doc) get a zero upstream
-    gradient and are left out of the forward comparison, unless ``exclude_flips`` is False."""
+    gradient and are left out of the forward comparison, unless ``exclude_flips`` is False. k and v may have
+    fewer heads than q (grouped-query attention): the kernel gets them as they are, the references repeat
+    them (``enable_gqa``) and sum their gradients back."""
     spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else spec
     # inputs on any device: the flip-prone rows are found on the CPU (flip_rows), and masked_fill below
     # needs ``do`` where they are; each run gets its own copy on DEVICE
@@ -228,8 +230,13 @@ def check(
     tf32 = dtype == torch.float32 and tri_autograd.resolve_precision(dtype, precision) == "tf32"
     if tf32:  # TF32-representable inputs: QK^T and dO V^T products are exact in the kernel (grid_flips)
         q, k, v, do = (to_tf32(x) for x in (q, k, v, do))
+    group = q.shape[1] // k.shape[1]  # q heads per k/v head
+
+    def rep(x):  # k or v at q's head count, as the references see them
+        return x.repeat_interleave(group, 1) if group > 1 else x
+
     valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=causal, mask=mask)
-    flips = flip_rows(spec, q, k, scale_, valid, v, do) if exclude_flips else valid[..., 0] & False
+    flips = flip_rows(spec, q, rep(k), scale_, valid, rep(v), do) if exclude_flips else valid[..., 0] & False
     most = MAX_FLIP_ROWS_BF16_EXP if spec.kind == "bf16-exp" else MAX_FLIP_ROWS
     assert flips.float().mean() <= most, f"{flips.float().mean():.1%} of the rows are flip-prone"
     do = do.masked_fill(flips[..., None], 0.0)
@@ -240,9 +247,10 @@ def check(
         lambda a, b, c: kernel(a, b, c, spec, causal=causal, mask=mask_d, scale=scale, precision=precision),
         *dev,
     )
+    gqa = group > 1
     ref64 = _grads(  # float64 on the test's device (a GPU's fp64 units keep the large cases fast)
         lambda a, b, c: kinterval_attention(
-            a, b, c, spec, causal=causal, mask=mask_d, scale=scale, backend="reference"
+            a, b, c, spec, causal=causal, mask=mask_d, scale=scale, backend="reference", enable_gqa=gqa
         ),
         *[x.to(DEVICE, torch.float64) for x in (q, k, v, do)],
     )
@@ -250,14 +258,14 @@ def check(
     with tf32_switch(HAS_CUDA and tf32):
         ref_t = _grads(
             lambda a, b, c: kinterval_attention(
-                a, b, c, spec, causal=causal, mask=mask_d, scale=scale, backend="reference"
+                a, b, c, spec, causal=causal, mask=mask_d, scale=scale, backend="reference", enable_gqa=gqa
             ),
             *dev,
         )
         lowp = None
         if dtype in (torch.bfloat16, torch.float16):  # module doc: the low-precision baseline
             lowp_fn = _lowp_torch if spec.kind == "softmax" else _lowp_kernel_arith
-            lowp = _grads(lambda a, b, c: lowp_fn(a, b, c, spec, causal, mask_d, scale_), *dev)
+            lowp = _grads(lambda a, b, c: lowp_fn(a, rep(b), rep(c), spec, causal, mask_d, scale_), *dev)
 
     table = {}
     for i, name in enumerate(NAMES):
@@ -932,6 +940,62 @@ def test_fused_backward(name, masking, fused_bwd):
         assert torch.equal(res[1][0, 1, 3].cpu(), torch.zeros(16))
 
 
+GQA_CASES = [
+    # (operator, backward, dtype, masking)
+    ("softmax", "split", torch.float32, "causal"),
+    ("lerp-k4", "split", torch.float32, "mask"),
+    ("minmax-weight-k4", "split", torch.float32, "causal"),
+    ("minmax-weight-k4", "fused", torch.float32, "mask"),
+    ("fwm-prob-k4", "split", torch.float32, "mask"),
+    ("fwm-prob-k4", "fused", torch.float32, "causal"),
+    ("minmax-prob-k4[arithmetic=historical]", "split", torch.float32, "causal"),
+    ("resolved-weight-k4[range_grad=min_only]", "fused", torch.float32, "mask"),
+    ("minmax-weight-k4", "split", torch.bfloat16, "causal"),
+    ("fwm-prob-k4", "fused", torch.bfloat16, "mask"),
+]
+
+
+@pytest.mark.parametrize(("name", "bwd", "dtype", "masking"), GQA_CASES)
+def test_grouped_query_heads_read_in_place(name, bwd, dtype, masking, monkeypatch):
+    """Grouped-query attention (6 q heads on 2 k/v heads, (B, T, H, D) layout as transformers hands it over):
+    the float64 reference's bound; the kernels keep k and v as given (no repeated copy saved for the
+    backward); out and dq equal those of explicitly repeated k/v bit for bit, and in fp32 dk and dv equal
+    the repeated run's gradients summed over each group."""
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", bwd)
+    B, H, H_kv, T, D = 2, 6, 2, 37, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=zlib.crc32(name.encode()) % 1000, dtype=dtype)
+    k, v = k[:, :H_kv], v[:, :H_kv]
+    mask = None
+    if masking == "mask":  # per head, so that each q head of a group sees its own keys
+        mask = _general_mask(B, H, T, T, seed=4)
+        mask[0, 5, 3] = False  # a fully masked row
+    kw = dict(causal=masking == "causal", mask=None if mask is None else mask.to(DEVICE), precision="ieee")
+    check(name, q, k, v, do, **kw)
+
+    q, k, v = (x.to(DEVICE).transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    got = _grads(lambda a, b, c: triton_attention(a, b, c, name, **kw), q, k, v, do)
+    k_leaf = k.detach().requires_grad_()
+    out = triton_attention(q.detach().requires_grad_(), k_leaf, v.detach().requires_grad_(), name, **kw)
+    assert out.grad_fn.saved_tensors[1].data_ptr() == k_leaf.data_ptr(), "k was copied"
+
+    rep = [x.repeat_interleave(H // H_kv, 1) for x in (k, v)]
+    want = _grads(lambda a, b, c: triton_attention(a, b, c, name, **kw), q, *rep, do)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    for x, w in zip(got[2:], want[2:], strict=True):
+        assert x.shape == (B, H_kv, T, D) and x.dtype == dtype
+        folded = w.float().unflatten(1, (H_kv, -1)).sum(2)
+        if dtype == torch.float32:
+            torch.testing.assert_close(x, folded, rtol=0, atol=1e-6)
+
+
+def test_grouped_query_head_counts_must_divide():
+    q, k, v, _ = make_inputs(1, 4, 8, 8, 16, seed=0)
+    with pytest.raises(ValueError, match="q has 4 heads and k, v have 3: grouped-query attention needs"):
+        triton_attention(q.to(DEVICE), k[:, :3].to(DEVICE), v[:, :3].to(DEVICE), "lerp-k4")
+    with pytest.raises(ValueError, match="do not agree"):
+        triton_attention(q.to(DEVICE), k[:, :2].to(DEVICE), v[:, :1].to(DEVICE), "lerp-k4")
+
+
 def test_fused_backward_low_precision(fused_bwd):
     """bf16 inputs through the fused backward: dK is summed in fp32 until the calibration terms are added
     after the kernel, then rounded once (the bf16 bound of test_low_precision)."""
@@ -1405,16 +1469,20 @@ def test_empty_attention_is_the_references(empty):
     k, v = torch.randn(B, H, Tk, 16, generator=g), torch.randn(B, H, Tk, 16, generator=g)
     q, k, v, do = (x.to(DEVICE) for x in (q, k, v, do))  # triton_attention refuses CPU tensors on a GPU
     mask = torch.ones(Tq, Tk, dtype=torch.bool, device=DEVICE)
-    for kw in (dict(causal=Tq <= Tk), dict(mask=mask)):
-        got = _grads(lambda a, b, c, kw=kw: triton_attention(a, b, c, "minmax-prob-k4", **kw), q, k, v, do)
+    for kw in (dict(causal=Tq <= Tk), dict(mask=mask), dict(causal=Tq <= Tk, kv_heads=1)):
+        kv_heads = kw.pop("kv_heads", H)  # 1: grouped-query attention, both k/v heads' first
+        kv = (k[:, :kv_heads], v[:, :kv_heads])
+        got = _grads(lambda a, b, c, kw=kw: triton_attention(a, b, c, "minmax-prob-k4", **kw), q, *kv, do)
         want = _grads(
-            lambda a, b, c, kw=kw: kinterval_attention(a, b, c, "minmax-prob-k4", backend="reference", **kw),
-            q, k, v, do,
+            lambda a, b, c, kw=kw, gqa=kv_heads < H: kinterval_attention(
+                a, b, c, "minmax-prob-k4", backend="reference", enable_gqa=gqa, **kw
+            ),
+            q, *kv, do,
         )  # fmt: skip
         for x, y in zip(got, want):
             assert x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
         with torch.no_grad():
-            assert torch.equal(triton_attention(q, k, v, "lerp-k4", **kw), want[0])
+            assert torch.equal(triton_attention(q, *kv, "lerp-k4", **kw), want[0])
     with pytest.raises(ValueError, match="broadcast"):
         triton_attention(q, k, v, "lerp-k4", mask=torch.ones(3, Tq, Tk + 1, dtype=torch.bool))
 

@@ -147,10 +147,7 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
         else:
             dtype = torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
         query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
-    n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: repeat the k/v heads
-    if n_rep > 1:
-        key = key.repeat_interleave(n_rep, dim=1)
-        value = value.repeat_interleave(n_rep, dim=1)
+    gqa = query.shape[1] != key.shape[1]  # grouped-query attention: fewer k/v heads
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     tq, causal, mask = query.shape[2], False, None
@@ -161,10 +158,13 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
         causal, key, value = True, key[:, :, :tq], value[:, :, :tq]
     p = dropout if dropout > 0.0 and module.training else 0.0
     if p or _attentions_requested():
+        if gqa:  # the explicit path forms P per q head from repeated k/v heads
+            n_rep = query.shape[1] // key.shape[1]
+            key, value = key.repeat_interleave(n_rep, dim=1), value.repeat_interleave(n_rep, dim=1)
         out, P = _explicit_attention(query, key, value, spec, causal, mask, scaling, p, backend)
         return out.transpose(1, 2).contiguous(), P
     out = kinterval_attention(
-        query, key, value, spec, causal=causal, mask=mask, scale=scaling, backend=backend
+        query, key, value, spec, causal=causal, mask=mask, scale=scaling, backend=backend, enable_gqa=gqa
     )
     return out.transpose(1, 2).contiguous(), None
 

@@ -195,7 +195,8 @@ def kinterval_attention(
     q is (B, H, Tq, D); k is (B, H, Tk, D) and v (B, H, Tk, Dv): Dv may differ from D, as in SDPA (the triton
     kernels need Dv = D; "auto" then takes closed_form). ``enable_gqa=True`` (SDPA's grouped-query attention):
     k and v may have H_kv heads, H a multiple of H_kv, k/v head j serving q heads j*H/H_kv .. (j+1)*H/H_kv - 1
-    (they are repeated, as ``repeat_interleave``; the gradients sum back onto the H_kv heads); without it, a
+    (as ``repeat_interleave``: the triton kernels read each k/v head in place for its q heads, the other
+    backends repeat them; the gradients sum back onto the H_kv heads); without it, a
     head count that differs from q's is a ``ValueError``. ``mask`` (alias ``attn_mask``, SDPA's name; not
     both) is boolean, True where the query may attend, or a float mask of SDPA's additive kind that only
     masks: 0 = attend, ``-inf`` (or ``finfo.min``) = masked; any other value, an additive bias, is a
@@ -255,12 +256,10 @@ def kinterval_attention(
             f"q has {H} heads and k, v have {H_kv}: pass enable_gqa=True for grouped-query attention "
             f"(q {tuple(q.shape)}, k {tuple(k.shape)})"
         )
-    if H != H_kv:
-        if H_kv == 0 or H % H_kv:
-            raise ValueError(f"enable_gqa needs q's head count {H} to be a multiple of k and v's {H_kv}")
-        k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)
-    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in B, H and D")
+    if H != H_kv and (H_kv == 0 or H % H_kv):
+        raise ValueError(f"enable_gqa needs q's head count {H} to be a multiple of k and v's {H_kv}")
+    if q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in B and D")
     if q.shape[-1] == 0:
         raise ValueError(f"q, k, v need a head dimension D >= 1, got q {tuple(q.shape)}")
     if scale is None:
@@ -282,12 +281,14 @@ def kinterval_attention(
     backend = resolve_backend(
         spec, q.device, q.dtype, backend=backend, probs=dropout_p > 0, value_dim_differs=differs
     )
-    if backend == "triton":
+    if backend == "triton":  # reads each k/v head in place for its q heads
         from kinterval.ops.triton import triton_attention
 
         if precision is None:
             precision = _DOT_PRECISION.get()
         return triton_attention(q, k, v, spec, causal=causal, mask=mask, scale=scale, precision=precision)
+    if H != H_kv:
+        k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)
 
     wd = working_dtype(q.dtype)
     device = q.device.type  # meta tensors have no autocast

@@ -138,8 +138,9 @@ class Launch:
 
 
 class Saved(NamedTuple):
-    """What the forward leaves for the backward, in ``save_for_backward`` order: the inputs, O, O^L (O itself
-    unless Prob-STE), the row statistics M, m, W, W^at and the int32 arg-max / arg-min key of each row."""
+    """What the forward leaves for the backward, in ``save_for_backward`` order: the inputs (k and v with
+    their own H_kv heads), O, O^L (O itself unless Prob-STE), the row statistics M, m, W, W^at and the int32
+    arg-max / arg-min key of each row."""
 
     q: Tensor
     k: Tensor
@@ -164,6 +165,7 @@ def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> 
     (without the statistics' stores ptxas scheduled one minmax-weight-k4 loop 15% longer)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
+    group = H // k.shape[1]  # q heads per k/v head (grouped-query attention; 1 without it)
     flags, kf, tau = operator_constants(spec)
     save = save or not flags["JACOBIAN_AT_PL"]
     mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
@@ -187,7 +189,9 @@ def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> 
 
     # grouped as the kernels unpack them: inputs, outputs, strides (q, k, v, mask), shape, scalars
     common = dict(
-        strides=(q.stride(), k.stride(), v.stride(), mstr), shape=(H, Tq, Tk, D), consts=(scale, kf, tau)
+        strides=(q.stride(), k.stride(), v.stride(), mstr),
+        shape=(H, Tq, Tk, D, group),
+        consts=(scale, kf, tau),
     )
     outs = (o, oL, M, m, Wf, Wa, amax, amin)
     args = (q, (k, v, mask_t), outs, *common.values())
@@ -195,8 +199,25 @@ def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> 
     return Launch(_fwd_kernel, grid, args, meta), saved, dict(meta=meta, flags=flags, common=common)
 
 
+def _per_q_head(x: Tensor, H: int, dtype: torch.dtype) -> Tensor:
+    """A (B, H, Tk, D) buffer for the gradient of k or v (x, with H_kv heads), written per q head: fp32 under
+    grouped-query attention (H_kv < H), whose G copies :func:`fold_groups` sums, else x's dtype."""
+    B, H_kv, Tk, D = x.shape
+    return _alloc((B, H, Tk, D), torch.float32 if H_kv < H else dtype, x.device)
+
+
+def fold_groups(grad: Tensor, like: Tensor) -> Tensor:
+    """The gradient of k or v (``like``, H_kv heads) from its per-q-head buffer (H heads): each k/v head's
+    G = H / H_kv copies summed in fp32, rounded once to ``like``'s dtype (for H_kv = H the buffer itself)."""
+    B, H_kv, Tk, D = like.shape
+    if grad.shape[1] == H_kv:
+        return grad.to(like.dtype)
+    return grad.view(B, H_kv, -1, Tk, D).sum(2).to(like.dtype)
+
+
 def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
-    """The dQ and dK/dV launches for upstream gradient ``do``, and their outputs (dq, dk, dv)."""
+    """The dQ and dK/dV launches for upstream gradient ``do``, and their outputs (dq, dk, dv); dk and dv per q
+    head (H heads: :func:`fold_groups` gives k's and v's)."""
     q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin = saved
     meta = {n: x for n, x in ctx["meta"].items() if n != "SAVE"}  # the forward's only
     B, H, Tq, D = q.shape
@@ -207,8 +228,7 @@ def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
     dev = q.device
     GM, Gm, mu = (_alloc((B, H, Tq), torch.float32, dev) for _ in range(3))
     dq = _alloc((B, H, Tq, D), q.dtype, dev)
-    dk = _alloc((B, H, Tk, D), k.dtype, dev)
-    dv = _alloc((B, H, Tk, D), v.dtype, dev)
+    dk, dv = _per_q_head(k, H, k.dtype), _per_q_head(v, H, v.dtype)
     size, has_mask = q.element_size(), meta["MASKING"][1]
     split = {kind: split_loops(kind, size, meta["BLOCK_D"], has_mask) for kind in ("dq", "dkdv")}
 
@@ -259,8 +279,7 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
     terms = flags["KEEP_MAX_TERM"] or flags["KEEP_MIN_TERM"]
     dq_acc = torch.zeros((B, H, Tq, D), dtype=f32, device=dev)  # atomic accumulators start at 0
     S1, GM = (torch.zeros((B, H, Tq), dtype=f32, device=dev) for _ in range(2))
-    dk = _alloc((B, H, Tk, D), f32 if terms else k.dtype, dev)
-    dv = _alloc((B, H, Tk, D), v.dtype, dev)
+    dk, dv = _per_q_head(k, H, f32 if terms else k.dtype), _per_q_head(v, H, v.dtype)  # per q head
     split = split_loops("fused", q.element_size(), meta["BLOCK_D"], meta["MASKING"][1])
 
     def grid(meta_):
@@ -272,23 +291,21 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
     scale = ctx["common"]["consts"][0]
 
     def finish():
-        dq = dq_acc
+        dq, dk_q = dq_acc, dk  # dk per q head
         if terms:
             if flags["CALIB"] == 1:  # MinMax: dw/dM + dw/dm = -Delta
                 g_max, g_min = GM, -S1 - GM
             else:
                 g_max, g_min = -S1, None
-            dk32 = dk
+            group = H // k.shape[1]
+            k_at = k.float() if group == 1 else k.float().repeat_interleave(group, 1)  # k of each q head
             for keep, G, idx in (("KEEP_MAX_TERM", g_max, amax), ("KEEP_MIN_TERM", g_min, amin)):
                 if not flags[keep]:
                     continue
                 at = idx.long().clamp_min(0)[..., None].expand(B, H, Tq, D)
-                dq = dq + G[..., None] * k.float().gather(2, at)
-                dk32 = dk32.scatter_add(2, at, (G * scale)[..., None] * q.float())
-            dk_out = dk32.to(k.dtype)
-        else:
-            dk_out = dk
-        return (dq * scale).to(q.dtype), dk_out, dv
+                dq = dq + G[..., None] * k_at.gather(2, at)
+                dk_q = dk_q.scatter_add(2, at, (G * scale)[..., None] * q.float())
+        return (dq * scale).to(q.dtype), fold_groups(dk_q, k), fold_groups(dv, v)
 
     return launch, finish
 
@@ -316,6 +333,8 @@ class _TritonKIntervalAttention(torch.autograd.Function):
                 dq_launch, dkdv_launch, grads = backward_launches(do, saved, ctx.consts)
                 dq_launch()
                 dkdv_launch()
+                dq, dk, dv = grads
+                grads = (dq, fold_groups(dk, saved.k), fold_groups(dv, saved.v))
         return (*grads, None, None, None, None, None)
 
 
@@ -332,12 +351,14 @@ def triton_attention(
 ) -> Tensor:
     """``P(q k^T * scale) v`` with the probabilities of ``spec``, fused forward and backward.
 
-    q is (B, H, Tq, D), k and v (B, H, Tk, D), all float32, bfloat16 or float16 on one device (CUDA, or CPU
-    under ``TRITON_INTERPRET=1``). ``mask`` is boolean, True where the query may attend, broadcastable to
-    (B, H, Tq, Tk) (e.g. a key-padding mask (B, 1, 1, Tk)); ``causal`` aligns the last query with the last key
-    (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot precision ("tf32",
-    "tf32x3", "bf16x6" or "ieee"; None follows torch's TF32 setting, ``tf32_enabled``). The output has q's
-    dtype.
+    q is (B, H, Tq, D), k and v (B, H_kv, Tk, D), all float32, bfloat16 or float16 on one device (CUDA, or CPU
+    under ``TRITON_INTERPRET=1``). H_kv < H is grouped-query attention (H a multiple of H_kv): k/v head j
+    serves q heads j*G .. (j+1)*G - 1, G = H / H_kv, as ``repeat_interleave``, read in place (no copy); the
+    gradients of k and v sum over each group in fp32. ``mask`` is boolean, True where the query may attend,
+    broadcastable to (B, H, Tq, Tk) (e.g. a key-padding mask (B, 1, 1, Tk)); ``causal`` aligns the last query
+    with the last key (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot
+    precision ("tf32", "tf32x3", "bf16x6" or "ieee"; None follows torch's TF32 setting, ``tf32_enabled``).
+    The output has q's dtype.
 
     Conventions (docs/kernels.md): the calibration terms of eq. (2) go to ONE arg-max / arg-min key per
     row, the first index among exact ties (the reference splits it evenly among ties); softmax drops the
@@ -356,8 +377,14 @@ def triton_attention(
         raise ValueError(
             f"triton backend needs q, k, v in one of {SUPPORTED_DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}"
         )
-    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+    H, H_kv = q.shape[1], k.shape[1]
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not agree")
+    if H != H_kv and (H_kv == 0 or H % H_kv):
+        raise ValueError(
+            f"q has {H} heads and k, v have {H_kv}: grouped-query attention needs q's head count to be a "
+            "multiple of k and v's"
+        )
     if not (q.device == k.device == v.device):
         raise ValueError("q, k, v must be on one device")
     if q.device.type != "cuda" and not INTERPRET:
@@ -381,6 +408,8 @@ def triton_attention(
         # nothing to launch: the reference's result, with its gradients (no key: O = 0, as SDPA; no query or
         # no head: empty). Both products are empty or sum over nothing, so they are exact zeros.
         _mask_arg(mask, (B, H, Tq, Tk), q.device)  # the same mask errors as a launch
+        if H != H_kv:
+            k, v = k.repeat_interleave(H // H_kv, 1), v.repeat_interleave(H // H_kv, 1)
         return torch.matmul(torch.matmul(q, k.transpose(-2, -1)), v)
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # inference: no backward, so the forward skips what only the backward reads (O^L, row statistics)

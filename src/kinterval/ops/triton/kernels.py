@@ -340,7 +340,7 @@ def group_flags(flags: dict) -> dict:
     return dict(OP=tuple(flags[n] for n in OP_FLAGS), GRAD=tuple(flags[n] for n in GRAD_FLAGS))
 
 
-# Autotuning key: the shape (H, Tq, Tk, D), the switches, and (added by the autotuner) the dtypes of the
+# Autotuning key: the shape (H, Tq, Tk, D, G), the switches, and (added by the autotuner) the dtypes of the
 # tensor arguments Q and Mask (Q is a top-level argument for that: tensors inside tuples add no dtype).
 _KEY = ["shape", "BLOCK_D", "OP", "GRAD", "MASKING", "PREC", "SPLIT"]
 
@@ -352,7 +352,8 @@ _KEY = ["shape", "BLOCK_D", "OP", "GRAD", "MASKING", "PREC", "SPLIT"]
 #   ins     = (Kp, V, Mask[, DO])                                     inputs (DO in the backward)
 #   stats   = the per-row buffers a backward kernel reads; outs = the buffers a kernel writes
 #   strides = (q, k, v, mask strides), each (batch, head, row, dim)
-#   shape   = (H, Tq, Tk, D); consts = (scale, K, tau)
+#   shape   = (H, Tq, Tk, D, G); consts = (scale, K, tau)
+#             G: q heads per k/v head (grouped-query attention; 1 without it): q head h reads k/v head h // G
 # The helpers:
 #   OP      = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL, EXP) operator switches (constexpr)
 #   GRAD    = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)      range_grad switches (constexpr)
@@ -894,7 +895,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     skb, skh, skn, skd = k_str
     svb, svh, svn, svd = v_str
     smb, smh, smm, smn = m_str
-    H, Tq, Tk, D = shape
+    H, Tq, Tk, D, G = shape
     scale, kf, tau = consts
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
@@ -914,7 +915,8 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         mask=(offs_m[:, None] < Tq) & dmask[None, :],
         other=0.0,
     )
-    keys = (Kp + b * skb + hd * skh, V + b * svb + hd * svh, skn, skd, svn, svd)
+    hk = hd // G  # its k/v head
+    keys = (Kp + b * skb + hk * skh, V + b * svb + hk * svh, skn, skd, svn, svd)
     mask = (Mask + b * smb + hd * smh, smm, smn)
     bounds = (offs_m, offs_d, dmask, Tq, Tk)
     hi = Tk
@@ -1113,7 +1115,7 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     skb, skh, skn, skd = k_str
     svb, svh, svn, svd = v_str
     smb, smh, smm, smn = m_str
-    H, Tq, Tk, D = shape
+    H, Tq, Tk, D, G = shape
     scale, kf, tau = consts
     CALIB: tl.constexpr = OP[0]
     KEEP_MAX_TERM: tl.constexpr = GRAD[0]
@@ -1139,8 +1141,9 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     m = tl.load(mrow + row_i, mask=rmask, other=0.0)
     Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
     Dd = tl.load(Dlt + row_i, mask=rmask, other=0.0)
-    k_base = Kp + b * skb + hd * skh
-    keys = (k_base, V + b * svb + hd * svh, skn, skd, svn, svd)
+    hk = hd // G  # its k/v head
+    k_base = Kp + b * skb + hk * skh
+    keys = (k_base, V + b * svb + hk * svh, skn, skd, svn, svd)
     mask = (Mask + b * smb + hd * smh, smm, smn)
     bounds = (offs_m, offs_d, dmask, Tq, Tk)
     row = row_constants(M, m, kf, tau, CALIB)
@@ -1424,7 +1427,7 @@ def _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     skb, skh, skn, skd = k_str
     svb, svh, svn, svd = v_str
     smb, smh, smm, smn = m_str
-    H, Tq, Tk, D = shape
+    H, Tq, Tk, D, G = shape
     scale, kf, tau = consts
     SPLIT: tl.constexpr = LOOP[0]
     FUSED: tl.constexpr = LOOP[1]
@@ -1437,15 +1440,16 @@ def _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     hd = bh % H
+    hk = hd // G  # this program's k/v head; dK, dV are stored per q head hd (the caller sums groups)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     dmask = offs_d < D
     kvmask = (offs_n[:, None] < Tk) & dmask[None, :]
     k = tl.load(
-        Kp + b * skb + hd * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0
+        Kp + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0
     )
     v = tl.load(
-        V + b * svb + hd * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0
+        V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0
     )
     kv = (k, v)
     query = (Q + b * sqb + hd * sqh, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau)
