@@ -44,6 +44,9 @@ One run prints ONE table; each row is (operator, dtype mode, T, D), with columns
   so that no call finds its inputs in L2 from the previous one; peak MiB is the peak allocation of one
   fwd+bwd call above the inputs;
 * "tiles" = the configs the autotuner chose at the timed shape, read right after the timed fwd+bwd;
+* --gqa G: grouped-query attention, G q heads per k/v head ("H kv" = H / G); the kernels read each k/v head
+  in place, SDPA, FlexAttention and the reference get the same k, v with ``enable_gqa=True``; the error
+  columns use H = --err-heads q heads on --err-heads / G k/v heads. G = 1 (default): multi-head attention;
 * the table (stdout) and the CSV start with '# ' lines: device, driver, torch, triton, the git commit of the
   checkout (and whether it had uncommitted changes) and the command line.
 
@@ -68,7 +71,7 @@ DEFAULT_OPS = "softmax,lerp-k4,minmax-weight-k4,minmax-prob-k4,fwm-weight-k4,fwm
 DTYPE_MODES = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "tf32": ("float32", "tf32"),
                "tf32x3": ("float32", "tf32x3"), "bf16x6": ("float32", "bf16x6"),
                "ieee": ("float32", "ieee")}  # fmt: skip
-COLUMNS = ["operator", "dtype", "T", "D", "B", "H", "fwd ms", "f+b ms", "f+b IQR ms", "n", "TFLOP/s",
+COLUMNS = ["operator", "dtype", "T", "D", "B", "H", "H kv", "fwd ms", "f+b ms", "f+b IQR ms", "n", "TFLOP/s",
            "SDPA f+b ms", "x SDPA", "x flex", "x ref eager", "x ref compiled", "err vs fp64",
            "torch fp32 err", "torch same-precision err", "peak MiB", "ref MiB", "tiles"]  # fmt: skip
 TIMINGS = ("fwd", "f+b", "SDPA f+b", "ref eager", "ref compiled")  # each: "<t> ms" (median), q25, q75, n
@@ -89,6 +92,9 @@ def parse_args(argv=None):
     p.add_argument("--tokens", type=int, default=16384, help="B * T held fixed (FlashAttention's convention)")
     p.add_argument("--model-dim", type=int, default=2048, help="H * D held fixed")
     p.add_argument("--no-causal", action="store_true", help="full attention instead of causal")
+    p.add_argument(
+        "--gqa", type=int, default=1, help="q heads per k/v head (grouped-query attention); 1: MHA"
+    )
     p.add_argument(
         "--ref-max-t", type=int, default=8192, help="largest T at which the eager reference is tried"
     )
@@ -168,6 +174,13 @@ def main(argv=None) -> int:
         if not on_gpu:  # the interpreter is slow: a subset unless asked for explicitly
             ops = ops if args.ops else ops[:2]
             modes = modes if args.dtypes else modes[:1]
+    if args.gqa < 1:
+        raise SystemExit(f"--gqa must be >= 1, got {args.gqa}")
+    for D in Ds:
+        if max(1, args.model_dim // D) % args.gqa:
+            raise SystemExit(f"--gqa {args.gqa} must divide H = {max(1, args.model_dim // D)} (D = {D})")
+    if err_t and err_heads % args.gqa:
+        raise SystemExit(f"--gqa {args.gqa} must divide --err-heads {err_heads}")
     bwds = _names(args.bwd)
     for b in bwds:
         if b not in ("split", "fused"):
@@ -181,7 +194,7 @@ def main(argv=None) -> int:
     header = _provenance(on_gpu, ["benchmarks/attention.py", *(sys.argv[1:] if argv is None else argv)])
     bench = _make_bench(on_gpu, args)
     notes: list[str] = []  # one line per reason a cell shows "-" (printed once, and again under the table)
-    errors = _Errors(causal, device, err_t, err_heads, kinterval_attention, notes)
+    errors = _Errors(causal, device, err_t, err_heads, kinterval_attention, notes, args.gqa)
     rows = []
     sdpa_cache: dict = {}
     flex_cache: dict = {}
@@ -190,17 +203,19 @@ def main(argv=None) -> int:
             H = max(1, args.model_dim // D)
             for T in Ts:
                 B = max(1, args.tokens // T)
-                shape = {"T": T, "D": D, "B": B, "H": H}
+                shape = {"T": T, "D": D, "B": B, "H": H, "H kv": H // args.gqa}
                 flops = 3.5 * 4 * B * H * T * T * D / (2 if causal else 1)  # fwd+bwd, FlashAttention's count
                 for mode in modes:
                     dtype = getattr(torch, DTYPE_MODES[mode][0])
                     precision = DTYPE_MODES[mode][1]
-                    sets = _inputs(B, H, T, D, dtype, device, args.rotate)
+                    sets = _inputs(B, H, T, D, dtype, device, args.rotate, args.gqa)
                     sdpa = None  # the SDPA flash samples of this shape
                     if on_gpu and not args.no_sdpa:
                         key = (B, H, T, D)
                         if key not in sdpa_cache:
-                            sdpa_cache[key] = _time_sdpa(bench, B, H, T, D, device, causal, args.rotate)
+                            sdpa_cache[key] = _time_sdpa(
+                                bench, (B, H, T, D, args.gqa), device, causal, args.rotate
+                            )
                         sdpa = sdpa_cache[key]
                     flex_ms = None
                     if not args.no_flex:
@@ -420,15 +435,22 @@ def _cuda_times(fn, n: int) -> list[float]:
 _FLUSH = None  # the L2 flush buffer, allocated at the first timing
 
 
-def _inputs(B, H, T, D, dtype, device, n):
+def _inputs(B, H, T, D, dtype, device, n, group=1):
+    """n input sets (q, k, v, dO); k and v with H / group heads (grouped-query attention for group > 1)."""
     import torch
 
     sets = []
     for i in range(max(1, n)):
         g = torch.Generator(device="cpu").manual_seed(1000 + i)
-        q, k, v, do = (torch.randn(B, H, T, D, generator=g).to(device=device, dtype=dtype) for _ in range(4))
+        heads = (H, H // group, H // group, H)
+        q, k, v, do = (torch.randn(B, h, T, D, generator=g).to(device=device, dtype=dtype) for h in heads)
         sets.append([q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do])
     return sets
+
+
+def _gqa(q, k) -> bool:
+    """Whether k has fewer heads than q: the ``enable_gqa`` of SDPA, FlexAttention and the reference."""
+    return k.shape[1] != q.shape[1]
 
 
 def _rotating(sets, call):
@@ -486,7 +508,7 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
         return call
 
     def ref(q, k, v):
-        return kinterval_attention(q, k, v, spec, causal=causal, backend="reference")
+        return kinterval_attention(q, k, v, spec, causal=causal, backend="reference", enable_gqa=_gqa(q, k))
 
     row["x ref eager"] = row["x ref compiled"] = row["ref MiB"] = "-"
     if run_ref:
@@ -559,10 +581,10 @@ def _flex_row(bench, mode, sets, causal, cache, notes):
 
             def fwd(q, k, v, do):
                 with torch.no_grad():
-                    return flex(q, k, v, block_mask=block_mask)
+                    return flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k))
 
             def fwd_bwd(q, k, v, do):
-                flex(q, k, v, block_mask=block_mask).backward(do)
+                flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k)).backward(do)
 
             with _tf32(tf32):
                 row: dict = {}
@@ -579,10 +601,11 @@ def _flex_row(bench, mode, sets, causal, cache, notes):
 
 
 class _Errors:
-    """Forward errors against float64 at one small shape per (operator, mode, D) (module doc), cached."""
+    """Forward errors against float64 at one small shape per (operator, mode, D) (module doc), cached; k and
+    v with H / group heads."""
 
-    def __init__(self, causal, device, T, H, kinterval_attention, notes):
-        self.causal, self.device, self.T, self.H = causal, device, T, H
+    def __init__(self, causal, device, T, H, kinterval_attention, notes, group=1):
+        self.causal, self.device, self.T, self.H, self.group = causal, device, T, H, group
         self.kinterval_attention, self.notes = kinterval_attention, notes
         self.cache: dict = {}
         self.left_out: dict = {}  # (K-interval operator, D, dtype) -> share of flip-prone rows left out
@@ -591,15 +614,17 @@ class _Errors:
         import torch
 
         g = torch.Generator(device="cpu").manual_seed(7)
-        return [torch.randn(1, self.H, self.T, D, generator=g).to(self.device, dtype) for _ in range(3)]
+        heads = (self.H, self.H // self.group, self.H // self.group)
+        return [torch.randn(1, h, self.T, D, generator=g).to(self.device, dtype) for h in heads]
 
     def _ref64(self, spec, q, k, v):
         import torch
 
         with torch.no_grad():
             return self.kinterval_attention(
-                *(x.double() for x in (q, k, v)), spec, causal=self.causal, backend="reference"
-            )
+                *(x.double() for x in (q, k, v)), spec, causal=self.causal, backend="reference",
+                enable_gqa=_gqa(q, k),
+            )  # fmt: skip
 
     def _err(self, key, spec, dtype, D, fn, tf32=False):
         """max |fn(q, k, v) - ref64| on the (dtype-rounded) inputs, over the rows that hold no grid decision
@@ -615,7 +640,7 @@ class _Errors:
                 out = fn(q, k, v)
             row_err = (out.double() - self._ref64(spec, q, k, v)).abs().amax(-1).cpu()
             valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=self.causal, mask=None)
-            flips = flip_rows(spec, q, k, D**-0.5, valid)
+            flips = flip_rows(spec, q, k.repeat_interleave(self.group, 1), D**-0.5, valid)
             if spec.kind != "softmax":
                 self.left_out[(spec.full_name, D, str(dtype))] = flips.float().mean().item()
             self.cache[key] = row_err[~flips].max().item() if (~flips).any() else 0.0
@@ -637,10 +662,13 @@ class _Errors:
         from torch.nn.attention import sdpa_kernel
 
         def fn(q, k, v):
+            gqa = _gqa(q, k)
             if spec.kind != "softmax":
-                return self.kinterval_attention(q, k, v, spec, causal=self.causal, backend="reference")
+                return self.kinterval_attention(
+                    q, k, v, spec, causal=self.causal, backend="reference", enable_gqa=gqa
+                )
             with sdpa_kernel(sdpa_backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=gqa)
 
         return fn
 
@@ -703,23 +731,27 @@ class _Errors:
         try:
             flex, block_mask = _flex(self.causal, self.T, self.device)
             err = self._err(("flex", dtype_name, tf32, D), softmax, getattr(torch, dtype_name), D,
-                            lambda q, k, v: flex(q, k, v, block_mask=block_mask), tf32)  # fmt: skip
+                            lambda q, k, v: flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k)),
+                            tf32)  # fmt: skip
         except Exception as e:  # as in _flex_row
             _note(self.notes, f"flex-softmax error column: flex_attention failed ({type(e).__name__})")
             err = None
         return err, self.torch_fp32(softmax, D), self.torch_same(softmax, mode, D)
 
 
-def _time_sdpa(bench, B, H, T, D, device, causal, n):
+def _time_sdpa(bench, shape, device, causal, n):
+    """SDPA flash fwd+bwd samples in bf16 at ``shape`` = (B, H, T, D, q heads per k/v head); None where flash
+    cannot run."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    sets = _inputs(B, H, T, D, torch.bfloat16, device, n)
+    B, H, T, D, group = shape
+    sets = _inputs(B, H, T, D, torch.bfloat16, device, n, group)
 
     def call(q, k, v, do):
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(do)
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=group > 1).backward(do)
 
     try:
         return bench(_rotating(sets, call))

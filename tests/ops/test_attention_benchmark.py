@@ -67,8 +67,8 @@ def test_flex_ratio_and_error_columns(bench, capsys, tmp_path, monkeypatch):
     "x flex" is the kernel's fwd+bwd time over the flex row's, and every row has its forward errors."""
     import torch.nn.functional as F
 
-    def sdpa(q, k, v, block_mask=None):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    def sdpa(q, k, v, block_mask=None, enable_gqa=False):  # flex_attention's signature
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
 
     monkeypatch.setattr(bench, "_flex", lambda causal, T, device: (sdpa, None))
     rows, notes, data = run(bench, capsys, tmp_path, "--ops", "softmax,lerp-k4", "--dtypes", "tf32")
@@ -82,6 +82,32 @@ def test_flex_ratio_and_error_columns(bench, capsys, tmp_path, monkeypatch):
         assert 0 < err_torch < 1e-5 and 0 < err < 4 * err_torch, r["operator"]
     # softmax's torch error is SDPA math; lerp-k4's is its own fp32 reference: different numbers
     assert data[1]["torch fp32 err"] == data[0]["torch fp32 err"] != data[2]["torch fp32 err"]
+
+
+def test_grouped_query_rows(bench, capsys, tmp_path, monkeypatch):
+    """--gqa 2: the kernels get k, v with H / 2 heads, as they are; the flex stand-in and every reference get
+    the same k, v with enable_gqa; the error columns compare them all at fp32 rounding. A --gqa that does not
+    divide H is refused before anything runs."""
+    import torch.nn.functional as F
+
+    seen = []
+
+    def sdpa(q, k, v, block_mask=None, enable_gqa=False):
+        seen.append((q.shape[1], k.shape[1], enable_gqa))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
+
+    monkeypatch.setattr(bench, "_flex", lambda causal, T, device: (sdpa, None))
+    rows, _, data = run(bench, capsys, tmp_path, "--ops", "softmax,minmax-weight-k4", "--dtypes", "ieee",
+                        "--gqa", "2")  # fmt: skip
+    assert [(r["operator"], r["H"], r["H kv"]) for r in data] == [
+        ("flex-softmax", "2", "1"), ("softmax", "2", "1"), ("minmax-weight-k4", "2", "1")
+    ]  # fmt: skip
+    assert set(seen) == {(2, 1, True)}
+    for r in data:
+        err, err_torch = float(r["err vs fp64"]), float(r["torch fp32 err"])
+        assert 0 < err_torch < 1e-5 and 0 < err < 4 * err_torch, r["operator"]
+    with pytest.raises(SystemExit, match="--gqa 3 must divide H = 2"):
+        bench.main(["--smoke", "--gqa", "3"])
 
 
 def test_no_flex_removes_flex_rows_and_values(bench, capsys, tmp_path):
