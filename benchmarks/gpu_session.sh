@@ -47,6 +47,9 @@ declare -A LIMIT=(
   [bench-baselines]=495
   # split and fused backward, never timed on a GPU: the limit of a call alone
   [bench-bwd]=555
+  # grouped-query attention (4 q heads per k/v head): 2 operators x bf16 x T {1024, 4096} x D {64, 128},
+  # 8 rows beside SDPA flash with enable_gqa (estimated from bench-quick's size; not measured)
+  [bench-gqa]=240
   # one dtype mode: 40 autotuned kernel rows and 8 compiled FlexAttention shapes, estimated 5-8 min
   [bench-bf16]=555 [bench-tf32]=555 [bench-tf32x3]=555 [bench-bf16x6]=555
   [bench]=1665  # the three modes in a row: only with GPU_SESSION_BUDGET=0
@@ -173,6 +176,11 @@ run_stage() {  # run_stage STAGE: the exit status of the stage's command (the fi
       limited "$stage" $PY benchmarks/attention.py --ops softmax,fwm-prob-k4,minmax-weight-k4,lerp-k4 \
         --dtypes bf16,tf32 --T 1024,4096 --D 64,128 --bwd split,fused --compile-t '' --ref-max-t 0 --no-flex \
         --csv "$OUT/bench_bwd.csv" 2>"$OUT/bench_bwd.err" | tee "$OUT/bench_bwd.md"
+      return "${PIPESTATUS[0]}" ;;
+    bench-gqa)  # grouped-query attention: the kernels read each k/v head in place; SDPA flash with enable_gqa
+      limited "$stage" $PY benchmarks/attention.py --ops softmax,fwm-prob-k4 --dtypes bf16 --gqa 4 --T 1024,4096 \
+        --D 64,128 --compile-t '' --ref-max-t 0 --no-flex --csv "$OUT/bench_gqa.csv" 2>"$OUT/bench_gqa.err" \
+        | tee "$OUT/bench_gqa.md"
       return "${PIPESTATUS[0]}" ;;
     bench|bench-bf16|bench-tf32|bench-tf32x3|bench-bf16x6)
       # The issue-15 table: 5 operators + FlexAttention, T 1024..8192, D 64/128, causal, with errors vs fp64.
