@@ -950,6 +950,7 @@ GQA_CASES = [
     ("fwm-prob-k4", "fused", torch.float32, "causal"),
     ("minmax-prob-k4[arithmetic=historical]", "split", torch.float32, "causal"),
     ("resolved-weight-k4[range_grad=min_only]", "fused", torch.float32, "mask"),
+    ("lerp-k4[range_grad=p1]", "split", torch.float32, "causal"),
     ("minmax-weight-k4", "split", torch.bfloat16, "causal"),
     ("fwm-prob-k4", "fused", torch.bfloat16, "mask"),
 ]
@@ -959,28 +960,30 @@ GQA_CASES = [
 def test_grouped_query_heads_read_in_place(name, bwd, dtype, masking, monkeypatch):
     """Grouped-query attention (6 q heads on 2 k/v heads, (B, T, H, D) layout as transformers hands it over):
     the float64 reference's bound; the kernels keep k and v as given (no repeated copy saved for the
-    backward); out and dq equal those of explicitly repeated k/v bit for bit, and in fp32 dk and dv equal
-    the repeated run's gradients summed over each group."""
+    backward); out (also of the inference forward) and dq equal those of explicitly repeated k/v bit for
+    bit, and in fp32 dk and dv equal the repeated run's gradients summed over each group."""
     monkeypatch.setenv("KINTERVAL_TRITON_BWD", bwd)
-    B, H, H_kv, T, D = 2, 6, 2, 37, 16
+    B, H, H_kv, T, D = 1, 6, 2, 37, 16
     q, k, v, do = make_inputs(B, H, T, T, D, seed=zlib.crc32(name.encode()) % 1000, dtype=dtype)
     k, v = k[:, :H_kv], v[:, :H_kv]
     mask = None
     if masking == "mask":  # per head, so that each q head of a group sees its own keys
         mask = _general_mask(B, H, T, T, seed=4)
-        mask[0, 5, 3] = False  # a fully masked row
+        mask[0, 4, 3] = False  # a fully masked row
     kw = dict(causal=masking == "causal", mask=None if mask is None else mask.to(DEVICE), precision="ieee")
     check(name, q, k, v, do, **kw)
 
     q, k, v = (x.to(DEVICE).transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
-    got = _grads(lambda a, b, c: triton_attention(a, b, c, name, **kw), q, k, v, do)
-    k_leaf = k.detach().requires_grad_()
-    out = triton_attention(q.detach().requires_grad_(), k_leaf, v.detach().requires_grad_(), name, **kw)
-    assert out.grad_fn.saved_tensors[1].data_ptr() == k_leaf.data_ptr(), "k was copied"
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    out = triton_attention(*leaves, name, **kw)
+    assert out.grad_fn.saved_tensors[1].data_ptr() == leaves[1].data_ptr(), "k was copied"
+    got = [out.detach(), *torch.autograd.grad(out, leaves, do.to(DEVICE))]
 
     rep = [x.repeat_interleave(H // H_kv, 1) for x in (k, v)]
     want = _grads(lambda a, b, c: triton_attention(a, b, c, name, **kw), q, *rep, do)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    with torch.no_grad():
+        assert torch.equal(triton_attention(q, k, v, name, **kw), got[0])
     for x, w in zip(got[2:], want[2:], strict=True):
         assert x.shape == (B, H_kv, T, D) and x.dtype == dtype
         folded = w.float().unflatten(1, (H_kv, -1)).sum(2)
