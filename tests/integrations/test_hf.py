@@ -898,3 +898,43 @@ def test_grouped_query_llama_hands_its_kv_heads_to_the_kernels_uncopied(monkeypa
     torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=1e-4)
     for a, b in zip(results[0][1], results[1][1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_an_mla_model_runs_the_kernels_with_its_own_value_head_dim(monkeypatch):
+    """DeepSeek-V3's multi-head latent attention passes v with its own head dim (here D = 16, Dv = 8): the
+    triton backend (its CPU interpreter without CUDA) runs it, and the logits and gradients equal the closed
+    form's."""
+    import transformers
+
+    if not hasattr(transformers, "DeepseekV3Config"):
+        pytest.skip(f"transformers {transformers.__version__} has no DeepSeek-V3")
+    cfg = dict(vocab_size=V, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+               num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=None,
+               kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+               max_position_embeddings=64)  # fmt: skip
+    seen = []
+    real = hf.kinterval_attention
+
+    def spy(query, key, value, *args, **kwargs):
+        seen.append((query.shape[-1], value.shape[-1]))
+        return real(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(hf, "kinterval_attention", spy)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ids = batch(None)[0].to(device)
+    results = []
+    for backend in ("triton", "closed_form"):
+        name = hf.register(f"mla-test-{backend}", "fwm-prob-k4", backend=backend)
+        torch.manual_seed(0)
+        config = transformers.DeepseekV3Config(**cfg)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=name)
+        with dot_precision("ieee"):
+            logits = model.to(device)(ids).logits
+        logits.float().square().mean().backward()
+        results.append((logits.detach(), [p.grad for p in model.parameters() if p.grad is not None]))
+    assert seen[0] == (16, 8)
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=1e-5)
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-6)

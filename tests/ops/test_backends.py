@@ -141,35 +141,30 @@ def test_a_backend_that_is_not_a_string_is_a_value_error():
         resolve_backend("lerp-k4", "cpu", backend=["auto"])
 
 
-def test_auto_never_sends_a_value_head_dim_the_kernels_lack_to_triton(monkeypatch):
-    """v with its own head dimension Dv != D (SDPA allows it) ran in closed_form and reference, but "auto"
-    resolved to triton on CUDA, whose kernels need Dv = D: the same call raised there. resolve_backend now
-    takes closed_form for it, and an explicit triton says why not."""
+def test_auto_sends_a_value_head_dim_of_its_own_to_the_kernels(monkeypatch):
+    """v with its own head dimension Dv != D (SDPA allows it): "auto" on CUDA takes the fused kernels, which
+    pad the narrower head dim with zero columns (they once needed Dv = D, and "auto" took closed_form, which
+    materializes P). Here on CPU tensors the kernels run in Triton's interpreter (tests/conftest.py)."""
     import kinterval.ops.api as api
+    import kinterval.ops.triton as tri
     from kinterval.ops.backends import _triton_importable
 
-    if _triton_importable():  # the CUDA answer needs no GPU: resolve_backend reads no device state
-        assert resolve_backend("fwm-prob-k4", "cuda", torch.float32) == "triton"
-    assert resolve_backend("fwm-prob-k4", "cuda", torch.float32, value_dim_differs=True) == "closed_form"
-    if _triton_importable():  # the explicit triton's refusal points to closed_form, not to triton itself
-        with pytest.raises(ValueError, match=r"equal q's; backend 'closed_form' can"):
-            resolve_backend("fwm-prob-k4", "cuda", torch.float32, backend="triton", value_dim_differs=True)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # triton then runs on CPU tensors when asked explicitly
-    if _triton_importable():
-        with pytest.raises(
-            ValueError, match=r"cannot run .*need v's head dimension to equal q's.*'closed_form'"
-        ):
-            resolve_backend("fwm-prob-k4", "cpu", torch.float32, backend="triton", value_dim_differs=True)
-
-    real = api.resolve_backend
+    if not _triton_importable():
+        pytest.skip("triton is not installed")
+    assert resolve_backend("fwm-prob-k4", "cuda", torch.float32) == "triton"
+    real, real_kernels = api.resolve_backend, tri.triton_attention
     monkeypatch.setattr(
         api, "resolve_backend", lambda spec, device, dtype, **kw: real(spec, "cuda", dtype, **kw)
     )
+    calls = []
+    monkeypatch.setattr(tri, "triton_attention", lambda *a, **kw: calls.append(1) or real_kernels(*a, **kw))
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
-    v = torch.randn(1, 2, 5, 3, generator=g)
-    for spec in ("fwm-prob-k4", "softmax"):  # as on CUDA: the kernels would raise on these CPU tensors
-        got = kinterval_attention(q, k, v, spec, causal=True)
-        want = kinterval_attention(q, k, v, spec, causal=True, backend="closed_form")
-        assert got.shape == (1, 2, 5, 3)
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    for Dv in (3, 12):
+        v = torch.randn(1, 2, 5, Dv, generator=g)
+        for spec in ("fwm-prob-k4", "softmax"):
+            got = kinterval_attention(q, k, v, spec, causal=True, precision="ieee")
+            want = kinterval_attention(q, k, v, spec, causal=True, backend="closed_form")
+            assert got.shape == (1, 2, 5, Dv) and got.is_contiguous()
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    assert len(calls) == 4

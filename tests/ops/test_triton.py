@@ -991,6 +991,30 @@ def test_grouped_query_heads_read_in_place(name, bwd, dtype, masking, monkeypatc
             torch.testing.assert_close(x, folded, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("name", "Dv", "dtype", "gqa"),
+    [
+        ("minmax-weight-k4", 8, torch.float32, False),
+        ("fwm-prob-k4", 24, torch.float32, True),
+        ("softmax", 40, torch.bfloat16, False),
+        ("lerp-k4", 12, torch.bfloat16, True),
+    ],
+)
+def test_a_value_head_dim_of_its_own(name, Dv, dtype, gqa):
+    """v with its own head dim Dv (SDPA allows it; transformers' MLA models pass D = 192, Dv = 128): the
+    narrower side is padded with zero columns, which moves no score: the float64 reference's bound on out,
+    dq, dk and dv, which come back with their own shapes (also under grouped-query attention)."""
+    B, H, T, D = 1, 4, 37, 16
+    q, k, _, _ = make_inputs(B, H, T, T, D, seed=zlib.crc32(name.encode()) % 1000, dtype=dtype)
+    g = torch.Generator().manual_seed(5)
+    v, do = (torch.randn(B, H, T, Dv, generator=g, dtype=torch.float64).to(dtype) for _ in range(2))
+    if gqa:
+        k, v = k[:, :2], v[:, :2]
+    _, res, _ = check(name, q, k, v, do, causal=True, precision="ieee")
+    assert [tuple(x.shape) for x in res] == [tuple(q.shape[:3]) + (Dv,), q.shape, k.shape, v.shape]
+    assert res[0].is_contiguous()
+
+
 def test_grouped_query_head_counts_must_divide():
     q, k, v, _ = make_inputs(1, 4, 8, 8, 16, seed=0)
     with pytest.raises(ValueError, match="q has 4 heads and k, v have 3: grouped-query attention needs"):

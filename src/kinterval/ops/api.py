@@ -193,12 +193,12 @@ def kinterval_attention(
     whose keyword names it also takes.
 
     q is (B, H, Tq, D); k is (B, H, Tk, D) and v (B, H, Tk, Dv): Dv may differ from D, as in SDPA (the triton
-    kernels need Dv = D; "auto" then takes closed_form). ``enable_gqa=True`` (SDPA's grouped-query attention):
-    k and v may have H_kv heads, H a multiple of H_kv, k/v head j serving q heads j*H/H_kv .. (j+1)*H/H_kv - 1
-    (as ``repeat_interleave``: the triton kernels read each k/v head in place for its q heads, the other
-    backends repeat them; the gradients sum back onto the H_kv heads); without it, a
-    head count that differs from q's is a ``ValueError``. ``mask`` (alias ``attn_mask``, SDPA's name; not
-    both) is boolean, True where the query may attend, or a float mask of SDPA's additive kind that only
+    kernels pad the narrower head dim with zero columns). ``enable_gqa=True`` (SDPA's grouped-query
+    attention): k and v may have H_kv heads, H a multiple of H_kv, k/v head j serving q heads
+    j*H/H_kv .. (j+1)*H/H_kv - 1 (as ``repeat_interleave``: the triton kernels read each k/v head in place
+    for its q heads, the other backends repeat them; the gradients sum back onto the H_kv heads); without
+    it, a head count that differs from q's is a ``ValueError``. ``mask`` (alias ``attn_mask``, SDPA's name;
+    not both) is boolean, True where the query may attend, or a float mask of SDPA's additive kind that only
     masks: 0 = attend, ``-inf`` (or ``finfo.min``) = masked; any other value, an additive bias, is a
     ``ValueError`` (checking a float mask costs one host sync); broadcastable to (B, H, Tq, Tk).
     ``causal=True`` aligns the last query with the last key (bottom-right, as FlashAttention);
@@ -277,10 +277,7 @@ def kinterval_attention(
         top_left = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
         mask = top_left if mask is None else mask.to(q.device) & top_left
 
-    differs = v.shape[-1] != q.shape[-1]  # Dv != D: not in the fused kernels
-    backend = resolve_backend(
-        spec, q.device, q.dtype, backend=backend, probs=dropout_p > 0, value_dim_differs=differs
-    )
+    backend = resolve_backend(spec, q.device, q.dtype, backend=backend, probs=dropout_p > 0)
     if backend == "triton":  # reads each k/v head in place for its q heads
         from kinterval.ops.triton import triton_attention
 

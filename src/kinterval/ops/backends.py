@@ -87,7 +87,6 @@ def resolve_backend(
     *,
     backend: str = AUTO,
     probs: bool = False,
-    value_dim_differs: bool = False,
 ) -> str:
     """The backend that computes ``spec`` on ``device`` for inputs of ``dtype`` (None: any floating dtype).
 
@@ -96,7 +95,6 @@ def resolve_backend(
     explicit ``backend`` is returned unchanged when it supports the operator, else a ``ValueError`` names the
     operator, the backend, the reason and the backend that would run it. ``probs=True`` asks for a backend
     that forms the probabilities P explicitly (``attention_probs``; the fused kernel never does).
-    ``value_dim_differs=True``: v's head dimension is not q's (SDPA allows it; the fused kernels do not).
     """
     spec = as_spec(spec)
     if dtype is not None and not isinstance(dtype, torch.dtype):  # "float64" would pass every check
@@ -114,8 +112,6 @@ def resolve_backend(
         reason = b.why_not(spec, device, dtype)
         if reason is None and probs and not b.forms_probs:
             reason = "it never forms the probabilities P explicitly"
-        if reason is None and value_dim_differs and b is TRITON:
-            reason = "the fused kernels need v's head dimension to equal q's"
         return reason
 
     if backend == AUTO:
@@ -127,7 +123,7 @@ def resolve_backend(
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     reason = why_not(REGISTRY[backend])
     if reason is not None:
-        other = resolve_backend(spec, device, dtype, probs=probs, value_dim_differs=value_dim_differs)
+        other = resolve_backend(spec, device, dtype, probs=probs)
         where = f"{device.type}" + (f", {dtype}" if dtype is not None else "")
         raise ValueError(
             f"backend {backend!r} cannot run operator {spec.full_name} on {where}: {reason}; "

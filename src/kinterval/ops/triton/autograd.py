@@ -351,8 +351,10 @@ def triton_attention(
 ) -> Tensor:
     """``P(q k^T * scale) v`` with the probabilities of ``spec``, fused forward and backward.
 
-    q is (B, H, Tq, D), k and v (B, H_kv, Tk, D), all float32, bfloat16 or float16 on one device (CUDA, or CPU
-    under ``TRITON_INTERPRET=1``). H_kv < H is grouped-query attention (H a multiple of H_kv): k/v head j
+    q is (B, H, Tq, D), k (B, H_kv, Tk, D) and v (B, H_kv, Tk, Dv), all float32, bfloat16 or float16 on one
+    device (CUDA, or CPU under ``TRITON_INTERPRET=1``). Dv may differ from D, as in SDPA: the narrower of
+    (q, k) and v is then padded with zero columns (no score or output changes; the kernels' dot work is
+    that of the wider head dim). H_kv < H is grouped-query attention (H a multiple of H_kv): k/v head j
     serves q heads j*G .. (j+1)*G - 1, G = H / H_kv, as ``repeat_interleave``, read in place (no copy); the
     gradients of k and v sum over each group in fp32. ``mask`` is boolean, True where the query may attend,
     broadcastable to (B, H, Tq, Tk) (e.g. a key-padding mask (B, 1, 1, Tk)); ``causal`` aligns the last query
@@ -378,7 +380,7 @@ def triton_attention(
             f"triton backend needs q, k, v in one of {SUPPORTED_DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}"
         )
     H, H_kv = q.shape[1], k.shape[1]
-    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+    if k.shape[:-1] != v.shape[:-1] or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not agree")
     if H != H_kv and (H_kv == 0 or H % H_kv):
         raise ValueError(
@@ -404,6 +406,24 @@ def triton_attention(
         # the kernels scale the row max of q k^T: the max of the scaled scores for scale > 0 only
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     prec = resolve_precision(q.dtype, precision)
+    Dv = v.shape[-1]
+    if Dv == D:
+        return _attention(q, k, v, mask, spec, bool(causal), float(scale), prec)
+    # v's own head dim (SDPA allows it): the narrower of (q, k) and v is padded with zero columns to the wider
+    # one, which changes no score and no output column; the extra output columns (zeros) are cut off
+    width = max(D, Dv)
+    if D < width:
+        q, k = (torch.nn.functional.pad(x, (0, width - D)) for x in (q, k))
+    else:
+        v = torch.nn.functional.pad(v, (0, width - Dv))
+    out = _attention(q, k, v, mask, spec, bool(causal), float(scale), prec)
+    return out[..., :Dv].contiguous()
+
+
+def _attention(q, k, v, mask, spec, causal: bool, scale: float, prec: str) -> Tensor:
+    """``triton_attention`` on checked inputs with one head dim D (q, k and v)."""
+    B, H, Tq, D = q.shape
+    H_kv, Tk = k.shape[1], k.shape[2]
     if Tq == 0 or Tk == 0 or B * H == 0:
         # nothing to launch: the reference's result, with its gradients (no key: O = 0, as SDPA; no query or
         # no head: empty). Both products are empty or sum over nothing, so they are exact zeros.
@@ -413,8 +433,8 @@ def triton_attention(
         return torch.matmul(torch.matmul(q, k.transpose(-2, -1)), v)
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # inference: no backward, so the forward skips what only the backward reads (O^L, row statistics)
-        launch, saved, _ = forward_launch(q, k, v, mask, spec, bool(causal), float(scale), prec, save=False)
+        launch, saved, _ = forward_launch(q, k, v, mask, spec, causal, scale, prec, save=False)
         with _on_device(q):
             launch()
         return saved.o
-    return _TritonKIntervalAttention.apply(q, k, v, mask, spec, bool(causal), float(scale), prec)
+    return _TritonKIntervalAttention.apply(q, k, v, mask, spec, causal, scale, prec)
