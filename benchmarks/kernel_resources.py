@@ -4,7 +4,8 @@ For each (kernel, operator, dtype, D, tile config) the table gives registers per
 (bytes), shared memory and the compile time. Spills are the first thing to look at when a kernel is slow.
 
 Usage:  python benchmarks/kernel_resources.py [--ops minmax-prob-k4,softmax] [--dtypes bf16,tf32] [--D 64,128]
-        [--configs all|first] [--arch sm_90a] [--mix N]
+        [--configs all|first] [--arch sm_90a] [--mix N] [--gqa G]
+(--gqa G: grouped-query attention, k and v with 32 / G heads against q's 32.)
 """
 
 from __future__ import annotations
@@ -85,16 +86,17 @@ def dtype_and_precision(dtype_mode):
     return torch.float32, dtype_mode
 
 
-def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, B=16, H=32, T=1024):
-    """The launch that ``triton_attention`` makes for contiguous (B, H, T, D) inputs, built by its own
-    launch builders on meta tensors (no memory, no GPU): the same arguments, so the same specialization
-    (ints equal to 1 become constexprs, multiples of 16 and aligned pointers get the divisibility hint)."""
+def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H=32, T=1024):
+    """The launch that ``triton_attention`` makes for contiguous (B, H, T, D) inputs (k, v with H / group
+    heads), built by its own launch builders on meta tensors (no memory, no GPU): the same arguments, so the
+    same specialization (ints equal to 1 become constexprs, multiples of 16 and aligned pointers get the
+    divisibility hint)."""
     import torch
 
     from kinterval.ops.triton import autograd
 
     dtype, prec = dtype_and_precision(dtype_mode)
-    q, k, v = (torch.empty(B, H, T, D, dtype=dtype, device="meta") for _ in range(3))
+    q, k, v = (torch.empty(B, h, T, D, dtype=dtype, device="meta") for h in (H, H // group, H // group))
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool, device="meta") if has_mask else None
     save = kernel != "infer"
     fwd, saved, consts = autograd.forward_launch(q, k, v, mask, spec, causal, 1 / D**0.5, prec, save=save)
@@ -106,7 +108,7 @@ def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, B=16, H=32, T=10
     return {"dq": dq, "dkdv": dkdv}[kernel]
 
 
-def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False):
+def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False, group=1):
     """Compile one (kernel, operator, dtype, D, tile) for sm_90 as Triton's launcher would: its binder
     specializes the launch's arguments, then ``triton.compile`` for a GPUTarget (no device needed)."""
     import triton
@@ -115,7 +117,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    launch = _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask)
+    launch = _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group)
     fn = launch.kernel.fn  # the @triton.jit function under the autotuner
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
@@ -170,6 +172,7 @@ def main(argv=None) -> int:
     p.add_argument("--configs", default="all", help="'all' (the autotune space) or 'first'")
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--masks", default="causal", help="comma-separated from causal, mask, none")
+    p.add_argument("--gqa", type=int, default=1, help="q heads per k/v head (32 q heads; 1: multi-head)")
     p.add_argument(
         "--split-max-d", type=int, help="override kernels.SPLIT_MAX_D, every kernel (0: never split)"
     )
@@ -189,6 +192,8 @@ def main(argv=None) -> int:
         "'FMNMX\\.NAN'; repeatable",
     )
     args = p.parse_args(argv)
+    if args.gqa < 1 or 32 % args.gqa:
+        raise SystemExit(f"--gqa must divide the 32 q heads, got {args.gqa}")
     os.environ.pop("TRITON_INTERPRET", None)
     from kinterval.ops import OperatorSpec
     from kinterval.ops.triton import kernels as K
@@ -213,7 +218,7 @@ def main(argv=None) -> int:
         tiles = K.tile_list(*dtype_and_precision(dm))  # the list the launch would use
         cfgs = K.candidate_configs(TILE_KIND.get(kernel, kernel), tiles=tiles)
         for cfg in cfgs[:1] if args.configs == "first" else cfgs:
-            r = compile_one(kernel, spec, dm, D, cfg, args.arch, *masks[mk])
+            r = compile_one(kernel, spec, dm, D, cfg, args.arch, *masks[mk], group=args.gqa)
             kw = cfg.kwargs
             c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"
             spill = f"{r['spill_st']}/{r['spill_ld']}"

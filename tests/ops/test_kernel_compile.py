@@ -39,14 +39,15 @@ def _split_dots() -> str:
 
 @pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
 @pytest.mark.parametrize(
-    ("ops", "dtypes", "masks"),
+    ("ops", "dtypes", "masks", "gqa"),
     [
-        (OPS, "bf16", "causal"),
-        ("minmax-weight-k4", "bf16", "mask"),
-        ("lerp-k32[range_grad=detach]", f"tf32,ieee,{_split_dots()}", "causal"),
+        (OPS, "bf16", "causal", 1),
+        ("minmax-weight-k4", "bf16", "mask", 1),
+        ("lerp-k32[range_grad=detach]", f"tf32,ieee,{_split_dots()}", "causal", 1),
+        ("minmax-prob-k4", "bf16", "causal", 4),  # grouped-query attention: k/v head h // 4
     ],
 )
-def test_kernels_compile_for_sm90(ops, dtypes, masks):
+def test_kernels_compile_for_sm90(ops, dtypes, masks, gqa):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, do not interpret
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     cmd = [
@@ -62,6 +63,8 @@ def test_kernels_compile_for_sm90(ops, dtypes, masks):
         masks,
         "--mix",
         "3",
+        "--gqa",
+        str(gqa),
     ]
     res = subprocess.run(cmd + ["--configs", "first"], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
