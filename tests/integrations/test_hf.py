@@ -882,6 +882,15 @@ def test_grouped_query_llama_hands_its_kv_heads_to_the_kernels_uncopied(monkeypa
         return real(query, key, value, *args, **kwargs)
 
     monkeypatch.setattr(hf, "kinterval_attention", spy)
+    import kinterval.ops.triton as tri
+
+    kernel_heads, real_kernels = [], tri.triton_attention
+
+    def kernel_spy(q, k, v, *args, **kwargs):  # what reaches the kernels: k, v not repeated on the way
+        kernel_heads.append((q.shape[1], k.shape[1], v.shape[1]))
+        return real_kernels(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(tri, "triton_attention", kernel_spy)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     ids, am = (x.to(device) for x in batch("left"))
     results = []
@@ -895,6 +904,7 @@ def test_grouped_query_llama_hands_its_kv_heads_to_the_kernels_uncopied(monkeypa
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         results.append((logits.detach(), grads))
     assert seen[0] == (4, 2, 2, True)
+    assert kernel_heads and set(kernel_heads) == {(4, 2, 2)}
     torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=1e-4)
     for a, b in zip(results[0][1], results[1][1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)

@@ -977,7 +977,11 @@ def test_grouped_query_heads_read_in_place(name, bwd, dtype, masking, monkeypatc
     leaves = [x.detach().requires_grad_() for x in (q, k, v)]
     out = triton_attention(*leaves, name, **kw)
     assert out.grad_fn.saved_tensors[1].data_ptr() == leaves[1].data_ptr(), "k was copied"
+    folds, fold = [], tri_autograd.fold_groups  # each group's G per-q-head gradients are summed in fp32
+    monkeypatch.setattr(tri_autograd, "fold_groups", lambda g, like: folds.append(g.dtype) or fold(g, like))
     got = [out.detach(), *torch.autograd.grad(out, leaves, do.to(DEVICE))]
+    monkeypatch.setattr(tri_autograd, "fold_groups", fold)
+    assert folds == [torch.float32, torch.float32]
 
     rep = [x.repeat_interleave(H // H_kv, 1) for x in (k, v)]
     want = _grads(lambda a, b, c: triton_attention(a, b, c, name, **kw), q, *rep, do)

@@ -297,13 +297,14 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
                 g_max, g_min = GM, -S1 - GM
             else:
                 g_max, g_min = -S1, None
-            group = H // k.shape[1]
-            k_at = k.float() if group == 1 else k.float().repeat_interleave(group, 1)  # k of each q head
+            H_kv = k.shape[1]
             for keep, G, idx in (("KEEP_MAX_TERM", g_max, amax), ("KEEP_MIN_TERM", g_min, amin)):
                 if not flags[keep]:
                     continue
                 at = idx.long().clamp_min(0)[..., None].expand(B, H, Tq, D)
-                dq = dq + G[..., None] * k_at.gather(2, at)
+                # the rows of a group's q heads, side by side, gather from their k/v head (no repeated k)
+                k_at = k.float().gather(2, at.reshape(B, H_kv, -1, D)).view(B, H, Tq, D)
+                dq = dq + G[..., None] * k_at
                 dk_q = dk_q.scatter_add(2, at, (G * scale)[..., None] * q.float())
         return (dq * scale).to(q.dtype), fold_groups(dk_q, k), fold_groups(dv, v)
 
