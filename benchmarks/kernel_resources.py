@@ -5,7 +5,7 @@ For each (kernel, operator, dtype, D, tile config) the table gives registers per
 
 Usage:  python benchmarks/kernel_resources.py [--ops minmax-prob-k4,softmax] [--dtypes bf16,tf32] [--D 64,128]
         [--configs all|first] [--arch sm_90a] [--mix N] [--gqa G]
-(--gqa G: grouped-query attention, k and v with 32 / G heads against q's 32.)
+(--gqa G: grouped-query attention, k and v with HEADS / G heads against q's HEADS.)
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections import Counter
 # "fused" the one-kernel backward (KINTERVAL_TRITON_BWD=fused), which replaces dq + dkdv
 KERNEL_NAMES = ("fwd", "infer", "dq", "dkdv", "fused")
 TILE_KIND = {"infer": "fwd"}  # the candidate list a kernel name autotunes over
+HEADS = 32  # q heads of the compiled launch (B = 16, T = 1024: _meta_launch)
 
 
 def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> dict:
@@ -86,7 +87,7 @@ def dtype_and_precision(dtype_mode):
     return torch.float32, dtype_mode
 
 
-def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H=32, T=1024):
+def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H=HEADS, T=1024):
     """The launch that ``triton_attention`` makes for contiguous (B, H, T, D) inputs (k, v with H / group
     heads), built by its own launch builders on meta tensors (no memory, no GPU): the same arguments, so the
     same specialization (ints equal to 1 become constexprs, multiples of 16 and aligned pointers get the
@@ -172,7 +173,7 @@ def main(argv=None) -> int:
     p.add_argument("--configs", default="all", help="'all' (the autotune space) or 'first'")
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--masks", default="causal", help="comma-separated from causal, mask, none")
-    p.add_argument("--gqa", type=int, default=1, help="q heads per k/v head (32 q heads; 1: multi-head)")
+    p.add_argument("--gqa", type=int, default=1, help=f"q heads per k/v head (of {HEADS}; 1: MHA)")
     p.add_argument(
         "--split-max-d", type=int, help="override kernels.SPLIT_MAX_D, every kernel (0: never split)"
     )
@@ -192,8 +193,8 @@ def main(argv=None) -> int:
         "'FMNMX\\.NAN'; repeatable",
     )
     args = p.parse_args(argv)
-    if args.gqa < 1 or 32 % args.gqa:
-        raise SystemExit(f"--gqa must divide the 32 q heads, got {args.gqa}")
+    if args.gqa < 1 or HEADS % args.gqa:
+        raise SystemExit(f"--gqa must divide the {HEADS} q heads, got {args.gqa}")
     os.environ.pop("TRITON_INTERPRET", None)
     from kinterval.ops import OperatorSpec
     from kinterval.ops.triton import kernels as K

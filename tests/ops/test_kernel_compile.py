@@ -127,6 +127,33 @@ def test_dtype_modes_of_the_resource_tool():
         tool.dtype_and_precision("fp8")
 
 
+def test_gqa_reaches_the_compiled_launch():
+    """--gqa G builds the launch the kernels get for grouped-query attention: k and v with HEADS / G heads,
+    G in the kernels' shape argument; G must divide HEADS."""
+    from kinterval.ops import OperatorSpec
+
+    tool = _tool()
+    spec = OperatorSpec.from_full_name("minmax-prob-k4")
+    for kernel in ("fwd", "dkdv", "fused"):
+        launch = tool._meta_launch(kernel, spec, "bf16", 64, True, False, 4)
+        k, v = launch.args[1][:2]
+        assert k.shape[1] == v.shape[1] == tool.HEADS // 4
+        assert launch.args[-2] == (tool.HEADS, 1024, 1024, 64, 4), kernel  # shape = (H, Tq, Tk, D, G)
+    assert tool._meta_launch("dq", spec, "bf16", 64, True, False).args[-2][-1] == 1
+    groups = []
+
+    def stop(*args):  # the launch the command line builds, recorded before anything compiles
+        groups.append(args[6])
+        raise KeyboardInterrupt
+
+    tool._meta_launch = stop
+    with pytest.raises(KeyboardInterrupt):
+        tool.main(["--ops", "lerp-k4", "--kernels", "dq", "--D", "64", "--configs", "first", "--gqa", "8"])
+    assert groups == [8]
+    with pytest.raises(SystemExit, match="--gqa must divide the 32 q heads, got 3"):
+        tool.main(["--gqa", "3"])
+
+
 def test_an_unknown_dtype_mode_stops_before_the_table():
     """A bad mode after good ones stops the tool before it prints the table or compiles anything."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
