@@ -11,8 +11,8 @@ import sys
 os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests", "ops"))
 
-import torch  # noqa: E402
 import test_triton as T  # noqa: E402
+import torch  # noqa: E402
 
 CASES = [  # (operator, dtype, k/v heads of 6 q heads, Dv)
     ("softmax", torch.float32, 2, 16),
