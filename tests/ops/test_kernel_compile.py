@@ -127,7 +127,7 @@ def test_dtype_modes_of_the_resource_tool():
         tool.dtype_and_precision("fp8")
 
 
-def test_gqa_reaches_the_compiled_launch():
+def test_gqa_reaches_the_compiled_launch(monkeypatch):
     """--gqa G builds the launch the kernels get for grouped-query attention: k and v with HEADS / G heads,
     G in the kernels' shape argument; G must divide HEADS."""
     from kinterval.ops import OperatorSpec
@@ -147,6 +147,8 @@ def test_gqa_reaches_the_compiled_launch():
         raise KeyboardInterrupt
 
     tool._meta_launch = stop
+    # main() drops TRITON_INTERPRET (it compiles); monkeypatch puts the conftest's value back afterwards
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
     with pytest.raises(KeyboardInterrupt):
         tool.main(["--ops", "lerp-k4", "--kernels", "dq", "--D", "64", "--configs", "first", "--gqa", "8"])
     assert groups == [8]
