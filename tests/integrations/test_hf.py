@@ -25,6 +25,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa
 
 from kinterval.integrations import hf  # noqa: E402
 from kinterval.ops import OperatorSpec, dot_precision, kinterval_attention  # noqa: E402
+from kinterval.ops.api import split_mask  # noqa: E402
 from kinterval.ops.catalog import FAMILY_FORMS  # noqa: E402
 
 V, T = 128, 12
@@ -239,11 +240,13 @@ def test_names_and_operator_choice():
 
 def test_float_masks_and_biases():
     neg = torch.finfo(torch.float32).min
-    add = torch.tensor([[0.0, neg], [0.0, 0.0]])
-    assert torch.equal(hf._to_valid(add), torch.tensor([[True, False], [True, True]]))
-    assert torch.equal(hf._to_valid(torch.tensor([0.0, float("-inf")])), torch.tensor([True, False]))
-    with pytest.raises(ValueError, match="additive biases"):
-        hf._to_valid(torch.tensor([0.0, -1.5]))
+    valid, bias = split_mask(torch.tensor([[0.0, neg], [0.0, 0.0]]))
+    assert torch.equal(valid, torch.tensor([[True, False], [True, True]])) and bias is None
+    valid, bias = split_mask(torch.tensor([0.0, float("-inf")]))
+    assert torch.equal(valid, torch.tensor([True, False])) and bias is None
+    valid, bias = split_mask(torch.tensor([0.0, -1.5, float("-inf"), 2.0]))
+    assert torch.equal(valid, torch.tensor([True, True, False, True]))
+    assert torch.equal(bias, torch.tensor([0.0, -1.5, 0.0, 2.0]))
 
 
 def test_missing_transformers_gives_one_line_hint():
@@ -500,15 +503,17 @@ def test_an_explicit_name_ignores_the_config_operator():
 
 def test_unsupported_arguments_and_backends_are_refused():
     q = torch.randn(1, 2, 3, 4)
-    with pytest.raises(ValueError, match="does not support softcap"):
-        hf._attention("kinterval-softmax", torch.nn.Module(), q, q, q, None, softcap=30.0)
-    with pytest.raises(ValueError, match="does not support position_bias"):
-        hf._attention("kinterval-softmax", torch.nn.Module(), q, q, q, None, position_bias=torch.zeros(3, 3))
-    for kw in ("s_aux", "sinks", "indices", "block_indices"):  # ignored before: another attention, silently
+    for kw in ("indices", "block_indices"):  # ignored before: another attention, silently
         with pytest.raises(ValueError, match=f"does not support {kw} "):
             hf._attention("kinterval-softmax", torch.nn.Module(), q, q, q, None, **{kw: torch.zeros(2)})
+    with pytest.raises(ValueError, match="as s_aux or as sinks, not both"):
+        hf._attention(
+            "kinterval-softmax", torch.nn.Module(), q, q, q, None, s_aux=q[0, :, 0, 0], sinks=q[0, :, 0, 0]
+        )
+    with pytest.raises(ValueError, match="softcap must be a positive finite number"):
+        hf._attention("kinterval-softmax", torch.nn.Module(), q, q, q, None, softcap=-1.0)
     hf._attention(
-        "kinterval-softmax", torch.nn.Module(), q, q, q, None, sinks=None, s_aux=None
+        "kinterval-softmax", torch.nn.Module(), q, q, q, None, sinks=None, s_aux=None, softcap=None
     )  # unset: fine
     with pytest.raises(ValueError, match="unknown backend 'cuda'"):
         hf.register("bad-backend", "lerp-k3", backend="cuda")
@@ -562,19 +567,75 @@ def test_a_dropout_rate_passed_in_eval_mode_is_not_applied():
     assert torch.equal(got, want)
 
 
-def test_a_model_with_attention_sinks_is_refused_not_run_without_them():
+def test_a_model_with_attention_sinks_runs_them():
     """gpt-oss passes its learned sinks as s_aux: kinterval-softmax ran without them (logits 0.2 off
-    eager)."""
+    eager), then refused them. Now the sinks join every score row: softmax gives eager's logits, fused and
+    explicit-P paths agree, and the sinks get their gradient under a K-interval operator."""
     from transformers import AutoModelForCausalLM, GptOssConfig
 
     cfg = GptOssConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+        vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
-        max_position_embeddings=64, layer_types=["full_attention"],
+        max_position_embeddings=64, layer_types=["sliding_attention", "full_attention"], sliding_window=4,
     )  # fmt: skip
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-softmax").float().eval()
-    with torch.no_grad(), pytest.raises(ValueError, match="does not support s_aux"):
-        model(torch.randint(0, 64, (1, 6)))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)  # initialised to zeros; spread them to matter
+    ids = torch.randint(0, 64, (2, 9))
+    with torch.no_grad():
+        eager = model(ids).logits
+        model.set_attn_implementation("kinterval-softmax")
+        with hf.expect_kinterval("kinterval-softmax"):
+            torch.testing.assert_close(model(ids).logits, eager, rtol=0, atol=2e-6)
+        model.set_attn_implementation("kinterval-minmax-weight-k4")
+        fused = model(ids).logits
+        explicit = model(ids, output_attentions=True)
+        torch.testing.assert_close(explicit.logits, fused, rtol=0, atol=2e-6)
+        assert all(torch.all(P.sum(-1) < 1) for P in explicit.attentions)  # the sink holds the rest
+    model.train()
+    model(ids, labels=ids).loss.backward()
+    assert all(layer.self_attn.sinks.grad.abs().sum() > 0 for layer in model.model.layers)
+
+
+def test_t5_position_bias_and_gemma2_softcap_run_as_eager():
+    """T5 hands its relative position bias (position_bias, every layer) and Gemma 2 its logit softcap to the
+    attention interface; both were refused. Under kinterval-softmax both models now give eager's logits, in
+    the encoder, the decoder's causal self-attention and its cross-attention, with and without padding."""
+    from transformers import AutoModelForCausalLM, Gemma2Config, T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    t5 = T5Config(
+        vocab_size=64, d_model=32, d_kv=8, d_ff=32, num_layers=2, num_decoder_layers=2, num_heads=4,
+        relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0,
+    )  # fmt: skip
+    gemma = Gemma2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, attn_logit_softcapping=0.5,
+        query_pre_attn_scalar=8, sliding_window=4,
+    )  # fmt: skip
+    ids = torch.randint(1, 64, (2, 7))
+    am = torch.ones(2, 7, dtype=torch.long)
+    am[1, :2] = 0
+    for model, kwargs in (
+        (T5ForConditionalGeneration(t5), dict(decoder_input_ids=ids[:, :5], attention_mask=am)),
+        (AutoModelForCausalLM.from_config(gemma), dict(attention_mask=am)),
+    ):
+        model = model.float().eval()
+        with torch.no_grad():
+            for name, w in model.named_parameters():  # scores of order 1, where the softcap bends them
+                if name.endswith(("q_proj.weight", "k_proj.weight", ".q.weight", ".k.weight")):
+                    w.mul_(20.0)
+            model.set_attn_implementation("eager")
+            eager = model(ids, **kwargs).logits
+            model.set_attn_implementation("kinterval-softmax")
+            with hf.expect_kinterval("kinterval-softmax"):
+                got = model(ids, **kwargs).logits
+            keep = am.bool() if got.shape[1] == ids.shape[1] else torch.ones(got.shape[:2], dtype=torch.bool)
+            torch.testing.assert_close(got[keep], eager[keep], rtol=0, atol=5e-6)
+            model.set_attn_implementation("kinterval-fwm-prob-k4")
+            assert not torch.allclose(model(ids, **kwargs).logits[keep], eager[keep], atol=1e-3)
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
@@ -598,9 +659,9 @@ def test_output_attentions_returns_the_operators_probabilities(kind):
     calls = []
     orig = hf._explicit_attention
 
-    def spy(q, k, v, spec, causal, mask, scale, p, backend):
+    def spy(q, k, v, spec, causal, mask, scale, p, backend, *mods):
         calls.append((q, k, mask, scale))
-        return orig(q, k, v, spec, causal, mask, scale, p, backend)
+        return orig(q, k, v, spec, causal, mask, scale, p, backend, *mods)
 
     hf._explicit_attention = spy
     try:
@@ -722,10 +783,8 @@ def test_set_config_operator_reaches_the_attention_of_a_composite_model(tmp_path
 
 def test_an_integer_mask_is_refused_with_a_value_error():
     """A 4-D 0/1 integer mask failed inside torch.finfo with an unrelated TypeError."""
-    with pytest.raises(
-        ValueError, match=r"attention mask must be boolean or a 0/-inf float mask, got torch\.int64"
-    ):
-        hf._to_valid(torch.ones(1, 1, 2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"attention mask must be boolean or a float mask .*torch\.int64"):
+        split_mask(torch.ones(1, 1, 2, 2, dtype=torch.long), "attention mask")
     model = make("llama", "kinterval-lerp-k4")
     ids, _ = batch(None)
     with torch.no_grad(), pytest.raises(ValueError, match="got torch.int64"):
@@ -847,7 +906,8 @@ def test_a_float_mask_with_a_narrower_dtypes_minimum_is_a_mask():
     counts as masked, not as an additive bias."""
     for blocked in (torch.finfo(torch.bfloat16).min, torch.finfo(torch.float32).min / 2):
         mask = torch.tensor([[0.0, blocked], [0.0, 0.0]], dtype=torch.float32)
-        assert torch.equal(hf._to_valid(mask), torch.tensor([[True, False], [True, True]]))
+        valid, bias = split_mask(mask)
+        assert torch.equal(valid, torch.tensor([[True, False], [True, True]])) and bias is None
 
 
 def test_without_attentions_or_dropout_the_fused_path_runs(monkeypatch):

@@ -170,9 +170,9 @@ def test_dropout_p_is_checked_and_refused_by_the_fused_kernels():
     )
 
 
-def test_float_masks_of_sdpa_kind_are_masks_and_biases_are_refused():
+def test_float_masks_of_sdpa_kind_are_masks_and_biases():
     """SDPA adds a float attn_mask to the scores: 0 and -inf (or finfo.min) are a mask and give SDPA's
-    result; any other value is an additive bias, which the operators do not define: a ValueError."""
+    result; any other value is an additive score bias, added to the scores as SDPA adds it."""
     q, k, v = _qkv(Tq=5, Tk=7, H_kv=4)
     fm = torch.zeros(2, 1, 5, 7, dtype=torch.float64)
     fm[0, :, :, :3] = float("-inf")
@@ -183,9 +183,12 @@ def test_float_masks_of_sdpa_kind_are_masks_and_biases_are_refused():
         _assert_all_close(got, want, atol=1e-12)
     lerp = kinterval_attention(q, k, v, "lerp-k4", attn_mask=fm)
     assert torch.equal(lerp, kinterval_attention(q, k, v, "lerp-k4", mask=fm == 0))
-    with pytest.raises(ValueError, match="attn_mask: kinterval attention supports boolean or 0/-inf masks"):
-        kinterval_attention(q, k, v, "softmax", attn_mask=fm - 0.5)
-    with pytest.raises(ValueError, match="mask must be boolean or a 0/-inf float mask, got torch.int64"):
+    biased = fm - torch.linspace(0, 2, 7, dtype=torch.float64)
+    want = _out_and_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=biased), q, k, v)
+    got = _out_and_grads(lambda q, k, v: kinterval_attention(q, k, v, "softmax", attn_mask=biased), q, k, v)
+    _assert_all_close(got, want, atol=1e-12)
+    assert not torch.equal(kinterval_attention(q, k, v, "lerp-k4", attn_mask=biased), lerp)
+    with pytest.raises(ValueError, match=r"mask must be boolean or a float mask \(0/-inf, or an additive"):
         kinterval_attention(q, k, v, "softmax", mask=torch.ones(5, 7, dtype=torch.long))
     with pytest.raises(ValueError, match="pass mask or attn_mask"):
         kinterval_attention(q, k, v, "softmax", mask=fm == 0, attn_mask=fm == 0)

@@ -18,8 +18,10 @@ mask builder, so every model hands us a boolean mask, True = may attend, or ``No
 Dropout: with ``attention_dropout > 0`` in training mode, dropout is applied to the operator's probabilities
 (as transformers' eager path does); that path computes P explicitly (``closed_form``/``reference`` backend,
 never the fused kernel, so an explicit ``backend="triton"`` raises there). The backend is chosen by
-:func:`kinterval.ops.resolve_backend`. Additive float biases (ALiBi, T5 position bias) and ``softcap`` are
-not supported.
+:func:`kinterval.ops.resolve_backend`. Additive score biases (T5's ``position_bias``, a float mask that
+carries a bias), ``softcap`` (Gemma 2) and attention sinks (``s_aux``, gpt-oss) are applied as transformers'
+eager attention applies them, the operator running on the modified score row (``kinterval_attention``);
+they too need the closed_form or reference backend. Sparse key selections (``indices``) are refused.
 """
 
 from __future__ import annotations
@@ -31,10 +33,9 @@ from contextlib import contextmanager
 from functools import cache, lru_cache
 
 import torch
-from torch import Tensor
 
 from kinterval.ops import BACKENDS, OperatorSpec, attention_probs, kinterval_attention, resolve_backend
-from kinterval.ops.api import as_valid_mask, working_dtype
+from kinterval.ops.api import check_softcap, split_mask, working_dtype
 from kinterval.ops.spec import BASELINES
 
 try:
@@ -116,16 +117,10 @@ def _parse(name: str) -> OperatorSpec:
     return OperatorSpec.from_full_name(name)
 
 
-def _to_valid(mask: Tensor) -> Tensor:
-    """Boolean "may attend" mask from a boolean or additive float mask (0 = attend, very negative = off)."""
-    return as_valid_mask(mask, "attention mask")
-
-
 # Arguments of transformers' attention interface that change what attention computes and that the
-# operators do not define: softcap (Gemma 2), position_bias (T5-style), s_aux / sinks (attention sinks:
-# gpt-oss and others), indices / block_indices (sparse top-k key selection: DeepSeek V3.2 and others).
+# operators do not take: indices / block_indices (sparse top-k key selection: DeepSeek V3.2 and others).
 # Ignoring one would run another attention than the model's without a word.
-UNSUPPORTED = ("softcap", "position_bias", "s_aux", "sinks", "indices", "block_indices")
+UNSUPPORTED = ("indices", "block_indices")
 
 
 def _attention(name: str, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -135,9 +130,13 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
         spec = _parse(module.config.kinterval_operator)
     if given := [k for k in UNSUPPORTED if kwargs.get(k) is not None]:
         raise ValueError(
-            f"kinterval attention does not support {', '.join(given)} (softcap, additive position biases, "
-            "attention sinks and sparse key selections are not defined for its operators)"
+            f"kinterval attention does not support {', '.join(given)} (sparse key selections are not "
+            "defined for its operators)"
         )
+    if kwargs.get("s_aux") is not None and kwargs.get("sinks") is not None:
+        raise ValueError("pass the attention sinks as s_aux or as sinks, not both")
+    sinks = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
+    softcap, position_bias = kwargs.get("softcap"), kwargs.get("position_bias")
     if not query.dtype == key.dtype == value.dtype:
         # RoPE multiplies 16-bit q, k by fp32 cos/sin, so under autocast q, k arrive fp32 and v bf16. As
         # torch's sdpa does under autocast, all three go to the autocast dtype; else to the promoted dtype.
@@ -151,21 +150,32 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     tq, causal, mask = query.shape[2], False, None
-    if attention_mask is not None:
-        mask = _to_valid(attention_mask[:, :, :, : key.shape[2]])
+    if attention_mask is not None:  # boolean, or a float mask (0 / very negative; eager's may carry a bias)
+        mask = attention_mask[:, :, :, : key.shape[2]]
     elif is_causal and tq > 1:
         # sdpa semantics for a skipped mask: causal, and an empty static cache is cut to the query length
         causal, key, value = True, key[:, :, :tq], value[:, :, :tq]
+    if position_bias is not None:  # T5-style: added to the scores, as sdpa's float mask
+        bias = position_bias[..., : key.shape[2]]
+        if mask is None:
+            mask = bias
+        elif mask.dtype == torch.bool:
+            mask = torch.where(mask, bias, float("-inf"))
+        else:
+            mask = bias + mask
     p = dropout if dropout > 0.0 and module.training else 0.0
     if p or _attentions_requested():
         if gqa:  # the explicit path forms P per q head from repeated k/v heads
             n_rep = query.shape[1] // key.shape[1]
             key, value = key.repeat_interleave(n_rep, dim=1), value.repeat_interleave(n_rep, dim=1)
-        out, P = _explicit_attention(query, key, value, spec, causal, mask, scaling, p, backend)
+        out, P = _explicit_attention(
+            query, key, value, spec, causal, mask, scaling, p, backend, softcap, sinks
+        )
         return out.transpose(1, 2).contiguous(), P
     out = kinterval_attention(
-        query, key, value, spec, causal=causal, mask=mask, scale=scaling, backend=backend, enable_gqa=gqa
-    )
+        query, key, value, spec, causal=causal, mask=mask, scale=scaling, backend=backend, enable_gqa=gqa,
+        softcap=softcap, sinks=sinks,
+    )  # fmt: skip
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -176,15 +186,26 @@ def _attentions_requested() -> bool:
     return bool(collector) and "attentions" in collector
 
 
-def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend):
+def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=None, sinks=None):
     """Explicit-P path: the operator's probabilities (returned, for ``output_attentions``), with dropout
-    ``p`` on them before ``PV`` as in transformers' eager attention."""
+    ``p`` on them before ``PV`` as in transformers' eager attention; softcap, the float mask's bias and the
+    sinks as in :func:`kinterval_attention`."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    valid, bias = split_mask(mask, "attention mask")
+    softcap = check_softcap(softcap)
     with torch.autocast(device_type=q.device.type, enabled=False):
         wd = working_dtype(q.dtype)  # float32, float64 for a float64 model, as kinterval_attention
         scores = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
-        probs_backend = resolve_backend(spec, scores.device, scores.dtype, backend=backend, probs=True)
-        P = attention_probs(scores, spec, causal=causal, mask=mask, backend=probs_backend)
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
+        if bias is not None:
+            scores = scores + bias.to(wd)
+        mods = softcap is not None or bias is not None or sinks is not None
+        probs_backend = resolve_backend(
+            spec, scores.device, scores.dtype, backend=backend, probs=True, score_mod=mods
+        )
+        sinks = None if sinks is None else sinks.view(1, -1, 1, 1)
+        P = attention_probs(scores, spec, causal=causal, mask=valid, backend=probs_backend, sinks=sinks)
         out = torch.matmul(torch.nn.functional.dropout(P, p=p, training=True) if p else P, v.to(wd))
     return out.to(q.dtype), P
 

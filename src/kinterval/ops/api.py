@@ -57,19 +57,40 @@ def check_causal(causal, name: str = "causal") -> bool:
     return bool(causal)
 
 
-def as_valid_mask(mask: Tensor | None, what: str = "mask") -> Tensor | None:
-    """A boolean "may attend" mask from a boolean mask (returned as is) or from an additive float mask of
-    SDPA's kind restricted to masking: 0 = attend, ``-inf`` (or at most half the dtype's lowest value, e.g.
-    ``finfo.min``) = masked. Any other float value (an additive bias), or another dtype, is a ValueError."""
+def split_mask(mask: Tensor | None, what: str = "mask") -> tuple[Tensor | None, Tensor | None]:
+    """(valid, bias) from SDPA's ``attn_mask``: a boolean mask is ``(mask, None)``; a float mask is added to
+    the scores, as in SDPA: entries of ``-inf`` (or at most half the dtype's lowest value, e.g. ``finfo.min``)
+    mask their key (``valid`` False), every other entry is an additive score bias (ALiBi, T5's position
+    bias), 0 where masked. ``bias`` is None when the float mask only masks (every other entry is 0; checking
+    that costs one host sync). Any other dtype is a ValueError."""
     if mask is None or (isinstance(mask, Tensor) and mask.dtype == torch.bool):
-        return mask
+        return mask, None
     if not isinstance(mask, Tensor) or not mask.dtype.is_floating_point:
         got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"{what} must be boolean or a 0/-inf float mask, got {got}")
+        raise ValueError(f"{what} must be boolean or a float mask (0/-inf, or an additive bias), got {got}")
     blocked = mask <= torch.finfo(mask.dtype).min / 2
-    if mask.device.type != "meta" and torch.any(torch.where(blocked, 0.0, mask.float()) != 0):
-        raise ValueError(f"{what}: kinterval attention supports boolean or 0/-inf masks, not additive biases")
-    return ~blocked
+    bias = torch.where(blocked, 0.0, mask)
+    if mask.device.type == "meta" or not torch.any(bias != 0):
+        bias = None
+    return ~blocked, bias
+
+
+def check_softcap(softcap) -> float | None:
+    """``softcap`` (Gemma 2's attention logit soft-capping, scores -> c tanh(s / c)) as a float, or None."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not 0 < softcap < math.inf:
+        raise ValueError(f"softcap must be a positive finite number or None, got {softcap!r}")
+    return float(softcap)
+
+
+def with_sinks(s: Tensor, valid: Tensor, sinks: Tensor) -> tuple[Tensor, Tensor]:
+    """The score rows with one more key, the attention sink (gpt-oss's learned per-head logit, which has no
+    value): ``sinks`` broadcast to (..., Tq, 1) is appended to ``s`` (..., Tq, Tk) and attended unless it is
+    ``-inf``. The operator then runs on the longer row, the sink takes part in its calibration like any key,
+    and the caller drops the sink's column of P."""
+    sink = sinks.to(s.dtype).expand(*s.shape[:-1], 1)
+    return torch.cat([s, sink], -1), torch.cat([valid.expand(s.shape), ~torch.isneginf(sink)], -1)
 
 
 def _check_mask_shape(mask: Tensor, scores_shape) -> None:
@@ -119,24 +140,40 @@ def attention_probs(
     causal: bool = False,
     mask: Tensor | None = None,
     backend: str = "reference",
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Attention probabilities P of ``spec`` over the last dimension of ``scores`` (..., Tq, Tk).
 
     float64 is computed in float64; float32, bf16 and fp16 in float32 (the result is float32). Keys with score
     is ``-inf`` count as masked. NaN or ``+inf`` scores on keys that are not masked raise ``ValueError``
-    (masked keys are never read, as in :func:`kinterval_attention`).
+    (masked keys are never read, as in :func:`kinterval_attention`). ``sinks``, broadcastable to (..., Tq, 1),
+    are attention sinks (:func:`with_sinks`): one more key per row, without a value, whose column is dropped
+    from the result (its rows then sum to 1 minus the sink's probability).
     """
     spec = as_spec(spec)
     check_scores(scores)
     s = scores.to(working_dtype(scores.dtype))
     valid = attended_keys(s, causal=causal, mask=mask)
+    if sinks is not None:
+        if not isinstance(sinks, Tensor) or not sinks.dtype.is_floating_point:
+            raise ValueError(f"sinks must be a floating tensor, got {getattr(sinks, 'dtype', type(sinks))}")
+        try:
+            fits = torch.broadcast_shapes(sinks.shape, (*s.shape[:-1], 1)) == (*s.shape[:-1], 1)
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"sinks of shape {tuple(sinks.shape)} do not broadcast to {(*s.shape[:-1], 1)}")
+        s, valid = with_sinks(s, valid, sinks)
+        if (torch.isnan(s[..., -1:]) | torch.isposinf(s[..., -1:])).any():
+            raise ValueError("sinks contain NaN or +inf")
     if span_overflows(s.detach(), valid, spec).any():
         remedy = "pass float64 scores" if s.dtype != torch.float64 else "scale the scores down"
         raise ValueError(
             f"a row's scores span more than {s.dtype} holds (max - min overflows) on keys that are not "
             f"masked; {spec.full_name} cannot place them on its grid: {remedy}"
         )
-    return _probs(s, valid, spec, backend)
+    P = _probs(s, valid, spec, backend)
+    return P if sinks is None else P[..., :-1]
 
 
 def attended_keys(s: Tensor, *, causal: bool, mask: Tensor | None) -> Tensor:
@@ -187,6 +224,8 @@ def kinterval_attention(
     enable_gqa: bool = False,
     attn_mask: Tensor | None = None,
     is_causal: bool = False,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Attention ``P(q k^T * scale) v`` with the probabilities of ``spec``; a drop-in for
     ``F.scaled_dot_product_attention(q, k, v, attn_mask=, dropout_p=, is_causal=, scale=, enable_gqa=)``,
@@ -198,12 +237,17 @@ def kinterval_attention(
     j*H/H_kv .. (j+1)*H/H_kv - 1 (as ``repeat_interleave``: the triton kernels read each k/v head in place
     for its q heads, the other backends repeat them; the gradients sum back onto the H_kv heads); without
     it, a head count that differs from q's is a ``ValueError``. ``mask`` (alias ``attn_mask``, SDPA's name;
-    not both) is boolean, True where the query may attend, or a float mask of SDPA's additive kind that only
-    masks: 0 = attend, ``-inf`` (or ``finfo.min``) = masked; any other value, an additive bias, is a
-    ``ValueError`` (checking a float mask costs one host sync); broadcastable to (B, H, Tq, Tk).
+    not both) is boolean, True where the query may attend, or a float mask added to the scores, as SDPA's:
+    ``-inf`` (or ``finfo.min``) = masked, any other value an additive score bias (ALiBi, T5's position bias;
+    checking a float mask costs one host sync); broadcastable to (B, H, Tq, Tk).
     ``causal=True`` aligns the last query with the last key (bottom-right, as FlashAttention);
     ``is_causal=True`` is SDPA's (top-left: query i sees keys j <= i); they agree when Tq = Tk; not both.
     Both may be combined with a mask. The default scale is 1/sqrt(D) (q's D, also when Dv differs).
+    The operator runs on the score row s = c tanh(scale q k^T / c) + bias: ``softcap`` c > 0 (Gemma 2;
+    None: none) and the float mask's bias, as transformers' eager attention orders them. ``sinks`` (H,) are
+    attention sinks (gpt-oss): one learned logit per q head, appended to every row as a key without a value;
+    the operator's calibration sees it like any key, and its probability is dropped (:func:`with_sinks`).
+    A bias, a softcap or sinks need the reference or closed_form backend ("auto" takes closed_form on a GPU).
     ``dropout_p`` in [0, 1] is dropout on the probabilities P before P v, as SDPA (applied whenever it is
     nonzero: pass ``dropout_p=p if training else 0.0``); the backward sees the dropped P. It needs P
     explicitly: "auto" then takes closed_form, and backend="triton" raises ``ValueError``.
@@ -267,7 +311,15 @@ def kinterval_attention(
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     scale = float(scale)
-    mask = as_valid_mask(mask, "attn_mask" if attn_mask is not None else "mask")
+    mask, bias = split_mask(mask, "attn_mask" if attn_mask is not None else "mask")
+    softcap = check_softcap(softcap)
+    if sinks is not None:
+        if not isinstance(sinks, Tensor) or not sinks.dtype.is_floating_point or sinks.shape != (H,):
+            got = tuple(sinks.shape) if isinstance(sinks, Tensor) else type(sinks).__name__
+            raise ValueError(
+                f"sinks must be a floating tensor of shape ({H},), one logit per q head, got {got}"
+            )
+        working_dtype(sinks.dtype, "sinks")
     Tq, Tk = q.shape[2], k.shape[2]
     if is_causal and Tq == Tk:
         causal = True
@@ -277,7 +329,10 @@ def kinterval_attention(
         top_left = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
         mask = top_left if mask is None else mask.to(q.device) & top_left
 
-    backend = resolve_backend(spec, q.device, q.dtype, backend=backend, probs=dropout_p > 0)
+    score_mod = bias is not None or softcap is not None or sinks is not None
+    backend = resolve_backend(
+        spec, q.device, q.dtype, backend=backend, probs=dropout_p > 0, score_mod=score_mod
+    )
     if backend == "triton":  # reads each k/v head in place for its q heads
         from kinterval.ops.triton import triton_attention
 
@@ -291,15 +346,25 @@ def kinterval_attention(
     device = q.device.type  # meta tensors have no autocast
     off = torch.autocast(device, enabled=False) if torch.amp.is_autocast_available(device) else nullcontext()
     with off:  # the operator runs outside autocast
-        scores = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
-        valid = valid_mask(scores.shape, scores.device, causal=causal, mask=mask)
+        qk = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
+        valid = valid_mask(qk.shape, qk.device, causal=causal, mask=mask)
+        # A row with a non-finite q k^T (from non-finite q or k) on an attended key is NaN (checked before
+        # the softcap, which would bound an infinite score), never a quiet zero row; no host sync.
+        bad = (~torch.isfinite(qk) & valid).any(-1, keepdim=True)
+        scores = qk if softcap is None else softcap * torch.tanh(qk / softcap)
+        if bias is not None:
+            scores = scores + bias.to(device=scores.device, dtype=wd)
+        if sinks is not None:
+            scores, valid = with_sinks(scores, valid, sinks.to(scores.device).view(1, H, 1, 1))
         P = _probs(scores, valid, spec, backend)
+        if sinks is not None:
+            P = P[..., :-1]
         if dropout_p:
             P = torch.nn.functional.dropout(P, p=dropout_p)
         out = torch.matmul(P, v.to(wd))
-        # A row with a non-finite score (from non-finite q or k), or whose scores span more than the working
-        # dtype holds (MinMax, resolved), is NaN, never a quiet zero row; no host sync.
-        bad = (~torch.isfinite(scores) & valid).any(-1, keepdim=True)
+        # So is a row with a non-finite bias or sink, or whose scores span more than the working dtype holds
+        # (MinMax, resolved).
+        bad = bad | (~torch.isfinite(scores) & valid).any(-1, keepdim=True)
         bad = bad | span_overflows(scores.detach(), valid, spec)
         out = out.masked_fill(bad, float("nan"))
     return out.to(q.dtype)

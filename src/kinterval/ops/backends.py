@@ -31,6 +31,7 @@ class Backend:
     name: str
     why_not: Callable[[OperatorSpec, torch.device, torch.dtype | None], str | None]
     forms_probs: bool  # computes P explicitly (can serve ``attention_probs``)
+    score_mods: bool  # applies an additive score bias, a softcap and attention sinks
 
     def supports(self, spec: OperatorSpec, device, dtype: torch.dtype | None = None) -> bool:
         return self.why_not(as_spec(spec), torch.device(device), dtype) is None
@@ -66,17 +67,17 @@ def _everything(spec: OperatorSpec, device: torch.device, dtype: torch.dtype | N
     return None
 
 
-TRITON = Backend("triton", _triton_why_not, forms_probs=False)
-CLOSED_FORM = Backend("closed_form", _everything, forms_probs=True)
-REFERENCE = Backend("reference", _everything, forms_probs=True)
+TRITON = Backend("triton", _triton_why_not, forms_probs=False, score_mods=False)
+CLOSED_FORM = Backend("closed_form", _everything, forms_probs=True, score_mods=True)
+REFERENCE = Backend("reference", _everything, forms_probs=True, score_mods=True)
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (TRITON, CLOSED_FORM, REFERENCE)}  # fastest first
 BACKENDS = (AUTO, *REGISTRY)  # the names a user may pass
 
 
-def _candidates(device: torch.device, probs: bool) -> list[Backend]:
+def _candidates(device: torch.device) -> list[Backend]:
     """What ``auto`` may pick, fastest first; off CUDA triton only runs in its (slowest) interpreter."""
-    out = [b for b in REGISTRY.values() if b.forms_probs or not probs]
+    out = list(REGISTRY.values())
     return out if device.type == "cuda" else [b for b in out if b is not TRITON]
 
 
@@ -87,6 +88,7 @@ def resolve_backend(
     *,
     backend: str = AUTO,
     probs: bool = False,
+    score_mod: bool = False,
 ) -> str:
     """The backend that computes ``spec`` on ``device`` for inputs of ``dtype`` (None: any floating dtype).
 
@@ -95,6 +97,8 @@ def resolve_backend(
     explicit ``backend`` is returned unchanged when it supports the operator, else a ``ValueError`` names the
     operator, the backend, the reason and the backend that would run it. ``probs=True`` asks for a backend
     that forms the probabilities P explicitly (``attention_probs``; the fused kernel never does).
+    ``score_mod=True`` asks for one that applies an additive score bias, a softcap or attention sinks
+    (``kinterval_attention``'s float ``attn_mask``, ``softcap`` and ``sinks``; the fused kernel does not).
     """
     spec = as_spec(spec)
     if dtype is not None and not isinstance(dtype, torch.dtype):  # "float64" would pass every check
@@ -112,10 +116,12 @@ def resolve_backend(
         reason = b.why_not(spec, device, dtype)
         if reason is None and probs and not b.forms_probs:
             reason = "it never forms the probabilities P explicitly"
+        if reason is None and score_mod and not b.score_mods:
+            reason = "it applies no additive score bias, softcap or attention sinks"
         return reason
 
     if backend == AUTO:
-        for b in _candidates(device, probs):
+        for b in _candidates(device):
             if why_not(b) is None:
                 return b.name
         raise ValueError(f"no backend runs {spec.full_name} on {device.type}")  # reference runs everything
@@ -123,7 +129,7 @@ def resolve_backend(
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     reason = why_not(REGISTRY[backend])
     if reason is not None:
-        other = resolve_backend(spec, device, dtype, probs=probs)
+        other = resolve_backend(spec, device, dtype, probs=probs, score_mod=score_mod)
         where = f"{device.type}" + (f", {dtype}" if dtype is not None else "")
         raise ValueError(
             f"backend {backend!r} cannot run operator {spec.full_name} on {where}: {reason}; "
