@@ -190,3 +190,33 @@ def test_backends_apply_them_or_say_why_not():
     assert torch.equal(valid, torch.ones(T, T).bool().tril()) and torch.equal(
         bias, 0.25 * torch.ones(T, T).tril()
     )
+
+
+def test_a_mask_written_as_a_large_negative_number_is_a_bias_with_a_warning():
+    """-1e9 (or -1e4, or fp16's lowest in an fp32 mask) is added to the scores, as SDPA adds it: softmax gives
+    those keys ~0 weight, silently as SDPA. A K-interval operator's calibration sees them instead (MinMax's m
+    spans the row), unlike masking: that call warns, and -inf / a boolean mask gives the masked one."""
+    import warnings
+
+    q, k, v, _, _ = _inputs()
+    keep = torch.ones(T, T, dtype=torch.bool).tril()
+    for low in (-1e9, -1e4, float(torch.finfo(torch.float16).min)):
+        fm = torch.zeros(T, T, dtype=torch.float64).masked_fill(~keep, low)
+        with pytest.warns(
+            UserWarning, match="additive bias as low as .* minmax-weight-k4's calibration sees it"
+        ):
+            got = kinterval_attention(q, k, v, "minmax-weight-k4", attn_mask=fm, enable_gqa=True)
+        masked = kinterval_attention(q, k, v, "minmax-weight-k4", attn_mask=keep, enable_gqa=True)
+        assert not torch.allclose(got, masked, atol=1e-2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            soft = kinterval_attention(q, k, v, "softmax", attn_mask=fm, enable_gqa=True)
+            torch.testing.assert_close(
+                soft, kinterval_attention(q, k, v, "softmax", attn_mask=keep, enable_gqa=True)
+            )
+            inf = torch.zeros(T, T, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+            torch.testing.assert_close(
+                kinterval_attention(q, k, v, "minmax-weight-k4", attn_mask=inf, enable_gqa=True), masked
+            )
+            quiet = fm * 1e-6  # above -1e4: a bias, no warning
+            kinterval_attention(q, k, v, "minmax-weight-k4", attn_mask=quiet, enable_gqa=True)

@@ -35,7 +35,7 @@ from functools import cache, lru_cache
 import torch
 
 from kinterval.ops import BACKENDS, OperatorSpec, attention_probs, kinterval_attention, resolve_backend
-from kinterval.ops.api import check_softcap, split_mask, working_dtype
+from kinterval.ops.api import check_softcap, split_mask, warn_mask_like_bias, working_dtype
 from kinterval.ops.spec import BASELINES
 
 try:
@@ -192,6 +192,7 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
     sinks as in :func:`kinterval_attention`."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     valid, bias = split_mask(mask, "attention mask")
+    warn_mask_like_bias(bias, spec, "attention mask")
     softcap = check_softcap(softcap)
     with torch.autocast(device_type=q.device.type, enabled=False):
         wd = working_dtype(q.dtype)  # float32, float64 for a float64 model, as kinterval_attention

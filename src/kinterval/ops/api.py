@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import warnings
 from collections.abc import Iterator
 from contextlib import nullcontext
 from contextvars import ContextVar
@@ -73,6 +74,27 @@ def split_mask(mask: Tensor | None, what: str = "mask") -> tuple[Tensor | None, 
     if mask.device.type == "meta" or not torch.any(bias != 0):
         bias = None
     return ~blocked, bias
+
+
+MASK_LIKE_BIAS = -1e4  # a bias at or below this looks like a mask written as a large negative number
+
+
+def warn_mask_like_bias(bias: Tensor | None, spec: OperatorSpec, what: str = "attn_mask") -> None:
+    """Warn when a K-interval operator gets a bias entry at or below ``MASK_LIKE_BIAS`` (-1e4, -1e9, fp16's
+    lowest -65504 in an fp32 mask): such entries are added to the scores, not masked, and the calibration sees
+    them (MinMax's m then spans the whole row, and the keys above share the top buckets). Softmax and the
+    exponential baselines give such keys ~0 weight, as SDPA does: no warning. One host sync."""
+    if bias is None or not spec.is_kinterval or bias.device.type == "meta":
+        return
+    low = bias.min()
+    if low <= MASK_LIKE_BIAS:
+        warnings.warn(
+            f"{what} holds an additive bias as low as {low.item():.3g}: kinterval masks only entries of -inf "
+            f"(or at most half the dtype's lowest value); every other entry is added to the scores, and "
+            f"{spec.full_name}'s calibration sees it. To mask keys, use -inf, torch.finfo(dtype).min or a "
+            "boolean mask",
+            stacklevel=3,
+        )
 
 
 def check_softcap(softcap) -> float | None:
@@ -312,6 +334,7 @@ def kinterval_attention(
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     scale = float(scale)
     mask, bias = split_mask(mask, "attn_mask" if attn_mask is not None else "mask")
+    warn_mask_like_bias(bias, spec, "attn_mask" if attn_mask is not None else "mask")
     softcap = check_softcap(softcap)
     if sinks is not None:
         if not isinstance(sinks, Tensor) or not sinks.dtype.is_floating_point or sinks.shape != (H,):
