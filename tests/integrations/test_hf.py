@@ -1008,3 +1008,29 @@ def test_an_mla_model_runs_the_kernels_with_its_own_value_head_dim(monkeypatch):
     torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=1e-5)
     for a, b in zip(results[0][1], results[1][1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-6)
+
+
+def test_a_zero_position_bias_that_requires_grad_gets_eagers_gradient():
+    """T5 hands a zero position_bias that requires a gradient to its layers without a relative bias when
+    training with gradient checkpointing; a zero learned bias is the same case. kinterval took it for a mask
+    that only masks and dropped it: no gradient (the output did not even depend on it). Now it gets
+    eager's, with the padding mask combined."""
+    import types
+
+    from transformers.models.t5.modeling_t5 import eager_attention_forward
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    module = types.SimpleNamespace(is_causal=False, training=False, config=types.SimpleNamespace())
+    am = torch.ones(2, 1, 1, 4, dtype=torch.bool)
+    am[1, ..., :2] = False
+    eager_mask = torch.zeros(am.shape, dtype=torch.float64).masked_fill(~am, torch.finfo(torch.float64).min)
+    grads = []
+    kinterval = AttentionInterface()["kinterval-softmax"]
+    for impl, mask in ((kinterval, am), (eager_attention_forward, eager_mask)):
+        bias = torch.zeros(1, 3, 4, 4, dtype=torch.float64, requires_grad=True)
+        out, _ = impl(module, q, k, v, mask, scaling=1.0, position_bias=bias)
+        grads.append((out, *torch.autograd.grad(out.pow(2).sum(), bias)))
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=1e-14)
+    assert grads[1][1].abs().sum() > 0
+    torch.testing.assert_close(grads[0][1], grads[1][1], rtol=0, atol=1e-13)

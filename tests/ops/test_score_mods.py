@@ -220,3 +220,29 @@ def test_a_mask_written_as_a_large_negative_number_is_a_bias_with_a_warning():
             )
             quiet = fm * 1e-6  # above -1e4: a bias, no warning
             kinterval_attention(q, k, v, "minmax-weight-k4", attn_mask=quiet, enable_gqa=True)
+
+
+def test_a_zero_bias_that_requires_grad_gets_its_gradient():
+    """A float attn_mask that is all zeros (a learned bias initialised to zero, T5's zero position bias
+    under gradient checkpointing) was taken for a mask that only masks and dropped: its gradient was None
+    (SDPA's is not), so a zero-initialised learned bias never trained, also on meta tensors. A mask that
+    requires a gradient now stays a bias, with SDPA's gradient; without one, zeros still only mask."""
+    q, k, v, _, _ = _inputs()
+    k, v = k.repeat_interleave(H // H_KV, 1), v.repeat_interleave(H // H_KV, 1)
+    up = torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    bias = torch.zeros(1, H, T, T, dtype=torch.float64, requires_grad=True)
+    bias.detach()[..., 0] = float("-inf")  # a masked key keeps a zero gradient
+    out = kinterval_attention(q, k, v, "softmax", attn_mask=bias)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-14)
+    (got,) = torch.autograd.grad(out, bias, up)
+    (want,) = torch.autograd.grad(ref, bias, up)
+    assert got.abs().sum() > 0 and (got[..., 0] == 0).all()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-13)
+    meta = [torch.empty(B, H, T, D, device="meta") for _ in range(3)]
+    mb = torch.zeros(1, H, T, T, device="meta", requires_grad=True)
+    (g,) = torch.autograd.grad(kinterval_attention(*meta, "softmax", attn_mask=mb).sum(), mb)
+    assert g.shape == mb.shape
+    assert split_mask(torch.zeros(T, T))[1] is None
+    with torch.no_grad():
+        assert split_mask(torch.zeros(T, T, requires_grad=True))[1] is None

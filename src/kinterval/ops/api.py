@@ -63,7 +63,8 @@ def split_mask(mask: Tensor | None, what: str = "mask") -> tuple[Tensor | None, 
     the scores, as in SDPA: entries of ``-inf`` (or at most half the dtype's lowest value, e.g. ``finfo.min``)
     mask their key (``valid`` False), every other entry is an additive score bias (ALiBi, T5's position
     bias), 0 where masked. ``bias`` is None when the float mask only masks (every other entry is 0; checking
-    that costs one host sync). Any other dtype is a ValueError."""
+    that costs one host sync), unless the mask requires a gradient: a zero bias still has one (SDPA's), so
+    it stays a bias. Any other dtype is a ValueError."""
     if mask is None or (isinstance(mask, Tensor) and mask.dtype == torch.bool):
         return mask, None
     if not isinstance(mask, Tensor) or not mask.dtype.is_floating_point:
@@ -71,6 +72,8 @@ def split_mask(mask: Tensor | None, what: str = "mask") -> tuple[Tensor | None, 
         raise ValueError(f"{what} must be boolean or a float mask (0/-inf, or an additive bias), got {got}")
     blocked = mask <= torch.finfo(mask.dtype).min / 2
     bias = torch.where(blocked, 0.0, mask)
+    if mask.requires_grad and torch.is_grad_enabled():
+        return ~blocked, bias  # a learned bias that is 0 now (e.g. zero-initialised) still gets its gradient
     if mask.device.type == "meta" or not torch.any(bias != 0):
         bias = None
     return ~blocked, bias
