@@ -1034,3 +1034,26 @@ def test_a_zero_position_bias_that_requires_grad_gets_eagers_gradient():
     torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=1e-14)
     assert grads[1][1].abs().sum() > 0
     torch.testing.assert_close(grads[0][1], grads[1][1], rtol=0, atol=1e-13)
+
+
+def test_an_infinite_score_under_a_softcap_is_a_nan_row_on_both_paths():
+    """With a softcap, an infinite q k^T on an attended key made a NaN row on the fused path but a quiet
+    finite row on the explicit-P path (output_attentions), where tanh bounded it. Both now give NaN for that
+    row, and P's row is NaN; the other rows agree."""
+    import types
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    q[0, 0, 2, 0] = float("inf")
+    module = types.SimpleNamespace(is_causal=True, training=False, config=types.SimpleNamespace())
+    am = torch.ones(1, 1, 4, 4, dtype=torch.bool).tril()
+    for infinite in (float("inf"), float("-inf")):
+        q[0, 0, 2, 0] = infinite
+        fused, _ = hf._attention("kinterval-softmax", module, q, k, v, am, scaling=1.0, softcap=2.0)
+        explicit, P = hf._explicit_attention(q, k, v, "softmax", False, am, 1.0, 0.0, "auto", 2.0)
+        explicit = explicit.transpose(1, 2)
+        assert fused[0, 2, 0].isnan().all() and explicit[0, 2, 0].isnan().all() and P[0, 0, 2].isnan().all()
+        ok = torch.ones(4, 2, dtype=torch.bool)
+        ok[2, 0] = False
+        torch.testing.assert_close(explicit[0][ok], fused[0][ok], rtol=0, atol=1e-14)
+        assert torch.isfinite(P[0, 1]).all()

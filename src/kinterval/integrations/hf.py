@@ -35,7 +35,7 @@ from functools import cache, lru_cache
 import torch
 
 from kinterval.ops import BACKENDS, OperatorSpec, attention_probs, kinterval_attention, resolve_backend
-from kinterval.ops.api import check_softcap, split_mask, warn_mask_like_bias, working_dtype
+from kinterval.ops.api import check_softcap, split_mask, valid_mask, warn_mask_like_bias, working_dtype
 from kinterval.ops.spec import BASELINES
 
 try:
@@ -196,9 +196,11 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
     softcap = check_softcap(softcap)
     with torch.autocast(device_type=q.device.type, enabled=False):
         wd = working_dtype(q.dtype)  # float32, float64 for a float64 model, as kinterval_attention
-        scores = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
-        if softcap is not None:
-            scores = softcap * torch.tanh(scores / softcap)
+        qk = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
+        # A row with a non-finite q k^T on a key it attends is NaN, as on the fused path (checked before the
+        # softcap, which would bound an infinite score into a quiet finite row).
+        bad = (~torch.isfinite(qk) & valid_mask(qk.shape, qk.device, causal=causal, mask=valid)).any(-1, True)
+        scores = qk if softcap is None else softcap * torch.tanh(qk / softcap)
         if bias is not None:
             scores = scores + bias.to(wd)
         mods = softcap is not None or bias is not None or sinks is not None
@@ -207,6 +209,7 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
         )
         sinks = None if sinks is None else sinks.view(1, -1, 1, 1)
         P = attention_probs(scores, spec, causal=causal, mask=valid, backend=probs_backend, sinks=sinks)
+        P = P.masked_fill(bad, float("nan"))
         out = torch.matmul(torch.nn.functional.dropout(P, p=p, training=True) if p else P, v.to(wd))
     return out.to(q.dtype), P
 
