@@ -1057,3 +1057,23 @@ def test_an_infinite_score_under_a_softcap_is_a_nan_row_on_both_paths():
         ok[2, 0] = False
         torch.testing.assert_close(explicit[0][ok], fused[0][ok], rtol=0, atol=1e-14)
         assert torch.isfinite(P[0, 1]).all()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_replace_sdpa_around_transformers_sdpa_models(kind):
+    """A model on transformers' own "sdpa" implementation, run inside kinterval.ops.replace_sdpa, gives the
+    logits of the kinterval drop-in with the same operator, with padding and grouped-query heads."""
+    from kinterval.ops import replace_sdpa
+
+    ids, am = batch("left")
+    keep = am.bool()
+    model = make(kind, "sdpa").eval()
+    with torch.no_grad():
+        plain = model(ids, attention_mask=am).logits
+        with replace_sdpa("fwm-prob-k4") as mode:
+            got = model(ids, attention_mask=am).logits
+        assert mode.calls == 2  # one per layer
+        model.set_attn_implementation("kinterval-fwm-prob-k4")
+        want = model(ids, attention_mask=am).logits
+    torch.testing.assert_close(got[keep], want[keep], rtol=0, atol=1e-12)
+    assert not torch.allclose(got[keep], plain[keep], atol=1e-4)

@@ -5,6 +5,7 @@
 
 from kinterval.ops.api import attention_probs, dot_precision, kinterval_attention
 from kinterval.ops.backends import BACKENDS, resolve_backend
+from kinterval.ops.sdpa_mode import replace_sdpa
 from kinterval.ops.spec import OperatorSpec
 
 __all__ = [
@@ -13,5 +14,6 @@ __all__ = [
     "attention_probs",
     "dot_precision",
     "kinterval_attention",
+    "replace_sdpa",
     "resolve_backend",
 ]

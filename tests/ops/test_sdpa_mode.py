@@ -1,0 +1,137 @@
+"""replace_sdpa: a model's own F.scaled_dot_product_attention calls (and nn.MultiheadAttention's) run as the
+operator inside the block, with SDPA's arguments; checked in float64 against kinterval_attention called
+directly, and, with the softmax spec, against the model without the block."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.functional import scaled_dot_product_attention as imported_sdpa
+
+from kinterval.ops import kinterval_attention, replace_sdpa
+
+
+class TinyGPT(torch.nn.Module):
+    """nanoGPT's attention: one c_attn, heads split, F.scaled_dot_product_attention(is_causal=True)."""
+
+    def __init__(self, d=16, heads=4):
+        super().__init__()
+        self.c_attn, self.c_proj, self.heads = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d), heads
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.c_attn(x).split(C, 2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+def _x(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_a_models_sdpa_calls_run_the_operator_and_only_inside_the_block():
+    torch.manual_seed(0)
+    model = TinyGPT().double()
+    x = _x(2, 7, 16).requires_grad_()
+    plain = model(x)
+    with replace_sdpa("fwm-prob-k4") as mode:
+        got = model(x)
+    assert mode.calls == 1
+    B, T, C = x.shape
+    q, k, v = (t.view(B, T, 4, -1).transpose(1, 2) for t in model.c_attn(x).split(C, 2))
+    y = kinterval_attention(q, k, v, "fwm-prob-k4", is_causal=True)
+    want = model.c_proj(y.transpose(1, 2).reshape(B, T, C))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    g1 = torch.autograd.grad(got.sum(), (x, *model.parameters()))
+    g2 = torch.autograd.grad(want.sum(), (x, *model.parameters()))
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.allclose(got, plain, atol=1e-4)
+    torch.testing.assert_close(model(x), plain, rtol=0, atol=0)  # SDPA again after the block
+
+
+def test_every_sdpa_argument_keeps_its_meaning():
+    """Positional and keyword calls, an alias imported before the block, masks (boolean, float bias),
+    is_causal, scale, dropout, grouped-query heads; with softmax, SDPA's result to float64 rounding."""
+    q, k, v = _x(2, 4, 5, 8), _x(2, 2, 7, 8, seed=1), _x(2, 2, 7, 8, seed=2)
+    bias = _x(1, 4, 5, 7, seed=3)
+    keep = _x(2, 1, 5, 7, seed=4) > -0.5
+    calls = [
+        ((q, k, v), dict(enable_gqa=True)),
+        ((q, k, v, bias), dict(enable_gqa=True)),
+        ((q, k, v), dict(attn_mask=keep, scale=0.3, enable_gqa=True)),
+        ((q, k, v, None, 0.0, True), dict(enable_gqa=True)),  # SDPA's positional arguments
+    ]
+    for args, kw in calls:
+        with replace_sdpa("softmax") as mode:
+            got, alias = F.scaled_dot_product_attention(*args, **kw), imported_sdpa(*args, **kw)
+        assert mode.calls == 2
+        want = F.scaled_dot_product_attention(*args, **kw)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-14)
+        torch.testing.assert_close(alias, got, rtol=0, atol=0)
+    torch.manual_seed(5)
+    with replace_sdpa("lerp-k4"):
+        dropped = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5, enable_gqa=True)
+    torch.manual_seed(5)
+    torch.testing.assert_close(
+        dropped, kinterval_attention(q, k, v, "lerp-k4", dropout_p=0.5, enable_gqa=True)
+    )
+
+
+@pytest.mark.parametrize("dims", [3, 5])
+def test_three_and_five_dimensional_inputs(dims):
+    """SDPA takes (N, L, E) and (N, ..., H, L, E): one head, and the leading dims as the batch."""
+    shape = (4, 5, 8) if dims == 3 else (2, 3, 2, 5, 8)
+    q, k, v = _x(*shape), _x(*shape, seed=1), _x(*shape, seed=2)
+    mask = _x(*shape[:-2], 5, 5, seed=3) if dims == 3 else _x(5, 5, seed=3) > -1
+    with replace_sdpa("softmax"):
+        got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(
+        got, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=0, atol=1e-14
+    )
+    with replace_sdpa("minmax-weight-k4"):
+        got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    flat = (x.reshape(-1, 1 if dims == 3 else 2, 5, 8) for x in (q, k, v))
+    fmask = mask.unsqueeze(1) if dims == 3 else mask
+    want = kinterval_attention(*flat, "minmax-weight-k4", attn_mask=fmask).reshape(got.shape)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_multihead_attention_and_transformer_layers():
+    """nn.TransformerEncoderLayer calls nn.MultiheadAttention with need_weights=False, whose body calls SDPA;
+    its fused inference fast path (which bypasses SDPA) is off inside the block and restored after it.
+    need_weights=True forms softmax weights itself: a ValueError, never a quiet softmax."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(
+        16, 4, dim_feedforward=32, batch_first=True, dropout=0.0
+    ).double()
+    x = _x(2, 6, 16)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True
+    for training in (True, False):
+        layer.train(training)
+        with torch.no_grad():
+            plain = layer(x, src_key_padding_mask=pad)
+            with replace_sdpa("softmax") as mode:
+                got = layer(x, src_key_padding_mask=pad)
+            assert mode.calls == 1
+            torch.testing.assert_close(got[~pad], plain[~pad], rtol=0, atol=1e-14)
+            with replace_sdpa("lerp-k4") as mode:
+                assert not torch.allclose(layer(x, src_key_padding_mask=pad)[~pad], plain[~pad], atol=1e-4)
+    assert torch.backends.mha.get_fastpath_enabled()
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).double()
+    with pytest.raises(ValueError, match="need_weights=True computes softmax weights itself"):
+        with replace_sdpa("fwm-prob-k4"):
+            mha(x, x, x)
+    assert torch.backends.mha.get_fastpath_enabled()  # restored after the error too
+    assert F.scaled_dot_product_attention is imported_sdpa
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown backend"):
+        replace_sdpa("lerp-k4", backend="cuda")
+    with pytest.raises(ValueError, match="unknown operator|not a known|unknown"):
+        replace_sdpa("lerp-kx")
+    with replace_sdpa("lerp-k4"), pytest.raises(ValueError, match="at least 3 dims"):
+        F.scaled_dot_product_attention(torch.zeros(5, 8), torch.zeros(5, 8), torch.zeros(5, 8))
