@@ -135,3 +135,47 @@ def test_bad_arguments():
         replace_sdpa("lerp-kx")
     with replace_sdpa("lerp-k4"), pytest.raises(ValueError, match="at least 3 dims"):
         F.scaled_dot_product_attention(torch.zeros(5, 8), torch.zeros(5, 8), torch.zeros(5, 8))
+
+
+def _mha_pair(spec):
+    """An nn.MultiheadAttention output inside ``replace_sdpa(spec)`` (need_weights=False), with the module."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).double().eval()
+    x = _x(2, 6, 16)
+    with torch.no_grad(), replace_sdpa(spec) as mode:
+        out = mha(x, x, x, need_weights=False)[0]
+    assert mode.calls == 1
+    return mha, x, out
+
+
+def test_nested_blocks_the_inner_spec_wins_also_in_multihead_attention():
+    mha, x, want = _mha_pair("lerp-k4")
+    q, k, v = _x(2, 4, 5, 8), _x(2, 4, 5, 8, seed=1), _x(2, 4, 5, 8, seed=2)
+    with torch.no_grad(), replace_sdpa("softmax") as outer:
+        with replace_sdpa("lerp-k4") as inner:
+            got = mha(x, x, x, need_weights=False)[0]
+            plain = F.scaled_dot_product_attention(q, k, v)
+        after_inner = F.scaled_dot_product_attention(q, k, v)
+    assert (inner.calls, outer.calls) == (2, 1)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(plain, kinterval_attention(q, k, v, "lerp-k4"), rtol=0, atol=0)
+    torch.testing.assert_close(after_inner, kinterval_attention(q, k, v, "softmax"), rtol=0, atol=0)
+    assert F.scaled_dot_product_attention is imported_sdpa
+
+
+def test_compiled_multihead_attention_runs_the_operator_inside_the_block_only():
+    """torch.compile traces the block's MHA call: the operator inside, SDPA again after the block."""
+    mha, x, want = _mha_pair("lerp-k4")
+    with torch.no_grad():
+        plain = mha(x, x, x, need_weights=False)[0]
+        compiled = torch.compile(lambda x: mha(x, x, x, need_weights=False)[0], backend="aot_eager")
+        with replace_sdpa("lerp-k4") as mode:
+            got = compiled(x)
+        assert mode.calls == 1
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(compiled(x), plain, rtol=0, atol=1e-14)  # compiled: float64 rounding
+        for spec in ("softmax", "lerp-k4"):  # a later block's operator, not the one traced first
+            with replace_sdpa(spec) as mode:
+                got = compiled(x)
+            assert mode.calls == 1
+            torch.testing.assert_close(got, _mha_pair(spec)[2], rtol=0, atol=0)

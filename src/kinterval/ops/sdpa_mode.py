@@ -22,7 +22,7 @@ from kinterval.ops.api import kinterval_attention
 from kinterval.ops.backends import BACKENDS
 from kinterval.ops.spec import OperatorSpec, as_spec
 
-_SDPA = F.scaled_dot_product_attention  # captured at import: _module_sdpa swaps the module's name briefly
+_SDPA = torch._C._nn.scaled_dot_product_attention  # what the mode sees: _module_sdpa swaps F's name briefly
 _MHA = F.multi_head_attention_forward
 _MHA_SIGNATURE = inspect.signature(_MHA)
 
@@ -38,7 +38,8 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
     inference fast path (which bypasses SDPA) is switched off inside the block, and a call with
     ``need_weights=True`` (the default of ``nn.MultiheadAttention.forward``, which forms softmax weights
     itself) is a ``ValueError``: pass ``need_weights=False``, as ``nn.TransformerEncoderLayer`` and
-    torchvision's ViT do.
+    torchvision's ViT do. Under torch.compile that call runs eagerly (a graph break). In nested blocks the
+    innermost operator wins.
     """
 
     def __init__(self, spec: OperatorSpec | str, backend: str = "auto"):
@@ -71,6 +72,10 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
                     f"nn.MultiheadAttention with need_weights=True computes softmax weights itself, so "
                     f"replace_sdpa cannot run {self.spec.full_name} in it: call it with need_weights=False"
                 )
+            if torch.compiler.is_compiling():
+                # torch.compile would record the call as one opaque node, traced with whatever operator the
+                # module global named then (or SDPA itself) and kept for later blocks: it runs eagerly instead
+                return _run_eagerly(self.attention, func, args, kwargs)
             # The body runs with this mode popped (torch's rule for handlers): its SDPA call, a lookup of
             # the module global, is pointed at the operator for the duration of the call.
             with _module_sdpa(self.attention):
@@ -117,8 +122,21 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
 
 @contextlib.contextmanager
 def _module_sdpa(fn) -> Iterator[None]:
+    """torch.nn.functional's ``scaled_dot_product_attention`` names ``fn`` inside, unless an inner block's
+    handler (running first, with its mode popped) already points it at its own operator: that one wins."""
+    before = F.scaled_dot_product_attention
+    if getattr(before, "__func__", None) is replace_sdpa.attention:
+        yield
+        return
     F.scaled_dot_product_attention = fn
     try:
         yield
     finally:
-        F.scaled_dot_product_attention = _SDPA
+        F.scaled_dot_product_attention = before
+
+
+@torch.compiler.disable
+def _run_eagerly(fn, func, args, kwargs):
+    """``func(*args, **kwargs)`` with SDPA as ``fn``, outside torch.compile's graph (a graph break)."""
+    with _module_sdpa(fn):
+        return func(*args, **kwargs)
