@@ -179,3 +179,20 @@ def test_compiled_multihead_attention_runs_the_operator_inside_the_block_only():
                 got = compiled(x)
             assert mode.calls == 1
             torch.testing.assert_close(got, _mha_pair(spec)[2], rtol=0, atol=0)
+
+
+def test_batch_dims_broadcast_as_in_sdpa():
+    """SDPA broadcasts q's and k/v's batch dims (a k/v batch of 1 serves every query batch); a shape that
+    does not broadcast is a ValueError naming the three shapes."""
+    q, k, v = _x(2, 4, 5, 8), _x(1, 4, 7, 8, seed=1), _x(1, 4, 7, 8, seed=2)
+    with replace_sdpa("softmax"):
+        got = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v), rtol=0, atol=1e-14)
+    with replace_sdpa("lerp-k4"):
+        got = F.scaled_dot_product_attention(q, k, v)
+    want = kinterval_attention(q, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), "lerp-k4")
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with replace_sdpa("lerp-k4"), pytest.raises(ValueError, match="batch dims that broadcast"):
+        F.scaled_dot_product_attention(q, _x(3, 4, 7, 8), _x(3, 4, 7, 8))
+    with replace_sdpa("lerp-k4"), pytest.raises(ValueError, match="the same number of dims"):
+        F.scaled_dot_product_attention(q, k[0], v[0])

@@ -100,6 +100,17 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
         for name, x in (("query", query), ("key", key), ("value", value)):
             if not isinstance(x, Tensor) or x.dim() < 3:
                 raise ValueError(f"{name} must be a tensor of at least 3 dims, got {getattr(x, 'shape', x)}")
+        n = 2 if query.dim() == 3 else 3  # the trailing dims that are not batch: (L, E) or (H, L, E)
+        try:  # SDPA broadcasts the batch dims of q, k and v
+            if not query.dim() == key.dim() == value.dim():
+                raise RuntimeError
+            lead = torch.broadcast_shapes(query.shape[:-n], key.shape[:-n], value.shape[:-n])
+        except RuntimeError:
+            raise ValueError(
+                f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} need "
+                "the same number of dims and batch dims that broadcast"
+            ) from None
+        query, key, value = (x.expand(*lead, *x.shape[-n:]) for x in (query, key, value))
         if query.dim() == 4:
             return kinterval_attention(
                 query, key, value, self.spec, attn_mask=attn_mask, backend=self.backend, **kw
