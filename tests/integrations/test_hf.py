@@ -1077,3 +1077,28 @@ def test_replace_sdpa_around_transformers_sdpa_models(kind):
         want = model(ids, attention_mask=am).logits
     torch.testing.assert_close(got[keep], want[keep], rtol=0, atol=1e-12)
     assert not torch.allclose(got[keep], plain[keep], atol=1e-4)
+
+
+def test_replace_sdpa_with_gradient_checkpointing():
+    """transformers' gradient checkpointing recomputes each layer in the backward pass, where the block's
+    torch-function mode is not active: it crashed (a CheckpointError). The gradients now equal those of the
+    kinterval drop-in without checkpointing."""
+    from kinterval.ops import replace_sdpa
+
+    ids, am = batch("right")
+
+    def grads(model):
+        model.zero_grad()
+        model(ids, attention_mask=am, labels=ids).loss.backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    model = make("gpt2", "sdpa").train()
+    model.gradient_checkpointing_enable()
+    with replace_sdpa("fwm-prob-k4"):
+        got = grads(model)
+    model.gradient_checkpointing_disable()
+    model.set_attn_implementation("kinterval-fwm-prob-k4")
+    want = grads(model)
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

@@ -122,6 +122,7 @@ def test_the_sink_takes_part_in_the_calibration():
     row = torch.cat([s, high.view(1, H, 1, 1).expand(B, H, T, 1)], -1)
     P = attention_probs(row, "minmax-weight-k4")
     assert torch.equal(attention_probs(s, "minmax-weight-k4", sinks=high.view(1, H, 1, 1)), P[..., :-1])
+    assert torch.equal(attention_probs(s, "minmax-weight-k4", sinks=high), P[..., :-1])  # (H,): per head
     assert (P[..., :-1].sum(-1) < 1e-6).all()  # K = 4 buckets over a span of ~30: the keys sit far below
     none = torch.full((H,), float("-inf"), dtype=torch.float64)
     for spec in ("minmax-weight-k4", "fwm-prob-k4", "softmax"):

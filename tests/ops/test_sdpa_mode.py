@@ -64,7 +64,7 @@ def test_every_sdpa_argument_keeps_its_meaning():
         ((q, k, v, None, 0.0, True), dict(enable_gqa=True)),  # SDPA's positional arguments
     ]
     for args, kw in calls:
-        with replace_sdpa("softmax") as mode:
+        with replace_sdpa("softmax") as mode, torch.no_grad():
             got, alias = F.scaled_dot_product_attention(*args, **kw), imported_sdpa(*args, **kw)
         assert mode.calls == 2
         want = F.scaled_dot_product_attention(*args, **kw)
@@ -196,3 +196,75 @@ def test_batch_dims_broadcast_as_in_sdpa():
         F.scaled_dot_product_attention(q, _x(3, 4, 7, 8), _x(3, 4, 7, 8))
     with replace_sdpa("lerp-k4"), pytest.raises(ValueError, match="the same number of dims"):
         F.scaled_dot_product_attention(q, k[0], v[0])
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_activation_checkpointing_recomputes_with_the_operator(reentrant):
+    """Checkpointing recomputes the forward in the backward pass, where torch-function modes are not active:
+    it ran plain SDPA there (reentrant: silently mixed gradients; non-reentrant: a CheckpointError). The
+    module attribute names the operator while the block is open, so the recomputation runs it too."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    model = TinyGPT().double()
+    x = _x(2, 7, 16).requires_grad_()
+    params = (x, *model.parameters())
+
+    def grads(out):
+        for p in params:
+            p.grad = None
+        out.pow(2).sum().backward()  # reentrant checkpointing takes .backward(), not autograd.grad
+        return [p.grad.clone() for p in params]
+
+    with replace_sdpa("fwm-prob-k4") as mode:
+        want = grads(model(x))
+        got = grads(checkpoint(model, x, use_reentrant=reentrant))
+    assert mode.calls == 3  # the plain forward, the checkpointed one and its recomputation
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_an_alias_bound_before_the_block_runs_the_operator_and_warns_about_checkpointing():
+    q = _x(1, 2, 5, 8).requires_grad_()
+    with replace_sdpa("lerp-k4") as mode, pytest.warns(UserWarning, match="alias imported earlier"):
+        got = imported_sdpa(q, q, q)
+    assert mode.calls == 1
+    torch.testing.assert_close(got, kinterval_attention(q, q, q, "lerp-k4"), rtol=0, atol=0)
+
+
+def test_other_threads_and_decorator_use():
+    """Calls through the module attribute from another thread (nn.DataParallel's replicas) run the operator
+    while the block is open; replace_sdpa(spec) also decorates a function."""
+    import threading
+
+    q = _x(1, 2, 5, 8)
+    out = {}
+    with replace_sdpa("minmax-weight-k4") as mode:
+        worker = threading.Thread(target=lambda: out.setdefault("y", F.scaled_dot_product_attention(q, q, q)))
+        worker.start()
+        worker.join()
+    assert mode.calls == 1
+    torch.testing.assert_close(out["y"], kinterval_attention(q, q, q, "minmax-weight-k4"), rtol=0, atol=0)
+
+    mode = replace_sdpa("lerp-k4")
+
+    @mode
+    def attend(x):
+        return F.scaled_dot_product_attention(x, x, x)
+
+    torch.testing.assert_close(attend(q), kinterval_attention(q, q, q, "lerp-k4"), rtol=0, atol=0)
+    assert mode.calls == 1 and F.scaled_dot_product_attention is imported_sdpa
+
+
+def test_compiled_sdpa_calls_follow_each_block():
+    """A function compiled once gives each block's operator, and SDPA after the blocks."""
+    q, k, v = _x(2, 2, 5, 8), _x(2, 2, 5, 8, seed=1), _x(2, 2, 5, 8, seed=2)
+    f = torch.compile(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), backend="aot_eager"
+    )
+    for spec in ("lerp-k4", "fwm-prob-k4", "lerp-k4"):
+        with replace_sdpa(spec):
+            got = f(q, k, v)
+        torch.testing.assert_close(got, kinterval_attention(q, k, v, spec, is_causal=True), rtol=0, atol=0)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(f(q, k, v), want, rtol=0, atol=1e-15)

@@ -171,9 +171,10 @@ def attention_probs(
 
     float64 is computed in float64; float32, bf16 and fp16 in float32 (the result is float32). Keys with score
     is ``-inf`` count as masked. NaN or ``+inf`` scores on keys that are not masked raise ``ValueError``
-    (masked keys are never read, as in :func:`kinterval_attention`). ``sinks``, broadcastable to (..., Tq, 1),
-    are attention sinks (:func:`with_sinks`): one more key per row, without a value, whose column is dropped
-    from the result (its rows then sum to 1 minus the sink's probability).
+    (masked keys are never read, as in :func:`kinterval_attention`). ``sinks`` are attention sinks
+    (:func:`with_sinks`): one more key per row, without a value, whose column is dropped from the result (its
+    rows then sum to 1 minus the sink's probability); of shape (H,), one per head (the dim before Tq, Tk),
+    as :func:`kinterval_attention` takes them, or broadcastable to (..., Tq, 1).
     """
     spec = as_spec(spec)
     check_scores(scores)
@@ -182,6 +183,8 @@ def attention_probs(
     if sinks is not None:
         if not isinstance(sinks, Tensor) or not sinks.dtype.is_floating_point:
             raise ValueError(f"sinks must be a floating tensor, got {getattr(sinks, 'dtype', type(sinks))}")
+        if sinks.dim() == 1 and s.dim() >= 3 and len(sinks) == s.shape[-3] > 1:
+            sinks = sinks.view(-1, 1, 1)  # one per head
         try:
             fits = torch.broadcast_shapes(sinks.shape, (*s.shape[:-1], 1)) == (*s.shape[:-1], 1)
         except RuntimeError:
@@ -341,7 +344,7 @@ def kinterval_attention(
     softcap = check_softcap(softcap)
     if sinks is not None:
         if not isinstance(sinks, Tensor) or not sinks.dtype.is_floating_point or sinks.shape != (H,):
-            got = tuple(sinks.shape) if isinstance(sinks, Tensor) else type(sinks).__name__
+            got = f"{sinks.dtype} {tuple(sinks.shape)}" if isinstance(sinks, Tensor) else type(sinks).__name__
             raise ValueError(
                 f"sinks must be a floating tensor of shape ({H},), one logit per q head, got {got}"
             )

@@ -3,15 +3,21 @@
 Models that call SDPA themselves (nanoGPT, timm, torchtitan, transformers' ``"sdpa"`` implementation) and
 ``nn.MultiheadAttention`` / ``nn.Transformer*`` layers (their ``need_weights=False`` path calls SDPA) need no
 change: inside the ``with`` block every such call is :func:`~kinterval.ops.kinterval_attention` with the
-operator, on the SDPA arguments it was given. It is a :class:`torch.overrides.TorchFunctionMode`, so it also
-catches ``from torch.nn.functional import scaled_dot_product_attention`` imported before the block.
+operator, on the SDPA arguments it was given. Two routes reach it:
+
+* ``torch.nn.functional.scaled_dot_product_attention`` itself names the operator while the block is open
+  (process-wide), so a call through the module runs it also where no torch-function mode is active: in
+  the backward pass, where activation checkpointing recomputes the forward, and in other threads;
+* the block is a :class:`torch.overrides.TorchFunctionMode`, which catches the calls that bypass the module
+  attribute: an alias imported before the block (``from torch.nn.functional import
+  scaled_dot_product_attention``), in the forward pass of this thread.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import inspect
-from collections.abc import Iterator
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +28,7 @@ from kinterval.ops.api import kinterval_attention
 from kinterval.ops.backends import BACKENDS
 from kinterval.ops.spec import OperatorSpec, as_spec
 
-_SDPA = torch._C._nn.scaled_dot_product_attention  # what the mode sees: _module_sdpa swaps F's name briefly
+_SDPA = torch._C._nn.scaled_dot_product_attention  # what the mode sees (F's attribute is swapped in blocks)
 _MHA = F.multi_head_attention_forward
 _MHA_SIGNATURE = inspect.signature(_MHA)
 
@@ -39,7 +45,8 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
     ``need_weights=True`` (the default of ``nn.MultiheadAttention.forward``, which forms softmax weights
     itself) is a ``ValueError``: pass ``need_weights=False``, as ``nn.TransformerEncoderLayer`` and
     torchvision's ViT do. Under torch.compile that call runs eagerly (a graph break). In nested blocks the
-    innermost operator wins.
+    innermost operator wins (and counts the call). The module docstring says which calls are caught where;
+    ``replace_sdpa(spec)`` also decorates a function.
     """
 
     def __init__(self, spec: OperatorSpec | str, backend: str = "auto"):
@@ -49,22 +56,55 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
         self.spec = as_spec(spec)
         self.backend = backend
         self.calls = 0
-        self._fastpath: list[bool] = []
+        self._saved: list[tuple[bool, object]] = []  # per entry: the MHA fast-path flag, F's SDPA before
+        self._warned_alias = False
 
     def __enter__(self):
-        self._fastpath.append(torch.backends.mha.get_fastpath_enabled())
+        def scaled_dot_product_attention(*args, **kwargs):  # a new function per entry: torch.compile
+            return self.attention(*args, **kwargs)  # guards on it, so each block recompiles for its spec
+
+        self._saved.append((torch.backends.mha.get_fastpath_enabled(), F.scaled_dot_product_attention))
         torch.backends.mha.set_fastpath_enabled(False)  # its fused kernel computes softmax, not via SDPA
-        return super().__enter__()
+        F.scaled_dot_product_attention = scaled_dot_product_attention
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._restore()
+            raise
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
-            torch.backends.mha.set_fastpath_enabled(self._fastpath.pop())
+            self._restore()
+
+    def _restore(self) -> None:
+        fastpath, sdpa = self._saved.pop()
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+        F.scaled_dot_product_attention = sdpa
+
+    def __call__(self, fn):
+        """As a decorator: ``fn`` runs inside the block."""
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+
+        return run
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is _SDPA:
+        if func is _SDPA:  # a call that bypassed torch.nn.functional's attribute (an alias bound earlier)
+            if not self._warned_alias and torch.is_grad_enabled():
+                self._warned_alias = True
+                warnings.warn(
+                    "replace_sdpa caught an SDPA call that does not go through "
+                    "torch.nn.functional.scaled_dot_product_attention (an alias imported earlier): it runs "
+                    f"{self.spec.full_name} in this forward pass, but a recomputation in the backward pass "
+                    "(activation checkpointing) would run plain SDPA: call F.scaled_dot_product_attention",
+                    stacklevel=2,
+                )
             return self.attention(*args, **kwargs)
         if func is _MHA:
             if _MHA_SIGNATURE.bind(*args, **kwargs).arguments.get("need_weights", True):
@@ -73,13 +113,10 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
                     f"replace_sdpa cannot run {self.spec.full_name} in it: call it with need_weights=False"
                 )
             if torch.compiler.is_compiling():
-                # torch.compile would record the call as one opaque node, traced with whatever operator the
-                # module global named then (or SDPA itself) and kept for later blocks: it runs eagerly instead
-                return _run_eagerly(self.attention, func, args, kwargs)
-            # The body runs with this mode popped (torch's rule for handlers): its SDPA call, a lookup of
-            # the module global, is pointed at the operator for the duration of the call.
-            with _module_sdpa(self.attention):
-                return func(*args, **kwargs)
+                # torch.compile would record the call as one opaque node, traced with the operator the
+                # module attribute named then and kept for later blocks: it runs eagerly instead. Its body
+                # looks the attribute up: the innermost open block's operator.
+                return _run_eagerly(func, args, kwargs)
         return func(*args, **kwargs)
 
     def attention(
@@ -131,23 +168,7 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
         return out.reshape(*lead, *out.shape[-3:])
 
 
-@contextlib.contextmanager
-def _module_sdpa(fn) -> Iterator[None]:
-    """torch.nn.functional's ``scaled_dot_product_attention`` names ``fn`` inside, unless an inner block's
-    handler (running first, with its mode popped) already points it at its own operator: that one wins."""
-    before = F.scaled_dot_product_attention
-    if getattr(before, "__func__", None) is replace_sdpa.attention:
-        yield
-        return
-    F.scaled_dot_product_attention = fn
-    try:
-        yield
-    finally:
-        F.scaled_dot_product_attention = before
-
-
 @torch.compiler.disable
-def _run_eagerly(fn, func, args, kwargs):
-    """``func(*args, **kwargs)`` with SDPA as ``fn``, outside torch.compile's graph (a graph break)."""
-    with _module_sdpa(fn):
-        return func(*args, **kwargs)
+def _run_eagerly(func, args, kwargs):
+    """``func(*args, **kwargs)`` outside torch.compile's graph (a graph break)."""
+    return func(*args, **kwargs)
