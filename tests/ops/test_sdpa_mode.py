@@ -268,3 +268,66 @@ def test_compiled_sdpa_calls_follow_each_block():
         torch.testing.assert_close(got, kinterval_attention(q, k, v, spec, is_causal=True), rtol=0, atol=0)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(f(q, k, v), want, rtol=0, atol=1e-15)
+
+
+def test_blocks_that_close_out_of_order_restore_sdpa_and_the_fast_path():
+    """A generator's block closed inside a later block, and blocks of two threads (or coroutines) that close
+    in the order they opened: F's attribute names the operator of a block still open, and SDPA with the
+    fast path as it was once every block is closed (each exit used to restore what its own entry saw)."""
+    import threading
+
+    q = _x(1, 2, 5, 8)
+
+    def gen():
+        with replace_sdpa("lerp-k4"):
+            yield
+
+    opened = gen()
+    next(opened)
+    with replace_sdpa("minmax-weight-k4"):
+        next(opened, None)  # the generator's block closes first
+        torch.testing.assert_close(
+            F.scaled_dot_product_attention(q, q, q), kinterval_attention(q, q, q, "minmax-weight-k4")
+        )
+    assert F.scaled_dot_product_attention is imported_sdpa and torch.backends.mha.get_fastpath_enabled()
+
+    first_open, second_open, first_closed = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with replace_sdpa("lerp-k4"):
+            first_open.set()
+            second_open.wait()
+        first_closed.set()
+
+    def second():
+        first_open.wait()
+        with replace_sdpa("minmax-weight-k4"):
+            second_open.set()
+            first_closed.wait()
+            second.got = F.scaled_dot_product_attention(q, q, q)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.testing.assert_close(second.got, kinterval_attention(q, q, q, "minmax-weight-k4"), rtol=0, atol=0)
+    assert F.scaled_dot_product_attention is imported_sdpa and torch.backends.mha.get_fastpath_enabled()
+
+
+@pytest.mark.xfail(strict=True, reason="calls += 1 is traced: torch.compile guards on the count")
+def test_compiled_calls_in_one_block_compile_once():
+    """Known: torch.compile guards on the call count, so every call of a compiled model in one block
+    recompiles, and past torch's recompile limit (8) the model runs eagerly."""
+    from torch._dynamo.utils import counters
+
+    q = _x(2, 2, 5, 8)
+    torch._dynamo.reset()
+    counters.clear()
+    f = torch.compile(lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True), backend="eager")
+    with replace_sdpa("lerp-k4") as mode:
+        for _ in range(10):
+            got = f(q)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert mode.calls == 10
+    torch.testing.assert_close(got, kinterval_attention(q, q, q, "lerp-k4", is_causal=True), rtol=0, atol=0)

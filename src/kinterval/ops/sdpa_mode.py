@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import warnings
 
 import torch
@@ -31,6 +32,13 @@ from kinterval.ops.spec import OperatorSpec, as_spec
 _SDPA = torch._C._nn.scaled_dot_product_attention  # what the mode sees (F's attribute is swapped in blocks)
 _MHA = F.multi_head_attention_forward
 _MHA_SIGNATURE = inspect.signature(_MHA)
+
+# Every open block of the process, in order of entry: (its token, the function F's attribute names for it).
+# Blocks may close out of order (generators, coroutines, threads), so each exit removes its own entry and F's
+# attribute names the latest block still open, or, once none is, what it named before the first one opened.
+_LOCK = threading.Lock()
+_OPEN: list[tuple[object, object]] = []
+_BEFORE: list[tuple[bool, object]] = []  # the MHA fast-path flag and F's SDPA before the first open block
 
 
 class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager, named as one
@@ -56,16 +64,21 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
         self.spec = as_spec(spec)
         self.backend = backend
         self.calls = 0
-        self._saved: list[tuple[bool, object]] = []  # per entry: the MHA fast-path flag, F's SDPA before
+        self._tokens: list[object] = []  # one per open entry of this object
         self._warned_alias = False
 
     def __enter__(self):
         def scaled_dot_product_attention(*args, **kwargs):  # a new function per entry: torch.compile
             return self.attention(*args, **kwargs)  # guards on it, so each block recompiles for its spec
 
-        self._saved.append((torch.backends.mha.get_fastpath_enabled(), F.scaled_dot_product_attention))
-        torch.backends.mha.set_fastpath_enabled(False)  # its fused kernel computes softmax, not via SDPA
-        F.scaled_dot_product_attention = scaled_dot_product_attention
+        token = object()
+        with _LOCK:
+            if not _OPEN:
+                _BEFORE.append((torch.backends.mha.get_fastpath_enabled(), F.scaled_dot_product_attention))
+            _OPEN.append((token, scaled_dot_product_attention))
+            torch.backends.mha.set_fastpath_enabled(False)  # its fused kernel computes softmax, not via SDPA
+            F.scaled_dot_product_attention = scaled_dot_product_attention
+        self._tokens.append(token)
         try:
             return super().__enter__()
         except BaseException:
@@ -79,9 +92,15 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
             self._restore()
 
     def _restore(self) -> None:
-        fastpath, sdpa = self._saved.pop()
-        torch.backends.mha.set_fastpath_enabled(fastpath)
-        F.scaled_dot_product_attention = sdpa
+        token = self._tokens.pop()  # (entries of one object are interchangeable: any of its tokens will do)
+        with _LOCK:
+            _OPEN[:] = [entry for entry in _OPEN if entry[0] is not token]
+            if _OPEN:
+                F.scaled_dot_product_attention = _OPEN[-1][1]
+            else:
+                fastpath, sdpa = _BEFORE.pop()
+                torch.backends.mha.set_fastpath_enabled(fastpath)
+                F.scaled_dot_product_attention = sdpa
 
     def __call__(self, fn):
         """As a decorator: ``fn`` runs inside the block."""
