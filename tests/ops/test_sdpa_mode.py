@@ -265,7 +265,8 @@ def test_compiled_sdpa_calls_follow_each_block():
     for spec in ("lerp-k4", "fwm-prob-k4", "lerp-k4"):
         with replace_sdpa(spec):
             got = f(q, k, v)
-        torch.testing.assert_close(got, kinterval_attention(q, k, v, spec, is_causal=True), rtol=0, atol=0)
+        want = kinterval_attention(q, k, v, spec, is_causal=True)  # the operators differ by ~1e-2
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-13)  # aot_eager's decompositions: rounding
     want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(f(q, k, v), want, rtol=0, atol=1e-15)
 
@@ -315,7 +316,6 @@ def test_blocks_that_close_out_of_order_restore_sdpa_and_the_fast_path():
     assert F.scaled_dot_product_attention is imported_sdpa and torch.backends.mha.get_fastpath_enabled()
 
 
-@pytest.mark.xfail(strict=True, reason="calls += 1 is traced: torch.compile guards on the count")
 def test_compiled_calls_in_one_block_compile_once():
     """Known: torch.compile guards on the call count, so every call of a compiled model in one block
     recompiles, and past torch's recompile limit (8) the model runs eagerly."""

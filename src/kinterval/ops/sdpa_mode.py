@@ -151,7 +151,7 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
         enable_gqa: bool = False,
     ) -> Tensor:
         """One SDPA call, as the operator (SDPA's signature)."""
-        self.calls += 1
+        _count(self)
         kw = dict(dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
         for name, x in (("query", query), ("key", key), ("value", value)):
             if not isinstance(x, Tensor) or x.dim() < 3:
@@ -191,3 +191,10 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
 def _run_eagerly(func, args, kwargs):
     """``func(*args, **kwargs)`` outside torch.compile's graph (a graph break)."""
     return func(*args, **kwargs)
+
+
+@torch.compiler.disable
+def _count(mode: replace_sdpa) -> None:
+    """``mode.calls += 1`` outside torch.compile's graph (a graph break): traced, the count would be a
+    guard, and every call of a compiled model would recompile it (eager past torch's recompile limit)."""
+    mode.calls += 1
