@@ -35,7 +35,14 @@ from functools import cache, lru_cache
 import torch
 
 from kinterval.ops import BACKENDS, OperatorSpec, attention_probs, kinterval_attention, resolve_backend
-from kinterval.ops.api import check_softcap, split_mask, valid_mask, warn_mask_like_bias, working_dtype
+from kinterval.ops.api import (
+    check_softcap,
+    modified_scores,
+    split_mask,
+    valid_mask,
+    warn_mask_like_bias,
+    working_dtype,
+)
 from kinterval.ops.spec import BASELINES
 
 try:
@@ -197,12 +204,9 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
     with torch.autocast(device_type=q.device.type, enabled=False):
         wd = working_dtype(q.dtype)  # float32, float64 for a float64 model, as kinterval_attention
         qk = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
-        # A row with a non-finite q k^T on a key it attends is NaN, as on the fused path (checked before the
-        # softcap, which would bound an infinite score into a quiet finite row).
-        bad = (~torch.isfinite(qk) & valid_mask(qk.shape, qk.device, causal=causal, mask=valid)).any(-1, True)
-        scores = qk if softcap is None else softcap * torch.tanh(qk / softcap)
-        if bias is not None:
-            scores = scores + bias.to(wd)
+        # a row with a non-finite q k^T on a key it attends is NaN, as on the fused path
+        attended = valid_mask(qk.shape, qk.device, causal=causal, mask=valid)
+        scores, bad = modified_scores(qk, attended, softcap, bias)
         mods = softcap is not None or bias is not None or sinks is not None
         probs_backend = resolve_backend(
             spec, scores.device, scores.dtype, backend=backend, probs=True, score_mod=mods

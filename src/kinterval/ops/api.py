@@ -109,6 +109,20 @@ def check_softcap(softcap) -> float | None:
     return float(softcap)
 
 
+def modified_scores(
+    qk: Tensor, valid: Tensor, softcap: float | None, bias: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """(s, bad): the score row s = c tanh(qk / c) + bias (transformers' eager order; either may be None) from
+    the scaled products ``qk``, and the (..., Tq, 1) rows with a non-finite ``qk`` on a key of ``valid``,
+    which the caller makes NaN (checked before the softcap, which would bound an infinite score into a
+    quiet finite row); no host sync."""
+    bad = (~torch.isfinite(qk) & valid).any(-1, keepdim=True)
+    s = qk if softcap is None else softcap * torch.tanh(qk / softcap)
+    if bias is not None:
+        s = s + bias.to(device=s.device, dtype=s.dtype)
+    return s, bad
+
+
 def with_sinks(s: Tensor, valid: Tensor, sinks: Tensor) -> tuple[Tensor, Tensor]:
     """The score rows with one more key, the attention sink (gpt-oss's learned per-head logit, which has no
     value): ``sinks`` broadcast to (..., Tq, 1) is appended to ``s`` (..., Tq, Tk) and attended unless it is
@@ -377,12 +391,8 @@ def kinterval_attention(
     with off:  # the operator runs outside autocast
         qk = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
         valid = valid_mask(qk.shape, qk.device, causal=causal, mask=mask)
-        # A row with a non-finite q k^T (from non-finite q or k) on an attended key is NaN (checked before
-        # the softcap, which would bound an infinite score), never a quiet zero row; no host sync.
-        bad = (~torch.isfinite(qk) & valid).any(-1, keepdim=True)
-        scores = qk if softcap is None else softcap * torch.tanh(qk / softcap)
-        if bias is not None:
-            scores = scores + bias.to(device=scores.device, dtype=wd)
+        # a row with a non-finite q k^T (from non-finite q or k) on an attended key is NaN, never a quiet row
+        scores, bad = modified_scores(qk, valid, softcap, bias)
         if sinks is not None:
             scores, valid = with_sinks(scores, valid, sinks.to(scores.device).view(1, H, 1, 1))
         P = _probs(scores, valid, spec, backend)
