@@ -5,7 +5,8 @@ For each (kernel, operator, dtype, D, tile config) the table gives registers per
 
 Usage:  python benchmarks/kernel_resources.py [--ops minmax-prob-k4,softmax] [--dtypes bf16,tf32] [--D 64,128]
         [--configs all|first] [--arch sm_90a] [--mix N] [--gqa G]
-(--gqa G: grouped-query attention, k and v with HEADS / G heads against q's HEADS.)
+(--gqa G: grouped-query attention, k and v with HEADS / G heads against q's HEADS. --sinks: with attention
+sinks, one per q head.)
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def dtype_and_precision(dtype_mode):
     return torch.float32, dtype_mode
 
 
-def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H=HEADS, T=1024):
+def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H=HEADS, T=1024, sinks=False):
     """The launch that ``triton_attention`` makes for contiguous (B, H, T, D) inputs (k, v with H / group
     heads), built by its own launch builders on meta tensors (no memory, no GPU): the same arguments, so the
     same specialization (ints equal to 1 become constexprs, multiples of 16 and aligned pointers get the
@@ -99,8 +100,11 @@ def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H
     dtype, prec = dtype_and_precision(dtype_mode)
     q, k, v = (torch.empty(B, h, T, D, dtype=dtype, device="meta") for h in (H, H // group, H // group))
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool, device="meta") if has_mask else None
+    sink_t = torch.empty(H, dtype=torch.float32, device="meta") if sinks else None
     save = kernel != "infer"
-    fwd, saved, consts = autograd.forward_launch(q, k, v, mask, spec, causal, 1 / D**0.5, prec, save=save)
+    fwd, saved, consts = autograd.forward_launch(
+        q, k, v, mask, spec, causal, 1 / D**0.5, prec, save=save, sinks=sink_t
+    )
     if kernel in ("fwd", "infer"):
         return fwd
     if kernel == "fused":
@@ -109,7 +113,7 @@ def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H
     return {"dq": dq, "dkdv": dkdv}[kernel]
 
 
-def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False, group=1):
+def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False, group=1, sinks=False):
     """Compile one (kernel, operator, dtype, D, tile) for sm_90 as Triton's launcher would: its binder
     specializes the launch's arguments, then ``triton.compile`` for a GPUTarget (no device needed)."""
     import triton
@@ -118,7 +122,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    launch = _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group)
+    launch = _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group, sinks=sinks)
     fn = launch.kernel.fn  # the @triton.jit function under the autotuner
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
@@ -175,6 +179,11 @@ def main(argv=None) -> int:
     p.add_argument("--masks", default="causal", help="comma-separated from causal, mask, none")
     p.add_argument("--gqa", type=int, default=1, help=f"q heads per k/v head (of {HEADS}; 1: MHA)")
     p.add_argument(
+        "--sinks",
+        action="store_true",
+        help="with attention sinks (the fused backward, which has none, is left out)",
+    )
+    p.add_argument(
         "--split-max-d", type=int, help="override kernels.SPLIT_MAX_D, every kernel (0: never split)"
     )
     p.add_argument(
@@ -213,13 +222,14 @@ def main(argv=None) -> int:
     masks = {"causal": (True, False), "mask": (False, True), "none": (False, False)}
     jobs = [(D, dm, name, kernel, mk) for D in (int(x) for x in args.D.split(","))
             for dm in args.dtypes.split(",") for name in args.ops.split(",")
-            for kernel in args.kernels.split(",") for mk in args.masks.split(",")]  # fmt: skip
+            for kernel in args.kernels.split(",") for mk in args.masks.split(",")
+            if not (args.sinks and kernel == "fused")]  # fmt: skip
     for D, dm, name, kernel, mk in jobs:
         spec = OperatorSpec.from_full_name(name)
         tiles = K.tile_list(*dtype_and_precision(dm))  # the list the launch would use
         cfgs = K.candidate_configs(TILE_KIND.get(kernel, kernel), tiles=tiles)
         for cfg in cfgs[:1] if args.configs == "first" else cfgs:
-            r = compile_one(kernel, spec, dm, D, cfg, args.arch, *masks[mk], group=args.gqa)
+            r = compile_one(kernel, spec, dm, D, cfg, args.arch, *masks[mk], group=args.gqa, sinks=args.sinks)
             kw = cfg.kwargs
             c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"
             spill = f"{r['spill_st']}/{r['spill_ld']}"

@@ -39,15 +39,16 @@ def _split_dots() -> str:
 
 @pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
 @pytest.mark.parametrize(
-    ("ops", "dtypes", "masks", "gqa"),
+    ("ops", "dtypes", "masks", "gqa", "sinks"),
     [
-        (OPS, "bf16", "causal", 1),
-        ("minmax-weight-k4", "bf16", "mask", 1),
-        ("lerp-k32[range_grad=detach]", f"tf32,ieee,{_split_dots()}", "causal", 1),
-        ("minmax-prob-k4", "bf16", "causal", 4),  # grouped-query attention: k/v head h // 4
+        (OPS, "bf16", "causal", 1, False),
+        ("minmax-weight-k4", "bf16", "mask", 1, False),
+        ("lerp-k32[range_grad=detach]", f"tf32,ieee,{_split_dots()}", "causal", 1, False),
+        ("minmax-prob-k4", "bf16", "causal", 4, False),  # grouped-query attention: k/v head h // 4
+        ("softmax,fwm-prob-k4[range_grad=p1]", "bf16", "causal", 1, True),  # attention sinks: no fused kernel
     ],
 )
-def test_kernels_compile_for_sm90(ops, dtypes, masks, gqa):
+def test_kernels_compile_for_sm90(ops, dtypes, masks, gqa, sinks):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, do not interpret
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     cmd = [
@@ -65,13 +66,13 @@ def test_kernels_compile_for_sm90(ops, dtypes, masks, gqa):
         "3",
         "--gqa",
         str(gqa),
-    ]
+    ] + (["--sinks"] if sinks else [])
     res = subprocess.run(cmd + ["--configs", "first"], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     kernel_row = re.compile(r"\| (fwd|infer|dq|dkdv|fused) \|")
     rows = [line.split("|") for line in res.stdout.splitlines() if kernel_row.match(line)]
     n_ops, n_dtypes, n_masks = len(ops.split(",")), len(dtypes.split(",")), len(masks.split(","))
-    assert len(rows) == 5 * n_ops * n_dtypes * n_masks
+    assert len(rows) == (4 if sinks else 5) * n_ops * n_dtypes * n_masks
     for r in rows:  # registers, loop instructions, a 12-digit SASS hash, the loops, 3 opcodes
         assert int(r[6]) > 0 and int(r[9]) > 0 and re.fullmatch(r" [0-9a-f]{12} ", r[11]), r
         loops = [float(n) for n in r[13].split(" / ")]  # every loop; the longest is instr/score
@@ -130,6 +131,8 @@ def test_dtype_modes_of_the_resource_tool():
 def test_gqa_reaches_the_compiled_launch(monkeypatch):
     """--gqa G builds the launch the kernels get for grouped-query attention: k and v with HEADS / G heads,
     G in the kernels' shape argument; G must divide HEADS."""
+    import torch
+
     from kinterval.ops import OperatorSpec
 
     tool = _tool()
@@ -140,10 +143,14 @@ def test_gqa_reaches_the_compiled_launch(monkeypatch):
         assert k.shape[1] == v.shape[1] == tool.HEADS // 4
         assert launch.args[-2] == (tool.HEADS, 1024, 1024, 64, 4), kernel  # shape = (H, Tq, Tk, D, G)
     assert tool._meta_launch("dq", spec, "bf16", 64, True, False).args[-2][-1] == 1
+    for kernel in ("fwd", "dq"):  # --sinks: one fp32 sink per q head reaches the kernels that read them
+        launch = tool._meta_launch(kernel, spec, "bf16", 64, True, False, sinks=True)
+        assert launch.meta["MASKING"] == (True, False, True)
+        assert launch.args[1][-1].shape == (tool.HEADS,) and launch.args[1][-1].dtype == torch.float32
     groups = []
 
-    def stop(*args):  # the launch the command line builds, recorded before anything compiles
-        groups.append(args[6])
+    def stop(*args, **kwargs):  # the launch the command line builds, recorded before anything compiles
+        groups.append((args[6], kwargs.get("sinks")))
         raise KeyboardInterrupt
 
     tool._meta_launch = stop
@@ -151,7 +158,10 @@ def test_gqa_reaches_the_compiled_launch(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
     with pytest.raises(KeyboardInterrupt):
         tool.main(["--ops", "lerp-k4", "--kernels", "dq", "--D", "64", "--configs", "first", "--gqa", "8"])
-    assert groups == [8]
+    assert groups == [(8, False)]
+    with pytest.raises(KeyboardInterrupt):
+        tool.main(["--ops", "lerp-k4", "--kernels", "dq", "--D", "64", "--configs", "first", "--sinks"])
+    assert groups[-1] == (1, True)
     with pytest.raises(SystemExit, match="--gqa must divide the 32 q heads, got 3"):
         tool.main(["--gqa", "3"])
 

@@ -175,15 +175,34 @@ def test_bad_arguments_are_value_errors():
         kinterval_attention(q, k, v, "softmax", attn_mask=torch.zeros(3, T), **kw)
 
 
-def test_backends_apply_them_or_say_why_not():
-    """auto never picks the fused kernels for modified scores (they apply none of them); an explicit
-    triton backend is a ValueError that names the reason. A float mask that only masks is not a bias: it
-    keeps the fused path."""
+def test_backends_apply_them_or_say_why_not(monkeypatch):
+    """The fused kernels apply attention sinks but no bias and no softcap: auto picks them for sinks alone
+    and closed_form as soon as a bias or a softcap is asked for (True: all three); an explicit triton backend
+    is then a ValueError that names what it lacks. A float mask that only masks is not a bias: it keeps the
+    fused path."""
+    from kinterval.ops import backends
+
+    monkeypatch.setattr(backends, "_triton_importable", lambda: True)  # the answer without triton installed
     for spec in catalog.all_specs():
-        assert resolve_backend(spec, "cuda", torch.bfloat16, score_mod=True) == "closed_form"
-        assert resolve_backend(spec, "cpu", torch.float32, score_mod=True) == "closed_form"
-    with pytest.raises(ValueError, match="applies no additive score bias, softcap or attention sinks"):
+        cuda_ok = backends.TRITON.supports(spec, "cuda", torch.bfloat16)
+        for mods in (True, "bias", "softcap", ("sinks", "softcap"), ("bias", "sinks")):
+            assert resolve_backend(spec, "cuda", torch.bfloat16, score_mod=mods) == "closed_form"
+            assert resolve_backend(spec, "cpu", torch.float32, score_mod=mods) == "closed_form"
+        want = "triton" if cuda_ok else "closed_form"
+        assert resolve_backend(spec, "cuda", torch.bfloat16, score_mod="sinks") == want
+        assert resolve_backend(spec, "cuda", torch.bfloat16, score_mod=("sinks",)) == want
+    with pytest.raises(ValueError, match="applies no additive score bias or softcap"):
         resolve_backend("fwm-prob-k4", "cuda", torch.bfloat16, backend="triton", score_mod=True)
+    with pytest.raises(ValueError, match="applies no softcap; backend 'closed_form' can"):
+        resolve_backend(
+            "fwm-prob-k4", "cuda", torch.bfloat16, backend="triton", score_mod=("softcap", "sinks")
+        )
+    assert (
+        resolve_backend("fwm-prob-k4", "cuda", torch.bfloat16, backend="triton", score_mod="sinks")
+        == "triton"
+    )
+    with pytest.raises(ValueError, match="unknown score modification 'alibi'"):
+        resolve_backend("fwm-prob-k4", "cuda", score_mod=("sinks", "alibi"))
     fm = torch.zeros(T, T).masked_fill(~torch.ones(T, T).bool().tril(), torch.finfo(torch.float32).min)
     valid, bias = split_mask(fm)
     assert bias is None and torch.equal(valid, torch.ones(T, T).bool().tril())

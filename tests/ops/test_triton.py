@@ -65,7 +65,7 @@ import triton.language as tl  # noqa: E402
 from grid_flips import emulated_kernel, flip_rows, to_tf32  # noqa: E402
 
 from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
-from kinterval.ops.api import valid_mask  # noqa: E402
+from kinterval.ops.api import valid_mask, with_sinks  # noqa: E402
 from kinterval.ops.reference import reference_probs  # noqa: E402
 from kinterval.ops.tf32 import tf32 as tf32_switch  # noqa: E402
 from kinterval.ops.tf32 import tf32_enabled  # noqa: E402
@@ -140,18 +140,29 @@ def _extremum_ties(s):
     return False
 
 
-def _grads(fn, q, k, v, do):
-    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+def _grads(fn, q, k, v, do, sinks=None):
+    """[out, dq, dk, dv] of ``fn(q, k, v)`` for upstream gradient ``do``; with ``sinks``, ``fn(q, k, v,
+    sinks)`` and dsinks last."""
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v, *([] if sinks is None else [sinks]))]
     out = fn(*leaves)
     grads = torch.autograd.grad(out, leaves, do.to(out.device))  # the kernels' output is on DEVICE
     return [out.detach(), *grads]
 
 
-def _lowp_torch(q, k, v, spec, causal, mask, scale):
+def _probs_with_sinks(s, valid, spec, sinks):
+    """``reference_probs`` of the score rows with the attention sinks (H,) appended as a key
+    (``api.with_sinks``), the sinks' column dropped."""
+    if sinks is None:
+        return reference_probs(s, valid, spec)
+    s, valid = with_sinks(s, valid.expand(s.shape), sinks.to(s.dtype).view(1, -1, 1, 1))
+    return reference_probs(s, valid, spec)[..., :-1]
+
+
+def _lowp_torch(q, k, v, spec, causal, mask, scale, sinks=None):
     """PyTorch's native low-precision attention: scores and P @ V in q's dtype, the operator in fp32."""
     s = torch.matmul(q, k.transpose(-2, -1)) * scale
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
-    P = reference_probs(s.float(), valid, spec)
+    P = _probs_with_sinks(s.float(), valid, spec, sinks)
     return torch.matmul(P.to(q.dtype), v)
 
 
@@ -168,7 +179,7 @@ class _RoundGrad(torch.autograd.Function):
         return g.to(ctx.dtype).to(g.dtype), None
 
 
-def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale):
+def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale, sinks=None):
     """The kernels' 16-bit arithmetic in PyTorch, the low-precision baseline of the K-interval operators:
     products of the 16-bit inputs accumulated in fp32 (the scores and g = dO vᵀ, as the tensor cores form
     them), the grid and the operator in fp32, P rounded to q's dtype before P V and dS before dSᵀ Q and dS K,
@@ -177,7 +188,7 @@ def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale):
     dt = q.dtype
     s = _RoundGrad.apply(torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale, dt)
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
-    P = reference_probs(s, valid, spec)
+    P = _probs_with_sinks(s, valid, spec, None if sinks is None else sinks.float())
     P = P + (P.to(dt).float() - P).detach()  # rounded in the forward; dL/dP = dO vᵀ stays fp32
     return torch.matmul(P, v.float()).to(dt)
 
@@ -208,9 +219,23 @@ def _where(x, ref, skip=None):
 TF32_ATOL = 2.0**-10
 
 
+def _with_sink_key(q, k, v, sinks, scale):
+    """q, k, v (float64) extended so that ``scale q k^T`` has one more key column holding the sinks (H,): q
+    gets a column of ones, k a zero column and a last key (0, ..., 0, sink / scale) per head, v a zero row.
+    ``flip_rows`` then sees the sink as the key it is."""
+    B, H, Tq, D = q.shape
+    one = torch.ones(B, H, Tq, 1, dtype=torch.float64)
+    sink_key = torch.zeros(B, H, 1, D + 1, dtype=torch.float64)
+    sink_key[..., -1] = torch.where(torch.isfinite(sinks), sinks / scale, 0.0).view(1, H, 1).double()
+    k = torch.cat([k.double(), torch.zeros(*k.shape[:-1], 1, dtype=torch.float64)], -1)
+    k = torch.cat([k, sink_key], 2)
+    v = torch.cat([v.double(), torch.zeros(B, H, 1, v.shape[-1], dtype=torch.float64)], 2)
+    return torch.cat([q.double(), one], -1), k, v
+
+
 def check(
     spec, q, k, v, do, *, causal=False, mask=None, scale=None, precision=None, atol=None,
-    kernel=triton_attention, exclude_flips=True,
+    kernel=triton_attention, exclude_flips=True, sinks=None,
 ):  # fmt: skip
     """Run the kernel and the references; assert the bounds for out, dq, dk, dv; return the max-error table.
 
@@ -219,7 +244,8 @@ def check(
     within rounding of a discontinuity (kinterval.ops.flips.flip_rows, module doc) get a zero upstream
     gradient and are left out of the forward comparison, unless ``exclude_flips`` is False. k and v may have
     fewer heads than q (grouped-query attention): the kernel gets them as they are, the references repeat
-    them (``enable_gqa``) and sum their gradients back."""
+    them (``enable_gqa``) and sum their gradients back. ``sinks`` (H,), in q's dtype: attention sinks, for
+    the kernel and every reference alike; their gradient is checked as a fifth result."""
     spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else spec
     # inputs on any device: the flip-prone rows are found on the CPU (flip_rows), and masked_fill below
     # needs ``do`` where they are; each run gets its own copy on DEVICE
@@ -236,41 +262,82 @@ def check(
         return x.repeat_interleave(group, 1) if group > 1 else x
 
     valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=causal, mask=mask)
-    flips = flip_rows(spec, q, rep(k), scale_, valid, rep(v), do) if exclude_flips else valid[..., 0] & False
+    if sinks is None:
+        flips = flip_rows(spec, q, rep(k), scale_, valid, rep(v), do)
+    else:  # the sink as one more key of every row
+        sinks = sinks.cpu()
+        taken = (~torch.isneginf(sinks)).view(1, -1, 1, 1).expand(*valid.shape[:-1], 1)
+        qs, ks, vs = _with_sink_key(q, rep(k), rep(v), sinks, scale_)
+        flips = flip_rows(spec, qs, ks, scale_, torch.cat([valid, taken], -1), vs, do)
+    if not exclude_flips:
+        flips = valid[..., 0] & False
     most = MAX_FLIP_ROWS_BF16_EXP if spec.kind == "bf16-exp" else MAX_FLIP_ROWS
     assert flips.float().mean() <= most, f"{flips.float().mean():.1%} of the rows are flip-prone"
     do = do.masked_fill(flips[..., None], 0.0)
     dev = [x.to(DEVICE) for x in (q, k, v, do)]
     mask_d = None if mask is None else mask.to(DEVICE)
+    sinks_d = None if sinks is None else sinks.to(DEVICE)
+    kw = {} if sinks is None else {"sinks": None}  # only a kernel given sinks gets the argument
+
+    def args(a, b, c, *s):
+        return dict(kw, sinks=s[0]) if s else kw
 
     res = _grads(
-        lambda a, b, c: kernel(a, b, c, spec, causal=causal, mask=mask_d, scale=scale, precision=precision),
+        lambda a, b, c, *s: kernel(
+            a, b, c, spec, causal=causal, mask=mask_d, scale=scale, precision=precision, **args(a, b, c, *s)
+        ),
         *dev,
+        sinks=sinks_d,
     )
     gqa = group > 1
     ref64 = _grads(  # float64 on the test's device (a GPU's fp64 units keep the large cases fast)
-        lambda a, b, c: kinterval_attention(
-            a, b, c, spec, causal=causal, mask=mask_d, scale=scale, backend="reference", enable_gqa=gqa
+        lambda a, b, c, *s: kinterval_attention(
+            a,
+            b,
+            c,
+            spec,
+            causal=causal,
+            mask=mask_d,
+            scale=scale,
+            backend="reference",
+            enable_gqa=gqa,
+            **args(a, b, c, *s),
         ),
         *[x.to(DEVICE, torch.float64) for x in (q, k, v, do)],
+        sinks=None if sinks is None else sinks_d.double(),
     )
     ref64 = [x.cpu() for x in ref64]
     with tf32_switch(HAS_CUDA and tf32):
         ref_t = _grads(
-            lambda a, b, c: kinterval_attention(
-                a, b, c, spec, causal=causal, mask=mask_d, scale=scale, backend="reference", enable_gqa=gqa
+            lambda a, b, c, *s: kinterval_attention(
+                a,
+                b,
+                c,
+                spec,
+                causal=causal,
+                mask=mask_d,
+                scale=scale,
+                backend="reference",
+                enable_gqa=gqa,
+                **args(a, b, c, *s),
             ),
             *dev,
+            sinks=sinks_d,
         )
         lowp = None
         if dtype in (torch.bfloat16, torch.float16):  # module doc: the low-precision baseline
             lowp_fn = _lowp_torch if spec.kind == "softmax" else _lowp_kernel_arith
-            lowp = _grads(lambda a, b, c: lowp_fn(a, rep(b), rep(c), spec, causal, mask_d, scale_), *dev)
+            lowp = _grads(
+                lambda a, b, c, *s: lowp_fn(a, rep(b), rep(c), spec, causal, mask_d, scale_, *s),
+                *dev,
+                sinks=sinks_d,
+            )
 
     table = {}
-    for i, name in enumerate(NAMES):
+    for i, name in enumerate(NAMES if sinks is None else (*NAMES, "dsinks")):
         x = res[i]
-        assert x.dtype == dtype, f"{name} dtype {x.dtype} != {dtype}"
+        want = dtype if name != "dsinks" else sinks.dtype
+        assert x.dtype == want, f"{name} dtype {x.dtype} != {want}"
         assert torch.isfinite(x).all(), f"{name}: non-finite values (unwritten or NaN) in the kernel result"
         ref = ref64[i]
         skip = flips if name == "out" else None  # the gradients of flip-prone rows are zero by construction
@@ -1775,3 +1842,152 @@ def test_large_k_gradients_keep_fp32_accuracy(name):
         for g, e in zip(got[1:], exact[1:]):
             err = ((g.double().cpu() - e).abs().max() / e.abs().max()).item()
             assert err < 2e-5, (backend, err)
+
+
+# ---------------------------------------------------------------------------------------- attention sinks
+def _sinks_for(q, k, scale, valid, dtype):
+    """One attention sink per q head (4 heads), one case of the kernels each: head 0 above every valid score
+    (the arg-max of every row), head 1 inside the rows' range, head 2 below every valid score (MinMax's
+    arg-min of every row), head 3 -inf (no sink); rounded to ``dtype``."""
+    s = (q.double() @ k.double().repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-2, -1)) * scale
+    hi = s.masked_fill(~valid, float("-inf")).amax((0, 2, 3))
+    lo = s.masked_fill(~valid, float("inf")).amin((0, 2, 3))
+    sinks = torch.stack([hi[0] + 0.5, 0.3 * hi[1] + 0.7 * lo[1], lo[2] - 0.5, torch.tensor(float("-inf"))])
+    return sinks.to(dtype)
+
+
+SINK_CASES = [
+    # (operator, dtype, masking)
+    ("softmax", torch.float32, "causal"),
+    ("softmax", torch.float32, "mask"),
+    ("bf16-exp", torch.float32, "mask"),
+    ("fp8-exp", torch.float32, "causal"),
+    ("lerp-k4", torch.float32, "causal"),
+    ("minmax-weight-k4", torch.float32, "mask"),
+    ("minmax-prob-k4", torch.float32, "causal"),
+    ("fwm-weight-k4", torch.float32, "causal"),
+    ("fwm-prob-k4", torch.float32, "mask"),
+    ("resolved-prob-k4", torch.float32, "causal"),
+    ("minmax-prob-k4[arithmetic=historical]", torch.float32, "mask"),
+    ("fwm-prob-k4[arithmetic=historical]", torch.float32, "causal"),
+    ("minmax-weight-k4[range_grad=max_only]", torch.float32, "causal"),
+    ("lerp-k4[range_grad=min_only]", torch.float32, "mask"),
+    ("lerp-k16[range_grad=detach]", torch.float32, "causal"),
+    ("fwm-prob-k4[range_grad=p1]", torch.float32, "mask"),
+    ("softmax", torch.bfloat16, "causal"),
+    ("minmax-weight-k4", torch.bfloat16, "causal"),
+    ("fwm-prob-k4", torch.bfloat16, "mask"),
+]
+
+
+@pytest.mark.parametrize(("name", "dtype", "masking"), SINK_CASES)
+def test_attention_sinks(name, dtype, masking):
+    """Attention sinks (one key per q head without a value, key Tk) against the float64 reference with the
+    sinks appended to every row (``api.with_sinks``), at the bound of every other case, the sinks' gradient
+    included. The heads cover a sink that is every row's arg-max, one inside the rows, one below every
+    score (MinMax's arg-min) and none (-inf); with a general mask a fully masked row holds only its sink:
+    O = 0 and no gradient to q."""
+    B, H, T, D = 1, 4, 37, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=zlib.crc32(name.encode()) % 1000, dtype=dtype)
+    mask = _general_mask(B, H, T, T, seed=8) if masking == "mask" else None
+    if mask is not None:
+        mask[0, 1, 3] = False  # a row of head 1 (its sink inside the range) with no key but the sink
+    valid = valid_mask((B, H, T, T), "cpu", causal=masking == "causal", mask=mask)
+    sinks = _sinks_for(q, k, D**-0.5, valid, dtype)
+    table, res, ref = check(name, q, k, v, do, causal=masking == "causal", mask=mask, sinks=sinks)
+    assert res[4].shape == (H,) and res[4][3] == 0  # no sink, no gradient
+    assert ref[4][0].abs() > 1e-3  # a gradient worth checking (FWM's tail cut may zero the low sinks')
+    if mask is not None:
+        assert torch.equal(res[0][0, 1, 3].cpu(), torch.zeros(D, dtype=dtype))
+        assert torch.equal(res[1][0, 1, 3].cpu(), torch.zeros(D, dtype=dtype))
+
+
+@pytest.mark.parametrize("name", ["softmax", "minmax-weight-k4", "fwm-prob-k4[arithmetic=historical]"])
+def test_sinks_in_inference_the_fused_fallback_and_grouped_heads(name, monkeypatch):
+    """With sinks, the inference forward returns the training forward's output bit for bit;
+    KINTERVAL_TRITON_BWD=fused keeps the split backward (the sinks' gradient is a row sum of the dQ kernel),
+    with its bits; grouped-query attention (4 q heads on 2 k/v heads) meets the reference's bound; sinks that
+    are all -inf give the results of no sinks bit for bit."""
+    B, H, T, D = 1, 4, 37, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=21)
+    valid = valid_mask((B, H, T, T), "cpu", causal=True, mask=None)
+    sinks = _sinks_for(q, k, D**-0.5, valid, torch.float32)
+    dev = [x.to(DEVICE) for x in (q, k, v, do)]
+    kw = dict(causal=True, precision="ieee")
+    run = _grads(
+        lambda a, b, c, s: triton_attention(a, b, c, name, sinks=s, **kw), *dev, sinks=sinks.to(DEVICE)
+    )
+    with torch.no_grad():
+        assert torch.equal(triton_attention(*dev[:3], name, sinks=sinks.to(DEVICE), **kw), run[0])
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", "fused")
+    fused = _grads(
+        lambda a, b, c, s: triton_attention(a, b, c, name, sinks=s, **kw), *dev, sinks=sinks.to(DEVICE)
+    )
+    assert all(torch.equal(x, y) for x, y in zip(run, fused, strict=True))
+    monkeypatch.delenv("KINTERVAL_TRITON_BWD")
+    check(name, q, k[:, :2], v[:, :2], do, causal=True, sinks=sinks)
+    none = torch.full((H,), float("-inf"), device=DEVICE)
+    with_none = _grads(lambda a, b, c, s: triton_attention(a, b, c, name, sinks=s, **kw), *dev, sinks=none)
+    without = _grads(lambda a, b, c: triton_attention(a, b, c, name, **kw), *dev)
+    assert all(torch.equal(x, y) for x, y in zip(with_none[:4], without, strict=True))
+    assert torch.equal(with_none[4], torch.zeros(H, device=DEVICE))
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["infer", "train"])
+@pytest.mark.parametrize("name", ["softmax", "minmax-weight-k4", "fwm-prob-k4"])
+def test_non_finite_sinks_give_nan_rows(name, train):
+    """A NaN or +inf sink makes every row of its head NaN (as the reference's row), never a quiet row; the
+    other heads keep their finite results. With no key at all (Tk = 0) a row holds only its sink: O = 0,
+    NaN under a NaN sink."""
+    B, H, T, D = 1, 3, 21, 16
+    q, k, v, _ = (x.to(DEVICE) for x in make_inputs(B, H, T, T, D, seed=2))
+    for bad in (float("nan"), float("inf")):
+        sinks = torch.tensor([0.5, bad, -1.0], device=DEVICE, requires_grad=train)
+        with torch.set_grad_enabled(train):
+            leaves = [x.detach().requires_grad_(train) for x in (q, k, v)]
+            out = triton_attention(*leaves, name, causal=True, sinks=sinks, precision="ieee")
+        assert out[:, 1].isnan().all() and out[:, [0, 2]].isfinite().all(), bad
+    empty = triton_attention(q, k[:, :, :0], v[:, :, :0], name, sinks=torch.tensor([0.5, float("nan"), 1.0]))
+    assert empty[:, [0, 2]].eq(0).all() and empty[:, 1].isnan().all()
+
+
+def test_sink_arguments_are_checked():
+    q, k, v, _ = (x.to(DEVICE) for x in make_inputs(1, 2, 8, 8, 16, seed=1))
+    for bad, match in (
+        (torch.zeros(3), r"sinks must have shape \(2,\)"),
+        (torch.zeros(1, 2), r"sinks must have shape \(2,\)"),
+        (torch.zeros(2, dtype=torch.long), "sinks must be a floating tensor"),
+        ([0.0, 0.0], "sinks must be a floating tensor"),
+        (torch.zeros(2, device="meta"), "sinks must be on q's device"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            triton_attention(q, k, v, "fwm-prob-k4", sinks=bad)
+
+
+@pytest.mark.parametrize("name", ["minmax-weight-k4", "fwm-prob-k4"])
+def test_a_key_tied_with_the_sink_keeps_the_arg_max(name):
+    """The sink is key Tk, after every real key: a real key whose score equals the sink exactly is the row's
+    arg-max (the first index among ties), and eq. (2)'s calibration term G_M lands on it, not on the sink.
+    Exact scores (dyadic inputs); the reference gets the sink lowered by 1e-9, which breaks the tie the same
+    way, in float64."""
+    B, H, T, D = 1, 2, 24, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=3, dyadic=True)
+    s = (q.double() @ k.double().transpose(-2, -1)) * 0.25
+    sinks = torch.stack([s[0, 0, -1].max(), torch.tensor(-0.75, dtype=torch.float64)])  # row T-1 of head 0
+    got = _grads(
+        lambda a, b, c, z: triton_attention(
+            a, b, c, name, causal=True, scale=0.25, sinks=z, precision="ieee"
+        ),
+        *[x.to(DEVICE) for x in (q, k, v, do)],
+        sinks=sinks.float().to(DEVICE),
+    )
+    want = _grads(
+        lambda a, b, c, z: kinterval_attention(
+            a, b, c, name, causal=True, scale=0.25, sinks=z, backend="reference"
+        ),
+        *[x.double() for x in (q, k, v, do)],
+        sinks=sinks - torch.tensor([1e-9, 0.0], dtype=torch.float64),
+    )
+    for x, w, what in zip(got, want, ("out", "dq", "dk", "dv", "dsinks"), strict=True):
+        err = (x.double().cpu() - w).abs().max().item()
+        assert err <= 1e-5 * max(1.0, w.abs().max().item()), (what, err)

@@ -207,7 +207,7 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
         # a row with a non-finite q k^T on a key it attends is NaN, as on the fused path
         attended = valid_mask(qk.shape, qk.device, causal=causal, mask=valid)
         scores, bad = modified_scores(qk, attended, softcap, bias)
-        mods = softcap is not None or bias is not None or sinks is not None
+        mods = tuple(n for n, x in (("bias", bias), ("softcap", softcap), ("sinks", sinks)) if x is not None)
         probs_backend = resolve_backend(
             spec, scores.device, scores.dtype, backend=backend, probs=True, score_mod=mods
         )

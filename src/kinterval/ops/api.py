@@ -289,7 +289,8 @@ def kinterval_attention(
     None: none) and the float mask's bias, as transformers' eager attention orders them. ``sinks`` (H,) are
     attention sinks (gpt-oss): one learned logit per q head, appended to every row as a key without a value;
     the operator's calibration sees it like any key, and its probability is dropped (:func:`with_sinks`).
-    A bias, a softcap or sinks need the reference or closed_form backend ("auto" takes closed_form on a GPU).
+    A bias or a softcap needs the reference or closed_form backend ("auto" takes closed_form on a GPU);
+    sinks run on every backend.
     ``dropout_p`` in [0, 1] is dropout on the probabilities P before P v, as SDPA (applied whenever it is
     nonzero: pass ``dropout_p=p if training else 0.0``); the backward sees the dropped P. It needs P
     explicitly: "auto" then takes closed_form, and backend="triton" raises ``ValueError``.
@@ -372,16 +373,24 @@ def kinterval_attention(
         top_left = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
         mask = top_left if mask is None else mask.to(q.device) & top_left
 
-    score_mod = bias is not None or softcap is not None or sinks is not None
-    backend = resolve_backend(
-        spec, q.device, q.dtype, backend=backend, probs=dropout_p > 0, score_mod=score_mod
-    )
+    mods = tuple(n for n, x in (("bias", bias), ("softcap", softcap), ("sinks", sinks)) if x is not None)
+    backend = resolve_backend(spec, q.device, q.dtype, backend=backend, probs=dropout_p > 0, score_mod=mods)
     if backend == "triton":  # reads each k/v head in place for its q heads
         from kinterval.ops.triton import triton_attention
 
         if precision is None:
             precision = _DOT_PRECISION.get()
-        return triton_attention(q, k, v, spec, causal=causal, mask=mask, scale=scale, precision=precision)
+        return triton_attention(
+            q,
+            k,
+            v,
+            spec,
+            causal=causal,
+            mask=mask,
+            scale=scale,
+            precision=precision,
+            sinks=None if sinks is None else sinks.to(q.device),
+        )
     if H != H_kv:
         k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)
 

@@ -21,6 +21,11 @@ import torch
 from kinterval.ops.spec import OperatorSpec, as_spec
 
 AUTO = "auto"
+SCORE_MODS = (
+    "bias",
+    "softcap",
+    "sinks",
+)  # kinterval_attention's score modifications (float mask, softcap, sinks)
 FLOATING = (torch.float64, torch.float32, torch.bfloat16, torch.float16)  # the operators' input dtypes
 
 
@@ -31,7 +36,7 @@ class Backend:
     name: str
     why_not: Callable[[OperatorSpec, torch.device, torch.dtype | None], str | None]
     forms_probs: bool  # computes P explicitly (can serve ``attention_probs``)
-    score_mods: bool  # applies an additive score bias, a softcap and attention sinks
+    score_mods: frozenset[str]  # the score modifications (SCORE_MODS) it applies
 
     def supports(self, spec: OperatorSpec, device, dtype: torch.dtype | None = None) -> bool:
         return self.why_not(as_spec(spec), torch.device(device), dtype) is None
@@ -67,9 +72,21 @@ def _everything(spec: OperatorSpec, device: torch.device, dtype: torch.dtype | N
     return None
 
 
-TRITON = Backend("triton", _triton_why_not, forms_probs=False, score_mods=False)
-CLOSED_FORM = Backend("closed_form", _everything, forms_probs=True, score_mods=True)
-REFERENCE = Backend("reference", _everything, forms_probs=True, score_mods=True)
+TRITON = Backend("triton", _triton_why_not, forms_probs=False, score_mods=frozenset({"sinks"}))
+CLOSED_FORM = Backend("closed_form", _everything, forms_probs=True, score_mods=frozenset(SCORE_MODS))
+REFERENCE = Backend("reference", _everything, forms_probs=True, score_mods=frozenset(SCORE_MODS))
+
+
+def _score_mods(score_mod) -> frozenset[str]:
+    """``resolve_backend``'s ``score_mod`` as a set of SCORE_MODS names (True: all of them)."""
+    if isinstance(score_mod, bool):
+        return frozenset(SCORE_MODS if score_mod else ())
+    names = (score_mod,) if isinstance(score_mod, str) else tuple(score_mod)
+    unknown = [n for n in names if n not in SCORE_MODS]
+    if unknown:
+        raise ValueError(f"unknown score modification {unknown[0]!r}; choose from {SCORE_MODS}")
+    return frozenset(names)
+
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (TRITON, CLOSED_FORM, REFERENCE)}  # fastest first
 BACKENDS = (AUTO, *REGISTRY)  # the names a user may pass
@@ -88,7 +105,7 @@ def resolve_backend(
     *,
     backend: str = AUTO,
     probs: bool = False,
-    score_mod: bool = False,
+    score_mod: bool | str | tuple[str, ...] = False,
 ) -> str:
     """The backend that computes ``spec`` on ``device`` for inputs of ``dtype`` (None: any floating dtype).
 
@@ -97,8 +114,9 @@ def resolve_backend(
     explicit ``backend`` is returned unchanged when it supports the operator, else a ``ValueError`` names the
     operator, the backend, the reason and the backend that would run it. ``probs=True`` asks for a backend
     that forms the probabilities P explicitly (``attention_probs``; the fused kernel never does).
-    ``score_mod=True`` asks for one that applies an additive score bias, a softcap or attention sinks
-    (``kinterval_attention``'s float ``attn_mask``, ``softcap`` and ``sinks``; the fused kernel does not).
+    ``score_mod`` names the score modifications the call needs, from ``SCORE_MODS``: "bias" (an additive
+    score bias, ``kinterval_attention``'s float ``attn_mask``), "softcap" and "sinks" (attention sinks), as
+    a name or a tuple of names; True asks for all three, False for none. The fused kernels apply sinks only.
     """
     spec = as_spec(spec)
     if dtype is not None and not isinstance(dtype, torch.dtype):  # "float64" would pass every check
@@ -111,13 +129,16 @@ def resolve_backend(
         device = torch.device(device)
     except (RuntimeError, TypeError):
         raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    mods = _score_mods(score_mod)
 
     def why_not(b: Backend) -> str | None:
         reason = b.why_not(spec, device, dtype)
         if reason is None and probs and not b.forms_probs:
             reason = "it never forms the probabilities P explicitly"
-        if reason is None and score_mod and not b.score_mods:
-            reason = "it applies no additive score bias, softcap or attention sinks"
+        missing = [n for n in SCORE_MODS if n in mods and n not in b.score_mods]
+        if reason is None and missing:
+            what = {"bias": "additive score bias", "softcap": "softcap", "sinks": "attention sinks"}
+            reason = f"it applies no {' or '.join(what[n] for n in missing)}"
         return reason
 
     if backend == AUTO:

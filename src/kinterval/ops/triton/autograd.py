@@ -139,13 +139,15 @@ class Launch:
 
 class Saved(NamedTuple):
     """What the forward leaves for the backward, in ``save_for_backward`` order: the inputs (k and v with
-    their own H_kv heads), O, O^L (O itself unless Prob-STE), the row statistics M, m, W, W^at and the int32
-    arg-max / arg-min key of each row."""
+    their own H_kv heads), the fp32 attention sinks (a 1-element placeholder without them), O, O^L (O itself
+    unless Prob-STE), the row statistics M, m, W, W^at and the int32 arg-max / arg-min key of each row (Tk:
+    the sink)."""
 
     q: Tensor
     k: Tensor
     v: Tensor
     mask: Tensor
+    sinks: Tensor
     o: Tensor
     oL: Tensor
     M: Tensor
@@ -156,7 +158,17 @@ class Saved(NamedTuple):
     amin: Tensor
 
 
-def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> tuple[Launch, Saved, dict]:
+def _sinks_arg(sinks: Tensor | None, device) -> tuple[Tensor, bool]:
+    """The attention sinks as the kernels read them: fp32, contiguous, one per q head; a 1-element dummy
+    when absent."""
+    if sinks is None:
+        return torch.zeros(1, dtype=torch.float32, device=device), False
+    return sinks.detach().to(device=device, dtype=torch.float32).contiguous(), True
+
+
+def forward_launch(
+    q, k, v, mask, spec, causal, scale, precision, save=True, sinks=None
+) -> tuple[Launch, Saved, dict]:
     """The forward launch, the tensors the backward needs and the launch's constants; outputs allocated.
     ``save=False`` (inference: no backward follows) for Prob-STE stores O only and skips the P^L V dot of
     O^L (sm_90a: 26-30 instead of 32-38 instructions per score at bf16, 184 instead of 262 at fp32 "ieee",
@@ -169,6 +181,7 @@ def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> 
     flags, kf, tau = operator_constants(spec)
     save = save or not flags["JACOBIAN_AT_PL"]
     mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
+    sinks_t, has_sinks = _sinks_arg(sinks, q.device)
     dev, f32 = q.device, torch.float32
     o = _alloc((B, H, Tq, D), q.dtype, dev)
     rows = (B, H, Tq) if save else (1,)
@@ -177,7 +190,7 @@ def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> 
     amax, amin = (_alloc(rows, torch.int32, dev) for _ in range(2))
     meta = dict(
         **group_flags(flags),
-        MASKING=(bool(causal), has_mask),
+        MASKING=(bool(causal), has_mask, has_sinks),
         PREC=precision,
         SPLIT=split_loops("fwd", q.element_size(), _block_d(D), has_mask),
         SAVE=bool(save),
@@ -194,8 +207,8 @@ def forward_launch(q, k, v, mask, spec, causal, scale, precision, save=True) -> 
         consts=(scale, kf, tau),
     )
     outs = (o, oL, M, m, Wf, Wa, amax, amin)
-    args = (q, (k, v, mask_t), outs, *common.values())
-    saved = Saved(q, k, v, mask_t, *outs)
+    args = (q, (k, v, mask_t, sinks_t), outs, *common.values())
+    saved = Saved(q, k, v, mask_t, sinks_t, *outs)
     return Launch(_fwd_kernel, grid, args, meta), saved, dict(meta=meta, flags=flags, common=common)
 
 
@@ -216,9 +229,10 @@ def fold_groups(grad: Tensor, like: Tensor) -> Tensor:
 
 
 def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
-    """The dQ and dK/dV launches for upstream gradient ``do``, and their outputs (dq, dk, dv); dk and dv per q
-    head (H heads: :func:`fold_groups` gives k's and v's)."""
-    q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin = saved
+    """The dQ and dK/dV launches for upstream gradient ``do``, and their outputs (dq, dk, dv, ds_sink); dk
+    and dv per q head (H heads: :func:`fold_groups` gives k's and v's); ds_sink (B, H, Tq) holds each row's
+    dL/ds of its attention sink (a 1-element placeholder without sinks)."""
+    q, k, v, mask_t, sinks_t, o, oL, M, m, Wf, Wa, amax, amin = saved
     meta = {n: x for n, x in ctx["meta"].items() if n != "SAVE"}  # the forward's only
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
@@ -229,6 +243,7 @@ def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
     GM, Gm, mu = (_alloc((B, H, Tq), torch.float32, dev) for _ in range(3))
     dq = _alloc((B, H, Tq, D), q.dtype, dev)
     dk, dv = _per_q_head(k, H, k.dtype), _per_q_head(v, H, v.dtype)
+    ds_sink = _alloc((B, H, Tq) if meta["MASKING"][2] else (1,), torch.float32, dev)
     size, has_mask = q.element_size(), meta["MASKING"][1]
     split = {kind: split_loops(kind, size, meta["BLOCK_D"], has_mask) for kind in ("dq", "dkdv")}
 
@@ -240,24 +255,25 @@ def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
 
     ins = (k, v, mask_t, do)
     common = tuple(ctx["common"].values())
-    dq_args = (q, ins, (M, m, Wa, delta, amax, amin), (dq, GM, Gm, mu), *common)
+    dq_args = (q, (*ins, sinks_t), (M, m, Wa, delta, amax, amin), (dq, GM, Gm, mu, ds_sink), *common)
     dkdv_args = (q, ins, (M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu), (dk, dv), *common)
     return (
         Launch(_bwd_dq_kernel, grid_q, dq_args, {**meta, "SPLIT": split["dq"]}),
         Launch(_bwd_dkdv_kernel, grid_k, dkdv_args, {**meta, "SPLIT": split["dkdv"]}),
-        (dq, dk, dv),
+        (dq, dk, dv, ds_sink),
     )
 
 
-def backward_mode(flags: dict) -> str:
+def backward_mode(flags: dict, has_sinks: bool = False) -> str:
     """The backward a launch runs: "split" (a dQ kernel, then a dK/dV kernel; bitwise reproducible) or
     "fused" (one kernel, dQ added atomically; ``fused_backward``). KINTERVAL_TRITON_BWD=fused opts in, read at
-    each backward; the P1 control (its projection needs a second pass over the rows) and
-    ``torch.use_deterministic_algorithms(True)`` keep the split backward."""
+    each backward; the P1 control (its projection needs a second pass over the rows), attention sinks (their
+    gradient is a row sum of the dQ kernel) and ``torch.use_deterministic_algorithms(True)`` keep the split
+    backward."""
     mode = os.environ.get("KINTERVAL_TRITON_BWD", "split")
     if mode not in ("split", "fused"):
         raise ValueError(f"KINTERVAL_TRITON_BWD must be 'split' or 'fused', got {mode!r}")
-    if mode == "fused" and (flags["PROJECT_P1"] or torch.are_deterministic_algorithms_enabled()):
+    if mode == "fused" and (flags["PROJECT_P1"] or has_sinks or torch.are_deterministic_algorithms_enabled()):
         return "split"
     return mode
 
@@ -268,7 +284,9 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
     resolved: G_M = -S1, no m term), the row sums of gamma_j times dw_j/dM (eq. 1), land on the row's
     arg-max / arg-min key, dq_i += G k_{argmax_i} and dk_{argmax_i} += G q_i, as the split kernels' rank-1
     terms."""
-    q, k, v, mask_t, o, oL, M, m, Wf, Wa, amax, amin = saved
+    q, k, v, mask_t, sinks_t, o, oL, M, m, Wf, Wa, amax, amin = saved
+    if ctx["meta"]["MASKING"][2]:
+        raise ValueError("the fused backward takes no attention sinks (backward_mode keeps the split one)")
     meta = {n: x for n, x in ctx["meta"].items() if n != "SAVE"}
     flags = ctx["flags"]
     B, H, Tq, D = q.shape
@@ -313,20 +331,23 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
 
 class _TritonKIntervalAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, spec, causal, scale, precision):
-        launch, saved, consts = forward_launch(q, k, v, mask, spec, causal, scale, precision)
+    def forward(ctx, q, k, v, mask, sinks, spec, causal, scale, precision):
+        launch, saved, consts = forward_launch(q, k, v, mask, spec, causal, scale, precision, sinks=sinks)
         with _on_device(q):
             launch()
         ctx.save_for_backward(*saved)
         ctx.consts = consts
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
         return saved.o
 
     @staticmethod
     @first_order_only("backend 'triton'")  # a second derivative through the kernels raises (first_order.py)
     def backward(ctx, do):
         do, saved = do.contiguous(), Saved(*ctx.saved_tensors)
+        has_sinks = ctx.sinks_dtype is not None
+        dsinks = None
         with _on_device(do):
-            if backward_mode(ctx.consts["flags"]) == "fused":
+            if backward_mode(ctx.consts["flags"], has_sinks) == "fused":
                 launch, finish = fused_backward(do, saved, ctx.consts)
                 launch()
                 grads = finish()
@@ -334,9 +355,11 @@ class _TritonKIntervalAttention(torch.autograd.Function):
                 dq_launch, dkdv_launch, grads = backward_launches(do, saved, ctx.consts)
                 dq_launch()
                 dkdv_launch()
-                dq, dk, dv = grads
+                dq, dk, dv, ds_sink = grads
                 grads = (dq, fold_groups(dk, saved.k), fold_groups(dv, saved.v))
-        return (*grads, None, None, None, None, None)
+                if has_sinks and ctx.needs_input_grad[4]:  # a sink's gradient: its rows' dL/ds summed
+                    dsinks = ds_sink.sum((0, 2)).to(ctx.sinks_dtype)
+        return (*grads, None, dsinks, None, None, None, None)
 
 
 def triton_attention(
@@ -349,6 +372,7 @@ def triton_attention(
     mask: Tensor | None = None,
     scale: float | None = None,
     precision: str | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """``P(q k^T * scale) v`` with the probabilities of ``spec``, fused forward and backward.
 
@@ -359,9 +383,12 @@ def triton_attention(
     serves q heads j*G .. (j+1)*G - 1, G = H / H_kv, as ``repeat_interleave``, read in place (no copy); the
     gradients of k and v sum over each group in fp32. ``mask`` is boolean, True where the query may attend,
     broadcastable to (B, H, Tq, Tk) (e.g. a key-padding mask (B, 1, 1, Tk)); ``causal`` aligns the last query
-    with the last key (needs Tq <= Tk). The operator maths is float32; ``precision`` sets the fp32 dot
-    precision ("tf32", "tf32x3", "bf16x6" or "ieee"; None follows torch's TF32 setting, ``tf32_enabled``).
-    The output has q's dtype.
+    with the last key (needs Tq <= Tk). ``sinks`` (H,), floating: attention sinks (gpt-oss), one learned
+    score per q head that joins every row of its head as a key without a value (``api.with_sinks``: its
+    calibration counts it like any key, its probability is dropped; -inf: no sink; NaN or +inf: the head's
+    rows are NaN); they get a gradient, the sum of their rows' dL/ds. The operator maths is float32;
+    ``precision`` sets the fp32 dot precision ("tf32", "tf32x3", "bf16x6" or "ieee"; None follows torch's
+    TF32 setting, ``tf32_enabled``). The output has q's dtype.
 
     Conventions (docs/kernels.md): the calibration terms of eq. (2) go to ONE arg-max / arg-min key per
     row, the first index among exact ties (the reference splits it evenly among ties); softmax drops the
@@ -401,6 +428,14 @@ def triton_attention(
         raise ValueError(f"causal attention needs Tq <= Tk, got Tq={Tq}, Tk={Tk}")
     if D == 0:
         raise ValueError(f"q, k, v need a head dimension D >= 1, got q {tuple(q.shape)}")
+    if sinks is not None:
+        if not isinstance(sinks, Tensor) or sinks.dtype not in (*SUPPORTED_DTYPES, torch.float64):
+            got = sinks.dtype if isinstance(sinks, Tensor) else type(sinks).__name__
+            raise ValueError(f"sinks must be a floating tensor, got {got}")
+        if sinks.shape != (H,):
+            raise ValueError(f"sinks must have shape ({H},), one per q head, got {tuple(sinks.shape)}")
+        if sinks.device != q.device:
+            raise ValueError(f"sinks must be on q's device {q.device}, got {sinks.device}")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
@@ -409,7 +444,7 @@ def triton_attention(
     prec = resolve_precision(q.dtype, precision)
     Dv = v.shape[-1]
     if Dv == D:
-        return _attention(q, k, v, mask, spec, bool(causal), float(scale), prec)
+        return _attention(q, k, v, mask, sinks, spec, bool(causal), float(scale), prec)
     # v's own head dim (SDPA allows it): the narrower of (q, k) and v is padded with zero columns to the wider
     # one, which changes no score and no output column; the extra output columns (zeros) are cut off
     width = max(D, Dv)
@@ -417,11 +452,11 @@ def triton_attention(
         q, k = (torch.nn.functional.pad(x, (0, width - D)) for x in (q, k))
     else:
         v = torch.nn.functional.pad(v, (0, width - Dv))
-    out = _attention(q, k, v, mask, spec, bool(causal), float(scale), prec)
+    out = _attention(q, k, v, mask, sinks, spec, bool(causal), float(scale), prec)
     return out[..., :Dv].contiguous()
 
 
-def _attention(q, k, v, mask, spec, causal: bool, scale: float, prec: str) -> Tensor:
+def _attention(q, k, v, mask, sinks, spec, causal: bool, scale: float, prec: str) -> Tensor:
     """``triton_attention`` on checked inputs with one head dim D (q, k and v)."""
     B, H, Tq, D = q.shape
     H_kv, Tk = k.shape[1], k.shape[2]
@@ -431,11 +466,16 @@ def _attention(q, k, v, mask, spec, causal: bool, scale: float, prec: str) -> Te
         _mask_arg(mask, (B, H, Tq, Tk), q.device)  # the same mask errors as a launch
         if H != H_kv:
             k, v = k.repeat_interleave(H // H_kv, 1), v.repeat_interleave(H // H_kv, 1)
-        return torch.matmul(torch.matmul(q, k.transpose(-2, -1)), v)
-    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        out = torch.matmul(torch.matmul(q, k.transpose(-2, -1)), v)
+        if sinks is not None:  # a row of only its sink, which has no value, is 0; NaN for a NaN or +inf sink
+            bad = ~torch.isfinite(sinks) & ~torch.isneginf(sinks)
+            out = out.masked_fill(bad.view(1, H, 1, 1), float("nan"))
+        return out
+    inputs = (q, k, v) if sinks is None else (q, k, v, sinks)
+    if not (torch.is_grad_enabled() and any(x.requires_grad for x in inputs)):
         # inference: no backward, so the forward skips what only the backward reads (O^L, row statistics)
-        launch, saved, _ = forward_launch(q, k, v, mask, spec, causal, scale, prec, save=False)
+        launch, saved, _ = forward_launch(q, k, v, mask, spec, causal, scale, prec, save=False, sinks=sinks)
         with _on_device(q):
             launch()
         return saved.o
-    return _TritonKIntervalAttention.apply(q, k, v, mask, spec, causal, scale, prec)
+    return _TritonKIntervalAttention.apply(q, k, v, mask, sinks, spec, causal, scale, prec)

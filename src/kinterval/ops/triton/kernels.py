@@ -349,7 +349,7 @@ _KEY = ["shape", "BLOCK_D", "OP", "GRAD", "MASKING", "PREC", "SPLIT"]
 # Grouped arguments of the kernels and helpers below (tuples, unpacked by name at the top of each function).
 # The entry points (built by autograd.forward_launch / backward_launches):
 #   Q                                   top-level: the autotuner keys on the dtypes of top-level tensors
-#   ins     = (Kp, V, Mask[, DO])                                     inputs (DO in the backward)
+#   ins     = (Kp, V, Mask[, DO][, Sinks])     inputs (DO in the backward; Sinks in the forward and dQ)
 #   stats   = the per-row buffers a backward kernel reads; outs = the buffers a kernel writes
 #   strides = (q, k, v, mask strides), each (batch, head, row, dim)
 #   shape   = (H, Tq, Tk, D, G); consts = (scale, K, tau)
@@ -357,7 +357,8 @@ _KEY = ["shape", "BLOCK_D", "OP", "GRAD", "MASKING", "PREC", "SPLIT"]
 # The helpers:
 #   OP      = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL, EXP) operator switches (constexpr)
 #   GRAD    = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)      range_grad switches (constexpr)
-#   MASKING = (IS_CAUSAL, HAS_MASK)                                   (constexpr)
+#   MASKING = (IS_CAUSAL, HAS_MASK, HAS_SINKS)                        (constexpr)
+#             HAS_SINKS: one attention sink per q head (Sinks, fp32 (H,)), a key Tk without a value
 #   mask    = (mask_base, stride_mm, stride_mn)                       user mask of this (batch, head)
 #   keys    = (k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd)
 #   bounds  = (offs_m, offs_d, dmask, Tq, Tk)                         the query block and the head dim
@@ -768,6 +769,65 @@ def _extrema_step(q, start_n, keys, bounds, mask, rows, scale, CALIB: tl.constex
     return M, m, amax, amin
 
 
+# An attention sink (gpt-oss; ``api.with_sinks``) is one more key per row: key index Tk, the q head's learned
+# score, no value. The kernels take it once per row, after the loops over the real keys: into the row extrema
+# (after every key, so that a key tied with it keeps the arg-max / arg-min, the first index among ties), the
+# weight sums W and W^L, and the dQ kernel's row sums of eq. (1) and (2), which also give its own gradient
+# dL/ds_sink per row. A -inf sink is none; a NaN or +inf one makes its rows NaN (``_valid_flagged``).
+@triton.jit
+def _sink_scores(Sinks, hd, BLOCK_M: tl.constexpr):
+    """The sink of q head hd as a (BLOCK_M, 1) score column, and whether it takes part (it is not -inf)."""
+    s = tl.zeros([BLOCK_M, 1], tl.float32) + tl.load(Sinks + hd)
+    return s, s != float("-inf")
+
+
+@triton.jit
+def _sink_extrema(s, ok, rows, Tk, CALIB: tl.constexpr):
+    """Pass 1's rows = (M, m, amax, amin) with the sink (key Tk) after every real key."""
+    M, m, amax, amin = rows
+    s_hi = tl.reduce(_valid_flagged(s, ok), 1, _max_nan)  # -inf when it takes no part, NaN if not finite
+    amax = tl.where(s_hi > M, Tk, amax)  # strict: a tied key keeps the arg-max
+    M = _max_nan(M, s_hi)
+    if CALIB == 1:
+        s_lo = tl.min(tl.where(ok, s, float("inf")), 1)
+        upd_lo = s_lo < m
+        amin = tl.where(upd_lo, Tk, amin)
+        m = tl.where(upd_lo, s_lo, m)
+    return M, m, amax, amin
+
+
+@triton.jit
+def _sink_weights(s, ok, M, amax, amin, row, Tk, W, WL, OP: tl.constexpr, SUM_L: tl.constexpr):
+    """Pass 2's W (and W^L with SUM_L) plus the sink's weight, the forward's as for a real key. The sink has
+    no value: nothing joins O, and historical Prob-STE's pass 3 (P V) skips it."""
+    CALIB: tl.constexpr = OP[0]
+    EXP: tl.constexpr = OP[5]
+    s = tl.where(ok, s, M[:, None])  # a sink that takes no part: any finite score, its weight is dropped
+    if EXP:
+        w = tl.where(ok, exp_baseline(s - M[:, None], EXP)[0], 0.0)
+    else:
+        is_max = (amax == Tk)[:, None]
+        is_min = (amin == Tk)[:, None]
+        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, ok, is_max, is_min, M, row, CALIB)
+        w = _forward_weight(wL, wN, keep, OP)
+        if SUM_L:
+            WL += tl.sum(_place(wL, keep), 1)
+    W += tl.sum(w, 1)
+    return W, WL
+
+
+@triton.jit
+def _sink_softmax(s, ok, M, off, W, acc):
+    """The online softmax (``_softmax_step``) after its last key tile, one step more for the sink: M, the row
+    max of the scaled scores, and the sums W, O rescaled to the new offset; the sink adds its weight to W."""
+    M = _max_nan(M, tl.reduce(_valid_flagged(s, ok), 1, _max_nan))
+    off_new = M * LOG2E  # as the backward forms it from the saved M
+    off_ref = tl.where(off_new > float("-inf"), off_new, 0.0)
+    alpha = tl.exp2(off - off_ref)  # exactly 1 when the sink is below the max
+    w = tl.where(ok, tl.exp2(tl.fma(s, LOG2E, -off_ref[:, None])), 0.0)
+    return M, W * alpha + tl.sum(w, 1), acc * alpha[:, None]
+
+
 @triton.jit
 def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl.constexpr,
                   MASKING: tl.constexpr, PREC: tl.constexpr, STAGE: tl.constexpr, FULL: tl.constexpr,
@@ -888,7 +948,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     Prob-STE; softmax: one online pass, ``_softmax_step``). Stores O and, with SAVE (a backward follows),
     O^L for Prob-STE and the per-row statistics the backward needs. Without SAVE (inference) only O is
     stored and Prob-STE skips its P^L V dot."""
-    Kp, V, Mask = ins
+    Kp, V, Mask, Sinks = ins
     O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin = outs
     q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
     sqb, sqh, sqm, sqd = q_str
@@ -903,6 +963,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     HISTORICAL: tl.constexpr = OP[4]
     IS_CAUSAL: tl.constexpr = MASKING[0]
     HAS_MASK: tl.constexpr = MASKING[1]
+    HAS_SINKS: tl.constexpr = MASKING[2]
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -942,12 +1003,17 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
             sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, False, BLOCK_N)
         Mq, off, W, acc = sums
         M = Mq * scale  # the loop's last M, bit for bit
+        seen = Mq > float("-inf")  # a row with a valid key
+        if HAS_SINKS:
+            s_k, ok = _sink_scores(Sinks, hd, BLOCK_M)
+            M, W, acc = _sink_softmax(s_k, ok, M, off, W, acc)
+            seen = seen | (tl.sum(ok.to(tl.int32), 1) > 0)
         # The exponent (s - M) log2(e) is formed as fma(q.k, scale log2(e), -M log2(e)): a row whose scaled
         # max overflows (finite q.k, |M| = inf) or whose M log2(e) is past SOFTMAX_OFFSET_LIMIT would weigh
         # its keys by 2^delta with delta out of range (every key 0: a quiet zero row; or inf: NaN). It is
         # NaN, as a row with a non-finite score (the reference's NaN for an overflowed score; for a finite
         # M the reference is finite). One check per row.
-        big = (Mq > float("-inf")) & ~(tl.abs(M * LOG2E) < SOFTMAX_OFFSET_LIMIT)
+        big = seen & ~(tl.abs(M * LOG2E) < SOFTMAX_OFFSET_LIMIT)
         M = tl.where(big, float("nan"), M)
         M = tl.where(M == float("-inf"), 0.0, M)  # fully masked row: M = 0 (reference.row_extrema)
         m = M
@@ -963,6 +1029,9 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         for start_n in range(full_hi, hi, BLOCK_N):
             extrema = _extrema_step(q, start_n, keys, bounds, mask, extrema, scale, CALIB, MASKING, PREC,
                                     False, BLOCK_N)  # fmt: skip
+        if HAS_SINKS:
+            s_k, ok = _sink_scores(Sinks, hd, BLOCK_M)
+            extrema = _sink_extrema(s_k, ok, extrema, Tk, CALIB)
         M, m, amax, amin = extrema
         empty = M == float("-inf")
         M = tl.where(empty, 0.0, M)  # fully masked row: M = m = 0 (reference.row_extrema); NaN stays NaN
@@ -982,6 +1051,11 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         )
         sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP, MASKING,
                              PREC, (False, SAVE), SPLIT, BLOCK_N)  # fmt: skip
+        if HAS_SINKS:
+            SUM_L: tl.constexpr = JACOBIAN_AT_PL and (SAVE or HISTORICAL)  # as in _weights_step
+            W, WL, acc, accL = sums
+            W, WL = _sink_weights(s_k, ok, M, amax, amin, row, Tk, W, WL, OP, SUM_L)
+            sums = (W, WL, acc, accL)
         if HIST_PROB:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
             sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP,
                                  MASKING, PREC, (True, SAVE), SPLIT, BLOCK_N)  # fmt: skip
@@ -1106,10 +1180,11 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
 def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
                    MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
-    """dQ over one query block, plus the per-row sums G_M, G_m of dw/dM (eq. 1) and the P1 mean."""
-    Kp, V, Mask, DO = ins
+    """dQ over one query block, plus the per-row sums G_M, G_m of dw/dM (eq. 1), the P1 mean and, with
+    attention sinks, the sink's dL/ds of each row (eq. 2)."""
+    Kp, V, Mask, DO, Sinks = ins
     Mrow, mrow, Wat, Dlt, Amax, Amin = stats
-    DQ, GMo, Gmo, MUo = outs
+    DQ, GMo, Gmo, MUo, DSo = outs
     q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
     sqb, sqh, sqm, sqd = q_str
     skb, skh, skn, skd = k_str
@@ -1120,9 +1195,11 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     CALIB: tl.constexpr = OP[0]
     KEEP_MAX_TERM: tl.constexpr = GRAD[0]
     KEEP_MIN_TERM: tl.constexpr = GRAD[1]
+    SUM_GM: tl.constexpr = GRAD[2]
     PROJECT_P1: tl.constexpr = GRAD[3]
     IS_CAUSAL: tl.constexpr = MASKING[0]
     HAS_MASK: tl.constexpr = MASKING[1]
+    HAS_SINKS: tl.constexpr = MASKING[2]
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -1183,6 +1260,21 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
         dq *= inv_Wa[:, None]
         S1 *= inv_Wa
         GM *= inv_Wa
+    if HAS_SINKS:  # the sink's self term of eq. (2) and its share of G_M (eq. 1); g = dO . v_sink = 0
+        s_k, ok = _sink_scores(Sinks, hd, BLOCK_M)
+        s_k = tl.where(ok, s_k, M[:, None])  # a sink that takes no part: any finite score, dropped by keep
+        if OP[1]:  # softmax: the exponent (s - M) log2(e), as _scores and _sink_softmax form it
+            s_k = tl.fma(s_k, LOG2E, -(M * LOG2E)[:, None])
+        is_max_k = (amax == Tk)[:, None]
+        is_min_k = (amin == Tk)[:, None]
+        _, _, keep_k, cD_k, dM_k = _bwd_coefs(s_k, ok, is_max_k, is_min_k, M, row, OP, SUM_GM)
+        gamma_k = tl.where(keep_k, _gamma(tl.zeros_like(s_k), Dd, inv_Wa), 0.0)
+        ds_k = tl.sum(score_grad(gamma_k, cD_k, is_max_k, GM, is_min_k, GM, False, False, OP[5]), 1)
+        S1 += ds_k
+        if SUM_GM:
+            GM += tl.sum(gamma_k * dM_k, 1)
+        if PROJECT_P1:
+            nv += tl.sum(ok.to(tl.float32), 1)
 
     # The calibration terms of eq. (2): G_M lands on the arg-max key, G_m on the arg-min key (rank-1 updates).
     # Softmax: G_M = -sum_j dS_ij = 0 in exact arithmetic (not applied; KEEP_MAX_TERM is False). BF16-exp
@@ -1194,16 +1286,19 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
         Gm = tl.zeros([BLOCK_M], tl.float32)
     GMe = tl.zeros([BLOCK_M], tl.float32)
     Gme = tl.zeros([BLOCK_M], tl.float32)
+    # a row whose arg key is the sink (key Tk) has no k there: its term is the sink's (ds_k below)
+    max_mask = qmask & (amax < Tk)[:, None] if HAS_SINKS else qmask
+    min_mask = qmask & (amin < Tk)[:, None] if HAS_SINKS else qmask
     if KEEP_MAX_TERM:
         GMe = GM
         k_max = tl.load(
-            k_base + tl.maximum(amax, 0)[:, None] * skn + offs_d[None, :] * skd, mask=qmask, other=0.0
+            k_base + tl.maximum(amax, 0)[:, None] * skn + offs_d[None, :] * skd, mask=max_mask, other=0.0
         )
         dq += GMe[:, None] * k_max.to(tl.float32)
     if KEEP_MIN_TERM:
         Gme = Gm
         k_min = tl.load(
-            k_base + tl.maximum(amin, 0)[:, None] * skn + offs_d[None, :] * skd, mask=qmask, other=0.0
+            k_base + tl.maximum(amin, 0)[:, None] * skn + offs_d[None, :] * skd, mask=min_mask, other=0.0
         )
         dq += Gme[:, None] * k_min.to(tl.float32)
     mu = tl.zeros([BLOCK_M], tl.float32)
@@ -1215,6 +1310,14 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     tl.store(GMo + row_i, GMe, mask=rmask)
     tl.store(Gmo + row_i, Gme, mask=rmask)
     tl.store(MUo + row_i, mu, mask=rmask)
+    if HAS_SINKS:  # dL/ds_sink of each row, eq. (2): the self term and the calibration terms it holds
+        if KEEP_MAX_TERM:
+            ds_k += tl.where(amax == Tk, GMe, 0.0)
+        if KEEP_MIN_TERM:
+            ds_k += tl.where(amin == Tk, Gme, 0.0)
+        if PROJECT_P1:
+            ds_k = tl.where(tl.sum(ok.to(tl.int32), 1) > 0, ds_k - mu, 0.0)
+        tl.store(DSo + row_i, ds_k, mask=rmask)
 
 
 # ----------------------------------------------------------------------- dK/dV and the fused backward
