@@ -41,13 +41,18 @@ from kinterval.ops.spec import OperatorSpec
 
 
 class ClosedFormProbs(torch.autograd.Function):
+    generate_vmap_rule = True  # forward and backward are PyTorch ops: torch.func.vmap batches them
+
     @staticmethod
-    def forward(ctx, s: Tensor, valid: Tensor, spec: OperatorSpec) -> Tensor:
+    def forward(s: Tensor, valid: Tensor, spec: OperatorSpec) -> Tensor:
         with torch.no_grad():
-            P = reference_probs(s, valid, spec)
+            return reference_probs(s, valid, spec)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        s, valid, spec = inputs
         ctx.spec = spec
         ctx.save_for_backward(s, valid)  # the scores and the mask; everything else is recomputed
-        return P
 
     @staticmethod
     @first_order_only("backend 'closed_form'")  # a second derivative through it raises (first_order.py)

@@ -26,10 +26,15 @@ MESSAGE = (
 class _SecondOrderError(torch.autograd.Function):
     """Identity on the first ``n`` tensors; the rest are the tensors they depend on. Backward raises."""
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, name: str, n: int, *tensors: Tensor):
-        ctx.name = name
+    def forward(name: str, n: int, *tensors: Tensor):
         return tensors[:n]
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.name = inputs[0]
 
     @staticmethod
     def backward(ctx, *grads):

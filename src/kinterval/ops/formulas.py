@@ -184,9 +184,15 @@ class _RoundingClamp(torch.autograd.Function):
     never depends on the last bit of ``t_raw``. Likewise for the grid points b_r <= 0.
     """
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, x: Tensor, lo, hi) -> Tensor:
+    def forward(x: Tensor, lo, hi) -> Tensor:
         return x.clamp(lo, hi)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass
 
     @staticmethod
     def backward(ctx, grad: Tensor):

@@ -44,10 +44,15 @@ def place(w: Tensor, g: Grid) -> Tensor:
 class _ZeroSumProjection(torch.autograd.Function):
     """Identity forward; backward projects each row's gradient onto the valid keys' zero-sum subspace (P1)."""
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, s: Tensor, valid: Tensor) -> Tensor:
-        ctx.save_for_backward(valid)
+    def forward(s: Tensor, valid: Tensor) -> Tensor:
         return s.view_as(s)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(inputs[1])
 
     @staticmethod
     def backward(ctx, grad: Tensor):
