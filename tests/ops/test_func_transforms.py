@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.func import grad, jacrev, vjp, vmap
+import torch.autograd.forward_ad as fwAD
+from torch.func import grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 from kinterval.ops import OperatorSpec, attention_probs, kinterval_attention
 from kinterval.ops.closed_form import closed_form_probs
@@ -177,6 +178,19 @@ def test_jacrev_matches_the_autograd_jacobian(spec, backend):
         expected = torch.stack([r[j] for r in rows]).reshape(*out.shape, *x.shape)
         torch.testing.assert_close(got[j], expected, **TOL)
 
+    if backend == "closed_form":  # its derivative is a reverse-mode backward only
+        with pytest.raises(NotImplementedError, match="closed_form.*forward mode"):
+            jacfwd(fn)(q, k, v)
+        return
+    # forward mode (jacfwd, jvp): the reference's Functions define jvp; the same Jacobian to rounding
+    expected = torch.stack([r[0] for r in rows]).reshape(*out.shape, *q.shape)
+    torch.testing.assert_close(jacfwd(fn)(q, k, v), expected, rtol=1e-12, atol=1e-14)
+    tangent = torch.randn(q.shape, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    out_f, out_t = jvp(lambda q: fn(q, k, v), (q,), (tangent,))
+    torch.testing.assert_close(out_f, out, rtol=0, atol=0)
+    jt = expected.reshape(out.numel(), q.numel()) @ tangent.flatten()
+    torch.testing.assert_close(out_t, jt.reshape(out.shape), rtol=1e-12, atol=1e-14)
+
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_second_derivatives_through_closed_form_raise_under_torch_func(spec):
@@ -196,13 +210,50 @@ def test_second_derivatives_through_closed_form_raise_under_torch_func(spec):
     ):
         with pytest.raises(RuntimeError, match="closed_form.*first order only"):
             second(first("closed_form"))
+    fn = _attention(spec, "closed_form", "causal")
+    with pytest.raises(NotImplementedError, match="closed_form.*forward mode"):  # hessian = jacfwd(jacrev)
+        hessian(lambda q: (fn(q, k, v) * do).sum())(q)
 
     got = grad(lambda q, k: first("reference")(q, k).square().sum(), argnums=1)(q, k)
     qq, kk = q.clone().requires_grad_(), k.clone().requires_grad_()
     out = _attention(spec, "reference", "causal")(qq, kk, v)
     (gq,) = torch.autograd.grad((out * do).sum(), qq, create_graph=True)
-    (expected,) = torch.autograd.grad(gq.square().sum(), kk)
+    (expected,) = torch.autograd.grad(gq.square().sum(), kk, retain_graph=True)
     torch.testing.assert_close(got, expected, **TOL)
+
+    fn = _attention(spec, "reference", "causal")
+    rows = [torch.autograd.grad(x, qq, retain_graph=True)[0] for x in gq.flatten()]
+    torch.testing.assert_close(
+        hessian(lambda q: (fn(q, k, v) * do).sum())(q),
+        torch.stack(rows).reshape(*q.shape, *q.shape),
+        rtol=1e-12,
+        atol=1e-14,
+    )
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_forward_mode_ad_of_the_reference(spec):
+    """torch.autograd.forward_ad (dual numbers) through the reference gives J t (the Jacobian built by
+    reverse mode); closed_form raises its forward-mode error."""
+    g = torch.Generator().manual_seed(19)
+    s, t = (torch.randn(2, 5, generator=g, dtype=torch.float64) for _ in range(2))
+    ss = s.clone().requires_grad_()
+    P = attention_probs(ss, spec)
+    J = torch.stack([torch.autograd.grad(p, ss, retain_graph=True)[0] for p in P.flatten()]).reshape(10, 10)
+    for backend in BACKENDS:
+        with fwAD.dual_level():
+            dual = (
+                attention_probs(fwAD.make_dual(s, t), spec, backend=backend)
+                if backend == "reference"
+                else None
+            )
+            if backend == "closed_form":
+                with pytest.raises(NotImplementedError, match="closed_form.*forward mode"):
+                    attention_probs(fwAD.make_dual(s, t), spec, backend=backend)
+                continue
+            primal, tangent = fwAD.unpack_dual(dual)
+        torch.testing.assert_close(primal, P.detach(), rtol=0, atol=0)
+        torch.testing.assert_close(tangent, (J @ t.flatten()).reshape(2, 5), rtol=1e-12, atol=1e-14)
 
 
 def test_second_derivative_check_also_raises_in_a_jacrev_of_jacrev():

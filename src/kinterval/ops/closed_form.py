@@ -60,6 +60,17 @@ class ClosedFormProbs(torch.autograd.Function):
         s, valid = ctx.saved_tensors
         return closed_form_grad(s, valid, ctx.spec, g), None, None
 
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError(FORWARD_MODE_MESSAGE)
+
+
+FORWARD_MODE_MESSAGE = (
+    "backend 'closed_form': its derivative is a reverse-mode backward only; forward mode (torch.func.jvp, "
+    "jacfwd, hessian, torch.autograd.forward_ad) is not implemented: use backend='reference', which "
+    "differentiates the operator's formulas with autograd in either mode"
+)
+
 
 def closed_form_probs(s: Tensor, valid: Tensor, spec: OperatorSpec) -> Tensor:
     return ClosedFormProbs.apply(s, valid, spec)

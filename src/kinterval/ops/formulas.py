@@ -198,6 +198,10 @@ class _RoundingClamp(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         return grad, None, None
 
+    @staticmethod
+    def jvp(ctx, x_t: Tensor, lo_t, hi_t) -> Tensor:  # forward mode (jvp, jacfwd): the same identity
+        return x_t
+
 
 # ------------------------------------------------------------------------------- reconstruction (§3, App. A)
 def lerp_weight(g: Grid) -> Tensor:

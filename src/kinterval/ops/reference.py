@@ -48,16 +48,22 @@ class _ZeroSumProjection(torch.autograd.Function):
 
     @staticmethod
     def forward(s: Tensor, valid: Tensor) -> Tensor:
-        return s.view_as(s)
+        return s.clone()  # not a view: forward mode (jvp) returns a projected tangent, which is no view
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
         ctx.save_for_backward(inputs[1])
+        ctx.save_for_forward(inputs[1])
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         (valid,) = ctx.saved_tensors
         return project_zero_sum(grad, valid), None
+
+    @staticmethod
+    def jvp(ctx, s_t: Tensor, valid_t) -> Tensor:  # forward mode: the projection is symmetric
+        (valid,) = ctx.saved_tensors
+        return project_zero_sum(s_t, valid)
 
 
 def project_zero_sum(grad: Tensor, valid: Tensor) -> Tensor:
