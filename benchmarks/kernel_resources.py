@@ -6,7 +6,7 @@ For each (kernel, operator, dtype, D, tile config) the table gives registers per
 Usage:  python benchmarks/kernel_resources.py [--ops minmax-prob-k4,softmax] [--dtypes bf16,tf32] [--D 64,128]
         [--configs all|first] [--arch sm_90a] [--mix N] [--gqa G]
 (--gqa G: grouped-query attention, k and v with HEADS / G heads against q's HEADS. --sinks: with attention
-sinks, one per q head.)
+sinks, one per q head. --softcap C: with a softcap.)
 """
 
 from __future__ import annotations
@@ -88,7 +88,9 @@ def dtype_and_precision(dtype_mode):
     return torch.float32, dtype_mode
 
 
-def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H=HEADS, T=1024, sinks=False):
+def _meta_launch(
+    kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H=HEADS, T=1024, sinks=False, softcap=None
+):
     """The launch that ``triton_attention`` makes for contiguous (B, H, T, D) inputs (k, v with H / group
     heads), built by its own launch builders on meta tensors (no memory, no GPU): the same arguments, so the
     same specialization (ints equal to 1 become constexprs, multiples of 16 and aligned pointers get the
@@ -103,7 +105,7 @@ def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H
     sink_t = torch.empty(H, dtype=torch.float32, device="meta") if sinks else None
     save = kernel != "infer"
     fwd, saved, consts = autograd.forward_launch(
-        q, k, v, mask, spec, causal, 1 / D**0.5, prec, save=save, sinks=sink_t
+        q, k, v, mask, spec, causal, 1 / D**0.5, prec, save=save, sinks=sink_t, softcap=softcap
     )
     if kernel in ("fwd", "infer"):
         return fwd
@@ -113,7 +115,9 @@ def _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H
     return {"dq": dq, "dkdv": dkdv}[kernel]
 
 
-def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False, group=1, sinks=False):
+def compile_one(
+    kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False, group=1, sinks=False, softcap=None
+):
     """Compile one (kernel, operator, dtype, D, tile) for sm_90 as Triton's launcher would: its binder
     specializes the launch's arguments, then ``triton.compile`` for a GPUTarget (no device needed)."""
     import triton
@@ -122,7 +126,7 @@ def compile_one(kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=Fa
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    launch = _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group, sinks=sinks)
+    launch = _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group, sinks=sinks, softcap=softcap)
     fn = launch.kernel.fn  # the @triton.jit function under the autotuner
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
@@ -183,6 +187,7 @@ def main(argv=None) -> int:
         action="store_true",
         help="with attention sinks (the fused backward, which has none, is left out)",
     )
+    p.add_argument("--softcap", type=float, help="with a softcap c (scores c tanh(s / c))")
     p.add_argument(
         "--split-max-d", type=int, help="override kernels.SPLIT_MAX_D, every kernel (0: never split)"
     )
@@ -229,7 +234,18 @@ def main(argv=None) -> int:
         tiles = K.tile_list(*dtype_and_precision(dm))  # the list the launch would use
         cfgs = K.candidate_configs(TILE_KIND.get(kernel, kernel), tiles=tiles)
         for cfg in cfgs[:1] if args.configs == "first" else cfgs:
-            r = compile_one(kernel, spec, dm, D, cfg, args.arch, *masks[mk], group=args.gqa, sinks=args.sinks)
+            r = compile_one(
+                kernel,
+                spec,
+                dm,
+                D,
+                cfg,
+                args.arch,
+                *masks[mk],
+                group=args.gqa,
+                sinks=args.sinks,
+                softcap=args.softcap,
+            )
             kw = cfg.kwargs
             c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"
             spill = f"{r['spill_st']}/{r['spill_ld']}"

@@ -1011,45 +1011,50 @@ def test_an_mla_model_runs_the_kernels_with_its_own_value_head_dim(monkeypatch):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
-def test_gpt_oss_runs_its_sinks_on_the_kernels(monkeypatch):
-    """gpt-oss's learned attention sinks (s_aux) under the triton backend (its CPU interpreter without
-    CUDA): they reach the kernels, and the logits and every gradient, the sinks' included, equal the closed
-    form's."""
-    from transformers import AutoModelForCausalLM, GptOssConfig
+@pytest.mark.parametrize("kind", ["gpt_oss", "gemma2"])
+def test_sinks_and_softcap_run_on_the_kernels(kind, monkeypatch):
+    """gpt-oss's learned attention sinks (s_aux) and Gemma 2's logit softcap under the triton backend (its CPU
+    interpreter without CUDA): they reach the kernels, and the logits and every gradient, the sinks' included,
+    equal the closed form's. q and k are scaled up where the softcap should bend the scores."""
+    from transformers import AutoModelForCausalLM, Gemma2Config, GptOssConfig
 
     import kinterval.ops.triton as tri
 
-    sinks_seen, real_kernels = [], tri.triton_attention
+    seen, real_kernels = [], tri.triton_attention
 
     def kernel_spy(*args, **kwargs):
-        sinks_seen.append(kwargs.get("sinks") is not None)
+        seen.append((kwargs.get("sinks") is not None, kwargs.get("softcap")))
         return real_kernels(*args, **kwargs)
 
     monkeypatch.setattr(tri, "triton_attention", kernel_spy)
-    cfg = GptOssConfig(
+    common = dict(
         vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
-        max_position_embeddings=64, layer_types=["sliding_attention", "full_attention"], sliding_window=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
     )  # fmt: skip
+    if kind == "gpt_oss":
+        cfg = GptOssConfig(**common, num_local_experts=2, num_experts_per_tok=1, sliding_window=4,
+                           layer_types=["sliding_attention", "full_attention"])  # fmt: skip
+    else:
+        cfg = Gemma2Config(**common, attn_logit_softcapping=0.5, query_pre_attn_scalar=8, sliding_window=4)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1)).to(device)
     results = []
     for backend in ("triton", "closed_form"):
-        name = hf.register(f"sinks-test-{backend}", "minmax-weight-k4", backend=backend)
+        name = hf.register(f"mods-test-{kind}-{backend}", "minmax-weight-k4", backend=backend)
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation=name).float().to(device)
         with torch.no_grad():
-            for layer in model.model.layers:
-                layer.self_attn.sinks.normal_(0.0, 2.0)
+            for n, w in model.named_parameters():
+                if n.endswith("self_attn.sinks"):
+                    w.normal_(0.0, 2.0)
+                if kind == "gemma2" and n.endswith(("q_proj.weight", "k_proj.weight")):
+                    w.mul_(20.0)
         with dot_precision("ieee"):
             logits = model(ids).logits
         logits.float().square().mean().backward()
-        sink_grads = [layer.self_attn.sinks.grad for layer in model.model.layers]
-        results.append(
-            (logits.detach(), [p.grad for p in model.parameters() if p.grad is not None], sink_grads)
-        )
-    assert sinks_seen and all(sinks_seen)
-    assert all(g.abs().sum() > 0 for g in results[0][2])
+        results.append((logits.detach(), [p.grad for p in model.parameters() if p.grad is not None]))
+    want = (True, None) if kind == "gpt_oss" else (False, 0.5)
+    assert seen and set(seen) == {want}
     torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=1e-5)
     for a, b in zip(results[0][1], results[1][1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-6)

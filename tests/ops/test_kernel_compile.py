@@ -46,6 +46,7 @@ def _split_dots() -> str:
         ("lerp-k32[range_grad=detach]", f"tf32,ieee,{_split_dots()}", "causal", 1, False),
         ("minmax-prob-k4", "bf16", "causal", 4, False),  # grouped-query attention: k/v head h // 4
         ("softmax,fwm-prob-k4[range_grad=p1]", "bf16", "causal", 1, True),  # attention sinks: no fused kernel
+        ("softmax,minmax-weight-k4", "bf16", "causal", 1, "softcap"),  # a softcap (every kernel)
     ],
 )
 def test_kernels_compile_for_sm90(ops, dtypes, masks, gqa, sinks):
@@ -66,13 +67,13 @@ def test_kernels_compile_for_sm90(ops, dtypes, masks, gqa, sinks):
         "3",
         "--gqa",
         str(gqa),
-    ] + (["--sinks"] if sinks else [])
+    ] + {True: ["--sinks"], "softcap": ["--softcap", "30"]}.get(sinks, [])
     res = subprocess.run(cmd + ["--configs", "first"], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     kernel_row = re.compile(r"\| (fwd|infer|dq|dkdv|fused) \|")
     rows = [line.split("|") for line in res.stdout.splitlines() if kernel_row.match(line)]
     n_ops, n_dtypes, n_masks = len(ops.split(",")), len(dtypes.split(",")), len(masks.split(","))
-    assert len(rows) == (4 if sinks else 5) * n_ops * n_dtypes * n_masks
+    assert len(rows) == (4 if sinks is True else 5) * n_ops * n_dtypes * n_masks
     for r in rows:  # registers, loop instructions, a 12-digit SASS hash, the loops, 3 opcodes
         assert int(r[6]) > 0 and int(r[9]) > 0 and re.fullmatch(r" [0-9a-f]{12} ", r[11]), r
         loops = [float(n) for n in r[13].split(" / ")]  # every loop; the longest is instr/score

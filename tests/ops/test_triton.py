@@ -158,9 +158,11 @@ def _probs_with_sinks(s, valid, spec, sinks):
     return reference_probs(s, valid, spec)[..., :-1]
 
 
-def _lowp_torch(q, k, v, spec, causal, mask, scale, sinks=None):
+def _lowp_torch(q, k, v, spec, causal, mask, scale, sinks=None, softcap=None):
     """PyTorch's native low-precision attention: scores and P @ V in q's dtype, the operator in fp32."""
     s = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
     P = _probs_with_sinks(s.float(), valid, spec, sinks)
     return torch.matmul(P.to(q.dtype), v)
@@ -179,7 +181,7 @@ class _RoundGrad(torch.autograd.Function):
         return g.to(ctx.dtype).to(g.dtype), None
 
 
-def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale, sinks=None):
+def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale, sinks=None, softcap=None):
     """The kernels' 16-bit arithmetic in PyTorch, the low-precision baseline of the K-interval operators:
     products of the 16-bit inputs accumulated in fp32 (the scores and g = dO vᵀ, as the tensor cores form
     them), the grid and the operator in fp32, P rounded to q's dtype before P V and dS before dSᵀ Q and dS K,
@@ -187,6 +189,8 @@ def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale, sinks=None):
     boundaries and midpoints: that baseline's error is O(0.1-1) and bounded nothing (a dq 30% off passed)."""
     dt = q.dtype
     s = _RoundGrad.apply(torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale, dt)
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
     P = _probs_with_sinks(s, valid, spec, None if sinks is None else sinks.float())
     P = P + (P.to(dt).float() - P).detach()  # rounded in the forward; dL/dP = dO vᵀ stays fp32
@@ -235,7 +239,7 @@ def _with_sink_key(q, k, v, sinks, scale):
 
 def check(
     spec, q, k, v, do, *, causal=False, mask=None, scale=None, precision=None, atol=None,
-    kernel=triton_attention, exclude_flips=True, sinks=None,
+    kernel=triton_attention, exclude_flips=True, sinks=None, softcap=None,
 ):  # fmt: skip
     """Run the kernel and the references; assert the bounds for out, dq, dk, dv; return the max-error table.
 
@@ -245,7 +249,8 @@ def check(
     gradient and are left out of the forward comparison, unless ``exclude_flips`` is False. k and v may have
     fewer heads than q (grouped-query attention): the kernel gets them as they are, the references repeat
     them (``enable_gqa``) and sum their gradients back. ``sinks`` (H,), in q's dtype: attention sinks, for
-    the kernel and every reference alike; their gradient is checked as a fifth result."""
+    the kernel and every reference alike; their gradient is checked as a fifth result. ``softcap``: the
+    scores' softcap c, for all alike (with sinks too, only without flip exclusion: the sink is not capped)."""
     spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else spec
     # inputs on any device: the flip-prone rows are found on the CPU (flip_rows), and masked_fill below
     # needs ``do`` where they are; each run gets its own copy on DEVICE
@@ -262,8 +267,9 @@ def check(
         return x.repeat_interleave(group, 1) if group > 1 else x
 
     valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=causal, mask=mask)
+    assert sinks is None or softcap is None or not exclude_flips, "flip_rows would cap the sink too"
     if sinks is None:
-        flips = flip_rows(spec, q, rep(k), scale_, valid, rep(v), do)
+        flips = flip_rows(spec, q, rep(k), scale_, valid, rep(v), do, softcap=softcap)
     else:  # the sink as one more key of every row
         sinks = sinks.cpu()
         taken = (~torch.isneginf(sinks)).view(1, -1, 1, 1).expand(*valid.shape[:-1], 1)
@@ -277,7 +283,9 @@ def check(
     dev = [x.to(DEVICE) for x in (q, k, v, do)]
     mask_d = None if mask is None else mask.to(DEVICE)
     sinks_d = None if sinks is None else sinks.to(DEVICE)
-    kw = {} if sinks is None else {"sinks": None}  # only a kernel given sinks gets the argument
+    kw = {} if sinks is None else {"sinks": None}  # only a kernel given sinks (a softcap) gets the argument
+    if softcap is not None:
+        kw["softcap"] = softcap
 
     def args(a, b, c, *s):
         return dict(kw, sinks=s[0]) if s else kw
@@ -328,7 +336,9 @@ def check(
         if dtype in (torch.bfloat16, torch.float16):  # module doc: the low-precision baseline
             lowp_fn = _lowp_torch if spec.kind == "softmax" else _lowp_kernel_arith
             lowp = _grads(
-                lambda a, b, c, *s: lowp_fn(a, rep(b), rep(c), spec, causal, mask_d, scale_, *s),
+                lambda a, b, c, *s: lowp_fn(
+                    a, rep(b), rep(c), spec, causal, mask_d, scale_, *s, softcap=softcap
+                ),
                 *dev,
                 sinks=sinks_d,
             )
@@ -1991,3 +2001,86 @@ def test_a_key_tied_with_the_sink_keeps_the_arg_max(name):
     for x, w, what in zip(got, want, ("out", "dq", "dk", "dv", "dsinks"), strict=True):
         err = (x.double().cpu() - w).abs().max().item()
         assert err <= 1e-5 * max(1.0, w.abs().max().item()), (what, err)
+
+
+# ------------------------------------------------------------------------------------------------- softcap
+SOFTCAP_CASES = [
+    # (operator, dtype, masking, softcap c); the scores' sd is about 4
+    ("softmax", torch.float32, "causal", 3.0),
+    ("softmax", torch.float32, "mask", 20.0),
+    ("bf16-exp", torch.float32, "causal", 3.0),
+    ("fp8-exp", torch.float32, "mask", 3.0),
+    ("lerp-k4", torch.float32, "mask", 3.0),
+    ("minmax-weight-k4", torch.float32, "causal", 3.0),
+    ("minmax-prob-k4", torch.float32, "mask", 8.0),
+    ("fwm-weight-k4", torch.float32, "causal", 8.0),
+    ("fwm-prob-k4", torch.float32, "causal", 3.0),
+    ("resolved-lerp-k4", torch.float32, "mask", 3.0),
+    ("minmax-weight-k4[arithmetic=historical]", torch.float32, "causal", 3.0),
+    ("fwm-prob-k4[arithmetic=historical]", torch.float32, "mask", 3.0),
+    ("minmax-prob-k4[range_grad=min_only]", torch.float32, "causal", 3.0),
+    ("lerp-k16[range_grad=max_only]", torch.float32, "mask", 3.0),
+    ("fwm-prob-k4[range_grad=p1]", torch.float32, "causal", 3.0),
+    ("softmax", torch.bfloat16, "causal", 3.0),
+    ("minmax-weight-k4", torch.bfloat16, "mask", 3.0),
+    ("fwm-prob-k4", torch.bfloat16, "causal", 8.0),
+]
+
+
+@pytest.mark.parametrize(("name", "dtype", "masking", "cap"), SOFTCAP_CASES)
+def test_softcap(name, dtype, masking, cap):
+    """A softcap (Gemma 2: s = c tanh(scale q k^T / c)) against the float64 reference with the same softcap
+    (``api.modified_scores``), at the bound of every other case: the forward, the chain factor 1 - (s/c)^2
+    of the dots into dQ and dK, and the calibration terms of eq. (2) on the arg keys, whose factor is taken
+    at M and m. With a general mask a fully masked row stays a zero row."""
+    B, H, T, D = 1, 2, 37, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=zlib.crc32(name.encode()) % 1000 + int(cap), dtype=dtype)
+    mask = _general_mask(B, H, T, T, seed=9) if masking == "mask" else None
+    if mask is not None:
+        mask[0, 1, 3] = False
+    _, res, _ = check(name, q, k, v, do, causal=masking == "causal", mask=mask, softcap=cap)
+    if mask is not None:
+        assert torch.equal(res[0][0, 1, 3].cpu(), torch.zeros(D, dtype=dtype))
+
+
+@pytest.mark.parametrize(("name", "masking"), [("minmax-weight-k4", "causal"), ("fwm-prob-k4", "mask")])
+def test_softcap_fused_backward(name, masking, fused_bwd):
+    """The one-kernel backward with a softcap: the chain factor in its dots and, after the kernel, at the arg
+    keys of the calibration terms (``autograd.fused_backward``)."""
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=13)
+    mask = _general_mask(1, 2, 37, 37, seed=6) if masking == "mask" else None
+    check(name, q, k, v, do, causal=masking == "causal", mask=mask, softcap=3.0)
+    assert fused_bwd, "the fused backward did not run"
+
+
+@pytest.mark.parametrize("name", ["softmax", "minmax-prob-k4", "resolved-weight-k4[arithmetic=historical]"])
+def test_softcap_with_sinks_grouped_heads_and_inference(name):
+    """A softcap with attention sinks (not capped: they join the row after the softcap, as in
+    ``kinterval_attention``) on grouped-query heads, against the reference; the inference forward gives the
+    training forward's output bit for bit. A row with an infinite q k^T on a key it attends is NaN though the
+    softcap would bound that score, in both forwards."""
+    B, H, T, D = 1, 4, 29, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=17)
+    valid = valid_mask((B, H, T, T), "cpu", causal=True, mask=None)
+    sinks = _sinks_for(q, k, D**-0.5, valid, torch.float32).clamp_max(1.5)  # inside the capped range
+    check(name, q, k[:, :2], v[:, :2], do, causal=True, sinks=sinks, softcap=3.0, exclude_flips=False)
+    qd, kd, vd = (x.to(DEVICE) for x in (q, k, v))
+    kw = dict(causal=True, softcap=3.0, sinks=sinks.to(DEVICE), precision="ieee")
+    train = triton_attention(*(x.detach().requires_grad_() for x in (qd, kd, vd)), name, **kw)
+    with torch.no_grad():
+        assert torch.equal(triton_attention(qd, kd, vd, name, **kw), train.detach())
+        qi = qd.clone()
+        qi[0, 1, 5, 0] = float("inf")
+        for grad in (False, True):
+            with torch.set_grad_enabled(grad):
+                out = triton_attention(qi.requires_grad_(grad), kd, vd, name, **kw)
+            assert (
+                out[0, 1, 5].isnan().all() and out[0, 1, :5].isfinite().all() and out[0, 0].isfinite().all()
+            )
+
+
+def test_softcap_arguments_are_checked():
+    q, k, v, _ = (x.to(DEVICE) for x in make_inputs(1, 2, 8, 8, 16, seed=1))
+    for bad in (0, -1.0, float("inf"), float("nan"), True, "3"):
+        with pytest.raises(ValueError, match="softcap must be a positive finite number"):
+            triton_attention(q, k, v, "fwm-prob-k4", softcap=bad)

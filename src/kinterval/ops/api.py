@@ -289,7 +289,7 @@ def kinterval_attention(
     None: none) and the float mask's bias, as transformers' eager attention orders them. ``sinks`` (H,) are
     attention sinks (gpt-oss): one learned logit per q head, appended to every row as a key without a value;
     the operator's calibration sees it like any key, and its probability is dropped (:func:`with_sinks`).
-    A bias or a softcap needs the reference or closed_form backend ("auto" takes closed_form on a GPU);
+    A bias needs the reference or closed_form backend ("auto" takes closed_form on a GPU); the softcap and
     sinks run on every backend.
     ``dropout_p`` in [0, 1] is dropout on the probabilities P before P v, as SDPA (applied whenever it is
     nonzero: pass ``dropout_p=p if training else 0.0``); the backward sees the dropped P. It needs P
@@ -390,6 +390,7 @@ def kinterval_attention(
             scale=scale,
             precision=precision,
             sinks=None if sinks is None else sinks.to(q.device),
+            softcap=softcap,
         )
     if H != H_kv:
         k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)

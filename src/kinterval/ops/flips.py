@@ -99,11 +99,13 @@ def _baseline_flips(spec, s, rad, M, rad_M, valid, v, do) -> Tensor:
 
 def flip_rows(
     spec: OperatorSpec, q: Tensor, k: Tensor, scale: float, valid: Tensor, v: Tensor | None = None,
-    do: Tensor | None = None,
+    do: Tensor | None = None, softcap: float | None = None,
 ) -> Tensor:  # fmt: skip
     """Bool (..., Tq): rows of ``scale * q k^T`` (masked by ``valid``) where a grid decision of ``spec`` (or
     a rounding of a reduced-precision baseline) lies within fp32 rounding of a discontinuity (module doc).
-    Softmax has none. ``v`` and ``do`` (the upstream gradient) add BF16-exp's backward rounding."""
+    Softmax has none. ``v`` and ``do`` (the upstream gradient) add BF16-exp's backward rounding. ``softcap``
+    c: the scores are c tanh(scale q k^T / c); a score's radius is then its product's times tanh's slope
+    1 - (s/c)^2, plus a few roundings of s for the tanh itself."""
     q, k = q.double().cpu(), k.double().cpu()
     valid = valid.cpu().expand(*q.shape[:-1], k.shape[-2])
     rows = torch.zeros(valid.shape[:-1], dtype=torch.bool)
@@ -112,6 +114,9 @@ def flip_rows(
     s = (q @ k.transpose(-2, -1)) * scale
     cond = (q.abs() @ k.abs().transpose(-2, -1)) * scale
     rad = RADIUS * U32 * (cond + s.abs())  # rounding radius of each score
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+        rad = rad * (1 - (s / softcap) ** 2) + RADIUS * U32 * 4 * s.abs()
     inf = float("inf")
     M, jmax = s.masked_fill(~valid, -inf).max(-1, keepdim=True)
     m, jmin = s.masked_fill(~valid, inf).min(-1, keepdim=True)

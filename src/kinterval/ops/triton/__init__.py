@@ -12,8 +12,8 @@ Public names:
 Supported: every operator of the family: the baselines ``softmax``, ``bf16-exp`` and ``fp8-exp`` (App. D.5);
 ``{minmax,fwm,resolved}-lerp-k{K}``; ``{minmax,fwm,resolved}-{weight,prob}-k{K}`` in strict and historical
 arithmetic (App. C.2); every ``range_grad`` (full, detach, max_only, min_only, p1). Attention sinks (one
-score per q head, a key without a value) join every row; an additive score bias and a softcap do not run here
-(``kinterval.ops.backends``: "auto" takes closed_form for them).
+score per q head, a key without a value) join every row, and a softcap bends the scores; an additive score
+bias does not run here (``kinterval.ops.backends``: "auto" takes closed_form for it).
 """
 
 from __future__ import annotations
@@ -48,11 +48,24 @@ def triton_supports(spec: OperatorSpec) -> bool:
     return unsupported_reason(spec) is None
 
 
-def triton_attention(q, k, v, spec, *, causal=False, mask=None, scale=None, precision=None, sinks=None):
+def triton_attention(
+    q, k, v, spec, *, causal=False, mask=None, scale=None, precision=None, sinks=None, softcap=None
+):
     """Fused attention with the probabilities of ``spec``.
 
     See :func:`kinterval.ops.triton.autograd.triton_attention` for the arguments and conventions.
     """
     from kinterval.ops.triton.autograd import triton_attention as _impl
 
-    return _impl(q, k, v, spec, causal=causal, mask=mask, scale=scale, precision=precision, sinks=sinks)
+    return _impl(
+        q,
+        k,
+        v,
+        spec,
+        causal=causal,
+        mask=mask,
+        scale=scale,
+        precision=precision,
+        sinks=sinks,
+        softcap=softcap,
+    )

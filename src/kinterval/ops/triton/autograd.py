@@ -13,7 +13,7 @@ import torch
 import triton
 from torch import Tensor
 
-from kinterval.ops.api import PRECISIONS, check_causal
+from kinterval.ops.api import PRECISIONS, check_causal, check_softcap
 from kinterval.ops.first_order import first_order_only
 from kinterval.ops.spec import OperatorSpec
 from kinterval.ops.tf32 import tf32_enabled
@@ -167,7 +167,7 @@ def _sinks_arg(sinks: Tensor | None, device) -> tuple[Tensor, bool]:
 
 
 def forward_launch(
-    q, k, v, mask, spec, causal, scale, precision, save=True, sinks=None
+    q, k, v, mask, spec, causal, scale, precision, save=True, sinks=None, softcap=None
 ) -> tuple[Launch, Saved, dict]:
     """The forward launch, the tensors the backward needs and the launch's constants; outputs allocated.
     ``save=False`` (inference: no backward follows) for Prob-STE stores O only and skips the P^L V dot of
@@ -190,7 +190,7 @@ def forward_launch(
     amax, amin = (_alloc(rows, torch.int32, dev) for _ in range(2))
     meta = dict(
         **group_flags(flags),
-        MASKING=(bool(causal), has_mask, has_sinks),
+        MASKING=(bool(causal), has_mask, has_sinks, softcap is not None),
         PREC=precision,
         SPLIT=split_loops("fwd", q.element_size(), _block_d(D), has_mask),
         SAVE=bool(save),
@@ -204,7 +204,7 @@ def forward_launch(
     common = dict(
         strides=(q.stride(), k.stride(), v.stride(), mstr),
         shape=(H, Tq, Tk, D, group),
-        consts=(scale, kf, tau),
+        consts=(scale, kf, tau, 1.0 if softcap is None else float(softcap)),
     )
     outs = (o, oL, M, m, Wf, Wa, amax, amin)
     args = (q, (k, v, mask_t, sinks_t), outs, *common.values())
@@ -306,7 +306,7 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
     stats = (M, m, Wf, Wa, delta, amax, amin, dq_acc, S1, GM)
     args = (q, (k, v, mask_t, do), stats, (dk, dv), *ctx["common"].values())
     launch = Launch(_bwd_fused_kernel, grid, args, {**meta, "SPLIT": split})
-    scale = ctx["common"]["consts"][0]
+    scale, cap = ctx["common"]["consts"][0], ctx["common"]["consts"][3]
 
     def finish():
         dq, dk_q = dq_acc, dk  # dk per q head
@@ -316,9 +316,13 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
             else:
                 g_max, g_min = -S1, None
             H_kv = k.shape[1]
-            for keep, G, idx in (("KEEP_MAX_TERM", g_max, amax), ("KEEP_MIN_TERM", g_min, amin)):
+            for keep, G, idx, at_s in (("KEEP_MAX_TERM", g_max, amax, M), ("KEEP_MIN_TERM", g_min, amin, m)):
                 if not flags[keep]:
                     continue
+                if ctx["meta"]["MASKING"][
+                    3
+                ]:  # the softcap's chain factor 1 - th^2 at the arg key: th = s / c
+                    G = G * (1.0 - (at_s / cap) ** 2)
                 at = idx.long().clamp_min(0)[..., None].expand(B, H, Tq, D)
                 # the rows of a group's q heads, side by side, gather from their k/v head (no repeated k)
                 k_at = k.float().gather(2, at.reshape(B, H_kv, -1, D)).view(B, H, Tq, D)
@@ -331,8 +335,10 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
 
 class _TritonKIntervalAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, sinks, spec, causal, scale, precision):
-        launch, saved, consts = forward_launch(q, k, v, mask, spec, causal, scale, precision, sinks=sinks)
+    def forward(ctx, q, k, v, mask, sinks, spec, causal, scale, precision, softcap):
+        launch, saved, consts = forward_launch(
+            q, k, v, mask, spec, causal, scale, precision, sinks=sinks, softcap=softcap
+        )
         with _on_device(q):
             launch()
         ctx.save_for_backward(*saved)
@@ -359,7 +365,7 @@ class _TritonKIntervalAttention(torch.autograd.Function):
                 grads = (dq, fold_groups(dk, saved.k), fold_groups(dv, saved.v))
                 if has_sinks and ctx.needs_input_grad[4]:  # a sink's gradient: its rows' dL/ds summed
                     dsinks = ds_sink.sum((0, 2)).to(ctx.sinks_dtype)
-        return (*grads, None, dsinks, None, None, None, None)
+        return (*grads, None, dsinks, None, None, None, None, None)
 
 
 def triton_attention(
@@ -373,6 +379,7 @@ def triton_attention(
     scale: float | None = None,
     precision: str | None = None,
     sinks: Tensor | None = None,
+    softcap: float | None = None,
 ) -> Tensor:
     """``P(q k^T * scale) v`` with the probabilities of ``spec``, fused forward and backward.
 
@@ -386,7 +393,9 @@ def triton_attention(
     with the last key (needs Tq <= Tk). ``sinks`` (H,), floating: attention sinks (gpt-oss), one learned
     score per q head that joins every row of its head as a key without a value (``api.with_sinks``: its
     calibration counts it like any key, its probability is dropped; -inf: no sink; NaN or +inf: the head's
-    rows are NaN); they get a gradient, the sum of their rows' dL/ds. The operator maths is float32;
+    rows are NaN); they get a gradient, the sum of their rows' dL/ds. ``softcap`` c > 0 (Gemma 2; None:
+    none): the operator runs on s = c tanh(scale q k^T / c); a row with a non-finite scale q k^T on a key it
+    attends is NaN all the same (checked before the softcap). The operator maths is float32;
     ``precision`` sets the fp32 dot precision ("tf32", "tf32x3", "bf16x6" or "ieee"; None follows torch's
     TF32 setting, ``tf32_enabled``). The output has q's dtype.
 
@@ -428,6 +437,7 @@ def triton_attention(
         raise ValueError(f"causal attention needs Tq <= Tk, got Tq={Tq}, Tk={Tk}")
     if D == 0:
         raise ValueError(f"q, k, v need a head dimension D >= 1, got q {tuple(q.shape)}")
+    softcap = check_softcap(softcap)
     if sinks is not None:
         if not isinstance(sinks, Tensor) or sinks.dtype not in (*SUPPORTED_DTYPES, torch.float64):
             got = sinks.dtype if isinstance(sinks, Tensor) else type(sinks).__name__
@@ -444,7 +454,7 @@ def triton_attention(
     prec = resolve_precision(q.dtype, precision)
     Dv = v.shape[-1]
     if Dv == D:
-        return _attention(q, k, v, mask, sinks, spec, bool(causal), float(scale), prec)
+        return _attention(q, k, v, mask, sinks, softcap, spec, bool(causal), float(scale), prec)
     # v's own head dim (SDPA allows it): the narrower of (q, k) and v is padded with zero columns to the wider
     # one, which changes no score and no output column; the extra output columns (zeros) are cut off
     width = max(D, Dv)
@@ -452,11 +462,11 @@ def triton_attention(
         q, k = (torch.nn.functional.pad(x, (0, width - D)) for x in (q, k))
     else:
         v = torch.nn.functional.pad(v, (0, width - Dv))
-    out = _attention(q, k, v, mask, sinks, spec, bool(causal), float(scale), prec)
+    out = _attention(q, k, v, mask, sinks, softcap, spec, bool(causal), float(scale), prec)
     return out[..., :Dv].contiguous()
 
 
-def _attention(q, k, v, mask, sinks, spec, causal: bool, scale: float, prec: str) -> Tensor:
+def _attention(q, k, v, mask, sinks, softcap, spec, causal: bool, scale: float, prec: str) -> Tensor:
     """``triton_attention`` on checked inputs with one head dim D (q, k and v)."""
     B, H, Tq, D = q.shape
     H_kv, Tk = k.shape[1], k.shape[2]
@@ -474,8 +484,10 @@ def _attention(q, k, v, mask, sinks, spec, causal: bool, scale: float, prec: str
     inputs = (q, k, v) if sinks is None else (q, k, v, sinks)
     if not (torch.is_grad_enabled() and any(x.requires_grad for x in inputs)):
         # inference: no backward, so the forward skips what only the backward reads (O^L, row statistics)
-        launch, saved, _ = forward_launch(q, k, v, mask, spec, causal, scale, prec, save=False, sinks=sinks)
+        launch, saved, _ = forward_launch(
+            q, k, v, mask, spec, causal, scale, prec, save=False, sinks=sinks, softcap=softcap
+        )
         with _on_device(q):
             launch()
         return saved.o
-    return _TritonKIntervalAttention.apply(q, k, v, mask, sinks, spec, causal, scale, prec)
+    return _TritonKIntervalAttention.apply(q, k, v, mask, sinks, spec, causal, scale, prec, softcap)

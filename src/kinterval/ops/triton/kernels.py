@@ -352,13 +352,15 @@ _KEY = ["shape", "BLOCK_D", "OP", "GRAD", "MASKING", "PREC", "SPLIT"]
 #   ins     = (Kp, V, Mask[, DO][, Sinks])     inputs (DO in the backward; Sinks in the forward and dQ)
 #   stats   = the per-row buffers a backward kernel reads; outs = the buffers a kernel writes
 #   strides = (q, k, v, mask strides), each (batch, head, row, dim)
-#   shape   = (H, Tq, Tk, D, G); consts = (scale, K, tau)
+#   shape   = (H, Tq, Tk, D, G); consts = (scale, K, tau, cap): cap the softcap c (1 without one)
 #             G: q heads per k/v head (grouped-query attention; 1 without it): q head h reads k/v head h // G
 # The helpers:
 #   OP      = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL, EXP) operator switches (constexpr)
 #   GRAD    = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)      range_grad switches (constexpr)
-#   MASKING = (IS_CAUSAL, HAS_MASK, HAS_SINKS)                        (constexpr)
-#             HAS_SINKS: one attention sink per q head (Sinks, fp32 (H,)), a key Tk without a value
+#   MASKING = (IS_CAUSAL, HAS_MASK, HAS_SINKS, SOFTCAP)               (constexpr): the keys a row sees, and
+#             HAS_SINKS: one attention sink per q head (Sinks, fp32 (H,)), a key Tk without a value;
+#             SOFTCAP: the scores are softcapped, s = c tanh(scale q.k / c) (Gemma 2)
+#   scales  = (scale, cap)                                            the scores' scale and softcap c
 #   mask    = (mask_base, stride_mm, stride_mn)                       user mask of this (batch, head)
 #   keys    = (k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd)
 #   bounds  = (offs_m, offs_d, dmask, Tq, Tk)                         the query block and the head dim
@@ -422,16 +424,55 @@ def exp_baseline(z, EXP: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, kT, scale, M, PREC: tl.constexpr, SOFTMAX: tl.constexpr):
-    """The score tile s = scale q k^T. Softmax needs only e^{s - M}: for it the tile is the exponent
-    (s - M) log2(e) instead, one FMA per score, so that ``tl.exp2`` of it is the weight (FlashAttention's
-    exp2 form; the row max then weighs 2^{rounding} rather than exactly 1, which normalization absorbs
-    while |M log2(e)| < SOFTMAX_OFFSET_LIMIT: _fwd_kernel makes a row past it NaN)."""
+def _tanh(x):
+    """tanh in fp32 to a few ulp (one formula for the GPU and the interpreter, which has no libdevice tanh):
+    below |x| = 1/4 its odd series to x^9 (truncation < 1e-8 relative), above 1 - 2/(e^{2|x|} + 1) with x's
+    sign (exactly +-1 once e^{2|x|} overflows); NaN stays NaN."""
+    a = tl.abs(x)
+    x2 = x * x
+    small = x + x * x2 * (-1.0 / 3 + x2 * (2.0 / 15 + x2 * (-17.0 / 315 + x2 * (62.0 / 2835))))
+    big = 1.0 - 2.0 / (tl.exp2(a * (2.0 * LOG2E)) + 1.0)
+    return tl.where(a < 0.25, small, tl.where(x < 0, -big, big))
+
+
+@triton.jit
+def _softcapped(qk, scales):
+    """(s, th): the softcapped score s = c tanh(scale q.k / c) of the products ``qk`` and th = s / c, whose
+    1 - th^2 is ds/d(scale q.k), the chain factor the backward's dots take."""
+    scale, cap = scales
+    th = _tanh(qk * (scale / cap))
+    return th * cap, th
+
+
+@triton.jit
+def _scores(q, kT, scales, M, PREC: tl.constexpr, SOFTMAX: tl.constexpr, SOFTCAP: tl.constexpr):
+    """(s, th): the score tile s = scale q k^T, softcapped with SOFTCAP (th = s / c, ``_softcapped``; else th
+    is not formed). Softmax needs only e^{s - M}: for it the tile is the exponent (s - M) log2(e) instead,
+    one FMA per score, so that ``tl.exp2`` of it is the weight (FlashAttention's exp2 form; the row max then
+    weighs 2^{rounding} rather than exactly 1, which normalization absorbs while |M log2(e)| <
+    SOFTMAX_OFFSET_LIMIT: _fwd_kernel makes a row past it NaN)."""
+    scale, cap = scales
     qk = _dot(q, kT, PREC)
-    if SOFTMAX:
-        return tl.fma(qk, scale * LOG2E, -(M * LOG2E)[:, None])
+    th = qk  # unused without SOFTCAP
+    if SOFTCAP:
+        s, th = _softcapped(qk, scales)
+        if SOFTMAX:
+            s = tl.fma(s, LOG2E, -(M * LOG2E)[:, None])
+    elif SOFTMAX:
+        s = tl.fma(qk, scale * LOG2E, -(M * LOG2E)[:, None])
     else:
-        return qk * scale
+        s = qk * scale
+    return s, th
+
+
+@triton.jit
+def _chain(ds, th, SOFTCAP: tl.constexpr):
+    """dL/d(scale q.k) from dL/ds: the softcap's chain factor 1 - th^2 (eq. 2's dS times tanh's derivative),
+    what the dots into dQ and dK take; the row sums of eq. (1) and (2) stay in s."""
+    if SOFTCAP:
+        return ds * (1.0 - th * th)
+    else:
+        return ds
 
 
 @triton.jit
@@ -738,7 +779,7 @@ def _valid_flagged(s, valid):
 
 
 @triton.jit
-def _extrema_step(q, start_n, keys, bounds, mask, rows, scale, CALIB: tl.constexpr, MASKING: tl.constexpr,
+def _extrema_step(q, start_n, keys, bounds, mask, rows, scales, CALIB: tl.constexpr, MASKING: tl.constexpr,
                   PREC: tl.constexpr, FULL: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 1 over one key tile, rows = (M, m, amax, amin): running row max M (NaN once a valid score is not
     finite: ``_valid_flagged``) and min m, first index among ties (scores only)."""
@@ -748,9 +789,15 @@ def _extrema_step(q, start_n, keys, bounds, mask, rows, scale, CALIB: tl.constex
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
     kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
-    s = _dot(q, kT, PREC) * scale
+    scale, cap = scales
+    qk = _dot(q, kT, PREC)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    s_hi = _valid_flagged(s, valid)
+    if MASKING[3]:  # softcap: a non-finite scale q.k is flagged before the softcap would bound it
+        s = _softcapped(qk, scales)[0]
+        s_hi = tl.where(valid, tl.fma(qk * scale, 0.0, s), float("-inf"))
+    else:
+        s = qk * scale
+        s_hi = _valid_flagged(s, valid)
     bmax = tl.reduce(s_hi, 1, _max_nan)
     # the first tied key; interior tiles select its offset in the tile (32-bit, see _arg_keys)
     base = start_n if FULL else 0
@@ -829,7 +876,7 @@ def _sink_softmax(s, ok, M, off, W, acc):
 
 
 @triton.jit
-def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl.constexpr,
+def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: tl.constexpr,
                   MASKING: tl.constexpr, PREC: tl.constexpr, STAGE: tl.constexpr, FULL: tl.constexpr,
                   BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 2 over one key tile, sums = (W, WL, acc, accL): weights at the final (M, m); W += sum w,
@@ -855,7 +902,7 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
     kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
-    s = _scores(q, kT, scale, M, PREC, SOFTMAX)  # softmax: (s - M) log2(e)
+    s = _scores(q, kT, scales, M, PREC, SOFTMAX, MASKING[3])[0]  # softmax: (s - M) log2(e)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     if SOFTMAX:
         w = tl.where(valid, tl.exp2(s), 0.0)  # e^{s - M}
@@ -884,7 +931,7 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP: tl
 
 
 @triton.jit
-def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scale, OP: tl.constexpr,
+def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scales, OP: tl.constexpr,
                   MASKING: tl.constexpr, PREC: tl.constexpr, STAGE: tl.constexpr, SPLIT: tl.constexpr,
                   BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 2 (or 3) over the key tiles [lo, hi): the unmasked interior tiles [lo, full_hi) first (SPLIT);
@@ -892,16 +939,16 @@ def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scale, OP: tl.c
     lo, full_hi, hi = tiles
     if SPLIT:
         for start_n in range(lo, full_hi, BLOCK_N):
-            sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC,
+            sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP, MASKING, PREC,
                                  STAGE, True, BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
-        sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scale, OP, MASKING, PREC, STAGE,
-                             False, BLOCK_N)  # fmt: skip
+        sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP, MASKING, PREC,
+                             STAGE, False, BLOCK_N)  # fmt: skip
     return sums
 
 
 @triton.jit
-def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.constexpr, PREC: tl.constexpr,
+def _softmax_step(q, start_n, keys, bounds, mask, sums, scales, MASKING: tl.constexpr, PREC: tl.constexpr,
                   FULL: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
     """Softmax in one pass over one key tile (FlashAttention's online softmax), sums = (Mq, off, W, acc): the
     running row max Mq of the raw products q k^T (NaN once a valid one is not finite), the exponent offset
@@ -916,7 +963,8 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.const
     The rescale factor is the difference of the two rounded offsets, not (M_old - M) log2(e): every weight
     of the row then carries the same offset rounding (off - M log2(e), up to half an ulp of M log2(e)), a
     common factor that normalization removes. Rounded separately, the factors differed by that rounding
-    (2^-7 in the exponent at |M| = 1e5: rows erred by up to 9e-3 against float64, torch.softmax by 2e-7)."""
+    (2^-7 in the exponent at |M| = 1e5: rows erred by up to 9e-3 against float64, torch.softmax by 2e-7).
+    With a softcap (MASKING[3]) Mq is the row max of the softcapped scores s themselves (M = Mq)."""
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
     Mq, off, W, acc = sums
@@ -925,13 +973,22 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING: tl.const
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
     kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
+    scale, cap = scales
     qk = _dot(q, kT, PREC)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    Mq = _max_nan(Mq, tl.reduce(_valid_flagged(qk, valid), 1, _max_nan))  # NaN: a non-finite score
-    off_new = (Mq * scale) * LOG2E  # RN(M log2 e), as the backward's _scores forms it from the saved M
+    if MASKING[3]:  # softcap: the max of s itself; a non-finite scale q.k flagged before the softcap
+        s = _softcapped(qk, scales)[0]
+        Mq = _max_nan(Mq, tl.reduce(tl.where(valid, tl.fma(qk * scale, 0.0, s), float("-inf")), 1, _max_nan))
+        off_new = Mq * LOG2E
+    else:
+        Mq = _max_nan(Mq, tl.reduce(_valid_flagged(qk, valid), 1, _max_nan))  # NaN: a non-finite score
+        off_new = (Mq * scale) * LOG2E  # RN(M log2 e), as the backward's _scores forms it from the saved M
     off_ref = tl.where(off_new > float("-inf"), off_new, 0.0)  # no valid key yet: every weight is 0 anyway
     alpha = tl.exp2(off - off_ref)  # 1 if M did not grow, 0 from off_old = -inf
-    w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -off_ref[:, None])), 0.0)  # as _scores
+    if MASKING[3]:
+        w = tl.where(valid, tl.exp2(tl.fma(s, LOG2E, -off_ref[:, None])), 0.0)  # as _scores
+    else:
+        w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -off_ref[:, None])), 0.0)  # as _scores
     W = W * alpha + tl.sum(w, 1)
     acc = acc * alpha[:, None] + _dot(_cast(w, v.dtype), v, PREC)
     return Mq, off_new, W, acc
@@ -956,7 +1013,8 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     svb, svh, svn, svd = v_str
     smb, smh, smm, smn = m_str
     H, Tq, Tk, D, G = shape
-    scale, kf, tau = consts
+    scale, kf, tau, cap = consts
+    scales = (scale, cap)
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
@@ -964,6 +1022,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     IS_CAUSAL: tl.constexpr = MASKING[0]
     HAS_MASK: tl.constexpr = MASKING[1]
     HAS_SINKS: tl.constexpr = MASKING[2]
+    SOFTCAP: tl.constexpr = MASKING[3]
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -997,12 +1056,15 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         if SPLIT:
             for start_n in range(0, full_hi, BLOCK_N):
                 sums = _softmax_step(
-                    q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, True, BLOCK_N
+                    q, start_n, keys, bounds, mask, sums, scales, MASKING, PREC, True, BLOCK_N
                 )
         for start_n in range(full_hi, hi, BLOCK_N):
-            sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scale, MASKING, PREC, False, BLOCK_N)
+            sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scales, MASKING, PREC, False, BLOCK_N)
         Mq, off, W, acc = sums
-        M = Mq * scale  # the loop's last M, bit for bit
+        if SOFTCAP:
+            M = Mq  # the max of the softcapped scores
+        else:
+            M = Mq * scale  # the loop's last M, bit for bit
         seen = Mq > float("-inf")  # a row with a valid key
         if HAS_SINKS:
             s_k, ok = _sink_scores(Sinks, hd, BLOCK_M)
@@ -1024,10 +1086,10 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         extrema = (M, m, amax, amin)
         if SPLIT:
             for start_n in range(0, full_hi, BLOCK_N):
-                extrema = _extrema_step(q, start_n, keys, bounds, mask, extrema, scale, CALIB, MASKING, PREC,
+                extrema = _extrema_step(q, start_n, keys, bounds, mask, extrema, scales, CALIB, MASKING, PREC,
                                         True, BLOCK_N)  # fmt: skip
         for start_n in range(full_hi, hi, BLOCK_N):
-            extrema = _extrema_step(q, start_n, keys, bounds, mask, extrema, scale, CALIB, MASKING, PREC,
+            extrema = _extrema_step(q, start_n, keys, bounds, mask, extrema, scales, CALIB, MASKING, PREC,
                                     False, BLOCK_N)  # fmt: skip
         if HAS_SINKS:
             s_k, ok = _sink_scores(Sinks, hd, BLOCK_M)
@@ -1049,7 +1111,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
             tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w v
             tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w^L v
         )
-        sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP, MASKING,
+        sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scales, OP, MASKING,
                              PREC, (False, SAVE), SPLIT, BLOCK_N)  # fmt: skip
         if HAS_SINKS:
             SUM_L: tl.constexpr = JACOBIAN_AT_PL and (SAVE or HISTORICAL)  # as in _weights_step
@@ -1057,7 +1119,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
             W, WL = _sink_weights(s_k, ok, M, amax, amin, row, Tk, W, WL, OP, SUM_L)
             sums = (W, WL, acc, accL)
         if HIST_PROB:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
-            sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scale, OP,
+            sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scales, OP,
                                  MASKING, PREC, (True, SAVE), SPLIT, BLOCK_N)  # fmt: skip
         W, WL, acc, accL = sums
 
@@ -1136,7 +1198,7 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
 
 
 @triton.jit
-def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl.constexpr,
+def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP: tl.constexpr,
              GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
              BLOCK_N: tl.constexpr):  # fmt: skip
     """One key tile of the dQ loop, state = (dq, ksum, S1, GM, nv): the self term of eq. (2) into dq, its row
@@ -1154,7 +1216,8 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
     kvmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
     k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0)
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0)
-    s = _scores(q, tl.trans(k), scale, M, PREC, OP[1])
+    SOFTCAP: tl.constexpr = MASKING[3]
+    s, th = _scores(q, tl.trans(k), scales, M, PREC, OP[1], SOFTCAP)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
     GM_FORM: tl.constexpr = SUM_GM * (1 + (q.shape[1] <= 64))  # calibration_grad's SHORT form up to D = 64
@@ -1165,13 +1228,13 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP: tl
     else:
         gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
     ds = score_grad(gamma, cD, is_max, GM, is_min, GM, False, False, OP[5])  # eq. (2) self term; rest after
-    dq += _dot(_cast(ds, k.dtype), k, PREC)
+    dq += _dot(_cast(_chain(ds, th, SOFTCAP), k.dtype), k, PREC)
     S1 += tl.sum(ds, 1)
     if SUM_GM:  # G_M = sum_j gamma_ij * dw/dM (eq. 1)
         GM += tl.sum(gamma * dM, 1)
-    if PROJECT_P1:
+    if PROJECT_P1:  # the valid keys' count and k sum (with a softcap, each k times its chain factor)
         nv += tl.sum(valid.to(tl.float32), 1)
-        ksum += _dot(_cast(valid.to(tl.float32), k.dtype), k, PREC)
+        ksum += _dot(_cast(_chain(valid.to(tl.float32), th, SOFTCAP), k.dtype), k, PREC)
     return dq, ksum, S1, GM, nv
 
 
@@ -1191,7 +1254,8 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     svb, svh, svn, svd = v_str
     smb, smh, smm, smn = m_str
     H, Tq, Tk, D, G = shape
-    scale, kf, tau = consts
+    scale, kf, tau, cap = consts
+    scales = (scale, cap)
     CALIB: tl.constexpr = OP[0]
     KEEP_MAX_TERM: tl.constexpr = GRAD[0]
     KEEP_MIN_TERM: tl.constexpr = GRAD[1]
@@ -1200,6 +1264,7 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     IS_CAUSAL: tl.constexpr = MASKING[0]
     HAS_MASK: tl.constexpr = MASKING[1]
     HAS_SINKS: tl.constexpr = MASKING[2]
+    SOFTCAP: tl.constexpr = MASKING[3]
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -1250,11 +1315,11 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     if SPLIT:
         full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_n in range(0, full_hi, BLOCK_N):  # unmasked interior tiles, then the rest
-            state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING,
+            state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP, GRAD, MASKING,
                              PREC, (True, FOLD), BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
-        state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scale, OP, GRAD, MASKING, PREC,
-                         (False, FOLD), BLOCK_N)  # fmt: skip
+        state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP, GRAD, MASKING,
+                         PREC, (False, FOLD), BLOCK_N)  # fmt: skip
     dq, ksum, S1, GM, nv = state
     if FOLD:
         dq *= inv_Wa[:, None]
@@ -1294,13 +1359,13 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
         k_max = tl.load(
             k_base + tl.maximum(amax, 0)[:, None] * skn + offs_d[None, :] * skd, mask=max_mask, other=0.0
         )
-        dq += GMe[:, None] * k_max.to(tl.float32)
+        dq += _chain(GMe, M / cap, SOFTCAP)[:, None] * k_max.to(tl.float32)  # th at the arg-max: M / c
     if KEEP_MIN_TERM:
         Gme = Gm
         k_min = tl.load(
             k_base + tl.maximum(amin, 0)[:, None] * skn + offs_d[None, :] * skd, mask=min_mask, other=0.0
         )
-        dq += Gme[:, None] * k_min.to(tl.float32)
+        dq += _chain(Gme, m / cap, SOFTCAP)[:, None] * k_min.to(tl.float32)
     mu = tl.zeros([BLOCK_M], tl.float32)
     if PROJECT_P1:  # P1: project dS onto the zero-sum subspace of the valid keys
         mu = S1 / tl.maximum(nv, 1.0)
@@ -1322,7 +1387,7 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
 
 # ----------------------------------------------------------------------- dK/dV and the fused backward
 @triton.jit
-def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP: tl.constexpr,
+def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, OP: tl.constexpr,
                     MASKING: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr, COEF: tl.constexpr,
                     BLOCK_M: tl.constexpr):  # fmt: skip
     """What the dK/dV and the fused backward share on one query tile of a key block: the tile's q and dO, its
@@ -1331,7 +1396,8 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP
     P of Weight-STE, eq. (3), or of Prob-STE, eq. (4)) and g = dO V^T. kv = (k, v) of the key block; query =
     (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d, dmask); stats starts with the per-row
     buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin). COEF = (SUM_GM, FOLD): FOLD returns cD / W^at, the
-    self-term factor with the normalization's 1/W of gamma (App. B) folded in per row (``_dkdv_step``)."""
+    self-term factor with the normalization's 1/W of gamma (App. B) folded in per row (``_dkdv_step``).
+    th: the softcap's s / c (``_scores``; unused without one)."""
     k, v = kv
     SUM_GM: tl.constexpr = COEF[0]
     FOLD: tl.constexpr = COEF[1]
@@ -1360,7 +1426,7 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP
         h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
         dfac = dfac * tl.where(Wa > 0, 1.0 / Wa, 0.0)
         row = (h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2)
-    s = _scores(q, tl.trans(k), scale, M, PREC, SOFTMAX)
+    s, th = _scores(q, tl.trans(k), scales, M, PREC, SOFTMAX, MASKING[3])
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
@@ -1379,11 +1445,11 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP
         cD = p
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
     g = _dot(do, tl.trans(v), PREC)
-    return q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv
+    return q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th
 
 
 @triton.jit
-def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
+def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, OP: tl.constexpr,
                GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
                BLOCK_M: tl.constexpr):  # fmt: skip
     """One query tile of the dK/dV loop, kv_sums = (dk, dv): dV += P^T dO, dK += dS^T q, dS = dL/ds eq. (2).
@@ -1401,8 +1467,8 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP
     # rounds it to bf16 before the product: score_grad).
     FOLD: tl.constexpr = OP[0] != 0 or OP[1]
     COEF: tl.constexpr = (False, FOLD)
-    q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv = _key_block_tile(
-        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, FULL, COEF, BLOCK_M
+    q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
+        kv, start_m, query, offs_n, dims, mask, stats, dv, scales, OP, MASKING, PREC, FULL, COEF, BLOCK_M
     )
     if FOLD:
         gamma = g - Dd[:, None]  # not masked: cD = 0 off keep
@@ -1421,16 +1487,17 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP
     if PROJECT_P1:  # P1 projection: dS_ij - mean over valid keys
         mu = tl.load(MUo + row_i, mask=rmask, other=0.0)
         ds = tl.where(valid, ds - mu[:, None], 0.0)
-    dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
+    dk += _dot(tl.trans(_cast(_chain(ds, th, MASKING[3]), q.dtype)), q, PREC)
     return dk, dv
 
 
 @triton.jit
-def _arg_key_terms(dk, n0, lo, query, offs_n, dims, stats, GRAD: tl.constexpr, PREC: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+def _arg_key_terms(dk, n0, lo, query, offs_n, dims, stats, cap, GRAD: tl.constexpr, PREC: tl.constexpr,
+                   SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
     """The calibration terms of eq. (2) in dK of the key block n0 + offs_n:
     dk_j += sum_i ([Amax_i = j] G_M,i + [Amin_i = j] G_m,i) q_i,
-    the rank-1 updates whose dQ side the dQ kernel applies. Out of the per-score loop
+    the rank-1 updates whose dQ side the dQ kernel applies (with a softcap, G times its chain factor at the
+    arg key, 1 - (M/c)^2 or 1 - (m/c)^2). Out of the per-score loop
     (there they cost a compare and a select per score and channel): one pass over the rows from lo, a range
     check per row, and a product only for the row tiles that have an arg key in this block. The same rows in
     the same order on every run: the split backward stays bitwise reproducible."""
@@ -1454,9 +1521,13 @@ def _arg_key_terms(dk, n0, lo, query, offs_n, dims, stats, GRAD: tl.constexpr, P
             G = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
             if KEEP_MAX_TERM:
                 GM = tl.load(GMo + row_i, mask=rmask, other=0.0)
+                if SOFTCAP:
+                    GM = _chain(GM, tl.load(Mrow + row_i, mask=rmask, other=0.0) / cap, SOFTCAP)
                 G += tl.where(offs_n[None, :] == amax[:, None], GM[:, None], 0.0)
             if KEEP_MIN_TERM:
                 Gm = tl.load(Gmo + row_i, mask=rmask, other=0.0)
+                if SOFTCAP:
+                    Gm = _chain(Gm, tl.load(mrow + row_i, mask=rmask, other=0.0) / cap, SOFTCAP)
                 G += tl.where(offs_n[None, :] == amin[:, None], Gm[:, None], 0.0)
             qmask = rmask[:, None] & dmask[None, :]
             q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
@@ -1465,7 +1536,7 @@ def _arg_key_terms(dk, n0, lo, query, offs_n, dims, stats, GRAD: tl.constexpr, P
 
 
 @triton.jit
-def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
+def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, OP: tl.constexpr,
                 GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
                 BLOCK_M: tl.constexpr):  # fmt: skip
     """One query tile of the fused backward, kv_sums = (dk, dv): dV += P^T dO and dK += dS^T q with the self
@@ -1483,16 +1554,17 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, O
     DQa, S1a, GMa = stats[7], stats[8], stats[9]
     dk, dv = kv_sums
     COEF: tl.constexpr = (SUM_GM * (1 + (offs_d.shape[0] <= 64)), False)  # as in _dq_step
-    q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv = _key_block_tile(
-        kv, start_m, query, offs_n, dims, mask, stats, dv, scale, OP, MASKING, PREC, TILE[0], COEF, BLOCK_M
+    q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
+        kv, start_m, query, offs_n, dims, mask, stats, dv, scales, OP, MASKING, PREC, TILE[0], COEF, BLOCK_M
     )
     inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
     gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
     ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])  # eq. (2) self term
-    dk += _dot(tl.trans(_cast(ds, q.dtype)), q, PREC)
+    ds_qk = _chain(ds, th, MASKING[3])  # dL/d(scale q.k) for the dots
+    dk += _dot(tl.trans(_cast(ds_qk, q.dtype)), q, PREC)
     amask = rmask[:, None] & dmask[None, :]
     o_ptrs = bh * Tq * D + (start_m + tl.arange(0, BLOCK_M))[:, None] * D + offs_d[None, :]
-    tl.atomic_add(DQa + o_ptrs, _dot(_cast(ds, k.dtype), k, PREC), mask=amask, sem="relaxed")
+    tl.atomic_add(DQa + o_ptrs, _dot(_cast(ds_qk, k.dtype), k, PREC), mask=amask, sem="relaxed")
     if KEEP_MAX_TERM or KEEP_MIN_TERM:
         tl.atomic_add(S1a + row_i, tl.sum(ds, 1), mask=rmask, sem="relaxed")
     if SUM_GM:
@@ -1501,16 +1573,16 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, O
 
 
 @triton.jit
-def _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP: tl.constexpr,
+def _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, OP: tl.constexpr,
               GRAD: tl.constexpr, MASKING: tl.constexpr, PREC: tl.constexpr, TILE: tl.constexpr,
               BLOCK_M: tl.constexpr):  # fmt: skip
     """One query tile of a key block, TILE = (FULL, ARG_AFTER, FUSED): ``_fused_step`` (FUSED) or
     ``_dkdv_step``."""
     if TILE[2]:
-        kv_sums = _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+        kv_sums = _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, OP, GRAD,
                               MASKING, PREC, TILE, BLOCK_M)  # fmt: skip
     else:
-        kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+        kv_sums = _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, OP, GRAD,
                              MASKING, PREC, TILE, BLOCK_M)  # fmt: skip
     return kv_sums
 
@@ -1531,7 +1603,8 @@ def _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     svb, svh, svn, svd = v_str
     smb, smh, smm, smn = m_str
     H, Tq, Tk, D, G = shape
-    scale, kf, tau = consts
+    scale, kf, tau, cap = consts
+    scales = (scale, cap)
     SPLIT: tl.constexpr = LOOP[0]
     FUSED: tl.constexpr = LOOP[1]
     IS_CAUSAL: tl.constexpr = MASKING[0]
@@ -1568,17 +1641,18 @@ def _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     if SPLIT:
         full_lo, full_hi = _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_m in range(lo, full_lo, BLOCK_M):  # masked, unmasked interior, masked (last rows)
-            kv_sums = _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+            kv_sums = _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, OP, GRAD,
                                MASKING, PREC, (False, ARG_AFTER, FUSED), BLOCK_M)  # fmt: skip
         for start_m in range(full_lo, full_hi, BLOCK_M):
-            kv_sums = _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+            kv_sums = _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, OP, GRAD,
                                 MASKING, PREC, (True, ARG_AFTER, FUSED), BLOCK_M)  # fmt: skip
     for start_m in range(full_hi, Tq, BLOCK_M):
-        kv_sums = _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scale, OP, GRAD,
+        kv_sums = _key_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, OP, GRAD,
                             MASKING, PREC, (False, ARG_AFTER, FUSED), BLOCK_M)  # fmt: skip
     dk, dv = kv_sums
     if ARG_AFTER:
-        dk = _arg_key_terms(dk, pid_n * BLOCK_N, lo, query, offs_n, dims, stats, GRAD, PREC, BLOCK_M, BLOCK_N)
+        dk = _arg_key_terms(dk, pid_n * BLOCK_N, lo, query, offs_n, dims, stats, cap, GRAD, PREC, MASKING[3],
+                            BLOCK_M, BLOCK_N)  # fmt: skip
 
     dk = dk * scale
     out = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
