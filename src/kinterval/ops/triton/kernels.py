@@ -1354,18 +1354,25 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     # a row whose arg key is the sink (key Tk) has no k there: its term is the sink's (ds_k below)
     max_mask = qmask & (amax < Tk)[:, None] if HAS_SINKS else qmask
     min_mask = qmask & (amin < Tk)[:, None] if HAS_SINKS else qmask
+    # the softcap's slope at the arg keys, th = M / c and m / c; a sink there is not capped and its |s| may
+    # exceed c by any amount: (s / c)^2 would overflow to inf and inf * 0 (its zero k row) make dq NaN
+    th_max = M / cap
+    th_min = m / cap
+    if HAS_SINKS and SOFTCAP:
+        th_max = tl.where(amax < Tk, th_max, 0.0)
+        th_min = tl.where(amin < Tk, th_min, 0.0)
     if KEEP_MAX_TERM:
         GMe = GM
         k_max = tl.load(
             k_base + tl.maximum(amax, 0)[:, None] * skn + offs_d[None, :] * skd, mask=max_mask, other=0.0
         )
-        dq += _chain(GMe, M / cap, SOFTCAP)[:, None] * k_max.to(tl.float32)  # th at the arg-max: M / c
+        dq += _chain(GMe, th_max, SOFTCAP)[:, None] * k_max.to(tl.float32)  # th at the arg-max: M / c
     if KEEP_MIN_TERM:
         Gme = Gm
         k_min = tl.load(
             k_base + tl.maximum(amin, 0)[:, None] * skn + offs_d[None, :] * skd, mask=min_mask, other=0.0
         )
-        dq += _chain(Gme, m / cap, SOFTCAP)[:, None] * k_min.to(tl.float32)
+        dq += _chain(Gme, th_min, SOFTCAP)[:, None] * k_min.to(tl.float32)
     mu = tl.zeros([BLOCK_M], tl.float32)
     if PROJECT_P1:  # P1: project dS onto the zero-sum subspace of the valid keys
         mu = S1 / tl.maximum(nv, 1.0)
