@@ -146,7 +146,7 @@ def test_gqa_reaches_the_compiled_launch(monkeypatch):
     assert tool._meta_launch("dq", spec, "bf16", 64, True, False).args[-2][-1] == 1
     for kernel in ("fwd", "dq"):  # --sinks: one fp32 sink per q head reaches the kernels that read them
         launch = tool._meta_launch(kernel, spec, "bf16", 64, True, False, sinks=True)
-        assert launch.meta["MASKING"] == (True, False, True)
+        assert launch.meta["MASKING"] == (True, False, True, False)  # causal, no mask, sinks, no softcap
         assert launch.args[1][-1].shape == (tool.HEADS,) and launch.args[1][-1].dtype == torch.float32
     groups = []
 
