@@ -1957,8 +1957,11 @@ def test_non_finite_sinks_give_nan_rows(name, train):
             leaves = [x.detach().requires_grad_(train) for x in (q, k, v)]
             out = triton_attention(*leaves, name, causal=True, sinks=sinks, precision="ieee")
         assert out[:, 1].isnan().all() and out[:, [0, 2]].isfinite().all(), bad
-    empty = triton_attention(q, k[:, :, :0], v[:, :, :0], name, sinks=torch.tensor([0.5, float("nan"), 1.0]))
+    sinks = torch.tensor([0.5, float("nan"), 1.0], device=DEVICE, requires_grad=True)
+    empty = triton_attention(q, k[:, :, :0], v[:, :, :0], name, sinks=sinks)
     assert empty[:, [0, 2]].eq(0).all() and empty[:, 1].isnan().all()
+    (grad,) = torch.autograd.grad(empty[:, [0, 2]].sum(), sinks)  # only the sinks need a gradient: zeros
+    assert torch.equal(grad, torch.zeros_like(grad))
 
 
 def test_sink_arguments_are_checked():

@@ -1,4 +1,4 @@
-"""Regression tests from a review of the fused kernels' attention sinks and softcap.
+"""The fused kernels with a softcap and an attention sink far beyond it as a row's arg-max or arg-min key.
 
 On a machine without CUDA the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set below and
 in tests/conftest.py before triton is imported)."""

@@ -479,7 +479,9 @@ def _attention(q, k, v, mask, sinks, softcap, spec, causal: bool, scale: float, 
         out = torch.matmul(torch.matmul(q, k.transpose(-2, -1)), v)
         if sinks is not None:  # a row of only its sink, which has no value, is 0; NaN for a NaN or +inf sink
             bad = ~torch.isfinite(sinks) & ~torch.isneginf(sinks)
-            out = out.masked_fill(bad.view(1, H, 1, 1), float("nan"))
+            # the sinks' gradient is 0, as the reference's (a finite product keeps the graph without a NaN)
+            zero = torch.where(torch.isfinite(sinks), sinks, 0.0).view(1, H, 1, 1).to(out.dtype) * 0
+            out = (out + zero).masked_fill(bad.view(1, H, 1, 1), float("nan"))
         return out
     inputs = (q, k, v) if sinks is None else (q, k, v, sinks)
     if not (torch.is_grad_enabled() and any(x.requires_grad for x in inputs)):
