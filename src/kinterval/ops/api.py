@@ -389,8 +389,8 @@ def kinterval_attention(
             mask=mask,
             scale=scale,
             precision=precision,
-            sinks=None if sinks is None else sinks.to(q.device),
-            softcap=softcap,
+            **({} if sinks is None else {"sinks": sinks.to(q.device)}),
+            **({} if softcap is None else {"softcap": softcap}),
         )
     if H != H_kv:
         k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)

@@ -468,7 +468,7 @@ def _scores(q, kT, scales, M, PREC: tl.constexpr, SOFTMAX: tl.constexpr, SOFTCAP
 @triton.jit
 def _chain(ds, th, SOFTCAP: tl.constexpr):
     """dL/d(scale q.k) from dL/ds: the softcap's chain factor 1 - th^2 (eq. 2's dS times tanh's derivative),
-    what the dots into dQ and dK take; the row sums of eq. (1) and (2) stay in s."""
+    what the dots into dQ and dK take; the row sums (S1 and G_M of eq. 2) stay in s."""
     if SOFTCAP:
         return ds * (1.0 - th * th)
     else:
@@ -819,7 +819,7 @@ def _extrema_step(q, start_n, keys, bounds, mask, rows, scales, CALIB: tl.conste
 # An attention sink (gpt-oss; ``api.with_sinks``) is one more key per row: key index Tk, the q head's learned
 # score, no value. The kernels take it once per row, after the loops over the real keys: into the row extrema
 # (after every key, so that a key tied with it keeps the arg-max / arg-min, the first index among ties), the
-# weight sums W and W^L, and the dQ kernel's row sums of eq. (1) and (2), which also give its own gradient
+# weight sums W and W^L, and the dQ kernel's row sums S1 and G_M (eq. 2), which also give its own gradient
 # dL/ds_sink per row. A -inf sink is none; a NaN or +inf one makes its rows NaN (``_valid_flagged``).
 @triton.jit
 def _sink_scores(Sinks, hd, BLOCK_M: tl.constexpr):
@@ -1325,7 +1325,7 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
         dq *= inv_Wa[:, None]
         S1 *= inv_Wa
         GM *= inv_Wa
-    if HAS_SINKS:  # the sink's self term of eq. (2) and its share of G_M (eq. 1); g = dO . v_sink = 0
+    if HAS_SINKS:  # the sink's self term of eq. (2), and its gamma dw/dM (eq. 1) for G_M; g = dO . v_sink = 0
         s_k, ok = _sink_scores(Sinks, hd, BLOCK_M)
         s_k = tl.where(ok, s_k, M[:, None])  # a sink that takes no part: any finite score, dropped by keep
         if OP[1]:  # softmax: the exponent (s - M) log2(e), as _scores and _sink_softmax form it
