@@ -283,23 +283,14 @@ def check(
     dev = [x.to(DEVICE) for x in (q, k, v, do)]
     mask_d = None if mask is None else mask.to(DEVICE)
     sinks_d = None if sinks is None else sinks.to(DEVICE)
-    kw = {} if sinks is None else {"sinks": None}  # only a kernel given sinks (a softcap) gets the argument
-    if softcap is not None:
-        kw["softcap"] = softcap
+    gqa = group > 1
+    kw = {} if softcap is None else {"softcap": softcap}  # only calls given a softcap (sinks) get the keyword
 
-    def args(a, b, c, *s):
+    def args(*s):  # the sinks, when the test gives them, as the last positional argument
         return dict(kw, sinks=s[0]) if s else kw
 
-    res = _grads(
-        lambda a, b, c, *s: kernel(
-            a, b, c, spec, causal=causal, mask=mask_d, scale=scale, precision=precision, **args(a, b, c, *s)
-        ),
-        *dev,
-        sinks=sinks_d,
-    )
-    gqa = group > 1
-    ref64 = _grads(  # float64 on the test's device (a GPU's fp64 units keep the large cases fast)
-        lambda a, b, c, *s: kinterval_attention(
+    def reference(a, b, c, *s):
+        return kinterval_attention(
             a,
             b,
             c,
@@ -309,29 +300,21 @@ def check(
             scale=scale,
             backend="reference",
             enable_gqa=gqa,
-            **args(a, b, c, *s),
-        ),
+            **args(*s),
+        )
+
+    def run_kernel(a, b, c, *s):
+        return kernel(a, b, c, spec, causal=causal, mask=mask_d, scale=scale, precision=precision, **args(*s))
+
+    res = _grads(run_kernel, *dev, sinks=sinks_d)
+    ref64 = _grads(  # float64 on the test's device (a GPU's fp64 units keep the large cases fast)
+        reference,
         *[x.to(DEVICE, torch.float64) for x in (q, k, v, do)],
         sinks=None if sinks is None else sinks_d.double(),
     )
     ref64 = [x.cpu() for x in ref64]
     with tf32_switch(HAS_CUDA and tf32):
-        ref_t = _grads(
-            lambda a, b, c, *s: kinterval_attention(
-                a,
-                b,
-                c,
-                spec,
-                causal=causal,
-                mask=mask_d,
-                scale=scale,
-                backend="reference",
-                enable_gqa=gqa,
-                **args(a, b, c, *s),
-            ),
-            *dev,
-            sinks=sinks_d,
-        )
+        ref_t = _grads(reference, *dev, sinks=sinks_d)
         lowp = None
         if dtype in (torch.bfloat16, torch.float16):  # module doc: the low-precision baseline
             lowp_fn = _lowp_torch if spec.kind == "softmax" else _lowp_kernel_arith
