@@ -47,6 +47,16 @@ One run prints ONE table; each row is (operator, dtype mode, T, D), with columns
 * --gqa G: grouped-query attention, G q heads per k/v head ("H kv" = H / G); the kernels read each k/v head
   in place, SDPA, FlexAttention and the reference get the same k, v with ``enable_gqa=True``; the error
   columns use H = --err-heads q heads on --err-heads / G k/v heads. G = 1 (default): multi-head attention;
+* --softcap C: the kernels, the reference rows (eager, compiled) and every error column (float64 reference,
+  torch's own evaluations) use the scores C tanh(scale q.k / C) (Gemma 2); the flex-softmax rows too, through
+  flex_attention's ``score_mod``. --sinks: attention sinks (gpt-oss), one per q head, the fixed
+  ``torch.linspace(-2, 2, H)`` in the inputs' dtype (a spread around the typical score of N(0, 1) inputs at
+  scale D^-1/2; requires_grad in the timed rows, as a learned parameter: f+b includes their gradient), for the
+  kernels, the reference rows and the error columns alike; FlexAttention has no sinks, so with --sinks the
+  flex-softmax rows (and their error columns) stay plain softmax. SDPA flash has neither: its rows and
+  "x SDPA" stay plain softmax, the baseline a user compares with. With either, the torch error columns of
+  softmax use the reference backend (SDPA cannot) as the other operators do, and the flip-prone rows are
+  found on the softcapped scores with the sink as one more key; a line under the table says what was set;
 * the table (stdout) and the CSV start with '# ' lines: device, driver, torch, triton, the git commit of the
   checkout (and whether it had uncommitted changes) and the command line.
 
@@ -95,6 +105,10 @@ def parse_args(argv=None):
     p.add_argument(
         "--gqa", type=int, default=1, help="q heads per k/v head (grouped-query attention); 1: MHA"
     )
+    p.add_argument("--softcap", type=float, default=None,
+                   help="score softcap C (Gemma 2): C tanh(scale q.k / C); default none")  # fmt: skip
+    p.add_argument("--sinks", action="store_true",
+                   help="attention sinks (gpt-oss): linspace(-2, 2, H) in the inputs' dtype")  # fmt: skip
     p.add_argument(
         "--ref-max-t", type=int, default=8192, help="largest T at which the eager reference is tried"
     )
@@ -181,6 +195,9 @@ def main(argv=None) -> int:
             raise SystemExit(f"--gqa {args.gqa} must divide H = {max(1, args.model_dim // D)} (D = {D})")
     if err_t and err_heads % args.gqa:
         raise SystemExit(f"--gqa {args.gqa} must divide --err-heads {err_heads}")
+    softcap = args.softcap
+    if softcap is not None and not (math.isfinite(softcap) and softcap > 0):
+        raise SystemExit(f"--softcap must be a finite number > 0, got {softcap}")
     bwds = _names(args.bwd)
     for b in bwds:
         if b not in ("split", "fused"):
@@ -189,12 +206,19 @@ def main(argv=None) -> int:
     compile_ops = None if args.compile_ops == "all" else set(args.compile_ops.split(","))
     compile_modes, compile_ds = set(args.compile_dtypes.split(",")), set(_ints(args.compile_D))
     if on_gpu and args.precompile > 0:
-        _precompile(ops, modes, Ds, causal, args.precompile, bwds)
+        _precompile(ops, modes, Ds, causal, args.precompile, bwds, (softcap, args.sinks))
 
     header = _provenance(on_gpu, ["benchmarks/attention.py", *(sys.argv[1:] if argv is None else argv)])
     bench = _make_bench(on_gpu, args)
     notes: list[str] = []  # one line per reason a cell shows "-" (printed once, and again under the table)
-    errors = _Errors(causal, device, err_t, err_heads, kinterval_attention, notes, args.gqa)
+    _note_mods(notes, softcap, args.sinks, "fused" in bwds)
+    errors = _Errors(
+        causal, device, err_t, err_heads, kinterval_attention, notes, args.gqa, softcap, args.sinks
+    )
+    # FlexAttention has no sinks: its rows, and their error columns, are softmax with the softcap alone
+    flex_errors = errors if not args.sinks else _Errors(
+        causal, device, err_t, err_heads, kinterval_attention, notes, args.gqa, softcap
+    )  # fmt: skip
     rows = []
     sdpa_cache: dict = {}
     flex_cache: dict = {}
@@ -209,6 +233,8 @@ def main(argv=None) -> int:
                     dtype = getattr(torch, DTYPE_MODES[mode][0])
                     precision = DTYPE_MODES[mode][1]
                     sets = _inputs(B, H, T, D, dtype, device, args.rotate, args.gqa)
+                    sinks = _sinks(H, dtype, device) if args.sinks else None
+                    mods = {"softcap": softcap, "sinks": None if sinks is None else sinks.requires_grad_()}
                     sdpa = None  # the SDPA flash samples of this shape
                     if on_gpu and not args.no_sdpa:
                         key = (B, H, T, D)
@@ -219,10 +245,10 @@ def main(argv=None) -> int:
                         sdpa = sdpa_cache[key]
                     flex_ms = None
                     if not args.no_flex:
-                        flex_row = _flex_row(bench, mode, sets, causal, flex_cache, notes)
+                        flex_row = _flex_row(bench, mode, sets, causal, flex_cache, notes, softcap)
                         flex_ms = flex_row.get("f+b ms")
                         if flex_ms is not None:
-                            flex_row.update(zip(ERROR_COLUMNS, errors.flex(mode, D)))
+                            flex_row.update(zip(ERROR_COLUMNS, flex_errors.flex(mode, D)))
                         rows.append(_finish(flex_row, FLEX, mode, shape, flops, sdpa, flex_ms))
                     for spec, bwd in ((spec, bwd) for spec in ops for bwd in bwds):
                         os.environ["KINTERVAL_TRITON_BWD"] = bwd  # read by each backward
@@ -234,7 +260,8 @@ def main(argv=None) -> int:
                         t_row = time.perf_counter()
                         try:
                             row = _measure(bench, spec, sets, causal, precision, on_gpu, T <= args.ref_max_t,
-                                           run_compiled, triton_attention, kinterval_attention)  # fmt: skip
+                                           run_compiled, triton_attention, kinterval_attention,
+                                           mods)  # fmt: skip
                             # after the tiles were read: these launch the kernel at the error shape
                             row.update(zip(ERROR_COLUMNS, errors.kernel(spec, mode, D, triton_attention)))
                         except ValueError as err:  # a split dot an older Triton cannot compile
@@ -248,7 +275,7 @@ def main(argv=None) -> int:
                             file=sys.stderr,
                             flush=True,
                         )  # progress on stderr; fmt: skip
-                    del sets
+                    del sets, sinks, mods
                     if on_gpu:
                         torch.cuda.empty_cache()
     except KeyboardInterrupt:
@@ -320,8 +347,10 @@ def _note(notes: list[str], line: str) -> None:
 def _compile_worker(job):
     """Run fwd+bwd once at a small shape: the autotuner compiles every candidate into Triton's disk cache,
     where the timing process finds them. Same specialisation as the timed shapes: Triton specialises integer
-    arguments on divisibility by 16, so H, T and the strides must all be multiples of 16 here as there."""
-    name, dtype_name, precision, D, causal, bwds = job
+    arguments on divisibility by 16, so H, T and the strides must all be multiples of 16 here as there; and
+    with the run's --softcap / --sinks (each a compile-time flag of the kernels)."""
+    name, dtype_name, precision, D, causal, bwds, *rest = job
+    softcap, sinks = rest[0] if rest else (None, False)
     import torch
 
     from kinterval.ops.triton import triton_attention
@@ -332,12 +361,15 @@ def _compile_worker(job):
     )
     for x in (q, k, v):
         x.requires_grad_()
+    mods = {} if softcap is None else {"softcap": softcap}
+    if sinks:
+        mods["sinks"] = _sinks(q.shape[1], q.dtype, q.device).requires_grad_()
     try:
         for bwd in bwds:  # each backward kernel timed (KINTERVAL_TRITON_BWD is read at each backward)
             os.environ["KINTERVAL_TRITON_BWD"] = bwd
-            triton_attention(q, k, v, name, causal=causal, precision=precision).backward(do)
+            triton_attention(q, k, v, name, causal=causal, precision=precision, **mods).backward(do)
         with torch.no_grad():  # the inference forward ("fwd ms"): Prob-STE compiles its own
-            triton_attention(q, k, v, name, causal=causal, precision=precision)
+            triton_attention(q, k, v, name, causal=causal, precision=precision, **mods)
     except ValueError:  # a precision this triton_attention refuses: the timing process says so
         if precision not in _split_dots():
             raise
@@ -364,11 +396,11 @@ def _tiles() -> str:
     return ", ".join(out)
 
 
-def _precompile(ops, modes, Ds, causal, workers, bwds=("split",)):
+def _precompile(ops, modes, Ds, causal, workers, bwds=("split",), mods=(None, False)):
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    jobs = [(spec.full_name, DTYPE_MODES[m][0], DTYPE_MODES[m][1], D, causal, tuple(bwds))
+    jobs = [(spec.full_name, DTYPE_MODES[m][0], DTYPE_MODES[m][1], D, causal, tuple(bwds), mods)
             for spec in ops for m in modes for D in Ds]  # fmt: skip
     t0 = time.perf_counter()
     with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
@@ -448,6 +480,27 @@ def _inputs(B, H, T, D, dtype, device, n, group=1):
     return sets
 
 
+def _sinks(H, dtype, device):
+    """The --sinks attention sinks (module doc): ``torch.linspace(-2, 2, H)`` in ``dtype``, one per q head."""
+    import torch
+
+    return torch.linspace(-2, 2, H).to(device=device, dtype=dtype)
+
+
+def _note_mods(notes, softcap, sinks: bool, fused: bool) -> None:
+    """The lines under the table that say which score modifications the rows ran with (module doc)."""
+    if softcap is not None:
+        _note(notes, f"softcap {softcap:g}: scores {softcap:g} tanh(scale q.k / {softcap:g}) in the kernel, "
+              "reference and flex-softmax rows and every error column; SDPA f+b (x SDPA) is plain "
+              "softmax")  # fmt: skip
+    if sinks:
+        _note(notes, "sinks: torch.linspace(-2, 2, H) in the inputs' dtype (requires_grad) in the kernel and "
+              "reference rows and the error columns; SDPA f+b (x SDPA) and flex-softmax rows have no "
+              "sinks")  # fmt: skip
+        if fused:
+            _note(notes, "sinks: the fused-bwd rows ran the split backward (the fused one takes no sinks)")
+
+
 def _gqa(q, k) -> bool:
     """Whether k has fewer heads than q: the ``enable_gqa`` of SDPA, FlexAttention and the reference."""
     return k.shape[1] != q.shape[1]
@@ -484,15 +537,24 @@ def _peak_mib(call, sets):
 
 
 def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled, triton_attention,
-             kinterval_attention):  # fmt: skip
+             kinterval_attention, mods=None):  # fmt: skip
+    """The kernel's row; ``mods``: the --softcap / --sinks keywords of every call (kernel and reference)."""
     import torch
+
+    mods = {k: x for k, x in (mods or {}).items() if x is not None}  # plain calls: no keywords
+    sinks = mods.get("sinks")
+
+    def fresh():  # the sinks' gradient does not pile up over the calls
+        if sinks is not None:
+            sinks.grad = None
 
     def fwd(q, k, v, do):
         with torch.no_grad():
-            return triton_attention(q, k, v, spec, causal=causal, precision=precision)
+            return triton_attention(q, k, v, spec, causal=causal, precision=precision, **mods)
 
     def fwd_bwd(q, k, v, do):
-        triton_attention(q, k, v, spec, causal=causal, precision=precision).backward(do)
+        fresh()
+        triton_attention(q, k, v, spec, causal=causal, precision=precision, **mods).backward(do)
 
     row: dict = {}
     _put(row, "fwd", bench(_rotating(sets, fwd)))
@@ -502,13 +564,16 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
 
     def ref_call(fn):
         def call(q, k, v, do):
+            fresh()
             with _tf32(precision == "tf32"):
                 fn(q, k, v).backward(do)
 
         return call
 
     def ref(q, k, v):
-        return kinterval_attention(q, k, v, spec, causal=causal, backend="reference", enable_gqa=_gqa(q, k))
+        return kinterval_attention(
+            q, k, v, spec, causal=causal, backend="reference", enable_gqa=_gqa(q, k), **mods
+        )
 
     row["x ref eager"] = row["x ref compiled"] = row["ref MiB"] = "-"
     if run_ref:
@@ -563,7 +628,20 @@ def _flex(causal: bool, T: int, device):
     return torch.compile(flex_attention, dynamic=False), block_mask
 
 
-def _flex_row(bench, mode, sets, causal, cache, notes):
+def _flex_mods(softcap) -> dict:
+    """flex_attention's keywords for --softcap: a ``score_mod`` c tanh(score / c) (none without it)."""
+    import torch
+
+    if softcap is None:
+        return {}
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return softcap * torch.tanh(score / softcap)
+
+    return {"score_mod": score_mod}
+
+
+def _flex_row(bench, mode, sets, causal, cache, notes, softcap=None):
     """FlexAttention softmax, fwd and fwd+bwd ms on ``sets`` converted to the mode's flex dtype; None on
     failure (the reason goes to ``notes``). Cached per shape and flex numerics (ieee and the split dots
     share)."""
@@ -578,13 +656,14 @@ def _flex_row(bench, mode, sets, causal, cache, notes):
         cache[key] = {}
         try:
             flex, block_mask = _flex(causal, T, fsets[0][0].device)
+            mods = _flex_mods(softcap)
 
             def fwd(q, k, v, do):
                 with torch.no_grad():
-                    return flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k))
+                    return flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k), **mods)
 
             def fwd_bwd(q, k, v, do):
-                flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k)).backward(do)
+                flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k), **mods).backward(do)
 
             with _tf32(tf32):
                 row: dict = {}
@@ -602,11 +681,13 @@ def _flex_row(bench, mode, sets, causal, cache, notes):
 
 class _Errors:
     """Forward errors against float64 at one small shape per (operator, mode, D) (module doc), cached; k and
-    v with H / group heads."""
+    v with H / group heads; every evaluation (the float64 reference, torch's, the kernel's) with the scores
+    softcapped at ``softcap`` and, with ``sinks``, the --sinks attention sinks in the inputs' dtype."""
 
-    def __init__(self, causal, device, T, H, kinterval_attention, notes, group=1):
+    def __init__(self, causal, device, T, H, kinterval_attention, notes, group=1, softcap=None, sinks=False):
         self.causal, self.device, self.T, self.H, self.group = causal, device, T, H, group
         self.kinterval_attention, self.notes = kinterval_attention, notes
+        self.softcap, self.sinks = softcap, sinks
         self.cache: dict = {}
         self.left_out: dict = {}  # (K-interval operator, D, dtype) -> share of flip-prone rows left out
 
@@ -617,14 +698,47 @@ class _Errors:
         heads = (self.H, self.H // self.group, self.H // self.group)
         return [torch.randn(1, h, self.T, D, generator=g).to(self.device, dtype) for h in heads]
 
+    def mods(self, q) -> dict:
+        """The softcap / sinks keywords of a call on ``q`` (sinks in q's dtype, on its device); {} if none."""
+        mods = {} if self.softcap is None else {"softcap": self.softcap}
+        if self.sinks:
+            mods["sinks"] = _sinks(q.shape[1], q.dtype, q.device)
+        return mods
+
     def _ref64(self, spec, q, k, v):
         import torch
 
+        mods = self.mods(q)  # the sinks rounded to the inputs' dtype, then exact in float64
+        if "sinks" in mods:
+            mods["sinks"] = mods["sinks"].double()
         with torch.no_grad():
             return self.kinterval_attention(
                 *(x.double() for x in (q, k, v)), spec, causal=self.causal, backend="reference",
-                enable_gqa=_gqa(q, k),
+                enable_gqa=_gqa(q, k), **mods,
             )  # fmt: skip
+
+    def _flips(self, spec, q, k, D, valid):
+        """``flip_rows`` on the softcapped scores; with sinks, the sink as one more key of every row: q gets
+        a coordinate 1, k a coordinate 0 and the sink key (0, ..., 0, raw / scale), raw the sink before the
+        softcap (c atanh(sink / c)), so that flip_rows' softcapped score of it is the sink, as the kernels
+        add it after the softcap."""
+        import torch
+
+        from kinterval.ops.flips import flip_rows
+
+        scale, k = D**-0.5, k.repeat_interleave(self.group, 1)
+        valid = valid.expand(*q.shape[:-1], k.shape[-2])
+        if self.sinks:
+            sink = self.mods(q)["sinks"].double().cpu()
+            raw = sink if self.softcap is None else self.softcap * torch.atanh(sink / self.softcap)
+            q, k = q.double().cpu(), k.double().cpu()
+            q = torch.cat([q, torch.ones(*q.shape[:-1], 1, dtype=q.dtype)], -1)
+            k = torch.cat([k, torch.zeros(*k.shape[:-1], 1, dtype=k.dtype)], -1)
+            key = torch.zeros(*k.shape[:-2], 1, k.shape[-1], dtype=k.dtype)
+            key[..., -1] = (raw / scale).view(1, -1, 1).expand(key.shape[:-1])
+            k = torch.cat([k, key], -2)
+            valid = torch.cat([valid.cpu(), torch.ones(*valid.shape[:-1], 1, dtype=torch.bool)], -1)
+        return flip_rows(spec, q, k, scale, valid, softcap=self.softcap)
 
     def _err(self, key, spec, dtype, D, fn, tf32=False):
         """max |fn(q, k, v) - ref64| on the (dtype-rounded) inputs, over the rows that hold no grid decision
@@ -632,7 +746,6 @@ class _Errors:
         import torch
 
         from kinterval.ops.api import valid_mask
-        from kinterval.ops.flips import flip_rows
 
         if key not in self.cache:
             q, k, v = self._inputs(D, dtype)
@@ -640,7 +753,7 @@ class _Errors:
                 out = fn(q, k, v)
             row_err = (out.double() - self._ref64(spec, q, k, v)).abs().amax(-1).cpu()
             valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=self.causal, mask=None)
-            flips = flip_rows(spec, q, k.repeat_interleave(self.group, 1), D**-0.5, valid)
+            flips = self._flips(spec, q, k, D, valid)
             if spec.kind != "softmax":
                 self.left_out[(spec.full_name, D, str(dtype))] = flips.float().mean().item()
             self.cache[key] = row_err[~flips].max().item() if (~flips).any() else 0.0
@@ -656,16 +769,17 @@ class _Errors:
                   "rounding of a discontinuity (kinterval.ops.flips)")  # fmt: skip
 
     def _torch(self, spec, sdpa_backend):
-        """torch's evaluation of ``spec``: SDPA with ``sdpa_backend`` for softmax; the reference backend for
-        every other operator (K-interval operators and the rounded-exp baselines alike)."""
+        """torch's evaluation of ``spec``: SDPA with ``sdpa_backend`` for plain softmax; the reference backend
+        for every other operator (K-interval operators and the rounded-exp baselines alike) and for softmax
+        with a softcap or sinks (SDPA has neither)."""
         import torch.nn.functional as F
         from torch.nn.attention import sdpa_kernel
 
         def fn(q, k, v):
-            gqa = _gqa(q, k)
-            if spec.kind != "softmax":
+            gqa, mods = _gqa(q, k), self.mods(q)
+            if spec.kind != "softmax" or mods:
                 return self.kinterval_attention(
-                    q, k, v, spec, causal=self.causal, backend="reference", enable_gqa=gqa
+                    q, k, v, spec, causal=self.causal, backend="reference", enable_gqa=gqa, **mods
                 )
             with sdpa_kernel(sdpa_backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=gqa)
@@ -711,7 +825,7 @@ class _Errors:
         dtype_name, precision = DTYPE_MODES[mode]
 
         def fn(q, k, v):
-            return triton_attention(q, k, v, spec, causal=self.causal, precision=precision)
+            return triton_attention(q, k, v, spec, causal=self.causal, precision=precision, **self.mods(q))
 
         key = ("kernel", spec.full_name, mode, D)
         err = self._err(key, spec, getattr(torch, dtype_name), D, fn)
@@ -719,7 +833,7 @@ class _Errors:
 
     def flex(self, mode, D):
         """(err vs fp64, torch fp32 err, torch same-precision err) of FlexAttention softmax in the mode's
-        flex numerics."""
+        flex numerics, with the softcap as its ``score_mod`` (FlexAttention has no sinks: self has none)."""
         import torch
 
         from kinterval.ops import OperatorSpec
@@ -731,7 +845,8 @@ class _Errors:
         try:
             flex, block_mask = _flex(self.causal, self.T, self.device)
             err = self._err(("flex", dtype_name, tf32, D), softmax, getattr(torch, dtype_name), D,
-                            lambda q, k, v: flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k)),
+                            lambda q, k, v: flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k),
+                                                 **_flex_mods(self.softcap)),
                             tf32)  # fmt: skip
         except Exception as e:  # as in _flex_row
             _note(self.notes, f"flex-softmax error column: flex_attention failed ({type(e).__name__})")

@@ -110,6 +110,137 @@ def test_grouped_query_rows(bench, capsys, tmp_path, monkeypatch):
         bench.main(["--smoke", "--gqa", "3"])
 
 
+def _spies(monkeypatch):
+    """Spies on the kernel and the reference entry points the benchmark imports in main(): each call's
+    softcap and sinks (None if not given), the kernel's in ``calls["kernel"]``, the reference's in
+    ``calls["ref"]``; and a causal FlexAttention stand-in (eager, CPU) that applies a ``score_mod`` it is
+    given, recorded in ``calls["flex"]``."""
+    import torch.nn.functional as F
+
+    import kinterval.ops
+    import kinterval.ops.triton
+
+    calls = {"kernel": [], "ref": [], "flex": []}
+
+    def spy(name, real):
+        def call(*args, **kw):
+            calls[name].append((kw.get("softcap"), kw.get("sinks")))
+            return real(*args, **kw)
+
+        return call
+
+    monkeypatch.setattr(
+        kinterval.ops.triton, "triton_attention", spy("kernel", kinterval.ops.triton.triton_attention)
+    )
+    monkeypatch.setattr(kinterval.ops, "kinterval_attention", spy("ref", kinterval.ops.kinterval_attention))
+
+    def flex(q, k, v, block_mask=None, enable_gqa=False, score_mod=None):
+        calls["flex"].append(score_mod)
+        s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        if score_mod is not None:
+            s = score_mod(s, None, None, None, None)
+        T = q.shape[-2]
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return F.softmax(s, -1) @ v
+
+    return calls, flex
+
+
+def test_softcap_reaches_kernel_reference_flex_and_error_columns(bench, capsys, tmp_path, monkeypatch):
+    """--softcap 5: every kernel call (timed and at the error shape) and every reference call (eager
+    timing, float64, torch fp32) gets softcap 5, the flex stand-in gets a score_mod; the errors against the
+    softcapped float64 reference are fp32 rounding, for the flex row too. Teeth: a kernel that drops the
+    softcap is far off that reference."""
+    calls, flex = _spies(monkeypatch)
+    monkeypatch.setattr(bench, "_flex", lambda causal, T, device: (flex, None))
+    rows, notes, data = run(bench, capsys, tmp_path, "--ops", "softmax,fwm-prob-k4", "--dtypes", "tf32",
+                            "--softcap", "5")  # fmt: skip
+    assert [r["operator"] for r in data] == ["flex-softmax", "softmax", "fwm-prob-k4"]
+    for r in data:
+        assert float(r["f+b ms"]) > 0 and float(r["fwd ms"]) > 0, r["operator"]
+        err, err_torch = float(r["err vs fp64"]), float(r["torch fp32 err"])
+        assert 0 < err_torch < 1e-5 and 0 < err < 4 * err_torch, r["operator"]
+    assert all(float(r["x ref eager"]) > 0 for r in data[1:])
+    assert any(n.startswith("softcap 5: scores 5 tanh(scale q.k / 5)") for n in notes)
+    assert len(calls["kernel"]) >= 2 * 3 and set(calls["kernel"]) == {(5.0, None)}  # fwd, f+b, err; 2 ops
+    assert len(calls["ref"]) >= 4 and set(calls["ref"]) == {(5.0, None)}
+    assert calls["flex"] and all(m is not None for m in calls["flex"])
+    # teeth: the kernel without the softcap, against the same softcapped float64 reference
+    from kinterval.ops import OperatorSpec, kinterval_attention
+    from kinterval.ops.triton import triton_attention
+
+    errors = bench._Errors(True, "cpu", 64, 2, kinterval_attention, [], softcap=5.0)
+    spec = OperatorSpec.from_full_name("softmax")
+    plain = errors._err(
+        "plain", spec, torch.float32, 32, lambda q, k, v: triton_attention(q, k, v, spec, causal=True)
+    )
+    assert plain > 1e-3
+
+
+def test_sinks_reach_kernel_reference_and_error_columns_not_flex(bench, capsys, tmp_path, monkeypatch):
+    """--sinks: every kernel and reference call gets linspace(-2, 2, H) (H = 2 in the smoke run) as sinks,
+    the timed ones with requires_grad (f+b computes their gradient); the flex stand-in stays plain softmax
+    and its error column is against plain float64 softmax; the kernels' errors are against the float64
+    reference with the same sinks. Teeth: a kernel without the sinks is far off that reference."""
+    calls, flex = _spies(monkeypatch)
+    monkeypatch.setattr(bench, "_flex", lambda causal, T, device: (flex, None))
+    rows, notes, data = run(bench, capsys, tmp_path, "--ops", "softmax,minmax-weight-k4", "--dtypes", "tf32",
+                            "--sinks")  # fmt: skip
+    assert [r["operator"] for r in data] == ["flex-softmax", "softmax", "minmax-weight-k4"]
+    for r in data:
+        assert float(r["f+b ms"]) > 0, r["operator"]
+        err, err_torch = float(r["err vs fp64"]), float(r["torch fp32 err"])
+        assert 0 < err_torch < 1e-5 and 0 < err < 4 * err_torch, r["operator"]
+    assert any(n.startswith("sinks: torch.linspace(-2, 2, H)") for n in notes)
+    assert calls["flex"] and all(m is None for m in calls["flex"])
+    linspace = torch.tensor([-2.0, 2.0], dtype=torch.float64)
+    for name in ("kernel", "ref"):
+        assert calls[name] and all(c is None for c, _ in calls[name])
+        with_sinks = [s for _, s in calls[name] if s is not None]
+        assert with_sinks and all(torch.equal(s.detach().double(), linspace) for s in with_sinks)
+    assert all(s is not None for _, s in calls["kernel"])
+    # the reference calls without sinks: the float64 softmax of the flex row's three error columns
+    assert len(calls["ref"]) - len([s for _, s in calls["ref"] if s is not None]) == 3
+    timed = [s for _, s in calls["kernel"] if s.requires_grad]
+    assert timed and all(s.grad is not None and s.grad.shape == (2,) for s in timed)
+    # teeth: the kernel without the sinks, against the float64 reference with them
+    from kinterval.ops import OperatorSpec, kinterval_attention
+    from kinterval.ops.triton import triton_attention
+
+    errors = bench._Errors(True, "cpu", 64, 2, kinterval_attention, [], sinks=True)
+    spec = OperatorSpec.from_full_name("softmax")
+    plain = errors._err(
+        "plain", spec, torch.float32, 32, lambda q, k, v: triton_attention(q, k, v, spec, causal=True)
+    )
+    assert plain > 1e-3
+
+
+def test_sinks_flip_rows_count_the_sink_as_a_key(bench):
+    """With sinks, the flip-prone rows are found with the sink as one more key of every row (after the
+    softcap). MinMax K = 4, one head, causal, q = 4 e_0 at D = 16 (scale 1/4): s_ij = k_j0. k_0 = (0, 8):
+    row 1 holds its extrema only; a sink of 4 is the row's grid boundary x = 2 (M = 8, m = 0): row 1 is
+    flip-prone with the sink, not without it; with softcap 30 the boundary moves (4 is then no boundary of
+    30 tanh(s / 30) at 8 and 0) but the sink, added after the softcap, stays at 4, the boundary of the
+    softcapped row only if M' = 30 tanh(8 / 30) = 7.82... x = 4 / (M' / 4) = 2.05: not within rounding."""
+    from kinterval.ops import OperatorSpec, kinterval_attention
+    from kinterval.ops.api import valid_mask
+
+    D, T = 16, 2
+    q = torch.zeros(1, 1, T, D)
+    q[..., 0] = 4.0
+    k = torch.zeros(1, 1, T, D)
+    k[0, 0, :, 0] = torch.tensor([0.0, 8.0])
+    spec = OperatorSpec.parse("minmax-weight-k4")
+    valid = valid_mask((1, 1, T, T), "cpu", causal=True, mask=None)
+    for sinks, softcap, flips in ((False, None, [False, False]), (True, None, [False, True]),
+                                  (True, 30.0, [False, False])):  # fmt: skip
+        errors = bench._Errors(True, "cpu", T, 1, kinterval_attention, [], sinks=sinks, softcap=softcap)
+        errors.mods = lambda q_, sinks=sinks, softcap=softcap: {
+            **({"sinks": torch.tensor([4.0])} if sinks else {}), **({"softcap": softcap} if softcap else {})
+        }  # fmt: skip
+        assert errors._flips(spec, q, k, D, valid)[0, 0].tolist() == flips, (sinks, softcap)
+
+
 def test_no_flex_removes_flex_rows_and_values(bench, capsys, tmp_path):
     rows, notes, _ = run(bench, capsys, tmp_path, "--ops", "softmax", "--dtypes", "bf16", "--no-flex")
     assert [r["operator"] for r in rows] == ["softmax"]
