@@ -50,6 +50,10 @@ declare -A LIMIT=(
   # grouped-query attention (4 q heads per k/v head): 2 operators x bf16 x T {1024, 4096} x D {64, 128},
   # 8 rows beside SDPA flash with enable_gqa (estimated from bench-quick's size; not measured)
   [bench-gqa]=240
+  # softcap and attention sinks: 2 operators x bf16 x T {1024, 4096} x D {64, 128}, once with --softcap 30 and
+  # once with --sinks (two calls of half the limit each: 8 rows and a precompile apiece, each sized like
+  # bench-gqa's 8 rows; estimated, not measured)
+  [bench-mods]=300
   # one dtype mode: 40 autotuned kernel rows and 8 compiled FlexAttention shapes, estimated 5-8 min
   [bench-bf16]=555 [bench-tf32]=555 [bench-tf32x3]=555 [bench-bf16x6]=555
   [bench]=1665  # the three modes in a row: only with GPU_SESSION_BUDGET=0
@@ -182,6 +186,18 @@ run_stage() {  # run_stage STAGE: the exit status of the stage's command (the fi
         --D 64,128 --compile-t '' --ref-max-t 0 --no-flex --csv "$OUT/bench_gqa.csv" 2>"$OUT/bench_gqa.err" \
         | tee "$OUT/bench_gqa.md"
       return "${PIPESTATUS[0]}" ;;
+    bench-mods)  # the kernels with a softcap (Gemma 2) and with attention sinks (gpt-oss); SDPA flash plain softmax
+      for mode in softcap sinks; do  # half the stage's limit each
+        local flag=(--sinks)
+        [ "$mode" = softcap ] && flag=(--softcap 30)
+        timeout -s INT -k "$GRACE" $((LIMIT[$stage] / 2 - GRACE)) $PY benchmarks/attention.py \
+          --ops softmax,fwm-prob-k4 --dtypes bf16 "${flag[@]}" --T 1024,4096 --D 64,128 --compile-t '' \
+          --ref-max-t 0 --no-flex --csv "$OUT/bench_mods_$mode.csv" 2>"$OUT/bench_mods_$mode.err" \
+          | tee "$OUT/bench_mods_$mode.md"
+        st=${PIPESTATUS[0]}
+        [ "$st" != 0 ] && rc=$st
+      done
+      return "$rc" ;;
     bench|bench-bf16|bench-tf32|bench-tf32x3|bench-bf16x6)
       # The issue-15 table: 5 operators + FlexAttention, T 1024..8192, D 64/128, causal, with errors vs fp64.
       # One dtype mode per stage (one call each); `bench` runs the three in a row.
