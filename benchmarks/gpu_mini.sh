@@ -26,7 +26,8 @@
 #   git worktree add --no-checkout --detach .pinned HEAD
 #   git -C .pinned sparse-checkout set src && git -C .pinned checkout   # only src/ runs there: the rest of a
 #                                                                       # full checkout would not fit in 64 MiB
-#   git -C .pinned checkout COMMIT -- src/kinterval/ops   # COMMIT: git_commit in docs/results/mini/manifest.json
+#   git -C .pinned rm -r -q -f src/kinterval/ops          # then exactly COMMIT's files (a file it lacks would
+#   git -C .pinned checkout COMMIT -- src/kinterval/ops   # change the hash); COMMIT: git_commit in the manifest
 #   PIN=.pinned bash benchmarks/gpu_mini.sh check
 #   in the call: PIN=.pinned PREFLIGHT_TESTS=tests/ops/test_triton.py bash ... sitting  (carry .corpus, .pinned)
 # A suite whose results are reported with another folder's (mini-seeds with mini: the seed intervals pool
