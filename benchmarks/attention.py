@@ -718,27 +718,12 @@ class _Errors:
             )  # fmt: skip
 
     def _flips(self, spec, q, k, D, valid):
-        """``flip_rows`` on the softcapped scores; with sinks, the sink as one more key of every row: q gets
-        a coordinate 1, k a coordinate 0 and the sink key (0, ..., 0, raw / scale), raw the sink before the
-        softcap (c atanh(sink / c)), so that flip_rows' softcapped score of it is the sink, as the kernels
-        add it after the softcap."""
-        import torch
-
+        """``flip_rows`` on the softcapped scores, with the sinks as one more key of every row."""
         from kinterval.ops.flips import flip_rows
 
-        scale, k = D**-0.5, k.repeat_interleave(self.group, 1)
-        valid = valid.expand(*q.shape[:-1], k.shape[-2])
-        if self.sinks:
-            sink = self.mods(q)["sinks"].double().cpu()
-            raw = sink if self.softcap is None else self.softcap * torch.atanh(sink / self.softcap)
-            q, k = q.double().cpu(), k.double().cpu()
-            q = torch.cat([q, torch.ones(*q.shape[:-1], 1, dtype=q.dtype)], -1)
-            k = torch.cat([k, torch.zeros(*k.shape[:-1], 1, dtype=k.dtype)], -1)
-            key = torch.zeros(*k.shape[:-2], 1, k.shape[-1], dtype=k.dtype)
-            key[..., -1] = (raw / scale).view(1, -1, 1).expand(key.shape[:-1])
-            k = torch.cat([k, key], -2)
-            valid = torch.cat([valid.cpu(), torch.ones(*valid.shape[:-1], 1, dtype=torch.bool)], -1)
-        return flip_rows(spec, q, k, scale, valid, softcap=self.softcap)
+        sinks = self.mods(q).get("sinks") if self.sinks else None
+        k = k.repeat_interleave(self.group, 1)
+        return flip_rows(spec, q, k, D**-0.5, valid, softcap=self.softcap, sinks=sinks)
 
     def _err(self, key, spec, dtype, D, fn, tf32=False):
         """max |fn(q, k, v) - ref64| on the (dtype-rounded) inputs, over the rows that hold no grid decision

@@ -223,20 +223,6 @@ def _where(x, ref, skip=None):
 TF32_ATOL = 2.0**-10
 
 
-def _with_sink_key(q, k, v, sinks, scale):
-    """q, k, v (float64) extended so that ``scale q k^T`` has one more key column holding the sinks (H,): q
-    gets a column of ones, k a zero column and a last key (0, ..., 0, sink / scale) per head, v a zero row.
-    ``flip_rows`` then sees the sink as the key it is."""
-    B, H, Tq, D = q.shape
-    one = torch.ones(B, H, Tq, 1, dtype=torch.float64)
-    sink_key = torch.zeros(B, H, 1, D + 1, dtype=torch.float64)
-    sink_key[..., -1] = torch.where(torch.isfinite(sinks), sinks / scale, 0.0).view(1, H, 1).double()
-    k = torch.cat([k.double(), torch.zeros(*k.shape[:-1], 1, dtype=torch.float64)], -1)
-    k = torch.cat([k, sink_key], 2)
-    v = torch.cat([v.double(), torch.zeros(B, H, 1, v.shape[-1], dtype=torch.float64)], 2)
-    return torch.cat([q.double(), one], -1), k, v
-
-
 def check(
     spec, q, k, v, do, *, causal=False, mask=None, scale=None, precision=None, atol=None,
     kernel=triton_attention, exclude_flips=True, sinks=None, softcap=None,
@@ -250,7 +236,7 @@ def check(
     fewer heads than q (grouped-query attention): the kernel gets them as they are, the references repeat
     them (``enable_gqa``) and sum their gradients back. ``sinks`` (H,), in q's dtype: attention sinks, for
     the kernel and every reference alike; their gradient is checked as a fifth result. ``softcap``: the
-    scores' softcap c, for all alike (with sinks too, only without flip exclusion: the sink is not capped)."""
+    scores' softcap c, for all alike."""
     spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else spec
     # inputs on any device: the flip-prone rows are found on the CPU (flip_rows), and masked_fill below
     # needs ``do`` where they are; each run gets its own copy on DEVICE
@@ -267,14 +253,8 @@ def check(
         return x.repeat_interleave(group, 1) if group > 1 else x
 
     valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=causal, mask=mask)
-    assert sinks is None or softcap is None or not exclude_flips, "flip_rows would cap the sink too"
-    if sinks is None:
-        flips = flip_rows(spec, q, rep(k), scale_, valid, rep(v), do, softcap=softcap)
-    else:  # the sink as one more key of every row
-        sinks = sinks.cpu()
-        taken = (~torch.isneginf(sinks)).view(1, -1, 1, 1).expand(*valid.shape[:-1], 1)
-        qs, ks, vs = _with_sink_key(q, rep(k), rep(v), sinks, scale_)
-        flips = flip_rows(spec, qs, ks, scale_, torch.cat([valid, taken], -1), vs, do)
+    sinks = None if sinks is None else sinks.cpu()
+    flips = flip_rows(spec, q, rep(k), scale_, valid, rep(v), do, softcap=softcap, sinks=sinks)
     if not exclude_flips:
         flips = valid[..., 0] & False
     most = MAX_FLIP_ROWS_BF16_EXP if spec.kind == "bf16-exp" else MAX_FLIP_ROWS
@@ -2049,7 +2029,7 @@ def test_softcap_with_sinks_grouped_heads_and_inference(name):
     q, k, v, do = make_inputs(B, H, T, T, D, seed=17)
     valid = valid_mask((B, H, T, T), "cpu", causal=True, mask=None)
     sinks = _sinks_for(q, k, D**-0.5, valid, torch.float32).clamp_max(1.5)  # inside the capped range
-    check(name, q, k[:, :2], v[:, :2], do, causal=True, sinks=sinks, softcap=3.0, exclude_flips=False)
+    check(name, q, k[:, :2], v[:, :2], do, causal=True, sinks=sinks, softcap=3.0)
     qd, kd, vd = (x.to(DEVICE) for x in (q, k, v))
     kw = dict(causal=True, softcap=3.0, sinks=sinks.to(DEVICE), precision="ieee")
     train = triton_attention(*(x.detach().requires_grad_() for x in (qd, kd, vd)), name, **kw)

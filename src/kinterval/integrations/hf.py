@@ -38,6 +38,7 @@ from kinterval.ops import BACKENDS, OperatorSpec, attention_probs, kinterval_att
 from kinterval.ops.api import (
     check_softcap,
     modified_scores,
+    score_mods_in,
     split_mask,
     valid_mask,
     warn_mask_like_bias,
@@ -207,9 +208,13 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
         # a row with a non-finite q k^T on a key it attends is NaN, as on the fused path
         attended = valid_mask(qk.shape, qk.device, causal=causal, mask=valid)
         scores, bad = modified_scores(qk, attended, softcap, bias)
-        mods = tuple(n for n, x in (("bias", bias), ("softcap", softcap), ("sinks", sinks)) if x is not None)
         probs_backend = resolve_backend(
-            spec, scores.device, scores.dtype, backend=backend, probs=True, score_mod=mods
+            spec,
+            scores.device,
+            scores.dtype,
+            backend=backend,
+            probs=True,
+            score_mod=score_mods_in(bias, softcap, sinks),
         )
         sinks = None if sinks is None else sinks.view(1, -1, 1, 1)
         P = attention_probs(scores, spec, causal=causal, mask=valid, backend=probs_backend, sinks=sinks)

@@ -123,6 +123,11 @@ def modified_scores(
     return s, bad
 
 
+def score_mods_in(bias, softcap, sinks) -> tuple[str, ...]:
+    """The names (``backends.SCORE_MODS``) of the score modifications a call has, for ``resolve_backend``."""
+    return tuple(n for n, x in (("bias", bias), ("softcap", softcap), ("sinks", sinks)) if x is not None)
+
+
 def with_sinks(s: Tensor, valid: Tensor, sinks: Tensor) -> tuple[Tensor, Tensor]:
     """The score rows with one more key, the attention sink (gpt-oss's learned per-head logit, which has no
     value): ``sinks`` broadcast to (..., Tq, 1) is appended to ``s`` (..., Tq, Tk) and attended unless it is
@@ -373,7 +378,7 @@ def kinterval_attention(
         top_left = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
         mask = top_left if mask is None else mask.to(q.device) & top_left
 
-    mods = tuple(n for n, x in (("bias", bias), ("softcap", softcap), ("sinks", sinks)) if x is not None)
+    mods = score_mods_in(bias, softcap, sinks)
     backend = resolve_backend(spec, q.device, q.dtype, backend=backend, probs=dropout_p > 0, score_mod=mods)
     if backend == "triton":  # reads each k/v head in place for its q heads
         from kinterval.ops.triton import triton_attention

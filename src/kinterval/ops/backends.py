@@ -21,11 +21,8 @@ import torch
 from kinterval.ops.spec import OperatorSpec, as_spec
 
 AUTO = "auto"
-SCORE_MODS = (
-    "bias",
-    "softcap",
-    "sinks",
-)  # kinterval_attention's score modifications (float mask, softcap, sinks)
+# kinterval_attention's score modifications (a float mask's bias, softcap, sinks), named for users
+SCORE_MODS = {"bias": "additive score bias", "softcap": "softcap", "sinks": "attention sinks"}
 FLOATING = (torch.float64, torch.float32, torch.bfloat16, torch.float16)  # the operators' input dtypes
 
 
@@ -84,7 +81,7 @@ def _score_mods(score_mod) -> frozenset[str]:
     names = (score_mod,) if isinstance(score_mod, str) else tuple(score_mod)
     unknown = [n for n in names if n not in SCORE_MODS]
     if unknown:
-        raise ValueError(f"unknown score modification {unknown[0]!r}; choose from {SCORE_MODS}")
+        raise ValueError(f"unknown score modification {unknown[0]!r}; choose from {tuple(SCORE_MODS)}")
     return frozenset(names)
 
 
@@ -138,8 +135,7 @@ def resolve_backend(
             reason = "it never forms the probabilities P explicitly"
         missing = [n for n in SCORE_MODS if n in mods and n not in b.score_mods]
         if reason is None and missing:
-            what = {"bias": "additive score bias", "softcap": "softcap", "sinks": "attention sinks"}
-            reason = f"it applies no {' or '.join(what[n] for n in missing)}"
+            reason = f"it applies no {' or '.join(SCORE_MODS[n] for n in missing)}"
         return reason
 
     if backend == AUTO:

@@ -99,13 +99,14 @@ def _baseline_flips(spec, s, rad, M, rad_M, valid, v, do) -> Tensor:
 
 def flip_rows(
     spec: OperatorSpec, q: Tensor, k: Tensor, scale: float, valid: Tensor, v: Tensor | None = None,
-    do: Tensor | None = None, softcap: float | None = None,
+    do: Tensor | None = None, softcap: float | None = None, sinks: Tensor | None = None,
 ) -> Tensor:  # fmt: skip
     """Bool (..., Tq): rows of ``scale * q k^T`` (masked by ``valid``) where a grid decision of ``spec`` (or
     a rounding of a reduced-precision baseline) lies within fp32 rounding of a discontinuity (module doc).
     Softmax has none. ``v`` and ``do`` (the upstream gradient) add BF16-exp's backward rounding. ``softcap``
     c: the scores are c tanh(scale q k^T / c); a score's radius is then its product's times tanh's slope
-    1 - (s/c)^2, plus a few roundings of s for the tanh itself."""
+    1 - (s/c)^2, plus a few roundings of s for the tanh itself. ``sinks`` (H,): attention sinks, one more
+    key per row after the softcap (``api.with_sinks``; -inf: none), exact and without a value."""
     q, k = q.double().cpu(), k.double().cpu()
     valid = valid.cpu().expand(*q.shape[:-1], k.shape[-2])
     rows = torch.zeros(valid.shape[:-1], dtype=torch.bool)
@@ -117,6 +118,16 @@ def flip_rows(
     if softcap is not None:
         s = softcap * torch.tanh(s / softcap)
         rad = rad * (1 - (s / softcap) ** 2) + RADIUS * U32 * 4 * s.abs()
+    if sinks is not None:  # the sink key: its score is the input itself (radius 0), its value row zero
+        sink = sinks.double().cpu().view(-1, 1, 1).expand(*s.shape[:-1], 1)
+        taken = ~torch.isneginf(sink)
+        s = torch.cat([s, torch.where(taken, sink, 0.0)], -1)
+        rad = torch.cat([rad, torch.zeros_like(sink)], -1)
+        valid = torch.cat([valid, taken], -1)
+        if v is not None:
+            v = torch.cat(
+                [v.double().cpu(), torch.zeros(*v.shape[:-2], 1, v.shape[-1], dtype=torch.float64)], -2
+            )
     inf = float("inf")
     M, jmax = s.masked_fill(~valid, -inf).max(-1, keepdim=True)
     m, jmin = s.masked_fill(~valid, inf).min(-1, keepdim=True)
