@@ -301,3 +301,25 @@ def test_an_export_with_more_heads_than_layers_keeps_both_counts(tmp_path):
     wrong = AutoModelForCausalLM.from_pretrained(out, attn_implementation="kinterval", n_head=2).eval()
     with torch.no_grad():  # the check has the power to see a wrong head split
         assert (wrong(ids).logits - ours).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    "option, named",
+    [
+        (dict(n_kv_head=1), "n_kv_head = 1"),
+        (dict(attn_softcap=30.0), "attn_softcap = 30.0"),
+        (dict(attn_sinks=True), "attn_sinks = True"),
+    ],
+)
+def test_a_run_with_attention_options_beyond_gpt2_is_not_exported(tmp_path, capsys, option, named):
+    """Grouped-query heads, a softcap or sinks have no place in transformers' GPT-2: the export would drop
+    them and give other logits, so it refuses and names them."""
+    run = make_run(tmp_path / "run", "fwm-prob-k4", 0, vocab_size=512, **option)
+    assert cli.main(["export-hf", "--run", str(run), "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "GPT-2-shaped runs only" in err and not (tmp_path / "hf").exists()
+
+
+def test_n_kv_head_equal_to_n_head_is_plain_gpt2_and_exports(tmp_path):
+    run = make_run(tmp_path / "run", "softmax", 0, vocab_size=512, n_kv_head=2)
+    assert cli.main(["export-hf", "--run", str(run), "--out", str(tmp_path / "hf")]) == 0

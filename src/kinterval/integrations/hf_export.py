@@ -63,6 +63,20 @@ def export_hf(run, out, checkpoint="latest") -> Path:
             "(numerics.attention_dtype), which a transformers GPT-2 does not record; its logits would differ "
             "from the run's. export-hf takes runs with the paper's fp32 attention inputs"
         )
+    options = [
+        f"{name} = {value!r}"
+        for name, value, on in (
+            ("n_kv_head", cfg.n_kv_head, cfg.kv_heads != cfg.n_head),
+            ("attn_softcap", cfg.attn_softcap, cfg.attn_softcap is not None),
+            ("attn_sinks", cfg.attn_sinks, cfg.attn_sinks),
+        )
+        if on
+    ]
+    if options:  # GPT-2's architecture has none of them
+        raise ValueError(
+            f"{run}: the model sets {', '.join(options)}, which a transformers GPT-2 does not have; "
+            "export-hf takes GPT-2-shaped runs only"
+        )
     # the plain "kinterval" name runs config.kinterval_operator: registered for every operator and override
     impl = "sdpa" if model.operator == "sdpa" else hf.PREFIX
     config = GPT2Config(

@@ -5,6 +5,7 @@ The vocabulary size comes from the training data's meta.json; a preset only fixe
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 
 AUTOCAST_DTYPES = ("bfloat16", "float16", "none")
@@ -48,7 +49,14 @@ class NumericsConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     """GPT-2 shape. ``vocab_multiple`` pads the embedding table (e.g. 50257 -> 50304 with 64) for speed only:
-    the padded rows never receive probability because the logits are cut back to ``vocab_size``."""
+    the padded rows never receive probability because the logits are cut back to ``vocab_size``.
+
+    Three attention options beyond the paper's GPT-2, each off by default (no shipped config or preset sets
+    them): ``n_kv_head`` key/value heads for grouped-query attention (None: ``n_head``; it must divide
+    ``n_head``), ``attn_softcap`` c for the score row c tanh(s / c) (Gemma 2; None: none) and ``attn_sinks``,
+    one learned logit per head appended to every row as a key without a value (gpt-oss). The operator sees
+    the modified row, calibration included (:func:`kinterval.ops.kinterval_attention`).
+    """
 
     n_layer: int = 12
     n_head: int = 12
@@ -57,7 +65,14 @@ class ModelConfig:
     vocab_size: int = 50257
     vocab_multiple: int = 1
     bias: bool = True
+    n_kv_head: int | None = None  # grouped-query attention; None: n_head
+    attn_softcap: float | None = None  # score row c tanh(s / c); None: none
+    attn_sinks: bool = False  # a learned sink logit per head
     numerics: NumericsConfig = field(default_factory=NumericsConfig)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
 
     @property
     def padded_vocab_size(self) -> int:
@@ -69,8 +84,20 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.bias, bool):
-            raise ValueError(f"model.bias must be true or false, got {self.bias!r}")
+        for name in ("bias", "attn_sinks"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        kv = self.n_kv_head
+        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or self.n_head % kv):
+            raise ValueError(
+                f"model.n_kv_head must be a positive integer that divides model.n_head ({self.n_head}), or "
+                f"unset, got {kv!r}"
+            )
+        cap = self.attn_softcap
+        if cap is not None and (
+            isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf
+        ):
+            raise ValueError(f"model.attn_softcap must be a positive finite number, or unset, got {cap!r}")
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
@@ -116,10 +143,12 @@ def count_params(cfg: ModelConfig, *, include_positions: bool = True) -> int:
     """
     d, L, b = cfg.n_embd, cfg.n_layer, int(cfg.bias)
     ln = 2 * d if cfg.bias else d
+    qkv = d + 2 * d // cfg.n_head * cfg.kv_heads  # q, then k and v of the key/value heads
     per_block = (
         2 * ln  # ln_1, ln_2
-        + 3 * d * d
-        + b * 3 * d  # qkv
+        + d * qkv
+        + b * qkv  # qkv
+        + cfg.n_head * cfg.attn_sinks  # sink logits
         + d * d
         + b * d  # attention output projection
         + 4 * d * d

@@ -16,6 +16,7 @@ import torch.utils.checkpoint
 from kinterval.model.config import ModelConfig
 from kinterval.model.numerics import attention_inputs
 from kinterval.ops import BACKENDS, OperatorSpec, kinterval_attention, resolve_backend
+from kinterval.ops.api import score_mods_in
 
 SDPA = "sdpa"  # PyTorch's fused softmax attention, the reference baseline for speed and correctness
 ATTENTION_BACKENDS = BACKENDS  # "auto" = kinterval.ops.resolve_backend
@@ -38,40 +39,69 @@ def operator_name(operator: str | OperatorSpec) -> str:
 
 
 @torch.compiler.disable
-def _operator_attention(q, k, v, operator: OperatorSpec, backend: str) -> torch.Tensor:
+def _operator_attention(q, k, v, operator: OperatorSpec, backend: str, softcap, sinks) -> torch.Tensor:
     """The K-interval operator, always eager: under :func:`compile_blocks` torch.compile stops here (a graph
     break), so that the operator's numerics are those of its backend, compiled model or not."""
-    return kinterval_attention(q, k, v, operator, causal=True, backend=backend)
+    gqa = q.shape[1] != k.shape[1]
+    return kinterval_attention(
+        q, k, v, operator, causal=True, backend=backend, enable_gqa=gqa, softcap=softcap, sinks=sinks
+    )
 
 
 class CausalSelfAttention(nn.Module):
+    """Causal self-attention: ``c_attn`` projects to q (``n_head`` heads), then k and v (``n_kv_head`` heads
+    each, grouped-query attention when fewer); ``sinks`` (n_head,) are the learned sink logits when
+    ``config.attn_sinks`` is set (zero at init), ``softcap`` the score softcap (None: none)."""
+
     def __init__(self, config: ModelConfig, operator: str | OperatorSpec = "softmax", backend: str = "auto"):
         super().__init__()
-        self.n_head = config.n_head
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.n_head, self.n_kv_head = config.n_head, config.kv_heads
+        self.head_dim = config.n_embd // config.n_head
+        kv_dim = self.n_kv_head * self.head_dim
+        self.c_attn = nn.Linear(config.n_embd, config.n_embd + 2 * kv_dim, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.softcap = config.attn_softcap
+        self.sinks = nn.Parameter(torch.zeros(config.n_head)) if config.attn_sinks else None
         self.operator = parse_operator(operator)
+        if self.operator == SDPA and (self.softcap is not None or self.sinks is not None):
+            raise ValueError(
+                "operator 'sdpa' (PyTorch's softmax attention) takes no attn_softcap or attn_sinks: use the "
+                "operator 'softmax', which applies them"
+            )
         self.attention_dtype = config.numerics.attention_dtype  # "float32" (paper §4) or "bfloat16"
         if backend not in ATTENTION_BACKENDS:
             raise ValueError(f"unknown attention backend {backend!r}; choose one of {ATTENTION_BACKENDS}")
         self.backend = backend
 
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, n_head, T, D), k and v (B, n_kv_head, T, D) of the input ``x`` (B, T, C)."""
+        B, T, C = x.shape
+        kv_dim = self.n_kv_head * self.head_dim
+        q, k, v = self.c_attn(x).split((C, kv_dim, kv_dim), dim=2)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k, v = (t.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2) for t in (k, v))
+        return q, k, v
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        q, k, v = self.heads(x)
         # Attention runs outside autocast on inputs of numerics.attention_dtype (model/numerics.py).
         with torch.autocast(device_type=x.device.type, enabled=False):
             q, k, v = attention_inputs(self.attention_dtype, q, k, v, native=True)
             if self.operator == SDPA:  # with bf16 inputs: SDPA's flash kernel on a GPU
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                y = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1]
+                )
             else:  # "auto": the fastest backend that supports the operator on this device and dtype
-                backend = resolve_backend(self.operator, x.device, q.dtype, backend=self.backend)
+                mods = score_mods_in(None, self.softcap, self.sinks)
+                backend = resolve_backend(
+                    self.operator, x.device, q.dtype, backend=self.backend, score_mod=mods
+                )
                 if q.dtype == torch.bfloat16 and backend != "triton":
                     # Only the fused kernel takes bf16 itself (fp32 maths inside); the others get the rounded
                     # values as fp32 tensors, so that the operator maths never runs in bf16.
                     q, k, v = q.float(), k.float(), v.float()
-                y = _operator_attention(q, k, v, self.operator, backend)
+                y = _operator_attention(q, k, v, self.operator, backend, self.softcap, self.sinks)
         return self.c_proj(y.to(x.dtype).transpose(1, 2).contiguous().view(B, T, C))
 
 

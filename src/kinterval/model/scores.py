@@ -3,7 +3,9 @@
 Shared by training's validation log and the evaluation layer's geometry probe (paper §4 and App. C.3): the
 scores are ``s = (q k^T) / sqrt(D)`` in fp32 with autocast off, exactly as the operator receives them (q, k,
 v rounded to bf16 first under ``numerics.attention_dtype = "bfloat16"``), under the causal mask; the row span
-is ``M - m``, the largest minus the smallest valid score of a row.
+is ``M - m``, the largest minus the smallest valid score of a row. A layer's own score modifications are
+applied as its operator applies them: the softcap (``s = c tanh(s / c)``), grouped-query heads (k and v
+repeated for their q heads), and the sinks, as one more key per row whose value is zero.
 """
 
 from __future__ import annotations
@@ -15,19 +17,27 @@ from torch import Tensor
 
 from kinterval.model.gpt import CausalSelfAttention
 from kinterval.model.numerics import attention_inputs
+from kinterval.ops.api import modified_scores, with_sinks
 
 
 def attention_scores(module: CausalSelfAttention, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(q, k, v, s, valid) of ``module`` on its input ``x`` (B, T, C): fp32 heads (B, H, T, D), fp32 scores
-    and the causal mask (B, H, T, T). ``c_attn`` runs under the caller's autocast, as in the model."""
+    and the causal mask (B, H, T, T). ``c_attn`` runs under the caller's autocast, as in the model. With
+    grouped-query attention k and v are repeated to H heads; with sinks, s and valid have T + 1 keys (the
+    last one the head's sink, always valid) and v has a zero row T, so that ``P v`` is the layer's output."""
     B, T, C = x.shape
-    q, k, v = module.c_attn(x).split(C, dim=2)
-    q, k, v = (t.view(B, T, module.n_head, C // module.n_head).transpose(1, 2) for t in (q, k, v))
+    q, k, v = module.heads(x)
     q, k, v = attention_inputs(module.attention_dtype, q, k, v)  # fp32 tensors (bf16-rounded values if set)
+    if module.n_kv_head != module.n_head:
+        k, v = (t.repeat_interleave(module.n_head // module.n_kv_head, dim=1) for t in (k, v))
     with torch.autocast(device_type=x.device.type, enabled=False):
         s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-    i = torch.arange(T, device=x.device)
-    valid = (i[None, :] <= i[:, None]).expand(s.shape)
+        i = torch.arange(T, device=x.device)
+        valid = (i[None, :] <= i[:, None]).expand(s.shape)
+        s, _ = modified_scores(s, valid, module.softcap, None)
+        if module.sinks is not None:
+            s, valid = with_sinks(s, valid, module.sinks.view(1, -1, 1, 1))
+            v = torch.cat([v, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], -2)
     return q, k, v, s, valid
 
 

@@ -35,6 +35,9 @@ class ModelSection:
     block_size: int | None = None  # the training sequence length T
     vocab_multiple: int | None = None
     bias: bool | None = None
+    n_kv_head: int | None = None  # grouped-query attention (ModelConfig); None: the preset's (n_head)
+    attn_softcap: float | None = None  # score softcap c; None: the preset's (none)
+    attn_sinks: bool | None = None  # learned attention sinks; None: the preset's (off)
 
 
 @dataclass
@@ -165,6 +168,9 @@ class TrainConfig:
             block_size=m.block_size,
             vocab_multiple=m.vocab_multiple,
             bias=m.bias,
+            n_kv_head=m.n_kv_head,
+            attn_softcap=m.attn_softcap,
+            attn_sinks=m.attn_sinks,
             numerics=self.numerics,
         )
 

@@ -1,0 +1,197 @@
+"""The model's attention options beyond GPT-2: grouped-query heads (``n_kv_head``), the score softcap
+(``attn_softcap``) and learned attention sinks (``attn_sinks``). Each is checked in float64 against the
+layer written out by hand, and the scores the probes recompute (``model.scores``) against the model."""
+
+import math
+
+import pytest
+import torch
+
+from kinterval.eval.attention import patched_attention
+from kinterval.model import GPT, ModelConfig, NumericsConfig, count_params, preset
+from kinterval.model.scores import attention_scores
+from kinterval.ops.reference import reference_probs
+
+OPTIONS = {
+    "gqa": dict(n_kv_head=2),
+    "mqa": dict(n_kv_head=1),
+    "softcap": dict(attn_softcap=2.0),
+    "sinks": dict(attn_sinks=True),
+    "all": dict(n_kv_head=2, attn_softcap=2.0, attn_sinks=True),
+}
+
+
+def config(**options) -> ModelConfig:
+    return preset("tiny", vocab_size=97, block_size=12, n_embd=32, n_head=4, **options)
+
+
+def build(operator: str, backend: str = "reference", **options) -> GPT:
+    torch.manual_seed(0)
+    model = GPT(config(**options), operator, backend).double()
+    for block in model.transformer.h:  # sinks of either sign and size, as after training
+        if block.attn.sinks is not None:
+            block.attn.sinks.data = torch.tensor([1.5, -0.5, 0.0, 3.0], dtype=torch.float64)
+    return model
+
+
+def by_hand(attn, x: torch.Tensor) -> torch.Tensor:
+    """The layer in float64, every option written out: softmax over c tanh(q k^T / sqrt(D) / c) and the
+    sink logit appended to each row, the sink's probability dropped, k/v head j serving q heads
+    j*G .. (j+1)*G - 1."""
+    B, T, C = x.shape
+    H, Hkv = attn.n_head, attn.n_kv_head
+    D = C // H
+    qkv = x @ attn.c_attn.weight.T + attn.c_attn.bias
+    q = qkv[..., :C].reshape(B, T, H, D)
+    k = qkv[..., C : C + Hkv * D].reshape(B, T, Hkv, D)
+    v = qkv[..., C + Hkv * D :].reshape(B, T, Hkv, D)
+    out = torch.zeros(B, T, H, D, dtype=x.dtype)
+    for h in range(H):
+        j = h // (H // Hkv)
+        s = torch.einsum("bid,bjd->bij", q[:, :, h], k[:, :, j]) / math.sqrt(D)
+        if attn.softcap is not None:
+            s = attn.softcap * torch.tanh(s / attn.softcap)
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        if attn.sinks is not None:
+            s = torch.cat([s, attn.sinks[h].expand(B, T, 1)], -1)
+        P = torch.softmax(s, -1)[..., :T]
+        out[:, :, h] = P @ v[:, :, j]
+    return out.reshape(B, T, C) @ attn.c_proj.weight.T + attn.c_proj.bias
+
+
+@pytest.mark.parametrize("backend", ["reference", "closed_form"])
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_the_layer_is_the_options_written_out(option, backend):
+    model = build("softmax", backend, **OPTIONS[option])
+    attn = model.transformer.h[0].attn
+    x = torch.randn(2, 12, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    y = attn(x)
+    want = by_hand(attn, x)
+    torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12)
+    params = list(attn.parameters())
+    grads = torch.autograd.grad(y.square().sum(), params)
+    wants = torch.autograd.grad(want.square().sum(), params)
+    for g, w in zip(grads, wants):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+    if attn.sinks is not None:  # the sinks learn: their gradient is nonzero
+        assert torch.all(grads[[p is attn.sinks for p in params].index(True)] != 0)
+
+
+@pytest.mark.parametrize("operator", ["sdpa", "softmax"])
+def test_sdpa_runs_grouped_query_heads(operator):
+    """SDPA takes grouped-query heads (``enable_gqa``) and gives the softmax operator's output."""
+    torch.manual_seed(0)
+    cfg = config(n_kv_head=2)
+    ref, model = GPT(cfg, "softmax", "reference"), GPT(cfg, operator, "closed_form")
+    model.load_state_dict(ref.state_dict())
+    idx = torch.randint(0, 97, (2, 12))
+    torch.testing.assert_close(model(idx)[0], ref(idx)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("option", ["softcap", "sinks"])
+def test_sdpa_refuses_a_softcap_or_sinks(option):
+    with pytest.raises(ValueError, match="operator 'softmax'"):
+        GPT(config(**OPTIONS[option]), "sdpa")
+
+
+@pytest.mark.parametrize("operator", ["fwm-prob-k4", "minmax-weight-k4[arithmetic=historical]", "lerp-k4"])
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_the_probes_recompute_the_model_s_own_attention(option, operator):
+    """``attention_scores`` (validation log, geometry probe, gradient diagnostics, tau screen) gives the
+    scores the operator sees: the operator on them, through ``patched_attention``, is the model itself."""
+    model = build(operator, "closed_form", **OPTIONS[option])
+    idx = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(2))
+    logits, loss = model(idx, idx)
+    spec = model.transformer.h[0].attn.operator
+    with patched_attention(model, lambda i, s, valid, q, k: reference_probs(s, valid, spec)):
+        again, loss_again = model(idx, idx)
+    torch.testing.assert_close(again, logits, rtol=1e-10, atol=1e-12)
+    g = torch.autograd.grad(loss, list(model.parameters()))
+    g_again = torch.autograd.grad(loss_again, list(model.parameters()))
+    for a, b in zip(g, g_again):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-12)
+
+
+def test_scores_carry_the_sink_as_a_last_key_without_value():
+    model = build("softmax", **OPTIONS["all"])
+    attn = model.transformer.h[0].attn
+    x = torch.randn(2, 12, 32, dtype=torch.float64)
+    with torch.no_grad():
+        q, k, v, s, valid = attention_scores(attn, x)
+    assert q.shape == k.shape == (2, 4, 12, 8) and v.shape == (2, 4, 13, 8)
+    assert s.shape == valid.shape == (2, 4, 12, 13)
+    assert torch.equal(s[..., -1], attn.sinks.detach().view(1, 4, 1).expand(2, 4, 12))
+    assert bool(valid[..., -1].all()) and not bool(v[..., -1, :].any())
+    assert float(s[..., :-1].abs().max()) <= attn.softcap  # softcapped
+    assert torch.equal(k[:, 0], k[:, 1]) and torch.equal(k[:, 2], k[:, 3])  # k/v heads serve two q heads
+
+
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_parameter_count_and_state_dict(option):
+    cfg = config(**OPTIONS[option])
+    with torch.device("meta"):
+        model = GPT(cfg)
+    assert model.num_params() == count_params(cfg)
+    sinks = [k for k in model.state_dict() if k.endswith("attn.sinks")]
+    assert len(sinks) == (cfg.n_layer if cfg.attn_sinks else 0)
+    qkv = model.transformer.h[0].attn.c_attn.weight.shape[0]
+    assert qkv == 32 + 2 * 8 * cfg.kv_heads
+
+
+def test_without_options_the_model_is_gpt2():
+    """Off (the default, every preset and shipped config): the parameters and outputs of GPT-2."""
+    cfg = config()
+    assert (cfg.n_kv_head, cfg.attn_softcap, cfg.attn_sinks) == (None, None, False)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    assert model.transformer.h[0].attn.c_attn.weight.shape == (96, 32)
+    assert not any("sinks" in k for k in model.state_dict())
+    old = {k: v for k, v in cfg.to_dict().items() if k not in ("n_kv_head", "attn_softcap", "attn_sinks")}
+    assert ModelConfig.from_dict(old) == cfg  # a config saved before the options existed
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(n_kv_head=3), "n_kv_head"),
+        (dict(n_kv_head=0), "n_kv_head"),
+        (dict(n_kv_head=True), "n_kv_head"),
+        (dict(n_kv_head=2.0), "n_kv_head"),
+        (dict(attn_softcap=0.0), "attn_softcap"),
+        (dict(attn_softcap=-1.0), "attn_softcap"),
+        (dict(attn_softcap=float("inf")), "attn_softcap"),
+        (dict(attn_softcap=float("nan")), "attn_softcap"),
+        (dict(attn_softcap=True), "attn_softcap"),
+        (dict(attn_softcap="30"), "attn_softcap"),
+        (dict(attn_sinks=1), "attn_sinks"),
+    ],
+)
+def test_bad_options_are_named(options, match):
+    with pytest.raises(ValueError, match=match):
+        config(**options)
+
+
+@pytest.mark.parametrize("attention_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("operator", ["softmax", "fwm-prob-k4"])
+def test_the_fused_kernels_run_the_options(operator, attention_dtype):
+    """backend="triton" (the CPU interpreter without a GPU) against closed_form, every option at once:
+    the kernels read each k/v head in place and apply the softcap and the sinks themselves."""
+    pytest.importorskip("triton")
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # tests/conftest.py sets TRITON_INTERPRET on CPU
+    cfg = preset(
+        "tiny", vocab_size=97, block_size=12, n_embd=32, n_head=4, **OPTIONS["all"],
+        numerics=NumericsConfig(attention_dtype=attention_dtype),
+    )  # fmt: skip
+    out = {}
+    for backend in ("triton", "closed_form"):
+        torch.manual_seed(0)
+        attn = GPT(cfg, operator, backend).transformer.h[0].attn.to(device)
+        attn.sinks.data = torch.tensor([1.5, -0.5, 0.0, 3.0], device=device)
+        x = torch.randn(2, 12, 32, generator=torch.Generator().manual_seed(1)).to(device).requires_grad_()
+        y = attn(x)
+        y.pow(2).sum().backward()
+        out[backend] = y.detach(), x.grad, attn.sinks.grad
+    for got, want in zip(out["triton"], out["closed_form"]):
+        assert torch.isfinite(got).all() and got.abs().sum() > 0
+        tol = (2**-7 if attention_dtype == "bfloat16" else 1e-5) * want.abs().max().item()
+        torch.testing.assert_close(got, want, rtol=0, atol=tol)
