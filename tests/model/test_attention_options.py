@@ -195,3 +195,31 @@ def test_the_fused_kernels_run_the_options(operator, attention_dtype):
         assert torch.isfinite(got).all() and got.abs().sum() > 0
         tol = (2**-7 if attention_dtype == "bfloat16" else 1e-5) * want.abs().max().item()
         torch.testing.assert_close(got, want, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("option", [None, *sorted(OPTIONS)])
+def test_the_layer_names_its_options_to_the_ops_and_nothing_else(monkeypatch, option):
+    """A GPT-2 layer calls the dispatcher and the operator with exactly the keywords it always did; a layer
+    with options adds only theirs (the dispatcher learns the score modifications the backend must apply)."""
+    import kinterval.model.gpt as gpt
+
+    calls = {}
+
+    def resolve(spec, device, dtype, **kw):
+        calls["resolve"] = kw
+        return "closed_form"
+
+    def attend(q, k, v, spec, **kw):
+        calls["attend"] = {k_: v_ for k_, v_ in kw.items() if k_ != "sinks"} | {"sinks": "sinks" in kw}
+        return torch.zeros_like(q)
+
+    monkeypatch.setattr(gpt, "resolve_backend", resolve)
+    monkeypatch.setattr(gpt, "kinterval_attention", attend)
+    opts = OPTIONS.get(option, {})
+    GPT(config(**opts), "fwm-prob-k4")(torch.randint(0, 97, (1, 12)))
+    mods = tuple(n for n, on in (("softcap", "attn_softcap" in opts), ("sinks", "attn_sinks" in opts)) if on)
+    assert calls["resolve"] == ({"backend": "auto", "score_mod": mods} if mods else {"backend": "auto"})
+    want = {"causal": True, "backend": "closed_form", "sinks": "attn_sinks" in opts}
+    want |= {"enable_gqa": True} if "n_kv_head" in opts else {}
+    want |= {"softcap": 2.0} if "attn_softcap" in opts else {}
+    assert calls["attend"] == want

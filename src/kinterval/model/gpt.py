@@ -16,7 +16,6 @@ import torch.utils.checkpoint
 from kinterval.model.config import ModelConfig
 from kinterval.model.numerics import attention_inputs
 from kinterval.ops import BACKENDS, OperatorSpec, kinterval_attention, resolve_backend
-from kinterval.ops.api import score_mods_in
 
 SDPA = "sdpa"  # PyTorch's fused softmax attention, the reference baseline for speed and correctness
 ATTENTION_BACKENDS = BACKENDS  # "auto" = kinterval.ops.resolve_backend
@@ -39,13 +38,10 @@ def operator_name(operator: str | OperatorSpec) -> str:
 
 
 @torch.compiler.disable
-def _operator_attention(q, k, v, operator: OperatorSpec, backend: str, softcap, sinks) -> torch.Tensor:
+def _operator_attention(q, k, v, operator: OperatorSpec, backend: str, options: dict) -> torch.Tensor:
     """The K-interval operator, always eager: under :func:`compile_blocks` torch.compile stops here (a graph
     break), so that the operator's numerics are those of its backend, compiled model or not."""
-    gqa = q.shape[1] != k.shape[1]
-    return kinterval_attention(
-        q, k, v, operator, causal=True, backend=backend, enable_gqa=gqa, softcap=softcap, sinks=sinks
-    )
+    return kinterval_attention(q, k, v, operator, causal=True, backend=backend, **options)
 
 
 class CausalSelfAttention(nn.Module):
@@ -82,6 +78,12 @@ class CausalSelfAttention(nn.Module):
         k, v = (t.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2) for t in (k, v))
         return q, k, v
 
+    def options(self) -> dict:
+        """The keywords of :func:`kinterval_attention` for the options that are set (none for GPT-2)."""
+        opts = {"enable_gqa": True} if self.n_kv_head != self.n_head else {}
+        opts.update({k: v for k, v in (("softcap", self.softcap), ("sinks", self.sinks)) if v is not None})
+        return opts
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.heads(x)
@@ -89,19 +91,24 @@ class CausalSelfAttention(nn.Module):
         with torch.autocast(device_type=x.device.type, enabled=False):
             q, k, v = attention_inputs(self.attention_dtype, q, k, v, native=True)
             if self.operator == SDPA:  # with bf16 inputs: SDPA's flash kernel on a GPU
-                y = F.scaled_dot_product_attention(
-                    q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1]
-                )
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, **self.options())
             else:  # "auto": the fastest backend that supports the operator on this device and dtype
-                mods = score_mods_in(None, self.softcap, self.sinks)
+                options = self.options()
+                # the score modifications by backends.SCORE_MODS name, passed only when there are some (a
+                # GPT-2 layer calls the ops exactly as before the options existed)
+                mods = tuple(n for n in ("softcap", "sinks") if n in options)
                 backend = resolve_backend(
-                    self.operator, x.device, q.dtype, backend=self.backend, score_mod=mods
+                    self.operator,
+                    x.device,
+                    q.dtype,
+                    backend=self.backend,
+                    **({"score_mod": mods} if mods else {}),
                 )
                 if q.dtype == torch.bfloat16 and backend != "triton":
                     # Only the fused kernel takes bf16 itself (fp32 maths inside); the others get the rounded
                     # values as fp32 tensors, so that the operator maths never runs in bf16.
                     q, k, v = q.float(), k.float(), v.float()
-                y = _operator_attention(q, k, v, self.operator, backend, self.softcap, self.sinks)
+                y = _operator_attention(q, k, v, self.operator, backend, options)
         return self.c_proj(y.to(x.dtype).transpose(1, 2).contiguous().view(B, T, C))
 
 

@@ -17,7 +17,6 @@ from torch import Tensor
 
 from kinterval.model.gpt import CausalSelfAttention
 from kinterval.model.numerics import attention_inputs
-from kinterval.ops.api import modified_scores, with_sinks
 
 
 def attention_scores(module: CausalSelfAttention, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -34,9 +33,11 @@ def attention_scores(module: CausalSelfAttention, x: Tensor) -> tuple[Tensor, Te
         s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
         i = torch.arange(T, device=x.device)
         valid = (i[None, :] <= i[:, None]).expand(s.shape)
-        s, _ = modified_scores(s, valid, module.softcap, None)
-        if module.sinks is not None:
-            s, valid = with_sinks(s, valid, module.sinks.view(1, -1, 1, 1))
+        if module.softcap is not None:
+            s = module.softcap * torch.tanh(s / module.softcap)
+        if module.sinks is not None:  # key T: the head's sink, attended by every row, with a zero value
+            sink = module.sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)
+            s, valid = torch.cat([s, sink], -1), torch.cat([valid, torch.ones_like(valid[..., :1])], -1)
             v = torch.cat([v, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], -2)
     return q, k, v, s, valid
 
