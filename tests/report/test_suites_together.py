@@ -369,3 +369,16 @@ def test_a_run_stopped_before_evaluation_under_another_protocol_is_labelled_apar
     stopped = results["added"].stopped_unevaluated
     assert stopped and all("[optim.lr=0.001]" in u["model"] for u in stopped.values()), stopped
     assert {p.model for p in results["main"].points} == {"1L 1H d32 [optim.lr=0.003]"}
+
+
+def test_the_model_label_names_the_attention_options_that_are_set():
+    """Runs with grouped-query heads, a softcap or sinks are another model: their label says so, and runs of
+    different labels are never paired."""
+    from kinterval.report.results import model_label
+
+    small = {"model": {"preset": "small"}}
+    assert model_label(small) == "6L 6H d384"
+    assert model_label({"model": {"preset": "small", "n_kv_head": 6, "attn_sinks": False}}) == "6L 6H d384"
+    both = {"preset": "small", "n_kv_head": 2, "attn_softcap": 30.0, "attn_sinks": True}
+    assert model_label({"model": both}) == "6L 6H d384 2KV softcap30 sinks"
+    assert model_label({"model": {"preset": "tiny", "attn_softcap": 2.5}}) == "2L 2H d64 softcap2.5"
