@@ -309,6 +309,7 @@ def test_an_export_with_more_heads_than_layers_keeps_both_counts(tmp_path):
         (dict(n_kv_head=1), "n_kv_head = 1"),
         (dict(attn_softcap=30.0), "attn_softcap = 30.0"),
         (dict(attn_sinks=True), "attn_sinks = True"),
+        (dict(rope_theta=1e4), "rope_theta = 10000.0"),
     ],
 )
 def test_a_run_with_attention_options_beyond_gpt2_is_not_exported(tmp_path, capsys, option, named):

@@ -1,6 +1,7 @@
 """The model's attention options beyond GPT-2: grouped-query heads (``n_kv_head``), the score softcap
-(``attn_softcap``) and learned attention sinks (``attn_sinks``). Each is checked in float64 against the
-layer written out by hand, and the scores the probes recompute (``model.scores``) against the model."""
+(``attn_softcap``), learned attention sinks (``attn_sinks``) and rotary positions (``rope_theta``). Each is
+checked in float64 against the layer written out by hand, and the scores the probes recompute
+(``model.scores``) against the model."""
 
 import math
 
@@ -17,12 +18,13 @@ OPTIONS = {
     "mqa": dict(n_kv_head=1),
     "softcap": dict(attn_softcap=2.0),
     "sinks": dict(attn_sinks=True),
-    "all": dict(n_kv_head=2, attn_softcap=2.0, attn_sinks=True),
+    "rope": dict(rope_theta=100.0),
+    "all": dict(n_kv_head=2, attn_softcap=2.0, attn_sinks=True, rope_theta=100.0),
 }
 
 
 def config(**options) -> ModelConfig:
-    return preset("tiny", vocab_size=97, block_size=12, n_embd=32, n_head=4, **options)
+    return preset("tiny", **{"vocab_size": 97, "block_size": 12, "n_embd": 32, "n_head": 4, **options})
 
 
 def build(operator: str, backend: str = "reference", **options) -> GPT:
@@ -34,10 +36,20 @@ def build(operator: str, backend: str = "reference", **options) -> GPT:
     return model
 
 
+def rotated(x: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary positions as complex numbers: channel pair (i, i + D/2) of position t is z = x_i + i x_{i+D/2},
+    multiplied by exp(i t theta^(-2i/D)). x is (B, T, heads, D)."""
+    T, D = x.shape[1], x.shape[-1]
+    z = torch.complex(x[..., : D // 2], x[..., D // 2 :])
+    omega = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    z = z * torch.polar(torch.ones(T, D // 2, dtype=torch.float64), torch.arange(T)[:, None] * omega)[:, None]
+    return torch.cat([z.real, z.imag], -1)
+
+
 def by_hand(attn, x: torch.Tensor) -> torch.Tensor:
-    """The layer in float64, every option written out: softmax over c tanh(q k^T / sqrt(D) / c) and the
-    sink logit appended to each row, the sink's probability dropped, k/v head j serving q heads
-    j*G .. (j+1)*G - 1."""
+    """The layer in float64, every option written out: softmax over c tanh(q k^T / sqrt(D) / c) (q and k
+    rotated first with rotary positions) and the sink logit appended to each row, the sink's probability
+    dropped, k/v head j serving q heads j*G .. (j+1)*G - 1."""
     B, T, C = x.shape
     H, Hkv = attn.n_head, attn.n_kv_head
     D = C // H
@@ -45,6 +57,8 @@ def by_hand(attn, x: torch.Tensor) -> torch.Tensor:
     q = qkv[..., :C].reshape(B, T, H, D)
     k = qkv[..., C : C + Hkv * D].reshape(B, T, Hkv, D)
     v = qkv[..., C + Hkv * D :].reshape(B, T, Hkv, D)
+    if attn.rope_theta is not None:
+        q, k = rotated(q, attn.rope_theta), rotated(k, attn.rope_theta)
     out = torch.zeros(B, T, H, D, dtype=x.dtype)
     for h in range(H):
         j = h // (H // Hkv)
@@ -134,6 +148,8 @@ def test_parameter_count_and_state_dict(option):
     assert model.num_params() == count_params(cfg)
     sinks = [k for k in model.state_dict() if k.endswith("attn.sinks")]
     assert len(sinks) == (cfg.n_layer if cfg.attn_sinks else 0)
+    assert ("transformer.wpe.weight" in model.state_dict()) == (cfg.rope_theta is None)
+    assert model.num_params(include_positions=False) == count_params(cfg, include_positions=False)
     qkv = model.transformer.h[0].attn.c_attn.weight.shape[0]
     assert qkv == 32 + 2 * 8 * cfg.kv_heads
 
@@ -141,12 +157,13 @@ def test_parameter_count_and_state_dict(option):
 def test_without_options_the_model_is_gpt2():
     """Off (the default, every preset and shipped config): the parameters and outputs of GPT-2."""
     cfg = config()
-    assert (cfg.n_kv_head, cfg.attn_softcap, cfg.attn_sinks) == (None, None, False)
+    assert (cfg.n_kv_head, cfg.attn_softcap, cfg.attn_sinks, cfg.rope_theta) == (None, None, False, None)
     torch.manual_seed(0)
     model = GPT(cfg)
     assert model.transformer.h[0].attn.c_attn.weight.shape == (96, 32)
     assert not any("sinks" in k for k in model.state_dict())
-    old = {k: v for k, v in cfg.to_dict().items() if k not in ("n_kv_head", "attn_softcap", "attn_sinks")}
+    new = ("n_kv_head", "attn_softcap", "attn_sinks", "rope_theta")
+    old = {k: v for k, v in cfg.to_dict().items() if k not in new}
     assert ModelConfig.from_dict(old) == cfg  # a config saved before the options existed
 
 
@@ -164,6 +181,13 @@ def test_without_options_the_model_is_gpt2():
         (dict(attn_softcap=True), "attn_softcap"),
         (dict(attn_softcap="30"), "attn_softcap"),
         (dict(attn_sinks=1), "attn_sinks"),
+        (dict(rope_theta=1.0), "rope_theta"),
+        (dict(rope_theta=0.0), "rope_theta"),
+        (dict(rope_theta=float("inf")), "rope_theta"),
+        (dict(rope_theta=float("nan")), "rope_theta"),
+        (dict(rope_theta=True), "rope_theta"),
+        (dict(rope_theta="1e4"), "rope_theta"),
+        (dict(rope_theta=1e4, n_embd=36, n_head=4), "even head dimension"),
     ],
 )
 def test_bad_options_are_named(options, match):
@@ -223,3 +247,32 @@ def test_the_layer_names_its_options_to_the_ops_and_nothing_else(monkeypatch, op
     want |= {"enable_gqa": True} if "n_kv_head" in opts else {}
     want |= {"softcap": 2.0} if "attn_softcap" in opts else {}
     assert calls["attend"] == want
+
+
+def test_rotary_positions_match_transformers_llama():
+    """``rotary`` against transformers' Llama (rotate_half convention) on the same q and k."""
+    llama = pytest.importorskip("transformers.models.llama.modeling_llama")
+    from transformers import LlamaConfig
+
+    from kinterval.model.gpt import rotary
+
+    cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, rope_theta=500.0, max_position_embeddings=32)
+    q, k = torch.randn(2, 2, 4, 20, 16, dtype=torch.float64)
+    position_ids = torch.arange(20)[None]
+    cos, sin = llama.LlamaRotaryEmbedding(cfg)(q, position_ids)
+    want_q, want_k = llama.apply_rotary_pos_emb(q, k, cos, sin)
+    # transformers takes its angles in fp32 (an error of a few 1e-7 at t = 19), kinterval in float64
+    torch.testing.assert_close(rotary(q, 500.0), want_q, rtol=0, atol=1e-5)
+    torch.testing.assert_close(rotary(k, 500.0), want_k, rtol=0, atol=1e-5)
+
+
+def test_rotary_scores_depend_on_the_offset_only():
+    """The same q and k vector at every position: q_t . k_u depends on t - u alone."""
+    from kinterval.model.gpt import rotary
+
+    q, k = torch.randn(2, 1, 1, 1, 8, dtype=torch.float64)
+    s = rotary(q.expand(1, 1, 16, 8), 10.0) @ rotary(k.expand(1, 1, 16, 8), 10.0).transpose(-2, -1)
+    for offset in range(-15, 16):
+        d = torch.diagonal(s[0, 0], offset)
+        torch.testing.assert_close(d, d[:1].expand_as(d), rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(torch.diagonal(s[0, 0], 0)[0], torch.diagonal(s[0, 0], 3)[0])

@@ -381,4 +381,6 @@ def test_the_model_label_names_the_attention_options_that_are_set():
     assert model_label({"model": {"preset": "small", "n_kv_head": 6, "attn_sinks": False}}) == "6L 6H d384"
     both = {"preset": "small", "n_kv_head": 2, "attn_softcap": 30.0, "attn_sinks": True}
     assert model_label({"model": both}) == "6L 6H d384 2KV softcap30 sinks"
+    assert model_label({"model": {**both, "rope_theta": 5e5}}) == "6L 6H d384 2KV softcap30 sinks rope500000"
     assert model_label({"model": {"preset": "tiny", "attn_softcap": 2.5}}) == "2L 2H d64 softcap2.5"
+    assert model_label({"model": {"preset": "tiny", "rope_theta": 1e4}}) == "2L 2H d64 rope10000"

@@ -14,7 +14,12 @@ from kinterval.train.commands import config_from_args
 from kinterval.train.load import load_run
 from kinterval.train.loop import train
 
-OPTIONS = {"model.n_kv_head": 1, "model.attn_softcap": 20.0, "model.attn_sinks": True}
+OPTIONS = {
+    "model.n_kv_head": 1,
+    "model.attn_softcap": 20.0,
+    "model.attn_sinks": True,
+    "model.rope_theta": 1e4,
+}
 
 
 def test_set_flags_reach_the_model_config():
@@ -32,6 +37,7 @@ def test_set_flags_reach_the_model_config():
     cfg = config_from_args(build_parser().parse_args([*args, "--set", "model.attn_sinks=true"]))
     model = cfg.model_config(vocab_size=97)
     assert (model.n_kv_head, model.attn_softcap, model.attn_sinks) == (1, 20, True)
+    cfg = config_from_args(build_parser().parse_args(args))
     with pytest.raises(ValueError, match="n_kv_head"):
         cfg.override({"model.n_kv_head": 3}).validate()  # the tiny preset has 2 heads
 
@@ -42,16 +48,20 @@ def test_a_run_with_every_option_trains_resumes_and_probes(make_config, tmp_path
     result = train(cfg, run)
     assert torch.isfinite(torch.tensor(result.last_loss))
     state = json.loads((result.last_checkpoint / "state.json").read_text())
-    assert {k: state["model_config"][k] for k in ("n_kv_head", "attn_softcap", "attn_sinks")} == {
+    assert {
+        k: state["model_config"][k] for k in ("n_kv_head", "attn_softcap", "attn_sinks", "rope_theta")
+    } == {
         "n_kv_head": 1,
         "attn_softcap": 20.0,
         "attn_sinks": True,
+        "rope_theta": 1e4,
     }
     loaded = load_run(run)
     sinks = loaded.model.transformer.h[0].attn.sinks
     assert sinks is not None and torch.any(sinks != 0)  # learned from zero
+    assert "wpe" not in loaded.model.transformer  # rotary positions: no table
     for option in OPTIONS:  # the options are part of what a checkpoint must match
-        other = {"model.n_kv_head": 2, "model.attn_softcap": None, "model.attn_sinks": False}[option]
+        other = {"model.n_kv_head": 2, "model.attn_softcap": None, "model.attn_sinks": False}.get(option)
         with pytest.raises(CheckpointError, match=f"different config.*{option}"):
             train(
                 cfg.override({option: other}) if other is not None else _without(cfg, option),

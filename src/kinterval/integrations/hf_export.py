@@ -69,6 +69,7 @@ def export_hf(run, out, checkpoint="latest") -> Path:
             ("n_kv_head", cfg.n_kv_head, cfg.kv_heads != cfg.n_head),
             ("attn_softcap", cfg.attn_softcap, cfg.attn_softcap is not None),
             ("attn_sinks", cfg.attn_sinks, cfg.attn_sinks),
+            ("rope_theta", cfg.rope_theta, cfg.rope_theta is not None),
         )
         if on
     ]

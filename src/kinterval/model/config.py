@@ -51,11 +51,13 @@ class ModelConfig:
     """GPT-2 shape. ``vocab_multiple`` pads the embedding table (e.g. 50257 -> 50304 with 64) for speed only:
     the padded rows never receive probability because the logits are cut back to ``vocab_size``.
 
-    Three attention options beyond the paper's GPT-2, each off by default (no shipped config or preset sets
+    Attention options beyond the paper's GPT-2, each off by default (no shipped config or preset sets
     them): ``n_kv_head`` key/value heads for grouped-query attention (None: ``n_head``; it must divide
-    ``n_head``), ``attn_softcap`` c for the score row c tanh(s / c) (Gemma 2; None: none) and ``attn_sinks``,
-    one learned logit per head appended to every row as a key without a value (gpt-oss). The operator sees
-    the modified row, calibration included (:func:`kinterval.ops.kinterval_attention`).
+    ``n_head``), ``attn_softcap`` c for the score row c tanh(s / c) (Gemma 2; None: none), ``attn_sinks``,
+    one learned logit per head appended to every row as a key without a value (gpt-oss), and ``rope_theta``,
+    the base of rotary position embeddings on q and k in place of the learned position table (None: the
+    table, GPT-2's). The operator sees the modified row, calibration included
+    (:func:`kinterval.ops.kinterval_attention`).
     """
 
     n_layer: int = 12
@@ -68,6 +70,7 @@ class ModelConfig:
     n_kv_head: int | None = None  # grouped-query attention; None: n_head
     attn_softcap: float | None = None  # score row c tanh(s / c); None: none
     attn_sinks: bool = False  # a learned sink logit per head
+    rope_theta: float | None = None  # rotary position embeddings with this base; None: learned positions
     numerics: NumericsConfig = field(default_factory=NumericsConfig)
 
     @property
@@ -101,6 +104,16 @@ class ModelConfig:
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
+            )
+        theta = self.rope_theta
+        if theta is not None and (
+            isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < math.inf
+        ):
+            raise ValueError(f"model.rope_theta must be a finite number > 1, or unset, got {theta!r}")
+        if theta is not None and (self.n_embd // self.n_head) % 2:
+            raise ValueError(
+                "model.rope_theta needs an even head dimension, got n_embd / n_head = "
+                f"{self.n_embd // self.n_head}"
             )
         self.numerics.validate()
 
@@ -157,6 +170,6 @@ def count_params(cfg: ModelConfig, *, include_positions: bool = True) -> int:
         + b * d  # MLP down
     )
     total = cfg.padded_vocab_size * d + L * per_block + ln
-    if include_positions:
+    if include_positions and cfg.rope_theta is None:  # rotary positions have no parameters
         total += cfg.block_size * d
     return total

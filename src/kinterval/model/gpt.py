@@ -1,7 +1,9 @@
 """GPT-2 (nanoGPT style) whose attention probabilities come from a pluggable operator.
 
-Learned positions, pre-LayerNorm blocks, GELU MLP, tied input/output embeddings. The only difference between
-a softmax run and a K-interval run is the ``operator`` given to :class:`CausalSelfAttention`.
+Learned positions, pre-LayerNorm blocks, GELU MLP, tied input/output embeddings; the attention options of
+:class:`~kinterval.model.config.ModelConfig` (grouped-query heads, softcap, sinks, rotary positions) are off
+by default. The only difference between a softmax run and a K-interval run is the ``operator`` given to
+:class:`CausalSelfAttention`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ def operator_name(operator: str | OperatorSpec) -> str:
     return op if op == SDPA else op.full_name
 
 
+def rotary(x: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary position embedding (RoFormer; the half-split pairing of Llama and transformers): channel i and
+    i + D/2 of position t turn by the angle t * theta^(-2i/D). Computed in fp32 at least (float64 stays)."""
+    T, D = x.shape[-2], x.shape[-1]
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    inv_freq = theta ** -(torch.arange(0, D, 2, device=x.device, dtype=torch.float64) / D)
+    angle = torch.outer(torch.arange(T, device=x.device, dtype=torch.float64), inv_freq)
+    cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)
+    x1, x2 = x.to(dtype).chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
 @torch.compiler.disable
 def _operator_attention(q, k, v, operator: OperatorSpec, backend: str, options: dict) -> torch.Tensor:
     """The K-interval operator, always eager: under :func:`compile_blocks` torch.compile stops here (a graph
@@ -57,6 +71,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, config.n_embd + 2 * kv_dim, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.softcap = config.attn_softcap
+        self.rope_theta = config.rope_theta
         self.sinks = nn.Parameter(torch.zeros(config.n_head)) if config.attn_sinks else None
         self.operator = parse_operator(operator)
         if self.operator == SDPA and (self.softcap is not None or self.sinks is not None):
@@ -70,12 +85,15 @@ class CausalSelfAttention(nn.Module):
         self.backend = backend
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q (B, n_head, T, D), k and v (B, n_kv_head, T, D) of the input ``x`` (B, T, C)."""
+        """q (B, n_head, T, D), k and v (B, n_kv_head, T, D) of the input ``x`` (B, T, C); with
+        ``rope_theta`` q and k are rotated (:func:`rotary`, fp32)."""
         B, T, C = x.shape
         kv_dim = self.n_kv_head * self.head_dim
         q, k, v = self.c_attn(x).split((C, kv_dim, kv_dim), dim=2)
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k, v = (t.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2) for t in (k, v))
+        if self.rope_theta is not None:
+            q, k = rotary(q, self.rope_theta), rotary(k, self.rope_theta)
         return q, k, v
 
     def options(self) -> dict:
@@ -151,7 +169,11 @@ class GPT(nn.Module):
         self.transformer = nn.ModuleDict(
             dict(
                 wte=nn.Embedding(config.padded_vocab_size, config.n_embd),
-                wpe=nn.Embedding(config.block_size, config.n_embd),
+                **(
+                    {}
+                    if config.rope_theta is not None
+                    else {"wpe": nn.Embedding(config.block_size, config.n_embd)}
+                ),
                 h=nn.ModuleList([Block(config, operator, backend) for _ in range(config.n_layer)]),
                 ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
             )
@@ -183,7 +205,9 @@ class GPT(nn.Module):
 
     def num_params(self, include_positions: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())  # tied weight counted once
-        return n if include_positions else n - self.transformer.wpe.weight.numel()
+        if include_positions or "wpe" not in self.transformer:  # rotary positions: no table
+            return n
+        return n - self.transformer.wpe.weight.numel()
 
     def _check_ids(self, what: str, ids: torch.Tensor) -> None:
         """Ids outside [0, vocab_size) are a ValueError; ids up to the padded table would embed (or be scored)
@@ -218,8 +242,9 @@ class GPT(nn.Module):
         B, T = idx.shape
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        x = self.transformer.wte(idx)
+        if "wpe" in self.transformer:  # learned positions (GPT-2); rotary ones turn q and k in each layer
+            x = x + self.transformer.wpe(torch.arange(T, device=idx.device))
         for block in self.transformer.h:
             if self.activation_checkpointing and torch.is_grad_enabled():
                 # keep only the block's input; its activations are recomputed in the backward (same values)

@@ -151,7 +151,7 @@ def data_label(data: tuple) -> str:
 def model_label(config: dict) -> str:
     """The model shape of a manifest row's training config, ``"12L 12H d768"`` (a preset's value where the
     config leaves a field unset), with the attention options that are set (``"6L 6H d384 2KV softcap30
-    sinks"``: grouped-query heads, softcap, sinks); "" without one."""
+    sinks rope10000"``: grouped-query heads, softcap, sinks, rotary positions); "" without one."""
     m = config.get("model") or {}
     base = PRESETS.get(m.get("preset"))
 
@@ -161,11 +161,14 @@ def model_label(config: dict) -> str:
     shape = [get(k) for k in ("n_layer", "n_head", "n_embd")]
     if None in shape:
         return ""
-    kv, cap = get("n_kv_head"), get("attn_softcap")
-    options = [f"{kv}KV" if kv not in (None, shape[1]) else "", f"softcap{cap:g}" if cap is not None else ""]
-    return " ".join(
-        ["{}L {}H d{}".format(*shape), *filter(None, options), *(["sinks"] if get("attn_sinks") else [])]
-    )
+    kv, cap, theta = get("n_kv_head"), get("attn_softcap"), get("rope_theta")
+    options = [
+        f"{kv}KV" if kv not in (None, shape[1]) else "",
+        f"softcap{cap:g}" if cap is not None else "",
+        "sinks" if get("attn_sinks") else "",
+        f"rope{theta:g}" if theta is not None else "",
+    ]
+    return " ".join(["{}L {}H d{}".format(*shape), *filter(None, options)])
 
 
 NOT_PROTOCOL = EXECUTION_FIELDS | {"seed", "operator.name"}  # a run's own, not its setting's

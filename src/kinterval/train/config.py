@@ -38,6 +38,7 @@ class ModelSection:
     n_kv_head: int | None = None  # grouped-query attention (ModelConfig); None: the preset's (n_head)
     attn_softcap: float | None = None  # score softcap c; None: the preset's (none)
     attn_sinks: bool | None = None  # learned attention sinks; None: the preset's (off)
+    rope_theta: float | None = None  # rotary positions with this base; None: the preset's (learned ones)
 
 
 @dataclass
@@ -171,6 +172,7 @@ class TrainConfig:
             n_kv_head=m.n_kv_head,
             attn_softcap=m.attn_softcap,
             attn_sinks=m.attn_sinks,
+            rope_theta=m.rope_theta,
             numerics=self.numerics,
         )
 
