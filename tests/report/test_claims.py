@@ -484,3 +484,29 @@ def test_a_run_stopped_before_its_first_checkpoint_is_not_called_not_run(tmp_pat
     )
     assert row in index
     assert sum(c["status"] == "not run" for c in claims) == 0
+
+
+def test_the_modern_attention_suite_checks_the_claims_it_has_runs_for(tmp_path):
+    """mini-modern's conditions (softmax, the Table 3 contrast, LERP K32) on a model with grouped-query
+    heads, rotary positions and sinks, at a tiny size: the contrast and the within-noise claim are checked,
+    the rest are "not run", and the table names the model with its options."""
+    from kinterval.suite.definition import load_suite
+
+    shipped = load_suite("mini-modern")
+    ops = [r.operator for r in shipped.runs]
+    suite = MINI_SHAPED.replace('"model.n_head" = 1', '"model.n_head" = 2').replace(
+        "[overrides]",
+        '[overrides]\n"model.n_kv_head" = 1\n"model.rope_theta" = 1e4\n"model.attn_sinks" = true',
+    )
+    suite = suite.split("[[group]]")[0] + '[[group]]\noperators = ["softmax", "lerp-k32"]\n'
+    suite += '[[group]]\noperators = ["minmax-weight-k4", "fwm-prob-k4"]\narithmetic = "historical"\n'
+    claims, index = _suite(tmp_path, PLANTED, suite=suite)
+    hist = "k4[arithmetic=historical]"
+    assert set(ops) == {"softmax", "lerp-k32", f"minmax-weight-{hist}", f"fwm-prob-{hist}"}  # as above
+    checked = {n for n, c in claims.items() if c["ours"] != "not run"}
+    assert checked == {
+        "MinMax–Weight K4 − softmax ≫ FWM–Prob K4 − softmax",
+        "LERP K32 within noise of softmax",
+    }
+    assert all(claims[n]["direction_agrees"] is True for n in checked)
+    assert "1L 2H d32 1KV sinks rope10000" in index

@@ -9,6 +9,7 @@ import pytest
 from kinterval.ops import OperatorSpec
 from kinterval.suite.definition import load_suite, safe_name, select, shipped_suites
 from kinterval.suite.manifest import build_manifest, eval_settings
+from kinterval.train.config import TrainConfig
 
 
 @pytest.mark.parametrize(
@@ -373,3 +374,20 @@ def test_sdpa_is_a_suite_operator_as_in_train(tmp_path):
     assert runs["sdpa"].spec == OperatorSpec.parse("softmax") and runs["sdpa"].axes()["name"] == "softmax"
     rows = build_manifest(load_suite(path), tmp_path / "out", tmp_path / "data")["runs"]
     assert [r["run_id"] for r in rows] == ["softmax-s1", "sdpa-s1"]
+
+
+def test_mini_modern_is_mini_with_the_attention_options(tmp_path):
+    """mini-modern: mini's model, data and protocol plus grouped-query heads (2 for 6), rotary positions and
+    sinks; its four conditions are mini's (softmax, the Table 3 contrast, LERP K=32)."""
+    mini, modern = load_suite("mini"), load_suite("mini-modern")
+    m_mini = {r["operator"]: r for r in build_manifest(mini, tmp_path / "a", "/data")["runs"]}
+    rows = build_manifest(modern, tmp_path / "b", "/data")["runs"]
+    assert len(rows) == 4 and {r["operator"] for r in rows} <= set(m_mini)
+    options = {"n_kv_head": 2, "rope_theta": 10000.0, "attn_sinks": True, "attn_softcap": None}
+    for row in rows:
+        want = m_mini[row["operator"]]["config"]
+        want = dict(want, model=dict(want["model"], **options))
+        assert {k: v for k, v in row["config"].items() if k != "name"} == {
+            k: v for k, v in want.items() if k != "name"
+        }
+        TrainConfig.from_dict(row["config"]).validate().model_config(vocab_size=50257)  # a valid model
