@@ -330,3 +330,59 @@ def test_a_probe_spec_sets_the_grid_on_every_layer_of_a_softmax_model():
     for L in range(2):
         for name in METRICS:
             assert got["layers"][L][name] == pytest.approx(want[L][name], rel=1e-4, abs=1e-7), (L, name)
+
+
+@pytest.mark.parametrize("op", ["softmax", "fwm-prob-k4", "lerp-k4"])
+def test_sink_share_of_a_model_with_attention_sinks(op):
+    """With ``attn_sinks`` the probe adds the sink's share of the rows i >= 1, under the operator and under
+    softmax, recomputed here from the layer inputs: the scores q k^T / sqrt(D) of row i with the head's sink
+    logit as key i + 1."""
+    from kinterval.eval.geometry import METRICS, SINK_METRICS, geometry_probe
+    from kinterval.model import GPT, preset
+    from kinterval.ops.reference import reference_probs
+
+    torch.manual_seed(0)
+    T = 12
+    cfg = preset("tiny", vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=T, attn_sinks=True)
+    model = GPT(cfg, op, "closed_form").eval()
+    with torch.no_grad():
+        for blk, sinks in zip(model.transformer.h, ([2.0, -1.0], [0.5, 4.0])):
+            blk.attn.c_attn.weight.mul_(10)
+            blk.attn.sinks.copy_(torch.tensor(sinks))
+    tokens = np.random.default_rng(1).integers(0, 64, size=2 * T + 1).astype(np.uint16)
+    got = geometry_probe(model, tokens, blocks=1)
+    inputs = []
+    hook = model.transformer.h[1].ln_1.register_forward_hook(lambda m, i, o: inputs.append(o.detach()))
+    with torch.no_grad():
+        model(torch.from_numpy(tokens[:T].astype(np.int64))[None])
+    hook.remove()
+    att = model.transformer.h[1].attn
+    qkv = (inputs[0][0].double() @ att.c_attn.weight.double().T + att.c_attn.bias.double()).detach()
+    q, k, _ = (a.view(T, 2, 16).transpose(0, 1) for a in qkv.split(32, -1))
+    shares = {"sink_mass": [], "sink_mass_softmax": []}
+    for h in range(2):
+        for i in range(1, T):
+            row = torch.cat([q[h, i] @ k[h, : i + 1].T / 4.0, att.sinks[h : h + 1].double().detach()])
+            pe = torch.softmax(row, -1)
+            shares["sink_mass_softmax"].append(float(pe[-1]))
+            p = reference_probs(
+                row[None], torch.ones(1, i + 2, dtype=torch.bool), model.transformer.h[1].attn.operator
+            )
+            shares["sink_mass"].append(float(p[0, -1]))
+    assert set(got["layers"][1]) == set(METRICS) | set(SINK_METRICS)
+    for name, values in shares.items():
+        assert got["layers"][1][name] == pytest.approx(np.mean(values), rel=1e-4), name
+    assert 0 < got["layers"][1]["sink_mass"] < 1
+    if op == "softmax":
+        assert got["mean"]["sink_mass"] == pytest.approx(got["mean"]["sink_mass_softmax"], rel=1e-12)
+    else:
+        assert got["mean"]["sink_mass"] != pytest.approx(got["mean"]["sink_mass_softmax"], rel=1e-3)
+
+
+def test_a_model_without_sinks_has_no_sink_share():
+    from kinterval.eval.geometry import METRICS, geometry_probe
+    from kinterval.model import GPT, preset
+
+    model = GPT(preset("tiny", vocab_size=64, n_layer=1, n_embd=32, block_size=8), "lerp-k4", "closed_form")
+    tokens = np.random.default_rng(1).integers(0, 64, size=9).astype(np.uint16)
+    assert set(geometry_probe(model, tokens, blocks=1)["mean"]) == set(METRICS)

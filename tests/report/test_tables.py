@@ -184,6 +184,10 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
         [["a", "50M", "8.000", "-", "-", "-", "-", "-", "-"],
          ["b", "100M", "20.000", "5.000", "0.100", "-", "-", "-", "-"]],
     )  # fmt: skip
+    # a model with attention sinks: the sink's share under the operator and under softmax
+    sinks = {Key("a", 50_000_000, DATA, "val"): {"span": 8.0, "sink_mass": 0.25, "sink_mass_softmax": 0.5}}
+    assert T.geometry_rows(sinks)[0][-2:] == ["sink_mass", "sink_mass_softmax"]
+    assert T.geometry_rows(sinks)[1][0][-2:] == ["0.250", "0.500"]
     # suites C (1B) and D (124M) at one budget and corpus: the model tells their rows apart
     two = {Key("softmax", 100_007_936, DATA, "val", m): {"span": x} for m, x in (("12L", 9.0), ("32L", 7.0))}
     assert T.geometry_rows(two)[0][:3] == ["Condition", "Budget", "Model"]

@@ -7,7 +7,10 @@ FWM/resolved), the 0.1% quantile of ``z = s - M``, the per-token query/key norms
 fraction of keys with ``z < -6``, the top-bucket mass (softmax mass on
 keys in the operator's top interval (LERP) or top level (Nearest)), the effective number of buckets
 ``exp H(q)`` with ``q_b ~ sum_{j in b} P^E_j`` (tail keys truncated by FWM form one bucket) and
-``TV = 1/2 sum_j |P^native_j - P^E_j|``. Rows are averaged per layer; the layer mean is reported too. A
+``TV = 1/2 sum_j |P^native_j - P^E_j|``. A model with attention sinks (``model.attn_sinks``) also gets the
+sink's share of each row, under the operator (``sink_mass``) and under softmax (``sink_mass_softmax``); the
+sink is one more key of every row, for the span and the grid too. Rows are averaged per layer; the layer
+mean is reported too. A
 NaN or infinite value on a row with two or more keys (non-finite scores: a diverged checkpoint) is a
 ``ValueError`` naming the layer, never a dropped row.
 For a softmax run the operator-dependent quantities need ``spec`` (e.g. the operator one would deploy).
@@ -25,9 +28,12 @@ from kinterval.model import autocast, eval_precision
 from kinterval.ops import OperatorSpec
 from kinterval.ops.reference import grid, reference_probs, row_extrema
 
+SOFTMAX = OperatorSpec.parse("softmax")
+
 ROW_METRICS = ("span", "h", "z_q001", "entropy", "frac_z_below_6", "top_bucket_mass", "eff_buckets", "tv")
 OPERATOR_METRICS = ("h", "top_bucket_mass", "eff_buckets", "tv")  # defined by a K-interval operator's grid
 METRICS = (*ROW_METRICS, "q_norm", "k_norm")
+SINK_METRICS = ("sink_mass", "sink_mass_softmax")  # layers with attention sinks only
 
 
 def _quantile(z: Tensor, valid: Tensor, q: float) -> Tensor:
@@ -83,7 +89,7 @@ def row_geometry(s: Tensor, valid: Tensor, spec: OperatorSpec | str | None = Non
     z = torch.where(valid, s - ext.M, torch.zeros_like(s))
     nv = valid.sum(-1).to(s.dtype)
     ok = nv >= 2
-    PE = reference_probs(s, valid, OperatorSpec.parse("softmax"))
+    PE = reference_probs(s, valid, SOFTMAX)
     logP = torch.where(PE > 0, PE.log(), torch.zeros_like(PE))
     out = {
         "span": (ext.M - ext.m).squeeze(-1),
@@ -139,6 +145,9 @@ def geometry_probe(
             rows = row_geometry(s[..., 1:, :], valid[..., 1:, :], probe_spec)
             rows["q_norm"] = q[..., 1:, :].norm(dim=-1)
             rows["k_norm"] = k[..., 1:, :].norm(dim=-1)
+            if module.sinks is not None:  # the sink is each row's last key (model.scores)
+                for key, sink_spec in zip(SINK_METRICS, (probe_spec, SOFTMAX)):
+                    rows[key] = reference_probs(s[..., 1:, :], valid[..., 1:, :], sink_spec)[..., -1]
             has_value = valid[..., 1:, :].sum(-1) >= 2  # rows of one key have no geometry
             for key, v in rows.items():
                 if key in OPERATOR_METRICS and not probe_spec.is_kinterval:
@@ -147,8 +156,8 @@ def geometry_probe(
                 if not torch.isfinite(v).all():
                     raise ValueError(f"geometry: layer {idx}: {key} is NaN or infinite on "
                                      f"{int((~torch.isfinite(v)).sum())} of {v.numel()} rows")  # fmt: skip
-                sums[idx][key] += float(v.double().sum())
-                counts[idx][key] += v.numel()
+                sums[idx][key] = sums[idx].get(key, 0.0) + float(v.double().sum())
+                counts[idx][key] = counts[idx].get(key, 0) + v.numel()
 
         return pre_hook
 
@@ -167,9 +176,10 @@ def geometry_probe(
         for h in handles:
             h.remove()
         model.train(was_training)
+    metrics = METRICS + (SINK_METRICS if any(m.sinks is not None for m in layers) else ())
     per_layer = [
-        {k: (sums[i][k] / counts[i][k] if counts[i][k] else float("nan")) for k in METRICS}
+        {k: (sums[i][k] / counts[i][k] if counts[i].get(k) else float("nan")) for k in metrics}
         for i in range(len(layers))
     ]
-    mean = {k: float(np.mean([row[k] for row in per_layer])) for k in METRICS}
+    mean = {k: float(np.mean([row[k] for row in per_layer])) for k in metrics}
     return {"layers": per_layer, "mean": mean, "operator": used.get(0), "n_blocks": n}

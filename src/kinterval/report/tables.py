@@ -518,8 +518,11 @@ def graddecomp_rows(rows) -> tuple[list[str], list[list[str]]]:
 
 def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
     """Endpoint geometry per condition and setting: the data column when the rows are of several corpora, the
-    model column when of several models (suites C and D: both 100M tokens of WikiText-103)."""
+    model column when of several models (suites C and D: both 100M tokens of WikiText-103); the sink's share
+    (operator, softmax) when a model has attention sinks."""
     metrics = ["span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"]
+    if any("sink_mass" in g for g in geo.values()):
+        metrics += ["sink_mass", "sink_mass_softmax"]
     heads, cells = _data_model(geo)
     return ["Condition", "Budget", *heads, *metrics], [
         [condition(k), tokens(k.budget), *cells(k), *[num(g.get(m), False, 3) for m in metrics]]
