@@ -59,18 +59,30 @@ def run_torchrun(data_dir, out, strategy="ddp", extra=(), env=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
 
+# the model's attention options (grouped-query heads, sinks, rotary positions): a 1-d parameter per layer
+# to shard, and a narrower c_attn
+MODEL_OPTIONS = {"model.n_kv_head": 1, "model.attn_sinks": True, "model.rope_theta": 1e4}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", "fsdp2+compile", "fsdp2+activation-checkpointing"])
+@pytest.mark.parametrize(
+    "strategy", ["ddp", "fsdp2", "fsdp2+compile", "fsdp2+activation-checkpointing", "fsdp2+model-options"]
+)
 def test_two_processes_match_one_process(make_config, data_dir, tmp_path, strategy):
     strategy, _, option = strategy.partition("+")
     compiled = option == "compile"
+    model_options = MODEL_OPTIONS if option == "model-options" else {}
+    flags = [f"--{option}"] if option in ("compile", "activation-checkpointing") else []
+    flags += [x for k, v in model_options.items() for x in ("--set", f"{k}={str(v).lower()}")]
     # compiled blocks: dynamo logs its graph break at the eager operator (model/gpt.py), once per rank
     env = {**os.environ, "TORCH_LOGS": "graph_breaks"} if compiled else None
-    proc = run_torchrun(data_dir, tmp_path / "ddp", strategy, [f"--{option}"] if option else [], env)
+    proc = run_torchrun(data_dir, tmp_path / "ddp", strategy, flags, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("_operator_attention" in proc.stderr) == compiled, proc.stderr[-3000:]
     # One process, accumulation doubled: the same 8 global sequences per step.
-    single = make_config(**{"operator.name": "fwm-prob-k4", "schedule.micro_batch": 2, "schedule.accum": 4})
+    single = make_config(
+        **{"operator.name": "fwm-prob-k4", "schedule.micro_batch": 2, "schedule.accum": 4, **model_options}
+    )
     train(single, tmp_path / "one")
     a = [r["train_loss"] for r in read_metrics(tmp_path / "ddp")]
     b = [r["train_loss"] for r in read_metrics(tmp_path / "one")]
@@ -81,6 +93,8 @@ def test_two_processes_match_one_process(make_config, data_dir, tmp_path, strate
         load_checkpoint(latest_checkpoint(tmp_path / "one")),
     )
     assert da.state["world_size"] == 2 and da.state["seq_counter"] == db.state["seq_counter"] == 64
+    assert da.model.keys() == db.model.keys()
+    assert any(k.endswith("attn.sinks") for k in da.model) == bool(model_options)
     for k in db.model:
         torch.testing.assert_close(da.model[k], db.model[k], rtol=1e-5, atol=1e-5)
     run_cfg = json.loads((tmp_path / "ddp" / "run_config.json").read_text())
