@@ -6,7 +6,8 @@
 #   bash benchmarks/gpu_mini.sh sitting    # the device call: `run` with carry [".corpus"] (and the PIN
 #                                          # below), timeout_s 600; `check` prints the exact command
 #
-# then, here, with the tarball the call brought back (files_at; S is the suite, `mini` or `mini-seeds`):
+# then, here, with the tarball the call brought back (files_at; S is the suite: `mini`, `mini-seeds`,
+# `mini-modern`):
 #   mkdir -p out/sitting && tar -xzf FILES_AT/S_results.tar.gz -C out/sitting
 #   kinterval suite merge out/sitting/S docs/results/S       # the first merge makes docs/results/S
 #   kinterval suite gate docs/results/S --results-only && kinterval report docs/results/S
@@ -137,8 +138,8 @@ EOF
 
 # The sitting's own commands (data prepare --source bin:, suite run, suite gate --partial, suite merge) with
 # the code that runs there ($ROOT: this checkout, or the pin), on this CPU: the runs the next sitting starts,
-# at 1 layer, d = 16, T = 32 and 1,024 tokens, on the first 10,000 tokens of each token file. A pin whose
-# operator code lacks something the rest of this checkout imports fails here, not in the device call.
+# at 1 layer, 2 heads, d = 16, T = 32 and 1,024 tokens, on the first 10,000 tokens of each token file. A pin
+# whose operator code lacks something the rest of this checkout imports fails here, not in the device call.
 smoke() {  # smoke RUN_ID...
   local dir rc=0
   dir=$(mktemp -d)
@@ -152,8 +153,10 @@ from kinterval.suite.definition import load_suite
 
 name, out, *ids = sys.argv[1:]
 runs = [r for r in load_suite(name).runs if r.run_id in ids]
-tiny = {"model.n_layer": 1, "model.n_head": 1, "model.n_embd": 16, "model.block_size": 32,
+tiny = {"model.n_layer": 1, "model.n_head": 2, "model.n_embd": 16, "model.block_size": 32,
         "schedule.tokens": 1_024, "schedule.warmup_tokens": 256, "schedule.micro_batch": 8, "schedule.accum": 1}
+if "model.n_kv_head" in runs[0].overrides:  # grouped-query heads (mini-modern): 1 for the 2 query heads
+    tiny["model.n_kv_head"] = 1
 lines = ['name = "smoke"', f'protocol = "{runs[0].protocol}"', 'corpus = "the sitting\'s, sliced"',
          f"seeds = [{runs[0].seed}]", "checkpoints = 1", "[overrides]"]
 lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in {**runs[0].overrides, **tiny}.items()]
