@@ -6,7 +6,8 @@ For each (kernel, operator, dtype, D, tile config) the table gives registers per
 Usage:  python benchmarks/kernel_resources.py [--ops minmax-prob-k4,softmax] [--dtypes bf16,tf32] [--D 64,128]
         [--configs all|first] [--arch sm_90a] [--mix N] [--gqa G]
 (--gqa G: grouped-query attention, k and v with HEADS / G heads against q's HEADS. --sinks: with attention
-sinks, one per q head. --softcap C: with a softcap.)
+sinks, one per q head. --softcap C: with a softcap. --bias 1: with a (1, HEADS, T, T) fp32 score bias;
+--bias 2: one that needs a gradient, which the dQ kernel writes.)
 """
 
 from __future__ import annotations
@@ -89,8 +90,9 @@ def dtype_and_precision(dtype_mode):
 
 
 def _meta_launch(
-    kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H=HEADS, T=1024, sinks=False, softcap=None
-):
+    kernel, spec, dtype_mode, D, causal, has_mask, group=1, B=16, H=HEADS, T=1024, sinks=False, softcap=None,
+    bias=0,
+):  # fmt: skip
     """The launch that ``triton_attention`` makes for contiguous (B, H, T, D) inputs (k, v with H / group
     heads), built by its own launch builders on meta tensors (no memory, no GPU): the same arguments, so the
     same specialization (ints equal to 1 become constexprs, multiples of 16 and aligned pointers get the
@@ -103,10 +105,12 @@ def _meta_launch(
     q, k, v = (torch.empty(B, h, T, D, dtype=dtype, device="meta") for h in (H, H // group, H // group))
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool, device="meta") if has_mask else None
     sink_t = torch.empty(H, dtype=torch.float32, device="meta") if sinks else None
+    bias_t = torch.empty(1, H, T, T, dtype=torch.float32, device="meta") if bias else None
     save = kernel != "infer"
     fwd, saved, consts = autograd.forward_launch(
-        q, k, v, mask, spec, causal, 1 / D**0.5, prec, save=save, sinks=sink_t, softcap=softcap
-    )
+        q, k, v, mask, spec, causal, 1 / D**0.5, prec, save=save, sinks=sink_t, softcap=softcap, bias=bias_t,
+        bias_grad=bias == 2 and save,
+    )  # fmt: skip
     if kernel in ("fwd", "infer"):
         return fwd
     if kernel == "fused":
@@ -116,8 +120,9 @@ def _meta_launch(
 
 
 def compile_one(
-    kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False, group=1, sinks=False, softcap=None
-):
+    kernel, spec, dtype_mode, D, cfg, arch, causal=True, has_mask=False, group=1, sinks=False, softcap=None,
+    bias=0,
+):  # fmt: skip
     """Compile one (kernel, operator, dtype, D, tile) for sm_90 as Triton's launcher would: its binder
     specializes the launch's arguments, then ``triton.compile`` for a GPUTarget (no device needed)."""
     import triton
@@ -126,7 +131,9 @@ def compile_one(
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    launch = _meta_launch(kernel, spec, dtype_mode, D, causal, has_mask, group, sinks=sinks, softcap=softcap)
+    launch = _meta_launch(
+        kernel, spec, dtype_mode, D, causal, has_mask, group, sinks=sinks, softcap=softcap, bias=bias
+    )
     fn = launch.kernel.fn  # the @triton.jit function under the autotuner
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
@@ -189,6 +196,14 @@ def main(argv=None) -> int:
     )
     p.add_argument("--softcap", type=float, help="with a softcap c (scores c tanh(s / c))")
     p.add_argument(
+        "--bias",
+        type=int,
+        choices=(0, 1, 2),
+        default=0,
+        help="1: with a (1, H, T, T) fp32 score bias; 2: one that needs a gradient (the fused backward, "
+        "which has none, is left out)",
+    )
+    p.add_argument(
         "--split-max-d", type=int, help="override kernels.SPLIT_MAX_D, every kernel (0: never split)"
     )
     p.add_argument(
@@ -228,7 +243,7 @@ def main(argv=None) -> int:
     jobs = [(D, dm, name, kernel, mk) for D in (int(x) for x in args.D.split(","))
             for dm in args.dtypes.split(",") for name in args.ops.split(",")
             for kernel in args.kernels.split(",") for mk in args.masks.split(",")
-            if not (args.sinks and kernel == "fused")]  # fmt: skip
+            if not ((args.sinks or args.bias) and kernel == "fused")]  # fmt: skip
     for D, dm, name, kernel, mk in jobs:
         spec = OperatorSpec.from_full_name(name)
         tiles = K.tile_list(*dtype_and_precision(dm))  # the list the launch would use
@@ -245,6 +260,7 @@ def main(argv=None) -> int:
                 group=args.gqa,
                 sinks=args.sinks,
                 softcap=args.softcap,
+                bias=args.bias,
             )
             kw = cfg.kwargs
             c = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}/{cfg.num_warps}/{cfg.num_stages}"

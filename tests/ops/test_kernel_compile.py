@@ -47,6 +47,8 @@ def _split_dots() -> str:
         ("minmax-prob-k4", "bf16", "causal", 4, False),  # grouped-query attention: k/v head h // 4
         ("softmax,fwm-prob-k4[range_grad=p1]", "bf16", "causal", 1, True),  # attention sinks: no fused kernel
         ("softmax,minmax-weight-k4", "bf16", "causal", 1, "softcap"),  # a softcap (every kernel)
+        # a score bias with its gradient, with a softcap and sinks (every kernel but the fused backward)
+        ("softmax,minmax-weight-k4,fwm-prob-k4[range_grad=p1]", "bf16", "mask", 1, "bias"),
     ],
 )
 def test_kernels_compile_for_sm90(ops, dtypes, masks, gqa, sinks):
@@ -67,13 +69,17 @@ def test_kernels_compile_for_sm90(ops, dtypes, masks, gqa, sinks):
         "3",
         "--gqa",
         str(gqa),
-    ] + {True: ["--sinks"], "softcap": ["--softcap", "30"]}.get(sinks, [])
+    ] + {
+        True: ["--sinks"],
+        "softcap": ["--softcap", "30"],
+        "bias": ["--bias", "2", "--softcap", "30", "--sinks"],
+    }.get(sinks, [])
     res = subprocess.run(cmd + ["--configs", "first"], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     kernel_row = re.compile(r"\| (fwd|infer|dq|dkdv|fused) \|")
     rows = [line.split("|") for line in res.stdout.splitlines() if kernel_row.match(line)]
     n_ops, n_dtypes, n_masks = len(ops.split(",")), len(dtypes.split(",")), len(masks.split(","))
-    assert len(rows) == (4 if sinks is True else 5) * n_ops * n_dtypes * n_masks
+    assert len(rows) == (4 if sinks in (True, "bias") else 5) * n_ops * n_dtypes * n_masks
     for r in rows:  # registers, loop instructions, a 12-digit SASS hash, the loops, 3 opcodes
         assert int(r[6]) > 0 and int(r[9]) > 0 and re.fullmatch(r" [0-9a-f]{12} ", r[11]), r
         loops = [float(n) for n in r[13].split(" / ")]  # every loop; the longest is instr/score
@@ -146,8 +152,14 @@ def test_gqa_reaches_the_compiled_launch(monkeypatch):
     assert tool._meta_launch("dq", spec, "bf16", 64, True, False).args[-2][-1] == 1
     for kernel in ("fwd", "dq"):  # --sinks: one fp32 sink per q head reaches the kernels that read them
         launch = tool._meta_launch(kernel, spec, "bf16", 64, True, False, sinks=True)
-        assert launch.meta["MASKING"] == (True, False, True, False)  # causal, no mask, sinks, no softcap
-        assert launch.args[1][-1].shape == (tool.HEADS,) and launch.args[1][-1].dtype == torch.float32
+        # causal, no mask, sinks, no softcap, no bias
+        assert launch.meta["MASKING"] == (True, False, True, False, 0)
+        assert launch.args[1][-2].shape == (tool.HEADS,) and launch.args[1][-2].dtype == torch.float32
+    for kernel, mode in (("fwd", 2), ("infer", 1), ("dq", 2), ("dkdv", 2)):  # --bias 2: (1, H, T, T) fp32
+        launch = tool._meta_launch(kernel, spec, "bf16", 64, True, False, bias=2)
+        assert launch.meta["MASKING"] == (True, False, False, False, mode), kernel
+        bias = launch.args[1][-1]  # expanded to (B, H, T, T), the batch dim broadcast
+        assert bias.shape == (16, tool.HEADS, 1024, 1024) and bias.stride()[0] == 0, kernel
     groups = []
 
     def stop(*args, **kwargs):  # the launch the command line builds, recorded before anything compiles

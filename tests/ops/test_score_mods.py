@@ -176,26 +176,20 @@ def test_bad_arguments_are_value_errors():
 
 
 def test_backends_apply_them_or_say_why_not(monkeypatch):
-    """The fused kernels apply a softcap and attention sinks but no additive bias: auto picks them for those
-    two and closed_form as soon as a bias is asked for (True: all three); an explicit triton backend is then a
-    ValueError that names what it lacks. A float mask that only masks is not a bias: it keeps the fused
-    path."""
+    """The fused kernels apply every score modification (an additive bias, a softcap, attention sinks): auto
+    picks them on CUDA for any of them (True: all three) and closed_form on the CPU; an explicit triton
+    backend takes them. A float mask that only masks is not a bias."""
     from kinterval.ops import backends
 
     monkeypatch.setattr(backends, "_triton_importable", lambda: True)  # the answer without triton installed
     for spec in catalog.all_specs():
         want = "triton" if backends.TRITON.supports(spec, "cuda", torch.bfloat16) else "closed_form"
-        for mods in (True, "bias", ("bias", "sinks"), ("softcap", "bias")):
-            assert resolve_backend(spec, "cuda", torch.bfloat16, score_mod=mods) == "closed_form"
-            assert resolve_backend(spec, "cpu", torch.float32, score_mod=mods) == "closed_form"
-        for mods in ("sinks", "softcap", ("sinks", "softcap"), ()):
+        for mods in (True, "bias", ("bias", "sinks"), ("softcap", "bias"), "sinks", "softcap", ()):
             assert resolve_backend(spec, "cuda", torch.bfloat16, score_mod=mods) == want
-    with pytest.raises(ValueError, match="applies no additive score bias; backend 'closed_form' can"):
-        resolve_backend("fwm-prob-k4", "cuda", torch.bfloat16, backend="triton", score_mod=True)
-    mods = ("softcap", "sinks")
-    assert (
-        resolve_backend("fwm-prob-k4", "cuda", torch.bfloat16, backend="triton", score_mod=mods) == "triton"
-    )
+            assert resolve_backend(spec, "cpu", torch.float32, score_mod=mods) == "closed_form"
+    for mods in (True, "bias", ("softcap", "sinks")):
+        got = resolve_backend("fwm-prob-k4", "cuda", torch.bfloat16, backend="triton", score_mod=mods)
+        assert got == "triton"
     with pytest.raises(ValueError, match="unknown score modification 'alibi'"):
         resolve_backend("fwm-prob-k4", "cuda", score_mod=("sinks", "alibi"))
     fm = torch.zeros(T, T).masked_fill(~torch.ones(T, T).bool().tril(), torch.finfo(torch.float32).min)

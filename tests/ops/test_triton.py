@@ -140,11 +140,14 @@ def _extremum_ties(s):
     return False
 
 
-def _grads(fn, q, k, v, do, sinks=None):
+def _grads(fn, q, k, v, do, sinks=None, bias=None):
     """[out, dq, dk, dv] of ``fn(q, k, v)`` for upstream gradient ``do``; with ``sinks``, ``fn(q, k, v,
-    sinks)`` and dsinks last."""
+    sinks)`` and dsinks after dv; with ``bias``, ``fn(..., bias=bias)`` and, if the bias requires a gradient,
+    dbias last."""
     leaves = [x.detach().clone().requires_grad_() for x in (q, k, v, *([] if sinks is None else [sinks]))]
-    out = fn(*leaves)
+    kw = {} if bias is None else {"bias": bias.detach().clone().requires_grad_(bias.requires_grad)}
+    out = fn(*leaves, **kw)
+    leaves += [kw["bias"]] if bias is not None and bias.requires_grad else []
     grads = torch.autograd.grad(out, leaves, do.to(out.device))  # the kernels' output is on DEVICE
     return [out.detach(), *grads]
 
@@ -158,11 +161,14 @@ def _probs_with_sinks(s, valid, spec, sinks):
     return reference_probs(s, valid, spec)[..., :-1]
 
 
-def _lowp_torch(q, k, v, spec, causal, mask, scale, sinks=None, softcap=None):
-    """PyTorch's native low-precision attention: scores and P @ V in q's dtype, the operator in fp32."""
+def _lowp_torch(q, k, v, spec, causal, mask, scale, sinks=None, softcap=None, bias=None):
+    """PyTorch's native low-precision attention: scores and P @ V in q's dtype, the operator in fp32 (the
+    score bias added in fp32)."""
     s = torch.matmul(q, k.transpose(-2, -1)) * scale
     if softcap is not None:
         s = softcap * torch.tanh(s / softcap)
+    if bias is not None:
+        s = s.float() + bias.float()
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
     P = _probs_with_sinks(s.float(), valid, spec, sinks)
     return torch.matmul(P.to(q.dtype), v)
@@ -181,7 +187,7 @@ class _RoundGrad(torch.autograd.Function):
         return g.to(ctx.dtype).to(g.dtype), None
 
 
-def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale, sinks=None, softcap=None):
+def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale, sinks=None, softcap=None, bias=None):
     """The kernels' 16-bit arithmetic in PyTorch, the low-precision baseline of the K-interval operators:
     products of the 16-bit inputs accumulated in fp32 (the scores and g = dO vᵀ, as the tensor cores form
     them), the grid and the operator in fp32, P rounded to q's dtype before P V and dS before dSᵀ Q and dS K,
@@ -191,6 +197,8 @@ def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale, sinks=None, softcap=N
     s = _RoundGrad.apply(torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale, dt)
     if softcap is not None:
         s = softcap * torch.tanh(s / softcap)
+    if bias is not None:
+        s = s + bias.float()
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
     P = _probs_with_sinks(s, valid, spec, None if sinks is None else sinks.float())
     P = P + (P.to(dt).float() - P).detach()  # rounded in the forward; dL/dP = dO vᵀ stays fp32
@@ -225,7 +233,7 @@ TF32_ATOL = 2.0**-10
 
 def check(
     spec, q, k, v, do, *, causal=False, mask=None, scale=None, precision=None, atol=None,
-    kernel=triton_attention, exclude_flips=True, sinks=None, softcap=None,
+    kernel=triton_attention, exclude_flips=True, sinks=None, softcap=None, bias=None,
 ):  # fmt: skip
     """Run the kernel and the references; assert the bounds for out, dq, dk, dv; return the max-error table.
 
@@ -236,7 +244,9 @@ def check(
     fewer heads than q (grouped-query attention): the kernel gets them as they are, the references repeat
     them (``enable_gqa``) and sum their gradients back. ``sinks`` (H,), in q's dtype: attention sinks, for
     the kernel and every reference alike; their gradient is checked as a fifth result. ``softcap``: the
-    scores' softcap c, for all alike."""
+    scores' softcap c, for all alike. ``bias``: an additive score bias (broadcastable to (B, H, Tq, Tk)), the
+    kernel's ``bias=``, the references' float mask (-inf where ``mask``/``causal`` mask); its gradient, when
+    it requires one, is checked as the last result."""
     spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else spec
     # inputs on any device: the flip-prone rows are found on the CPU (flip_rows), and masked_fill below
     # needs ``do`` where they are; each run gets its own copy on DEVICE
@@ -254,7 +264,8 @@ def check(
 
     valid = valid_mask((*q.shape[:-1], k.shape[-2]), "cpu", causal=causal, mask=mask)
     sinks = None if sinks is None else sinks.cpu()
-    flips = flip_rows(spec, q, rep(k), scale_, valid, rep(v), do, softcap=softcap, sinks=sinks)
+    bias = None if bias is None else bias.detach().cpu().requires_grad_(bias.requires_grad)
+    flips = flip_rows(spec, q, rep(k), scale_, valid, rep(v), do, softcap=softcap, sinks=sinks, bias=bias)
     if not exclude_flips:
         flips = valid[..., 0] & False
     most = MAX_FLIP_ROWS_BF16_EXP if spec.kind == "bf16-exp" else MAX_FLIP_ROWS
@@ -263,53 +274,67 @@ def check(
     dev = [x.to(DEVICE) for x in (q, k, v, do)]
     mask_d = None if mask is None else mask.to(DEVICE)
     sinks_d = None if sinks is None else sinks.to(DEVICE)
+    bias_d = None if bias is None else bias.detach().to(DEVICE).requires_grad_(bias.requires_grad)
     gqa = group > 1
     kw = {} if softcap is None else {"softcap": softcap}  # only calls given a softcap (sinks) get the keyword
 
     def args(*s):  # the sinks, when the test gives them, as the last positional argument
         return dict(kw, sinks=s[0]) if s else kw
 
-    def reference(a, b, c, *s):
+    def reference(a, b, c, *s, bias=None):
+        if bias is None:
+            masks = dict(mask=mask_d)
+        else:  # the bias as a float mask, -inf where the boolean mask masks (the causal one stays causal)
+            on = torch.ones((), dtype=torch.bool, device=DEVICE) if mask_d is None else mask_d
+            masks = dict(attn_mask=torch.where(on, bias, float("-inf")))
         return kinterval_attention(
             a,
             b,
             c,
             spec,
             causal=causal,
-            mask=mask_d,
             scale=scale,
             backend="reference",
             enable_gqa=gqa,
+            **masks,
             **args(*s),
         )
 
-    def run_kernel(a, b, c, *s):
-        return kernel(a, b, c, spec, causal=causal, mask=mask_d, scale=scale, precision=precision, **args(*s))
+    def run_kernel(a, b, c, *s, **bias):
+        return kernel(
+            a, b, c, spec, causal=causal, mask=mask_d, scale=scale, precision=precision, **args(*s), **bias
+        )
 
-    res = _grads(run_kernel, *dev, sinks=sinks_d)
+    res = _grads(run_kernel, *dev, sinks=sinks_d, bias=bias_d)
     ref64 = _grads(  # float64 on the test's device (a GPU's fp64 units keep the large cases fast)
         reference,
         *[x.to(DEVICE, torch.float64) for x in (q, k, v, do)],
         sinks=None if sinks is None else sinks_d.double(),
+        bias=None if bias is None else bias_d.double(),
     )
     ref64 = [x.cpu() for x in ref64]
     with tf32_switch(HAS_CUDA and tf32):
-        ref_t = _grads(reference, *dev, sinks=sinks_d)
+        ref_t = _grads(reference, *dev, sinks=sinks_d, bias=bias_d)
         lowp = None
         if dtype in (torch.bfloat16, torch.float16):  # module doc: the low-precision baseline
             lowp_fn = _lowp_torch if spec.kind == "softmax" else _lowp_kernel_arith
             lowp = _grads(
-                lambda a, b, c, *s: lowp_fn(
-                    a, rep(b), rep(c), spec, causal, mask_d, scale_, *s, softcap=softcap
+                lambda a, b, c, *s, bias=None: lowp_fn(
+                    a, rep(b), rep(c), spec, causal, mask_d, scale_, *s, softcap=softcap, bias=bias
                 ),
                 *dev,
                 sinks=sinks_d,
+                bias=bias_d,
             )
 
+    names = (*NAMES, *(["dsinks"] if sinks is not None else []))
+    names += ("dbias",) if bias is not None and bias.requires_grad else ()
     table = {}
-    for i, name in enumerate(NAMES if sinks is None else (*NAMES, "dsinks")):
+    for i, name in enumerate(names):
         x = res[i]
-        want = dtype if name != "dsinks" else sinks.dtype
+        want = {"dsinks": getattr(sinks, "dtype", None), "dbias": getattr(bias_d, "dtype", None)}.get(
+            name, dtype
+        )
         assert x.dtype == want, f"{name} dtype {x.dtype} != {want}"
         assert torch.isfinite(x).all(), f"{name}: non-finite values (unwritten or NaN) in the kernel result"
         ref = ref64[i]
@@ -2050,3 +2075,160 @@ def test_softcap_arguments_are_checked():
     for bad in (0, -1.0, float("inf"), float("nan"), True, "3"):
         with pytest.raises(ValueError, match="softcap must be a positive finite number"):
             triton_attention(q, k, v, "fwm-prob-k4", softcap=bad)
+
+
+# ------------------------------------------------------------------------------------------------- bias
+def _bias_for(shape, seed, dtype=torch.float32, grad=True):
+    """An additive score bias of ``shape`` (about the scores' sd of 4), in ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * 3).to(dtype).requires_grad_(grad)
+
+
+BIAS_CASES = [
+    # (operator, dtype, masking, bias shape (B = 2 for "B1TT"), bias requires grad)
+    ("softmax", torch.float32, "causal", "1HTT", True),
+    ("softmax", torch.float32, "mask", "TT", False),
+    ("bf16-exp", torch.float32, "mask", "B1TT", True),
+    ("fp8-exp", torch.float32, "causal", "1HTT", True),
+    ("lerp-k4", torch.float32, "causal", "TT", True),
+    ("minmax-weight-k4", torch.float32, "mask", "1HTT", True),
+    ("minmax-weight-k4", torch.float32, "causal", "TT", False),
+    ("minmax-prob-k4", torch.float32, "causal", "B1TT", True),
+    ("fwm-lerp-k4", torch.float32, "mask", "TT", True),
+    ("fwm-weight-k4", torch.float32, "causal", "1HTT", True),
+    ("fwm-prob-k4", torch.float32, "mask", "TT", True),
+    ("resolved-lerp-k4", torch.float32, "mask", "1HTT", True),
+    ("resolved-weight-k4", torch.float32, "causal", "TT", True),
+    ("resolved-prob-k4", torch.float32, "causal", "B1TT", True),
+    ("minmax-prob-k4[arithmetic=historical]", torch.float32, "mask", "1HTT", True),
+    ("fwm-weight-k4[arithmetic=historical]", torch.float32, "causal", "TT", True),
+    ("minmax-weight-k4[range_grad=max_only]", torch.float32, "causal", "1HTT", True),
+    ("lerp-k4[range_grad=min_only]", torch.float32, "mask", "TT", True),
+    ("lerp-k16[range_grad=detach]", torch.float32, "causal", "1HTT", True),
+    ("fwm-prob-k4[range_grad=p1]", torch.float32, "mask", "1HTT", True),
+    ("minmax-weight-k4[range_grad=p1]", torch.float32, "causal", "TT", True),
+    ("softmax", torch.bfloat16, "causal", "1HTT", True),
+    ("minmax-weight-k4", torch.bfloat16, "mask", "TT", True),
+    ("fwm-prob-k4", torch.bfloat16, "causal", "B1TT", False),
+]
+
+
+@pytest.mark.parametrize(("name", "dtype", "masking", "shape", "grad"), BIAS_CASES)
+def test_score_bias(name, dtype, masking, shape, grad):
+    """An additive score bias (ALiBi, T5), s = scale q k^T + bias, broadcast from (1, H, T, T), (B, 1, T, T)
+    or (T, T), against the float64 reference with the bias as a float mask, at the bound of every other
+    case, and its gradient dL/dbias = dL/ds (eq. 2, the calibration terms on the arg keys included) summed
+    over the broadcast dims. With a general mask the bias under masked keys is ignored, and a fully masked
+    row stays a zero row."""
+    B, H, T, D = (2 if shape == "B1TT" else 1), 2, 29, 16
+    seed = zlib.crc32(f"{name}{shape}".encode()) % 1000
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=seed, dtype=dtype)
+    dims = {"1HTT": (1, H, T, T), "B1TT": (B, 1, T, T), "TT": (T, T)}[shape]
+    bias = _bias_for(dims, seed + 1, grad=grad)
+    mask = _general_mask(B, H, T, T, seed=10) if masking == "mask" else None
+    table, res, ref = check(name, q, k, v, do, causal=masking == "causal", mask=mask, bias=bias)
+    assert ("dbias" in table) == grad
+    if grad:
+        assert res[4].shape == bias.shape and res[4].dtype == bias.dtype
+        assert ref[4].abs().max() > 1e-2  # a gradient worth checking
+    if mask is not None:
+        assert torch.equal(res[0][0, 1, 3].cpu(), torch.zeros(D, dtype=dtype))
+
+
+@pytest.mark.parametrize("name", ["softmax", "minmax-prob-k4", "fwm-weight-k4[arithmetic=historical]"])
+def test_bias_with_softcap_sinks_grouped_heads_and_inference(name, monkeypatch):
+    """A bias with a softcap (the bias added after it: the calibration terms on the arg keys take tanh's
+    slope at M and m less the bias there) and attention sinks on grouped-query heads, against the reference;
+    the inference forward gives the training forward's output bit for bit, and KINTERVAL_TRITON_BWD=fused
+    keeps the split backward (the bias's gradient comes from the dQ kernel), with its bits."""
+    B, H, T, D = 1, 4, 23, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=31)
+    valid = valid_mask((B, H, T, T), "cpu", causal=True, mask=None)
+    sinks = _sinks_for(q, k, D**-0.5, valid, torch.float32).clamp_max(1.5)
+    bias = _bias_for((1, H, T, T), 32) * 0.5
+    check(name, q, k[:, :2], v[:, :2], do, causal=True, sinks=sinks, softcap=3.0, bias=bias)
+    dev = [x.to(DEVICE) for x in (q, k[:, :2], v[:, :2], do)]
+    kw = dict(causal=True, softcap=3.0, sinks=sinks.to(DEVICE), precision="ieee")
+    split = _grads(
+        lambda a, b, c, **z: triton_attention(a, b, c, name, **kw, **z), *dev, bias=bias.to(DEVICE)
+    )
+    with torch.no_grad():
+        assert torch.equal(triton_attention(*dev[:3], name, bias=bias.to(DEVICE), **kw), split[0])
+    monkeypatch.setenv("KINTERVAL_TRITON_BWD", "fused")
+    fused = _grads(
+        lambda a, b, c, **z: triton_attention(a, b, c, name, **kw, **z), *dev, bias=bias.to(DEVICE)
+    )
+    assert all(torch.equal(x, y) for x, y in zip(split, fused, strict=True))
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["infer", "train"])
+@pytest.mark.parametrize(
+    ("name", "cap"), [("softmax", None), ("minmax-weight-k4", None), ("fwm-prob-k4", 3.0)]
+)
+def test_non_finite_bias_gives_nan_rows(name, cap, train):
+    """A NaN, +inf or -inf bias entry on a key the row attends makes that row NaN (as the reference's row,
+    with or without a softcap), never a quiet row; one on a key the row does not attend (causal) changes
+    nothing; the other rows keep their finite results."""
+    B, H, T, D = 1, 2, 21, 16
+    q, k, v, _ = (x.to(DEVICE) for x in make_inputs(B, H, T, T, D, seed=4))
+    bias = _bias_for((1, H, T, T), 5, grad=False).to(DEVICE)
+    kw = dict(causal=True, precision="ieee", **({} if cap is None else {"softcap": cap}))
+    clean = triton_attention(q, k, v, name, bias=bias, **kw)
+    bad = bias.clone()
+    bad[0, 0, 4, 2], bad[0, 1, 7, 7], bad[0, 1, 9, 0] = float("nan"), float("inf"), float("-inf")
+    bad[0, 0, 3, 10] = float("nan")  # key 10 is after query 3: masked
+    with torch.set_grad_enabled(train):
+        leaves = [x.detach().requires_grad_(train) for x in (q, k, v, bad)]
+        out = triton_attention(*leaves[:3], name, bias=leaves[3], **kw)
+    rows = torch.zeros(B, H, T, dtype=torch.bool, device=DEVICE)
+    rows[0, 0, 4] = rows[0, 1, 7] = rows[0, 1, 9] = True
+    assert out[rows].isnan().all() and torch.equal(out[~rows], clean[~rows])
+
+
+def test_bias_arguments_are_checked():
+    q, k, v, _ = (x.to(DEVICE) for x in make_inputs(1, 2, 8, 8, 16, seed=1))
+    for bad, match in (
+        (torch.zeros(3, 8), r"bias of shape \(3, 8\) does not broadcast to \(1, 2, 8, 8\)"),
+        (torch.zeros(1, 1, 1, 8, 8), "does not broadcast"),
+        (torch.zeros(8, 8, dtype=torch.long), "bias must be a floating tensor"),
+        ([0.0] * 8, "bias must be a floating tensor"),
+        (torch.zeros(8, 8, device="meta"), "bias must be on q's device"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            triton_attention(q, k, v, "fwm-prob-k4", bias=bad)
+
+
+@pytest.mark.parametrize("name", ["softmax", "minmax-weight-k4"])
+def test_kinterval_attention_runs_a_float_mask_with_bias_on_triton(name, monkeypatch):
+    """``kinterval_attention(attn_mask=float mask, backend="triton")``: the mask's -inf entries mask their
+    key, every other entry is the bias (with its gradient through the mask, 0 under -inf), against the float64
+    reference. A call without a bias hands ``triton_attention`` no bias keyword."""
+    import kinterval.ops.triton as tri
+
+    B, H, T, D = 1, 2, 19, 16
+    q, k, v, do = make_inputs(B, H, T, T, D, seed=12)
+    fm = _bias_for((1, H, T, T), 13, grad=False)
+    fm[0, 0, 5, :5] = float("-inf")  # row 5 of head 0 attends keys 5.. only
+    fm[0, 1, :, 3] = float("-inf")  # key 3 of head 1 is masked in every row
+    seen = []
+    original = tri.triton_attention
+    monkeypatch.setattr(
+        tri, "triton_attention", lambda *a, **kw: seen.append(sorted(kw)) or original(*a, **kw)
+    )
+
+    def run(backend, dt):
+        def fn(a, b, c, bias):
+            return kinterval_attention(a, b, c, name, attn_mask=bias, backend=backend, precision="ieee")
+
+        return _grads(fn, *[x.to(DEVICE, dt) for x in (q, k, v, do)], sinks=fm.to(DEVICE, dt))
+
+    got, want = run("triton", torch.float32), [x.cpu() for x in run("reference", torch.float64)]
+    for x, w, what in zip(got, want, ("out", "dq", "dk", "dv", "dmask"), strict=True):
+        err = (x.double().cpu() - w).abs().max().item()
+        assert err <= 1e-5 * max(1.0, w.abs().max().item()), (what, err)
+    dmask = got[4].cpu()
+    assert torch.equal(dmask[0, 0, 5, :5], torch.zeros(5)) and torch.equal(dmask[0, 1, :, 3], torch.zeros(T))
+    assert seen and all("bias" in kw for kw in seen)
+    seen.clear()
+    kinterval_attention(*(x.to(DEVICE) for x in (q, k, v)), name, causal=True, backend="triton")
+    assert seen == [["causal", "mask", "precision", "scale"]]

@@ -20,8 +20,8 @@ Dropout: with ``attention_dropout > 0`` in training mode, dropout is applied to 
 never the fused kernel, so an explicit ``backend="triton"`` raises there). The backend is chosen by
 :func:`kinterval.ops.resolve_backend`. Additive score biases (T5's ``position_bias``, a float mask that
 carries a bias), ``softcap`` (Gemma 2) and attention sinks (``s_aux``, gpt-oss) are applied as transformers'
-eager attention applies them, the operator running on the modified score row (``kinterval_attention``);
-they too need the closed_form or reference backend. Sparse key selections (``indices``) are refused.
+eager attention applies them, the operator running on the modified score row (``kinterval_attention``),
+on every backend. Sparse key selections (``indices``) are refused.
 """
 
 from __future__ import annotations

@@ -294,8 +294,8 @@ def kinterval_attention(
     None: none) and the float mask's bias, as transformers' eager attention orders them. ``sinks`` (H,) are
     attention sinks (gpt-oss): one learned logit per q head, appended to every row as a key without a value;
     the operator's calibration sees it like any key, and its probability is dropped (:func:`with_sinks`).
-    A bias needs the reference or closed_form backend ("auto" takes closed_form on a GPU); the softcap and
-    sinks run on every backend.
+    The bias, the softcap and the sinks run on every backend, and the bias gets a gradient when the float
+    mask requires one.
     ``dropout_p`` in [0, 1] is dropout on the probabilities P before P v, as SDPA (applied whenever it is
     nonzero: pass ``dropout_p=p if training else 0.0``); the backward sees the dropped P. It needs P
     explicitly: "auto" then takes closed_form, and backend="triton" raises ``ValueError``.
@@ -396,6 +396,7 @@ def kinterval_attention(
             precision=precision,
             **({} if sinks is None else {"sinks": sinks.to(q.device)}),
             **({} if softcap is None else {"softcap": softcap}),
+            **({} if bias is None else {"bias": bias.to(q.device)}),
         )
     if H != H_kv:
         k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)

@@ -69,7 +69,7 @@ def _everything(spec: OperatorSpec, device: torch.device, dtype: torch.dtype | N
     return None
 
 
-TRITON = Backend("triton", _triton_why_not, forms_probs=False, score_mods=frozenset({"softcap", "sinks"}))
+TRITON = Backend("triton", _triton_why_not, forms_probs=False, score_mods=frozenset(SCORE_MODS))
 CLOSED_FORM = Backend("closed_form", _everything, forms_probs=True, score_mods=frozenset(SCORE_MODS))
 REFERENCE = Backend("reference", _everything, forms_probs=True, score_mods=frozenset(SCORE_MODS))
 
@@ -113,8 +113,7 @@ def resolve_backend(
     that forms the probabilities P explicitly (``attention_probs``; the fused kernel never does).
     ``score_mod`` names the score modifications the call needs, from ``SCORE_MODS``: "bias" (an additive
     score bias, ``kinterval_attention``'s float ``attn_mask``), "softcap" and "sinks" (attention sinks), as
-    a name or a tuple of names; True asks for all three, False for none. The fused kernels apply the softcap
-    and sinks, no bias.
+    a name or a tuple of names; True asks for all three, False for none. Every backend applies all three.
     """
     spec = as_spec(spec)
     if dtype is not None and not isinstance(dtype, torch.dtype):  # "float64" would pass every check

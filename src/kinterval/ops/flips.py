@@ -100,13 +100,15 @@ def _baseline_flips(spec, s, rad, M, rad_M, valid, v, do) -> Tensor:
 def flip_rows(
     spec: OperatorSpec, q: Tensor, k: Tensor, scale: float, valid: Tensor, v: Tensor | None = None,
     do: Tensor | None = None, softcap: float | None = None, sinks: Tensor | None = None,
+    bias: Tensor | None = None,
 ) -> Tensor:  # fmt: skip
     """Bool (..., Tq): rows of ``scale * q k^T`` (masked by ``valid``) where a grid decision of ``spec`` (or
     a rounding of a reduced-precision baseline) lies within fp32 rounding of a discontinuity (module doc).
     Softmax has none. ``v`` and ``do`` (the upstream gradient) add BF16-exp's backward rounding. ``softcap``
     c: the scores are c tanh(scale q k^T / c); a score's radius is then its product's times tanh's slope
     1 - (s/c)^2, plus a few roundings of s for the tanh itself. ``sinks`` (H,): attention sinks, one more
-    key per row after the softcap (``api.with_sinks``; -inf: none), exact and without a value."""
+    key per row after the softcap (``api.with_sinks``; -inf: none), exact and without a value. ``bias``: an
+    additive score bias (broadcastable to the scores), added after the softcap, its sum rounded once more."""
     q, k = q.double().cpu(), k.double().cpu()
     valid = valid.cpu().expand(*q.shape[:-1], k.shape[-2])
     rows = torch.zeros(valid.shape[:-1], dtype=torch.bool)
@@ -118,6 +120,9 @@ def flip_rows(
     if softcap is not None:
         s = softcap * torch.tanh(s / softcap)
         rad = rad * (1 - (s / softcap) ** 2) + RADIUS * U32 * 4 * s.abs()
+    if bias is not None:  # the bias itself is exact (an fp32 input); the sum rounds once
+        s = s + bias.double().cpu()
+        rad = rad + RADIUS * U32 * s.abs()
     if sinks is not None:  # the sink key: its score is the input itself (radius 0), its value row zero
         sink = sinks.double().cpu().view(-1, 1, 1).expand(*s.shape[:-1], 1)
         taken = ~torch.isneginf(sink)

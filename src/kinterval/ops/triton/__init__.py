@@ -12,8 +12,8 @@ Public names:
 Supported: every operator of the family: the baselines ``softmax``, ``bf16-exp`` and ``fp8-exp`` (App. D.5);
 ``{minmax,fwm,resolved}-lerp-k{K}``; ``{minmax,fwm,resolved}-{weight,prob}-k{K}`` in strict and historical
 arithmetic (App. C.2); every ``range_grad`` (full, detach, max_only, min_only, p1). Attention sinks (one
-score per q head, a key without a value) join every row, and a softcap bends the scores; an additive score
-bias does not run here (``kinterval.ops.backends``: "auto" takes closed_form for it).
+score per q head, a key without a value) join every row, a softcap bends the scores, and an additive score
+bias (ALiBi, T5's position bias) is added to them, with its gradient.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def triton_supports(spec: OperatorSpec) -> bool:
 
 
 def triton_attention(
-    q, k, v, spec, *, causal=False, mask=None, scale=None, precision=None, sinks=None, softcap=None
+    q, k, v, spec, *, causal=False, mask=None, scale=None, precision=None, sinks=None, softcap=None, bias=None
 ):
     """Fused attention with the probabilities of ``spec``.
 
@@ -68,4 +68,5 @@ def triton_attention(
         precision=precision,
         sinks=sinks,
         softcap=softcap,
+        **({} if bias is None else {"bias": bias}),
     )

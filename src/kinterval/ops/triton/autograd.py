@@ -110,16 +110,34 @@ def _mask_arg(mask: Tensor | None, shape: tuple[int, int, int, int], device) -> 
         m = m.expand(shape)
     except RuntimeError as err:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {shape}") from err
-    Tq, Tk = shape[2], shape[3]
-    last = (Tq - 1) * m.stride(2) + (Tk - 1) * m.stride(3)  # largest element offset in one (batch, head)
+    _check_offsets(m, mask, "mask", "use causal=True or a broadcast mask (e.g. key padding (B, 1, 1, Tk))")
+    return m, tuple(m.stride()), True
+
+
+def _check_offsets(x: Tensor, given: Tensor, what: str, remedy: str) -> None:
+    """Refuse an expanded (B, H, Tq, Tk) ``x`` whose largest element offset within one (batch, head) reaches
+    2^31: the kernels address it with 32-bit offsets (row * stride + key * stride)."""
+    Tq, Tk = x.shape[2], x.shape[3]
+    last = (Tq - 1) * x.stride(2) + (Tk - 1) * x.stride(3)  # largest element offset in one (batch, head)
     if last >= 2**31:
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} with strides {tuple(mask.stride())}: its largest element "
-            f"offset within one (batch, head), {last}, reaches 2^31, beyond the kernels' 32-bit mask "
-            "offsets; use causal=True or a broadcast mask (e.g. key padding (B, 1, 1, Tk)) instead of a full "
-            "(Tq, Tk) one"
+            f"{what} of shape {tuple(given.shape)} with strides {tuple(given.stride())}: its largest element "
+            f"offset within one (batch, head), {last}, reaches 2^31, beyond the kernels' 32-bit {what} "
+            f"offsets; {remedy} instead of a full (Tq, Tk) one"
         )
-    return m, tuple(m.stride()), True
+
+
+def _bias_arg(bias: Tensor | None, shape: tuple[int, int, int, int], device) -> tuple[Tensor, tuple]:
+    """The score bias as the kernels read it: fp32, bf16 or fp16 (float64 rounded to fp32), expanded (stride
+    0 on broadcast dims) to (B, H, Tq, Tk), detached; a 1-element dummy when absent."""
+    if bias is None:
+        return torch.zeros(1, dtype=torch.float32, device=device), (0, 0, 0, 0)
+    b = bias.detach()
+    if b.dtype not in SUPPORTED_DTYPES:
+        b = b.float()
+    b = b[(None,) * (4 - b.dim())].expand(shape)
+    _check_offsets(b, bias, "bias", "use a broadcast bias (e.g. (1, H, Tq, Tk) or (Tq, Tk))")
+    return b, tuple(b.stride())
 
 
 @dataclass
@@ -139,7 +157,8 @@ class Launch:
 
 class Saved(NamedTuple):
     """What the forward leaves for the backward, in ``save_for_backward`` order: the inputs (k and v with
-    their own H_kv heads), the fp32 attention sinks (a 1-element placeholder without them), O, O^L (O itself
+    their own H_kv heads), the fp32 attention sinks and the expanded score bias (1-element placeholders
+    without them), O, O^L (O itself
     unless Prob-STE), the row statistics M, m, W, W^at and the int32 arg-max / arg-min key of each row (Tk:
     the sink)."""
 
@@ -148,6 +167,7 @@ class Saved(NamedTuple):
     v: Tensor
     mask: Tensor
     sinks: Tensor
+    bias: Tensor
     o: Tensor
     oL: Tensor
     M: Tensor
@@ -167,14 +187,16 @@ def _sinks_arg(sinks: Tensor | None, device) -> tuple[Tensor, bool]:
 
 
 def forward_launch(
-    q, k, v, mask, spec, causal, scale, precision, save=True, sinks=None, softcap=None
-) -> tuple[Launch, Saved, dict]:
+    q, k, v, mask, spec, causal, scale, precision, save=True, sinks=None, softcap=None, bias=None,
+    bias_grad=False,
+) -> tuple[Launch, Saved, dict]:  # fmt: skip
     """The forward launch, the tensors the backward needs and the launch's constants; outputs allocated.
     ``save=False`` (inference: no backward follows) for Prob-STE stores O only and skips the P^L V dot of
     O^L (sm_90a: 26-30 instead of 32-38 instructions per score at bf16, 184 instead of 262 at fp32 "ieee",
     strict arithmetic); O^L and the per-row statistics get 1-element placeholders that the kernel never
     writes. The other operators have no such dot, and their forward is launched as for training either way
-    (without the statistics' stores ptxas scheduled one minmax-weight-k4 loop 15% longer)."""
+    (without the statistics' stores ptxas scheduled one minmax-weight-k4 loop 15% longer). ``bias_grad``: the
+    score bias needs a gradient (MASKING[4] = 2: the dQ kernel writes dL/ds)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     group = H // k.shape[1]  # q heads per k/v head (grouped-query attention; 1 without it)
@@ -182,6 +204,8 @@ def forward_launch(
     save = save or not flags["JACOBIAN_AT_PL"]
     mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
     sinks_t, has_sinks = _sinks_arg(sinks, q.device)
+    bias_t, bstr = _bias_arg(bias, (B, H, Tq, Tk), q.device)
+    bias_mode = 0 if bias is None else 2 if bias_grad else 1
     dev, f32 = q.device, torch.float32
     o = _alloc((B, H, Tq, D), q.dtype, dev)
     rows = (B, H, Tq) if save else (1,)
@@ -190,7 +214,7 @@ def forward_launch(
     amax, amin = (_alloc(rows, torch.int32, dev) for _ in range(2))
     meta = dict(
         **group_flags(flags),
-        MASKING=(bool(causal), has_mask, has_sinks, softcap is not None),
+        MASKING=(bool(causal), has_mask, has_sinks, softcap is not None, bias_mode),
         PREC=precision,
         SPLIT=split_loops("fwd", q.element_size(), _block_d(D), has_mask),
         SAVE=bool(save),
@@ -200,15 +224,15 @@ def forward_launch(
     def grid(meta_):
         return (triton.cdiv(Tq, meta_["BLOCK_M"]), B * H)
 
-    # grouped as the kernels unpack them: inputs, outputs, strides (q, k, v, mask), shape, scalars
+    # grouped as the kernels unpack them: inputs, outputs, strides (q, k, v, mask, bias), shape, scalars
     common = dict(
-        strides=(q.stride(), k.stride(), v.stride(), mstr),
+        strides=(q.stride(), k.stride(), v.stride(), mstr, bstr),
         shape=(H, Tq, Tk, D, group),
         consts=(scale, kf, tau, 1.0 if softcap is None else float(softcap)),
     )
     outs = (o, oL, M, m, Wf, Wa, amax, amin)
-    args = (q, (k, v, mask_t, sinks_t), outs, *common.values())
-    saved = Saved(q, k, v, mask_t, sinks_t, *outs)
+    args = (q, (k, v, mask_t, sinks_t, bias_t), outs, *common.values())
+    saved = Saved(q, k, v, mask_t, sinks_t, bias_t, *outs)
     return Launch(_fwd_kernel, grid, args, meta), saved, dict(meta=meta, flags=flags, common=common)
 
 
@@ -229,10 +253,12 @@ def fold_groups(grad: Tensor, like: Tensor) -> Tensor:
 
 
 def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
-    """The dQ and dK/dV launches for upstream gradient ``do``, and their outputs (dq, dk, dv, ds_sink); dk
-    and dv per q head (H heads: :func:`fold_groups` gives k's and v's); ds_sink (B, H, Tq) holds each row's
-    dL/ds of its attention sink (a 1-element placeholder without sinks)."""
-    q, k, v, mask_t, sinks_t, o, oL, M, m, Wf, Wa, amax, amin = saved
+    """The dQ and dK/dV launches for upstream gradient ``do``, and their outputs (dq, dk, dv, ds_sink, ds,
+    mu); dk and dv per q head (H heads: :func:`fold_groups` gives k's and v's); ds_sink (B, H, Tq) holds each
+    row's dL/ds of its attention sink (a 1-element placeholder without sinks); ds (B, H, Tq, Tk), fp32, dL/ds
+    of every score when the score bias needs a gradient (MASKING[4] = 2; else a 1-element placeholder),
+    without the P1 control's projection, which :func:`bias_grad` applies with its row means mu (B, H, Tq)."""
+    q, k, v, mask_t, sinks_t, bias_t, o, oL, M, m, Wf, Wa, amax, amin = saved
     meta = {n: x for n, x in ctx["meta"].items() if n != "SAVE"}  # the forward's only
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
@@ -244,6 +270,8 @@ def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
     dq = _alloc((B, H, Tq, D), q.dtype, dev)
     dk, dv = _per_q_head(k, H, k.dtype), _per_q_head(v, H, v.dtype)
     ds_sink = _alloc((B, H, Tq) if meta["MASKING"][2] else (1,), torch.float32, dev)
+    # zeros: the dQ kernel writes the keys of its causal range only
+    ds = torch.zeros((B, H, Tq, Tk) if meta["MASKING"][4] == 2 else (1,), dtype=torch.float32, device=dev)
     size, has_mask = q.element_size(), meta["MASKING"][1]
     split = {kind: split_loops(kind, size, meta["BLOCK_D"], has_mask) for kind in ("dq", "dkdv")}
 
@@ -255,25 +283,46 @@ def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
 
     ins = (k, v, mask_t, do)
     common = tuple(ctx["common"].values())
-    dq_args = (q, (*ins, sinks_t), (M, m, Wa, delta, amax, amin), (dq, GM, Gm, mu, ds_sink), *common)
-    dkdv_args = (q, ins, (M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu), (dk, dv), *common)
+    dq_args = (
+        q,
+        (*ins, sinks_t, bias_t),
+        (M, m, Wa, delta, amax, amin),
+        (dq, GM, Gm, mu, ds_sink, ds),
+        *common,
+    )
+    dkdv_args = (q, (*ins, bias_t), (M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu), (dk, dv), *common)
     return (
         Launch(_bwd_dq_kernel, grid_q, dq_args, {**meta, "SPLIT": split["dq"]}),
         Launch(_bwd_dkdv_kernel, grid_k, dkdv_args, {**meta, "SPLIT": split["dkdv"]}),
-        (dq, dk, dv, ds_sink),
+        (dq, dk, dv, ds_sink, ds, mu),
     )
 
 
-def backward_mode(flags: dict, has_sinks: bool = False) -> str:
+def bias_grad(ds: Tensor, mu: Tensor, saved: Saved, ctx, shape, dtype) -> Tensor:
+    """The score bias's gradient dL/dbias = dL/ds from the dQ kernel's ``ds`` (B, H, Tq, Tk): the P1
+    control's projection (its row mean ``mu`` off every valid key, App. B) applied here, then summed over
+    the bias's broadcast dims (``sum_to_size``), in its dtype."""
+    if ctx["flags"]["PROJECT_P1"]:
+        B, H, Tq, Tk = ds.shape
+        valid = saved.mask.bool() if ctx["meta"]["MASKING"][1] else torch.ones((), dtype=torch.bool)
+        valid = valid.to(ds.device)
+        if ctx["meta"]["MASKING"][0]:  # the last query on the last key
+            valid = valid & torch.ones(Tq, Tk, dtype=torch.bool, device=ds.device).tril(Tk - Tq)
+        ds = ds - mu[..., None] * valid
+    return ds.sum_to_size(shape).to(dtype)
+
+
+def backward_mode(flags: dict, has_sinks: bool = False, has_bias: bool = False) -> str:
     """The backward a launch runs: "split" (a dQ kernel, then a dK/dV kernel; bitwise reproducible) or
     "fused" (one kernel, dQ added atomically; ``fused_backward``). KINTERVAL_TRITON_BWD=fused opts in, read at
     each backward; the P1 control (its projection needs a second pass over the rows), attention sinks (their
-    gradient is a row sum of the dQ kernel) and ``torch.use_deterministic_algorithms(True)`` keep the split
-    backward."""
+    gradient is a row sum of the dQ kernel), a score bias (the dQ kernel writes its gradient) and
+    ``torch.use_deterministic_algorithms(True)`` keep the split backward."""
     mode = os.environ.get("KINTERVAL_TRITON_BWD", "split")
     if mode not in ("split", "fused"):
         raise ValueError(f"KINTERVAL_TRITON_BWD must be 'split' or 'fused', got {mode!r}")
-    if mode == "fused" and (flags["PROJECT_P1"] or has_sinks or torch.are_deterministic_algorithms_enabled()):
+    keep = flags["PROJECT_P1"] or has_sinks or has_bias
+    if mode == "fused" and (keep or torch.are_deterministic_algorithms_enabled()):
         return "split"
     return mode
 
@@ -284,9 +333,12 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
     resolved: G_M = -S1, no m term), the row sums of gamma_j times dw_j/dM (eq. 1), land on the row's
     arg-max / arg-min key, dq_i += G k_{argmax_i} and dk_{argmax_i} += G q_i, as the split kernels' rank-1
     terms."""
-    q, k, v, mask_t, sinks_t, o, oL, M, m, Wf, Wa, amax, amin = saved
-    if ctx["meta"]["MASKING"][2]:
-        raise ValueError("the fused backward takes no attention sinks (backward_mode keeps the split one)")
+    q, k, v, mask_t, sinks_t, bias_t, o, oL, M, m, Wf, Wa, amax, amin = saved
+    if ctx["meta"]["MASKING"][2] or ctx["meta"]["MASKING"][4]:
+        raise ValueError(
+            "the fused backward takes no attention sinks and no score bias (backward_mode keeps the split "
+            "backward)"
+        )
     meta = {n: x for n, x in ctx["meta"].items() if n != "SAVE"}
     flags = ctx["flags"]
     B, H, Tq, D = q.shape
@@ -304,7 +356,7 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
         return (triton.cdiv(Tk, meta_["BLOCK_N"]), B * H)
 
     stats = (M, m, Wf, Wa, delta, amax, amin, dq_acc, S1, GM)
-    args = (q, (k, v, mask_t, do), stats, (dk, dv), *ctx["common"].values())
+    args = (q, (k, v, mask_t, do, bias_t), stats, (dk, dv), *ctx["common"].values())
     launch = Launch(_bwd_fused_kernel, grid, args, {**meta, "SPLIT": split})
     scale, cap = ctx["common"]["consts"][0], ctx["common"]["consts"][3]
 
@@ -335,15 +387,19 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
 
 class _TritonKIntervalAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, sinks, spec, causal, scale, precision, softcap):
+    def forward(ctx, q, k, v, mask, sinks, spec, causal, scale, precision, softcap, bias):
+        wants = bias is not None and bias.requires_grad
         launch, saved, consts = forward_launch(
-            q, k, v, mask, spec, causal, scale, precision, sinks=sinks, softcap=softcap
-        )
+            q, k, v, mask, spec, causal, scale, precision, sinks=sinks, softcap=softcap, bias=bias,
+            bias_grad=wants,
+        )  # fmt: skip
         with _on_device(q):
             launch()
         ctx.save_for_backward(*saved)
         ctx.consts = consts
         ctx.sinks_dtype = None if sinks is None else sinks.dtype
+        ctx.bias_like = (bias.shape, bias.dtype) if wants else None
+        ctx.has_bias = bias is not None
         return saved.o
 
     @staticmethod
@@ -351,9 +407,9 @@ class _TritonKIntervalAttention(torch.autograd.Function):
     def backward(ctx, do):
         do, saved = do.contiguous(), Saved(*ctx.saved_tensors)
         has_sinks = ctx.sinks_dtype is not None
-        dsinks = None
+        dsinks = dbias = None
         with _on_device(do):
-            if backward_mode(ctx.consts["flags"], has_sinks) == "fused":
+            if backward_mode(ctx.consts["flags"], has_sinks, ctx.has_bias) == "fused":
                 launch, finish = fused_backward(do, saved, ctx.consts)
                 launch()
                 grads = finish()
@@ -361,11 +417,13 @@ class _TritonKIntervalAttention(torch.autograd.Function):
                 dq_launch, dkdv_launch, grads = backward_launches(do, saved, ctx.consts)
                 dq_launch()
                 dkdv_launch()
-                dq, dk, dv, ds_sink = grads
+                dq, dk, dv, ds_sink, ds, mu = grads
                 grads = (dq, fold_groups(dk, saved.k), fold_groups(dv, saved.v))
                 if has_sinks and ctx.needs_input_grad[4]:  # a sink's gradient: its rows' dL/ds summed
                     dsinks = ds_sink.sum((0, 2)).to(ctx.sinks_dtype)
-        return (*grads, None, dsinks, None, None, None, None, None)
+                if ctx.bias_like is not None and ctx.needs_input_grad[10]:  # dL/dbias = dL/ds
+                    dbias = bias_grad(ds, mu, saved, ctx.consts, *ctx.bias_like)
+        return (*grads, None, dsinks, None, None, None, None, None, dbias)
 
 
 def triton_attention(
@@ -380,6 +438,7 @@ def triton_attention(
     precision: str | None = None,
     sinks: Tensor | None = None,
     softcap: float | None = None,
+    bias: Tensor | None = None,
 ) -> Tensor:
     """``P(q k^T * scale) v`` with the probabilities of ``spec``, fused forward and backward.
 
@@ -395,7 +454,11 @@ def triton_attention(
     calibration counts it like any key, its probability is dropped; -inf: no sink; NaN or +inf: the head's
     rows are NaN); they get a gradient, the sum of their rows' dL/ds. ``softcap`` c > 0 (Gemma 2; None:
     none): the operator runs on s = c tanh(scale q k^T / c); a row with a non-finite scale q k^T on a key it
-    attends is NaN all the same (checked before the softcap). The operator maths is float32;
+    attends is NaN all the same (checked before the softcap). ``bias``: an additive score bias (ALiBi, T5's
+    position bias), floating, broadcastable to (B, H, Tq, Tk) with H q's head count: the operator runs on
+    s = c tanh(scale q k^T / c) + bias (the softcap first, as transformers' eager attention); a non-finite
+    entry on a key the row attends makes the row NaN; it gets a gradient, dL/ds, summed over its broadcast
+    dims. The operator maths is float32;
     ``precision`` sets the fp32 dot precision ("tf32", "tf32x3", "bf16x6" or "ieee"; None follows torch's
     TF32 setting, ``tf32_enabled``). The output has q's dtype.
 
@@ -446,6 +509,18 @@ def triton_attention(
             raise ValueError(f"sinks must have shape ({H},), one per q head, got {tuple(sinks.shape)}")
         if sinks.device != q.device:
             raise ValueError(f"sinks must be on q's device {q.device}, got {sinks.device}")
+    if bias is not None:
+        if not isinstance(bias, Tensor) or bias.dtype not in (*SUPPORTED_DTYPES, torch.float64):
+            got = bias.dtype if isinstance(bias, Tensor) else type(bias).__name__
+            raise ValueError(f"bias must be a floating tensor, got {got}")
+        try:
+            fits = bias.dim() <= 4 and torch.broadcast_shapes(bias.shape, (B, H, Tq, Tk)) == (B, H, Tq, Tk)
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to {(B, H, Tq, Tk)}")
+        if bias.device != q.device:
+            raise ValueError(f"bias must be on q's device {q.device}, got {bias.device}")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
@@ -454,7 +529,7 @@ def triton_attention(
     prec = resolve_precision(q.dtype, precision)
     Dv = v.shape[-1]
     if Dv == D:
-        return _attention(q, k, v, mask, sinks, softcap, spec, bool(causal), float(scale), prec)
+        return _attention(q, k, v, mask, sinks, softcap, bias, spec, bool(causal), float(scale), prec)
     # v's own head dim (SDPA allows it): the narrower of (q, k) and v is padded with zero columns to the wider
     # one, which changes no score and no output column; the extra output columns (zeros) are cut off
     width = max(D, Dv)
@@ -462,11 +537,11 @@ def triton_attention(
         q, k = (torch.nn.functional.pad(x, (0, width - D)) for x in (q, k))
     else:
         v = torch.nn.functional.pad(v, (0, width - Dv))
-    out = _attention(q, k, v, mask, sinks, softcap, spec, bool(causal), float(scale), prec)
+    out = _attention(q, k, v, mask, sinks, softcap, bias, spec, bool(causal), float(scale), prec)
     return out[..., :Dv].contiguous()
 
 
-def _attention(q, k, v, mask, sinks, softcap, spec, causal: bool, scale: float, prec: str) -> Tensor:
+def _attention(q, k, v, mask, sinks, softcap, bias, spec, causal: bool, scale: float, prec: str) -> Tensor:
     """``triton_attention`` on checked inputs with one head dim D (q, k and v)."""
     B, H, Tq, D = q.shape
     H_kv, Tk = k.shape[1], k.shape[2]
@@ -482,14 +557,16 @@ def _attention(q, k, v, mask, sinks, softcap, spec, causal: bool, scale: float, 
             # the sinks' gradient is 0, as the reference's (a finite product keeps the graph without a NaN)
             zero = torch.where(torch.isfinite(sinks), sinks, 0.0).view(1, H, 1, 1).to(out.dtype) * 0
             out = (out + zero).masked_fill(bad.view(1, H, 1, 1), float("nan"))
+        if bias is not None:  # no score, no key: the bias's gradient is 0 (a finite zero keeps the graph)
+            out = out + (torch.nan_to_num(bias.float(), 0.0, 0.0, 0.0) * 0).sum().to(out.dtype)
         return out
-    inputs = (q, k, v) if sinks is None else (q, k, v, sinks)
+    inputs = tuple(x for x in (q, k, v, sinks, bias) if x is not None)
     if not (torch.is_grad_enabled() and any(x.requires_grad for x in inputs)):
         # inference: no backward, so the forward skips what only the backward reads (O^L, row statistics)
         launch, saved, _ = forward_launch(
-            q, k, v, mask, spec, causal, scale, prec, save=False, sinks=sinks, softcap=softcap
+            q, k, v, mask, spec, causal, scale, prec, save=False, sinks=sinks, softcap=softcap, bias=bias
         )
         with _on_device(q):
             launch()
         return saved.o
-    return _TritonKIntervalAttention.apply(q, k, v, mask, sinks, spec, causal, scale, prec, softcap)
+    return _TritonKIntervalAttention.apply(q, k, v, mask, sinks, spec, causal, scale, prec, softcap, bias)

@@ -349,19 +349,24 @@ _KEY = ["shape", "BLOCK_D", "OP", "GRAD", "MASKING", "PREC", "SPLIT"]
 # Grouped arguments of the kernels and helpers below (tuples, unpacked by name at the top of each function).
 # The entry points (built by autograd.forward_launch / backward_launches):
 #   Q                                   top-level: the autotuner keys on the dtypes of top-level tensors
-#   ins     = (Kp, V, Mask[, DO][, Sinks])     inputs (DO in the backward; Sinks in the forward and dQ)
-#   stats   = the per-row buffers a backward kernel reads; outs = the buffers a kernel writes
-#   strides = (q, k, v, mask strides), each (batch, head, row, dim)
+#   ins     = (Kp, V, Mask[, DO][, Sinks], Bias)   inputs (DO in the backward; Sinks in the forward and dQ)
+#   stats   = the per-row buffers a backward kernel reads; outs = the buffers a kernel writes (the dQ
+#             kernel's last, DBias, dL/ds of every score when the bias needs a gradient)
+#   strides = (q, k, v, mask, bias strides), each (batch, head, row, dim)
 #   shape   = (H, Tq, Tk, D, G); consts = (scale, K, tau, cap): cap the softcap c (1 without one)
 #             G: q heads per k/v head (grouped-query attention; 1 without it): q head h reads k/v head h // G
 # The helpers:
 #   OP      = (CALIB, SOFTMAX, HARD, JACOBIAN_AT_PL, HISTORICAL, EXP) operator switches (constexpr)
 #   GRAD    = (KEEP_MAX_TERM, KEEP_MIN_TERM, SUM_GM, PROJECT_P1)      range_grad switches (constexpr)
-#   MASKING = (IS_CAUSAL, HAS_MASK, HAS_SINKS, SOFTCAP)               (constexpr): the keys a row sees, and
+#   MASKING = (IS_CAUSAL, HAS_MASK, HAS_SINKS, SOFTCAP, BIAS)         (constexpr): the keys a row sees, and
 #             HAS_SINKS: one attention sink per q head (Sinks, fp32 (H,)), a key Tk without a value;
-#             SOFTCAP: the scores are softcapped, s = c tanh(scale q.k / c) (Gemma 2)
+#             SOFTCAP: the scores are softcapped, s = c tanh(scale q.k / c) (Gemma 2);
+#             BIAS: an additive score bias (ALiBi, T5), s = c tanh(scale q.k / c) + bias: 0 none, 1 a bias,
+#             2 a bias whose gradient dL/ds the dQ kernel writes (DBias)
 #   scales  = (scale, cap)                                            the scores' scale and softcap c
-#   mask    = (mask_base, stride_mm, stride_mn)                       user mask of this (batch, head)
+#   mask    = (mask_base, stride_mm, stride_mn, bias_base, stride_bm, stride_bn[, dbias_base])
+#             user mask and score bias of this (batch, head) (stride 0 on broadcast dims); the dQ kernel's
+#             also the row-major (Tq, Tk) slice of DBias
 #   keys    = (k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd)
 #   bounds  = (offs_m, offs_d, dmask, Tq, Tk)                         the query block and the head dim
 #   row     = (h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2)  per-row grid constants (row_constants)
@@ -445,16 +450,56 @@ def _softcapped(qk, scales):
 
 
 @triton.jit
-def _scores(q, kT, scales, M, PREC: tl.constexpr, SOFTMAX: tl.constexpr, SOFTCAP: tl.constexpr):
+def _biased(qk, bias, scales, SOFTCAP: tl.constexpr):
+    """(s, th, f) with a score bias: s = c tanh(scale q.k / c) + bias (the softcap first, then the bias, as
+    transformers' eager attention orders them; without SOFTCAP s = scale q.k + bias), th = tanh(scale q.k / c)
+    of the capped part (``_softcapped``; s itself without SOFTCAP, unused) and f = s where scale q.k, the bias
+    and s are finite, NaN elsewhere (fma(x, 0, y) is NaN for x or y not finite): a row max of f over valid
+    keys is NaN exactly on the rows ``kinterval_attention`` returns as NaN (``_valid_flagged``)."""
+    scale, cap = scales
+    if SOFTCAP:
+        s, th = _softcapped(qk, scales)
+        s = s + bias
+        f = tl.fma(qk * scale, 0.0, tl.fma(s, 0.0, s))
+    else:
+        s = qk * scale + bias
+        th = s
+        f = tl.fma(s, 0.0, s)
+    return s, th, f
+
+
+@triton.jit
+def _bias_tile(offs_m, offs_n, Tq, Tk, mask):
+    """The score bias of the tile (``mask`` = (.., .., .., bias_base, stride_bm, stride_bn)) in fp32, 0 out
+    of bounds (rows past Tq too: interior tiles hold such rows, and the bias has none)."""
+    inb = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
+    ptrs = mask[3] + offs_m[:, None] * mask[4] + offs_n[None, :] * mask[5]
+    return tl.load(ptrs, mask=inb, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _bias_at(bias_base, offs_m, key, sbm, sbn, rmask, Tk):
+    """The score bias of each row at its key ``key`` (an arg key), fp32; 0 for a row past Tq or a key out
+    of [0, Tk) (the sink, Tk; no arg key, -1)."""
+    ok = rmask & (key >= 0) & (key < Tk)
+    return tl.load(bias_base + offs_m * sbm + key * sbn, mask=ok, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _scores(q, kT, scales, M, PREC: tl.constexpr, SOFTMAX: tl.constexpr, SOFTCAP: tl.constexpr, bias=None):
     """(s, th): the score tile s = scale q k^T, softcapped with SOFTCAP (th = s / c, ``_softcapped``; else th
-    is not formed). Softmax needs only e^{s - M}: for it the tile is the exponent (s - M) log2(e) instead,
-    one FMA per score, so that ``tl.exp2`` of it is the weight (FlashAttention's exp2 form; the row max then
-    weighs 2^{rounding} rather than exactly 1, which normalization absorbs while |M log2(e)| <
-    SOFTMAX_OFFSET_LIMIT: _fwd_kernel makes a row past it NaN)."""
+    is not formed), plus the score ``bias`` tile when given (``_biased``). Softmax needs only e^{s - M}: for
+    it the tile is the exponent (s - M) log2(e) instead, one FMA per score, so that ``tl.exp2`` of it is the
+    weight (FlashAttention's exp2 form; the row max then weighs 2^{rounding} rather than exactly 1, which
+    normalization absorbs while |M log2(e)| < SOFTMAX_OFFSET_LIMIT: _fwd_kernel makes a row past it NaN)."""
     scale, cap = scales
     qk = _dot(q, kT, PREC)
     th = qk  # unused without SOFTCAP
-    if SOFTCAP:
+    if bias is not None:
+        s, th, _ = _biased(qk, bias, scales, SOFTCAP)
+        if SOFTMAX:
+            s = tl.fma(s, LOG2E, -(M * LOG2E)[:, None])
+    elif SOFTCAP:
         s, th = _softcapped(qk, scales)
         if SOFTMAX:
             s = tl.fma(s, LOG2E, -(M * LOG2E)[:, None])
@@ -488,7 +533,7 @@ def _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING: tl.constexpr, FULL: tl.co
     if IS_CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
     if HAS_MASK:
-        mask_base, stride_mm, stride_mn = mask
+        mask_base, stride_mm, stride_mn = mask[0], mask[1], mask[2]
         mvals = tl.load(
             mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn, mask=inb, other=0
         )
@@ -792,7 +837,10 @@ def _extrema_step(q, start_n, keys, bounds, mask, rows, scales, CALIB: tl.conste
     scale, cap = scales
     qk = _dot(q, kT, PREC)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    if MASKING[3]:  # softcap: a non-finite scale q.k is flagged before the softcap would bound it
+    if MASKING[4]:  # a score bias: flagged after the sum (a non-finite bias entry on a valid key too)
+        s, _, f = _biased(qk, _bias_tile(offs_m, offs_n, Tq, Tk, mask), scales, MASKING[3])
+        s_hi = tl.where(valid, f, float("-inf"))
+    elif MASKING[3]:  # softcap: a non-finite scale q.k is flagged before the softcap would bound it
         s = _softcapped(qk, scales)[0]
         s_hi = tl.where(valid, tl.fma(qk * scale, 0.0, s), float("-inf"))
     else:
@@ -902,7 +950,10 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: t
     vmask = dmask[None, :] if FULL else (offs_n[:, None] < Tk) & dmask[None, :]
     kT = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, mask=kmask, other=0.0)
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=vmask, other=0.0)
-    s = _scores(q, kT, scales, M, PREC, SOFTMAX, MASKING[3])[0]  # softmax: (s - M) log2(e)
+    bias = None
+    if MASKING[4]:
+        bias = _bias_tile(offs_m, offs_n, Tq, Tk, mask)
+    s = _scores(q, kT, scales, M, PREC, SOFTMAX, MASKING[3], bias)[0]  # softmax: (s - M) log2(e)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     if SOFTMAX:
         w = tl.where(valid, tl.exp2(s), 0.0)  # e^{s - M}
@@ -964,7 +1015,8 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scales, MASKING: tl.cons
     of the row then carries the same offset rounding (off - M log2(e), up to half an ulp of M log2(e)), a
     common factor that normalization removes. Rounded separately, the factors differed by that rounding
     (2^-7 in the exponent at |M| = 1e5: rows erred by up to 9e-3 against float64, torch.softmax by 2e-7).
-    With a softcap (MASKING[3]) Mq is the row max of the softcapped scores s themselves (M = Mq)."""
+    With a softcap (MASKING[3]) or a score bias (MASKING[4]) Mq is the row max of the scores s themselves
+    (M = Mq)."""
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
     Mq, off, W, acc = sums
@@ -976,7 +1028,11 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scales, MASKING: tl.cons
     scale, cap = scales
     qk = _dot(q, kT, PREC)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    if MASKING[3]:  # softcap: the max of s itself; a non-finite scale q.k flagged before the softcap
+    if MASKING[4]:  # a score bias: the max of s itself, flagged as ``_biased`` does
+        s, _, f = _biased(qk, _bias_tile(offs_m, offs_n, Tq, Tk, mask), scales, MASKING[3])
+        Mq = _max_nan(Mq, tl.reduce(tl.where(valid, f, float("-inf")), 1, _max_nan))
+        off_new = Mq * LOG2E
+    elif MASKING[3]:  # softcap: the max of s itself; a non-finite scale q.k flagged before the softcap
         s = _softcapped(qk, scales)[0]
         Mq = _max_nan(Mq, tl.reduce(tl.where(valid, tl.fma(qk * scale, 0.0, s), float("-inf")), 1, _max_nan))
         off_new = Mq * LOG2E
@@ -985,7 +1041,7 @@ def _softmax_step(q, start_n, keys, bounds, mask, sums, scales, MASKING: tl.cons
         off_new = (Mq * scale) * LOG2E  # RN(M log2 e), as the backward's _scores forms it from the saved M
     off_ref = tl.where(off_new > float("-inf"), off_new, 0.0)  # no valid key yet: every weight is 0 anyway
     alpha = tl.exp2(off - off_ref)  # 1 if M did not grow, 0 from off_old = -inf
-    if MASKING[3]:
+    if MASKING[3] or MASKING[4]:
         w = tl.where(valid, tl.exp2(tl.fma(s, LOG2E, -off_ref[:, None])), 0.0)  # as _scores
     else:
         w = tl.where(valid, tl.exp2(tl.fma(qk, scale * LOG2E, -off_ref[:, None])), 0.0)  # as _scores
@@ -1005,13 +1061,14 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     Prob-STE; softmax: one online pass, ``_softmax_step``). Stores O and, with SAVE (a backward follows),
     O^L for Prob-STE and the per-row statistics the backward needs. Without SAVE (inference) only O is
     stored and Prob-STE skips its P^L V dot."""
-    Kp, V, Mask, Sinks = ins
+    Kp, V, Mask, Sinks, Bias = ins
     O, OL, Mrow, mrow, Wfwd, Wat, Amax, Amin = outs
-    q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
+    q_str, k_str, v_str, m_str, b_str = strides  # (batch, head, row, dim) strides of q, k, v, mask, bias
     sqb, sqh, sqm, sqd = q_str
     skb, skh, skn, skd = k_str
     svb, svh, svn, svd = v_str
     smb, smh, smm, smn = m_str
+    sbb, sbh, sbm, sbn = b_str
     H, Tq, Tk, D, G = shape
     scale, kf, tau, cap = consts
     scales = (scale, cap)
@@ -1023,6 +1080,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     HAS_MASK: tl.constexpr = MASKING[1]
     HAS_SINKS: tl.constexpr = MASKING[2]
     SOFTCAP: tl.constexpr = MASKING[3]
+    HAS_BIAS: tl.constexpr = MASKING[4] > 0
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -1037,7 +1095,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     )
     hk = hd // G  # its k/v head
     keys = (Kp + b * skb + hk * skh, V + b * svb + hk * svh, skn, skd, svn, svd)
-    mask = (Mask + b * smb + hd * smh, smm, smn)
+    mask = (Mask + b * smb + hd * smh, smm, smn, Bias + b * sbb + hd * sbh, sbm, sbn)
     bounds = (offs_m, offs_d, dmask, Tq, Tk)
     hi = Tk
     if IS_CAUSAL:  # keys j <= i + Tk - Tq for the block's last row
@@ -1061,8 +1119,8 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         for start_n in range(full_hi, hi, BLOCK_N):
             sums = _softmax_step(q, start_n, keys, bounds, mask, sums, scales, MASKING, PREC, False, BLOCK_N)
         Mq, off, W, acc = sums
-        if SOFTCAP:
-            M = Mq  # the max of the softcapped scores
+        if SOFTCAP or HAS_BIAS:
+            M = Mq  # the max of the softcapped or biased scores
         else:
             M = Mq * scale  # the loop's last M, bit for bit
         seen = Mq > float("-inf")  # a row with a valid key
@@ -1217,7 +1275,10 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP: t
     k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kvmask, other=0.0)
     v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kvmask, other=0.0)
     SOFTCAP: tl.constexpr = MASKING[3]
-    s, th = _scores(q, tl.trans(k), scales, M, PREC, OP[1], SOFTCAP)
+    bias = None
+    if MASKING[4]:
+        bias = _bias_tile(offs_m, offs_n, Tq, Tk, mask)
+    s, th = _scores(q, tl.trans(k), scales, M, PREC, OP[1], SOFTCAP, bias)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
     GM_FORM: tl.constexpr = SUM_GM * (1 + (q.shape[1] <= 64))  # calibration_grad's SHORT form up to D = 64
@@ -1228,6 +1289,12 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP: t
     else:
         gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
     ds = score_grad(gamma, cD, is_max, GM, is_min, GM, False, False, OP[5])  # eq. (2) self term; rest after
+    if MASKING[4] == 2:  # dL/dbias = dL/ds: the self term of eq. (2) per score (the kernel adds the rest)
+        ds_b = ds
+        if TILE[1]:
+            ds_b = ds * inv_Wa[:, None]
+        inb = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
+        tl.store(mask[6] + offs_m.to(tl.int64)[:, None] * Tk + offs_n[None, :], ds_b, mask=inb)
     dq += _dot(_cast(_chain(ds, th, SOFTCAP), k.dtype), k, PREC)
     S1 += tl.sum(ds, 1)
     if SUM_GM:  # G_M = sum_j gamma_ij * dw/dM (eq. 1)
@@ -1243,16 +1310,18 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP: t
 def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl.constexpr,
                    MASKING: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
-    """dQ over one query block, plus the per-row sums G_M, G_m of dw/dM (eq. 1), the P1 mean and, with
-    attention sinks, the sink's dL/ds of each row (eq. 2)."""
-    Kp, V, Mask, DO, Sinks = ins
+    """dQ over one query block, plus the per-row sums G_M, G_m of dw/dM (eq. 1), the P1 mean, with
+    attention sinks the sink's dL/ds of each row (eq. 2) and, with MASKING[4] = 2, dL/ds of every score
+    (DBias: the gradient of the score bias; P1's projection is left to autograd)."""
+    Kp, V, Mask, DO, Sinks, Bias = ins
     Mrow, mrow, Wat, Dlt, Amax, Amin = stats
-    DQ, GMo, Gmo, MUo, DSo = outs
-    q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
+    DQ, GMo, Gmo, MUo, DSo, DBias = outs
+    q_str, k_str, v_str, m_str, b_str = strides  # (batch, head, row, dim) strides of q, k, v, mask, bias
     sqb, sqh, sqm, sqd = q_str
     skb, skh, skn, skd = k_str
     svb, svh, svn, svd = v_str
     smb, smh, smm, smn = m_str
+    sbb, sbh, sbm, sbn = b_str
     H, Tq, Tk, D, G = shape
     scale, kf, tau, cap = consts
     scales = (scale, cap)
@@ -1286,7 +1355,8 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     hk = hd // G  # its k/v head
     k_base = Kp + b * skb + hk * skh
     keys = (k_base, V + b * svb + hk * svh, skn, skd, svn, svd)
-    mask = (Mask + b * smb + hd * smh, smm, smn)
+    bias_base = Bias + b * sbb + hd * sbh
+    mask = (Mask + b * smb + hd * smh, smm, smn, bias_base, sbm, sbn, DBias + bh * Tq * Tk)
     bounds = (offs_m, offs_d, dmask, Tq, Tk)
     row = row_constants(M, m, kf, tau, CALIB)
     degen = row[5]
@@ -1358,6 +1428,9 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     # exceed c by any amount: (s / c)^2 would overflow to inf and inf * 0 (its zero k row) make dq NaN
     th_max = M / cap
     th_min = m / cap
+    if SOFTCAP and MASKING[4]:  # the capped part of M and m: the score less the bias at the arg key
+        th_max = (M - _bias_at(bias_base, offs_m, amax, sbm, sbn, rmask, Tk)) / cap
+        th_min = (m - _bias_at(bias_base, offs_m, amin, sbm, sbn, rmask, Tk)) / cap
     if HAS_SINKS and SOFTCAP:
         th_max = tl.where(amax < Tk, th_max, 0.0)
         th_min = tl.where(amin < Tk, th_min, 0.0)
@@ -1379,6 +1452,23 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
         dq -= mu[:, None] * ksum
     dq = dq * scale
     tl.store(DQ + o_ptrs, _cast(dq, DQ.dtype.element_ty), mask=qmask)
+    if MASKING[4] == 2 and (KEEP_MAX_TERM or KEEP_MIN_TERM):
+        # dL/dbias at the arg keys: the calibration terms of eq. (2), G_M and G_m, on the self terms the
+        # loop stored (the barrier makes those stores visible to every thread of the program)
+        tl.debug_barrier()
+        db_row = DBias + row_i * Tk
+        at_max = rmask & (amax >= 0) & (amax < Tk)  # not the sink (key Tk)
+        at_min = rmask & (amin >= 0) & (amin < Tk)
+        both = amax == amin  # one key holds both (a single-key MinMax row): one update
+        if KEEP_MAX_TERM:
+            add = GMe
+            if KEEP_MIN_TERM:
+                add += tl.where(both, Gme, 0.0)
+            tl.store(db_row + amax, tl.load(db_row + amax, mask=at_max, other=0.0) + add, mask=at_max)
+        if KEEP_MIN_TERM:
+            if KEEP_MAX_TERM:
+                at_min = at_min & ~both
+            tl.store(db_row + amin, tl.load(db_row + amin, mask=at_min, other=0.0) + Gme, mask=at_min)
     tl.store(GMo + row_i, GMe, mask=rmask)
     tl.store(Gmo + row_i, Gme, mask=rmask)
     tl.store(MUo + row_i, mu, mask=rmask)
@@ -1433,7 +1523,10 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
         h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
         dfac = dfac * tl.where(Wa > 0, 1.0 / Wa, 0.0)
         row = (h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2)
-    s, th = _scores(q, tl.trans(k), scales, M, PREC, SOFTMAX, MASKING[3])
+    bias = None
+    if MASKING[4]:
+        bias = _bias_tile(offs_m, offs_n, Tq, Tk, mask)
+    s, th = _scores(q, tl.trans(k), scales, M, PREC, SOFTMAX, MASKING[3], bias)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
@@ -1499,17 +1592,18 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, O
 
 
 @triton.jit
-def _arg_key_terms(dk, n0, lo, query, offs_n, dims, stats, cap, GRAD: tl.constexpr, PREC: tl.constexpr,
-                   SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+def _arg_key_terms(dk, n0, lo, query, offs_n, dims, mask, stats, cap, GRAD: tl.constexpr, PREC: tl.constexpr,
+                   MASKING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
     """The calibration terms of eq. (2) in dK of the key block n0 + offs_n:
     dk_j += sum_i ([Amax_i = j] G_M,i + [Amin_i = j] G_m,i) q_i,
     the rank-1 updates whose dQ side the dQ kernel applies (with a softcap, G times its chain factor at the
-    arg key, 1 - (M/c)^2 or 1 - (m/c)^2). Out of the per-score loop
+    arg key, 1 - (M/c)^2 or 1 - (m/c)^2, with a score bias M and m less the bias there). Out of the loop
     (there they cost a compare and a select per score and channel): one pass over the rows from lo, a range
     check per row, and a product only for the row tiles that have an arg key in this block. The same rows in
     the same order on every run: the split backward stays bitwise reproducible."""
     KEEP_MAX_TERM: tl.constexpr = GRAD[0]
     KEEP_MIN_TERM: tl.constexpr = GRAD[1]
+    SOFTCAP: tl.constexpr = MASKING[3]
     q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
     offs_d, dmask = dims
     Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo = stats
@@ -1529,12 +1623,18 @@ def _arg_key_terms(dk, n0, lo, query, offs_n, dims, stats, cap, GRAD: tl.constex
             if KEEP_MAX_TERM:
                 GM = tl.load(GMo + row_i, mask=rmask, other=0.0)
                 if SOFTCAP:
-                    GM = _chain(GM, tl.load(Mrow + row_i, mask=rmask, other=0.0) / cap, SOFTCAP)
+                    at = tl.load(Mrow + row_i, mask=rmask, other=0.0)
+                    if MASKING[4]:
+                        at -= _bias_at(mask[3], offs_m, amax, mask[4], mask[5], rmask, Tk)
+                    GM = _chain(GM, at / cap, SOFTCAP)
                 G += tl.where(offs_n[None, :] == amax[:, None], GM[:, None], 0.0)
             if KEEP_MIN_TERM:
                 Gm = tl.load(Gmo + row_i, mask=rmask, other=0.0)
                 if SOFTCAP:
-                    Gm = _chain(Gm, tl.load(mrow + row_i, mask=rmask, other=0.0) / cap, SOFTCAP)
+                    at = tl.load(mrow + row_i, mask=rmask, other=0.0)
+                    if MASKING[4]:
+                        at -= _bias_at(mask[3], offs_m, amin, mask[4], mask[5], rmask, Tk)
+                    Gm = _chain(Gm, at / cap, SOFTCAP)
                 G += tl.where(offs_n[None, :] == amin[:, None], Gm[:, None], 0.0)
             qmask = rmask[:, None] & dmask[None, :]
             q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qmask, other=0.0)
@@ -1602,13 +1702,14 @@ def _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     ``_bwd_dkdv_kernel`` and, FUSED, of ``_bwd_fused_kernel``; LOOP = (SPLIT, FUSED). The split backward
     adds eq. (2)'s calibration terms on the arg-max/arg-min keys here (``_arg_key_terms``), the fused one
     after it."""
-    Kp, V, Mask, DO = ins
+    Kp, V, Mask, DO, Bias = ins
     DK, DV = outs
-    q_str, k_str, v_str, m_str = strides  # (batch, head, row, dim) strides of q, k, v and the mask
+    q_str, k_str, v_str, m_str, b_str = strides  # (batch, head, row, dim) strides of q, k, v, mask, bias
     sqb, sqh, sqm, sqd = q_str
     skb, skh, skn, skd = k_str
     svb, svh, svn, svd = v_str
     smb, smh, smm, smn = m_str
+    sbb, sbh, sbm, sbn = b_str
     H, Tq, Tk, D, G = shape
     scale, kf, tau, cap = consts
     scales = (scale, cap)
@@ -1637,7 +1738,7 @@ def _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     kv = (k, v)
     query = (Q + b * sqb + hd * sqh, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau)
     dims = (offs_d, dmask)
-    mask = (Mask + b * smb + hd * smh, smm, smn)
+    mask = (Mask + b * smb + hd * smh, smm, smn, Bias + b * sbb + hd * sbh, sbm, sbn)
     lo = 0
     if IS_CAUSAL:  # first query that sees key pid_n * BLOCK_N: i >= j - (Tk - Tq)
         lo = tl.maximum(pid_n * BLOCK_N - (Tk - Tq), 0)
@@ -1658,8 +1759,8 @@ def _bwd_key_block(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
                             MASKING, PREC, (False, ARG_AFTER, FUSED), BLOCK_M)  # fmt: skip
     dk, dv = kv_sums
     if ARG_AFTER:
-        dk = _arg_key_terms(dk, pid_n * BLOCK_N, lo, query, offs_n, dims, stats, cap, GRAD, PREC, MASKING[3],
-                            BLOCK_M, BLOCK_N)  # fmt: skip
+        dk = _arg_key_terms(dk, pid_n * BLOCK_N, lo, query, offs_n, dims, mask, stats, cap, GRAD, PREC,
+                            MASKING, BLOCK_M, BLOCK_N)  # fmt: skip
 
     dk = dk * scale
     out = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
