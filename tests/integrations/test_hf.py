@@ -1060,6 +1060,53 @@ def test_sinks_and_softcap_run_on_the_kernels(kind, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-6)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_t5_position_bias_runs_on_the_kernels_with_its_gradient(monkeypatch):
+    """T5's learned relative position bias under the triton backend (its CPU interpreter without CUDA): it
+    reaches the kernels as a score bias, and the logits and every gradient (the relative_attention_bias
+    tables' through dL/dbias included) equal the closed form's, with padding in the encoder."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    import kinterval.ops.triton as tri
+
+    seen, real_kernels = [], tri.triton_attention
+
+    def kernel_spy(*args, **kwargs):
+        seen.append(kwargs.get("bias") is not None)
+        return real_kernels(*args, **kwargs)
+
+    monkeypatch.setattr(tri, "triton_attention", kernel_spy)
+    cfg = T5Config(
+        vocab_size=64, d_model=32, d_kv=8, d_ff=32, num_layers=2, num_decoder_layers=2, num_heads=4,
+        relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0,
+    )  # fmt: skip
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ids = torch.randint(1, 64, (2, 7), generator=torch.Generator().manual_seed(1)).to(device)
+    am = torch.ones(2, 7, dtype=torch.long, device=device)
+    am[1, :2] = 0
+    results = []
+    for backend in ("triton", "closed_form"):
+        name = hf.register(f"t5-bias-test-{backend}", "minmax-weight-k4", backend=backend)
+        torch.manual_seed(0)
+        model = T5ForConditionalGeneration(cfg).float().to(device).eval()  # eval: no attention dropout
+        model.set_attn_implementation(name)
+        with torch.no_grad():
+            for n, w in model.named_parameters():  # biases of order 1 beside scores of order 1
+                if n.endswith("relative_attention_bias.weight"):
+                    w.normal_(0.0, 1.0)
+        with dot_precision("ieee"):
+            logits = model(ids, attention_mask=am, decoder_input_ids=ids[:, :5]).logits
+        logits.float().square().mean().backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        assert any(n.endswith("relative_attention_bias.weight") for n in grads)
+        results.append((logits.detach(), grads))
+    assert seen and any(seen)  # self-attention carries the bias to the kernels
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=1e-5)
+    assert results[0][1].keys() == results[1][1].keys()
+    for n in results[1][1]:
+        torch.testing.assert_close(results[0][1][n], results[1][1][n], rtol=1e-3, atol=1e-6, msg=n)
+
+
 def test_a_zero_position_bias_that_requires_grad_gets_eagers_gradient():
     """T5 hands a zero position_bias that requires a gradient to its layers without a relative bias when
     training with gradient checkpointing; a zero learned bias is the same case. kinterval took it for a mask
