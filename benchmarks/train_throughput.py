@@ -13,6 +13,7 @@ over the anchor's, measured in the same run.
     python benchmarks/train_throughput.py --attention-dtype float32,bfloat16 --micro-batch max --steps 100
     python benchmarks/train_throughput.py --backend closed_form --operators softmax,lerp-k4
     python benchmarks/train_throughput.py --model tiny --device cpu --steps 3   # CPU smoke check
+    python benchmarks/train_throughput.py --n-kv-head 4 --rope-theta 10000     # Llama-style attention
 
 Without a CUDA GPU it stops with a message unless ``--device cpu`` is given. The table (stdout and
 ``--markdown``) starts with a '# ' line naming the device (and driver), torch, triton and the git commit.
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 
 from kinterval.model import GPT, SDPA, autocast, preset, train_precision
-from kinterval.model.config import ATTENTION_DTYPES
+from kinterval.model.config import ATTENTION_DTYPES, ModelConfig
 from kinterval.model.gpt import compile_blocks
 from kinterval.ops import resolve_backend
 from kinterval.ops.commands import split_operators
@@ -96,6 +97,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="recompute each block in the backward, as `kinterval train --activation-checkpointing`",
     )
+    p.add_argument(
+        "--n-kv-head",
+        type=int,
+        help="grouped-query attention: key/value heads of every row's model, the anchor's too (default none)",
+    )
+    p.add_argument(
+        "--rope-theta",
+        type=float,
+        help="rotary positions with this base in every row's model (default: none)",
+    )
     p.add_argument("--markdown", help="also write the table to this file (rewritten after every row)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     args = p.parse_args(argv)
@@ -113,6 +124,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     ops = split_operators(args.operators)  # a comma inside [...] separates overrides, not names
     args.ops = [SDPA] + [o for o in ops if o != SDPA]  # the anchor first in every numerics group
     return args
+
+
+def model_preset(args) -> ModelConfig:
+    """The rows' model: the preset at --block-size, with the attention options --n-kv-head and --rope-theta
+    (both of which SDPA, the anchor, runs too); a bad value is a ValueError naming the field."""
+    return preset(
+        args.model, vocab_size=args.vocab_size, block_size=args.block_size, n_kv_head=args.n_kv_head,
+        rope_theta=args.rope_theta,
+    )  # fmt: skip
 
 
 def peak_memory(device: torch.device) -> int:
@@ -137,7 +157,7 @@ class Row:
     """One (operator, attention dtype): a fresh model and optimizer, and its training step."""
 
     def __init__(self, op: str, attention_dtype: str, args, device: torch.device):
-        base = preset(args.model, vocab_size=args.vocab_size, block_size=args.block_size)
+        base = model_preset(args)
         self.cfg = replace(base, numerics=replace(base.numerics, attention_dtype=attention_dtype))
         self.cfg.validate()
         self.op, self.attention_dtype, self.device = op, attention_dtype, device
@@ -275,7 +295,7 @@ def precompile(args, device: torch.device) -> None:
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    cfg = preset(args.model, vocab_size=args.vocab_size, block_size=args.block_size)
+    cfg = model_preset(args)
     jobs = []
     for dt in args.attention_dtypes:
         precision = "tf32" if cfg.numerics.tf32_train else "ieee"  # what fp32 inputs get in training
@@ -373,6 +393,8 @@ def main(argv=None) -> None:
             + (f", {args.repeats} interleaved repeats pooled" if args.repeats > 1 else "")
             + (", blocks compiled (torch.compile; the K-interval operator eager)" if args.compile else "")
             + (", activation checkpointing" if args.activation_checkpointing else "")
+            + (f", {args.n_kv_head} key/value heads" if args.n_kv_head else "")
+            + (f", rotary positions (theta {args.rope_theta:g})" if args.rope_theta else "")
             + f"; anchors: {anchors}"
         )
     )

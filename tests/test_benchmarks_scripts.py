@@ -197,3 +197,24 @@ def test_run_throughput_median_default_window_only_and_ragged_rows(tmp_path, cap
     ]
     assert main([str(tmp_path), "--only", "b-*"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "| b-s1 | 1 | 2 |"
+
+
+def test_throughput_takes_grouped_query_heads_and_rotary_positions(capsys):
+    """--n-kv-head and --rope-theta: every row's model has them, the SDPA anchor's too, and the header says
+    so; a count that does not divide the heads is refused."""
+    bench = runpy.run_path(str(ROOT / "benchmarks" / "train_throughput.py"))
+    args = bench["parse_args"](
+        ["--model", "tiny", "--vocab-size", "64", "--n-kv-head", "1", "--rope-theta", "1e4"]
+    )
+    for op in ("sdpa", "lerp-k4"):
+        cfg = bench["Row"](op, "float32", args, torch.device("cpu")).cfg
+        assert (cfg.n_kv_head, cfg.rope_theta) == (1, 1e4)
+    argv = ["--model", "tiny", "--device", "cpu", "--vocab-size", "64", "--block-size", "16", "--steps", "1"]
+    bench["main"]([*argv, "--warmup", "0", "--micro-batch", "2", "--operators", "sdpa,lerp-k4", "--n-kv-head",
+                   "1", "--rope-theta", "1e4"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert ", 1 key/value heads, rotary positions (theta 10000)" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| sdpa", "| lerp-k4"))]
+    assert len(rows) == 2 and not any("error" in r for r in rows), out
+    with pytest.raises(ValueError, match="n_kv_head"):
+        bench["Row"]("sdpa", "float32", bench["parse_args"](["--model", "tiny", "--n-kv-head", "3"]), "cpu")
