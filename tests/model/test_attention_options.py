@@ -276,3 +276,10 @@ def test_rotary_scores_depend_on_the_offset_only():
         d = torch.diagonal(s[0, 0], offset)
         torch.testing.assert_close(d, d[:1].expand_as(d), rtol=1e-12, atol=1e-12)
     assert not torch.allclose(torch.diagonal(s[0, 0], 0)[0], torch.diagonal(s[0, 0], 3)[0])
+
+
+def test_attention_options_names_exactly_the_options_that_are_set():
+    assert config().attention_options == {} and config(n_kv_head=4).attention_options == {}
+    assert config(**OPTIONS["all"]).attention_options == {
+        "n_kv_head": 2, "attn_softcap": 2.0, "attn_sinks": True, "rope_theta": 100.0
+    }  # fmt: skip

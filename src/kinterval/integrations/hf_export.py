@@ -63,19 +63,10 @@ def export_hf(run, out, checkpoint="latest") -> Path:
             "(numerics.attention_dtype), which a transformers GPT-2 does not record; its logits would differ "
             "from the run's. export-hf takes runs with the paper's fp32 attention inputs"
         )
-    options = [
-        f"{name} = {value!r}"
-        for name, value, on in (
-            ("n_kv_head", cfg.n_kv_head, cfg.kv_heads != cfg.n_head),
-            ("attn_softcap", cfg.attn_softcap, cfg.attn_softcap is not None),
-            ("attn_sinks", cfg.attn_sinks, cfg.attn_sinks),
-            ("rope_theta", cfg.rope_theta, cfg.rope_theta is not None),
-        )
-        if on
-    ]
-    if options:  # GPT-2's architecture has none of them
+    if options := cfg.attention_options:  # GPT-2's architecture has none of them
+        named = ", ".join(f"{name} = {value!r}" for name, value in options.items())
         raise ValueError(
-            f"{run}: the model sets {', '.join(options)}, which a transformers GPT-2 does not have; "
+            f"{run}: the model sets {named}, which a transformers GPT-2 does not have; "
             "export-hf takes GPT-2-shaped runs only"
         )
     # the plain "kinterval" name runs config.kinterval_operator: registered for every operator and override

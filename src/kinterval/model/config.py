@@ -78,6 +78,14 @@ class ModelConfig:
         return self.n_head if self.n_kv_head is None else self.n_kv_head
 
     @property
+    def attention_options(self) -> dict:
+        """The attention options beyond GPT-2 that are set, by field name ({} for GPT-2; ``n_kv_head`` equal
+        to ``n_head`` is no option)."""
+        on = {"n_kv_head": self.kv_heads != self.n_head, "attn_softcap": self.attn_softcap is not None,
+              "attn_sinks": self.attn_sinks, "rope_theta": self.rope_theta is not None}  # fmt: skip
+        return {name: getattr(self, name) for name, set_ in on.items() if set_}
+
+    @property
     def padded_vocab_size(self) -> int:
         m = self.vocab_multiple
         return -(-self.vocab_size // m) * m

@@ -4,8 +4,9 @@ Shared by training's validation log and the evaluation layer's geometry probe (p
 scores are ``s = (q k^T) / sqrt(D)`` in fp32 with autocast off, exactly as the operator receives them (q, k,
 v rounded to bf16 first under ``numerics.attention_dtype = "bfloat16"``), under the causal mask; the row span
 is ``M - m``, the largest minus the smallest valid score of a row. A layer's own score modifications are
-applied as its operator applies them: the softcap (``s = c tanh(s / c)``), grouped-query heads (k and v
-repeated for their q heads), and the sinks, as one more key per row whose value is zero.
+applied as its operator applies them: rotary positions (q and k from the layer's own ``heads``), the softcap
+(``s = c tanh(s / c)``), grouped-query heads (k and v repeated for their q heads), and the sinks, as one more
+key per row whose value is zero.
 """
 
 from __future__ import annotations
