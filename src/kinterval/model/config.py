@@ -46,6 +46,10 @@ class NumericsConfig:
                 raise ValueError(f"numerics.{name} must be true or false, got {getattr(self, name)!r}")
 
 
+# The attention options beyond GPT-2 (ModelConfig fields; :attr:`ModelConfig.attention_options`)
+ATTENTION_OPTIONS = ("n_kv_head", "attn_softcap", "attn_sinks", "rope_theta")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """GPT-2 shape. ``vocab_multiple`` pads the embedding table (e.g. 50257 -> 50304 with 64) for speed only:
@@ -83,7 +87,7 @@ class ModelConfig:
         to ``n_head`` is no option)."""
         on = {"n_kv_head": self.kv_heads != self.n_head, "attn_softcap": self.attn_softcap is not None,
               "attn_sinks": self.attn_sinks, "rope_theta": self.rope_theta is not None}  # fmt: skip
-        return {name: getattr(self, name) for name, set_ in on.items() if set_}
+        return {name: getattr(self, name) for name in ATTENTION_OPTIONS if on[name]}
 
     @property
     def padded_vocab_size(self) -> int:

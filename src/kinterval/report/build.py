@@ -418,6 +418,16 @@ def _build(results, out: Path, clean=()) -> None:
             *T.cross_rows(list(columns.values()), cross, list(columns)),
             "ΔNLL vs softmax across settings",
         )
+    options = A.option_effects(primary, left_out)
+    if options:
+        data["option_effects"] = options
+        ix.table(
+            "options",
+            *T.option_rows(options),
+            "Attention options across models: each operator with the options − the same operator and seed "
+            "without them (same protocol, data and evaluation blocks), and its penalty vs same-seed softmax "
+            "with − without them (> 0: the options widen the gap)",
+        )
     fac = A.factorial_effects(primary, left_out)
     if fac:
         data["factorial"] = fac

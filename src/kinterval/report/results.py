@@ -95,6 +95,7 @@ class Point:
     # unevaluated run's seed included); empty for a point built without a manifest.
     design_seeds: tuple[int, ...] = ()
     model: str = ""  # the model shape (:func:`model_label`): runs of other models are never paired
+    options: tuple[str, ...] = ()  # its attention options (:func:`model_options`): () for GPT-2's attention
     per_seed: bool = False  # a supplementary run: its contrasts are one row per seed, never pooled over seeds
     device_name: str = ""  # the GPU (or CPU) model the evaluation ran on; "" in files that do not record it
     # (step, training tokens) at which the trainer stopped the run with a non-finite loss (its status.json);
@@ -152,6 +153,16 @@ def model_label(config: dict) -> str:
     """The model shape of a manifest row's training config, ``"12L 12H d768"`` (a preset's value where the
     config leaves a field unset), with the attention options that are set (``"6L 6H d384 2KV softcap30
     sinks rope10000"``: grouped-query heads, softcap, sinks, rotary positions); "" without one."""
+    shape, options = _model_parts(config)
+    return " ".join([shape, *options]) if shape else ""
+
+
+def model_options(config: dict) -> tuple[str, ...]:
+    """The attention options of :func:`model_label` alone (``("2KV", "sinks", "rope10000")``; () for none)."""
+    return _model_parts(config)[1]
+
+
+def _model_parts(config: dict) -> tuple[str, tuple[str, ...]]:
     m = config.get("model") or {}
     base = PRESETS.get(m.get("preset"))
 
@@ -160,7 +171,7 @@ def model_label(config: dict) -> str:
 
     shape = [get(k) for k in ("n_layer", "n_head", "n_embd")]
     if None in shape:
-        return ""
+        return "", ()
     kv, cap, theta = get("n_kv_head"), get("attn_softcap"), get("rope_theta")
     options = [
         f"{kv}KV" if kv not in (None, shape[1]) else "",
@@ -168,7 +179,7 @@ def model_label(config: dict) -> str:
         "sinks" if get("attn_sinks") else "",
         f"rope{theta:g}" if theta is not None else "",
     ]
-    return " ".join(["{}L {}H d{}".format(*shape), *filter(None, options)])
+    return "{}L {}H d{}".format(*shape), tuple(filter(None, options))
 
 
 NOT_PROTOCOL = EXECUTION_FIELDS | {"seed", "operator.name"}  # a run's own, not its setting's
@@ -412,6 +423,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     primary=tag == primary_tag,
                     design_seeds=tuple(sorted(planned[_plan(r)])),
                     model=model_label(r.get("config") or {}),
+                    options=model_options(r.get("config") or {}),
                     per_seed=per_seed,
                     device_name=str(s.get("device_name") or ""),
                     stopped=stopped,

@@ -271,6 +271,32 @@ def cross_rows(
     return headers, out
 
 
+def option_rows(effects) -> tuple[list[str], list[list[str]]]:
+    """Attention options across models (:func:`~kinterval.report.analysis.option_effects`): each operator's
+    NLL without and with the options and its option effect; for an operator other than softmax its penalty
+    (ΔNLL vs same-seed softmax) without and with them and the change."""
+    rows = [e.effect for e in effects] + [e.penalty for e in effects if e.penalty is not None]
+    extra, cells_of = _setting_cells(rows)
+    q = ["BH q"] if any(r.est.n_seeds > 1 for r in rows) else []
+    headers = ["Condition", *extra, "Options", "Without", "Seeds", "Tokens", "NLL without", "NLL with"]
+    headers += ["Δ option (nats/token)", "95% CI", *q, "Penalty without", "Penalty with"]
+    headers += ["Δ penalty", "95% CI", *q, "Interval"]
+
+    def est(r) -> list[str]:
+        if r is None:
+            return ["-", "-", *(["-"] if q else [])]
+        return [num(r.est.mean), ci(r.est.lo, r.est.hi), *([prob(r.q)] if q else [])]
+
+    out = []
+    for e in effects:
+        r, pen = e.effect, e.penalty
+        cells = [condition(r.key), *cells_of(r), e.options, e.base, seeds(r), tokens(r.tokens)]
+        cells += [num(r.control_nll, False), num(r.nll, False), *est(r)]
+        cells += [num(pen.control_nll), num(pen.nll)] if pen is not None else ["-", "-"]
+        out.append([*cells, *est(pen), r.est.interval])
+    return headers, out
+
+
 def unpaired_rows(unpaired: dict[str, str]) -> tuple[list[str], list[list[str]]]:
     return ["Run [eval] vs control, or in the row it is left out of", "Why it is left out"], [
         [k, v] for k, v in sorted(unpaired.items())

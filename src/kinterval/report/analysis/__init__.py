@@ -12,6 +12,7 @@ three-seed pool mixes lineages"). Every table row is a :class:`Row`.
 The modules: :mod:`.core` (the one rule, pairing, endpoints, order, BH, ΔNLL vs softmax), :mod:`.factorial`
 (the calibration x surrogate factorial and K), :mod:`.detach` (modified backward vs its full twin),
 :mod:`.taildecomp` (tail decomposition and path ratio), :mod:`.heldout` (held-out and substituted forwards),
+:mod:`.options` (attention options across models),
 :mod:`.strict` (tab:strict), :mod:`.ranks` (seed robustness of the ordering), :mod:`.records` (training
 logs and diagnostics) and :mod:`.hardware` (training stacks and evaluation devices). Every public name is
 importable from here.
@@ -75,6 +76,7 @@ from kinterval.report.analysis.hardware import (
     process_seconds,
 )
 from kinterval.report.analysis.heldout import HeldoutOrdering, heldout_ordering, heldout_table, split_half
+from kinterval.report.analysis.options import OPTION_FIELDS, OptionEffect, option_effects
 from kinterval.report.analysis.ranks import RankStats, rank_statistics, ranked_rows
 from kinterval.report.analysis.records import (
     CLIP_TAIL,
@@ -110,6 +112,8 @@ __all__ = [
     "MARGIN",
     "NOT_RECORDED",
     "N_RESAMPLES",
+    "OPTION_FIELDS",
+    "OptionEffect",
     "PAPER_DESIGNS",
     "Pair",
     "Pairing",
@@ -146,6 +150,7 @@ __all__ = [
     "k_trends",
     "key_order",
     "operator_order",
+    "option_effects",
     "pair_controls",
     "path_ratio_ci",
     "rank_statistics",
