@@ -180,6 +180,7 @@ def test_without_options_the_model_is_gpt2():
         (dict(attn_softcap=float("nan")), "attn_softcap"),
         (dict(attn_softcap=True), "attn_softcap"),
         (dict(attn_softcap="30"), "attn_softcap"),
+        (dict(attn_softcap=1e-40), "attn_softcap must be at least 1.18e-38"),  # 1/c: inf in float32
         (dict(attn_sinks=1), "attn_sinks"),
         (dict(rope_theta=1.0), "rope_theta"),
         (dict(rope_theta=0.0), "rope_theta"),

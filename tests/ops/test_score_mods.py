@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kinterval.model.config import SOFTCAP_MIN as ModelConfig_SOFTCAP_MIN
 from kinterval.ops import attention_probs, catalog, kinterval_attention, resolve_backend
-from kinterval.ops.api import split_mask
+from kinterval.ops.api import SOFTCAP_MIN, split_mask
 
 SPECS = [s.full_name for s in catalog.all_specs(range_grads=("full", "detach"))]
 B, H, H_KV, T, D = 2, 4, 2, 7, 8
@@ -166,6 +167,11 @@ def test_bad_arguments_are_value_errors():
     for bad in (0, -1.0, float("inf"), float("nan"), True, "30"):
         with pytest.raises(ValueError, match="softcap must be a positive finite number"):
             kinterval_attention(q, k, v, "softmax", softcap=bad, **kw)
+    # below float32's smallest normal 1/c overflows: NaN gradients in the kernels (the model checks it too)
+    with pytest.raises(ValueError, match="softcap must be at least 1.18e-38"):
+        kinterval_attention(q, k, v, "softmax", softcap=1e-40, **kw)
+    assert SOFTCAP_MIN == ModelConfig_SOFTCAP_MIN == torch.finfo(torch.float32).tiny
+    kinterval_attention(q, k, v, "softmax", softcap=SOFTCAP_MIN, **kw)
     for bad in (sinks[:2], sinks.view(1, H), sinks.long(), [0.0] * H):
         with pytest.raises(ValueError, match=r"sinks must be a floating tensor of shape \(4,\)"):
             kinterval_attention(q, k, v, "softmax", sinks=bad, **kw)

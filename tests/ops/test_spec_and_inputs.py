@@ -197,6 +197,18 @@ def test_no_keys_gives_an_empty_result_and_no_head_dim_a_clear_error(backend):
         kinterval_attention(q0, q0, q0, "lerp-k4", backend=backend)
 
 
+@pytest.mark.parametrize("backend", ["reference", "closed_form"])
+@pytest.mark.parametrize("shape", [(1, 2, 0, 5), (1, 2, 3, 0), (0, 2, 3, 5)])
+def test_an_empty_bias_that_requires_grad_gives_an_empty_result(backend, shape):
+    """A float mask (a bias) with a zero-size dimension and requires_grad: the mask-like-bias check took the
+    minimum of an empty tensor (a raw RuntimeError) for the K-interval operators."""
+    B, H, Tq, Tk = shape
+    q, k, v = torch.randn(B, H, Tq, 8), torch.randn(B, H, Tk, 8), torch.randn(B, H, Tk, 8)
+    bias = torch.randn(shape, requires_grad=True)
+    out = kinterval_attention(q, k, v, "lerp-k4", attn_mask=bias, backend=backend)
+    assert out.shape == (B, H, Tq, 8) and (out == 0).all()
+
+
 def test_mask_of_higher_rank_than_scores_is_a_value_error():
     with pytest.raises(ValueError, match="does not broadcast"):
         attention_probs(torch.randn(2, 3), "lerp-k4", mask=torch.ones(1, 1, 2, 3, dtype=torch.bool))

@@ -46,6 +46,10 @@ class NumericsConfig:
                 raise ValueError(f"numerics.{name} must be true or false, got {getattr(self, name)!r}")
 
 
+# The smallest attention softcap: float32's smallest normal number, as kinterval.ops.api.SOFTCAP_MIN (not
+# imported from there: a suite sitting may run this model on an older checkout's operator code)
+SOFTCAP_MIN = 2.0**-126
+
 # The attention options beyond GPT-2 (ModelConfig fields; :attr:`ModelConfig.attention_options`)
 ATTENTION_OPTIONS = ("n_kv_head", "attn_softcap", "attn_sinks", "rope_theta")
 
@@ -113,6 +117,10 @@ class ModelConfig:
             isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf
         ):
             raise ValueError(f"model.attn_softcap must be a positive finite number, or unset, got {cap!r}")
+        if cap is not None and cap < SOFTCAP_MIN:
+            raise ValueError(
+                f"model.attn_softcap must be at least {SOFTCAP_MIN:.3g} (the kernels divide by it), got {cap}"
+            )
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"

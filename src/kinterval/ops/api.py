@@ -87,7 +87,7 @@ def warn_mask_like_bias(bias: Tensor | None, spec: OperatorSpec, what: str = "at
     lowest -65504 in an fp32 mask): such entries are added to the scores, not masked, and the calibration sees
     them (MinMax's m then spans the whole row, and the keys above share the top buckets). Softmax and the
     exponential baselines give such keys ~0 weight, as SDPA does: no warning. One host sync."""
-    if bias is None or not spec.is_kinterval or bias.device.type == "meta":
+    if bias is None or not spec.is_kinterval or bias.device.type == "meta" or bias.numel() == 0:
         return
     low = bias.min()
     if low <= MASK_LIKE_BIAS:
@@ -100,12 +100,20 @@ def warn_mask_like_bias(bias: Tensor | None, spec: OperatorSpec, what: str = "at
         )
 
 
+SOFTCAP_MIN = torch.finfo(torch.float32).tiny  # the smallest softcap c: 1/c is finite in float32
+
+
 def check_softcap(softcap) -> float | None:
     """``softcap`` (Gemma 2's attention logit soft-capping, scores -> c tanh(s / c)) as a float, or None."""
     if softcap is None:
         return None
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not 0 < softcap < math.inf:
         raise ValueError(f"softcap must be a positive finite number or None, got {softcap!r}")
+    if softcap < SOFTCAP_MIN:  # 1/c overflows float32 below it: NaN gradients in the kernels
+        raise ValueError(
+            f"softcap must be at least {SOFTCAP_MIN:.3g} (float32's smallest normal number; the kernels "
+            f"divide by it), got {softcap!r}"
+        )
     return float(softcap)
 
 
