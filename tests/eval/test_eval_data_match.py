@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -41,6 +45,12 @@ def gpt2_run(tmp_path_factory):
         }  # fmt: skip
     )
     train(cfg, root / "run")
+    cwd = Path.cwd()
+    try:  # a run trained with a relative data folder (`--data gpt2` in the folder above it)
+        os.chdir(root)
+        train(cfg.override({"data.dir": "gpt2"}), root / "relative")
+    finally:
+        os.chdir(cwd)
     return root
 
 
@@ -71,3 +81,37 @@ def test_another_corpus_of_the_same_tokenizer_is_accepted(gpt2_run, tmp_path, ca
     assert main(argv + ["--device", "cpu", "--out", str(tmp_path / "out")] + COMMANDS[command]) == 0
     assert capsys.readouterr().err.strip() == ""
     assert any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_the_training_data_folder_is_checked_before_it_is_the_default(
+    gpt2_run, tmp_path, monkeypatch, capsys, command
+):
+    """Without --data every command reads the folder the checkpoint was trained on, a path as it was typed:
+    a relative one read from another working directory that held another corpus under that name was
+    evaluated (exit 0, the run's own result replaced). Now the folder's training split must be the one the
+    checkpoint records (its shard hashes); else, or when there is no such folder, a one-line error."""
+    shutil.copytree(gpt2_run / "relative", tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    argv = [command, "--run", "run", "--device", "cpu", "--out", "out", "--split", "val", *COMMANDS[command]]
+
+    def refused(why):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and why in err and "'gpt2' (relative to the folder training ran" in err, err
+        assert "(--data)" in err, err
+        assert not (tmp_path / "out").exists()
+
+    refused("which holds no prepared data here")
+    shutil.copytree(gpt2_run / "heldout", tmp_path / "gpt2")  # another corpus, no train split
+    refused("it has no train split there")
+    shutil.rmtree(tmp_path / "gpt2")
+    prepare(f"text:{gpt2_run / 'heldout_docs'}", tmp_path / "gpt2", progress=False)  # another train split
+    refused("its train split there is other data")
+    shutil.rmtree(tmp_path / "gpt2")
+    shutil.copytree(gpt2_run / "gpt2", tmp_path / "gpt2")  # the training data itself: its val split is empty
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "gpt2: the val split holds no block of 32+1 tokens (0 tokens)" in err and "(--split)" in err, err
+    argv[argv.index("val")] = "train"
+    assert main(argv) == 0, capsys.readouterr().err

@@ -162,6 +162,14 @@ class TokenShards:
     def n_blocks(self, T: int) -> int:
         return n_blocks(self.n_tokens, T)
 
+    def require_blocks(self, T: int) -> None:
+        """Refuse a split without one block of ``T + 1`` tokens, naming the folder and the split."""
+        if self.n_blocks(T) == 0:
+            raise ValueError(
+                f"{self.root}: the {self.split} split holds no block of {T}+1 tokens ({self.n_tokens} "
+                "tokens); evaluate another split (--split) or data (--data)"
+            )
+
     def __len__(self) -> int:
         return self.n_tokens
 

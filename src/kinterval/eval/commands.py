@@ -145,6 +145,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
     state = read_state(ckpt)
     shards = TokenShards(args.data or trained_data_dir(state, ckpt), args.split)
     shards.check_matches(state)  # data of another tokenizer than the training data's, before the model loads
+    shards.require_blocks(int(state["model_config"]["block_size"]))
     default = "tau_screen" if args.reconstruction == "nearest" else f"tau_screen__{args.reconstruction}"
     out = Path(args.out) if args.out else Path(args.run) / "diagnostics" / default
     info = shards.meta["splits"][shards.split]

@@ -63,6 +63,7 @@ def diagnose_checkpoint(
     stored = read_state(ckpt)
     shards = TokenShards(data or trained_data_dir(stored, ckpt), split)
     shards.check_matches(stored)  # data of another tokenizer than the training data's is refused
+    shards.require_blocks(int(stored["model_config"]["block_size"]))
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
     req = request(stored, shards, spec, blocks, False, dev)  # max_blocks: the probe's --blocks
     old = None if force else _stored(path)

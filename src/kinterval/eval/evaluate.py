@@ -218,6 +218,7 @@ def evaluate_checkpoint(
     data_dir = Path(data) if data is not None else Path(trained_data_dir(state, ckpt))
     shards = TokenShards(data_dir, split)
     shards.check_matches(state)  # data of another tokenizer than the training data's is refused
+    shards.require_blocks(int(state["model_config"]["block_size"]))
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
     if max_blocks is not None and max_blocks >= shards.n_blocks(int(state["model_config"]["block_size"])):
         max_blocks = None  # a cap at or above the split's block count reads every block: the full request

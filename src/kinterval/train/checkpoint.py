@@ -378,12 +378,35 @@ def read_state(path: str | Path, *, verify: bool = False) -> dict:
 
 def trained_data_dir(state: dict, ckpt: str | Path) -> str:
     """The data folder a checkpoint was trained on (state.json's ``config.data.dir``), every evaluation's
-    default; ``CheckpointError`` when state.json records none (then the data folder must be given)."""
+    default. ``CheckpointError`` (then the data folder must be given) when state.json records none, when that
+    folder holds no prepared data here (a relative path is read from the working directory, which may not be
+    the one training ran in), or when its training split is not the one the checkpoint records (its shard
+    hashes differ: another corpus under the same path), which would be evaluated silently otherwise."""
     data = state.get("config", {}).get("data")
     folder = data.get("dir") if isinstance(data, dict) else None
     if not isinstance(folder, str) or not folder:
         raise CheckpointError(
             f"checkpoint {ckpt}: state.json records no data folder (config.data.dir); give the data (--data)"
+        )
+    where = f"checkpoint {ckpt} was trained on the data folder {folder!r}"
+    if not Path(folder).is_absolute():
+        where += f" (relative to the folder training ran in; read here from {Path.cwd()})"
+    meta = Path(folder) / "meta.json"
+    if not meta.is_file():
+        raise CheckpointError(f"{where}, which holds no prepared data here (no {meta}); give it (--data)")
+    trained = (state.get("identity") or {}).get("data.identity")
+    want = trained.get("shards_sha256") if isinstance(trained, dict) else None
+    try:
+        splits, split = json.loads(meta.read_text())["splits"], trained["split"]
+        have = [x["sha256"] for x in splits[split]["shards"]] if split in splits else None
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable or unrecorded: the loader names it
+        return folder
+    if have is None:
+        raise CheckpointError(f"{where}, but it has no {split} split there; give the data (--data)")
+    if isinstance(want, list) and all(isinstance(h, str) for h in want + have) and have != want:
+        raise CheckpointError(
+            f"{where}, but its {trained['split']} split there is other data (its shard hashes differ from "
+            "those the checkpoint records); give the data to evaluate (--data)"
         )
     return folder
 
