@@ -265,6 +265,21 @@ def _lerp32_claim(deltas: dict[int, float]):
     return c
 
 
+@pytest.mark.parametrize("shift", [+0.001, -0.001])
+def test_a_sign_within_the_noise_is_not_detectable(shift):
+    """A claim of a sign (detach − full > 0) whose 95% CI includes 0 takes its sign from noise: the status
+    says so ("agrees (not detectable)", "disagrees (not detectable)"); direction_agrees keeps the sign."""
+    full = np.random.default_rng(0).normal(4.0, 0.2, N)
+    noise = np.random.default_rng(1).normal(0.0, 0.05, N)
+    detach = full + noise - noise.mean() + shift  # the mean difference is exactly `shift`
+    ops = (("lerp-k32", full), ("lerp-k32[range_grad=detach]", detach))
+    pts = [Point("s", f"{op}-s1", "g", op, 1, 1000, 10, 1000, "val", ("d", "val", 64, N), x) for op, x in ops]
+    (c,) = [c for c in paper_claims(pts) if c.claim == "LERP K32: detach − full > 0"]
+    assert c.detectable is False and c.direction_agrees is (shift > 0)
+    assert c.status == ("agrees" if shift > 0 else "disagrees") + " (not detectable)"
+    assert c.to_dict()["status"] == c.status
+
+
 def test_lerp_within_noise_the_papers_five_seed_row_agrees():
     """tab:seedend: LERP K32 +0.0076, seed SD of Δ 0.0063, t interval [−0.000, +0.015]: the CI includes 0, "no
     detectable difference from softmax" (§5.1), so the claim agrees (the old rule, CI inside ±0.01, said

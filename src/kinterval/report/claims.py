@@ -37,13 +37,20 @@ class Claim:
     # passes over their train split that the runs' weights were trained on at that checkpoint (> 1: every
     # training sequence seen again, a multi-epoch regime unlike the paper's runs); None: not recorded
     train_passes: float | None = None
+    # a claim of a sign (> 0, < 0), whose estimate may agree or disagree by noise alone; False for "within
+    # noise of softmax", whose rule is the interval itself
+    directional: bool = True
 
     @property
     def status(self) -> str:
+        """agrees / disagrees, "(not detectable)" when a claim of a sign has a 95% CI that includes 0 (its
+        sign may be noise), "(run stopped)" for a stopped run's entry."""
         if self.direction_agrees is None:
             return "not estimable (run stopped)" if self.stopped else "not run"
         agrees = "agrees" if self.direction_agrees else "disagrees"
-        return f"{agrees} (run stopped)" if self.stopped else agrees
+        if self.stopped:
+            return f"{agrees} (run stopped)"
+        return f"{agrees} (not detectable)" if self.directional and self.detectable is False else agrees
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -98,6 +105,7 @@ def _claim(template: Claim, found: list[tuple[A.Row, bool]], passes: dict[tuple,
             r.tokens or None,
             r.est,
             train_passes=passes.get((r.key.setting(), r.tokens)),
+            directional=template.directional,
         )
         for r, agrees in found
     ]
@@ -335,6 +343,7 @@ def paper_claims(
             "",
             None,
             None,
+            directional=False,
         ),
         found,
         {"lerp-k32": -1, "softmax": 0},
