@@ -334,7 +334,7 @@ def test_a_claims_ours_is_its_estimate_and_interval_in_order():
     e = c.estimate
     assert e.lo < 0 < e.mean < e.hi and e.mean == pytest.approx(0.09)
     assert c.ours == f"{e.mean:+.4f} [{e.lo:+.4f}, {e.hi:+.4f}] (t (1 df); seed 7,42)"
-    assert c.direction_agrees is True and c.detectable is False and c.status == "agrees"
+    assert c.direction_agrees is True and c.detectable is False and c.status == "agrees (not detectable)"
 
 
 def test_a_supplementary_runs_claim_names_its_seed():

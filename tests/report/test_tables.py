@@ -156,12 +156,12 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
     sub = Row("substituted − native forward", key, (7,), _one(3e-5, -6e-5, 1.2e-4), max_abs=8.42e-3)
     assert T.heldout_rows([sub])[1][0][-3:] == ["no", "yes", "0.00842"]
     claims = [
-        Claim("FWM beats MinMax", "-0.1 (Tab. 2)", "calibration < 0", "-0.08 [-0.1, -0.06]", True, False,
+        Claim("FWM beats MinMax", "-0.1 (Tab. 2)", "calibration < 0", "-0.08 [-0.1, -0.06]", True, True,
               "100M owt val"),
         Claim("Prob beats Weight", "-0.02 (Tab. 2)", "surrogate < 0", "not run", None, None),
     ]  # fmt: skip
     assert T.claim_rows(claims)[1] == [
-        ["FWM beats MinMax", "-0.1 (Tab. 2)", "-0.08 [-0.1, -0.06]", "agrees", "yes", "no", "100M owt val",
+        ["FWM beats MinMax", "-0.1 (Tab. 2)", "-0.08 [-0.1, -0.06]", "agrees", "yes", "yes", "100M owt val",
          "calibration < 0"],
         ["Prob beats Weight", "-0.02 (Tab. 2)", "not run", "not run", "-", "-", "-", "surrogate < 0"],
     ]  # fmt: skip
