@@ -325,6 +325,23 @@ def test_overrides_of_what_each_run_sets_are_refused(tmp_path, key):
         _suite(tmp_path, f'[overrides]\n{key}\n[[group]]\noperators = ["softmax"]\n')
 
 
+@pytest.mark.parametrize(
+    "body, where, match",
+    [
+        ('[overrides]\n"model.n_kv_heads" = 1\n', "[overrides]", "unknown config field 'model.n_kv_heads'"),
+        ('[overrides]\n"model.n_kv_head" = 5\n', "[overrides]", "model.n_kv_head must be a positive integer"),
+        ("", "group 0", "model.rope_theta must be"),  # the group's own overrides
+    ],
+)
+def test_a_bad_override_names_the_file_and_its_table_when_the_suite_is_loaded(tmp_path, body, where, match):
+    """A misspelt field or an impossible value failed only when `suite run` built its manifest, without the
+    file's name; `suite show` listed the runs."""
+    own = '[group.overrides]\n"model.rope_theta" = -1\n'
+    group = '[[group]]\noperators = ["softmax"]\n' + ("" if body else own)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 's.toml'}: {where}: ") + ".*" + match):
+        _suite(tmp_path, body + group)
+
+
 def test_an_operators_own_arithmetic_wins_however_it_is_spaced(tmp_path):
     suite = _suite(tmp_path, 'arithmetic = "historical"\n[[group]]\n'
                    'operators = ["minmax-weight-k4[arithmetic = strict]", "fwm-prob-k4"]\n')  # fmt: skip

@@ -21,7 +21,7 @@ from kinterval.data.sources import SPLITS
 from kinterval.model.gpt import SDPA
 from kinterval.ops import OperatorSpec
 from kinterval.ops.seeds import SEED_LIMIT, is_seed
-from kinterval.train.config import flatten
+from kinterval.train.config import TrainConfig, flatten
 
 try:
     import tomllib
@@ -204,6 +204,11 @@ def load_suite(name: str | Path) -> Suite:
     _check_fields(path, "", d, SUITE_FIELDS, ("name", "protocol", "seeds", "checkpoints", "group"))
     _check_fields(path, "[data]: ", d.get("data", {}), DATA_FIELDS)
     _check_fields(path, "[eval]: ", d.get("eval", {}), EVAL_FIELDS)
+    suite_overrides = flatten(d.get("overrides", {}))
+    if fixed := sorted(set(suite_overrides) & RUN_FIELDS):
+        raise ValueError(f"{path}: [overrides]: overrides may not set {fixed}: each run sets them itself "
+                         "(operators, seeds, checkpoints, the suite's data folder)")  # fmt: skip
+    _check_overrides(path, "[overrides]", d["protocol"], suite_overrides)
     runs: list[RunSpec] = []
     for i, g in enumerate(d["group"]):
         _check_fields(path, f"group {i}: ", g, GROUP_FIELDS, ("operators",))
@@ -213,6 +218,7 @@ def load_suite(name: str | Path) -> Suite:
         if fixed := sorted(set(overrides) & RUN_FIELDS):
             raise ValueError(f"{path}: group {i}: overrides may not set {fixed}: each run sets them itself "
                              "(operators, seeds, checkpoints, the suite's data folder)")  # fmt: skip
+        _check_overrides(path, f"group {i}", g.get("protocol", d["protocol"]), overrides)
         arithmetic = g.get("arithmetic", d.get("arithmetic"))
         for template in g["operators"]:
             if "K" in g and "{K}" not in template:  # each K would repeat the same runs
@@ -250,6 +256,16 @@ def load_suite(name: str | Path) -> Suite:
         eval=d.get("eval", {}),
         source=str(path),
     )
+
+
+def _check_overrides(path: Path, where: str, protocol: str, overrides: dict) -> None:
+    """The protocol config with ``overrides`` applied is a valid training config (checked when the file is
+    loaded, so that ``suite show`` and ``suite run`` name the file and the table, before anything runs)."""
+    try:
+        # data.dir: each run sets it (RUN_FIELDS); a stand-in, as validate() requires one
+        TrainConfig.from_toml(protocol).override({**overrides, "data.dir": "data"}).validate()
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        raise ValueError(f"{path}: {where}: {err}") from None
 
 
 def _check_fields(path: Path, where: str, table: dict, fields: dict, required=()) -> None:
