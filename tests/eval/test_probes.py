@@ -197,6 +197,23 @@ def test_out_of_range_probe_sizes_are_named(tmp_path, kw, message):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_model_too_short_for_every_probe_is_refused_and_an_earlier_output_kept(tmp_path, capsys):
+    """Block size 32 skipped every probe: an empty samples.jsonl, exit 0, and a report that aborted on it."""
+    from kinterval.cli import main
+
+    run = make_run(tmp_path / "run", block=32)
+    out = run / "probes" / "native"
+    out.mkdir(parents=True)
+    (out / "summary.json").write_text("earlier")
+    argv = ["probes", "--run", str(run), "--families", "10", "--copies", "5", "--device", "cpu"]
+    assert main(argv) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "no probe fits" in err and "block_size 32" in err and "B >= 33 (16 pairs)" in err, err
+    assert [p.name for p in out.iterdir()] == ["summary.json"]
+    assert (out / "summary.json").read_text() == "earlier"
+    assert main([*argv, "--out", str(tmp_path / "new")]) == 2 and not (tmp_path / "new").exists()
+
+
 def test_compare_needs_at_least_one_resample(tmp_path):
     """--resamples 0 was accepted (and only failed, if at all, inside the bootstrap)."""
     with pytest.raises(ValueError, match="n_resamples must be a positive integer, got 0"):

@@ -136,6 +136,31 @@ def test_probes_scored_at_another_batch_size_are_refused_naming_both_folders(sui
     assert not (tmp_path / "rep" / "index.md").exists()
 
 
+def empty_probes(run_dir, operator):
+    """The output an older ``kinterval probes`` wrote when no probe fit block size 32: no samples."""
+    write_probes(run_dir, operator, 0.0)
+    out = run_dir / "probes" / "native"
+    (out / "samples.jsonl").write_bytes(b"")
+    summary = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").write_text(json.dumps(dict(summary, block_size=32, table=[])))
+
+
+@pytest.mark.parametrize("empty", ["condition", "control"])
+def test_probes_without_samples_are_not_run_with_why(suite, tmp_path, empty):
+    """An output without samples aborted the report ("holds no samples; rerun kinterval probes", which wrote
+    the same empty file again): it is listed not run, with why, as a run without probes is."""
+    for run, op in (("softmax-s7", "softmax"), ("lerp-k4-s7", "lerp-k4")):
+        if (op == "softmax") == (empty == "control"):
+            empty_probes(suite / "runs" / run, op)
+        else:
+            write_probes(suite / "runs" / run, op, 0.0)
+    assert cli.main(["report", str(suite), "--out", str(tmp_path / "rep")]) == 0
+    why = json.loads((tmp_path / "rep" / "report.json").read_text())["probes"]["lerp-k4-s7"]["not_run"]
+    own = "probes/native/samples.jsonl holds no samples (no probe fit block_size 32)"
+    assert why == (own if empty == "condition" else f"its control softmax-s7's {own}")
+    assert f"| not run | - | - | {why} |" in (tmp_path / "rep" / "probes.md").read_text()
+
+
 TINY = tiny_suite(
     """
 [[group]]

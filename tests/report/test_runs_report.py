@@ -202,6 +202,20 @@ def test_a_run_whose_control_has_no_probes_is_not_run(probe_runs):
     assert "| lerp-k4 | - | - | - | - | - | - | not run |" in (root / "rep" / "probes.md").read_text()
 
 
+def test_probes_without_samples_are_not_run_not_an_abort(probe_runs, capsys):
+    """An output without samples (an older ``kinterval probes`` on a model too short for every probe) aborted
+    the report with "rerun kinterval probes", which wrote the same empty output again."""
+    root, probes = probe_runs
+    probes("soft")
+    probes("lerp", PROBE_DELTA)
+    (root / "lerp" / "probes" / "native" / "samples.jsonl").write_bytes(b"")
+    out = root / "rep"
+    assert main(["report", "--runs", str(root / "soft"), str(root / "lerp"), "--out", str(out)]) == 0
+    why = "probes/native/samples.jsonl holds no samples (no probe fit block_size 1024)"
+    assert f"probes lerp-k4: not run ({why})" in capsys.readouterr().out.splitlines()
+    assert why in (out / "probes.md").read_text()
+
+
 def test_the_printed_summary_names_each_runs_probes(probe_runs, capsys):
     root, probes = probe_runs
     probes("soft")

@@ -139,6 +139,15 @@ def all_samples(
     return a + b + c, {"A": skip_a, "B": skip_b, "C": skip_c}
 
 
+def _smallest_blocks(distances=DISTANCES) -> str:
+    """The block size the shortest sample of each probe needs, e.g. "probe A needs block_size >= 81 (distance
+    64), B >= 33 (16 pairs), C >= 81 (length 32)"."""
+    d, n, L = min(distances, default=None), min(N_PAIRS), min(SEGMENT_LENGTHS)
+    need = [f"A >= {PREFIX + d + 1} (distance {d})"] if d else []
+    need += [f"B >= {2 * n + 1} ({n} pairs)", f"C >= {PREFIX + 2 * L + 1} (length {L})"]
+    return "probe " + ", ".join(need).replace(">=", "needs block_size >=", 1)
+
+
 def samples_sha256(samples: list[Sample]) -> str:
     """sha256 of the generated samples (probe, family, condition, param, tokens, scored positions, in order):
     two probe outputs are paired only when they scored the same token sequences."""
@@ -318,7 +327,8 @@ def _read_samples(folder: Path, summary: dict) -> list[dict]:
             raise ValueError(f"{path}, line {n}: {bad} is {row[bad]!r}, not a probe sample's value")
         rows.append(row)
     if not rows:
-        raise ValueError(f"{path} holds no samples; rerun `kinterval probes`")
+        raise ValueError(f"{path} holds no samples (no probe fit the model's block_size "
+                         f"{summary.get('block_size')}): probe a model with a larger block size")  # fmt: skip
     return rows
 
 
@@ -487,7 +497,8 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
     """Generate, score and write ``samples.jsonl`` (one row per sample) and ``summary.json``: ``families``
     families for probes A and B, ``copies`` samples per segment length for probe C. ``device`` "auto" is
     CUDA when available, else the CPU; ``summary.json`` records the device and the numerics applied there
-    (:func:`kinterval.eval.evaluate.applied_numerics`)."""
+    (:func:`kinterval.eval.evaluate.applied_numerics`). ``ValueError``, nothing written, when no probe fits
+    the model's block size."""
     checks = (
         ("families", families, 1),
         ("copies", copies, 1),
@@ -502,6 +513,10 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
     model, state = loaded.model, loaded.state
     cfg = model.config
     samples, skipped = all_samples(families, cfg.vocab_size, cfg.block_size, seed, distances, copies)
+    if not samples:  # before anything is written: an empty output would only fail later, in the report
+        need = _smallest_blocks(distances)
+        raise ValueError(f"no probe fits {run}'s block_size {cfg.block_size} (nothing to score): {need}; "
+                         "probe a model with a larger block size")  # fmt: skip
     rows = score(model, samples, device=device, batch_size=batch_size)
     bad = next((r for r in rows if not (math.isfinite(r["nll"]) and math.isfinite(r["acc"]))), None)
     if bad is not None:

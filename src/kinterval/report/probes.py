@@ -7,6 +7,7 @@ that is not softmax is compared with the softmax run of its seed (the control it
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from kinterval.report.results import REFERENCES
@@ -21,15 +22,33 @@ def _probe_dir(r, row: dict) -> Path:
     return r.dir / row["run_dir"] / PROBES
 
 
+def no_samples(folder: Path) -> str | None:
+    """Why the probes output ``folder`` is "not run" when its samples.jsonl holds no sample (an older
+    ``kinterval probes`` wrote one when no probe fit the model's block size), else None."""
+    try:
+        with open(folder / "samples.jsonl", "rb") as f:
+            if any(line.strip() for line in f):
+                return None
+        block = json.loads((folder / "summary.json").read_bytes()).get("block_size")
+    except (OSError, ValueError, AttributeError):
+        return None  # unreadable: compare_probes names the file
+    fit = f"no probe fit block_size {block}" if isinstance(block, int) else "no probe fit the model"
+    return f"{PROBES.as_posix()}/samples.jsonl holds no samples ({fit})"
+
+
 def compare_pair(cond: str, entry: dict, mine: Path, ref_name: str, ref: Path, ref_run: str) -> dict:
     """Probes ``mine`` (condition ``cond``) vs those of its control ``ref`` (named ``ref_name``, the run
     ``ref_run``): ``compare_probes``'s result with ``run``, ``reference`` and ``reference_run``, or ``entry``
-    with ``not_run`` when either has no probes. ``ValueError`` naming both folders when they cannot be
-    paired."""
+    with ``not_run`` when either has no probes or no samples in them (:func:`no_samples`). ``ValueError``
+    naming both folders when they cannot be paired."""
     if not (mine / "summary.json").is_file():
         return dict(entry, not_run=NO_PROBES)
     if not (ref / "summary.json").is_file():
         return dict(entry, not_run=f"its control {ref_name} has no probes ({PROBES.as_posix()})")
+    if why := no_samples(mine):
+        return dict(entry, not_run=why)
+    if why := no_samples(ref):
+        return dict(entry, not_run=f"its control {ref_name}'s {why}")
     from kinterval.eval.probes import compare_probes  # torch, only for a report that has probes
 
     try:
