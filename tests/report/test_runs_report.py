@@ -124,6 +124,25 @@ def test_a_run_of_other_data_protocol_or_length_is_compared_with_a_note_for_each
     assert "note:" not in capsys.readouterr().out  # the same data, protocol, seed and length: no note
 
 
+def test_the_protocol_note_names_every_differing_field(runs, capsys):
+    """The note was cut at four fields without saying so: model.rope_theta and schedule.warmup_tokens were
+    dropped."""
+    other = runs / "six_fields"
+    shutil.copytree(runs / "lerp", other)
+    path = sorted((other / "eval" / "val").glob("step_*.json"))[-1]
+    s = json.loads(path.read_text())
+    config = s["train_config"]
+    changed = {("optim", "lr"): 0.5, ("optim", "weight_decay"): 0.5, ("optim", "beta1"): 0.5,
+               ("optim", "beta2"): 0.5, ("model", "rope_theta"): 500.0,
+               ("schedule", "warmup_tokens"): 7}  # fmt: skip
+    for (section, key), value in changed.items():
+        config[section][key] = value
+    path.write_text(json.dumps(s))
+    assert main(["report", "--runs", str(runs / "soft"), str(other), "--out", str(runs / "rep_six")]) == 0
+    (note,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+    assert all(f"{section}.{key}=" in note for section, key in changed), note
+
+
 def test_no_note_for_an_unrecorded_training_data_or_another_execution_field(runs, capsys):
     """An evaluation of an older kinterval records no train_data: nothing to compare, no note (not "other
     data"); execution fields (log.every, data.dir, device) are no protocol: no note either."""

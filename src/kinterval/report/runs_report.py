@@ -97,8 +97,8 @@ def _notes(e: Evaluated, control: Evaluated) -> list[str]:
         k for k in set(e.protocol) | set(control.protocol) if e.protocol.get(k) != control.protocol.get(k)
     )
     if fields:
-        said = ", ".join(
-            f"{k}={e.protocol.get(k)!r} (control {control.protocol.get(k)!r})" for k in fields[:4]
+        said = ", ".join(  # every field: one left out would be a difference the reader cannot see
+            f"{k}={e.protocol.get(k)!r} (control {control.protocol.get(k)!r})" for k in fields
         )
         notes.append(f"{e.operator} trained under another protocol ({said}): its Δ holds that difference too")
     if e.train_data and control.train_data and e.train_data != control.train_data:
