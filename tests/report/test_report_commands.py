@@ -36,3 +36,24 @@ def test_report_refuses_an_out_inside_a_run_folder(tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("kinterval report: error: --out")
         assert "run folder" in err[0]
     assert sorted(p.name for p in run.iterdir()) == ["run_config.json"]
+
+
+def test_a_run_folder_or_a_folder_of_runs_is_pointed_to_report_runs(tmp_path, capsys):
+    """A training run folder as DIR: the default --out was refused as inside a run, and --out X said to create
+    a manifest with `kinterval suite run NAME --out RUN`, which suite run refuses."""
+    runs = tmp_path / "runs"
+    for name in ("soft", "lerp"):
+        (runs / name / "checkpoints").mkdir(parents=True)
+    (runs / "notes").mkdir()  # not a run: left out of the suggestion
+    want = {
+        runs / "soft": "is a training run folder, not a suite folder (no manifest.json): report runs with "
+        "`kinterval report --runs RUN [RUN ...]`",
+        runs: f"holds training run folders, not a suite (no manifest.json): report them with `kinterval "
+        f"report --runs {runs / 'lerp'} {runs / 'soft'}`",
+    }
+    for folder, message in want.items():
+        for out in ([], ["--out", str(tmp_path / "rep")]):
+            assert cli.main(["report", str(folder), *out]) == 2
+            (err,) = capsys.readouterr().err.strip().splitlines()
+            assert err == f"kinterval report: error: {folder} {message}"
+    assert not (tmp_path / "rep").exists() and not (runs / "soft" / "report").exists()

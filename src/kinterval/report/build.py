@@ -301,6 +301,28 @@ def _run_count(r) -> str:
     )
 
 
+def _is_run_folder(d: Path) -> bool:
+    """Whether ``d`` is a folder of ``kinterval train`` (what ``--runs`` takes)."""
+    return (d / "run_config.json").is_file() or (d / "status.json").is_file() or (d / "checkpoints").is_dir()
+
+
+def check_not_run_folders(dirs: list[Path]) -> None:
+    """``ValueError`` pointing to ``--runs`` for a folder without a suite manifest that is a training run
+    folder or holds some: checked before ``--out``, whose complaint (a report inside a run) would mislead."""
+    from kinterval.suite.manifest import MANIFEST
+
+    for d in dirs:
+        if (d / MANIFEST).is_file() or not d.is_dir():
+            continue
+        if _is_run_folder(d):
+            raise ValueError(f"{d} is a training run folder, not a suite folder (no {MANIFEST}): report runs "
+                             f"with `kinterval report --runs RUN [RUN ...]`")  # fmt: skip
+        runs = sorted(str(p) for p in d.iterdir() if p.is_dir() and _is_run_folder(p))
+        if runs:
+            raise ValueError(f"{d} holds training run folders, not a suite (no {MANIFEST}): report them "
+                             f"with `kinterval report --runs {' '.join(runs)}`")  # fmt: skip
+
+
 def build_report(suite_dirs, out: str | Path, clean_blocks=()) -> Path:
     """Report of one or more suite folders into ``out``; returns the path of ``index.md``. ``clean_blocks``:
     block coverage files of ``kinterval data overlap --block-size T --json`` (the clean-blocks table).
@@ -310,6 +332,7 @@ def build_report(suite_dirs, out: str | Path, clean_blocks=()) -> Path:
     ``out`` are kept, an error or a kill before the publication leaves the previous report as it was."""
     dirs = [Path(d) for d in ([suite_dirs] if isinstance(suite_dirs, (str, Path)) else suite_dirs)]
     out = Path(out)
+    check_not_run_folders(dirs)
     check_outside_runs(out, "the report's files would mix with the run's (its gate would count them)")
     results = load_many(dirs)
     coverages = [A.read_coverage(f) for f in clean_blocks]
