@@ -404,6 +404,25 @@ def test_results_only_green(results_dir, capsys):
     assert "(results only), suite tiny: 3 runs, 6 jobs, 0 errors" in capsys.readouterr().out
 
 
+def test_a_full_gate_without_checkpoints_ends_with_the_results_only_hint(
+    suite_dir, results_dir, tmp_path, capsys
+):
+    """A results folder (e.g. one in git) gave one "checkpoint missing" error per checkpoint, and no hint."""
+    assert main(["suite", "gate", str(results_dir)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert sum("checkpoint missing" in x for x in lines) == 6
+    cmd = "a results folder is checked with `kinterval suite gate {} --results-only`"
+    assert lines[-1] == f"hint: {results_dir} holds no checkpoints; {cmd.format(results_dir)}"
+    d = _copy(suite_dir, tmp_path)
+    shutil.rmtree(_ckpt(d))  # one gone, the others there: the only error is a missing checkpoint
+    assert main(["suite", "gate", str(d)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"hint: every error is a missing checkpoint; {cmd.format(d)}", lines
+    _edit_json(_eval(d, step=8), lambda s: s.update(mean_nll=s["mean_nll"] + 0.01))  # another error: no hint
+    assert main(["suite", "gate", str(d)]) == 1
+    assert "hint:" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("tamper", TAMPERINGS, ids=lambda f: f.__name__)
 def test_results_only_one_error_per_tampering(results_dir, tmp_path, tamper):
     d = _copy(results_dir, tmp_path)

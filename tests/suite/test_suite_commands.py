@@ -10,7 +10,7 @@ from kinterval.cli import main
 
 def fake_report(errors):
     rep = {"errors": errors, "results_only": False, "suite": "s", "record": None, "record_error": None,
-           "ok": not errors, "not_run": [], "stopped": {}}  # fmt: skip
+           "ok": not errors, "not_run": [], "stopped": {}, "hint": None}  # fmt: skip
     return SimpleNamespace(**rep, summary=lambda: "summary")
 
 

@@ -114,6 +114,8 @@ def _gate(args) -> int:
     print(f"integrity gate{mode}, suite {rep.suite}: {rep.summary()}")
     if rep.record is not None:
         print(f"wrote {rep.record} (what `kinterval suite gate --results-only` checks a copy against)")
+    if rep.hint:
+        print(rep.hint)
     if rep.record_error is not None:  # the verdict is printed; the missing record is the error line
         print(f"not recorded: {RECORD} could not be written (--no-record gates a folder without writing it)")
         raise rep.record_error

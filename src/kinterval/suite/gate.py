@@ -83,6 +83,7 @@ RECORD = "gate.json"
 RECORD_FORMAT = "kinterval-gate-record"
 IGNORED = EXECUTION_FIELDS - {"checkpoint.count", "data.dir"}
 _UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile)
+CHECKPOINT_MISSING = "checkpoint missing or unreadable"
 
 
 def _log_every(row: dict) -> int | None:
@@ -103,6 +104,7 @@ class GateReport:
     record_error: OSError | None = None  # why it could not be written (a full disk, a read-only folder)
     not_run: list[str] = field(default_factory=list)  # partial: runs of the manifest not gated
     stopped: dict[str, int] = field(default_factory=dict)  # gated runs stopped by a non-finite loss -> step
+    hint: str | None = None  # a line to end the output with: the command that checks this folder instead
 
     @property
     def ok(self) -> bool:
@@ -570,7 +572,7 @@ class _Gate:
             if ck_code != self.code:
                 add(subj, f"{job}: code identity {str(ck_code)[:12]} != manifest {str(self.code)[:12]}")
         except CheckpointError:
-            add(subj, f"{job}: checkpoint missing or unreadable ({ck})")
+            add(subj, f"{job}: {CHECKPOINT_MISSING} ({ck})")
             return None
         except (KeyError, TypeError, AttributeError) as err:
             add(subj, f"{self.rel(ck / 'state.json')}: malformed ({err!r}) [{job}]")
@@ -796,6 +798,18 @@ def gate(
         g.check_files(actual)
     rep = GateReport(str(m.get("suite")), g.runs, g.jobs, g.errs.lines(), results_only)
     rep.not_run, rep.stopped = g.not_run, g.stopped
+    if not results_only and rep.errors:
+        # a results folder (e.g. one in git) has none: the full gate is the wrong check for it
+        if next(out.rglob("step_*/state.json"), None) is None:
+            why = f"{out} holds no checkpoints"
+        elif all(CHECKPOINT_MISSING in e for e in rep.errors):
+            why = "every error is a missing checkpoint"
+        else:
+            why = None
+        if why:
+            rep.hint = (
+                f"hint: {why}; a results folder is checked with `kinterval suite gate {out} --results-only`"
+            )
     if not results_only and write_record and rep.ok:
         try:
             rep.record = g.write_record()
