@@ -34,6 +34,8 @@ def test_all_is_training_s_listing_by_step(run):
     want = [root / n for n in ("step_000002", ".old-step_000004", "step_999999", "step_1000000")]
     assert C.list_checkpoints(run) == want
     assert select_checkpoints(run) == select_checkpoints(run, "all") == want
+    # a checkpoint folder given as the run: all is that one (it was "no checkpoints under CKPT/checkpoints")
+    assert select_checkpoints(want[0]) == select_checkpoints(want[0], "all") == [want[0]]
 
 
 def test_one_checkpoint_by_step_latest_or_path(run, tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -201,3 +202,14 @@ def test_a_relative_checkpoint_path_never_loads_another_runs_checkpoint(tiny_run
     assert find_checkpoint(other, "other-run/checkpoints/step_000004").samefile(
         other / "checkpoints" / "step_000004"
     )
+
+
+def test_another_runs_checkpoint_is_not_taken_as_this_runs(tiny_run, tmp_path):
+    """`eval --run A --checkpoint B/checkpoints/step_N` evaluated B's weights and filed the result as A's."""
+    other = tmp_path / "other-run"
+    shutil.copytree(tiny_run, other)
+    theirs = other / "checkpoints" / "step_000004"
+    for given in (theirs, os.path.relpath(theirs)):
+        with pytest.raises(ValueError, match=r"is not one of .*'s checkpoints .*give its own run folder"):
+            find_checkpoint(tiny_run, given)
+    assert find_checkpoint(other, theirs).parent.parent == other

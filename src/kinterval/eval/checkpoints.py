@@ -28,11 +28,12 @@ def checkpoint_name(ckpt: str | Path) -> str:
 
 def select_checkpoints(run_dir: str | Path, which: str | int | Path = "all") -> list[Path]:
     """``all`` (training's :func:`~kinterval.train.checkpoint.list_checkpoints`: by step, a step whose re-save
-    was killed by its ``.old-step_*`` copy), or one checkpoint as
+    was killed by its ``.old-step_*`` copy; for a checkpoint folder given as ``run_dir``, that one), or one
+    checkpoint as
     :func:`~kinterval.train.load.find_checkpoint` names it (``latest``, a step number or a checkpoint path,
     absolute or relative to the run folder)."""
-    if which != "all":
-        return [find_checkpoint(run_dir, which)]
+    if which != "all" or (Path(run_dir) / "state.json").is_file():  # a checkpoint folder: all is that one
+        return [find_checkpoint(run_dir, "latest" if which == "all" else which)]
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise FileNotFoundError(f"{run_dir}: no checkpoints under {checkpoint_dir(run_dir)}")

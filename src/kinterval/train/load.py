@@ -106,6 +106,12 @@ def find_checkpoint(path: str | Path, checkpoint: str | int | Path | None = "lat
             f"{found[1].resolve()} (in the working directory); give an absolute path or a step number"
         )
     if found:
+        # another run's checkpoint would be read as this run's (its results written into this run's folder)
+        if found[0].resolve().parent != checkpoint_dir(path).resolve():
+            raise ValueError(
+                f"checkpoint {str(checkpoint)!r} is not one of {path}'s checkpoints (in "
+                f"{checkpoint_dir(path)}); give its own run folder, or the checkpoint folder alone"
+            )
         return found[0]
     raise FileNotFoundError(f"no checkpoint {str(checkpoint)!r} in {path} (not a checkpoint folder)")
 
