@@ -127,3 +127,15 @@ def test_a_source_with_an_empty_path_is_refused(tmp_path, capsys, monkeypatch, s
     err = capsys.readouterr().err.strip()
     assert err.startswith("kinterval data: error: ") and "needs a path" in err and "\n" not in err
     assert not (tmp_path / "v").exists()
+
+
+def test_a_split_without_a_block_is_noted(tmp_path, capsys):
+    """One small file: its one document is hashed into one split; the others were empty without a word, and
+    evaluation on them was refused later."""
+    (tmp_path / "doc.txt").write_text("a short document about nothing in particular. " * 40)
+    argv = ["data", "prepare", "--source", f"text:{tmp_path / 'doc.txt'}", "--out", str(tmp_path / "d")]
+    assert cli.main([*argv, "--block-size", "32", "--quiet"]) == 0
+    out = capsys.readouterr()
+    notes = [x for x in out.err.splitlines() if x.startswith("note: the ")]
+    assert len(notes) == 2 and all("holds no block of 32+1 tokens (0 tokens)" in x for x in notes), out.err
+    assert {x.split()[2] for x in notes} | {"train"} == {"train", "val", "test"}

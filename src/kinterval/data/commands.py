@@ -32,6 +32,13 @@ def _prepare(args: argparse.Namespace) -> int:
     )
     print(f"prepared {meta['source']} -> {args.out} (vocab {meta['vocab_size']}, eot {meta['eot']})")
     print(summary_table(meta, args.block_size))
+    from kinterval.data.loader import n_blocks
+
+    for split, rec in meta["splits"].items():  # e.g. one small file: every document hashed into train
+        if n_blocks(rec["n_tokens"], args.block_size) == 0:
+            print(f"note: the {split} split holds no block of {args.block_size}+1 tokens ({rec['n_tokens']} "
+                  f"tokens): training or evaluation on it will be refused; add documents, or prepare that "
+                  f"split's own documents with --split {split}", file=sys.stderr)  # fmt: skip
     return 0
 
 
