@@ -37,7 +37,7 @@ def generate(
     if not math.isfinite(temperature):
         raise ValueError(f"temperature must be finite, got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+        raise ValueError(f"top_k must be a positive integer (unset: no top-k cut), got {top_k!r}")
     for _ in range(max_new_tokens):
         logits, _ = model(idx[:, -model.config.block_size :], last_only=True)
         logits = logits[:, -1, :].float()

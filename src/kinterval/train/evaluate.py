@@ -22,7 +22,7 @@ def check_max_blocks(max_blocks) -> None:
     if max_blocks is None:
         return
     if isinstance(max_blocks, bool) or not isinstance(max_blocks, int) or max_blocks < 1:
-        raise ValueError(f"max_blocks must be a positive integer (or None: every block), got {max_blocks!r}")
+        raise ValueError(f"max_blocks must be a positive integer (unset: every block), got {max_blocks!r}")
 
 
 @torch.no_grad()

@@ -458,7 +458,7 @@ class Trainer:
             print(
                 f"kinterval train: non-finite loss/gradient at step {done} "
                 f"(loss={stats.train_loss}, grad_norm={stats.grad_norm});"
-                f" stopped. Last good checkpoint: {self.last_checkpoint}",
+                f" stopped. Last good checkpoint: {self.last_checkpoint or 'none (before the first)'}",
                 file=sys.stderr,
             )
         return TrainResult(
