@@ -232,7 +232,7 @@ def test_delta_table_shows_the_softmax_row_and_each_nll_seed_sd(fake_suite, tmp_
     )
     lines = (tmp_path / "rep" / "delta.md").read_text().splitlines()
     header = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert header[:5] == ["Condition", "Seeds", "NLL", "NLL seed SD", "ΔNLL (nats/token)"]
+    assert header[:5] == ["Condition", "Seed ids", "NLL", "NLL seed SD", "ΔNLL (nats/token)"]
     first = [c.strip() for c in lines[4].strip("|").split("|")]
     assert first[:5] == ["softmax", "7,42", f"{soft['nll']:.4f}", f"{soft['nll_sd']:.4f}", "-"]
     lerp = next(r for r in data["delta"] if r["key"]["operator"] == "lerp-k4")

@@ -65,8 +65,8 @@ def test_delta_table_columns_one_and_several_seeds_and_settings():
         q=0.3,
     )
     headers, cells = T.delta_rows([many, one])
-    assert headers == ["Condition", "Seeds", "NLL", "NLL seed SD", "ΔNLL (nats/token)", "95% CI", "Interval",
-                       "Seed SD", "Eval SE", "p (perm.; boot. for one seed)", "BH q",
+    assert headers == ["Condition", "Seed ids", "NLL", "NLL seed SD", "ΔNLL (nats/token)", "95% CI",
+                       "Interval", "Seed SD", "Eval SE", "p (perm.; boot. for one seed)", "BH q",
                        "Separated (lo > +0.01)"]  # fmt: skip
     assert cells == [
         ["minmax-weight-k4", "7,42,253,1337,2026", "5.2000", "-", "+0.2000", "[+0.1500, +0.2500]", "t (4 df)",
@@ -79,7 +79,7 @@ def test_delta_table_columns_one_and_several_seeds_and_settings():
     # one seed everywhere: the paper's single-seed label instead of the seed columns
     sep = Row("lerp-k4 − softmax", Key("lerp-k4", 100_007_936, DATA, "val"), (7,), _one(0.3, 0.02, 0.5))
     assert T.delta_rows([one, sep]) == (
-        ["Condition", "Seeds", "NLL", "ΔNLL (nats/token)", "95% CI", "Interval", "Separated (lo > +0.01)"],
+        ["Condition", "Seed ids", "NLL", "ΔNLL (nats/token)", "95% CI", "Interval", "Separated (lo > +0.01)"],
         [
             ["fwm-prob-k4", "7", "5.0000", "-0.0200", "[-0.0500, +0.0100]", "block bootstrap", "no"],
             ["lerp-k4", "7", "-", "+0.3000", "[+0.0200, +0.5000]", "block bootstrap", "yes"],
@@ -89,7 +89,7 @@ def test_delta_table_columns_one_and_several_seeds_and_settings():
     other = Row("lerp-k4 − softmax", Key("lerp-k4", 50_000_000, "c4:val (T=1024, 40 blocks)", "test"), (7,),
                 _one(0.3, 0.02, 0.5))  # fmt: skip
     headers, cells = T.delta_rows([one, other])
-    assert headers[:5] == ["Condition", "Budget", "Data", "Eval", "Seeds"]
+    assert headers[:5] == ["Condition", "Budget", "Data", "Eval", "Seed ids"]
     assert [c[:5] for c in cells] == [
         ["fwm-prob-k4", "100M", DATA, "val", "7"],
         ["lerp-k4", "50M", "c4:val (T=1024, 40 blocks)", "test", "7"],
@@ -103,7 +103,7 @@ def test_factorial_trend_detach_and_cross_setting_cells():
     pooled = Row("surrogate", None, FIVE, _five(0.03, 0.01, 0.05, eval_se=0.002, sd=0.02, p=0.06),
                  family="historical", q=0.1)  # fmt: skip
     headers, cells = T.factorial_rows([fac, pooled])
-    assert headers[:3] == ["K", "Effect", "Estimate (nats/token)"] and headers[-2:] == ["Seeds", "Cells"]
+    assert headers[:3] == ["K", "Effect", "Estimate (nats/token)"] and headers[-2:] == ["Seed ids", "Cells"]
     assert cells == [
         ["4", "calibration (FWM - MinMax)", "-0.1000", "[-0.2000, +0.0000]", "t (4 df)", "0.0500", "0.0020",
          "0.500", "0.700", "7,42,253,1337,2026", "historical"],
@@ -197,7 +197,7 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
                for m in ("12L", "32L")]  # fmt: skip
     assert T.rank_rows(c_and_d)[0][3] == "Model" and [r[3] for r in T.rank_rows(c_and_d)[1]] == ["12L", "32L"]
     clips = [ClipRow(k, (7,), 0.1, (0.1,), (None,), (0.5,), (2.0,), (0.03,)) for k in two]
-    assert T.clip_rows(clips)[0][:4] == ["Condition", "Budget", "Model", "Seeds"]
+    assert T.clip_rows(clips)[0][:4] == ["Condition", "Budget", "Model", "Seed ids"]
     assert [r[:3] for r in T.clip_rows(clips)[1]] == [["softmax", "100M", "12L"], ["softmax", "100M", "32L"]]
     # fit.md and heldout_ordering.md: the model column in the header and in each row (a row without it would
     # shift every later cell under the wrong header)
@@ -205,7 +205,7 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
     fits = [SimpleNamespace(key=k, seeds=(7,), control="softmax", steps=9, train=3.0, d_train=d, d_eval=0.02,
                             gap=0.1, control_gap=0.1) for k in two]  # fmt: skip
     head, rows = T.fit_rows(fits)
-    assert head[:4] == ["Condition", "Budget", "Model", "Seeds"] and all(len(r) == len(head) for r in rows)
+    assert head[:4] == ["Condition", "Budget", "Model", "Seed ids"] and all(len(r) == len(head) for r in rows)
     assert [r[:4] for r in rows] == [["softmax", "100M", "12L", "7"], ["softmax", "100M", "32L", "7"]]
     held = [SimpleNamespace(setting=(100_007_936, DATA, "val", m), conditions=("a", "b"),
                             split_half={"a": 0.1}, spearman=None, unit="doc", fluctuation_max=0.1,
@@ -239,7 +239,7 @@ def test_delta_table_softmax_row_and_nll_seed_sd():
               _five(0.0985, 0.091, 0.106, sd=0.0062, eval_se=0.0019, p=0.06),
               nll=4.2441, nll_sd=0.008, q=0.06)  # fmt: skip
     headers, cells = T.delta_rows([row], [soft])
-    assert headers[:5] == ["Condition", "Seeds", "NLL", "NLL seed SD", "ΔNLL (nats/token)"]
+    assert headers[:5] == ["Condition", "Seed ids", "NLL", "NLL seed SD", "ΔNLL (nats/token)"]
     assert cells == [
         ["softmax", "7,42,253,1337,2026", "4.1457", "0.0062", "-", "-", "-", "-", "-", "-", "-"],
         ["lerp-k4", "7,42,253,1337,2026", "4.2441", "0.0080", "+0.0985", "[+0.0910, +0.1060]", "t (4 df)",
@@ -288,7 +288,7 @@ def test_taildecomp_cells_name_delta_and_path_ratio_once_with_the_margin_mark():
         ),
     ]
     headers, cells = T.taildecomp_rows(rows)
-    assert headers == ["Contrast", "Tokens", "Seeds", "Δ (nats/token)", "95% CI", "Interval",
+    assert headers == ["Contrast", "Tokens", "Seed ids", "Δ (nats/token)", "95% CI", "Interval",
                        "Path ratio [95% CI]"]  # fmt: skip
     assert [c[4] for c in cells] == ["[+0.1926, +0.2031]", "[+0.1600, +0.1800]", "[-0.0020, +0.0032] °"]
     assert [c[-1] for c in cells] == ["-", "1.077 [1.061, 1.095]", "-"]

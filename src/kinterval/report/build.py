@@ -678,7 +678,7 @@ def demo_report(
     ``out_dir``, built in ``out_dir/.report.building`` and published as :func:`build_report` does
     (``index.md`` last); returns ``{"rows": [{operator, nll, delta, lo, hi, separated}], "index": path}``.
     ``notes``: lines listed under the table in ``index.md``. ``seeds``: each operator's training seed (its
-    "Seeds" cell), or one for all. ``probes`` (optional): condition -> its probes vs the control's (as
+    "Seed ids" cell), or one for all. ``probes`` (optional): condition -> its probes vs the control's (as
     :func:`kinterval.report.probes.compare_pair` gives them): ``probes.md``, ``probes.tex``, a section of
     ``index.md`` and the returned ``probes``.
     """

@@ -142,7 +142,7 @@ def delta_rows(rows: list[Row], refs: list[ReferenceRow] = ()) -> tuple[list[str
     extra, cells_of = _setting_cells([*rows, *refs])
     sd = ["NLL seed SD"] if multi else []
     est_heads = estimate_headers(rows)
-    headers = ["Condition", *extra, "Seeds", "NLL", *sd, "ΔNLL (nats/token)", *est_heads]
+    headers = ["Condition", *extra, "Seed ids", "NLL", *sd, "ΔNLL (nats/token)", *est_heads]
     blank = ["-"] * (len(headers) - len(extra) - 3 - len(sd))
     by_setting: dict[tuple, list[ReferenceRow]] = {}
     for ref in refs:
@@ -171,7 +171,7 @@ FACTORIAL_NAMES = {
 def factorial_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     extra, cells_of = _setting_cells(rows)
     est_heads = estimate_headers(rows)
-    headers = ["K", *extra, "Effect", "Estimate (nats/token)", *est_heads, "Seeds", "Cells"]
+    headers = ["K", *extra, "Effect", "Estimate (nats/token)", *est_heads, "Seed ids", "Cells"]
     return headers, [
         [
             str(r.K) if r.K is not None else "pooled",
@@ -188,7 +188,15 @@ def factorial_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
 
 def trend_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     extra, cells_of = _setting_cells(rows)
-    headers = ["Family", "K values", "Seeds", *extra, "Slope (nats per doubling of K)", "95% CI", "Interval"]
+    headers = [
+        "Family",
+        "K values",
+        "Seeds (n)",
+        *extra,
+        "Slope (nats per doubling of K)",
+        "95% CI",
+        "Interval",
+    ]
     headers += ["Seed SD"]
     return headers, [
         [
@@ -207,7 +215,15 @@ def trend_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
 
 def detach_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     extra, cells_of = _setting_cells(rows)
-    headers = ["Condition", *extra, "Tokens", "Seeds", "Modified − full (nats/token)", "95% CI", "Interval"]
+    headers = [
+        "Condition",
+        *extra,
+        "Tokens",
+        "Seed ids",
+        "Modified − full (nats/token)",
+        "95% CI",
+        "Interval",
+    ]
     headers += ["Gap recovery"]
     return headers, [
         [
@@ -230,7 +246,7 @@ def taildecomp_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     interpretation margin), and the path ratio (MinMax − resolved) / (MinMax − FWM) with its interval once
     per resolved run (on its MinMax − resolved row)."""
     extra, cells_of = _setting_cells(rows)
-    headers = ["Contrast", *extra, "Tokens", "Seeds", "Δ (nats/token)", "95% CI", "Interval"]
+    headers = ["Contrast", *extra, "Tokens", "Seed ids", "Δ (nats/token)", "95% CI", "Interval"]
     headers += ["Path ratio [95% CI]"]
     out, shown = [], set()
     for r in rows:
@@ -278,7 +294,7 @@ def option_rows(effects) -> tuple[list[str], list[list[str]]]:
     rows = [e.effect for e in effects] + [e.penalty for e in effects if e.penalty is not None]
     extra, cells_of = _setting_cells(rows)
     q = ["BH q"] if any(r.est.n_seeds > 1 for r in rows) else []
-    headers = ["Condition", *extra, "Options", "Without", "Seeds", "Tokens", "NLL without", "NLL with"]
+    headers = ["Condition", *extra, "Options", "Without", "Seed ids", "Tokens", "NLL without", "NLL with"]
     headers += ["Δ option (nats/token)", "95% CI", *q, "Penalty without", "Penalty with"]
     headers += ["Δ penalty", "95% CI", *q, "Interval"]
 
@@ -350,7 +366,7 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         "Contrast",
         "Eval",
         "Data",
-        "Seeds",
+        "Seed ids",
         "ΔNLL (nats/token)",
         "95% CI",
         "Interval",
@@ -418,7 +434,7 @@ def heldout_ordering_rows(stats) -> tuple[list[str], list[list[str]]]:
 
 def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
     model, cells = _setting_model(stats)
-    headers = ["Budget", "Data", "Eval", *model, "Seeds", "Conditions", "Kendall's W"]
+    headers = ["Budget", "Data", "Eval", *model, "Seed ids", "Conditions", "Kendall's W"]
     headers += ["Pairwise Spearman (min–max)", "Spearman ΔNLL vs h (p)", "Spearman ΔNLL vs span (p)"]
 
     def rho(x):
@@ -453,7 +469,7 @@ def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
         return ", ".join("-" if x is None else format(x, fmt) for x in values) or "-"
 
     heads, cells = _data_model([r.key for r in rows])
-    headers = ["Condition", "Budget", *heads, "Seeds", "Clipped steps (mean over seeds)", "Per seed",
+    headers = ["Condition", "Budget", *heads, "Seed ids", "Clipped steps (mean over seeds)", "Per seed",
                f"Clipped in the last {CLIP_TAIL:.0%} of tokens", "Final pre-clip norm",
                "Largest pre-clip norm", "Largest loss rise between logs"]  # fmt: skip
     return headers, [
@@ -480,7 +496,7 @@ def clean_rows(rows) -> tuple[list[str], list[list[str]]]:
     def est(e):
         return ["-", "-"] if e is None else [num(e.mean), ci(e.lo, e.hi)]
 
-    headers = ["Condition", "Data", "Seeds", "n-gram", "ΔNLL, all blocks", "95% CI", "Clean blocks",
+    headers = ["Condition", "Data", "Seed ids", "n-gram", "ΔNLL, all blocks", "95% CI", "Clean blocks",
                "ΔNLL, clean", "95% CI", "Covered blocks", "ΔNLL, covered", "95% CI"]  # fmt: skip
     return headers, [
         [
@@ -504,7 +520,7 @@ def fit_rows(rows) -> tuple[list[str], list[list[str]]]:
     from kinterval.report.analysis import FIT_TAIL
 
     heads, cells = _data_model([r.key for r in rows])
-    headers = ["Condition", "Budget", *heads, "Seeds", "Control", "Steps",
+    headers = ["Condition", "Budget", *heads, "Seed ids", "Control", "Steps",
                f"Train loss (last {FIT_TAIL:.0%})", "Δ train loss", "95% CI", "Interval", "ΔNLL (evaluation)",
                "NLL − train loss", "Control NLL − train loss"]  # fmt: skip
     return headers, [
