@@ -333,3 +333,10 @@ def test_latex_tables_escape_tex_specials_and_spell_unicode_symbols():
     )
     assert tex.startswith("% first $-$ line\n% second\n\\begin{tabular}{lr}\n")
     assert cell in render(["Δ", "x"], [[cell, "–"]], "md")
+
+
+def test_a_tiny_nonzero_value_keeps_its_digits():
+    """An interval excluding 0 printed as [-0.0000, -0.0000] read as one at 0."""
+    assert [T.num(x) for x in (-2.1e-6, 0.0, 4.9e-5, 5e-5, None)] == ["-2.1e-06", "+0.0000", "+4.9e-05",
+                                                                      "+0.0001", "-"]  # fmt: skip
+    assert T.ci(-3e-6, -1e-6) == "[-3.0e-06, -1.0e-06]" and T.num(6.5e-6, signed=False) == "6.5e-06"

@@ -11,8 +11,12 @@ from kinterval.report.analysis import MARGIN, NOT_RECORDED, ReferenceRow, Row, c
 
 
 def num(x, signed: bool = True, digits: int = 4) -> str:
+    """``x`` to ``digits`` decimals; a nonzero value that would round to zero there in two significant digits
+    (``-2.1e-06``, not ``-0.0000``: an interval that excludes 0 must not read as one at 0)."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
+    if x and abs(x) < 0.5 * 10**-digits:
+        return f"{x:+.1e}" if signed else f"{x:.1e}"
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
