@@ -58,7 +58,8 @@ def test_each_run_against_the_softmax_run_with_its_seed_and_a_note(runs, capsys)
     [
         (["--runs", "lerp", "fwm"], "exactly one softmax (or sdpa) run as the control; found none"),
         (["--runs", "soft", "lerp", "--split", "test"], "has no evaluation on test; run `kinterval eval"),
-        (["--runs", "soft", "lerp", "lerp"], "both ran lerp-k4: give one run per operator"),
+        (["--runs", "soft", "lerp", "lerp"], "lerp is given twice (as lerp and lerp)"),
+        (["--runs", "soft", "./soft", "lerp"], "soft is given twice (as soft and ./soft)"),
         (["soft", "--runs", "lerp"], "--runs takes run folders instead of suite folders"),
         (["soft", "--split", "val"], "--split is for --runs"),
         ([], "give suite folder(s), or --runs RUN"),
@@ -263,3 +264,10 @@ def test_probes_that_cannot_be_paired_are_one_error_line_naming_both_folders(pro
     assert err.startswith("kinterval report: error: probes of lerp-k4") and "batch_size differs" in err
     assert str(root / "lerp" / "probes" / "native") in err and str(root / "soft" / "probes" / "native") in err
     assert not (out / "index.md").exists()
+
+
+def test_two_runs_of_one_operator_are_refused(runs, tmp_path, capsys):
+    shutil.copytree(runs / "lerp", tmp_path / "lerp2")
+    argv = ["report", "--runs", str(runs / "soft"), str(runs / "lerp"), str(tmp_path / "lerp2")]
+    assert main([*argv, "--out", str(tmp_path / "bad")]) == 2
+    assert "both ran lerp-k4: give one run per operator" in capsys.readouterr().err

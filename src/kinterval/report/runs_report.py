@@ -136,6 +136,11 @@ def runs_report(runs: list[str | Path], out_dir: str | Path, split: str = "val")
     ``probes`` (the probe table, :func:`_probes`) when a run has ``kinterval probes`` output. ``ValueError``
     naming both folders for probes that cannot be paired with the control's."""
     check_outside_runs(Path(out_dir), "the report's files would mix with the run's")
+    given: dict[Path, str] = {}
+    for r in runs:  # one run twice would be its own control, or two conditions of one
+        if (key := Path(r).resolve()) in given:
+            raise ValueError(f"--runs: run {key} is given twice (as {given[key]} and {r})")
+        given[key] = str(r)
     ev = [_evaluated(Path(r), split) for r in runs]
     controls = [e for e in ev if e.operator in REFERENCES]
     if len(controls) != 1:
