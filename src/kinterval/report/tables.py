@@ -473,8 +473,8 @@ def clip_rows(rows) -> tuple[list[str], list[list[str]]]:
         return ", ".join("-" if x is None else format(x, fmt) for x in values) or "-"
 
     heads, cells = _data_model([r.key for r in rows])
-    headers = ["Condition", "Budget", *heads, "Seed ids", "Clipped steps (mean over seeds)", "Per seed",
-               f"Clipped in the last {CLIP_TAIL:.0%} of tokens", "Final pre-clip norm",
+    headers = ["Condition", "Budget", *heads, "Seed ids", "Clipped fraction of steps (mean over seeds)",
+               "Per seed", f"Clipped fraction in the last {CLIP_TAIL:.0%} of tokens", "Final pre-clip norm",
                "Largest pre-clip norm", "Largest loss rise between logs"]  # fmt: skip
     return headers, [
         [
