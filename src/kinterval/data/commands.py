@@ -34,7 +34,7 @@ def _prepare(args: argparse.Namespace) -> int:
     print(summary_table(meta, args.block_size))
     from kinterval.data.loader import n_blocks
 
-    for split, rec in meta["splits"].items():  # e.g. one small file: every document hashed into train
+    for split, rec in meta.get("splits", {}).items():  # e.g. one small file: every document hashed into train
         if n_blocks(rec["n_tokens"], args.block_size) == 0:
             print(f"note: the {split} split holds no block of {args.block_size}+1 tokens ({rec['n_tokens']} "
                   f"tokens): training or evaluation on it will be refused; add documents, or prepare that "
