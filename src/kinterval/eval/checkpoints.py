@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from kinterval.train.checkpoint import checkpoint_dir, checkpoint_step, list_checkpoints
+from kinterval.data.loader import TokenShards
+from kinterval.train.checkpoint import checkpoint_dir, checkpoint_step, list_checkpoints, trained_data_dir
 from kinterval.train.distributed import pick_device
 from kinterval.train.load import find_checkpoint, trained_operator
 
 __all__ = [
     "checkpoint_name",
+    "evaluation_split",
     "list_checkpoints",
     "pick_device",
     "select_checkpoints",
@@ -42,3 +44,13 @@ def select_checkpoints(run_dir: str | Path, which: str | int | Path = "all") -> 
 
 def state_sha256(path: str | Path) -> str:
     return hashlib.sha256((Path(path) / "state.json").read_bytes()).hexdigest()
+
+
+def evaluation_split(data: str | Path | None, split: str, state: dict, ckpt: str | Path) -> TokenShards:
+    """The split every evaluation command reads: of ``data``, or without it of the folder the checkpoint was
+    trained on (:func:`~kinterval.train.checkpoint.trained_data_dir`, checked against its training data); data
+    of another tokenizer than the training data's, or a split without one block, is a ``ValueError``."""
+    shards = TokenShards(data if data is not None else trained_data_dir(state, ckpt), split)
+    shards.check_matches(state)
+    shards.require_blocks(int(state["model_config"]["block_size"]))
+    return shards

@@ -102,8 +102,8 @@ def _diag(kind: str):
 
 def _tau_screen(args: argparse.Namespace) -> int:
     from kinterval import atomic
-    from kinterval.data.loader import TokenShards, n_blocks
-    from kinterval.eval.checkpoints import pick_device, select_checkpoints
+    from kinterval.data.loader import n_blocks
+    from kinterval.eval.checkpoints import evaluation_split, pick_device, select_checkpoints
     from kinterval.eval.tau_screen import (
         PAPER_STAGES,
         Stage,
@@ -114,7 +114,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
         screen_numerics,
         stage3_table,
     )
-    from kinterval.train.checkpoint import read_state, trained_data_dir
+    from kinterval.train.checkpoint import read_state
     from kinterval.train.load import load_run
 
     for flag, value, least in (  # each contrast's block bootstrap needs a series of at least 2 blocks
@@ -143,9 +143,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
         stages.append(st)
     ckpt = select_checkpoints(args.run, args.checkpoint)[-1]
     state = read_state(ckpt)
-    shards = TokenShards(args.data or trained_data_dir(state, ckpt), args.split)
-    shards.check_matches(state)  # data of another tokenizer than the training data's, before the model loads
-    shards.require_blocks(int(state["model_config"]["block_size"]))
+    shards = evaluation_split(args.data, args.split, state, ckpt)  # checked before the model loads
     default = "tau_screen" if args.reconstruction == "nearest" else f"tau_screen__{args.reconstruction}"
     out = Path(args.out) if args.out else Path(args.run) / "diagnostics" / default
     info = shards.meta["splits"][shards.split]

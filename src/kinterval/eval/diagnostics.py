@@ -20,12 +20,17 @@ import json
 from pathlib import Path
 
 from kinterval import atomic
-from kinterval.data.loader import TokenShards
-from kinterval.eval.checkpoints import checkpoint_name, pick_device, select_checkpoints, state_sha256
+from kinterval.eval.checkpoints import (
+    checkpoint_name,
+    evaluation_split,
+    pick_device,
+    select_checkpoints,
+    state_sha256,
+)
 from kinterval.eval.evaluate import applied_numerics, request, safe_operator
 from kinterval.eval.geometry import geometry_probe
 from kinterval.eval.graddiag import gradient_diagnostics
-from kinterval.train.checkpoint import read_state, trained_data_dir
+from kinterval.train.checkpoint import read_state
 from kinterval.train.load import load_run
 
 KINDS = ("geometry", "graddiag")
@@ -61,9 +66,7 @@ def diagnose_checkpoint(
     path = out_dir / f"{checkpoint_name(ckpt)}.json"
     sha = state_sha256(ckpt)
     stored = read_state(ckpt)
-    shards = TokenShards(data or trained_data_dir(stored, ckpt), split)
-    shards.check_matches(stored)  # data of another tokenizer than the training data's is refused
-    shards.require_blocks(int(stored["model_config"]["block_size"]))
+    shards = evaluation_split(data, split, stored, ckpt)
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
     req = request(stored, shards, spec, blocks, False, dev)  # max_blocks: the probe's --blocks
     old = None if force else _stored(path)

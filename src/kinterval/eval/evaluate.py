@@ -24,6 +24,7 @@ from kinterval.data.loader import TokenShards, data_passes, n_blocks
 from kinterval.environment import device_name
 from kinterval.eval.checkpoints import (
     checkpoint_name,
+    evaluation_split,
     pick_device,
     select_checkpoints,
     state_sha256,
@@ -33,7 +34,7 @@ from kinterval.eval.nll import document_ids, per_document
 from kinterval.model import ModelConfig, NumericsConfig, operator_name
 from kinterval.model.numerics import autocast_applied, eval_dot_setting
 from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_ci
-from kinterval.train.checkpoint import code_identity, read_state, trained_data_dir
+from kinterval.train.checkpoint import code_identity, read_state
 from kinterval.train.evaluate import check_max_blocks, token_nll
 from kinterval.train.load import load_run
 
@@ -215,10 +216,8 @@ def evaluate_checkpoint(
     out_dir = Path(out_dir) if out_dir is not None else eval_dir(run_dir, split, data, operator)
     npz_path, json_path = result_paths(out_dir, ckpt)
     state = read_state(ckpt)
-    data_dir = Path(data) if data is not None else Path(trained_data_dir(state, ckpt))
-    shards = TokenShards(data_dir, split)
-    shards.check_matches(state)  # data of another tokenizer than the training data's is refused
-    shards.require_blocks(int(state["model_config"]["block_size"]))
+    shards = evaluation_split(data, split, state, ckpt)
+    data_dir = shards.root
     dev = pick_device(device)  # before the cache: the request holds the device's numerics
     if max_blocks is not None and max_blocks >= shards.n_blocks(int(state["model_config"]["block_size"])):
         max_blocks = None  # a cap at or above the split's block count reads every block: the full request

@@ -204,20 +204,13 @@ def load_suite(name: str | Path) -> Suite:
     _check_fields(path, "", d, SUITE_FIELDS, ("name", "protocol", "seeds", "checkpoints", "group"))
     _check_fields(path, "[data]: ", d.get("data", {}), DATA_FIELDS)
     _check_fields(path, "[eval]: ", d.get("eval", {}), EVAL_FIELDS)
-    suite_overrides = flatten(d.get("overrides", {}))
-    if fixed := sorted(set(suite_overrides) & RUN_FIELDS):
-        raise ValueError(f"{path}: [overrides]: overrides may not set {fixed}: each run sets them itself "
-                         "(operators, seeds, checkpoints, the suite's data folder)")  # fmt: skip
-    _check_overrides(path, "[overrides]", d["protocol"], suite_overrides)
+    _check_overrides(path, "[overrides]", d["protocol"], flatten(d.get("overrides", {})))
     runs: list[RunSpec] = []
     for i, g in enumerate(d["group"]):
         _check_fields(path, f"group {i}: ", g, GROUP_FIELDS, ("operators",))
         seeds = g.get("seeds", d["seeds"])
         # key by key (a group's [overrides] table never drops the suite's other keys of a section)
         overrides = {**flatten(d.get("overrides", {})), **flatten(g.get("overrides", {}))}
-        if fixed := sorted(set(overrides) & RUN_FIELDS):
-            raise ValueError(f"{path}: group {i}: overrides may not set {fixed}: each run sets them itself "
-                             "(operators, seeds, checkpoints, the suite's data folder)")  # fmt: skip
         _check_overrides(path, f"group {i}", g.get("protocol", d["protocol"]), overrides)
         arithmetic = g.get("arithmetic", d.get("arithmetic"))
         for template in g["operators"]:
@@ -259,8 +252,12 @@ def load_suite(name: str | Path) -> Suite:
 
 
 def _check_overrides(path: Path, where: str, protocol: str, overrides: dict) -> None:
-    """The protocol config with ``overrides`` applied is a valid training config (checked when the file is
-    loaded, so that ``suite show`` and ``suite run`` name the file and the table, before anything runs)."""
+    """``overrides`` set none of :data:`RUN_FIELDS`, and the protocol config with them applied is a valid
+    training config (checked when the file is loaded, so that ``suite show`` and ``suite run`` name the file
+    and the table, before anything runs)."""
+    if fixed := sorted(set(overrides) & RUN_FIELDS):
+        raise ValueError(f"{path}: {where}: overrides may not set {fixed}: each run sets them itself "
+                         "(operators, seeds, checkpoints, the suite's data folder)")  # fmt: skip
     try:
         # data.dir: each run sets it (RUN_FIELDS); a stand-in, as validate() requires one
         TrainConfig.from_toml(protocol).override({**overrides, "data.dir": "data"}).validate()
