@@ -79,9 +79,8 @@ def test_option_effect_and_penalty_change_come_back(tmp_path, seeds):
         assert pen["est"]["mean"] == pytest.approx(change, abs=2e-3)
         assert pen["nll"] == pytest.approx(PENALTY[True][op], abs=2e-3)  # the penalty with the options
         assert pen["control_nll"] == pytest.approx(PENALTY[False][op], abs=2e-3)  # and without
-    # MinMax–Weight's gap narrows by 0.1, detectably; FWM–Prob's changes by noise alone (within 0.002 above)
+    # MinMax–Weight's gap narrows by 0.1, detectably (FWM–Prob's changes by noise alone: within 0.002 above)
     assert got["minmax-weight-k4"]["penalty"]["est"]["hi"] < 0
-    assert got["fwm-prob-k4"]["penalty"]["est"]["hi"] > got["fwm-prob-k4"]["penalty"]["est"]["lo"]
     if n > 1:
         assert all(e["effect"]["q"] is not None for e in got.values())
     table = (tmp_path / "rep" / "options.md").read_text()
