@@ -57,12 +57,19 @@ One run prints ONE table; each row is (operator, dtype mode, T, D), with columns
   "x SDPA" stay plain softmax, the baseline a user compares with. With either, the torch error columns of
   softmax use the reference backend (SDPA cannot) as the other operators do, and the flip-prone rows are
   found on the softcapped scores with the sink as one more key; a line under the table says what was set;
+* --bias alibi|t5: an additive score bias in fp32 (the kernels also take bf16 / fp16), added after the
+  softcap, for the kernels, the reference rows, the flex-softmax rows (through ``score_mod``) and every error
+  column: "alibi" is ALiBi as BLOOM adds it, slope 2^(-8 (h+1) / H) times the key index, (1, H, 1, T), read in
+  place with stride 0 over the rows, fixed (no gradient); "t5" stands for a learned position bias, a seeded
+  N(0, 1) (1, H, T, T) that requires_grad, so f+b includes the bias gradient (the dQ kernel then writes
+  dL/ds of every score into an fp32 (B, H, T, T) buffer: O(T^2) memory, as the bias itself). SDPA flash has
+  no bias: its rows stay plain softmax;
 * the table (stdout) and the CSV start with '# ' lines: device, driver, torch, triton, the git commit of the
   checkout (and whether it had uncommitted changes) and the command line.
 
 Usage (GPU):  python benchmarks/attention.py [--ops lerp-k4,fwm-prob-k4] [--dtypes bf16,tf32,bf16x6,ieee]
               [--T 512,1024,2048,4096,8192] [--D 64,128] [--tokens 16384] [--model-dim 2048] [--no-flex]
-              [--err-t 1024] [--csv out.csv]
+              [--gqa G] [--softcap C] [--sinks] [--bias alibi|t5] [--err-t 1024] [--csv out.csv]
 On a machine without CUDA it refuses, unless ``--smoke``: a tiny shape in Triton's CPU interpreter (timings
 meaningless; checks that the script and kernels run end to end; the first two operators and the first dtype
 mode unless --ops / --dtypes are given).
@@ -88,6 +95,7 @@ TIMINGS = ("fwd", "f+b", "SDPA f+b", "ref eager", "ref compiled")  # each: "<t> 
 CSV_COLUMNS = ([c for c in COLUMNS if c not in ("f+b IQR ms", "n")] + ["ref eager ms", "ref compiled ms"]
                + [f"{t} {s}" for t in TIMINGS for s in ("q25 ms", "q75 ms", "n")])  # fmt: skip
 MIN_SAMPLES = 10
+BIASES = ("alibi", "t5")  # the --bias kinds (module doc)
 L2_FLUSH_BYTES = 256 * 2**20  # overwritten before every timed call, as triton.testing.do_bench does
 FLEX = "flex-softmax"  # operator name of the FlexAttention rows
 
@@ -109,6 +117,9 @@ def parse_args(argv=None):
                    help="score softcap C (Gemma 2): C tanh(scale q.k / C); default none")  # fmt: skip
     p.add_argument("--sinks", action="store_true",
                    help="attention sinks (gpt-oss): linspace(-2, 2, H) in the inputs' dtype")  # fmt: skip
+    p.add_argument("--bias", choices=BIASES, default=None,
+                   help="an additive fp32 score bias: alibi (fixed, (1, H, 1, T), read in place) or t5 "
+                   "(learned, (1, H, T, T), with its gradient); default none")  # fmt: skip
     p.add_argument(
         "--ref-max-t", type=int, default=8192, help="largest T at which the eager reference is tried"
     )
@@ -206,18 +217,18 @@ def main(argv=None) -> int:
     compile_ops = None if args.compile_ops == "all" else set(args.compile_ops.split(","))
     compile_modes, compile_ds = set(args.compile_dtypes.split(",")), set(_ints(args.compile_D))
     if on_gpu and args.precompile > 0:
-        _precompile(ops, modes, Ds, causal, args.precompile, bwds, (softcap, args.sinks))
+        _precompile(ops, modes, Ds, causal, args.precompile, bwds, (softcap, args.sinks, args.bias))
 
     header = _provenance(on_gpu, ["benchmarks/attention.py", *(sys.argv[1:] if argv is None else argv)])
     bench = _make_bench(on_gpu, args)
     notes: list[str] = []  # one line per reason a cell shows "-" (printed once, and again under the table)
-    _note_mods(notes, softcap, args.sinks, "fused" in bwds)
+    _note_mods(notes, softcap, args.sinks, "fused" in bwds, args.bias)
     errors = _Errors(
-        causal, device, err_t, err_heads, kinterval_attention, notes, args.gqa, softcap, args.sinks
+        causal, device, err_t, err_heads, kinterval_attention, notes, args.gqa, softcap, args.sinks, args.bias
     )
-    # FlexAttention has no sinks: its rows, and their error columns, are softmax with the softcap alone
+    # FlexAttention has no sinks: its rows, and their error columns, are softmax with the softcap and bias
     flex_errors = errors if not args.sinks else _Errors(
-        causal, device, err_t, err_heads, kinterval_attention, notes, args.gqa, softcap
+        causal, device, err_t, err_heads, kinterval_attention, notes, args.gqa, softcap, bias=args.bias
     )  # fmt: skip
     rows = []
     sdpa_cache: dict = {}
@@ -234,7 +245,9 @@ def main(argv=None) -> int:
                     precision = DTYPE_MODES[mode][1]
                     sets = _inputs(B, H, T, D, dtype, device, args.rotate, args.gqa)
                     sinks = _sinks(H, dtype, device) if args.sinks else None
-                    mods = {"softcap": softcap, "sinks": None if sinks is None else sinks.requires_grad_()}
+                    bias = _bias(args.bias, H, T, device) if args.bias else None
+                    mods = {"softcap": softcap, "sinks": None if sinks is None else sinks.requires_grad_(),
+                            "bias": bias}  # fmt: skip
                     sdpa = None  # the SDPA flash samples of this shape
                     if on_gpu and not args.no_sdpa:
                         key = (B, H, T, D)
@@ -245,7 +258,7 @@ def main(argv=None) -> int:
                         sdpa = sdpa_cache[key]
                     flex_ms = None
                     if not args.no_flex:
-                        flex_row = _flex_row(bench, mode, sets, causal, flex_cache, notes, softcap)
+                        flex_row = _flex_row(bench, mode, sets, causal, flex_cache, notes, softcap, bias)
                         flex_ms = flex_row.get("f+b ms")
                         if flex_ms is not None:
                             flex_row.update(zip(ERROR_COLUMNS, flex_errors.flex(mode, D)))
@@ -275,7 +288,7 @@ def main(argv=None) -> int:
                             file=sys.stderr,
                             flush=True,
                         )  # progress on stderr; fmt: skip
-                    del sets, sinks, mods
+                    del sets, sinks, bias, mods
                     if on_gpu:
                         torch.cuda.empty_cache()
     except KeyboardInterrupt:
@@ -348,9 +361,9 @@ def _compile_worker(job):
     """Run fwd+bwd once at a small shape: the autotuner compiles every candidate into Triton's disk cache,
     where the timing process finds them. Same specialisation as the timed shapes: Triton specialises integer
     arguments on divisibility by 16, so H, T and the strides must all be multiples of 16 here as there; and
-    with the run's --softcap / --sinks (each a compile-time flag of the kernels)."""
+    with the run's --softcap / --sinks / --bias (each a compile-time flag of the kernels)."""
     name, dtype_name, precision, D, causal, bwds, *rest = job
-    softcap, sinks = rest[0] if rest else (None, False)
+    softcap, sinks, bias = rest[0] if rest else (None, False, None)
     import torch
 
     from kinterval.ops.triton import triton_attention
@@ -364,6 +377,8 @@ def _compile_worker(job):
     mods = {} if softcap is None else {"softcap": softcap}
     if sinks:
         mods["sinks"] = _sinks(q.shape[1], q.dtype, q.device).requires_grad_()
+    if bias:
+        mods["bias"] = _bias(bias, q.shape[1], q.shape[2], q.device)
     try:
         for bwd in bwds:  # each backward kernel timed (KINTERVAL_TRITON_BWD is read at each backward)
             os.environ["KINTERVAL_TRITON_BWD"] = bwd
@@ -396,7 +411,7 @@ def _tiles() -> str:
     return ", ".join(out)
 
 
-def _precompile(ops, modes, Ds, causal, workers, bwds=("split",), mods=(None, False)):
+def _precompile(ops, modes, Ds, causal, workers, bwds=("split",), mods=(None, False, None)):
     import concurrent.futures as cf
     import multiprocessing as mp
 
@@ -487,7 +502,32 @@ def _sinks(H, dtype, device):
     return torch.linspace(-2, 2, H).to(device=device, dtype=dtype)
 
 
-def _note_mods(notes, softcap, sinks: bool, fused: bool) -> None:
+def _bias(kind, H, T, device):
+    """The --bias score bias (module doc), fp32. alibi: (1, H, 1, T), slope 2^(-8 (h+1) / H) times the key
+    index j, as BLOOM adds it (the row's constant -slope i of ALiBi's -slope (i - j) changes no operator of
+    the family: each is shift-invariant along a row), read in place with stride 0 over the rows; no
+    gradient. t5: a learned (1, H, T, T) bias, N(0, 1) (seeded), requires_grad."""
+    import torch
+
+    if kind == "alibi":
+        slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, dtype=torch.float64) / H)
+        b = slopes[:, None] * torch.arange(T, dtype=torch.float64)
+        return b.to(device=device, dtype=torch.float32)[None, :, None, :]
+    if kind != "t5":
+        raise ValueError(f"unknown bias {kind!r}; choose from {', '.join(BIASES)}")
+    g = torch.Generator(device="cpu").manual_seed(11)
+    return torch.randn(1, H, T, T, generator=g).to(device).requires_grad_()
+
+
+def _reference_mods(mods: dict) -> dict:
+    """The kernel's keywords as ``kinterval_attention`` takes them: the bias as a float ``attn_mask``."""
+    mods = dict(mods)
+    if "bias" in mods:
+        mods["attn_mask"] = mods.pop("bias")
+    return mods
+
+
+def _note_mods(notes, softcap, sinks: bool, fused: bool, bias=None) -> None:
     """The lines under the table that say which score modifications the rows ran with (module doc)."""
     if softcap is not None:
         _note(notes, f"softcap {softcap:g}: scores {softcap:g} tanh(scale q.k / {softcap:g}) in the kernel, "
@@ -499,6 +539,15 @@ def _note_mods(notes, softcap, sinks: bool, fused: bool) -> None:
               "sinks")  # fmt: skip
         if fused:
             _note(notes, "sinks: the fused-bwd rows ran the split backward (the fused one takes no sinks)")
+    if bias == "alibi":
+        _note(notes, "bias alibi: slope_h * j, (1, H, 1, T) fp32, no gradient, in the kernel, reference and "
+              "flex-softmax rows and every error column; SDPA f+b (x SDPA) is plain softmax")  # fmt: skip
+    elif bias == "t5":
+        _note(notes, "bias t5: N(0, 1), (1, H, T, T) fp32, requires_grad (f+b includes its gradient), in the "
+              "kernel, reference and flex-softmax rows and every error column; SDPA f+b (x SDPA) is plain "
+              "softmax")  # fmt: skip
+    if bias and fused:
+        _note(notes, "bias: the fused-bwd rows ran the split backward (the fused one takes no bias)")
 
 
 def _gqa(q, k) -> bool:
@@ -542,11 +591,11 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
     import torch
 
     mods = {k: x for k, x in (mods or {}).items() if x is not None}  # plain calls: no keywords
-    sinks = mods.get("sinks")
 
-    def fresh():  # the sinks' gradient does not pile up over the calls
-        if sinks is not None:
-            sinks.grad = None
+    def fresh():  # the sinks' and the bias's gradients do not pile up over the calls
+        for x in (mods.get("sinks"), mods.get("bias")):
+            if x is not None:
+                x.grad = None
 
     def fwd(q, k, v, do):
         with torch.no_grad():
@@ -572,7 +621,7 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
 
     def ref(q, k, v):
         return kinterval_attention(
-            q, k, v, spec, causal=causal, backend="reference", enable_gqa=_gqa(q, k), **mods
+            q, k, v, spec, causal=causal, backend="reference", enable_gqa=_gqa(q, k), **_reference_mods(mods)
         )
 
     row["x ref eager"] = row["x ref compiled"] = row["ref MiB"] = "-"
@@ -628,20 +677,25 @@ def _flex(causal: bool, T: int, device):
     return torch.compile(flex_attention, dynamic=False), block_mask
 
 
-def _flex_mods(softcap) -> dict:
-    """flex_attention's keywords for --softcap: a ``score_mod`` c tanh(score / c) (none without it)."""
+def _flex_mods(softcap, bias=None) -> dict:
+    """flex_attention's keywords for --softcap and --bias: a ``score_mod`` c tanh(score / c) + bias[h, i, j]
+    (none without either)."""
     import torch
 
-    if softcap is None:
+    if softcap is None and bias is None:
         return {}
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        return softcap * torch.tanh(score / softcap)
+        if softcap is not None:
+            score = softcap * torch.tanh(score / softcap)
+        if bias is not None:  # (1, H, 1, T) for alibi: every row reads row 0
+            score = score + bias[0, h, q_idx if bias.shape[2] > 1 else 0, kv_idx]
+        return score
 
     return {"score_mod": score_mod}
 
 
-def _flex_row(bench, mode, sets, causal, cache, notes, softcap=None):
+def _flex_row(bench, mode, sets, causal, cache, notes, softcap=None, bias=None):
     """FlexAttention softmax, fwd and fwd+bwd ms on ``sets`` converted to the mode's flex dtype; None on
     failure (the reason goes to ``notes``). Cached per shape and flex numerics (ieee and the split dots
     share)."""
@@ -656,13 +710,15 @@ def _flex_row(bench, mode, sets, causal, cache, notes, softcap=None):
         cache[key] = {}
         try:
             flex, block_mask = _flex(causal, T, fsets[0][0].device)
-            mods = _flex_mods(softcap)
+            mods = _flex_mods(softcap, bias)
 
             def fwd(q, k, v, do):
                 with torch.no_grad():
                     return flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k), **mods)
 
             def fwd_bwd(q, k, v, do):
+                if bias is not None:  # its gradient does not pile up over the calls
+                    bias.grad = None
                 flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k), **mods).backward(do)
 
             with _tf32(tf32):
@@ -682,12 +738,15 @@ def _flex_row(bench, mode, sets, causal, cache, notes, softcap=None):
 class _Errors:
     """Forward errors against float64 at one small shape per (operator, mode, D) (module doc), cached; k and
     v with H / group heads; every evaluation (the float64 reference, torch's, the kernel's) with the scores
-    softcapped at ``softcap`` and, with ``sinks``, the --sinks attention sinks in the inputs' dtype."""
+    softcapped at ``softcap``, with ``sinks`` the --sinks attention sinks in the inputs' dtype, and with
+    ``bias`` the --bias score bias of that kind at this shape."""
 
-    def __init__(self, causal, device, T, H, kinterval_attention, notes, group=1, softcap=None, sinks=False):
+    def __init__(self, causal, device, T, H, kinterval_attention, notes, group=1, softcap=None, sinks=False,
+                 bias=None):  # fmt: skip
         self.causal, self.device, self.T, self.H, self.group = causal, device, T, H, group
         self.kinterval_attention, self.notes = kinterval_attention, notes
         self.softcap, self.sinks = softcap, sinks
+        self.bias = None if bias is None else _bias(bias, H, T, device).detach()
         self.cache: dict = {}
         self.left_out: dict = {}  # (K-interval operator, D, dtype) -> share of flip-prone rows left out
 
@@ -699,31 +758,36 @@ class _Errors:
         return [torch.randn(1, h, self.T, D, generator=g).to(self.device, dtype) for h in heads]
 
     def mods(self, q) -> dict:
-        """The softcap / sinks keywords of a call on ``q`` (sinks in q's dtype, on its device); {} if none."""
+        """The kernel's softcap / sinks / bias keywords of a call on ``q`` (sinks in q's dtype, on its
+        device; the fp32 bias); {} if none."""
         mods = {} if self.softcap is None else {"softcap": self.softcap}
         if self.sinks:
             mods["sinks"] = _sinks(q.shape[1], q.dtype, q.device)
+        if self.bias is not None:
+            mods["bias"] = self.bias
         return mods
 
     def _ref64(self, spec, q, k, v):
         import torch
 
         mods = self.mods(q)  # the sinks rounded to the inputs' dtype, then exact in float64
-        if "sinks" in mods:
-            mods["sinks"] = mods["sinks"].double()
+        for name in ("sinks", "bias"):
+            if name in mods:
+                mods[name] = mods[name].double()
         with torch.no_grad():
             return self.kinterval_attention(
                 *(x.double() for x in (q, k, v)), spec, causal=self.causal, backend="reference",
-                enable_gqa=_gqa(q, k), **mods,
+                enable_gqa=_gqa(q, k), **_reference_mods(mods),
             )  # fmt: skip
 
     def _flips(self, spec, q, k, D, valid):
-        """``flip_rows`` on the softcapped scores, with the sinks as one more key of every row."""
+        """``flip_rows`` on the softcapped scores plus the bias, with the sinks as one more key of every
+        row."""
         from kinterval.ops.flips import flip_rows
 
         sinks = self.mods(q).get("sinks") if self.sinks else None
         k = k.repeat_interleave(self.group, 1)
-        return flip_rows(spec, q, k, D**-0.5, valid, softcap=self.softcap, sinks=sinks)
+        return flip_rows(spec, q, k, D**-0.5, valid, softcap=self.softcap, sinks=sinks, bias=self.bias)
 
     def _err(self, key, spec, dtype, D, fn, tf32=False):
         """max |fn(q, k, v) - ref64| on the (dtype-rounded) inputs, over the rows that hold no grid decision
@@ -764,8 +828,9 @@ class _Errors:
             gqa, mods = _gqa(q, k), self.mods(q)
             if spec.kind != "softmax" or mods:
                 return self.kinterval_attention(
-                    q, k, v, spec, causal=self.causal, backend="reference", enable_gqa=gqa, **mods
-                )
+                    q, k, v, spec, causal=self.causal, backend="reference", enable_gqa=gqa,
+                    **_reference_mods(mods),
+                )  # fmt: skip
             with sdpa_kernel(sdpa_backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=gqa)
 
@@ -818,7 +883,8 @@ class _Errors:
 
     def flex(self, mode, D):
         """(err vs fp64, torch fp32 err, torch same-precision err) of FlexAttention softmax in the mode's
-        flex numerics, with the softcap as its ``score_mod`` (FlexAttention has no sinks: self has none)."""
+        flex numerics, with the softcap and the bias as its ``score_mod`` (FlexAttention has no sinks: self
+        has none)."""
         import torch
 
         from kinterval.ops import OperatorSpec
@@ -831,7 +897,7 @@ class _Errors:
             flex, block_mask = _flex(self.causal, self.T, self.device)
             err = self._err(("flex", dtype_name, tf32, D), softmax, getattr(torch, dtype_name), D,
                             lambda q, k, v: flex(q, k, v, block_mask=block_mask, enable_gqa=_gqa(q, k),
-                                                 **_flex_mods(self.softcap)),
+                                                 **_flex_mods(self.softcap, self.bias)),
                             tf32)  # fmt: skip
         except Exception as e:  # as in _flex_row
             _note(self.notes, f"flex-softmax error column: flex_attention failed ({type(e).__name__})")

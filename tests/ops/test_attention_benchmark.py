@@ -113,18 +113,21 @@ def test_grouped_query_rows(bench, capsys, tmp_path, monkeypatch):
 def _spies(monkeypatch):
     """Spies on the kernel and the reference entry points the benchmark imports in main(): each call's
     softcap and sinks (None if not given), the kernel's in ``calls["kernel"]``, the reference's in
-    ``calls["ref"]``; and a causal FlexAttention stand-in (eager, CPU) that applies a ``score_mod`` it is
-    given, recorded in ``calls["flex"]``."""
+    ``calls["ref"]``, and each call's score bias (the kernel's ``bias``, the reference's float ``attn_mask``)
+    in ``calls["kernel bias"]`` / ``calls["ref bias"]``; and a causal FlexAttention stand-in (eager, CPU) that
+    applies a ``score_mod`` it is given (with flex_attention's index arguments), recorded in
+    ``calls["flex"]``."""
     import torch.nn.functional as F
 
     import kinterval.ops
     import kinterval.ops.triton
 
-    calls = {"kernel": [], "ref": [], "flex": []}
+    calls = {"kernel": [], "ref": [], "flex": [], "kernel bias": [], "ref bias": []}
 
     def spy(name, real):
         def call(*args, **kw):
             calls[name].append((kw.get("softcap"), kw.get("sinks")))
+            calls[f"{name} bias"].append(kw.get("bias", kw.get("attn_mask")))
             return real(*args, **kw)
 
         return call
@@ -137,9 +140,10 @@ def _spies(monkeypatch):
     def flex(q, k, v, block_mask=None, enable_gqa=False, score_mod=None):
         calls["flex"].append(score_mod)
         s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
-        if score_mod is not None:
-            s = score_mod(s, None, None, None, None)
-        T = q.shape[-2]
+        H, T = q.shape[1], q.shape[-2]
+        if score_mod is not None:  # flex_attention's (b, h, q_idx, kv_idx), broadcast over the scores
+            idx = torch.arange(T)
+            s = score_mod(s, None, torch.arange(H)[:, None, None], idx[:, None], idx[None, :])
         s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
         return F.softmax(s, -1) @ v
 
@@ -215,6 +219,68 @@ def test_sinks_reach_kernel_reference_and_error_columns_not_flex(bench, capsys, 
     assert plain > 1e-3
 
 
+@pytest.mark.parametrize("kind", ["alibi", "t5"])
+def test_bias_reaches_kernel_reference_flex_and_error_columns(bench, capsys, tmp_path, monkeypatch, kind):
+    """--bias alibi|t5: every kernel call gets the fp32 bias (alibi: slope 2^(-8 (h+1) / H) times the key
+    index, (1, H, 1, T); t5: (1, H, T, T), requires_grad in the timed rows, so f+b computes its gradient),
+    every reference call the same values as its float attn_mask (float64 for the float64 reference), the
+    flex stand-in a score_mod; the errors against the biased float64 reference are fp32 rounding, for the
+    flex row too. Teeth: a kernel without the bias is far off that reference."""
+    calls, flex = _spies(monkeypatch)
+    monkeypatch.setattr(bench, "_flex", lambda causal, T, device: (flex, None))
+    rows, notes, data = run(bench, capsys, tmp_path, "--ops", "softmax,minmax-weight-k4", "--dtypes", "tf32",
+                            "--bias", kind)  # fmt: skip
+    assert [r["operator"] for r in data] == ["flex-softmax", "softmax", "minmax-weight-k4"]
+    for r in data:
+        assert float(r["f+b ms"]) > 0, r["operator"]
+        err, err_torch = float(r["err vs fp64"]), float(r["torch fp32 err"])
+        assert 0 < err_torch < 1e-5 and 0 < err < 4 * err_torch, r["operator"]
+    assert any(n.startswith(f"bias {kind}: ") for n in notes)
+    expected = bench._bias(kind, 2, 64, "cpu").detach()  # H = 2, T = 64: the smoke shape and the error shape
+    if kind == "alibi":
+        assert expected.shape == (1, 2, 1, 64)
+        assert torch.equal(expected[0, :, 0, 3], torch.tensor([3 / 16, 3 / 256]))
+    assert calls["flex"] and all(m is not None for m in calls["flex"])
+    for name in ("kernel", "ref"):
+        biases = calls[f"{name} bias"]
+        assert biases and all(b is not None and torch.equal(b.detach().float(), expected) for b in biases)
+    assert {b.dtype for b in calls["kernel bias"]} == {torch.float32}
+    assert torch.float64 in {b.dtype for b in calls["ref bias"]}
+    timed = [b for b in calls["kernel bias"] if b.requires_grad]
+    if kind == "t5":
+        assert timed and all(b.grad is not None and b.grad.shape == (1, 2, 64, 64) for b in timed)
+    else:
+        assert not timed
+    # teeth: the kernel without the bias, against the float64 reference with it
+    from kinterval.ops import OperatorSpec, kinterval_attention
+    from kinterval.ops.triton import triton_attention
+
+    errors = bench._Errors(True, "cpu", 64, 2, kinterval_attention, [], bias=kind)
+    spec = OperatorSpec.from_full_name("minmax-weight-k4")
+    plain = errors._err(
+        "plain", spec, torch.float32, 32, lambda q, k, v: triton_attention(q, k, v, spec, causal=True)
+    )
+    assert plain > 1e-3
+
+
+def test_alibi_bias_is_a_row_shift_of_alibis_relative_form(bench):
+    """The alibi bias slope * j differs from ALiBi's -slope * (i - j) by slope * i, a constant of row i:
+    every operator of the family gives the same output under either (float64 reference, causal)."""
+    from kinterval.ops import kinterval_attention
+
+    H, T, D = 2, 12, 8
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+    bias = bench._bias("alibi", H, T, "cpu").double()
+    i = torch.arange(T, dtype=torch.float64)
+    slopes = bias[0, :, 0, 1]  # slope * 1
+    relative = -slopes[:, None, None] * (i[:, None] - i[None, :])  # (H, T, T)
+    for name in ("softmax", "minmax-weight-k4", "fwm-prob-k4", "lerp-k4"):
+        a, b = (kinterval_attention(q, k, v, name, causal=True, attn_mask=m, backend="reference")
+                for m in (bias, relative[None]))  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12, msg=name)
+
+
 def test_sinks_flip_rows_count_the_sink_as_a_key(bench):
     """With sinks, the flip-prone rows are found with the sink as one more key of every row (after the
     softcap). MinMax K = 4, one head, causal, q = 4 e_0 at D = 16 (scale 1/4): s_ij = k_j0. k_0 = (0, 8):
@@ -239,6 +305,27 @@ def test_sinks_flip_rows_count_the_sink_as_a_key(bench):
             **({"sinks": torch.tensor([4.0])} if sinks else {}), **({"softcap": softcap} if softcap else {})
         }  # fmt: skip
         assert errors._flips(spec, q, k, D, valid)[0, 0].tolist() == flips, (sinks, softcap)
+
+
+def test_bias_flip_rows_see_the_biased_scores(bench):
+    """With a bias, the flip-prone rows are found on the biased scores. MinMax K = 4, causal, q = 4 e_0 at
+    D = 16 (scale 1/4): s_ij = k_j0, k_0 = (0, 8, 3.5): row 2 holds 0, 8 and 3.5 (x = 1.75 on the grid of
+    h = 2, no decision near a discontinuity); a bias (0, 0, 0.5) moves key 2 to 4 (x = 2, the boundary of
+    the sinks test above): row 2 is flip-prone then only."""
+    from kinterval.ops import OperatorSpec, kinterval_attention
+    from kinterval.ops.api import valid_mask
+
+    D, T = 16, 3
+    q = torch.zeros(1, 1, T, D)
+    q[..., 0] = 4.0
+    k = torch.zeros(1, 1, T, D)
+    k[0, 0, :, 0] = torch.tensor([0.0, 8.0, 3.5])
+    spec = OperatorSpec.parse("minmax-weight-k4")
+    valid = valid_mask((1, 1, T, T), "cpu", causal=True, mask=None)
+    errors = bench._Errors(True, "cpu", T, 1, kinterval_attention, [])
+    assert errors._flips(spec, q, k, D, valid)[0, 0].tolist() == [False, False, False]
+    errors.bias = torch.tensor([0.0, 0.0, 0.5]).view(1, 1, 1, T)
+    assert errors._flips(spec, q, k, D, valid)[0, 0].tolist() == [False, False, True]
 
 
 def test_no_flex_removes_flex_rows_and_values(bench, capsys, tmp_path):
