@@ -139,3 +139,29 @@ def test_factorial_panels_one_line_per_calibration_through_its_cells(figs, tmp_p
         assert sorted(_bar_ends(ax, 1)) == pytest.approx(want)
         assert [list(ln.get_ydata()) for ln in ax.lines if ln.get_label() == "LERP"] == [[0.5, 0.5]]
     assert [list(ln.get_ydata()) for ln in _joining_lines(axes[2])] == [[0.5, 0.2]]  # the family's means by K
+
+
+def test_a_condition_keeps_its_colour_across_figures(figs, tmp_path):
+    """trajectories.png has no softmax line, geometry.png has one: with the report's one colour map the
+    other conditions keep their colours from one figure to the other (matplotlib's cycle alone would shift
+    every condition after softmax by one colour), and no two conditions share one."""
+    from matplotlib.colors import to_rgba
+
+    traj = {op: [(1, 0.1, 0.0, 0.2), (2, 0.05, 0.0, 0.1)] for op in ("lerp-k4", "minmax-weight-k4")}
+    geo = {op: [(1, {"span": 3.0, "h": 1.0, "tv": 0.1, "top_bucket_mass": 0.5})] for op in (*traj, "softmax")}
+    colours = F.colours([*traj, *geo])
+    assert len(set(colours.values())) == 3
+    F.trajectory_figure(traj, tmp_path / "t.png", "t", colours=colours)
+    F.geometry_figure(geo, tmp_path / "g.png", "g", colours)
+    t_lines = {
+        line.get_label(): to_rgba(line.get_color())
+        for line in figs[0].axes[0].lines
+        if line.get_label() in traj
+    }
+    g_lines = {line.get_label(): to_rgba(line.get_color()) for line in figs[1].axes[0].lines}
+    assert set(t_lines) == set(traj) and set(g_lines) == set(geo)
+    for op in traj:
+        assert t_lines[op] == g_lines[op] == to_rgba(colours[op]), op
+    assert len(set(g_lines.values())) == 3
+    many = F.colours([f"op{i}" for i in range(15)])  # beyond ten: tab20, still one colour each
+    assert len(set(many.values())) == 15

@@ -179,7 +179,9 @@ def test_figures_get_the_seed_mean_geometry_and_the_endpoint_width_gap(fake_suit
         g["mean"]["span"] *= 5 / 3
         js.write_text(json.dumps(g))
     seen = {}
-    monkeypatch.setattr(F, "geometry_figure", lambda series, path, title: seen.setdefault("geo", series))
+    monkeypatch.setattr(
+        F, "geometry_figure", lambda series, path, title, c=None: seen.setdefault("geo", series)
+    )
     monkeypatch.setattr(F, "widthgap_figure", lambda points, path, title: seen.setdefault("gap", points))
     build_report(fake_suite, tmp_path / "rep")
     data = json.loads((tmp_path / "rep" / "report.json").read_text())
@@ -442,3 +444,27 @@ def test_a_suite_with_an_sdpa_run_reports_it_as_a_reference(tmp_path):
     assert sorted(rows) == ["lerp-k4", "minmax-weight-k4"]  # each vs the same-seed softmax
     assert rows["lerp-k4"]["est"]["mean"] == pytest.approx(0.05, abs=5e-3)
     assert rows["minmax-weight-k4"]["est"]["mean"] == pytest.approx(0.2, abs=5e-3)
+
+
+def test_report_figures_share_one_colour_map(fake_suite, tmp_path, monkeypatch):
+    """build_report passes one colour map to trajectories.png, geometry.png and detach.png, holding every
+    line's label: a condition drawn in two of them is drawn in one colour."""
+    from kinterval.report import figures as F
+
+    seen = {}
+    monkeypatch.setattr(
+        F,
+        "trajectory_figure",
+        lambda s, path, title, colours=None, **kw: seen.setdefault(path.name, (s, colours)),
+    )
+    monkeypatch.setattr(
+        F, "geometry_figure", lambda s, path, title, colours=None: seen.setdefault(path.name, (s, colours))
+    )
+    build_report(fake_suite, tmp_path / "rep")
+    assert {"trajectories.png", "geometry.png", "detach.png"} <= set(seen)
+    maps = [c for _, c in seen.values()]
+    assert all(c is maps[0] for c in maps)
+    for series, colours in seen.values():
+        assert set(series) <= set(colours)
+    shared = set(seen["trajectories.png"][0]) & set(seen["geometry.png"][0])
+    assert shared and "softmax" in seen["geometry.png"][0] and "softmax" not in seen["trajectories.png"][0]

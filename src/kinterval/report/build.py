@@ -104,6 +104,16 @@ def _label(k: Key, many: bool, models: bool = False) -> str:
     return f"{A.condition(k)} ({', '.join(where)})" if many else A.condition(k)
 
 
+def _detach_series(det: list, models: bool) -> dict[str, list]:
+    """detach.png's lines: label -> trajectory points of each modified backward − its full-gradient twin."""
+    many = len({r.key.setting() for r in det}) > 1
+    by_key: dict[Key, list[A.Row]] = {}
+    for r in det:
+        if r.contrast.endswith(f"− {A.full_twin(r.key.operator)}"):
+            by_key.setdefault(r.key, []).append(r)
+    return {_label(k, many, models): _traj_points(v) for k, v in by_key.items()}
+
+
 def _mean_geometry(points, models: bool = False) -> dict[str, list[tuple[int, dict]]]:
     """operator label -> [(tokens, layer-mean geometry averaged over seeds)] for primary evaluations."""
     acc: dict[Key, dict[int, list[dict]]] = {}
@@ -471,34 +481,35 @@ def _build(results, out: Path, clean=()) -> None:
         ix.table("ktrend", *T.trend_rows(trends), "K-trend slopes of ΔNLL")
     _seed_figures(rows, fac, ix, data)
     traj = A.trajectories(pairing)
+    geo = _mean_geometry(points, models)
+    det, det_pairing = A.detach_pairs(primary)
+    many = len({k.setting() for k in traj}) > 1
+    series = {_label(k, many, models): _traj_points(v) for k, v in traj.items()}
+    det_series = _detach_series(det, models)
+    colours = F.colours([*series, *geo, *det_series])  # a condition's one colour in every figure
     if traj:
-        many = len({k.setting() for k in traj}) > 1
-        series = {_label(k, many, models): _traj_points(v) for k, v in traj.items()}
-        F.trajectory_figure(series, out / "trajectories.png", "ΔNLL vs same-seed softmax along training")
+        F.trajectory_figure(
+            series, out / "trajectories.png", "ΔNLL vs same-seed softmax along training", colours=colours
+        )
         ix.figure("trajectories.png", "ΔNLL trajectories")
         data["trajectories"] = {_label(k, True, models): v for k, v in traj.items()}
     _k_figure(primary, rows, traj, ix, data)
-    geo = _mean_geometry(points, models)
     if geo:
-        F.geometry_figure(geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)")
+        F.geometry_figure(
+            geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)", colours
+        )
         ix.figure("geometry.png", "geometry")
     logs = {(r.suite, run): rows_ for r in results for run, rows_ in r.logs.items()}
-    det, det_pairing = A.detach_pairs(primary)
     if det:
         data["detach"] = det
         ix.table("detach", *T.detach_rows(det), "Modified backward − same-seed full-gradient twin")
-        many = len({r.key.setting() for r in det}) > 1
-        by_key: dict[Key, list[A.Row]] = {}
-        for r in det:
-            if r.contrast.endswith(f"− {A.full_twin(r.key.operator)}"):
-                by_key.setdefault(r.key, []).append(r)
-        series = {_label(k, many, models): _traj_points(v) for k, v in by_key.items()}
         F.trajectory_figure(
-            series,
+            det_series,
             out / "detach.png",
             "Modified − same-seed full-gradient twin along training",
             ylabel="ΔNLL vs full-gradient twin (nats/token)",
             symlog=True,
+            colours=colours,
         )
         ix.figure("detach.png", "detach vs full")
     val, val_skipped = A.validation_pairs(det_pairing, logs)

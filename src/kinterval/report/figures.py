@@ -41,6 +41,16 @@ def _save(fig, path: Path, title: str | None = None, *, bottom=0.0, top=0.95, pa
     return path
 
 
+def colours(labels) -> dict[str, tuple]:
+    """label -> colour, one per label in sorted order: matplotlib's default ten (tab10), tab20 beyond ten
+    labels (repeating beyond twenty). The report passes one such map to every figure with a line per
+    condition, so that a condition keeps its colour from figure to figure (softmax, in the geometry figure
+    only, keeps its colour out of the others)."""
+    names = sorted(set(labels))
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+
+
 def _legend(ax, n: int) -> None:
     if n:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, ncol=1 + n // 20)
@@ -77,14 +87,18 @@ def trajectory_figure(
     *,
     ylabel: str = "ΔNLL vs softmax (nats/token)",
     symlog: bool = True,
+    colours: dict | None = None,
 ) -> Path:
     """ΔNLL vs training tokens, one line per condition with its CI band; symlog vertical axis (linear within
-    ±0.02 nats) as in the paper's figures, so that 0.01-nat and 1-nat gaps are both readable."""
+    ±0.02 nats) as in the paper's figures, so that 0.01-nat and 1-nat gaps are both readable. ``colours``:
+    label -> colour (:func:`colours`); without it, or for a label it lacks, matplotlib's cycle."""
     ncol = 1 + len(traj) // 20  # many conditions (a full grid): a wider figure with a multi-column legend
     fig, ax = plt.subplots(figsize=(8 + 3.5 * ncol, max(4.5, 0.2 * len(traj) / ncol + 1)))
     for op, pts in sorted(traj.items()):
         t = [p[0] for p in pts]
-        line = ax.plot(t, [p[1] for p in pts], marker="o", ms=3, lw=1.2, label=op)[0]
+        line = ax.plot(
+            t, [p[1] for p in pts], marker="o", ms=3, lw=1.2, label=op, color=(colours or {}).get(op)
+        )[0]
         ax.fill_between(t, [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.15, lw=0)
     ax.axhline(0, color="k", lw=0.8)
     if symlog:
@@ -96,8 +110,11 @@ def trajectory_figure(
     return _save(fig, path)
 
 
-def geometry_figure(series: dict[str, list[tuple[int, dict]]], path: Path, title: str) -> Path:
-    """Layer-mean span, h, TV and top-bucket mass vs training tokens per condition (legend below)."""
+def geometry_figure(
+    series: dict[str, list[tuple[int, dict]]], path: Path, title: str, colours: dict | None = None
+) -> Path:
+    """Layer-mean span, h, TV and top-bucket mass vs training tokens per condition (legend below);
+    ``colours`` as in :func:`trajectory_figure`."""
     ncol = 4
     legend_h = 0.17 * -(-len(series) // ncol) + 0.3  # inches: one line per legend row
     fig, axes = plt.subplots(1, len(GEOMETRY), figsize=(17, 4 + legend_h))
@@ -105,7 +122,8 @@ def geometry_figure(series: dict[str, list[tuple[int, dict]]], path: Path, title
         for op, pts in sorted(series.items()):
             vals = [(t, g.get(key)) for t, g in pts if g.get(key) is not None and g.get(key) == g.get(key)]
             if vals:
-                ax.plot([v[0] for v in vals], [v[1] for v in vals], marker="o", ms=3, lw=1.2, label=op)
+                ax.plot([v[0] for v in vals], [v[1] for v in vals], marker="o", ms=3, lw=1.2, label=op,
+                        color=(colours or {}).get(op))  # fmt: skip
         ax.set_ylabel(label)
         _tokens_axis(ax)
         if log and any(line.get_ydata().min() > 0 for line in ax.get_lines()):
