@@ -165,3 +165,17 @@ def test_a_condition_keeps_its_colour_across_figures(figs, tmp_path):
     assert len(set(g_lines.values())) == 3
     many = F.colours([f"op{i}" for i in range(15)])  # beyond ten: tab20, still one colour each
     assert len(set(many.values())) == 15
+
+
+def test_trajectory_ticks_read_a_band_between_decades(figs, tmp_path):
+    """A band reaching ±0.05 on the symlog axis (linear within ±0.02) is labelled at 0.02 and 0.05 as well as
+    the decades; a trajectory inside ±0.02 gets a plain linear axis with evenly spaced ticks."""
+    F.trajectory_figure({"a": [(1, 0.0, -0.05, 0.05), (2, 0.01, -0.04, 0.06)]}, tmp_path / "t.png", "t")
+    F.trajectory_figure({"a": [(1, 0.0, -0.004, 0.004), (2, 0.001, -0.003, 0.005)]}, tmp_path / "u.png", "u")
+    wide, tiny = figs[0].axes[0], figs[1].axes[0]
+    for fig in figs:
+        fig.canvas.draw()
+    lo, hi = wide.get_ylim()
+    shown = {t.get_text() for t in wide.get_yticklabels() if lo <= t.get_position()[1] <= hi}
+    assert wide.get_yscale() == "symlog" and {"0", "0.01", "0.02", "0.05", "-0.02", "-0.05"} <= shown
+    assert tiny.get_yscale() == "linear" and len([t for t in tiny.get_yticks() if -0.004 <= t <= 0.005]) >= 3

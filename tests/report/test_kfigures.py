@@ -237,6 +237,33 @@ def test_k_figure_panels(figs, tmp_path):
     assert figs[1].axes[2].get_yscale() == "linear"  # (c): linear
 
 
+def test_k_figure_a_family_keeps_its_colour_in_every_panel(figs, tmp_path):
+    """Panel (a) colours by family in its order (lerp first); a line of (b) or (c) takes its rows' family's
+    colour, whatever its place among the lines of its own panel."""
+    from dataclasses import replace
+
+    from matplotlib.colors import to_rgba
+
+    final = {"lerp": {4: _row(0.05, 0.04, 0.06)}, "minmax-weight": {4: _row(0.2, 0.1, 0.3)}}
+    mw = [replace(_row(0.1, 0.08, 0.12, t), family="minmax-weight") for t in (1000, 2000)]
+    gap = {
+        "minmax-weight-k4": mw,
+        "lerp-k4": [replace(_row(0.05, 0.04, 0.06, t), family="lerp") for t in (1000, 2000)],
+    }
+    F.k_figure(final, gap, {"minmax-weight-k4": mw}, {}, tmp_path / "k.png", "t")
+    a, b, c = figs[0].axes[:3]
+    in_a = {}
+    for cont in a.containers:  # each family's error bars: its label and colour
+        if hasattr(cont, "has_yerr") and cont.get_label() in final:
+            in_a[cont.get_label()] = to_rgba(cont.lines[0].get_color())
+    assert set(in_a) == set(final) and in_a["lerp"] != in_a["minmax-weight"]
+    for ax in (b, c):
+        for line in ax.lines:
+            if line.get_label().endswith("-k4"):
+                family = line.get_label().removesuffix("-k4")
+                assert to_rgba(line.get_color()) == in_a[family], (line.get_label(), ax)
+
+
 TAU8 = """
 [[group]]
 name = "fwm-tau8"

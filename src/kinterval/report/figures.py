@@ -3,6 +3,7 @@ endpoint ΔNLL bar chart used by the demo. Every figure is a PNG with labelled a
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -10,7 +11,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    FuncFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    SymmetricalLogLocator,
+)
 
 from kinterval import atomic  # noqa: E402
 
@@ -65,10 +72,12 @@ def _log_x(ax) -> None:
 
 
 def _symlog_y(ax, values, linthresh: float) -> None:
-    """symlog y (linear within ±linthresh); values that all sit in the linear part get a plain linear axis,
-    which is the same scale there, with evenly spaced ticks."""
+    """symlog y (linear within ±linthresh), labelled at 1, 2 and 5 per decade (a band reaching 0.05 is read
+    at 0.02 and 0.05, not left between the decade ticks 0.01 and 0.1); values that all sit in the linear part
+    get a plain linear axis, which is the same scale there, with evenly spaced ticks."""
     if max((abs(v) for v in values), default=0.0) > linthresh:
         ax.set_yscale("symlog", linthresh=linthresh)
+        ax.yaxis.set_major_locator(SymmetricalLogLocator(linthresh=linthresh, base=10, subs=(1.0, 2.0, 5.0)))
     else:
         ax.yaxis.set_major_locator(MaxNLocator(6, symmetric=False))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
@@ -94,15 +103,17 @@ def trajectory_figure(
     label -> colour (:func:`colours`); without it, or for a label it lacks, matplotlib's cycle."""
     ncol = 1 + len(traj) // 20  # many conditions (a full grid): a wider figure with a multi-column legend
     fig, ax = plt.subplots(figsize=(8 + 3.5 * ncol, max(4.5, 0.2 * len(traj) / ncol + 1)))
+    values = []
     for op, pts in sorted(traj.items()):
         t = [p[0] for p in pts]
+        values += [v for p in pts for v in p[1:4] if math.isfinite(v)]
         line = ax.plot(
             t, [p[1] for p in pts], marker="o", ms=3, lw=1.2, label=op, color=(colours or {}).get(op)
         )[0]
         ax.fill_between(t, [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.15, lw=0)
     ax.axhline(0, color="k", lw=0.8)
     if symlog:
-        ax.set_yscale("symlog", linthresh=0.02)
+        _symlog_y(ax, values, linthresh=0.02)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     _tokens_axis(ax)
@@ -396,11 +407,13 @@ def k_figure(
     95% interval; (b) ΔNLL vs softmax along training of the K = ``K`` conditions with their interval bands;
     (a, b) symlog, linear within ±0.02 nats. (c) Each Nearest condition minus the same-seed LERP at K along
     training with its interval band, linear. ``final``: family -> {K: Row}; ``gap``, ``vs_lerp``: label ->
-    [Row per checkpoint]; ``not_run``: panel letter -> why (an empty "not run" panel)."""
+    [Row per checkpoint]; ``not_run``: panel letter -> why (an empty "not run" panel). A family has one
+    colour in all three panels (a line of (b) or (c) takes its rows' family's colour in (a))."""
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.0))
     ax = axes[0]
     vals = []
     n = len(final)
+    family_colour = {fam: f"C{j}" for j, fam in enumerate(final)}
     for j, (fam, by_K) in enumerate(final.items()):
         xs = [K_ * 2 ** (0.04 * (j - (n - 1) / 2)) for K_ in by_K]  # a small offset per family
         for x, row in zip(xs, by_K.values()):
@@ -424,7 +437,10 @@ def k_figure(
         vals = []
         for label, rows in series.items():
             t = [r.tokens for r in rows]
-            line = ax.plot(t, [r.est.mean for r in rows], marker="o", ms=3, lw=1.2, label=label)[0]
+            colour = family_colour.get(rows[0].family) if rows else None  # None: the next of the cycle
+            line = ax.plot(
+                t, [r.est.mean for r in rows], marker="o", ms=3, lw=1.2, label=label, color=colour
+            )[0]
             lo, hi = [r.est.lo for r in rows], [r.est.hi for r in rows]
             ax.fill_between(t, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
             vals += lo + hi
