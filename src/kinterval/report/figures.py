@@ -322,9 +322,9 @@ def factorial_figure(
     """fig:2x2. One panel per K: endpoint ΔNLL vs softmax of the four cells by surrogate placement
     (Weight-STE, Prob-STE), one line per calibration, 95% intervals; dotted: LERP at the same K. Then: mean
     ΔNLL vs K (log2) per family with its interval (symlog y); last, panel (d): the surrogate effect Prob −
-    Weight vs K (log2) under each calibration, paired by seed, with its interval (symlog y; "not run" when
-    empty). ``cells``: K -> cell (``mm_w``, ..., ``lerp``) -> Row; ``families``: family -> {K: Row};
-    ``surrogate``: calibration (``MinMax``, ``FWM``) -> {K: Row}."""
+    Weight vs K (log2) under each calibration, paired by seed, with its interval (symlog y). A panel with
+    nothing to show says "not run" and why. ``cells``: K -> cell (``mm_w``, ..., ``lerp``) -> Row;
+    ``families``: family -> {K: Row}; ``surrogate``: calibration (``MinMax``, ``FWM``) -> {K: Row}."""
     Ks = sorted(cells)
     fig, axes = plt.subplots(1, len(Ks) + 2, figsize=(3.2 * len(Ks) + 9, 4.4), squeeze=False)
     for ax, K in zip(axes[0], Ks):
@@ -354,29 +354,33 @@ def factorial_figure(
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7, frameon=False)
     ax = axes[0][-2]
-    vals = []
-    for j, (fam, by_K) in enumerate(sorted(families.items())):
-        ks = sorted(by_K)
-        for K in ks:
-            _interval(
-                ax,
-                K * 2 ** (0.05 * (j - 2)),
-                by_K[K],
-                f"C{j}",
-                label=fam if K == ks[0] else None,
-                points=False,
-            )
-            vals += [by_K[K].est.lo, by_K[K].est.hi]
-        ax.plot([K * 2 ** (0.05 * (j - 2)) for K in ks], [by_K[K].est.mean for K in ks], color=f"C{j}", lw=1)
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    _symlog_y(ax, vals, linthresh=0.02)
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set_xlabel("K")
-    ax.set_ylabel("mean ΔNLL vs softmax (nats/token)")
     ax.set_title("all families", fontsize=9)
-    ax.grid(alpha=0.3)
-    if families:
+    if not families:
+        _not_run(ax, "no family measured at two or more K")
+    else:
+        vals = []
+        for j, (fam, by_K) in enumerate(sorted(families.items())):
+            ks = sorted(by_K)
+            for K in ks:
+                _interval(
+                    ax,
+                    K * 2 ** (0.05 * (j - 2)),
+                    by_K[K],
+                    f"C{j}",
+                    label=fam if K == ks[0] else None,
+                    points=False,
+                )
+                vals += [by_K[K].est.lo, by_K[K].est.hi]
+            ax.plot(
+                [K * 2 ** (0.05 * (j - 2)) for K in ks], [by_K[K].est.mean for K in ks], color=f"C{j}", lw=1
+            )
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        _symlog_y(ax, vals, linthresh=0.02)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xlabel("K")
+        ax.set_ylabel("mean ΔNLL vs softmax (nats/token)")
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=6, frameon=False)
     ax = axes[0][-1]
     ax.set_title("surrogate effect Prob − Weight", fontsize=9)
