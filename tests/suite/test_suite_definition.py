@@ -393,6 +393,18 @@ def test_sdpa_is_a_suite_operator_as_in_train(tmp_path):
     assert [r["run_id"] for r in rows] == ["softmax-s1", "sdpa-s1"]
 
 
+@pytest.mark.parametrize("option", ['"model.attn_sinks" = true', '"model.attn_softcap" = 20.0'])
+def test_sdpa_with_a_softcap_or_sinks_is_refused_when_the_suite_is_loaded(tmp_path, option):
+    """The file loaded and `suite show` listed the run; `suite run` trained the other runs and then failed
+    the sdpa one (PyTorch's SDPA applies neither), as a traceback in its log."""
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD + f"[overrides]\n{option}\n" + '[[group]]\noperators=["softmax", "sdpa"]\n')
+    with pytest.raises(ValueError, match=re.escape(f"{path}: group 0: operator 'sdpa': ") + ".*use the op"):
+        load_suite(path)
+    path.write_text(GOOD + f"[overrides]\n{option}\n" + '[[group]]\noperators=["softmax", "lerp-k4"]\n')
+    assert [r.operator for r in load_suite(path).runs] == ["softmax", "lerp-k4"]
+
+
 def test_mini_modern_is_mini_with_the_attention_options(tmp_path):
     """mini-modern: mini's model, data and protocol plus grouped-query heads (2 for 6), rotary positions and
     sinks; its four conditions are mini's (softmax, the Table 3 contrast, LERP K=32)."""

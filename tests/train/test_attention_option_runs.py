@@ -42,6 +42,17 @@ def test_set_flags_reach_the_model_config():
         cfg.override({"model.n_kv_head": 3}).validate()  # the tiny preset has 2 heads
 
 
+@pytest.mark.parametrize("option", ["model.attn_softcap=20", "model.attn_sinks=true"])
+def test_sdpa_with_a_softcap_or_sinks_is_a_config_error_naming_the_fields(option):
+    """It passed the config check and failed when the model was built (after the data note, without a
+    field's name), so a suite file with it loaded and trained its other runs first."""
+    args = ["train", "--out", "O", "--data", "D", "--set", option]
+    cfg = config_from_args(build_parser().parse_args(args))  # softmax: valid
+    fields = r"model\.attn_softcap or model\.attn_sinks"
+    with pytest.raises(ValueError, match=r"operator\.name 'sdpa' .* " + fields):
+        cfg.override({"operator.name": "sdpa"}).validate()
+
+
 def test_a_run_with_every_option_trains_resumes_and_probes(make_config, tmp_path):
     cfg = make_config(**{"operator.name": "fwm-prob-k4", **OPTIONS})
     run = tmp_path / "run"

@@ -223,6 +223,9 @@ def load_suite(name: str | Path) -> Suite:
                     op = _operator(template, K, arithmetic)
                 except ValueError as err:
                     raise ValueError(f"{path}: group {i}: {err}") from None
+                if op == SDPA:  # the one operator a model option can rule out (softcap, sinks)
+                    _check_overrides(path, f"group {i}: operator {op!r}", g.get("protocol", d["protocol"]),
+                                     overrides, operator=op)  # fmt: skip
                 for seed in seeds:
                     runs.append(
                         RunSpec(
@@ -251,16 +254,19 @@ def load_suite(name: str | Path) -> Suite:
     )
 
 
-def _check_overrides(path: Path, where: str, protocol: str, overrides: dict) -> None:
-    """``overrides`` set none of :data:`RUN_FIELDS`, and the protocol config with them applied is a valid
-    training config (checked when the file is loaded, so that ``suite show`` and ``suite run`` name the file
-    and the table, before anything runs)."""
+def _check_overrides(
+    path: Path, where: str, protocol: str, overrides: dict, operator: str | None = None
+) -> None:
+    """``overrides`` set none of :data:`RUN_FIELDS`, and the protocol config with them applied (and with
+    ``operator``, when given) is a valid training config (checked when the file is loaded, so that ``suite
+    show`` and ``suite run`` name the file and the table, before anything runs)."""
     if fixed := sorted(set(overrides) & RUN_FIELDS):
         raise ValueError(f"{path}: {where}: overrides may not set {fixed}: each run sets them itself "
                          "(operators, seeds, checkpoints, the suite's data folder)")  # fmt: skip
     try:
         # data.dir: each run sets it (RUN_FIELDS); a stand-in, as validate() requires one
-        TrainConfig.from_toml(protocol).override({**overrides, "data.dir": "data"}).validate()
+        own = {"data.dir": "data", **({"operator.name": operator} if operator is not None else {})}
+        TrainConfig.from_toml(protocol).override({**overrides, **own}).validate()
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise ValueError(f"{path}: {where}: {err}") from None
 

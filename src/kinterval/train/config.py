@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from kinterval.model.config import PRESETS, ModelConfig, NumericsConfig, preset
-from kinterval.model.gpt import ATTENTION_BACKENDS, operator_name
+from kinterval.model.gpt import ATTENTION_BACKENDS, SDPA, operator_name
 from kinterval.ops.seeds import check_seed
 
 try:
@@ -184,7 +184,7 @@ class TrainConfig:
         """Raise ValueError naming the first bad field; return self."""
         if self.model.preset not in PRESETS:
             raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.model.preset!r}")
-        self.model_config(vocab_size=1)  # shape checks
+        model = self.model_config(vocab_size=1)  # shape checks
         if self.numerics.autocast_dtype == "float16":  # evaluation may use it; training may not
             raise ValueError(
                 "numerics.autocast_dtype 'float16' cannot be used for training: without loss scaling "
@@ -192,6 +192,11 @@ class TrainConfig:
                 "policy) or 'none'"
             )
         operator_name(self.operator.name)  # raises ValueError with the valid forms
+        if self.operator.name == SDPA and (model.attn_softcap is not None or model.attn_sinks):
+            raise ValueError(
+                "operator.name 'sdpa' (PyTorch's softmax attention) takes no model.attn_softcap or "
+                "model.attn_sinks: use the operator 'softmax', which applies them"
+            )
         _choice("operator.backend", self.operator.backend, ATTENTION_BACKENDS)
         check_device(self.device)
         _choice("dist.strategy", self.dist.strategy, STRATEGIES)
