@@ -292,6 +292,27 @@ def test_a_condition_trained_under_another_protocol_is_never_paired(tmp_path, ov
         assert len({x.point.model for x in pairing.pairs}) == 1
 
 
+@pytest.mark.parametrize(
+    "main, added",
+    [("", '"optim.grad_clip" = 1'), ('"model.rope_theta" = 10000.0', '"model.rope_theta" = 10000')],
+)
+def test_a_number_written_as_an_integer_or_a_float_is_one_protocol(tmp_path, main, added):
+    """``10000`` and ``10000.0`` (``grad_clip = 1`` against the protocol's ``1.0``) train the same model,
+    and a resume takes one for the other; the report compared their JSON text and named the two folders'
+    runs apart (``[model.rope_theta=10000]``, ``[model.rope_theta=10000.0]``): never paired or pooled."""
+    for name, ops, extra in (("main", '["softmax", "lerp-k4"]', main), ("added", '["lerp-k8"]', added)):
+        text = TINY.format(name=name, extra="", operators=ops).replace(
+            "[overrides]\n", f"[overrides]\n{extra}\n"
+        )
+        (tmp_path / f"{name}.toml").write_text(text)
+        write_results(tmp_path / name, tmp_path / f"{name}.toml", lambda r, f: 0.02 * f)
+    pts = [p for r in load_many([tmp_path / "main", tmp_path / "added"]) for p in r.points if p.primary]
+    assert len({p.model for p in pts}) == 1 and "[" not in pts[0].model, {p.model for p in pts}
+    pairing = A.softmax_pairs(pts)
+    assert [x for x in pairing.pairs if x.point.operator == "lerp-k8"]
+    assert not any("lerp-k8" in k for k in pairing.unpaired)
+
+
 def _corpus(name: str) -> dict:
     return {"vocab_size": 50257, "split": "train", "n_tokens": 4096, "shards_sha256": [name * 64]}
 

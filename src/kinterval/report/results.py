@@ -192,7 +192,15 @@ def protocol_of(row: dict) -> tuple:
     config = row.get("config")
     flat = flatten(config) if isinstance(config, dict) else {}
     flat = {k: v for k, v in flat.items() if k not in NOT_PROTOCOL} | {"steps": row.get("steps")}
-    return tuple(sorted((k, json.dumps(v)) for k, v in flat.items()))
+    return tuple(sorted((k, json.dumps(_whole(v))) for k, v in flat.items()))
+
+
+def _whole(v):
+    """A whole float as the integer it equals (``10000.0`` -> ``10000``, as a config or a resume compares
+    them: ``rope_theta = 10000`` and ``10000.0`` are one protocol), in lists too; anything else as it is."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return [_whole(x) for x in v] if isinstance(v, list) else v
 
 
 @dataclass
