@@ -405,6 +405,19 @@ def test_sdpa_with_a_softcap_or_sinks_is_refused_when_the_suite_is_loaded(tmp_pa
     assert [r.operator for r in load_suite(path).runs] == ["softmax", "lerp-k4"]
 
 
+def test_the_same_operator_under_other_group_overrides_is_refused_naming_the_way(tmp_path):
+    """A group of the same operators with an attention option was refused as 'same operator and seed twice',
+    which did not say why (a run id carries no overrides) nor what to do (a suite file of its own)."""
+    path = tmp_path / "s.toml"
+    sinks = '[group.overrides]\n"model.attn_sinks" = true\n'
+    path.write_text(GOOD + '[[group]]\noperators=["softmax"]\n[[group]]\noperators=["softmax"]\n' + sinks)
+    with pytest.raises(ValueError, match=r"duplicate runs \['softmax-s1'\] .*suite file of its own"):
+        load_suite(path)
+    path.write_text(GOOD + '[[group]]\noperators=["softmax"]\n[[group]]\noperators=["softmax"]\n')
+    with pytest.raises(ValueError, match=r"\(same operator and seed twice\)$"):
+        load_suite(path)
+
+
 def test_mini_modern_is_mini_with_the_attention_options(tmp_path):
     """mini-modern: mini's model, data and protocol plus grouped-query heads (2 for 6), rotary positions and
     sinks; its four conditions are mini's (softmax, the Table 3 contrast, LERP K=32)."""

@@ -241,7 +241,18 @@ def load_suite(name: str | Path) -> Suite:
     ids = [r.run_id for r in runs]
     dup = sorted({x for x in ids if ids.count(x) > 1})
     if dup:
-        raise ValueError(f"{path}: duplicate runs {dup} (same operator and seed twice)")
+        variants = any(
+            len({repr(sorted(r.overrides.items())) for r in runs if r.run_id == x}) > 1 for x in dup
+        )
+        raise ValueError(
+            f"{path}: duplicate runs {dup} (same operator and seed twice)"
+            + (
+                "; a run id names the operator and seed, not a group's overrides: put the variant in a suite "
+                "file of its own, run it into another --out and report both folders together"
+                if variants
+                else ""
+            )
+        )
     return Suite(
         name=d["name"],
         title=d.get("title", d["name"]),
