@@ -141,3 +141,59 @@ def test_flip_rows_adds_bf16_exps_backward_with_v_and_do():
     assert (both | ~fwd).all() and both.sum() > fwd.sum()
     assert torch.equal(flip_rows(OperatorSpec.parse("fp8-exp"), q, k, 0.25, valid, v, do),
                        flip_rows(OperatorSpec.parse("fp8-exp"), q, k, 0.25, valid))  # fmt: skip
+
+
+def _row_mods(spec, raw, softcap=None, bias=None, sinks=None):
+    """flip_rows of one row whose products are ``raw`` exactly (scale 1/8, q = 8 e_0: cond_j = |raw_j|),
+    with the score modifications given (bias: one per key; sinks: one, the row's head)."""
+    D = 16
+    q = torch.zeros(1, 1, 1, D, dtype=torch.float64)
+    q[..., 0] = 8.0
+    k = torch.zeros(1, 1, len(raw), D, dtype=torch.float64)
+    k[0, 0, :, 0] = torch.tensor(raw, dtype=torch.float64)
+    valid = torch.ones(1, 1, 1, len(raw), dtype=torch.bool)
+    kw = dict(softcap=softcap)
+    if bias is not None:
+        kw["bias"] = torch.tensor(bias, dtype=torch.float64).view(1, 1, 1, -1)
+    if sinks is not None:
+        kw["sinks"] = torch.tensor([sinks], dtype=torch.float64)
+    return bool(flip_rows(OperatorSpec.parse(spec), q, k, 1 / 8, valid, **kw)[0, 0, 0])
+
+
+def test_flip_rows_place_the_decisions_on_the_modified_row():
+    """The grid decisions are those of the row the operator sees: c tanh(s / c) + bias, with the sink as one
+    more key (none when -inf). Each case puts a key on a MinMax boundary of the modified row only."""
+    c = 10.0
+    cap = lambda t: c * math.atanh(t / c)  # noqa: E731 - the product whose softcapped score is t
+    # softcapped row [2, 6] (h = 1 for K = 4): 4 is the boundary x = 2; its product 4.24 is no point of the
+    # raw row [2.03, 6.93] (x = 2.25)
+    row = [cap(2.0), cap(6.0), cap(4.0)]
+    assert _row_mods("minmax-lerp-k4", row, softcap=c)
+    assert not _row_mods("minmax-lerp-k4", row)
+    # a bias moves the key at 103 (a LERP midpoint of [100, 108]: continuous) onto the boundary 104
+    assert _row_mods("minmax-lerp-k4", [100.0, 108.0, 103.0], bias=[0.0, 0.0, 1.0])
+    assert not _row_mods("minmax-lerp-k4", [100.0, 108.0, 103.0])
+    # a sink of 108 is the row max: 104 is the boundary x = 2 of [100, 108]; without it 104 is the max
+    assert _row_mods("minmax-lerp-k4", [100.0, 104.0], sinks=108.0)
+    assert not _row_mods("minmax-lerp-k4", [100.0, 104.0])
+    # a sink of -inf is no key: [100, 108] keeps its boundary at 104 (a sink of 0 would make m = 0)
+    assert _row_mods("minmax-lerp-k4", [100.0, 108.0, 104.0], sinks=float("-inf"))
+    assert not _row_mods("minmax-lerp-k4", [100.0, 108.0, 104.0], sinks=0.0)
+
+
+def test_flip_rows_radius_of_a_modified_score():
+    """The documented radius of a modified score (U = 2^-24): under a softcap, the product's 16 U |s| (here)
+    times tanh's slope 1 - (t/c)^2 plus 32 U |t| for the tanh; with a bias, 8 U |s + bias| more for the sum.
+    A near-tie of the row max (FWM, x ~ K: no boundary) within 0.99x the two keys' radii is flagged, one
+    1.5x as far is not; each term matters (the slope alone, without the tanh's term, is 0.07 of it)."""
+    U, c = 2.0**-24, 10.0
+    t1 = c * math.tanh(20.0 / c)  # 9.64, slope 0.07
+    cap = lambda t: c * math.atanh(t / c)  # noqa: E731
+    radius = lambda t: 16 * U * cap(t) * (1 - (t / c) ** 2) + 32 * U * t  # noqa: E731
+    for f, want in ((0.99, True), (1.5, False)):
+        t2 = t1 - f * (radius(t1) + radius(t1))
+        assert _row_mods("fwm-lerp-k4", [20.0, cap(t2)], softcap=c) == want, f
+    # a bias of +100 on products of about 1: the sum's rounding (8 U * 101) dominates the products' (16 U)
+    L = 2 * (16 * U * 1.0 + 8 * U * 101.0)
+    for f, want in ((0.99, True), (1.5, False)):
+        assert _row_mods("fwm-lerp-k4", [1.0, 1.0], bias=[100.0, 100.0 - f * L]) == want, f
