@@ -175,6 +175,10 @@ def test_bad_arguments_are_value_errors():
     for bad in (sinks[:2], sinks.view(1, H), sinks.long(), [0.0] * H):
         with pytest.raises(ValueError, match=r"sinks must be a floating tensor of shape \(4,\)"):
             kinterval_attention(q, k, v, "softmax", sinks=bad, **kw)
+    with pytest.raises(
+        ValueError, match=r"sinks must be a floating tensor \(float64/32, bfloat16, float16\)"
+    ):
+        kinterval_attention(q, k, v, "softmax", sinks=sinks.detach().to(torch.float8_e4m3fn), **kw)
     with pytest.raises(ValueError, match="sinks of shape"):
         attention_probs(torch.zeros(H, T, T), "softmax", sinks=torch.zeros(3))
     with pytest.raises(ValueError, match="does not broadcast"):
@@ -261,3 +265,28 @@ def test_a_zero_bias_that_requires_grad_gets_its_gradient():
     assert split_mask(torch.zeros(T, T))[1] is None
     with torch.no_grad():
         assert split_mask(torch.zeros(T, T, requires_grad=True))[1] is None
+
+
+def test_a_backend_without_a_modification_is_passed_over_or_named(monkeypatch):
+    """Every backend applies every modification today; the dispatcher still holds one that lacks some (a
+    new backend) to them: auto passes it over for a call that needs one (True: all three; False, or the
+    ones it has: it may run), and an explicit choice names what it lacks and who can."""
+    from dataclasses import replace
+
+    from kinterval.ops import backends
+
+    monkeypatch.setattr(backends, "_triton_importable", lambda: True)
+    lacking = replace(backends.TRITON, score_mods=frozenset({"bias", "softcap"}))
+    monkeypatch.setitem(backends.REGISTRY, "triton", lacking)
+    on = ("fwm-prob-k4", "cuda", torch.bfloat16)
+    for mods, want in (
+        (False, "triton"), ((), "triton"), (("bias", "softcap"), "triton"), ("softcap", "triton"),
+        ("sinks", "closed_form"), (("bias", "sinks"), "closed_form"), (True, "closed_form"),
+    ):  # fmt: skip
+        assert resolve_backend(*on, score_mod=mods) == want, mods
+    with pytest.raises(
+        ValueError,
+        match=r"backend 'triton' cannot run operator fwm-prob-k4 on cuda, torch.bfloat16: it applies no "
+        r"attention sinks; backend 'closed_form' can",
+    ):
+        resolve_backend(*on, backend="triton", score_mod=("sinks", "bias"))
