@@ -331,3 +331,61 @@ def test_compiled_calls_in_one_block_compile_once():
     assert counters["stats"]["unique_graphs"] == 1
     assert mode.calls == 10
     torch.testing.assert_close(got, kinterval_attention(q, q, q, "lerp-k4", is_causal=True), rtol=0, atol=0)
+
+
+def test_three_nested_blocks_the_innermost_open_one_wins():
+    """With three blocks open, the innermost closing hands SDPA to the middle one, not to the outermost."""
+    q = _x(1, 2, 5, 8)
+    with replace_sdpa("softmax") as outer, replace_sdpa("lerp-k4") as middle:
+        with replace_sdpa("minmax-weight-k4") as inner:
+            F.scaled_dot_product_attention(q, q, q)
+        got = F.scaled_dot_product_attention(q, q, q)
+    assert (outer.calls, middle.calls, inner.calls) == (0, 1, 1)
+    torch.testing.assert_close(got, kinterval_attention(q, q, q, "lerp-k4"), rtol=0, atol=0)
+    assert F.scaled_dot_product_attention is imported_sdpa
+
+
+def test_an_inference_layer_in_another_thread_runs_the_operator():
+    """The torch-function mode is this thread's; in another thread (nn.DataParallel's replicas) an eval-mode
+    nn.TransformerEncoderLayer under no_grad would take PyTorch's fused fast path, which computes softmax
+    without calling SDPA: the block switches the fast path off, so the layer's SDPA call runs the operator
+    there too, as in this thread."""
+    import threading
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True, dropout=0.0).eval()
+    x = torch.randn(2, 6, 16)
+    out = {}
+
+    def other():
+        with torch.no_grad():
+            out["y"] = layer(x)
+
+    with torch.no_grad(), replace_sdpa("lerp-k4") as mode:
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join()
+        assert mode.calls == 1
+        want = layer(x)  # this thread: the mode catches the call
+    assert mode.calls == 2
+    torch.testing.assert_close(out["y"], want, rtol=0, atol=0)
+    with torch.no_grad():
+        assert not torch.allclose(layer(x), want, atol=1e-4)  # softmax: not the operator's result
+
+
+def test_the_alias_warning_comes_once_and_only_where_a_backward_may_recompute():
+    """The warning about an alias bound before the block (activation checkpointing would recompute plain
+    SDPA) is given once per block object, and not under no_grad (no backward pass)."""
+    import warnings
+
+    q = _x(1, 2, 5, 8)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with replace_sdpa("lerp-k4") as mode:
+            with torch.no_grad():
+                imported_sdpa(q, q, q)
+            assert not seen
+            for _ in range(3):
+                imported_sdpa(q.requires_grad_(), q, q)
+    assert mode.calls == 4
+    assert [str(w.message).count("alias imported earlier") for w in seen] == [1]
