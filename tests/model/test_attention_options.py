@@ -284,3 +284,33 @@ def test_attention_options_names_exactly_the_options_that_are_set():
     assert config(**OPTIONS["all"]).attention_options == {
         "n_kv_head": 2, "attn_softcap": 2.0, "attn_sinks": True, "rope_theta": 100.0
     }  # fmt: skip
+
+
+def test_the_smallest_softcap_is_accepted():
+    """attn_softcap at float32's smallest normal number is valid (the operators take it); below it, not."""
+    assert config(attn_softcap=2.0**-126).attn_softcap == 2.0**-126
+    with pytest.raises(ValueError, match="attn_softcap must be at least"):
+        config(attn_softcap=math.nextafter(2.0**-126, 0.0))
+
+
+def test_rotary_runs_in_fp32_at_least():
+    """16-bit q and k (under autocast) are rotated in fp32: the result is fp32 and equals the float64
+    rotation of the same 16-bit values to fp32 rounding; float64 stays float64."""
+    from kinterval.model.gpt import rotary
+
+    x = torch.randn(2, 4, 64, 16, generator=torch.Generator().manual_seed(3))
+    for dtype in (torch.bfloat16, torch.float16):
+        got = rotary(x.to(dtype), 1e4)
+        assert got.dtype == torch.float32
+        want = rotary(x.to(dtype).double(), 1e4)
+        assert want.dtype == torch.float64
+        torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-5)
+
+
+def test_sinks_start_at_zero():
+    """The learned sink logits are zero at init (each sink weighs e^0 = 1 beside the keys' e^s), in
+    every layer, whatever the seed."""
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = GPT(config(attn_sinks=True, n_layer=2), "fwm-prob-k4")
+        assert [block.attn.sinks.tolist() for block in model.transformer.h] == [[0.0] * 4] * 2
