@@ -1199,3 +1199,95 @@ def test_replace_sdpa_with_gradient_checkpointing():
     assert len(got) == len(want) > 0
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_a_position_bias_with_a_float_padding_mask_is_eagers():
+    """T5's position_bias beside the padding mask as a float mask (0 / finfo.min, eager's form) or a boolean
+    one: kinterval-softmax gives eager's output with either, and a K-interval operator sees the bias too."""
+    from transformers.models.t5.modeling_t5 import eager_attention_forward
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(1, 3, 4, 4, generator=g, dtype=torch.float64)
+    module = types.SimpleNamespace(is_causal=False, training=False, config=types.SimpleNamespace())
+    am = torch.ones(2, 1, 1, 4, dtype=torch.bool)
+    am[1, ..., :2] = False
+    float_mask = torch.zeros(am.shape, dtype=torch.float64).masked_fill(~am, torch.finfo(torch.float64).min)
+    want, _ = eager_attention_forward(module, q, k, v, float_mask, scaling=1.0, position_bias=bias)
+    for mask in (am, float_mask):
+        got, _ = AttentionInterface()["kinterval-softmax"](
+            module, q, k, v, mask, scaling=1.0, position_bias=bias
+        )
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-14)
+        got, _ = AttentionInterface()["kinterval-fwm-prob-k4"](
+            module, q, k, v, mask, scaling=1.0, position_bias=bias
+        )
+        biased = bias.masked_fill(~am, float("-inf"))
+        direct = kinterval_attention(q, k, v, "fwm-prob-k4", attn_mask=biased, scale=1.0)
+        torch.testing.assert_close(got, direct.transpose(1, 2), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["s_aux", "sinks"])
+def test_attention_sinks_under_either_keyword_join_the_row(name):
+    """The sinks come as s_aux (gpt-oss) or as sinks: either joins every row as a key without a value, on
+    the fused and the explicit-P path (written out here for softmax), with grouped-query heads."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 5, 3, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 5, 3, generator=g, dtype=torch.float64) for _ in range(2))
+    sinks = torch.tensor([1.5, -0.5, 0.0, 3.0], dtype=torch.float64)
+    module = types.SimpleNamespace(is_causal=True, training=False, config=types.SimpleNamespace())
+    s = q @ k.repeat_interleave(2, 1).transpose(-2, -1)
+    s = s.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
+    P = torch.softmax(torch.cat([s, sinks.view(1, 4, 1, 1).expand(2, 4, 5, 1)], -1), -1)[..., :-1]
+    want = (P @ v.repeat_interleave(2, 1)).transpose(1, 2)
+    fused, _ = hf._attention("kinterval-softmax", module, q, k, v, None, scaling=1.0, **{name: sinks})
+    torch.testing.assert_close(fused, want, rtol=0, atol=1e-14)
+    explicit, probs = hf._explicit_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), "softmax", True, None, 1.0, 0.0, "auto",
+        None, sinks,
+    )  # fmt: skip
+    torch.testing.assert_close(explicit.transpose(1, 2), want, rtol=0, atol=1e-14)
+    torch.testing.assert_close(probs, P, rtol=0, atol=1e-14)
+
+
+def test_a_mask_like_bias_warns_on_the_explicit_path_too():
+    """A float mask written as -1e9 is an additive bias that a K-interval operator's calibration sees: the
+    explicit-P path (output_attentions, dropout) warns as the fused one does; softmax stays silent."""
+    import warnings
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.zeros(1, 1, 4, 4, dtype=torch.float64).masked_fill(~torch.ones(4, 4).bool().tril(), -1e9)
+    with pytest.warns(UserWarning, match="attention mask holds an additive bias as low as -1e\\+09"):
+        hf._explicit_attention(q, k, v, OperatorSpec.parse("minmax-weight-k4"), False, mask, 1.0, 0.0, "auto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hf._explicit_attention(q, k, v, OperatorSpec.parse("softmax"), False, mask, 1.0, 0.0, "auto")
+
+
+def test_the_explicit_path_checks_the_softcap():
+    """The explicit-P path (output_attentions, dropout) refuses a softcap that is no positive finite number,
+    as the fused path does: a negative one would flip every score's sign, 0 would divide by it."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    spec = OperatorSpec.parse("softmax")
+    for bad in (-2.0, 0.0, True, float("inf")):
+        with pytest.raises(ValueError, match="softcap must be a positive finite number"):
+            hf._explicit_attention(q, k, v, spec, True, None, 1.0, 0.0, "auto", bad)
+
+
+def test_a_position_bias_over_an_empty_static_cache_is_cut_with_the_keys():
+    """No mask and causal with an empty static cache: the keys are cut to the query length (sdpa's
+    semantics), and so is T5's position bias, computed over the whole cache: the output is that of the
+    first keys alone (softmax written out here), the cache's empty slots never read."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(1, 2, 6, 3, generator=g, dtype=torch.float64) for _ in range(2))
+    k[:, :, 4:], v[:, :, 4:] = 0.0, 0.0  # the empty slots of the cache
+    bias = torch.randn(1, 2, 4, 6, generator=g, dtype=torch.float64)
+    module = types.SimpleNamespace(is_causal=True, training=False, config=types.SimpleNamespace())
+    got, _ = hf._attention("kinterval-softmax", module, q, k, v, None, scaling=1.0, position_bias=bias)
+    s = q @ k[:, :, :4].transpose(-2, -1) + bias[..., :4]
+    s = s.masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), float("-inf"))
+    want = (torch.softmax(s, -1) @ v[:, :, :4]).transpose(1, 2)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-14)
