@@ -136,3 +136,49 @@ def test_a_seed_without_its_pair_at_the_endpoint_is_listed(tmp_path):
     left = [k for k in data["unpaired"] if "attention-option" in k]
     assert len(left) == 1 and "minmax-weight-k4-s7" in left[0], data["unpaired"]
     assert np.isfinite([e["effect"]["est"]["mean"] for e in data["option_effects"]]).all()
+
+
+def _bh(ps):
+    """Benjamini-Hochberg q values, written out: q_(i) = min over j >= i of m p_(j) / j, at most 1."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    q, running = [0.0] * len(ps), 1.0
+    for rank in range(len(ps), 0, -1):
+        i = order[rank - 1]
+        running = min(running, len(ps) * ps[i] / rank)
+        q[i] = running
+    return q
+
+
+def test_the_options_table_shows_each_rows_numbers(tmp_path):
+    """options.md, cell by cell against report.json: NLL without and with the options, the option effect,
+    the penalty without and with them and its change, each with its BH q (several seeds); the penalties' q
+    are the BH correction of their own p values."""
+    build_report(_write(tmp_path, "[7, 42, 1337]"), tmp_path / "rep")
+    effects = json.loads((tmp_path / "rep" / "report.json").read_text())["option_effects"]
+    lines = [ln for ln in (tmp_path / "rep" / "options.md").read_text().splitlines() if ln.startswith("|")]
+    split = lambda ln: [c.strip() for c in ln.strip("|").split("|")]  # noqa: E731
+    head, rows = split(lines[0]), [split(ln) for ln in lines[2:]]
+    assert head[5:] == [
+        *("NLL without", "NLL with", "Δ option (nats/token)", "95% CI", "BH q"),
+        *("Penalty without", "Penalty with", "Δ penalty", "95% CI", "BH q", "Interval"),
+    ]
+    assert len(rows) == len(effects) == 3
+    penalties = [e["penalty"] for e in effects if e["penalty"] is not None]
+    assert len(penalties) == 2
+    for q, want in zip([p["q"] for p in penalties], _bh([p["est"]["p"] for p in penalties]), strict=True):
+        assert q == pytest.approx(want, abs=1e-12)
+    for row, e in zip(rows, effects, strict=True):
+        assert row[0] == e["effect"]["key"]["operator"]
+        r, pen = e["effect"], e["penalty"]
+        cells = dict(zip(head[5:10], row[5:10], strict=True))
+        assert float(cells["NLL without"]) == pytest.approx(r["control_nll"], abs=6e-5)
+        assert float(cells["NLL with"]) == pytest.approx(r["nll"], abs=6e-5)
+        assert float(cells["Δ option (nats/token)"]) == pytest.approx(r["est"]["mean"], abs=6e-5)
+        assert float(cells["BH q"]) == pytest.approx(r["q"], abs=6e-4)
+        if pen is None:
+            assert row[10:15] == ["-"] * 5
+            continue
+        assert float(row[10]) == pytest.approx(pen["control_nll"], abs=6e-5)  # penalty without
+        assert float(row[11]) == pytest.approx(pen["nll"], abs=6e-5)  # and with the options
+        assert float(row[12]) == pytest.approx(pen["est"]["mean"], abs=6e-5)
+        assert float(row[14]) == pytest.approx(pen["q"], abs=6e-4)
