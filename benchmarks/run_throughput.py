@@ -17,8 +17,9 @@ import statistics
 from pathlib import Path
 
 
-def windows(metrics: Path, window: float) -> tuple[list[float], float]:
-    """Median tokens/s per window of the training clock, and the clock's total (s)."""
+def windows(metrics: Path, window: float) -> tuple[list[float | None], float]:
+    """Median tokens/s per window of the training clock (None for a window in which no step ended: a step
+    longer than the window spans it), and the clock's total (s)."""
     clock, last, bins = 0.0, 0, {}
     for line in metrics.read_text().splitlines():
         row = json.loads(line)
@@ -27,7 +28,9 @@ def windows(metrics: Path, window: float) -> tuple[list[float], float]:
         clock += (row["tokens"] - last) / row["tokens_per_s"]  # this step's seconds
         last = row["tokens"]
         bins.setdefault(int(clock // window), []).append(row["tokens_per_s"])
-    return [statistics.median(bins[k]) for k in sorted(bins)], clock
+    return [
+        statistics.median(bins[k]) if k in bins else None for k in range(max(bins, default=-1) + 1)
+    ], clock
 
 
 def main(argv=None) -> int:
@@ -43,11 +46,11 @@ def main(argv=None) -> int:
     rows = [(f.parent.name, *windows(f, args.window)) for f in files]
     n = max(len(w) for _, w, _ in rows)
     print(f"median tokens/s (thousands) per {args.window:g} s of training")
-    print("| run | train s | " + " | ".join(f"{i * args.window:g}-" for i in range(n)) + " |")
+    print("| " + " | ".join(["run", "train s", *(f"{i * args.window:g}-" for i in range(n))]) + " |")
     print("|---|---|" + "---|" * n)
     for name, w, clock in rows:
-        cells = [f"{v / 1000:.0f}" for v in w] + [""] * (n - len(w))
-        print(f"| {name} | {clock:.0f} | " + " | ".join(cells) + " |")
+        cells = ["" if v is None else f"{v / 1000:.0f}" for v in w] + [""] * (n - len(w))
+        print("| " + " | ".join([name, f"{clock:.0f}", *cells]) + " |")
     return 0
 
 

@@ -199,6 +199,28 @@ def test_run_throughput_median_default_window_only_and_ragged_rows(tmp_path, cap
     assert capsys.readouterr().out.splitlines()[-1] == "| b-s1 | 1 | 2 |"
 
 
+def test_run_throughput_keeps_a_window_without_steps_in_its_column(tmp_path, capsys):
+    """A step longer than the window (a compile, a stall) leaves windows in which no step ended: they stay
+    empty columns, so that every later median stays under its own window's header, and a run without
+    steps prints a table whose header and rows have as many cells as its separator."""
+    (tmp_path / "runs" / "a-s1").mkdir(parents=True)
+    rows = [{"step": 1, "tokens": 10000, "tokens_per_s": 1000.0},  # 10 s: window 0
+            {"step": 2, "tokens": 40000, "tokens_per_s": 500.0},  # 60 s: ends at 70 s, window 60-
+            {"step": 3, "tokens": 44000, "tokens_per_s": 4000.0}]  # 1 s: window 60-  # fmt: skip
+    (tmp_path / "runs" / "a-s1" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    main = runpy.run_path(str(ROOT / "benchmarks" / "run_throughput.py"))["main"]
+    assert main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "| run | train s | 0- | 30- | 60- |",
+        "|---|---|---|---|---|",
+        "| a-s1 | 71 | 1 |  | 2 |",
+    ]
+    (tmp_path / "runs" / "b-s1").mkdir(parents=True)
+    (tmp_path / "runs" / "b-s1" / "metrics.jsonl").write_text(json.dumps({"step": 0, "val_loss": 3.0}) + "\n")
+    assert main([str(tmp_path), "--only", "b-*"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == ["| run | train s |", "|---|---|", "| b-s1 | 0 |"]
+
+
 def test_throughput_takes_grouped_query_heads_and_rotary_positions(capsys):
     """--n-kv-head and --rope-theta: every row's model has them, the SDPA anchor's too, and the header says
     so; a count that does not divide the heads is refused."""
