@@ -43,7 +43,8 @@ One run prints ONE table; each row is (operator, dtype mode, T, D), with columns
   timing (fwd, f+b, SDPA f+b, ref eager, ref compiled). Every call also rotates through several input sets
   so that no call finds its inputs in L2 from the previous one; peak MiB is the peak allocation of one
   fwd+bwd call above the inputs;
-* "tiles" = the configs the autotuner chose at the timed shape, read right after the timed fwd+bwd;
+* "tiles" = the configs the autotuner chose at the timed shape, read right after the timed fwd+bwd; "-" for
+  a kernel the row did not launch (the fused backward in a split row, dQ and dK/dV in a fused one);
 * --gqa G: grouped-query attention, G q heads per k/v head ("H kv" = H / G); the kernels read each k/v head
   in place, SDPA, FlexAttention and the reference get the same k, v with ``enable_gqa=True``; the error
   columns use H = --err-heads q heads on --err-heads / G k/v heads. G = 1 (default): multi-head attention;
@@ -400,6 +401,16 @@ def _split_dots() -> tuple[str, ...]:
     return SPLIT_DOTS
 
 
+def _forget_tiles() -> None:
+    """Clear each kernel's last choice, so that _tiles() names only the kernels launched after this ("-" for
+    the others: the fused kernel in a split row, dQ and dK/dV in a fused one)."""
+    from kinterval.ops.triton import kernels as K
+
+    for kern in K.KERNELS.values():
+        if hasattr(kern, "best_config"):
+            kern.best_config = None
+
+
 def _tiles() -> str:
     """BLOCK_M x BLOCK_N / warps / stages that each kernel ran last (autotuned or default)."""
     from kinterval.ops.triton import kernels as K
@@ -606,6 +617,7 @@ def _measure(bench, spec, sets, causal, precision, on_gpu, run_ref, run_compiled
         triton_attention(q, k, v, spec, causal=causal, precision=precision, **mods).backward(do)
 
     row: dict = {}
+    _forget_tiles()
     _put(row, "fwd", bench(_rotating(sets, fwd)))
     _put(row, "f+b", bench(_rotating(sets, fwd_bwd)))
     row["tiles"] = _tiles()  # the autotuner's choice at this shape, before anything launches another one

@@ -559,6 +559,17 @@ def test_tiles_are_those_of_the_timed_shape(bench, capsys, tmp_path, monkeypatch
     assert rows[0]["H"] == "2" and rows[0]["tiles"] == "H=2"
 
 
+def test_tiles_name_only_the_kernels_the_row_launched(bench, capsys, tmp_path):
+    """--bwd split,fused: a fused-bwd row launches no dQ or dK/dV kernel and a split row no fused one, so
+    their cells are "-", not the tile another row (another operator) left in the autotuner."""
+    rows, _, _ = run(bench, capsys, tmp_path, "--ops", "softmax", "--dtypes", "bf16", "--bwd", "split,fused",
+                     "--no-flex", "--err-t", "0")  # fmt: skip
+    tiles = {r["operator"]: dict(t.split(" ") for t in r["tiles"].split(", ")) for r in rows}
+    assert tiles["softmax"]["fused"] == "-" and tiles["softmax"]["dq"] != "-", tiles
+    fused = tiles["softmax (fused bwd)"]
+    assert fused["dq"] == fused["dkdv"] == "-" and fused["fused"] != "-" and fused["fwd"] != "-", tiles
+
+
 def test_torch_same_precision_err(bench):
     """PyTorch's own error at the row's precision: SDPA flash on bf16 inputs for softmax, the reference on
     bf16-rounded inputs for the other operators; TF32 matmuls for tf32 (on a CPU there is no TF32: fp32's);
