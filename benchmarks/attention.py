@@ -165,6 +165,17 @@ def _names(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+def _check_gqa(gqa: int, model_dim: int, Ds, err_t: int, err_heads: int) -> None:
+    """Refuse a --gqa that does not divide the q heads H = model_dim / D of every D, or --err-heads."""
+    if gqa < 1:
+        raise SystemExit(f"--gqa must be >= 1, got {gqa}")
+    for D in Ds:
+        if max(1, model_dim // D) % gqa:
+            raise SystemExit(f"--gqa {gqa} must divide H = {max(1, model_dim // D)} (D = {D})")
+    if err_t and err_heads % gqa:
+        raise SystemExit(f"--gqa {gqa} must divide --err-heads {err_heads}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
@@ -195,18 +206,14 @@ def main(argv=None) -> int:
     err_t, err_heads = args.err_t, args.err_heads
     if args.smoke:
         Ts, Ds, compile_ts = [64] if not on_gpu else [256], [32] if not on_gpu else [64], set()
-        args.tokens, args.model_dim = Ts[0], 2 * Ds[0]
-        err_t, err_heads = (Ts[0], 2) if err_t else (0, 0)
+        # two k/v heads (one per q head without --gqa), so that --gqa G runs at any G
+        heads = 2 * max(1, args.gqa)
+        args.tokens, args.model_dim = Ts[0], heads * Ds[0]
+        err_t, err_heads = (Ts[0], heads) if err_t else (0, 0)
         if not on_gpu:  # the interpreter is slow: a subset unless asked for explicitly
             ops = ops if args.ops else ops[:2]
             modes = modes if args.dtypes else modes[:1]
-    if args.gqa < 1:
-        raise SystemExit(f"--gqa must be >= 1, got {args.gqa}")
-    for D in Ds:
-        if max(1, args.model_dim // D) % args.gqa:
-            raise SystemExit(f"--gqa {args.gqa} must divide H = {max(1, args.model_dim // D)} (D = {D})")
-    if err_t and err_heads % args.gqa:
-        raise SystemExit(f"--gqa {args.gqa} must divide --err-heads {err_heads}")
+    _check_gqa(args.gqa, args.model_dim, Ds, err_t, err_heads)
     softcap = args.softcap
     if softcap is not None and not (math.isfinite(softcap) and softcap > 0):
         raise SystemExit(f"--softcap must be a finite number > 0, got {softcap}")

@@ -100,14 +100,28 @@ def test_grouped_query_rows(bench, capsys, tmp_path, monkeypatch):
     rows, _, data = run(bench, capsys, tmp_path, "--ops", "softmax,minmax-weight-k4", "--dtypes", "ieee",
                         "--gqa", "2")  # fmt: skip
     assert [(r["operator"], r["H"], r["H kv"]) for r in data] == [
-        ("flex-softmax", "2", "1"), ("softmax", "2", "1"), ("minmax-weight-k4", "2", "1")
+        ("flex-softmax", "4", "2"), ("softmax", "4", "2"), ("minmax-weight-k4", "4", "2")
     ]  # fmt: skip
-    assert set(seen) == {(2, 1, True)}
+    assert set(seen) == {(4, 2, True)}
     for r in data:
         err, err_torch = float(r["err vs fp64"]), float(r["torch fp32 err"])
         assert 0 < err_torch < 1e-5 and 0 < err < 4 * err_torch, r["operator"]
     with pytest.raises(SystemExit, match="--gqa 3 must divide H = 2"):
-        bench.main(["--smoke", "--gqa", "3"])
+        bench._check_gqa(3, 64, [32], 64, 6)
+    with pytest.raises(SystemExit, match="--gqa 3 must divide --err-heads 8"):
+        bench._check_gqa(3, 96, [32], 64, 8)
+    with pytest.raises(SystemExit, match="--gqa must be >= 1"):
+        bench.main(["--smoke", "--gqa", "0"])
+
+
+def test_smoke_runs_the_documented_gqa(bench, capsys, tmp_path):
+    """docs/performance.md's `--gqa 4` under --smoke: the smoke shape has two k/v heads whatever G (it had two
+    q heads, and refused every G above 2)."""
+    rows, _, _ = run(
+        bench, capsys, tmp_path, "--ops", "softmax", "--dtypes", "bf16", "--gqa", "4", "--no-flex"
+    )
+    assert [(r["H"], r["H kv"]) for r in rows] == [("8", "2")]
+    assert float(rows[0]["err vs fp64"]) < 0.02
 
 
 def _spies(monkeypatch):
