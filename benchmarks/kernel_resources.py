@@ -200,8 +200,8 @@ def main(argv=None) -> int:
         type=int,
         choices=(0, 1, 2),
         default=0,
-        help="1: with a (1, H, T, T) fp32 score bias; 2: one that needs a gradient (the fused backward, "
-        "which has none, is left out)",
+        help="1: with a (1, H, T, T) fp32 score bias; 2: one that needs a gradient (with either, the fused "
+        "backward, which takes no bias, is left out)",
     )
     p.add_argument(
         "--split-max-d", type=int, help="override kernels.SPLIT_MAX_D, every kernel (0: never split)"
