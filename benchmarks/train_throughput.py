@@ -121,6 +121,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("steps", "micro_batch_start"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.warmup < 0:
+        p.error("--warmup must be >= 0")
+    if args.compile and args.warmup < 1:  # a timed step would hold the compilation
+        p.error("--compile compiles the blocks during the warm-up steps: give --warmup 1 or more")
     ops = split_operators(args.operators)  # a comma inside [...] separates overrides, not names
     args.ops = [SDPA] + [o for o in ops if o != SDPA]  # the anchor first in every numerics group
     return args
