@@ -139,7 +139,9 @@ def parse_args(argv=None):
         help="comma-separated backward kernels to time, from split "
         "(dQ then dK/dV) and fused (one kernel, atomic dQ; KINTERVAL_TRITON_BWD)",
     )
-    p.add_argument("--no-sdpa", action="store_true")
+    p.add_argument(
+        "--no-sdpa", action="store_true", help="no SDPA flash timing ('SDPA f+b ms' and 'x SDPA' show '-')"
+    )
     p.add_argument("--no-flex", action="store_true", help="no FlexAttention rows and no 'x flex' values")
     p.add_argument(
         "--err-t", type=int, default=1024, help="T of the forward-error shape (0: no error columns)"

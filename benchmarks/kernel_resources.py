@@ -75,6 +75,21 @@ def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> dict:
     )
 
 
+def launch_configs(kernel: str, dtype_mode: str, D: int) -> list:
+    """The candidates a launch of ``kernel`` autotunes over, in order (the first: its default): the list of
+    the dot precision (``kernels.tile_list``) less the tiles the launcher's pruner drops for the head dim
+    (the FMA list above D = 64, the tensor-core list above D = 128)."""
+    import torch
+
+    from kinterval.ops.triton import kernels as K
+    from kinterval.ops.triton.autograd import _block_d
+
+    dtype, precision = dtype_and_precision(dtype_mode)
+    kind = TILE_KIND.get(kernel, kernel)
+    cfgs = K.candidate_configs(kind, tiles=K.tile_list(dtype, precision))
+    return K._prune(cfgs, {"Q": torch.empty(0, dtype=dtype)}, kind=kind, BLOCK_D=_block_d(D), PREC=precision)
+
+
 def dtype_and_precision(dtype_mode):
     """bf16 / fp16 inputs, or fp32 inputs with the mode's dot precision (tf32, tf32x3, bf16x6, ieee)."""
     import torch
@@ -246,8 +261,7 @@ def main(argv=None) -> int:
             if not ((args.sinks or args.bias) and kernel == "fused")]  # fmt: skip
     for D, dm, name, kernel, mk in jobs:
         spec = OperatorSpec.from_full_name(name)
-        tiles = K.tile_list(*dtype_and_precision(dm))  # the list the launch would use
-        cfgs = K.candidate_configs(TILE_KIND.get(kernel, kernel), tiles=tiles)
+        cfgs = launch_configs(kernel, dm, D)
         for cfg in cfgs[:1] if args.configs == "first" else cfgs:
             r = compile_one(
                 kernel,

@@ -135,6 +135,26 @@ def test_dtype_modes_of_the_resource_tool():
         tool.dtype_and_precision("fp8")
 
 
+def test_the_resource_tool_compiles_the_tiles_the_launcher_keeps():
+    """The head-dim limits of the launcher's pruner hold in the tool: above D = 64 the FMA ("ieee") list keeps
+    tiles of at most 512 scores (its --configs first is 32 x 16, not the 64 x 32 of D = 64), above D = 128 the
+    tensor-core list at most 64 x 32; at D = 64 every candidate stays."""
+    from kinterval.ops.triton import kernels as K
+
+    tool = _tool()
+    area = lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"]  # noqa: E731
+    for kernel in ("fwd", "infer", "dq", "dkdv", "fused"):
+        kind = tool.TILE_KIND.get(kernel, kernel)
+        assert [K._tile(c) for c in tool.launch_configs(kernel, "bf16", 64)] == [
+            K._tile(c) for c in K.candidate_configs(kind, tiles="mma")
+        ][: len(tool.launch_configs(kernel, "bf16", 64))]
+        ieee = tool.launch_configs(kernel, "ieee", 128)
+        assert ieee and all(area(c) <= 512 for c in ieee), kernel
+        mma = tool.launch_configs(kernel, "bf16", 256)
+        assert mma and all(area(c) <= 64 * 32 for c in mma), kernel
+    assert K._tile(tool.launch_configs("fwd", "ieee", 128)[0])[:2] == (32, 16)
+
+
 def test_gqa_reaches_the_compiled_launch(monkeypatch):
     """--gqa G builds the launch the kernels get for grouped-query attention: k and v with HEADS / G heads,
     G in the kernels' shape argument; G must divide HEADS."""
