@@ -108,6 +108,7 @@ def test_evaluated_on_other_data_is_an_error_in_a_moved_folder(moved, tmp_path):
         ("/data/fineweb", "/data/fineweb", True),
         ("/moved/fineweb", "/data/fineweb", False),
         ("data", "/old/out/data", False),
+        ("elsewhere/data", "data", False),  # only an absolute path names the folder where the suite was
         (None, "data", False),
     ],
 )

@@ -128,6 +128,8 @@ def test_select_and_safe_names():
         f"{c}-{s}-k4-s{seed}" for c in ("minmax", "fwm") for s in ("weight", "prob") for seed in (7, 42)
     }
     assert {r.run_id for r in select(runs, ["factorial"])} == factorial
+    # an operator's full name selects its runs in whichever group it is (here "factorial")
+    assert {r.run_id for r in select(runs, ["fwm-prob-k4"])} == {"fwm-prob-k4-s7", "fwm-prob-k4-s42"}
 
 
 def test_show_help_names_every_shipped_suite(capsys, monkeypatch):
@@ -181,6 +183,8 @@ G = '[[group]]\noperators=["softmax"]\n'
             r"group 0: field 'operators' must be a non-empty list of strings",
         ),
         (GOOD + G + 'seeds=["a"]\n', r"group 0: field 'seeds' must be a non-empty list of integers"),
+        (GOOD.replace("seeds=[1]", "seeds=[]") + G, r"field 'seeds' must be a non-empty list of integers"),
+        (GOOD + G + "seeds=[]\n", r"group 0: field 'seeds' must be a non-empty list of integers"),
         (GOOD + '[[group]]\noperators=["lerp-k{K}"]\nK=[0]\n', r"group 0: field 'K' must be"),
         (GOOD + "group=3\n", r"field 'group' must be one or more \[\[group\]\] tables"),
         (GOOD.replace("seeds=[1]", "seeds=7") + G, r"field 'seeds' must be"),
@@ -433,3 +437,18 @@ def test_mini_modern_is_mini_with_the_attention_options(tmp_path):
             k: v for k, v in want.items() if k != "name"
         }
         TrainConfig.from_dict(row["config"]).validate().model_config(vocab_size=50257)  # a valid model
+
+
+def test_a_manifest_without_its_suite_text_needs_the_unchanged_shipped_file(tmp_path):
+    """A manifest that does not embed its suite file is checked against the shipped file of its name, and only
+    while that file's bytes are the ones the manifest recorded (else the rows would be held against another
+    design)."""
+    from kinterval.suite.manifest import _sha256_text, manifest_suite, suite_path
+
+    text = suite_path("ci").read_bytes().decode("utf-8")
+    m = {"suite": "ci", "suite_file": "ci.toml", "suite_toml": None, "suite_sha256": _sha256_text(text)}
+    assert manifest_suite(m).runs == load_suite("ci").runs
+    with pytest.raises(ValueError, match=r"the shipped suite file ci.toml changed since the manifest"):
+        manifest_suite({**m, "suite_sha256": _sha256_text(text + "\n")})
+    with pytest.raises(ValueError, match=r"suite file 'gone.toml' is neither embedded nor shipped"):
+        manifest_suite({**m, "suite": "gone", "suite_file": "gone.toml"})
