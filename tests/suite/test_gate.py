@@ -715,3 +715,202 @@ def test_results_only_record_whose_partial_is_not_a_boolean_is_unusable(results_
     d = _copy(results_dir, tmp_path)
     _edit_json(d / RECORD, lambda r: r.update(partial="false"))
     assert gate(d, results_only=True).errors == [f"{RECORD}: unusable (partial malformed)"]
+
+
+# ---------------------------------------------------------------------- one edit, the error that names it
+def add_block(d):
+    """One block more than the split has, with a summary that agrees with the lengthened array."""
+    npz = _eval(d).with_suffix(".npz")
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files}
+    nll = arrays["nll"] = np.append(arrays["nll"], arrays["nll"][0])
+    np.savez(npz, **arrays)
+    ci = block_bootstrap_ci(nll, block=block_length(nll.size))
+    _edit_json(
+        _eval(d),
+        lambda s: s.update(
+            n_blocks=int(nll.size),
+            mean_nll=float(nll.mean()),
+            mean_ci95=[ci.lo, ci.hi],
+            mean_ci95_block=block_length(nll.size),
+        ),
+    )
+    return nll.size
+
+
+def _manifest(fn):
+    return lambda d: _edit_json(d / "manifest.json", fn)
+
+
+ONE_EDIT = {
+    "manifest row config": (
+        edit_config_seed,
+        f"manifest.json: run {RUN} differs from the suite file (config seed: 8 -> 7)",
+    ),
+    "manifest row eval_dir": (
+        _manifest(lambda m: m["runs"][1].update(eval_dir=f"runs/{RUN}/eval/test")),
+        f"manifest.json: run {RUN} differs from the suite file (eval_dir: 'runs/{RUN}/eval/test', suite file "
+        f"'runs/{RUN}/eval/val')",
+    ),
+    "manifest row run_dir": (
+        _manifest(lambda m: m["runs"][1].update(run_dir="runs/lerp-k4-s42")),
+        f"manifest.json: run {RUN} differs from the suite file (run_dir: 'runs/lerp-k4-s42', suite file "
+        f"'runs/{RUN}')",
+    ),
+    "manifest n_runs": (
+        _manifest(lambda m: m.update(n_runs=m["n_runs"] + 1)),
+        "manifest.json: n_runs / n_jobs differ from its run entries",
+    ),
+    "manifest eval settings": (
+        _manifest(lambda m: m["eval"].update(doc_clusters=True)),
+        "manifest.json: suite name or eval settings differ from the suite file",
+    ),
+    "evaluation of another checkpoint": (
+        lambda d: _edit_json(_eval(d), lambda s: s.update(checkpoint="step_000008")),
+        f"{RUN} step 16: the evaluation is of step_000008 (step 16)",
+    ),
+    "evaluation through another operator": (
+        lambda d: _edit_json(_eval(d), lambda s: s.update(operator_used="softmax")),
+        f"{RUN} step 16: evaluated through softmax, not the run's operator lerp-k4",
+    ),
+    "evaluation by other code": (
+        lambda d: _edit_json(_eval(d), lambda s: s["eval_code"].update(ops_sha256="0" * 64)),
+        f"{RUN} step 16: evaluation or training code identity differs from the manifest's",
+    ),
+    "geometry of another checkpoint": (
+        lambda d: _edit_json(_geo(d), lambda g: g.update(checkpoint="step_000008")),
+        f"runs/{RUN}/diagnostics/geometry/step_000016.json: geometry probe of step_000008 (step 16) "
+        f"[{RUN} step 16]",
+    ),
+    "geometry of another operator's run": (
+        lambda d: _edit_json(_geo(d), lambda g: g.update(operator_trained="softmax")),
+        f"runs/{RUN}/diagnostics/geometry/step_000016.json: geometry probe under softmax, not the run's "
+        f"[{RUN} step 16]",
+    ),
+}
+
+
+@pytest.mark.parametrize(("tamper", "says"), ONE_EDIT.values(), ids=ONE_EDIT.keys())
+def test_full_gate_names_each_edit_by_its_own_error(suite_dir, tmp_path, tamper, says):
+    """Each check on its own, in full mode (no recorded file hash stands behind it): the one error it gives,
+    word for word."""
+    d = _copy(suite_dir, tmp_path)
+    tamper(d)
+    assert gate(d, write_record=False).errors == [says]
+
+
+def test_an_evaluation_of_more_blocks_than_the_split_has_is_an_error(suite_dir, results_dir, tmp_path):
+    d = _copy(suite_dir, tmp_path)
+    n = add_block(d)
+    want = f"{RUN} step 16: {n} evaluated blocks, the split has {n - 1}"
+    assert gate(d, write_record=False).errors == [want]
+    d = _copy(results_dir, tmp_path / "results")  # results-only: the block count gate.json recorded
+    add_block(d)
+    (err,) = gate(d, results_only=True).errors
+    assert err == want
+
+
+def test_full_gate_checks_another_evaluation_against_its_checkpoint(suite_dir, tmp_path):
+    """An evaluation under an operator override (eval/val__op-softmax/) whose summary names another
+    checkpoint than the run's: one error in full mode too, where the checkpoint's own state.json is hashed."""
+    from kinterval.eval.evaluate import evaluate_checkpoint
+
+    d = _copy(suite_dir, tmp_path)
+    evaluate_checkpoint(_ckpt(d), operator="softmax", device="cpu")
+    assert gate(d, write_record=False).ok
+    js = d / "runs" / RUN / "eval" / "val__op-softmax" / "step_000016.json"
+    _edit_json(js, lambda s: s.update(checkpoint_state_sha256="0" * 64))
+    assert gate(d, write_record=False).errors == [
+        f"runs/{RUN}/eval/val__op-softmax/step_000016.json: not an evaluation of the run's checkpoint "
+        "step_000016 (state.json hash differs)"
+    ]
+
+
+def test_a_boolean_seed_is_a_malformed_manifest(results_dir, tmp_path):
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / "manifest.json", lambda m: m["runs"][0].update(seed=True))
+    (err,) = gate(d, results_only=True).errors
+    assert (
+        err.startswith("manifest.json: unreadable")
+        and "run entry 0 ('softmax-s7') has no valid 'seed'" in err
+    )
+
+
+def test_a_float_checkpoint_step_is_a_malformed_manifest(results_dir, tmp_path):
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / "manifest.json", lambda m: m["runs"][1]["checkpoint_steps"].__setitem__(0, 8.0))
+    (err,) = gate(d, results_only=True).errors
+    assert err.startswith("manifest.json: unreadable")
+    assert f"run entry 1 ('{RUN}') has a checkpoint step that is not an integer" in err
+
+
+def test_a_manifest_row_the_suite_file_lacks_is_named(results_dir, tmp_path):
+    """A run entry added to the manifest (its counts updated too): the manifest error names it."""
+
+    def add_row(m):
+        m["runs"].append({**m["runs"][1], "run_id": "lerp-k4-s99", "seed": 99})
+        m.update(n_runs=len(m["runs"]), n_jobs=m["n_jobs"] + 2)
+
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / "manifest.json", add_row)
+    errors = gate(d, results_only=True).errors
+    assert "manifest.json: run lerp-k4-s99 is not in the suite file" in errors, errors
+
+
+@pytest.mark.parametrize("key", ["run_dir", "eval_dir"])
+def test_a_manifest_row_pointing_at_another_runs_files_is_one_error(results_dir, tmp_path, key):
+    """A row whose run_dir or eval_dir names another run's folder was one manifest error plus one error per
+    job of the run (each job checked in the other run's folder); the run's files are where the suite file
+    puts them, and are checked there."""
+    d = _copy(results_dir, tmp_path)
+    _edit_json(d / "manifest.json", lambda m: m["runs"][1].update({key: m["runs"][2][key]}))
+    (err,) = gate(d, results_only=True).errors
+    assert err.startswith(f"manifest.json: run {RUN} differs from the suite file ({key}: ")
+
+
+def test_manifest_checks_that_stand_without_its_suite_file(suite_dir, results_dir, tmp_path):
+    """A manifest whose suite file is not embedded (nor shipped) is still held against its schedule and
+    against gate.json's runs: the specific error names the row, in place of the generic one."""
+
+    def steps_dropped(m):
+        m.pop("suite_toml")
+        m["runs"][1]["checkpoint_steps"].pop(0)
+        m["n_jobs"] -= 1
+
+    d = _copy(suite_dir, tmp_path)
+    _edit_json(d / "manifest.json", steps_dropped)
+    assert gate(d, write_record=False).errors == [
+        f"manifest.json: run {RUN}: checkpoint steps [16] != its schedule [8, 16]"
+    ]
+
+    def run_dropped(m):
+        m.pop("suite_toml")
+        m["runs"].pop(2)
+        m.update(n_runs=2, n_jobs=4)
+
+    d = _copy(results_dir, tmp_path / "results")
+    _edit_json(d / "manifest.json", run_dropped)
+    assert gate(d, results_only=True).errors == [f"manifest.json: run lerp-k4-s42 of {RECORD} is missing"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda cfg: cfg["optim"].update(lr=0.5), "optim.lr: 0.5 -> 0.003"),
+        (lambda cfg: cfg["data"].update(dir="/elsewhere/tokens"), "data.dir: '/elsewhere/tokens' -> 'data'"),
+    ],
+    ids=["lr", "data"],
+)
+def test_full_gate_checks_the_checkpoints_own_config(suite_dir, tmp_path, edit, says):
+    """A checkpoint whose state.json records another learning rate, or another data folder, than the suite's;
+    its evaluation and probe re-pointed at the edited state.json: the checkpoint's own config tells."""
+    from kinterval.suite.gate import sha256_file
+
+    d = _copy(suite_dir, tmp_path)
+    state = _ckpt(d) / "state.json"
+    _edit_json(state, lambda st: edit(st["config"]))
+    for js in (_eval(d), _geo(d)):
+        _edit_json(js, lambda s: s.update(checkpoint_state_sha256=sha256_file(state)))
+    assert gate(d, write_record=False).errors == [
+        f"{RUN} step 16: config differs from the suite protocol ({says})"
+    ]

@@ -361,7 +361,10 @@ class _Gate:
     def check_runs(self) -> None:
         for r in self.m["runs"]:
             try:
-                rid, run_dir, eval_dir = r["run_id"], self.out / r["run_dir"], self.out / r["eval_dir"]
+                rid = r["run_id"]
+                # where the suite file puts the run's files: a row that says otherwise is one manifest error
+                row = self.expected.get(rid, r)
+                run_dir, eval_dir = self.out / row["run_dir"], self.out / row["eval_dir"]
                 steps = [int(s) for s in r["checkpoint_steps"]]
                 r["config"]["operator"]
             except (KeyError, TypeError, ValueError):
