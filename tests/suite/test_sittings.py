@@ -390,3 +390,19 @@ def test_a_partial_gate_reports_a_run_whose_status_is_corrupt(sittings, tmp_path
     assert rep.not_run == ["softmax-s7"], rep.not_run
     assert any(e.startswith("runs/lerp-k4-s7/status.json: unreadable") for e in rep.errors), rep.errors
     assert not (s / RECORD).exists()
+
+
+def test_skip_gated_says_what_it_skips():
+    """The runs a --skip-gated folder signs off are left out, and the log says how many (and when none is
+    left)."""
+    from kinterval.suite.runner import skip_signed_off
+
+    m, lines = {"suite": "tiny", "runs": []}, []
+    assert skip_signed_off(m, ["a", "b", "c"], "res", m, ["b", "x"], lines.append) == ["a", "c"]
+    assert lines == ["--skip-gated res: 1 runs signed off there, not run again"]
+    lines.clear()
+    assert skip_signed_off(m, ["b"], "res", m, ["b"], lines.append) == []
+    assert lines == [
+        "--skip-gated res: 1 runs signed off there, not run again",
+        "nothing to run: every selected run is signed off in res",
+    ]

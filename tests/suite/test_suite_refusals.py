@@ -146,6 +146,35 @@ def test_a_results_folder_as_out_is_refused_before_anything_is_written(
     assert _tree(res) == before
 
 
+def test_a_results_folder_without_its_record_as_out_is_refused(gated, tmp_path, no_training, capsys):
+    """A copy without checkpoints, data and gate.json (evaluations only) is a results folder too."""
+    src, suite = gated
+    res = tmp_path / "res"
+    shutil.copytree(src, res, ignore=shutil.ignore_patterns("checkpoints", "data", "gate.json"))
+    before = _tree(res)
+    assert main(["suite", "run", str(suite), "--out", str(res), "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{res} is a results folder (results without checkpoints)" in err[0]
+    assert _tree(res) == before
+
+
+def test_a_resumed_run_that_lost_an_unevaluated_checkpoint_is_reported_not_evaluated(gated, tmp_path):
+    """An interrupted run (status running) whose first checkpoint, never evaluated, is gone: it resumes from
+    its last checkpoint, which does not bring the first back; it is missing_checkpoints, not completed."""
+    src, _ = gated
+    out = tmp_path / "out"
+    shutil.copytree(src, out)
+    run_dir = out / "runs" / RUN
+    (run_dir / "status.json").write_text(json.dumps({"status": "running"}))
+    shutil.rmtree(run_dir / "checkpoints" / "step_000008")
+    for p in [*run_dir.glob("eval/val/step_000008.*"), *run_dir.glob("diagnostics/geometry/step_000008.*")]:
+        p.unlink()
+    lines = []
+    assert runner.run_one(out, RUN, threads=1, log=lines.append) == "missing_checkpoints"
+    assert "checkpoints [8] of the manifest are missing" in lines[-1], lines
+    assert not (run_dir / "eval" / "val" / "step_000008.json").exists()
+
+
 @pytest.mark.parametrize("inside", ["", "sub"])
 def test_a_training_run_folder_as_out_is_refused_before_anything_is_written(gated, tmp_path, capsys, inside):
     """A training run's folder (or a folder inside it) as --out: the suite's manifest, runs/ and data/ were
