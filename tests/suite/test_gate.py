@@ -369,6 +369,35 @@ def test_full_gate_needs_the_data_folder(suite_dir, tmp_path):
     assert len(rep.errors) == 1 and str(data) in rep.errors[0] and "data folder" in rep.errors[0]
 
 
+def test_full_gate_tells_a_data_folder_of_other_content_by_its_shards(suite_dir, tmp_path):
+    """The suite's data folder replaced by another corpus of the same size (synthetic, seed 1: the same
+    token and block counts, so names and block counts agree): one error for the folder, counting the
+    checkpoints (training split) and evaluations (val) that record other shard hashes. One run's checkpoint
+    recording other training data is that 1 of 6, named."""
+    from kinterval.suite.gate import sha256_file
+
+    d = _copy(suite_dir, tmp_path)
+    assert gate(d, write_record=False).ok
+    shutil.rmtree(d / "data")
+    assert main(["data", "prepare", "--source", "synthetic", "--tokens", "20000", "--seed", "1",
+                 "--out", str(d / "data")]) == 0  # fmt: skip
+    (err,) = gate(d, write_record=False).errors
+    assert err.startswith(f"data folder {(d / 'data').resolve()}: "), err
+    assert "6 of 6 checkpoints record training shard hashes other than it holds" in err, err
+    assert "6 of 6 evaluations record val shard hashes other than it holds" in err, err
+
+    d = _copy(suite_dir, tmp_path / "one")
+    state = _ckpt(d) / "state.json"
+    _edit_json(state, lambda st: st["identity"]["data.identity"].update(shards_sha256=["0" * 64]))
+    for js in (_eval(d), _geo(d)):
+        _edit_json(js, lambda x: x.update(checkpoint_state_sha256=sha256_file(state)))
+    (err,) = gate(d, write_record=False).errors
+    assert (
+        f"1 of 6 checkpoints record training shard hashes other than it holds (first: {RUN} step 16)" in err
+    )
+    assert "evaluations" not in err, err
+
+
 @pytest.mark.parametrize("what", ["garbage npz", "npy not npz", "corrupt json", "no nll"])
 def test_corrupt_result_files_are_error_lines(suite_dir, tmp_path, capsys, what):
     d = _copy(suite_dir, tmp_path)

@@ -15,6 +15,9 @@ Full mode (a suite folder with its checkpoints and data), for every run of the m
   is what its per-block arrays give, of the manifest's data folder, with as many blocks as the split of
   that folder has. Other evaluations of the run (``eval/<tag>/``) must agree with their arrays and be of the
   current checkpoints;
+- the data folder holds the data itself, by content: the shard hashes every checkpoint records of its
+  training split and every evaluation of the suite's split are those of the folder (one error for the
+  folder, with the count, when some are not: a folder of the same name holding other data);
 - when the suite probes geometry, every checkpoint has its probe (``diagnostics/geometry/step_*.json``, what
   the report reads): of these checkpoint bytes, under the run's own operator, over the suite's probe blocks,
   with every layer-mean quantity.
@@ -232,6 +235,9 @@ class _Gate:
         self.record: dict | None = None  # gate.json (results-only mode)
         self.checkpoints: dict[str, dict] = {}  # for the new gate.json (full mode)
         self.blocks: dict = {}
+        self.hashes: dict = {}  # split -> the shard hashes of the manifest's data folder (full mode)
+        self.data_jobs: dict[str, list[str]] = {"train": [], "eval": []}  # jobs the data check held
+        self.other_data: dict[str, list[str]] = {"train": [], "eval": []}  # ... that name other data
         self.runs = self.jobs = 0
         self.subjects = {MANIFEST: ("manifest",), MANIFEST_TSV: ("manifest",)}
         for r in m["runs"]:
@@ -493,6 +499,8 @@ class _Gate:
                 )
             if "data_dir" in s and not same_data_dir(s["data_dir"], self.data_dir):
                 add(subj, f"{job}: evaluated on data {s['data_dir']}, not the suite's {self.data_dir}")
+            if not self.results_only:
+                self._hold_data("eval", self.split, (s.get("request") or {}).get("shards_sha256"), job)
             if ck is not None and s.get("checkpoint_state_sha256") != ck["state_sha256"]:
                 add(subj, f"{job}: evaluation is of a different checkpoint (state.json hash differs)")
             if ck is not None and s.get("checkpoint_files") != ck["files"]:
@@ -574,6 +582,9 @@ class _Gate:
             ck_code = (state.get("code") or {}).get("ops_sha256")
             if ck_code != self.code:
                 add(subj, f"{job}: code identity {str(ck_code)[:12]} != manifest {str(self.code)[:12]}")
+            trained = (state.get("identity") or {}).get("data.identity")
+            if isinstance(trained, dict):
+                self._hold_data("train", trained.get("split"), trained.get("shards_sha256"), job)
         except CheckpointError:
             add(subj, f"{job}: {CHECKPOINT_MISSING} ({ck})")
             return None
@@ -639,6 +650,42 @@ class _Gate:
                     f"{self.rel(js)}: not an evaluation of the run's checkpoint {js.stem} "
                     "(state.json hash differs)",
                 )
+
+    def _hold_data(self, kind: str, split, recorded, job: str) -> None:
+        """Hold the shard hashes a checkpoint (``kind`` "train": its training split) or an evaluation ("eval":
+        the suite's split) records against those of the manifest's data folder: a folder of the same name
+        holding other data is told by content (:meth:`check_data`). Nothing to hold where either is
+        unrecorded or unreadable (the folder's absence is reported by the block count)."""
+        if not (isinstance(split, str) and isinstance(recorded, list)):
+            return
+        if split not in self.hashes:
+            try:
+                shards = TokenShards(resolve_data_dir(self.out, self.data_dir), split).meta["splits"][split]
+                self.hashes[split] = [x["sha256"] for x in shards["shards"]]
+            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                self.hashes[split] = None
+        if self.hashes[split] is not None:
+            self.data_jobs[kind].append(job)
+            if recorded != self.hashes[split]:
+                self.other_data[kind].append(job)
+
+    def check_data(self) -> None:
+        """One error for the data folder when checkpoints were trained on, or evaluations made of, other data
+        than it holds (shard hashes): the count and the first such job say whether the folder or a run is
+        the odd one out."""
+        what = {"train": "checkpoints record training", "eval": f"evaluations record {self.split}"}
+        parts = [
+            f"{len(bad)} of {len(self.data_jobs[kind])} {what[kind]} shard hashes other than it holds "
+            f"(first: {bad[0]})"
+            for kind, bad in self.other_data.items()
+            if bad
+        ]
+        if parts:
+            self.errs.add(
+                ("data", "content"),
+                f"data folder {resolve_data_dir(self.out, self.data_dir)}: {'; '.join(parts)}: not the data "
+                "this suite was trained and evaluated on (the same name, other shards)",
+            )
 
     def _n_blocks(self, T: int) -> int | None:
         """Blocks of T tokens in the split of the manifest's data folder (resolved against the suite
@@ -797,6 +844,7 @@ def gate(
     g.check_manifest()
     g.select_runs()
     g.check_runs()
+    g.check_data()
     if actual is not None:
         g.check_files(actual)
     rep = GateReport(str(m.get("suite")), g.runs, g.jobs, g.errs.lines(), results_only)
