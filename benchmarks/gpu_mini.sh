@@ -186,7 +186,7 @@ for stage in "$@"; do
       size=$(du -sm --exclude=.git --exclude=.mini . 2>/dev/null | cut -f1)
       echo "working tree with the corpus: ${size} MiB (at most 64 travel)"
       [ "${size:-999}" -lt 64 ] || ok=0
-      for d in .corpus .mini; do git check-ignore -q "$d" || { echo "$d must be git-ignored"; ok=0; }; done
+      for d in .corpus .mini; do git check-ignore -q "$d/" || { echo "$d must be git-ignored"; ok=0; }; done  # "/": a folder, there or not
       pending=$(pending_runs) || ok=0
       if [ -f "$RESULTS/gate.json" ]; then
         [ "$ok" -eq 1 ] && echo "$RESULTS: $(tail -n 1 <<< "$pending")"

@@ -326,3 +326,15 @@ def test_check_refuses_other_operator_code_than_the_folder_it_pools_with(checkou
     assert "not ready" in log
     rc, log, _ = _script(checkout, "check", "quick", extra={"SAME_CODE_AS": str(tmp_path / "none")})
     assert rc == 2 and "no manifest code to compare with" in log, log
+
+
+def test_check_without_the_corpus_says_so_and_nothing_about_ignoring(checkout):
+    """A missing corpus is one line, "copy the token files there"; `.corpus` stays git-ignored (the pattern
+    ``/.corpus/`` names a folder, which git tells only for a path written as one when it is absent)."""
+    shutil.rmtree(checkout / ".corpus")
+    rc, log, _ = _script(checkout, "check", "quick")
+    assert rc == 2 and "no .corpus/docs/*.bin: copy the token files there" in log and "not ready" in log, log
+    assert "must be git-ignored" not in log, log
+    (checkout / ".gitignore").write_text("/.mini/\n/out/\n")  # teeth: a checkout that does not ignore it
+    rc, log, _ = _script(checkout, "check", "quick")
+    assert ".corpus must be git-ignored" in log, log
