@@ -257,7 +257,7 @@ def largest_micro_batch(row: Row, start: int, cap: int = 0) -> int:
 
 def choose_micro_batch(args, device: torch.device) -> tuple[int, str]:
     if args.micro_batch not in ("max", "auto"):
-        return int(args.micro_batch), "given"
+        return int(args.micro_batch), "--micro-batch"
     if device.type != "cuda":
         return CPU_MICRO_BATCH, "'max' off CUDA: a small fixed size"
     sizes = {}
