@@ -44,6 +44,17 @@ def test_estimate_on_a_short_series_uses_half_its_length_as_the_block(n):
     assert A.estimate({7: np.resize(x, 48)}).block == 16
 
 
+def test_several_seeds_of_different_lengths_record_the_shortest_series_block():
+    """Seeds with 20 and 48 blocks: each seed's bootstrap uses its own block (10 and 16), the SE is their
+    mean, and ``block`` is the shortest series' one (10), not the longest's."""
+    rng = np.random.default_rng(12)
+    xs = {7: rng.normal(0.02, 0.05, 20), 42: rng.normal(0.03, 0.05, 48)}
+    e = A.estimate(xs)
+    se = [block_bootstrap_ci(xs[7], block=10, n_resamples=4000).se]
+    se += [block_bootstrap_ci(xs[42], block=16, n_resamples=4000).se]
+    assert e.block == 10 and e.eval_se == pytest.approx(np.mean(se), rel=1e-12)
+
+
 def test_path_ratio_interval_on_a_short_series_is_not_degenerate():
     rng = np.random.default_rng(4)
     fwm = rng.normal(5, 0.3, 10)
@@ -193,6 +204,67 @@ def test_delta_row_reports_the_seed_sd_of_the_condition_nll():
     assert row.est.per_seed == pytest.approx((0.05, 0.07, 0.05))  # seeds 7, 42, 1337
 
 
+def test_delta_row_reports_the_condition_and_control_nll_over_seeds():
+    """tab:seedend's NLL columns: the condition's mean NLL over seeds and its same-seed control's, each the
+    mean of the per-seed means (the control is not the condition)."""
+    rng = np.random.default_rng(13)
+    soft = {s: rng.normal(4.0 + 0.1 * i, 0.2, N) for i, s in enumerate((7, 42))}
+    lerp = {s: x + rng.normal(0.05, 0.01, N) for s, x in soft.items()}
+    pts = [point("softmax", s, x) for s, x in soft.items()] + [
+        point("lerp-k4", s, x) for s, x in lerp.items()
+    ]
+    (row,) = A.delta_table(A.softmax_pairs(pts))
+    assert row.nll == pytest.approx(np.mean([lerp[7].mean(), lerp[42].mean()]), rel=1e-12)
+    assert row.control_nll == pytest.approx(np.mean([soft[7].mean(), soft[42].mean()]), rel=1e-12)
+    assert row.nll - row.control_nll == pytest.approx(row.est.mean, rel=1e-9)
+
+
+def test_estimate_p_is_exact_up_to_twenty_seeds_and_random_above():
+    """The sign-flip p is the exact enumeration for n <= 20 seeds (2^20 assignments), the random one above."""
+    from kinterval.stats import permutation_p_random
+
+    rng = np.random.default_rng(14)
+    xs = {s: rng.normal(0.002 * (s % 3), 0.05, 8) for s in range(21)}
+    twenty = {s: xs[s] for s in range(20)}
+    means = [twenty[s].mean() for s in range(20)]
+    assert A.estimate(twenty).p == permutation_p_exact(means) != permutation_p_random(means)
+    assert A.estimate(xs).p == permutation_p_random([xs[s].mean() for s in range(21)])
+
+
+def test_detach_gap_recovery_is_the_seed_mean_and_needs_every_seed():
+    """Gap recovery (NLL_detach - NLL_x) / (NLL_detach - NLL_full) of a pooled max_only row: the mean of the
+    per-seed recoveries (planted 0.25 and 0.75), and none at all when one seed lacks its detach run (not
+    the recovery of the seeds that have one)."""
+    base = np.random.default_rng(15).normal(4.0, 0.2, N)
+    full, det = "lerp-k4", "lerp-k4[range_grad=detach]"
+    mx = "lerp-k4[range_grad=max_only]"
+    pts = [point(full, s, base + 0.001 * s) for s in (7, 42)]
+    pts += [point(det, s, base + 0.001 * s + 0.2) for s in (7, 42)]
+    pts += [point(mx, 7, base + 0.007 + 0.15), point(mx, 42, base + 0.042 + 0.05)]
+    rows, _ = A.detach_pairs(pts)
+    (row,) = [r for r in rows if r.key.operator == mx and r.contrast == f"{mx} − {full}"]
+    assert row.seeds == (7, 42) and row.est.per_seed == pytest.approx((0.15, 0.05), abs=1e-12)
+    assert row.recovery == pytest.approx(np.mean([(0.2 - 0.15) / 0.2, (0.2 - 0.05) / 0.2]), rel=1e-9)
+    rows, _ = A.detach_pairs([p for p in pts if (p.operator, p.seed) != (det, 42)])
+    (row,) = [r for r in rows if r.key.operator == mx and r.contrast == f"{mx} − {full}"]
+    assert row.seeds == (7, 42) and row.recovery is None
+
+
+def test_seed_references_are_the_designed_conditions_at_the_supplementary_runs_seed():
+    """tab:detach's "full-gradient − softmax" at seed 7: the designed lerp-k4 row of that one seed (block
+    bootstrap), and neither the supplementary run itself (its own row is delta_table's) nor seed 42."""
+    rng = np.random.default_rng(19)
+    base = {s: rng.normal(4.0, 0.2, N) for s in (7, 42)}
+    d = {s: rng.normal(0.05, 0.01, N) for s in (7, 42)}
+    pts = [point("softmax", s, base[s]) for s in (7, 42)] + [
+        point("lerp-k4", s, base[s] + d[s]) for s in (7, 42)
+    ]
+    pts.append(point("lerp-k4[range_grad=detach]", 7, base[7] + 0.2, per_seed=True))
+    (ref,) = A.seed_references(A.softmax_pairs(pts))
+    assert (ref.key.operator, ref.key.seed, ref.seeds) == ("lerp-k4", 7, (7,))
+    assert ref.est.interval == "block bootstrap" and ref.est.mean == pytest.approx(d[7].mean(), rel=1e-12)
+
+
 def _factorial_points(effects_by_K, seeds=(7,), missing=()):
     base = np.random.default_rng(6).normal(4.0, 0.2, N)
     cells = ("minmax-weight", "minmax-prob", "fwm-weight", "fwm-prob")
@@ -251,6 +323,22 @@ def test_factorial_uses_the_seeds_every_cell_has():
     rows = {r.contrast: r for r in A.factorial_effects(pts)}
     assert rows["interaction"].seeds == (7,) and rows["interaction"].est.interval == "block bootstrap"
     assert rows["interaction"].est.mean == pytest.approx((0.01 - 0.04) - (0.14 - 0.20))
+
+
+def test_factorial_leaves_out_a_seed_whose_cells_have_other_block_counts():
+    """A seed whose four cells were evaluated on different block counts has no per-block effect: the main
+    effects and interaction are of the other seed (not a broadcasting error)."""
+    import dataclasses
+
+    pts = _factorial_points({4: (0.20, 0.14, 0.04, 0.01)}, seeds=(7, 42))
+    pts = [
+        dataclasses.replace(p, nll=p.nll[:32]) if (p.operator, p.seed) == ("fwm-prob-k4", 42) else p
+        for p in pts
+    ]
+    rows = {r.contrast: r for r in A.factorial_effects(pts)}
+    assert rows["interaction"].seeds == (7,)
+    assert rows["interaction"].est.mean == pytest.approx((0.01 - 0.04) - (0.14 - 0.20), abs=1e-12)
+    assert rows["Prob − Weight under MinMax"].seeds == (7,)  # the common seeds of all four cells
 
 
 def test_heldout_document_cluster_estimate_is_token_weighted():
@@ -329,6 +417,25 @@ def test_rank_statistics_use_each_seeds_own_ordering():
     assert st.pairwise_spearman == pytest.approx(rho, abs=1e-12) and min(rho) < 0
 
 
+def test_rank_statistics_use_the_settings_most_common_seed_set():
+    """Three conditions on seeds (7, 42, 1337) and one whose seed-1337 run is missing: the rank statistics
+    are over the three of the common seed set, not the one condition of the rarer set."""
+    seeds = (7, 42, 1337)
+    planted = {"lerp-k4": (0.10, 0.02, 0.05), "lerp-k8": (0.04, 0.09, 0.01), "lerp-k16": (0.02, 0.03, 0.08)}
+    base = {s: np.random.default_rng(s).normal(4.0, 0.2, N) for s in seeds}
+    pts = [point("softmax", s, base[s]) for s in seeds]
+    pts += [point(op, s, base[s] + d) for op, ds in planted.items() for s, d in zip(seeds, ds)]
+    pts += [point("lerp-k32", s, base[s] + 0.03) for s in (7, 42)]
+    rows = A.delta_table(A.softmax_pairs(pts))
+    assert [r.key.operator for r in A.ranked_rows(rows)[rows[0].key.setting()]] == list(planted)
+    (st,) = A.rank_statistics(rows, {})
+    assert st.seeds == seeds and st.conditions == tuple(planted)
+    scores = np.array([[planted[op][i] for op in planted] for i in range(3)])
+    ranks = scores.argsort(axis=1).argsort(axis=1) + 1.0
+    w = 12 * ((ranks.sum(axis=0) - ranks.sum(axis=0).mean()) ** 2).sum() / (9 * (27 - 3))
+    assert st.kendall_w == pytest.approx(w, abs=1e-12)
+
+
 def test_rank_statistics_spearman_p_is_the_exact_permutation_p():
     """ranks.md's "Spearman ΔNLL vs h (p)": with 5 conditions ordered alike, rho = 1 and the exact two-sided
     permutation p is 2/5! = 1/60 (scipy's t approximation gave 1.4e-24); 4 conditions give 2/4! = 1/12."""
@@ -344,6 +451,22 @@ def test_rank_statistics_spearman_p_is_the_exact_permutation_p():
     del geometry[rows[0].key]["h"]
     (st,) = A.rank_statistics(rows, geometry)
     assert st.spearman_h == pytest.approx((1.0, 1 / 12))
+
+
+def test_rank_statistics_geometry_spearman_is_against_the_delta_not_the_nll():
+    """A setting of single-seed conditions on different seeds (no seed set to rank over): the Spearman
+    against geometry is of the ΔNLL vs same-seed softmax (ordered as h here: rho = 1), not of the condition
+    NLL, whose order the seed levels (softmax NLL +0.5, 0, +0.2) change."""
+    base = np.random.default_rng(16).normal(4.0, 0.2, N)
+    runs = {"lerp-k4": (7, 0.5, 0.01), "lerp-k8": (42, 0.0, 0.02), "lerp-k16": (1337, 0.2, 0.03)}
+    pts = [point("softmax", s, base + lvl) for s, lvl, _ in runs.values()]
+    pts += [point(op, s, base + lvl + d) for op, (s, lvl, d) in runs.items()]
+    rows = A.delta_table(A.softmax_pairs(pts))
+    assert [r.seeds for r in rows] == [(7,), (42,), (1337,)]
+    geometry = {r.key: {"h": 10 * r.est.mean} for r in rows}
+    (st,) = A.rank_statistics(rows, geometry)
+    assert st.seeds == () and st.kendall_w is None
+    assert st.spearman_h == pytest.approx((1.0, 1 / 3)) and st.spearman_span is None
 
 
 def test_rank_statistics_leave_out_what_ties_make_undefined():
@@ -388,6 +511,23 @@ def test_substitution_on_the_suites_own_split_is_paired_with_the_primary_evaluat
     assert soft.key.operator == "softmax" and soft.est.mean == 0  # softmax weights through the same forward
     assert sub.est.mean == pytest.approx(delta.mean()) and sub.max_abs == pytest.approx(0.02)
     assert sub.key.tag == op and sub.seeds == (7,)
+
+
+def test_substitution_max_abs_is_the_largest_magnitude_over_blocks_and_seeds():
+    """tab:rounding's largest |Δ| of one block: a negative block difference (-0.05 at seed 42) counts by its
+    magnitude, over every seed."""
+    rng = np.random.default_rng(17)
+    tag = "val__op-fwm-weight-k4.arithmetic-strict"
+    pts = []
+    for seed, worst in ((7, 0.02), (42, -0.05)):
+        nll, delta = rng.normal(4.0, 0.2, N), rng.normal(0.0, 1e-3, N)
+        delta[3] = worst
+        pts += [
+            point("fwm-weight-k4", seed, nll),
+            point("fwm-weight-k4", seed, nll + delta, tag=tag, primary=False),
+        ]
+    (sub,) = A.heldout_table(pts, {})
+    assert sub.seeds == (7, 42) and sub.max_abs == pytest.approx(0.05, rel=1e-12)
 
 
 def test_substitution_of_a_run_without_a_softmax_pair_is_reported():
@@ -437,6 +577,15 @@ def test_clip_statistics_of_the_logged_training_rows():
     assert row.tail == (pytest.approx(4 / 6), None)
     assert row.final_norm == (2.4, None) and row.max_norm == (12000.0, None)
     assert row.max_loss_rise == (pytest.approx(0.5), None)
+
+
+def test_clip_fraction_is_the_last_logged_whole_run_fraction():
+    """The whole-run clipped fraction is the last logged ``clipped_frac`` in step order (the trainer's count
+    since step 0), not the first: logged out of order, 0.1 -> 0.3 -> 0.45 by step."""
+    pts = [Point("s", "op-s7", "g", "lerp-k4", 7, 1000, 10, 1000, "val", ("d", "val", 64, 4), np.zeros(4))]
+    rows = [{"step": s, "tokens": 100 * s, "clipped_frac": f} for s, f in ((3, 0.45), (1, 0.1), (2, 0.3))]
+    (row,) = A.clip_fractions(pts, {("s", "op-s7"): rows})
+    assert row.per_seed == (0.45,) and row.mean == 0.45
 
 
 def test_apply_bh_gives_each_row_the_q_of_its_own_p():
