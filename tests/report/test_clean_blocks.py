@@ -192,3 +192,29 @@ def test_an_evaluation_capped_with_max_blocks_takes_the_coverage_of_its_first_bl
     assert (lerp["n_clean"], lerp["n_covered"]) == (n - int((cover > 0).sum()), int((cover > 0).sum()))
     assert lerp["clean"]["mean"] == pytest.approx(0.05, abs=2e-3)
     assert lerp["covered"]["mean"] == pytest.approx(0.15, abs=2e-3)
+
+
+def test_one_clean_block_gives_no_clean_estimate_and_the_covered_ones_are_exact():
+    """In memory: 16 blocks of which one is clean (fewer than two: no clean estimate, not a one-block
+    interval); the covered estimate pools the seeds' mean ΔNLL over the 15 covered blocks."""
+    from kinterval.report import analysis as A
+    from kinterval.report.results import Point
+
+    n = 16
+    cover = np.full(n, 0.3)
+    cover[5] = 0.0
+    rng = np.random.default_rng(18)
+    pts, d = [], {}
+    for seed in (7, 42):
+        base, d[seed] = rng.normal(4.0, 0.2, n), rng.normal(0.05, 0.01, n)
+        for op, nll in (("softmax", base), ("lerp-k4", base + d[seed])):
+            where = ("d", "val", 64, n)
+            pts.append(
+                Point("s", f"{op}-s{seed}", "g", op, seed, 1000, 10, 1000, "val", where, nll, shards=SHARDS)
+            )
+    cov = {"n": 13, "block_size": 64, "shards_sha256": SHARDS, "block_coverage": cover, "path": "c.json"}
+    (row,) = A.clean_blocks(pts, [cov])
+    assert (row.key.operator, row.seeds, row.n_clean, row.n_covered) == ("lerp-k4", (7, 42), 1, 15)
+    assert row.clean is None
+    assert row.covered.per_seed == pytest.approx(tuple(np.delete(d[s], 5).mean() for s in (7, 42)), rel=1e-9)
+    assert row.all.per_seed == pytest.approx(tuple(d[s].mean() for s in (7, 42)), rel=1e-9)

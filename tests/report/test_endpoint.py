@@ -61,6 +61,18 @@ def test_delta_row_leaves_out_a_run_whose_control_stopped_early():
     assert list(pairing.unpaired) == ["lerp-k4-s42 [val] in ΔNLL vs softmax"]
 
 
+def test_softmax_reference_row_is_at_the_endpoint_with_the_seed_sd():
+    """tab:seedend's first row: the softmax NLL over the seeds at the endpoint (a seed stopped early is left
+    out, not averaged in at 500 tokens) and its seed SD with n - 1 in the denominator."""
+    pts = runs({"softmax": 0.0}, seeds=(7, 42, 1337), crashed={("softmax", 42)})
+    (ref,) = A.softmax_rows(pts)
+    assert ref.seeds == (7, 1337) and ref.tokens == 1000
+    means = [(BASE + 0.01 * s).mean() for s in (7, 1337)]
+    assert ref.per_seed == pytest.approx(tuple(means), rel=1e-12)
+    assert ref.nll == pytest.approx(np.mean(means), rel=1e-12)
+    assert ref.nll_sd == pytest.approx(np.std(means, ddof=1), rel=1e-9)
+
+
 def test_factorial_cells_are_at_one_endpoint():
     effects = {"minmax-weight-k4": 0.2, "minmax-prob-k4": 0.14, "fwm-weight-k4": 0.04, "fwm-prob-k4": 0.01}
     pts = runs(effects, crashed={("fwm-prob-k4", 42)})
@@ -117,6 +129,28 @@ def test_tail_decomposition_needs_the_three_runs_at_one_endpoint():
     assert list(unpaired) == ["resolved-weight-k4-s7 [val] in the tail decomposition"]
     rows = A.tail_decomposition(runs(ops, seeds=(7,)))
     assert rows[0].tokens == 1000 and rows[0].recovery == pytest.approx((0.2 - 0.1) / (0.2 - 0.04))
+
+
+def test_tail_decomposition_rows_are_the_planted_contrasts():
+    """tab:taildecomp at seed 7: each run − softmax, MinMax − resolved and resolved − FWM with their signs,
+    and the path ratio (MinMax − resolved) / (MinMax − FWM) with its interval around it."""
+    ops = {"softmax": 0.0, "minmax-weight-k4": 0.2, "resolved-weight-k4": 0.1, "fwm-weight-k4": 0.04}
+    rows = {r.contrast: r for r in A.tail_decomposition(runs(ops, seeds=(7,)))}
+    want = {
+        "MinMax − softmax (weight-STE, K4)": 0.2,
+        "FWM − softmax (weight-STE, K4)": 0.04,
+        "resolved − softmax (weight-STE, K4)": 0.1,
+        "MinMax − resolved (weight-STE, K4)": 0.2 - 0.1,
+        "resolved − FWM (weight-STE, K4)": 0.1 - 0.04,
+    }
+    assert set(rows) == set(want)
+    for name, value in want.items():
+        assert rows[name].est.mean == pytest.approx(value, abs=1e-12), name
+        assert rows[name].seeds == (7,) and rows[name].tokens == 1000
+    ratio = rows["resolved − FWM (weight-STE, K4)"].recovery
+    assert ratio == pytest.approx((0.2 - 0.1) / (0.2 - 0.04), rel=1e-12)
+    r = rows["MinMax − resolved (weight-STE, K4)"]
+    assert (r.recovery, r.recovery_lo, r.recovery_hi) == (ratio, pytest.approx(ratio), pytest.approx(ratio))
 
 
 def test_claim_contrast_is_at_one_endpoint():
@@ -274,6 +308,17 @@ def test_final_geometry_is_at_the_endpoint():
     assert list(unpaired) == ["lerp-k4-s42 [val] in geometry"]
     with pytest.raises(ValueError, match="lerp-k4-s42 .val. in geometry: no evaluation at the endpoint"):
         A.final_geometry(pts)
+
+
+def test_final_geometry_averages_the_finite_values_of_the_seeds():
+    """The seed mean of each metric takes its finite values only: a seed whose span is NaN (a probe that
+    overflowed) leaves the mean of the others, and a metric NaN on every seed is dropped."""
+    pts = [_geo_point(7, 1000, 2.0, 30.0), _geo_point(42, 1000, 4.0, float("nan"))]
+    pts += [_geo_point(1337, 1000, 3.0, 50.0)]
+    (geo,) = A.final_geometry(pts).values()
+    assert geo == {"h": pytest.approx(3.0), "span": pytest.approx(40.0)}
+    (geo,) = A.final_geometry([_geo_point(7, 1000, 2.0, float("nan"))]).values()
+    assert geo == {"h": 2.0}
 
 
 def test_report_geometry_and_width_gap_are_at_the_endpoint(tmp_path):
