@@ -3,6 +3,7 @@ spec (tau included), full-gradient twins and pairing keys, on in-memory points."
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import numpy as np
@@ -248,6 +249,11 @@ def test_detach_gap_recovery_is_the_seed_mean_and_needs_every_seed():
     rows, _ = A.detach_pairs([p for p in pts if (p.operator, p.seed) != (det, 42)])
     (row,) = [r for r in rows if r.key.operator == mx and r.contrast == f"{mx} − {full}"]
     assert row.seeds == (7, 42) and row.recovery is None
+    # a detach run with the full twin's NLL has no gap to recover: no recovery (not a division by zero)
+    same = [point(det, 42, base + 0.001 * 42) if (p.operator, p.seed) == (det, 42) else p for p in pts]
+    rows, _ = A.detach_pairs(same)
+    (row,) = [r for r in rows if r.key.operator == mx and r.contrast == f"{mx} − {full}"]
+    assert row.recovery is None
 
 
 def test_seed_references_are_the_designed_conditions_at_the_supplementary_runs_seed():
@@ -328,8 +334,6 @@ def test_factorial_uses_the_seeds_every_cell_has():
 def test_factorial_leaves_out_a_seed_whose_cells_have_other_block_counts():
     """A seed whose four cells were evaluated on different block counts has no per-block effect: the main
     effects and interaction are of the other seed (not a broadcasting error)."""
-    import dataclasses
-
     pts = _factorial_points({4: (0.20, 0.14, 0.04, 0.01)}, seeds=(7, 42))
     pts = [
         dataclasses.replace(p, nll=p.nll[:32]) if (p.operator, p.seed) == ("fwm-prob-k4", 42) else p
@@ -339,6 +343,21 @@ def test_factorial_leaves_out_a_seed_whose_cells_have_other_block_counts():
     assert rows["interaction"].seeds == (7,)
     assert rows["interaction"].est.mean == pytest.approx((0.01 - 0.04) - (0.14 - 0.20), abs=1e-12)
     assert rows["Prob − Weight under MinMax"].seeds == (7,)  # the common seeds of all four cells
+
+
+def test_factorial_cell_minus_lerp_leaves_out_a_lerp_run_of_another_block_count():
+    """Cell − LERP per block needs one block count: seed 42's LERP run evaluated on 32 blocks leaves that
+    seed out of the three ΔNLL-vs-LERP rows (not a broadcasting error), seed 7 keeps its planted values."""
+    mm_w, mm_p, fwm_w, fwm_p, lerp = 0.20, 0.14, 0.04, 0.01, 0.09
+    pts = _factorial_points({4: (mm_w, mm_p, fwm_w, fwm_p)}, seeds=(7, 42))
+    base = np.random.default_rng(6).normal(4.0, 0.2, N)
+    short = point("lerp-k4", 42, (base + lerp + 0.042)[:32])  # hand-made: its data label says N blocks
+    pts += [point("lerp-k4", 7, base + lerp + 0.007), dataclasses.replace(short, data=("d", "val", 64, N))]
+    by = {r.contrast: r for r in A.factorial_effects(pts)}
+    for name, value in (("MinMax–Weight", mm_w), ("FWM–Weight", fwm_w), ("FWM–Prob", fwm_p)):
+        row = by[f"{name} K4 − LERP K4"]
+        assert row.seeds == (7,) and row.est.mean == pytest.approx(value - lerp, abs=1e-12), name
+    assert by["interaction"].seeds == (7, 42)
 
 
 def test_heldout_document_cluster_estimate_is_token_weighted():
@@ -366,6 +385,29 @@ def test_heldout_document_cluster_estimate_is_token_weighted():
     assert row.est.interval == "document-cluster bootstrap"
     assert row.est.mean == pytest.approx(np.sum(tokens * d) / tokens.sum(), rel=1e-12)
     assert row.est.lo < row.est.mean < row.est.hi
+
+
+def test_heldout_with_document_clusters_on_several_seeds_is_the_seed_summary():
+    """The document-cluster bootstrap is the one-seed interval only: two seeds with document clusters give
+    the t interval over the seeds' per-block means (seed 7's documents alone are not the row)."""
+    rng = np.random.default_rng(20)
+    tokens = rng.integers(10, 500, 12).astype(float)
+    ids = np.arange(12)
+    pts, means = [], []
+    for seed, shift in ((7, 0.05), (42, 0.03)):
+        b = rng.normal(4.0, 0.2, 12)
+        docs_b = {"doc_ids": ids, "doc_nll": b * tokens, "doc_tokens": tokens}
+        docs_a = {"doc_ids": ids, "doc_nll": (b + 0.3) * tokens, "doc_tokens": tokens}
+        nll = rng.normal(4.0, 0.2, 8)
+        pts += [
+            point("softmax", seed, nll, tag="val__c4", docs=docs_b, primary=False),
+            point("lerp-k4", seed, nll + shift, tag="val__c4", docs=docs_a, primary=False),
+        ]
+        means.append(shift)
+    (row,) = A.heldout_table(pts, {})
+    assert row.est.interval == "t (1 df)" and row.seeds == (7, 42)
+    assert row.est.per_seed == pytest.approx(tuple(means), abs=1e-12)
+    assert row.est.mean == pytest.approx(np.mean(means), abs=1e-12)
 
 
 def test_heldout_document_ids_that_differ_from_the_controls_are_an_error():
@@ -434,6 +476,30 @@ def test_rank_statistics_use_the_settings_most_common_seed_set():
     ranks = scores.argsort(axis=1).argsort(axis=1) + 1.0
     w = 12 * ((ranks.sum(axis=0) - ranks.sum(axis=0).mean()) ** 2).sum() / (9 * (27 - 3))
     assert st.kendall_w == pytest.approx(w, abs=1e-12)
+
+
+def test_rank_statistics_need_three_conditions_for_kendall_w():
+    """Two conditions on three seeds: no Kendall's W and no pairwise Spearman (two ranks say nothing)."""
+    seeds = (7, 42, 1337)
+    base = {s: np.random.default_rng(s).normal(4.0, 0.2, N) for s in seeds}
+    planted = {"lerp-k4": (0.10, 0.02, 0.05), "lerp-k8": (0.04, 0.09, 0.01)}
+    pts = [point("softmax", s, base[s]) for s in seeds]
+    pts += [point(op, s, base[s] + d) for op, ds in planted.items() for s, d in zip(seeds, ds)]
+    (st,) = A.rank_statistics(A.delta_table(A.softmax_pairs(pts)), {})
+    assert st.seeds == seeds and st.kendall_w is None and st.pairwise_spearman == ()
+
+
+def test_trajectory_rows_are_in_training_token_order():
+    """One row per checkpoint, in training-token order whatever the order the points come in."""
+    base = np.random.default_rng(23).normal(4.0, 0.2, N)
+    pts = [
+        point(op, 7, base + d, tokens=t, step=t // 100)
+        for t, dd in ((1000, 0.05), (500, 0.08), (750, 0.06))
+        for op, d in (("softmax", 0.0), ("lerp-k4", dd))
+    ]
+    ((key, rows),) = A.trajectories(A.softmax_pairs(pts)).items()
+    assert key.operator == "lerp-k4" and [r.tokens for r in rows] == [500, 750, 1000]
+    assert [r.est.mean for r in rows] == pytest.approx([0.08, 0.06, 0.05], abs=1e-12)
 
 
 def test_rank_statistics_spearman_p_is_the_exact_permutation_p():
@@ -528,6 +594,21 @@ def test_substitution_max_abs_is_the_largest_magnitude_over_blocks_and_seeds():
         ]
     (sub,) = A.heldout_table(pts, {})
     assert sub.seeds == (7, 42) and sub.max_abs == pytest.approx(0.05, rel=1e-12)
+
+
+def test_substitution_needs_the_native_evaluation_of_the_same_blocks():
+    """A substituted evaluation of 32 blocks against a native one of 48 has no per-block difference: no
+    row (not a broadcasting error); on 48 blocks it is the per-block difference."""
+    rng = np.random.default_rng(22)
+    nll, delta = rng.normal(4.0, 0.2, N), rng.normal(0.01, 1e-3, N)
+    tag = "val__op-lerp-k8"
+    short = point("fwm-prob-k2", 7, (nll + delta)[:32], tag=tag, primary=False)
+    short = dataclasses.replace(short, data=("d", "val", 64, N))  # the same split, fewer blocks read
+    assert A.heldout_table([point("fwm-prob-k2", 7, nll), short], {}) == []
+    (sub,) = A.heldout_table(
+        [point("fwm-prob-k2", 7, nll), point("fwm-prob-k2", 7, nll + delta, tag=tag, primary=False)], {}
+    )
+    assert sub.est.mean == pytest.approx(delta.mean(), rel=1e-12)
 
 
 def test_substitution_of_a_run_without_a_softmax_pair_is_reported():

@@ -153,6 +153,21 @@ def test_tail_decomposition_rows_are_the_planted_contrasts():
     assert (r.recovery, r.recovery_lo, r.recovery_hi) == (ratio, pytest.approx(ratio), pytest.approx(ratio))
 
 
+def test_tail_decomposition_gives_weight_ste_before_prob_ste():
+    """tab:taildecomp's order: the Weight-STE decomposition, then the Prob-STE one (the Prob runs listed
+    first here)."""
+    ops = {"minmax-prob-k4": 0.14, "resolved-prob-k4": 0.05, "fwm-prob-k4": 0.01}
+    ops |= {"minmax-weight-k4": 0.2, "resolved-weight-k4": 0.1, "fwm-weight-k4": 0.04}
+    rows = A.tail_decomposition(runs(ops, seeds=(7,)))
+    assert [r.contrast for r in rows] == [
+        "MinMax − resolved (weight-STE, K4)",
+        "resolved − FWM (weight-STE, K4)",
+        "MinMax − resolved (prob-STE, K4)",
+        "resolved − FWM (prob-STE, K4)",
+    ]
+    assert rows[2].recovery == pytest.approx((0.14 - 0.05) / (0.14 - 0.01), rel=1e-12)
+
+
 def test_claim_contrast_is_at_one_endpoint():
     pts = runs({"minmax-weight-k4": 0.2, "fwm-prob-k4": 0.01}, crashed={("minmax-weight-k4", 42)})
     unpaired: dict[str, str] = {}

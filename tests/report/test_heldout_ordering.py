@@ -114,3 +114,28 @@ def test_no_held_out_evaluation_gives_no_ordering():
     pts = [p for p in _points({"lerp-k4": 0.1}, {"lerp-k4": np.full(N, 0.2)}) if p.primary]
     assert A.heldout_table(pts) == [] and _ordering(pts) == []
     assert T.heldout_ordering_rows([]) == (T.heldout_ordering_rows([])[0], [])
+
+
+def test_a_substitution_evaluation_enters_the_ordering_once_by_its_delta_vs_softmax():
+    """Softmax and lerp-k4 evaluated through another forward on their own split (``val__op-...``): the
+    held-out table has both the ΔNLL vs softmax and the substituted − native row of that key; the ordering
+    takes the condition once, by its ΔNLL vs the same-seed softmax evaluated the same way."""
+    rng = np.random.default_rng(21)
+    val = rng.normal(4.0, 0.2, 48)
+    tag = "val__op-lerp-k8"
+
+    def pt(op, nll, t="val"):
+        return Point(
+            "s", f"{op}-s7", "g", op, 7, 1000, 10, 1000, t, ("d", "val", 64, 48), nll, primary=t == "val"
+        )
+
+    pts = [pt("softmax", val), pt("lerp-k4", val + 0.05)]
+    pts += [pt("softmax", val + 0.01, tag), pt("lerp-k4", val + 0.08, tag)]
+    held = A.heldout_table(pts)
+    assert {r.contrast for r in held} == {"lerp-k4 − softmax", "substituted − native forward"}
+    (o,) = A.heldout_ordering(pts, held, A.delta_table(A.softmax_pairs([p for p in pts if p.primary])))
+    assert (
+        o.conditions == ("lerp-k4",)
+        and o.heldout == pytest.approx((0.07,))
+        and o.in_domain == pytest.approx((0.05,))
+    )
