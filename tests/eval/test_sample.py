@@ -123,6 +123,9 @@ def test_any_run_takes_ids_and_refuses_text_without_gpt2_vocabulary(softmax_run,
         (["--prompt-ids", "1,512"], "prompt ids must lie in [0, 512), got [512]"),
         (["--prompt-ids", "1,x"], "--prompt-ids takes integers"),
         (["--prompt-ids", "1", "--samples", "0"], "samples must be a positive integer"),
+        # torch took a negative seed silently and refused 2^64 with "Overflow when unpacking long long"
+        (["--prompt-ids", "1", "--seed", "-1"], "seed must be an integer from 0 to 4294967295"),
+        (["--prompt-ids", "1", "--seed", str(2**64)], "seed must be an integer from 0 to 4294967295"),
     ):
         assert main(["sample", "--run", run, "--device", "cpu", *argv]) == 2, argv
         err = capsys.readouterr().err

@@ -60,6 +60,7 @@ def test_all_shipped_configs_load():
         ("operator.name", "softmaks", "unknown operator name"),
         ("operator.backend", "cuda", "operator.backend must be one of"),
         ("model.preset", "gpt9", "model.preset must be one of"),
+        ("model.preset", ["tiny"], "model.preset must be one of"),  # a TOML list: was a TypeError
         ("device", "tpu", "device must be one of"),
         ("device", "cuda:x", r"device must be one of .* or cuda:N"),
         ("device", "cuda:-1", r"device must be one of .* or cuda:N"),

@@ -16,6 +16,7 @@ import torch
 
 from kinterval.data.tokenizer import EOT, GPT2_VOCAB, gpt2_encoding
 from kinterval.model import GPT, autocast, eval_precision
+from kinterval.ops.seeds import check_seed
 
 
 @torch.no_grad()
@@ -79,6 +80,7 @@ def sample_run(
         raise ValueError("give a text prompt or prompt ids, not both")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be a positive integer, got {samples!r}")
+    check_seed(seed, "seed")  # torch took a negative seed silently and failed on 2^64 ("Overflow ...")
     loaded = load_run(run, checkpoint=checkpoint, device=device, operator=operator)
     model = loaded.model
     vocab = model.config.vocab_size

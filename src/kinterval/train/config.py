@@ -182,7 +182,7 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Raise ValueError naming the first bad field; return self."""
-        if self.model.preset not in PRESETS:
+        if not isinstance(self.model.preset, str) or self.model.preset not in PRESETS:  # a list: no TypeError
             raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.model.preset!r}")
         model = self.model_config(vocab_size=1)  # shape checks
         if self.numerics.autocast_dtype == "float16":  # evaluation may use it; training may not
