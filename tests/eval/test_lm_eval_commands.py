@@ -73,6 +73,27 @@ def test_lm_evals_own_exit_status_is_returned(monkeypatch, code):
     assert run("--tasks", "x", "--device", "cpu") == code
 
 
+@pytest.mark.parametrize("code, status", [(None, 0), ("lm-eval: a message", 1)])
+def test_an_exit_without_a_status_is_success_and_an_exit_message_is_printed(
+    monkeypatch, capsys, code, status
+):
+    """sys.exit() is success (the status was 1) and sys.exit("message") prints the message (it was lost)."""
+
+    def exits():
+        raise SystemExit(code)
+
+    monkeypatch.setattr(lm_main, "cli_evaluate", exits)
+    assert run("--tasks", "x", "--device", "cpu") == status
+    assert capsys.readouterr().err == ("" if code is None else code + "\n")
+
+
+def test_the_device_defaults_to_cuda_when_it_is_available(recorder, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert run("--tasks", "hellaswag") == 0
+    argv = recorder[-1]
+    assert argv[argv.index("--device") + 1] == "cuda"
+
+
 def test_an_option_error_of_lm_eval_is_one_named_line_and_other_errors_are_kept(monkeypatch):
     """An error raised by lm-eval's own option checks (in ``lm_eval.config.*``) becomes ``lm-eval: ...``;
     a ValueError from anywhere else keeps its traceback (an internal bug is not an input error)."""

@@ -40,8 +40,8 @@ def _lm_eval(args: argparse.Namespace) -> int:
     argv, sys.argv = sys.argv, ["lm-eval", *run, "--model", "kinterval", *rest]
     try:
         cli_evaluate()
-    except SystemExit as exit_:  # lm-eval's argparse (e.g. --help, a bad option)
-        return exit_.code if isinstance(exit_.code, int) else 1
+    except SystemExit as exit_:  # lm-eval's argparse (e.g. --help, a bad option), or its sys.exit()
+        return _exit_status(exit_.code)
     except ValueError as err:  # lm-eval's own checks of its options (unknown task, no task, bad config)
         if not _raised_in(err, "lm_eval.config."):
             raise
@@ -51,6 +51,17 @@ def _lm_eval(args: argparse.Namespace) -> int:
     finally:
         sys.argv = argv
     return 0
+
+
+def _exit_status(code) -> int:
+    """The exit status of ``SystemExit(code)``, as Python gives it: None is 0 (success), an integer itself,
+    anything else (a message) is printed to stderr and is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def hub_error(err: ConnectionError, include_flag: str) -> str:
