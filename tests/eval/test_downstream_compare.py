@@ -1235,3 +1235,118 @@ def test_group_cli_refusals_are_one_line(folders, capsys, flags, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("kinterval downstream-compare: error: ") and message in err[0]
+
+
+# ---------------------------------------------------------------------- mutation audit (downstream area)
+def test_a_record_missing_some_numerics_fields_is_unknown_not_checked():
+    """A results.json that records some numerics fields but not all (written before one was recorded) is
+    unknown, and named for the warning, like one that records none."""
+    full = numerics_record("cpu", "none")
+    part = {k: v for k, v in full.items() if k != "eval_dot_precision"}
+    got = downstream.check_same_numerics([("new", full), ("part", part), ("lm-eval", None)])
+    assert got == ["part", "lm-eval"]
+
+
+@pytest.mark.parametrize("shots", [True, False, 1.0])
+def test_a_bool_or_float_number_of_fewshot_examples_is_refused(shots):
+    """lm-eval would take True as 1 few-shot example and False as 0, silently."""
+    with pytest.raises(ValueError, match="--num-fewshot must be an integer >= 0"):
+        downstream.check_downstream_args(["qa"], None, shots, 0)
+
+
+def test_results_json_records_the_operators_and_the_checkpoint_step(fake_downstream, tmp_path):
+    """results.json names the operator the items were scored with, the run's own one and the checkpoint."""
+    fake_downstream({"qa": [1.0, 0.0]}, tmp_path / "o")
+    rec = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert (rec["operator"], rec["native_operator"], rec["checkpoint_step"]) == ("softmax", "softmax", 1)
+
+
+def test_per_item_files_are_written_in_doc_id_order(monkeypatch, tmp_path, softmax_run):
+    """lm-eval logs samples in its request order; <task>.jsonl is in doc_id order, so that one scoring always
+    writes the same bytes (and sha256)."""
+    pytest.importorskip("lm_eval")
+    import lm_eval
+    import lm_eval.tasks
+
+    softmax_run(50257)
+    samples = [{"doc_id": i, "target": "1", "metrics": ["acc"], "acc": 1.0, "filtered_resps": [[-1.0, True]]}
+               for i in (2, 0, 1)]  # fmt: skip
+    monkeypatch.setattr(lm_eval, "simple_evaluate", lambda model, **kw: {"samples": {"t": samples},
+                                                                         "results": {"t": {}}})  # fmt: skip
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", _Tasks)
+    downstream_commands.run_downstream(tmp_path / "run", ["t"], out=tmp_path / "o", device="cpu")
+    lines = (tmp_path / "o" / "t.jsonl").read_text().splitlines()
+    assert [json.loads(x)["doc_id"] for x in lines] == [0, 1, 2]
+
+
+def test_a_rerun_over_an_older_folder_removes_the_tasks_its_results_json_names(fake_downstream, tmp_path):
+    """A results.json written before the hashes were recorded names its tasks only: a rerun with other tasks
+    removes their files too (else an old task would be compared beside the new ones)."""
+    out = tmp_path / "o"
+    fake_downstream({"qa": [1.0, 0.0], "lm": [0.0, 1.0]}, out)
+    rec = json.loads((out / "results.json").read_text())
+    del rec["files_sha256"]
+    (out / "results.json").write_text(json.dumps(rec))
+    fake_downstream({"qa": [1.0, 1.0]}, out)
+    assert sorted(p.name for p in out.glob("*.jsonl")) == ["qa.jsonl"]
+
+
+def test_a_rerun_removes_only_file_names_inside_its_folder(fake_downstream, tmp_path):
+    """A results.json naming a per-item file with a path (a damaged or hand-made one) never makes a rerun
+    remove a file outside the output folder."""
+    out, outside = tmp_path / "o", tmp_path / "keep.jsonl"
+    outside.write_text("{}\n")
+    fake_downstream({"qa": [1.0, 0.0]}, out)
+    rec = json.loads((out / "results.json").read_text())
+    rec["files_sha256"]["../keep.jsonl"] = "0" * 64
+    (out / "results.json").write_text(json.dumps(rec))
+    fake_downstream({"qa": [1.0, 1.0]}, out)
+    assert outside.is_file()
+
+
+def test_a_recorded_per_item_file_that_is_missing_is_refused(fake_downstream, tmp_path):
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    fake_downstream({"qa": [1.0, 0.0], "lm": [0.0, 1.0]}, base)
+    fake_downstream({"qa": [1.0, 1.0], "lm": [0.0, 1.0]}, cond)
+    (cond / "lm.jsonl").unlink()
+    with pytest.raises(ValueError, match=r"cond: lm.jsonl recorded in results.json but missing"):
+        downstream_compare(base, cond, **FAST)
+
+
+def test_lm_eval_results_files_that_disagree_leave_the_fewshot_unknown(tmp_path):
+    """Two results_*.json in one lm-eval folder with other n-shot for a task: its count is unknown (warned
+    of), not one of the two."""
+    folder = tmp_path / "lm"
+    lm_eval_samples(folder, "qa", [(0, None, {"acc": 1.0})])
+    lm_eval_results(folder, {"qa": 0})
+    res = {"results": {}, "n-shot": {"qa": 5}, "configs": {}}
+    (folder / "results_2026-01-02T00-00-00.000001.json").write_text(json.dumps(res))
+    assert compare_module._fewshot(folder, None, ["qa"]) == {"qa": None}
+    (folder / "results_2026-01-02T00-00-00.000001.json").unlink()
+    assert compare_module._fewshot(folder, None, ["qa"]) == {"qa": 0}
+
+
+def test_a_task_difference_given_twice_is_refused():
+    with pytest.raises(ValueError, match="--task-difference sciq,sciq_nosupport is given twice"):
+        compare_module._check_differences([("sciq", "sciq_nosupport"), ["sciq", "sciq_nosupport"]])
+
+
+def test_primary_flag_overrides_the_papers_metric_of_a_task():
+    """--primary TASK=METRIC wins over the paper's (acc_norm for hellaswag), also for a task it names."""
+    assert compare_module.primary_metric("hellaswag") == "acc_norm"
+    assert compare_module.primary_metric("hellaswag", {"hellaswag": "acc"}) == "acc"
+    assert compare_module.primary_metric("qa", {"hellaswag": "acc"}) == "acc"
+
+
+@pytest.mark.parametrize("flag", ["hellaswag=", "=acc", " = "])
+def test_primary_flag_needs_a_task_and_a_metric(flag):
+    with pytest.raises(ValueError, match="--primary must be TASK=METRIC"):
+        downstream_commands._primary([flag])
+
+
+def test_downstream_tasks_flag_is_split_and_stripped(monkeypatch, tmp_path, capsys):
+    seen = []
+    monkeypatch.setattr(downstream_commands, "run_downstream", lambda run, tasks, **k: seen.append(tasks)
+                        or {"results": {}})  # fmt: skip
+    args = parse(["downstream", "--run", str(tmp_path), "--tasks", " qa, lm ,,"])
+    assert args.func(args) == 0 and seen == [["qa", "lm"]]

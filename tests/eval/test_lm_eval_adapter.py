@@ -572,3 +572,22 @@ def test_a_broken_lm_eval_install_keeps_its_cause(import_with_broken):
     assert (
         "needs lm-eval: pip install 'kinterval[eval]'\n" in res.stderr and "During handling" not in res.stderr
     )
+
+
+def test_rolling_loglikelihood_of_a_long_text_is_scored_in_disjoint_full_windows(run):
+    """A text of several contexts (as HFLM, context_len 1): after the first window ([EOT] + 63 tokens), each
+    window scores the next 64 tokens with the one token before them as their only context, the last one the
+    rest with the 64 tokens before its end."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run))
+    text = " the cat sat on the mat and looked at the dog by the door." * 15
+    toks = gpt2_encoding().encode_ordinary(text)
+    n = len(toks)
+    assert n > 3 * 64 and n % 64
+    want = direct_logprob(lm.model, [EOT], toks[:64])
+    for s in range(64, n, 64):
+        e = min(s + 64, n)
+        want += direct_logprob(lm.model, toks[e - 65 : s], toks[s:e])
+    (got,) = lm.loglikelihood_rolling([_Request(text)])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-3)

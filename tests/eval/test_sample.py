@@ -146,3 +146,18 @@ def test_last_only_logits_are_the_last_row_of_the_full_logits():
     torch.testing.assert_close(last[:, 0], full[:, -1], rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="takes no targets"):
         model(idx, idx, last_only=True)
+
+
+def test_a_top_k_of_the_whole_vocabulary_or_more_is_no_cut():
+    """top_k >= the vocabulary (the default 200 on a small-vocabulary run) samples from every token, as
+    top_k unset (torch.topk would fail on k > vocabulary)."""
+    model, idx = tiny(vocab=64), torch.zeros(1, 3, dtype=torch.long)
+    want = generate(model, idx, 6, top_k=None, generator=torch.Generator().manual_seed(1))
+    for k in (64, 200):
+        assert torch.equal(generate(model, idx, 6, top_k=k, generator=torch.Generator().manual_seed(1)), want)
+
+
+def test_an_empty_text_prompt_starts_from_endoftext(softmax_run, tmp_path):
+    softmax_run(50257)
+    (row,) = sample_run(tmp_path / "run", prompt="", max_new_tokens=1, device="cpu")
+    assert row["ids"][0] == EOT and len(row["ids"]) == 2 and len(row["new_ids"]) == 1
