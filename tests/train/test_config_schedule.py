@@ -67,6 +67,14 @@ def test_all_shipped_configs_load():
         ("device", 0, r"device must be one of .* or cuda:N"),
         ("optim.decay", "all", "optim.decay must be one of"),
         ("schedule.warmup_tokens", 10**9, "warmup_tokens"),
+        ("schedule.warmup_tokens", 1_000_000, r"warmup_tokens \(1000000\) must be < schedule.tokens"),
+        ("optim.beta1", 1.0, "optim.beta1 must be < 1"),
+        ("optim.eps", 0.0, "optim.eps must be > 0"),
+        ("optim.weight_decay", -0.1, "optim.weight_decay must be >= 0"),
+        ("optim.grad_clip", -1.0, "optim.grad_clip must be >= 0"),
+        ("schedule.accum", 0, "schedule.accum must be an integer >= 1"),
+        ("log.eval_every", -1, "log.eval_every must be an integer >= 0"),
+        ("device", "cuda:", r"device must be one of .* or cuda:N"),
         ("data.verify", 1, "data.verify must be true or false"),
         ("log.progress", "yes", "log.progress must be true or false"),
         ("log.tensorboard", "no", "log.tensorboard must be true or false"),
@@ -82,6 +90,23 @@ def test_bad_values_are_named(field, value, message):
     cfg = TrainConfig().override({"data.dir": "x", field: value})
     with pytest.raises(ValueError, match=message):
         cfg.validate()
+
+
+@pytest.mark.parametrize("model", [{"attn_sinks": True}, {"attn_softcap": 30.0}])
+def test_sdpa_takes_no_sinks_or_softcap(model):
+    cfg = TrainConfig().override({"data.dir": "x", "operator.name": "sdpa", "model": model})
+    with pytest.raises(
+        ValueError, match="operator.name 'sdpa' .* takes no model.attn_softcap or model.attn_sinks"
+    ):
+        cfg.validate()
+
+
+def test_a_nested_override_sets_its_fields_and_keeps_the_sections_others():
+    """{"schedule": {"tokens": N}} (TOML's unquoted dotted key) sets one field; the section's other fields
+    keep their values, not the defaults."""
+    cfg = TrainConfig().override({"schedule.warmup_tokens": 500, "schedule.accum": 4})
+    got = cfg.override({"schedule": {"tokens": 5000}}).schedule
+    assert (got.tokens, got.warmup_tokens, got.accum) == (5000, 500, 4)
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:3"])
@@ -184,3 +209,10 @@ def test_torchrun_with_a_protocols_accumulation_is_warned_of_its_other_batch():
     assert protocol_batch_note(fixed, make_plan(fixed, 4)) is None
     own = cfg.override({"name": "my-protocol"})  # not a shipped protocol: the user's own batch
     assert protocol_batch_note(own, make_plan(own, 4)) is None
+
+
+def test_the_training_sequence_length_is_the_models_block_size_else_the_presets():
+    from kinterval.model.config import PRESETS
+
+    assert TrainConfig().block_size == PRESETS["tiny"].block_size
+    assert TrainConfig().override({"model.block_size": 48}).block_size == 48
