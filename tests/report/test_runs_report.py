@@ -271,3 +271,30 @@ def test_two_runs_of_one_operator_are_refused(runs, tmp_path, capsys):
     argv = ["report", "--runs", str(runs / "soft"), str(runs / "lerp"), str(tmp_path / "lerp2")]
     assert main([*argv, "--out", str(tmp_path / "bad")]) == 2
     assert "both ran lerp-k4: give one run per operator" in capsys.readouterr().err
+
+
+def test_trajectories_of_the_same_blocks_and_an_sdpa_control_named_softmax(runs, monkeypatch, tmp_path):
+    """A run's trajectory holds its checkpoints evaluated on the latest one's blocks (max_blocks) only, and
+    only a run with two or more such points has one; the control is the row "softmax" whether it ran
+    softmax or sdpa."""
+    from kinterval.report import runs_report as rr
+
+    seen = {}
+    monkeypatch.setattr(rr, "demo_report", lambda per_block, out, **kw: seen.update(kw, rows=per_block) or {})
+    soft, lerp, fwm = (tmp_path / n for n in ("soft", "lerp", "fwm"))
+    for name, to in (("soft", soft), ("lerp", lerp), ("fwm", fwm)):
+        shutil.copytree(runs / name, to)
+    first, last = sorted((lerp / "eval" / "val").glob("step_*.json"))
+    s = json.loads(first.read_text())
+    s["request"]["max_blocks"] = 1  # an earlier checkpoint evaluated on fewer blocks
+    first.write_text(json.dumps(s))
+    sorted((fwm / "eval" / "val").glob("step_*.json"))[0].unlink()  # one checkpoint evaluated
+    path = sorted((soft / "eval" / "val").glob("step_*.json"))[-1]
+    s = json.loads(path.read_text())
+    s["operator_used"] = "sdpa"
+    path.write_text(json.dumps(s))
+    rr.runs_report([soft, lerp, fwm], tmp_path / "rep")
+    assert sorted(seen["rows"]) == ["fwm-prob-k4", "lerp-k4", "softmax"]
+    assert sorted(seen["trajectories"]) == ["softmax"] and len(seen["trajectories"]["softmax"]) == 2
+    assert rr._evaluated(lerp, "val").trajectory == [(json.loads(last.read_text())["tokens"],
+                                                      json.loads(last.read_text())["mean_nll"])]  # fmt: skip

@@ -100,3 +100,12 @@ def test_a_resume_over_a_damaged_record_says_how_to_go_on(make_config, tmp_path)
     (run / ENVIRONMENT_FILE).unlink()
     assert train(cfg, run, resume=True).status == "completed"
     assert starts(run) == [2]  # this session's line; the ones before were deleted
+
+
+def test_blank_lines_are_skipped_and_a_bool_step_is_refused(tmp_path):
+    path = tmp_path / ENVIRONMENT_FILE
+    path.write_text('{"step": 0}\n\n  \n{"step": 8}\n')
+    assert [r["step"] for r in read_environment(path)] == [0, 8]
+    path.write_text('{"step": 0}\n{"step": true}\n')
+    with pytest.raises(ValueError, match="line 2: not a session record"):
+        read_environment(path)
