@@ -1350,3 +1350,27 @@ def test_downstream_tasks_flag_is_split_and_stripped(monkeypatch, tmp_path, caps
                         or {"results": {}})  # fmt: skip
     args = parse(["downstream", "--run", str(tmp_path), "--tasks", " qa, lm ,,"])
     assert args.func(args) == 0 and seen == [["qa", "lm"]]
+
+
+@pytest.mark.parametrize("record", ["[]", "null", '"text"'])
+def test_a_results_json_that_is_not_an_object_is_refused(fake_downstream, tmp_path, record):
+    """A damaged results.json that is JSON but no object was read as none: the folder's per-item files were
+    compared without their recorded sha256."""
+    base, cond = tmp_path / "base", tmp_path / "cond"
+    fake_downstream({"qa": [1.0, 0.0]}, base)
+    fake_downstream({"qa": [1.0, 1.0]}, cond)
+    (cond / "results.json").write_text(record)
+    with pytest.raises(ValueError, match=r"cond/results.json: not a results record \(a JSON object\)"):
+        downstream_compare(base, cond, **FAST)
+
+
+def test_groups_take_lists_of_conditions_not_a_string():
+    with pytest.raises(ValueError, match="--group g: give the group's conditions as a list"):
+        compare_module.check_groups({"g": "ab"}, ["a", "b"])
+
+
+def test_group_counts_need_q_strictly_below_005_as_the_mark():
+    rows = [{"group": "g", "task": "qa", "metric": "acc", "condition": c, "diff": d, "detectable": False,
+             "q": q} for c, d, q in (("a", -0.1, 0.05), ("b", 0.1, 0.0499))]  # fmt: skip
+    (g,) = compare_module.group_summary(rows)
+    assert (g["q05_negative"], g["q05_positive"], g["negative"], g["positive"]) == (0, 1, 1, 1)

@@ -216,3 +216,10 @@ def test_the_training_sequence_length_is_the_models_block_size_else_the_presets(
 
     assert TrainConfig().block_size == PRESETS["tiny"].block_size
     assert TrainConfig().override({"model.block_size": 48}).block_size == 48
+
+
+def test_an_override_of_none_is_a_flag_not_given():
+    """The command line passes its unset flags as None: they keep the config's values."""
+    cfg = TrainConfig().override({"schedule.tokens": 5000, "optim.fused": True})
+    got = cfg.override({"schedule.tokens": None, "optim.fused": None, "seed": None})
+    assert (got.schedule.tokens, got.optim.fused, got.seed) == (5000, True, 0)

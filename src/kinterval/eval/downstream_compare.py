@@ -175,9 +175,11 @@ def _results_record(folder) -> dict | None:
         rec = json.loads(path.read_bytes())
     except ValueError as err:  # not JSON (e.g. torn), or not UTF-8
         raise ValueError(f"{path}: not a JSON file ({err})") from None
-    if isinstance(rec, dict) and rec.get("complete") is False:
+    if not isinstance(rec, dict):  # damaged: its files would be compared unchecked
+        raise ValueError(f"{path}: not a results record (a JSON object), got {type(rec).__name__}")
+    if rec.get("complete") is False:
         raise ValueError(f"{path}: {rec.get('note', 'an unfinished output')}; rerun it")
-    return rec if isinstance(rec, dict) else None
+    return rec
 
 
 def _check_same_items(base_name: str, base: dict, name: str, cond: dict) -> None:
