@@ -231,6 +231,13 @@ def test_readme_lists_every_command():
     section = readme.split("## Command line", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`kinterval ([a-z][a-z-]*)", section))
     assert set(_subcommands(build_parser())) <= named, "README.md's command list misses a subcommand"
+    # the actions too (`kinterval data prepare|overlap`): `data overlap` was left out of the list
+    actions = {}
+    for command, rest in re.findall(r"`kinterval ([a-z][a-z-]*) \[?([a-z|-]+)", section):
+        actions.setdefault(command, set()).update(rest.split("|"))
+    for command, sub in _subcommands(build_parser()).items():
+        missing = set(_subcommands(sub)) - actions.get(command, set())
+        assert not missing, f"README.md's command list misses kinterval {command} {'|'.join(sorted(missing))}"
 
 
 def table_cells(row: str) -> int:
