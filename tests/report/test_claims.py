@@ -525,3 +525,16 @@ def test_the_modern_attention_suite_checks_the_claims_it_has_runs_for(tmp_path):
     }
     assert all(claims[n]["direction_agrees"] is True for n in checked)
     assert "1L 2H d32 1KV sinks rope10000" in index
+
+
+def test_ours_never_prints_a_nonzero_value_as_zero():
+    """claims.md's "Ours" column printed +.4f: an interval of [+2e-05, +4e-05], which excludes 0, read
+    "[+0.0000, +0.0000]" and a mean of -3e-05 "-0.0000", while every other report table prints such a value
+    in two significant digits (tables.num)."""
+    from kinterval.report.analysis import Estimate
+    from kinterval.report.claims import _ours
+
+    e = Estimate(mean=-3e-05, lo=2e-05, hi=4e-05, interval="block bootstrap", n_seeds=1, per_seed=(-3e-05,))
+    assert _ours(e, [7]) == "-3.0e-05 [+2.0e-05, +4.0e-05] (block bootstrap; seed 7)"
+    e = Estimate(mean=0.0123, lo=-0.001, hi=0.02, interval="t (1 df)", n_seeds=2, per_seed=(0.01, 0.0146))
+    assert _ours(e, [7, 42]) == "+0.0123 [-0.0010, +0.0200] (t (1 df); seed 7,42)"

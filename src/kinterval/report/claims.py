@@ -20,6 +20,7 @@ from kinterval.data.loader import passes_text
 from kinterval.ops import OperatorSpec
 from kinterval.report import analysis as A
 from kinterval.report.results import Point, operator_spec
+from kinterval.report.tables import num
 
 
 @dataclass
@@ -61,7 +62,9 @@ class Claim:
 
 def _ours(e: A.Estimate, seeds) -> str:
     s = ",".join(map(str, seeds))
-    return f"{e.mean:+.4f} [{e.lo:+.4f}, {e.hi:+.4f}] ({e.interval}; seed {s})"
+    # tables.num: a value below the fourth decimal in two significant digits, never "-0.0000", so that the
+    # sign the status reads ("agrees (not detectable)") and an interval that excludes 0 show in the numbers
+    return f"{num(e.mean)} [{num(e.lo)}, {num(e.hi)}] ({e.interval}; seed {s})"
 
 
 def _setting(key, tokens: int, passes: float | None = None) -> str:
