@@ -44,6 +44,7 @@ def register(subparsers) -> None:
 def cmd_demo(args) -> int:
     from kinterval.ops.commands import split_operators
     from kinterval.report import demo_report
+    from kinterval.report.tables import num
     from kinterval.train.demo import check_options, run_demo
 
     check_options(args.tokens, args.seed, args.quick, flag="--")  # before the (temporary) folder is made
@@ -70,8 +71,10 @@ def cmd_demo(args) -> int:
     print(f"{head}{'train s':>8}\n" + "-" * (w + 62))
     for r in rows:
         c = ci.get(r["operator"])
-        interval = f"[{c['lo']:+.4f}, {c['hi']:+.4f}]" + (" separated" if c["separated"] else "") if c else ""
-        line = f"{r['operator']:<{w}}{r['val_nll']:>10.4f}{r['delta_nll']:>+18.4f}   {interval:<24}"
+        # num: a nonzero value below the fourth decimal in two significant digits (as the report's tables),
+        # not -0.0000: an interval that excludes 0 must not read as one that touches it
+        interval = f"[{num(c['lo'])}, {num(c['hi'])}]" + (" separated" if c["separated"] else "") if c else ""
+        line = f"{r['operator']:<{w}}{r['val_nll']:>10.4f}{num(r['delta_nll']):>18}   {interval:<24}"
         print(f"{line}{r['train_s']:>8.1f}")
     legend = f"{rows[0]['blocks']} validation blocks; ΔNLL > 0: worse than softmax, nats/token"
     # the intervals' bootstrap: block 16, or n // 2 below 32 blocks (none for softmax alone)

@@ -35,6 +35,7 @@ def runs(tmp_path_factory, shared_config):
 
 def test_each_run_against_the_softmax_run_with_its_seed_and_a_note(runs, capsys):
     from kinterval.eval.evaluate import eval_dir, load_result
+    from kinterval.report.tables import num
 
     out = runs / "rep"
     argv = ["report", "--runs", *(str(runs / n) for n in ("lerp", "soft", "fwm")), "--out", str(out)]
@@ -45,7 +46,8 @@ def test_each_run_against_the_softmax_run_with_its_seed_and_a_note(runs, capsys)
         n: load_result(sorted(eval_dir(runs / n).glob("step_*.json"))[-1])[1]["nll"] for n in ("soft", "lerp")
     }
     delta = float((nll["lerp"] - nll["soft"]).mean())
-    assert f"lerp-k4                  NLL {nll['lerp'].mean():.4f}  ΔNLL vs softmax {delta:+.4f}" in printed
+    # delta is of order 1e-08 here: printed in two significant digits (it read "-0.0000")
+    assert f"lerp-k4                  NLL {nll['lerp'].mean():.4f}  ΔNLL vs softmax {num(delta)}" in printed
     table = (out / "delta.md").read_text()
     assert "| fwm-prob-k4 | 5 |" in table and "| lerp-k4 | 0 |" in table
     index = (out / "index.md").read_text()
@@ -298,3 +300,23 @@ def test_trajectories_of_the_same_blocks_and_an_sdpa_control_named_softmax(runs,
     assert sorted(seen["trajectories"]) == ["softmax"] and len(seen["trajectories"]["softmax"]) == 2
     assert rr._evaluated(lerp, "val").trajectory == [(json.loads(last.read_text())["tokens"],
                                                       json.loads(last.read_text())["mean_nll"])]  # fmt: skip
+
+
+def test_the_printed_summary_gives_a_small_delta_in_two_significant_digits(monkeypatch, capsys, tmp_path):
+    """`kinterval report --runs` printed a Δ of -3e-05 as "-0.0000" and an interval [-1e-04, -3e-05], which
+    excludes 0, as "[-0.0001, -0.0000]"; delta.md prints them in two significant digits."""
+    import kinterval.report.runs_report as rr
+
+    row = {
+        "operator": "fwm-prob-k4",
+        "nll": 5.5,
+        "delta": -3e-05,
+        "lo": -1e-04,
+        "hi": -3e-05,
+        "separated": False,
+    }
+    monkeypatch.setattr(
+        rr, "runs_report", lambda runs, out, split: {"rows": [row], "notes": [], "index": "i.md"}
+    )
+    assert main(["report", "--runs", "soft", "fwm", "--out", str(tmp_path / "rep")]) == 0
+    assert "ΔNLL vs softmax -3.0e-05  [-0.0001, -3.0e-05]" in capsys.readouterr().out

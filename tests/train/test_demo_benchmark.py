@@ -402,3 +402,31 @@ def test_demo_trains_each_operator_once_under_its_canonical_name(tmp_path, monke
     with pytest.raises(Stop):
         demo_module._run(tmp_path, None, ["SOFTMAX", "FWM-Prob-K4"], True, 0, False)
     assert trained == [("softmax", "softmax"), ("fwm-prob-k4", "fwm-prob-k4")]
+
+
+def test_demo_prints_a_value_below_the_fourth_decimal_in_two_significant_digits(
+    tmp_path, monkeypatch, capsys
+):
+    """`kinterval demo --quick` printed fwm's interval as "[-0.0001, -0.0000]": an interval that excludes 0
+    read as one that touches it, and a Δ of -3e-05 as "-0.0000" (the report's tables print -3.0e-05)."""
+    import kinterval.report
+    from kinterval.train import demo
+
+    def run_demo(out, **kw):
+        return [
+            {"operator": op, "val_nll": 5.5, "blocks": 64, "train_s": 1.0, "delta_nll": d, "per_block": None}
+            for op, d in (("softmax", 0.0), ("fwm-prob-k4", -3e-05))
+        ]
+
+    def demo_report(per_block, out, seeds):
+        rows = [{"operator": "fwm-prob-k4", "lo": -1e-04, "hi": -3e-05, "separated": False, "block": 16}]
+        return {"rows": rows, "index": out / "index.md"}
+
+    monkeypatch.setattr(demo, "run_demo", run_demo)
+    monkeypatch.setattr(kinterval.report, "demo_report", demo_report)
+    assert main(["demo", "--out", str(tmp_path), "--operators", "softmax,fwm-prob-k4", "--no-progress"]) == 0
+    lines = {
+        line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line[:1].isalpha()
+    }
+    assert lines["softmax"][2] == "+0.0000"  # an exact zero stays 0.0000
+    assert lines["fwm-prob-k4"][2:5] == ["-3.0e-05", "[-0.0001,", "-3.0e-05]"]

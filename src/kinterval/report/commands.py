@@ -27,10 +27,12 @@ def _runs(args) -> int:
 
     if args.dirs or args.clean_blocks:
         raise ValueError("--runs takes run folders instead of suite folders, and no --clean-blocks")
+    from kinterval.report.tables import num
+
     rep = runs_report(args.runs, Path(args.out or "report"), split=args.split or "val")
-    for r in rep["rows"]:
-        ci = f"[{r['lo']:+.4f}, {r['hi']:+.4f}]" + (" separated" if r["separated"] else "")
-        print(f"{r['operator']:<24} NLL {r['nll']:.4f}  ΔNLL vs softmax {r['delta']:+.4f}  {ci}")
+    for r in rep["rows"]:  # num: a value below the fourth decimal in two significant digits, never -0.0000
+        ci = f"[{num(r['lo'])}, {num(r['hi'])}]" + (" separated" if r["separated"] else "")
+        print(f"{r['operator']:<24} NLL {r['nll']:.4f}  ΔNLL vs softmax {num(r['delta'])}  {ci}")
     for n in rep["notes"]:
         print(f"note: {n}")
     for cond, p in rep.get("probes", {}).items():  # the table itself is probes.md
