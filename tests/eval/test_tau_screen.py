@@ -236,6 +236,20 @@ def test_stage3_table_gives_each_tau_minus_softmax():
     assert tex.count("\\begin{tabular}") == 2
 
 
+def test_stage3_table_gives_a_difference_below_the_fourth_decimal_in_two_significant_digits():
+    """stage3.md printed a K = 16 condition 3e-05 above softmax on every block as "+0.0000 [+0.0000, +0.0000]"
+    (and "-0.0000" below it), as if it equalled softmax; the report's tables print +3.0e-05."""
+    soft = np.random.default_rng(0).normal(4.3, 0.2, 40)
+    res = StageResult(Stage("3", "zero", (16,), (5.0, 6.0), None, minmax=True))
+    offsets = {key(16, 5.0): 3e-05, key(16, 6.0): -2e-05, key(16, "minmax"): 0.0123}
+    res.per_block = {"softmax": soft, **{name: soft + d for name, d in offsets.items()}}
+    res.nll = {name: float(v.mean()) for name, v in res.per_block.items()}
+    md, _ = stage3_table(res, n_resamples=200)
+    assert "-0.0000" not in md and "+0.0000" not in md
+    assert "+3.0e-05 [+3.0e-05, +3.0e-05]" in md and "-2.0e-05 [-2.0e-05, -2.0e-05]" in md
+    assert "+0.0123 [+0.0123, +0.0123]" in md
+
+
 def test_per_block_arrays_round_trip(tmp_path):
     res = planted_stage(blocks=7)
     path = save_per_block(res, tmp_path / "stage3.npz")

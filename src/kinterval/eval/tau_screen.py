@@ -221,7 +221,9 @@ def stage3_table(res: StageResult, *, n_resamples: int = 10_000, fmt: str = "md"
             }
         )
     bold = (lambda x: f"**{x}**") if fmt == "md" else (lambda x: f"\\textbf{{{x}}}")
-    cell = lambda c: f"{c['delta']:+.4f} [{c['lo']:+.4f}, {c['hi']:+.4f}]" if c else "-"  # noqa: E731
+    from kinterval.report.tables import num  # below the fourth decimal: two significant digits, not -0.0000
+
+    cell = lambda c: f"{num(c['delta'])} [{num(c['lo'])}, {num(c['hi'])}]" if c else "-"  # noqa: E731
     head = ["K", "MinMax", *[f"tau={t:g}" for t in st.taus], f"tau*={tau_star:g} - softmax [95% CI]"]
     head2 = ["K", "MinMax - softmax", *[f"tau={t:g} - softmax" for t in st.taus]]
     lines, lines2 = [], []
