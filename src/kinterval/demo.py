@@ -44,7 +44,7 @@ def register(subparsers) -> None:
 def cmd_demo(args) -> int:
     from kinterval.ops.commands import split_operators
     from kinterval.report import demo_report
-    from kinterval.report.tables import num
+    from kinterval.stats.format import num
     from kinterval.train.demo import check_options, run_demo
 
     check_options(args.tokens, args.seed, args.quick, flag="--")  # before the (temporary) folder is made

@@ -42,6 +42,7 @@ from kinterval.ops.reference import (
     row_extrema,
 )
 from kinterval.stats import block_bootstrap_ci, block_length
+from kinterval.stats.format import num
 from kinterval.train.evaluate import token_nll
 
 RECONSTRUCTIONS = {"nearest": "weight", "lerp": "lerp"}
@@ -221,8 +222,7 @@ def stage3_table(res: StageResult, *, n_resamples: int = 10_000, fmt: str = "md"
             }
         )
     bold = (lambda x: f"**{x}**") if fmt == "md" else (lambda x: f"\\textbf{{{x}}}")
-    from kinterval.report.tables import num  # below the fourth decimal: two significant digits, not -0.0000
-
+    # num: below the fourth decimal in two significant digits, not -0.0000
     cell = lambda c: f"{num(c['delta'])} [{num(c['lo'])}, {num(c['hi'])}]" if c else "-"  # noqa: E731
     head = ["K", "MinMax", *[f"tau={t:g}" for t in st.taus], f"tau*={tau_star:g} - softmax [95% CI]"]
     head2 = ["K", "MinMax - softmax", *[f"tau={t:g} - softmax" for t in st.taus]]
