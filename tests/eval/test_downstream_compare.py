@@ -1374,3 +1374,14 @@ def test_group_counts_need_q_strictly_below_005_as_the_mark():
              "q": q} for c, d, q in (("a", -0.1, 0.05), ("b", 0.1, 0.0499))]  # fmt: skip
     (g,) = compare_module.group_summary(rows)
     assert (g["q05_negative"], g["q05_positive"], g["negative"], g["positive"]) == (0, 1, 1, 1)
+
+
+def test_printed_table_gives_a_small_difference_in_two_significant_digits():
+    """A difference below 5e-5 with an interval that excludes 0 read "+0.0000 [+0.0000, +0.0001]"."""
+    from kinterval.eval.downstream_compare import format_compare
+
+    row = {"task": "t", "metric": "nll", "condition": "c", "n": 4, "baseline": 2.5, "value": 2.50003,
+           "diff": 3e-5, "lo": 2e-5, "hi": 1e-4, "p": 0.01, "q": 0.01, "mark": "",
+           "margin_status": None}  # fmt: skip
+    _, _, line = format_compare([row]).splitlines()
+    assert "+3.0e-05" in line and "[+2.0e-05, +0.0001]" in line

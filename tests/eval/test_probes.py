@@ -618,6 +618,8 @@ def test_one_family_gives_no_interval_not_nan():
     assert probes.interval_text(None, None) == probes.interval_text(None, None, signed=True) == "-"
     assert probes.interval_text(-0.5, 0.25, signed=True) == "[-0.5000, +0.2500]"
     assert probes.interval_text(0.5, 0.25) == "[0.5000, 0.2500]"
+    # probes-compare: an interval that excludes 0 by less than 5e-5 must not read as one that touches it
+    assert probes.interval_text(-1e-4, -3e-5, signed=True) == "[-0.0001, -3.0e-05]"
 
 
 def test_cli_one_family_prints_dash_and_writes_strict_json(tmp_path, capsys):
@@ -688,3 +690,19 @@ def test_a_non_finite_score_is_an_error_not_a_nan_in_the_files(tmp_path, monkeyp
     with pytest.raises(ValueError, match=r"non-finite NLL on a probe sample \(probe A, family 0, condition"):
         probes.run_probes(make_run(tmp_path / "run"), out=out, families=1, copies=1, device="cpu")
     assert not (out / "summary.json").exists() and not (out / "samples.jsonl").exists()
+
+
+def test_probes_compare_prints_a_small_delta_and_slope_in_two_significant_digits(monkeypatch, capsys):
+    """A delta of 3e-5 printed "+0.0000" and a slope interval that excludes 0 "[+0.0000, +0.0001]"."""
+    from kinterval.cli import main
+
+    res = {"operator": "fwm-prob-k4", "reference_operator": "softmax",
+           "deltas": [{"probe": "B", "metric": "nll", "param": "all", "condition": "all", "delta": 3e-5,
+                       "lo": 2e-5, "hi": 1e-4, "n": 6}],
+           "slopes": [{"probe": "A", "metric": "nll", "condition": "induction", "params": [16, 64],
+                       "slope": -4e-5, "lo": -1e-4, "hi": -2e-5}]}  # fmt: skip
+    monkeypatch.setattr(probes, "compare_probes", lambda *a, **k: res)
+    assert main(["probes-compare", "ref", "cond"]) == 0
+    out = capsys.readouterr().out
+    assert "+3.0e-05 [+2.0e-05, +0.0001] n=6" in out
+    assert "slope vs log2 [16, 64]: -4.0e-05 [-0.0001, -2.0e-05]" in out

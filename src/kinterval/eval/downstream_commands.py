@@ -39,6 +39,7 @@ from kinterval.eval.downstream_compare import (  # noqa: F401
     group_summary,
     primary_metric,
 )
+from kinterval.stats.format import num
 
 
 # ---------------------------------------------------------------------- CLI
@@ -157,11 +158,11 @@ def _probes_compare(args) -> int:
         print(f"{name} ({res['operator']}) - reference ({res['reference_operator']})")
         for r in res["deltas"]:
             mark = "  tab:probeab" * in_probeab(r)
-            print(f"  {r['probe']} {r['metric']:<5} {r['param']!s:>4} {r['condition']:<18} {r['delta']:+.4f} "
+            print(f"  {r['probe']} {r['metric']:<5} {r['param']!s:>4} {r['condition']:<18} {num(r['delta'])} "
                   f"{interval_text(r['lo'], r['hi'], signed=True)} n={r['n']}{mark}")  # fmt: skip
         for r in res["slopes"]:
             print(f"  {r['probe']} {r['metric']:<5} {r['condition']:<18} slope vs log2 {r['params']}: "
-                  f"{r['slope']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}]")  # fmt: skip
+                  f"{num(r['slope'])} {interval_text(r['lo'], r['hi'], signed=True)}")  # fmt: skip
     if args.json:
         atomic.write_text(args.json, json.dumps(out, indent=1) + "\n")
     return 0

@@ -25,6 +25,7 @@ from kinterval.eval.downstream import (
     effective_fewshot,
     warn_unknown_numerics,
 )
+from kinterval.stats.format import num
 
 # ---------------------------------------------------------------------- paired comparison
 MARGIN = 0.01  # nats: the pre-declared practical-equivalence margin, NLL-type metrics only (App. C.3)
@@ -523,7 +524,7 @@ def format_compare(rows: list[dict]) -> str:
     # right-aligned after at least one space (a log-likelihood total is 9 characters or more)
     w = {k: max([width] + [len(str(r[k])) + 1 for r in rows]) for k, width in
          (("task", 24), ("metric", 12), ("condition", 20))}  # fmt: skip
-    cells = [(f"{r['n']}", f"{r['baseline']:.4f}", f"{r['value']:.4f}", f"{r['diff']:+.4f}",
+    cells = [(f"{r['n']}", f"{r['baseline']:.4f}", f"{r['value']:.4f}", num(r["diff"]),
               interval_text(r["lo"], r["hi"], signed=True), f"{r['p']:.4f}", f"{r['q']:.4f}")
              for r in rows]  # fmt: skip
     names = ("n", "base", "cond", "diff", "95% CI", "p", "q")

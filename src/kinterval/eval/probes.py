@@ -33,6 +33,7 @@ import torch
 from kinterval import atomic
 from kinterval.eval.checkpoints import pick_device
 from kinterval.eval.evaluate import applied_numerics
+from kinterval.stats.format import num
 from kinterval.train.load import load_run
 
 DISTANCES = (64, 128, 256, 512, 896)
@@ -257,10 +258,11 @@ def in_probeab(r: dict) -> bool:
 
 def interval_text(lo, hi, signed: bool = False) -> str:
     """``[lo, hi]`` as printed by ``kinterval probes`` (``signed``: ``probes-compare``), "-" when the interval
-    could not be formed (``None``: a single family)."""
+    could not be formed (``None``: a single family). A signed bound below the fourth decimal prints in two
+    significant digits (``stats.format.num``): an interval that excludes 0 never reads [-0.0001, -0.0000]."""
     if lo is None or hi is None:
         return "-"
-    return f"[{lo:+.4f}, {hi:+.4f}]" if signed else f"[{lo:.4f}, {hi:.4f}]"
+    return f"[{num(lo)}, {num(hi)}]" if signed else f"[{lo:.4f}, {hi:.4f}]"
 
 
 def probe_tables(results_dir: str | Path) -> list[dict]:
