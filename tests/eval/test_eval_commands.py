@@ -67,6 +67,25 @@ def test_an_override_that_changes_only_range_grad_is_noted(monkeypatch, capsys, 
     assert err.count("only in range_grad") == noted  # once per trained operator, not per checkpoint
 
 
+@pytest.mark.parametrize(
+    ("extra", "printed"),
+    [
+        ({"n_documents": 3, "doc_cluster_mean_nll": 3.25}, "  doc-cluster 3.2500  [evaluated]"),
+        ({"n_documents": 1}, "  doc-cluster - (1 document: needs 2)  [evaluated]"),  # printed nothing
+        ({}, "nats/token  [evaluated]"),  # no --doc-clusters
+    ],
+)
+def test_eval_prints_the_document_cluster_mean_or_why_there_is_none(monkeypatch, capsys, extra, printed):
+    from kinterval.eval import evaluate
+
+    row = {"checkpoint": "step_000004", "step": 4, "operator_used": "softmax", "operator_trained": "softmax",
+           "operator_override": False, "split": "val", "n_blocks": 2, "mean_nll": 3.0,
+           "skipped": False}  # fmt: skip
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, **k: [dict(row, **extra)])
+    assert main(["eval", "--run", "R", "--quiet"]) == 0
+    assert printed in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("kind", ["geometry", "graddiag"])
 def test_diagnostics_pass_their_flags_and_default_to_8_blocks(monkeypatch, kind):
     from kinterval.eval import diagnostics

@@ -29,6 +29,8 @@ def _eval(args: argparse.Namespace) -> int:
     for r in rows:
         extra = f" (override of {r['operator_trained']})" if r["operator_override"] else ""
         docs = f"  doc-cluster {r['doc_cluster_mean_nll']:.4f}" if "doc_cluster_mean_nll" in r else ""
+        if "n_documents" in r and not docs:  # a cluster bootstrap needs two documents
+            docs = f"  doc-cluster - ({r['n_documents']} document{'s' * (r['n_documents'] != 1)}: needs 2)"
         state = "cached" if r["skipped"] else "evaluated"
         print(
             f"{r['checkpoint']}  step {r['step']:>7}  {r['operator_used']}{extra}  {r['split']}  "
