@@ -706,3 +706,15 @@ def test_probes_compare_prints_a_small_delta_and_slope_in_two_significant_digits
     out = capsys.readouterr().out
     assert "+3.0e-05 [+2.0e-05, +0.0001] n=6" in out
     assert "slope vs log2 [16, 64]: -4.0e-05 [-0.0001, -2.0e-05]" in out
+
+
+def test_a_pair_count_or_copy_length_that_just_fits_is_kept():
+    """Probe B with n pairs feeds the model 2n + 1 tokens, probe C of length L PREFIX + 2L (its last token is
+    only a target): a block of exactly that size fits them. Probe C asked for PREFIX + 2L + 1 and skipped a
+    length the model could score."""
+    samples, skipped = probes.retrieval_samples(1, V, 2 * 16 + 1, n_pairs=(16, 17))
+    assert {s.param for s in samples} == {16} and skipped == [17]
+    assert max(len(s.tokens) for s in samples) - 1 == 2 * 16 + 1
+    samples, skipped = probes.copy_samples(1, V, PREFIX + 2 * 32, lengths=(32, 33))
+    assert {s.param for s in samples} == {32} and skipped == [33]
+    assert len(samples[0].tokens) - 1 == PREFIX + 2 * 32

@@ -118,7 +118,7 @@ def copy_samples(n_families: int, vocab: int, block: int, lengths=SEGMENT_LENGTH
     """Probe C samples (one copy task per family and segment length: ``n_families`` samples per L) and the
     lengths skipped."""
     sep = EOT if vocab > EOT else vocab - 1
-    fits = [L for L in lengths if PREFIX + 2 * L + 1 <= block]
+    fits = [L for L in lengths if PREFIX + 2 * L <= block]  # input PREFIX + 2L: the last token is a target
     samples = []
     for f in range(n_families):
         rng = _rng(seed, "C", f)
@@ -142,10 +142,10 @@ def all_samples(
 
 def _smallest_blocks(distances=DISTANCES) -> str:
     """The block size the shortest sample of each probe needs, e.g. "probe A needs block_size >= 81 (distance
-    64), B >= 33 (16 pairs), C >= 81 (length 32)"."""
+    64), B >= 33 (16 pairs), C >= 80 (length 32)"."""
     d, n, L = min(distances, default=None), min(N_PAIRS), min(SEGMENT_LENGTHS)
     need = [f"A >= {PREFIX + d + 1} (distance {d})"] if d else []
-    need += [f"B >= {2 * n + 1} ({n} pairs)", f"C >= {PREFIX + 2 * L + 1} (length {L})"]
+    need += [f"B >= {2 * n + 1} ({n} pairs)", f"C >= {PREFIX + 2 * L} (length {L})"]
     return "probe " + ", ".join(need).replace(">=", "needs block_size >=", 1)
 
 
