@@ -203,3 +203,21 @@ def test_the_gate_signs_off_the_probe_files_and_a_copy_is_held_against_them(tmp_
         path.write_bytes(path.read_bytes().replace(was, now, 1))
         (err,) = gate(edited, results_only=True).errors
         assert f"runs/lerp-k4-s7/probes/native/{name}: differs from the bytes {RECORD} has" in err
+
+
+@pytest.mark.parametrize(
+    ("block", "fit"),
+    [(32, "no probe fit block_size 32"), (None, "no probe fit the model"), ("32", "no probe fit the model")],
+)
+def test_a_samples_file_of_blank_lines_holds_no_samples_and_only_an_integer_block_size_is_named(
+    tmp_path, block, fit
+):
+    """Blank lines are no samples (compare_probes skips them and refuses the file); a block size that is not
+    an integer (missing, or of another schema) is not printed as one."""
+    from kinterval.report.probes import no_samples
+
+    (tmp_path / "samples.jsonl").write_bytes(b"\n  \n")
+    (tmp_path / "summary.json").write_text(json.dumps({"operator": "lerp-k4", "block_size": block}))
+    assert no_samples(tmp_path) == f"probes/native/samples.jsonl holds no samples ({fit})"
+    (tmp_path / "samples.jsonl").write_bytes(b'\n{"probe": "A"}\n')
+    assert no_samples(tmp_path) is None
