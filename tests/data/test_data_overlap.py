@@ -149,3 +149,44 @@ def test_a_block_size_longer_than_the_split_is_refused(tmp_path, capsys):
     assert "holds no evaluation block of 8193+1 tokens" in capsys.readouterr().err and not path.exists()
     assert main([*argv[:3], "--block-size", "8192", "--json", str(path)]) == 0
     assert len(json.loads(path.read_text())["block_coverage"]) == 1
+
+
+def test_shares_document_counts_and_block_coverage_of_a_small_split():
+    """An ``against`` of exactly one window is searched; the token share leaves end-of-text tokens out; a
+    document covered exactly half is not "over half", an uncovered one is not touched; block ``k`` of T
+    covers the targets kT+1 .. kT+T."""
+    tokens = np.array([1, 2, 3, 4, EOT, 5, 6, EOT, 1, 2])  # documents [1 2 3 4], [5 6], [1 2]
+    o = ngram_overlap(tokens, np.array([1, 2]), n=2, eot=EOT)
+    assert (o.windows, o.found, o.tokens, o.covered) == (5, 2, 8, 4)
+    assert o.token_share == 0.5 and o.window_share == pytest.approx(2 / 5)
+    d = o.to_dict()
+    assert (d["documents"], d["documents_touched"], d["documents_over_half"]) == (3, 2, 1)
+    assert d["doc_coverage"] == [0.5, 0.0, 1.0]
+    # covered positions 0, 1, 8, 9; blocks of 3 score targets 1-3, 4-6, 7-9
+    assert o.block_coverage(3) == pytest.approx([1 / 3, 0, 2 / 3])
+
+
+def test_split_overlap_reads_the_named_splits_and_records_the_checked_shards(tmp_path):
+    """A folder's val against its train: the result of the two token arrays, with val's shard hashes; a
+    folder whose tokenizer file differs only by sha256 is another tokenizer."""
+    import shutil
+
+    from kinterval.data.loader import TokenShards
+    from kinterval.data.overlap import split_overlap
+    from kinterval.data.prepare import prepare
+
+    prepare("synthetic", tmp_path / "syn", tokens=30_000, seed=0, progress=False)
+    val, train = TokenShards(tmp_path / "syn", "val"), TokenShards(tmp_path / "syn", "train")
+    o = split_overlap(tmp_path / "syn", n=4)
+    want = ngram_overlap(val.tokens(), train.tokens(), n=4, eot=val.eot)
+    assert (o.found, o.covered, o.against_tokens) == (want.found, want.covered, train.n_tokens)
+    assert o.found > 0 and o.against_tokens != val.n_tokens
+    shards = val.meta["splits"]["val"]["shards"]
+    assert o.shards_sha256 == tuple(s["sha256"] for s in shards) and all(o.shards_sha256)
+    other = tmp_path / "other"
+    shutil.copytree(tmp_path / "syn", other)
+    meta = json.loads((other / "meta.json").read_text())
+    meta["tokenizer"]["sha256"] = "0" * 64
+    (other / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="different tokenizers"):
+        split_overlap(tmp_path / "syn", against_data=other, n=4)

@@ -14,6 +14,7 @@ from kinterval import cli
 from kinterval import suite as suite_package
 from kinterval.eval.probes import in_probeab
 from kinterval.report.build import build_report
+from kinterval.report.probes import NO_PROBES
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.runner import run_suite
 from tiny_suite import tiny_suite
@@ -37,6 +38,7 @@ def test_the_report_includes_the_probe_tables_against_the_same_seed_softmax(suit
     probes = json.loads((rep / "report.json").read_text())["probes"]
     c = probes["lerp-k4-s7"]
     assert (c["operator"], c["reference_operator"], c["reference"]) == ("lerp-k4", "softmax", "softmax-s7")
+    assert (c["run"], c["reference_run"]) == ("ci/lerp-k4-s7", "ci/softmax-s7")
     ab = [r for r in c["deltas"] if in_probeab(r)]
     assert len(ab) == 5  # probe A nll, gain and acc, probe B nll and acc
     for r in ab:  # the planted delta comes back, within its CI (acc and gain: none planted)
@@ -80,6 +82,8 @@ def test_a_condition_whose_control_has_no_probes_or_that_has_no_control_is_not_r
     assert probes["lerp-k4-s7"]["not_run"].startswith("its control softmax-s7 has no probes")
     assert probes["lerp-k4-s42"]["not_run"] == "no same-seed softmax control"
     assert probes["lerp-k16-s7"]["not_run"] == "not evaluated"
+    # no control and no probes of its own: what it lacks first is probes
+    assert probes["lerp-k16-s42"]["not_run"] == NO_PROBES
     assert all("not_run" in v for v in probes.values())
 
 
