@@ -402,3 +402,29 @@ def test_a_bpe_file_with_the_synthetic_source_is_refused(tmp_path):
     with pytest.raises(ValueError, match="--bpe-file applies to GPT-2-tokenized sources"):
         prepare("synthetic", tmp_path / "s", tokens=1_000, bpe_file="nope", progress=False)
     assert not (tmp_path / "s").exists()
+
+
+def test_import_bin_argument_bounds_aliases_all_zero_files_and_document_counts(tmp_path):
+    """A train cap of 0 tokens and an eot equal to the vocabulary size are refused; a shard writer takes at
+    most 65536 ids; ``x.validation.bin`` is the val split; a file of zeros is uint16 (not a wider file); the
+    documents are the eot ids, not their neighbours."""
+    from kinterval.data.import_bin import find_bin_files
+    from kinterval.data.writer import ShardWriter
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    ids = np.array([5, 6, 7, 8, 9] * 10, dtype="<u2")  # eot 9: ten documents, ids 8 beside each
+    ids.tofile(raw / "x.train.bin")
+    np.zeros(32, "<u2").tofile(raw / "x.validation.bin")
+    assert {s: [p.name for p in g] for s, g in find_bin_files(raw).items()} == {
+        "train": ["x.train.bin"],
+        "val": ["x.validation.bin"],
+    }
+    files = {"train": raw / "x.train.bin"}
+    for kw, says in (({"tokens": 0}, "tokens must be a positive integer"), ({"eot": 10}, "need 0 <= eot <")):
+        with pytest.raises(ValueError, match=says):
+            import_bin(files, tmp_path / "o", **{"vocab_size": 10, "eot": 9, **kw}, progress=False)
+    with pytest.raises(ValueError, match="does not fit the uint16"):
+        ShardWriter(tmp_path / "o", "train", vocab_size=(1 << 16) + 1)
+    meta = import_bin(find_bin_files(raw), tmp_path / "o", vocab_size=10, eot=9, progress=False)
+    assert meta["splits"]["train"]["n_documents"] == 10 and meta["splits"]["val"]["n_tokens"] == 32

@@ -209,6 +209,8 @@ def test_a_model_too_short_for_every_probe_is_refused_and_an_earlier_output_kept
     assert main(argv) == 2
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert "no probe fits" in err and "block_size 32" in err and "B >= 33 (16 pairs)" in err, err
+    need = "probe A needs block_size >= 81 (distance 64), B >= 33 (16 pairs), C >= 80 (length 32)"
+    assert need in err, err
     assert [p.name for p in out.iterdir()] == ["summary.json"]
     assert (out / "summary.json").read_text() == "earlier"
     assert main([*argv, "--out", str(tmp_path / "new")]) == 2 and not (tmp_path / "new").exists()
@@ -534,8 +536,9 @@ def test_a_torn_probes_output_is_a_one_line_error(tmp_path, capsys, damage):
     assert re.search(want, err) and "cond/" in err, err
 
 
-@pytest.mark.parametrize("damage", ["row-no-keys", "row-nan", "row-str-nll", "row-list-probe", "summary-list",
-                                    "summary-no-operator", "summary-operator-list"])  # fmt: skip
+@pytest.mark.parametrize("damage", ["row-no-keys", "row-nan", "row-str-nll", "row-list-probe",
+                                    "row-bool-family", "summary-list", "summary-no-operator",
+                                    "summary-operator-list"])  # fmt: skip
 def test_probes_files_of_another_schema_are_one_line_errors(tmp_path, capsys, damage):
     """A sample row without the sample keys ended in KeyError 'probe', a summary that is a JSON list in an
     AttributeError and one without ``operator`` in a KeyError; a row of other types (a list for the probe,
@@ -550,7 +553,8 @@ def test_probes_files_of_another_schema_are_one_line_errors(tmp_path, capsys, da
     summary = {k: v for k, v in json.loads(summary_path.read_text()).items() if k != "samples_jsonl_sha256"}
     row = json.loads(samples.read_text().splitlines()[0])
     edits = {"row-no-keys": {"x": 1}, "row-nan": dict(row, nll=float("nan")),
-             "row-str-nll": dict(row, nll="1"), "row-list-probe": dict(row, probe=["A"])}  # fmt: skip
+             "row-str-nll": dict(row, nll="1"), "row-list-probe": dict(row, probe=["A"]),
+             "row-bool-family": dict(row, family=True)}  # fmt: skip
     if damage in edits:
         samples.write_text(json.dumps(edits[damage]) + "\n" + samples.read_text())
         want = "samples.jsonl, line 1"
@@ -718,3 +722,11 @@ def test_a_pair_count_or_copy_length_that_just_fits_is_kept():
     samples, skipped = probes.copy_samples(1, V, PREFIX + 2 * 32, lengths=(32, 33))
     assert {s.param for s in samples} == {32} and skipped == [33]
     assert len(samples[0].tokens) - 1 == PREFIX + 2 * 32
+
+
+def test_probe_tables_refuses_a_summary_without_a_table(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"operator": "lerp-k4", "table": {"A": 1}}))
+    with pytest.raises(ValueError, match=r"summary.json: not a `kinterval probes` summary \(no table\)"):
+        probes.probe_tables(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"operator": "lerp-k4", "table": [{"probe": "A"}]}))
+    assert probes.probe_tables(tmp_path) == [{"probe": "A", "operator": "lerp-k4"}]
