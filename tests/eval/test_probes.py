@@ -730,3 +730,14 @@ def test_probe_tables_refuses_a_summary_without_a_table(tmp_path):
         probes.probe_tables(tmp_path)
     (tmp_path / "summary.json").write_text(json.dumps({"operator": "lerp-k4", "table": [{"probe": "A"}]}))
     assert probes.probe_tables(tmp_path) == [{"probe": "A", "operator": "lerp-k4"}]
+
+
+def test_compare_refuses_an_output_without_samples_naming_the_block_size(tmp_path):
+    """An older output of a model too short for every probe: an empty samples.jsonl gave empty deltas."""
+    for name in ("ref", "cond"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "samples.jsonl").write_bytes(b"\n")
+        summary = {"operator": name, "block_size": 32, "vocab_size": V, "samples_sha256": "0" * 64}
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match=r"ref/samples.jsonl holds no samples .*block_size 32"):
+        probes.compare_probes(tmp_path / "cond", tmp_path / "ref", n_resamples=20)
