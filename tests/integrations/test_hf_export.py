@@ -209,6 +209,9 @@ def test_export_into_a_foreign_folder_or_file_is_refused(tmp_path, capsys):
     )
     (other / "model.safetensors").write_bytes(b"weights")
     refused(capsys, run, other, "llama is a non-empty folder that is not an earlier export-hf output")
+    config = {"architectures": ["LlamaForCausalLM"], "kinterval_attn_implementation": "kinterval"}
+    (other / "config.json").write_text(json.dumps(config))  # names the attention, but is not a GPT-2
+    refused(capsys, run, other, "llama is a non-empty folder that is not an earlier export-hf output")
     gpt2 = (
         tmp_path / "gpt2"
     )  # transformers' own GPT-2 (say a downloaded one): no kinterval_attn_implementation
