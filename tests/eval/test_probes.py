@@ -220,6 +220,8 @@ def test_compare_needs_at_least_one_resample(tmp_path):
     """--resamples 0 was accepted (and only failed, if at all, inside the bootstrap)."""
     with pytest.raises(ValueError, match="n_resamples must be a positive integer, got 0"):
         probes.compare_probes(tmp_path, tmp_path, n_resamples=0)
+    with pytest.raises(ValueError, match="n_resamples must be a positive integer, got True"):
+        probes.compare_probes(tmp_path, tmp_path, n_resamples=True)
 
 
 @pytest.mark.parametrize("bad", ["nope"])
@@ -377,6 +379,7 @@ def test_compare_refuses_runs_that_scored_other_token_sequences(tmp_path):
     summary = json.loads((out["a"] / "summary.json").read_text())
     samples, _ = probes.all_samples(3, 1000, 160, 0, copies=3)
     assert (summary["vocab_size"], summary["samples_sha256"]) == (1000, probes.samples_sha256(samples))
+    assert (summary["operator"], summary["native_operator"]) == ("lerp-k4", "lerp-k4")
     path = out["c"] / "summary.json"  # same vocabulary, other sequences (e.g. another generator version)
     summary = json.loads(path.read_text())  # c's own: a's records the sha256 of a's samples.jsonl
     path.write_text(json.dumps(dict(summary, samples_sha256="0" * 64)))

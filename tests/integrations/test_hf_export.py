@@ -327,3 +327,18 @@ def test_a_run_with_attention_options_beyond_gpt2_is_not_exported(tmp_path, caps
 def test_n_kv_head_equal_to_n_head_is_plain_gpt2_and_exports(tmp_path):
     run = make_run(tmp_path / "run", "softmax", 0, vocab_size=512, n_kv_head=2)
     assert cli.main(["export-hf", "--run", str(run), "--out", str(tmp_path / "hf")]) == 0
+
+
+def test_a_padded_embedding_table_is_cut_to_the_vocabulary(tmp_path):
+    """``vocab_multiple`` pads wte for speed only: the export holds the ``vocab_size`` real rows."""
+    from kinterval.integrations.hf_export import export_hf, gpt2_state_dict
+
+    run = make_run(tmp_path / "run", "softmax", 0, vocab_size=100, vocab_multiple=64)
+    model = load_run(run).model
+    assert model.transformer.wte.weight.shape[0] == 128
+    sd = gpt2_state_dict(model)
+    assert torch.equal(sd["transformer.wte.weight"], model.transformer.wte.weight[:100])
+    out = export_hf(run, tmp_path / "hf")
+    from transformers import GPT2LMHeadModel
+
+    assert GPT2LMHeadModel.from_pretrained(out).transformer.wte.weight.shape == (100, 32)
