@@ -530,7 +530,7 @@ def test_the_modern_attention_suite_checks_the_claims_it_has_runs_for(tmp_path):
 def test_ours_never_prints_a_nonzero_value_as_zero():
     """claims.md's "Ours" column printed +.4f: an interval of [+2e-05, +4e-05], which excludes 0, read
     "[+0.0000, +0.0000]" and a mean of -3e-05 "-0.0000", while every other report table prints such a value
-    in two significant digits (tables.num)."""
+    in two significant digits (stats.format.num)."""
     from kinterval.report.analysis import Estimate
     from kinterval.report.claims import _ours
 

@@ -35,7 +35,7 @@ def runs(tmp_path_factory, shared_config):
 
 def test_each_run_against_the_softmax_run_with_its_seed_and_a_note(runs, capsys):
     from kinterval.eval.evaluate import eval_dir, load_result
-    from kinterval.report.tables import num
+    from kinterval.stats.format import num
 
     out = runs / "rep"
     argv = ["report", "--runs", *(str(runs / n) for n in ("lerp", "soft", "fwm")), "--out", str(out)]

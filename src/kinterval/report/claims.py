@@ -20,7 +20,7 @@ from kinterval.data.loader import passes_text
 from kinterval.ops import OperatorSpec
 from kinterval.report import analysis as A
 from kinterval.report.results import Point, operator_spec
-from kinterval.report.tables import num
+from kinterval.stats.format import num
 
 
 @dataclass
@@ -62,8 +62,8 @@ class Claim:
 
 def _ours(e: A.Estimate, seeds) -> str:
     s = ",".join(map(str, seeds))
-    # tables.num: a value below the fourth decimal in two significant digits, never "-0.0000", so that the
-    # sign the status reads ("agrees (not detectable)") and an interval that excludes 0 show in the numbers
+    # num: a value below the fourth decimal in two significant digits, never "-0.0000", so that the sign the
+    # status reads ("agrees (not detectable)") and an interval that excludes 0 show in the numbers
     return f"{num(e.mean)} [{num(e.lo)}, {num(e.hi)}] ({e.interval}; seed {s})"
 
 

@@ -27,7 +27,7 @@ def _runs(args) -> int:
 
     if args.dirs or args.clean_blocks:
         raise ValueError("--runs takes run folders instead of suite folders, and no --clean-blocks")
-    from kinterval.report.tables import num
+    from kinterval.stats.format import num
 
     rep = runs_report(args.runs, Path(args.out or "report"), split=args.split or "val")
     for r in rep["rows"]:  # num: a value below the fourth decimal in two significant digits, never -0.0000
