@@ -112,13 +112,20 @@ def test_every_argument_says_what_it_does():
 
 
 @pytest.mark.parametrize(
-    "argv", [["eval", "--run", "R"], ["data", "prepare", "--source", "synthetic", "--out", "D"]]
+    "argv, dest",
+    [
+        (["eval", "--run", "R"], "quiet"),
+        (["data", "prepare", "--source", "synthetic", "--out", "D"], "quiet"),
+        (["train", "--out", "R"], "no_progress"),
+        (["demo"], "no_progress"),
+    ],
 )
-def test_no_progress_is_accepted_wherever_quiet_is(argv):
-    """train and demo take --no-progress, eval and data prepare --quiet: each takes both spellings now."""
+def test_quiet_and_no_progress_are_one_flag_everywhere(argv, dest):
+    """Every command with progress bars takes both spellings, --quiet and --no-progress."""
     parser = cli.build_parser()
-    assert parser.parse_args([*argv, "--no-progress"]).quiet and parser.parse_args([*argv, "--quiet"]).quiet
-    assert not parser.parse_args(argv).quiet
+    for flag in ("--quiet", "--no-progress"):
+        assert getattr(parser.parse_args([*argv, flag]), dest) is True
+    assert getattr(parser.parse_args(argv), dest) is False
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,9 @@ def register(subparsers) -> None:
     d.add_argument("--quick", action="store_true", help="a much smaller version (under a minute)")
     d.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default; default 1)")
     d.add_argument(
+        "--quiet",
         "--no-progress",
+        dest="no_progress",
         action="store_true",
         help="no progress bars (there is none when stderr is not a terminal)",
     )

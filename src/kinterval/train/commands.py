@@ -90,7 +90,9 @@ def register(subparsers) -> None:
         help="recompute each block in the backward (less activation memory, the same result)",
     )
     p.add_argument("--tensorboard", action="store_true", default=None, help="also write TensorBoard events")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    p.add_argument(
+        "--quiet", "--no-progress", dest="no_progress", action="store_true", help="no tqdm progress bar"
+    )
     p.add_argument(
         "--set",
         action="append",
