@@ -119,6 +119,8 @@ def test_copying_model_has_positive_induction_gain():
     acc = {(r["probe"], r["condition"], r["param"]): r["mean"] for r in table if r["metric"] == "acc"}
     assert acc[("A", "induction", 64)] == 1.0 and acc[("A", "control", 64)] == 0.0
     assert acc[("B", "near", 16)] == 1.0 and acc[("C", "copy", 32)] > 0.9
+    probes_in_order = [r["probe"] for r in table]  # probe A's gain rows print with A, before B and C
+    assert probes_in_order == sorted(probes_in_order) and [r["metric"] for r in table].count("gain") == 4
 
 
 def make_run(root, operator="fwm-prob-k4", block=160, vocab=V):

@@ -237,15 +237,18 @@ def summarize(rows: list[dict], *, n_resamples: int = 4000, seed: int = 0) -> li
         ids = range(len(rs)) if cond == "all" else [r["family"] for r in rs]  # pooled B: by sample
         for metric in ("nll", "acc"):
             out.append(row(probe, metric, param, cond, [r[metric] for r in rs], ids))
-    # induction gain, paired within (family, distance)
+    # induction gain, paired within (family, distance); printed after probe A's other rows, before B's
     nll = {(r["family"], r["param"], r["condition"]): r["nll"] for r in rows if r["probe"] == "A"}
     pairs = [(f, d, nll[(f, d, "control")] - v) for (f, d, c), v in nll.items() if c == "induction"]
+    gain = []
     for d in sorted({p[1] for p in pairs}):
         sel = [p for p in pairs if p[1] == d]
-        out.append(row("A", "gain", d, "control-induction", [p[2] for p in sel], [p[0] for p in sel]))
+        gain.append(row("A", "gain", d, "control-induction", [p[2] for p in sel], [p[0] for p in sel]))
     if pairs:
-        out.append(row("A", "gain", "all", "control-induction", [p[2] for p in pairs], [p[0] for p in pairs]))
-    return out
+        values, fams = [p[2] for p in pairs], [p[0] for p in pairs]
+        gain.append(row("A", "gain", "all", "control-induction", values, fams))
+    n_a = sum(r["probe"] == "A" for r in out)  # A sorts first
+    return out[:n_a] + gain + out[n_a:]
 
 
 def in_probeab(r: dict) -> bool:
