@@ -210,7 +210,7 @@ def test_huggingface_snippets_run(in_tmp, capsys):
     assert abs(float(first.group(1)) - float(documented.group(1))) < 0.05
     exec(snippet("docs/huggingface.md", 0), namespace)
     assert namespace["model"].config._attn_implementation == "kinterval-softmax"
-    exec(snippet("docs/huggingface.md", 2, {'"DIR"': '"llama-fwm-prob-k4"'}), namespace)
+    exec(snippet("docs/huggingface.md", 2, {'"hf-run"': '"llama-fwm-prob-k4"'}), namespace)
     assert namespace["model"].config._attn_implementation == "kinterval"
 
 
