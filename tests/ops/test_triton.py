@@ -1744,6 +1744,30 @@ def test_interpreter_production_tile_shapes(tile, case, monkeypatch, request):
     assert fused is None or fused, "the fused backward did not run"
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter check; GPU: test_gpu_every_autotune_candidate")
+@pytest.mark.parametrize(
+    ("name", "dtype", "bwd"),
+    [
+        ("minmax-weight-k4", "fp32", "split"),
+        ("minmax-weight-k4", "fp32", "fused"),
+        ("fwm-prob-k4[range_grad=max_only]", "fp32", "split"),
+        ("minmax-prob-k4", "bf16", "split"),
+    ],
+)
+def test_interpreter_wide_heads(name, dtype, bwd, request):
+    """Head dims beyond 64 against the float64 reference. Every other interpreter test runs D <= 32, so the
+    kernels' D > 64 branches ran only on a GPU: dQ's unfolded form for MinMax's G_M in fp32 (FOLD) and
+    dK/dV's per-score calibration terms of eq. (2) (ARG_AFTER is for BLOCK_D <= 64). D = 96 pads to
+    BLOCK_D = 128, so the dims past D are masked too."""
+    fused = request.getfixturevalue("fused_bwd") if bwd == "fused" else None
+    fp32 = dtype == "fp32"
+    q, k, v, do = make_inputs(1, 1, 21, 37, 96, seed=96, dtype=torch.float32 if fp32 else torch.bfloat16)
+    mask = torch.ones(1, 1, 1, 37, dtype=torch.bool)
+    mask[..., 5::6] = False
+    check(name, q, k, v, do, causal=True, mask=mask, precision="ieee" if fp32 else None)
+    assert fused is None or fused, "the fused backward did not run"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (the CPU interpreter runs the small subset)")
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
