@@ -1,0 +1,91 @@
+"""``kinterval.atomic``: what a result file holds (its bytes, its JSON layout, its hash) and what an atomic
+write leaves behind on a failure or a Ctrl-C: the old file or the new one, and no temporary file."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+
+import pytest
+
+from kinterval import atomic
+
+
+def test_the_temporary_file_is_hidden_beside_its_target_and_gone_after_the_write(tmp_path):
+    """No reader's pattern (``step_*.json``, ``*.npz``) may match the file being written."""
+    target = tmp_path / "step_000001.json"
+    assert atomic.temp_path(target) == tmp_path / ".step_000001.json.tmp"
+    seen = []
+    atomic.write_with(target, lambda fh: (seen.extend(p.name for p in tmp_path.iterdir()), fh.write(b"x")))
+    assert seen == [".step_000001.json.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == [target.name] and target.read_bytes() == b"x"
+
+
+def test_the_bytes_are_flushed_before_the_fsync(tmp_path, monkeypatch):
+    """fsync syncs what the file descriptor holds: bytes still in Python's buffer would not be on disk."""
+    sizes, fsync = [], os.fsync
+
+    def record(fd):
+        sizes.append(os.fstat(fd).st_size)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    atomic.write_bytes(tmp_path / "a.bin", b"0123456789")
+    assert sizes == [10]
+
+
+def test_a_ctrl_c_inside_the_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
+    target = tmp_path / "report.json"
+    target.write_text("old\n")
+
+    def interrupted(fh):
+        fh.write(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_with(target, interrupted)
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_an_error_naming_the_temporary_file_names_the_target(tmp_path, monkeypatch):
+    """A folder that refuses the rename (or the temporary file) names the file the command was writing."""
+    target = tmp_path / "summary.json"
+
+    def refuse(src, dst):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(src))
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError) as info:
+        atomic.write_text(target, "x")
+    assert info.value.errno == errno.EACCES and info.value.filename == str(target)
+    assert list(tmp_path.iterdir()) == []
+    other = tmp_path / "elsewhere.json"  # an error naming another file keeps its name
+
+    def refuse_other(src, dst):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(other))
+
+    monkeypatch.setattr(os, "replace", refuse_other)
+    with pytest.raises(OSError) as info:
+        atomic.write_text(target, "x")
+    assert info.value.filename == str(other)
+
+
+def test_a_target_whose_folder_is_a_file_is_refused(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match=r"^--json .*x\.json: the folder .*afile does not exist$"):
+        atomic.check_target(tmp_path / "afile" / "x.json")
+
+
+def test_json_text_and_hashes_are_the_documented_bytes(tmp_path):
+    """write_json: indent 1 and a final newline (the committed reports are compared byte for byte); text
+    is UTF-8 (ΔNLL); sha256_file hashes the whole file, beyond its first 1 MiB read, as sha256_bytes does."""
+    atomic.write_json(tmp_path / "a.json", {"a": [1, 2]})
+    assert (tmp_path / "a.json").read_text() == '{\n "a": [\n  1,\n  2\n ]\n}\n'
+    atomic.write_text(tmp_path / "t.md", "ΔNLL − softmax")
+    assert (tmp_path / "t.md").read_bytes() == "ΔNLL − softmax".encode()
+    data = os.urandom(1 << 20) + b"tail"
+    (tmp_path / "big.bin").write_bytes(data)
+    want = hashlib.sha256(data).hexdigest()
+    assert atomic.sha256_file(tmp_path / "big.bin") == atomic.sha256_bytes(data) == want
+    assert atomic.sha256_bytes(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
