@@ -179,3 +179,129 @@ def test_trajectory_ticks_read_a_band_between_decades(figs, tmp_path):
     shown = {t.get_text() for t in wide.get_yticklabels() if lo <= t.get_position()[1] <= hi}
     assert wide.get_yscale() == "symlog" and {"0", "0.01", "0.02", "0.05", "-0.02", "-0.05"} <= shown
     assert tiny.get_yscale() == "linear" and len([t for t in tiny.get_yticks() if -0.004 <= t <= 0.005]) >= 3
+
+
+# --- what each axis says, fixed here rather than read from the module's own tables ---
+
+
+def test_geometry_panels_are_span_h_tv_and_top_bucket_mass_with_their_scales(figs, tmp_path):
+    """The panels in the paper's order with their metric, label and scale; a condition drawn on the span
+    panel only (softmax: no native width) is in the figure's legend all the same."""
+    pts = [(1000, {"span": 12.0, "h": 3.0, "tv": 0.2, "top_bucket_mass": 0.9}),
+           (2000, {"span": 20.0, "h": 5.0, "tv": 0.1, "top_bucket_mass": 0.95})]  # fmt: skip
+    F.geometry_figure(
+        {"a": pts, "softmax": [(1000, {"span": 9.0}), (2000, {"span": 11.0})]}, tmp_path / "g.png", "t"
+    )
+    axes = figs[0].axes[:4]
+    assert [ax.get_ylabel() for ax in axes] == [
+        "row span M − m (score units, log)",
+        "native width h (score units, log)",
+        "TV(native, softmax)",
+        "softmax mass in the top bucket",
+    ]
+    assert [ax.get_yscale() for ax in axes] == ["log", "log", "linear", "linear"]
+    a = {ax.get_ylabel().split(" (")[0]: list(ax.lines[0].get_ydata()) for ax in axes}
+    assert a == {
+        "row span M − m": [12.0, 20.0],
+        "native width h": [3.0, 5.0],
+        "TV(native, softmax)": [0.2, 0.1],
+        "softmax mass in the top bucket": [0.9, 0.95],
+    }
+    assert all(ax.get_xlabel() == "training tokens" for ax in axes)
+    assert sorted(t.get_text() for t in figs[0].legends[0].get_texts()) == ["a", "softmax"]
+
+
+def test_trajectory_axes_and_endpoint_bars_say_what_they_show(figs, tmp_path):
+    F.trajectory_figure({"a": [(1000, 0.1, 0.05, 0.2)]}, tmp_path / "t.png", "t")
+    ax = figs[0].axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("training tokens", "ΔNLL vs softmax (nats/token)")
+    rows = [{"operator": "a", "delta": 0.1, "lo": 0.05, "hi": 0.3},
+            {"operator": "b", "delta": -0.2, "lo": -0.3, "hi": -0.1}]  # fmt: skip
+    F.endpoint_figure(rows, tmp_path / "e.png", "t")
+    ax = figs[1].axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    widths = [bar.get_width() for bar in ax.patches]
+    assert dict(zip(labels, widths)) == pytest.approx({"a": 0.1, "b": -0.2})  # each bar under its own name
+
+
+def test_a_figure_that_cannot_be_written_names_its_file_and_is_closed(figs, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from matplotlib.figure import Figure
+
+    def full(self, path, **kw):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a flush raises it: no file name
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    path = tmp_path / "e.png"
+    with pytest.raises(OSError) as info:
+        F.endpoint_figure([{"operator": "a", "delta": 0.1, "lo": 0.0, "hi": 0.2}], path, "t")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
+    assert len(figs) == 1  # closed all the same
+
+
+def test_colours_follow_the_sorted_labels_whatever_their_order():
+    assert F.colours(["b", "a", "c"]) == F.colours(["c", "a", "b", "a"])
+    assert list(F.colours(["b", "a"])) == ["a", "b"]
+
+
+def test_width_gap_leaves_out_a_condition_without_a_positive_width_on_that_panel_only(figs, tmp_path):
+    F.widthgap_figure(
+        {"a": (0.5, 20.0, 0.1), "s": (0.0, 8.0, 0.0), "n": (None, 4.0, 0.2)}, tmp_path / "w.png", "t"
+    )
+    ax_h, ax_span = figs[0].axes[:2]
+    assert np.asarray(ax_h.collections[0].get_offsets()).tolist() == [[0.5, 0.1]]
+    assert sorted(np.asarray(ax_span.collections[0].get_offsets()).tolist()) == [
+        [4.0, 0.2],
+        [8.0, 0.0],
+        [20.0, 0.1],
+    ]
+
+
+def test_validation_span_panel_is_log_and_the_difference_panel_symlog_beyond_two_centinats(figs, tmp_path):
+    v = SimpleNamespace(tokens=[1, 2], val_loss=[5.0, 4.0], control_val_loss=[5.1, 4.2],
+                        row_span=[10.0, 20.0], control_row_span=[11.0, 21.0], diff=[-0.1, -0.2])  # fmt: skip
+    F.validation_figure({"x": v}, tmp_path / "v.png", "t")
+    loss, span, diff = figs[0].axes[:3]
+    assert (span.get_yscale(), diff.get_yscale()) == ("log", "symlog")
+    assert [ax.get_title(loc="left") for ax in (loss, span, diff)] == ["(a)", "(b)", "(c)"]
+    assert all(ax.get_xlabel() == "training tokens" for ax in (loss, span, diff))
+
+
+def test_seed_figure_effect_lines_join_the_means_and_sd_is_plotted_against_the_evaluation_se(figs, tmp_path):
+    def row(mean, lo, hi, per_seed, se=None, sd=None):
+        return Row("c", None, (1, 2), Estimate(mean, lo, hi, "t (1 df)", 2, per_seed, eval_se=se, sd=sd))
+
+    conditions = {"a": row(0.1, 0.0, 0.2, (0.05, 0.15), se=0.01, sd=0.07)}
+    effects = {"calibration": {4: row(0.3, 0.1, 0.5, (0.2, 0.4)), 16: row(0.2, 0.0, 0.4, (0.1, 0.3))}}
+    F.seeds_figure(conditions, effects, tmp_path / "s.png", "t")
+    _, b, c = figs[0].axes[:3]
+    (line,) = _joining_lines(b)
+    assert list(line.get_ydata()) == [0.3, 0.2]
+    xy = np.asarray(c.collections[0].get_offsets()).tolist()
+    assert xy == [[0.01, 0.07]]  # x: the evaluation SE, y: the seed SD
+    assert "evaluation SE" in c.get_xlabel() and "seed SD" in c.get_ylabel()
+    assert [ax.get_title(loc="left") for ax in figs[0].axes[:3]] == ["(a)", "(b)", "(c)"]
+
+
+def test_factorial_cells_are_labelled_by_surrogate_placement(figs, tmp_path):
+    cells = {4: {c: _row(0.1, 0.05, 0.2) for c in ("mm_w", "mm_p", "fwm_w", "fwm_p")}}
+    F.factorial_figure(cells, {}, tmp_path / "f.png", "t")
+    ax = figs[0].axes[0]
+    assert [(t, lab.get_text()) for t, lab in zip(ax.get_xticks(), ax.get_xticklabels())] == [
+        (0, "Weight-STE"),
+        (1, "Prob-STE"),
+    ]
+
+
+def test_a_trajectory_line_takes_its_colour_from_the_map_not_from_the_cycle(figs, tmp_path):
+    """A map made with a label the trajectories lack (it sorts first): the cycle would give "b" the map's
+    colour of "a"."""
+    from matplotlib.colors import to_rgba
+
+    colours = F.colours(["a", "b", "c"])
+    F.trajectory_figure({"b": [(1, 0.1, 0.0, 0.2)], "c": [(1, 0.2, 0.1, 0.3)]}, tmp_path / "t.png", "t",
+                        colours=colours)  # fmt: skip
+    got = {ln.get_label(): to_rgba(ln.get_color()) for ln in figs[0].axes[0].lines if ln.get_label() in "bc"}
+    assert got == {"b": to_rgba(colours["b"]), "c": to_rgba(colours["c"])}
