@@ -295,3 +295,26 @@ def test_2x2_surrogate_effect_is_that_of_the_plotted_design(tmp_path):
     v = data["factorial_cells"]["surrogate_effect"]["FWM"]["4"]
     _check(v["est"], _contrast(tmp_path / "res", m, "fwm-prob-k4", "fwm-weight-k4"))
     assert v["est"]["mean"] == pytest.approx(planted("fwm-prob-k4") - planted("fwm-weight-k4"), abs=0.003)
+
+
+def test_k_figure_colours_families_in_the_given_order_and_joins_a_family_measured_at_two_K(figs, tmp_path):
+    """The families in the paper's order, which is not the alphabetical one (lerp before fwm-prob): a line
+    of (b) keeps its family's colour in (a); in (a) a family at two K is one line through its two means."""
+    from dataclasses import replace
+
+    from matplotlib.colors import to_rgba
+
+    final = {
+        "lerp": {4: _row(0.05, 0.04, 0.06), 16: _row(0.01, 0.0, 0.02)},
+        "fwm-prob": {4: _row(0.2, 0.1, 0.3)},
+    }
+    gap = {"fwm-prob-k4": [replace(_row(0.1, 0.08, 0.12, t), family="fwm-prob") for t in (1000, 2000)]}
+    F.k_figure(final, gap, {}, {"c": "no lerp-k4 run"}, tmp_path / "k.png", "t")
+    a, b = figs[0].axes[:2]
+    in_a = {c.get_label(): to_rgba(c.lines[0].get_color()) for c in a.containers if c.get_label() in final}
+    (line,) = [ln for ln in b.lines if ln.get_label() == "fwm-prob-k4"]
+    assert to_rgba(line.get_color()) == in_a["fwm-prob"] != in_a["lerp"]
+    joined = [ln for ln in a.lines if len(ln.get_xdata()) == 2 and ln.get_marker() in ("None", None)]
+    joined = [ln for ln in joined if list(ln.get_xdata()) != [0, 1]]  # not the zero line
+    assert [list(ln.get_ydata()) for ln in joined] == [[0.05, 0.01]]
+    assert [ax.get_title(loc="left") for ax in figs[0].axes[:3]] == ["(a)", "(b)", "(c)"]
