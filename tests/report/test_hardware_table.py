@@ -152,3 +152,44 @@ def test_a_run_resumed_on_another_process_count_counts_each_session_at_its_own(c
         1800
     )
     assert seconds([session(0, processes=2, train_s=5.0)])[0] == pytest.approx(3600)
+
+
+# --- A.hardware on hand-made records: folders, stacks and devices the ci results do not have ---
+
+
+def _rec(run_id, group="g", operator="lerp-k4", sessions=(), train_s=None, world_size=1):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(run_id=run_id, group=group, operator=operator, sessions=list(sessions),
+                           train_s=train_s, world_size=world_size)  # fmt: skip
+
+
+def _res(suite, records, devices=()):
+    """A folder: its records, and (run_id, device_name) per evaluation."""
+    from types import SimpleNamespace
+
+    points = [SimpleNamespace(run_id=r, device_name=d) for r, d in devices]
+    return SimpleNamespace(suite=suite, records={r.run_id: r for r in records}, points=points)
+
+
+def test_stacks_beyond_nine_folders_and_devices_are_kept_apart_and_in_order():
+    """S10 sorts after S2 in a run's label; two folders with a group of the same name are two rows; the
+    evaluation devices are sorted whatever order they were seen in; a field a session lacks is "not
+    recorded"; "not recorded" is the last column even when seen first."""
+    many = [_rec(f"r{i}", sessions=[session(device_name=f"GPU {i}")]) for i in range(9)]
+    both = _rec("both", sessions=[session(device_name="GPU 1"), session(10, device_name="GPU X")])
+    bare = _rec("bare", sessions=[{k: v for k, v in session().items() if k != "cuda"}])
+    first = _res("a", [_rec("none"), *many], devices=[("r0", "NVIDIA H200"), ("r1", "NVIDIA A100")])
+    hw = A.hardware([first, _res("b", [both, bare])])
+    assert hw.run_stacks["b/both"] == "S2+S10"
+    assert hw.stacks["S11"]["cuda"] == "not recorded" and hw.stacks["S11"]["torch"] == H200["torch"]
+    assert [(row.suite, row.group, len(row.runs)) for row in hw.rows] == [("a", "g", 10), ("b", "g", 2)]
+    assert hw.rows[0].eval_devices == ["NVIDIA A100", "NVIDIA H200"]
+    assert hw.columns()[0] == "S1" and hw.columns()[-1] == "not recorded"
+
+
+def test_a_first_session_that_trained_no_time_counts_nothing_and_the_rest_at_their_own_count():
+    """A session killed before its first step (train_s equal to the next one's): a share of 0 s, not
+    "times that do not add up"."""
+    rec = _rec("r", sessions=[session(0, train_s=0.0), session(0, train_s=0.0, processes=4)], train_s=1800.0)
+    assert A.process_seconds(rec) == pytest.approx(1800 * 4)
