@@ -197,3 +197,61 @@ def test_only_a_must_message_of_a_known_parameter_is_renamed():
     )
     assert cli.input_error_message(ValueError("batch_size is odd"), flags) == "batch_size is odd"
     assert cli.input_error_message(ValueError("tokens must be > 0"), flags) == "tokens must be > 0"
+
+
+def test_an_unknown_argument_is_refused_where_no_command_passes_its_arguments_on(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["ops", "verify", "--no-such-flag"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
+def test_a_command_status_is_the_exit_status_and_a_non_system_os_error_keeps_its_traceback():
+    """A command returns its own status (a gate that failed: 1); an OSError that is no refusal of the file
+    system (a bad file descriptor: a bug) is raised, not printed as one line."""
+    import errno
+    from types import SimpleNamespace
+
+    assert cli._run(SimpleNamespace(command="x", func=lambda a: 3)) == 3
+    assert cli._run(SimpleNamespace(command="x", func=lambda a: None)) == 0
+
+    def bad_fd(args):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        cli._run(SimpleNamespace(command="x", func=bad_fd))
+
+
+def test_a_value_error_is_bad_input_only_from_a_raise_statement_of_kinterval():
+    """A library's own raise statement (fractions) and a builtin failing inside kinterval on a wrong
+    internal value (a format spec, here) are bugs; a message of several lines is printed as one."""
+    from fractions import Fraction
+
+    from kinterval.stats.format import num
+
+    for bad in (lambda: Fraction("x"), lambda: num(100.0, digits=-1)):
+        with pytest.raises(ValueError) as info:
+            bad()
+        assert not cli.is_input_error(info.value)
+    assert cli.input_error_message(ValueError("first\nsecond")) == "first second"
+
+
+def test_only_kinterval_warnings_become_one_warning_line(monkeypatch):
+    """A UserWarning of another package (torch, transformers) is shown as Python shows it."""
+    import io
+    import warnings
+
+    python_way = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *a, **k: python_way.append(str(message)))
+    show, out = cli.warning_lines("eval"), io.StringIO()
+    show("mine", UserWarning, str(cli.PACKAGE / "atomic.py"), 1, file=out)
+    show("theirs", UserWarning, "lib.py", 7, file=out)
+    assert out.getvalue() == "kinterval eval: warning: mine\n" and python_way == ["theirs"]
+
+
+def test_a_bad_number_names_the_kind_expected():
+    from kinterval import arglists
+
+    for kind, text in ((int, "4.5"), (float, "x")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"^invalid {kind.__name__} value: '{text}'$"):
+            arglists.numbers(kind)(text)
