@@ -322,10 +322,17 @@ def test_minilm_embedding_pools_real_tokens_only_and_the_table_reads_mean_then_m
     am = torch.tensor([[1, 1, 0], [1, 1, 1]])  # the third token of sentence 0 is padding
     emb = minilm_report.embed(model, {"input_ids": torch.zeros(2, 3), "attention_mask": am})
     torch.testing.assert_close(emb, torch.tensor([[1.0, 0.0], [0.0, 1.0]]))  # (2, 0) and (0, 4), normalised
+    hidden = torch.tensor([[[3.0, 4.0]], [[6.0, 8.0]]])  # each sentence to unit length, not each dimension
+    emb = minilm_report.embed(model, {"input_ids": torch.zeros(2, 1), "attention_mask": torch.ones(2, 1)})
+    torch.testing.assert_close(emb, torch.tensor([[0.6, 0.8], [0.6, 0.8]]))
     rows = [{"operator": "softmax", "mean_cos": 1.0, "min_cos": 1.0}]
     rows += [{"operator": f"lerp-k{k}", "mean_cos": 0.9 + k / 100, "min_cos": 0.5 + k / 100} for k in (2, 4)]
     table = minilm_report.markdown({"rows": rows}, ks=(2, 4))
     assert "| lerp | 0.9200 (0.520) | 0.9400 (0.540) |" in table.splitlines()
+    soft = minilm_report.markdown(
+        {"rows": [{"operator": "softmax", "mean_cos": 0.9999996, "min_cos": 0.9999991}]}
+    )
+    assert soft.splitlines()[-1] == "softmax through kinterval vs sdpa: mean 0.9999996, min 0.9999991"
 
 
 def test_minilm_report_command_passes_its_flags_and_writes_the_json(monkeypatch, tmp_path, capsys):

@@ -35,6 +35,7 @@ FG, HW, ML = (
     "src/kinterval/integrations/minilm_report.py",
 )
 CL, AL, AT = "src/kinterval/cli.py", "src/kinterval/arglists.py", "src/kinterval/atomic.py"
+DC, DT = "src/kinterval/demo.py", "src/kinterval/train/demo.py"
 
 T_FG = ["tests/report/test_figures.py"]
 T_KF = T_FG + ["tests/report/test_kfigures.py"]
@@ -47,6 +48,13 @@ T_CL = (
     + ["tests/suite/test_suite_commands.py::test_output_into_a_closed_pipe_stops_quietly"]
 )
 T_AL = ["tests/test_cli_walk.py"]
+# the demo's tests but its 30 s end-to-end run (round 2; survivors are rerun with it, in mutants-after.jsonl)
+T_DM = [
+    "tests/train/test_demo_benchmark.py",
+    "tests/train/test_train_commands.py",
+    "-k",
+    "demo and not end_to_end",
+]
 
 # fmt: off
 MUTANTS = [
@@ -169,6 +177,29 @@ MUTANTS = [
     ("at-sha-first-mib", AT, 'for chunk in iter(lambda: f.read(1 << 20), b""):', "for chunk in [f.read(1 << 20)]:", T_AT),
     ("at-sha-bytes-sha1", AT, "return hashlib.sha256(data).hexdigest()", "return hashlib.sha1(data).hexdigest()", T_AT),
     ("at-eacces-a-bug", AT, "errno.EROFS, errno.EACCES, errno.EPERM", "errno.EROFS, errno.EPERM", T_AT),
+    # ------------------------------------------------------------ round 2: demo.py, train/demo.py
+    ("dm-tokens-equal-warmup-ok", DT, "if tokens is not None and tokens <= warmup:", "if tokens is not None and tokens < warmup:", T_DM),
+    ("dm-warmup-modes-swapped", DT, 'warmup = QUICK["warmup_tokens"] if quick else', 'warmup = QUICK["warmup_tokens"] if not quick else', T_DM),
+    ("dm-seed-flag-unnamed", DT, 'check_seed(seed, f"{flag}seed")', 'check_seed(seed, "seed")', T_DM),
+    ("dm-threads-not-restored", DT, "        torch.set_num_threads(old_threads)\n", "        pass\n", T_DM),
+    ("dm-threads-negative-ok", DT, "or not isinstance(threads, int) or threads < 0):", "or not isinstance(threads, int)):", T_DM),
+    ("dm-softmax-last", DT, 'operators.insert(0, "softmax")', 'operators.append("softmax")', T_DM),
+    ("dm-twice-ok", DT, "twice = sorted({n for n in operators if operators.count(n) > 1})", "twice = []", T_DM),
+    ("dm-corpus-reprepared", DT, 'if not (data / "meta.json").is_file():', "if True:", T_DM),
+    ("dm-tokens-ignored", DT, '"schedule.tokens": tokens or sizes["tokens"],', '"schedule.tokens": sizes["tokens"],', T_DM),
+    ("dm-quick-warmup-default", DT, 'base = base.override({"schedule.warmup_tokens": QUICK["warmup_tokens"], "checkpoint.count": 1})', 'base = base.override({"checkpoint.count": 1})', T_DM),
+    ("dm-eval-on-train", DT, 'val = TokenShards(data, "val").tokens()', 'val = TokenShards(data, "train").tokens()', T_DM),
+    ("dm-no-resume", DT, "result = train(cfg, run, resume=True)", "result = train(cfg, run, resume=False)", T_DM),
+    ("dm-stopped-run-ok", DT, 'if result.status != "completed":', 'if result.status == "failed":', T_DM),
+    ("dm-train-s-this-call", DT, "train_s = result.train_s if result.train_s is not None else time.perf_counter() - t0", "train_s = time.perf_counter() - t0", T_DM),
+    ("dm-delta-sign", DT, 'd = r["per_block"] - ref', 'd = ref - r["per_block"]', T_DM),
+    ("dm-se-ddof0", DT, "float(d.std(ddof=1) / np.sqrt(len(d)))", "float(d.std(ddof=0) / np.sqrt(len(d)))", T_DM),
+    ("dc-no-operators-late", DC, "    if not ops:\n        raise ValueError(", "    if False:\n        raise ValueError(", T_DM),
+    ("dc-progress-in-a-pipe", DC, "progress=not args.no_progress and sys.stderr.isatty(),", "progress=not args.no_progress,", T_DM),
+    ("dc-separated-inverted", DC, '(" separated" if c["separated"] else "")', '(" separated" if not c["separated"] else "")', T_DM),
+    ("dc-interval-4f", DC, 'interval = f"[{num(c[\'lo\'])}, {num(c[\'hi\'])}]"', 'interval = f"[{c[\'lo\']:+.4f}, {c[\'hi\']:+.4f}]"', T_DM),
+    ("dc-seed-not-passed", DC, "        seed=args.seed,\n", "        seed=0,\n", T_DM),
+    ("dc-block-of-legend", DC, 'block = report["rows"][0]["block"]', 'block = 16', T_DM),
 ]
 # fmt: on
 
