@@ -207,7 +207,7 @@ class _DemoLayers:
         from kinterval.train import demo
 
         self.prepared, self.trained = [], []
-        val = np.arange(10, dtype=np.uint16)
+        val = self.val = np.arange(10, dtype=np.uint16)
 
         def prepare(source, out, **kw):
             self.prepared.append((source, Path(out), kw))
@@ -430,3 +430,26 @@ def test_demo_prints_a_value_below_the_fourth_decimal_in_two_significant_digits(
     }
     assert lines["softmax"][2] == "+0.0000"  # an exact zero stays 0.0000
     assert lines["fwm-prob-k4"][2:5] == ["-3.0e-05", "[-0.0001,", "-3.0e-05]"]
+
+
+def test_the_quick_demo_sets_its_warmup_and_one_checkpoint_and_evaluates_the_validation_split(
+    tmp_path, monkeypatch
+):
+    """--quick trains with its own warmup (4096 tokens: the default's 50,000 would exceed its 16,384 tokens)
+    and one checkpoint; every demo evaluates on the validation split of its corpus, never on train."""
+    from types import SimpleNamespace
+
+    from kinterval.train import demo
+    from kinterval.train.demo import run_demo
+
+    layers = _DemoLayers(monkeypatch)
+    read = []
+    monkeypatch.setattr(
+        demo,
+        "TokenShards",
+        lambda data, split: read.append((Path(data), split)) or SimpleNamespace(tokens=lambda: layers.val),
+    )
+    run_demo(tmp_path, operators=["lerp-k4"], quick=True, progress=False)
+    assert read == [(tmp_path / "data", "val")]
+    for cfg, *_ in layers.trained:
+        assert (cfg.schedule.tokens, cfg.schedule.warmup_tokens, cfg.checkpoint.count) == (16_384, 4096, 1)
