@@ -453,3 +453,29 @@ def test_the_quick_demo_sets_its_warmup_and_one_checkpoint_and_evaluates_the_val
     assert read == [(tmp_path / "data", "val")]
     for cfg, *_ in layers.trained:
         assert (cfg.schedule.tokens, cfg.schedule.warmup_tokens, cfg.checkpoint.count) == (16_384, 4096, 1)
+
+
+def test_demo_shows_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):
+    """A log file or a pipe gets no bar, --no-progress or not (docs: "there is none when stderr is not a
+    terminal")."""
+    import kinterval.report
+    from kinterval.train import demo
+
+    calls = []
+    rows = [
+        {
+            "operator": "softmax",
+            "val_nll": 1.0,
+            "blocks": 2,
+            "train_s": 1.0,
+            "delta_nll": 0.0,
+            "per_block": None,
+        }
+    ]
+    monkeypatch.setattr(demo, "run_demo", lambda out, **kw: calls.append(kw) or rows)
+    monkeypatch.setattr(
+        kinterval.report, "demo_report", lambda per_block, out, seeds: {"rows": [], "index": out}
+    )
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert main(["demo", "--out", str(tmp_path), "--operators", "softmax"]) == 0
+    assert calls[-1]["progress"] is False
