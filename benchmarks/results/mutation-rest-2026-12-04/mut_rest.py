@@ -41,19 +41,19 @@ T_FG = ["tests/report/test_figures.py"]
 T_KF = T_FG + ["tests/report/test_kfigures.py"]
 T_HW = ["tests/report/test_hardware_table.py"]
 T_ML = ["tests/integrations/test_minilm_report_cli.py", "tests/integrations/test_hf.py", "-k", "minilm"]
-T_AT = ["tests/test_io_failures.py", "tests/test_atomic_target.py"]
+T_AT = ["tests/test_io_failures.py", "tests/test_atomic_target.py", "tests/test_atomic_writes.py"]
 T_CL = (
     ["tests/test_cli_walk.py", "tests/data/test_data_cli.py"]
     + T_AT
     + ["tests/suite/test_suite_commands.py::test_output_into_a_closed_pipe_stops_quietly"]
 )
 T_AL = ["tests/test_cli_walk.py"]
-# the demo's tests but its 30 s end-to-end run (round 2; survivors are rerun with it, in mutants-after.jsonl)
+# the demo's tests but its 30 s end-to-end run (round 2); $MUT_E2E=1 adds it (the rerun of the survivors)
 T_DM = [
     "tests/train/test_demo_benchmark.py",
     "tests/train/test_train_commands.py",
     "-k",
-    "demo and not end_to_end",
+    "demo" if os.environ.get("MUT_E2E") == "1" else "demo and not end_to_end",
 ]
 
 # fmt: off
