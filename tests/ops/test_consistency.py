@@ -119,6 +119,18 @@ def test_numbers_are_those_of_the_single_diagnostics(table):
         assert r["max_abs_vs_full"] == pytest.approx((grads[mode] - grads["full"]).abs().max().item())
     torch.testing.assert_close(grads["p1"], project_zero_sum(grads["detach"], valid), rtol=0, atol=1e-15)
     assert row["full"]["shift_max_abs"] == shift_invariance(s, "lerp-k8", 0.1, causal=True)
+    # max |g - g_full| of every operator and backward (its largest difference may be negative)
+    for r in table["rows"]:
+        spec = OperatorSpec.from_full_name(r["operator"])
+        g = score_gradient(s, OperatorSpec.parse(spec, range_grad=r["range_grad"]), up, causal=True)
+        full = score_gradient(s, spec, up, causal=True)
+        assert r["max_abs_vs_full"] == pytest.approx((g - full).abs().max().item(), rel=1e-12, abs=0), r
+    # A4 from a gradient of twice the slopes: |autograd - FD| = |g| at each key, relative to max |2 g|: 1/2
+    spec = OperatorSpec.parse("lerp-k8")
+    rows, _ = diagnostics._interior_keys(s, valid, spec, diagnostics.EPS_A4)
+    rel, n = diagnostics._interior_fd_rows(s, spec, up, 2 * grads["full"], valid)
+    assert rel == pytest.approx(0.5, abs=1e-6) and n == int(rows.sum()) < rows.numel()
+    assert row["full"]["interior_keys"] == n
 
 
 def test_summary_aggregates_the_rows(table):
@@ -133,13 +145,22 @@ def test_summary_aggregates_the_rows(table):
     assert s["residual_max"] == max(r["residual_max"] for r in det) > det[-1]["residual_max"]
     assert fams["lerp"]["p1"]["forward_equals_detach_all"] is True
     assert fams["minmax-weight"]["full"]["interior_keys"] is None
+    full = _rows(table, family="lerp", range_grad="full")
+    assert fams["lerp"]["full"]["interior_rel_err_max"] == max(r["interior_rel_err"] for r in full)
+    assert (
+        fams["lerp"]["full"]["interior_keys"]
+        == sum(r["interior_keys"] for r in full)
+        > full[0]["interior_keys"]
+    )
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
     [({"T": 2}, "T must be an integer >= 3"), ({"T": 4.0}, "T must be"), ({"scale": 0}, "scale must be"),
      ({"scale": float("nan")}, "scale must be"), ({"scale": 1e39}, "overflow"), ({"seed": -1}, "seed must"),
+     ({"scale": True}, "scale must be"), ({"scale": float("inf")}, "scale must be a finite number"),
      ({"Ks": []}, "Ks must be"), ({"Ks": [0]}, "Ks must be"), ({"Ks": "4"}, "Ks must be"),
+     ({"Ks": [True]}, "Ks must be"),
      ({"Ks": [4], "operators": ["lerp-k4"]}, "not both"), ({"operators": []}, "names no operator"),
      ({"operators": ["lerp-k4[range_grad=detach]"]}, "sets range_grad"),
      ({"operators": ["lerp-k4", "lerp-k4"]}, "given twice"), ({"operators": ["bogus"]}, "unknown operator")],
@@ -169,6 +190,9 @@ def test_a_broken_operator_is_reported(monkeypatch, capsys):
     assert cli.main(["ops", "consistency", "--T", "4", "--K", "4"]) == 0
     printed = capsys.readouterr().out
     assert "FAIL" in printed and "forward bitwise equal to detach: NO" in printed
+    assert ["lerp-k4", "p1", "differs"] in [
+        [*x.split()[:2], x.split()[-1]] for x in printed.splitlines() if x
+    ]
 
 
 def test_p1_forward_broken_at_one_k_is_reported(monkeypatch, capsys):
@@ -204,7 +228,11 @@ def test_cli_prints_every_diagnostic_and_writes_json(tmp_path, capsys):
                   "A4 interior finite difference", "P1-0 projection sanity"):  # fmt: skip
         assert any(line.startswith(label) for line in lines), label
     assert "pass for all 7 operators" in out and "lerp detach: median" in out
-    assert "forward bitwise equal to detach: yes" in out and "n/a (hard forward" in out
+    assert "forward bitwise equal to detach: yes" in out
+    assert "minmax-weight, minmax-prob: n/a (hard forward, locally constant)" in out
+    det = json.loads(path.read_text())["summary"]["families"]["lerp"]["detach"]
+    lo, hi = f"{det['residual_median_min']:.3f}", f"{det['residual_median_max']:.3f}"
+    assert lo != hi and f"lerp detach: median {lo}-{hi} over K, max" in out  # the range of the K's medians
     written = json.loads(path.read_text())
     assert written == json.loads(json.dumps(consistency_table(T=8, Ks=[2, 32], seed=1)))
     for r in written["rows"]:  # every operator and backward has its line in the second table
@@ -266,3 +294,21 @@ def test_a4_keys_avoid_the_extrema_and_the_grid_points():
     assert rows.tolist() == [False, True] and key[1] == 2  # row 0: every key on a grid point or an extremum
     rows, key = diagnostics._interior_keys(s, valid, OperatorSpec.parse("softmax"), 1e-5)
     assert rows.all() and key.tolist() == [2, 2]  # softmax: the key nearest the middle of the range
+    # no key but the extrema (a tie at the minimum), or a LERP key just below a grid point (t = 0.995)
+    rows, _ = diagnostics._interior_keys(torch.tensor([[0.0, 0.0, 4.0]], dtype=torch.float64),
+                                         valid[:1, :3], OperatorSpec.parse("softmax"), 1e-5)  # fmt: skip
+    assert rows.tolist() == [False]
+    rows, _ = diagnostics._interior_keys(torch.tensor([[0.0, 1.0, 2.995, 4.0]], dtype=torch.float64),
+                                         valid[:1, :4], OperatorSpec.parse("lerp-k4"), 1e-5)  # fmt: skip
+    assert rows.tolist() == [False]
+
+
+def test_the_summary_names_a_family_without_an_interior_key():
+    """A family whose rows hold no key away from the extrema and the grid's kinks (a small --T) is named in
+    A4's line, with the way out, not left out silently."""
+    result = consistency_table(T=3, Ks=[4])
+    result["summary"]["families"]["lerp"]["full"]["interior_keys"] = 0
+    result["summary"]["families"]["lerp"]["full"]["interior_rel_err_max"] = None
+    text = str(commands._summary_table(result))
+    assert "lerp: no key away from the extrema and the grid's kinks (use a larger --T)" in text
+    assert "softmax: no key" not in text

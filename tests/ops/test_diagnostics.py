@@ -216,6 +216,8 @@ def test_upstream_of_another_shape_is_a_value_error_naming_both(up_shape):
             call()
     with pytest.raises(ValueError, match="must be tensors"):
         decompose_score_grad(s, up.tolist(), "lerp-k4")
+    with pytest.raises(ValueError, match="must be tensors, got list and Tensor"):  # the scores, too
+        score_gradient(s.tolist(), "lerp-k4", up)
 
 
 def test_a1_reports_a_forward_that_is_not_shift_invariant(monkeypatch):

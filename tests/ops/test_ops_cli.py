@@ -81,6 +81,9 @@ def test_ops_names_the_scale_that_overflows_float32(action, capsys):
     masked" (their float32 draws overflowed), naming no flag."""
     assert cli.main(["ops", *action, "--scale", "1e39", "--T", "8"]) == 2
     assert "--scale 1e+39 makes float32 scores overflow; use a smaller --scale" in _one_error_line(capsys)
+    # a finite scale whose draws overflow (8 sd above float32's largest value): named the same way
+    assert cli.main(["ops", *action, "--scale", "1e38", "--T", "8"]) == 2
+    assert "--scale 1e+38 makes float32 scores overflow; use a smaller --scale" in _one_error_line(capsys)
 
 
 def test_ops_table_range_grad_is_case_insensitive(capsys):

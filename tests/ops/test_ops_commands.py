@@ -113,3 +113,26 @@ def test_ops_table_json_holds_the_printed_numbers_and_the_setting(capsys, tmp_pa
     assert data["rows"][1]["tv_mean"] > 0 == data["rows"][0]["tv_mean"]
     assert cli.main(["ops", "--T", "8", "--json", str(tmp_path / "no" / "t.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_ops_table_residual_is_over_the_causal_rows_with_two_or_more_keys(capsys, tmp_path):
+    """The residual columns, recomputed by autograd of L = <up, P> on the table's draws (scores, then the
+    upstream gradient from the same generator), causal, over the rows i >= 1 (row 0's gradient is 0)."""
+    import json
+
+    import torch
+
+    from kinterval.ops import attention_probs
+
+    out = tmp_path / "t.json"
+    argv = ["ops", "--operators", "lerp-k4", "--range-grad", "detach", "--T", "8", "--seed", "1"]
+    assert cli.main([*argv, "--json", str(out)]) == 0
+    gen = torch.Generator().manual_seed(1)
+    s = torch.randn(4, 4, 8, 8, generator=gen) * 6.0
+    up = torch.randn(s.shape, generator=gen)
+    x = s.clone().requires_grad_()
+    (g,) = torch.autograd.grad((attention_probs(x, "lerp-k4[range_grad=detach]", causal=True) * up).sum(), x)
+    rho = (g.sum(-1).abs() / g.abs().sum(-1))[..., 1:]
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["residual_median"] == pytest.approx(rho.median().item(), rel=1e-5)
+    assert row["residual_max"] == pytest.approx(rho.max().item(), rel=1e-5) and row["residual_max"] > 0.1
