@@ -186,6 +186,14 @@ G = '[[group]]\noperators=["softmax"]\n'
         (GOOD.replace("seeds=[1]", "seeds=[]") + G, r"field 'seeds' must be a non-empty list of integers"),
         (GOOD + G + "seeds=[]\n", r"group 0: field 'seeds' must be a non-empty list of integers"),
         (GOOD + '[[group]]\noperators=["lerp-k{K}"]\nK=[0]\n', r"group 0: field 'K' must be"),
+        (GOOD + '[[group]]\noperators=["lerp-k{K}"]\nK=[]\n', r"group 0: field 'K' must be a non-empty list"),
+        (GOOD + '[[group]]\noperators=["softmax", 3]\n', r"group 0: field 'operators' must be a non-empty"),
+        (GOOD + "group=[1]\n", r"field 'group' must be one or more \[\[group\]\] tables"),
+        (
+            GOOD + "[eval]\ngeometry_blocks=0\n" + G,
+            r"\[eval\]: field 'geometry_blocks' must be an integer >= 1",
+        ),
+        (GOOD.replace("checkpoints=2\n", "") + G, r"missing required field 'checkpoints'"),
         (GOOD + "group=3\n", r"field 'group' must be one or more \[\[group\]\] tables"),
         (GOOD.replace("seeds=[1]", "seeds=7") + G, r"field 'seeds' must be"),
         (GOOD.replace("seeds=[1]\n", "") + G, r"missing required field 'seeds'"),
@@ -284,6 +292,11 @@ def test_a_groups_checkpoints_and_protocol_beat_the_suites(tmp_path):
     path.write_text(GOOD + G + '[[group]]\noperators=["lerp-k4"]\ncheckpoints=5\nprotocol="124m-100m"\n')
     runs = {r.operator: (r.checkpoints, r.protocol) for r in load_suite(path).runs}
     assert runs == {"softmax": (2, "tiny-cpu"), "lerp-k4": (5, "124m-100m")}
+    # a group's overrides are checked against its own protocol: 3 heads divide 124M's 768, not tiny's 128
+    path.write_text(
+        GOOD + '[[group]]\noperators=["softmax"]\nprotocol="124m-100m"\noverrides={"model.n_head"=3}\n'
+    )
+    assert [r.overrides for r in load_suite(path).runs] == [{"model.n_head": 3}]
 
 
 def test_eval_defaults_when_a_suite_has_no_eval_table(tmp_path):
@@ -452,3 +465,20 @@ def test_a_manifest_without_its_suite_text_needs_the_unchanged_shipped_file(tmp_
         manifest_suite({**m, "suite_sha256": _sha256_text(text + "\n")})
     with pytest.raises(ValueError, match=r"suite file 'gone.toml' is neither embedded nor shipped"):
         manifest_suite({**m, "suite": "gone", "suite_file": "gone.toml"})
+
+
+def test_a_run_is_found_by_its_id_the_title_defaults_to_the_name_and_a_shipped_name_is_not_a_file(
+    tmp_path, monkeypatch
+):
+    """``Suite.run`` takes a run id (not a group name); a suite without ``title`` is titled by its name; a
+    shipped suite's name is read from the package even when the working directory holds a file of that name
+    (only a path ending in .toml is a suite file)."""
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD + G)
+    suite = load_suite(path)
+    assert suite.title == "x" and suite.run("softmax-s1").operator == "softmax"
+    with pytest.raises(ValueError, match="suite x: no run 'group0'"):
+        suite.run("group0")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ci").write_text("not a suite\n")
+    assert load_suite("ci").name == "ci"
