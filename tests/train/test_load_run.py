@@ -74,6 +74,11 @@ def test_load_run_refuses_an_edited_state_json(tiny_run):
 def test_load_run_errors(tiny_run, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no checkpoint at step 5 .*step_000004"):
         load_run(tiny_run, checkpoint=5)
+    (tiny_run / "checkpoints" / "step_000005").mkdir()  # a step folder without its state.json
+    with pytest.raises(
+        FileNotFoundError, match=r"step 5 in .*: step_000005 has no state.json \(incomplete or"
+    ):
+        load_run(tiny_run, checkpoint=5)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         load_run(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="'triton' cannot run operator fwm-prob-k4 on cpu"):
@@ -88,10 +93,18 @@ def test_weights_that_do_not_fit_the_recorded_model_are_a_checkpoint_error(tiny_
 
     ckpt = tiny_run / "checkpoints" / "step_000008"
     state = json.loads((ckpt / "state.json").read_text())
-    state["model_config"]["n_embd"] = 16
+    n_embd, state["model_config"]["n_embd"] = state["model_config"]["n_embd"], 16
     state["state_sha256"] = state_sha256(state)  # a consistent state.json: only the weights disagree
     (ckpt / "state.json").write_text(json.dumps(state))
     with pytest.raises(CheckpointError, match=r"does not match the model that state.json describes \(size"):
+        load_run(tiny_run)
+    state["model_config"]["n_embd"] = n_embd
+    state["model_config"]["n_layer"] += 1  # a layer whose weights the file does not hold
+    state["state_sha256"] = state_sha256(state)
+    (ckpt / "state.json").write_text(json.dumps(state))
+    with pytest.raises(
+        CheckpointError, match=r"describes \(Missing key\(s\) in state_dict: .transformer.h.\d"
+    ):
         load_run(tiny_run)
     assert main(["eval", "--run", str(tiny_run), "--checkpoint", "latest", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -162,7 +175,8 @@ def test_checkpoint_paths_relative_to_the_run_and_steps_after_a_checkpoint_folde
 
 
 def test_an_explicit_backend_is_the_one_used(tiny_run):
-    assert load_run(tiny_run, backend="reference").backend == "reference"
+    ref = load_run(tiny_run, backend="reference")
+    assert ref.backend == "reference" and {b.attn.backend for b in ref.model.transformer.h} == {"reference"}
     assert load_run(tiny_run).backend == "closed_form"  # auto on the CPU
 
 
