@@ -252,3 +252,20 @@ def test_progress_bars_only_on_a_terminal(tmp_path, capsys, monkeypatch, softmax
     argv = ["eval", "--run", str(tmp_path / "run"), "--data", str(tmp_path / "data"), "--device", "cpu"]
     assert main([*argv, "--max-blocks", "2"]) == 0
     assert ("eval:" in capsys.readouterr().err) == tty
+
+
+@pytest.mark.parametrize("command", ["geometry", "graddiag"])
+def test_a_probe_on_data_of_a_larger_vocabulary_is_one_line_naming_both(
+    tmp_path, capsys, softmax_run, command
+):
+    """A checkpoint that records no training data is not checked against the data's tokenizer: the probe
+    compares the vocabularies itself (on CUDA, ids past the embedding table are a device-side assert)."""
+    from kinterval.data.prepare import prepare
+
+    prepare("synthetic", tmp_path / "data", tokens=4_000, seed=0, progress=False)
+    softmax_run(vocab_size=64, block_size=16)
+    argv = [command, "--run", str(tmp_path / "run"), "--data", str(tmp_path / "data"), "--device", "cpu"]
+    assert main([*argv, "--blocks", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "data vocab_size 512 > model vocab_size 64" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "run" / "diagnostics").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -721,3 +722,81 @@ def test_a_capped_look_may_replace_a_full_evaluation_of_other_checkpoint_bytes(t
     js = tmp_path / f"{full['checkpoint']}.json"
     js.write_text(json.dumps(dict(json.loads(js.read_text()), checkpoint_state_sha256="0" * 64)))
     assert evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)["n_blocks"] == 2
+
+
+# ------------------------------------------------------- mutation audit of the diagnostics cache (eval)
+def test_a_diagnostic_of_an_unknown_kind_or_block_count_is_refused_before_reading_the_checkpoint(tmp_path):
+    from kinterval.eval.diagnostics import diagnose_checkpoint
+
+    missing = tmp_path / "run" / "checkpoints" / "step_000001"  # never read: the arguments come first
+    with pytest.raises(ValueError, match=r"kind must be one of \('geometry', 'graddiag'\), got 'geom'"):
+        diagnose_checkpoint(missing, "geom")
+    for blocks in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match=rf"blocks must be a positive integer, got {blocks!r}"):
+            diagnose_checkpoint(missing, "geometry", blocks=blocks)
+
+
+@pytest.mark.parametrize("kind", ["geometry", "graddiag"])
+def test_a_stored_diagnostic_of_other_checkpoint_bytes_is_recomputed_not_reused_or_refused(
+    tiny_run, tmp_path, kind
+):
+    """The cache answers only for the same checkpoint bytes: a result of another checkpoint of the same step
+    name (a run trained again into its folder) is recomputed for the same request and replaced, without the
+    refusal that guards a result of the same checkpoint under other options."""
+    from kinterval.eval.diagnostics import diagnose_checkpoint
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    kw = {"out_dir": tmp_path / "out", "device": "cpu"}
+    path = tmp_path / "out" / f"{ckpt.name}.json"
+    first = diagnose_checkpoint(ckpt, kind, blocks=1, **kw)
+
+    def other_bytes():
+        stored = json.loads(path.read_text())
+        path.write_text(json.dumps(stored | {"checkpoint_state_sha256": "0" * 64}))
+
+    other_bytes()
+    again = diagnose_checkpoint(ckpt, kind, blocks=1, **kw)
+    assert again["skipped"] is False and again["checkpoint_state_sha256"] == first["checkpoint_state_sha256"]
+    other_bytes()
+    more = diagnose_checkpoint(ckpt, kind, blocks=2, **kw)  # other options too: replaced, not refused
+    assert (more["skipped"], more["n_blocks"]) == (False, 2)
+    assert json.loads(path.read_text())["checkpoint_state_sha256"] == first["checkpoint_state_sha256"]
+
+
+def test_a_probe_in_the_run_folder_records_its_checkpoint_and_one_under_as_gets_its_own(tiny_run, tmp_path):
+    """Without --out a probe goes to RUN/diagnostics/<kind> (created), and one under another operator
+    (--as) to RUN/diagnostics/geometry__as-<operator, file-system safe>, computed with that operator's
+    grid and never answered by the run's own probe, also in one --out folder. The result records the
+    checkpoint's step, tokens and code, the split as the data names it and the device used."""
+    import shutil
+
+    from kinterval.eval.diagnostics import diagnose_checkpoint, diagnose_run
+
+    run = shutil.copytree(tiny_run / "run" / "checkpoints", tmp_path / "run" / "checkpoints").parent
+    ckpt = list_checkpoints(run)[-1]
+    state = json.loads((ckpt / "state.json").read_text())
+    own = diagnose_checkpoint(ckpt, "geometry", blocks=1, split="validation", device="auto")
+    assert own["path"] == str(run / "diagnostics" / "geometry" / f"{ckpt.name}.json")
+    assert (own["split"], own["device"], own["operator_trained"], own["probe_operator_arg"]) == (
+        "val", "cpu", "softmax", None,
+    )  # fmt: skip
+    assert (own["step"], own["tokens"], own["train_code"]) == (state["step"], state["tokens"], state["code"])
+    spec = "fwm-prob-k4[tau=5]"
+    other = diagnose_checkpoint(ckpt, "geometry", blocks=1, spec=spec, device="cpu")
+    assert other["path"] == str(run / "diagnostics" / "geometry__as-fwm-prob-k4.tau-5" / f"{ckpt.name}.json")
+    assert (other["skipped"], other["probe_operator_arg"], other["operator_trained"]) == (
+        False, spec, "softmax",
+    )  # fmt: skip
+    assert other["request"]["operator"] != own["request"]["operator"]
+    assert not math.isnan(other["mean"]["tv"]) and math.isnan(own["mean"]["tv"])  # the grid of --as
+    out = {"out_dir": tmp_path / "out", "blocks": 1, "device": "cpu"}
+    assert diagnose_checkpoint(ckpt, "geometry", **out)["skipped"] is False
+    assert diagnose_checkpoint(ckpt, "geometry", spec=spec, **out)["skipped"] is False
+    rows = diagnose_run(run, "graddiag", checkpoint="latest", blocks=1, device="cpu")
+    assert [r["checkpoint"] for r in rows] == [ckpt.name] and len(list_checkpoints(run)) == 2
+    # the .old-step_* copy that stands for a step whose re-save was killed: filed under the step's name
+    old = ckpt.rename(ckpt.with_name(C.OLD_PREFIX + ckpt.name))
+    res = diagnose_checkpoint(old, "graddiag", blocks=1, device="cpu")
+    assert (
+        res["path"] == str(run / "diagnostics" / "graddiag" / f"{ckpt.name}.json") and res["skipped"] is True
+    )
