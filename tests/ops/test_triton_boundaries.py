@@ -128,10 +128,10 @@ def test_a_degenerate_row_with_a_nonzero_span_in_the_fused_backward(span, reques
 )
 def test_head_dims_above_64(name, bwd, dtype, monkeypatch):
     """Head dim 72 (BLOCK_D = 128) compiles code that D <= 64 does not: the dQ kernel's unfolded gamma and
-    the long form of eq. (1)'s dw/dM (``calibration_grad``, SHORT False; fp32 MinMax), dK/dV's calibration
-    terms of eq. (2) added per score instead of after the loop (``_dkdv_step``, ARG_AFTER False), the fused
-    backward's long dw/dM, and no split loops for 16-bit inputs. Every other interpreter test runs D <= 40.
-    The float64 reference's bound, causal, on out, dq, dk, dv."""
+    the long form of eq. (1)'s dw/dM (``calibration_grad``, SHORT False; fp32 MinMax); in dK/dV
+    (``_dkdv_step``, ARG_AFTER False) the calibration terms of eq. (2) added per score instead of after the
+    loop; the fused backward's long dw/dM, and no split loops for 16-bit inputs. Every other interpreter
+    test runs D <= 40. The float64 reference's bound, causal, on out, dq, dk, dv."""
     monkeypatch.setenv("KINTERVAL_TRITON_BWD", bwd)
     q, k, v, do = make_inputs(1, 2, 20, 20, 72, seed=41, dtype=dtype)
     check(name, q, k, v, do, causal=True, precision="ieee")

@@ -210,7 +210,12 @@ def test_factorial_figure_panel_d_and_not_run(figs, tmp_path):
     F.factorial_figure(cells, {}, tmp_path / "f.png", "t", sur)
     d = figs[0].axes[2]
     got = [(lo, hi) for _, lo, hi in _bar_ends(d)]
-    assert sorted(got) == pytest.approx(sorted([(-0.4, -0.2), (-0.15, -0.05), (-0.03, -0.01)]))
+    np.testing.assert_allclose(
+        np.asarray(sorted(got), float),
+        np.asarray(sorted([(-0.4, -0.2), (-0.15, -0.05), (-0.03, -0.01)]), float),
+        rtol=1e-6,
+        atol=1e-12,
+    )
     assert d.get_xscale() == "log" and "Prob − Weight" in d.get_title()
     F.factorial_figure(cells, {}, tmp_path / "g.png", "t", {})
     assert "not run" in _texts(figs[1].axes[2]) and not _bar_ends(figs[1].axes[2])
@@ -231,8 +236,11 @@ def test_k_figure_panels(figs, tmp_path):
     gap = {"lerp-k4": [_row(0.1, 0.08, 0.12, 1000), _row(0.05, 0.04, 0.06, 2000)]}
     F.k_figure(final, gap, {}, {"c": "no lerp-k4 run"}, tmp_path / "k.png", "t")
     a, b, c = figs[0].axes[:3]
-    assert sorted((lo, hi) for _, lo, hi in _bar_ends(a)) == pytest.approx(
-        sorted([(0.04, 0.06), (0.0, 0.02), (0.1, 0.3)])
+    np.testing.assert_allclose(
+        np.asarray(sorted((lo, hi) for _, lo, hi in _bar_ends(a)), float),
+        np.asarray(sorted([(0.04, 0.06), (0.0, 0.02), (0.1, 0.3)]), float),
+        rtol=1e-6,
+        atol=1e-12,
     )
     assert a.get_xscale() == "log" and a.get_yscale() == "symlog"  # |ΔNLL| beyond 0.02: symlog
     (line,) = [ln for ln in b.lines if ln.get_label() == "lerp-k4"]
