@@ -23,14 +23,18 @@
 # Every sitting must run the operator code of the results folder's first sitting (the gate's "same code"):
 # `check` says whether this checkout's is. If it is not, put this checkout beside the repository with that
 # commit's operator code (src/kinterval/ops, what ops_sha256 hashes; the runner, gate and trainer stay this
-# checkout's) and run from it, with this checkout's kernel tests as the preflight:
+# checkout's) and kernel tests that import it (this checkout's may use what the pinned code lacks: `check`
+# collects them against it), and run from it:
 #   git worktree add --no-checkout --detach .pinned HEAD
-#   git -C .pinned sparse-checkout set src && git -C .pinned checkout   # only src/ runs there: the rest of a
-#                                                                       # full checkout would not fit in 64 MiB
+#   git -C .pinned sparse-checkout set src tests/ops && git -C .pinned checkout   # only these run there: the
+#                                                           # rest of a full checkout would not fit in 64 MiB
 #   git -C .pinned rm -r -q -f src/kinterval/ops          # then exactly COMMIT's files (a file it lacks would
 #   git -C .pinned checkout COMMIT -- src/kinterval/ops   # change the hash); COMMIT: git_commit in the manifest
+#   git -C .pinned checkout TESTS -- tests/ops tests/conftest.py   # TESTS: a commit whose kernel tests ran
+#                                                           # against COMMIT's code (docs/results/README.md)
 #   PIN=.pinned bash benchmarks/gpu_mini.sh check
-#   in the call: PIN=.pinned PREFLIGHT_TESTS=tests/ops/test_triton.py bash ... sitting  (carry .corpus, .pinned)
+#   in the call: PIN=.pinned bash ... sitting kernels  (carry .corpus, .pinned; `kernels`: this checkout's
+#   kernel tests of this checkout's code, in the time the sitting leaves)
 # A suite whose results are reported with another folder's (mini-seeds with mini: the seed intervals pool
 # both) must run that folder's code from its first sitting on: SAME_CODE_AS=DIR makes `check` refuse other
 # operator code than DIR's manifest records (default for mini-seeds: docs/results/mini).
@@ -51,12 +55,14 @@
 #            once (`suite gate --partial`) and packed (`suite merge` into ${SUITE_NAME}_results.tar.gz in
 #            $OUT, replacing the last), so that a call cut short still brings back what finished. A failed
 #            preflight does not stop the suite: the results come back all the same with
-#            PREFLIGHT_FAILED.txt, and the call exits with 3 (read preflight.txt before merging them).
+#            PREFLIGHT_FAILED.txt, the stages after it run, and the call exits with 3 (read preflight.txt
+#            before merging them).
 #            The runs that did not finish come back as evidence only: unfinished.tar.gz holds their
 #            status.json, metrics.jsonl and log (a failed run's traceback)
 #   env      GPU, driver, torch and triton versions, the commit (into $OUT/env.txt)
 #   kernels  kernel tests in the foreground, of this checkout's code even with a PIN (the code the next kernel
-#            change builds on): PREFLIGHT_TESTS selected by KERNELS_K (default PREFLIGHT_K), at most
+#            change builds on): KERNELS_TESTS (default: this checkout's tests/ops/test_triton.py with a PIN,
+#            else PREFLIGHT_TESTS) selected by KERNELS_K (default PREFLIGHT_K), at most
 #            KERNELS_LIMIT s (default: 360, or what is left of CALL_S = 575 s after the stages before it in
 #            this call, e.g. `sitting kernels`; skipped with under 60 s left)
 #   measure  training throughput of the mini model with 1, 2, 3 and 4 processes on the GPU (best PER_GPU)
@@ -68,6 +74,9 @@ mkdir -p "$OUT" .mini
 ROOT=${PIN:-.}  # the checkout whose code runs: this one, or the pinned commit of the results folder
 export PYTHONPATH=$PWD/$ROOT/src PYTHONUNBUFFERED=1
 ROOT_TESTS=$ROOT/tests; [ -d "$ROOT_TESTS" ] || ROOT_TESTS=tests  # a pin of src/ only: this checkout's tests
+# the `kernels` stage tests this checkout's code with this checkout's tests (KERNELS_TESTS), even with a pin
+KERNELS_TESTS=${KERNELS_TESTS:-${PIN:+tests/ops/test_triton.py}}
+KERNELS_TESTS=${KERNELS_TESTS:-${PREFLIGHT_TESTS:-tests/ops/test_triton.py}}
 PY=${PY:-python3}
 CORPUS=${CORPUS:-.corpus/docs}
 # mini on an H200: three runs at once finished in 450-464 s (330-350 s of training each, five per-block
@@ -226,9 +235,18 @@ ours = ops_sha256()
 print(f"same operator code as {folder} (ops_sha256 {ours[:12]})")
 EOF
       fi
-      # pinned code: this checkout's kernel tests as the preflight, unless others are named
-      tests=${PREFLIGHT_TESTS:-${PIN:+tests/ops/test_triton.py}}
-      env_vars="${PIN:+PIN=$PIN }${tests:+PREFLIGHT_TESTS=$tests }"
+      # the preflight's tests must import the code the sitting runs: a pin's operator code can predate what
+      # this checkout's tests import, and then the preflight tests nothing (collected here on the CPU)
+      tests=${PREFLIGHT_TESTS:-$ROOT_TESTS/ops/test_triton.py}
+      if ! $PY -m pytest --collect-only -q -p no:cacheprovider -p no:xdist "$tests" -k "$PREFLIGHT_K" \
+        > .mini/collect.log 2>&1; then
+        grep -E "Error|error" .mini/collect.log | tail -n 3
+        echo "the preflight's tests ($tests) do not collect against the code the sitting runs (.mini/collect.log)"
+        [ -n "${PIN:-}" ] && echo "  give the pin the kernel tests of a commit that ran against its operator code:" \
+          "git -C $PIN sparse-checkout add tests/ops && git -C $PIN checkout COMMIT -- tests/ops tests/conftest.py"
+        ok=0
+      fi
+      env_vars="${PIN:+PIN=$PIN }${PREFLIGHT_TESTS:+PREFLIGHT_TESTS=$PREFLIGHT_TESTS }"
       [ "$SUITE_NAME" = mini ] || env_vars+="SUITE_NAME=$SUITE_NAME "
       # pinned: the time the sitting leaves tests this checkout's kernels (the `kernels` stage), which the
       # preflight beside the runs does not (it tests the pinned code the runs use)
@@ -248,8 +266,7 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       limit=${KERNELS_LIMIT:-$(( left < 360 ? left : 360 ))}
       if [ "$limit" -lt 60 ]; then echo "kernels: ${limit} s left in this call, too few; not run"; continue; fi
       echo "[$(elapsed) s] kernel tests, at most $limit s: -k \"${KERNELS_K:-$PREFLIGHT_K}\""
-      PYTHONPATH=$PWD/src preflight "$limit" "$OUT/kernels.txt" "${KERNELS_K:-$PREFLIGHT_K}" \
-        "${PREFLIGHT_TESTS:-tests/ops/test_triton.py}"; rc=$?
+      PYTHONPATH=$PWD/src preflight "$limit" "$OUT/kernels.txt" "${KERNELS_K:-$PREFLIGHT_K}" "$KERNELS_TESTS"; rc=$?
       cat "$OUT/kernels.txt"
       [ "$rc" -eq 0 ] || { echo "kernel preflight failed"; exit 1; } ;;
     sitting)
@@ -356,7 +373,8 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
         echo "no run finished and passed the gate before the deadline: nothing to bring back"; exit 1
       fi
       echo "${SUITE_ID}_results.tar.gz: $packed runs, $(stat -c %s "$OUT/${SUITE_ID}_results.tar.gz") bytes"
-      if [ "$preflight_ok" = 0 ]; then cat "$OUT/PREFLIGHT_FAILED.txt"; exit 3; fi ;;
+      # the stages after it still run (`kernels` tests this checkout's code, not the pinned one); exit 3 at the end
+      if [ "$preflight_ok" = 0 ]; then cat "$OUT/PREFLIGHT_FAILED.txt"; final_rc=3; fi ;;
     measure)  # tokens/s of N concurrent training processes of the mini model (bf16 autocast, auto backend);
       # four rounds of at most 130 s each: within one 600 s call
       for n in 1 2 3 4; do
@@ -401,3 +419,4 @@ EOF
   esac
   echo "[$stage] $(( $(date +%s) - t0 )) s"
 done
+exit "${final_rc:-0}"

@@ -131,6 +131,17 @@ def test_claims_name_the_passes_over_the_train_split(tmp_path):
     assert "more than once" not in index
 
 
+def test_passes_note_names_the_runs_that_do_not_record_them(tmp_path):
+    """Evaluations of an older kinterval record no passes: the multi-pass note names those runs, so that its
+    list is not read as all the runs that saw their data again; runs that record them are listed as before."""
+    old = {"softmax-s1337", "lerp-k32-s1337"}
+    _, index = _suite(tmp_path, PLANTED, passes=lambda r, frac: None if r["run_id"] in old else 2.4648 * frac)
+    note = next(line for line in index.splitlines() if "more than once" in line)
+    listed, _, unrecorded = note.partition("Not recorded by the evaluations of ")
+    assert "lerp-k4-s1337 2.46" in listed and "softmax-s1337" not in listed
+    assert unrecorded.rstrip(".").split(", ") == ["mini-shaped/lerp-k32-s1337", "mini-shaped/softmax-s1337"]
+
+
 def test_claims_disagree_on_a_planted_reversal(tmp_path):
     planted = dict(PLANTED)
     planted["fwm-prob-k4[arithmetic=historical]"] = 0.35  # FWM-Prob now worse than MinMax-Weight

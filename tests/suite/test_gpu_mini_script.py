@@ -239,10 +239,32 @@ def test_kernel_tests_take_their_own_selection_and_what_is_left_of_the_call(chec
     (checkout / "pinned" / "src" / "kinterval").mkdir(parents=True)
     (checkout / "pinned" / "src" / "kinterval" / "__init__.py").write_text("raise ImportError('pinned')\n")
     (checkout / "pre" / "test_code.py").write_text("def test_code():\n    import kinterval.ops  # noqa\n")
-    rc, log, _ = _script(
-        checkout, "kernels", "quick", preflight="", extra={**extra, "PIN": "pinned", "KERNELS_K": "test_code"}
-    )
+    pinned = {**extra, "PIN": "pinned", "KERNELS_K": "test_code", "KERNELS_TESTS": str(checkout / "pre")}
+    rc, log, _ = _script(checkout, "kernels", "quick", preflight="", extra=pinned)
     assert rc == 0 and "1 passed" in log, log
+
+
+def test_a_failed_preflight_leaves_the_kernel_tests_after_the_sitting_to_run(checkout):
+    """``sitting kernels`` with a failing preflight: the results come back marked, the kernel tests after the
+    sitting still run (they test other code than the pinned preflight did), and the call exits with 3."""
+    env = _env(
+        checkout,
+        "quick",
+        preflight="test_bad.py",
+        extra={"KERNELS_TESTS": str(checkout / "pre" / "test_ok.py")},
+    )
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_mini.sh", "sitting", "kernels"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 3 and "kernel preflight FAILED" in log, log
+    assert (checkout / "out" / "quick_results.tar.gz").exists(), log
+    assert "1 passed" in (checkout / "out" / "kernels.txt").read_text(), log
 
 
 def test_check_prints_the_pinned_command_with_the_kernel_tests_after_the_sitting(checkout):
@@ -270,6 +292,21 @@ def test_check_refuses_a_pin_whose_code_breaks_the_sitting_s_commands(checkout):
     assert rc == 2 and "ImportError: not in the pin" in log and "not ready" in log, log
     assert "the sitting's commands failed on this CPU" in log, log
     assert "ImportError: not in the pin" in (checkout / ".mini" / "smoke.log").read_text()
+
+
+def test_check_refuses_preflight_tests_that_do_not_import_the_pinned_code(checkout):
+    """A pin's operator code can predate what this checkout's kernel tests import: then the preflight would
+    only report a collection error and test nothing on the GPU. check collects the preflight's tests against
+    the code the sitting runs, and is not ready until they import it."""
+    (checkout / "pin").mkdir()
+    (checkout / "pin" / "src").symlink_to(REPO / "src")
+    (checkout / "pre" / "test_newer.py").write_text("from kinterval.ops import not_in_the_pin  # noqa\n")
+    rc, log, _ = _script(checkout, "check", "quick", preflight="test_newer.py", extra={"PIN": "pin"})
+    assert rc == 2 and "do not collect against the code the sitting runs" in log and "not ready" in log, log
+    assert "git -C pin sparse-checkout add tests/ops" in log, log
+    assert "not_in_the_pin" in (checkout / ".mini" / "collect.log").read_text()
+    rc, log, _ = _script(checkout, "check", "quick", preflight="test_ok.py", extra={"PIN": "pin"})
+    assert rc == 0 and "ready: run 'PIN=pin PREFLIGHT_TESTS=" in log, log
 
 
 def test_check_smoke_runs_the_merge_too(checkout):

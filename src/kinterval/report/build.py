@@ -401,13 +401,16 @@ def _build(results, out: Path, clean=()) -> None:
     if passes:
         data["train_passes"] = passes
     repeated = {run: n for run, n in passes.items() if n > 1}
+    # runs evaluated by an older kinterval record no passes: named, so that the list is not read as complete
+    unrecorded = sorted({f"{p.suite}/{p.run_id}" for p in primary} - set(passes))
     if repeated:  # a multi-epoch regime: the held-out NLL also reflects what a run memorized of its data
         ix.lines += [
             "**Runs that saw their training data more than once** (passes over the train split at their last "
             "evaluated checkpoint): "
             + ", ".join(f"{run} {passes_text(n)}" for run, n in sorted(repeated.items()))
             + ". Every training sequence was seen again, so their validation NLL also reflects how much of "
-            "the train split they memorized.",
+            "the train split they memorized."
+            + (f" Not recorded by the evaluations of {', '.join(unrecorded)}." if unrecorded else ""),
             "",
         ]
 
