@@ -1193,12 +1193,15 @@ def test_degenerate_and_empty_rows(name, bwd, monkeypatch):
     assert torch.equal(res[0][0, 1, 4].cpu(), torch.zeros(D))
 
 
+@pytest.mark.parametrize("bwd", ["split", "fused"])
 @pytest.mark.parametrize("span", ["7 * 2^-45", "eps"])
-def test_degenerate_row_with_a_nonzero_span(span):
+def test_degenerate_row_with_a_nonzero_span(span, bwd, request):
     """App. A: a MinMax row with 0 < M - m <= eps = 1e-12 is degenerate (weight 1 on every valid key, no score
     gradient), as one with M = m: M - m = 7 * 2^-45 (exact scores 2^-22 + j 2^-45), and M - m = fp32(1e-12)
     exactly (scores 0 and fp32(1e-12)), the boundary. The arg-max and arg-min are different keys, so a
-    calibration term that is not zeroed would not cancel on one key."""
+    calibration term that is not zeroed would not cancel on one key. Through both backwards: in the fused one
+    a gamma (``_fused_step``) that is not zeroed puts G_M on the arg-max key and G_m = -S1 - G_M on the
+    arg-min key, since dw/dM (eq. 1) is not 0 off the arg-max key."""
     T, D = 8, 16
     g = torch.Generator().manual_seed(0)
     q = torch.zeros(1, 1, 1, D)
@@ -1210,10 +1213,12 @@ def test_degenerate_row_with_a_nonzero_span(span):
         q[..., 0], scale = 2.0**-20, 0.25
         k[..., 0] = 1 + torch.arange(T) * 2.0**-23
     v, do = torch.randn(1, 1, T, D, generator=g), torch.randn(1, 1, 1, D, generator=g)
+    calls = request.getfixturevalue("fused_bwd") if bwd == "fused" else None  # its launches
     out, dq, dk, dv = _grads(
         lambda a, b, c: triton_attention(a, b, c, "minmax-weight-k4", scale=scale, precision="ieee"),
         *(x.to(DEVICE) for x in (q, k, v, do)),
     )
+    assert calls is None or calls, "the fused backward did not run"
     assert dq.abs().max().item() == 0.0 and dk.abs().max().item() == 0.0
     torch.testing.assert_close(out.cpu(), v.mean(2, keepdim=True))  # weight 1 on each key: the mean of v
     torch.testing.assert_close(dv.cpu(), do.expand(1, 1, T, D) / T)
