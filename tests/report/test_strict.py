@@ -331,3 +331,21 @@ def test_historical_runs_on_other_data_are_not_compared(folders, tmp_path):
     for g in ("historical comparisons (frozen weights)", "background: historical runs only"):
         for r in by_group[g]:
             assert r["est"] is None and "[arithmetic=historical] run with seed 7" in r["why"], r
+
+
+def test_strict_rows_cells_of_a_run_and_of_a_not_run_row_without_a_seed():
+    """A not-run row with no seed shows "-" (not "None") in the Seed column; a run row its evaluator with the
+    devices, Δ, CI and the terms it combines."""
+    from kinterval.report.analysis import Estimate
+    from kinterval.report.analysis.strict import StrictRow
+    from kinterval.report.tables import strict_rows
+
+    est = Estimate(0.0123, 0.004, 0.021, "block bootstrap", 1, (0.0123,))
+    ran = StrictRow("cells", "FWM − MinMax", 1337, 4, "strict", est, terms=("+1 a [strict]", "-1 b [strict]"),
+                    devices=("NVIDIA H200",))  # fmt: skip
+    absent = StrictRow("cells", "Prob − Weight", None, 16, "-", None, why="no strict run")
+    assert strict_rows([ran, absent])[1] == [
+        ["cells", "FWM − MinMax", "4", "1337", "strict (NVIDIA H200)", "+0.0123", "[+0.0040, +0.0210]",
+         "block bootstrap", "+1 a [strict]; -1 b [strict]"],
+        ["cells", "Prob − Weight", "16", "-", "-", "not run", "-", "-", "no strict run"],
+    ]  # fmt: skip

@@ -340,3 +340,83 @@ def test_a_tiny_nonzero_value_keeps_its_digits():
     assert [T.num(x) for x in (-2.1e-6, 0.0, 4.9e-5, 5e-5, None)] == ["-2.1e-06", "+0.0000", "+4.9e-05",
                                                                       "+0.0001", "-"]  # fmt: skip
     assert T.ci(-3e-6, -1e-6) == "[-3.0e-06, -1.0e-06]" and T.num(6.5e-6, signed=False) == "6.5e-06"
+
+
+def test_token_counts_keep_four_significant_digits_and_a_round_budget_its_unit():
+    """A budget of exactly 1M (1k, 1B) tokens is "1M", not "1e+03k"; four significant digits tell 2.621M and
+    2.62M apart."""
+    assert [T.tokens(n) for n in (1_000, 1_000_000, 1_000_000_000, 2_621_440, 12_345_678)] == [
+        "1k",
+        "1M",
+        "1B",
+        "2.621M",
+        "12.35M",
+    ]
+
+
+def test_separated_is_the_lower_bound_above_the_margin_not_an_interval_that_excludes_zero():
+    """ "Separated (lo > +0.01)": a CI above 0 but with lo <= +0.01, or wholly below 0, is "no"."""
+    rows = [
+        Row(f"{op} − softmax", Key(op, 100_007_936, DATA, "val"), (7,), _one(m, lo, hi))
+        for op, m, lo, hi in (("a", 0.02, 0.005, 0.03), ("b", -0.04, -0.05, -0.02), ("c", 0.03, 0.0101, 0.05))
+    ]
+    headers, cells = T.delta_rows(rows)
+    col = headers.index("Separated (lo > +0.01)")
+    assert [c[col] for c in cells] == ["no", "no", "yes"]
+
+
+def test_a_softmax_row_of_a_setting_without_conditions_is_kept_last():
+    """The softmax NLL of a setting none of whose conditions has a row is still listed, after the others."""
+    soft = [ReferenceRow(Key("softmax", b, DATA, "val"), (7,), b, nll, None, (nll,))
+            for b, nll in ((100_007_936, 4.1), (50_003_968, 4.4))]  # fmt: skip
+    row = Row("lerp-k4 − softmax", Key("lerp-k4", 100_007_936, DATA, "val"), (7,), _one(0.05, 0.04, 0.06),
+              nll=4.15)  # fmt: skip
+    assert [c[:4] for c in T.delta_rows([row], soft)[1]] == [
+        ["softmax", "100M", DATA, "val"],
+        ["lerp-k4", "100M", DATA, "val"],
+        ["softmax", "50M", DATA, "val"],
+    ]
+
+
+def test_stopped_rows_name_where_the_loss_went_non_finite_and_the_last_evaluation():
+    stopped = {
+        "lerp-k4-s7": dict(operator="lerp-k4", seed=7, step=120, tokens=3_932_160, budget=100_007_936,
+                           last_evaluated_tokens=2_000_000, last_mean_nll=5.12345),
+        "fwm-k4-s42": dict(operator="fwm-k4", seed=42, step=3, tokens=98_304, budget=100_007_936,
+                           last_evaluated_tokens=None, last_mean_nll=None),
+    }  # fmt: skip
+    assert T.stopped_rows(stopped)[1] == [
+        ["lerp-k4-s7", "lerp-k4", "7", "120", "3932160 of 100007936", "2000000 tokens", "5.1235"],
+        ["fwm-k4-s42", "fwm-k4", "42", "3", "98304 of 100007936", "-", "-"],
+    ]
+
+
+def test_claim_rows_keep_direction_and_detectability_apart():
+    """A claim whose direction disagrees but whose CI excludes 0 (and the reverse) prints each in its own
+    column."""
+    claims = [
+        Claim("A", "-0.1", "x < 0", "+0.05 [+0.02, +0.08]", False, True, "100M owt val"),
+        Claim("B", "-0.1", "x < 0", "-0.01 [-0.03, +0.01]", True, False, "100M owt val"),
+    ]
+    assert [c[4:6] for c in T.claim_rows(claims)[1]] == [["no", "yes"], ["yes", "no"]]
+
+
+def test_stack_text_names_the_number_of_processes():
+    base = dict(device_name="NVIDIA H200", torch="2.5.1", cuda="12.4", python="3.11.7")
+    assert [T.stack_text(dict(base, processes=n)) for n in (1, 2)] == [
+        "NVIDIA H200 ×1 process, torch 2.5.1, CUDA 12.4, Python 3.11.7",
+        "NVIDIA H200 ×2 processes, torch 2.5.1, CUDA 12.4, Python 3.11.7",
+    ]
+    assert T.stack_text(dict(base, processes=1, cuda=None)).endswith("no CUDA, Python 3.11.7")
+
+
+def test_fit_rows_cells_in_their_columns():
+    """fit.md: the condition's NLL − train loss and the control's each under its own header."""
+    key = Key("lerp-k4", 100_007_936, DATA, "val")
+    d = SimpleNamespace(mean=0.012, lo=0.004, hi=0.02, interval="block bootstrap")
+    fit = SimpleNamespace(key=key, seeds=(7,), control="softmax", steps=96, train=3.21, d_train=d,
+                          d_eval=0.03, gap=0.15, control_gap=0.11)  # fmt: skip
+    head, rows = T.fit_rows([fit])
+    assert dict(zip(head, rows[0]))["NLL − train loss"] == "+0.1500"
+    assert rows == [["lerp-k4", "100M", "7", "softmax", "96", "3.2100", "+0.0120", "[+0.0040, +0.0200]",
+                     "block bootstrap", "+0.0300", "+0.1500", "+0.1100"]]  # fmt: skip
