@@ -549,3 +549,11 @@ def test_ours_never_prints_a_nonzero_value_as_zero():
     assert _ours(e, [7]) == "-3.0e-05 [+2.0e-05, +4.0e-05] (block bootstrap; seed 7)"
     e = Estimate(mean=0.0123, lo=-0.001, hi=0.02, interval="t (1 df)", n_seeds=2, per_seed=(0.01, 0.0146))
     assert _ours(e, [7, 42]) == "+0.0123 [-0.0010, +0.0200] (t (1 df); seed 7,42)"
+
+
+def test_exactly_one_pass_over_the_train_split_is_not_flagged(tmp_path):
+    """A run whose endpoint is exactly one pass over its train split saw no sequence twice: no multi-pass
+    note in the index, no passes in the claims' settings."""
+    claims, index = _suite(tmp_path, PLANTED, passes=lambda r, frac: 1.0 * frac)
+    assert all(c["train_passes"] == 1.0 and "passes" not in c["setting"] for c in claims.values())
+    assert "more than once" not in index

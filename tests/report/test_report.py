@@ -114,6 +114,7 @@ def test_report_numbers(fake_suite, tmp_path):
     for f in ("trajectories.png", "geometry.png", "detach.png", "delta.tex", "factorial.md"):
         assert f in text and (tmp_path / "rep" / f).stat().st_size > 300
     assert (tmp_path / "rep" / "delta.tex").read_text().count("\\\\") == len(rows) + 2  # header, softmax
+    assert text.splitlines()[-1] == "All numbers: [report.json](report.json)"  # index.md's last line
 
 
 def test_cross_setting_table(fake_suite, tmp_path):
@@ -468,3 +469,16 @@ def test_report_figures_share_one_colour_map(fake_suite, tmp_path, monkeypatch):
         assert set(series) <= set(colours)
     shared = set(seen["trajectories.png"][0]) & set(seen["geometry.png"][0])
     assert shared and "softmax" in seen["geometry.png"][0] and "softmax" not in seen["trajectories.png"][0]
+
+
+def test_index_names_the_runs_a_folder_lacks():
+    """A suite run in sittings: "N of M runs; not run: ..." with M the manifest's count."""
+    from types import SimpleNamespace
+
+    from kinterval.report.build import _run_count
+
+    runs = [{"run_id": r} for r in ("softmax-s7", "lerp-k4-s7", "lerp-k4-s42")]
+    folder = SimpleNamespace(manifest={"runs": runs}, runs=lambda: {"softmax-s7": None})
+    assert _run_count(folder) == "1 of 3 runs; not run: lerp-k4-s7, lerp-k4-s42"
+    whole = SimpleNamespace(manifest={"runs": runs[:1]}, runs=lambda: {"softmax-s7": None})
+    assert _run_count(whole) == "1 runs"

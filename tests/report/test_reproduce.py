@@ -270,6 +270,9 @@ def test_tail_decomposition(report):
         x for x in (rep / "taildecomp.md").read_text().splitlines() if x.startswith("| MinMax − resolved")
     ]
     assert shown and all("[" in x.split("|")[-2] for x in shown)  # the path ratio's interval shown
+    # the caption names the margin mark as it is applied: strictly below 0.01 nats
+    caption = (rep / "taildecomp.md").read_text().splitlines()[0]
+    assert "(°: |Δ| < 0.01 nats, below the single-seed margin;" in caption
 
 
 def test_bh_uses_the_papers_family(report):

@@ -143,6 +143,7 @@ def test_the_report_lists_the_pairs_it_leaves_out_of_the_fit_table(tmp_path):
     build_report(tmp_path / "ci", tmp_path / "rep")
     table = (tmp_path / "rep" / "fit_skipped.md").read_text()
     assert "| lerp-k4-s7 vs softmax-s7 | 1 training step(s) logged by both runs" in table
+    assert "| Run vs same-seed control | Why it is skipped |" in table  # the header names the pair
     assert "| lerp-k4 |" not in (tmp_path / "rep" / "fit.md").read_text()
     data = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert sorted(data["train_fit_skipped"]) == ["lerp-k4-s42 vs softmax-s42", "lerp-k4-s7 vs softmax-s7"]
