@@ -364,7 +364,7 @@ MUTANTS = [
         BLD,
         "seed (°: |Δ| < 0.01 nats",
         "seed (°: |Δ| ≤ 0.01 nats",
-        T_BLD + [R + "test_suites_together.py"],
+        T_BLD + [R + "test_suites_together.py", R + "test_reproduce.py"],
     ),
     (
         "b14-unpaired-drop-left-out",
