@@ -20,6 +20,7 @@ from kinterval.ops.tf32 import tf32_enabled
 from kinterval.ops.triton import unsupported_reason
 from kinterval.ops.triton.kernels import (
     INTERPRET,
+    ROW_CONSTS,
     _bwd_dkdv_kernel,
     _bwd_dq_kernel,
     _bwd_fused_kernel,
@@ -267,6 +268,7 @@ def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
     delta = (do.float() * o_at.float()).sum(-1)
     dev = q.device
     GM, Gm, mu = (_alloc((B, H, Tq), torch.float32, dev) for _ in range(3))
+    rowc = _alloc((B * H * Tq, ROW_CONSTS.value), torch.float32, dev)  # the dQ kernel writes, dK/dV reads
     dq = _alloc((B, H, Tq, D), q.dtype, dev)
     dk, dv = _per_q_head(k, H, k.dtype), _per_q_head(v, H, v.dtype)
     ds_sink = _alloc((B, H, Tq) if meta["MASKING"][2] else (1,), torch.float32, dev)
@@ -286,11 +288,11 @@ def backward_launches(do, saved: Saved, ctx) -> tuple[Launch, Launch, tuple]:
     dq_args = (
         q,
         (*ins, sinks_t, bias_t),
-        (M, m, Wa, delta, amax, amin),
-        (dq, GM, Gm, mu, ds_sink, ds),
+        (M, m, Wf, Wa, delta, amax, amin),
+        (dq, GM, Gm, mu, ds_sink, ds, rowc),
         *common,
     )
-    dkdv_args = (q, (*ins, bias_t), (M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu), (dk, dv), *common)
+    dkdv_args = (q, (*ins, bias_t), (M, m, Wf, Wa, delta, amax, amin, GM, Gm, mu, rowc), (dk, dv), *common)
     return (
         Launch(_bwd_dq_kernel, grid_q, dq_args, {**meta, "SPLIT": split["dq"]}),
         Launch(_bwd_dkdv_kernel, grid_k, dkdv_args, {**meta, "SPLIT": split["dkdv"]}),

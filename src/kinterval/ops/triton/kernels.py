@@ -611,6 +611,52 @@ def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
     return h, inv_h, b0, emh, dfac, degen, kf, 1.0 / kf, tau, h_log2
 
 
+# The split backward's per-row constants, (B H Tq, ROW_CONSTS) fp32, row-major: the dQ kernel writes them
+# once per row (``save_row_constants``) and the dK/dV kernel reads them (``load_row_constants``) on each of
+# its query tiles, instead of recomputing them there for every key block (MinMax: two correctly rounded
+# divisions, an exponential, the series of Delta's factor; every operator: the reciprocals of W and W^at).
+ROW_CONSTS = tl.constexpr(8)  # h, 1/h, e^{-h}, h log2(e), Delta's factor / W^at, 1/W, 1/W^at, (padding)
+
+
+@triton.jit
+def save_row_constants(RowC, row_i, rmask, row, Wf, inv_Wa):
+    """Store one query block's row constants (``row_constants``) and 1/W, 1/W^at (0 on empty rows; 1/W^at
+    also 0 on degenerate MinMax rows, as the dQ kernel's gamma takes it)."""
+    h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
+    base = RowC + row_i * ROW_CONSTS
+    tl.store(base, h, mask=rmask)
+    tl.store(base + 1, inv_h, mask=rmask)
+    tl.store(base + 2, emh, mask=rmask)
+    tl.store(base + 3, h_log2, mask=rmask)
+    tl.store(base + 4, dfac * inv_Wa, mask=rmask)  # Delta / W^at = E_r1 (dfac / W^at): dK/dV's FOLD
+    tl.store(base + 5, tl.where(Wf > 0, 1.0 / Wf, 0.0), mask=rmask)
+    tl.store(base + 6, inv_Wa, mask=rmask)
+
+
+@triton.jit
+def load_row_constants(RowC, row_i, rmask, M, m, kf, tau, CALIB: tl.constexpr, INV_WA: tl.constexpr):
+    """The row constants ``save_row_constants`` stored, as ``row`` with Delta's factor over W^at in place of
+    dfac, and the rows' 1/W and (INV_WA, else 0) 1/W^at. FWM and resolved have one h per launch: their
+    constants are computed as ``row_constants`` does, cheaper than loaded; only Delta's factor over W^at is
+    per row."""
+    base = RowC + row_i * ROW_CONSTS
+    dfac_at = tl.load(base + 4, mask=rmask, other=0.0)
+    inv_Wf = tl.load(base + 5, mask=rmask, other=0.0)
+    inv_Wa = tl.zeros_like(M)
+    if INV_WA:
+        inv_Wa = tl.load(base + 6, mask=rmask, other=0.0)
+    if CALIB == 1:  # rows past Tq get a degenerate row's constants, as row_constants gives M = m = 0
+        h = tl.load(base, mask=rmask, other=1.0)
+        inv_h = tl.load(base + 1, mask=rmask, other=1.0)
+        emh = tl.load(base + 2, mask=rmask, other=1.0)
+        h_log2 = tl.load(base + 3, mask=rmask, other=0.0)
+        row = (h, inv_h, m - M, emh, dfac_at, (M - m) <= EPS_DEGENERATE, kf, 1.0 / kf, tau, h_log2)
+    else:
+        h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row_constants(M, m, kf, tau, CALIB)
+        row = (h, inv_h, b0, emh, dfac_at, degen, kf, inv_k, tau, h_log2)
+    return row, inv_Wf, inv_Wa
+
+
 @triton.jit
 def lerp_weight(t, E_r, E_r1):
     """LERP reconstruction (§3): w^L = (1 - t) e^{b_r} + t e^{b_{r+1}}."""
@@ -1312,10 +1358,11 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """dQ over one query block, plus the per-row sums G_M, G_m of dw/dM (eq. 1), the P1 mean, with
     attention sinks the sink's dL/ds of each row (eq. 2) and, with MASKING[4] = 2, dL/ds of every score
-    (DBias: the gradient of the score bias; P1's projection is left to autograd)."""
+    (DBias: the gradient of the score bias; P1's projection is left to autograd). It also stores each row's
+    constants for the dK/dV kernel (RowC, ``save_row_constants``), which runs after it."""
     Kp, V, Mask, DO, Sinks, Bias = ins
-    Mrow, mrow, Wat, Dlt, Amax, Amin = stats
-    DQ, GMo, Gmo, MUo, DSo, DBias = outs
+    Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin = stats
+    DQ, GMo, Gmo, MUo, DSo, DBias, RowC = outs
     q_str, k_str, v_str, m_str, b_str = strides  # (batch, head, row, dim) strides of q, k, v, mask, bias
     sqb, sqh, sqm, sqd = q_str
     skb, skh, skn, skd = k_str
@@ -1361,6 +1408,8 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     row = row_constants(M, m, kf, tau, CALIB)
     degen = row[5]
     inv_Wa = tl.where((Wa > 0) & (~degen), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
+    # here rather than after the loop: there it cost ptxas more spills (TF32, D = 128)
+    save_row_constants(RowC, row_i, rmask, row, tl.load(Wfwd + row_i, mask=rmask, other=0.0), inv_Wa)
     amax = tl.load(Amax + row_i, mask=rmask, other=-1)
     amin = tl.load(Amin + row_i, mask=rmask, other=-1)
     rows = (M, amax, amin, Dd, inv_Wa)
@@ -1492,8 +1541,10 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     eq. (1) when SUM_GM), dV += P^T dO with the forward P (P^N for the strict STE operators; historical: the
     P of Weight-STE, eq. (3), or of Prob-STE, eq. (4)) and g = dO V^T. kv = (k, v) of the key block; query =
     (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d, dmask); stats starts with the per-row
-    buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin). COEF = (SUM_GM, FOLD): FOLD returns cD / W^at, the
-    self-term factor with the normalization's 1/W of gamma (App. B) folded in per row (``_dkdv_step``).
+    buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin). COEF = (SUM_GM, FOLD, SAVED): FOLD returns cD / W^at,
+    the self-term factor with the normalization's 1/W of gamma (App. B) folded in per row (``_dkdv_step``);
+    SAVED reads the row constants the dQ kernel stored (stats[10], ``load_row_constants``) instead of
+    computing them. Returns, besides the tiles, the rows' 1/W^at (0 on empty and degenerate rows).
     th: the softcap's s / c (``_scores``; unused without one)."""
     k, v = kv
     SUM_GM: tl.constexpr = COEF[0]
@@ -1504,7 +1555,8 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     HISTORICAL: tl.constexpr = OP[4]
     q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
     offs_d, dmask = dims
-    Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, _, _, _ = stats
+    Mrow, mrow, Wfwd, Wat, Dlt = stats[0], stats[1], stats[2], stats[3], stats[4]
+    Amax, Amin = stats[5], stats[6]
     offs_m = start_m + tl.arange(0, BLOCK_M)
     rmask = offs_m < Tq
     qmask = dmask[None, :] if FULL else rmask[:, None] & dmask[None, :]
@@ -1513,16 +1565,22 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     row_i = bh * Tq + offs_m
     M = tl.load(Mrow + row_i, mask=rmask, other=0.0)
     m = tl.load(mrow + row_i, mask=rmask, other=0.0)
-    Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
-    Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
     Dd = tl.load(Dlt + row_i, mask=rmask, other=0.0)
     amax = tl.load(Amax + row_i, mask=rmask, other=-1)
     amin = tl.load(Amin + row_i, mask=rmask, other=-1)
-    row = row_constants(M, m, kf, tau, CALIB)
-    if FOLD and CALIB != 0:  # Delta/W^at = E_r1 (dfac/W^at): a per-row factor, one product per score less
-        h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
-        dfac = dfac * tl.where(Wa > 0, 1.0 / Wa, 0.0)
-        row = (h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2)
+    PL_HISTORICAL: tl.constexpr = JACOBIAN_AT_PL and HISTORICAL  # prob_ste divides by W^L and W^H
+    if PL_HISTORICAL or not COEF[2]:
+        Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
+        Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
+    if COEF[2]:  # Delta's factor there is dfac / W^at already (FOLD)
+        row, inv_Wf, inv_Wa = load_row_constants(stats[10], row_i, rmask, M, m, kf, tau, CALIB, not FOLD)
+    else:
+        row = row_constants(M, m, kf, tau, CALIB)
+        inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
+        inv_Wf = tl.where(Wf > 0, 1.0 / Wf, 0.0)
+        if FOLD and CALIB != 0:  # Delta/W^at = E_r1 (dfac/W^at): a per-row factor, one product per score less
+            h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
+            row = (h, inv_h, b0, emh, dfac * inv_Wa, degen, kf, inv_k, tau, h_log2)
     bias = None
     if MASKING[4]:
         bias = _bias_tile(offs_m, offs_n, Tq, Tk, mask)
@@ -1530,12 +1588,11 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
-    inv_Wf = tl.where(Wf > 0, 1.0 / Wf, 0.0)
     STRICT_STE: tl.constexpr = CALIB != 0 and OP[2] and not HISTORICAL  # _bwd_coefs returns P^N
     w, wLp, keep, cD, dM = _bwd_coefs(
         s, valid, is_max, is_min, M, row, OP, SUM_GM, inv_Wf if STRICT_STE else None
     )
-    if JACOBIAN_AT_PL and HISTORICAL:
+    if PL_HISTORICAL:
         p = prob_ste(wLp, w, Wa, Wf)
     elif STRICT_STE:
         p = w
@@ -1545,7 +1602,7 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
         cD = p
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
     g = _dot(do, tl.trans(v), PREC)
-    return q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th
+    return q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th
 
 
 @triton.jit
@@ -1554,7 +1611,7 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, O
                BLOCK_M: tl.constexpr):  # fmt: skip
     """One query tile of the dK/dV loop, kv_sums = (dk, dv): dV += P^T dO, dK += dS^T q, dS = dL/ds eq. (2).
     Arguments as in ``_key_block_tile``; stats = the per-row buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin,
-    GMo, Gmo, MUo)."""
+    GMo, Gmo, MUo, RowC): RowC the row constants of the dQ kernel (``load_row_constants``)."""
     FULL: tl.constexpr = TILE[0]  # an interior tile: every score valid
     ARG_AFTER: tl.constexpr = TILE[1]  # eq. (2)'s calibration terms after the loop (_bwd_key_block)
     KEEP_MAX_TERM: tl.constexpr = GRAD[0]
@@ -1566,14 +1623,14 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, O
     # factor (grid operators) or, for softmax, into P: no gamma tile. The exp baselines keep gamma (BF16-exp
     # rounds it to bf16 before the product: score_grad).
     FOLD: tl.constexpr = OP[0] != 0 or OP[1]
-    COEF: tl.constexpr = (False, FOLD)
-    q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
+    COEF: tl.constexpr = (False, FOLD, True)  # the row constants the dQ kernel saved
+    q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
         kv, start_m, query, offs_n, dims, mask, stats, dv, scales, OP, MASKING, PREC, FULL, COEF, BLOCK_M
     )
     if FOLD:
         gamma = g - Dd[:, None]  # not masked: cD = 0 off keep
     else:
-        gamma = _gamma(g, Dd, tl.where(Wa > 0, 1.0 / Wa, 0.0))
+        gamma = _gamma(g, Dd, inv_Wa)
     if ARG_AFTER:  # eq. (2)'s self term here; its calibration terms after the loop (_arg_key_terms)
         ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])
     else:
@@ -1606,7 +1663,7 @@ def _arg_key_terms(dk, n0, lo, query, offs_n, dims, mask, stats, cap, GRAD: tl.c
     SOFTCAP: tl.constexpr = MASKING[3]
     q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau = query
     offs_d, dmask = dims
-    Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, GMo, Gmo, MUo = stats
+    Mrow, mrow, Amax, Amin, GMo, Gmo = stats[0], stats[1], stats[5], stats[6], stats[7], stats[8]
     for start_m in range(lo, Tq, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         rmask = offs_m < Tq
@@ -1660,11 +1717,10 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, 
     offs_d, dmask = dims
     DQa, S1a, GMa = stats[7], stats[8], stats[9]
     dk, dv = kv_sums
-    COEF: tl.constexpr = (SUM_GM * (1 + (offs_d.shape[0] <= 64)), False)  # as in _dq_step
-    q, row_i, rmask, row, Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
+    COEF: tl.constexpr = (SUM_GM * (1 + (offs_d.shape[0] <= 64)), False, False)  # as in _dq_step
+    q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
         kv, start_m, query, offs_n, dims, mask, stats, dv, scales, OP, MASKING, PREC, TILE[0], COEF, BLOCK_M
     )
-    inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
     gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
     ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])  # eq. (2) self term
     ds_qk = _chain(ds, th, MASKING[3])  # dL/d(scale q.k) for the dots
