@@ -480,5 +480,16 @@ def test_index_names_the_runs_a_folder_lacks():
     runs = [{"run_id": r} for r in ("softmax-s7", "lerp-k4-s7", "lerp-k4-s42")]
     folder = SimpleNamespace(manifest={"runs": runs}, runs=lambda: {"softmax-s7": None})
     assert _run_count(folder) == "1 of 3 runs; not run: lerp-k4-s7, lerp-k4-s42"
-    whole = SimpleNamespace(manifest={"runs": runs[:1]}, runs=lambda: {"softmax-s7": None})
-    assert _run_count(whole) == "1 runs"
+
+
+def test_index_run_count_of_a_whole_folder_is_singular_for_one_run():
+    from types import SimpleNamespace
+
+    from kinterval.report.build import _run_count
+
+    def folder(*ids):
+        runs = [{"run_id": r} for r in ids]
+        return SimpleNamespace(manifest={"runs": runs}, runs=lambda: dict.fromkeys(ids))
+
+    assert _run_count(folder("softmax-s7")) == "1 run"
+    assert _run_count(folder("softmax-s7", "lerp-k4-s7")) == "2 runs"

@@ -304,11 +304,11 @@ def _not_run(r) -> list[str]:
 
 
 def _run_count(r) -> str:
-    """'N runs', or 'N of M runs; not run: ...' for a folder that lacks some of its manifest's runs."""
+    """'N runs' ('1 run'), or 'N of M runs; not run: ...' for a folder lacking some of its manifest's runs."""
     have, missing = len(r.runs()), _not_run(r)
-    return (
-        f"{have} of {have + len(missing)} runs; not run: {', '.join(missing)}" if missing else f"{have} runs"
-    )
+    if missing:
+        return f"{have} of {have + len(missing)} runs; not run: {', '.join(missing)}"
+    return f"{have} run" if have == 1 else f"{have} runs"
 
 
 def _is_run_folder(d: Path) -> bool:
