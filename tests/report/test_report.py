@@ -154,6 +154,14 @@ def test_demo_report(tmp_path):
         demo_report({"lerp-k4": soft}, tmp_path / "x")
 
 
+def test_demo_report_separated_is_a_lower_bound_above_the_margin_not_a_ci_excluding_zero(tmp_path):
+    soft = np.random.default_rng(1).normal(4.0, 0.2, 40)
+    res = demo_report({"softmax": soft, "lerp-k4": soft + 0.005, "lerp-k16": soft - 0.05}, tmp_path / "demo")
+    rows = {r["operator"]: r for r in res["rows"]}
+    assert rows["lerp-k4"]["lo"] > 0 and not rows["lerp-k4"]["separated"]
+    assert rows["lerp-k16"]["hi"] < 0 and not rows["lerp-k16"]["separated"]
+
+
 @pytest.mark.parametrize("damage", ["manifest", "npz", "summary"])
 def test_corrupt_result_files_are_named_errors(fake_suite, tmp_path, damage, capsys):
     """A corrupt manifest.json, per-block .npz or summary .json used to end in a JSONDecodeError or
@@ -363,6 +371,15 @@ def test_widthgap_plots_the_rows_of_the_rank_statistics(tmp_path, monkeypatch):
     data = json.loads((tmp_path / "rep" / "report.json").read_text())
     (ranks,) = data["ranks"]
     assert sorted(seen) == sorted(ranks["conditions"]) and not any("range_grad" in c for c in seen)
+
+
+def test_ranks_table_without_geometry_still_gives_kendall_w(tmp_path):
+    """No geometry probes: no Spearman against h or span, but ranks.md still gives the seeds' ordering."""
+    write_results(tmp_path / "ci", "ci", lambda r, f: EFFECT[r["operator"]] * f, n_blocks=32)
+    build_report([tmp_path / "ci"], tmp_path / "rep")
+    (ranks,) = json.loads((tmp_path / "rep" / "report.json").read_text())["ranks"]
+    assert ranks["kendall_w"] > 0.9 and ranks["spearman_h"] is None and ranks["spearman_span"] is None
+    assert "Kendall" in (tmp_path / "rep" / "ranks.md").read_text()
 
 
 def _conditions(path):

@@ -129,13 +129,19 @@ def _supp_effect(r, frac):
 
 
 @pytest.fixture(scope="module")
-def supp(tmp_path_factory):
+def supp_rep(tmp_path_factory):
+    """The report folder of suite D's conditions and the supplementary runs."""
     tmp = tmp_path_factory.mktemp("supp")
     kw = dict(n_blocks=64, data="wt103")
     write_results(tmp / "D", "D", _supp_effect, runs=lambda r: r["operator"] in SUPP_D, **kw)
     write_results(tmp / "S", "supplementary", _supp_effect, runs=lambda r: r["tokens"] > 10**7, **kw)
     build_report([tmp / "D", tmp / "S"], tmp / "rep")
-    return json.loads((tmp / "rep" / "report.json").read_text())
+    return tmp / "rep"
+
+
+@pytest.fixture(scope="module")
+def supp(supp_rep):
+    return json.loads((supp_rep / "report.json").read_text())
 
 
 def _endpoint(rows, contrast):
@@ -190,6 +196,15 @@ def test_same_seed_references_of_the_supplementary_runs(supp):
         r = tail[f"{name} − softmax (weight-STE, K4)"]
         assert r["seeds"] == [1337] and r["est"]["mean"] == pytest.approx(value, abs=5e-3)
     assert tail["resolved − softmax (weight-STE, K4)"]["est"]["mean"] == pytest.approx(0.03, abs=5e-3)
+
+
+def test_seed_references_table_lists_the_softmax_nll_at_each_seed(supp_rep, supp):
+    """seed_references.md (tab:lowprec, tab:detach, tab:taildecomp) gives each seed's softmax NLL, no ΔNLL."""
+    nll = {r["seeds"][0]: r["nll"] for r in supp["softmax"] if len(r["seeds"]) == 1}
+    rows = (supp_rep / "seed_references.md").read_text().splitlines()
+    for s in (7, 42, 1337):
+        (row,) = [r.split(" | ") for r in rows if r.startswith(f"| softmax, seed {s} | ")]
+        assert row[1] == str(s) and float(row[2]) == pytest.approx(nll[s], abs=1e-4) and row[3] == "-"
 
 
 def test_detach_claim_is_one_entry_per_seed(supp):
