@@ -575,6 +575,24 @@ def _full_query_range(pid_n, lo, Tq, Tk, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.c
 
 # ------------------------------------------------------------------------------ the paper, one helper each
 @triton.jit
+def is_degenerate(M, m):
+    """App. A: a MinMax row whose span M - m is at most eps weighs every valid key 1 and has no gradient."""
+    return M - m <= EPS_DEGENERATE
+
+
+@triton.jit
+def inv_w(W):
+    """1/W of each row, 0 on an empty row (W = 0)."""
+    return tl.where(W > 0, 1.0 / W, 0.0)
+
+
+@triton.jit
+def inv_w_at(Wa, degen):
+    """1/W^at of each row for gamma (App. B), 0 on empty and degenerate rows (no gradient)."""
+    return tl.where((Wa > 0) & (~degen), 1.0 / Wa, 0.0)
+
+
+@triton.jit
 def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
     """Per-row grid constants (§3, App. A) as the tuple ``row``: width h, 1/h, origin b_0, e^{-h}, Delta's
     factor (1 - e^{-h})/h (0 on a degenerate row: no gradient), the degenerate flag, K, 1/K, tau and
@@ -584,7 +602,7 @@ def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
     # and 1/h = RN(1/h) is what the grid position's correction step needs
     if CALIB == 1:  # MinMax: h = (M - m)/K, b_0 = m - M; degenerate rows get the safe width 1
         span = M - m
-        degen = span <= EPS_DEGENERATE
+        degen = is_degenerate(M, m)
         h = tl.where(degen, 1.0, _grid_position(span, kf, tl.math.div_rn(1.0, kf)))
         inv_h = tl.math.div_rn(tl.full(h.shape, 1.0, tl.float32), h)
         b0 = m - M
@@ -629,7 +647,7 @@ def save_row_constants(RowC, row_i, rmask, row, Wf, inv_Wa):
     tl.store(base + 2, emh, mask=rmask)
     tl.store(base + 3, h_log2, mask=rmask)
     tl.store(base + 4, dfac * inv_Wa, mask=rmask)  # Delta / W^at = E_r1 (dfac / W^at): dK/dV's FOLD
-    tl.store(base + 5, tl.where(Wf > 0, 1.0 / Wf, 0.0), mask=rmask)
+    tl.store(base + 5, inv_w(Wf), mask=rmask)
     tl.store(base + 6, inv_Wa, mask=rmask)
 
 
@@ -650,7 +668,7 @@ def load_row_constants(RowC, row_i, rmask, M, m, kf, tau, CALIB: tl.constexpr, I
         inv_h = tl.load(base + 1, mask=rmask, other=1.0)
         emh = tl.load(base + 2, mask=rmask, other=1.0)
         h_log2 = tl.load(base + 3, mask=rmask, other=0.0)
-        row = (h, inv_h, m - M, emh, dfac_at, (M - m) <= EPS_DEGENERATE, kf, 1.0 / kf, tau, h_log2)
+        row = (h, inv_h, m - M, emh, dfac_at, is_degenerate(M, m), kf, 1.0 / kf, tau, h_log2)
     else:
         h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row_constants(M, m, kf, tau, CALIB)
         row = (h, inv_h, b0, emh, dfac_at, degen, kf, inv_k, tau, h_log2)
@@ -1232,7 +1250,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
     if HIST_PROB:  # acc = P V already normalized
         o = acc
     else:
-        o = acc * tl.where(W > 0, 1.0 / W, 0.0)[:, None]  # fully masked row: O = 0
+        o = acc * inv_w(W)[:, None]  # fully masked row: O = 0
     # A row with a NaN or infinite score on a valid key (from non-finite q or k; M is NaN) is NaN, never a
     # quiet row of whatever the clamps made of it (kinterval_attention's rule). Its gradient is not defined.
     bad = M != M
@@ -1247,7 +1265,7 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
         tl.store(Amax + row_i, amax, mask=rmask)
         tl.store(Amin + row_i, amin, mask=rmask)
         if JACOBIAN_AT_PL:
-            oL = accL * tl.where(WL > 0, 1.0 / WL, 0.0)[:, None]
+            oL = accL * inv_w(WL)[:, None]
             tl.store(OL + bh * Tq * D + o_ptrs, oL, mask=omask)
             tl.store(Wat + row_i, WL, mask=rmask)
         else:
@@ -1406,8 +1424,7 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     mask = (Mask + b * smb + hd * smh, smm, smn, bias_base, sbm, sbn, DBias + bh * Tq * Tk)
     bounds = (offs_m, offs_d, dmask, Tq, Tk)
     row = row_constants(M, m, kf, tau, CALIB)
-    degen = row[5]
-    inv_Wa = tl.where((Wa > 0) & (~degen), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
+    inv_Wa = inv_w_at(Wa, row[5])
     # here rather than after the loop: there it cost ptxas more spills (TF32, D = 128)
     save_row_constants(RowC, row_i, rmask, row, tl.load(Wfwd + row_i, mask=rmask, other=0.0), inv_Wa)
     amax = tl.load(Amax + row_i, mask=rmask, other=-1)
@@ -1572,15 +1589,14 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     if PL_HISTORICAL or not COEF[2]:
         Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
         Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
-    if COEF[2]:  # Delta's factor there is dfac / W^at already (FOLD)
+    # FOLD's Delta/W^at = E_r1 (dfac/W^at), one product per score less, comes from the saved constants
+    tl.static_assert(COEF[2] or not FOLD, "FOLD reads the saved dfac/W^at (SAVED)")
+    if COEF[2]:
         row, inv_Wf, inv_Wa = load_row_constants(stats[10], row_i, rmask, M, m, kf, tau, CALIB, not FOLD)
     else:
         row = row_constants(M, m, kf, tau, CALIB)
-        inv_Wa = tl.where((Wa > 0) & (~row[5]), 1.0 / Wa, 0.0)  # gamma = 0 on empty and degenerate rows
-        inv_Wf = tl.where(Wf > 0, 1.0 / Wf, 0.0)
-        if FOLD and CALIB != 0:  # Delta/W^at = E_r1 (dfac/W^at): a per-row factor, one product per score less
-            h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
-            row = (h, inv_h, b0, emh, dfac * inv_Wa, degen, kf, inv_k, tau, h_log2)
+        inv_Wa = inv_w_at(Wa, row[5])
+        inv_Wf = inv_w(Wf)
     bias = None
     if MASKING[4]:
         bias = _bias_tile(offs_m, offs_n, Tq, Tk, mask)
