@@ -486,25 +486,30 @@ def _bias_at(bias_base, offs_m, key, sbm, sbn, rmask, Tk):
 
 
 @triton.jit
-def _scores(q, kT, scales, M, PREC: tl.constexpr, SOFTMAX: tl.constexpr, SOFTCAP: tl.constexpr, bias=None):
+def _scores(q, kT, scales, M, PREC: tl.constexpr, SOFTMAX: tl.constexpr, SOFTCAP: tl.constexpr, bias=None,
+            off=None):  # fmt: skip
     """(s, th): the score tile s = scale q k^T, softcapped with SOFTCAP (th = s / c, ``_softcapped``; else th
     is not formed), plus the score ``bias`` tile when given (``_biased``). Softmax needs only e^{s - M}: for
     it the tile is the exponent (s - M) log2(e) instead, one FMA per score, so that ``tl.exp2`` of it is the
     weight (FlashAttention's exp2 form; the row max then weighs 2^{rounding} rather than exactly 1, which
-    normalization absorbs while |M log2(e)| < SOFTMAX_OFFSET_LIMIT: _fwd_kernel makes a row past it NaN)."""
+    normalization absorbs while |M log2(e)| < SOFTMAX_OFFSET_LIMIT: _fwd_kernel makes a row past it NaN).
+    ``off``: the rows' exponent offset in place of M log2(e) (``softmax_log2_normalizer``: exp2 of the tile
+    is then P itself)."""
     scale, cap = scales
     qk = _dot(q, kT, PREC)
     th = qk  # unused without SOFTCAP
+    if SOFTMAX and off is None:
+        off = M * LOG2E
     if bias is not None:
         s, th, _ = _biased(qk, bias, scales, SOFTCAP)
         if SOFTMAX:
-            s = tl.fma(s, LOG2E, -(M * LOG2E)[:, None])
+            s = tl.fma(s, LOG2E, -off[:, None])
     elif SOFTCAP:
         s, th = _softcapped(qk, scales)
         if SOFTMAX:
-            s = tl.fma(s, LOG2E, -(M * LOG2E)[:, None])
+            s = tl.fma(s, LOG2E, -off[:, None])
     elif SOFTMAX:
-        s = tl.fma(qk, scale * LOG2E, -(M * LOG2E)[:, None])
+        s = tl.fma(qk, scale * LOG2E, -off[:, None])
     else:
         s = qk * scale
     return s, th
@@ -633,13 +638,23 @@ def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
 # once per row (``save_row_constants``) and the dK/dV kernel reads them (``load_row_constants``) on each of
 # its query tiles, instead of recomputing them there for every key block (MinMax: two correctly rounded
 # divisions, an exponential, the series of Delta's factor; every operator: the reciprocals of W and W^at).
-ROW_CONSTS = tl.constexpr(8)  # h, 1/h, e^{-h}, h log2(e), Delta's factor / W^at, 1/W, 1/W^at, (padding)
+# Per row: h, 1/h, e^{-h}, h log2(e), Delta's factor / W^at, 1/W, 1/W^at and, for softmax in the modes whose
+# dK/dV takes P in the exponent, M log2(e) + log2 W (``softmax_log2_normalizer``).
+ROW_CONSTS = tl.constexpr(8)
 
 
 @triton.jit
-def save_row_constants(RowC, row_i, rmask, row, Wf, inv_Wa):
+def softmax_log2_normalizer(M, W):
+    """M log2(e) + log2 W per row, the exponent offset at which exp2((s - M) log2(e) - log2 W) is softmax's
+    P (FlashAttention's log-sum-exp in base 2); +inf on an empty row (W = 0), whose P is then 0."""
+    return tl.where(W > 0, M * LOG2E + tl.log2(W), float("inf"))
+
+
+@triton.jit
+def save_row_constants(RowC, row_i, rmask, row, Wf, inv_Wa, M, LSE: tl.constexpr):
     """Store one query block's row constants (``row_constants``) and 1/W, 1/W^at (0 on empty rows; 1/W^at
-    also 0 on degenerate MinMax rows, as the dQ kernel's gamma takes it)."""
+    also 0 on degenerate MinMax rows, as the dQ kernel's gamma takes it); with LSE (softmax) also its
+    ``softmax_log2_normalizer``."""
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
     base = RowC + row_i * ROW_CONSTS
     tl.store(base, h, mask=rmask)
@@ -649,6 +664,8 @@ def save_row_constants(RowC, row_i, rmask, row, Wf, inv_Wa):
     tl.store(base + 4, dfac * inv_Wa, mask=rmask)  # Delta / W^at = E_r1 (dfac / W^at): dK/dV's FOLD
     tl.store(base + 5, inv_w(Wf), mask=rmask)
     tl.store(base + 6, inv_Wa, mask=rmask)
+    if LSE:
+        tl.store(base + 7, softmax_log2_normalizer(M, Wf), mask=rmask)
 
 
 @triton.jit
@@ -1426,7 +1443,10 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     row = row_constants(M, m, kf, tau, CALIB)
     inv_Wa = inv_w_at(Wa, row[5])
     # here rather than after the loop: there it cost ptxas more spills (TF32, D = 128)
-    save_row_constants(RowC, row_i, rmask, row, tl.load(Wfwd + row_i, mask=rmask, other=0.0), inv_Wa)
+    Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
+    # softmax's log2 normalizer where dK/dV takes P in the exponent (its LSE: bf16/fp16 inputs, TF32 dots)
+    LSE: tl.constexpr = OP[1] and (Q.dtype.element_ty.primitive_bitwidth < 32 or PREC == "tf32")
+    save_row_constants(RowC, row_i, rmask, row, Wf, inv_Wa, M, LSE)
     amax = tl.load(Amax + row_i, mask=rmask, other=-1)
     amin = tl.load(Amin + row_i, mask=rmask, other=-1)
     rows = (M, amax, amin, Dd, inv_Wa)
@@ -1600,7 +1620,18 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     bias = None
     if MASKING[4]:
         bias = _bias_tile(offs_m, offs_n, Tq, Tk, mask)
-    s, th = _scores(q, tl.trans(k), scales, M, PREC, SOFTMAX, MASKING[3], bias)
+    # Softmax with bf16/fp16 inputs or TF32 dots: P = exp2((s - M) log2(e) - log2 W), the normalizer in the
+    # exponent (FlashAttention's log-sum-exp form), one product per score less than e^{s - M} / W. The
+    # rounding of the row's offset u = M log2(e) + log2 W scales its P by up to 2^-24 |u| ln 2 (3e-6 at
+    # u = 64), far below P's rounding to the dot's 8 (bf16) or 10 (TF32) bit mantissa; the near-fp32 modes
+    # keep the product.
+    LSE: tl.constexpr = (
+        SOFTMAX and COEF[2] and (q_base.dtype.element_ty.primitive_bitwidth < 32 or PREC == "tf32")
+    )
+    off = None
+    if LSE:
+        off = tl.load(stats[10] + row_i * ROW_CONSTS + 7, mask=rmask, other=float("inf"))
+    s, th = _scores(q, tl.trans(k), scales, M, PREC, SOFTMAX, MASKING[3], bias, off)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
@@ -1610,7 +1641,7 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     )
     if PL_HISTORICAL:
         p = prob_ste(wLp, w, Wa, Wf)
-    elif STRICT_STE:
+    elif STRICT_STE or LSE:
         p = w
     else:
         p = w * inv_Wf[:, None]
