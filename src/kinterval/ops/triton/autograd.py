@@ -25,6 +25,7 @@ from kinterval.ops.triton.kernels import (
     _bwd_dq_kernel,
     _bwd_fused_kernel,
     _fwd_kernel,
+    _row_constants_kernel,
     group_flags,
     kernel_flags,
     split_loops,
@@ -329,8 +330,13 @@ def backward_mode(flags: dict, has_sinks: bool = False, has_bias: bool = False) 
     return mode
 
 
-def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
-    """The fused backward launch for upstream gradient ``do``, and ``finish()``, which adds the calibration
+ROW_CONSTS_BLOCK = 1024  # rows per program of the fused backward's row-constants launch
+
+
+def fused_backward(do, saved: Saved, ctx) -> tuple[tuple[Launch, Launch], object]:
+    """The fused backward's launches for upstream gradient ``do``: the per-row constants
+    (``_row_constants_kernel``: there is no dQ kernel to store them), then the fused kernel; and
+    ``finish()``, which adds the calibration
     terms of eq. (2) once the kernel's row sums are complete and returns (dq, dk, dv): G_M and G_m (FWM and
     resolved: G_M = -S1, no m term), the row sums of gamma_j times dw_j/dM (eq. 1), land on the row's
     arg-max / arg-min key, dq_i += G k_{argmax_i} and dk_{argmax_i} += G q_i, as the split kernels' rank-1
@@ -357,10 +363,18 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
     def grid(meta_):
         return (triton.cdiv(Tk, meta_["BLOCK_N"]), B * H)
 
-    stats = (M, m, Wf, Wa, delta, amax, amin, dq_acc, S1, GM)
+    scale, kf, tau, cap = ctx["common"]["consts"]
+    rowc = _alloc((B * H * Tq, ROW_CONSTS.value), f32, dev)
+    rows = B * H * Tq
+    prep = Launch(
+        _row_constants_kernel,
+        (triton.cdiv(rows, ROW_CONSTS_BLOCK),),
+        (q, M, m, Wf, Wa, rowc, rows, kf, tau),
+        {"OP": meta["OP"], "PREC": meta["PREC"], "BLOCK": ROW_CONSTS_BLOCK},
+    )
+    stats = (M, m, Wf, Wa, delta, amax, amin, dq_acc, S1, GM, rowc)
     args = (q, (k, v, mask_t, do, bias_t), stats, (dk, dv), *ctx["common"].values())
     launch = Launch(_bwd_fused_kernel, grid, args, {**meta, "SPLIT": split})
-    scale, cap = ctx["common"]["consts"][0], ctx["common"]["consts"][3]
 
     def finish():
         dq, dk_q = dq_acc, dk  # dk per q head
@@ -384,7 +398,7 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[Launch, object]:
                 dk_q = dk_q.scatter_add(2, at, (G * scale)[..., None] * q.float())
         return (dq * scale).to(q.dtype), fold_groups(dk_q, k), fold_groups(dv, v)
 
-    return launch, finish
+    return (prep, launch), finish
 
 
 class _TritonKIntervalAttention(torch.autograd.Function):
@@ -412,8 +426,9 @@ class _TritonKIntervalAttention(torch.autograd.Function):
         dsinks = dbias = None
         with _on_device(do):
             if backward_mode(ctx.consts["flags"], has_sinks, ctx.has_bias) == "fused":
-                launch, finish = fused_backward(do, saved, ctx.consts)
-                launch()
+                launches, finish = fused_backward(do, saved, ctx.consts)
+                for launch in launches:
+                    launch()
                 grads = finish()
             else:
                 dq_launch, dkdv_launch, grads = backward_launches(do, saved, ctx.consts)

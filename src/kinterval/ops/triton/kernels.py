@@ -669,27 +669,54 @@ def save_row_constants(RowC, row_i, rmask, row, Wf, inv_Wa, M, LSE: tl.constexpr
 
 
 @triton.jit
-def load_row_constants(RowC, row_i, rmask, M, m, kf, tau, CALIB: tl.constexpr, INV_WA: tl.constexpr):
-    """The row constants ``save_row_constants`` stored, as ``row`` with Delta's factor over W^at in place of
-    dfac, and the rows' 1/W and (INV_WA, else 0) 1/W^at. FWM and resolved have one h per launch: their
-    constants are computed as ``row_constants`` does, cheaper than loaded; only Delta's factor over W^at is
-    per row."""
+def load_row_constants(RowC, row_i, rmask, M, m, kf, tau, CALIB: tl.constexpr, FOLD: tl.constexpr):
+    """The row constants ``save_row_constants`` stored, as ``row`` (FOLD: with Delta's factor over W^at in
+    place of dfac), and the rows' 1/W and (not FOLD, else 0) 1/W^at. FWM and resolved have one h per
+    launch: their constants are computed as ``row_constants`` does, cheaper than loaded; only Delta's factor
+    over W^at is per row. MinMax without FOLD (the fused backward's G_M sum) reads dfac from slot 7, which
+    ``_row_constants_kernel`` fills for it."""
     base = RowC + row_i * ROW_CONSTS
-    dfac_at = tl.load(base + 4, mask=rmask, other=0.0)
+    if FOLD:
+        dfac_at = tl.load(base + 4, mask=rmask, other=0.0)
     inv_Wf = tl.load(base + 5, mask=rmask, other=0.0)
     inv_Wa = tl.zeros_like(M)
-    if INV_WA:
+    if not FOLD:
         inv_Wa = tl.load(base + 6, mask=rmask, other=0.0)
     if CALIB == 1:  # rows past Tq get a degenerate row's constants, as row_constants gives M = m = 0
         h = tl.load(base, mask=rmask, other=1.0)
         inv_h = tl.load(base + 1, mask=rmask, other=1.0)
         emh = tl.load(base + 2, mask=rmask, other=1.0)
         h_log2 = tl.load(base + 3, mask=rmask, other=0.0)
-        row = (h, inv_h, m - M, emh, dfac_at, is_degenerate(M, m), kf, 1.0 / kf, tau, h_log2)
+        if FOLD:
+            dfac = dfac_at
+        else:
+            dfac = tl.load(base + 7, mask=rmask, other=0.0)
+        row = (h, inv_h, m - M, emh, dfac, is_degenerate(M, m), kf, 1.0 / kf, tau, h_log2)
     else:
         h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row_constants(M, m, kf, tau, CALIB)
-        row = (h, inv_h, b0, emh, dfac_at, degen, kf, inv_k, tau, h_log2)
+        if FOLD:
+            dfac = dfac_at
+        row = (h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2)
     return row, inv_Wf, inv_Wa
+
+
+@triton.jit
+def _row_constants_kernel(Q, Mrow, mrow, Wfwd, Wat, RowC, n_rows, kf, tau, OP: tl.constexpr,
+                          PREC: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """The row constants of ``save_row_constants`` for BLOCK of the B H Tq rows, before the fused backward,
+    which has no dQ pass to store them (the split backward's dQ kernel stores them as it runs). Q: the
+    queries, for their dtype only."""
+    row_i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    rmask = row_i < n_rows
+    M = tl.load(Mrow + row_i, mask=rmask, other=0.0)
+    m = tl.load(mrow + row_i, mask=rmask, other=0.0)
+    Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
+    Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
+    row = row_constants(M, m, kf, tau, OP[0])
+    LSE: tl.constexpr = OP[1] and (Q.dtype.element_ty.primitive_bitwidth < 32 or PREC == "tf32")  # as dQ's
+    save_row_constants(RowC, row_i, rmask, row, Wf, inv_w_at(Wa, row[5]), M, LSE)
+    if OP[0] == 1:  # MinMax's dfac itself: the fused step sums G_M without FOLD (load_row_constants)
+        tl.store(RowC + row_i * ROW_CONSTS + 7, row[4], mask=rmask)
 
 
 @triton.jit
@@ -1578,11 +1605,12 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     eq. (1) when SUM_GM), dV += P^T dO with the forward P (P^N for the strict STE operators; historical: the
     P of Weight-STE, eq. (3), or of Prob-STE, eq. (4)) and g = dO V^T. kv = (k, v) of the key block; query =
     (q_base, sqm, sqd, DO, bh, Tq, Tk, D, kf, tau); dims = (offs_d, dmask); stats starts with the per-row
-    buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin). COEF = (SUM_GM, FOLD, SAVED): FOLD returns cD / W^at,
-    the self-term factor with the normalization's 1/W of gamma (App. B) folded in per row (``_dkdv_step``);
-    SAVED reads the row constants the dQ kernel stored (stats[10], ``load_row_constants``) instead of
-    computing them. Returns, besides the tiles, the rows' 1/W^at (0 on empty and degenerate rows).
-    th: the softcap's s / c (``_scores``; unused without one)."""
+    buffers (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin) and has the row constants at stats[10]
+    (``load_row_constants``; stored by the dQ kernel or, for the fused backward, ``_row_constants_kernel``).
+    COEF = (SUM_GM, FOLD): FOLD returns cD / W^at, the self-term factor with the normalization's 1/W of gamma
+    (App. B) folded in per row (not with SUM_GM: dw/dM takes Delta itself). Returns, besides the tiles, the
+    rows' 1/W^at (0 on empty and degenerate rows, and with FOLD). th: the softcap's s / c (``_scores``;
+    unused without one)."""
     k, v = kv
     SUM_GM: tl.constexpr = COEF[0]
     FOLD: tl.constexpr = COEF[1]
@@ -1606,17 +1634,11 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     amax = tl.load(Amax + row_i, mask=rmask, other=-1)
     amin = tl.load(Amin + row_i, mask=rmask, other=-1)
     PL_HISTORICAL: tl.constexpr = JACOBIAN_AT_PL and HISTORICAL  # prob_ste divides by W^L and W^H
-    if PL_HISTORICAL or not COEF[2]:
+    if PL_HISTORICAL:
         Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
         Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
     # FOLD's Delta/W^at = E_r1 (dfac/W^at), one product per score less, comes from the saved constants
-    tl.static_assert(COEF[2] or not FOLD, "FOLD reads the saved dfac/W^at (SAVED)")
-    if COEF[2]:
-        row, inv_Wf, inv_Wa = load_row_constants(stats[10], row_i, rmask, M, m, kf, tau, CALIB, not FOLD)
-    else:
-        row = row_constants(M, m, kf, tau, CALIB)
-        inv_Wa = inv_w_at(Wa, row[5])
-        inv_Wf = inv_w(Wf)
+    row, inv_Wf, inv_Wa = load_row_constants(stats[10], row_i, rmask, M, m, kf, tau, CALIB, FOLD)
     bias = None
     if MASKING[4]:
         bias = _bias_tile(offs_m, offs_n, Tq, Tk, mask)
@@ -1625,9 +1647,7 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     # rounding of the row's offset u = M log2(e) + log2 W scales its P by up to 2^-24 |u| ln 2 (3e-6 at
     # u = 64), far below P's rounding to the dot's 8 (bf16) or 10 (TF32) bit mantissa; the near-fp32 modes
     # keep the product.
-    LSE: tl.constexpr = (
-        SOFTMAX and COEF[2] and (q_base.dtype.element_ty.primitive_bitwidth < 32 or PREC == "tf32")
-    )
+    LSE: tl.constexpr = SOFTMAX and (q_base.dtype.element_ty.primitive_bitwidth < 32 or PREC == "tf32")
     off = None
     if LSE:
         off = tl.load(stats[10] + row_i * ROW_CONSTS + 7, mask=rmask, other=float("inf"))
@@ -1670,7 +1690,7 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, O
     # factor (grid operators) or, for softmax, into P: no gamma tile. The exp baselines keep gamma (BF16-exp
     # rounds it to bf16 before the product: score_grad).
     FOLD: tl.constexpr = OP[0] != 0 or OP[1]
-    COEF: tl.constexpr = (False, FOLD, True)  # the row constants the dQ kernel saved
+    COEF: tl.constexpr = (False, FOLD)
     q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
         kv, start_m, query, offs_n, dims, mask, stats, dv, scales, OP, MASKING, PREC, FULL, COEF, BLOCK_M
     )
@@ -1755,7 +1775,7 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, 
     G_M, the sum over j of gamma_ij times dw_j/dM (eq. 1), are added atomically to fp32 buffers. The
     calibration terms of eq. (2) need the complete row sums: ``autograd.fused_backward`` adds them after the
     kernel. Arguments as in ``_dkdv_step``; stats = (Mrow, mrow, Wfwd, Wat, Dlt, Amax, Amin, DQa, S1a,
-    GMa)."""
+    GMa, RowC): RowC the row constants of ``_row_constants_kernel``."""
     k, v = kv
     KEEP_MAX_TERM: tl.constexpr = GRAD[0]
     KEEP_MIN_TERM: tl.constexpr = GRAD[1]
@@ -1764,11 +1784,18 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, 
     offs_d, dmask = dims
     DQa, S1a, GMa = stats[7], stats[8], stats[9]
     dk, dv = kv_sums
-    COEF: tl.constexpr = (SUM_GM * (1 + (offs_d.shape[0] <= 64)), False, False)  # as in _dq_step
+    # FOLD as in _dkdv_step, but not with the G_M sum: dw/dM of eq. (1) takes Delta, not Delta/W^at
+    FOLD: tl.constexpr = (OP[0] != 0 or OP[1]) and not SUM_GM
+    COEF: tl.constexpr = (SUM_GM * (1 + (offs_d.shape[0] <= 64)), FOLD)  # SHORT form as in _dq_step
     q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
         kv, start_m, query, offs_n, dims, mask, stats, dv, scales, OP, MASKING, PREC, TILE[0], COEF, BLOCK_M
     )
-    gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
+    # gamma is 0 off keep even where g is not finite there (a masked key's v may be anything): its dS
+    # enters the row's dQ
+    if FOLD:
+        gamma = tl.where(keep, g - Dd[:, None], 0.0)  # W^at gamma: cD carries the 1/W^at
+    else:
+        gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
     ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])  # eq. (2) self term
     ds_qk = _chain(ds, th, MASKING[3])  # dL/d(scale q.k) for the dots
     dk += _dot(tl.trans(_cast(ds_qk, q.dtype)), q, PREC)
