@@ -1296,11 +1296,11 @@ def test_low_precision_bound_catches_a_wrong_gradient():
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3", "bf16x6"])
-@pytest.mark.parametrize("name", ["lerp-k4", "softmax"])
+@pytest.mark.parametrize("name", ["lerp-k4", "softmax", "fwm-prob-k4"])
 def test_precision_modes(name, precision):
     """The split dots (tf32x3, bf16x6) are held to the fp32 bound: 2x the error of the fp32 reference against
-    float64. Softmax's dK/dV takes P in the exponent at TF32 (the row's log2 normalizer), the product by 1/W
-    in the other modes."""
+    float64. At TF32 softmax's dK/dV takes P in the exponent (the row's log2 normalizer) and FWM's dQ takes
+    Delta as one exponential (grid's DELTA_EXP); the other modes keep the products."""
     q, k, v, do = make_inputs(1, 2, 23, 23, 16, seed=17)
     check(name, q, k, v, do, causal=True, precision=precision)
 

@@ -744,7 +744,8 @@ def _grid_position(d, h, inv_h):
 
 
 @triton.jit
-def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: tl.constexpr = False):
+def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: tl.constexpr = False,
+         DELTA_EXP: tl.constexpr = False):  # fmt: skip
     """Reconstruction terms of one (BLOCK_M, BLOCK_N) score tile (§3, App. A; reference.grid).
 
     The stored arg-max key (is_max) sits exactly at x = K (r = K-1, t_raw = 1) and, for MinMax, the stored
@@ -755,7 +756,11 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (2)): MinMax pins a masked key's
     x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and their grid points are all 1
-    (``row_constants``), so every weight is 1.
+    (``row_constants``), so every weight is 1. DELTA_EXP (FWM and resolved, whose dfac > 0): Delta as one
+    exponential with log2(dfac) in its exponent, exp2(r h log2(e) + ((1 - K) h log2(e) + log2 dfac)), two
+    instructions per score fewer where Delta is all a loop needs of the grid (the dQ kernel's self term).
+    The row's exponent is rounded once more, which moves Delta by about 2^-24 |exponent| ln 2 (3e-7 at
+    tau = 6, K = 4): the kernels take it where the dots round to 8 or 10 bits (bf16/fp16, TF32).
     Returns (w^L, w^N, keep, Delta on kept keys, r, x, t, E_r, E_r1): x the pinned grid position.
     """
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
@@ -803,7 +808,12 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     E_r = E_r1 * emh[:, None]
     wL = lerp_weight(t, E_r, E_r1)
     wN = nearest_weight(t, E_r, E_r1)
-    cDelta = tl.where(keep, E_r1 * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
+    if DELTA_EXP:
+        tl.static_assert(CALIB != 1, "a degenerate MinMax row's dfac is 0: no log2")
+        d_exp = (1.0 - kf) * h_log2 + tl.log2(dfac)  # per row (FWM, resolved: one per launch)
+        cDelta = tl.where(keep, tl.exp2(tl.fma(r, h_log2[:, None], d_exp[:, None])), 0.0)
+    else:
+        cDelta = tl.where(keep, E_r1 * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
     return wL, wN, keep, cDelta, r, x, t, E_r, E_r1
 
 
@@ -1318,7 +1328,8 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
 
 # -------------------------------------------------------------------------------------------- backward
 @triton.jit
-def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.constexpr, inv_Wf=None):
+def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.constexpr, inv_Wf=None,
+               DELTA_EXP: tl.constexpr = False):  # fmt: skip
     """Per-tile backward coefficients, formed before g = dO V^T so that few score-sized tiles stay live.
 
     Returns the forward weight w (w^N, or w^H in historical arithmetic, for the STE operators; for
@@ -1346,7 +1357,9 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
         wLp = w
         keep = valid
     else:
-        wL, wN, keep, cD, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM)
+        wL, wN, keep, cD, r, x, t, E_r, E_r1 = grid(
+            s, valid, is_max, is_min, M, row, CALIB, SUM_GM, DELTA_EXP
+        )
         if inv_Wf is not None and OP[2] and not HISTORICAL:
             # P^N = w^N/W of strict Weight-STE, eq. (3), and Prob-STE, eq. (4): as E_r = E_r1 e^{-h},
             # P^N = E_r1 (1/W or e^{-h}/W), a select between two row constants; E_r, unused here, is not
@@ -1390,7 +1403,9 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP: t
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
     GM_FORM: tl.constexpr = SUM_GM * (1 + (q.shape[1] <= 64))  # calibration_grad's SHORT form up to D = 64
-    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, GM_FORM)
+    # FWM, resolved: Delta in one exponential (grid's DELTA_EXP) where the dots round to 8 or 10 bits
+    DELTA_EXP: tl.constexpr = OP[0] >= 2 and (q.dtype.primitive_bitwidth < 32 or PREC == "tf32")
+    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, GM_FORM, None, DELTA_EXP)
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
     if TILE[1]:
         gamma = tl.where(keep, g - Dd[:, None], 0.0)  # W^at gamma
