@@ -706,7 +706,7 @@ def _row_constants_kernel(Q, Mrow, mrow, Wfwd, Wat, RowC, n_rows, kf, tau, OP: t
     """The row constants of ``save_row_constants`` for BLOCK of the B H Tq rows, before the fused backward,
     which has no dQ pass to store them (the split backward's dQ kernel stores them as it runs). Q: the
     queries, for their dtype only."""
-    row_i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    row_i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64, as the other kernels
     rmask = row_i < n_rows
     M = tl.load(Mrow + row_i, mask=rmask, other=0.0)
     m = tl.load(mrow + row_i, mask=rmask, other=0.0)
