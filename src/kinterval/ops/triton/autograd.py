@@ -369,8 +369,8 @@ def fused_backward(do, saved: Saved, ctx) -> tuple[tuple[Launch, Launch], object
     prep = Launch(
         _row_constants_kernel,
         (triton.cdiv(rows, ROW_CONSTS_BLOCK),),
-        (q, M, m, Wf, Wa, rowc, rows, kf, tau),
-        {"OP": meta["OP"], "PREC": meta["PREC"], "BLOCK": ROW_CONSTS_BLOCK},
+        (M, m, Wf, Wa, rowc, rows, kf, tau),
+        {"OP": meta["OP"], "BLOCK": ROW_CONSTS_BLOCK},
     )
     stats = (M, m, Wf, Wa, delta, amax, amin, dq_acc, S1, GM, rowc)
     args = (q, (k, v, mask_t, do, bias_t), stats, (dk, dv), *ctx["common"].values())

@@ -638,8 +638,9 @@ def row_constants(M, m, kf, tau, CALIB: tl.constexpr):
 # once per row (``save_row_constants``) and the dK/dV kernel reads them (``load_row_constants``) on each of
 # its query tiles, instead of recomputing them there for every key block (MinMax: two correctly rounded
 # divisions, an exponential, the series of Delta's factor; every operator: the reciprocals of W and W^at).
-# Per row: h, 1/h, e^{-h}, h log2(e), Delta's factor / W^at, 1/W, 1/W^at and, for softmax in the modes whose
-# dK/dV takes P in the exponent, M log2(e) + log2 W (``softmax_log2_normalizer``).
+# Per row: h, 1/h, e^{-h}, h log2(e), Delta's factor / W^at, 1/W, 1/W^at and in slot 7, for softmax,
+# M log2(e) + log2 W (``softmax_log2_normalizer``: dK/dV's LSE) or, for MinMax in the fused backward,
+# Delta's factor itself (``_row_constants_kernel``).
 ROW_CONSTS = tl.constexpr(8)
 
 
@@ -701,11 +702,12 @@ def load_row_constants(RowC, row_i, rmask, M, m, kf, tau, CALIB: tl.constexpr, F
 
 
 @triton.jit
-def _row_constants_kernel(Q, Mrow, mrow, Wfwd, Wat, RowC, n_rows, kf, tau, OP: tl.constexpr,
-                          PREC: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+def _row_constants_kernel(
+    Mrow, mrow, Wfwd, Wat, RowC, n_rows, kf, tau, OP: tl.constexpr, BLOCK: tl.constexpr
+):
     """The row constants of ``save_row_constants`` for BLOCK of the B H Tq rows, before the fused backward,
-    which has no dQ pass to store them (the split backward's dQ kernel stores them as it runs). Q: the
-    queries, for their dtype only."""
+    which has no dQ pass to store them (the split backward's dQ kernel stores them as it runs). Softmax's
+    normalizer is stored in every mode: one log2 per row, read only where dK/dV's LSE takes it."""
     row_i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64, as the other kernels
     rmask = row_i < n_rows
     M = tl.load(Mrow + row_i, mask=rmask, other=0.0)
@@ -713,8 +715,7 @@ def _row_constants_kernel(Q, Mrow, mrow, Wfwd, Wat, RowC, n_rows, kf, tau, OP: t
     Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
     Wa = tl.load(Wat + row_i, mask=rmask, other=0.0)
     row = row_constants(M, m, kf, tau, OP[0])
-    LSE: tl.constexpr = OP[1] and (Q.dtype.element_ty.primitive_bitwidth < 32 or PREC == "tf32")  # as dQ's
-    save_row_constants(RowC, row_i, rmask, row, Wf, inv_w_at(Wa, row[5]), M, LSE)
+    save_row_constants(RowC, row_i, rmask, row, Wf, inv_w_at(Wa, row[5]), M, OP[1])
     if OP[0] == 1:  # MinMax's dfac itself: the fused step sums G_M without FOLD (load_row_constants)
         tl.store(RowC + row_i * ROW_CONSTS + 7, row[4], mask=rmask)
 
@@ -1382,7 +1383,8 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP: t
              BLOCK_N: tl.constexpr):  # fmt: skip
     """One key tile of the dQ loop, state = (dq, ksum, S1, GM, nv): the self term of eq. (2) into dq, its row
     sums S1 (and G_M, the P1 sums). query = (q, dO) of the query block; rows = (M, amax, amin, Dd, inv_Wa);
-    TILE = (FULL, FOLD): FOLD sums W^at gamma, and the kernel applies the row's 1/W^at after the loop."""
+    TILE = (FULL, FOLD, DELTA_EXP): FOLD sums W^at gamma, and the kernel applies the row's 1/W^at after the
+    loop; DELTA_EXP: grid's one-exponential Delta (FWM, resolved)."""
     FULL: tl.constexpr = TILE[0]
     q, do = query
     SUM_GM: tl.constexpr = GRAD[2]
@@ -1403,9 +1405,7 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP: t
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
     is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
     GM_FORM: tl.constexpr = SUM_GM * (1 + (q.shape[1] <= 64))  # calibration_grad's SHORT form up to D = 64
-    # FWM, resolved: Delta in one exponential (grid's DELTA_EXP) where the dots round to 8 or 10 bits
-    DELTA_EXP: tl.constexpr = OP[0] >= 2 and (q.dtype.primitive_bitwidth < 32 or PREC == "tf32")
-    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, GM_FORM, None, DELTA_EXP)
+    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, GM_FORM, None, TILE[2])
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
     if TILE[1]:
         gamma = tl.where(keep, g - Dd[:, None], 0.0)  # W^at gamma
@@ -1486,9 +1486,12 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     inv_Wa = inv_w_at(Wa, row[5])
     # here rather than after the loop: there it cost ptxas more spills (TF32, D = 128)
     Wf = tl.load(Wfwd + row_i, mask=rmask, other=0.0)
-    # softmax's log2 normalizer where dK/dV takes P in the exponent (its LSE: bf16/fp16 inputs, TF32 dots)
-    LSE: tl.constexpr = OP[1] and (Q.dtype.element_ty.primitive_bitwidth < 32 or PREC == "tf32")
-    save_row_constants(RowC, row_i, rmask, row, Wf, inv_Wa, M, LSE)
+    LOW: tl.constexpr = Q.dtype.element_ty.primitive_bitwidth < 32  # bf16 / fp16 inputs
+    # P and Delta are rounded to 8 or 10 bits before their dots (bf16/fp16 inputs, TF32): the modes in which
+    # softmax's dK/dV takes P in the exponent (_key_block_tile's LSE: the normalizer stored here) and FWM's
+    # dQ takes Delta as one exponential (grid's DELTA_EXP)
+    ROUNDED: tl.constexpr = LOW or PREC == "tf32"
+    save_row_constants(RowC, row_i, rmask, row, Wf, inv_Wa, M, OP[1] and ROUNDED)
     amax = tl.load(Amax + row_i, mask=rmask, other=-1)
     amin = tl.load(Amin + row_i, mask=rmask, other=-1)
     rows = (M, amax, amin, Dd, inv_Wa)
@@ -1499,8 +1502,8 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
     # sums both with W^at gamma and scales the row sums and dq by 1/W^at once, one product per score less.
     # Not for BF16-exp (it rounds gamma itself to bf16: score_grad), nor for MinMax's G_M sum in fp32 at
     # D = 128, where ptxas spilled more (benchmarks/kernel_resources.py, TF32 D = 128).
-    LOW: tl.constexpr = Q.dtype.element_ty.primitive_bitwidth < 32  # bf16 / fp16 inputs
     FOLD: tl.constexpr = OP[5] != 1 and (BLOCK_D <= 64 or not GRAD[2] or LOW)
+    DELTA_EXP: tl.constexpr = OP[0] >= 2 and ROUNDED
 
     state = (
         tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # dq
@@ -1514,10 +1517,10 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
         full_hi = _full_key_end(pid_m, Tq, Tk, IS_CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N)
         for start_n in range(0, full_hi, BLOCK_N):  # unmasked interior tiles, then the rest
             state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP, GRAD, MASKING,
-                             PREC, (True, FOLD), BLOCK_N)  # fmt: skip
+                             PREC, (True, FOLD, DELTA_EXP), BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
         state = _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP, GRAD, MASKING,
-                         PREC, (False, FOLD), BLOCK_N)  # fmt: skip
+                         PREC, (False, FOLD, DELTA_EXP), BLOCK_N)  # fmt: skip
     dq, ksum, S1, GM, nv = state
     if FOLD:
         dq *= inv_Wa[:, None]
@@ -1661,7 +1664,7 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     # exponent (FlashAttention's log-sum-exp form), one product per score less than e^{s - M} / W. The
     # rounding of the row's offset u = M log2(e) + log2 W scales its P by up to 2^-24 |u| ln 2 (3e-6 at
     # u = 64), far below P's rounding to the dot's 8 (bf16) or 10 (TF32) bit mantissa; the near-fp32 modes
-    # keep the product.
+    # keep the product. (The dQ kernel's ROUNDED, which stores u for these modes.)
     LSE: tl.constexpr = SOFTMAX and (q_base.dtype.element_ty.primitive_bitwidth < 32 or PREC == "tf32")
     off = None
     if LSE:
