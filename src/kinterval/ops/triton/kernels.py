@@ -757,7 +757,15 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (2)): MinMax pins a masked key's
     x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and their grid points are all 1
-    (``row_constants``), so every weight is 1. DELTA_EXP (FWM and resolved, whose dfac > 0): Delta as one
+    (``row_constants``), so every weight is 1. is_max and is_min None: no pins, for callers that read only r
+    and [t >= 1/2] of the arg keys (w^N, the STE's P^N, Delta): two compares and selects per score fewer.
+    Unpinned, an arg key whose z is off by a rounding delta (pass 2's z = s - M is one FMA of the product;
+    the backward recomputes s in another tiling) has x off by delta/h: the arg-max key stays at r = K - 1
+    with t >= 1/2 and the MinMax arg-min at r = 0 with t < 1/2 while |delta| < h/2, i.e. in every row whose
+    span is more than K ulps of its scores. Past that (spans of a few ulps, h <= 2 |delta|) the grid index
+    moves by at most |delta|/h + 1, so the weight and Delta by a factor within e^{+-3 delta}: the order of
+    the score's own rounding, which moves every other key of such a row alike.
+    DELTA_EXP (FWM and resolved, whose dfac > 0): Delta as one
     exponential with log2(dfac) in its exponent, exp2(r h log2(e) + ((1 - K) h log2(e) + log2 dfac)), two
     instructions per score fewer where Delta is all a loop needs of the grid (the dQ kernel's self term).
     The row's exponent is rounded once more, which moves Delta by about 2^-24 |exponent| ln 2 (3e-7 at
@@ -772,7 +780,7 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
         x = _grid_position(z - b0[:, None], h[:, None], inv_h[:, None])
         if FINITE_MASKED:  # free on interior tiles (valid is constant there)
             x = tl.where(is_min | ~valid, 0.0, x)
-        else:
+        elif is_min is not None:
             x = tl.where(is_min, 0.0, x)
         keep = valid
     elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), b_0 = -tau, zero tail z < -tau
@@ -783,7 +791,8 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     else:  # resolved: negative indices continue the grid below -tau
         x = _grid_position(z + tau, h[:, None], inv_h[:, None])
         keep = valid
-    x = tl.where(is_max, kf, x)  # after the arg-min pin: a key both (degenerate row) counts as the max
+    if is_max is not None:
+        x = tl.where(is_max, kf, x)  # after the arg-min pin: a key both (degenerate row) counts as the max
     r = tl.floor(x)
     if CALIB == 1:  # x < 0 only on a masked key (its score can lie anywhere): clamp to keep it finite
         r = tl.maximum(r, 0.0)
@@ -1079,7 +1088,11 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: t
     elif EXP:
         w = tl.where(valid, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
-        is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
+        # strict STE without W^L (training Weight-STE, inference Prob-STE) weighs by w^N alone: no pins (grid)
+        NEAREST_ONLY: tl.constexpr = OP[2] and not HISTORICAL and not SUM_L
+        is_max, is_min = None, None
+        if not NEAREST_ONLY:
+            is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
         wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
         # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
         w = _forward_weight(wL, wN, keep, OP)
@@ -1403,7 +1416,9 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP: t
         bias = _bias_tile(offs_m, offs_n, Tq, Tk, mask)
     s, th = _scores(q, tl.trans(k), scales, M, PREC, OP[1], SOFTCAP, bias)
     valid = _valid_tile(offs_m, offs_n, Tq, Tk, mask, MASKING, FULL)
-    is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
+    is_max, is_min = None, None
+    if SUM_GM:  # dw/dM reads x and t; without it the loop needs r alone, which the pins do not move (grid)
+        is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
     GM_FORM: tl.constexpr = SUM_GM * (1 + (q.shape[1] <= 64))  # calibration_grad's SHORT form up to D = 64
     w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, GM_FORM, None, TILE[2])
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
@@ -1674,8 +1689,11 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     is_max = offs_n[None, :] == amax[:, None]
     is_min = offs_n[None, :] == amin[:, None]
     STRICT_STE: tl.constexpr = CALIB != 0 and OP[2] and not HISTORICAL  # _bwd_coefs returns P^N
+    pin_max, pin_min = is_max, is_min
+    if STRICT_STE and not SUM_GM:  # P^N and Delta need r and [t >= 1/2] alone: no pins (grid)
+        pin_max, pin_min = None, None
     w, wLp, keep, cD, dM = _bwd_coefs(
-        s, valid, is_max, is_min, M, row, OP, SUM_GM, inv_Wf if STRICT_STE else None
+        s, valid, pin_max, pin_min, M, row, OP, SUM_GM, inv_Wf if STRICT_STE else None
     )
     if PL_HISTORICAL:
         p = prob_ste(wLp, w, Wa, Wf)
