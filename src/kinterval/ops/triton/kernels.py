@@ -1029,8 +1029,10 @@ def _sink_weights(s, ok, M, amax, amin, row, Tk, W, WL, OP: tl.constexpr, SUM_L:
     if EXP:
         w = tl.where(ok, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
-        is_max = (amax == Tk)[:, None]
-        is_min = (amin == Tk)[:, None]
+        is_max, is_min = None, None
+        if not (OP[2] and not OP[4] and not OP[3]):  # the pins of _weights_step (not strict Weight-STE)
+            is_max = (amax == Tk)[:, None]
+            is_min = (amin == Tk)[:, None]
         wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, ok, is_max, is_min, M, row, CALIB)
         w = _forward_weight(wL, wN, keep, OP)
         if SUM_L:
@@ -1088,8 +1090,10 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: t
     elif EXP:
         w = tl.where(valid, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
-        # strict STE without W^L (training Weight-STE, inference Prob-STE) weighs by w^N alone: no pins (grid)
-        NEAREST_ONLY: tl.constexpr = OP[2] and not HISTORICAL and not SUM_L
+        # strict Weight-STE weighs by w^N alone: no pins (grid), and without SAVE pass 1 then tracks no arg
+        # keys. Prob-STE keeps them at inference too, whose O is then bit for bit its training forward's
+        # (which pins for W^L)
+        NEAREST_ONLY: tl.constexpr = OP[2] and not HISTORICAL and not JACOBIAN_AT_PL
         is_max, is_min = None, None
         if not NEAREST_ONLY:
             is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
