@@ -1020,20 +1020,17 @@ def _sink_extrema(s, ok, rows, Tk, CALIB: tl.constexpr):
 
 
 @triton.jit
-def _sink_weights(s, ok, M, amax, amin, row, Tk, W, WL, OP: tl.constexpr, SUM_L: tl.constexpr):
-    """Pass 2's W (and W^L with SUM_L) plus the sink's weight, the forward's as for a real key. The sink has
-    no value: nothing joins O, and historical Prob-STE's pass 3 (P V) skips it."""
+def _sink_weights(s, ok, M, row, W, WL, OP: tl.constexpr, SUM_L: tl.constexpr):
+    """Pass 2's W (and W^L with SUM_L) plus the sink's weight, the forward's as for a real key (no pins, as
+    ``_weights_step``). The sink has no value: nothing joins O, and historical Prob-STE's pass 3 (P V) skips
+    it."""
     CALIB: tl.constexpr = OP[0]
     EXP: tl.constexpr = OP[5]
     s = tl.where(ok, s, M[:, None])  # a sink that takes no part: any finite score, its weight is dropped
     if EXP:
         w = tl.where(ok, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
-        is_max, is_min = None, None
-        if not (OP[2] and not OP[4] and not OP[3]):  # the pins of _weights_step (not strict Weight-STE)
-            is_max = (amax == Tk)[:, None]
-            is_min = (amin == Tk)[:, None]
-        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, ok, is_max, is_min, M, row, CALIB)
+        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, ok, None, None, M, row, CALIB)  # as pass 2
         w = _forward_weight(wL, wN, keep, OP)
         if SUM_L:
             WL += tl.sum(_place(wL, keep), 1)
@@ -1054,13 +1051,15 @@ def _sink_softmax(s, ok, M, off, W, acc):
 
 
 @triton.jit
-def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: tl.constexpr,
+def _weights_step(q, start_n, keys, bounds, mask, M, row, sums, scales, OP: tl.constexpr,
                   MASKING: tl.constexpr, PREC: tl.constexpr, STAGE: tl.constexpr, FULL: tl.constexpr,
                   BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 2 over one key tile, sums = (W, WL, acc, accL): weights at the final (M, m); W += sum w,
     O += w v (W^L, O^L for Prob-STE). Historical Prob-STE: pass 2 sums W = W^H, W^L and O^L only, and pass 3
-    (W and WL final) adds P v with the P of ``prob_ste``. rows = (M, amax, amin); STAGE = (PASS3, SAVE):
-    pass 3, and whether the backward will need O^L (an inference forward skips its dot)."""
+    (W and WL final) adds P v with the P of ``prob_ste``. M: the rows' max; STAGE = (PASS3, SAVE): pass 3,
+    and whether the backward will need O^L (an inference forward skips its dot). No extremum pins: both
+    passes compute the same products, and an arg key's z is off 0 (max) or b_0 (MinMax min) by at most the
+    rounding of pass 2's one-FMA z = s - M (``grid``)."""
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
@@ -1073,7 +1072,6 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: t
     SUM_L: tl.constexpr = JACOBIAN_AT_PL and (SAVE or HISTORICAL)
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
-    M, amax, amin = rows
     W, WL, acc, accL = sums
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
@@ -1090,14 +1088,7 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: t
     elif EXP:
         w = tl.where(valid, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
-        # strict Weight-STE weighs by w^N alone: no pins (grid), and without SAVE pass 1 then tracks no arg
-        # keys. Prob-STE keeps them at inference too, whose O is then bit for bit its training forward's
-        # (which pins for W^L)
-        NEAREST_ONLY: tl.constexpr = OP[2] and not HISTORICAL and not JACOBIAN_AT_PL
-        is_max, is_min = None, None
-        if not NEAREST_ONLY:
-            is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
-        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
+        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, None, None, M, row, CALIB)
         # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
         w = _forward_weight(wL, wN, keep, OP)
         if SUM_L:  # Prob-STE also needs W^L and, for the backward, P^L V (eq. 4 backward point)
@@ -1118,7 +1109,7 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: t
 
 
 @triton.jit
-def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scales, OP: tl.constexpr,
+def _weights_loop(q, tiles, keys, bounds, mask, M, row, sums, scales, OP: tl.constexpr,
                   MASKING: tl.constexpr, PREC: tl.constexpr, STAGE: tl.constexpr, SPLIT: tl.constexpr,
                   BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 2 (or 3) over the key tiles [lo, hi): the unmasked interior tiles [lo, full_hi) first (SPLIT);
@@ -1126,10 +1117,10 @@ def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scales, OP: tl.
     lo, full_hi, hi = tiles
     if SPLIT:
         for start_n in range(lo, full_hi, BLOCK_N):
-            sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP, MASKING, PREC,
+            sums = _weights_step(q, start_n, keys, bounds, mask, M, row, sums, scales, OP, MASKING, PREC,
                                  STAGE, True, BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
-        sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP, MASKING, PREC,
+        sums = _weights_step(q, start_n, keys, bounds, mask, M, row, sums, scales, OP, MASKING, PREC,
                              STAGE, False, BLOCK_N)  # fmt: skip
     return sums
 
@@ -1298,22 +1289,21 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
 
         # Pass 2: weights at the final (M, m); W = sum w, O = sum w v (and W^L, O^L for Prob-STE).
         row = row_constants(M, m, kf, tau, CALIB)
-        rows = (M, amax, amin)
         sums = (
             tl.zeros([BLOCK_M], tl.float32),  # W
             tl.zeros([BLOCK_M], tl.float32),  # W^L
             tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w v
             tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w^L v
         )
-        sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scales, OP, MASKING,
+        sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, M, row, sums, scales, OP, MASKING,
                              PREC, (False, SAVE), SPLIT, BLOCK_N)  # fmt: skip
         if HAS_SINKS:
             SUM_L: tl.constexpr = JACOBIAN_AT_PL and (SAVE or HISTORICAL)  # as in _weights_step
             W, WL, acc, accL = sums
-            W, WL = _sink_weights(s_k, ok, M, amax, amin, row, Tk, W, WL, OP, SUM_L)
+            W, WL = _sink_weights(s_k, ok, M, row, W, WL, OP, SUM_L)
             sums = (W, WL, acc, accL)
         if HIST_PROB:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
-            sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scales, OP,
+            sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, M, row, sums, scales, OP,
                                  MASKING, PREC, (True, SAVE), SPLIT, BLOCK_N)  # fmt: skip
         W, WL, acc, accL = sums
 
