@@ -419,6 +419,42 @@ def test_inference_forward_matches_the_training_forward(name):
     assert oL.numel() == (1 if spec.surrogate == "prob" else q.numel())  # O^L is O itself but for Prob-STE
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["lerp-k4", "minmax-weight-k4", "minmax-prob-k4[range_grad=detach]", "fwm-prob-k4", "resolved-weight-k4"],
+)
+def test_backward_takes_a_rounded_row_max(name, monkeypatch):
+    """The backward recomputes the scores in other tilings, and on the GPU pass 2 forms z = s - M as one FMA,
+    so the arg keys' z are off 0 (and b_0) by a rounding. The loops that place them on the grid as any other
+    key (all but MinMax's G_M sums, docs/kernels.md, extremum keys) must give the gradients of the saved M
+    to that rounding: with M moved by one ulp either way after the forward, dq, dk and dv agree to 1e-5."""
+    q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=zlib.crc32(name.encode()) % 1000)
+    q, k, v, do = (x.to(DEVICE) for x in (q, k, v, do))
+    original = tri_autograd.forward_launch
+
+    def grads(direction):
+        def nudged(*args, **kwargs):
+            launch, saved, consts = original(*args, **kwargs)
+
+            def run():
+                launch()
+                if direction:
+                    saved.M.copy_(torch.nextafter(saved.M, torch.full_like(saved.M, direction * math.inf)))
+
+            return run, saved, consts
+
+        monkeypatch.setattr(tri_autograd, "forward_launch", nudged)
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = triton_attention(*leaves, name, causal=True, precision="ieee")
+        return torch.autograd.grad(out, leaves, do)
+
+    exact = grads(0)
+    for direction in (1, -1):
+        for g, g0, what in zip(grads(direction), exact, ("dq", "dk", "dv")):
+            assert torch.isfinite(g).all(), (name, what, direction)
+            assert ((g - g0).norm() / g0.norm()).item() < 1e-5, (name, what, direction)
+
+
 def _one_query(scores, D):
     """One query whose scores (scale 1) are exactly ``scores`` (q one-hot, the scores in k), random v, dO = 1:
     then dv_j = P_j in every column."""

@@ -757,14 +757,15 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (2)): MinMax pins a masked key's
     x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and their grid points are all 1
-    (``row_constants``), so every weight is 1. is_max and is_min None: no pins, for callers that read only r
-    and [t >= 1/2] of the arg keys (w^N, the STE's P^N, Delta): two compares and selects per score fewer.
-    Unpinned, an arg key whose z is off by a rounding delta (pass 2's z = s - M is one FMA of the product;
-    the backward recomputes s in another tiling) has x off by delta/h: the arg-max key stays at r = K - 1
-    with t >= 1/2 and the MinMax arg-min at r = 0 with t < 1/2 while |delta| < h/2, i.e. in every row whose
-    span is more than K ulps of its scores. Past that (spans of a few ulps, h <= 2 |delta|) the grid index
-    moves by at most |delta|/h + 1, so the weight and Delta by a factor within e^{+-3 delta}: the order of
-    the score's own rounding, which moves every other key of such a row alike.
+    (``row_constants``), so every weight is 1. is_max and is_min None: no pins, for every caller but the G_M
+    sums (FINITE_MASKED), whose dw/dM reads x itself; two compares and selects per score fewer. Unpinned,
+    an arg key whose z is off by a rounding delta (pass 2's z = s - M is one FMA of the product; the
+    backward recomputes s in another tiling) has x off by delta/h: the arg-max key stays at r = K - 1 with
+    t >= 1/2 and the MinMax arg-min at r = 0 with t < 1/2 while |delta| < h/2, i.e. in every row whose span
+    is more than K ulps of its scores, and w^L moves by delta Delta, as that rounding moves any key's. Past
+    that (spans of a few ulps, h <= 2 |delta|) the grid index moves by at most |delta|/h + 1, so the weight
+    and Delta by a factor within e^{+-3 delta}: the order of the score's own rounding, which moves every
+    other key of such a row alike.
     DELTA_EXP (FWM and resolved, whose dfac > 0): Delta as one
     exponential with log2(dfac) in its exponent, exp2(r h log2(e) + ((1 - K) h log2(e) + log2 dfac)), two
     instructions per score fewer where Delta is all a loop needs of the grid (the dQ kernel's self term).
@@ -1684,7 +1685,7 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     is_min = offs_n[None, :] == amin[:, None]
     STRICT_STE: tl.constexpr = CALIB != 0 and OP[2] and not HISTORICAL  # _bwd_coefs returns P^N
     pin_max, pin_min = is_max, is_min
-    if STRICT_STE and not SUM_GM:  # P^N and Delta need r and [t >= 1/2] alone: no pins (grid)
+    if not SUM_GM:  # no pins but for dw/dM (grid): P and Delta move by the rounding of the score alone
         pin_max, pin_min = None, None
     w, wLp, keep, cD, dM = _bwd_coefs(
         s, valid, pin_max, pin_min, M, row, OP, SUM_GM, inv_Wf if STRICT_STE else None
