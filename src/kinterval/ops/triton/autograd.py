@@ -195,11 +195,11 @@ def forward_launch(
     """The forward launch, the tensors the backward needs and the launch's constants; outputs allocated.
     ``save=False`` (inference: no backward follows) stores O only: Prob-STE skips the P^L V dot of O^L
     (sm_90a, D = 64, strict arithmetic, longest loop: 24-28 instead of 30-37 instructions per score at bf16,
-    178-181 instead of 256-259 at fp32 "ieee"), and pass 1
-    of every K-interval operator and exp baseline skips the arg keys, which only the backward reads
-    (minmax-weight-k4 6.4 instead of 11.1, fwm-weight-k4 5.1 instead of 7.5); O^L and the per-row
-    statistics get 1-element placeholders that the kernel never writes. ``bias_grad``: the score bias
-    needs a gradient (MASKING[4] = 2: the dQ kernel writes dL/ds)."""
+    178-181 instead of 256-259 at fp32 "ieee"), and pass 1 of every K-interval operator and exp baseline
+    skips the arg keys, which only the backward reads (bf16: minmax-weight-k4 6.4 instead of 11.1,
+    fwm-weight-k4 5.1 instead of 7.5); O^L and the per-row statistics get 1-element placeholders that the
+    kernel never writes. ``bias_grad``: the score bias needs a gradient (MASKING[4] = 2: the dQ kernel
+    writes dL/ds)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     group = H // k.shape[1]  # q heads per k/v head (grouped-query attention; 1 without it)

@@ -765,13 +765,12 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     is more than K ulps of its scores, and w^L moves by delta Delta, as that rounding moves any key's. Past
     that (spans of a few ulps, h <= 2 |delta|) the grid index moves by at most |delta|/h + 1, so the weight
     and Delta by a factor within e^{+-3 delta}: the order of the score's own rounding, which moves every
-    other key of such a row alike.
-    DELTA_EXP (FWM and resolved, whose dfac > 0): Delta as one
-    exponential with log2(dfac) in its exponent, exp2(r h log2(e) + ((1 - K) h log2(e) + log2 dfac)), two
-    instructions per score fewer where Delta is all a loop needs of the grid (the dQ kernel's self term).
-    The row's exponent is rounded once more, which moves Delta by about 2^-24 |exponent| ln 2 (3e-7 at
+    other key of such a row alike. DELTA_EXP (FWM and resolved, whose dfac > 0): Delta as one exponential
+    with log2(dfac) in its exponent, exp2(r h log2(e) + ((1 - K) h log2(e) + log2 dfac)), two instructions
+    per score fewer where Delta is all a loop needs of the grid (the dQ kernel's self term). The row's
+    exponent is rounded once more, which moves Delta by about 2^-24 |exponent| ln 2 (3e-7 at
     tau = 6, K = 4): the kernels take it where the dots round to 8 or 10 bits (bf16/fp16, TF32).
-    Returns (w^L, w^N, keep, Delta on kept keys, r, x, t, E_r, E_r1): x the pinned grid position.
+    Returns (w^L, w^N, keep, Delta on kept keys, r, x, t, E_r, E_r1): x the grid position (pinned if given).
     """
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
     z = s - M[:, None]
