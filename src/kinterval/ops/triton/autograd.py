@@ -194,16 +194,21 @@ def forward_launch(
 ) -> tuple[Launch, Saved, dict]:  # fmt: skip
     """The forward launch, the tensors the backward needs and the launch's constants; outputs allocated.
     ``save=False`` (inference: no backward follows) stores O only: Prob-STE skips the P^L V dot of O^L
-    (sm_90a, D = 64, strict arithmetic, longest loop: 24-28 instead of 30-37 instructions per score at bf16,
-    178-181 instead of 256-259 at fp32 "ieee"), and pass 1 of every K-interval operator and exp baseline
-    skips the arg keys, which only the backward reads (bf16: minmax-weight-k4 6.4 instead of 11.1,
-    fwm-weight-k4 5.1 instead of 7.5); O^L and the per-row statistics get 1-element placeholders that the
-    kernel never writes. ``bias_grad``: the score bias needs a gradient (MASKING[4] = 2: the dQ kernel
-    writes dL/ds)."""
+    (sm_90a, D = 64, strict arithmetic: 30 instead of 38 instructions per score at bf16, 184 instead of 262
+    at fp32 "ieee"), and where pass 2 reads no arg keys (strict Weight-STE, the exp baselines) pass 1 skips
+    them, which only the backward reads (bf16: minmax-weight-k4 6.4 instead of 11.1, fwm-weight-k4 5.1
+    instead of 7.5). O^L and the per-row statistics get 1-element placeholders that the kernel never writes.
+    LERP and historical Weight-STE, which have neither to skip, launch their training forward (without the
+    statistics' stores alone ptxas scheduled one minmax-weight-k4 loop 15% longer). ``bias_grad``: the
+    score bias needs a gradient (MASKING[4] = 2: the dQ kernel writes dL/ds)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     group = H // k.shape[1]  # q heads per k/v head (grouped-query attention; 1 without it)
     flags, kf, tau = operator_constants(spec)
+    # LERP and historical Weight-STE: pass 2 reads the arg keys (grid's pins for w^L) and there is no O^L
+    save = save or bool(
+        flags["CALIB"] and not flags["JACOBIAN_AT_PL"] and not (flags["HARD"] and not flags["HISTORICAL"])
+    )
     mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
     sinks_t, has_sinks = _sinks_arg(sinks, q.device)
     bias_t, bstr = _bias_arg(bias, (B, H, Tq, Tk), q.device)

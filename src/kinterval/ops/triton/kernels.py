@@ -757,19 +757,21 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (2)): MinMax pins a masked key's
     x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and their grid points are all 1
-    (``row_constants``), so every weight is 1. is_max and is_min None: no pins, for every caller but the G_M
-    sums (FINITE_MASKED), whose dw/dM reads x itself; two compares and selects per score fewer. Unpinned,
-    an arg key whose z is off by a rounding delta (pass 2's z = s - M is one FMA of the product; the
-    backward recomputes s in another tiling) has x off by delta/h: the arg-max key stays at r = K - 1 with
-    t >= 1/2 and the MinMax arg-min at r = 0 with t < 1/2 while |delta| < h/2, i.e. in every row whose span
-    is more than K ulps of its scores, and w^L moves by delta Delta, as that rounding moves any key's. Past
-    that (spans of a few ulps, h <= 2 |delta|) the grid index moves by at most |delta|/h + 1, so the weight
-    and Delta by a factor within e^{+-3 delta}: the order of the score's own rounding, which moves every
-    other key of such a row alike. DELTA_EXP (FWM and resolved, whose dfac > 0): Delta as one exponential
-    with log2(dfac) in its exponent, exp2(r h log2(e) + ((1 - K) h log2(e) + log2 dfac)), two instructions
-    per score fewer where Delta is all a loop needs of the grid (the dQ kernel's self term). The row's
-    exponent is rounded once more, which moves Delta by about 2^-24 |exponent| ln 2 (3e-7 at
-    tau = 6, K = 4): the kernels take it where the dots round to 8 or 10 bits (bf16/fp16, TF32).
+    (``row_constants``), so every weight is 1. is_max and is_min None: no pins, for callers that read only r
+    and [t >= 1/2] of the arg keys (w^N, the STE's P^N, Delta): two compares and selects per score fewer.
+    Unpinned, an arg key whose z is off by a rounding delta (pass 2's z = s - M is one FMA of the product;
+    the backward recomputes s in another tiling) has x off by delta/h: the arg-max key stays at r = K - 1
+    with t >= 1/2 and the MinMax arg-min at r = 0 with t < 1/2 while |delta| < h/2, i.e. in every row whose
+    span is more than K ulps of its scores. Past that (spans of a few ulps, h <= 2 |delta|) the grid index
+    moves by at most |delta|/h + 1, so the weight and Delta by a factor within e^{+-3 delta}: the order of
+    the score's own rounding, which moves every other key of such a row alike. w^L and x, continuous in z,
+    keep the pins: unpinned, the arg-max key's w^L, the row's largest weight and exactly 1 in the reference's
+    own arithmetic, would be off by delta Delta (an ulp of M in the exponent). DELTA_EXP (FWM and resolved,
+    whose dfac > 0): Delta as one exponential with log2(dfac) in its exponent, exp2(r h log2(e) + ((1 - K) h
+    log2(e) + log2 dfac)), two instructions per score fewer where Delta is all a loop needs of the grid (the
+    dQ kernel's self term). The row's exponent is rounded once more, which moves Delta by about 2^-24
+    |exponent| ln 2 (3e-7 at tau = 6, K = 4): the kernels take it where the dots round to 8 or 10 bits
+    (bf16/fp16, TF32).
     Returns (w^L, w^N, keep, Delta on kept keys, r, x, t, E_r, E_r1): x the grid position (pinned if given).
     """
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
@@ -1020,17 +1022,20 @@ def _sink_extrema(s, ok, rows, Tk, CALIB: tl.constexpr):
 
 
 @triton.jit
-def _sink_weights(s, ok, M, row, W, WL, OP: tl.constexpr, SUM_L: tl.constexpr):
-    """Pass 2's W (and W^L with SUM_L) plus the sink's weight, the forward's as for a real key (no pins, as
-    ``_weights_step``). The sink has no value: nothing joins O, and historical Prob-STE's pass 3 (P V) skips
-    it."""
+def _sink_weights(s, ok, M, amax, amin, row, Tk, W, WL, OP: tl.constexpr, SUM_L: tl.constexpr):
+    """Pass 2's W (and W^L with SUM_L) plus the sink's weight, the forward's as for a real key. The sink has
+    no value: nothing joins O, and historical Prob-STE's pass 3 (P V) skips it."""
     CALIB: tl.constexpr = OP[0]
     EXP: tl.constexpr = OP[5]
     s = tl.where(ok, s, M[:, None])  # a sink that takes no part: any finite score, its weight is dropped
     if EXP:
         w = tl.where(ok, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
-        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, ok, None, None, M, row, CALIB)  # as pass 2
+        is_max, is_min = None, None
+        if not (OP[2] and not OP[4] and not OP[3]):  # the pins of _weights_step (not strict Weight-STE)
+            is_max = (amax == Tk)[:, None]
+            is_min = (amin == Tk)[:, None]
+        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, ok, is_max, is_min, M, row, CALIB)
         w = _forward_weight(wL, wN, keep, OP)
         if SUM_L:
             WL += tl.sum(_place(wL, keep), 1)
@@ -1051,15 +1056,13 @@ def _sink_softmax(s, ok, M, off, W, acc):
 
 
 @triton.jit
-def _weights_step(q, start_n, keys, bounds, mask, M, row, sums, scales, OP: tl.constexpr,
+def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: tl.constexpr,
                   MASKING: tl.constexpr, PREC: tl.constexpr, STAGE: tl.constexpr, FULL: tl.constexpr,
                   BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 2 over one key tile, sums = (W, WL, acc, accL): weights at the final (M, m); W += sum w,
     O += w v (W^L, O^L for Prob-STE). Historical Prob-STE: pass 2 sums W = W^H, W^L and O^L only, and pass 3
-    (W and WL final) adds P v with the P of ``prob_ste``. M: the rows' max; STAGE = (PASS3, SAVE): pass 3,
-    and whether the backward will need O^L (an inference forward skips its dot). No extremum pins: both
-    passes compute the same products, and an arg key's z is off 0 (max) or b_0 (MinMax min) by at most the
-    rounding of pass 2's one-FMA z = s - M (``grid``)."""
+    (W and WL final) adds P v with the P of ``prob_ste``. rows = (M, amax, amin); STAGE = (PASS3, SAVE):
+    pass 3, and whether the backward will need O^L (an inference forward skips its dot)."""
     CALIB: tl.constexpr = OP[0]
     SOFTMAX: tl.constexpr = OP[1]
     JACOBIAN_AT_PL: tl.constexpr = OP[3]
@@ -1072,6 +1075,7 @@ def _weights_step(q, start_n, keys, bounds, mask, M, row, sums, scales, OP: tl.c
     SUM_L: tl.constexpr = JACOBIAN_AT_PL and (SAVE or HISTORICAL)
     k_base, v_base, skn, skd, svn, svd = keys
     offs_m, offs_d, dmask, Tq, Tk = bounds
+    M, amax, amin = rows
     W, WL, acc, accL = sums
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kmask = dmask[:, None] if FULL else (offs_n[None, :] < Tk) & dmask[:, None]
@@ -1088,7 +1092,14 @@ def _weights_step(q, start_n, keys, bounds, mask, M, row, sums, scales, OP: tl.c
     elif EXP:
         w = tl.where(valid, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
-        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, None, None, M, row, CALIB)
+        # strict Weight-STE weighs by w^N alone: no pins (grid), and without SAVE pass 1 then tracks no arg
+        # keys. Prob-STE keeps them at inference too, whose O is then bit for bit its training forward's
+        # (which pins for W^L); LERP and historical arithmetic for w^L
+        NEAREST_ONLY: tl.constexpr = OP[2] and not HISTORICAL and not JACOBIAN_AT_PL
+        is_max, is_min = None, None
+        if not NEAREST_ONLY:
+            is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
+        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
         # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
         w = _forward_weight(wL, wN, keep, OP)
         if SUM_L:  # Prob-STE also needs W^L and, for the backward, P^L V (eq. 4 backward point)
@@ -1109,7 +1120,7 @@ def _weights_step(q, start_n, keys, bounds, mask, M, row, sums, scales, OP: tl.c
 
 
 @triton.jit
-def _weights_loop(q, tiles, keys, bounds, mask, M, row, sums, scales, OP: tl.constexpr,
+def _weights_loop(q, tiles, keys, bounds, mask, rows, row, sums, scales, OP: tl.constexpr,
                   MASKING: tl.constexpr, PREC: tl.constexpr, STAGE: tl.constexpr, SPLIT: tl.constexpr,
                   BLOCK_N: tl.constexpr):  # fmt: skip
     """Pass 2 (or 3) over the key tiles [lo, hi): the unmasked interior tiles [lo, full_hi) first (SPLIT);
@@ -1117,10 +1128,10 @@ def _weights_loop(q, tiles, keys, bounds, mask, M, row, sums, scales, OP: tl.con
     lo, full_hi, hi = tiles
     if SPLIT:
         for start_n in range(lo, full_hi, BLOCK_N):
-            sums = _weights_step(q, start_n, keys, bounds, mask, M, row, sums, scales, OP, MASKING, PREC,
+            sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP, MASKING, PREC,
                                  STAGE, True, BLOCK_N)  # fmt: skip
     for start_n in range(full_hi, hi, BLOCK_N):
-        sums = _weights_step(q, start_n, keys, bounds, mask, M, row, sums, scales, OP, MASKING, PREC,
+        sums = _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP, MASKING, PREC,
                              STAGE, False, BLOCK_N)  # fmt: skip
     return sums
 
@@ -1289,21 +1300,22 @@ def _fwd_kernel(Q, ins, outs, strides, shape, consts, OP: tl.constexpr, GRAD: tl
 
         # Pass 2: weights at the final (M, m); W = sum w, O = sum w v (and W^L, O^L for Prob-STE).
         row = row_constants(M, m, kf, tau, CALIB)
+        rows = (M, amax, amin)
         sums = (
             tl.zeros([BLOCK_M], tl.float32),  # W
             tl.zeros([BLOCK_M], tl.float32),  # W^L
             tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w v
             tl.zeros([BLOCK_M, BLOCK_D], tl.float32),  # sum w^L v
         )
-        sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, M, row, sums, scales, OP, MASKING,
+        sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scales, OP, MASKING,
                              PREC, (False, SAVE), SPLIT, BLOCK_N)  # fmt: skip
         if HAS_SINKS:
             SUM_L: tl.constexpr = JACOBIAN_AT_PL and (SAVE or HISTORICAL)  # as in _weights_step
             W, WL, acc, accL = sums
-            W, WL = _sink_weights(s_k, ok, M, row, W, WL, OP, SUM_L)
+            W, WL = _sink_weights(s_k, ok, M, amax, amin, row, Tk, W, WL, OP, SUM_L)
             sums = (W, WL, acc, accL)
         if HIST_PROB:  # Pass 3 (historical Prob-STE): O = sum_j P_j v_j with W^H, W^L final
-            sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, M, row, sums, scales, OP,
+            sums = _weights_loop(q, (0, full_hi, hi), keys, bounds, mask, rows, row, sums, scales, OP,
                                  MASKING, PREC, (True, SAVE), SPLIT, BLOCK_N)  # fmt: skip
         W, WL, acc, accL = sums
 
@@ -1684,7 +1696,7 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     is_min = offs_n[None, :] == amin[:, None]
     STRICT_STE: tl.constexpr = CALIB != 0 and OP[2] and not HISTORICAL  # _bwd_coefs returns P^N
     pin_max, pin_min = is_max, is_min
-    if not SUM_GM:  # no pins but for dw/dM (grid): P and Delta move by the rounding of the score alone
+    if STRICT_STE and not SUM_GM:  # P^N and Delta need r and [t >= 1/2] alone: no pins (grid)
         pin_max, pin_min = None, None
     w, wLp, keep, cD, dM = _bwd_coefs(
         s, valid, pin_max, pin_min, M, row, OP, SUM_GM, inv_Wf if STRICT_STE else None
