@@ -428,9 +428,10 @@ def test_inference_forward_matches_the_training_forward(name):
 )
 def test_backward_takes_a_rounded_row_max(name, monkeypatch):
     """The backward recomputes the scores in other tilings, and on the GPU pass 2 forms z = s - M as one FMA,
-    so the arg keys' z are off 0 (and b_0) by a rounding. The loops that place them on the grid as any other
-    key (all but MinMax's G_M sums, docs/kernels.md, extremum keys) must give the gradients of the saved M
-    to that rounding: with M moved by one ulp either way after the forward, dq, dk and dv agree to 1e-5."""
+    so the arg keys' z are off 0 (and b_0) by a rounding. With the saved M moved by one ulp either way after
+    the forward, dq, dk and dv stay within 2e-6 of the unmoved run; the strict FWM-like operators, whose
+    backward reads only the interval and the Nearest choice of each key (no pins: docs/kernels.md, extremum
+    keys) and whose h does not depend on M, give the same gradients bit for bit."""
     q, k, v, do = make_inputs(1, 2, 37, 37, 16, seed=zlib.crc32(name.encode()) % 1000)
     q, k, v, do = (x.to(DEVICE) for x in (q, k, v, do))
     original = tri_autograd.forward_launch
@@ -452,10 +453,14 @@ def test_backward_takes_a_rounded_row_max(name, monkeypatch):
         return torch.autograd.grad(out, leaves, do)
 
     exact = grads(0)
+    bitwise = name in ("fwm-prob-k4", "resolved-weight-k4")
     for direction in (1, -1):
         for g, g0, what in zip(grads(direction), exact, ("dq", "dk", "dv")):
             assert torch.isfinite(g).all(), (name, what, direction)
-            assert ((g - g0).norm() / g0.norm()).item() < 1e-5, (name, what, direction)
+            if bitwise:
+                assert torch.equal(g, g0), (name, what, direction)
+            else:
+                assert ((g - g0).norm() / g0.norm()).item() < 2e-6, (name, what, direction)
 
 
 def _one_query(scores, D):
