@@ -206,9 +206,7 @@ def forward_launch(
     group = H // k.shape[1]  # q heads per k/v head (grouped-query attention; 1 without it)
     flags, kf, tau = operator_constants(spec)
     # LERP and historical Weight-STE: pass 2 reads the arg keys (grid's pins for w^L) and there is no O^L
-    save = save or bool(
-        flags["CALIB"] and not flags["JACOBIAN_AT_PL"] and not (flags["HARD"] and not flags["HISTORICAL"])
-    )
+    save = save or (flags["FORWARD_PINS"] and not flags["JACOBIAN_AT_PL"])
     mask_t, mstr, has_mask = _mask_arg(mask, (B, H, Tq, Tk), q.device)
     sinks_t, has_sinks = _sinks_arg(sinks, q.device)
     bias_t, bstr = _bias_arg(bias, (B, H, Tq, Tk), q.device)

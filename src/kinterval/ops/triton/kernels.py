@@ -301,8 +301,10 @@ def split_loops(kind: str, element_size: int, block_d: int, has_mask: bool) -> b
 #   KEEP_MIN_TERM    MinMax and range_grad keeps the min channel (full, min_only);
 #   SUM_GM           the dQ kernel sums G_M = sum_j gamma_j dw_j/dM of eq. (1) (MinMax, a channel kept);
 #   PROJECT_P1       the P1 control: dS projected onto the zero-sum subspace of the valid keys (App. B);
-#   EXP              the reduced-precision exp baselines (App. D.5): 1 BF16-exp, 2 FP8-exp, else 0.
-OP_FLAGS = ("CALIB", "SOFTMAX", "HARD", "JACOBIAN_AT_PL", "HISTORICAL", "EXP")  # the kernels' OP tuple
+#   EXP              the reduced-precision exp baselines (App. D.5): 1 BF16-exp, 2 FP8-exp, else 0;
+#   FORWARD_PINS     the forward's pass 2 pins the arg keys (grid): it forms w^L (LERP, Prob-STE's W^L,
+#                    historical arithmetic); strict Weight-STE weighs by w^N alone, the baselines by no grid.
+OP_FLAGS = ("CALIB", "SOFTMAX", "HARD", "JACOBIAN_AT_PL", "HISTORICAL", "EXP", "FORWARD_PINS")  # the OP tuple
 GRAD_FLAGS = ("KEEP_MAX_TERM", "KEEP_MIN_TERM", "SUM_GM", "PROJECT_P1")  # the kernels' GRAD tuple
 FLAG_NAMES = OP_FLAGS + GRAD_FLAGS
 
@@ -332,6 +334,7 @@ def kernel_flags(
         SUM_GM=minmax and (keep_max or keep_min),
         PROJECT_P1=range_grad == "p1",
         EXP=EXP_CODES[baseline] if calibration is None else 0,
+        FORWARD_PINS=calibration is not None and not (surrogate == "weight" and not historical),
     )
 
 
@@ -1032,7 +1035,7 @@ def _sink_weights(s, ok, M, amax, amin, row, Tk, W, WL, OP: tl.constexpr, SUM_L:
         w = tl.where(ok, exp_baseline(s - M[:, None], EXP)[0], 0.0)
     else:
         is_max, is_min = None, None
-        if not (OP[2] and not OP[4] and not OP[3]):  # the pins of _weights_step (not strict Weight-STE)
+        if OP[6]:  # FORWARD_PINS, as _weights_step
             is_max = (amax == Tk)[:, None]
             is_min = (amin == Tk)[:, None]
         wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, ok, is_max, is_min, M, row, CALIB)
@@ -1095,9 +1098,9 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: t
         # strict Weight-STE weighs by w^N alone: no pins (grid), and without SAVE pass 1 then tracks no arg
         # keys. Prob-STE keeps them at inference too, whose O is then bit for bit its training forward's
         # (which pins for W^L); LERP and historical arithmetic for w^L
-        NEAREST_ONLY: tl.constexpr = OP[2] and not HISTORICAL and not JACOBIAN_AT_PL
+        FORWARD_PINS: tl.constexpr = OP[6]
         is_max, is_min = None, None
-        if not NEAREST_ONLY:
+        if FORWARD_PINS:
             is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
         wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
         # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
