@@ -791,14 +791,19 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), b_0 = -tau, zero tail z < -tau
         # The upper clip is left to the clamps of r and t below: z > 0 gives r = K-1, t = 1, as z~ = 0 does
         # (a valid key has z <= 0 in the forward; the backward's recomputed score may exceed M by rounding).
-        x = _grid_position(tl.maximum(z, -tau) + tau, h[:, None], inv_h[:, None])
-        keep = valid & (z >= -tau)
+        # The lower clip and the zero tail z < -tau are one select: such a key, and one whose z is NaN, gets
+        # r = -inf below, so that E_r = E_r1 = 0 and with them w^L, w^N and Delta, with no select of their
+        # own (t = 1 there). keep is then the valid keys: constant on interior tiles, where its selects fold.
+        x = _grid_position(z + tau, h[:, None], inv_h[:, None])
+        keep = valid
     else:  # resolved: negative indices continue the grid below -tau
         x = _grid_position(z + tau, h[:, None], inv_h[:, None])
         keep = valid
     if is_max is not None:
         x = tl.where(is_max, kf, x)  # after the arg-min pin: a key both (degenerate row) counts as the max
     r = tl.floor(x)
+    if CALIB == 2:  # x >= 0 exactly when z >= -tau (the quotient keeps the sign of z + tau); NaN: the tail
+        r = tl.where(x >= 0.0, r, float("-inf"))
     if CALIB == 1:  # x < 0 only on a masked key (its score can lie anywhere): clamp to keep it finite
         r = tl.maximum(r, 0.0)
     if CALIB == 3:
@@ -811,7 +816,7 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     else:
         r = tl.minimum(r, kf - 1.0)
         t_raw = x - r
-        if CALIB == 2:  # x >= 0 for every key (fl is monotone: max(z, -tau) + tau >= 0), so t_raw >= 0
+        if CALIB == 2:  # t_raw >= 0 (r <= x), +inf on the tail (NaN if x is: minNum then gives 1)
             t = tl.minimum(t_raw, 1.0)
         else:
             t = tl.minimum(tl.maximum(t_raw, 0.0), 1.0)
