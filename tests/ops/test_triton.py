@@ -1727,7 +1727,8 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
     """Each tile config of each kernel is run, the other two kernels on their defaults (the GPU tests
     otherwise run the default config only when KINTERVAL_TRITON_AUTOTUNE=0, and autotuning runs whichever
     candidate is fastest). A candidate that needs more shared memory than the device has is skipped, as the
-    autotuner skips it (e.g. the 128 x 64 x 3-stage forward at D = 128, TF32: 256 KB); a default never is."""
+    autotuner skips it (at D = 128, TF32: the 128 x 64 x 3-stage forward, 256 KB, and the 128 x 64 dK/dV and
+    fused tiles, 328 and 360 KB); a default never is."""
     from triton.runtime.errors import OutOfResources
 
     from kinterval.ops.triton import kernels as K
@@ -1751,7 +1752,7 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
             except OutOfResources:
                 assert i > 0, f"the default {kind} tile {cfg} does not fit the device at D = {D}"
                 skipped.append((kind, str(cfg)))
-    assert len(skipped) <= 2, f"too many candidates do not fit: {skipped}"
+    assert len(skipped) <= 3, f"too many candidates do not fit: {skipped}"
 
 
 # Every (BLOCK_M, BLOCK_N) of the candidate lists, once: the interpreter otherwise runs one 16 x 16 tile

@@ -42,10 +42,24 @@ AUTOTUNE = os.environ.get("KINTERVAL_TRITON_AUTOTUNE", "1") != "0"
 # then has ~2x the instructions per score (benchmarks/kernel_resources.py, bf16 D = 64, minmax-weight-k4:
 # dQ 64x32/8 warps 107 against 128x32/8 warps 53; dK/dV 137 against 64x32/4 warps 70). So the defaults keep
 # 64 rows per warpgroup; ptxas shows no spills for them at D = 64 and <= 132 B at D = 128 (TF32 dQ).
+# dK/dV's dV += P^T dO and dK += dS^T q take the key block (BLOCK_N) as their rows: with 32 keys they run on
+# mma.sync (HMMA, with LDSM transposes), with 64 on wgmma like the other two dots. Its last two candidates
+# do that and issue 10-35% fewer instructions per score (bf16 D = 64, 128 x 64 / 8 warps / 1 stage:
+# softmax 16.4 -> 12.1, minmax-weight-k4 35.6 -> 29.2; TF32 D = 64: 37.6 -> 24.3, 59.0 -> 42.0) with no
+# spills at D <= 128 (TF32 D = 128: 328 KB of shared memory, more than an H100 has: skipped). Their speed is
+# unmeasured, so neither is the default: autotuning decides.
 CANDIDATES = {
     "fwd": [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (128, 64, 4, 3)],
     "dq": [(128, 32, 8, 2), (64, 32, 4, 2), (64, 32, 8, 2), (64, 64, 8, 2), (32, 32, 4, 2)],
-    "dkdv": [(64, 32, 4, 2), (32, 64, 4, 2), (64, 32, 8, 2), (64, 64, 8, 2), (32, 32, 4, 2)],
+    "dkdv": [
+        (64, 32, 4, 2),
+        (32, 64, 4, 2),
+        (64, 32, 8, 2),
+        (64, 64, 8, 2),
+        (32, 32, 4, 2),
+        (128, 64, 8, 1),
+        (64, 64, 4, 1),
+    ],
 }
 # fp32 inputs with full-precision dots ("ieee") run Triton's FMA dot, not the tensor cores, and on the tiles
 # above ptxas collapses to 32 registers and spills 10-60 KB per thread (minmax-prob-k4, D = 64, forward
@@ -74,7 +88,16 @@ CANDIDATES_TF32X3 = {
 # 64x32/4 warps: bf16 D = 64 spills 48 / 0 B, D = 128 392 / 60 B, TF32 D = 128 0.9 / 0.5 KB; 16x64/4 and
 # 64x16/4 spill 0-84 B in bf16 at D <= 128. Not timed yet (KINTERVAL_TRITON_BWD=fused is opt-in); the fp32
 # "ieee" and split-TF32 lists start from dK/dV's.
-CANDIDATES["fused"] = [(64, 32, 4, 2), (16, 64, 4, 2), (64, 16, 4, 2), (128, 32, 8, 2), (32, 32, 4, 2)]
+# 128 x 64 / 8 / 1 as in dK/dV (wgmma for every dot): bf16 D = 64 spills nothing for softmax and fwm-prob-k4,
+# 240-300 B for MinMax and LERP, which hold more tiles.
+CANDIDATES["fused"] = [
+    (64, 32, 4, 2),
+    (16, 64, 4, 2),
+    (64, 16, 4, 2),
+    (128, 32, 8, 2),
+    (32, 32, 4, 2),
+    (128, 64, 8, 1),
+]
 for _tiles in (CANDIDATES_FMA, CANDIDATES_TF32X3):
     _tiles["fused"] = list(_tiles["dkdv"])
 TILE_LISTS = {"mma": CANDIDATES, "fma": CANDIDATES_FMA, "tf32x3": CANDIDATES_TF32X3}
