@@ -1728,7 +1728,7 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
     otherwise run the default config only when KINTERVAL_TRITON_AUTOTUNE=0, and autotuning runs whichever
     candidate is fastest). A candidate that needs more shared memory than the device has is skipped, as the
     autotuner skips it (at D = 128, TF32: the 128 x 64 x 3-stage forward, 256 KB, and the 128 x 64 dK/dV and
-    fused tiles, 328 and 360 KB); a default never is."""
+    fused tiles, 320 and 352 KB); a default never is."""
     from triton.runtime.errors import OutOfResources
 
     from kinterval.ops.triton import kernels as K

@@ -46,7 +46,7 @@ AUTOTUNE = os.environ.get("KINTERVAL_TRITON_AUTOTUNE", "1") != "0"
 # mma.sync (HMMA, with LDSM transposes), with 64 on wgmma like the other two dots. Its last two candidates
 # do that and issue 10-35% fewer instructions per score (bf16 D = 64, 128 x 64 / 8 warps / 1 stage:
 # softmax 16.4 -> 12.1, minmax-weight-k4 35.6 -> 29.2; TF32 D = 64: 37.6 -> 24.3, 59.0 -> 42.0) with no
-# spills at D <= 128 (TF32 D = 128: 328 KB of shared memory, more than an H100 has: skipped). Their speed is
+# spills at D <= 128 (TF32 D = 128: 320 KB of shared memory, more than an H100 has: skipped). Their speed is
 # unmeasured, so neither is the default: autotuning decides.
 CANDIDATES = {
     "fwd": [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (128, 64, 4, 3)],
