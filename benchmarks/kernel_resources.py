@@ -4,7 +4,9 @@ For each (kernel, operator, dtype, D, tile config) the table gives registers per
 (bytes), shared memory and the compile time. Spills are the first thing to look at when a kernel is slow.
 
 Usage:  python benchmarks/kernel_resources.py [--ops minmax-prob-k4,softmax] [--dtypes bf16,tf32] [--D 64,128]
-        [--configs all|first] [--arch sm_90a] [--mix N] [--gqa G]
+        [--configs all|first|BMxBN/W/S,...] [--arch sm_90a] [--mix N] [--gqa G]
+(--configs 128x64/8/1,64x64/4/1: those tiles, in the table's BMxBN/warps/stages form, for every kernel,
+whether or not they are autotune candidates.)
 (--gqa G: grouped-query attention, k and v with HEADS / G heads against q's HEADS. --sinks: with attention
 sinks, one per q head. --softcap C: with a softcap. --bias 1: with a (1, HEADS, T, T) fp32 score bias;
 --bias 2: one that needs a gradient, which the dQ kernel writes.)
@@ -88,6 +90,23 @@ def launch_configs(kernel: str, dtype_mode: str, D: int) -> list:
     kind = TILE_KIND.get(kernel, kernel)
     cfgs = K.candidate_configs(kind, tiles=K.tile_list(dtype, precision))
     return K._prune(cfgs, {"Q": torch.empty(0, dtype=dtype)}, kind=kind, BLOCK_D=_block_d(D), PREC=precision)
+
+
+def explicit_tiles(configs: str) -> list:
+    """--configs given as tiles, "128x64/8/1,64x64/4/1" (BLOCK_M x BLOCK_N / warps / stages): their
+    triton.Configs; [] for 'all' and 'first'. Anything else stops the tool with the form it takes."""
+    if configs in ("all", "first"):
+        return []
+    import triton
+
+    out = []
+    for tile in configs.split(","):
+        m = re.fullmatch(r"(\d+)x(\d+)/(\d+)/(\d+)", tile.strip())
+        if not m:
+            raise SystemExit(f"--configs takes 'all', 'first' or tiles like 128x64/8/1, got {tile!r}")
+        bm, bn, warps, stages = map(int, m.groups())
+        out.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages))
+    return out
 
 
 def dtype_and_precision(dtype_mode):
@@ -200,7 +219,12 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", default="bf16", help="from bf16, fp16, tf32, tf32x3, bf16x6, ieee")
     p.add_argument("--D", default="64,128")
     p.add_argument("--kernels", default=",".join(KERNEL_NAMES))
-    p.add_argument("--configs", default="all", help="'all' (the autotune space) or 'first'")
+    p.add_argument(
+        "--configs",
+        default="all",
+        help="'all' (the autotune space), 'first' (the default tile) or tiles BMxBN/warps/stages, "
+        "comma-separated (e.g. 128x64/8/1)",
+    )
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--masks", default="causal", help="comma-separated from causal, mask, none")
     p.add_argument("--gqa", type=int, default=1, help=f"q heads per k/v head (of {HEADS}; 1: MHA)")
@@ -248,6 +272,7 @@ def main(argv=None) -> int:
 
     for dm in args.dtypes.split(","):  # an unknown mode stops here, before the table
         dtype_and_precision(dm)
+    tiles = explicit_tiles(args.configs)  # a malformed tile too
     extra = ([" opcode mix (instr/score) |"] if args.mix else []) + [f" count({rx}) |" for rx in args.count]
     print(
         "| kernel | operator | dtype | D | BMxBN/warps/stages | regs | spill st/ld B | smem B "
@@ -261,7 +286,7 @@ def main(argv=None) -> int:
             if not ((args.sinks or args.bias) and kernel == "fused")]  # fmt: skip
     for D, dm, name, kernel, mk in jobs:
         spec = OperatorSpec.from_full_name(name)
-        cfgs = launch_configs(kernel, dm, D)
+        cfgs = tiles or launch_configs(kernel, dm, D)
         for cfg in cfgs[:1] if args.configs == "first" else cfgs:
             r = compile_one(
                 kernel,

@@ -208,3 +208,20 @@ def test_an_unknown_dtype_mode_stops_before_the_table():
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode != 0 and "unknown dtype mode 'fp8'" in res.stderr
     assert "| kernel |" not in res.stdout
+
+
+@pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
+def test_the_resource_tool_compiles_tiles_given_by_hand():
+    """--configs with tiles (the table's BMxBN/warps/stages form) compiles exactly those, candidates or not;
+    a malformed one stops the tool before the table, naming the form it takes."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, str(TOOL), "--ops", "softmax", "--kernels", "dkdv", "--D", "64", "--configs"]
+    res = subprocess.run([*cmd, "128x64/8/1,64x16/4/1"], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [line.split("|") for line in res.stdout.splitlines() if line.startswith("| dkdv")]
+    assert [r[5].strip() for r in rows] == ["128x64/8/1", "64x16/4/1"]  # the second is no candidate
+    for bad in ("128x64", "a x b/1/1"):
+        res = subprocess.run([*cmd, bad], capture_output=True, text=True, env=env, timeout=600)
+        assert res.returncode != 0 and "| kernel |" not in res.stdout
+        assert "--configs takes 'all', 'first' or tiles like 128x64/8/1" in res.stderr
