@@ -1728,7 +1728,8 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
     otherwise run the default config only when KINTERVAL_TRITON_AUTOTUNE=0, and autotuning runs whichever
     candidate is fastest). A candidate that needs more shared memory than the device has is skipped, as the
     autotuner skips it (at D = 128, TF32: the 128 x 64 x 3-stage forward, 256 KB, and the 128 x 64 dK/dV and
-    fused tiles, 320 and 352 KB); a default never is."""
+    fused tiles, 320 and 352 KB; dQ's 128 x 64 needs 224 KB, within 3 KB of an H100's limit); a default never
+    is."""
     from triton.runtime.errors import OutOfResources
 
     from kinterval.ops.triton import kernels as K
@@ -1752,7 +1753,7 @@ def test_gpu_every_autotune_candidate(mode, D, monkeypatch):
             except OutOfResources:
                 assert i > 0, f"the default {kind} tile {cfg} does not fit the device at D = {D}"
                 skipped.append((kind, str(cfg)))
-    assert len(skipped) <= 3, f"too many candidates do not fit: {skipped}"
+    assert len(skipped) <= 4, f"too many candidates do not fit: {skipped}"
 
 
 # Every (BLOCK_M, BLOCK_N) of the candidate lists, once: the interpreter otherwise runs one 16 x 16 tile
