@@ -812,18 +812,14 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
             x = tl.where(is_min | ~valid, 0.0, x)
         elif is_min is not None:
             x = tl.where(is_min, 0.0, x)
-        keep = valid
-    elif CALIB == 2:  # FWM: z~ = clip(z, -tau, 0), b_0 = -tau, zero tail z < -tau
-        # The upper clip is left to the clamps of r and t below: z > 0 gives r = K-1, t = 1, as z~ = 0 does
-        # (a valid key has z <= 0 in the forward; the backward's recomputed score may exceed M by rounding).
-        # The lower clip and the zero tail z < -tau are one select: such a key, and one whose z is NaN, gets
-        # r = -inf below, so that E_r = E_r1 = 0 and with them w^L, w^N and Delta, with no select of their
-        # own (t = 1 there). keep is then the valid keys: constant on interior tiles, where its selects fold.
+    else:  # FWM, resolved: b_0 = -tau; resolved's negative indices continue the grid below -tau
+        # FWM's z~ = clip(z, -tau, 0) and zero tail z < -tau: the upper clip is left to the clamps of r and t
+        # below (z > 0 gives r = K-1, t = 1, as z~ = 0 does: a valid key has z <= 0 in the forward, and the
+        # backward's recomputed score may exceed M by rounding); the lower clip and the tail are one select
+        # on r below: such a key, and one whose z is NaN, gets r = -inf, so that E_r = E_r1 = 0 and with
+        # them w^L, w^N and Delta, with no select of their own (t = 1 there).
         x = _grid_position(z + tau, h[:, None], inv_h[:, None])
-        keep = valid
-    else:  # resolved: negative indices continue the grid below -tau
-        x = _grid_position(z + tau, h[:, None], inv_h[:, None])
-        keep = valid
+    keep = valid  # every calibration: constant on interior tiles, where the selects on it fold
     if is_max is not None:
         x = tl.where(is_max, kf, x)  # after the arg-min pin: a key both (degenerate row) counts as the max
     r = tl.floor(x)
