@@ -780,8 +780,8 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     The stored arg-max key (is_max) sits exactly at x = K (r = K-1, t_raw = 1) and, for MinMax, the stored
     arg-min key (is_min) at x = 0 (r = 0, t_raw = 0): their exact-arithmetic values, independent of the
     rounding of a recomputed score. t_raw = x - r is exact given x; the reference's (z~ - b_r)/h differs from
-    it by rounding only. Masked keys go through the same arithmetic and are dropped by ``keep`` and
-    ``_place``: no per-score select here. A user-masked key's score may be anything (inf or NaN where its k
+    it by rounding only. Masked keys go through the same arithmetic and are dropped by ``_place`` on
+    ``valid``: no per-score select here. A user-masked key's score may be anything (inf or NaN where its k
     is not finite). FINITE_MASKED (the backward kernels that sum G_M of eq. (2)): MinMax pins a masked key's
     x to 0, so that its dw/dM, which a zero gamma multiplies in that row sum, is finite (0 * inf is NaN).
     Degenerate MinMax rows keep every valid key; their Delta is 0 (dfac) and their grid points are all 1
@@ -800,7 +800,8 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     dQ kernel's self term). The row's exponent is rounded once more, which moves Delta by about 2^-24
     |exponent| ln 2 (3e-7 at tau = 6, K = 4): the kernels take it where the dots round to 8 or 10 bits
     (bf16/fp16, TF32).
-    Returns (w^L, w^N, keep, Delta on kept keys, r, x, t, E_r, E_r1): x the grid position (pinned if given).
+    Returns (w^L, w^N, Delta on valid keys, r, x, t, E_r, E_r1): x the grid position (pinned if given).
+    Every calibration keeps exactly the valid keys (FWM's zero tail comes from r = -inf, not a mask).
     """
     h, inv_h, b0, emh, dfac, degen, kf, inv_k, tau, h_log2 = row
     z = s - M[:, None]
@@ -819,7 +820,6 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
         # on r below: such a key, and one whose z is NaN, gets r = -inf, so that E_r = E_r1 = 0 and with
         # them w^L, w^N and Delta, with no select of their own (t = 1 there).
         x = _grid_position(z + tau, h[:, None], inv_h[:, None])
-    keep = valid  # every calibration: constant on interior tiles, where the selects on it fold
     if is_max is not None:
         x = tl.where(is_max, kf, x)  # after the arg-min pin: a key both (degenerate row) counts as the max
     r = tl.floor(x)
@@ -852,16 +852,16 @@ def grid(s, valid, is_max, is_min, M, row, CALIB: tl.constexpr, FINITE_MASKED: t
     if DELTA_EXP:
         tl.static_assert(CALIB != 1, "a degenerate MinMax row's dfac is 0: no log2")
         d_exp = (1.0 - kf) * h_log2 + tl.log2(dfac)  # per row (FWM, resolved: one per launch)
-        cDelta = tl.where(keep, tl.exp2(tl.fma(r, h_log2[:, None], d_exp[:, None])), 0.0)
+        cDelta = tl.where(valid, tl.exp2(tl.fma(r, h_log2[:, None], d_exp[:, None])), 0.0)
     else:
-        cDelta = tl.where(keep, E_r1 * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on kept keys
-    return wL, wN, keep, cDelta, r, x, t, E_r, E_r1
+        cDelta = tl.where(valid, E_r1 * dfac[:, None], 0.0)  # Delta = (E_r1 - E_r)/h on valid keys
+    return wL, wN, cDelta, r, x, t, E_r, E_r1
 
 
 @triton.jit
-def _place(w, keep):
-    """The weight on kept keys, 0 elsewhere (a degenerate MinMax row's weights are already 1: ``grid``)."""
-    return tl.where(keep, w, 0.0)
+def _place(w, valid):
+    """The weight on valid keys, 0 elsewhere (a degenerate MinMax row's weights are already 1: ``grid``)."""
+    return tl.where(valid, w, 0.0)
 
 
 @triton.jit
@@ -888,7 +888,7 @@ def prob_ste(wLp, wHp, WL, WH):
 
 
 @triton.jit
-def _forward_weight(wL, wN, keep, OP: tl.constexpr):
+def _forward_weight(wL, wN, valid, OP: tl.constexpr):
     """The weight the forward normalizes, placed: w^L (LERP) or the STE weight of ``weight_ste``."""
     HARD: tl.constexpr = OP[2]
     HISTORICAL: tl.constexpr = OP[4]
@@ -896,7 +896,7 @@ def _forward_weight(wL, wN, keep, OP: tl.constexpr):
         w = weight_ste(wL, wN, HISTORICAL)
     else:
         w = wL
-    return _place(w, keep)
+    return _place(w, valid)
 
 
 @triton.jit
@@ -904,7 +904,7 @@ def calibration_grad(r, x, t, E_r, E_r1, cD, row, SHORT: tl.constexpr):
     """eq. (1) (eq:calgrad), MinMax: dw^L/dM = -w^L - Delta rho + X with rho = (r + t_raw)/K, i.e. -Y - Delta
     rho with Y = w^L - X = (1-t) E_r (1 - r/K) + t E_r1 (1 - (r+1)/K), a sum of non-negative terms that does
     not cancel in fp32. dw^L/dm = -Delta - dw^L/dM follows per row (G_m = -S1 - G_M). r + t_raw is x bit for
-    bit (``grid``: t_raw = x - r is exact, and so is the sum back), so rho = x/K. cD is Delta on kept keys.
+    bit (``grid``: t_raw = x - r is exact, and so is the sum back), so rho = x/K. cD is Delta on valid keys.
     SHORT: with E_r = E_r1 e^{-h} and Delta = E_r1 dfac, E_r1 factors out,
         dw^L/dM = -E_r1 [(1-t) e^{-h} u + t (u - 1/K) + (dfac/K) x],  u = 1 - r/K,
     three non-negative terms in seven operations per score instead of twelve ((1-t) e^{-h} is one fma).
@@ -934,7 +934,7 @@ def score_grad(gamma, cD, is_max, GM, is_min, Gm, KEEP_MAX_TERM: tl.constexpr, K
                EXP: tl.constexpr = 0):  # fmt: skip
     """eq. (2) (eq:full) on one tile: dL/ds_i = gamma_i Delta_i + [i = argmax] G_M + [i = argmin] G_m, with
     the row sums G_M = sum_j gamma_j dw_j/dM and G_m = sum_j gamma_j dw_j/dm of eq. (1) (FWM, resolved:
-    dw/dM = -Delta, no m term). range_grad drops a channel (KEEP_*_TERM False). cD is Delta on kept keys (0
+    dw/dM = -Delta, no m term). range_grad drops a channel (KEEP_*_TERM False). cD is Delta on valid keys (0
     elsewhere), w for softmax (dS = P (g - D)), dw/dz of ``exp_baseline`` for the exp baselines, whose
     dw/dM = -dw/dz (z = s - M): G_M = -S1. BF16-exp (EXP 1) rounds as autograd through its casts does:
     gamma to bf16, then the bf16 product gamma w (exact in fp32, rounded once)."""
@@ -1064,10 +1064,10 @@ def _sink_weights(s, ok, M, amax, amin, row, Tk, W, WL, OP: tl.constexpr, SUM_L:
         if OP[6]:  # FORWARD_PINS, as _weights_step
             is_max = (amax == Tk)[:, None]
             is_min = (amin == Tk)[:, None]
-        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, ok, is_max, is_min, M, row, CALIB)
-        w = _forward_weight(wL, wN, keep, OP)
+        wL, wN, cDelta, r, x, t, E_r, E_r1 = grid(s, ok, is_max, is_min, M, row, CALIB)
+        w = _forward_weight(wL, wN, ok, OP)
         if SUM_L:
-            WL += tl.sum(_place(wL, keep), 1)
+            WL += tl.sum(_place(wL, ok), 1)
     W += tl.sum(w, 1)
     return W, WL
 
@@ -1128,11 +1128,11 @@ def _weights_step(q, start_n, keys, bounds, mask, rows, row, sums, scales, OP: t
         is_max, is_min = None, None
         if FORWARD_PINS:
             is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
-        wL, wN, keep, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
+        wL, wN, cDelta, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB)
         # LERP: w^L; STE operators: the hard forward w^N (strict) or w^H (historical)
-        w = _forward_weight(wL, wN, keep, OP)
+        w = _forward_weight(wL, wN, valid, OP)
         if SUM_L:  # Prob-STE also needs W^L and, for the backward, P^L V (eq. 4 backward point)
-            wLp = _place(wL, keep)
+            wLp = _place(wL, valid)
             if PASS3:  # historical P = P^L + sg(P^H - P^L), per key
                 w = prob_ste(wLp, w, WL, W)
             else:
@@ -1382,8 +1382,8 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
     """Per-tile backward coefficients, formed before g = dO V^T so that few score-sized tiles stay live.
 
     Returns the forward weight w (w^N, or w^H in historical arithmetic, for the STE operators; for
-    dV = P^T dO), the placed w^L (historical Prob-STE's P needs it), the kept-key mask, the self-term factor
-    cD (Delta on kept keys: the self term of dL/ds, eq. 2; w for softmax: dS = P (g - D)) and
+    dV = P^T dO), the placed w^L (historical Prob-STE's P needs it), the self-term factor cD (Delta on valid
+    keys: the self term of dL/ds, eq. 2; w for softmax: dS = P (g - D)) and
     dM = dw/dM (eq. 1, when SUM_GM: 1 ``calibration_grad`` in full, 2 its SHORT form). ``s`` is the tile of
     ``_scores``: for softmax (s - M) log2(e). The exp baselines: w of ``exp_baseline`` and cD its dw/dz.
     With the row's 1/W (``inv_Wf``) the strict STE operators return w^N/W, the forward's P^N, as w.
@@ -1397,32 +1397,28 @@ def _bwd_coefs(s, valid, is_max, is_min, M, row, OP: tl.constexpr, SUM_GM: tl.co
     if SOFTMAX:
         w = tl.where(valid, tl.exp2(s), 0.0)  # e^{s - M}: s is (s - M) log2(e) here (_scores)
         wLp = w
-        keep = valid
         cD = w
     elif EXP:
         w, cD = exp_baseline(s - M[:, None], EXP)
         w = tl.where(valid, w, 0.0)
         cD = tl.where(valid, cD, 0.0)
         wLp = w
-        keep = valid
     else:
-        wL, wN, keep, cD, r, x, t, E_r, E_r1 = grid(
-            s, valid, is_max, is_min, M, row, CALIB, SUM_GM, DELTA_EXP
-        )
+        wL, wN, cD, r, x, t, E_r, E_r1 = grid(s, valid, is_max, is_min, M, row, CALIB, SUM_GM, DELTA_EXP)
         if inv_Wf is not None and OP[2] and not HISTORICAL:
             # P^N = w^N/W of strict Weight-STE, eq. (3), and Prob-STE, eq. (4): as E_r = E_r1 e^{-h},
             # P^N = E_r1 (1/W or e^{-h}/W), a select between two row constants; E_r, unused here, is not
             # formed: one product per score less. Placed before the product: a select last is sunk past
             # the bf16 cast of P (unpack, select, pack)
-            w = _place(E_r1, keep) * tl.where(t >= 0.5, inv_Wf[:, None], (row[3] * inv_Wf)[:, None])
+            w = _place(E_r1, valid) * tl.where(t >= 0.5, inv_Wf[:, None], (row[3] * inv_Wf)[:, None])
         else:
-            w = _forward_weight(wL, wN, keep, OP)
+            w = _forward_weight(wL, wN, valid, OP)
         wLp = w
         if JACOBIAN_AT_PL and HISTORICAL:
-            wLp = _place(wL, keep)
+            wLp = _place(wL, valid)
         if SUM_GM:
             dM = calibration_grad(r, x, t, E_r, E_r1, cD, row, SUM_GM == 2)
-    return w, wLp, keep, cD, dM
+    return w, wLp, cD, dM
 
 
 @triton.jit
@@ -1455,12 +1451,12 @@ def _dq_step(query, start_n, keys, bounds, mask, rows, row, state, scales, OP: t
     if SUM_GM:  # dw/dM reads x and t; without it the loop needs r alone, which the pins do not move (grid)
         is_max, is_min = _arg_keys(start_n, amax, amin, FULL, BLOCK_N)
     GM_FORM: tl.constexpr = SUM_GM * (1 + (q.shape[1] <= 64))  # calibration_grad's SHORT form up to D = 64
-    w, wLp, keep, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, GM_FORM, None, TILE[2])
+    w, wLp, cD, dM = _bwd_coefs(s, valid, is_max, is_min, M, row, OP, GM_FORM, None, TILE[2])
     g = _dot(do, tl.trans(v), PREC)  # g_ij = dO_i . v_j = dL/dP_ij
     if TILE[1]:
-        gamma = tl.where(keep, g - Dd[:, None], 0.0)  # W^at gamma
+        gamma = tl.where(valid, g - Dd[:, None], 0.0)  # W^at gamma
     else:
-        gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
+        gamma = tl.where(valid, _gamma(g, Dd, inv_Wa), 0.0)
     ds = score_grad(gamma, cD, is_max, GM, is_min, GM, False, False, OP[5])  # eq. (2) self term; rest after
     if MASKING[4] == 2:  # dL/dbias = dL/ds: the self term of eq. (2) per score (the kernel adds the rest)
         ds_b = ds
@@ -1578,13 +1574,13 @@ def _bwd_dq_kernel(Q, ins, stats, outs, strides, shape, consts, OP: tl.constexpr
         GM *= inv_Wa
     if HAS_SINKS:  # the sink's self term of eq. (2), and its gamma dw/dM (eq. 1) for G_M; g = dO . v_sink = 0
         s_k, ok = _sink_scores(Sinks, hd, BLOCK_M)
-        s_k = tl.where(ok, s_k, M[:, None])  # a sink that takes no part: any finite score, dropped by keep
+        s_k = tl.where(ok, s_k, M[:, None])  # a sink that takes no part: any finite score, dropped by ok
         if OP[1]:  # softmax: the exponent (s - M) log2(e), as _scores and _sink_softmax form it
             s_k = tl.fma(s_k, LOG2E, -(M * LOG2E)[:, None])
         is_max_k = (amax == Tk)[:, None]
         is_min_k = (amin == Tk)[:, None]
-        _, _, keep_k, cD_k, dM_k = _bwd_coefs(s_k, ok, is_max_k, is_min_k, M, row, OP, SUM_GM)
-        gamma_k = tl.where(keep_k, _gamma(tl.zeros_like(s_k), Dd, inv_Wa), 0.0)
+        _, _, cD_k, dM_k = _bwd_coefs(s_k, ok, is_max_k, is_min_k, M, row, OP, SUM_GM)
+        gamma_k = tl.where(ok, _gamma(tl.zeros_like(s_k), Dd, inv_Wa), 0.0)
         ds_k = tl.sum(score_grad(gamma_k, cD_k, is_max_k, GM, is_min_k, GM, False, False, OP[5]), 1)
         S1 += ds_k
         if SUM_GM:
@@ -1727,7 +1723,7 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
     pin_max, pin_min = is_max, is_min
     if STRICT_STE and not SUM_GM:  # P^N and Delta need r and [t >= 1/2] alone: no pins (grid)
         pin_max, pin_min = None, None
-    w, wLp, keep, cD, dM = _bwd_coefs(
+    w, wLp, cD, dM = _bwd_coefs(
         s, valid, pin_max, pin_min, M, row, OP, SUM_GM, inv_Wf if STRICT_STE else None
     )
     if PL_HISTORICAL:
@@ -1740,7 +1736,7 @@ def _key_block_tile(kv, start_m, query, offs_n, dims, mask, stats, dv, scales, O
         cD = p
     dv += _dot(tl.trans(_cast(p, do.dtype)), do, PREC)
     g = _dot(do, tl.trans(v), PREC)
-    return q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th
+    return q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, cD, dM, g, dv, th
 
 
 @triton.jit
@@ -1762,11 +1758,11 @@ def _dkdv_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, O
     # rounds it to bf16 before the product: score_grad).
     FOLD: tl.constexpr = OP[0] != 0 or OP[1]
     COEF: tl.constexpr = (False, FOLD)
-    q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
+    q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, cD, dM, g, dv, th = _key_block_tile(
         kv, start_m, query, offs_n, dims, mask, stats, dv, scales, OP, MASKING, PREC, FULL, COEF, BLOCK_M
     )
     if FOLD:
-        gamma = g - Dd[:, None]  # not masked: cD = 0 off keep
+        gamma = g - Dd[:, None]  # not masked: cD = 0 off the valid keys
     else:
         gamma = _gamma(g, Dd, inv_Wa)
     if ARG_AFTER:  # eq. (2)'s self term here; its calibration terms after the loop (_arg_key_terms)
@@ -1858,15 +1854,15 @@ def _fused_step(kv, start_m, query, offs_n, dims, mask, stats, kv_sums, scales, 
     # FOLD as in _dkdv_step, but not with the G_M sum: dw/dM of eq. (1) takes Delta, not Delta/W^at
     FOLD: tl.constexpr = (OP[0] != 0 or OP[1]) and not SUM_GM
     COEF: tl.constexpr = (SUM_GM * (1 + (offs_d.shape[0] <= 64)), FOLD)  # SHORT form as in _dq_step
-    q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, keep, cD, dM, g, dv, th = _key_block_tile(
+    q, row_i, rmask, row, inv_Wa, Dd, valid, is_max, is_min, cD, dM, g, dv, th = _key_block_tile(
         kv, start_m, query, offs_n, dims, mask, stats, dv, scales, OP, MASKING, PREC, TILE[0], COEF, BLOCK_M
     )
-    # gamma is 0 off keep even where g is not finite there (a masked key's v may be anything): its dS
-    # enters the row's dQ
+    # gamma is 0 off the valid keys even where g is not finite there (a masked key's v may be anything):
+    # its dS enters the row's dQ
     if FOLD:
-        gamma = tl.where(keep, g - Dd[:, None], 0.0)  # W^at gamma: cD carries the 1/W^at
+        gamma = tl.where(valid, g - Dd[:, None], 0.0)  # W^at gamma: cD carries the 1/W^at
     else:
-        gamma = tl.where(keep, _gamma(g, Dd, inv_Wa), 0.0)
+        gamma = tl.where(valid, _gamma(g, Dd, inv_Wa), 0.0)
     ds = score_grad(gamma, cD, is_max, Dd, is_min, Dd, False, False, OP[5])  # eq. (2) self term
     ds_qk = _chain(ds, th, MASKING[3])  # dL/d(scale q.k) for the dots
     dk += _dot(tl.trans(_cast(ds_qk, q.dtype)), q, PREC)
