@@ -39,11 +39,17 @@
 # both) must run that folder's code from its first sitting on: SAME_CODE_AS=DIR makes `check` refuse other
 # operator code than DIR's manifest records (default for mini-seeds: docs/results/mini).
 #
-# The corpus travels from a git-ignored folder inside the repository. Once, in the repository root:
+# The corpus travels from a git-ignored folder inside the repository, xz-compressed (GPT-2 token files
+# shrink to about 40%: 40 MiB of them to 15, room for the results folders under the 64 MiB that travel).
+# Once, in the repository root:
 #   mkdir -p .corpus/docs && cp PATH_TO_YOUR_TOKEN_FILES/*.bin .corpus/docs/   # flat uint16 GPT-2 tokens
+#   xz -T0 .corpus/docs/*.bin                          # each X.bin becomes X.bin.xz
+# The sitting decompresses each X.bin.xz beside itself before `data prepare`, so that the prepared data, its
+# hashes and its source label (bin:.corpus/docs) are those of the plain files. Plain X.bin files travel too,
+# as they are.
 #
 # Stages (several in one call run in order):
-#   check    corpus present and small enough to travel; the results folder passes the results-only gate and
+#   check    corpus present, every .xz of it intact, and small enough to travel; the results folder passes the results-only gate and
 #            was run by this code; which runs are still to run; then the sitting's own commands run those
 #            runs on this CPU at a tiny size, with the code the sitting runs (about 40 s; SMOKE=0 skips it)
 #   sitting  env, then at once: the kernel preflight (the core fused-kernel tests on this GPU, at most
@@ -145,6 +151,64 @@ print(f"{len(done)} runs signed off; to run ({len(pending)}): {' '.join(pending)
 EOF
 }
 
+# The token files of $CORPUS, X.bin or X.bin.xz (Python's lzma: no xz program needed where it runs):
+#   corpus check      every X.bin.xz decompresses whole to an even number of bytes (uint16 tokens), and no
+#                     X.bin lies beside it (which of the two would the sitting read?); one line of sizes
+#   corpus head DIR   the first 20,000 bytes of each token file, as DIR/X.bin (the smoke's corpus)
+#   corpus unpack     each X.bin.xz to X.bin beside it (through X.bin.part, renamed when whole)
+#   corpus clean      the X.bin of each X.bin.xz removed again (`data prepare` copies the tokens)
+corpus() {
+  $PY - "$CORPUS" "$@" <<'EOF'
+import lzma
+import os
+import sys
+from pathlib import Path
+
+folder, mode, *args = sys.argv[1:]
+files = sorted(Path(folder).glob("*.bin")) + sorted(Path(folder).glob("*.bin.xz"))
+CHUNK = 1 << 24
+f = Path(folder)  # the file at hand, for the error message
+try:
+    if mode == "check":
+        plain = packed = unpacked = 0
+        for f in files:
+            if f.suffix == ".bin":
+                plain += f.stat().st_size
+                continue
+            if f.with_suffix("").exists():
+                sys.exit(f"{f} and {f.with_suffix('')} both: keep one (the .xz travels in about 40% of the size)")
+            n = 0
+            with lzma.open(f) as src:
+                while chunk := src.read(CHUNK):
+                    n += len(chunk)
+            if n % 2:
+                sys.exit(f"{f}: {n} bytes decompressed, not whole uint16 tokens")
+            packed, unpacked = packed + f.stat().st_size, unpacked + n
+        mib = 1 << 20
+        print(f"corpus: {plain / mib:.1f} MiB plain, {packed / mib:.1f} MiB of .xz ({unpacked / mib:.1f} MiB"
+              " decompressed, intact)")
+    elif mode == "head":
+        for f in files:
+            with lzma.open(f) if f.suffix == ".xz" else open(f, "rb") as src:
+                Path(args[0], f.name.removesuffix(".xz")).write_bytes(src.read(20_000))
+    elif mode == "unpack":
+        for f in files:
+            if f.suffix == ".xz" and not f.with_suffix("").exists():
+                part = f.with_suffix(".part")
+                with lzma.open(f) as src, open(part, "wb") as dst:
+                    while chunk := src.read(CHUNK):
+                        dst.write(chunk)
+                os.replace(part, f.with_suffix(""))
+                print(f"{f} -> {f.with_suffix('')}")
+    elif mode == "clean":
+        for f in files:
+            if f.suffix == ".xz":
+                f.with_suffix("").unlink(missing_ok=True)
+except (OSError, lzma.LZMAError, EOFError) as err:
+    sys.exit(f"{f}: {err!r}")
+EOF
+}
+
 # The sitting's own commands (data prepare --source bin:, suite run, suite gate --partial, suite merge) with
 # the code that runs there ($ROOT: this checkout, or the pin), on this CPU: the runs the next sitting starts,
 # at 1 layer, 2 heads, d = 16, T = 32 and 1,024 tokens, on the first 10,000 tokens of each token file. A pin
@@ -153,7 +217,7 @@ smoke() {  # smoke RUN_ID...
   local dir rc=0
   dir=$(mktemp -d)
   mkdir "$dir/corpus"
-  for f in "$CORPUS"/*.bin; do head -c 20000 "$f" > "$dir/corpus/$(basename "$f")"; done
+  corpus head "$dir/corpus" || { rm -rf "$dir"; return 1; }
   $PY - "$SUITE_NAME" "$dir/smoke.toml" "$@" <<'EOF' > "$dir/log" 2>&1 || rc=1
 import json
 import sys
@@ -191,10 +255,18 @@ for stage in "$@"; do
   case "$stage" in
     check)  # here, before the call
       ok=1
-      ls "$CORPUS"/*.bin > /dev/null 2>&1 || { echo "no $CORPUS/*.bin: copy the token files there"; ok=0; }
+      if compgen -G "$CORPUS/*.bin" > /dev/null || compgen -G "$CORPUS/*.bin.xz" > /dev/null; then
+        corpus check || ok=0
+      else
+        echo "no $CORPUS/*.bin or *.bin.xz: copy the token files there"; ok=0
+      fi
       size=$(du -sm --exclude=.git --exclude=.mini . 2>/dev/null | cut -f1)
       echo "working tree with the corpus: ${size} MiB (at most 64 travel)"
-      [ "${size:-999}" -lt 64 ] || ok=0
+      if [ "${size:-999}" -ge 64 ]; then
+        ok=0
+        compgen -G "$CORPUS/*.bin" > /dev/null \
+          && echo "  compress the token files: xz -T0 $CORPUS/*.bin (the sitting decompresses them)"
+      fi
       for d in .corpus .mini; do git check-ignore -q "$d/" || { echo "$d must be git-ignored"; ok=0; }; done  # "/": a folder, there or not
       pending=$(pending_runs) || ok=0
       if [ -f "$RESULTS/gate.json" ]; then
@@ -278,8 +350,10 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       PREFLIGHT_WORKERS=${PREFLIGHT_WORKERS:-8} preflight "${PREFLIGHT_S:-150}" "$OUT/preflight.txt" &
       pre=$!
       if [ ! -f "$SUITE/data/meta.json" ]; then  # inside the suite folder: the manifest records it as "data"
-        kinterval data prepare --source "bin:$CORPUS" --out "$SUITE/data" > .mini/prepare.log 2>&1 \
-          || { tail -n 5 .mini/prepare.log; kill "$pre"; exit 2; }
+        { corpus unpack && kinterval data prepare --source "bin:$CORPUS" --out "$SUITE/data"; } > .mini/prepare.log 2>&1
+        st=$?
+        corpus clean
+        [ "$st" -eq 0 ] || { tail -n 5 .mini/prepare.log; kill "$pre"; exit 2; }
       fi
       skip=()
       [ -f "$RESULTS/gate.json" ] && skip=(--skip-gated "$RESULTS")

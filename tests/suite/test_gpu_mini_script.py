@@ -7,6 +7,7 @@ do once the results folder signs off every run."""
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import re
 import shutil
@@ -86,8 +87,12 @@ def checkout(tmp_path):
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     rng = np.random.default_rng(0)
     (root / ".corpus" / "docs").mkdir(parents=True)
+    (root / "raw").mkdir()  # the plain token files, to compare with
     for split, n in (("train", 20_000), ("val", 2_000), ("test", 2_000)):
-        rng.integers(0, 50256, n, dtype=np.uint16).tofile(root / ".corpus" / "docs" / f"docs.{split}.bin")
+        rng.integers(0, 50256, n, dtype=np.uint16).tofile(root / "raw" / f"docs.{split}.bin")
+        shutil.copy2(root / "raw" / f"docs.{split}.bin", root / ".corpus" / "docs")
+    # the train split travels xz-compressed, as the script's header tells (val and test stay plain)
+    _xz(root / ".corpus" / "docs" / "docs.train.bin")
     (root / "pre").mkdir()
     (root / "pre" / "test_ok.py").write_text("def test_ok():\n    pass\n")
     (root / "pre" / "test_bad.py").write_text("def test_bad():\n    assert False\n")
@@ -95,6 +100,14 @@ def checkout(tmp_path):
     for name, groups in suites.items():
         (root / f"{name}.toml").write_text(SUITE.format(name=name) + groups)
     return root
+
+
+def _xz(path: Path) -> Path:
+    """``xz FILE``: FILE.xz in its place."""
+    packed = path.with_name(path.name + ".xz")
+    packed.write_bytes(lzma.compress(path.read_bytes()))
+    path.unlink()
+    return packed
 
 
 def _env(root, suite, *, out="out", deadline=300, preflight="test_ok.py", per_gpu=2, extra=None):
@@ -219,6 +232,19 @@ def test_a_sitting_starts_one_wave_of_runs(checkout):
     sitting = (checkout / "out" / "sitting.log").read_text()
     assert "suite pair: 1 of 2 runs" in sitting and "lerp-k4-s5" not in sitting, sitting
     assert not (checkout / "out" / "unfinished.tar.gz").exists()
+    # the sitting decompressed the train split beside itself (and removed it after `data prepare`): the data
+    # it prepared are the plain files' data, under the same source label and file names
+    assert sorted(p.name for p in (checkout / ".corpus" / "docs").iterdir()) == [
+        "docs.test.bin",
+        "docs.train.bin.xz",
+        "docs.val.bin",
+    ]
+    prepare(f"bin:{checkout / 'raw'}", checkout / "plain", progress=False)
+    ours, plain = (
+        json.loads((d / "meta.json").read_text()) for d in (checkout / ".mini/pair/data", checkout / "plain")
+    )
+    assert ours["source"] == "bin:.corpus/docs" and ours["splits"] == plain["splits"], (ours, plain)
+    assert ours["params"]["files"]["train"] == [".corpus/docs/docs.train.bin"], ours["params"]
     _unpack_and_merge(checkout, "pair")
     rc, log, _ = _script(checkout, "check", "pair", per_gpu=1)
     assert rc == 0 and "1 runs signed off; to run (1): lerp-k4-s5" in log, log
@@ -326,7 +352,7 @@ def test_nothing_to_do_once_the_results_folder_signs_off_every_run(checkout):
     suite, res = checkout / "quick.toml", checkout / "results" / "quick"
     rc, log, _ = _script(checkout, "check", "quick")
     assert rc == 0 and "no results yet" in log and "ready" in log, log
-    prepare(f"bin:{checkout / '.corpus' / 'docs'}", checkout / "here" / "data", progress=False)
+    prepare(f"bin:{checkout / 'raw'}", checkout / "here" / "data", progress=False)
     run_suite(suite, checkout / "here", data=checkout / "here" / "data", threads=1, log=lambda *_: None)
     assert gate(checkout / "here", partial=True).ok
     merge(checkout / "here", res)
@@ -365,12 +391,37 @@ def test_check_refuses_other_operator_code_than_the_folder_it_pools_with(checkou
     assert rc == 2 and "no manifest code to compare with" in log, log
 
 
+def test_check_refuses_a_corpus_the_sitting_could_not_read(checkout):
+    """The token files travel xz-compressed and the sitting decompresses them: check decompresses each one
+    here first, so that a truncated .xz, one that is not whole uint16 tokens, or a plain file beside its .xz
+    (which one would the sitting read?) shows before the call, naming the file."""
+    rc, log, _ = _script(checkout, "check", "quick")
+    assert rc == 0 and re.search(
+        r"corpus: 0\.0 MiB plain, 0\.0 MiB of \.xz \(0\.0 MiB decompressed, intact\)", log
+    )
+    assert "ready: run" in log, log
+    packed = checkout / ".corpus" / "docs" / "docs.train.bin.xz"
+    whole = packed.read_bytes()
+    for bad, said in (
+        (whole[: len(whole) // 2], "docs.train.bin.xz: EOFError"),
+        (lzma.compress(b"\x01\x02\x03"), "docs.train.bin.xz: 3 bytes decompressed, not whole uint16 tokens"),
+    ):
+        packed.write_bytes(bad)
+        rc, log, _ = _script(checkout, "check", "quick")
+        assert rc == 2 and said in log and "not ready" in log, log
+    packed.write_bytes(whole)
+    shutil.copy2(checkout / "raw" / "docs.train.bin", packed.parent)
+    rc, log, _ = _script(checkout, "check", "quick")
+    assert rc == 2 and "docs.train.bin.xz and " in log and "both: keep one" in log, log
+
+
 def test_check_without_the_corpus_says_so_and_nothing_about_ignoring(checkout):
     """A missing corpus is one line, "copy the token files there"; `.corpus` stays git-ignored (the pattern
     ``/.corpus/`` names a folder, which git tells only for a path written as one when it is absent)."""
     shutil.rmtree(checkout / ".corpus")
     rc, log, _ = _script(checkout, "check", "quick")
-    assert rc == 2 and "no .corpus/docs/*.bin: copy the token files there" in log and "not ready" in log, log
+    assert rc == 2 and "no .corpus/docs/*.bin or *.bin.xz: copy the token files there" in log, log
+    assert "not ready" in log, log
     assert "must be git-ignored" not in log, log
     (checkout / ".gitignore").write_text("/.mini/\n/out/\n")  # teeth: a checkout that does not ignore it
     rc, log, _ = _script(checkout, "check", "quick")
