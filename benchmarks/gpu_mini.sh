@@ -49,8 +49,9 @@
 # as they are.
 #
 # Stages (several in one call run in order):
-#   check    corpus present, every .xz of it intact, and small enough to travel; the results folder passes the results-only gate and
-#            was run by this code; which runs are still to run; then the sitting's own commands run those
+#   check    corpus present, every .xz of it intact, and small enough to travel; the results folder passes
+#            the results-only gate and was run by this code; which runs are still to run; then the sitting's
+#            own commands run those
 #            runs on this CPU at a tiny size, with the code the sitting runs (about 40 s; SMOKE=0 skips it)
 #   sitting  env, then at once: the kernel preflight (the core fused-kernel tests on this GPU, at most
 #            PREFLIGHT_S s, default 150, in the background) and the suite's pending runs (--per-gpu PER_GPU,
@@ -64,7 +65,17 @@
 #            PREFLIGHT_FAILED.txt, the stages after it run, and the call exits with 3 (read preflight.txt
 #            before merging them).
 #            The runs that did not finish come back as evidence only: unfinished.tar.gz holds their
-#            status.json, metrics.jsonl and log (a failed run's traceback)
+#            status.json, metrics.jsonl and log (a failed run's traceback).
+#            The wave guard (GUARD=0 turns it off): from GUARD_FROM s (default 60), every GUARD_EVERY s
+#            (default 15), each run still training is timed over the last GUARD_SPAN s or more (default 30;
+#            steps from its metrics.jsonl against the wall clock, so logged validations and checkpoints
+#            count). The wave ends at best (the GPU full, so that each run that ends speeds up the others)
+#            after the sum of the runs' training time left over the number of runs, plus AFTER_S (default
+#            120: the five evaluations and the sign-off, about 95 s on an H200). When even that is after the
+#            deadline (a slower GPU than the H200 that sized the wave), the run with the most training left
+#            is stopped, so that the others finish instead of all being cut; a run that is evaluating, or the
+#            last one training, is never stopped. Projections and stops go to stdout and to the end of
+#            sitting.log
 #   env      GPU, driver, torch and triton versions, the commit (into $OUT/env.txt)
 #   kernels  kernel tests in the foreground, of this checkout's code even with a PIN (the code the next kernel
 #            change builds on): KERNELS_TESTS (default: this checkout's tests/ops/test_triton.py with a PIN,
@@ -206,6 +217,97 @@ try:
                 f.with_suffix("").unlink(missing_ok=True)
 except (OSError, lzma.LZMAError, EOFError) as err:
     sys.exit(f"{f}: {err!r}")
+EOF
+}
+
+# wave_guard DEADLINE: one look at the runs of this sitting ($LOG: started, not yet ended) in $SUITE. State
+# (each run's (time, step) samples, the last stop) in .mini/guard.json; lines for the log on stdout. A run is
+# stopped with SIGTERM to its `suite run-one` process (found in /proc: its command line and working
+# directory), which the runner then logs as failed.
+wave_guard() {
+  $PY - "$LOG" "$SUITE" .mini/guard.json "$1" "${AFTER_S:-120}" "${GUARD_SPAN:-30}" "$T_START" <<'EOF'
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+log, suite, state_file, deadline, after, span, t_start = sys.argv[1:]
+deadline, after, span, t_start = float(deadline), float(after), float(span), float(t_start)
+now = time.time()
+state_path = Path(state_file)
+state = json.loads(state_path.read_text()) if state_path.is_file() else {"samples": {}, "since": 0, "said": 0}
+started, ended = [], set()
+for line in Path(log).read_text().splitlines():
+    rid, _, what = line.partition(": ")
+    if what.startswith("started on GPU"):
+        started.append(rid)
+    elif rid in started and what:
+        ended.add(rid)
+running = [r for r in started if r not in ended]
+
+
+def last_step(rid):
+    """The run's last logged step (None before its first row) and its planned steps."""
+    run = Path(suite, "runs", rid)
+    try:
+        steps = json.loads((run / "run_config.json").read_text())["plan"]["steps"]
+        with open(run / "metrics.jsonl", "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 8192))
+            rows = fh.read().decode(errors="replace").splitlines()[1:]  # the first may be cut
+    except (OSError, ValueError, KeyError):
+        return None, None
+    for row in reversed(rows):
+        try:
+            return int(json.loads(row)["step"]), int(steps)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None, None
+
+
+left = {}  # seconds of training each run still training has left at its pace over the last `span` s or more
+for rid in running:
+    step, steps = last_step(rid)
+    if step is None:
+        continue
+    samples = [s for s in state["samples"].get(rid, []) if s[0] >= state["since"]] + [[now, step]]
+    state["samples"][rid] = samples[-64:]
+    if step >= steps:
+        continue  # training done: evaluating, never stopped
+    old = [s for s in samples if now - s[0] >= span]
+    if old and step > old[-1][1]:
+        t0, s0 = old[-1]
+        left[rid] = (steps - step) * (now - t0) / (step - s0)
+# The wave's end at best: the runs share the GPU, so each one that ends speeds up the others; if the GPU is
+# full, all of them are done after the sum of what they have left over the runs sharing it (if it is not,
+# later, and then stopping one would not speed up the rest).
+end = now + sum(left.values()) / len(running) + after if left else None
+stop = max(left, key=left.get) if left and end > deadline and len(left) > 1 else None
+if left and (stop or now - state["said"] >= 60):
+    state["said"] = now
+    each = ", ".join(f"{r} {left[r]:.0f} s" for r in sorted(left, key=left.get))
+    runs = f"{len(running)} run{'s' if len(running) > 1 else ''}"
+    print(
+        f"[{now - t_start:.0f} s] wave guard: training left at the current pace: {each}; {runs} on the GPU:"
+        f" the wave ends at ~{end - t_start:.0f} s at best (deadline {deadline - t_start:.0f} s)"
+    )
+if stop:
+    here = os.getcwd()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if "run-one" in args and args[-1] == stop and cwd == here and suite in args:
+            os.kill(int(pid), signal.SIGTERM)
+            print(f"[{now - t_start:.0f} s] wave guard: stopped {stop} (pid {pid}) so that the others finish")
+            break
+    else:
+        print(f"[{now - t_start:.0f} s] wave guard: {stop} would end late, but its process was not found")
+    state["since"] = now  # the pace changes: time the others afresh
+state_path.write_text(json.dumps(state))
 EOF
 }
 
@@ -390,7 +492,7 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       pack() {  # FORCE=1: try again even if no run finished since the last try (the last call)
         local n
         n=$(grep -c ": completed$" "$LOG")
-        cp "$LOG" "$OUT/sitting.log"
+        { cat "$LOG"; [ -s .mini/guard.log ] && cat .mini/guard.log; } > "$OUT/sitting.log"
         [ "$n" -gt "$packed" ] || return 0
         # a failed gate or merge is tried again when another run finishes, not every 2 s beside the training
         [ "$n" -gt "$tried" ] || [ -n "${FORCE:-}" ] || return 0
@@ -406,9 +508,15 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
           echo "[$(elapsed) s] packed: $(grep -m1 "^merged" .mini/gate.txt)"
         fi
       }
+      rm -f .mini/guard.json .mini/guard.log
+      guard_at=$(( T_START + ${GUARD_FROM:-60} ))
       while kill -0 "$suite" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do  # the runner waits for its runs
         if [ -n "$pre" ] && ! kill -0 "$pre" 2>/dev/null; then preflight_done; fi
         pack
+        if [ "${GUARD:-1}" != 0 ] && [ "$(date +%s)" -ge "$guard_at" ]; then
+          wave_guard "$deadline" 2>&1 | tee -a .mini/guard.log
+          guard_at=$(( $(date +%s) + ${GUARD_EVERY:-15} ))
+        fi
         sleep 2
       done
       if kill -0 -- -"$suite" 2>/dev/null; then  # bash's own kill: no procps needed either
@@ -442,7 +550,7 @@ print('torch', torch.__version__, 'triton', triton.__version__); print('code', c
       if grep -q "^nothing to run" "$LOG"; then
         echo "nothing to run: $RESULTS signs off every run of the suite"; continue
       fi
-      cat "$OUT/gate.txt"
+      [ -f "$OUT/gate.txt" ] && cat "$OUT/gate.txt"  # none when no run finished
       if [ "$packed" -eq 0 ]; then
         echo "no run finished and passed the gate before the deadline: nothing to bring back"; exit 1
       fi

@@ -227,10 +227,14 @@ def test_a_sitting_starts_one_wave_of_runs(checkout):
     they do; the next sitting takes the rest."""
     rc, log, _ = _script(checkout, "check", "pair", per_gpu=1)
     assert rc == 0 and "the next sitting runs (MAX_RUNS=1): softmax-s5" in log, log
-    rc, log, _ = _script(checkout, "sitting", "pair", per_gpu=1)
+    guard = {"GUARD_FROM": "0", "GUARD_EVERY": "1", "GUARD_SPAN": "1"}  # the wave guard looks every second
+    rc, log, _ = _script(checkout, "sitting", "pair", per_gpu=1, extra=guard)
     assert rc == 0 and "--only softmax-s5" in log and "deadline: stopping" not in log, log
     sitting = (checkout / "out" / "sitting.log").read_text()
     assert "suite pair: 1 of 2 runs" in sitting and "lerp-k4-s5" not in sitting, sitting
+    # it looked (its state holds the run's steps) and stopped nothing: one run is never stopped
+    assert "softmax-s5" in json.loads((checkout / ".mini" / "guard.json").read_text())["samples"], log
+    assert "Traceback" not in sitting and "wave guard: stopped" not in sitting, sitting
     assert not (checkout / "out" / "unfinished.tar.gz").exists()
     # the sitting decompressed the train split beside itself (and removed it after `data prepare`): the data
     # it prepared are the plain files' data, under the same source label and file names
@@ -249,6 +253,85 @@ def test_a_sitting_starts_one_wave_of_runs(checkout):
     rc, log, _ = _script(checkout, "check", "pair", per_gpu=1)
     assert rc == 0 and "1 runs signed off; to run (1): lerp-k4-s5" in log, log
     assert "the next sitting runs (MAX_RUNS=1): lerp-k4-s5" in log, log
+
+
+def _wave_guard(root, deadline, t_start, after=100):
+    """One look of the sitting's wave guard (its function, sourced from the script) at the suite .mini/g."""
+    env = dict(
+        os.environ, PY=sys.executable, LOG=".mini/g.log", SUITE=".mini/g", T_START=str(t_start),
+        AFTER_S=str(after), GUARD_SPAN="30",
+    )  # fmt: skip
+    source = "source <(sed -n '/^wave_guard() {/,/^}/p' benchmarks/gpu_mini.sh) && wave_guard \"$1\""
+    proc = subprocess.run(
+        ["bash", "-c", source, "guard", str(deadline)], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_the_wave_guard_stops_the_run_with_the_most_training_left(checkout):
+    """A slower GPU than the one that sized the wave: the runs would all be cut at the deadline. The guard
+    times each run still training over the last 30 s (or more) of its logged steps; when even the best case
+    (the GPU shared, each run that ends speeding up the others) ends after the deadline, with AFTER_S for
+    the evaluations, it stops the run with the most training left; never a run that is evaluating, never
+    the last one training."""
+    suite = checkout / ".mini" / "g"
+    now = time.time()
+    t_start = now - 100
+    # run: (its step now, its step 40 s ago), of 1000 steps: 2 steps a second
+    runs = {"a-s1": (100, 20), "b-s1": (500, 420), "c-s1": (1000, 990)}  # c: training done, evaluating
+    procs = {}
+    for rid, (step, _) in runs.items():
+        (suite / "runs" / rid).mkdir(parents=True)
+        (suite / "runs" / rid / "run_config.json").write_text(json.dumps({"plan": {"steps": 1000}}))
+        rows = [{"step": i, "tokens": 256 * i} for i in range(max(1, step - 300), step + 1)]
+        rows.append({"event": "validation", "step": step, "val_loss": 5.0})
+        (suite / "runs" / rid / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        # a stand-in for the run's `suite run-one` process: its command line ends as the runner's does
+        code = "import time; time.sleep(120)"
+        cmd = [sys.executable, "-c", code, "-m", "kinterval", "suite", "run-one", "--out", ".mini/g", rid]
+        procs[rid] = subprocess.Popen(cmd, cwd=checkout)
+    try:
+        log = "".join(f"{rid}: started on GPU 0 (log x)\n" for rid in runs)
+        (checkout / ".mini" / "g.log").write_text(log)
+        samples = {rid: [[now - 40, before]] for rid, (_, before) in runs.items()}
+        state = {"samples": samples, "since": 0, "said": 0}
+        (checkout / ".mini" / "guard.json").write_text(json.dumps(state))
+        # a has 450 s of training left at its pace, b 250, with three runs on the GPU: at best the wave ends
+        # 700 / 3 + 100 s from now, 433 s after the start. Before a deadline at 500 s nothing is stopped
+        # (though a would end at 650 s at this pace: once b and c end, it speeds up)
+        out = _wave_guard(checkout, now + 400, t_start)
+        assert "the wave ends at ~4" in out and "(deadline 500 s)" in out and "stopped" not in out, out
+        (checkout / ".mini" / "guard.json").write_text(json.dumps(state))
+        # past a deadline at 400 s, a is stopped
+        out = _wave_guard(checkout, now + 300, t_start)
+        said = r"pace: b-s1 2[56]\d s, a-s1 4[56]\d s; 3 runs on the GPU: the wave ends at ~4[34]\d s at best"
+        assert re.search(said + r" \(deadline 400 s\)", out), out
+        assert "wave guard: stopped a-s1" in out, out
+        assert procs["a-s1"].wait(timeout=10) == -15, out
+        assert procs["b-s1"].poll() is None and procs["c-s1"].poll() is None, out
+        # the pace changes once a run is stopped: the next look times the others afresh and stops nothing
+        (checkout / ".mini" / "g.log").write_text(log + "a-s1: failed (exit -15)\n")
+        out = _wave_guard(checkout, now + 10, t_start)
+        assert out == "" and procs["b-s1"].poll() is None, out
+        kept = json.loads((checkout / ".mini" / "guard.json").read_text())["samples"]["b-s1"]
+        assert len(kept) == 2, (
+            kept
+        )  # the samples from before the stop are gone (the stop's and this look's left)
+        # one run left training (and one evaluating): never stopped, however late
+        (checkout / ".mini" / "guard.json").write_text(json.dumps(state))
+        out = _wave_guard(checkout, now + 10, t_start)
+        assert re.search(r"pace: b-s1 2[56]\d s; 2 runs on the GPU", out) and "stopped" not in out, out
+        # with two still training, the late one goes, whatever the order they started in
+        (checkout / ".mini" / "g.log").write_text("b-s1: started on GPU 0\nc-s1: started on GPU 0\n")
+        (suite / "runs" / "c-s1" / "run_config.json").write_text(json.dumps({"plan": {"steps": 5000}}))
+        out = _wave_guard(checkout, now + 2000, t_start)
+        assert "wave guard: stopped c-s1" in out and procs["c-s1"].wait(timeout=10) == -15, out
+        assert procs["b-s1"].poll() is None
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
 
 
 def test_kernel_tests_take_their_own_selection_and_what_is_left_of_the_call(checkout):
