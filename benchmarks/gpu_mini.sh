@@ -71,11 +71,11 @@
 #            steps from its metrics.jsonl against the wall clock, so logged validations and checkpoints
 #            count). The wave ends at best (the GPU full, so that each run that ends speeds up the others)
 #            after the sum of the runs' training time left over the number of runs, plus AFTER_S (default
-#            120: the five evaluations and the sign-off, about 95 s on an H200). When even that is after the
-#            deadline (a slower GPU than the H200 that sized the wave), the run with the most training left
-#            is stopped, so that the others finish instead of all being cut; a run that is evaluating, or the
-#            last one training, is never stopped. Projections and stops go to stdout and to the end of
-#            sitting.log
+#            120: the five evaluations and the sign-off after training, about 110 s on the H200). When even
+#            that is after the deadline at two looks in a row (a slower GPU than the H200 that sized the
+#            wave), the run with the most training left is stopped, so that the others finish instead of all
+#            being cut; a run that is evaluating, or the last one training, is never stopped. Projections and
+#            stops go to stdout and to the end of sitting.log
 #   env      GPU, driver, torch and triton versions, the commit (into $OUT/env.txt)
 #   kernels  kernel tests in the foreground, of this checkout's code even with a PIN (the code the next kernel
 #            change builds on): KERNELS_TESTS (default: this checkout's tests/ops/test_triton.py with a PIN,
@@ -237,7 +237,7 @@ log, suite, state_file, deadline, after, span, t_start = sys.argv[1:]
 deadline, after, span, t_start = float(deadline), float(after), float(span), float(t_start)
 now = time.time()
 state_path = Path(state_file)
-state = json.loads(state_path.read_text()) if state_path.is_file() else {"samples": {}, "since": 0, "said": 0}
+state = json.loads(state_path.read_text()) if state_path.is_file() else {"samples": {}, "since": 0, "said": 0, "late": False}
 started, ended = [], set()
 for line in Path(log).read_text().splitlines():
     rid, _, what = line.partition(": ")
@@ -283,15 +283,18 @@ for rid in running:
 # full, all of them are done after the sum of what they have left over the runs sharing it (if it is not,
 # later, and then stopping one would not speed up the rest).
 end = now + sum(left.values()) / len(running) + after if left else None
-stop = max(left, key=left.get) if left and end > deadline and len(left) > 1 else None
-if left and (stop or now - state["said"] >= 60):
+late = bool(left) and end > deadline and len(left) > 1  # a run to stop, if the next look agrees
+stop = max(left, key=left.get) if late and state.get("late") else None  # two looks in a row: not a blip
+if left and (late or now - state["said"] >= 60):
     state["said"] = now
     each = ", ".join(f"{r} {left[r]:.0f} s" for r in sorted(left, key=left.get))
     runs = f"{len(running)} run{'s' if len(running) > 1 else ''}"
     print(
         f"[{now - t_start:.0f} s] wave guard: training left at the current pace: {each}; {runs} on the GPU:"
         f" the wave ends at ~{end - t_start:.0f} s at best (deadline {deadline - t_start:.0f} s)"
+        + ("" if stop or not late else "; past it: the next look decides")
     )
+state["late"] = late and not stop
 if stop:
     here = os.getcwd()
     for pid in filter(str.isdigit, os.listdir("/proc")):

@@ -303,21 +303,22 @@ def test_the_wave_guard_stops_the_run_with_the_most_training_left(checkout):
         out = _wave_guard(checkout, now + 400, t_start)
         assert "the wave ends at ~4" in out and "(deadline 500 s)" in out and "stopped" not in out, out
         (checkout / ".mini" / "guard.json").write_text(json.dumps(state))
-        # past a deadline at 400 s, a is stopped
+        # past a deadline at 400 s: the first look says so, the second one stops a
         out = _wave_guard(checkout, now + 300, t_start)
         said = r"pace: b-s1 2[56]\d s, a-s1 4[56]\d s; 3 runs on the GPU: the wave ends at ~4[34]\d s at best"
-        assert re.search(said + r" \(deadline 400 s\)", out), out
-        assert "wave guard: stopped a-s1" in out, out
+        assert re.search(said + r" \(deadline 400 s\); past it: the next look decides", out), out
+        assert "stopped" not in out and procs["a-s1"].poll() is None, out
+        out = _wave_guard(checkout, now + 300, t_start)
+        assert re.search(said + r" \(deadline 400 s\)\n", out) and "wave guard: stopped a-s1" in out, out
         assert procs["a-s1"].wait(timeout=10) == -15, out
         assert procs["b-s1"].poll() is None and procs["c-s1"].poll() is None, out
         # the pace changes once a run is stopped: the next look times the others afresh and stops nothing
         (checkout / ".mini" / "g.log").write_text(log + "a-s1: failed (exit -15)\n")
         out = _wave_guard(checkout, now + 10, t_start)
         assert out == "" and procs["b-s1"].poll() is None, out
+        # the samples from before the stop are gone: the stop's and this look's are left
         kept = json.loads((checkout / ".mini" / "guard.json").read_text())["samples"]["b-s1"]
-        assert len(kept) == 2, (
-            kept
-        )  # the samples from before the stop are gone (the stop's and this look's left)
+        assert len(kept) == 2, kept
         # one run left training (and one evaluating): never stopped, however late
         (checkout / ".mini" / "guard.json").write_text(json.dumps(state))
         out = _wave_guard(checkout, now + 10, t_start)
@@ -325,8 +326,11 @@ def test_the_wave_guard_stops_the_run_with_the_most_training_left(checkout):
         # with two still training, the late one goes, whatever the order they started in
         (checkout / ".mini" / "g.log").write_text("b-s1: started on GPU 0\nc-s1: started on GPU 0\n")
         (suite / "runs" / "c-s1" / "run_config.json").write_text(json.dumps({"plan": {"steps": 5000}}))
-        out = _wave_guard(checkout, now + 2000, t_start)
-        assert "wave guard: stopped c-s1" in out and procs["c-s1"].wait(timeout=10) == -15, out
+        # (two late looks in a row: a look in time in between starts the count again)
+        for deadline, stops in ((2000, False), (1e6, False), (2000, False), (2000, True)):
+            out = _wave_guard(checkout, now + deadline, t_start)
+            assert ("wave guard: stopped c-s1" in out) == stops, (deadline, out)
+        assert procs["c-s1"].wait(timeout=10) == -15, out
         assert procs["b-s1"].poll() is None
     finally:
         for proc in procs.values():
