@@ -239,7 +239,8 @@ now = time.time()
 state_path = Path(state_file)
 state = json.loads(state_path.read_text()) if state_path.is_file() else {"samples": {}, "since": 0, "said": 0, "late": False}
 started, ended = [], set()
-for line in Path(log).read_text().splitlines():
+text = Path(log).read_text() if Path(log).is_file() else ""  # the runner's log (none before it starts)
+for line in text.splitlines():
     rid, _, what = line.partition(": ")
     if what.startswith("started on GPU"):
         started.append(rid)
