@@ -51,8 +51,8 @@
 # Stages (several in one call run in order):
 #   check    corpus present, every .xz of it intact, and small enough to travel; the results folder passes
 #            the results-only gate and was run by this code; which runs are still to run; then the sitting's
-#            own commands run those
-#            runs on this CPU at a tiny size, with the code the sitting runs (about 40 s; SMOKE=0 skips it)
+#            own commands run those runs on this CPU at a tiny size, with the code the sitting runs (about
+#            40 s; SMOKE=0 skips it)
 #   sitting  env, then at once: the kernel preflight (the core fused-kernel tests on this GPU, at most
 #            PREFLIGHT_S s, default 150, in the background) and the suite's pending runs (--per-gpu PER_GPU,
 #            default 3; each kernel's default tile, KINTERVAL_TRITON_AUTOTUNE=0, unless set): the first MAX_RUNS
@@ -177,27 +177,32 @@ from pathlib import Path
 
 folder, mode, *args = sys.argv[1:]
 files = sorted(Path(folder).glob("*.bin")) + sorted(Path(folder).glob("*.bin.xz"))
-CHUNK = 1 << 24
 f = Path(folder)  # the file at hand, for the error message
+
+
+def chunks(path):
+    """The decompressed bytes of an .xz file, 16 MiB at a time."""
+    with lzma.open(path) as src:
+        while chunk := src.read(1 << 24):
+            yield chunk
+
+
 try:
     if mode == "check":
-        plain = packed = unpacked = 0
+        plain, packed, unpacked = [], 0, 0
         for f in files:
             if f.suffix == ".bin":
-                plain += f.stat().st_size
+                plain.append(f.stat().st_size)
                 continue
             if f.with_suffix("").exists():
                 sys.exit(f"{f} and {f.with_suffix('')} both: keep one (the .xz travels in about 40% of the size)")
-            n = 0
-            with lzma.open(f) as src:
-                while chunk := src.read(CHUNK):
-                    n += len(chunk)
+            n = sum(map(len, chunks(f)))
             if n % 2:
                 sys.exit(f"{f}: {n} bytes decompressed, not whole uint16 tokens")
             packed, unpacked = packed + f.stat().st_size, unpacked + n
         mib = 1 << 20
-        print(f"corpus: {plain / mib:.1f} MiB plain, {packed / mib:.1f} MiB of .xz ({unpacked / mib:.1f} MiB"
-              " decompressed, intact)")
+        print(f"corpus: {len(plain)} plain files ({sum(plain) / mib:.1f} MiB), {len(files) - len(plain)} .xz"
+              f" ({packed / mib:.1f} MiB, {unpacked / mib:.1f} MiB decompressed, intact)")
     elif mode == "head":
         for f in files:
             with lzma.open(f) if f.suffix == ".xz" else open(f, "rb") as src:
@@ -206,9 +211,8 @@ try:
         for f in files:
             if f.suffix == ".xz" and not f.with_suffix("").exists():
                 part = f.with_suffix(".part")
-                with lzma.open(f) as src, open(part, "wb") as dst:
-                    while chunk := src.read(CHUNK):
-                        dst.write(chunk)
+                with open(part, "wb") as dst:
+                    dst.writelines(chunks(f))
                 os.replace(part, f.with_suffix(""))
                 print(f"{f} -> {f.with_suffix('')}")
     elif mode == "clean":
@@ -237,7 +241,8 @@ log, suite, state_file, deadline, after, span, t_start = sys.argv[1:]
 deadline, after, span, t_start = float(deadline), float(after), float(span), float(t_start)
 now = time.time()
 state_path = Path(state_file)
-state = json.loads(state_path.read_text()) if state_path.is_file() else {"samples": {}, "since": 0, "said": 0, "late": False}
+fresh = {"samples": {}, "since": 0, "said": 0, "late": False}  # samples: rid -> [[time, step], ...]
+state = json.loads(state_path.read_text()) if state_path.is_file() else fresh
 started, ended = [], set()
 text = Path(log).read_text() if Path(log).is_file() else ""  # the runner's log (none before it starts)
 for line in text.splitlines():
