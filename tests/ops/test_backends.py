@@ -168,3 +168,34 @@ def test_auto_sends_a_value_head_dim_of_its_own_to_the_kernels(monkeypatch):
             assert got.shape == (1, 2, 5, Dv) and got.is_contiguous()
             torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
     assert len(calls) == 4
+
+
+def test_the_operators_run_outside_autocast(monkeypatch):
+    """App. A: the operator runs in a disabled-autocast region. Called inside autocast (and its backward
+    too), every entry point hands the backends autocast off: on CUDA, autocast runs ``exp`` in float32,
+    which would take BF16-exp's bfloat16 rounding away."""
+    import kinterval.ops.closed_form as closed_form
+    import kinterval.ops.reference as reference
+
+    seen = []
+
+    def spy(module, name):
+        real = getattr(module, name)
+
+        def recording(*args):
+            seen.append((name, torch.is_autocast_enabled("cpu")))
+            return real(*args)
+
+        monkeypatch.setattr(module, name, recording)
+
+    spy(reference, "reference_probs")
+    spy(closed_form, "reference_probs")  # the closed form's forward
+    spy(closed_form, "closed_form_grad")
+    q, k, v = (torch.randn(1, 2, 5, 4, requires_grad=True) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for backend in ("reference", "closed_form"):
+            scores = q @ k.transpose(-2, -1)
+            attention_probs(scores, "bf16-exp", causal=True, backend=backend).sum().backward()
+            kinterval_attention(q, k, v, "minmax-weight-k4", causal=True, backend=backend).sum().backward()
+    assert {name for name, _ in seen} == {"reference_probs", "closed_form_grad"}
+    assert not any(on for _, on in seen), seen

@@ -11,13 +11,13 @@ import math
 import numbers
 import warnings
 from collections.abc import Iterator
-from contextlib import nullcontext
 from contextvars import ContextVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from kinterval.ops.autocast import outside_autocast
 from kinterval.ops.backends import BACKENDS, resolve_backend
 from kinterval.ops.spec import OperatorSpec, as_spec
 
@@ -201,9 +201,14 @@ def attention_probs(
     (masked keys are never read, as in :func:`kinterval_attention`). ``sinks`` are attention sinks
     (:func:`with_sinks`): one more key per row, without a value, whose column is dropped from the result (its
     rows then sum to 1 minus the sink's probability); of shape (H,), one per head (the dim before Tq, Tk),
-    as :func:`kinterval_attention` takes them, or broadcastable to (..., Tq, 1).
+    as :func:`kinterval_attention` takes them, or broadcastable to (..., Tq, 1). Like every entry point to
+    the operators, it runs outside autocast (App. A).
     """
-    spec = as_spec(spec)
+    with outside_autocast(scores.device.type):  # the operator runs outside autocast
+        return _attention_probs(scores, as_spec(spec), causal, mask, backend, sinks)
+
+
+def _attention_probs(scores, spec, causal, mask, backend, sinks) -> Tensor:
     check_scores(scores)
     s = scores.to(working_dtype(scores.dtype))
     valid = attended_keys(s, causal=causal, mask=mask)
@@ -410,9 +415,7 @@ def kinterval_attention(
         k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)
 
     wd = working_dtype(q.dtype)
-    device = q.device.type  # meta tensors have no autocast
-    off = torch.autocast(device, enabled=False) if torch.amp.is_autocast_available(device) else nullcontext()
-    with off:  # the operator runs outside autocast
+    with outside_autocast(q.device.type):  # the operator runs outside autocast
         qk = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
         valid = valid_mask(qk.shape, qk.device, causal=causal, mask=mask)
         # a row with a non-finite q k^T (from non-finite q or k) on an attended key is NaN, never a quiet row

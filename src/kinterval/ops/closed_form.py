@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kinterval.ops.autocast import outside_autocast
 from kinterval.ops.first_order import first_order_only
 from kinterval.ops.formulas import (
     calibration_grad,
@@ -58,7 +59,8 @@ class ClosedFormProbs(torch.autograd.Function):
     @first_order_only("backend 'closed_form'")  # a second derivative through it raises (first_order.py)
     def backward(ctx, g: Tensor):
         s, valid = ctx.saved_tensors
-        return closed_form_grad(s, valid, ctx.spec, g), None, None
+        with outside_autocast(s.device.type):  # as the forward ran (a backward called inside autocast)
+            return closed_form_grad(s, valid, ctx.spec, g), None, None
 
     @staticmethod
     def jvp(ctx, *tangents):
