@@ -826,6 +826,36 @@ def test_a_model_with_its_own_attention_code_gets_a_mask_it_can_add_and_a_warnin
         make("llama", "kinterval-softmax")(*batch("left"))
 
 
+@pytest.mark.parametrize("alibi", [False, True])
+def test_falcon_runs_kinterval_where_it_routes_through_the_attention_interface(alibi):
+    """Falcon builds its attention from its own table up to transformers 5.24 (a kinterval name is a
+    KeyError there) and through AttentionInterface from 5.25 on: then kinterval runs in every layer,
+    softmax gives eager's logits with left padding (ALiBi included: it reaches the operator inside the
+    float mask), and a K-interval operator changes them."""
+    import transformers.models.falcon.modeling_falcon as falcon
+    from transformers import FalconConfig
+
+    cfg = FalconConfig(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, alibi=alibi)
+    if hasattr(falcon, "FALCON_ATTENTION_CLASSES"):  # its own table: the name is refused at build time
+        with pytest.raises(KeyError):
+            AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-softmax")
+        return
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    ids, am = batch("left")
+    keep = am.bool()
+    with torch.no_grad():
+        eager = model(ids, attention_mask=am).logits
+        model.set_attn_implementation("kinterval-softmax")
+        before = hf.calls()
+        ours = model(ids, attention_mask=am).logits
+        assert hf.calls() - before == 2  # one call a layer
+        model.set_attn_implementation("kinterval-minmax-weight-k4")
+        quantized = model(ids, attention_mask=am).logits
+    assert (ours - eager)[keep].abs().max() < 1e-5
+    assert (quantized - eager)[keep].abs().max() > 1e-4  # the K-interval operator really ran
+
+
 def test_grouped_query_llama_attention_dropout_is_sdpas_draw():
     """Llama with 4 query heads on 2 k/v heads and attention_dropout in training mode: kinterval-softmax (the
     explicit-P path, k/v heads repeated) gives sdpa's logits with the same seed, and the dropout acts."""
