@@ -41,6 +41,21 @@ def test_truncated_shard(ds):
         TokenShards(ds, "train")
 
 
+def test_a_shard_of_wider_ids_says_what_meta_json_counts(ds):
+    """An int32 shard with meta.json's bytes right but its token count that of the int32 ids: the error
+    said "800 bytes, meta.json says 800"; it now names the token count and the 2 bytes each."""
+    path = ds / "train_0000.bin"
+    ids = np.fromfile(path, dtype="<u2").astype("<i4")
+    ids.tofile(path)
+    meta = json.loads((ds / "meta.json").read_text())
+    shard = meta["splits"]["train"]["shards"][0]
+    shard["bytes"] = path.stat().st_size
+    (ds / "meta.json").write_text(json.dumps(meta))
+    said = rf"{ids.nbytes} bytes, meta\.json says {ids.nbytes} bytes and {len(ids)} tokens of 2 bytes"
+    with pytest.raises(ValueError, match=rf"train_0000\.bin: {said} \(truncated or corrupt"):
+        TokenShards(ds, "train")
+
+
 def test_shard_size_must_match_the_bytes_in_meta(ds):
     """meta.json's ``bytes`` is checked against the file as well as ``n_tokens``: a meta.json whose byte count
     disagrees with its own token count is corrupt."""
@@ -191,6 +206,10 @@ def test_empty_text_sources_are_named(tmp_path, content):
         (lambda m: m["splits"].update(train=[]), "split 'train' needs 'n_tokens'"),
         (lambda m: m["splits"]["train"]["shards"][0].pop("bytes"), "'n_tokens' and 'bytes' must be integers"),
         (lambda m: m["splits"]["val"]["shards"].append("x.bin"), "split 'val': every shard needs a 'file'"),
+        # the element type is the writer's; another one was read as uint16 (int32 ids as id, 0, id, 0, ...)
+        (lambda m: m.update(dtype="int32"), "'dtype' is 'int32': shards are read as little-endian uint16"),
+        (lambda m: m.update(byteorder="big"), "'byteorder' is 'big': shards are read as little-endian"),
+        (lambda m: m.pop("dtype"), "'dtype' is None"),
     ],
 )
 def test_malformed_meta_is_named(ds, edit, problem):

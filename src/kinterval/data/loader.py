@@ -16,6 +16,8 @@ from kinterval.data.sources import SPLIT_ALIASES
 from kinterval.data.tokenizer import file_sha256
 from kinterval.data.writer import DTYPE, FORMAT_VERSION
 
+DTYPE_TEXT = "little-endian uint16"
+
 VOCAB_CHECK_TOKENS = 1_000_000  # ids checked at each end of every shard when a split is opened (training
 # checks every batch it loads as well)
 
@@ -47,6 +49,10 @@ def _meta_problem(meta: dict) -> str | None:
     def is_int(x) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
+    # the shards' element type, as the writer records it: the loaders read nothing else
+    for key, want in (("dtype", "uint16"), ("byteorder", "little")):
+        if meta.get(key) != want:
+            return f"{key!r} is {meta.get(key)!r}: shards are read as {DTYPE_TEXT} token ids only"
     for key in ("vocab_size", "eot"):
         if not is_int(meta.get(key)):
             return f"{key!r} must be a non-negative integer, got {meta.get(key)!r}"
@@ -104,9 +110,8 @@ class TokenShards:
             raise FileNotFoundError(f"shard not found: {path} (listed in {self.root / 'meta.json'})")
         size = path.stat().st_size
         if size != shard["bytes"] or size != shard["n_tokens"] * DTYPE.itemsize:
-            raise ValueError(
-                f"{path}: {size} bytes, meta.json says {shard['bytes']} (truncated or corrupt shard)"
-            )
+            said = f"{shard['bytes']} bytes and {shard['n_tokens']} tokens of {DTYPE.itemsize} bytes"
+            raise ValueError(f"{path}: {size} bytes, meta.json says {said} (truncated or corrupt shard)")
         if verify and file_sha256(path) != shard["sha256"]:
             raise ValueError(f"{path}: sha256 does not match meta.json (corrupt shard)")
         if size:  # cheap vocabulary check on both ends of the shard
