@@ -573,10 +573,41 @@ def test_substitution_on_the_suites_own_split_is_paired_with_the_primary_evaluat
         point("softmax", 7, nll, tag=op, primary=False),
         point("fwm-weight-k4", 7, nll + 0.03 + delta, tag=op, primary=False),
     ]
-    soft, sub = [r for r in A.heldout_table(pts) if r.contrast == "substituted − native forward"]
-    assert soft.key.operator == "softmax" and soft.est.mean == 0  # softmax weights through the same forward
-    assert sub.est.mean == pytest.approx(delta.mean()) and sub.max_abs == pytest.approx(0.02)
+    (soft,) = [r for r in A.heldout_table(pts) if r.contrast == A.SUBSTITUTED]
+    (sub,) = [r for r in A.heldout_table(pts) if r.contrast == A.AUDIT]
+    assert soft.key.operator == "softmax" and soft.est.mean == 0  # softmax weights through FWM's forward
+    # the same hard forward under other arithmetic: tab:strictaudit's native − direct hard forward
+    assert sub.est.mean == pytest.approx(-delta.mean()) and sub.max_abs == pytest.approx(0.02)
     assert sub.key.tag == op and sub.seeds == (7,)
+
+
+@pytest.mark.parametrize(
+    "native, through, audit",
+    [
+        # tab:rounding: Prob-STE's frozen code against the Weight-STE-expression evaluator
+        ("minmax-prob-k4[arithmetic=historical]", "minmax-weight-k4[arithmetic=historical]", True),
+        ("fwm-prob-k4[tau=5.5]", "fwm-prob-k4[tau=5.5,arithmetic=historical]", True),
+        ("lerp-k4", "lerp-k4[range_grad=detach]", True),
+        ("fwm-prob-k4", "fwm-prob-k4[tau=5.5]", False),  # another window: another forward
+        ("fwm-prob-k4", "fwm-lerp-k4", False),
+        ("lerp-k4", "minmax-weight-k4", False),
+        ("fwm-prob-k4", "softmax", False),  # tab:subst: softmax substituted
+    ],
+)
+def test_a_forward_audit_is_native_minus_substituted_a_substitution_the_reverse(native, through, audit):
+    """The paper's sign depends on the table: tab:strictaudit and tab:rounding (the same hard forward under
+    another arithmetic or surrogate) print native − substituted; tab:subst ("diff", another operator on the
+    same weights) prints substituted − native. The tag's safe name parses back (a tau of 5.5 included)."""
+    from kinterval.eval.evaluate import safe_operator
+
+    rng = np.random.default_rng(12)
+    nll, delta = rng.normal(4.0, 0.2, N), rng.normal(1e-4, 1e-4, N)
+    tag = "val__op-" + safe_operator(through)
+    for recorded in ({}, {"operator_used": through}):  # from the tag, or from the evaluation's record
+        pts = [point(native, 7, nll), point(native, 7, nll + delta, tag=tag, primary=False, **recorded)]
+        (row,) = A.heldout_table(pts, {})
+        assert row.contrast == (A.AUDIT if audit else A.SUBSTITUTED)
+        assert row.est.mean == pytest.approx(-delta.mean() if audit else delta.mean(), rel=1e-12)
 
 
 def test_substitution_max_abs_is_the_largest_magnitude_over_blocks_and_seeds():
@@ -623,7 +654,7 @@ def test_substitution_of_a_run_without_a_softmax_pair_is_reported():
         pts = [point(op, 7, nll), point(op, 7, nll + delta, tag=tag, primary=False)]
         (sub,) = A.heldout_table(pts, {})
         assert (sub.contrast, sub.key.operator, sub.key.tag, sub.seeds) == (
-            "substituted − native forward",
+            A.SUBSTITUTED,
             op,
             tag,
             (7,),

@@ -422,12 +422,12 @@ def test_measurement_doc_says_where_the_parts_of_tab_cross_live(fake_suite, tmp_
 
 
 def test_reproduce_doc_lists_the_substitution_audits_as_report_results():
-    """tab:strictaudit and tab:rounding are results (a frozen checkpoint under another forward minus its
-    native evaluation: `heldout.md`'s "substituted − native forward" rows), not descriptions."""
+    """tab:strictaudit and tab:rounding are results (a frozen checkpoint's native evaluation minus that
+    under another arithmetic: `heldout.md`'s "native − substituted forward" rows), not descriptions."""
     doc = (Path(__file__).resolve().parents[2] / "docs" / "reproduce.md").read_text()
     report, rest = doc.split("## From `kinterval report`")[1].split("## Not from result files")
     row = next(x for x in report.splitlines() if x.startswith("| `tab:strictaudit`"))
-    assert "`tab:rounding`" in row and "heldout.md" in row and "substituted − native forward" in row
+    assert "`tab:rounding`" in row and "heldout.md" in row and "native − substituted forward" in row
     assert "tab:strictaudit" not in rest and "tab:rounding" not in rest
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from kinterval.report import analysis as A
 from kinterval.report import tables as T
 from kinterval.report.analysis import GRAD_TERMS, ClipRow, Estimate, RankStats, ReferenceRow, Row
 from kinterval.report.claims import Claim
@@ -153,8 +154,11 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
     five = Row("lerp-k4 − softmax", key, FIVE, est, q=4e-4)
     assert T.estimate_cells(five, T.estimate_headers([five]))[4:6] == ["0.062", "<0.001"]
     assert [T.prob(x) for x in (0.0004999, 0.001, 0.0625, None)] == ["<0.001", "0.001", "0.062", "-"]
-    sub = Row("substituted − native forward", key, (7,), _one(3e-5, -6e-5, 1.2e-4), max_abs=8.42e-3)
+    sub = Row(A.SUBSTITUTED, key, (7,), _one(3e-5, -6e-5, 1.2e-4), max_abs=8.42e-3)
     assert T.heldout_rows([sub])[1][0][-3:] == ["no", "yes", "0.00842"]
+    # a forward audit in three significant digits, as tab:strictaudit prints it (3.04e-5 [-6.36e-5, 1.25e-4])
+    audit = Row(A.AUDIT, key, (7,), _one(3.04e-5, -6.36e-5, 1.25e-4), max_abs=8.42e-3)
+    assert T.heldout_rows([audit])[1][0][5:7] == ["+3.04e-05", "[-6.36e-05, +1.25e-04]"]
     claims = [
         Claim("FWM beats MinMax", "-0.1 (Tab. 2)", "calibration < 0", "-0.08 [-0.1, -0.06]", True, True,
               "100M owt val"),

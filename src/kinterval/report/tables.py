@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import math
 
-from kinterval.report.analysis import MARGIN, NOT_RECORDED, ReferenceRow, Row, condition, key_order
+from kinterval.report.analysis import AUDIT, MARGIN, NOT_RECORDED, ReferenceRow, Row, condition, key_order
 from kinterval.stats.format import num, prob
 
 
-def ci(lo, hi) -> str:
-    return "-" if lo is None or not math.isfinite(lo) else f"[{num(lo)}, {num(hi)}]"
+def ci(lo, hi, fmt=num) -> str:
+    return "-" if lo is None or not math.isfinite(lo) else f"[{fmt(lo)}, {fmt(hi)}]"
 
 
 # LaTeX for the characters the tables use: TeX's specials escaped, the Unicode symbols as math or text
@@ -359,8 +359,10 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         "Interval",
         "BH q",
     ]
-    headers += ["CI excl. 0", "CI inside ±0.01", "max abs Δ of a block (substituted − native)"]
+    headers += ["CI excl. 0", "CI inside ±0.01", "max abs Δ of a block"]
     yn = {True: "yes", False: "no"}
+    # a forward audit's Δ is 1e-5 to 1e-4 nats: three significant digits, as tab:strictaudit prints it
+    fmt = {AUDIT: lambda x: "-" if x is None else f"{x:+.2e}"}
     return headers, [
         [
             condition(r.key),
@@ -368,8 +370,8 @@ def heldout_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             r.key.tag,
             r.key.data,
             seeds(r),
-            num(r.est.mean),
-            ci(r.est.lo, r.est.hi),
+            fmt.get(r.contrast, num)(r.est.mean),
+            ci(r.est.lo, r.est.hi, fmt.get(r.contrast, num)),
             r.est.interval,
             prob(r.q),
             yn[r.est.excludes_zero],

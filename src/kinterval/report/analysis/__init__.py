@@ -75,7 +75,14 @@ from kinterval.report.analysis.hardware import (
     hardware,
     process_seconds,
 )
-from kinterval.report.analysis.heldout import HeldoutOrdering, heldout_ordering, heldout_table, split_half
+from kinterval.report.analysis.heldout import (
+    AUDIT,
+    SUBSTITUTED,
+    HeldoutOrdering,
+    heldout_ordering,
+    heldout_table,
+    split_half,
+)
 from kinterval.report.analysis.options import OPTION_FIELDS, OptionEffect, option_effects
 from kinterval.report.analysis.ranks import RankStats, rank_statistics, ranked_rows
 from kinterval.report.analysis.records import (
@@ -95,6 +102,7 @@ from kinterval.report.analysis.strict import STRICT_GROUPS, StrictRow, strict_ta
 from kinterval.report.analysis.taildecomp import path_ratio_ci, tail_decomposition
 
 __all__ = [
+    "AUDIT",
     "CLIP_TAIL",
     "CleanRow",
     "ClipRow",
@@ -122,6 +130,7 @@ __all__ = [
     "Row",
     "SIMPLE_EFFECTS",
     "STACK_FIELDS",
+    "SUBSTITUTED",
     "STRICT_GROUPS",
     "SURROGATE_EFFECTS",
     "StrictRow",

@@ -1,14 +1,16 @@
 """Held-out and operator-substitution evaluations (App. C.3 layer 1; tab:nearci, tab:subst, tab:strictaudit):
-ΔNLL vs the same-seed softmax evaluated the same way, substituted − native forward, split-half fluctuation
-and the held-out ordering against the in-domain one."""
+ΔNLL vs the same-seed softmax evaluated the same way, the substituted forward against the native one,
+split-half fluctuation and the held-out ordering against the in-domain one."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
+from kinterval.ops.spec import OperatorSpec
 from kinterval.report.analysis.core import (
     N_RESAMPLES,
     Estimate,
@@ -80,13 +82,39 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
     return rows + _substitution_rows(points, unpaired)
 
 
+SUBSTITUTED = "substituted − native forward"  # tab:subst "diff": another operator on the same weights
+AUDIT = "native − substituted forward"  # tab:strictaudit, tab:rounding: the same forward, other arithmetic
+
+
+def _through(p: Point) -> OperatorSpec:
+    """The operator whose forward the evaluation ``p`` ran in place of its own: the recorded
+    ``operator_used``, or the ``op-`` part of its tag (``safe_operator``'s form of the full name,
+    ``fwm-weight-k4.arithmetic-strict``, ``fwm-prob-k4.tau-5.5``)."""
+    if p.operator_used and p.operator_used != p.operator:
+        return OperatorSpec.from_full_name(p.operator_used)
+    safe = [x[3:] for x in p.tag.split("__") if x.startswith("op-")][-1]
+    base, *overrides = re.split(r"\.(?=(?:tau|range_grad|arithmetic)-)", safe)
+    items = [o.replace("-", "=", 1) for o in overrides]
+    return OperatorSpec.from_full_name(f"{base}[{','.join(items)}]" if items else base)
+
+
+def _forward(spec: OperatorSpec) -> tuple:
+    """What fixes an operator's hard forward in exact arithmetic: a baseline's kind; a K-interval operator's
+    calibration, reconstruction, K and tau. The surrogate, arithmetic and range_grad change its backward and
+    its rounding only (Weight-STE and Prob-STE share the forward P = P^N, eqs. (3), (4))."""
+    return (spec.kind, spec.calibration, spec.reconstruction, spec.K, spec.tau)
+
+
 def _substitution_rows(points: list[Point], unpaired: dict[str, str] | None) -> list[Row]:
-    """tab:subst "diff": the same weights through another forward minus their native forward, per block and
-    seed (tab:strictaudit, tab:rounding: the same frozen checkpoint under another arithmetic, with the largest
-    |Δ| of one block), at each key's endpoint. The native evaluation is the run's own one with the tag
-    without ``__op-``: a held-out one (``test__ptb``) or, for the suite's own split (``val__op-...``), its
-    primary evaluation. Every run counts, a softmax run through a K-interval forward too: the contrast needs
-    no control. A run evaluated through its own operator (``val__op-softmax`` of a softmax run) has none."""
+    """The same weights through another forward against their native forward, per block and seed, at each
+    key's endpoint, with the largest |Δ| of one block. The paper's sign depends on the table: tab:subst
+    ("diff", e.g. softmax substituted) is substituted − native; a forward audit, whose substitute has the
+    same hard forward in exact arithmetic (another arithmetic or surrogate: tab:strictaudit "historical native
+    minus direct hard forward", tab:rounding "Prob-STE frozen code minus the Weight-STE-expression
+    evaluator"), is native − substituted. The native evaluation is the run's own one with the tag without
+    ``__op-``: a held-out one (``test__ptb``) or, for the suite's own split (``val__op-...``), its primary
+    evaluation. Every run counts, a softmax run through a K-interval forward too: the contrast needs no
+    control. A run evaluated through its own operator (``val__op-softmax`` of a softmax run) has none."""
     from kinterval.eval.evaluate import safe_operator
 
     by_key: dict[Key, list[Point]] = defaultdict(list)
@@ -98,13 +126,15 @@ def _substitution_rows(points: list[Point], unpaired: dict[str, str] | None) -> 
     rows = []
     for k, ps in sorted(by_key.items(), key=lambda kv: key_order(kv[0])):
         base = _control_tags(k.tag)[-1]
+        audit = _forward(_through(ps[0])) == _forward(OperatorSpec.from_full_name(k.operator))
+        contrast = AUDIT if audit else SUBSTITUTED
         per_seed, tokens = {}, 0
-        for p in at_endpoint(ps, "substituted − native forward", unpaired):
+        for p in at_endpoint(ps, contrast, unpaired):
             native = idx.get((*p.identity, base, p.tokens))
             if native is not None and native.nll.size == p.nll.size:
-                per_seed[p.seed], tokens = p.nll - native.nll, p.tokens
+                per_seed[p.seed], tokens = (native.nll - p.nll if audit else p.nll - native.nll), p.tokens
         if per_seed:
-            r = Row("substituted − native forward", k, tuple(sorted(per_seed)), estimate(per_seed), tokens)
+            r = Row(contrast, k, tuple(sorted(per_seed)), estimate(per_seed), tokens)
             r.max_abs = float(max(np.abs(d).max() for d in per_seed.values()))
             rows.append(r)
     return rows
