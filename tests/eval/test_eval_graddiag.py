@@ -157,7 +157,10 @@ def independent_graddiag(model, tokens, T, blocks, spec):
     out = []
     for L in range(n_layers):
         r = torch.cat(res[L]["r"])
-        row = {"zero_sum_residual": float(r.median()), "rows_above_1e-3": float((r > 1e-3).double().mean())}
+        row = {
+            "zero_sum_residual": float(np.median(r.numpy())),  # the median: mean of the two middle values
+            "rows_above_1e-3": float((r > 1e-3).double().mean()),
+        }
         full = math.sqrt(res[L]["sq"]["full"])
         row.update({k: math.sqrt(v) / full for k, v in res[L]["sq"].items() if k != "full"})
         out.append(row)
@@ -190,6 +193,23 @@ def test_diagnostics_match_autograd_on_every_layer(op):
         assert got["mean"][key] == pytest.approx(np.mean([w[key] for w in want]), rel=1e-4, abs=1e-7), key
     if "detach" in op or "max_only" in op:  # residuals spread across 1e-3 and far from their mean
         assert want[0]["zero_sum_residual"] > 1e-3 and 0 < want[0]["rows_above_1e-3"]
+
+
+def test_a_layer_without_a_usable_row_is_left_out_of_the_layer_mean():
+    """Layer 0 with every row's probability on one key (FWM, scores scaled up: one key in the window) has no
+    residual and no decomposition: its values are NaN, and the mean over layers is layer 1's, with
+    ``mean_layers`` saying how many layers entered it (the plain mean was NaN for every key, silently)."""
+    torch.manual_seed(2)
+    T = 32
+    model = GPT(preset("tiny", vocab_size=50, n_layer=2, n_head=2, n_embd=16, block_size=T), "fwm-prob-k4")
+    with torch.no_grad():
+        model.transformer.h[0].attn.c_attn.weight.mul_(3000.0)
+    tokens = np.random.default_rng(0).integers(0, 50, 2 * T + 1).astype(np.uint16)
+    diag = gradient_diagnostics(model, tokens, blocks=2)
+    empty, used = diag["layers"]
+    assert diag["residual_rows"]["layers"][0]["used"] == 0 < diag["residual_rows"]["layers"][1]["used"]
+    assert all(np.isnan(v) for v in empty.values()) and all(np.isfinite(v) for v in used.values())
+    assert diag["mean"] == used and diag["mean_layers"] == dict.fromkeys(used, 1)
 
 
 def test_rows_left_out_of_the_residual_are_counted_by_reason():

@@ -34,6 +34,7 @@ from kinterval.eval.attention import attention_layers, layer_spec, patched_atten
 from kinterval.model import autocast, eval_precision
 from kinterval.ops import OperatorSpec
 from kinterval.ops.closed_form import closed_form_probs, score_grad_terms
+from kinterval.ops.diagnostics import median
 from kinterval.ops.diagnostics import zero_sum_residual as row_zero_sum_residual
 from kinterval.ops.reference import project_zero_sum
 from kinterval.train.loop import deterministic
@@ -173,18 +174,22 @@ def gradient_diagnostics(
     for idx in range(len(layers)):
         r = torch.cat(residuals[idx]) if residuals[idx] else torch.zeros(0)
         row = {
-            "zero_sum_residual": float(r.median()) if r.numel() else float("nan"),
+            "zero_sum_residual": median(r),
             "rows_above_1e-3": float((r > 1e-3).double().mean()) if r.numel() else float("nan"),
         }
         if decompose:
             full = np.sqrt(sums[idx]["full"])
             row.update({k: (np.sqrt(sums[idx][k]) / full if full > 0 else float("nan")) for k in DECOMP})
         per_layer.append(row)
-    mean = {k: float(np.mean([row[k] for row in per_layer])) for k in per_layer[0]}
+    # the mean over the layers that have the value: a layer without a usable row (every row FWM's single
+    # key in the window, or degenerate MinMax) has none, and is counted in ``mean_layers``, not averaged in
+    have = {k: [row[k] for row in per_layer if np.isfinite(row[k])] for k in per_layer[0]}
+    mean = {k: float(np.mean(v)) if v else float("nan") for k, v in have.items()}
     total = {k: sum(c[k] for c in row_counts) for k in ROW_REASONS}
     return {
         "layers": per_layer,
         "mean": mean,
+        "mean_layers": {k: len(v) for k, v in have.items()},
         "operator": specs[0].full_name,
         "n_blocks": n,
         "residual_rows": {"layers": row_counts, "total": total},

@@ -12,7 +12,7 @@ import torch
 from kinterval import atomic
 from kinterval.arglists import Extend, numbers
 from kinterval.ops.api import attention_probs, valid_mask
-from kinterval.ops.diagnostics import consistency_table, score_gradient, zero_sum_residual
+from kinterval.ops.diagnostics import consistency_table, median, score_gradient, zero_sum_residual
 from kinterval.ops.seeds import check_seed
 from kinterval.ops.spec import RANGE_GRADS, OperatorSpec
 from kinterval.ops.text_table import Table
@@ -169,9 +169,9 @@ def run(args) -> int:
         tv = 0.5 * (P - P_soft).abs().sum(-1)[..., 1:]
         rho = zero_sum_residual(score_gradient(s, spec, up, causal=True), valid)[..., 1:]
         row = dict(operator=spec.full_name, tv_mean=float(tv.mean()), tv_max=float(tv.max()))
-        rows.append(row | dict(residual_median=float(rho.median()), residual_max=float(rho.max())))
+        rows.append(row | dict(residual_median=median(rho), residual_max=float(rho.max())))
         table.add_row(
-            spec.full_name, f"{tv.mean():.4f}", f"{tv.max():.4f}", f"{rho.median():.1e}", f"{rho.max():.1e}"
+            spec.full_name, f"{tv.mean():.4f}", f"{tv.max():.4f}", f"{median(rho):.1e}", f"{rho.max():.1e}"
         )
     print(table)
     if args.json is not None:
