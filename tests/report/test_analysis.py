@@ -712,3 +712,20 @@ def test_apply_bh_gives_each_row_the_q_of_its_own_p():
     # Hand-worked step-up: sorted p (0.001, 0.03, 0.04, 0.2, 0.5) x 5/rank = (0.005, 0.075, 0.0667, 0.25,
     # 0.5), then the running minimum from the top: (0.005, 0.0667, 0.0667, 0.25, 0.5).
     assert [r.q for r in rows] == pytest.approx([0.2 / 3, 0.005, 0.5, 0.2 / 3, 0.25], rel=1e-12)
+
+
+def test_a_one_seed_detach_run_has_its_same_seed_full_twin_beside_it_in_the_geometry():
+    """The paper's "detached vs full" geometry and tab:e1's span set a detach record against the full run of
+    its own seed; the full condition's row is the mean over its seeds. A modified run of one seed gets its
+    twin's run of that seed as a row of its own; a supplementary run (one row a seed) likewise."""
+    nll = np.zeros(N)
+    span = {("lerp-k4", 7): 3.0, ("lerp-k4", 42): 2.0, ("lerp-k4[range_grad=detach]", 7): 9.0}
+    pts = [point(op, s, nll, geometry={"span": v}) for (op, s), v in span.items()]
+    geo = A.final_geometry(pts, {})
+    by = {A.condition(k): g["span"] for k, g in geo.items()}
+    assert by == {"lerp-k4": 2.5, "lerp-k4, seed 7": 3.0, "lerp-k4[range_grad=detach]": 9.0}
+    per_seed = [dataclasses.replace(p, per_seed=p.operator != "lerp-k4") for p in pts]  # supplementary detach
+    by = {A.condition(k): g["span"] for k, g in A.final_geometry(per_seed, {}).items()}
+    assert by == {"lerp-k4": 2.5, "lerp-k4, seed 7": 3.0, "lerp-k4[range_grad=detach], seed 7": 9.0}
+    # a twin of that one seed only needs no second row
+    assert len(A.final_geometry([pts[0], pts[2]], {})) == 2

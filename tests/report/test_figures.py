@@ -271,6 +271,21 @@ def test_width_gap_leaves_out_a_condition_without_a_positive_width_on_that_panel
     ]
 
 
+def test_validation_panel_a_is_minus_the_same_seed_softmax_where_every_pair_has_one(figs, tmp_path):
+    """fig:detach (a), fig:detachextra (a): logged validation loss minus the same-seed softmax run's, the
+    modified run solid and its full twin dashed."""
+    from kinterval.report.analysis import ValidationPair
+    from kinterval.report.results import Key
+
+    v = ValidationPair(Key("lerp-k32[range_grad=detach]", 1, "d", "val"), "lerp-k32", 7, [1, 2], [5.0, 4.0],
+                       [5.1, 4.2], [10.0, 20.0], [11.0, 21.0], [4.5, 4.1])  # fmt: skip
+    F.validation_figure({"x": v}, tmp_path / "v.png", "t")
+    loss = figs[0].axes[0]
+    got = [list(line.get_ydata()) for line in loss.lines if line.get_linestyle() in ("-", "--")][:2]
+    assert got == [pytest.approx([0.5, -0.1]), pytest.approx([0.6, 0.1])]
+    assert "same-seed softmax" in loss.get_ylabel()
+
+
 def test_validation_span_panel_is_log_and_the_difference_panel_symlog_beyond_two_centinats(figs, tmp_path):
     v = SimpleNamespace(tokens=[1, 2], val_loss=[5.0, 4.0], control_val_loss=[5.1, 4.2],
                         row_span=[10.0, 20.0], control_row_span=[11.0, 21.0], diff=[-0.1, -0.2])  # fmt: skip

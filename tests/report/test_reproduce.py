@@ -220,6 +220,9 @@ def test_logged_validation_of_modified_backward_pairs(report):
         list((planted("lerp-k32[range_grad=detach]") - planted("lerp-k32")) * fracs)
     )
     assert v["control_val_loss"] == pytest.approx(list(5.0 + full * fracs))
+    # fig:detach (a): minus the same-seed softmax run's logged loss (5.0 here: the softmax effect is 0)
+    own = np.array(v["val_loss"]) - np.array(v["softmax_val_loss"])
+    assert own == pytest.approx(list((planted("lerp-k32[range_grad=detach]") + OFFSET[7]) * fracs))
     span = [geometry({"operator": "lerp-k32[range_grad=detach]"}, f)["span"] for f in fracs]
     assert v["row_span"] == pytest.approx(span)
     assert not any(s == 42 for _, _, s in val)  # seed 42 logged no validation rows

@@ -115,11 +115,12 @@ def _detach_series(det: list, models: bool) -> dict[str, list]:
 
 
 def _mean_geometry(points, models: bool = False) -> dict[str, list[tuple[int, dict]]]:
-    """operator label -> [(tokens, layer-mean geometry averaged over seeds)] for primary evaluations."""
+    """operator label -> [(tokens, layer-mean geometry averaged over seeds)] for primary evaluations; a
+    supplementary modified-backward run's seed beside its same-seed full twin (fig:e1 b, d)."""
     acc: dict[Key, dict[int, list[dict]]] = {}
-    for p in points:
-        if p.primary and p.geometry:
-            acc.setdefault(p.key, {}).setdefault(p.tokens, []).append(p.geometry)
+    for k, ps in A.geometry_groups(points).items():
+        for p in ps:
+            acc.setdefault(k, {}).setdefault(p.tokens, []).append(p.geometry)
     many = len({k.setting() for k in acc}) > 1
     out = {}
     for k, by_t in acc.items():
@@ -515,7 +516,7 @@ def _build(results, out: Path, clean=()) -> None:
             colours=colours,
         )
         ix.figure("detach.png", "detach vs full")
-    val, val_skipped = A.validation_pairs(det_pairing, logs)
+    val, val_skipped = A.validation_pairs(det_pairing, logs, points)
     if val:
         many = len({v.key.setting() for v in val}) > 1
         series = {f"{_label(replace(v.key, seed=None), many, models)}, seed {v.seed}": v for v in val}

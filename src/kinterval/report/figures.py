@@ -178,20 +178,27 @@ def widthgap_figure(points: dict[str, tuple[float, float, float]], path: Path, t
 
 
 def validation_figure(pairs, path: Path, title: str) -> Path:
-    """fig:detach (a, b), fig:detachextra: logged validation loss, logged layer-mean row span (log) and the
-    validation-loss difference modified − full (symlog, linear within ±0.02 nats) along training tokens. One
-    colour per pair; solid: the modified backward, dashed: its same-seed full-gradient twin.
+    """fig:detach (a, b), fig:detachextra, fig:e1 (a, c): (a) logged validation loss minus the same-seed
+    softmax run's (absolute loss when a pair has no softmax run), (b) logged layer-mean row span (log) and
+    (c) the validation-loss difference modified − full (symlog, linear within ±0.02 nats) along training
+    tokens. One colour per pair; solid: the modified backward, dashed: its same-seed full-gradient twin.
     ``pairs``: label -> :class:`~kinterval.report.analysis.ValidationPair`."""
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
+    minus = all(getattr(v, "minus_softmax", None) is not None for v in pairs.values())
     diffs = []
     for label, v in sorted(pairs.items()):
-        c = axes[0].plot(v.tokens, v.val_loss, marker="o", ms=3, lw=1.2, label=label)[0].get_color()
-        axes[0].plot(v.tokens, v.control_val_loss, ls="--", lw=1.0, color=c)
+        own, full = v.minus_softmax if minus else (v.val_loss, v.control_val_loss)
+        c = axes[0].plot(v.tokens, own, marker="o", ms=3, lw=1.2, label=label)[0].get_color()
+        axes[0].plot(v.tokens, full, ls="--", lw=1.0, color=c)
         axes[1].plot(v.tokens, v.row_span, marker="o", ms=3, lw=1.2, color=c)
         axes[1].plot(v.tokens, v.control_row_span, ls="--", lw=1.0, color=c)
         axes[2].plot(v.tokens, v.diff, marker="o", ms=3, lw=1.2, color=c)
         diffs += v.diff
-    axes[0].set_ylabel("logged validation loss (nats/token)")
+    if minus:
+        axes[0].axhline(0, color="k", lw=0.8)
+        axes[0].set_ylabel("validation loss − same-seed softmax (nats/token)")
+    else:
+        axes[0].set_ylabel("logged validation loss (nats/token)")
     axes[1].set_ylabel("logged row span M − m (score units, log)")
     if all(y > 0 for line in axes[1].get_lines() for y in line.get_ydata()):
         axes[1].set_yscale("log")

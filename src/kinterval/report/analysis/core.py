@@ -489,18 +489,36 @@ def cross_setting(rows: list[Row]) -> tuple[list[tuple], dict[str, dict[tuple, R
     return settings, dict(sorted(table.items(), key=lambda kv: order[kv[0]]))
 
 
-def final_geometry(
-    points: list[Point], unpaired: dict[str, str] | None = None
-) -> dict[Key, dict[str, float]]:
-    """Layer-mean geometry at each key's endpoint, averaged over seeds (finite values only): the paper's
-    "averaged over layers and seeds at the 100M endpoint". Every seed is at one checkpoint
-    (:func:`at_endpoint`, the largest training-token count the key's geometry probes reached, as in the ΔNLL
-    rows it is set against); a run whose last probe is earlier is left out and listed in ``unpaired``
-    (``ValueError`` when None)."""
+def geometry_groups(points: list[Point]) -> dict[Key, list[Point]]:
+    """The primary evaluations with a geometry probe, by key; and, for a modified-backward run of one seed
+    whose full-gradient twin has more seeds, the twin's run of that seed as a key of its own (``lerp-k32,
+    seed 1337``): the paper sets a detach record against the full run of its own seed ("detached vs full",
+    tab:e1's span, fig:e1 b, d), not against the mean over the twin's seeds."""
     by_key: dict[Key, list[Point]] = defaultdict(list)
     for p in points:
         if p.primary and p.geometry:
             by_key[p.key].append(p)
+    for k, ps in list(by_key.items()):
+        seeds, twin_op = {p.seed for p in ps}, full_twin(k.operator)
+        if twin_op is None or len(seeds) != 1:
+            continue
+        twin = replace(k, operator=twin_op, seed=seeds.pop())
+        pooled = by_key.get(replace(twin, seed=None), [])
+        if twin not in by_key and {p.seed for p in pooled} != {twin.seed}:
+            by_key[twin] = [p for p in pooled if p.seed == twin.seed]
+    return {k: ps for k, ps in by_key.items() if ps}
+
+
+def final_geometry(
+    points: list[Point], unpaired: dict[str, str] | None = None
+) -> dict[Key, dict[str, float]]:
+    """Layer-mean geometry at each key's endpoint, averaged over seeds (finite values only): the paper's
+    "averaged over layers and seeds at the 100M endpoint"; a supplementary modified-backward run's seed
+    beside its same-seed full twin (:func:`geometry_groups`). Every seed is at one checkpoint
+    (:func:`at_endpoint`, the largest training-token count the key's geometry probes reached, as in the ΔNLL
+    rows it is set against); a run whose last probe is earlier is left out and listed in ``unpaired``
+    (``ValueError`` when None)."""
+    by_key = geometry_groups(points)
     acc = {k: [p.geometry for p in at_endpoint(ps, "geometry", unpaired)] for k, ps in by_key.items()}
     out = {}
     for k, gs in acc.items():

@@ -133,21 +133,39 @@ class ValidationPair:
     control_val_loss: list[float]
     row_span: list[float]
     control_row_span: list[float]
+    # the same-seed softmax run's logged validation loss at these tokens (NaN where it logged none there);
+    # None without such a run
+    softmax_val_loss: list[float] | None = None
 
     @property
     def diff(self) -> list[float]:
         """Validation loss, modified − full, at each logged token count."""
         return [a - b for a, b in zip(self.val_loss, self.control_val_loss)]
 
+    @property
+    def minus_softmax(self) -> tuple[list[float], list[float]] | None:
+        """Validation loss − the same-seed softmax run's, of the modified run and of its full twin (fig:detach
+        a, fig:detachextra a); None without a softmax run."""
+        if self.softmax_val_loss is None:
+            return None
+        sm = self.softmax_val_loss
+        return [a - b for a, b in zip(self.val_loss, sm)], [a - b for a, b in zip(self.control_val_loss, sm)]
+
 
 def _validation_rows(rows: list[dict]) -> dict[int, dict]:
     return {int(r["tokens"]): r for r in rows if r.get("event") == "validation" and "val_loss" in r}
 
 
-def validation_pairs(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[list[ValidationPair], dict]:
+def validation_pairs(
+    pairing: Pairing, logs: dict[tuple, list[dict]], points: list[Point] = ()
+) -> tuple[list[ValidationPair], dict]:
     """The logged validation trajectories of each pair of ``pairing`` (``detach_pairs``' pairing: modified
-    run -> same-seed full twin); ``logs``: (suite, run_id) -> metrics rows. Returns the pairs and the runs
-    skipped (run -> reason): either run without validation rows, or no token count logged by both."""
+    run -> same-seed full twin), with the same-seed softmax run's among ``points`` (same model, budget and
+    data) where it logged validation; ``logs``: (suite, run_id) -> metrics rows. Returns the pairs and the
+    runs skipped (run -> reason): either run without validation rows, or no token count logged by both."""
+    softmax = {
+        (p.model, p.seed, p.budget, p.data): p for p in points if p.operator == "softmax" and p.primary
+    }
     out, skipped = [], {}
     for x in sorted(final(pairing.pairs, lambda x: x.point), key=lambda x: (x.point.run_id, x.point.tag)):
         if not x.point.primary:
@@ -165,6 +183,9 @@ def validation_pairs(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[l
         if not ts:
             skipped[name] = "no training-token count logged by both runs"
             continue
+        sm_point = softmax.get((x.point.model, x.point.seed, x.point.budget, x.point.data))
+        sm = _validation_rows(logs.get((sm_point.suite, sm_point.run_id), [])) if sm_point else {}
+        nan = float("nan")
         out.append(
             ValidationPair(
                 x.point.key,
@@ -175,6 +196,7 @@ def validation_pairs(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[l
                 [float(ctrl[t]["val_loss"]) for t in ts],
                 [float(own[t].get("row_span", float("nan"))) for t in ts],
                 [float(ctrl[t].get("row_span", float("nan"))) for t in ts],
+                [float(sm[t]["val_loss"]) if t in sm else nan for t in ts] if sm else None,
             )
         )
     return out, skipped
