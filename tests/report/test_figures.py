@@ -56,7 +56,7 @@ def test_seed_figure_intervals_are_the_rows_intervals(figs, tmp_path):
     est = Estimate(0.1, 0.05, 0.3, "block bootstrap", 1, (0.1,))  # asymmetric, as a bootstrap interval can be
     F.seeds_figure({"a": Row("a − softmax", None, (7,), est)}, {}, tmp_path / "s.png", "t")
     np.testing.assert_allclose(
-        np.asarray(_bar_ends(figs[0].axes[0], 1), float),
+        np.asarray(_bar_ends(figs[0].axes[2], 1), float),  # (c): per condition
         np.asarray([(0.05, 0.3)], float),
         rtol=1e-6,
         atol=1e-12,
@@ -303,12 +303,12 @@ def test_seed_figure_effect_lines_join_the_means_and_sd_is_plotted_against_the_e
     conditions = {"a": row(0.1, 0.0, 0.2, (0.05, 0.15), se=0.01, sd=0.07)}
     effects = {"calibration": {4: row(0.3, 0.1, 0.5, (0.2, 0.4)), 16: row(0.2, 0.0, 0.4, (0.1, 0.3))}}
     F.seeds_figure(conditions, effects, tmp_path / "s.png", "t")
-    _, b, c = figs[0].axes[:3]
-    (line,) = _joining_lines(b)
+    a, b, _ = figs[0].axes[:3]  # the paper's (a) effects by K and (b) seed SD against evaluation SE
+    (line,) = _joining_lines(a)
     assert list(line.get_ydata()) == [0.3, 0.2]
-    xy = np.asarray(c.collections[0].get_offsets()).tolist()
+    xy = np.asarray(b.collections[0].get_offsets()).tolist()
     assert xy == [[0.01, 0.07]]  # x: the evaluation SE, y: the seed SD
-    assert "evaluation SE" in c.get_xlabel() and "seed SD" in c.get_ylabel()
+    assert "evaluation SE" in b.get_xlabel() and "seed SD" in b.get_ylabel()
     assert [ax.get_title(loc="left") for ax in figs[0].axes[:3]] == ["(a)", "(b)", "(c)"]
 
 
@@ -320,6 +320,29 @@ def test_factorial_cells_are_labelled_by_surrogate_placement(figs, tmp_path):
         (0, "Weight-STE"),
         (1, "Prob-STE"),
     ]
+
+
+def test_factorial_styles_follow_the_caption_weight_filled_and_solid_prob_hollow_and_dashed(figs, tmp_path):
+    """fig:2x2's caption: filled markers / solid lines for Weight-STE, hollow / dashed for Prob-STE, in the
+    cell panels (a, b) and in the families' panel (c)."""
+    from matplotlib.colors import to_rgba
+
+    cells = {4: {c: _row(0.1, 0.05, 0.2) for c in ("mm_w", "mm_p", "fwm_w", "fwm_p")}}
+    two_K = {4: _row(0.1, 0.05, 0.2), 8: _row(0.05, 0.0, 0.1)}
+    families = {"minmax-weight": two_K, "minmax-prob": two_K}
+    F.factorial_figure(cells, families, tmp_path / "f.png", "t")
+    cell_ax, fam_ax = figs[0].axes[:2]
+
+    def hollow(line):
+        return to_rgba(line.get_markerfacecolor()) == to_rgba("white")
+
+    means = [ln for ln in cell_ax.lines if ln.get_marker() == "o"]  # not the error bars' caps
+    assert {round(ln.get_xdata()[0]): hollow(ln) for ln in means} == {0: False, 1: True}
+    joins = {ln.get_color(): ln.get_linestyle() for ln in fam_ax.lines if ln.get_marker() in ("None", None)}
+    joins.pop("k")  # the zero line
+    assert sorted(joins.values()) == ["-", "--"]
+    fills = {lab: hollow(h.lines[0]) for h, lab in zip(*fam_ax.get_legend_handles_labels())}
+    assert fills.get("minmax-prob") is True and fills.get("minmax-weight") is False
 
 
 def test_a_trajectory_line_takes_its_colour_from_the_map_not_from_the_cycle(figs, tmp_path):

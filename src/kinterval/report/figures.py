@@ -239,13 +239,13 @@ EFFECT_STYLE = {"calibration": "#4c72b0", "surrogate": "#dd8452", "interaction":
 
 
 def seeds_figure(conditions: dict, effects: dict, path: Path, title: str) -> Path:
-    """fig:seeds. (a) Endpoint ΔNLL vs same-seed softmax per condition: per-seed values (dots), seed mean and
-    95% t interval (symlog, linear within ±0.02 nats). (b) Calibration, surrogate and interaction effects by K
-    (log2 K), per seed, mean and t interval. (c) Seed SD of each condition's ΔNLL against its paired
-    evaluation SE (log-log) with the 1:1 line. ``conditions``: label -> delta Row; ``effects``: effect name
-    -> {K: factorial Row}."""
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.2), gridspec_kw={"width_ratios": [2.2, 1.2, 1]})
-    ax = axes[0]
+    """fig:seeds, its panels in the paper's order: (a) calibration, surrogate and interaction effects by K
+    (log2 K), per seed, mean and t interval; (b) seed SD of each condition's ΔNLL against its paired
+    evaluation SE (log-log) with the 1:1 line; then (c), which the paper does not draw: endpoint ΔNLL vs
+    same-seed softmax per condition, per-seed values (dots), seed mean and 95% t interval (symlog, linear
+    within ±0.02 nats). ``conditions``: label -> delta Row; ``effects``: effect name -> {K: factorial Row}."""
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.2), gridspec_kw={"width_ratios": [1.2, 1, 2.2]})
+    ax = axes[2]
     labels = list(conditions)
     vals = []
     for i, lab in enumerate(labels):
@@ -256,7 +256,7 @@ def seeds_figure(conditions: dict, effects: dict, path: Path, title: str) -> Pat
     _symlog_y(ax, vals, linthresh=0.02)
     ax.set_ylabel("endpoint ΔNLL vs same-seed softmax (nats/token)")
     ax.grid(alpha=0.3, axis="y")
-    ax = axes[1]
+    ax = axes[0]
     vals = []
     for j, (name, by_K) in enumerate(effects.items()):
         for K, row in by_K.items():
@@ -279,7 +279,7 @@ def seeds_figure(conditions: dict, effects: dict, path: Path, title: str) -> Pat
     if effects:
         ax.legend(fontsize=7, frameon=False)
     ax.grid(alpha=0.3)
-    ax = axes[2]
+    ax = axes[1]
     xy = [(r.est.eval_se, r.est.sd) for r in conditions.values() if r.est.sd and r.est.eval_se]
     if xy:
         ax.scatter([x for x, _ in xy], [y for _, y in xy], s=14, color="#4c72b0")
@@ -327,8 +327,9 @@ def factorial_figure(
     surrogate: dict[str, dict] | None = None,
 ) -> Path:
     """fig:2x2. One panel per K: endpoint ΔNLL vs softmax of the four cells by surrogate placement
-    (Weight-STE, Prob-STE), one line per calibration, 95% intervals; dotted: LERP at the same K. Then: mean
-    ΔNLL vs K (log2) per family with its interval (symlog y); last, panel (d): the surrogate effect Prob −
+    (Weight-STE filled, Prob-STE hollow), one line per calibration, 95% intervals; dotted: LERP at the same K.
+    Then: mean ΔNLL vs K (log2) per family with its interval (symlog y; Prob-STE families hollow and
+    dashed, the others filled and solid); last, panel (d): the surrogate effect Prob −
     Weight vs K (log2) under each calibration, paired by seed, with its interval (symlog y). A panel with
     nothing to show says "not run" and why. ``cells``: K -> cell (``mm_w``, ..., ``lerp``) -> Row;
     ``families``: family -> {K: Row}; ``surrogate``: calibration (``MinMax``, ``FWM``) -> {K: Row}."""
@@ -343,8 +344,8 @@ def factorial_figure(
                 if c in CELL_STYLE and CELL_STYLE[c][0] == cal
             }
             color = next(s[2] for s in CELL_STYLE.values() if s[0] == cal)
-            for x, r in sorted(rows.items()):
-                _interval(ax, x + off, r, color, label=cal if x == 0 else None, points=False)
+            for x, r in sorted(rows.items()):  # filled: Weight-STE (x 0), hollow: Prob-STE (x 1)
+                _interval(ax, x + off, r, color, fill=x == 0, label=cal if x == 0 else None, points=False)
                 vals += [r.est.lo, r.est.hi]
             ax.plot(
                 [x + off for x in sorted(rows)], [rows[x].est.mean for x in sorted(rows)], color=color, lw=1
@@ -367,20 +368,13 @@ def factorial_figure(
     else:
         vals = []
         for j, (fam, by_K) in enumerate(sorted(families.items())):
-            ks = sorted(by_K)
-            for K in ks:
-                _interval(
-                    ax,
-                    K * 2 ** (0.05 * (j - 2)),
-                    by_K[K],
-                    f"C{j}",
-                    label=fam if K == ks[0] else None,
-                    points=False,
-                )
+            ks, prob = sorted(by_K), "-prob" in fam  # the caption's styles: Prob-STE hollow and dashed
+            xs = [K * 2 ** (0.05 * (j - 2)) for K in ks]
+            for x, K in zip(xs, ks):
+                label = fam if K == ks[0] else None
+                _interval(ax, x, by_K[K], f"C{j}", fill=not prob, label=label, points=False)
                 vals += [by_K[K].est.lo, by_K[K].est.hi]
-            ax.plot(
-                [K * 2 ** (0.05 * (j - 2)) for K in ks], [by_K[K].est.mean for K in ks], color=f"C{j}", lw=1
-            )
+            ax.plot(xs, [by_K[K].est.mean for K in ks], color=f"C{j}", lw=1, ls="--" if prob else "-")
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         _symlog_y(ax, vals, linthresh=0.02)
