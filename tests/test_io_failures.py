@@ -86,8 +86,9 @@ def test_data_prepare_on_a_full_disk_is_one_line_and_leaves_no_partial_shard(tmp
     rc = cli.main(["data", "prepare", "--source", "synthetic", "--tokens", "20000", "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 1
-    assert err == f"kinterval data: error: {out / 'train_0000.bin'}: No space left on device (ENOSPC)\n"
-    assert not list(out.glob("*.tmp"))
+    shard = out / W.STAGING / "train_0000.bin"  # the new shards are written there first
+    assert err == f"kinterval data: error: {shard}: No space left on device (ENOSPC)\n"
+    assert list(out.iterdir()) == []  # no partial shard, no staging folder
 
 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])

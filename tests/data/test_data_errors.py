@@ -259,26 +259,56 @@ def test_shard_writer_refuses_the_first_id_past_the_vocabulary(tmp_path):
     assert writer.close()[0]["n_tokens"] == 2  # nothing of a refused array was written
 
 
-def test_a_failed_re_prepare_leaves_no_meta_json(tmp_path, monkeypatch):
-    """meta.json is removed before any shard is touched and written last: a prepare that dies midway leaves a
-    folder that no loader accepts, never an old meta.json describing new shards."""
+def test_a_prepare_that_fails_part_way_leaves_the_old_dataset_whole(tmp_path, monkeypatch):
+    """The new shards go to a staging folder and replace the old dataset only once all are written: a
+    prepare that dies midway (a bad row deep in a stream, Ctrl-C) leaves the old meta.json and shards as
+    they were, and no partial shard. It used to delete the old dataset first and leave *.tmp files."""
     import importlib
+
+    from kinterval.data.writer import STAGING
 
     prepare_module = importlib.import_module("kinterval.data.prepare")  # the module, not the function
 
     out = tmp_path / "syn"
     prepare("synthetic", out, tokens=5_000, seed=0, progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
 
-    def die(out, splits, *args):
-        (out / "train_0000.bin").write_bytes(b"\0\0" * 5_000)  # a new shard of the old size
+    def die(stage, splits, *args):
+        (stage / "train_0000.bin").write_bytes(b"\0\0" * 5_000)  # a new shard of the old size
+        (stage / "val_0000.bin.tmp").write_bytes(b"\0\0")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(prepare_module, "_synthetic", die)
     with pytest.raises(KeyboardInterrupt):
         prepare("synthetic", out, tokens=5_000, seed=1, progress=False)
-    assert not (out / "meta.json").exists()
-    with pytest.raises(FileNotFoundError, match="meta.json"):
-        TokenShards(out, "train")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and not (out / STAGING).exists()
+    TokenShards(out, "train")
+
+
+def test_a_bad_row_deep_in_an_hf_stream_leaves_the_old_dataset(tmp_path):
+    """Row 2500 of a local jsonl holds a number where the text goes: found after the rows before it were
+    written, and the old dataset used to be gone by then."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"text": 7 if i == 2500 else f"row {i}"}) + "\n" for i in range(3000)))
+    out = tmp_path / "d"
+    prepare("synthetic", out, tokens=5_000, seed=0, progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(ValueError, match="row 2500"):
+        prepare(f"hf:{rows}", out, progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("foreign", ["meta.json", "train_1.bin"])
+def test_a_folder_of_another_tools_files_is_refused_and_left_alone(tmp_path, foreign):
+    """A meta.json that is not a kinterval dataset's, or pre-tokenized files of the bin: layout (train_1.bin):
+    preparing there deleted them (or wrote new shards beside them, which a bin: import reads together)."""
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / foreign).write_text('{"my": "notes"}')
+    with pytest.raises(ValueError, match=rf"{foreign} is not"):
+        prepare("synthetic", out, tokens=5_000, seed=0, progress=False)
+    assert [p.name for p in out.iterdir()] == [foreign]
+    assert main(["data", "prepare", "--source", "synthetic", "--out", str(out), "--quiet"]) == 2
 
 
 @pytest.mark.parametrize(

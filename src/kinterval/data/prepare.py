@@ -3,9 +3,10 @@
 Sources: ``synthetic`` (embedded default), ``wikitext103``, ``fineweb-edu``, the held-out ``ptb`` and ``c4``,
 ``hf:PATH`` (any Hugging Face dataset, streamed; or a local dataset folder or data file), ``text:PATH``
 (local text) and ``bin:DIR`` (existing flat uint16 files, e.g. a pre-tokenized corpus, wrapped by
-``import_bin``). Every source is checked and opened (a Hub dataset reached) before ``clear_outputs``
-removes the dataset already in ``out``. Shards are written as ``*.tmp`` and renamed; meta.json is removed
-first and written last (``writer.py``), so a folder with a meta.json is always complete.
+``import_bin``). Every source is checked and opened (a Hub dataset reached) first; the new shards are
+written to a staging folder inside ``out`` and replace the dataset already there only once they are all
+written (``writer.replacing``); meta.json is removed first and written last, so a folder with a meta.json
+is always complete.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from kinterval.data.tokenizer import (
     gpt2_encoding,
     tokenizer_hash,
 )
-from kinterval.data.writer import ShardWriter, clear_outputs, write_meta
+from kinterval.data.writer import ShardWriter, check_replaceable, replacing, write_meta
 
 SOURCES = ("synthetic", "wikitext103", "fineweb-edu", "ptb", "c4", "hf:PATH", "text:PATH", "bin:DIR")
 SYNTHETIC_TRAIN_TOKENS = 2_000_000
@@ -236,43 +237,48 @@ def prepare(
     elif source == "synthetic" and bpe_file is not None:
         raise ValueError("--bpe-file applies to GPT-2-tokenized sources; --source synthetic makes its ids")
     params = {"tokens": tokens, "shard_tokens": shard_tokens, "splits": list(splits)}
+    check_replaceable(out, splits)  # another tool's files in --out: refused before any source is read
     if source.startswith("bin:"):
         found = find_bin_files(source[4:])
         return import_bin({s: f for s, f in found.items() if s in splits}, out, source=source, copy=copy,
                           shard_tokens=shard_tokens, progress=progress, tokens=tokens,
                           tokenizer=gpt2_tokenizer(bpe_file))  # fmt: skip
     if source == "synthetic":
-        clear_outputs(out, splits)
-        records, tokenizer, extra = _synthetic(out, splits, tokens, shard_tokens, seed, progress)
+        with replacing(out, splits) as stage:
+            records, tokenizer, extra = _synthetic(stage, splits, tokens, shard_tokens, seed, progress)
         return write_meta(
             out, source, records, synthetic.VOCAB_SIZE, synthetic.EOT, tokenizer, seed, params | extra
         )
     if source == "wikitext103":
         dataset = sources.load_wikitext103()
-        clear_outputs(out, splits)
-        records, tokenizer = _wikitext(out, splits, tokens, shard_tokens, bpe_file, progress, dataset)
+        with replacing(out, splits) as stage:
+            records, tokenizer = _wikitext(stage, splits, tokens, shard_tokens, bpe_file, progress, dataset)
     elif source == "fineweb-edu":
         splits = tuple(s for s in splits if s != "test")  # FineWebEdu has no test split here
         params |= {"tokens": tokens or FINEWEB_TOKENS, "val_tokens": val_tokens, "splits": list(splits),
                    "val_rule": "int(md5(id), 16) % 1000 == 0"}  # fmt: skip
         rows = sources.stream_fineweb_edu()  # reaches the Hub before the old dataset is removed
-        clear_outputs(out, splits)
-        records, tokenizer = _fineweb(
-            out, splits, tokens or FINEWEB_TOKENS, val_tokens, shard_tokens, bpe_file, progress, rows
-        )
+        with replacing(out, splits) as stage:
+            records, tokenizer = _fineweb(
+                stage, splits, tokens or FINEWEB_TOKENS, val_tokens, shard_tokens, bpe_file, progress, rows
+            )
     elif source == "ptb":
         docs = {"test": [sources.ptb_test_document()]}
-        clear_outputs(out, ["test"])
         params |= {"splits": ["test"], "hub": list(sources.PTB_HUB), "hub_split": "test",
                    "document": "every sentence, one a line, as one document"}  # fmt: skip
-        records, tokenizer = _text_like(out, ["test"], docs, None, shard_tokens, bpe_file, progress, "ptb")
+        with replacing(out, ["test"]) as stage:
+            records, tokenizer = _text_like(
+                stage, ["test"], docs, None, shard_tokens, bpe_file, progress, "ptb"
+            )
     elif source == "c4":
         n = documents or sources.C4_DOCUMENTS
         docs = {"val": sources.c4_validation_documents(n)}
-        clear_outputs(out, ["val"])
         params |= {"splits": ["val"], "hub": list(sources.C4_HUB), "hub_split": "validation", "documents": n,
                    "document_rule": f"the first {n} documents of the validation stream"}  # fmt: skip
-        records, tokenizer = _text_like(out, ["val"], docs, None, shard_tokens, bpe_file, progress, "c4")
+        with replacing(out, ["val"]) as stage:
+            records, tokenizer = _text_like(
+                stage, ["val"], docs, None, shard_tokens, bpe_file, progress, "c4"
+            )
     elif kind == "hf":
         hf_split, text_field = hf_split or "train", text_field or "text"
         if Path(path).is_dir() and out.resolve().is_relative_to(Path(path).resolve()):
@@ -304,20 +310,22 @@ def prepare(
         params |= {"hf_path": path, "hf_config": hf_config, "hf_split": hf_split, "text_field": text_field,
                    "split_rule": f"every document in {split}, in stream order" if split else
                    "int(md5(id, else stream index), 16) % 100: 0-1 val, 2-3 test, else train"}  # fmt: skip
-        clear_outputs(out, splits)
-        records, tokenizer = _stream(out, budget, itertools.chain(head, rows), route, shard_tokens,
-                                     bpe_file, progress, "hf")  # fmt: skip
+        with replacing(out, splits) as stage:
+            records, tokenizer = _stream(stage, budget, itertools.chain(head, rows), route, shard_tokens,
+                                         bpe_file, progress, "hf")  # fmt: skip
     elif source.startswith("text:"):
         if out.resolve() == Path(path).resolve():
             raise ValueError(f"--out {out} is the source folder: choose another folder (or one inside it)")
         docs = sources.text_documents(path, split=split, exclude=out)  # files under --out are not read
-        clear_outputs(out, splits)
         params["split_rule"] = (
             f"every document in {split}, in natural file order"
             if split
             else "int(md5(relative path), 16) % 100: 0-1 val, 2-3 test, else train"
         )
-        records, tokenizer = _text_like(out, splits, docs, tokens, shard_tokens, bpe_file, progress, "text")
+        with replacing(out, splits) as stage:
+            records, tokenizer = _text_like(
+                stage, splits, docs, tokens, shard_tokens, bpe_file, progress, "text"
+            )
     else:
         raise ValueError(f"unknown source {source!r}; choose from {', '.join(SOURCES)}")
     return write_meta(out, source, records, GPT2_VOCAB, EOT, tokenizer, None, params)

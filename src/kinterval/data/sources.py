@@ -217,6 +217,8 @@ def hf_router(text_field: str, split: str | None):
         text = row[text_field]
         if text is not None and not isinstance(text, str):
             raise ValueError(f"field {text_field!r} of row {i} is {type(text).__name__}, not text")
+        if text:  # a .txt file's leading byte-order mark reaches its first row (json/csv readers drop it)
+            text = text.removeprefix("\ufeff")
         text = text if text and text.strip() else None
         key = row.get("id")  # a null id is no key: the stream index, as without an id column
         return (split or md5_split(str(i if key is None else key))), text

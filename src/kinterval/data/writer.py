@@ -7,7 +7,9 @@ import datetime
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+import re
+import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -99,30 +101,93 @@ def write_json_atomic(path: str | Path, obj: dict) -> None:
     atomic.write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
+STAGING = ".prepare-staging"  # the folder inside ``out`` that a prepare writes its new shards to
+META_FORMAT = "kinterval-tokens"
+
+
+def _is_shard(name: str, split: str) -> bool:
+    """A file name that ShardWriter writes for ``split``: ``train_0000.bin`` or its ``.tmp``."""
+    return re.fullmatch(rf"{re.escape(split)}_\d{{4,}}\.bin(\.tmp)?", name) is not None
+
+
+def _old_splits(out: Path) -> set[str]:
+    """The splits the meta.json in ``out`` lists; ``ValueError`` when ``out`` holds a meta.json that is not a
+    kinterval dataset's (replacing it would delete another tool's files)."""
+    path = out / "meta.json"
+    if not path.exists():
+        return set()
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        raise ValueError(
+            f"{path} is not the meta.json of a kinterval dataset: preparing there would replace it and the "
+            "shard files beside it; choose an empty --out or one that holds a kinterval dataset"
+        )
+    listed = meta.get("splits")
+    if not isinstance(listed, dict):
+        return set()
+    return {n for n in listed if isinstance(n, str) and n.isidentifier()}
+
+
+def check_replaceable(out: str | Path, splits: Iterable[str]) -> set[str]:
+    """The splits whose shards a prepare into ``out`` replaces (``splits`` and every split of the old
+    meta.json); ``ValueError`` when ``out`` holds files that a prepare would delete or write beside but did
+    not write: another meta.json, or a ``{split}_*.bin`` of another name (``train_1.bin``: a ``bin:`` folder,
+    which a later import would read together with the new shards)."""
+    out = Path(out)
+    names = set(splits) | _old_splits(out)
+    if out.is_dir():
+        for split in sorted(names):
+            for f in sorted(out.glob(f"{split}_*.bin*")):
+                if not _is_shard(f.name, split):
+                    raise ValueError(
+                        f"{f} is not a shard that kinterval writes: preparing into {out} would delete it or "
+                        "leave it beside the new shards; choose another --out"
+                    )
+    return names
+
+
 def clear_outputs(out: Path, splits: Iterable[str]) -> None:
     """Make ``out``; remove what a previous prepare left (meta.json first: the folder is invalid now): the
-    shards of ``splits`` and of every split the old meta.json lists, so no split of another dataset stays."""
+    shards of ``splits`` and of every split the old meta.json lists, so no split of another dataset stays.
+    Refuses (``check_replaceable``) a folder holding files that no prepare wrote."""
+    names = check_replaceable(out, splits)
     out.mkdir(parents=True, exist_ok=True)
-    names = set(splits)
-    try:
-        listed = json.loads((out / "meta.json").read_text()).get("splits", {})
-        names |= (
-            {n for n in listed if isinstance(n, str) and n.isidentifier()}
-            if isinstance(listed, dict)
-            else set()
-        )
-    except (OSError, ValueError, AttributeError):  # no meta.json, or a damaged one: its splits are unknown
-        pass
     (out / "meta.json").unlink(missing_ok=True)
     for split in names:
         for old in out.glob(f"{split}_*.bin*"):
             old.unlink()
 
 
+@contextlib.contextmanager
+def replacing(out: str | Path, splits: Iterable[str]) -> Iterator[Path]:
+    """Write a new dataset's shards into a staging folder inside ``out`` (yielded); only when they are all
+    written is the dataset already in ``out`` removed (:func:`clear_outputs`) and the new shards moved in.
+    A source that fails part way (a bad row deep in a stream, a full disk) leaves the old dataset whole, and
+    no partial shard behind. The caller writes meta.json afterwards."""
+    out = Path(out)
+    splits = list(splits)
+    check_replaceable(out, splits)
+    stage = out / STAGING
+    shutil.rmtree(stage, ignore_errors=True)  # a killed prepare's
+    stage.mkdir(parents=True)
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    clear_outputs(out, splits)
+    for f in sorted(stage.iterdir()):
+        os.replace(f, out / f.name)
+    stage.rmdir()
+
+
 def write_meta(out, source, records, vocab_size, eot, tokenizer, seed, params) -> dict:
     """Write meta.json (atomically, last) and return it."""
     meta = {
-        "format": "kinterval-tokens",
+        "format": META_FORMAT,
         "format_version": FORMAT_VERSION,
         "source": source,
         "dtype": "uint16",
