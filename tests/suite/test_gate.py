@@ -922,11 +922,17 @@ def test_manifest_checks_that_stand_without_its_suite_file(suite_dir, results_di
     assert gate(d, results_only=True).errors == [f"manifest.json: run lerp-k4-s42 of {RECORD} is missing"]
 
 
+def _elsewhere_unhashed(state):
+    state["config"]["data"].update(dir="/elsewhere/tokens")
+    state["identity"].pop("data.identity")
+
+
 @pytest.mark.parametrize(
     ("edit", "says"),
     [
-        (lambda cfg: cfg["optim"].update(lr=0.5), "optim.lr: 0.5 -> 0.003"),
-        (lambda cfg: cfg["data"].update(dir="/elsewhere/tokens"), "data.dir: '/elsewhere/tokens' -> 'data'"),
+        (lambda st: st["config"]["optim"].update(lr=0.5), "optim.lr: 0.5 -> 0.003"),
+        # a data folder recorded without the data's hashes: its path is all there is to hold
+        (lambda st: _elsewhere_unhashed(st), "data.dir: '/elsewhere/tokens' -> 'data'"),
     ],
     ids=["lr", "data"],
 )
@@ -937,9 +943,31 @@ def test_full_gate_checks_the_checkpoints_own_config(suite_dir, tmp_path, edit, 
 
     d = _copy(suite_dir, tmp_path)
     state = _ckpt(d) / "state.json"
-    _edit_json(state, lambda st: edit(st["config"]))
+    _edit_json(state, edit)
     for js in (_eval(d), _geo(d)):
         _edit_json(js, lambda s: s.update(checkpoint_state_sha256=sha256_file(state)))
     assert gate(d, write_record=False).errors == [
         f"{RUN} step 16: config differs from the suite protocol ({says})"
     ]
+
+
+def test_a_checkpoint_of_the_same_data_in_another_folder_passes_and_of_other_data_fails(suite_dir, tmp_path):
+    """The data told by content: a checkpoint whose config names another data folder but whose recorded
+    training shard hashes are the suite's data (the folder moved between runs) is no error; with other
+    hashes it is, by the data check's count."""
+    from kinterval.suite.gate import sha256_file
+
+    d = _copy(suite_dir, tmp_path)
+    state = _ckpt(d) / "state.json"
+
+    def repoint():
+        for js in (_eval(d), _geo(d)):
+            _edit_json(js, lambda s: s.update(checkpoint_state_sha256=sha256_file(state)))
+
+    _edit_json(state, lambda st: st["config"]["data"].update(dir="/elsewhere/tokens"))
+    repoint()
+    assert gate(d, write_record=False).errors == []
+    _edit_json(state, lambda st: st["identity"]["data.identity"].update(shards_sha256=["0" * 64]))
+    repoint()
+    (err,) = gate(d, write_record=False).errors
+    assert "checkpoints record training shard hashes other than it holds" in err

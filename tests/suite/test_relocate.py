@@ -88,10 +88,20 @@ def test_a_moved_suite_folder_still_reports_tampering(moved, tmp_path):
 
 
 def test_evaluated_on_other_data_is_an_error_in_a_moved_folder(moved, tmp_path):
+    """Data is told by content: an evaluation of the same data in another folder (its shard hashes the
+    suite's) is no error; one whose hashes differ is, wherever its folder was; without recorded hashes the
+    folder's path decides."""
     d = _copy(moved / "after" / "out2", tmp_path)
     js = _last_eval(d)
     s = json.loads(js.read_text())
     s["data_dir"] = "/somewhere/else/tokens"
+    js.write_text(json.dumps(s, indent=1))
+    assert gate(d, write_record=False).errors == []
+    s["request"]["shards_sha256"] = ["0" * 64]
+    js.write_text(json.dumps(s, indent=1))
+    (err,) = gate(d, write_record=False).errors
+    assert "1 of 2 evaluations record val shard hashes other than it holds" in err
+    del s["request"]["shards_sha256"]
     js.write_text(json.dumps(s, indent=1))
     (err,) = gate(d, write_record=False).errors
     assert "evaluated on data /somewhere/else/tokens" in err

@@ -64,6 +64,10 @@ def test_run_passes_its_flags_and_exits_1_when_a_run_failed(monkeypatch, capsys)
     assert capsys.readouterr().out.endswith("next: kinterval suite gate O\n")  # the whole suite: plain
     assert (seen["gpus"], seen["per_gpu"], seen["slurm_args"]) == (0, 1, {"partition": None, "time": None})
     assert seen["skip_gated"] is None
+    result.clear()  # --skip-gated R signs off every selected run: nothing ran, nothing to gate in O
+    assert main(["suite", "run", "mini", "--out", "O", "--skip-gated", "R"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing ran in O: the runs are signed off in R; gate it there" in out and "next:" not in out
 
 
 def test_run_one_exits_1_unless_the_run_completed(monkeypatch):

@@ -359,6 +359,15 @@ def test_a_bad_override_names_the_file_and_its_table_when_the_suite_is_loaded(tm
         _suite(tmp_path, body + group)
 
 
+def test_an_unknown_protocol_is_named_as_the_protocol_field(tmp_path):
+    """It was reported as a fault of [overrides]: "[overrides]: config file not found: nosuchproto"."""
+    path = tmp_path / "p.toml"
+    path.write_text('name = "p"\nprotocol = "nosuchproto"\nseeds = [1]\ncheckpoints = 2\n'
+                    '[[group]]\noperators = ["softmax"]\n')  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape(f"{path}: protocol 'nosuchproto': config file not found")):
+        load_suite(path)
+
+
 def test_an_operators_own_arithmetic_wins_however_it_is_spaced(tmp_path):
     suite = _suite(tmp_path, 'arithmetic = "historical"\n[[group]]\n'
                    'operators = ["minmax-weight-k4[arithmetic = strict]", "fwm-prob-k4"]\n')  # fmt: skip

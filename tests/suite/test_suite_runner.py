@@ -13,6 +13,7 @@ from kinterval.cli import main
 from kinterval.data.prepare import prepare
 from kinterval.suite import runner
 from kinterval.suite.definition import load_suite
+from kinterval.suite.gate import gate
 from kinterval.suite.manifest import read_manifest
 from kinterval.suite.runner import init_suite, run_suite, submit_slurm
 
@@ -386,7 +387,7 @@ def test_a_rerun_with_other_data_or_another_suite_version_is_refused(tmp_path, d
     manifest = (out / "manifest.json").read_bytes()
     other = tmp_path / "other-data"
     prepare("synthetic", other, tokens=20_000, seed=1, progress=False)
-    with pytest.raises(ValueError, match="evaluated other val data than .*other-data holds"):
+    with pytest.raises(ValueError, match="trained on other train data than .*other-data holds"):
         run_suite(suite_file(tmp_path), out, data=other, log=lambda *_: None)
     edited = tmp_path / "edited" / "tiny.toml"
     edited.parent.mkdir()
@@ -402,6 +403,32 @@ def test_a_rerun_with_other_data_or_another_suite_version_is_refused(tmp_path, d
     data_copy = shutil.copytree(data, moved)
     res = run_suite(suite_file(tmp_path), out, data=data_copy, log=lambda *_: None)
     assert set(res.values()) == {"completed"}
+    # ... and passes the gate: its checkpoints and evaluations name the old folder, their hashes the data
+    assert gate(out, write_record=False).errors == []
+
+
+def test_a_rerun_on_other_training_data_or_with_a_stray_evaluation_is_refused_and_says_which(tmp_path, data):
+    """Only the evaluations' data was held: a data folder with the same val split but another train split
+    (or a suite killed before its first evaluation) was taken, and the next runs trained on it. And one
+    evaluation made by hand on other data blamed the suite's own data folder."""
+    out = tmp_path / "out"
+    assert set(run_suite(suite_file(tmp_path), out, data=data, log=lambda *_: None).values()) == {"completed"}
+    manifest = (out / "manifest.json").read_bytes()
+    other = tmp_path / "other-train"
+    shutil.copytree(data, other)
+    meta = json.loads((other / "meta.json").read_text())
+    meta["splits"]["train"]["shards"][0]["sha256"] = "0" * 64  # other train data by its recorded content
+    (other / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"softmax-s1 was trained on other train data than .*other-train"):
+        run_suite(suite_file(tmp_path), out, data=other, log=lambda *_: None)
+    assert (out / "manifest.json").read_bytes() == manifest
+    stray = sorted(out.glob("runs/*/eval/val/step_*.json"))[0]
+    summary = json.loads(stray.read_text())
+    summary["request"]["shards_sha256"] = ["0" * 64]
+    stray.write_text(json.dumps(summary))
+    n = len(list(out.glob("runs/*/eval/val/step_*.json")))
+    with pytest.raises(ValueError, match=rf"1 of {n} evaluations record other val data .*delete them"):
+        run_suite(suite_file(tmp_path), out, data=data, log=lambda *_: None)
 
 
 def test_a_finished_run_missing_a_checkpoint_is_not_reported_completed(tmp_path, data):

@@ -56,6 +56,9 @@ def _run(args) -> int:
     if stopped:  # an outcome the gate signs off and the report lists, not a failure: not trained again
         line += f"; stopped by a non-finite loss (evaluated as far as they got): {stopped}"
     print(line + (f"; failed: {bad}" if bad else ""))
+    if not res:  # --skip-gated: every selected run is signed off there, nothing ran here
+        print(f"nothing ran in {args.out}: the runs are signed off in {args.skip_gated}; gate it there")
+        return 0
     if args.only or args.skip_gated:  # a part of the suite: a plain gate counts the rest as errors
         print(f"next: kinterval suite gate {args.out} --partial (without --partial once every run has run)")
     else:

@@ -275,9 +275,13 @@ def _check_overrides(
         raise ValueError(f"{path}: {where}: overrides may not set {fixed}: each run sets them itself "
                          "(operators, seeds, checkpoints, the suite's data folder)")  # fmt: skip
     try:
+        config = TrainConfig.from_toml(protocol)
+    except (ValueError, TypeError, FileNotFoundError) as err:  # the protocol field names no config
+        raise ValueError(f"{path}: protocol {protocol!r}: {err}") from None
+    try:
         # data.dir: each run sets it (RUN_FIELDS); a stand-in, as validate() requires one
         own = {"data.dir": "data", **({"operator.name": operator} if operator is not None else {})}
-        TrainConfig.from_toml(protocol).override({**overrides, **own}).validate()
+        config.override({**overrides, **own}).validate()
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise ValueError(f"{path}: {where}: {err}") from None
 

@@ -260,14 +260,17 @@ class _Gate:
     def subject(self, rel: str) -> tuple:
         return self.subjects.get(rel, ("file", rel))
 
-    def config_diffs(self, got: dict, want: dict) -> list[str]:
+    def config_diffs(self, got: dict, want: dict, by_content: bool = False) -> list[str]:
         """The differences of a recorded config from the expected one, execution fields aside; a ``data.dir``
-        that names the expected folder from where the suite folder was (:func:`same_data_dir`) is none."""
+        that names the expected folder from where the suite folder was (:func:`same_data_dir`) is none, nor
+        is any other ``data.dir`` when ``by_content``: the job records its data's shard hashes, which are
+        held against the suite's data folder (:meth:`_hold_data`; the same data moved to another folder)."""
         data = (got.get("data") or {}).get("dir"), (want.get("data") or {}).get("dir")
+        moved = by_content or same_data_dir(*data)
         return [
             d
             for d in config_differences(got, want)
-            if d.split(":")[0] not in IGNORED and not (d.startswith("data.dir:") and same_data_dir(*data))
+            if d.split(":")[0] not in IGNORED and not (d.startswith("data.dir:") and moved)
         ]
 
     # ------------------------------------------------------------------ the manifest
@@ -491,13 +494,16 @@ class _Gate:
             }
             if codes != {self.code}:
                 add(subj, f"{job}: evaluation or training code identity differs from the manifest's")
-            diffs = self.config_diffs(s.get("train_config") or {}, exp["config"])
+            # data told by content where the evaluation records its shard hashes (held below; the training
+            # data's by the checkpoint's own): a data folder moved between runs is the same data
+            hashed = isinstance((s.get("request") or {}).get("shards_sha256"), list)
+            diffs = self.config_diffs(s.get("train_config") or {}, exp["config"], by_content=hashed)
             if diffs:
                 add(
                     subj,
                     f"{job}: evaluated checkpoint's config differs from the run's ({'; '.join(diffs[:3])})",
                 )
-            if "data_dir" in s and not same_data_dir(s["data_dir"], self.data_dir):
+            if "data_dir" in s and not (hashed or same_data_dir(s["data_dir"], self.data_dir)):
                 add(subj, f"{job}: evaluated on data {s['data_dir']}, not the suite's {self.data_dir}")
             if not self.results_only:
                 self._hold_data("eval", self.split, (s.get("request") or {}).get("shards_sha256"), job)
@@ -573,7 +579,9 @@ class _Gate:
                     return None
             if state.get("step") != step:
                 add(subj, f"{job}: state.json says step {state.get('step')!r}")
-            diffs = self.config_diffs(state["config"], exp["config"])
+            trained = (state.get("identity") or {}).get("data.identity")
+            hashed = isinstance(trained, dict) and isinstance(trained.get("shards_sha256"), list)
+            diffs = self.config_diffs(state["config"], exp["config"], by_content=hashed)
             if diffs:
                 add(subj, f"{job}: config differs from the suite protocol ({'; '.join(diffs)})")
             op = (state.get("operator") or {}).get("full_name", state["config"]["operator"]["name"])
@@ -582,7 +590,6 @@ class _Gate:
             ck_code = (state.get("code") or {}).get("ops_sha256")
             if ck_code != self.code:
                 add(subj, f"{job}: code identity {str(ck_code)[:12]} != manifest {str(self.code)[:12]}")
-            trained = (state.get("identity") or {}).get("data.identity")
             if isinstance(trained, dict):
                 self._hold_data("train", trained.get("split"), trained.get("shards_sha256"), job)
         except CheckpointError:

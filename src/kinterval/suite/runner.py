@@ -33,7 +33,7 @@ from kinterval.suite.manifest import (
     stopped_step,
     write_manifest,
 )
-from kinterval.train.checkpoint import check_outside_runs
+from kinterval.train.checkpoint import CheckpointError, check_outside_runs, latest_checkpoint, read_state
 from kinterval.train.config import DEVICES
 
 _HOW = "make one with `kinterval data prepare --source bin:DIR|text:FILE|synthetic --out DIR`"
@@ -112,20 +112,50 @@ def check_resume(out: Path, previous: dict, manifest: dict, data_dir: Path) -> N
             "together)"
         )
     split = manifest["eval"]["split"]
-    info = TokenShards(data_dir, split).meta["splits"][split]
-    shards = [s.get("sha256") for s in info["shards"]]
+    hashes: dict[str, list | None] = {}
+
+    def held(name: str) -> list | None:  # the shard hashes of a split of ``data_dir`` (None: no such split)
+        if name not in hashes:
+            splits = TokenShards(data_dir, split).meta["splits"]
+            hashes[name] = [x.get("sha256") for x in splits[name]["shards"]] if name in splits else None
+        return hashes[name]
+
+    # Trained on it: the newest checkpoint of every run records the hashes of its training split.
+    for r in manifest["runs"]:
+        ck = latest_checkpoint(out / r["run_dir"])
+        try:
+            trained = (read_state(ck).get("identity") or {}).get("data.identity") if ck else None
+        except (OSError, ValueError, CheckpointError):
+            continue  # unreadable: the trainer refuses or replaces it
+        if isinstance(trained, dict) and isinstance(trained.get("shards_sha256"), list):
+            if trained["shards_sha256"] != held(str(trained.get("split"))):
+                raise ValueError(
+                    f"{out}: {r['run_id']} was trained on other {trained.get('split')} data than {data_dir} "
+                    f"holds ({ck.relative_to(out)}); continue with the data folder the suite began with "
+                    f"({previous.get('data_dir')}), or run into another --out"
+                )
+    # Evaluated on it: every evaluation records the hashes of the suite's split.
+    evaluated, other = 0, []
     for r in manifest["runs"]:
         for js in sorted((out / r["eval_dir"]).glob("step_*.json")):
             try:
                 req = json.loads(js.read_text()).get("request") or {}
             except (OSError, ValueError):
                 continue  # unreadable: evaluated again (evaluate_run rewrites it)
-            if req.get("shards_sha256") not in (None, shards):
-                raise ValueError(
-                    f"{out}: {js.relative_to(out)} evaluated other {split} data than {data_dir} holds; "
-                    f"continue with the data folder the suite began with ({previous.get('data_dir')}), or "
-                    "run into another --out"
-                )
+            if req.get("shards_sha256") is not None:
+                evaluated += 1
+                if req["shards_sha256"] != held(split):
+                    other.append(js.relative_to(out))
+    if other and len(other) == evaluated:  # the data folder is the odd one out
+        raise ValueError(
+            f"{out}: {other[0]} evaluated other {split} data than {data_dir} holds; continue with the data "
+            f"folder the suite began with ({previous.get('data_dir')}), or run into another --out"
+        )
+    if other:  # some evaluations are: made by hand on other data into the suite's folders
+        raise ValueError(
+            f"{out}: {len(other)} of {evaluated} evaluations record other {split} data than {data_dir} holds "
+            f"(first: {other[0]}); delete them (with their .npz), and the suite run evaluates them again"
+        )
 
 
 def check_code(out: Path, manifest: dict) -> None:
