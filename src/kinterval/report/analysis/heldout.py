@@ -101,7 +101,7 @@ def _through(p: Point) -> OperatorSpec:
 def _forward(spec: OperatorSpec) -> tuple:
     """What fixes an operator's hard forward in exact arithmetic: a baseline's kind; a K-interval operator's
     calibration, reconstruction, K and tau. The surrogate, arithmetic and range_grad change its backward and
-    its rounding only (Weight-STE and Prob-STE share the forward P = P^N, eqs. (3), (4))."""
+    its rounding only (Weight-STE, eq. (3), and Prob-STE, eq. (4), share the forward P = P^N)."""
     return (spec.kind, spec.calibration, spec.reconstruction, spec.K, spec.tau)
 
 
