@@ -76,6 +76,27 @@ def test_kill_and_resume_is_bit_identical(make_config, tmp_path):
         assert all(torch.equal(st[k], ob["state"][name][k]) for k in st)
 
 
+def test_a_resume_by_other_operator_code_warns(make_config, tmp_path, monkeypatch, capsys):
+    """The checkpoint records the operator code's hash; a resume by other code (another kinterval version)
+    went on without a word, so the run mixed two operators' code silently. It still goes on, and says so."""
+    from kinterval.train import trainer
+
+    cfg = make_config()
+
+    def kill(step, model):
+        if step == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run", on_step=kill)
+    capsys.readouterr()
+    real = trainer.code_identity
+    monkeypatch.setattr(trainer, "code_identity", lambda: {**real(), "ops_sha256": "f" * 64})
+    assert train(cfg, tmp_path / "run", resume=True).status == "completed"
+    err = capsys.readouterr().err
+    assert "was trained by other operator code" in err and "this checkout ffffffffffff" in err
+
+
 def test_cli_hard_kill_then_resume(data_dir, tmp_path):
     args = [
         sys.executable,

@@ -199,6 +199,15 @@ class Trainer:
                 f"Differing fields (checkpoint -> requested): {'; '.join(diffs)}"
             )
         state = ckpt.state
+        was, now = (state.get("code") or {}).get("ops_sha256"), code_identity()["ops_sha256"]
+        if self.info.is_main and was is not None and was != now:
+            # allowed (a fix may be the reason to resume), but the run then mixes two operators' code
+            print(
+                f"kinterval train: warning: {path} was trained by other operator code (ops_sha256 "
+                f"{was[:12]}, this checkout {now[:12]}); the run goes on with this checkout's (a suite's "
+                "gate reports the mix)",
+                file=sys.stderr,
+            )
         self.done, self.last_checkpoint = int(state["step"]), ckpt.path
         log = state["config"].get("log")
         every = log.get("every") if isinstance(log, dict) else None
