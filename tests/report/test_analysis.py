@@ -684,7 +684,7 @@ def test_clip_statistics_of_the_logged_training_rows():
     old = [
         {"step": 1, "tokens": 100, "clipped_frac": 0.25, "train_loss": 5.0}
     ]  # a log without the per-step fields
-    (row,) = A.clip_fractions(pts, {("s", "op-s7"): rows, ("s", "op-s42"): old})
+    (row,) = A.clip_fractions(pts, {("", "op-s7"): rows, ("", "op-s42"): old})  # (folder, run id)
     assert row.seeds == (7, 42) and row.per_seed == (0.7, 0.25) and row.mean == pytest.approx(0.475)
     assert row.tail == (pytest.approx(4 / 6), None)
     assert row.final_norm == (2.4, None) and row.max_norm == (12000.0, None)
@@ -696,7 +696,7 @@ def test_clip_fraction_is_the_last_logged_whole_run_fraction():
     since step 0), not the first: logged out of order, 0.1 -> 0.3 -> 0.45 by step."""
     pts = [Point("s", "op-s7", "g", "lerp-k4", 7, 1000, 10, 1000, "val", ("d", "val", 64, 4), np.zeros(4))]
     rows = [{"step": s, "tokens": 100 * s, "clipped_frac": f} for s, f in ((3, 0.45), (1, 0.1), (2, 0.3))]
-    (row,) = A.clip_fractions(pts, {("s", "op-s7"): rows})
+    (row,) = A.clip_fractions(pts, {("", "op-s7"): rows})
     assert row.per_seed == (0.45,) and row.mean == 0.45
 
 

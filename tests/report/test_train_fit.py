@@ -34,7 +34,7 @@ def _fit(tmp_path, **kw):
 
 def _rows(res, skipped=None) -> dict:
     primary = [p for p in res.points if p.primary]
-    logs = {(res.suite, run): rows for run, rows in res.logs.items()}  # as build_report keys them
+    logs = {(str(res.dir), run): rows for run, rows in res.logs.items()}  # as build_report keys them
     rows, left_out = A.train_fit(A.softmax_pairs(primary), logs)
     if skipped is not None:
         skipped.update(left_out)
@@ -147,3 +147,18 @@ def test_the_report_lists_the_pairs_it_leaves_out_of_the_fit_table(tmp_path):
     assert "| lerp-k4 |" not in (tmp_path / "rep" / "fit.md").read_text()
     data = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert sorted(data["train_fit_skipped"]) == ["lerp-k4-s42 vs softmax-s42", "lerp-k4-s7 vs softmax-s7"]
+
+
+def test_two_folders_of_one_suite_keep_their_own_logs(tmp_path):
+    """Two unmerged sittings of one suite: their manifests list every run, each folder holding some. The
+    logs were keyed by suite name, so the second folder's (empty for the runs it lacks) replaced the first's:
+    the clip and fit rows of the first folder's runs vanished or read the other folder's numbers."""
+    first = lambda r: r["seed"] == 7  # noqa: E731
+    for name, keep, clip in (("a", first, 0.1), ("b", lambda r: not first(r), 0.3)):
+        write_results(tmp_path / name, "ci", lambda r, frac: EVAL.get(r["operator"], 0.1) * frac,
+                      runs=keep, clip=lambda r, c=clip: c, train=_train_loss)  # fmt: skip
+    build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    clip = {r["key"]["operator"]: r for r in data["clip_fractions"]}
+    assert clip["softmax"]["seeds"] == [7, 42] and clip["softmax"]["per_seed"] == [0.1, 0.3]
+    assert {r["key"]["operator"] for r in data["train_fit"]} >= {"lerp-k4", "minmax-weight-k4"}

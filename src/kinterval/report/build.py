@@ -503,7 +503,7 @@ def _build(results, out: Path, clean=()) -> None:
             geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)", colours
         )
         ix.figure("geometry.png", "geometry")
-    logs = {(r.suite, run): rows_ for r in results for run, rows_ in r.logs.items()}
+    logs = {(str(r.dir), run): rows_ for r in results for run, rows_ in r.logs.items()}  # Point.folder
     if det:
         data["detach"] = det
         ix.table("detach", *T.detach_rows(det), "Modified backward − same-seed full-gradient twin")

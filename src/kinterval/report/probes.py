@@ -67,25 +67,35 @@ def probe_comparisons(results, pairing) -> dict[str, dict]:
     ``pairing``: :func:`kinterval.report.analysis.softmax_pairs` of the primary evaluations (a run's control
     is the run its ΔNLL is paired with). ``ValueError`` naming both folders when two outputs cannot be paired
     (other samples, vocabulary or batch size; see ``compare_probes``)."""
-    rows = {(r.suite, row["run_id"]): (r, row) for r in results for row in r.manifest["runs"]}
+    # keyed by suite folder: two folders of one suite (unmerged sittings) hold runs of the same id
+    rows = {(str(r.dir), row["run_id"]): (r, row) for r in results for row in r.manifest["runs"]}
     if not any((_probe_dir(r, row) / "summary.json").is_file() for r, row in rows.values()):
         return {}
-    evaluated = {r.suite: set(r.runs()) for r in results}
-    control = {(x.point.suite, x.point.run_id): (x.control.suite, x.control.run_id) for x in pairing.pairs}
-    suites_of: dict[str, set[str]] = {}
-    for suite, rid in rows:
-        suites_of.setdefault(rid, set()).add(suite)
-    name = lambda suite, rid: rid if len(suites_of[rid]) == 1 else f"{suite}/{rid}"  # noqa: E731
+    evaluated = {str(r.dir): set(r.runs()) for r in results}
+    control = {(x.point.folder, x.point.run_id): (x.control.folder, x.control.run_id) for x in pairing.pairs}
+    suite_of = {str(r.dir): r.suite for r in results}
+    names = {}  # "suite/run_id", or "folder/run_id" where one suite's folders share the run id
+    for folder, rid in rows:
+        names.setdefault((suite_of[folder], rid), []).append(folder)
+
+    def run_name(folder: str, rid: str) -> str:
+        same = names[(suite_of[folder], rid)]
+        return f"{suite_of[folder] if len(same) == 1 else folder}/{rid}"
+
+    def name(folder: str, rid: str) -> str:
+        return rid if sum(len(v) for k, v in names.items() if k[1] == rid) == 1 else run_name(folder, rid)
+
     out = {}
-    for (suite, rid), (r, row) in rows.items():
+    for (folder, rid), (r, row) in rows.items():
         if row["operator"] in REFERENCES:
             continue
-        cond, mine = name(suite, rid), _probe_dir(r, row)
-        entry = {"operator": row["operator"], "run": f"{suite}/{rid}"}
-        ctrl = control.get((suite, rid))
+        cond, mine = name(folder, rid), _probe_dir(r, row)
+        entry = {"operator": row["operator"], "run": run_name(folder, rid)}
+        ctrl = control.get((folder, rid))
         if ctrl is None:  # unpaired.md says why, for a run with evaluations
-            why = "no same-seed softmax control" if rid in evaluated[suite] else "not evaluated"
+            why = "no same-seed softmax control" if rid in evaluated[folder] else "not evaluated"
             out[cond] = dict(entry, not_run=why if (mine / "summary.json").is_file() else NO_PROBES)
         else:
-            out[cond] = compare_pair(cond, entry, mine, name(*ctrl), _probe_dir(*rows[ctrl]), "/".join(ctrl))
+            ctrl_dir = _probe_dir(*rows[ctrl])
+            out[cond] = compare_pair(cond, entry, mine, name(*ctrl), ctrl_dir, run_name(*ctrl))
     return out

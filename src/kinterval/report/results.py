@@ -111,6 +111,9 @@ class Point:
     # a short hash of the training data the evaluated checkpoint records (:func:`train_data_hash`); "" when
     # the evaluation does not record it
     train_data: str = ""
+    # the suite folder it was loaded from: two folders of one suite (two sittings, unmerged) hold runs of the
+    # same id, whose logs and probes are each their own
+    folder: str = ""
 
     @property
     def mean(self) -> float:
@@ -415,6 +418,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
             points.append(
                 Point(
                     suite=m["suite"],
+                    folder=str(suite_dir),
                     run_id=r["run_id"],
                     group=r["group"],
                     operator=r["operator"],

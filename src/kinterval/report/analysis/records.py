@@ -54,13 +54,14 @@ def _run_clip_stats(rows: list[dict]) -> dict:
 
 
 def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[ClipRow]:
-    """``logs``: (suite, run_id) -> metrics rows. The whole-run fraction is the last logged ``clipped_frac``
-    of each run: the fraction of all its steps since step 0 whose gradient norm was clipped, kept across
-    resumes (the trainer stores the count in each checkpoint; resumed from a checkpoint older than that
-    count: the steps since then). The other statistics read the logged rows, one per ``log.every`` steps."""
+    """``logs``: (suite folder, run_id) -> metrics rows. The whole-run fraction is the last logged
+    ``clipped_frac`` of each run: the fraction of all its steps since step 0 whose gradient norm was
+    clipped, kept across resumes (the trainer stores the count in each checkpoint; resumed from a checkpoint
+    older than that count: the steps since then). The other statistics read the logged rows, one per
+    ``log.every`` steps."""
     acc: dict[Key, dict[int, dict]] = defaultdict(dict)
     for p in final([p for p in points if p.primary]):
-        rows = [r for r in logs.get((p.suite, p.run_id), []) if "clipped_frac" in r]
+        rows = [r for r in logs.get((p.folder, p.run_id), []) if "clipped_frac" in r]
         if rows:
             acc[p.key][p.seed] = _run_clip_stats(sorted(rows, key=lambda r: r.get("step", 0)))
     out = []
@@ -161,8 +162,9 @@ def validation_pairs(
 ) -> tuple[list[ValidationPair], dict]:
     """The logged validation trajectories of each pair of ``pairing`` (``detach_pairs``' pairing: modified
     run -> same-seed full twin), with the same-seed softmax run's among ``points`` (same model, budget and
-    data) where it logged validation; ``logs``: (suite, run_id) -> metrics rows. Returns the pairs and the
-    runs skipped (run -> reason): either run without validation rows, or no token count logged by both."""
+    data) where it logged validation; ``logs``: (suite folder, run_id) -> metrics rows. Returns the pairs and
+    the runs skipped (run -> reason): either run without validation rows, or no token count logged by
+    both."""
     softmax = {
         (p.model, p.seed, p.budget, p.data): p for p in points if p.operator == "softmax" and p.primary
     }
@@ -171,8 +173,8 @@ def validation_pairs(
         if not x.point.primary:
             continue
         run_id = x.point.run_id
-        own = _validation_rows(logs.get((x.point.suite, x.point.run_id), []))
-        ctrl = _validation_rows(logs.get((x.control.suite, x.control.run_id), []))
+        own = _validation_rows(logs.get((x.point.folder, x.point.run_id), []))
+        ctrl = _validation_rows(logs.get((x.control.folder, x.control.run_id), []))
         name = f"{run_id} vs {x.control.run_id}"
         if not own or not ctrl:
             skipped[name] = (
@@ -184,7 +186,7 @@ def validation_pairs(
             skipped[name] = "no training-token count logged by both runs"
             continue
         sm_point = softmax.get((x.point.model, x.point.seed, x.point.budget, x.point.data))
-        sm = _validation_rows(logs.get((sm_point.suite, sm_point.run_id), [])) if sm_point else {}
+        sm = _validation_rows(logs.get((sm_point.folder, sm_point.run_id), [])) if sm_point else {}
         nan = float("nan")
         out.append(
             ValidationPair(
@@ -239,7 +241,7 @@ def _train_losses(rows: list[dict]) -> dict[int, float]:
 
 def train_fit(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[list[FitRow], dict[str, str]]:
     """A :class:`FitRow` per condition at its endpoint, from the pairs of ``pairing`` (``softmax_pairs``) at
-    each run's last checkpoint and ``logs``: (suite, run_id) -> metrics rows; and the pairs left out
+    each run's last checkpoint and ``logs``: (suite folder, run_id) -> metrics rows; and the pairs left out
     ("run vs control" -> why): those whose logs hold fewer than two common steps in the window."""
     per_key: dict[Key, dict[int, tuple]] = defaultdict(dict)
     skipped: dict[str, str] = {}
@@ -247,8 +249,8 @@ def train_fit(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[list[Fit
         p, c = x.point, x.control
         if not p.primary or p.run_id == c.run_id:
             continue
-        own = _train_losses(logs.get((p.suite, p.run_id), []))
-        ctrl = _train_losses(logs.get((c.suite, c.run_id), []))
+        own = _train_losses(logs.get((p.folder, p.run_id), []))
+        ctrl = _train_losses(logs.get((c.folder, c.run_id), []))
         ts = sorted(t for t in set(own) & set(ctrl) if (1 - FIT_TAIL) * p.tokens < t <= p.tokens)
         if len(ts) < 2:
             skipped[f"{p.run_id} vs {c.run_id}"] = (
