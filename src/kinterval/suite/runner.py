@@ -112,13 +112,10 @@ def check_resume(out: Path, previous: dict, manifest: dict, data_dir: Path) -> N
             "together)"
         )
     split = manifest["eval"]["split"]
-    hashes: dict[str, list | None] = {}
+    splits = TokenShards(data_dir, split).meta["splits"]
 
     def held(name: str) -> list | None:  # the shard hashes of a split of ``data_dir`` (None: no such split)
-        if name not in hashes:
-            splits = TokenShards(data_dir, split).meta["splits"]
-            hashes[name] = [x.get("sha256") for x in splits[name]["shards"]] if name in splits else None
-        return hashes[name]
+        return [x.get("sha256") for x in splits[name]["shards"]] if name in splits else None
 
     # Trained on it: the newest checkpoint of every run records the hashes of its training split.
     for r in manifest["runs"]:
