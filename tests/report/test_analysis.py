@@ -478,6 +478,24 @@ def test_rank_statistics_use_the_settings_most_common_seed_set():
     assert st.kendall_w == pytest.approx(w, abs=1e-12)
 
 
+def test_rank_statistics_leave_out_modified_backward_and_baselines():
+    """The cross-condition statistics (Kendall's W, Spearman vs geometry, fig:widthgap) range over the designed
+    full-gradient grid: a detach run on the same seeds (an outlier in span) and a BF16-exp baseline do not
+    enter them."""
+    seeds = (7, 42, 1337)
+    planted = {"lerp-k4": (0.10, 0.02, 0.05), "lerp-k8": (0.04, 0.09, 0.01), "lerp-k16": (0.02, 0.03, 0.08)}
+    base = {s: np.random.default_rng(s).normal(4.0, 0.2, N) for s in seeds}
+    pts = [point("softmax", s, base[s]) for s in seeds]
+    pts += [point(op, s, base[s] + d) for op, ds in planted.items() for s, d in zip(seeds, ds)]
+    pts += [point(op, s, base[s] + 0.3) for op in ("lerp-k4[range_grad=detach]", "bf16-exp") for s in seeds]
+    rows = A.delta_table(A.softmax_pairs(pts))
+    assert len(rows) == 5
+    (kept,) = A.ranked_rows(rows).values()
+    assert sorted(r.key.operator for r in kept) == sorted(planted)
+    (st,) = A.rank_statistics(rows, {r.key: {"span": r.est.mean} for r in rows})
+    assert sorted(st.conditions) == sorted(planted)
+
+
 def test_rank_statistics_need_three_conditions_for_kendall_w():
     """Two conditions on three seeds: no Kendall's W and no pairwise Spearman (two ranks say nothing)."""
     seeds = (7, 42, 1337)

@@ -165,6 +165,12 @@ def full_twin(operator: str) -> str | None:
     return OperatorSpec.parse(spec, range_grad="full").full_name
 
 
+def designed_full(k: Key) -> bool:
+    """A designed (not supplementary per-seed) full-gradient condition with a K: what the paper's
+    cross-condition statistics range over (the grid of fig:k, fig:widthgap and Kendall's W)."""
+    return k.seed is None and _spec(k.operator).K is not None and full_twin(k.operator) is None
+
+
 def _spec(operator: str) -> OperatorSpec:
     return OperatorSpec.parse("softmax") if operator == "sdpa" else OperatorSpec.from_full_name(operator)
 

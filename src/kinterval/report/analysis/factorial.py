@@ -18,8 +18,8 @@ from kinterval.report.analysis.core import (
     _left_out,
     _spec,
     at_endpoint,
+    designed_full,
     estimate,
-    full_twin,
     key_order,
     operator_order,
     pair_controls,
@@ -328,11 +328,6 @@ class KPanels:
     not_run: dict[str, str] = field(default_factory=dict)
 
 
-def _designed_full(k: Key) -> bool:
-    """A designed (not supplementary per-seed) full-gradient condition with a K."""
-    return k.seed is None and _spec(k.operator).K is not None and full_twin(k.operator) is None
-
-
 def k_panels(points: list[Point], delta: list[Row], traj: dict[Key, list[Row]], K: int = 4) -> KPanels | None:
     """fig:k (124M @ 2.5B in the paper) for the longest-horizon setting among the designed full-gradient
     conditions with a K in ``delta`` (:func:`delta_table`; a tie: the setting with more of them): (a) their
@@ -340,7 +335,7 @@ def k_panels(points: list[Point], delta: list[Row], traj: dict[Key, list[Row]], 
     Nearest condition at K with no override besides the arithmetic minus the same-seed ``lerp-kK`` (the LERP
     reference of :func:`factorial_effects`) at every checkpoint both reached, per block, under the one rule
     (:func:`estimate`). None without such a setting."""
-    rows = [r for r in delta if _designed_full(r.key)]
+    rows = [r for r in delta if designed_full(r.key)]
     if not rows:
         return None
     setting = max(
@@ -356,7 +351,7 @@ def k_panels(points: list[Point], delta: list[Row], traj: dict[Key, list[Row]], 
     gap = {
         k.operator: v
         for k, v in sorted(traj.items(), key=lambda kv: key_order(kv[0]))
-        if k.setting() == setting and _designed_full(k) and _spec(k.operator).K == K
+        if k.setting() == setting and designed_full(k) and _spec(k.operator).K == K
     }
     lerp = f"lerp-k{K}"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kinterval.report.analysis.core import Row
+from kinterval.report.analysis.core import Row, designed_full
 from kinterval.report.results import Key
 
 
@@ -27,12 +27,15 @@ class RankStats:
 
 
 def ranked_rows(delta: list[Row]) -> dict[tuple, list[Row]]:
-    """Setting -> the ΔNLL rows its rank statistics (and fig:widthgap) use: the conditions run on the
-    setting's most common seed set of several seeds (suite D's five seeds, not a supplementary single-seed
-    run evaluated on the same data), or every row of a setting with no row of several seeds."""
+    """Setting -> the ΔNLL rows its rank statistics (and fig:widthgap) use: the designed full-gradient
+    conditions with a K (the paper's "25 approximate conditions of a designed grid"; a modified backward such
+    as ``range_grad=detach`` is a different experiment, not a grid point) run on the setting's most common
+    seed set of several seeds (suite D's five seeds, not a supplementary single-seed run evaluated on the
+    same data), or every such row of a setting with no row of several seeds."""
     by_setting: dict[tuple, list[Row]] = defaultdict(list)
     for r in delta:
-        by_setting[r.key.setting()].append(r)
+        if r.key is not None and designed_full(r.key):
+            by_setting[r.key.setting()].append(r)
     out = {}
     for setting, rows in sorted(by_setting.items(), key=str):
         sets = [r.seeds for r in rows if len(r.seeds) >= 2]
