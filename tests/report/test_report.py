@@ -251,6 +251,19 @@ def test_delta_table_shows_the_softmax_row_and_each_nll_seed_sd(fake_suite, tmp_
     assert cells[3] == f"{lerp['nll_sd']:.4f}"
 
 
+def test_delta_table_shows_the_own_seed_softmax_of_a_one_seed_row(fake_suite, tmp_path):
+    """The one-seed detach row is paired with seed 7's softmax, not the mean over seeds 7 and 42: delta.md
+    shows that softmax row too, so that the row's NLL minus it is its ΔNLL (the mean row alone did not add
+    up)."""
+    build_report(fake_suite, tmp_path / "rep")
+    lines = (tmp_path / "rep" / "delta.md").read_text().splitlines()
+    table = {x.split("|")[1].strip(): [c.strip() for c in x.strip("|").split("|")] for x in lines[4:] if x}
+    own, detach = table["softmax, seed 7"], table["lerp-k4[range_grad=detach]"]
+    assert own[1] == "7" and detach[1] == "7" and table["softmax"][1] == "7,42"
+    assert float(detach[2]) - float(own[2]) == pytest.approx(float(detach[4]), abs=2e-4)
+    assert "paired with the softmax row of its seed" in lines[0]
+
+
 def _files(folder):
     return {
         p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()

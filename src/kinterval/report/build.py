@@ -420,11 +420,19 @@ def _build(results, out: Path, clean=()) -> None:
     rows = A.delta_table(pairing)
     data["delta"] = rows
     refs = A.softmax_rows(primary)
+    # a one-seed row beside a softmax of several seeds is paired with its own seed's softmax, not the seed
+    # mean: that softmax gets a row too, so that NLL - NLL reads as the row's ΔNLL
+    ref_seeds = {ref.key.setting(): ref.seeds for ref in refs}
+    own: dict[tuple, set[int]] = {}
+    for r in rows:
+        if len(r.seeds) == 1 and len(ref_seeds.get(r.key.setting(), ())) > 1:
+            own.setdefault(r.key.setting(), set()).update(r.seeds)
     if rows:
         ix.table(
             "delta",
-            *T.delta_rows(rows, refs),
-            "Endpoint ΔNLL vs same-seed softmax (softmax: its mean NLL and seed SD)",
+            *T.delta_rows(rows, refs + (A.softmax_rows(primary, own) if own else [])),
+            "Endpoint ΔNLL vs same-seed softmax (softmax: its mean NLL and seed SD"
+            + ("; a one-seed row is paired with the softmax row of its seed)" if own else ")"),
         )
     seed_refs = A.seed_references(pairing)
     at_seeds: dict[tuple, set[int]] = {}
