@@ -479,9 +479,9 @@ def test_rank_statistics_use_the_settings_most_common_seed_set():
 
 
 def test_rank_statistics_leave_out_modified_backward_and_baselines():
-    """The cross-condition statistics (Kendall's W, Spearman vs geometry, fig:widthgap) range over the designed
-    full-gradient grid: a detach run on the same seeds (an outlier in span) and a BF16-exp baseline do not
-    enter them."""
+    """The cross-condition statistics (Kendall's W, Spearman vs geometry, fig:widthgap) range over the
+    designed full-gradient grid: a detach run on the same seeds (an outlier in span) and a BF16-exp baseline
+    do not enter them."""
     seeds = (7, 42, 1337)
     planted = {"lerp-k4": (0.10, 0.02, 0.05), "lerp-k8": (0.04, 0.09, 0.01), "lerp-k16": (0.02, 0.03, 0.08)}
     base = {s: np.random.default_rng(s).normal(4.0, 0.2, N) for s in seeds}
