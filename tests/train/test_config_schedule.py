@@ -196,6 +196,25 @@ def test_checkpoint_steps():
     assert checkpoint_steps(12, 0, save_every=4) == (4, 8, 12)
 
 
+def test_a_larger_micro_batch_on_one_process_is_warned_of_its_other_batch():
+    """Tokens per step = micro_batch x accum x world x block: --micro-batch 8 on one process trains 8x the
+    protocol's tokens per step (an eighth of its steps) and was not warned of (the config called micro_batch
+    free). A run at another context length (a suite such as mini) is another protocol: no warning."""
+    from kinterval.train.trainer import protocol_batch_note
+
+    cfg = TrainConfig.from_toml("124m-100m").override({"data.dir": "x", "schedule.micro_batch": 8})
+    assert make_plan(cfg, 1).tokens_per_step == 8 * 131_072
+    note = protocol_batch_note(cfg, make_plan(cfg, 1))
+    assert "trains 131,072 tokens per step; this run trains 1,048,576" in note and "--accum 16" in note
+    fixed = cfg.override({"schedule.accum": 16})
+    assert (
+        make_plan(fixed, 1).tokens_per_step == 131_072
+        and protocol_batch_note(fixed, make_plan(fixed, 1)) is None
+    )
+    other_t = cfg.override({"model.block_size": 256})
+    assert protocol_batch_note(other_t, make_plan(other_t, 1)) is None
+
+
 def test_torchrun_with_a_protocols_accumulation_is_warned_of_its_other_batch():
     """`accum` counts micro-batches per process: a paper protocol under torchrun with 4 processes and its own
     --accum trained 4x its tokens per step (a quarter of its steps, another LR schedule) without a word."""

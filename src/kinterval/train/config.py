@@ -71,7 +71,7 @@ class ScheduleSection:
     tokens: int = 1_000_000  # training budget; steps = ceil(tokens / tokens_per_step)
     warmup_tokens: int = 0  # linear warmup length, then cosine decay
     min_lr_ratio: float = 0.1  # cosine floor as a fraction of the peak
-    micro_batch: int = 1  # sequences per forward pass (free: the run does not depend on it)
+    micro_batch: int = 1  # sequences per forward pass; micro_batch x accum x world = sequences per step
     accum: int = 1  # micro-batches per optimizer step, per process
 
 

@@ -565,21 +565,23 @@ def _peak_mem(device: torch.device) -> int:
 
 
 def protocol_batch_note(cfg: TrainConfig, plan: Plan) -> str | None:
-    """A warning when a shipped protocol runs with another global batch than its own: ``accum`` counts
-    micro-batches per process, so ``torchrun --nproc_per_node 4`` with the protocol's accumulation trains
-    4x the paper's tokens per step (and a quarter of its steps) unless ``--accum`` is divided by 4."""
+    """A warning when a shipped protocol runs, at its own context length, with another global batch than its
+    own. Tokens per step = micro_batch x accum x world x block_size, so ``--micro-batch 8`` on one process,
+    or ``torchrun --nproc_per_node 4`` with the protocol's accumulation, trains 8x (4x) the paper's tokens per
+    step and an eighth (a quarter) of its steps unless ``--accum`` is divided to match. A run at another
+    context length is another protocol by choice (a suite such as mini): no warning."""
     from kinterval.train.config import shipped_configs
 
-    world = plan.seqs_per_step // (cfg.schedule.micro_batch * cfg.schedule.accum)
-    if world == 1 or f"{cfg.name}.toml" not in shipped_configs():
-        return None  # one process: a changed batch is the user's own --micro-batch/--accum
+    if f"{cfg.name}.toml" not in shipped_configs():
+        return None
     own = TrainConfig.from_toml(cfg.name)
     s = own.schedule
     tokens = s.micro_batch * s.accum * own.block_size
-    if plan.tokens_per_step == tokens:
+    if plan.block_size != own.block_size or plan.tokens_per_step == tokens:
         return None
+    world = plan.seqs_per_step // (cfg.schedule.micro_batch * cfg.schedule.accum)
     fix, per_accum = "", cfg.schedule.micro_batch * plan.block_size * world  # tokens of one unit of accum
-    if plan.block_size == own.block_size and tokens % per_accum == 0:
+    if tokens % per_accum == 0:
         fix = f"; --accum {tokens // per_accum} keeps the protocol's"
     return (
         f"protocol {cfg.name} trains {tokens:,} tokens per step; this run trains {plan.tokens_per_step:,} "
