@@ -554,3 +554,24 @@ def test_suite_run_resumed_without_data_takes_the_manifests_data_folder(tmp_path
     assert read_manifest(tmp_path / "out")["data_dir"] == str(data.resolve())
     with pytest.raises(ValueError, match=r"needs --data DIR"):  # a fresh folder still needs it
         run_suite(suite, tmp_path / "fresh", slurm=True, log=print)
+
+
+def test_a_paper_suite_on_another_corpus_is_warned_of(tmp_path, data, capsys):
+    """Suite D is WikiText-103 (App. C.1): a --data folder prepared from another source trained and was
+    reported as WikiText-103 without a word (only the run's train_data said synthetic). Every paper suite
+    names the source of its corpus; a suite for any corpus (mini) warns of nothing."""
+    from kinterval.suite.runner import corpus_note
+
+    sources = {"A": "fineweb-edu", "B": "fineweb-edu", "C": "wikitext103", "D": "wikitext103"}
+    for name, source in {**sources, "supplementary": "wikitext103"}.items():
+        assert load_suite(name).corpus_source == source
+    note = corpus_note(load_suite("D"), data)
+    assert "WikiText-103" in note and "--source wikitext103" in note and "'synthetic'" in note
+    assert corpus_note(load_suite("mini"), data) is None
+    meta = json.loads((data / "meta.json").read_text())
+    same = tmp_path / "wt"
+    shutil.copytree(data, same)
+    (same / "meta.json").write_text(json.dumps({**meta, "source": "wikitext103"}))
+    assert corpus_note(load_suite("D"), same) is None
+    runner.prepare_data(load_suite("D"), tmp_path / "out", data)
+    assert "kinterval suite: warning: suite D's corpus is WikiText-103" in capsys.readouterr().err

@@ -63,6 +63,7 @@ SUITE_FIELDS = {
     "title": _STR,
     "protocol": _STR,
     "corpus": _STR,
+    "corpus_source": _STR,  # the `kinterval data prepare --source` that makes the paper's corpus
     "seeds": _SEEDS,
     "checkpoints": _POS_INT,
     "arithmetic": _STR,
@@ -134,6 +135,7 @@ class Suite:
     data: dict = field(default_factory=dict)
     eval: dict = field(default_factory=dict)
     source: str = ""  # the file it was read from
+    corpus_source: str = ""  # `kinterval data prepare --source` of the paper's corpus ("": any corpus)
 
     def run(self, run_id: str) -> RunSpec:
         for r in self.runs:
@@ -262,6 +264,7 @@ def load_suite(name: str | Path) -> Suite:
         data=d.get("data", {}),
         eval=d.get("eval", {}),
         source=str(path),
+        corpus_source=d.get("corpus_source", ""),
     )
 
 

@@ -47,13 +47,37 @@ def check_data_given(suite: Suite, out: Path, data: str | Path | None) -> None:
         where = Path(data).resolve()
         raise ValueError(f"--data {where} is not a prepared data folder (no meta.json); {_HOW}")
     if data is None and not suite.data.get("source") and not (Path(out) / MANIFEST).is_file():
-        raise ValueError(f"suite {suite.name} needs --data DIR, a prepared data folder; {_HOW}")
+        how = f"make it with `kinterval data prepare --source {suite.corpus_source} --out DIR`"
+        raise ValueError(
+            f"suite {suite.name} needs --data DIR, a prepared data folder; "
+            + (f"its corpus is {suite.corpus}: {how}" if suite.corpus_source else _HOW)
+        )
+
+
+def corpus_note(suite: Suite, data: Path) -> str | None:
+    """A warning when ``data`` was prepared from another source than the suite's corpus (suite D on a
+    synthetic folder trained and reported as if on WikiText-103; only the run's ``train_data`` said not)."""
+    if not suite.corpus_source:
+        return None
+    try:
+        got = json.loads((data / "meta.json").read_text()).get("source")
+    except (OSError, ValueError):
+        return None  # an unreadable meta.json is refused with its own message when the data is opened
+    if got == suite.corpus_source:
+        return None
+    return (
+        f"suite {suite.name}'s corpus is {suite.corpus} (`kinterval data prepare --source "
+        f"{suite.corpus_source}`); --data {data} was prepared from {got!r}: its results measure that corpus, "
+        "not the paper's"
+    )
 
 
 def prepare_data(suite: Suite, out: Path, data: str | Path | None) -> Path:
     """``data`` if given, else the suite's own ``[data]`` source prepared once into ``OUT/data``."""
     check_data_given(suite, out, data)
     if data is not None:
+        if note := corpus_note(suite, Path(data)):
+            print(f"kinterval suite: warning: {note}", file=sys.stderr)
         return Path(data).resolve()
     if not suite.data.get("source"):  # a resume whose manifest names no data folder
         raise ValueError(f"suite {suite.name} needs --data DIR, a prepared data folder; {_HOW}")
