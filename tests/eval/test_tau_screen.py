@@ -524,3 +524,31 @@ def test_a_stage_runs_each_k_tau_condition_its_minmax_and_the_softmax_reference(
         assert {name: calls[int(v[-1]) // 3 - 1] for name, v in res.per_block.items()} == want
         assert res.nll == {name: float(v.mean()) for name, v in res.per_block.items()}
         calls.clear()
+
+
+def test_taus_that_agree_to_six_digits_are_two_conditions():
+    """The condition key was f"{tau:g}", so --taus 1,1.0000001 screened two taus and kept one result (the
+    second overwrote the first under "K=4 tau=1")."""
+    from kinterval.eval.tau_screen import key, tau_text
+
+    assert key(4, 1.0) != key(4, 1.0000001)
+    assert (tau_text(6.0), tau_text(2.5), tau_text(1.0000001), tau_text(1e-7)) == (
+        "6",
+        "2.5",
+        "1.0000001",
+        "1e-07",
+    )
+
+
+@pytest.mark.parametrize("flag,values", [("--taus", ["6", "6"]), ("--K", ["4", "4"])])
+def test_a_k_or_tau_named_twice_is_refused_before_anything_runs(
+    tmp_path, capsys, monkeypatch, flag, values, softmax_run
+):
+    """--taus 6,6 screened every condition twice and wrote a table of 5 heads over rows of 4 cells."""
+    from kinterval.cli import main
+    from kinterval.eval import tau_screen
+
+    monkeypatch.setattr(tau_screen, "run_stage", lambda *a, **k: pytest.fail("the stage ran"))
+    assert main([*_screen_run(tmp_path, softmax_run), "--stages", "3", flag, *values]) == 2
+    assert f"{flag} names a value twice" in capsys.readouterr().err
+    assert not (tmp_path / "ts").exists()

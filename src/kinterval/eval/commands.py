@@ -135,6 +135,9 @@ def _tau_screen(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown stage {name!r}; choose from {sorted(s.name for s in PAPER_STAGES)}")
         blocks = args.subset_blocks if st.blocks is not None else args.max_blocks
         st = Stage(st.name, st.tail, tuple(args.K or st.K), tuple(args.taus or st.taus), blocks, st.minmax)
+        for flag, values in (("--K", st.K), ("--taus", st.taus)):
+            if len(set(values)) < len(values):  # each would be screened twice, its rows and columns doubled
+                raise ValueError(f"{flag} names a value twice: {', '.join(map(str, values))}")
         for K in st.K:
             for tau in st.taus:
                 try:

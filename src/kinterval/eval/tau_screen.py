@@ -121,8 +121,15 @@ class StageResult:
         return min(self.stage.taus, key=lambda t: np.mean([self.nll[key(K, t)] for K in self.stage.K]))
 
 
+def tau_text(tau: float) -> str:
+    """``tau`` as few digits as name it exactly (6 -> "6", 1.0000001 -> "1.0000001"): two taus that agree
+    to six digits are two conditions, not one (the screen's keys and column heads)."""
+    short = f"{tau:g}"
+    return short if float(short) == tau else repr(float(tau))
+
+
 def key(K: int, tau: float | str) -> str:
-    return f"K={K} tau={tau:g}" if not isinstance(tau, str) else f"K={K} {tau}"
+    return f"K={K} tau={tau_text(tau)}" if not isinstance(tau, str) else f"K={K} {tau}"
 
 
 def screen_numerics(model) -> dict:
@@ -224,8 +231,9 @@ def stage3_table(res: StageResult, *, n_resamples: int = 10_000, fmt: str = "md"
     bold = (lambda x: f"**{x}**") if fmt == "md" else (lambda x: f"\\textbf{{{x}}}")
     # num: below the fourth decimal in two significant digits, not -0.0000
     cell = lambda c: f"{num(c['delta'])} [{num(c['lo'])}, {num(c['hi'])}]" if c else "-"  # noqa: E731
-    head = ["K", "MinMax", *[f"tau={t:g}" for t in st.taus], f"tau*={tau_star:g} - softmax [95% CI]"]
-    head2 = ["K", "MinMax - softmax", *[f"tau={t:g} - softmax" for t in st.taus]]
+    star_head = f"tau*={tau_text(tau_star)} - softmax [95% CI]"
+    head = ["K", "MinMax", *[f"tau={tau_text(t)}" for t in st.taus], star_head]
+    head2 = ["K", "MinMax - softmax", *[f"tau={tau_text(t)} - softmax" for t in st.taus]]
     lines, lines2 = [], []
     for r in rows:
         cells = [str(r["K"]), f"{r['minmax']:.4f}" if r["minmax"] is not None else "-"]
