@@ -255,3 +255,15 @@ def test_a_bad_number_names_the_kind_expected():
     for kind, text in ((int, "4.5"), (float, "x")):
         with pytest.raises(argparse.ArgumentTypeError, match=f"^invalid {kind.__name__} value: '{text}'$"):
             arglists.numbers(kind)(text)
+
+
+def test_an_empty_item_between_commas_is_refused(tmp_path, capsys):
+    """`--taus 1,,2` and `sample --prompt-ids 1,,2` dropped the empty item and ran on [1, 2]; a comma at
+    either end (`--K 4, 16`) still separates."""
+    from kinterval import arglists
+
+    with pytest.raises(argparse.ArgumentTypeError, match="empty item between commas"):
+        arglists.numbers(float)("1,,2")
+    assert arglists.numbers(int)("4,") == [4] and arglists.numbers(int)(",16") == [16]
+    assert cli.main(["sample", "--run", str(tmp_path), "--prompt-ids", "1,,2"]) == 2
+    assert "--prompt-ids takes integers" in capsys.readouterr().err

@@ -161,3 +161,22 @@ def test_an_empty_text_prompt_starts_from_endoftext(softmax_run, tmp_path):
     softmax_run(50257)
     (row,) = sample_run(tmp_path / "run", prompt="", max_new_tokens=1, device="cpu")
     assert row["ids"][0] == EOT and len(row["ids"]) == 2 and len(row["new_ids"]) == 1
+
+
+def test_top_one_is_greedy_where_the_largest_logits_tie():
+    """The cut kept every logit >= the k-th, so top_k=1 with two tied largest logits drew between them
+    (107/93 of 200), where greedy takes the lower id; bf16 logits on a GPU tie often enough."""
+
+    class Tied(torch.nn.Module):
+        config = ModelConfig(n_layer=1, n_head=1, n_embd=8, block_size=4, vocab_size=6)
+
+        def forward(self, idx, last_only=False):
+            logits = torch.tensor([0.0, 1.0, 3.0, 0.5, 3.0, 2.0]).expand(idx.size(0), idx.size(1), 6)
+            return logits, None
+
+    idx = torch.zeros(200, 1, dtype=torch.long)
+    for k in (1, 2, 3):
+        out = generate(Tied(), idx, 1, temperature=1.0, top_k=k, generator=torch.Generator().manual_seed(0))
+        drawn = set(out[:, -1].tolist())
+        assert drawn == {1: {2}, 2: {2, 4}, 3: {2, 4, 5}}[k], (k, drawn)
+    assert torch.equal(generate(Tied(), idx[:1], 1, temperature=0)[:, -1], torch.tensor([2]))

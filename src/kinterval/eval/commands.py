@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from kinterval.arglists import Extend, numbers
+from kinterval.arglists import Extend, check_no_empty_item, numbers
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -231,8 +231,9 @@ def _sample(args: argparse.Namespace) -> int:
     ids = None
     if args.prompt_ids is not None:
         try:
+            check_no_empty_item(args.prompt_ids)
             ids = [int(x) for x in args.prompt_ids.replace(",", " ").split()]
-        except ValueError:
+        except (ValueError, argparse.ArgumentTypeError):
             raise ValueError(f"--prompt-ids takes integers, got {args.prompt_ids!r}") from None
     rows = sample_run(
         args.run,

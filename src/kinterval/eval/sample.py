@@ -49,8 +49,11 @@ def generate(
             # tiny temperature gives -inf (never inf, whose softmax is NaN) and a huge one rounds to uniform
             logits = (logits.double() - logits.max(dim=-1, keepdim=True).values.double()) / temperature
             if top_k is not None and top_k < logits.size(-1):
-                kth = torch.topk(logits, top_k).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
+                # exactly k tokens, ties broken as argmax does (lowest id first): top_k=1 is greedy even
+                # where the largest logits tie (bf16 logits on a GPU), not a draw among the tied ones
+                keep = torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :top_k]
+                cut = torch.full_like(logits, float("-inf"))
+                logits = cut.scatter(-1, keep, logits.gather(-1, keep))
             nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
         idx = torch.cat([idx, nxt.to(idx.dtype)], dim=1)
     return idx
