@@ -80,6 +80,18 @@ def test_bad_names_and_overrides_raise_with_valid_forms(name, overrides):
         OperatorSpec.parse(name, **overrides)
 
 
+def test_parse_takes_a_full_name_with_its_overrides():
+    """parse("fwm-prob-k4[tau=5]") said "unknown operator name" while its own message lists the [...] form and
+    attention_probs, from_full_name and the CLI take it; a keyword wins over the name's override."""
+    assert OperatorSpec.parse("fwm-prob-k4[tau=5]") == OperatorSpec.parse("fwm-prob-k4", tau=5)
+    assert OperatorSpec.parse("FWM-prob-k4[tau=5,range_grad=detach]", tau=3).full_name == (
+        "fwm-prob-k4[tau=3,range_grad=detach]"
+    )
+    for bad in ("softmax[tau=5]", "lerp-k4[x=1]", "lerp-k4[", "lerp-k4[]"):
+        with pytest.raises(ValueError, match="valid forms"):
+            OperatorSpec.parse(bad)
+
+
 def test_bad_inputs_raise_clear_errors():
     s = torch.randn(2, 4, 4)
     with pytest.raises(ValueError, match="floating"):

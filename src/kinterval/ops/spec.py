@@ -59,9 +59,12 @@ class OperatorSpec:
     # ------------------------------------------------------------------ parsing
     @classmethod
     def parse(cls, name: str | OperatorSpec, **overrides) -> OperatorSpec:
-        """Parse a name such as ``fwm-prob-k4`` (case-insensitive) with optional overrides."""
+        """Parse a name such as ``fwm-prob-k4`` (case-insensitive) with optional overrides, given as keywords
+        or in the name (``fwm-prob-k4[tau=5]``, as :attr:`full_name` writes it; a keyword wins)."""
         if isinstance(name, OperatorSpec):
             base = name
+        elif isinstance(name, str) and "[" in name:
+            base = cls.from_full_name(name)
         else:
             if not isinstance(name, str):
                 raise ValueError(
