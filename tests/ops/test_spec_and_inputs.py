@@ -310,18 +310,36 @@ def test_non_finite_scores_on_masked_keys_are_never_read(bad, backend):
 
 
 @pytest.mark.parametrize(
-    "full", ["fwm-lerp-k4[tau=1e-45]", "resolved-prob-k3[tau=1e-40]", "fwm-weight-k16777216[tau=1e-31]"]
+    "full",
+    [
+        "fwm-lerp-k4[tau=1e-45]",
+        "resolved-prob-k3[tau=1e-40]",
+        "fwm-weight-k16777216[tau=1e-24]",
+        "resolved-weight-k1[tau=1e-37]",
+    ],
 )
-def test_a_grid_step_below_the_smallest_normal_float32_is_rejected(full):
-    """tau/K below 2^-126 (a subnormal float32 step) was accepted and gave NaN gradients (fwm-lerp-k4 with
-    tau = 1e-45 in every backend); now it is a named error. A step of exactly 2^-126 is accepted."""
-    with pytest.raises(ValueError, match=r"tau/K must be at least 2\^-126.*valid forms"):
+def test_a_grid_step_below_two_to_the_minus_100_is_rejected(full):
+    """tau/K below 2^-126 (a subnormal float32 step) gave NaN gradients (fwm-lerp-k4 with tau = 1e-45 in every
+    backend); one just above it overflowed resolved's float32 grid index (z + tau) / h at z = -5 and gave
+    those keys weight 0 (resolved-weight-k1, tau = 2^-126: [0.705, 0.260, 0.035, 0, 0] where softmax gives
+    [0.702, 0.258, 0.035, 0.0047, 3.2e-5]). A step of 2^-100 is accepted: the index overflows only where
+    e^z is 0."""
+    with pytest.raises(ValueError, match=r"tau/K must be at least 2\^-100.*valid forms"):
         OperatorSpec.from_full_name(full)
-    spec = OperatorSpec.parse("fwm-lerp-k4", tau=2.0**-124)
+    spec = OperatorSpec.parse("fwm-lerp-k4", tau=2.0**-98)
     s = torch.tensor([[0.0, -(2.0**-126), -1.0]], requires_grad=True)
     P = attention_probs(s, spec)
     (P * torch.tensor([1.0, -2.0, 3.0])).sum().backward()
     assert torch.isfinite(P).all() and torch.isfinite(s.grad).all()
+    z = [0.0, -1.0, -3.0, -5.0, -10.0, -1e9]
+    want = torch.softmax(torch.tensor(z, dtype=torch.float64), -1)
+    for name in ("resolved-weight-k1", "resolved-prob-k1", "resolved-lerp-k1"):
+        for backend in ("reference", "closed_form"):
+            s = torch.tensor([z], requires_grad=True)
+            P = attention_probs(s, OperatorSpec.parse(name, tau=2.0**-100), backend=backend)
+            (P * torch.arange(6.0)).sum().backward()
+            assert torch.allclose(P[0].double(), want, rtol=1e-6, atol=1e-12), (name, backend, P)
+            assert torch.isfinite(s.grad).all()
 
 
 def test_an_override_given_twice_is_an_error():

@@ -21,12 +21,15 @@ BASELINES = ("softmax", "bf16-exp", "fp8-exp")
 DEFAULT_TAU = 6.0
 MAX_K = 2**24  # r is held in float32: integers are exact up to 2^24
 MAX_TAU = 1e3  # nats; beyond, fp32 rounding of the grid -tau + r h reaches 1e-4 of a weight
-MIN_STEP = 2.0**-126  # tau/K, the grid step, is a normal float32: a subnormal one gave NaN gradients
+# tau/K, the grid step, at least 2^-100: a normal float32 (a subnormal step gave NaN gradients), and coarse
+# enough that resolved's grid index (z + tau) / h overflows float32 only for z < -2.6e8, whose weight e^z is
+# 0 anyway (a step near 2^-126 overflowed it at z = -5 and dropped keys of weight 5e-3)
+MIN_STEP = 2.0**-100
 
 VALID_FORMS = (
     "softmax | bf16-exp | fp8-exp | lerp-k{K} | fwm-lerp-k{K} | resolved-lerp-k{K} | "
     "{minmax|fwm|resolved}-{weight|prob}-k{K}   (K an integer in [1, 2^24]; overrides, each at most once: "
-    "tau=<float in (0, 1000] with tau/K >= 2^-126> for fwm/resolved, "
+    "tau=<float in (0, 1000] with tau/K >= 2^-100> for fwm/resolved, "
     "range_grad in {full, detach, max_only, min_only, p1} for K-interval operators, "
     "arithmetic in {strict, historical} for the weight/prob surrogates)"
 )
@@ -148,8 +151,8 @@ class OperatorSpec:
             raise bad(f"K must be an integer in [1, {MAX_K}], got {self.K!r}")
         if self.calibration in ("fwm", "resolved") and self.tau / self.K < MIN_STEP:
             raise bad(
-                f"the grid step tau/K must be at least 2^-126 (the smallest normal float32), got "
-                f"tau={self.tau!r}, K={self.K} (tau/K = {self.tau / self.K:.3g})"
+                f"the grid step tau/K must be at least 2^-100 (a finer grid overflows its float32 index), "
+                f"got tau={self.tau!r}, K={self.K} (tau/K = {self.tau / self.K:.3g})"
             )
         object.__setattr__(self, "tau", float(self.tau))
 
