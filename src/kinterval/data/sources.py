@@ -221,6 +221,8 @@ def hf_router(text_field: str, split: str | None):
             text = text.removeprefix("\ufeff")
         text = text if text and text.strip() else None
         key = row.get("id")  # a null id is no key: the stream index, as without an id column
+        if isinstance(key, float) and key.is_integer():  # a csv id column with a blank cell reads as floats:
+            key = int(key)  # 1.0 keys as 1, so that one blank id moves no other document to another split
         return (split or md5_split(str(i if key is None else key))), text
 
     return route
