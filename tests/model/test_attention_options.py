@@ -196,6 +196,21 @@ def test_bad_options_are_named(options, match):
         config(**options)
 
 
+def test_the_attention_layer_built_on_its_own_checks_its_config():
+    """CausalSelfAttention is exported, but only GPT validated the config: rope_theta=0 gave an all-NaN
+    output and an odd rotary head dimension a shape error from inside rotary()."""
+    from kinterval.model import CausalSelfAttention
+
+    for bad, match in (
+        (dict(n_head=4, n_embd=32, rope_theta=0.0), "rope_theta"),
+        (dict(n_head=6, n_embd=42, rope_theta=1e4), "even head dimension"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            CausalSelfAttention(
+                ModelConfig(n_layer=1, block_size=8, vocab_size=16, **bad), "softmax", "reference"
+            )
+
+
 @pytest.mark.parametrize("attention_dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("operator", ["softmax", "fwm-prob-k4"])
 def test_the_fused_kernels_run_the_options(operator, attention_dtype):
