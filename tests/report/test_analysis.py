@@ -177,6 +177,18 @@ def test_a_non_finite_contrast_names_the_row_seed_and_block():
         A.delta_table(A.softmax_pairs(pts))
 
 
+def test_path_ratio_is_none_where_undefined_and_refuses_a_non_finite_block():
+    """MinMax and FWM of equal mean NLL (zero denominator) returned (nan, nan, nan), and so did a NaN block:
+    undefined is None now (the report prints "-"), a non-finite block a ValueError naming it."""
+    rng = np.random.default_rng(3)
+    mm = rng.normal(5.0, 0.3, 40)
+    assert A.path_ratio_ci(mm, mm - 0.1, mm.copy()) is None
+    bad = mm.copy()
+    bad[5] = np.nan
+    with pytest.raises(ValueError, match="resolved per-block NLL is not finite at block 5"):
+        A.path_ratio_ci(mm, bad, mm - 0.2)
+
+
 def test_path_ratio_interval_is_the_percentile_interval_of_explicit_resamples():
     """Reference: build each resample's block indices explicitly (circular blocks of 16 from the same
     generator draws), take the ratio of the resampled mean gaps, and its 2.5% and 97.5% quantiles."""

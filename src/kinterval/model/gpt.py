@@ -65,7 +65,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, config: ModelConfig, operator: str | OperatorSpec = "softmax", backend: str = "auto"):
         super().__init__()
-        config.validate()  # built on its own too (not only through GPT): a bad rope_theta is an error, not NaN
+        config.validate()  # built on its own too, not only through GPT: a bad rope_theta errs, not NaN
         self.n_head, self.n_kv_head = config.n_head, config.kv_heads
         self.head_dim = config.n_embd // config.n_head
         kv_dim = self.n_kv_head * self.head_dim

@@ -13,22 +13,27 @@ from kinterval.stats import block_length
 from kinterval.stats.bootstrap import circular_block_means
 
 
-def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, float, float]:
+def path_ratio_ci(minmax, resolved, fwm, level: float = 0.95) -> tuple[float, float, float] | None:
     """The path ratio (MinMax − resolved) / (MinMax − FWM) of the mean NLLs with a percentile interval from
     the circular block bootstrap over validation blocks (4000 resamples, block ``stats.block_length(n)``:
     16, or ``n // 2`` below 32 blocks; evaluation sampling only).
     The three runs' per-block NLL are resampled together: numerator and denominator use the same block starts
     (the same generator seed and draw shapes). Resamples with a zero denominator are dropped. Returns
-    (ratio, lo, hi); NaN where the denominator of the means is 0."""
+    (ratio, lo, hi); None where it is undefined (MinMax and FWM of equal mean NLL). A non-finite NLL is a
+    ``ValueError``."""
     mm, res, fwm = (np.asarray(x, dtype=np.float64) for x in (minmax, resolved, fwm))
     if not (mm.shape == res.shape == fwm.shape) or mm.ndim != 1 or mm.size < 2:
         raise ValueError(
             f"path ratio needs three per-block series of one length >= 2, got {mm.shape}, "
             f"{res.shape}, {fwm.shape}"
         )
+    for name, x in (("MinMax", mm), ("resolved", res), ("FWM", fwm)):
+        if not np.isfinite(x).all():
+            at = int(np.argmin(np.isfinite(x)))
+            raise ValueError(f"path ratio: the {name} per-block NLL is not finite at block {at}")
     gap = float(mm.mean() - fwm.mean())
     if gap == 0:
-        return float("nan"), float("nan"), float("nan")
+        return None
     block = block_length(mm.size)
     num = circular_block_means(mm - res, block, N_RESAMPLES, np.random.default_rng(0))
     den = circular_block_means(mm - fwm, block, N_RESAMPLES, np.random.default_rng(0))
@@ -70,7 +75,6 @@ def tail_decomposition(points: list[Point], unpaired: dict[str, str] | None = No
         mm, res, fwm = by_cal["minmax"], by_cal["resolved"], by_cal["fwm"]
         if not (mm.nll.size == fwm.nll.size == res.nll.size):
             continue
-        ratio, lo, hi = path_ratio_ci(mm.nll, res.nll, fwm.nll)
         soft = softmax.get((res.model, "softmax", res.seed, res.budget, res.data, res.tag, res.tokens))
         for name, p in (("MinMax", mm), ("FWM", fwm), ("resolved", res)):
             if soft is not None and soft.nll.size == p.nll.size:
@@ -78,19 +82,24 @@ def tail_decomposition(points: list[Point], unpaired: dict[str, str] | None = No
                 est = estimate({p.seed: d}, f"{p.run_id} − softmax ({p.tokens} tokens)")
                 contrast = f"{name} − softmax ({res.spec.surrogate}-STE, K{res.K})"
                 rows.append(Row(contrast, p.key, (p.seed,), est, p.tokens, p.K, p.family, nll=p.mean))
-        for name, d in (("MinMax − resolved", mm.nll - res.nll), ("resolved − FWM", res.nll - fwm.nll)):
+        contrasts = [  # estimated first: a non-finite block is named by its run there
+            (name, estimate({res.seed: d}, f"{name} of {res.run_id} ({res.tokens} tokens)"))
+            for name, d in (("MinMax − resolved", mm.nll - res.nll), ("resolved − FWM", res.nll - fwm.nll))
+        ]
+        ratio, lo, hi = path_ratio_ci(mm.nll, res.nll, fwm.nll) or (None, None, None)  # None: undefined
+        for name, est in contrasts:
             rows.append(
                 Row(
                     f"{name} ({res.spec.surrogate}-STE, K{res.K})",
                     res.key,
                     (res.seed,),
-                    estimate({res.seed: d}, f"{name} of {res.run_id} ({res.tokens} tokens)"),
+                    est,
                     tokens=res.tokens,
                     K=res.K,
                     family=res.family,
-                    recovery=ratio if np.isfinite(ratio) else None,
-                    recovery_lo=lo if np.isfinite(lo) else None,
-                    recovery_hi=hi if np.isfinite(hi) else None,
+                    recovery=ratio,
+                    recovery_lo=lo,
+                    recovery_hi=hi,
                 )
             )
     return rows
