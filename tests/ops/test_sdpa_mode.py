@@ -198,6 +198,30 @@ def test_batch_dims_broadcast_as_in_sdpa():
         F.scaled_dot_product_attention(q, k[0], v[0])
 
 
+def test_a_head_dim_of_one_broadcasts_as_in_sdpa():
+    """SDPA broadcasts a head dim of 1 like a batch dim (multi-query written without enable_gqa): inside the
+    block it was a ValueError whose hint (enable_gqa) could not work for 1 query head and 4 k/v heads. A bad
+    mask on 5-d inputs was a RuntimeError from inside expand; now the ValueError of 4-d inputs."""
+    for qs, ks in (
+        ((2, 1, 5, 8), (2, 4, 6, 8)),
+        ((1, 4, 5, 8), (2, 1, 6, 8)),
+        ((2, 3, 1, 5, 8), (2, 3, 4, 6, 8)),
+    ):
+        q, k, v = _x(*qs), _x(*ks, seed=1), _x(*ks, seed=2)
+        with replace_sdpa("softmax"):
+            got = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-14)
+    with replace_sdpa("lerp-k4"), pytest.raises(ValueError, match="enable_gqa"):  # 4 q heads, 2 k/v heads
+        F.scaled_dot_product_attention(_x(2, 4, 5, 8), _x(2, 2, 5, 8), _x(2, 2, 5, 8))
+    q = _x(2, 3, 2, 4, 8)
+    with (
+        replace_sdpa("lerp-k4"),
+        pytest.raises(ValueError, match=r"mask of shape \(3, 5\) does not broadcast"),
+    ):
+        F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(3, 5, dtype=torch.bool))
+
+
 @pytest.mark.parametrize("reentrant", [True, False])
 def test_activation_checkpointing_recomputes_with_the_operator(reentrant):
     """Checkpointing recomputes the forward in the backward pass, where torch-function modes are not active:

@@ -157,6 +157,12 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
             if not isinstance(x, Tensor) or x.dim() < 3:
                 raise ValueError(f"{name} must be a tensor of at least 3 dims, got {getattr(x, 'shape', x)}")
         n = 2 if query.dim() == 3 else 3  # the trailing dims that are not batch: (L, E) or (H, L, E)
+        if n == 3 and not enable_gqa:  # SDPA broadcasts a head dim of 1 too (multi-query without enable_gqa)
+            try:
+                torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+                n = 2
+            except RuntimeError:
+                pass  # other head counts: kinterval_attention says what they need (enable_gqa)
         try:  # SDPA broadcasts the batch dims of q, k and v
             if not query.dim() == key.dim() == value.dim():
                 raise RuntimeError
@@ -180,9 +186,12 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
         lead = query.shape[:-3]  # (N, ..., H, L, E): the leading dims into the batch
         q, k, v = (x.reshape(-1, *x.shape[-3:]) for x in (query, key, value))
         if attn_mask is not None:
-            attn_mask = attn_mask.expand(*lead, *q.shape[-3:-1], k.shape[-2]).reshape(
-                -1, *q.shape[-3:-1], k.shape[-2]
-            )
+            to = (*lead, *q.shape[-3:-1], k.shape[-2])
+            try:
+                attn_mask = attn_mask.expand(*to).reshape(-1, *q.shape[-3:-1], k.shape[-2])
+            except RuntimeError:
+                shape = tuple(attn_mask.shape)
+                raise ValueError(f"mask of shape {shape} does not broadcast to {to}") from None
         out = kinterval_attention(q, k, v, self.spec, attn_mask=attn_mask, backend=self.backend, **kw)
         return out.reshape(*lead, *out.shape[-3:])
 
