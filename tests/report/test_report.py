@@ -113,7 +113,8 @@ def test_report_numbers(fake_suite, tmp_path):
     text = index.read_text()
     for f in ("trajectories.png", "geometry.png", "detach.png", "delta.tex", "factorial.md"):
         assert f in text and (tmp_path / "rep" / f).stat().st_size > 300
-    assert (tmp_path / "rep" / "delta.tex").read_text().count("\\\\") == len(rows) + 2  # header, softmax
+    # header, softmax, and the seed-7 softmax of the one-seed detach row
+    assert (tmp_path / "rep" / "delta.tex").read_text().count("\\\\") == len(rows) + 3
     assert text.splitlines()[-1] == "All numbers: [report.json](report.json)"  # index.md's last line
 
 
@@ -421,17 +422,23 @@ def test_tables_order_conditions_as_the_paper(tmp_path):
         assert plain == sorted(plain, key=operator_order), (name, plain)
 
 
-def test_measurement_doc_says_where_the_parts_of_tab_cross_live(fake_suite, tmp_path):
-    """cross_setting.md holds the condition − softmax rows only; the factorial rows of tab:cross and
-    tab:crossfull are in factorial.md, as docs/measurement.md says."""
+def test_the_cross_table_has_tab_crossfulls_rows(fake_suite, tmp_path):
+    """cross_setting.md held the condition − softmax rows only, so tab:cross (the factorial contrasts by
+    suite) had to be put together by hand from factorial.md; it now holds both, as tab:crossfull, and
+    docs/measurement.md says so."""
     other = tmp_path / "other"
     _fake_suite(other, data="data2")
     build_report([fake_suite, other], tmp_path / "rep")
     cross = (tmp_path / "rep" / "cross_setting.md").read_text()
-    assert "interaction" not in cross and "interaction" in (tmp_path / "rep" / "factorial.md").read_text()
+    for row in (
+        "| lerp-k4 |",
+        "| interaction (FWM_P − FWM_W) − (MM_P − MM_W), K4 |",
+        "| Prob − Weight under FWM, K4 |",
+    ):
+        assert row in cross, row
     doc = (Path(__file__).resolve().parents[2] / "docs" / "measurement.md").read_text()
-    where = doc[doc.index("(`cross_setting.md`") :][:700]
-    assert "layout of tab:cross" not in where and "`factorial.md`" in where
+    where = doc[doc.index("(`cross_setting.md`") :][:900]
+    assert "the factorial contrasts" in where
 
 
 def test_reproduce_doc_lists_the_substitution_audits_as_report_results():

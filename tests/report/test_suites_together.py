@@ -57,6 +57,16 @@ def test_suites_c_and_d_on_one_data_folder_are_separate_cross_columns(tmp_path):
     # the factorial of each suite is its own: C one seed, D five
     inter = [r for r in data["factorial"] if r["K"] == 4 and r["contrast"] == "interaction"]
     assert sorted(len(r["seeds"]) for r in inter) == [1, 5]
+    # tab:cross's layout: each factorial contrast a row, one column per suite, beside the condition rows
+    name = "interaction (FWM_P − FWM_W) − (MM_P − MM_W), K4"
+    by_column = cross["rows"][name]
+    assert set(by_column) == set(columns)
+    assert sorted(len(r["seeds"]) for r in by_column.values()) == [1, 5]
+    for r in inter:
+        col = next(c for c in columns if by_column[c]["seeds"] == r["seeds"])
+        assert by_column[col]["est"]["mean"] == r["est"]["mean"]
+    text = (tmp_path / "rep" / "cross_setting.md").read_text()
+    assert f"| {name} |" in text and "| Prob − Weight under MinMax, K4 |" in text
 
 
 def test_a_run_is_never_paired_with_a_control_of_another_model(tmp_path):

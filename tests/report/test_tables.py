@@ -106,9 +106,9 @@ def test_factorial_trend_detach_and_cross_setting_cells():
     headers, cells = T.factorial_rows([fac, pooled])
     assert headers[:3] == ["K", "Effect", "Estimate (nats/token)"] and headers[-2:] == ["Seed ids", "Cells"]
     assert cells == [
-        ["4", "calibration (FWM - MinMax)", "-0.1000", "[-0.2000, +0.0000]", "t (4 df)", "0.0500", "0.0020",
+        ["4", "calibration (FWM − MinMax)", "-0.1000", "[-0.2000, +0.0000]", "t (4 df)", "0.0500", "0.0020",
          "0.500", "0.700", "7,42,253,1337,2026", "historical"],
-        ["pooled", "surrogate (Prob - Weight)", "+0.0300", "[+0.0100, +0.0500]", "t (4 df)", "0.0200",
+        ["pooled", "surrogate (Prob − Weight)", "+0.0300", "[+0.0100, +0.0500]", "t (4 df)", "0.0200",
          "0.0020", "0.060", "0.100", "7,42,253,1337,2026", "historical"],
     ]  # fmt: skip
     trend = Row(

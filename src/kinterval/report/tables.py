@@ -149,10 +149,28 @@ def delta_rows(rows: list[Row], refs: list[ReferenceRow] = ()) -> tuple[list[str
 
 
 FACTORIAL_NAMES = {
-    "calibration": "calibration (FWM - MinMax)",
-    "surrogate": "surrogate (Prob - Weight)",
-    "interaction": "interaction (FWM_P - FWM_W) - (MM_P - MM_W)",
+    "calibration": "calibration (FWM − MinMax)",
+    "surrogate": "surrogate (Prob − Weight)",
+    "interaction": "interaction (FWM_P − FWM_W) − (MM_P − MM_W)",
 }
+
+
+def factorial_cross(fac: list[Row], settings: list[tuple]) -> dict[str, dict[tuple, Row]]:
+    """The factorial rows of tab:cross / tab:crossfull, contrast -> setting -> row: each effect at each K
+    ("interaction, K4"), pooled over K and the K× rows, for the cross table's ``settings`` (a design other
+    than the setting's only one, e.g. another arithmetic, is named after the contrast)."""
+    designs = {(r.key.setting(), r.family) for r in fac if r.key}
+    several = len({f for _, f in designs}) > 1
+    out: dict[str, dict[tuple, Row]] = {}
+    for r in fac:
+        if r.key is None or r.key.setting() not in settings:
+            continue
+        name = FACTORIAL_NAMES.get(r.contrast, r.contrast)
+        if "K×" not in name:
+            at = "pooled over K" if r.K is None else f"K{r.K}"
+            name = name if at in name else f"{name}, {at}"
+        out.setdefault(name + (f" [{r.family}]" if several else ""), {})[r.key.setting()] = r
+    return out
 
 
 def factorial_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
