@@ -267,3 +267,19 @@ def test_an_empty_item_between_commas_is_refused(tmp_path, capsys):
     assert arglists.numbers(int)("4,") == [4] and arglists.numbers(int)(",16") == [16]
     assert cli.main(["sample", "--run", str(tmp_path), "--prompt-ids", "1,,2"]) == 2
     assert "--prompt-ids takes integers" in capsys.readouterr().err
+
+
+def test_messages_name_what_the_user_gave(tmp_path, capsys):
+    """`sample --tokens -3` said max_new_tokens; a config file's bad seed was blamed on --seed (not given);
+    an output folder that cannot be made printed Python's '[Errno 2] ...'."""
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text('seed = "zero"\n')
+    argv = ["train", "--config", str(cfg), "--data", str(tmp_path), "--out", str(tmp_path / "r")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "seed must be" in err and "--seed" not in err
+    assert cli.main(["sample", "--run", str(tmp_path), "--prompt-ids", "1", "--tokens", "-3"]) == 2
+    assert "--tokens must be an integer >= 0" in capsys.readouterr().err
+    msg = cli.input_error_message(FileNotFoundError(2, "No such file or directory", "/proc/kint"))
+    assert msg.startswith("/proc/kint: no such file or folder") and "Errno" not in msg
+    assert cli.input_error_message(FileNotFoundError("no meta.json in X")) == "no meta.json in X"

@@ -81,6 +81,12 @@ def input_error_message(err: BaseException, flags: dict[str, str] | None = None)
         return f"{err.filename}: a part of this path is a file, not a folder"
     if isinstance(err, IsADirectoryError):
         return f"{err.filename} is a folder (a file is needed there)"
+    if isinstance(err, FileNotFoundError) and err.errno is not None and err.filename:
+        # the system's own "[Errno 2] No such file or directory: 'X'" (kinterval's own say what is missing)
+        return (
+            f"{err.filename}: no such file or folder (a path to read that is missing, or a folder to write "
+            "that cannot be made there)"
+        )
     text = " ".join(str(err).split("\n"))
     name = re.match(r"(\w+) must ", text)
     if name and name[1] in (flags or {}):
@@ -147,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = warning_lines(args.command)
         warnings.filterwarnings("always", category=UserWarning, module=r"kinterval(\.|$)")  # each one
-        flags = {
-            a.dest: a.option_strings[-1] for a in chosen_parser(parser, args)._actions if a.option_strings
+        flags = {  # the flags given: a check of a config file's field (seed) does not name --seed
+            a.dest: a.option_strings[-1]
+            for a in chosen_parser(parser, args)._actions
+            if a.option_strings and getattr(args, a.dest, a.default) != a.default
         }
         return _run(args, flags)
 

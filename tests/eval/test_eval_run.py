@@ -800,3 +800,17 @@ def test_a_probe_in_the_run_folder_records_its_checkpoint_and_one_under_as_gets_
     assert (
         res["path"] == str(run / "diagnostics" / "graddiag" / f"{ckpt.name}.json") and res["skipped"] is True
     )
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused_before_the_evaluation(
+    tiny_run, tmp_path, monkeypatch
+):
+    """`eval --out FILE/sub` failed only after the whole checkpoint was evaluated (38 s on a loaded CPU);
+    geometry, graddiag and the others refused it at once."""
+    from kinterval.eval import evaluate
+
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setattr(evaluate, "load_run", lambda *a, **k: pytest.fail("evaluated before the check"))
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    with pytest.raises(NotADirectoryError):
+        evaluate_checkpoint(ckpt, data=tiny_run / "data", out_dir=tmp_path / "file" / "sub")

@@ -228,6 +228,8 @@ def _sample(args: argparse.Namespace) -> int:
 
     from kinterval.eval.sample import sample_run
 
+    if args.tokens < 0:  # generate() names its parameter, max_new_tokens
+        raise ValueError(f"--tokens must be an integer >= 0, got {args.tokens}")
     ids = None
     if args.prompt_ids is not None:
         try:

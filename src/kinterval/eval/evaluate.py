@@ -226,6 +226,7 @@ def evaluate_checkpoint(
         return dict(read_summary(json_path), skipped=True, path=str(json_path))
     if not force and max_blocks is not None:
         _refuse_replacing_full(json_path, ckpt, max_blocks)
+    check_makeable(out_dir)  # before evaluating: a folder that cannot be made there costs no evaluation
     loaded = load_run(ckpt, device=dev, operator=operator)  # weights checked against state.json's sha256
     model, state = loaded.model, loaded.state
     shards.check_vocab(model.config.vocab_size)
@@ -291,6 +292,16 @@ def evaluate_checkpoint(
     atomic.write_bytes(npz_path, buf.getvalue())
     atomic.write_json(json_path, summary)
     return dict(summary, skipped=False, path=str(json_path))
+
+
+def check_makeable(folder: Path) -> None:
+    """Make ``folder`` and remove again what was made: a folder that cannot be made there (a file in its
+    path, a read-only or virtual file system) fails now, and an evaluation that fails later leaves no
+    empty folder behind."""
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # the folder first, then its parents
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in made:
+        p.rmdir()
 
 
 def evaluate_run(run_dir: str | Path, *, checkpoint: str | int = "all", **kwargs) -> list[dict]:
