@@ -511,3 +511,36 @@ def test_check_without_the_corpus_says_so_and_nothing_about_ignoring(checkout):
     (checkout / ".gitignore").write_text("/.mini/\n/out/\n")  # teeth: a checkout that does not ignore it
     rc, log, _ = _script(checkout, "check", "quick")
     assert ".corpus must be git-ignored" in log, log
+
+
+def test_the_owed_pin_still_imports_with_this_checkouts_other_code(tmp_path):
+    """The mini-seeds sitting runs the operator code of the committed mini folder's commit beside this
+    checkout's other code (docs/results/README.md). A newer module that imports something those ops lack
+    stops every command of the sitting (eval/graddiag.py once imported `median` from the ops); check would
+    say so only on the day of a lent GPU. Every module the sitting can reach must import with the pin."""
+    commit = json.loads((REPO / "docs/results/mini/manifest.json").read_text())["code"]["git_commit"]
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("no git checkout to take the pinned operator code from")
+    got = subprocess.run(
+        ["git", "-C", str(REPO), "archive", commit, "src/kinterval/ops"], capture_output=True, check=False
+    )
+    if got.returncode != 0:
+        pytest.skip(f"commit {commit[:7]} is not in this clone's history: {got.stderr.decode()[:200]}")
+    shutil.copytree(REPO / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "ops"))
+    with tarfile.open(fileobj=__import__("io").BytesIO(got.stdout)) as tar:
+        tar.extractall(tmp_path, filter="data")
+    walk = (
+        "import importlib, pkgutil, kinterval\n"
+        "skip = ('.triton', '__main__', 'integrations.hf', 'integrations.minilm_report')  # no sitting's\n"
+        "bad = []\n"
+        "for m in pkgutil.walk_packages(kinterval.__path__, 'kinterval.'):\n"
+        "    if not any(s in m.name for s in skip):\n"
+        "        try:\n"
+        "            importlib.import_module(m.name)\n"
+        "        except Exception as e:\n"
+        "            bad.append(f'{m.name}: {e!r}')\n"
+        "print('\\n'.join(bad))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
+    out = subprocess.run([sys.executable, "-c", walk], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", out.stdout
