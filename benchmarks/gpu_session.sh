@@ -14,7 +14,8 @@
 # one line "== stage NAME: ok | FAILED (exit N) | TIMED OUT ..., S s (limit L s)" goes to stdout and
 # $OUT/env.txt; the script exits 1 if any stage failed or timed out, 0 if all passed.
 #
-# Logs go to $OUT (or ./out). On a copy of the checkout without .git, set KINTERVAL_COMMIT=<sha> in the
+# Logs go to $OUT (or ./out); when they are more than 8 files (what a lent machine brings back), all but
+# env.txt end up in $OUT/session.tar.gz. On a copy of the checkout without .git, set KINTERVAL_COMMIT=<sha> in the
 # command so that the tables name the commit they measured.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,10 +25,14 @@ GRACE=15  # seconds between SIGINT and SIGKILL; counted in every stage's limit b
 # Limits in seconds, each a stage's worst case (SIGINT at LIMIT - GRACE, SIGKILL at LIMIT).
 declare -A LIMIT=(
   # test_triton.py on the GPU, 16 xdist workers. Sized on the 2026-11-23 run (216 tests in 233 s); the file
-  # now collects 501 tests: ASSUMED ~540 s at the same rate per test (not measured), so this stage takes one
-  # call alone and may reach its limit; SIGINT there still prints one line per failure.
+  # now collects 666 tests: ASSUMED ~600 s at the same rate per test (not measured), so this stage takes one
+  # call alone and will likely reach its limit; SIGINT there still prints one line per failure.
   [tests]=555
-  # the same file cut at 225 s (about 40% of it at the assumed rate, in file order): the kernel plan's tests.
+  # the same file in two shares (every second test from the first, from the second; KINTERVAL_TEST_SHARD in
+  # tests/conftest.py): ~300 s each assumed, one call each, together the whole file
+  [tests-1]=420
+  [tests-2]=420
+  # the same file cut at 225 s (about a third of it at the assumed rate, in file order): the kernel plan's tests.
   # Reaching the cap with no failure counts as passed; its summary line says the run was partial.
   [tests-quick]=240
   # the whole suite with a GPU present; never timed on a GPU: expect it to reach its limit
@@ -126,9 +131,10 @@ note=""  # a remark for the stage's summary line
 run_stage() {  # run_stage STAGE: the exit status of the stage's command (the first of its pipeline)
   local stage=$1 rc=0 st s mode modes
   case "$stage" in
-    tests|tests-quick)  # every kernel test on the GPU; SIGINT at the limit still prints one line per failure
-      local log="$OUT/${stage//-/_}.log"
-      OMP_NUM_THREADS=1 limited "$stage" $PY -m pytest -q -p no:cacheprovider $XDIST --tb=line -rf \
+    tests|tests-quick|tests-1|tests-2)  # kernel tests on the GPU; SIGINT at the limit prints each failure
+      local log="$OUT/${stage//-/_}.log" shard=""
+      case "$stage" in tests-1) shard=1/2 ;; tests-2) shard=2/2 ;; esac
+      KINTERVAL_TEST_SHARD=$shard OMP_NUM_THREADS=1 limited "$stage" $PY -m pytest -q -p no:cacheprovider $XDIST --tb=line -rf \
         --durations=15 -p no:benchmark -W ignore::DeprecationWarning tests/ops/test_triton.py 2>&1 \
         | tee "$log" | grep -E "FAILED|passed|failed|rror|s call" | cut -c1-260 | tail -80
       rc=${PIPESTATUS[0]}
@@ -257,4 +263,12 @@ for stage in "${stages[@]}"; do
 done
 printf '%s\n' "${summary[@]}"  # again together, at the end of the output
 echo "== summary: $failed of ${#stages[@]} stages failed or timed out" | tee -a "$OUT/env.txt"
+# A lent machine brings back at most 8 files from $OUT (one stage writes up to 10): more than that go into
+# one archive beside env.txt, so that none is left behind.
+n_files=$(find "$OUT" -type f | wc -l)
+if [ "$n_files" -gt 8 ]; then
+  (cd "$OUT" && find . -type f ! -name env.txt ! -name session.tar.gz -print0 \
+    | tar --null -czf session.tar.gz -T - --remove-files) \
+    && echo "$n_files files in \$OUT: all but env.txt packed into \$OUT/session.tar.gz (at most 8 come back)"
+fi
 [ "$failed" = 0 ]

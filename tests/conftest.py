@@ -33,6 +33,23 @@ if os.environ.get("CI"):
         raise RuntimeError(f"CI needs ../shared beside the clone ({_shared} is missing)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """KINTERVAL_TEST_SHARD="i/n" keeps every n-th collected test from the i-th (1-based): one share of a
+    test file too long for one command on a lent GPU (benchmarks/gpu_session.sh's tests-1, tests-2)."""
+    shard = os.environ.get("KINTERVAL_TEST_SHARD")
+    if not shard:
+        return
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+        assert 1 <= i <= n
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"KINTERVAL_TEST_SHARD must be i/n with 1 <= i <= n, got {shard!r}") from None
+    keep = items[i - 1 :: n]
+    kept = set(keep)
+    config.hook.pytest_deselected(items=[x for x in items if x not in kept])
+    items[:] = keep
+
+
 # A tiny training setup, for the tests of any folder (kinterval is imported inside: the settings above first)
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):

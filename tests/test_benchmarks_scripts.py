@@ -70,6 +70,41 @@ def test_a_failed_stage_fails_the_session(tmp_path):
     assert "env.txt" in files
 
 
+@needs_bash
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the stages would run in full")
+def test_more_than_eight_files_come_back_as_one_archive(tmp_path):
+    """A lent machine brings back at most 8 files from $OUT; five bench stages left 11 and three would have
+    stayed behind. Past 8, everything but env.txt is packed into session.tar.gz."""
+    import tarfile
+
+    stages = ("bench-quick", "bench-ieee", "bench-eval", "bench-gqa", "bench-baselines")
+    rc, text, files = session(tmp_path, *stages, GPU_SESSION_BUDGET="0")
+    assert rc != 0 and files == ["env.txt", "session.tar.gz"], (files, text)
+    with tarfile.open(tmp_path / "out" / "session.tar.gz") as tar:
+        names = sorted(n.removeprefix("./") for n in tar.getnames())
+    assert len(names) == 10 and "bench_quick.err" in names and "packed into" in text
+    rc, text, files = session(tmp_path / "one", "bench-quick")
+    assert "session.tar.gz" not in files and "bench_quick.err" in files  # 8 or fewer: as they are
+
+
+def test_the_two_test_shares_are_the_whole_file_once():
+    """tests-1 and tests-2 (KINTERVAL_TEST_SHARD=1/2, 2/2) split a test file too long for one command: every
+    test in exactly one share; a bad share is a usage error."""
+
+    def collected(shard):
+        env = {**os.environ, "KINTERVAL_TEST_SHARD": shard}
+        cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+        cmd.append("tests/test_paper_constants.py")
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        return r.returncode, [x for x in r.stdout.splitlines() if "::" in x]
+
+    _, whole = collected("")
+    (_, one), (_, two) = collected("1/2"), collected("2/2")
+    assert len(whole) >= 2 and sorted(one + two) == sorted(whole) and not set(one) & set(two)
+    rc, _ = collected("3/2")
+    assert rc == 4  # pytest's usage error
+
+
 def test_throughput_table_starts_with_versions_and_commit(tmp_path, capsys):
     """The table on stdout and the --markdown file begin with the provenance line."""
     bench = runpy.run_path(str(ROOT / "benchmarks" / "train_throughput.py"))
