@@ -281,13 +281,12 @@ def _compile_worker(job) -> str:
     """fwd+bwd of the fused kernel at one head's training shape (1, H, T, D): the autotuner compiles every
     candidate into Triton's disk cache, where the timing process finds them. H, T and D are the model's, so
     that Triton's integer specialisation (divisibility by 16) matches the timed calls."""
-    op, dtype_name, precision, H, T, D = job
+    op, dtype_name, precision, H, T, D, *kv = job
     from kinterval.ops.triton import triton_attention
 
     g = torch.Generator().manual_seed(0)
-    q, k, v, do = (
-        torch.randn(1, H, T, D, generator=g).to("cuda", getattr(torch, dtype_name)) for _ in range(4)
-    )
+    heads = (H, *(kv or [H]) * 2, H)  # --n-kv-head: the group size H / kv is a specialised argument too
+    q, k, v, do = (torch.randn(1, h, T, D, generator=g).to("cuda", getattr(torch, dtype_name)) for h in heads)
     for x in (q, k, v):
         x.requires_grad_()
     triton_attention(q, k, v, op, causal=True, precision=precision).backward(do)
@@ -309,7 +308,7 @@ def precompile(args, device: torch.device) -> None:
                 and resolve_backend(op, device, getattr(torch, dt), backend=args.backend) == "triton"
             ):
                 jobs.append((op, dt, precision if dt == "float32" else None, cfg.n_head, cfg.block_size,
-                             cfg.n_embd // cfg.n_head))  # fmt: skip
+                             cfg.n_embd // cfg.n_head, cfg.kv_heads))  # fmt: skip
     if not jobs:
         return
     t0 = time.perf_counter()
@@ -353,7 +352,8 @@ def table(rows: list[dict], header: str) -> str:
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['operator']} | {r['attention']} | error: {r['error']} | | | | | | | |")
+            why = r["error"].replace("|", "/")  # a '|' of the message would split the Markdown row
+            lines.append(f"| {r['operator']} | {r['attention']} | error: {why} | | | | | | | |")
             continue
         anchor = anchors.get(r["attention"])
         rel = f"{r['tokens_per_s'] / anchor:.2f}×" if anchor else "-"
@@ -433,4 +433,8 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ValueError as err:  # a bad argument (an unknown preset or operator): its message, not a traceback
+        print(f"train_throughput.py: error: {err}", file=sys.stderr)
+        sys.exit(2)
