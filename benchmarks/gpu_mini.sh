@@ -361,6 +361,10 @@ EOF
   return "$rc"
 }
 
+if [ "$#" = 0 ]; then  # no stage: say how to call it, not nothing
+  sed -n '4,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
 for stage in "$@"; do
   t0=$(date +%s)
   case "$stage" in

@@ -424,3 +424,11 @@ def test_fit_rows_cells_in_their_columns():
     assert dict(zip(head, rows[0]))["NLL − train loss"] == "+0.1500"
     assert rows == [["lerp-k4", "100M", "7", "softmax", "96", "3.2100", "+0.0120", "[+0.0040, +0.0200]",
                      "block bootstrap", "+0.0300", "+0.1500", "+0.1100"]]  # fmt: skip
+
+
+def test_a_range_of_one_value_prints_it_once():
+    """ranks.md printed one seed pair's Spearman as "-0.886–-0.886"."""
+    from kinterval.report.tables import _range
+
+    assert _range((-0.886,), "{:.3f}") == "-0.886" and _range((), "{:.3f}") == "-"
+    assert _range((-0.8861, -0.8864, 0.5), "{:.3f}") == "-0.886–0.500"

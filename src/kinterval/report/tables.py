@@ -148,6 +148,14 @@ def delta_rows(rows: list[Row], refs: list[ReferenceRow] = ()) -> tuple[list[str
     return headers, out
 
 
+def _range(xs, fmt: str) -> str:
+    """min–max of ``xs``; one value alone where they agree (one seed pair); "-" for none."""
+    if not xs:
+        return "-"
+    lo, hi = fmt.format(min(xs)), fmt.format(max(xs))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
 FACTORIAL_NAMES = {
     "calibration": "calibration (FWM − MinMax)",
     "surrogate": "surrogate (Prob − Weight)",
@@ -456,7 +464,7 @@ def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
             ",".join(map(str, s.seeds)) or "-",  # one seed: no ordering over seeds (W and Spearman "-")
             str(len(s.conditions)),
             num(s.kendall_w, False, 3),
-            f"{min(s.pairwise_spearman):.3f}–{max(s.pairwise_spearman):.3f}" if s.pairwise_spearman else "-",
+            _range(s.pairwise_spearman, "{:.3f}"),
             rho(s.spearman_h),
             rho(s.spearman_span),
         ]
