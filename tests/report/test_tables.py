@@ -183,14 +183,14 @@ def test_heldout_claims_ranks_clip_geometry_graddecomp_and_left_out_cells():
     ]  # fmt: skip
     geo = {Key("b", 100_007_936, DATA, "val"): {"span": 20.0, "h": 5.0, "tv": 0.1},
            Key("a", 50_000_000, DATA, "val"): {"span": 8.0}}  # fmt: skip
-    assert T.geometry_rows(geo) == (
-        ["Condition", "Budget", "span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"],
+    assert T.geometry_rows(geo) == (  # the paper's headers and order (its final-checkpoint geometry table)
+        ["Condition", "Budget", "Span", "h", "‖q‖", "Entropy", "Top-level mass", "Eff. levels", "TV"],
         [["a", "50M", "8.000", "-", "-", "-", "-", "-", "-"],
-         ["b", "100M", "20.000", "5.000", "0.100", "-", "-", "-", "-"]],
+         ["b", "100M", "20.000", "5.000", "-", "-", "-", "-", "0.100"]],
     )  # fmt: skip
     # a model with attention sinks: the sink's share under the operator and under softmax
     sinks = {Key("a", 50_000_000, DATA, "val"): {"span": 8.0, "sink_mass": 0.25, "sink_mass_softmax": 0.5}}
-    assert T.geometry_rows(sinks)[0][-2:] == ["sink_mass", "sink_mass_softmax"]
+    assert T.geometry_rows(sinks)[0][-2:] == ["Sink mass", "Sink mass (softmax)"]
     assert T.geometry_rows(sinks)[1][0][-2:] == ["0.250", "0.500"]
     # suites C (1B) and D (124M) at one budget and corpus: the model tells their rows apart
     two = {Key("softmax", 100_007_936, DATA, "val", m): {"span": x} for m, x in (("12L", 9.0), ("32L", 7.0))}

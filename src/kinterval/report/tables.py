@@ -49,6 +49,7 @@ _LATEX = str.maketrans(
         "τ": r"$\tau$",
         "ρ": r"$\rho$",
         "γ": r"$\gamma$",
+        "‖": r"$\|$",
         "§": r"\S{}",
         "…": r"\dots{}",
     }
@@ -573,15 +574,30 @@ def graddecomp_rows(rows) -> tuple[list[str], list[list[str]]]:
     ]
 
 
+# The paper's headers of the geometry metrics (its final-checkpoint geometry table); report.json keeps the
+# field names (kinterval.eval.geometry)
+GEOMETRY_NAMES = {
+    "span": "Span",
+    "h": "h",
+    "q_norm": "‖q‖",
+    "entropy": "Entropy",
+    "top_bucket_mass": "Top-level mass",
+    "eff_buckets": "Eff. levels",
+    "tv": "TV",
+    "sink_mass": "Sink mass",
+    "sink_mass_softmax": "Sink mass (softmax)",
+}
+
+
 def geometry_rows(geo: dict) -> tuple[list[str], list[list[str]]]:
     """Endpoint geometry per condition and setting: the data column when the rows are of several corpora, the
     model column when of several models (suites C and D: both 100M tokens of WikiText-103); the sink's share
     (operator, softmax) when a model has attention sinks."""
-    metrics = ["span", "h", "tv", "top_bucket_mass", "eff_buckets", "entropy", "q_norm"]
+    metrics = ["span", "h", "q_norm", "entropy", "top_bucket_mass", "eff_buckets", "tv"]  # the paper's order
     if any("sink_mass" in g for g in geo.values()):
         metrics += ["sink_mass", "sink_mass_softmax"]
     heads, cells = _data_model(geo)
-    return ["Condition", "Budget", *heads, *metrics], [
+    return ["Condition", "Budget", *heads, *[GEOMETRY_NAMES.get(m, m) for m in metrics]], [
         [condition(k), tokens(k.budget), *cells(k), *[num(g.get(m), False, 3) for m in metrics]]
         for k, g in sorted(geo.items(), key=lambda kv: key_order(kv[0]))
     ]
