@@ -119,9 +119,10 @@ def test_cells_from_the_one_seed_factorial_setting(folders):
             assert e["per_seed"] == pytest.approx([d.mean()], abs=1e-12)
             assert (e["lo"], e["hi"]) == pytest.approx((ref.lo, ref.hi), abs=1e-12)
             assert e["mean"] == pytest.approx(planted("Blike", op), abs=0.004)
-    # (c) the three-seed families, (d) Prob − Weight paired by seed: t intervals over the three seeds
+    # (c) the three-seed families (LERP at its one K too, as a point: the paper's panel has every family),
+    # (d) Prob − Weight paired by seed: t intervals over the three seeds
     fams = fc["families"]
-    assert set(fams) == {"minmax-weight", "minmax-prob", "fwm-weight", "fwm-prob"}
+    assert set(fams) == {"minmax-weight", "minmax-prob", "fwm-weight", "fwm-prob", "lerp"}
     for fam, by_K in fams.items():
         for K, e in by_K.items():
             assert e["n_seeds"] == 3 and e["mean"] == pytest.approx(

@@ -219,9 +219,9 @@ def test_factorial_figure_panel_d_and_not_run(figs, tmp_path):
     assert d.get_xscale() == "log" and "Prob − Weight" in d.get_title()
     F.factorial_figure(cells, {}, tmp_path / "g.png", "t", {})
     assert "not run" in _texts(figs[1].axes[2]) and not _bar_ends(figs[1].axes[2])
-    # the by-K panel without a family at two or more K: "not run" and why, not an empty 0-1 frame
+    # the by-K panel without a family: "not run" and why, not an empty 0-1 frame
     for fig in figs[:2]:
-        assert "not run" in _texts(fig.axes[1]) and "two or more K" in _texts(fig.axes[1])
+        assert "not run" in _texts(fig.axes[1]) and "no family measured" in _texts(fig.axes[1])
     F.factorial_figure(
         cells, {"lerp": {4: _row(0.1, 0.0, 0.2), 16: _row(0.05, 0.0, 0.1)}}, tmp_path / "h.png", "t"
     )

@@ -213,7 +213,8 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
             and A.full_twin(r.key.operator) is None
         ):
             families.setdefault(r.family, {})[r.K] = r
-    families = {f: dict(sorted(v.items())) for f, v in sorted(families.items()) if len(v) > 1}
+    # every family, one measured at a single K as a point (mini's factorial cells at K = 4 beside LERP's line)
+    families = {f: dict(sorted(v.items())) for f, v in sorted(families.items())}
     surrogate = A.surrogate_effects(fac, cells_cd)
 
     def where(st, ar, k) -> str:

@@ -364,7 +364,7 @@ def factorial_figure(
     ax = axes[0][-2]
     ax.set_title("all families", fontsize=9)
     if not families:
-        _not_run(ax, "no family measured at two or more K")
+        _not_run(ax, "no family measured")
     else:
         vals = []
         for j, (fam, by_K) in enumerate(sorted(families.items())):
