@@ -265,6 +265,31 @@ def test_delta_table_shows_the_own_seed_softmax_of_a_one_seed_row(fake_suite, tm
     assert "paired with the softmax row of its seed" in lines[0]
 
 
+def test_the_detach_endpoints_figure_has_each_modified_run_at_its_endpoint(fake_suite, tmp_path, monkeypatch):
+    """fig:detach (c, d): every modified-backward run minus its same-seed full twin at the endpoint, with its
+    CI (detach.png draws them along training only)."""
+    from kinterval.report import figures
+
+    drawn = []
+    real = figures.endpoint_figure
+    monkeypatch.setattr(
+        figures,
+        "endpoint_figure",
+        lambda rows, path, *a, **k: drawn.append((rows, path)) or real(rows, path, *a, **k),
+    )
+    index = build_report(fake_suite, tmp_path / "rep").read_text()
+    ((rows, path),) = [(r, p) for r, p in drawn if p.name == "detach_endpoints.png"]
+    assert (tmp_path / "rep" / path.name).stat().st_size > 300 and "detach_endpoints.png" in index
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    det = [r for r in data["detach"] if r["contrast"] == "lerp-k4[range_grad=detach] − lerp-k4"]
+    last = max(det, key=lambda r: r["tokens"])
+    (row,) = rows
+    assert row["operator"].startswith("lerp-k4[range_grad=detach]")
+    assert (row["delta"], row["lo"], row["hi"]) == pytest.approx(
+        (last["est"]["mean"], last["est"]["lo"], last["est"]["hi"])
+    )
+
+
 def _files(folder):
     return {
         p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()

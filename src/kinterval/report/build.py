@@ -526,6 +526,19 @@ def _build(results, out: Path, clean=()) -> None:
             colours=colours,
         )
         ix.figure("detach.png", "detach vs full")
+        # fig:detach (c, d): every matched pair at its endpoint (a key's rows are in training-token order)
+        ends = {r.key: r for r in det if r.contrast.endswith(f"− {A.full_twin(r.key.operator)}")}
+        many = len({k.setting() for k in ends}) > 1
+        F.endpoint_figure(
+            [
+                {"operator": _label(k, many, models), "delta": r.est.mean, "lo": r.est.lo, "hi": r.est.hi}
+                for k, r in sorted(ends.items(), key=lambda kv: A.key_order(kv[0]))
+            ],
+            out / "detach_endpoints.png",
+            "Modified backward − same-seed full-gradient twin at the endpoint",
+            xlabel="ΔNLL vs full-gradient twin (nats/token), 95% CI",
+        )
+        ix.figure("detach_endpoints.png", "detach vs full at the endpoint")
     val, val_skipped = A.validation_pairs(det_pairing, logs, points)
     if val:
         many = len({v.key.setting() for v in val}) > 1

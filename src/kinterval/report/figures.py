@@ -144,8 +144,10 @@ def geometry_figure(
     return _save(fig, path, title, bottom=legend_h / (4 + legend_h))
 
 
-def endpoint_figure(rows: list[dict], path: Path, title: str) -> Path:
-    """Horizontal bars: ΔNLL per condition with its 95% CI."""
+def endpoint_figure(
+    rows: list[dict], path: Path, title: str, xlabel: str = "ΔNLL vs softmax (nats/token), 95% CI"
+) -> Path:
+    """Horizontal bars: ΔNLL per condition (``operator``: its label) with its 95% CI."""
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.5))
     y = list(range(len(rows)))
     ax.barh(y, [r["delta"] for r in rows], color="#4c72b0", alpha=0.8)
@@ -153,7 +155,7 @@ def endpoint_figure(rows: list[dict], path: Path, title: str) -> Path:
     ax.errorbar([r["delta"] for r in rows], y, xerr=err, fmt="none", ecolor="k", capsize=3, lw=1)
     ax.set_yticks(y, [r["operator"] for r in rows], fontsize=8)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel("ΔNLL vs softmax (nats/token), 95% CI")
+    ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
