@@ -448,6 +448,47 @@ def test_model_scaling_and_attention_dropout_follow_eager():
     assert (logits("eager", True) - logits("eager", False)).abs().max() > 1e-2  # the dropout did act
 
 
+def test_attentions_in_training_are_the_dropped_weights_as_eager_returns_them():
+    """With attention dropout in training, eager returns the weights that multiply v (dropout applied); the
+    kinterval path returned P before dropout (rows summing to 1)."""
+    cfg = CONFIGS["llama"]()
+    cfg.attention_dropout = 0.5
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-softmax").double().train()
+    ids, _ = batch(None)
+
+    def attentions(impl):
+        model.set_attn_implementation(impl)
+        torch.manual_seed(5)
+        with torch.no_grad():
+            return model(ids, output_attentions=True).attentions
+
+    for a, b in zip(attentions("kinterval-softmax"), attentions("eager")):
+        assert (a == 0).sum() == (b == 0).sum() > 0
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)  # eager's softmax is float32
+
+
+@pytest.mark.parametrize("impl", ["kinterval-softmax", "kinterval-fwm-prob-k4"])
+def test_flash_style_packed_sequences_attend_within_their_sequence(impl):
+    """cu_seq_lens_q / cu_seq_lens_k (a packing collator's flash-style arguments) were ignored: the two packed
+    sequences attended each other (0.41 off running the second alone). RoPE is relative (up to its float32
+    angles), so each packed
+    sequence equals itself alone."""
+    model = make("llama", impl).eval()
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randint(0, V, (1, 5), generator=g), torch.randint(0, V, (1, 7), generator=g)
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    with torch.no_grad():
+        alone = torch.cat([model(a).logits, model(b).logits], 1)
+        kw = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=7, max_length_k=7, use_cache=False)
+        packed = model(torch.cat([a, b], 1), **kw).logits
+        torch.testing.assert_close(packed, alone, rtol=0, atol=1e-6)  # RoPE angles in float32
+        with pytest.raises(ValueError, match="cu_seq_lens_q and cu_seq_lens_k"):
+            model(torch.cat([a, b], 1), cu_seq_lens_q=cu, use_cache=False)
+        with pytest.raises(ValueError, match="one packed row"):
+            model(torch.cat([a, b], 1).repeat(2, 1), cu_seq_lens_q=cu, cu_seq_lens_k=cu, use_cache=False)
+
+
 def test_encoder_without_padding_stays_bidirectional():
     """No padding: transformers hands over no mask at all; a BERT layer (is_causal False) must not fall back
     to causal attention."""

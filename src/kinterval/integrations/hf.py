@@ -16,12 +16,14 @@ mask builder, so every model hands us a boolean mask, True = may attend, or ``No
 
 ``output_attentions=True`` returns the operator's probabilities P of each layer (the explicit-P path below).
 Dropout: with ``attention_dropout > 0`` in training mode, dropout is applied to the operator's probabilities
-(as transformers' eager path does); that path computes P explicitly (``closed_form``/``reference`` backend,
-never the fused kernel, so an explicit ``backend="triton"`` raises there). The backend is chosen by
-:func:`kinterval.ops.resolve_backend`. Additive score biases (T5's ``position_bias``, a float mask that
-carries a bias), ``softcap`` (Gemma 2) and attention sinks (``s_aux``, gpt-oss) are applied as transformers'
-eager attention applies them, the operator running on the modified score row (``kinterval_attention``),
-on every backend. Sparse key selections (``indices``) are refused.
+(as transformers' eager path does, and the returned P is then the dropped one that multiplies v); that path
+computes P explicitly (``closed_form``/``reference`` backend, never the fused kernel, so an explicit
+``backend="triton"`` raises there). The backend is chosen by :func:`kinterval.ops.resolve_backend`. Additive
+score biases (T5's ``position_bias``, a float mask that carries a bias), ``softcap`` (Gemma 2) and attention
+sinks (``s_aux``, gpt-oss) are applied as transformers' eager attention applies them, the operator running on
+the modified score row (``kinterval_attention``), on every backend. Sparse key selections (``indices``) are
+refused. Flash-style packed sequences (``cu_seq_lens_q`` / ``cu_seq_lens_k`` of one packed row) attend only
+within their sequence, as flash attention does (sdpa and eager ignore these arguments).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from kinterval.ops.api import (
     warn_mask_like_bias,
     working_dtype,
 )
+from kinterval.ops.autocast import matmul_outside_autocast
 from kinterval.ops.spec import BASELINES
 
 try:
@@ -171,6 +174,13 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
             mask = torch.where(mask, bias, float("-inf"))
         else:
             mask = bias + mask
+    if (packed := _packed_sequences(kwargs, query, key)) is not None:  # flash-style varlen packing
+        if mask is None:
+            mask = packed
+        elif mask.dtype == torch.bool:
+            mask = mask & packed
+        else:
+            mask = mask.masked_fill(~packed, float("-inf"))
     p = dropout if dropout > 0.0 and module.training else 0.0
     if p or _attentions_requested():
         if gqa:  # the explicit path forms P per q head from repeated k/v heads
@@ -185,6 +195,29 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
         softcap=softcap, sinks=sinks,
     )  # fmt: skip
     return out.transpose(1, 2).contiguous(), None
+
+
+def _packed_sequences(kwargs, query, key) -> torch.Tensor | None:
+    """The (1, 1, T, T) mask of flash-style packed sequences (``cu_seq_lens_q`` / ``cu_seq_lens_k``, the
+    cumulative sequence lengths of one packed row, as a packing collator gives them): a token attends only
+    keys of its own sequence. ``None`` when not given. sdpa and eager ignore these arguments (packed sequences
+    would attend each other); flash attention honours them, and so does this."""
+    cq, ck = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cq is None and ck is None:
+        return None
+    if cq is None or ck is None or not torch.equal(cq.cpu(), ck.cpu()):
+        raise ValueError(
+            "cu_seq_lens_q and cu_seq_lens_k must both be given and equal (packed prefill without a cache)"
+        )
+    T = query.shape[2]
+    if query.shape[0] != 1 or key.shape[2] != T or cq.dim() != 1 or int(cq[-1]) > T or int(cq[0]) != 0:
+        raise ValueError(
+            f"cu_seq_lens {cq.tolist()} must describe one packed row of {T} tokens (batch 1, no cache), "
+            f"got batch {query.shape[0]}, {T} queries and {key.shape[2]} keys"
+        )
+    pos = torch.arange(T, device=query.device)
+    seq = torch.searchsorted(cq.to(query.device, torch.long), pos, right=True)  # sequence of each token
+    return (seq[:, None] == seq[None, :]).view(1, 1, T, T)
 
 
 def _attentions_requested() -> bool:
@@ -204,7 +237,7 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
     softcap = check_softcap(softcap)
     with torch.autocast(device_type=q.device.type, enabled=False):
         wd = working_dtype(q.dtype)  # float32, float64 for a float64 model, as kinterval_attention
-        qk = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
+        qk = matmul_outside_autocast(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
         # a row with a non-finite q k^T on a key it attends is NaN, as on the fused path
         attended = valid_mask(qk.shape, qk.device, causal=causal, mask=valid)
         scores, bad = modified_scores(qk, attended, softcap, bias)
@@ -219,7 +252,9 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
         sinks = None if sinks is None else sinks.view(1, -1, 1, 1)
         P = attention_probs(scores, spec, causal=causal, mask=valid, backend=probs_backend, sinks=sinks)
         P = P.masked_fill(bad, float("nan"))
-        out = torch.matmul(torch.nn.functional.dropout(P, p=p, training=True) if p else P, v.to(wd))
+        if p:  # the weights that multiply v are returned, dropout included, as eager returns them
+            P = torch.nn.functional.dropout(P, p=p, training=True)
+        out = matmul_outside_autocast(P, v.to(wd))
     return out.to(q.dtype), P
 
 
