@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from kinterval.ops.autocast import outside_autocast
+from kinterval.ops.autocast import matmul_outside_autocast, outside_autocast
 from kinterval.ops.backends import BACKENDS, resolve_backend
 from kinterval.ops.spec import OperatorSpec, as_spec
 
@@ -224,9 +224,9 @@ def _attention_probs(scores, spec, causal, mask, backend, sinks) -> Tensor:
         if not fits:
             raise ValueError(f"sinks of shape {tuple(sinks.shape)} do not broadcast to {(*s.shape[:-1], 1)}")
         s, valid = with_sinks(s, valid, sinks)
-        if (torch.isnan(s[..., -1:]) | torch.isposinf(s[..., -1:])).any():
+        if not s.is_meta and (torch.isnan(s[..., -1:]) | torch.isposinf(s[..., -1:])).any():
             raise ValueError("sinks contain NaN or +inf")
-    if span_overflows(s.detach(), valid, spec).any():
+    if not s.is_meta and span_overflows(s.detach(), valid, spec).any():
         remedy = "pass float64 scores" if s.dtype != torch.float64 else "scale the scores down"
         raise ValueError(
             f"a row's scores span more than {s.dtype} holds (max - min overflows) on keys that are not "
@@ -240,7 +240,7 @@ def attended_keys(s: Tensor, *, causal: bool, mask: Tensor | None) -> Tensor:
     """The keys each row attends: the mask's, minus keys whose score is ``-inf``; a NaN or ``+inf`` score on
     a key that is not masked raises ``ValueError``."""
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
-    if ((torch.isnan(s) | torch.isposinf(s)) & valid).any():
+    if not s.is_meta and ((torch.isnan(s) | torch.isposinf(s)) & valid).any():  # meta: shapes only
         raise ValueError("scores contain NaN or +inf on keys that are not masked")
     return valid & ~torch.isneginf(s)
 
@@ -416,7 +416,8 @@ def kinterval_attention(
 
     wd = working_dtype(q.dtype)
     with outside_autocast(q.device.type):  # the operator runs outside autocast
-        qk = torch.matmul(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
+        # matmuls whose backward runs outside autocast too: .backward() may be called inside autocast
+        qk = matmul_outside_autocast(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
         valid = valid_mask(qk.shape, qk.device, causal=causal, mask=mask)
         # a row with a non-finite q k^T (from non-finite q or k) on an attended key is NaN, never a quiet row
         scores, bad = modified_scores(qk, valid, softcap, bias)
@@ -427,7 +428,7 @@ def kinterval_attention(
             P = P[..., :-1]
         if dropout_p:
             P = torch.nn.functional.dropout(P, p=dropout_p)
-        out = torch.matmul(P, v.to(wd))
+        out = matmul_outside_autocast(P, v.to(wd))
         # So is a row with a non-finite bias or sink, or whose scores span more than the working dtype holds
         # (MinMax, resolved).
         bad = bad | (~torch.isfinite(scores) & valid).any(-1, keepdim=True)

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-__all__ = ["outside_autocast"]
+__all__ = ["matmul_outside_autocast", "outside_autocast"]
 
 
 def outside_autocast(device_type: str) -> AbstractContextManager:
@@ -18,3 +18,48 @@ def outside_autocast(device_type: str) -> AbstractContextManager:
     if torch.amp.is_autocast_available(device_type):
         return torch.autocast(device_type, enabled=False)
     return nullcontext()
+
+
+class _MatmulOutsideAutocast(torch.autograd.Function):
+    """``a @ b`` whose backward also runs outside autocast.
+
+    Autograd replays a matmul's backward under the autocast state of the thread that calls ``.backward()``:
+    called inside ``torch.autocast``, the fp32 attention's dQ, dK, dV would be bf16 matmuls. The backward is
+    written in differentiable ops, so double backward and forward-mode (``jvp``) still work."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(a, b):
+        return torch.matmul(a, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        with outside_autocast(g.device.type):
+            ga = torch.matmul(g, b.mT).sum_to_size(a.shape) if ctx.needs_input_grad[0] else None
+            gb = torch.matmul(a.mT, g).sum_to_size(b.shape) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+    @staticmethod
+    def jvp(ctx, da, db):
+        a, b = ctx.saved_tensors
+        out = None
+        if da is not None:
+            out = torch.matmul(da, b)
+        if db is not None:
+            out = torch.matmul(a, db) if out is None else out + torch.matmul(a, db)
+        return out
+
+
+def matmul_outside_autocast(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch.matmul(a, b)`` of tensors with at least 2 dims, forward and backward outside autocast."""
+    with outside_autocast(a.device.type):
+        if not (a.requires_grad or b.requires_grad) or not torch.is_grad_enabled():
+            return torch.matmul(a, b)
+        return _MatmulOutsideAutocast.apply(a, b)
