@@ -422,6 +422,19 @@ def test_heldout_with_document_clusters_on_several_seeds_is_the_seed_summary():
     assert row.est.mean == pytest.approx(np.mean(means), abs=1e-12)
 
 
+def test_heldout_with_one_document_is_an_error_naming_the_row():
+    """One held-out document has no document-cluster interval: the report said only "need at least 2
+    clusters", naming no row, run or tag."""
+    docs = {"doc_ids": np.array([5]), "doc_nll": np.array([512.0]), "doc_tokens": np.array([128.0])}
+    nll = np.full(2, 4.0)
+    pts = [
+        point("softmax", 7, nll, tag="val__c4", docs=docs, primary=False),
+        point("lerp-k4", 7, nll + 0.02, tag="val__c4", docs=docs, primary=False),
+    ]
+    with pytest.raises(ValueError, match=r"lerp-k4 − softmax \[val__c4\], lerp-k4-s7: .*2 documents, got 1"):
+        A.heldout_table(pts, {})
+
+
 def test_heldout_document_ids_that_differ_from_the_controls_are_an_error():
     """The same data and blocks give the same documents; the old code fell back to the block bootstrap."""
     rng = np.random.default_rng(9)

@@ -236,6 +236,13 @@ def test_a_constant_series_gives_the_zero_width_interval_at_its_value(value):
     for r in (block_bootstrap_ci(x), paired_bootstrap_ci(x)):
         assert (r.mean, r.lo, r.hi, r.se) == (value, value, value, 0.0)
         assert r.p == (1.0 if value == 0 else 2 / (r.n_resamples + 1))
+    ids = np.arange(100) // 7  # clusters / families of 7 items; token weights
+    for r in (
+        cluster_bootstrap_ci(x, ids),
+        cluster_bootstrap_ci(x, ids, ids + 1.0),
+        family_bootstrap_ci(x, ids),
+    ):
+        assert (r.mean, r.lo, r.hi, r.se) == (value, value, value, 0.0)  # was 0.29999999999999993, se 9e-17
     r = block_bootstrap_ci(np.full(100, 0.01))
     assert not label_single_seed(r.lo, r.hi).separated
     with pytest.raises(ValueError, match="seed"):

@@ -148,3 +148,10 @@ def test_exact_permutation_accepts_up_to_max_exact_n():
     assert permutation_p_exact(np.full(MAX_EXACT_N, 0.1)) == 2 / 2**20
     with pytest.raises(ValueError, match="permutation_p_random"):
         permutation_p_exact(np.full(MAX_EXACT_N + 1, 0.1))
+
+
+@pytest.mark.parametrize("value", [0.1, -0.05, 0.0])
+def test_equal_seed_differences_have_sd_zero_and_their_value_as_mean(value):
+    """np.mean / np.std of 3 x 0.1 gave mean 0.10000000000000002 and SD 1.7e-17 (a table printed 1.7e-17)."""
+    s = seed_summary([value] * 3)
+    assert (s.mean, s.sd, s.lo, s.hi) == (value, 0.0, value, value)

@@ -160,6 +160,7 @@ def cluster_bootstrap_ci(
     level: float = 0.95,
     seed: int | None = 0,
     method: str = "cluster bootstrap",
+    name: str = "clusters",
 ) -> BootstrapResult:
     """Cluster bootstrap percentile CI for a (weighted) mean of per-item ``values``.
 
@@ -170,7 +171,9 @@ def cluster_bootstrap_ci(
     values = finite_1d(values, "values")
     clusters = np.asarray(clusters)
     if clusters.shape != values.shape:
-        raise ValueError(f"clusters must have the shape of values {values.shape}, got {clusters.shape}")
+        raise ValueError(f"{name} must have the shape of values {values.shape}, got {clusters.shape}")
+    if clusters.dtype == object or (clusters.dtype.kind == "f" and not np.all(np.isfinite(clusters))):
+        raise ValueError(f"{name} must be ids of one type (ints or strings), without None or NaN")
     w = np.ones_like(values) if weights is None else finite_1d(weights, "weights")
     if w.shape != values.shape:
         raise ValueError(f"weights must have the shape of values {values.shape}, got {w.shape}")
@@ -181,7 +184,7 @@ def cluster_bootstrap_ci(
     _, label = np.unique(clusters, return_inverse=True)
     n_clusters = int(label.max()) + 1
     if n_clusters < 2:
-        raise ValueError("need at least 2 clusters")
+        raise ValueError(f"need at least 2 {name}, got {n_clusters}")
     # Per-cluster sums: a resample is a vector of draw counts c_g, and its statistic is
     # sum_g c_g * sum_{i in g} w_i v_i  /  sum_g c_g * sum_{i in g} w_i.
     wv = np.bincount(label, weights=w * values, minlength=n_clusters)
@@ -194,7 +197,10 @@ def cluster_bootstrap_ci(
         if np.any(den <= 0):
             raise ValueError("a resample drew only zero-weight clusters; give every cluster positive weight")
         reps.append(num / den)
-    return _percentile_result(wv.sum() / ww.sum(), np.concatenate(reps), level, method, n_resamples)
+    est, reps = wv.sum() / ww.sum(), np.concatenate(reps)
+    if values.min() == values.max():  # every (weighted) mean is the value exactly; the sums would round it
+        est, reps = values[0], np.full(n_resamples, values[0])
+    return _percentile_result(est, reps, level, method, n_resamples)
 
 
 def family_bootstrap_ci(
@@ -208,4 +214,5 @@ def family_bootstrap_ci(
         level=level,
         seed=seed,
         method="family bootstrap",
+        name="families",
     )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_real, finite_1d, finite_2d
+from ._checks import check_mapping, check_real, finite_1d, finite_2d
 from .seeds import SeedSummary, seed_summary
 
 
@@ -20,6 +20,7 @@ def contrast(per_block: Mapping[str, np.ndarray], weights: Mapping[str, float]) 
     ``per_block`` maps condition -> per-block NLL (all the same length, paired by block); e.g.
     ``{"A": 1, "softmax": -1}`` is the paired difference A - softmax.
     """
+    per_block, weights = check_mapping(per_block, "per_block"), check_mapping(weights, "weights")
     if not weights:
         raise ValueError("weights must name at least one condition")
     unknown = set(weights) - set(per_block)

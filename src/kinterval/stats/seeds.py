@@ -36,7 +36,9 @@ def seed_summary(diffs, *, level: float = 0.95) -> SeedSummary:
     d = finite_1d(diffs, "diffs", min_size=2)
     level = check_level(level)
     n = d.size
-    mean, sd = d.mean(), d.std(ddof=1)
+    # Equal differences have SD 0 and their value as mean exactly (np.mean/np.std of 3 x 0.1 round to
+    # 0.10000000000000002 and 1.7e-17, which a table would print as a non-zero SD).
+    mean, sd = (d[0], 0.0) if d.min() == d.max() else (d.mean(), d.std(ddof=1))
     half = stats.t.ppf(0.5 + level / 2, df=n - 1) * sd / np.sqrt(n)
     return SeedSummary(float(mean), float(sd), float(mean - half), float(mean + half), n, n - 1, level)
 

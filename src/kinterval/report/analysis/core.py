@@ -70,7 +70,12 @@ def estimate(per_seed: Mapping[int, np.ndarray], what: str = "contrast") -> Esti
     """
     if not per_seed:
         raise ValueError(f"{what}: estimate needs at least one seed's contrast")
-    series = [np.asarray(per_seed[s], dtype=np.float64) for s in sorted(per_seed)]
+    series = []
+    for s in sorted(per_seed):
+        try:
+            series.append(np.asarray(per_seed[s], dtype=np.float64))
+        except (TypeError, ValueError):
+            raise ValueError(f"{what}, seed {s}: the per-block contrast is not numeric") from None
     for s, x in zip(sorted(per_seed), series):
         if x.ndim != 1 or x.size == 0:
             raise ValueError(

@@ -74,7 +74,16 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
         a, b = ps[0].point.docs, ps[0].control.docs
         if len(ps) == 1 and a and b:
             d = a["doc_nll"] / a["doc_tokens"] - b["doc_nll"] / b["doc_tokens"]
-            c = cluster_bootstrap_ci(d, a["doc_ids"], weights=a["doc_tokens"], n_resamples=N_RESAMPLES)
+            try:
+                c = cluster_bootstrap_ci(
+                    d, a["doc_ids"], weights=a["doc_tokens"], n_resamples=N_RESAMPLES, name="documents"
+                )
+            except ValueError as e:
+                x = ps[0].point
+                raise ValueError(
+                    f"{r.contrast} [{x.tag}], {x.run_id}: no document-cluster interval ({e}); evaluate "
+                    "more blocks (--max-blocks) or more seeds"
+                ) from None
             r.est = Estimate(c.mean, c.lo, c.hi, "document-cluster bootstrap", 1, (c.mean,), c.se, p=c.p)
         rows.append(r)
     rows.sort(key=_sort_key)
