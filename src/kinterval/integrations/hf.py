@@ -389,6 +389,8 @@ def register_all(ks: tuple[int, ...] = AUTO_K) -> list[str]:
 
 
 def registered_names() -> list[str]:
+    """The ``attn_implementation`` names kinterval has registered with transformers, sorted: ``"kinterval"``,
+    the ``"kinterval-<operator>"`` names registered on import and every name given to :func:`register`."""
     return sorted(_REGISTRY)
 
 
