@@ -436,6 +436,13 @@ def test_a_whole_number_float_id_splits_as_its_integer():
     for i in range(300):
         assert route(i, {"text": "x", "id": float(i)})[0] == route(i, {"text": "x", "id": i})[0]
     assert route(7, {"text": "x", "id": 2.5})[0] == sources.md5_split("2.5")
+    # a fractional id keeps its fraction (300 of them: int() would move some to the split of their integer)
+    assert [route(i, {"text": "x", "id": i + 0.5})[0] for i in range(300)] == [
+        sources.md5_split(str(i + 0.5)) for i in range(300)
+    ]
+    assert [sources.md5_split(str(i + 0.5)) for i in range(300)] != [
+        sources.md5_split(str(i)) for i in range(300)
+    ]
     assert route(7, {"text": "x", "id": None})[0] == sources.md5_split("7")
 
 

@@ -552,3 +552,15 @@ def test_a_k_or_tau_named_twice_is_refused_before_anything_runs(
     assert main([*_screen_run(tmp_path, softmax_run), "--stages", "3", flag, *values]) == 2
     assert f"{flag} names a value twice" in capsys.readouterr().err
     assert not (tmp_path / "ts").exists()
+
+
+def test_the_tau_star_head_names_tau_star_to_the_digit():
+    """The condition keys and tau heads tell 1 from 1.0000001 (tau_text); the tau* head must too."""
+    soft = np.random.default_rng(1).normal(4.3, 0.2, 40)
+    res = StageResult(Stage("3", "close", (4,), (1.0, 1.0000001), None, minmax=False))
+    offsets = {key(4, 1.0): 0.01, key(4, 1.0000001): -0.01}  # the second is best: tau* = 1.0000001
+    res.per_block = {"softmax": soft, **{name: soft + d for name, d in offsets.items()}}
+    res.nll = {name: float(v.mean()) for name, v in res.per_block.items()}
+    md, rows = stage3_table(res, n_resamples=100)
+    assert rows[0]["tau_star"] == 1.0000001
+    assert "tau*=1.0000001 - softmax" in md and "| tau=1 |" in md

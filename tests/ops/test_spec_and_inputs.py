@@ -316,6 +316,7 @@ def test_non_finite_scores_on_masked_keys_are_never_read(bad, backend):
         "resolved-prob-k3[tau=1e-40]",
         "fwm-weight-k16777216[tau=1e-24]",
         "resolved-weight-k1[tau=1e-37]",
+        f"fwm-lerp-k4[tau={4 * 0.75 * 2.0**-100!r}]",  # just below the limit
     ],
 )
 def test_a_grid_step_below_two_to_the_minus_100_is_rejected(full):

@@ -632,6 +632,7 @@ def test_substitution_on_the_suites_own_split_is_paired_with_the_primary_evaluat
         ("fwm-prob-k4[tau=5.5]", "fwm-prob-k4[tau=5.5,arithmetic=historical]", True),
         ("lerp-k4", "lerp-k4[range_grad=detach]", True),
         ("fwm-prob-k4", "fwm-prob-k4[tau=5.5]", False),  # another window: another forward
+        ("fwm-prob-k4", "fwm-prob-k8", False),  # another K: another grid
         ("fwm-prob-k4", "fwm-lerp-k4", False),
         ("lerp-k4", "minmax-weight-k4", False),
         ("fwm-prob-k4", "softmax", False),  # tab:subst: softmax substituted
