@@ -84,3 +84,29 @@ def test_model_flag_takes_the_presets_shape_over_the_config_files(capsys):
     assert (shape.n_layer, shape.n_embd, shape.block_size) == (3, 384, 64)
     tiny = config("--config", "tiny-cpu").model_config(vocab_size=100)  # without --model: the file's shape
     assert (tiny.n_layer, tiny.n_head, tiny.n_embd) == (2, 4, 128)
+
+
+def test_threads_sets_torchs_threads_and_auto_on_a_cpu_warns_for_a_large_model(monkeypatch, capsys):
+    """A shipped GPU protocol (device auto) on a machine without CUDA began a 124M run on the CPU without a
+    word; train had no --threads (tiny CPU runs went 10x slower at torch's default)."""
+    import torch
+
+    import kinterval.train.loop as loop
+    from kinterval.cli import main
+
+    seen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+    monkeypatch.setattr(loop, "train", lambda *a, **k: _Done())  # what comes before training is checked
+    assert main(["train", "--config", "124m-250m", "--data", "D", "--out", "O", "--threads", "3"]) == 0
+    assert seen == [3]
+    assert "device 'auto' trains this 124M-parameter model on the CPU" in capsys.readouterr().err
+    assert main(["train", "--config", "124m-250m", "--data", "D", "--out", "O", "--device", "cpu"]) == 0
+    assert main(["train", "--config", "tiny-cpu", "--data", "D", "--out", "O"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["train", "--data", "D", "--out", "O", "--threads", "0"]) == 2
+    assert "--threads must be an integer >= 1" in capsys.readouterr().err
+
+
+class _Done:
+    status, exit_code = "failed", 0

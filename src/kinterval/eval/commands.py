@@ -300,7 +300,10 @@ def register(subparsers) -> None:
                 "--as",
                 dest="as_operator",
                 default=None,
-                help="operator defining h/buckets/TV (default: the run's own; needed for softmax runs)",
+                help=(
+                    "operator defining h/buckets/TV (default: the run's own; a softmax run has none: its h "
+                    "and TV are NaN without --as)"
+                ),
             )
         p.set_defaults(func=_diag(kind))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from kinterval.train.config import TrainConfig, shipped_configs
 
@@ -101,6 +102,9 @@ def register(subparsers) -> None:
         help="override any config field, e.g. --set optim.beta2=0.99 (TOML value syntax)",
     )
     p.add_argument("--resume", action="store_true", help="continue from the run folder's newest checkpoint")
+    p.add_argument(
+        "--threads", type=int, help="torch CPU threads of this process (1 is much faster for tiny CPU models)"
+    )
     p.add_argument("--kill-after-step", type=int, help=argparse.SUPPRESS)  # test hook: hard exit, no cleanup
     p.set_defaults(func=cmd_train)
 
@@ -144,10 +148,36 @@ def config_from_args(args) -> TrainConfig:
     return cfg.override(overrides).validate()
 
 
+def _warn_auto_on_cpu(cfg: TrainConfig, large: int = 20_000_000) -> None:
+    """Device ``auto`` without CUDA trains on the CPU: said once for a model of ``large`` parameters or more
+    (the shipped GPU protocols' 124M and 1B would take days there; ``--device cpu`` says it is meant)."""
+    import torch
+
+    from kinterval.model.config import count_params
+
+    if cfg.device != "auto" or torch.cuda.is_available() or os.environ.get("RANK", "0") != "0":
+        return
+    n = count_params(cfg.model_config(50257))  # GPT-2 BPE: the data, not read yet, may have fewer ids
+    if n >= large:
+        print(
+            f"kinterval train: warning: no CUDA device here; device 'auto' trains this {n / 1e6:.0f}M-"
+            "parameter model on the CPU (the shipped GPU protocols take days there): pass --device cpu to "
+            "mean it",
+            file=sys.stderr,
+        )
+
+
 def cmd_train(args) -> int:
     from kinterval.train.loop import train
 
     cfg = config_from_args(args)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be an integer >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    _warn_auto_on_cpu(cfg)
     hook = None
     if args.kill_after_step is not None:
 
