@@ -4,6 +4,7 @@ endpoints."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -414,3 +415,36 @@ def test_the_detach_claim_is_the_detach_pair_only():
     pts = runs({"lerp-k32": 0.001, "lerp-k32[range_grad=detach]": 0.7, "lerp-k32[range_grad=p1]": -0.3})
     (c,) = [c for c in C.paper_claims(pts, {}) if c.claim.startswith("LERP K32: detach")]
     assert c.estimate.mean == pytest.approx(0.7 - 0.001) and c.status == "agrees"
+
+
+def test_a_run_trained_to_its_end_but_not_evaluated_there_stays_out_of_the_row():
+    """A row of one run killed between its last checkpoint and that checkpoint's evaluation showed its
+    earlier checkpoint as the endpoint (next to rows at the full budget), unpaired.md silent; the endpoint
+    counts the checkpoint the run reached (Point.reached)."""
+    pts = runs({"softmax": 0.0, "lerp-k4": 0.05}, seeds=(7,), crashed={("lerp-k4", 7)})
+    pts = [dataclasses.replace(p, reached=1000) for p in pts]
+    pairing = A.softmax_pairs(pts)
+    assert A.delta_table(pairing) == []
+    assert pairing.unpaired == {
+        "lerp-k4-s7 [val] in ΔNLL vs softmax": (
+            "no paired evaluation at the endpoint (1000 training tokens); its last is at 500"
+        )
+    }
+
+
+def test_load_results_reads_how_far_each_run_trained(tmp_path):
+    (tmp_path / "crash.toml").write_text(SUITE)
+    m = write_results(tmp_path / "s", tmp_path / "crash.toml", lambda r, f: 0.0, noise=0.0)
+    assert {p.reached for p in load_results(tmp_path / "s").points} == {0}  # no status, no checkpoints
+    for r in m["runs"]:
+        status = {"status": "completed", "step": r["steps"], "tokens": r["tokens"]}
+        (tmp_path / "s" / r["run_dir"] / "status.json").write_text(json.dumps(status))
+    ckpt = tmp_path / "s" / m["runs"][0]["run_dir"] / "checkpoints" / "step_000005"
+    ckpt.mkdir(parents=True)  # a killed run: its status says running, its last checkpoint is step 5
+    (ckpt / "state.json").write_text("{}")
+    status = {"status": "running", "step": 0, "tokens": 0}
+    (tmp_path / "s" / m["runs"][0]["run_dir"] / "status.json").write_text(json.dumps(status))
+    reached = {p.run_id: p.reached for p in load_results(tmp_path / "s").points}
+    r0 = m["runs"][0]
+    assert reached.pop(r0["run_id"]) == 5 * r0["tokens"] // r0["steps"]
+    assert set(reached.values()) == {int(r0["tokens"])}

@@ -320,3 +320,28 @@ def test_the_printed_summary_gives_a_small_delta_in_two_significant_digits(monke
     )
     assert main(["report", "--runs", "soft", "fwm", "--out", str(tmp_path / "rep")]) == 0
     assert "ΔNLL vs softmax -3.0e-05  [-0.0001, -3.0e-05]" in capsys.readouterr().out
+
+
+def test_a_stopped_run_is_compared_at_its_last_evaluated_checkpoint(runs, tmp_path, capsys):
+    """A run stopped by a non-finite loss whose last checkpoint holds the diverging weights cannot be
+    evaluated there: the report asked for that evaluation (which fails) and never reported the run. Now its
+    last evaluated checkpoint is its row, with a note; the row of a finite but absurd one says so too."""
+    from kinterval.eval.evaluate import eval_dir
+
+    run = tmp_path / "lerp"
+    shutil.copytree(runs / "lerp", run)
+    last = sorted(eval_dir(run).glob("step_*.json"))[-1]
+    step = int(last.stem.removeprefix("step_"))
+    (run / "status.json").write_text(json.dumps({"status": "nonfinite_loss", "step": step + 1}))
+    last.unlink()
+    last.with_suffix(".npz").unlink()
+    assert main(["report", "--runs", str(runs / "soft"), str(run), "--out", str(tmp_path / "rep")]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        f"note: lerp-k4 ({run}) was stopped by a non-finite loss at step {step + 1}: its row is its last"
+        in (printed)
+    )
+    for f in eval_dir(run).glob("step_*"):
+        f.unlink()
+    assert main(["report", "--runs", str(runs / "soft"), str(run), "--out", str(tmp_path / "rep2")]) == 2
+    assert "none of its checkpoints is evaluated on val" in capsys.readouterr().err

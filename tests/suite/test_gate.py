@@ -967,7 +967,34 @@ def test_a_checkpoint_of_the_same_data_in_another_folder_passes_and_of_other_dat
     _edit_json(state, lambda st: st["config"]["data"].update(dir="/elsewhere/tokens"))
     repoint()
     assert gate(d, write_record=False).errors == []
+    # its evaluation records the moved folder too (its train_config and data_dir): told by its shard hashes
+    _edit_json(_eval(d), lambda s: s["train_config"]["data"].update(dir="/elsewhere/tokens"))
+    _edit_json(_eval(d), lambda s: s.update(data_dir="/elsewhere/tokens"))
+    assert gate(d, write_record=False).errors == []
     _edit_json(state, lambda st: st["identity"]["data.identity"].update(shards_sha256=["0" * 64]))
     repoint()
     (err,) = gate(d, write_record=False).errors
     assert "checkpoints record training shard hashes other than it holds" in err
+
+
+def test_the_report_refuses_evaluation_files_swapped_or_edited(results_dir, tmp_path):
+    """The gate caught these; the report read them as the checkpoint's NLL: a swap of two runs' evaluations
+    gave a +0.0150 "separated" row for a difference of 1.6e-6, an NPZ with +0.5 in nll a ΔNLL of +0.5."""
+    from kinterval.report.results import load_results
+
+    d = _copy(results_dir, tmp_path / "swap")
+    a, b = (d / "runs" / run / "eval" / "val" / "step_000016" for run in (RUN, "lerp-k4-s42"))
+    for suffix in (".json", ".npz"):
+        x, y = a.with_suffix(suffix), b.with_suffix(suffix)
+        tmp = x.read_bytes()
+        x.write_bytes(y.read_bytes())
+        y.write_bytes(tmp)
+    with pytest.raises(ValueError, match="an evaluation of run .*lerp-k4-s42.*, not of runs/lerp-k4-s7"):
+        load_results(d)
+    d = _copy(results_dir, tmp_path / "edit")
+    npz = d / "runs" / RUN / "eval" / "val" / "step_000016.npz"
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files}
+    np.savez(npz, **{**arrays, "nll": arrays["nll"] + 0.5})
+    with pytest.raises(ValueError, match="not the arrays step_000016.json was written with"):
+        load_results(d)

@@ -19,6 +19,7 @@ from kinterval.report.build import build_report
 from kinterval.suite.gate import RECORD, gate
 from kinterval.suite.merge import merge
 from kinterval.suite.runner import run_suite
+from tiny_suite import tiny_suite
 
 pytestmark = pytest.mark.xdist_group("stopped_runs")
 POISON = (
@@ -157,3 +158,48 @@ def test_final_steps_are_the_checkpoints_before_the_non_finite_step():
         assert final_steps(status, steps) is None, status
     for step in (True, 0, -1, "9", 9.0):
         assert stopped_step({"status": "nonfinite_loss", "step": step}) is None, step
+
+
+def test_a_checkpoint_holding_the_diverging_weights_ends_the_outcome(tmp_path, monkeypatch):
+    """The last checkpoint before a non-finite loss can evaluate to a non-finite NLL (its weights diverge):
+    the suite failed the run for good (every re-run repeated it, the gate missed its probes). Now that
+    checkpoint ends the outcome (recorded in status.json), the ones before are evaluated and probed, and the
+    gate signs it off."""
+    import kinterval.eval.evaluate as ev
+
+    (tmp_path / "t.toml").write_text(
+        tiny_suite('[[group]]\nname = "lerp"\noperators = ["lerp-k4"]').replace(
+            "checkpoints = 2", "checkpoints = 4"
+        )
+    )
+    real_train, real_check = loop.train, ev._check_finite
+
+    def train(cfg, run_dir, *, resume=False, on_step=None):
+        def poison(step, model):
+            if step == POISON:
+                with torch.no_grad():
+                    model.transformer.ln_f.weight.fill_(float("nan"))
+
+        return real_train(cfg, run_dir, resume=resume, on_step=poison)
+
+    def check(tok, ckpt, split, step):  # checkpoint 8's weights give a NaN NLL
+        return real_check(tok * float("nan") if step == 8 else tok, ckpt, split, step)
+
+    monkeypatch.setattr(loop, "train", train)
+    monkeypatch.setattr(ev, "_check_finite", check)
+    logs = []
+    assert run_suite(tmp_path / "t.toml", tmp_path / "out", threads=1, log=logs.append) == {
+        RUN: "nonfinite_loss"
+    }
+    run = tmp_path / "out" / "runs" / RUN
+    status = json.loads((run / "status.json").read_text())
+    assert (status["step"], status["nonfinite_eval_step"]) == (POISON + 1, 8)
+    for sub in ("eval/val", "diagnostics/geometry"):
+        assert sorted(p.name for p in (run / sub).glob("*.json")) == ["step_000004.json"], sub
+    assert any("its checkpoint at step 8 has a non-finite NLL" in x for x in logs)
+    rep = gate(tmp_path / "out", write_record=False)
+    assert rep.ok and rep.jobs == 1, rep.errors
+    # a second sitting does not fail it again
+    assert run_suite(tmp_path / "t.toml", tmp_path / "out", threads=1, log=logs.append) == {
+        RUN: "nonfinite_loss"
+    }

@@ -164,15 +164,26 @@ def _refuse_replacing_full(json_path: Path, ckpt: Path, max_blocks: int) -> None
         )
 
 
-def _check_finite(tok: np.ndarray, ckpt: Path, split: str) -> None:
-    """``ValueError`` naming the checkpoint and the first block with a NaN or infinite per-token NLL."""
+class NonFiniteNLL(ValueError):
+    """A checkpoint whose per-token NLL is NaN or infinite (``step``: its training step); nothing of its
+    evaluation is written."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+def _check_finite(tok: np.ndarray, ckpt: Path, split: str, step: int) -> None:
+    """:class:`NonFiniteNLL` naming the checkpoint and the first block with a NaN or infinite per-token NLL
+    (checkpoints evaluated before it keep their results)."""
     bad = ~np.isfinite(tok)
     if bad.any():
         k, t = (int(i) for i in np.argwhere(bad)[0])
         n = int(bad.any(axis=1).sum())
-        raise ValueError(
+        raise NonFiniteNLL(
             f"checkpoint {ckpt}: non-finite NLL ({tok[k, t]}) in block {k} (target {t}) of split {split!r}; "
-            f"{n} of {tok.shape[0]} blocks affected; nothing written"
+            f"{n} of {tok.shape[0]} blocks affected; nothing written for this checkpoint",
+            step,
         )
 
 
@@ -235,7 +246,7 @@ def evaluate_checkpoint(
     tokens = shards.tokens()
     t0 = time.perf_counter()
     tok = token_nll(model, tokens, T, max_blocks=max_blocks, progress=progress)
-    _check_finite(tok, ckpt, shards.split)  # before anything is written
+    _check_finite(tok, ckpt, shards.split, int(state["step"]))  # before anything is written
     nll = tok.mean(axis=1)
     arrays = {"nll": nll}
     summary = {
@@ -309,12 +320,27 @@ def evaluate_run(run_dir: str | Path, *, checkpoint: str | int = "all", **kwargs
     return [evaluate_checkpoint(c, **kwargs) for c in select_checkpoints(run_dir, checkpoint)]
 
 
+def check_arrays(json_path: str | Path, summary: dict) -> None:
+    """``ValueError`` unless the NPZ beside ``json_path`` is the one its summary was written with (its
+    ``npz_sha256``; summaries written before that was recorded are not checked here). An edited or swapped
+    NPZ would otherwise be read as that checkpoint's per-block NLL."""
+    npz = Path(json_path).with_suffix(".npz")
+    if "npz_sha256" in summary and atomic.sha256_file(npz) != summary["npz_sha256"]:
+        raise ValueError(
+            f"{npz}: not the arrays {Path(json_path).name} was written with (its npz_sha256 differs): an "
+            "edited or swapped file; evaluate the checkpoint again (`kinterval eval ... --force`)"
+        )
+
+
 def load_result(json_path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """(summary, arrays) of one evaluated checkpoint."""
+    """(summary, arrays) of one evaluated checkpoint; ``ValueError`` when the arrays are not the summary's
+    (:func:`check_arrays`)."""
     json_path = Path(json_path)
+    summary = read_summary(json_path)
+    check_arrays(json_path, summary)
     with np.load(json_path.with_suffix(".npz")) as z:
         arrays = {k: z[k] for k in z.files}
-    return read_summary(json_path), arrays
+    return summary, arrays
 
 
 def checkpoint_step(path: str | Path) -> int:

@@ -654,8 +654,8 @@ def _build(results, out: Path, clean=()) -> None:
         ix.table(
             "stopped",
             *T.stopped_rows(stopped),
-            "Runs stopped by a non-finite loss or gradient norm (evaluated up to their last checkpoint, "
-            "not trained again; left out of every row at a later endpoint)",
+            "Runs stopped by a non-finite loss or gradient norm (evaluated up to their last checkpoint with "
+            "a finite NLL, not trained again; left out of every row at a later endpoint)",
         )
     hw = A.hardware(results)
     data["hardware"] = {

@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from kinterval.environment import ENVIRONMENT_FILE, read_environment
+from kinterval.eval.evaluate import check_arrays
 from kinterval.model.config import PRESETS
 from kinterval.ops import OperatorSpec
 from kinterval.suite.manifest import read_manifest, stopped_step
+from kinterval.train.checkpoint import checkpoint_step, list_checkpoints
 from kinterval.train.config import flatten
 from kinterval.train.metrics import last_logged_step, read_metrics
 from kinterval.train.trainer import EXECUTION_FIELDS
@@ -114,6 +116,9 @@ class Point:
     # the suite folder it was loaded from: two folders of one suite (two sittings, unmerged) hold runs of the
     # same id, whose logs and probes are each their own
     folder: str = ""
+    # training tokens of the run's last checkpoint (a completed status.json, or its checkpoint folders),
+    # evaluated or not: the endpoint of a row counts them (:func:`at_endpoint`); 0 if stopped or unknown
+    reached: int = 0
 
     @property
     def mean(self) -> float:
@@ -337,6 +342,20 @@ def _trained_steps(run_dir: Path, run: dict, eval_steps: list[int]) -> tuple[int
     return None
 
 
+def _reached(run_dir: Path, run: dict) -> int:
+    """Training tokens of the run's last checkpoint, evaluated or not: a completed ``status.json``'s, else its
+    latest checkpoint folder's step times the manifest's tokens per step; 0 when neither says."""
+    status = run_dir / "status.json"
+    st = _json(status) if status.is_file() else {}
+    tokens = st.get("tokens")
+    if st.get("status") == "completed" and isinstance(tokens, int) and not isinstance(tokens, bool):
+        return tokens
+    ckpts = list_checkpoints(run_dir)
+    steps = int(run.get("steps") or 0)
+    step = checkpoint_step(ckpts[-1]) if ckpts else None
+    return step * int(run.get("tokens") or 0) // steps if step and steps else 0
+
+
 def _stopped(run_dir: Path, run: dict) -> tuple[int, int] | None:
     """(step, training tokens) of the non-finite loss that stopped the run, from its ``status.json`` (the
     tokens from the manifest's tokens per step where the status has none)."""
@@ -395,12 +414,19 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
             graddiag[r["run_id"]] = sorted(gd, key=lambda d: d["step"])
         budget = int(r.get("tokens") or 0)
         stopped = _stopped(run_dir, r)
+        reached = 0 if stopped is not None else _reached(run_dir, r)
         eval_steps = []  # the run's evaluated checkpoints, all tags
         for js in sorted((run_dir / "eval").glob("*/step_*.json")):
             s = _json(js)
             npz = js.with_suffix(".npz")
             if not npz.is_file():
                 raise ValueError(f"{js}: its per-block arrays {npz.name} are missing")
+            check_arrays(js, s)
+            if Path(str(s.get("run_dir", run_dir.name))).name != run_dir.name:
+                raise ValueError(
+                    f"{js}: an evaluation of run {s['run_dir']!r}, not of {r['run_dir']} (a moved or swapped "
+                    "file); `kinterval suite gate` checks every file"
+                )
             nll, docs = _nll_arrays(npz)
             tag = js.parent.name
             geo = {}
@@ -443,6 +469,7 @@ def load_results(suite_dir: str | Path) -> SuiteResults:
                     shards=_shards(s.get("request")),
                     protocol=protocol_of(r),
                     train_data=train_data_hash(s),
+                    reached=reached,
                 )
             )
         logs[r["run_id"]] = _read_logs(run_dir, r, eval_steps)

@@ -5,6 +5,7 @@ geometry, ...); this one compares what the runs' evaluations on one split hold."
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from kinterval.eval.evaluate import eval_dir, load_result, read_summary, result_
 from kinterval.report.build import demo_report
 from kinterval.report.probes import PROBES, compare_pair
 from kinterval.report.results import NOT_PROTOCOL, REFERENCES, train_data_hash
-from kinterval.train.checkpoint import check_outside_runs
+from kinterval.suite.manifest import stopped_step
+from kinterval.train.checkpoint import check_outside_runs, list_checkpoints
 from kinterval.train.config import flatten
 from kinterval.train.load import find_checkpoint
 
@@ -36,13 +38,33 @@ class Evaluated:
     tokens_per_step: int  # its global batch in tokens (micro-batch x accum x processes x T); 0 when unknown
     protocol: dict  # its training config but the seed, operator and execution fields (flattened)
     train_data: str  # a short hash of its training data (:func:`train_data_hash`); "" when not recorded
+    stopped: int | None = None  # the step of the non-finite loss that stopped the run; None if not stopped
+
+
+def _stopped_at(run: Path) -> int | None:
+    """The step of the non-finite loss that stopped the run (its ``status.json``), else None."""
+    try:
+        return stopped_step(json.loads((run / "status.json").read_text()))
+    except (OSError, ValueError):
+        return None
 
 
 def _evaluated(run: Path, split: str) -> Evaluated:
     """The run's evaluation of its latest checkpoint on ``split`` (refused when missing or stale) and the
-    mean NLL of every checkpoint evaluated there."""
-    ckpt = find_checkpoint(run, "latest")
+    mean NLL of every checkpoint evaluated there. A run stopped by a non-finite loss: its latest checkpoint
+    evaluated there (the last one may hold the diverging weights, whose NLL is not finite)."""
     folder = eval_dir(run, split)
+    stopped = _stopped_at(run)
+    ckpt = find_checkpoint(run, "latest")
+    if stopped is not None:
+        done = [c for c in list_checkpoints(run) if _current(result_paths(folder, c)[1], c)]
+        if not done:
+            raise ValueError(
+                f"{run}: stopped by a non-finite loss at step {stopped}, and none of its checkpoints is "
+                f"evaluated on {split}: run `kinterval eval --run {run} --split {split}` (it evaluates every "
+                "checkpoint up to the first whose NLL is not finite)"
+            )
+        ckpt = done[-1]
     _, path = result_paths(folder, ckpt)
     again = f"`kinterval eval --run {run} --checkpoint latest --split {split}`"
     if not path.is_file():
@@ -71,12 +93,26 @@ def _evaluated(run: Path, split: str) -> Evaluated:
         int(summary.get("tokens", 0)) // step if (step := int(summary.get("step", 0))) > 0 else 0,
         protocol,
         train_data_hash(summary),
+        stopped,
     )
+
+
+def _current(path: Path, ckpt: Path) -> bool:
+    """Whether ``path`` is an evaluation of the checkpoint ``ckpt`` as it is now."""
+    try:
+        return path.is_file() and read_summary(path).get("checkpoint_state_sha256") == state_sha256(ckpt)
+    except (OSError, ValueError):
+        return False
 
 
 def _notes(e: Evaluated, control: Evaluated) -> list[str]:
     """What besides the operator differs between a run and the control: each is in its Δ too."""
-    notes = []
+    notes = [
+        f"{x.operator} ({x.run}) was stopped by a non-finite loss at step {x.stopped}: its row is its last "
+        f"evaluated checkpoint ({x.tokens:,} training tokens)"
+        for x in (e, control)
+        if x.stopped is not None
+    ]
     if e.seed != control.seed:
         notes.append(
             f"{e.operator} ran seed {e.seed}, the control seed {control.seed}: its Δ holds seed variation too"

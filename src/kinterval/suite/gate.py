@@ -69,6 +69,7 @@ from kinterval.suite.manifest import (
     STOPPED,
     eval_settings,
     final_steps,
+    kept_before,
     manifest_suite,
     read_manifest,
     resolve_data_dir,
@@ -407,8 +408,9 @@ class _Gate:
             self._check_other_evals(rid, run_dir, eval_dir)
 
     def _check_status(self, rid: str, run_dir: Path) -> int | None:
-        """The run finished training: completed, or stopped by a non-finite loss (then the step of that loss,
-        before which its checkpoints are gated: :func:`final_steps`)."""
+        """The run finished training: completed, or stopped by a non-finite loss (then the step before which
+        its checkpoints are gated: that loss's, or its first checkpoint with a non-finite NLL:
+        :func:`kept_before`)."""
         path = run_dir / "status.json"
         try:
             st = _read_status(run_dir)
@@ -417,7 +419,7 @@ class _Gate:
             return None
         if (n := stopped_step(st)) is not None:
             self.stopped[rid] = n
-            return n
+            return kept_before(st)
         if st is None or st.get("status") != "completed":
             status = "missing" if st is None else st.get("status")
             self.errs.add(("run", rid), f"{rid}: run not complete (status {status})")

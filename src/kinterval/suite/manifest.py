@@ -255,14 +255,27 @@ def stopped_step(status) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 1 else None
 
 
+def kept_before(status) -> int | None:
+    """For a run stopped by a non-finite loss, the step before which its checkpoints are kept for good: that
+    loss's step, or an earlier checkpoint whose evaluation gave a non-finite NLL (``nonfinite_eval_step``,
+    recorded by the suite runner: the checkpoint holds the diverging weights, and so would every later one);
+    None for any other status."""
+    n = stopped_step(status)
+    if n is None:
+        return None
+    m = status.get("nonfinite_eval_step")
+    return min(n, m) if isinstance(m, int) and not isinstance(m, bool) and m >= 1 else n
+
+
 def final_steps(status, steps: list[int]) -> list[int] | None:
     """The checkpoint steps that a run whose ``status.json`` holds ``status`` keeps for good, or None while
     it is not finished (running, killed, no status): every step of a completed run; for a run stopped by a
-    non-finite loss at step N, those before N. Such a run is finished too: it is evaluated as far as it got
-    and not trained again (a resume replays the same batches from its last checkpoint into the same state)."""
+    non-finite loss at step N, those before N (or before its first checkpoint with a non-finite NLL:
+    :func:`kept_before`). Such a run is finished too: it is evaluated as far as it got and not trained again
+    (a resume replays the same batches from its last checkpoint into the same state)."""
     if isinstance(status, dict) and status.get("status") == "completed":
         return list(steps)
-    n = stopped_step(status)
+    n = kept_before(status)
     return None if n is None else [s for s in steps if s < n]
 
 

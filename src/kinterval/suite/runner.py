@@ -5,10 +5,11 @@ Sequential in this process by default (a run that raises is recorded as failed a
 each GPU at once (a small model does not fill a large GPU); ``slurm=True`` submits one job per run to Slurm
 through submitit. A run whose status is ``completed`` with all its checkpoints is not retrained, nor one the
 trainer stopped with a non-finite loss (``nonfinite_loss``: its outcome, evaluated up to its last
-checkpoint); an interrupted run resumes from its last checkpoint; evaluations and geometry probes already on
-disk for the same checkpoint are kept. A finished run that has lost a checkpoint is not trained again
-(``missing_checkpoints``: that would overwrite its results), and a results
-folder without checkpoints is refused as ``out``.
+checkpoint, or up to the first one whose NLL is not finite, recorded as ``nonfinite_eval_step`` in its
+``status.json``); an interrupted run resumes from its last checkpoint; evaluations and geometry probes
+already on disk for the same checkpoint are kept. A finished run that has lost a checkpoint is not trained
+again (``missing_checkpoints``: that would overwrite its results), and a results folder without checkpoints
+is refused as ``out``.
 """
 
 from __future__ import annotations
@@ -319,9 +320,10 @@ def run_one(
     ``device`` overrides the protocol's; ``threads`` sets torch's CPU threads. The run's data folder is
     resolved against ``out`` (see :func:`resolve_data_dir`)."""
     from kinterval.eval.diagnostics import diagnose_run
-    from kinterval.eval.evaluate import evaluate_run
+    from kinterval.eval.evaluate import NonFiniteNLL, evaluate_run
     from kinterval.train.config import TrainConfig
     from kinterval.train.loop import train
+    from kinterval.train.metrics import write_status
 
     check_device_threads(device, threads)
     if threads:
@@ -370,24 +372,37 @@ def run_one(
     # evaluated where the run trains: a CPU protocol (the ci suite's) stays on the CPU on a GPU machine
     eval_device = device or entry["config"].get("device") or "auto"
     # data given, the evaluation folder too: the manifest's, not one tagged with the data folder's name
-    rows = evaluate_run(
-        run_dir,
+    ev_kw = dict(
         split=ev["split"],
         data=data,
         out_dir=out / entry["eval_dir"],
         doc_clusters=ev["doc_clusters"],
         device=eval_device,
     )
+    # a stopped run: its checkpoints before the first one whose NLL is not finite (it holds the diverging
+    # weights; the checkpoints before it keep their evaluations): recorded, so the gate and the report agree
+    steps = final_steps(read_status(run_dir), entry["checkpoint_steps"]) if outcome == STOPPED else None
+    try:
+        rows = _evaluate_steps(evaluate_run, run_dir, steps, ev_kw)
+    except NonFiniteNLL as err:
+        if outcome != STOPPED:
+            raise
+        write_status(run_dir, **{**read_status(run_dir), "nonfinite_eval_step": err.step})
+        steps = final_steps(read_status(run_dir), entry["checkpoint_steps"])
+        log(f"{run_id}: its checkpoint at step {err.step} has a non-finite NLL; the run's outcome ends there")
+        if not steps:
+            log(f"{run_id}: {status}; no checkpoint before it: nothing to evaluate")
+            return outcome
+        rows = _evaluate_steps(evaluate_run, run_dir, steps, ev_kw)
     new = sum(not r["skipped"] for r in rows)
     if ev.get("geometry"):
-        diagnose_run(
+        geo_kw = dict(blocks=ev["geometry_blocks"], split=ev["split"], data=data, device=eval_device)
+        # replace_other: the suite's own probe, in its own run folder
+        _evaluate_steps(
+            lambda run, **kw: diagnose_run(run, "geometry", **kw),
             run_dir,
-            "geometry",
-            blocks=ev["geometry_blocks"],
-            split=ev["split"],
-            data=data,
-            device=eval_device,
-            replace_other=True,  # the suite's own probe, in its own run folder
+            steps,
+            {**geo_kw, "replace_other": True},
         )
     last = "last" if outcome == STOPPED else "final"
     log(
@@ -395,6 +410,13 @@ def run_one(
         f"{last} NLL {rows[-1]['mean_nll']:.4f}"
     )
     return outcome
+
+
+def _evaluate_steps(fn, run_dir: Path, steps: list[int] | None, kw: dict) -> list[dict]:
+    """``fn(run_dir, **kw)`` over every checkpoint (``steps`` None), or over the checkpoints of ``steps``."""
+    if steps is None:
+        return fn(run_dir, **kw)
+    return [row for s in steps for row in fn(run_dir, checkpoint=s, **kw)]
 
 
 def run_suite(

@@ -255,14 +255,16 @@ def _left_out(unpaired: dict[str, str] | None, run: str, reason: str) -> None:
 
 def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=lambda x: x) -> list:
     """The items (points, or pairs with ``run=lambda x: x.point``) of one row or contrast at its endpoint: the
-    largest training-token count any of them reached. Each run (model, operator, seed, budget, data, tag)
+    largest training-token count any of them reached (evaluated, or its last checkpoint: ``Point.reached``, so
+    that a run trained to the end but not yet evaluated there does not move the row to an earlier
+    checkpoint). Each run (model, operator, seed, budget, data, tag)
     without an item there is left out, so that a crashed run's earlier checkpoint never joins the endpoint,
     and is listed in ``unpaired`` as "RUN [tag] in WHAT" -> reason (``ValueError`` when ``unpaired`` is
     None)."""
     items = list(items)
     if not items:
         return []
-    end = max(run(x).tokens for x in items)
+    end = max(max(run(x).tokens, run(x).reached) for x in items)
     by_run: dict[tuple, list] = defaultdict(list)
     for x in items:
         p = run(x)
@@ -275,11 +277,26 @@ def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=la
             continue
         last = max((run(x) for x in xs), key=lambda p: p.tokens)
         paired = "paired " if isinstance(xs[0], Pair) else ""
-        why = f"no {paired}evaluation at the endpoint ({end} training tokens); its last is at {last.tokens}"
+        # the same run evaluated at the endpoint on other blocks (e.g. a --max-blocks evaluation): say so
+        other = sorted(
+            {run(x).data[3] for x in items if run(x).tokens == end and _same_run(run(x), last)}
+            - {last.data[3]}
+        )
+        on = f" on {last.data[3]} blocks" if other else ""
+        why = (
+            f"no {paired}evaluation{on} at the endpoint ({end} training tokens); its last is at {last.tokens}"
+        )
+        if other:
+            why += f" (at the endpoint it is evaluated on {', '.join(map(str, other))} blocks)"
         if last.stopped is not None:
             why = f"stopped by a non-finite loss at step {last.stopped[0]} ({last.stopped[1]} tokens); {why}"
         _left_out(unpaired, f"{last.run_id} [{last.tag}] in {what}", why)
     return out
+
+
+def _same_run(a, b) -> bool:
+    """Whether two points are of one run and evaluation tag (any evaluation data)."""
+    return (a.model, a.operator, a.seed, a.budget, a.tag) == (b.model, b.operator, b.seed, b.budget, b.tag)
 
 
 def stopped_runs(points: Iterable[Point], unevaluated: dict[str, dict] | None = None) -> dict[str, dict]:
