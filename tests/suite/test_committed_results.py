@@ -54,7 +54,11 @@ def _last_nll(folder: Path, run: dict) -> np.ndarray:
 def test_endpoint_delta_equals_the_arrays(folder):
     manifest = json.loads((folder / "manifest.json").read_text())
     runs = {(r["operator"], r["seed"]): r for r in manifest["runs"]}
-    report = json.loads((folder / "report" / "report.json").read_text())
+
+    def refuse(constant):  # strict JSON: NaN / Infinity are Python's extension, other readers refuse them
+        raise AssertionError(f"report.json holds {constant}")
+
+    report = json.loads((folder / "report" / "report.json").read_text(), parse_constant=refuse)
     checked = 0
     for row in report["delta"]:
         if row["contrast"] != f"{row['key']['operator']} − softmax" or len(row["seeds"]) != 1:

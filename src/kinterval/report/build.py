@@ -680,9 +680,26 @@ def _build(results, out: Path, clean=()) -> None:
             *T.unpaired_rows(unpaired),
             "Runs with no valid control or no evaluation at their row's endpoint (left out of those rows)",
         )
-    (out / "report.json").write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
+    (out / "report.json").write_text(strict_json(data) + "\n")
     ix.lines += ["All numbers: [report.json](report.json)", ""]
     (out / "index.md").write_text("\n".join(ix.lines))
+
+
+def strict_json(data) -> str:
+    """``data`` as strict JSON (indent 1): a NaN or infinite number (softmax's h and TV, an undefined ratio)
+    is written ``null``, which every JSON reader takes (``NaN`` is Python's extension)."""
+
+    def finite(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: finite(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [finite(v) for v in x]
+        return x
+
+    plain = json.loads(json.dumps(data, default=_json_default))  # dataclasses, numpy values -> JSON types
+    return json.dumps(finite(plain), indent=1, allow_nan=False)
 
 
 def _json_default(o):
