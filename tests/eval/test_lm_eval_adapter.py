@@ -407,6 +407,19 @@ def test_batched_requests_of_different_lengths_score_as_single_ones(run):
     np.testing.assert_allclose([ll for ll, _ in got], want, rtol=0, atol=1e-5)
 
 
+def test_a_context_that_encodes_to_nothing_is_eot(run):
+    """A whitespace-only context: lm-eval moves its spaces into the continuation, so the context encodes to
+    no tokens and the first continuation token was scored at position -1 (the last token's logits)."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run))
+    cont = gpt2_encoding().encode_ordinary("   x")
+    (got,) = lm._loglikelihood_tokens([(None, [], cont)])
+    assert got[0] == pytest.approx(direct_logprob(lm.model, [EOT], cont), abs=1e-5)
+    (ws,) = lm.loglikelihood([_Request("   ", "x")])
+    assert ws[0] == pytest.approx(got[0], abs=1e-5)
+
+
 class _Request:  # lm-eval's Instance as generate_until reads it
     def __init__(self, *args):
         self.args = args
@@ -446,6 +459,21 @@ def test_generation_stops_at_eot_a_multi_character_until_string_or_max_gen_toks(
     ]
     gen = lm.generate_until([_Request("Q:", kw) for kw in reqs])
     assert gen == [" cat sat.", " cat", " cat sat"]
+    # an empty until string stops nothing (it raised "empty separator" and stopped after one token)
+    assert lm.generate_until([_Request("Q:", {"until": ["", "\n"], "max_gen_toks": 10})]) == [" cat sat."]
+
+
+def test_generation_from_an_empty_context_starts_at_eot(run):
+    """An empty context failed inside the model ("idx must be a 2-d integer tensor ... (1, 0)")."""
+    from kinterval.eval.lm_eval_adapter import KIntervalLM
+
+    lm = KIntervalLM(run=str(run))
+    new = []
+    for _ in range(3):
+        new.append(greedy_next(lm.model, [EOT] + new))
+    assert lm.generate_until([_Request("", {"until": [], "max_gen_toks": 3})]) == [
+        gpt2_encoding().decode(new)
+    ]
 
 
 @pytest.mark.parametrize("sha, refused", [("0" * 64, True), (None, False), ("GPT2", False)])

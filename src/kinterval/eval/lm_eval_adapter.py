@@ -130,6 +130,10 @@ class KIntervalLM(TemplateLM):
                         f"a continuation of {len(cont)} tokens is longer than the model's context "
                         f"({self.max_length} tokens): it cannot be scored"
                     )
+                # a context that encodes to nothing (lm-eval moves a whitespace-only context's spaces into
+                # the continuation) is EOT, as lm-eval makes an empty one: else the first continuation token
+                # would be scored at position -1, the last one's logits
+                ctx = list(ctx) or [self.prefix_token_id]
                 full = (ctx + cont)[-(self.max_length + 1) :]
                 inputs.append(full[:-1])
                 conts.append(cont)
@@ -164,13 +168,14 @@ class KIntervalLM(TemplateLM):
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """Greedy decoding until an ``until`` string, EOT or ``max_gen_toks`` new tokens."""
+        """Greedy decoding until an ``until`` string (empty ones ignored), EOT or ``max_gen_toks`` new tokens;
+        an empty context starts from EOT."""
         out = []
         for context, gen_kwargs in (req.args for req in requests):
             until = gen_kwargs.get("until") or []
-            until = [until] if isinstance(until, str) else list(until)
+            until = [u for u in ([until] if isinstance(until, str) else list(until)) if u]  # "" stops nothing
             max_new = int(gen_kwargs.get("max_gen_toks", self.max_gen_toks))
-            tokens, new = self.tok_encode(context), []
+            tokens, new = self.tok_encode(context) or [self.prefix_token_id], []  # an empty context: EOT
             for _ in range(max_new):
                 nxt = int(self._logprobs([(tokens + new)[-self.max_length :]])[0, -1].argmax())
                 if nxt == EOT:
