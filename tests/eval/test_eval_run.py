@@ -329,6 +329,24 @@ def test_a_cached_diagnostic_answers_only_the_same_request(tiny_run, tmp_path, k
     assert (first["request"]["max_blocks"], test["request"]["split"]) == (1, "test")
 
 
+def test_a_cached_geometry_of_another_operator_is_not_replaced_by_as(tiny_run, tmp_path):
+    """--as into a folder holding the run's own probe (or another --as) replaced it without a word, though
+    other --blocks were refused."""
+    from kinterval.eval.diagnostics import diagnose_checkpoint
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    kw = {"out_dir": tmp_path / "out", "device": "cpu", "blocks": 1}
+    own = diagnose_checkpoint(ckpt, "geometry", **kw)
+    kept = (tmp_path / "out" / f"{ckpt.name}.json").read_bytes()
+    with pytest.raises(ValueError, match=f"for operator {own['request']['operator']}, not for the options"):
+        diagnose_checkpoint(ckpt, "geometry", spec="lerp-k4", **kw)
+    assert (tmp_path / "out" / f"{ckpt.name}.json").read_bytes() == kept
+    assert (
+        diagnose_checkpoint(ckpt, "geometry", spec="lerp-k4", force=True, **kw)["request"]["operator"]
+        == "lerp-k4"
+    )
+
+
 def test_the_eval_numerics_used_are_recorded(tiny_run, tmp_path, monkeypatch):
     """The summary said "tf32": false whatever the checkpoint's numerics.tf32_eval; the fused kernels' eval
     dot precision ($KINTERVAL_EVAL_DOT_PRECISION) is recorded and is part of the request."""

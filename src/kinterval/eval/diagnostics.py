@@ -114,11 +114,13 @@ def _stored(path: Path) -> dict | None:
 
 
 def _refuse_other_request(path: Path, kind: str, old: dict | None, req: dict) -> None:
-    """A ValueError when the stored result ``old`` asked for other blocks, split or data than ``req`` (its
-    numerics may differ: a result of another device is recomputed, as a cache)."""
+    """A ValueError when the stored result ``old`` asked for another operator (``--as``), blocks, split or
+    data than ``req`` (its numerics may differ: a result of another device is recomputed, as a cache)."""
     if not isinstance(old, dict):
         return
     was = []
+    if old.get("operator") != req["operator"]:
+        was.append(f"operator {old.get('operator')}")
     if old.get("max_blocks") != req["max_blocks"]:
         n = old.get("max_blocks")
         was.append(f"{n} block" + ("" if n == 1 else "s"))
