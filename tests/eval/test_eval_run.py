@@ -784,7 +784,8 @@ def test_a_stored_diagnostic_of_other_checkpoint_bytes_is_recomputed_not_reused_
 def test_a_probe_in_the_run_folder_records_its_checkpoint_and_one_under_as_gets_its_own(tiny_run, tmp_path):
     """Without --out a probe goes to RUN/diagnostics/<kind> (created), and one under another operator
     (--as) to RUN/diagnostics/geometry__as-<operator, file-system safe>, computed with that operator's
-    grid and never answered by the run's own probe, also in one --out folder. The result records the
+    grid and never answered by the run's own probe; in one --out folder it does not replace that probe
+    without --force (it did, silently). The result records the
     checkpoint's step, tokens and code, the split as the data names it and the device used."""
     import shutil
 
@@ -809,7 +810,9 @@ def test_a_probe_in_the_run_folder_records_its_checkpoint_and_one_under_as_gets_
     assert not math.isnan(other["mean"]["tv"]) and math.isnan(own["mean"]["tv"])  # the grid of --as
     out = {"out_dir": tmp_path / "out", "blocks": 1, "device": "cpu"}
     assert diagnose_checkpoint(ckpt, "geometry", **out)["skipped"] is False
-    assert diagnose_checkpoint(ckpt, "geometry", spec=spec, **out)["skipped"] is False
+    with pytest.raises(ValueError, match="for operator softmax, not for the options given"):
+        diagnose_checkpoint(ckpt, "geometry", spec=spec, **out)
+    assert diagnose_checkpoint(ckpt, "geometry", spec=spec, force=True, **out)["skipped"] is False
     rows = diagnose_run(run, "graddiag", checkpoint="latest", blocks=1, device="cpu")
     assert [r["checkpoint"] for r in rows] == [ckpt.name] and len(list_checkpoints(run)) == 2
     # the .old-step_* copy that stands for a step whose re-save was killed: filed under the step's name
