@@ -341,6 +341,20 @@ def test_a_stopped_run_is_compared_at_its_last_evaluated_checkpoint(runs, tmp_pa
         f"note: lerp-k4 ({run}) was stopped by a non-finite loss at step {step + 1}: its row is its last"
         in (printed)
     )
+    # a stopped control: its note once, not once per compared run
+    soft = shutil.copytree(runs / "soft", tmp_path / "soft")
+    (soft / "status.json").write_text(json.dumps({"status": "nonfinite_loss", "step": 10**6}))
+    argv = [
+        "report",
+        "--runs",
+        str(soft),
+        str(runs / "lerp"),
+        str(runs / "fwm"),
+        "--out",
+        str(tmp_path / "r3"),
+    ]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count(f"softmax ({soft}) was stopped by a non-finite loss") == 1
     for f in eval_dir(run).glob("step_*"):
         f.unlink()
     assert main(["report", "--runs", str(runs / "soft"), str(run), "--out", str(tmp_path / "rep2")]) == 2

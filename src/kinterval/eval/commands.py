@@ -8,22 +8,13 @@ import warnings
 from pathlib import Path
 
 from kinterval.arglists import Extend, check_no_empty_item, numbers
-
-
-def _set_threads(args: argparse.Namespace) -> None:
-    """``--threads N``: torch's CPU threads for this process (tiny CPU models run fastest on 1)."""
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be an integer >= 1, got {args.threads}")
-        import torch
-
-        torch.set_num_threads(args.threads)
+from kinterval.train.commands import set_threads
 
 
 def _eval(args: argparse.Namespace) -> int:
     from kinterval.eval.evaluate import evaluate_run
 
-    _set_threads(args)
+    set_threads(args.threads)
 
     rows = evaluate_run(
         args.run,
@@ -80,7 +71,7 @@ def _diag(kind: str):
     def run(args: argparse.Namespace) -> int:
         from kinterval.eval.diagnostics import diagnose_run
 
-        _set_threads(args)
+        set_threads(args.threads)
         kw = {"spec": args.as_operator} if kind == "geometry" else {}
         if kw.get("spec") is not None:  # --as defines h, buckets and TV: a baseline has none (all NaN)
             from kinterval.ops import OperatorSpec
@@ -116,7 +107,7 @@ def _diag(kind: str):
 
 
 def _tau_screen(args: argparse.Namespace) -> int:
-    _set_threads(args)
+    set_threads(args.threads)
     from kinterval import atomic
     from kinterval.data.loader import n_blocks
     from kinterval.eval.checkpoints import evaluation_split, pick_device, select_checkpoints

@@ -105,14 +105,16 @@ def _current(path: Path, ckpt: Path) -> bool:
         return False
 
 
+def _stopped_note(e: Evaluated) -> str:
+    return (
+        f"{e.operator} ({e.run}) was stopped by a non-finite loss at step {e.stopped}: its row is its last "
+        f"evaluated checkpoint ({e.tokens:,} training tokens)"
+    )
+
+
 def _notes(e: Evaluated, control: Evaluated) -> list[str]:
     """What besides the operator differs between a run and the control: each is in its Δ too."""
-    notes = [
-        f"{x.operator} ({x.run}) was stopped by a non-finite loss at step {x.stopped}: its row is its last "
-        f"evaluated checkpoint ({x.tokens:,} training tokens)"
-        for x in (e, control)
-        if x.stopped is not None
-    ]
+    notes = [_stopped_note(e)] if e.stopped is not None else []
     if e.seed != control.seed:
         notes.append(
             f"{e.operator} ran seed {e.seed}, the control seed {control.seed}: its Δ holds seed variation too"
@@ -199,7 +201,8 @@ def runs_report(runs: list[str | Path], out_dir: str | Path, split: str = "val")
                 + ", ".join(f"{k}: {e.request.get(k)!r} vs {control.request.get(k)!r}" for k in diff)
                 + "): evaluate both alike"
             )
-    notes = [note for e in ev if e is not control for note in _notes(e, control)]
+    notes = [_stopped_note(control)] if control.stopped is not None else []  # once, not once per run
+    notes += [note for e in ev if e is not control for note in _notes(e, control)]
     name = {e.operator: ("softmax" if e is control else e.operator) for e in ev}
     per_block = {name[e.operator]: e.nll for e in [control, *(x for x in ev if x is not control)]}
     trajectories = {name[e.operator]: e.trajectory for e in ev if len(e.trajectory) > 1}

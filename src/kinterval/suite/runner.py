@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from kinterval.atomic import SYSTEM_ERRNOS
@@ -383,7 +384,7 @@ def run_one(
     # weights; the checkpoints before it keep their evaluations): recorded, so the gate and the report agree
     steps = final_steps(read_status(run_dir), entry["checkpoint_steps"]) if outcome == STOPPED else None
     try:
-        rows = _evaluate_steps(evaluate_run, run_dir, steps, ev_kw)
+        rows = _per_step(evaluate_run, run_dir, steps, ev_kw)
     except NonFiniteNLL as err:
         if outcome != STOPPED:
             raise
@@ -393,17 +394,12 @@ def run_one(
         if not steps:
             log(f"{run_id}: {status}; no checkpoint before it: nothing to evaluate")
             return outcome
-        rows = _evaluate_steps(evaluate_run, run_dir, steps, ev_kw)
+        rows = _per_step(evaluate_run, run_dir, steps, ev_kw)
     new = sum(not r["skipped"] for r in rows)
     if ev.get("geometry"):
         geo_kw = dict(blocks=ev["geometry_blocks"], split=ev["split"], data=data, device=eval_device)
         # replace_other: the suite's own probe, in its own run folder
-        _evaluate_steps(
-            lambda run, **kw: diagnose_run(run, "geometry", **kw),
-            run_dir,
-            steps,
-            {**geo_kw, "replace_other": True},
-        )
+        _per_step(partial(diagnose_run, kind="geometry"), run_dir, steps, {**geo_kw, "replace_other": True})
     last = "last" if outcome == STOPPED else "final"
     log(
         f"{run_id}: {status}; {len(rows)} checkpoints evaluated ({new} new), "
@@ -412,7 +408,7 @@ def run_one(
     return outcome
 
 
-def _evaluate_steps(fn, run_dir: Path, steps: list[int] | None, kw: dict) -> list[dict]:
+def _per_step(fn, run_dir: Path, steps: list[int] | None, kw: dict) -> list[dict]:
     """``fn(run_dir, **kw)`` over every checkpoint (``steps`` None), or over the checkpoints of ``steps``."""
     if steps is None:
         return fn(run_dir, **kw)

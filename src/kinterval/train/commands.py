@@ -148,6 +148,17 @@ def config_from_args(args) -> TrainConfig:
     return cfg.override(overrides).validate()
 
 
+def set_threads(threads: int | None) -> None:
+    """``--threads N`` of train and the evaluation commands: torch's CPU threads for this process (tiny CPU
+    models run fastest on 1); None keeps torch's default."""
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be an integer >= 1, got {threads}")
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def _warn_auto_on_cpu(cfg: TrainConfig, large: int = 20_000_000) -> None:
     """Device ``auto`` without CUDA trains on the CPU: said once for a model of ``large`` parameters or more
     (the shipped GPU protocols' 124M and 1B would take days there; ``--device cpu`` says it is meant)."""
@@ -171,12 +182,7 @@ def cmd_train(args) -> int:
     from kinterval.train.loop import train
 
     cfg = config_from_args(args)
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be an integer >= 1, got {args.threads}")
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     _warn_auto_on_cpu(cfg)
     hook = None
     if args.kill_after_step is not None:

@@ -295,8 +295,9 @@ def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=la
 
 
 def _same_run(a, b) -> bool:
-    """Whether two points are of one run and evaluation tag (any evaluation data)."""
-    return (a.model, a.operator, a.seed, a.budget, a.tag) == (b.model, b.operator, b.seed, b.budget, b.tag)
+    """Whether two points are of one run and evaluation tag, on any evaluation data (``identity`` ends with
+    the data)."""
+    return a.identity[:-1] == b.identity[:-1] and a.tag == b.tag
 
 
 def stopped_runs(points: Iterable[Point], unevaluated: dict[str, dict] | None = None) -> dict[str, dict]:
