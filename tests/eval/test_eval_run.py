@@ -61,6 +61,7 @@ def test_full_split_and_summary(tiny_run):
     for r in rows:
         assert r["n_blocks"] == shards.n_blocks(32) and r["all_blocks"]
         assert r["operator_used"] == r["operator_trained"] == "softmax" and not r["operator_override"]
+        assert r["backend"] == "closed_form"  # what ran the operator: "auto" resolved on the CPU
         assert r["train_code"]["ops_sha256"] == r["eval_code"]["ops_sha256"]
         assert r["device_name"] and r["device"] == "cpu"  # the CPU's model (a second evaluator: tab:strict)
         # the passes over the train split its weights were trained on (the checkpoint's data identity)

@@ -88,6 +88,7 @@ def test_multiple_choice_and_rolling_match_direct_nll(run, tmp_path, in_data):
     out = tmp_path / "native"
     summary = run_downstream(run, ["kinterval_tiny_mc", "kinterval_tiny_ppl"], out=out, include_path=DATA)
     assert summary["operator"] == "fwm-prob-k4" and summary["checkpoint_step"] == 1
+    assert summary["backend"] == "closed_form"  # "auto" on the CPU, as resolved (no CUDA for triton)
     model = load_run(run).model
     enc = gpt2_encoding()
     docs = [json.loads(line) for line in (DATA / "tiny_mc.jsonl").read_text().splitlines()]

@@ -158,6 +158,7 @@ def test_cli_probes_on_tiny_checkpoint(tmp_path, capsys):
     assert {r["probe"] for r in rows} == {"A", "B", "C"} and all(np.isfinite(r["nll"]) for r in rows)
     summary = json.loads((tmp_path / "p-None" / "summary.json").read_text())
     assert summary["skipped"]["A"] == [256, 512, 896] and summary["operator"] == "fwm-prob-k4"
+    assert summary["backend"] == "closed_form"  # "auto" resolved on the CPU
     assert (summary["families"], summary["copies"]) == (3, 4)
     assert summary["batch_size"] == 1  # the paper scores one sequence per forward (App. C.2)
     assert sum(r["probe"] == "C" for r in rows) == 4 * 2  # L = 32, 64 fit block 160

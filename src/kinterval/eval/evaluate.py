@@ -261,6 +261,7 @@ def evaluate_checkpoint(
         "operator_trained": trained_operator(state),
         "operator_used": model.operator,
         "operator_override": operator is not None,
+        "backend": loaded.backend,  # what ran the operator ("auto" resolved; None: PyTorch's SDPA)
         "split": shards.split,
         "data_dir": str(data_dir),
         "data_source": shards.meta.get("source"),

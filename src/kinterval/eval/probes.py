@@ -537,6 +537,7 @@ def run_probes(run, *, out, checkpoint="latest", operator=None, families: int = 
     data = "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows).encode()
     atomic.write_bytes(out / "samples.jsonl", data)
     summary = {"run": str(run), "checkpoint_step": state.get("step"), "operator": model.operator,
+               "backend": loaded.backend,
                "native_operator": state["config"]["operator"]["name"], "families": families, "copies": copies,
                "seed": seed, "block_size": cfg.block_size, "vocab_size": cfg.vocab_size,
                "batch_size": batch_size, "samples_sha256": samples_sha256(samples),
