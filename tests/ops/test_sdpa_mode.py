@@ -413,3 +413,14 @@ def test_the_alias_warning_comes_once_and_only_where_a_backward_may_recompute():
                 imported_sdpa(q.requires_grad_(), q, q)
     assert mode.calls == 4
     assert [str(w.message).count("alias imported earlier") for w in seen] == [1]
+
+
+def test_the_alias_warning_comes_under_reentrant_checkpointing():
+    """Reentrant checkpointing runs its forward under no_grad on inputs that require grad and recomputes it
+    in the backward, after the block: that recomputation is plain SDPA, so the alias call warns there too."""
+    from torch.utils.checkpoint import checkpoint
+
+    q = _x(1, 2, 5, 8).requires_grad_()
+    with replace_sdpa("lerp-k2"), pytest.warns(UserWarning, match="alias imported earlier"):
+        out = checkpoint(lambda a: imported_sdpa(a, a, a, is_causal=True), q, use_reentrant=True)
+    out.sum().backward()

@@ -115,7 +115,10 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is _SDPA:  # a call that bypassed torch.nn.functional's attribute (an alias bound earlier)
-            if not self._warned_alias and torch.is_grad_enabled():
+            # under autograd: grad enabled, or inputs that require grad under no_grad (the forward of
+            # reentrant checkpointing, which recomputes it in the backward, likely outside the block)
+            tracked = torch.is_grad_enabled() or any(isinstance(a, Tensor) and a.requires_grad for a in args)
+            if not self._warned_alias and tracked:
                 self._warned_alias = True
                 warnings.warn(
                     "replace_sdpa caught an SDPA call that does not go through "
