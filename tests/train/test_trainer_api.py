@@ -7,29 +7,55 @@ from kinterval.model import tf32
 from kinterval.ops.tf32 import tf32_flags
 from kinterval.train import distributed as D
 from kinterval.train.checkpoint import latest_checkpoint, load_checkpoint
-from kinterval.train.loop import train
+from kinterval.train.loop import run_lock, train
 from kinterval.train.metrics import read_metrics
 from kinterval.train.trainer import Trainer
 
 
 def _doc_loop(trainer, poison_after=None):
     """The hand-driven loop of docs/training.md §7 (``poison_after``: NaN weights after that step)."""
-    trainer.resume()
-    trainer.open_records()
-    result = None
-    while trainer.done < trainer.plan.steps:
-        stats = trainer.step()
-        if not stats.finite:
-            result = trainer.stop_nonfinite(stats)
-            break
-        trainer.log_step(stats)
-        if stats.step in trainer.plan.checkpoint_steps:
-            trainer.save()
-        if stats.step == poison_after:
-            with torch.no_grad():
-                trainer.model.transformer.ln_f.weight.fill_(float("nan"))
-    trainer.close()
-    return result or trainer.finish()
+    with run_lock(trainer.out):
+        trainer.resume()
+        trainer.open_records()
+        result = None
+        while trainer.done < trainer.plan.steps:
+            stats = trainer.step()
+            if not stats.finite:
+                result = trainer.stop_nonfinite(stats)
+                break
+            trainer.log_step(stats)
+            if stats.step in trainer.plan.checkpoint_steps:
+                trainer.save()
+            if stats.step == poison_after:
+                with torch.no_grad():
+                    trainer.model.transformer.ln_f.weight.fill_(float("nan"))
+        trainer.close()
+        return result or trainer.finish()
+
+
+def test_calls_out_of_order_are_refused_before_they_change_anything(make_config, tmp_path):
+    """step()/log_step() before open_records(), after close() or past the plan raise without stepping."""
+    with pytest.raises(TypeError, match="cfg must be a TrainConfig"):
+        Trainer(make_config().to_dict(), tmp_path / "x", D.setup("cpu"))
+    with pytest.raises(TypeError, match="info must be a DistInfo"):
+        Trainer(make_config(), tmp_path / "x", None)
+    with pytest.raises(TypeError, match="override takes a dict"):
+        make_config().override(["schedule.tokens"])
+    trainer = Trainer(make_config(), tmp_path / "run", D.setup("cpu"))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(RuntimeError, match=r"step\(\) before open_records"):
+        trainer.step()
+    assert trainer.done == 0 and all(torch.equal(a, p) for a, p in zip(before, trainer.model.parameters()))
+    _doc_loop(trainer)
+    with pytest.raises(RuntimeError, match="after close"):
+        trainer.step()
+    trainer._closed = False  # past the plan, even with the records open
+    with pytest.raises(RuntimeError, match="steps are done"):
+        trainer.step()
+    assert trainer.done == trainer.plan.steps
+    with run_lock(tmp_path / "run"), pytest.raises(ValueError, match="is being trained by"):
+        with run_lock(tmp_path / "run"):
+            pass
 
 
 def test_hand_driven_trainer_equals_train(make_config, tmp_path):

@@ -142,6 +142,8 @@ class TrainConfig:
         """A copy with ``{"schedule.tokens": 1000, ...}`` applied (None values are skipped). A nested table
         (``{"schedule": {"tokens": 1000}}``, what TOML makes of an unquoted dotted key) sets its fields one by
         one: it never replaces a section, whose other fields would fall back to their defaults."""
+        if not isinstance(dotted, dict):
+            raise TypeError(f"override takes a dict of dotted fields, got {type(dotted).__name__}")
         d = self.to_dict()
         for key, value in flatten(dotted).items():
             if value is None:

@@ -123,6 +123,13 @@ class Trainer:
     (or ``start()``), ``step()`` repeatedly, ``save()`` at the plan's checkpoint steps and ``finish()``."""
 
     def __init__(self, cfg: TrainConfig, out: str | Path, info: D.DistInfo):
+        if not isinstance(cfg, TrainConfig):
+            raise TypeError(
+                f"cfg must be a TrainConfig (e.g. TrainConfig.from_toml(...)), got {type(cfg).__name__}"
+            )
+        if not isinstance(info, D.DistInfo):
+            raise TypeError(f"info must be a DistInfo (kinterval.train.distributed.setup(device)), got "
+                            f"{type(info).__name__}")  # fmt: skip
         self.cfg, self.out, self.info = cfg.validate(), Path(out), info
         shards = TokenShards(cfg.data.dir, "train", verify=cfg.data.verify)
         self.tokens = shards.tokens()
@@ -165,7 +172,8 @@ class Trainer:
         self.last_loss: float | None = None
         self.last_checkpoint: Path | None = None
         self.finished = False  # resume() found the run complete
-        self._bar = None
+        self._bar = None  # open_records() opens the session's records, close() ends them
+        self._closed = False
         self._saved = (-1, 0.0)  # (step, train_s) of the last checkpoint this session wrote
 
     # ------------------------------------------------------------------ start / resume
@@ -289,6 +297,11 @@ class Trainer:
         """One optimizer step over this rank's share of the step's sequences, its forwards and backwards under
         ``train_precision`` (TF32 per ``numerics.tf32_train``). A non-finite loss or gradient norm is reported
         without stepping the optimizer (the caller stops the run)."""
+        self._check_open("step()")
+        if self.done >= self.plan.steps:
+            raise RuntimeError(
+                f"Trainer.step(): the plan's {self.plan.steps} steps are done (finish() records the run)"
+            )
         cfg, plan, info = self.cfg, self.plan, self.info
         s = self.done  # 0-based index of this step
         lr = plan.lr(s)
@@ -328,6 +341,7 @@ class Trainer:
 
     def log_step(self, stats: StepStats) -> None:
         """Write the step's row to metrics.jsonl (main rank)."""
+        self._check_open("log_step()")
         now = time.perf_counter()
         if self.info.is_main:
             self.log.write(
@@ -480,10 +494,20 @@ class Trainer:
         )
 
     def close(self) -> None:
+        """End the session's records (progress bar, metrics log): no step() or log_step() after it."""
+        self._closed = True
         if self._bar is not None:
             self._bar.close()
         if self.log is not None:
             self.log.close()
+
+    def _check_open(self, call: str) -> None:
+        """Refuse a call out of order before it changes anything (the order: resume() or start(),
+        open_records(), step()/log_step()/save(), close(), finish())."""
+        if self._closed:
+            raise RuntimeError(f"Trainer.{call} after close(): build a new Trainer and resume() to go on")
+        if self._bar is None:
+            raise RuntimeError(f"Trainer.{call} before open_records(), which opens the run's records")
 
     def _check_log_reaches_checkpoint(self) -> None:
         """Warn when metrics.jsonl lacks rows that the sessions before the resumed checkpoint logged (the
