@@ -111,7 +111,8 @@ def test_fwm_tail_keys_are_not_in_the_top_interval():
 def independent_geometry(model, tokens, T, blocks, K, calibration, reconstruction, tau=6.0):
     """Every metric of every layer recomputed in float64 numpy from the layer inputs (own hooks on ln_1), row
     by row: scores q k^T / sqrt(D), rows i >= 1, the grid of App. A, the top interval (LERP) or top level
-    (Nearest), the tail as one bucket."""
+    (Nearest), the tail as one bucket; App. D.4's tail masses (keys z < -tau) and distinct nonzero levels
+    (Nearest). ``resolved`` continues the grid below -tau (negative indices)."""
     inputs = {}
     layers = model.transformer.h
     hooks = [blk.ln_1.register_forward_hook(lambda m, i, o, L=L: inputs.setdefault(L, []).append(o.detach()))
@@ -124,7 +125,8 @@ def independent_geometry(model, tokens, T, blocks, K, calibration, reconstructio
     out = []
     for L, blk in enumerate(layers):
         acc = {k: [] for k in ("span", "h", "z_q001", "entropy", "frac_z_below_6", "top_bucket_mass",
-                               "eff_buckets", "tv", "q_norm", "k_norm")}  # fmt: skip
+                               "eff_buckets", "tv", "q_norm", "k_norm", "tail_mass", "tail_mass_softmax",
+                               "levels")}  # fmt: skip
         att = blk.attn
         for x in inputs[L]:
             C, H = x.shape[-1], att.n_head
@@ -140,9 +142,12 @@ def independent_geometry(model, tokens, T, blocks, K, calibration, reconstructio
                     pe = np.exp(z) / np.exp(z).sum()
                     if calibration == "minmax":
                         hw, b0, zin, keep = (M - m) / K, m - M, z, np.ones_like(z, bool)
+                    elif calibration == "resolved":
+                        hw, b0, zin, keep = tau / K, -tau, z, np.ones_like(z, bool)
                     else:
                         hw, b0, zin, keep = tau / K, -tau, np.clip(z, -tau, 0), z >= -tau
-                    r = np.clip(np.floor((zin - b0) / hw), 0, K - 1)
+                    low = -np.inf if calibration == "resolved" else 0
+                    r = np.clip(np.floor((zin - b0) / hw), low, K - 1)
                     t = (zin - b0 - r * hw) / hw
                     if reconstruction == "lerp":
                         w, ids, top = (1 - t) * np.exp(b0 + r * hw) + t * np.exp(b0 + (r + 1) * hw), r, K - 1
@@ -163,6 +168,10 @@ def independent_geometry(model, tokens, T, blocks, K, calibration, reconstructio
                     acc["tv"].append(0.5 * np.abs(w / w.sum() - pe).sum())
                     acc["q_norm"].append(np.linalg.norm(q[h, i]))
                     acc["k_norm"].append(np.linalg.norm(k[h, i]))
+                    acc["tail_mass"].append((w / w.sum())[z < -tau].sum())
+                    acc["tail_mass_softmax"].append(pe[z < -tau].sum())
+                    nonzero = np.unique(ids[keep & (w > 0)])
+                    acc["levels"].append(len(nonzero) if reconstruction == "nearest" else math.nan)
         out.append({k: float(np.mean(v)) for k, v in acc.items()})
     return out
 
@@ -170,11 +179,12 @@ def independent_geometry(model, tokens, T, blocks, K, calibration, reconstructio
 @pytest.mark.parametrize(
     "op, K, calibration, reconstruction",
     [("lerp-k4", 4, "minmax", "lerp"), ("minmax-weight-k4", 4, "minmax", "nearest"),
-     ("fwm-prob-k4", 4, "fwm", "nearest"), ("fwm-lerp-k8", 8, "fwm", "lerp")],
+     ("fwm-prob-k4", 4, "fwm", "nearest"), ("fwm-lerp-k8", 8, "fwm", "lerp"),
+     ("resolved-weight-k4", 4, "resolved", "nearest")],
 )  # fmt: skip
 def test_probe_matches_an_independent_computation_on_every_layer(op, K, calibration, reconstruction):
     """Every metric of every layer (the probe was checked on layer 0's span and h only)."""
-    from kinterval.eval.geometry import METRICS, geometry_probe
+    from kinterval.eval.geometry import METRICS, TAIL_METRICS, geometry_probe
     from kinterval.model import GPT, preset
 
     torch.manual_seed(0)
@@ -191,14 +201,22 @@ def test_probe_matches_an_independent_computation_on_every_layer(op, K, calibrat
     got = geometry_probe(model, tokens, blocks=2)
     want = independent_geometry(model, tokens, T, 2, K, calibration, reconstruction)
     assert len(got["layers"]) == 2 and got["n_blocks"] == 2
+    names = METRICS + TAIL_METRICS[: 3 if reconstruction == "nearest" else 2]  # levels: Nearest only
     for L in range(2):
-        assert set(got["layers"][L]) == set(METRICS)
-        for name in METRICS:
-            assert got["layers"][L][name] == pytest.approx(want[L][name], rel=1e-4, abs=1e-7), (L, name)
-    for name in METRICS:
-        assert got["mean"][name] == pytest.approx(np.mean([w[name] for w in want]), rel=1e-4, abs=1e-7)
-    if calibration == "fwm":
+        assert set(got["layers"][L]) == set(names)
+        for name in names:
+            assert got["layers"][L][name] == pytest.approx(want[L][name], rel=1e-4, abs=1e-7, nan_ok=True), (
+                L,
+                name,
+            )
+    for name in names:
+        want_mean = np.mean([w[name] for w in want])
+        assert got["mean"][name] == pytest.approx(want_mean, rel=1e-4, abs=1e-7, nan_ok=True)
+    if calibration != "minmax":
         assert 0 < want[0]["frac_z_below_6"] < 1  # the tail is exercised
+        assert (want[0]["tail_mass"] == 0) == (calibration == "fwm") and want[0]["tail_mass_softmax"] > 0
+    if reconstruction == "nearest":
+        assert want[0]["levels"] > 1
 
 
 def test_softmax_has_no_operator_quantities_and_short_rows_are_nan():
@@ -337,7 +355,7 @@ def test_sink_share_of_a_model_with_attention_sinks(op):
     """With ``attn_sinks`` the probe adds the sink's share of the rows i >= 1, under the operator and under
     softmax, recomputed here from the layer inputs: the scores q k^T / sqrt(D) of row i with the head's sink
     logit as key i + 1."""
-    from kinterval.eval.geometry import METRICS, SINK_METRICS, geometry_probe
+    from kinterval.eval.geometry import METRICS, SINK_METRICS, TAIL_METRICS, geometry_probe
     from kinterval.model import GPT, preset
     from kinterval.ops.reference import reference_probs
 
@@ -369,7 +387,9 @@ def test_sink_share_of_a_model_with_attention_sinks(op):
                 row[None], torch.ones(1, i + 2, dtype=torch.bool), model.transformer.h[1].attn.operator
             )
             shares["sink_mass"].append(float(p[0, -1]))
-    assert set(got["layers"][1]) == set(METRICS) | set(SINK_METRICS)
+    # the tail measures with a grid (levels under Nearest: fwm-prob-k4)
+    tail = {"softmax": (), "fwm-prob-k4": TAIL_METRICS, "lerp-k4": TAIL_METRICS[:2]}[op]
+    assert set(got["layers"][1]) == set(METRICS) | set(SINK_METRICS) | set(tail)
     for name, values in shares.items():
         assert got["layers"][1][name] == pytest.approx(np.mean(values), rel=1e-4), name
     assert 0 < got["layers"][1]["sink_mass"] < 1
@@ -380,9 +400,29 @@ def test_sink_share_of_a_model_with_attention_sinks(op):
 
 
 def test_a_model_without_sinks_has_no_sink_share():
-    from kinterval.eval.geometry import METRICS, geometry_probe
+    from kinterval.eval.geometry import METRICS, TAIL_METRICS, geometry_probe
     from kinterval.model import GPT, preset
 
     model = GPT(preset("tiny", vocab_size=64, n_layer=1, n_embd=32, block_size=8), "lerp-k4", "closed_form")
     tokens = np.random.default_rng(1).integers(0, 64, size=9).astype(np.uint16)
-    assert set(geometry_probe(model, tokens, blocks=1)["mean"]) == set(METRICS)
+    assert set(geometry_probe(model, tokens, blocks=1)["mean"]) == set(METRICS) | set(TAIL_METRICS[:2])
+
+
+@pytest.mark.parametrize(
+    "op, tail_mass, levels",
+    [("fwm-prob-k4", 0.0, 4), ("resolved-weight-k4", math.exp(-6), 5), ("lerp-k4", None, None)],
+)  # fmt: skip
+def test_tail_mass_and_levels_by_hand(op, tail_mass, levels):
+    """App. D.4 on the row z = (0, -1.5, -3, -4.5, -6.5), K = 4, tau = 6 (h = 1.5: four keys on levels 4..1):
+    FWM zeroes the tail key (mass 0, four levels); resolved puts it on level 0 (e^-6: five levels); the
+    softmax mass of the tail key is e^-6.5 / sum e^z whatever the operator; LERP has no levels."""
+    z = torch.tensor([[0.0, -1.5, -3.0, -4.5, -6.5]], dtype=torch.float64)
+    g = row_geometry(z, torch.ones_like(z, dtype=torch.bool), op)
+    e = np.exp(z[0].numpy())
+    assert float(g["tail_mass_softmax"][0]) == pytest.approx(e[-1] / e.sum(), rel=1e-12)
+    if tail_mass is not None:
+        w = np.append(e[:-1], tail_mass)
+        assert float(g["tail_mass"][0]) == pytest.approx(tail_mass / w.sum(), rel=1e-12, abs=0)
+        assert float(g["levels"][0]) == levels
+    else:
+        assert 0 < float(g["tail_mass"][0]) and math.isnan(float(g["levels"][0]))

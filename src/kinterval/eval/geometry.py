@@ -9,8 +9,10 @@ keys in the operator's top interval (LERP) or top level (Nearest)), the effectiv
 ``exp H(q)`` with ``q_b ~ sum_{j in b} P^E_j`` (tail keys truncated by FWM form one bucket) and
 ``TV = 1/2 sum_j |P^native_j - P^E_j|``. A model with attention sinks (``model.attn_sinks``) also gets the
 sink's share of each row, under the operator (``sink_mass``) and under softmax (``sink_mass_softmax``); the
-sink is one more key of every row, for the span and the grid too. Rows are averaged per layer; the layer
-mean is reported too. A
+sink is one more key of every row, for the span and the grid too. App. D.4's tail measures come with a
+K-interval operator: the operator's and softmax's probability mass on the tail keys ``z < -tau`` (the keys
+FWM sets to zero; tau = 6 for MinMax) and, under Nearest, the distinct nonzero grid levels of a row. Rows are
+averaged per layer; the layer mean is reported too. A
 NaN or infinite value on a row with two or more keys (non-finite scores: a diverged checkpoint) is a
 ``ValueError`` naming the layer, never a dropped row.
 For a softmax run the operator-dependent quantities need ``spec`` (e.g. the operator one would deploy).
@@ -34,6 +36,7 @@ ROW_METRICS = ("span", "h", "z_q001", "entropy", "frac_z_below_6", "top_bucket_m
 OPERATOR_METRICS = ("h", "top_bucket_mass", "eff_buckets", "tv")  # defined by a K-interval operator's grid
 METRICS = (*ROW_METRICS, "q_norm", "k_norm")
 SINK_METRICS = ("sink_mass", "sink_mass_softmax")  # layers with attention sinks only
+TAIL_METRICS = ("tail_mass", "tail_mass_softmax", "levels")  # App. D.4 (levels: Nearest reconstruction only)
 
 
 def _quantile(z: Tensor, valid: Tensor, q: float) -> Tensor:
@@ -77,11 +80,20 @@ def effective_buckets(PE: Tensor, ids: Tensor, tail: Tensor, valid: Tensor) -> T
     return H.exp().reshape(shape)
 
 
+def distinct_levels(ids: Tensor, keep: Tensor) -> Tensor:
+    """The number of distinct values of ``ids`` over the keys in ``keep``, per row."""
+    srt = torch.where(keep, ids, torch.full_like(ids, float("inf"))).sort(-1).values
+    new = torch.ones_like(keep)
+    new[..., 1:] = srt[..., 1:] != srt[..., :-1]
+    return (new & torch.isfinite(srt)).sum(-1).to(ids.dtype)
+
+
 def row_geometry(s: Tensor, valid: Tensor, spec: OperatorSpec | str | None = None) -> dict[str, Tensor]:
     """Per-row geometry of scores ``s`` (..., T) under ``spec``; rows with fewer than two valid keys are NaN.
 
-    Operator-dependent values (h, top-bucket mass, effective buckets, TV) are NaN when ``spec`` is None or a
-    baseline (softmax, bf16-exp, fp8-exp).
+    Operator-dependent values (h, top-bucket mass, effective buckets, TV, the tail masses and levels) are NaN
+    when ``spec`` is None or a baseline (softmax, bf16-exp, fp8-exp); ``levels`` is NaN under LERP too (its
+    weights interpolate between levels).
     """
     s = s.double() if s.dtype == torch.float64 else s.float()
     spec = OperatorSpec.from_full_name(spec) if isinstance(spec, str) else spec
@@ -106,8 +118,12 @@ def row_geometry(s: Tensor, valid: Tensor, spec: OperatorSpec | str | None = Non
         out["eff_buckets"] = effective_buckets(PE, ids, tail, valid)
         Pn = reference_probs(s, valid, spec)
         out["tv"] = 0.5 * (Pn - PE).abs().sum(-1)
+        tail_keys = valid & (z < -spec.tau)  # App. D.4: below FWM's window, whatever the operator does there
+        out["tail_mass"] = (Pn * tail_keys).sum(-1)
+        out["tail_mass_softmax"] = (PE * tail_keys).sum(-1)
+        out["levels"] = distinct_levels(ids, valid & (Pn > 0)) if spec.reconstruction == "nearest" else nan
     else:
-        out.update(h=nan, top_bucket_mass=nan.clone(), eff_buckets=nan.clone(), tv=nan.clone())
+        out.update({k: nan.clone() for k in ("h", "top_bucket_mass", "eff_buckets", "tv", *TAIL_METRICS)})
     return {k: torch.where(ok, v, torch.full_like(v, float("nan"))) for k, v in out.items()}
 
 
@@ -150,8 +166,10 @@ def geometry_probe(
                     rows[key] = reference_probs(s[..., 1:, :], valid[..., 1:, :], sink_spec)[..., -1]
             has_value = valid[..., 1:, :].sum(-1) >= 2  # rows of one key have no geometry
             for key, v in rows.items():
-                if key in OPERATOR_METRICS and not probe_spec.is_kinterval:
+                if key in OPERATOR_METRICS + TAIL_METRICS and not probe_spec.is_kinterval:
                     continue  # no grid under a baseline: the layer's value is NaN
+                if key == "levels" and probe_spec.reconstruction != "nearest":
+                    continue  # LERP's weights are not on the levels
                 v = v[has_value.expand_as(v)]
                 if not torch.isfinite(v).all():
                     raise ValueError(f"geometry: layer {idx}: {key} is NaN or infinite on "
@@ -176,7 +194,10 @@ def geometry_probe(
         for h in handles:
             h.remove()
         model.train(was_training)
-    metrics = METRICS + (SINK_METRICS if any(m.sinks is not None for m in layers) else ())
+    # the tail measures where a layer has a grid (levels: where it reconstructs by Nearest; LERP's weights
+    # are not on levels), the sink's share where a layer has sinks
+    tail = tuple(k for k in TAIL_METRICS if any(counts[i].get(k) for i in range(len(layers))))
+    metrics = METRICS + tail + (SINK_METRICS if any(m.sinks is not None for m in layers) else ())
     per_layer = [
         {k: (sums[i][k] / counts[i][k] if counts[i].get(k) else float("nan")) for k in metrics}
         for i in range(len(layers))
