@@ -46,6 +46,7 @@ PATH_ARGUMENTS_OF = {
     ("graddiag",): {"run", "out", "data"},
     ("sample",): {"run"},
     ("tau-screen",): {"run", "out", "data"},
+    ("fp8-backward",): {"config", "data", "json"},
     ("downstream",): {"run", "include_path", "out"},
     ("downstream-compare",): {"json", "baseline", "conditions"},
     ("probes",): {"run", "out"},

@@ -1,4 +1,4 @@
-"""``kinterval eval``, ``geometry``, ``graddiag``, ``tau-screen`` and ``sample``."""
+"""``kinterval eval``, ``geometry``, ``graddiag``, ``tau-screen``, ``fp8-backward`` and ``sample``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 from kinterval.arglists import Extend, check_no_empty_item, numbers
-from kinterval.train.commands import set_threads
+from kinterval.train.commands import parse_sets, set_threads
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -368,3 +368,44 @@ def register(subparsers) -> None:
     )
     p.add_argument("--force", action="store_true", help="replace stages screened with other options")
     p.set_defaults(func=_tau_screen)
+
+    p = subparsers.add_parser(
+        "fp8-backward",
+        help="App. D.5: Q/K gradient norms of FP8-exp's first update under the native E4M3-cast backward",
+        description="The gradient of a config's first training step at its initialization (its seed), under "
+        "FP8-exp's training backward (fp32 exp derivative) and under autograd's own backward of the E4M3 "
+        "cast (the gradient cast to E4M3): the L2 norms of the Q and K projection gradients.",
+    )
+    p.add_argument("--config", required=True, help="TOML file or shipped name (e.g. 124m-100m)")
+    p.add_argument("--data", help="prepared dataset folder (config: data.dir)")
+    p.add_argument("--seed", type=int, help="seed of the initialization and the first step's sequences")
+    p.add_argument("--micro-batches", type=int, help="the first N micro-batches of the step (default: all)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (default cpu)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a field")
+    p.add_argument("--json", help="also write the result as JSON here")
+    p.add_argument("--threads", type=int, help="torch CPU threads of this process")
+    p.set_defaults(func=_fp8_backward)
+
+
+def _fp8_backward(args: argparse.Namespace) -> int:
+    import json
+
+    from kinterval import atomic
+    from kinterval.eval.fp8_backward import fp8_backward_check
+    from kinterval.train.config import TrainConfig
+    from kinterval.train.distributed import pick_device
+
+    set_threads(args.threads)
+    if args.json:
+        atomic.check_target(args.json)
+    cfg = TrainConfig.from_toml(args.config).override({"data.dir": args.data, "seed": args.seed})
+    cfg = cfg.override(parse_sets(args.set)).validate()
+    res = fp8_backward_check(cfg, args.micro_batches, pick_device(args.device))
+    print(f"fp8-exp at seed {res['seed']}, first step, {res['micro_batches']} micro-batches "
+          f"({res['sequences']} sequences)")  # fmt: skip
+    print(f"{'backward':<8} {'||grad Q||':>12} {'||grad K||':>12}  finite")
+    for design, r in res["designs"].items():
+        print(f"{design:<8} {r['q']:>12.4g} {r['k']:>12.4g}  {r['finite']}")
+    if args.json:
+        atomic.write_text(args.json, json.dumps(res, indent=1, allow_nan=False) + "\n")
+    return 0

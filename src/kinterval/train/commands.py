@@ -137,15 +137,22 @@ def config_from_args(args) -> TrainConfig:
         overrides["activation_checkpointing"] = True
     if args.no_progress:
         overrides["log.progress"] = False
-    for item in args.set:
+    overrides.update(parse_sets(args.set))
+    return cfg.override(overrides).validate()
+
+
+def parse_sets(items: list[str]) -> dict:
+    """``--set FIELD=VALUE`` items as ``{field: value}`` (TOML value syntax; a bare word is a string)."""
+    out = {}
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
         try:
-            overrides[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+            out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
-            overrides[key.strip()] = value  # bare strings
-    return cfg.override(overrides).validate()
+            out[key.strip()] = value  # bare strings
+    return out
 
 
 def set_threads(threads: int | None) -> None:
