@@ -6,7 +6,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kinterval import atomic
@@ -89,3 +91,70 @@ def test_json_text_and_hashes_are_the_documented_bytes(tmp_path):
     want = hashlib.sha256(data).hexdigest()
     assert atomic.sha256_file(tmp_path / "big.bin") == atomic.sha256_bytes(data) == want
     assert atomic.sha256_bytes(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def _hold(lock, busy, remove, ready, release):
+    """In another process: hold ``lock`` until ``release`` is set."""
+    from kinterval import atomic
+
+    with atomic.exclusive(lock, busy, remove=remove):
+        ready.set()
+        release.wait(60)
+
+
+@pytest.mark.parametrize("remove", [False, True])
+def test_exclusive_refuses_a_second_process_and_frees_the_lock_when_done(tmp_path, remove):
+    import multiprocessing
+
+    from kinterval import atomic
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    lock = tmp_path / "out" / ".x.lock"
+    holder = ctx.Process(target=_hold, args=(lock, "{who} holds it", remove, ready, release))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        with pytest.raises(ValueError, match=rf"^pid {holder.pid} on .+ holds it$"):
+            with atomic.exclusive(lock, "{who} holds it", remove=remove):
+                pass
+    finally:
+        release.set()
+        holder.join(60)
+    assert lock.exists() != remove  # removed by its holder when asked
+    with atomic.exclusive(lock, "{who} holds it", remove=remove):  # free again
+        assert lock.read_text().startswith(f"pid {os.getpid()} ")
+
+
+def test_data_prepare_and_report_take_their_folders_lock(tmp_path, monkeypatch):
+    """Two prepares (or two reports) of one folder shared its staging folder: one's meta.json could end over
+    the other's shards. The second one now stops, naming the holder; neither leaves its lock file behind."""
+    from kinterval import atomic
+    from kinterval.data.prepare import PREPARE_LOCK, prepare
+    from kinterval.report import build
+
+    held = []
+    real = atomic.exclusive
+
+    def spy(lock, busy, remove=False):
+        held.append((Path(lock).name, busy, remove))
+        return real(lock, busy, remove)
+
+    monkeypatch.setattr(atomic, "exclusive", spy)
+    prepare("synthetic", tmp_path / "data", tokens=20_000, progress=False)
+    busy = f"{tmp_path / 'data'} is being prepared by {{who}}: wait for it to finish, or prepare into "
+    busy += "another --out"
+    assert held == [(PREPARE_LOCK, busy, True)]
+    assert not (tmp_path / "data" / PREPARE_LOCK).exists()
+    with real(tmp_path / "data" / PREPARE_LOCK, "x"):  # as another process would hold it (a second open file)
+        with pytest.raises(ValueError, match="is being prepared by pid"):
+            prepare("synthetic", tmp_path / "data", tokens=20_000, progress=False)
+    out = tmp_path / "rep"
+    with real(out / build.LOCK, "x"):
+        with pytest.raises(ValueError, match="is being written by another report"):
+            build.demo_report({"softmax": np.zeros(4)}, out)
+    assert held[-1][0] == build.LOCK and not (out / build.BUILDING).exists()
+    (out / build.LOCK).unlink()
+    rng = np.random.default_rng(0)
+    build.demo_report({"softmax": rng.random(40), "lerp-k4": rng.random(40)}, out)
+    assert (out / "index.md").is_file() and not (out / build.LOCK).exists()

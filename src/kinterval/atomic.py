@@ -15,6 +15,7 @@ import errno
 import hashlib
 import json
 import os
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -108,3 +109,47 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def exclusive(lock: str | Path, busy: str, remove: bool = False) -> Iterator[None]:
+    """One process at a time holds ``lock`` (its folder is made, and with ``remove`` removed again if it
+    stays empty): an advisory ``flock``, released by the
+    kernel when its process dies, so a killed process leaves no stale lock. A second process gets a
+    ``ValueError`` of ``busy`` with ``{who}`` filled in (``pid N on HOST``, as the holder wrote it).
+    ``remove``: the lock file goes when the holder is done (a process that opened it just before finds, once
+    it holds it, that it is not the file at ``lock`` any more, and is refused too). On a file system without
+    locks (some NFS mounts) the caller goes on unlocked."""
+    import fcntl
+
+    lock = Path(lock)
+    made = not lock.parent.exists()
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if remove and os.fstat(fh.fileno()).st_ino != _inode(lock):  # removed by its last holder
+                raise BlockingIOError
+        except BlockingIOError:
+            fh.seek(0)
+            raise ValueError(busy.replace("{who}", fh.read().strip() or "another process")) from None
+        except OSError:
+            pass  # no locks on this file system
+        fh.truncate(0)
+        with naming(lock):  # unbuffered: a full disk fails here, naming the file
+            os.write(fh.fileno(), f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        try:
+            yield
+        finally:
+            if remove:
+                lock.unlink(missing_ok=True)  # still held: nobody else holds the file at this path
+                if made:  # a folder made for the lock alone (the caller stopped before writing) goes too
+                    with contextlib.suppress(OSError):
+                        lock.parent.rmdir()
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from kinterval import atomic
 from kinterval.data import sources, synthetic
 from kinterval.data.import_bin import find_bin_files, gpt2_tokenizer, import_bin
 from kinterval.data.loader import n_blocks
@@ -36,6 +37,7 @@ SYNTHETIC_TRAIN_TOKENS = 2_000_000
 SYNTHETIC_MIN_EVAL_TOKENS = 64 * 128 + 1  # at least 64 blocks of T=128
 FINEWEB_TOKENS = 3_000_000_000  # the paper's FineWebEdu-3B
 FINEWEB_VAL_TOKENS = 1_000_000  # (1e6 - 1) // 1024 = 976 validation blocks, as in the paper
+PREPARE_LOCK = ".prepare.lock"  # in --out while a prepare writes it (kinterval.atomic.exclusive)
 DOC_BATCH = 512  # documents per tiktoken batch
 
 
@@ -238,97 +240,115 @@ def prepare(
         raise ValueError("--bpe-file applies to GPT-2-tokenized sources; --source synthetic makes its ids")
     params = {"tokens": tokens, "shard_tokens": shard_tokens, "splits": list(splits)}
     check_replaceable(out, splits)  # another tool's files in --out: refused before any source is read
-    if source.startswith("bin:"):
-        found = find_bin_files(source[4:])
-        return import_bin({s: f for s, f in found.items() if s in splits}, out, source=source, copy=copy,
-                          shard_tokens=shard_tokens, progress=progress, tokens=tokens,
-                          tokenizer=gpt2_tokenizer(bpe_file))  # fmt: skip
-    if source == "synthetic":
-        with replacing(out, splits) as stage:
-            records, tokenizer, extra = _synthetic(stage, splits, tokens, shard_tokens, seed, progress)
-        return write_meta(
-            out, source, records, synthetic.VOCAB_SIZE, synthetic.EOT, tokenizer, seed, params | extra
-        )
-    if source == "wikitext103":
-        dataset = sources.load_wikitext103()
-        with replacing(out, splits) as stage:
-            records, tokenizer = _wikitext(stage, splits, tokens, shard_tokens, bpe_file, progress, dataset)
-    elif source == "fineweb-edu":
-        splits = tuple(s for s in splits if s != "test")  # FineWebEdu has no test split here
-        params |= {"tokens": tokens or FINEWEB_TOKENS, "val_tokens": val_tokens, "splits": list(splits),
-                   "val_rule": "int(md5(id), 16) % 1000 == 0"}  # fmt: skip
-        rows = sources.stream_fineweb_edu()  # reaches the Hub before the old dataset is removed
-        with replacing(out, splits) as stage:
-            records, tokenizer = _fineweb(
-                stage, splits, tokens or FINEWEB_TOKENS, val_tokens, shard_tokens, bpe_file, progress, rows
+    # one prepare of a folder at a time: two would share its staging folder and could leave one's
+    # meta.json over the other's shards
+    busy = f"{out} is being prepared by {{who}}: wait for it to finish, or prepare into another --out"
+    with atomic.exclusive(out / PREPARE_LOCK, busy, remove=True):
+        if source.startswith("bin:"):
+            found = find_bin_files(source[4:])
+            return import_bin({s: f for s, f in found.items() if s in splits}, out, source=source, copy=copy,
+                              shard_tokens=shard_tokens, progress=progress, tokens=tokens,
+                              tokenizer=gpt2_tokenizer(bpe_file))  # fmt: skip
+        if source == "synthetic":
+            with replacing(out, splits) as stage:
+                records, tokenizer, extra = _synthetic(stage, splits, tokens, shard_tokens, seed, progress)
+            return write_meta(
+                out, source, records, synthetic.VOCAB_SIZE, synthetic.EOT, tokenizer, seed, params | extra
             )
-    elif source == "ptb":
-        docs = {"test": [sources.ptb_test_document()]}
-        params |= {"splits": ["test"], "hub": list(sources.PTB_HUB), "hub_split": "test",
-                   "document": "every sentence, one a line, as one document"}  # fmt: skip
-        with replacing(out, ["test"]) as stage:
-            records, tokenizer = _text_like(
-                stage, ["test"], docs, None, shard_tokens, bpe_file, progress, "ptb"
-            )
-    elif source == "c4":
-        n = documents or sources.C4_DOCUMENTS
-        docs = {"val": sources.c4_validation_documents(n)}
-        params |= {"splits": ["val"], "hub": list(sources.C4_HUB), "hub_split": "validation", "documents": n,
-                   "document_rule": f"the first {n} documents of the validation stream"}  # fmt: skip
-        with replacing(out, ["val"]) as stage:
-            records, tokenizer = _text_like(
-                stage, ["val"], docs, None, shard_tokens, bpe_file, progress, "c4"
-            )
-    elif kind == "hf":
-        hf_split, text_field = hf_split or "train", text_field or "text"
-        if Path(path).is_dir() and out.resolve().is_relative_to(Path(path).resolve()):
-            raise ValueError(
-                f"--out {out} lies inside the source folder {path}: datasets would read the dataset written "
-                "there as data files of the source; choose an --out outside it"
-            )
-        rows = sources.stream_hf(path, hf_config, hf_split)  # reaches the Hub before the old dataset goes
-        route = sources.hf_router(text_field, split)
-        # Read up to the first row that a split takes (a missing or non-text field, a split with no row or no
-        # text are refused here), before the old dataset goes; the rows read are written first.
-        head, texts = [], 0
-        for i, row in enumerate(rows):
-            head.append(row)
-            target, text = route(i, row)
-            texts += text is not None
-            if text is not None and target in splits:
-                break
-        else:
-            if not head:
-                raise ValueError(f"{path}: split {hf_split!r} holds no row")
-            if texts:  # documents, all routed to splits not asked for
-                raise ValueError(
-                    f"{path}: none of the {texts} documents of split {hf_split!r} goes to the split(s) asked "
-                    f"for ({', '.join(splits)}): the md5 rule puts each elsewhere (--split names one split)"
+        if source == "wikitext103":
+            dataset = sources.load_wikitext103()
+            with replacing(out, splits) as stage:
+                records, tokenizer = _wikitext(
+                    stage, splits, tokens, shard_tokens, bpe_file, progress, dataset
                 )
-            raise ValueError(f"{path}: no row of split {hf_split!r} holds text in field {text_field!r}")
-        budget = {s: (tokens if s == "train" else None) for s in splits}
-        params |= {"hf_path": path, "hf_config": hf_config, "hf_split": hf_split, "text_field": text_field,
-                   "split_rule": f"every document in {split}, in stream order" if split else
-                   "int(md5(id, else stream index), 16) % 100: 0-1 val, 2-3 test, else train"}  # fmt: skip
-        with replacing(out, splits) as stage:
-            records, tokenizer = _stream(stage, budget, itertools.chain(head, rows), route, shard_tokens,
-                                         bpe_file, progress, "hf")  # fmt: skip
-    elif source.startswith("text:"):
-        if out.resolve() == Path(path).resolve():
-            raise ValueError(f"--out {out} is the source folder: choose another folder (or one inside it)")
-        docs = sources.text_documents(path, split=split, exclude=out)  # files under --out are not read
-        params["split_rule"] = (
-            f"every document in {split}, in natural file order"
-            if split
-            else "int(md5(relative path), 16) % 100: 0-1 val, 2-3 test, else train"
-        )
-        with replacing(out, splits) as stage:
-            records, tokenizer = _text_like(
-                stage, splits, docs, tokens, shard_tokens, bpe_file, progress, "text"
+        elif source == "fineweb-edu":
+            splits = tuple(s for s in splits if s != "test")  # FineWebEdu has no test split here
+            params |= {"tokens": tokens or FINEWEB_TOKENS, "val_tokens": val_tokens, "splits": list(splits),
+                       "val_rule": "int(md5(id), 16) % 1000 == 0"}  # fmt: skip
+            rows = sources.stream_fineweb_edu()  # reaches the Hub before the old dataset is removed
+            with replacing(out, splits) as stage:
+                records, tokenizer = _fineweb(
+                    stage,
+                    splits,
+                    tokens or FINEWEB_TOKENS,
+                    val_tokens,
+                    shard_tokens,
+                    bpe_file,
+                    progress,
+                    rows,
+                )
+        elif source == "ptb":
+            docs = {"test": [sources.ptb_test_document()]}
+            params |= {"splits": ["test"], "hub": list(sources.PTB_HUB), "hub_split": "test",
+                       "document": "every sentence, one a line, as one document"}  # fmt: skip
+            with replacing(out, ["test"]) as stage:
+                records, tokenizer = _text_like(
+                    stage, ["test"], docs, None, shard_tokens, bpe_file, progress, "ptb"
+                )
+        elif source == "c4":
+            n = documents or sources.C4_DOCUMENTS
+            docs = {"val": sources.c4_validation_documents(n)}
+            params |= {"splits": ["val"], "hub": list(sources.C4_HUB), "hub_split": "validation",
+                       "documents": n,
+                       "document_rule": f"the first {n} documents of the validation stream"}  # fmt: skip
+            with replacing(out, ["val"]) as stage:
+                records, tokenizer = _text_like(
+                    stage, ["val"], docs, None, shard_tokens, bpe_file, progress, "c4"
+                )
+        elif kind == "hf":
+            hf_split, text_field = hf_split or "train", text_field or "text"
+            if Path(path).is_dir() and out.resolve().is_relative_to(Path(path).resolve()):
+                raise ValueError(
+                    f"--out {out} lies inside the source folder {path}: datasets would read the dataset "
+                    "written there as data files of the source; choose an --out outside it"
+                )
+            rows = sources.stream_hf(path, hf_config, hf_split)  # the Hub, before the old dataset goes
+            route = sources.hf_router(text_field, split)
+            # Read up to the first row that a split takes (a missing or non-text field, a split with no row
+            # or no text are refused here), before the old dataset goes; the rows read are written first.
+            head, texts = [], 0
+            for i, row in enumerate(rows):
+                head.append(row)
+                target, text = route(i, row)
+                texts += text is not None
+                if text is not None and target in splits:
+                    break
+            else:
+                if not head:
+                    raise ValueError(f"{path}: split {hf_split!r} holds no row")
+                if texts:  # documents, all routed to splits not asked for
+                    raise ValueError(
+                        f"{path}: none of the {texts} documents of split {hf_split!r} goes to the split(s) "
+                        f"asked for ({', '.join(splits)}): the md5 rule puts each elsewhere (--split names "
+                        "one split)"
+                    )
+                raise ValueError(f"{path}: no row of split {hf_split!r} holds text in field {text_field!r}")
+            budget = {s: (tokens if s == "train" else None) for s in splits}
+            rule = "int(md5(id, else stream index), 16) % 100: 0-1 val, 2-3 test, else train"
+            rule = f"every document in {split}, in stream order" if split else rule
+            params |= {"hf_path": path, "hf_config": hf_config, "hf_split": hf_split,
+                       "text_field": text_field, "split_rule": rule}  # fmt: skip
+            with replacing(out, splits) as stage:
+                records, tokenizer = _stream(stage, budget, itertools.chain(head, rows), route, shard_tokens,
+                                             bpe_file, progress, "hf")  # fmt: skip
+        elif source.startswith("text:"):
+            if out.resolve() == Path(path).resolve():
+                raise ValueError(
+                    f"--out {out} is the source folder: choose another folder (or one inside it)"
+                )
+            docs = sources.text_documents(path, split=split, exclude=out)  # files under --out are not read
+            params["split_rule"] = (
+                f"every document in {split}, in natural file order"
+                if split
+                else "int(md5(relative path), 16) % 100: 0-1 val, 2-3 test, else train"
             )
-    else:
-        raise ValueError(f"unknown source {source!r}; choose from {', '.join(SOURCES)}")
-    return write_meta(out, source, records, GPT2_VOCAB, EOT, tokenizer, None, params)
+            with replacing(out, splits) as stage:
+                records, tokenizer = _text_like(
+                    stage, splits, docs, tokens, shard_tokens, bpe_file, progress, "text"
+                )
+        else:
+            raise ValueError(f"unknown source {source!r}; choose from {', '.join(SOURCES)}")
+        return write_meta(out, source, records, GPT2_VOCAB, EOT, tokenizer, None, params)
 
 
 def summary_table(meta: dict, block_size: int = 1024) -> str:

@@ -13,18 +13,20 @@ renames) leaves no ``index.md``: never tables of one build under the ``index.md`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from kinterval import atomic
 from kinterval.data.loader import passes_text
 from kinterval.report import analysis as A
 from kinterval.report import claims as C
@@ -58,17 +60,24 @@ class _Index:
 
 
 BUILDING = ".report.building"  # inside OUT: the report while it is built
+LOCK = ".report.lock"  # inside OUT: held while a report is built and published
 # a file of the report that index.md links: [Markdown](x.md), ![alt](x.png), [report.json](report.json)
 _LINK = re.compile(r"\]\(([^()/\\\s]+\.(?:md|tex|png|json))\)")
 
 
-def _begin(out: Path) -> Path:
-    """The empty folder a report of ``out`` is built in (``out/.report.building``)."""
-    out.mkdir(parents=True, exist_ok=True)
-    work = out / BUILDING
-    shutil.rmtree(work, ignore_errors=True)  # left by a build that was killed
-    work.mkdir()
-    return work
+@contextlib.contextmanager
+def _building(out: Path) -> Iterator[Path]:
+    """The empty folder a report of ``out`` is built in (``out/.report.building``), removed afterwards. One
+    build of ``out`` at a time (``out/.report.lock``): two would share that folder."""
+    busy = f"{out} is being written by another report ({{who}}): wait for it, or give another --out"
+    with atomic.exclusive(out / LOCK, busy, remove=True):
+        work = out / BUILDING
+        shutil.rmtree(work, ignore_errors=True)  # left by a build that was killed
+        work.mkdir()
+        try:
+            yield work
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _publish(work: Path, out: Path, last: tuple[str, ...]) -> None:
@@ -349,12 +358,9 @@ def build_report(suite_dirs, out: str | Path, clean_blocks=()) -> Path:
     results = load_many(dirs)
     coverages = [A.read_coverage(f) for f in clean_blocks]
     clean = A.clean_blocks([p for r in results for p in r.points], coverages)  # a file of no split: refused
-    work = _begin(out)
-    try:
+    with _building(out) as work:
         _build(results, work, clean)
         _publish(work, out, ("report.json", "index.md"))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return out / "index.md"
 
 
@@ -740,13 +746,10 @@ def demo_report(
     if "softmax" not in per_block:
         raise ValueError("per_block must include the softmax reference")
     out_dir = Path(out_dir)
-    work = _begin(out_dir)
-    try:
+    with _building(out_dir) as work:
         seed_of = seeds if isinstance(seeds, Mapping) else dict.fromkeys(per_block, seeds)
         rows = _demo(per_block, work, trajectories, title, notes, seed_of, probes)
         _publish(work, out_dir, ("index.md",))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return {"rows": rows, "index": out_dir / "index.md", **({"probes": probes} if probes else {})}
 
 

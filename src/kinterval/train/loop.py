@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -126,28 +125,11 @@ LOCK = ".lock"  # in the checkpoints folder: not a result file, never merged or 
 def run_lock(out: Path, is_main: bool = True):
     """One process trains a run folder at a time. A second ``train`` of the same folder (a suite rerun while
     the children of a killed ``--gpus`` parent still train, a command started twice) would pass the
-    no-checkpoint check beside the first and both would write the same checkpoints and logs. The lock is an
-    advisory ``flock``, released by the kernel when its process dies: a killed run leaves no stale lock. On a
-    file system without locks (some NFS mounts) the run goes on unlocked."""
+    no-checkpoint check beside the first and both would write the same checkpoints and logs
+    (:func:`kinterval.atomic.exclusive`: a killed run leaves no stale lock)."""
     if not is_main:  # rank 0 writes the folder; the other ranks of a torchrun job share its lock
         yield
         return
-    import fcntl
-
-    folder = checkpoint_dir(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / LOCK, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            who = fh.read().strip() or "another process"
-            raise ValueError(
-                f"{out} is being trained by {who}: wait for it to finish or stop it, then resume"
-            ) from None
-        except OSError:
-            pass  # no locks on this file system
-        fh.truncate(0)
-        with atomic.naming(folder / LOCK):  # unbuffered: a full disk fails here, naming the file
-            os.write(fh.fileno(), f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    busy = f"{out} is being trained by {{who}}: wait for it to finish or stop it, then resume"
+    with atomic.exclusive(checkpoint_dir(out) / LOCK, busy):
         yield
