@@ -4,13 +4,14 @@ one split (``--split``), so that a held-out corpus arrives complete in the split
 
 from __future__ import annotations
 
-import datasets
 import numpy as np
 import pytest
 
-from kinterval import cli
-from kinterval.data import TokenShards, prepare
-from kinterval.data.tokenizer import EOT, PACKAGED_BPE_FILE, gpt2_encoding
+datasets = pytest.importorskip("datasets")
+
+from kinterval import cli  # noqa: E402
+from kinterval.data import TokenShards, prepare  # noqa: E402
+from kinterval.data.tokenizer import EOT, PACKAGED_BPE_FILE, gpt2_encoding  # noqa: E402
 
 PTB_SENTENCES = [
     "no it was n't black monday",

@@ -620,3 +620,14 @@ def test_rolling_loglikelihood_of_a_long_text_is_scored_in_disjoint_full_windows
         want += direct_logprob(lm.model, toks[e - 65 : s], toks[s:e])
     (got,) = lm.loglikelihood_rolling([_Request(text)])
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-3)
+
+
+def test_downstream_without_lm_eval_is_one_error_line_naming_the_extra(tmp_path):
+    code = (
+        "import sys; sys.modules['lm_eval'] = None\nfrom kinterval.cli import main\n"
+        f"sys.exit(main(['downstream', '--run', {str(tmp_path / 'r')!r}, '--tasks', 'sciq', '--out', "
+        f"{str(tmp_path / 'o')!r}]))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.startswith("kinterval downstream: error: kinterval downstream needs lm-eval: pip ")

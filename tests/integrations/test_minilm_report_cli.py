@@ -88,3 +88,17 @@ def test_a_json_target_that_cannot_be_written_is_refused_before_the_run(monkeypa
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"python -m kinterval.integrations.minilm_report: error: --json {target}: ")
+
+
+def test_missing_transformers_is_one_error_line_naming_the_extra():
+    """The module imported transformers at its top: a missing one ended in a traceback before main ran."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "from kinterval.integrations import minilm_report\nminilm_report.main(['--ks', '4'])"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "pip install 'kinterval[hf]'" in res.stderr

@@ -203,3 +203,23 @@ def test_the_loaded_model_state_is_whole_with_the_tied_head_restored(tmp_path):
         assert torch.equal(model["lm_head.weight"], msd["transformer.wte.weight"])
         cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)
         GPT(cfg).load_state_dict(model, strict=True)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_commit_is_the_checkouts_not_that_of_a_repository_around_an_install(tmp_path, monkeypatch):
+    """A package installed in a user's project (its .venv inside their git repository) recorded the user's
+    HEAD as kinterval's commit."""
+    import subprocess
+
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True)
+    head = head.stdout.strip()
+    for where, want in ((".venv/lib/site-packages", None), ("src", head)):
+        module = repo / where / "kinterval" / "train" / "checkpoint.py"
+        module.parent.mkdir(parents=True)
+        monkeypatch.setattr(C, "__file__", str(module))
+        assert C.git_commit() == want, where

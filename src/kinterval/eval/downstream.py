@@ -151,12 +151,18 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
         tasks, limit, num_fewshot, seed, batch_size
     )  # before lm-eval, which fails with a traceback
     limit = int(limit) if limit is not None and limit >= 1 else limit  # a count (the flag reads a float)
-    from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager
+    try:
+        from lm_eval import simple_evaluate
+        from lm_eval.tasks import TaskManager
+
+        from kinterval.eval.lm_eval_adapter import KIntervalLM
+    except ImportError as err:  # the adapter's hint names the extra
+        raise ValueError(
+            f"kinterval downstream needs lm-eval: pip install 'kinterval[eval]' ({err})"
+        ) from None  # noqa: E501
 
     from kinterval.eval.checkpoints import pick_device
     from kinterval.eval.evaluate import applied_numerics
-    from kinterval.eval.lm_eval_adapter import KIntervalLM
     from kinterval.eval.lm_eval_commands import TASKS_DIR, hub_error
 
     device = pick_device(device)  # an unknown device, or CUDA without a GPU, before lm-eval walks its tasks

@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 
 from kinterval import atomic
-from kinterval.integrations import hf
 
 FAMILIES = ("lerp", "minmax-weight", "fwm-weight", "fwm-prob", "resolved-weight")
 KS = (2, 4, 8, 16, 32)
@@ -119,6 +118,8 @@ def embed(model, batch) -> torch.Tensor:
 
 
 def run(families=FAMILIES, ks=KS, sentences=SENTENCES) -> dict:
+    from kinterval.integrations import hf  # transformers: imported where it is used (main's one-line error)
+
     ops = ["softmax"] + [f"{f}-k{k}" for f in families for k in ks]
     names = [hf.attn_implementation_name(op) for op in ops]  # every name checked before the model is loaded
     tok, model = load()
@@ -176,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the raw rows here")
     args = p.parse_args(argv)
     families = tuple(args.families.split(","))
+    try:
+        from kinterval.integrations import hf
+    except ImportError as err:  # transformers is not installed: one line naming the extra
+        p.error(str(err))
     try:  # every operator name and the --json target are checked before anything is loaded: one error line
         for op in [f"{f}-k{k}" for f in families for k in args.ks]:
             hf.attn_implementation_name(op)

@@ -70,10 +70,14 @@ def ops_sha256() -> str:
 
 
 def git_commit() -> str | None:
+    """The commit of the kinterval checkout this code runs from, or None: not a git checkout, or an installed
+    package that merely lies inside another repository (a user's project with its ``.venv``), whose commit
+    says nothing about this code."""
+    package = Path(__file__).resolve().parents[1]  # .../src/kinterval in a checkout
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
+            ["git", "rev-parse", "--show-toplevel", "HEAD"],
+            cwd=package,
             capture_output=True,
             text=True,
             timeout=5,
@@ -81,7 +85,10 @@ def git_commit() -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    lines = out.stdout.split("\n")
+    if len(lines) < 2 or Path(lines[0]).resolve() / "src" / "kinterval" != package:
+        return None
+    return lines[1].strip() or None
 
 
 def code_identity() -> dict:
