@@ -14,13 +14,27 @@ from pathlib import Path
 import torch
 
 ENVIRONMENT_FILE = "environment.jsonl"  # in a run folder: one line per training session
+CPUINFO = "/proc/cpuinfo"  # Linux: the processor's model name
 
 
 def device_name(device: torch.device) -> str:
-    """The model of ``device`` ("NVIDIA H200"; on the CPU the processor, else "cpu")."""
+    """The model of ``device`` ("NVIDIA H200"; on the CPU the processor's model, e.g. "AMD EPYC 7763 64-Core
+    Processor" from Linux's /proc/cpuinfo, else what Python's platform module knows, else "cpu")."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return platform.processor() or platform.machine() or device.type
+    return _cpu_model() or platform.processor() or platform.machine() or device.type
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return None
 
 
 def package_version(name: str) -> str | None:
@@ -33,11 +47,13 @@ def package_version(name: str) -> str | None:
 
 def environment(device: torch.device, processes: int) -> dict:
     """The software and hardware of a session on ``device`` with ``processes`` processes (the world size):
-    device type and model, torch, its CUDA (None on CPU builds), triton (None when not installed), python
-    and the host name."""
+    device type and model, torch's CPU threads (on the CPU they set the order of float sums, so results
+    repeat bit for bit only with the same count), torch, its CUDA (None on CPU builds), triton (None when not
+    installed), python and the host name."""
     return {
         "device": device.type,
         "device_name": device_name(device),
+        "cpu_threads": torch.get_num_threads(),
         "processes": int(processes),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

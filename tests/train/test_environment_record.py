@@ -20,6 +20,7 @@ FIELDS = {
     "train_s",
     "device",
     "device_name",
+    "cpu_threads",
     "processes",
     "torch",
     "cuda",
@@ -41,6 +42,7 @@ def test_each_session_appends_its_environment_and_a_resume_drops_what_it_redoes(
     (row,) = read_environment(run / ENVIRONMENT_FILE)
     assert set(row) == FIELDS and row["step"] == 0
     assert row["device"] == "cpu" and row["device_name"] and row["processes"] == 1
+    assert row["cpu_threads"] == torch.get_num_threads()  # the train tests' conftest: 1
     assert row["torch"] == torch.__version__ and row["cuda"] == torch.version.cuda
     assert row["python"] == platform.python_version() and row["host"] == platform.node()
     assert datetime.datetime.fromisoformat(row["time"]).utcoffset() == datetime.timedelta(0)
@@ -109,3 +111,16 @@ def test_blank_lines_are_skipped_and_a_bool_step_is_refused(tmp_path):
     path.write_text('{"step": 0}\n{"step": true}\n')
     with pytest.raises(ValueError, match="line 2: not a session record"):
         read_environment(path)
+
+
+def test_the_cpu_model_comes_from_proc_cpuinfo(monkeypatch, tmp_path):
+    """platform.processor() is "" on many Linux machines: the CPU was recorded as "x86_64"."""
+    from kinterval import environment as E
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7763 64-Core\n")
+    monkeypatch.setattr(E, "CPUINFO", str(info))
+    assert E.device_name(torch.device("cpu")) == "AMD EPYC 7763 64-Core"
+    info.write_text("processor\t: 0\n")  # no model name: what the platform module knows
+    monkeypatch.setattr(E.platform, "processor", lambda: "")
+    assert E.device_name(torch.device("cpu")) == E.platform.machine()
