@@ -398,6 +398,20 @@ def test_full_gate_tells_a_data_folder_of_other_content_by_its_shards(suite_dir,
     assert "evaluations" not in err, err
 
 
+def test_full_gate_hashes_the_shard_files_not_only_meta_json(suite_dir, tmp_path):
+    """A flipped byte in a shard passed: the gate compared the runs' hashes with those meta.json lists."""
+    d = _copy(suite_dir, tmp_path)
+    shard = d / "data" / "val_0000.bin"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 1
+    shard.write_bytes(bytes(data))
+    (err,) = gate(d, write_record=False).errors
+    assert err == (
+        f"data folder {(d / 'data').resolve()}: 1 of 1 val shard files do not hold what its meta.json lists "
+        "(sha256; first: val_0000.bin): changed or written over since it was prepared"
+    )
+
+
 @pytest.mark.parametrize("what", ["garbage npz", "npy not npz", "corrupt json", "no nll"])
 def test_corrupt_result_files_are_error_lines(suite_dir, tmp_path, capsys, what):
     d = _copy(suite_dir, tmp_path)

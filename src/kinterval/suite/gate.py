@@ -668,11 +668,21 @@ class _Gate:
         if not (isinstance(split, str) and isinstance(recorded, list)):
             return
         if split not in self.hashes:
+            data_dir = resolve_data_dir(self.out, self.data_dir)
             try:
-                shards = TokenShards(resolve_data_dir(self.out, self.data_dir), split).meta["splits"][split]
-                self.hashes[split] = [x["sha256"] for x in shards["shards"]]
+                shards = TokenShards(data_dir, split)
+                self.hashes[split] = [x["sha256"] for x in shards.meta["splits"][split]["shards"]]
             except (FileNotFoundError, ValueError, KeyError, TypeError):
                 self.hashes[split] = None
+            else:  # the files themselves, not only what meta.json says of them
+                bad = [f.name for f, h in zip(shards.paths, self.hashes[split]) if sha256_file(f) != h]
+                if bad:
+                    self.errs.add(
+                        ("data", "content"),
+                        f"data folder {data_dir}: {len(bad)} of {len(shards.paths)} {split} shard files do "
+                        f"not hold what its meta.json lists (sha256; first: {bad[0]}): changed or written "
+                        "over since it was prepared",
+                    )
         if self.hashes[split] is not None:
             self.data_jobs[kind].append(job)
             if recorded != self.hashes[split]:
