@@ -1,7 +1,5 @@
 """kinterval: pretraining Transformers with K-interval quantized attention."""
 
-from kinterval.ops import OperatorSpec, attention_probs, kinterval_attention, resolve_backend
-
 __version__ = "0.1.0"
 
 __all__ = [
@@ -13,10 +11,24 @@ __all__ = [
     "resolve_backend",
 ]
 
+# Imported on first use (``kinterval.OperatorSpec``, ``from kinterval import load_run``): ``import kinterval``
+# alone, as the command line's start does, does not load torch.
+_LAZY = {
+    "OperatorSpec": "kinterval.ops",
+    "attention_probs": "kinterval.ops",
+    "kinterval_attention": "kinterval.ops",
+    "resolve_backend": "kinterval.ops",
+    "load_run": "kinterval.train.load",
+}
+
 
 def __getattr__(name: str):
-    if name == "load_run":  # imported on first use: it pulls in the model and training layers
-        from kinterval.train.load import load_run
+    if name in _LAZY:
+        import importlib
 
-        return load_run
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'kinterval' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -138,6 +138,17 @@ def warning_lines(command: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the command modules load (a command's own: in _run)
+        print("kinterval: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # without loading every command's module
+        print(f"kinterval {__version__}")
+        return 0
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if getattr(args, "pass_through", False):  # a wrapped CLI (kinterval lm-eval) parses its own arguments

@@ -11,10 +11,24 @@ from kinterval.data import TokenShards
 
 
 def test_version(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["--version"])
+    """``--version`` alone answers without loading the command modules (torch, matplotlib, scipy)."""
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"kinterval {kinterval.__version__}"
+    with pytest.raises(SystemExit) as exit_:  # with other arguments: argparse's action, the same text
+        cli.main(["--version", "data"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip() == f"kinterval {kinterval.__version__}"
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
+    """A Ctrl-C in the seconds the command modules take to import ended in a traceback."""
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["train", "--out", "x"]) == 130
+    assert capsys.readouterr().err == "kinterval: interrupted\n"
 
 
 def test_cli_prepare_synthetic(tmp_path, capsys):

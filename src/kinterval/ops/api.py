@@ -317,8 +317,8 @@ def kinterval_attention(
     q k^T and P v in float32; the triton backend multiplies bf16/fp16 inputs as they are (16-bit dots with
     fp32 accumulation, P rounded to the input dtype before P v, as flash attention does).
     ``backend``: "reference", "closed_form", "triton" or "auto"
-    (:func:`~kinterval.ops.backends.resolve_backend`: the fastest backend that supports the spec on q's device
-    and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32",
+    (:func:`~kinterval.ops.backends.resolve_backend`: the preferred backend that supports the spec on q's
+    device and dtype; an explicit backend that cannot run it raises ``ValueError``). ``precision`` ("tf32",
     "tf32x3", "bf16x6" or "ieee") selects the fp32 dot precision of the triton backend (None: the enclosing
     :func:`dot_precision`, else torch's TF32 setting: ``tf32_enabled``); the others follow
     ``torch.backends`` settings. A query row with a non-finite score (NaN or ±inf, from non-finite q or k) on
