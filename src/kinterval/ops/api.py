@@ -353,6 +353,8 @@ def kinterval_attention(
         working_dtype(x.dtype, name)
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"k and v must agree in (B, H, Tk), got {tuple(k.shape)} and {tuple(v.shape)}")
     H, H_kv = q.shape[1], k.shape[1]
@@ -373,6 +375,9 @@ def kinterval_attention(
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     scale = float(scale)
     mask, bias = split_mask(mask, "attn_mask" if attn_mask is not None else "mask")
+    for name, m in (("mask", mask), ("bias", bias)):
+        if m is not None and m.device != q.device:
+            raise ValueError(f"the {name} must be on q's device {q.device}, got {m.device}")
     warn_mask_like_bias(bias, spec, "attn_mask" if attn_mask is not None else "mask")
     softcap = check_softcap(softcap)
     if sinks is not None:
