@@ -308,7 +308,7 @@ def test_files_and_folders_are_fsynced_before_their_renames(tmp_path, monkeypatc
     msd, state = tiny_state()
     save_checkpoint(tmp_path, 1, msd, {}, state)
     root = str(tmp_path / "checkpoints")
-    tmp, latest_tmp = f"{root}/.tmp-step_000001", f"{root}/LATEST.tmp"
+    tmp, latest_tmp = f"{root}/.tmp-step_000001", f"{root}/.LATEST.tmp"  # kinterval.atomic's temporary file
     order = {e: i for i, e in enumerate(events)}
     for f in (*C.FILES, "state.json"):
         assert order[("fsync", f"{tmp}/{f}")] < order[("replace", tmp)]

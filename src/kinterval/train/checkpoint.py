@@ -259,11 +259,7 @@ def save_checkpoint(
     os.replace(tmp, final)
     _fsync_dir(root)
     shutil.rmtree(old, ignore_errors=True)
-    latest_tmp = root / "LATEST.tmp"
-    with atomic.naming(latest_tmp):
-        latest_tmp.write_text(name + "\n")
-    _fsync_file(latest_tmp)
-    os.replace(latest_tmp, root / "LATEST")
+    atomic.write_text(root / "LATEST", name + "\n")  # fsynced; a Ctrl-C leaves no temporary file
     _fsync_dir(root)
     return final
 
