@@ -121,11 +121,16 @@ def _parse(path: Path) -> list[dict]:
 _INTS = ("step", "tokens", "val_blocks", "peak_mem")
 _NUMBERS = ("train_loss", "lr", "grad_norm", "clipped_frac", "tokens_per_s", "val_loss", "row_span")
 _NONFINITE = ("nan", "inf", "-inf")  # how :func:`_jsonable` writes non-finite floats
+_KNOWN = {*_INTS, *_NUMBERS, "clipped", "event", "row_span_layers"}
 
 
 def _bad_field(row: dict) -> str | None:
-    """What is wrong with a row's known fields (None: nothing): integers must be integers, numbers numbers
-    (or None, or a non-finite float as :func:`_jsonable` writes it), ``clipped`` a boolean."""
+    """What is wrong with a row (None: nothing): a field the trainer does not write (a damaged key would
+    leave its value unread); integers must be integers, numbers numbers (or None, or a non-finite float as
+    :func:`_jsonable` writes it), ``clipped`` a boolean."""
+    unknown = sorted(set(row) - _KNOWN)
+    if unknown:
+        return f"unknown field {unknown[0]!r}"
     for key in _INTS:
         v = row.get(key)
         if key in row and (isinstance(v, bool) or not isinstance(v, int)):
