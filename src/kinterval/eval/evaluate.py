@@ -245,7 +245,7 @@ def evaluate_checkpoint(
     T = model.config.block_size
     tokens = shards.tokens()
     t0 = time.perf_counter()
-    tok = token_nll(model, tokens, T, max_blocks=max_blocks, progress=progress)
+    tok = token_nll(model, tokens, T, max_blocks=max_blocks, progress=progress, desc=f"eval {ckpt.name}")
     _check_finite(tok, ckpt, shards.split, int(state["step"]))  # before anything is written
     nll = tok.mean(axis=1)
     arrays = {"nll": nll}

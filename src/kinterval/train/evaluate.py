@@ -33,8 +33,10 @@ def token_nll(
     *,
     max_blocks: int | None = None,
     progress: bool = False,
+    desc: str = "eval",
 ) -> np.ndarray:
-    """Per-token next-token NLL (nats), float64 array of shape (n_blocks, T).
+    """Per-token next-token NLL (nats), float64 array of shape (n_blocks, T). ``desc``: the progress bar's
+    label.
 
     Runs the model in eval mode on its own device with its numerics (autocast as in training, TF32 set to
     ``numerics.tf32_eval``) and restores the previous train/eval mode. ``tokens`` must be a 1-D integer
@@ -56,7 +58,7 @@ def token_nll(
     model.eval()
     try:
         with eval_precision(numerics):
-            for k in tqdm(range(n), desc="eval", disable=not progress, leave=False):
+            for k in tqdm(range(n), desc=desc, unit="block", disable=not progress, leave=False):
                 x, y = get_block(tokens, k, T)
                 with autocast(numerics, device):
                     logits, _ = model(x[None].to(device))
