@@ -106,8 +106,8 @@ def parse_args(argv=None):
     p.add_argument("--ops", default=None, help=f"comma-separated operator names (default: {DEFAULT_OPS})")
     p.add_argument("--dtypes", default=None, help=f"comma-separated from {', '.join(DTYPE_MODES)} "
                    "(default: bf16,tf32)")  # fmt: skip
-    p.add_argument("--T", default="512,1024,2048,4096,8192", help="sequence lengths (Tq = Tk)")
-    p.add_argument("--D", default="64,128", help="head dims")
+    p.add_argument("--T", default="512,1024,2048,4096,8192", help="sequence lengths, Tq = Tk (%(default)s)")
+    p.add_argument("--D", default="64,128", help="head dims (default %(default)s)")
     p.add_argument("--tokens", type=int, default=16384, help="B * T held fixed (FlashAttention's convention)")
     p.add_argument("--model-dim", type=int, default=2048, help="H * D held fixed")
     p.add_argument("--no-causal", action="store_true", help="full attention instead of causal")
@@ -233,6 +233,10 @@ def main(argv=None) -> int:
     bench = _make_bench(on_gpu, args)
     notes: list[str] = []  # one line per reason a cell shows "-" (printed once, and again under the table)
     _note_mods(notes, softcap, args.sinks, "fused" in bwds, args.bias)
+    if not on_gpu:
+        _note(notes, "SDPA f+b, x SDPA: '-' without CUDA (SDPA flash is a CUDA kernel)")
+    elif args.no_sdpa:
+        _note(notes, "SDPA f+b, x SDPA: '-' (--no-sdpa)")
     errors = _Errors(
         causal, device, err_t, err_heads, kinterval_attention, notes, args.gqa, softcap, args.sinks, args.bias
     )

@@ -214,18 +214,20 @@ def compile_one(
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ops", default="softmax,minmax-prob-k4,fwm-weight-k4")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--ops", default="softmax,minmax-prob-k4,fwm-weight-k4", help="comma-separated operators")
     p.add_argument("--dtypes", default="bf16", help="from bf16, fp16, tf32, tf32x3, bf16x6, ieee")
-    p.add_argument("--D", default="64,128")
-    p.add_argument("--kernels", default=",".join(KERNEL_NAMES))
+    p.add_argument("--D", default="64,128", help="comma-separated head dims")
+    p.add_argument("--kernels", default=",".join(KERNEL_NAMES), help="comma-separated kernels")
     p.add_argument(
         "--configs",
         default="all",
         help="'all' (the autotune space), 'first' (the default tile) or tiles BMxBN/warps/stages, "
         "comma-separated (e.g. 128x64/8/1)",
     )
-    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--arch", default="sm_90a", help="the GPU architecture compiled for")
     p.add_argument("--masks", default="causal", help="comma-separated from causal, mask, none")
     p.add_argument("--gqa", type=int, default=1, help=f"q heads per k/v head (of {HEADS}; 1: MHA)")
     p.add_argument(
