@@ -197,8 +197,9 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
     shots = {t: effective_fewshot(t, res) for t in sorted(res["samples"])}
     native = lm.state["config"]["operator"]["name"]
     numerics = {"device": str(lm._device), **applied_numerics(lm.model.config.numerics, lm._device)}
-    summary = {"run": str(run), "operator": lm.operator, "native_operator": native, "backend": lm.backend,
-               "checkpoint_step": lm.state.get("step"), "tasks": sorted(res["samples"]), "limit": limit,
+    summary = {"run": str(run), "operator": lm.operator, "native_operator": native,
+               "backend": lm.operator_backend, "checkpoint_step": lm.state.get("step"),
+               "tasks": sorted(res["samples"]), "limit": limit,
                "num_fewshot": num_fewshot, "task_num_fewshot": shots, "seed": seed, "batch_size": batch_size,
                **numerics, "results": res["results"], "files_sha256": files}  # fmt: skip
     atomic.write_json(out / "results.json", summary, default=_jsonable)  # last: the folder is complete

@@ -47,7 +47,9 @@ class KIntervalLM(TemplateLM):
         self._device = pick_device(device or "cpu")  # "auto": CUDA when available, as load_run
         loaded = load_run(run, checkpoint, self._device, operator, backend or "auto")
         self.model, self.state = loaded.model, loaded.state
-        self.backend = loaded.backend  # what runs the operator here (None: PyTorch's SDPA)
+        # what runs the operator here (None: PyTorch's SDPA); not ``backend``: lm-eval's TemplateLM reads
+        # that as "causal" or "seq2seq" (how it splits a context from its continuation)
+        self.operator_backend = loaded.backend
         self.enc = gpt2_encoding(bpe_file)
         check_gpt2_vocabulary(run, self.model.config.vocab_size, self.state, self.enc)
         self.max_gen_toks = int(max_gen_toks)
