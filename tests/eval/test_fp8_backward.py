@@ -57,7 +57,7 @@ def test_the_check_flushes_qk_gradients_where_training_has_them(make_config, tmp
     cfg = make_config(seed=7)
     res = fp8_backward_check(cfg)
     fp32, native = res["designs"]["fp32"], res["designs"]["native"]
-    assert (res["seed"], res["micro_batches"], res["sequences"]) == (7, 2, 8)
+    assert (res["seed"], res["device"], res["micro_batches"], res["sequences"]) == (7, "cpu", 2, 8)
     assert native["q"] == native["k"] == 0.0 and native["finite"]
     assert fp32["q"] > 0 and fp32["k"] > 0 and fp32["finite"] and len(fp32["layers"]) == 2
 
@@ -78,6 +78,9 @@ def test_the_check_flushes_qk_gradients_where_training_has_them(make_config, tmp
     assert one["sequences"] == 4 and one["designs"]["native"]["qk"] == 0.0
     with pytest.raises(ValueError, match=r"micro_batches must be in \[1, 2\]"):
         fp8_backward_check(cfg, micro_batches=3)
+    if not torch.cuda.is_available():  # the config's device, as train takes it
+        with pytest.raises(ValueError, match="device 'cuda' requested but CUDA is not available"):
+            fp8_backward_check(make_config(device="cuda"))
     with pytest.raises(ValueError, match="attention sinks"):
         fp8_backward_check(make_config(**{"model.attn_sinks": True}))
 
@@ -91,7 +94,7 @@ def test_cli_prints_the_table_and_writes_json(data_dir, tmp_path, capsys):
     argv += ["--json", str(out), "--threads", "1"]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "fp8-exp at seed 7, first step, 1 micro-batches (16 sequences)"
+    assert lines[0] == "fp8-exp at seed 7 on cpu, first step, 1 micro-batches (16 sequences)"
     assert lines[3].split() == ["native", "0", "0", "True"]
     res = json.loads(out.read_text())
     assert res["designs"]["native"]["qk"] == 0.0 and res["designs"]["fp32"]["qk"] > 0

@@ -380,7 +380,7 @@ def register(subparsers) -> None:
     p.add_argument("--data", help="prepared dataset folder (config: data.dir)")
     p.add_argument("--seed", type=int, help="seed of the initialization and the first step's sequences")
     p.add_argument("--micro-batches", type=int, help="the first N micro-batches of the step (default: all)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (default cpu)")
+    p.add_argument("--device", help="cpu | cuda | cuda:N | auto (default: the config's device, as train)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a field")
     p.add_argument("--json", help="also write the result as JSON here")
     p.add_argument("--threads", type=int, help="torch CPU threads of this process")
@@ -393,16 +393,15 @@ def _fp8_backward(args: argparse.Namespace) -> int:
     from kinterval import atomic
     from kinterval.eval.fp8_backward import fp8_backward_check
     from kinterval.train.config import TrainConfig
-    from kinterval.train.distributed import pick_device
 
     set_threads(args.threads)
     if args.json:
         atomic.check_target(args.json)
     cfg = TrainConfig.from_toml(args.config).override({"data.dir": args.data, "seed": args.seed})
-    cfg = cfg.override(parse_sets(args.set)).validate()
-    res = fp8_backward_check(cfg, args.micro_batches, pick_device(args.device))
-    print(f"fp8-exp at seed {res['seed']}, first step, {res['micro_batches']} micro-batches "
-          f"({res['sequences']} sequences)")  # fmt: skip
+    cfg = cfg.override({**parse_sets(args.set), "device": args.device}).validate()
+    res = fp8_backward_check(cfg, args.micro_batches)
+    print(f"fp8-exp at seed {res['seed']} on {res['device']}, first step, {res['micro_batches']} "
+          f"micro-batches ({res['sequences']} sequences)")  # fmt: skip
     print(f"{'backward':<8} {'||grad Q||':>12} {'||grad K||':>12}  finite")
     for design, r in res["designs"].items():
         print(f"{design:<8} {r['q']:>12.4g} {r['k']:>12.4g}  {r['finite']}")

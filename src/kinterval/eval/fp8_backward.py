@@ -60,13 +60,17 @@ def qk_gradient_norms(model: torch.nn.Module) -> dict:
             "finite": bool(finite)}  # fmt: skip
 
 
-def fp8_backward_check(cfg: TrainConfig, micro_batches: int | None = None, device: str = "cpu") -> dict:
+def fp8_backward_check(
+    cfg: TrainConfig, micro_batches: int | None = None, device: str | torch.device | None = None
+) -> dict:
     """The gradient of ``cfg``'s first training step at its initialization under both backward designs of
-    FP8-exp (:data:`DESIGNS`). ``micro_batches`` keeps the step's first ones (None: all of them, as the
-    paper's 128). Returns ``{"seed", "micro_batches", "sequences", "designs": {design: qk_gradient_norms}}``.
+    FP8-exp (:data:`DESIGNS`), on ``device`` (None: the config's ``device``, as training takes it; "auto" is
+    CUDA when available, where the training precision is bf16 autocast outside the fp32 attention).
+    ``micro_batches`` keeps the step's first ones (None: all of them, as the paper's 128). Returns
+    ``{"seed", "device", "micro_batches", "sequences", "designs": {design: qk_gradient_norms}}``.
     """
     cfg = cfg.override({"operator.name": "fp8-exp"}).validate()
-    info = D.DistInfo(device=torch.device(device))
+    info = D.DistInfo(device=D.pick_device(cfg.device if device is None else device))
     shards = TokenShards(cfg.data.dir, "train", verify=cfg.data.verify)
     tokens = shards.tokens()
     model_cfg = cfg.model_config(shards.vocab_size)
@@ -82,7 +86,8 @@ def fp8_backward_check(cfg: TrainConfig, micro_batches: int | None = None, devic
     torch.manual_seed(cfg.seed)  # the initialization training makes from this seed (Trainer)
     np.random.seed(cfg.seed % 2**32)  # noqa: NPY002 (as the Trainer)
     model = GPT(model_cfg, "fp8-exp", "reference").to(info.device).train()
-    out = {"seed": cfg.seed, "micro_batches": n_mb, "sequences": len(offsets), "designs": {}}
+    out = {"seed": cfg.seed, "device": str(info.device), "micro_batches": n_mb, "sequences": len(offsets),
+           "designs": {}}  # fmt: skip
     for design in DESIGNS:
         model.zero_grad(set_to_none=True)
         with train_precision(model_cfg.numerics):
