@@ -82,13 +82,13 @@ def test_data_prepare_on_a_full_disk_is_one_line_and_leaves_no_partial_shard(tmp
         self._f = Full()
 
     monkeypatch.setattr(W.ShardWriter, "_open", open_full)
-    out = tmp_path / "d"
+    out = tmp_path / "new" / "d"
     rc = cli.main(["data", "prepare", "--source", "synthetic", "--tokens", "20000", "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 1
     shard = out / W.STAGING / "train_0000.bin"  # the new shards are written there first
     assert err == f"kinterval data: error: {shard}: No space left on device (ENOSPC)\n"
-    assert not out.exists()  # no partial shard, no staging folder: the folder made for it is gone too
+    assert not (tmp_path / "new").exists()  # no partial shard, no staging folder: the folders made go too
 
 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])
@@ -97,7 +97,7 @@ def test_a_read_only_folder_is_one_line_with_exit_status_1(tmp_path, monkeypatch
         raise OSError(code, os.strerror(code), str(path))
 
     monkeypatch.setattr(atomic, "write_text", refuse)
-    out = tmp_path / "d"
+    out = tmp_path / "new" / "d"
     rc = cli.main(["data", "prepare", "--source", "synthetic", "--tokens", "20000", "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 1 and err.count("\n") == 1

@@ -123,7 +123,7 @@ def exclusive(lock: str | Path, busy: str, remove: bool = False) -> Iterator[Non
     import fcntl
 
     lock = Path(lock)
-    made = not lock.parent.exists()
+    made = [d for d in (lock.parent, *lock.parent.parents) if not d.exists()]  # innermost first
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a+") as fh:
         try:
@@ -143,9 +143,10 @@ def exclusive(lock: str | Path, busy: str, remove: bool = False) -> Iterator[Non
         finally:
             if remove:
                 lock.unlink(missing_ok=True)  # still held: nobody else holds the file at this path
-                if made:  # a folder made for the lock alone (the caller stopped before writing) goes too
-                    with contextlib.suppress(OSError):
-                        lock.parent.rmdir()
+                # folders made for the lock alone (the caller stopped before writing) go too
+                with contextlib.suppress(OSError):  # not empty: the caller's output stays
+                    for d in made:
+                        d.rmdir()
 
 
 def _inode(path: Path) -> int | None:
