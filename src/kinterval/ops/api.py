@@ -375,9 +375,6 @@ def kinterval_attention(
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     scale = float(scale)
     mask, bias = split_mask(mask, "attn_mask" if attn_mask is not None else "mask")
-    for name, m in (("mask", mask), ("bias", bias)):
-        if m is not None and m.device != q.device:
-            raise ValueError(f"the {name} must be on q's device {q.device}, got {m.device}")
     warn_mask_like_bias(bias, spec, "attn_mask" if attn_mask is not None else "mask")
     softcap = check_softcap(softcap)
     if sinks is not None:
