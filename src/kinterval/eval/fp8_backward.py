@@ -12,9 +12,9 @@ the native cast, 0.0485 under the fp32 backward, at 124M and seed 7).
 
 from __future__ import annotations
 
+import contextlib
 import math
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -26,7 +26,7 @@ from kinterval.ops.reference import normalize
 from kinterval.train import distributed as D
 from kinterval.train.config import TrainConfig
 from kinterval.train.schedule import make_plan
-from kinterval.train.trainer import accumulate_gradients, rank_offsets
+from kinterval.train.trainer import accumulate_gradients, rank_offsets, seed_all
 
 DESIGNS = ("fp32", "native")  # fp32: the exp derivative (training); native: autograd through the cast
 
@@ -83,20 +83,15 @@ def fp8_backward_check(
         raise ValueError(f"micro_batches must be in [1, {cfg.schedule.accum}] (the step's), got {n_mb}")
     offsets = rank_offsets(SequenceSampler(len(tokens), plan.block_size, cfg.seed), 0, plan.seqs_per_step, 0,
                            n_mb * mb)  # fmt: skip
-    torch.manual_seed(cfg.seed)  # the initialization training makes from this seed (Trainer)
-    np.random.seed(cfg.seed % 2**32)  # noqa: NPY002 (as the Trainer)
+    seed_all(cfg.seed)  # the initialization training makes from this seed
     model = GPT(model_cfg, "fp8-exp", "reference").to(info.device).train()
     out = {"seed": cfg.seed, "device": str(info.device), "micro_batches": n_mb, "sequences": len(offsets),
            "designs": {}}  # fmt: skip
     for design in DESIGNS:
         model.zero_grad(set_to_none=True)
-        with train_precision(model_cfg.numerics):
-            if design == "native":
-                with patched_attention(model, lambda idx, s, valid, q, k: native_cast_probs(s, valid)):
-                    accumulate_gradients(model, tokens, offsets, mb, plan.block_size, model_cfg.numerics,
-                                         info.device, model_cfg.vocab_size)  # fmt: skip
-            else:
-                accumulate_gradients(model, tokens, offsets, mb, plan.block_size, model_cfg.numerics,
-                                     info.device, model_cfg.vocab_size)  # fmt: skip
+        native = patched_attention(model, lambda idx, s, valid, q, k: native_cast_probs(s, valid))
+        with train_precision(model_cfg.numerics), native if design == "native" else contextlib.nullcontext():
+            accumulate_gradients(model, tokens, offsets, mb, plan.block_size, model_cfg.numerics, info.device,
+                                 model_cfg.vocab_size)  # fmt: skip
         out["designs"][design] = qk_gradient_norms(model)
     return out

@@ -144,9 +144,7 @@ class Trainer:
         if info.is_main and (note := passes_note(self.plan, len(self.tokens), cfg.data.dir)):
             print(f"kinterval train: note: {note}", file=sys.stderr)
 
-        torch.manual_seed(cfg.seed)
-        np.random.seed(cfg.seed % 2**32)  # noqa: NPY002 (legacy global RNG, for user code)
-        random.seed(cfg.seed)
+        seed_all(cfg.seed)
         model = GPT(self.model_cfg, cfg.operator.name, cfg.operator.backend).to(info.device)
         model.activation_checkpointing = cfg.activation_checkpointing
         self.model = D.wrap(model, info, cfg.dist.strategy, compile=cfg.compile)
@@ -545,6 +543,14 @@ class Trainer:
             return json.loads((self.out / "status.json").read_text()).get("status") == status
         except (OSError, ValueError, AttributeError):
             return False
+
+
+def seed_all(seed: int) -> None:
+    """The generators a run's initialization draws from, seeded as training seeds them (torch; numpy's and
+    Python's legacy global generators, for user code)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002
+    random.seed(seed)
 
 
 def data_identity(shards: TokenShards) -> dict:
