@@ -114,8 +114,8 @@ def sha256_file(path: str | Path) -> str:
 @contextlib.contextmanager
 def exclusive(lock: str | Path, busy: str, remove: bool = False) -> Iterator[None]:
     """One process at a time holds ``lock`` (its folder is made, and with ``remove`` removed again if it
-    stays empty): an advisory ``flock``, released by the
-    kernel when its process dies, so a killed process leaves no stale lock. A second process gets a
+    stays empty): an advisory ``flock``, released by the kernel when its process dies, so a killed process
+    leaves no stale lock. A second process gets a
     ``ValueError`` of ``busy`` with ``{who}`` filled in (``pid N on HOST``, as the holder wrote it).
     ``remove``: the lock file goes when the holder is done (a process that opened it just before finds, once
     it holds it, that it is not the file at ``lock`` any more, and is refused too). On a file system without

@@ -156,10 +156,10 @@ def run_downstream(run, tasks, *, out, limit=None, operator=None, include_path=N
         from lm_eval.tasks import TaskManager
 
         from kinterval.eval.lm_eval_adapter import KIntervalLM
-    except ImportError as err:  # the adapter's hint names the extra
-        raise ValueError(
-            f"kinterval downstream needs lm-eval: pip install 'kinterval[eval]' ({err})"
-        ) from None  # noqa: E501
+    except ImportError as err:
+        from kinterval.eval.lm_eval_commands import missing_lm_eval
+
+        raise missing_lm_eval("downstream", err) from None
 
     from kinterval.eval.checkpoints import pick_device
     from kinterval.eval.evaluate import applied_numerics

@@ -17,13 +17,18 @@ from pathlib import Path
 TASKS_DIR = Path(__file__).with_name("lm_eval_tasks")
 
 
+def missing_lm_eval(command: str, err: ImportError) -> ValueError:
+    """The one-line error of a command that needs lm-eval where it is missing (or fails to import)."""
+    return ValueError(f"kinterval {command} needs lm-eval: pip install 'kinterval[eval]' ({err})")
+
+
 def _lm_eval(args: argparse.Namespace) -> int:
     try:
         from lm_eval.__main__ import cli_evaluate
 
         import kinterval.eval.lm_eval_adapter  # noqa: F401  (registers the lm-eval model "kinterval")
     except ImportError as err:
-        raise ValueError(f"kinterval lm-eval needs lm-eval: pip install 'kinterval[eval]' ({err})") from None
+        raise missing_lm_eval("lm-eval", err) from None
     import torch
 
     rest = list(args.lm_eval_args)
