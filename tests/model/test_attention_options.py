@@ -140,6 +140,27 @@ def test_scores_carry_the_sink_as_a_last_key_without_value():
     assert torch.equal(k[:, 0], k[:, 1]) and torch.equal(k[:, 2], k[:, 3])  # k/v heads serve two q heads
 
 
+@pytest.mark.parametrize("op", ["softmax", "lerp-k4"])
+def test_a_sink_at_minus_infinity_is_absent_in_the_scores_as_in_the_model(op):
+    """A head's sink of -inf is no key (the operator's rule, ``ops.api.with_sinks``): the recomputed scores
+    mark it invalid, so that the probes' P v is the model's own output."""
+    model = build(op, **OPTIONS["sinks"])
+    for block in model.transformer.h:
+        block.attn.sinks.data = torch.tensor([1.5, float("-inf"), 0.0, 3.0], dtype=torch.float64)
+    attn = model.transformer.h[0].attn
+    x = torch.randn(2, 12, 32, dtype=torch.float64)
+    with torch.no_grad():
+        _, _, _, _, valid = attention_scores(attn, x)
+    assert not bool(valid[:, 1, :, -1].any()) and bool(valid[:, [0, 2, 3], :, -1].all())
+    idx = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        logits, _ = model(idx)
+        spec = attn.operator
+        with patched_attention(model, lambda i, s, valid, q, k: reference_probs(s, valid, spec)):
+            again, _ = model(idx)
+    torch.testing.assert_close(again, logits, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("option", sorted(OPTIONS))
 def test_parameter_count_and_state_dict(option):
     cfg = config(**OPTIONS[option])

@@ -18,27 +18,27 @@ from torch import Tensor
 
 from kinterval.model.gpt import CausalSelfAttention
 from kinterval.model.numerics import attention_inputs
+from kinterval.ops.api import modified_scores, with_sinks
 
 
 def attention_scores(module: CausalSelfAttention, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(q, k, v, s, valid) of ``module`` on its input ``x`` (B, T, C): fp32 heads (B, H, T, D), fp32 scores
     and the causal mask (B, H, T, T). ``c_attn`` runs under the caller's autocast, as in the model. With
     grouped-query attention k and v are repeated to H heads; with sinks, s and valid have T + 1 keys (the
-    last one the head's sink, always valid) and v has a zero row T, so that ``P v`` is the layer's output."""
+    last one the head's sink, valid unless it is -inf) and v has a zero row T, so that ``P v`` is the layer's
+    output."""
     B, T, C = x.shape
     q, k, v = module.heads(x)
     q, k, v = attention_inputs(module.attention_dtype, q, k, v)  # fp32 tensors (bf16-rounded values if set)
     if module.n_kv_head != module.n_head:
         k, v = (t.repeat_interleave(module.n_head // module.n_kv_head, dim=1) for t in (k, v))
     with torch.autocast(device_type=x.device.type, enabled=False):
-        s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        qk = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
         i = torch.arange(T, device=x.device)
-        valid = (i[None, :] <= i[:, None]).expand(s.shape)
-        if module.softcap is not None:
-            s = module.softcap * torch.tanh(s / module.softcap)
-        if module.sinks is not None:  # key T: the head's sink, attended by every row, with a zero value
-            sink = module.sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)
-            s, valid = torch.cat([s, sink], -1), torch.cat([valid, torch.ones_like(valid[..., :1])], -1)
+        valid = (i[None, :] <= i[:, None]).expand(qk.shape)
+        s, _ = modified_scores(qk, valid, module.softcap, None)  # the operator's own softcap
+        if module.sinks is not None:  # key T: the head's sink (the operator's own rule: valid unless -inf)
+            s, valid = with_sinks(s, valid, module.sinks.view(1, -1, 1, 1))
             v = torch.cat([v, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], -2)
     return q, k, v, s, valid
 
