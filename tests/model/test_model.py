@@ -176,6 +176,66 @@ def test_tf32_context_sets_and_restores():
     assert tf32_flags() == before
 
 
+def _precision_state() -> dict:
+    """Every fp32 precision setting a caller can read, a getter that raises (mixed APIs) as "raises"."""
+    b, out = torch.backends, {}
+    reads = {
+        "legacy": torch.get_float32_matmul_precision,
+        "allow_tf32": lambda: b.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": lambda: b.cudnn.allow_tf32,
+    }
+    for obj, name in [(b, ""), (b.cuda.matmul, "cuda.matmul"), (b.cudnn, "cudnn"), (b.cudnn.conv, "conv")]:
+        reads[f"{name}.fp32_precision"] = lambda o=obj: o.fp32_precision
+    for obj, name in [(b.mkldnn, "mkldnn"), (b.mkldnn.matmul, "mkldnn.matmul")]:
+        reads[f"{name}.fp32_precision"] = lambda o=obj: o.fp32_precision
+    for key, read in reads.items():
+        try:
+            out[key] = read()
+        except RuntimeError:
+            out[key] = "raises"
+    return out
+
+
+CALLER_STATES = {
+    "default": lambda b: None,
+    "legacy medium": lambda b: torch.set_float32_matmul_precision("medium"),
+    "legacy high": lambda b: torch.set_float32_matmul_precision("high"),
+    "new cuda tf32": lambda b: setattr(b.cuda.matmul, "fp32_precision", "tf32"),
+    "new top tf32": lambda b: setattr(b, "fp32_precision", "tf32"),
+    "new oneDNN bf16": lambda b: setattr(b.mkldnn.matmul, "fp32_precision", "bf16"),
+    "new top oneDNN bf16": lambda b: setattr(b.mkldnn, "fp32_precision", "bf16"),
+    "legacy allow_tf32": lambda b: setattr(b.cuda.matmul, "allow_tf32", True),
+}
+
+
+@pytest.mark.skipif(
+    not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="PyTorch without fp32_precision"
+)
+@pytest.mark.parametrize("enabled", [True, False])
+@pytest.mark.parametrize("state", sorted(CALLER_STATES))
+def test_tf32_context_restores_every_caller_state(state, enabled):
+    """Whatever mix of torch's legacy and new precision APIs the caller used, the block leaves every setting
+    as it found it, a getter that raised before included (it raises again, and reads nothing new)."""
+    b = torch.backends
+
+    def reset():
+        torch.set_float32_matmul_precision("highest")
+        b.fp32_precision = b.cuda.matmul.fp32_precision = b.cudnn.fp32_precision = "none"
+        b.cudnn.conv.fp32_precision = b.cudnn.rnn.fp32_precision = "tf32"
+        b.mkldnn.fp32_precision = b.mkldnn.matmul.fp32_precision = "none"
+        b.mkldnn.conv.fp32_precision = b.mkldnn.rnn.fp32_precision = "none"
+
+    reset()
+    try:
+        CALLER_STATES[state](b)
+        before = _precision_state()
+        with tf32(enabled):
+            assert tf32_flags()[0] is enabled
+        assert _precision_state() == before
+    finally:
+        reset()
+
+
 @pytest.mark.skipif(
     not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="PyTorch without fp32_precision"
 )
@@ -203,6 +263,13 @@ def test_autocast_policy_on_cpu():
         assert (x @ x).dtype == torch.float32
     with autocast(NumericsConfig(autocast_on_cpu=True), "cpu"):
         assert (x @ x).dtype == torch.bfloat16
+    # "none" holds inside a caller's own autocast region too (an evaluation called from a user's bf16 loop)
+    with torch.autocast("cpu", dtype=torch.bfloat16), autocast(NumericsConfig(), "cpu"):
+        assert (x @ x).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16), autocast(NumericsConfig(autocast_dtype="none"), "cpu"):
+        assert (x @ x).dtype == torch.float32
+    with autocast(NumericsConfig(), "meta"):  # no autocast on meta: nothing to switch off
+        pass
     # The attention operator stays in fp32 inside an autocast region; the output comes back as q's dtype.
     model = build("fwm-prob-k4")
     with autocast(NumericsConfig(autocast_on_cpu=True), "cpu"):

@@ -59,11 +59,14 @@ def autocast_applied(numerics: NumericsConfig, device: torch.device | str) -> st
 
 
 def autocast(numerics: NumericsConfig, device: torch.device | str) -> contextlib.AbstractContextManager:
-    """The autocast region for everything outside attention (the operator disables autocast itself)."""
-    dtype = autocast_applied(numerics, device)
+    """The autocast region for everything outside attention (the operator disables autocast itself). "none"
+    switches off a caller's own autocast too, so that the run's numerics hold whoever calls."""
+    dtype, device_type = autocast_applied(numerics, device), torch.device(device).type
     if dtype == "none":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype))
+        if not torch.amp.is_autocast_available(device_type):  # e.g. meta: no autocast to switch off
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, enabled=False)
+    return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
 
 
 def attention_inputs(attention_dtype: str, *xs: Tensor, native: bool = False) -> tuple[Tensor, ...]:

@@ -64,11 +64,13 @@ def tf32(enabled: bool) -> Iterator[None]:
         # autotuning caches and FlexAttention read it), is stored apart from the fp32_precision settings,
         # and that getter raises when CUDA matmuls are "tf32" while it says "highest". So it is set to
         # match ("medium" keeps a caller's bf16 oneDNN matmuls legal) before the settings are pinned, and
-        # restored first on exit; None: the caller's settings already made the getter raise.
+        # restored first on exit. Where the caller's settings already make the getter raise (new-API settings
+        # over the legacy default), it cannot be read: torch's default, "highest", is restored, which with
+        # the caller's new-API settings put back after it makes the getter raise again, as before.
         try:
             old_legacy = torch.get_float32_matmul_precision()
         except RuntimeError:
-            old_legacy = None
+            old_legacy = "highest"
         cpu_bf16 = enabled and getattr(mkldnn, "fp32_precision", "") == "bf16"
         torch.set_float32_matmul_precision("highest" if not enabled else "medium" if cpu_bf16 else "high")
         for f, value in pinned:
@@ -76,8 +78,7 @@ def tf32(enabled: bool) -> Iterator[None]:
         try:
             yield
         finally:
-            if old_legacy is not None:
-                torch.set_float32_matmul_precision(old_legacy)
+            torch.set_float32_matmul_precision(old_legacy)
             for (f, _), value in zip(pinned, old):
                 f.fp32_precision = value
         return
