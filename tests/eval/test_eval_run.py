@@ -14,9 +14,17 @@ from kinterval.cli import main
 from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
 from kinterval.eval.checkpoints import list_checkpoints
-from kinterval.eval.evaluate import eval_dir, evaluate_checkpoint, evaluate_run, load_result, result_paths
+from kinterval.eval.evaluate import (
+    applied_numerics,
+    eval_dir,
+    evaluate_checkpoint,
+    evaluate_run,
+    load_result,
+    result_paths,
+)
 from kinterval.eval.nll import document_ids, per_document
 from kinterval.eval.tau_screen import Stage, floor_probs, fwm_spec, run_stage, stage3_table
+from kinterval.model import NumericsConfig
 from kinterval.ops.reference import reference_probs
 from kinterval.stats import block_bootstrap_ci
 from kinterval.train import checkpoint as C
@@ -350,13 +358,19 @@ def test_a_cached_geometry_of_another_operator_is_not_replaced_by_as(tiny_run, t
 
 def test_the_eval_numerics_used_are_recorded(tiny_run, tmp_path, monkeypatch):
     """The summary said "tf32": false whatever the checkpoint's numerics.tf32_eval; the fused kernels' eval
-    dot precision ($KINTERVAL_EVAL_DOT_PRECISION) is recorded and is part of the request."""
+    dot precision ($KINTERVAL_EVAL_DOT_PRECISION) is recorded and is part of the request on CUDA. Off CUDA
+    no fused kernel runs: the CPU result is "ieee" whatever the variable says, and answers the same
+    request."""
     ckpt = list_checkpoints(tiny_run / "run")[-1]  # tf32_eval = false, attention inputs float32
     r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2)
     assert (r["tf32"], r["attention_dtype"], r["eval_dot_precision"]) == (False, "float32", "ieee")
     monkeypatch.setenv("KINTERVAL_EVAL_DOT_PRECISION", "tf32x3")
-    r = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2)
-    assert r["skipped"] is False and r["eval_dot_precision"] == "tf32x3"
+    again = evaluate_checkpoint(ckpt, out_dir=tmp_path / "a", max_blocks=2)
+    assert again["skipped"] is True and again["eval_dot_precision"] == "ieee"
+    assert applied_numerics(NumericsConfig(), torch.device("cuda"))["eval_dot_precision"] == "tf32x3"
+    assert (
+        applied_numerics(NumericsConfig(tf32_eval=True), torch.device("cuda"))["eval_dot_precision"] is None
+    )
     over = {"schedule.tokens": 512, "checkpoint.count": 1}
     over |= {"numerics.tf32_eval": True, "numerics.attention_dtype": "bfloat16"}
     train(tiny_config(tiny_run / "data", over), tmp_path / "tf32run")

@@ -74,13 +74,15 @@ def applied_numerics(numerics: NumericsConfig, device: torch.device) -> dict:
     """The numerics of an evaluation (or probe) on ``device``: its type, the autocast dtype outside attention
     that :func:`kinterval.model.numerics.autocast` applies there ("none": off, as on CPU unless
     ``autocast_on_cpu``), the attention input dtype, TF32 (``numerics.tf32_eval``, what ``eval_precision``
-    sets) and the fused kernels' eval dot precision (None: TF32 on, the kernels use "tf32")."""
+    sets) and the fused kernels' eval dot precision (None: TF32 on, the kernels use "tf32"; off CUDA, where no
+    fused kernel runs, "ieee": torch's fp32 matmuls, whatever ``$KINTERVAL_EVAL_DOT_PRECISION`` asks)."""
+    dots = eval_dot_setting(numerics)
     return {
         "device_type": device.type,
         "autocast": autocast_applied(numerics, device),
         "attention_dtype": numerics.attention_dtype,
         "tf32": numerics.tf32_eval,
-        "eval_dot_precision": eval_dot_setting(numerics),
+        "eval_dot_precision": dots if dots is None or device.type == "cuda" else "ieee",
     }
 
 
