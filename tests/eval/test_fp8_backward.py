@@ -58,6 +58,13 @@ def test_the_check_flushes_qk_gradients_where_training_has_them(make_config, tmp
     res = fp8_backward_check(cfg)
     fp32, native = res["designs"]["fp32"], res["designs"]["native"]
     assert (res["seed"], res["device"], res["micro_batches"], res["sequences"]) == (7, "cpu", 2, 8)
+    # the training precision it ran in (on the CPU: no autocast unless autocast_on_cpu; TF32 as in training)
+    assert (res["device_type"], res["autocast"], res["attention_dtype"], res["tf32"]) == (
+        "cpu",
+        "none",
+        "float32",
+        True,
+    )
     assert native["q"] == native["k"] == 0.0 and native["finite"]
     assert fp32["q"] > 0 and fp32["k"] > 0 and fp32["finite"] and len(fp32["layers"]) == 2
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from kinterval.data.loader import SequenceSampler, TokenShards
 from kinterval.eval.attention import attention_layers, patched_attention
 from kinterval.model import GPT
-from kinterval.model.numerics import train_precision
+from kinterval.model.numerics import autocast_applied, train_precision
 from kinterval.ops.reference import normalize
 from kinterval.train import distributed as D
 from kinterval.train.config import TrainConfig
@@ -67,7 +67,8 @@ def fp8_backward_check(
     FP8-exp (:data:`DESIGNS`), on ``device`` (None: the config's ``device``, as training takes it; "auto" is
     CUDA when available, where the training precision is bf16 autocast outside the fp32 attention).
     ``micro_batches`` keeps the step's first ones (None: all of them, as the paper's 128). Returns
-    ``{"seed", "device", "micro_batches", "sequences", "designs": {design: qk_gradient_norms}}``.
+    ``{"seed", "device", "device_type", "autocast", "attention_dtype", "tf32", "micro_batches", "sequences",
+    "designs": {design: qk_gradient_norms}}`` (``tf32``: the config's ``numerics.tf32_train``).
     """
     cfg = cfg.override({"operator.name": "fp8-exp"}).validate()
     info = D.DistInfo(device=D.pick_device(cfg.device if device is None else device))
@@ -85,7 +86,10 @@ def fp8_backward_check(
                            n_mb * mb)  # fmt: skip
     seed_all(cfg.seed)  # the initialization training makes from this seed
     model = GPT(model_cfg, "fp8-exp", "reference").to(info.device).train()
-    out = {"seed": cfg.seed, "device": str(info.device), "micro_batches": n_mb, "sequences": len(offsets),
+    num = model_cfg.numerics  # the training precision it runs in, recorded as the evaluations record theirs
+    out = {"seed": cfg.seed, "device": str(info.device), "device_type": info.device.type,
+           "autocast": autocast_applied(num, info.device), "attention_dtype": num.attention_dtype,
+           "tf32": num.tf32_train, "micro_batches": n_mb, "sequences": len(offsets),
            "designs": {}}  # fmt: skip
     for design in DESIGNS:
         model.zero_grad(set_to_none=True)
