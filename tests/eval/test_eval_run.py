@@ -598,7 +598,8 @@ def test_a_cached_result_answers_only_the_same_numerics(tiny_run, tmp_path, monk
     for on_cpu in (False, True):
         numerics = NumericsConfig(autocast_on_cpu=on_cpu)
         ctx = autocast(numerics, "cpu")
-        applied = str(ctx.fast_dtype).removeprefix("torch.") if isinstance(ctx, torch.autocast) else "none"
+        on = isinstance(ctx, torch.autocast) and ctx._enabled  # "none" is autocast switched off
+        applied = str(ctx.fast_dtype).removeprefix("torch.") if on else "none"
         assert E.applied_numerics(numerics, torch.device("cpu"))["autocast"] == applied
         assert applied == ("bfloat16" if on_cpu else "none")
 
