@@ -642,7 +642,7 @@ def test_a_forward_audit_is_native_minus_substituted_a_substitution_the_reverse(
     """The paper's sign depends on the table: tab:strictaudit and tab:rounding (the same hard forward under
     another arithmetic or surrogate) print native − substituted; tab:subst ("diff", another operator on the
     same weights) prints substituted − native. The tag's safe name parses back (a tau of 5.5 included)."""
-    from kinterval.eval.evaluate import safe_operator
+    from kinterval.model import safe_operator
 
     rng = np.random.default_rng(12)
     nll, delta = rng.normal(4.0, 0.2, N), rng.normal(1e-4, 1e-4, N)

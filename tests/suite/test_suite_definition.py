@@ -6,8 +6,9 @@ import re
 
 import pytest
 
+from kinterval.model import safe_operator
 from kinterval.ops import OperatorSpec
-from kinterval.suite.definition import load_suite, safe_name, select, shipped_suites
+from kinterval.suite.definition import load_suite, select, shipped_suites
 from kinterval.suite.manifest import build_manifest, eval_settings
 from kinterval.train.config import TrainConfig
 
@@ -122,7 +123,8 @@ def test_select_and_safe_names():
     assert {r.run_id for r in select(runs, ["softmax"])} == {"softmax-s7", "softmax-s42"}
     assert [r.run_id for r in select(runs, ["softmax-s?"])] == ["softmax-s7"]  # ? is one character
     assert len(select(runs, ["*-s42"])) == 7
-    assert safe_name("lerp-k32[range_grad=detach]") == "lerp-k32.range_grad-detach"
+    assert safe_operator("lerp-k32[range_grad=detach]") == "lerp-k32.range_grad-detach"
+    assert safe_operator("LERP-K32[Range_Grad=detach]") == "lerp-k32.range_grad-detach"  # one folder
     # a group name (not an operator or run id) selects the group's runs: 4 operators x 2 seeds
     factorial = {
         f"{c}-{s}-k4-s{seed}" for c in ("minmax", "fwm") for s in ("weight", "prob") for seed in (7, 42)

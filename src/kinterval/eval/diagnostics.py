@@ -27,9 +27,10 @@ from kinterval.eval.checkpoints import (
     select_checkpoints,
     state_sha256,
 )
-from kinterval.eval.evaluate import applied_numerics, request, safe_operator
+from kinterval.eval.evaluate import applied_numerics, request
 from kinterval.eval.geometry import geometry_probe
 from kinterval.eval.graddiag import gradient_diagnostics
+from kinterval.model import safe_operator
 from kinterval.train.checkpoint import read_state
 from kinterval.train.load import load_run
 

@@ -31,7 +31,7 @@ from kinterval.eval.checkpoints import (
     trained_operator,
 )
 from kinterval.eval.nll import document_ids, per_document
-from kinterval.model import ModelConfig, NumericsConfig, operator_name
+from kinterval.model import ModelConfig, NumericsConfig, operator_name, safe_operator
 from kinterval.model.numerics import autocast_applied, eval_dot_setting
 from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_ci
 from kinterval.train.checkpoint import code_identity, read_state
@@ -42,18 +42,12 @@ from kinterval.train.load import load_run
 SUMMARY_VERSION = 3
 
 
-def safe_operator(op: str) -> str:
-    """``lerp-k32[range_grad=detach]`` -> ``lerp-k32.range_grad-detach``."""
-    base, _, extra = op.partition("[")
-    return ".".join([base, *[p.replace("=", "-") for p in extra.rstrip("]").split(",") if p]])
-
-
 def eval_tag(split: str = "val", data: str | Path | None = None, operator: str | None = None) -> str:
     parts = [split]
     if data is not None:
         parts.append(Path(data).resolve().name)
     if operator is not None:
-        parts.append("op-" + safe_operator(operator_name(operator)))
+        parts.append("op-" + safe_operator(operator))
     return "__".join(parts)
 
 

@@ -39,6 +39,14 @@ def operator_name(operator: str | OperatorSpec) -> str:
     return op if op == SDPA else op.full_name
 
 
+def safe_operator(operator: str | OperatorSpec) -> str:
+    """The file-system-safe form of :func:`operator_name` (run ids, eval tags, probe folders), so that one
+    operator however it is written has one folder: ``lerp-k32[range_grad=detach]`` ->
+    ``lerp-k32.range_grad-detach``."""
+    base, _, extra = operator_name(operator).partition("[")
+    return ".".join([base, *[p.replace("=", "-") for p in extra.rstrip("]").split(",") if p]])
+
+
 def rotary(x: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary position embedding (RoFormer; the half-split pairing of Llama and transformers): channel i and
     i + D/2 of position t turn by the angle t * theta^(-2i/D). Computed in fp32 at least (float64 stays)."""

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from kinterval.data.sources import SPLITS
-from kinterval.model.gpt import SDPA
+from kinterval.model.gpt import SDPA, safe_operator
 from kinterval.ops import OperatorSpec
 from kinterval.ops.seeds import SEED_LIMIT, is_seed
 from kinterval.train.config import TrainConfig, flatten
@@ -166,13 +166,6 @@ def suite_path(name: str | Path) -> Path:
     )
 
 
-def safe_name(full_name: str) -> str:
-    """``lerp-k32[range_grad=detach]`` -> ``lerp-k32.range_grad-detach`` (file-system safe)."""
-    base, _, extra = full_name.partition("[")
-    parts = [p.replace("=", "-") for p in extra.rstrip("]").split(",") if p]
-    return ".".join([base, *parts])
-
-
 # Config fields that every run of a suite sets itself (manifest.expected_config): an override of one would be
 # silently replaced
 RUN_FIELDS = {"name", "seed", "operator.name", "checkpoint.count", "data.dir"}
@@ -231,7 +224,7 @@ def load_suite(name: str | Path) -> Suite:
                 for seed in seeds:
                     runs.append(
                         RunSpec(
-                            run_id=f"{safe_name(op)}-s{seed}",
+                            run_id=f"{safe_operator(op)}-s{seed}",
                             group=g.get("name", f"group{i}"),
                             operator=op,
                             seed=int(seed),

@@ -124,7 +124,7 @@ def _substitution_rows(points: list[Point], unpaired: dict[str, str] | None) -> 
     ``__op-``: a held-out one (``test__ptb``) or, for the suite's own split (``val__op-...``), its primary
     evaluation. Every run counts, a softmax run through a K-interval forward too: the contrast needs no
     control. A run evaluated through its own operator (``val__op-softmax`` of a softmax run) has none."""
-    from kinterval.eval.evaluate import safe_operator
+    from kinterval.model import safe_operator
 
     by_key: dict[Key, list[Point]] = defaultdict(list)
     for p in points:

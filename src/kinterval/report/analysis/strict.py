@@ -65,7 +65,7 @@ def _cell_op(cell: str, K: int, arithmetic: str) -> str:
 def _runs_through(p: Point, op: str) -> bool:
     """Whether the evaluation ``p`` ran the forward of operator ``op`` (full name): its recorded
     ``operator_used``, or the ``op-`` part of its tag (``kinterval eval --operator``), or its own operator."""
-    from kinterval.eval.evaluate import safe_operator
+    from kinterval.model import safe_operator
 
     if p.operator_used and p.operator_used != p.operator:
         return p.operator_used == op
