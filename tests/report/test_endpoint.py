@@ -154,6 +154,22 @@ def test_tail_decomposition_rows_are_the_planted_contrasts():
     assert (r.recovery, r.recovery_lo, r.recovery_hi) == (ratio, pytest.approx(ratio), pytest.approx(ratio))
 
 
+def test_tail_decomposition_pairs_resolved_with_the_fwm_of_its_tau():
+    """Resolved keeps FWM's step tau/K and origin -tau (App. D.4): resolved at tau = 2.5 was paired with an
+    FWM run at tau = 4 of the same report, and a resolved run whose tau has no FWM run with the FWM of
+    another."""
+    ops = {"minmax-prob-k3": 0.2, "fwm-prob-k3[tau=2.5]": 0.03, "fwm-prob-k3[tau=4]": 0.05}
+    ops |= {"resolved-prob-k3[tau=2.5]": 0.1, "resolved-weight-k3[tau=4]": 0.1, "minmax-weight-k3": 0.2}
+    ops |= {"fwm-weight-k3[tau=2.5]": 0.04}
+    rows = {r.contrast: r for r in A.tail_decomposition(runs(ops, seeds=(7,)))}
+    assert rows["resolved − FWM (prob-STE, K3, tau=2.5)"].est.mean == pytest.approx(0.1 - 0.03, abs=1e-12)
+    assert rows["MinMax − resolved (prob-STE, K3, tau=2.5)"].recovery == pytest.approx(
+        (0.2 - 0.1) / (0.2 - 0.03)
+    )
+    assert not any("weight-STE" in c for c in rows)  # no FWM-Weight at tau = 4: no row, not tau = 2.5's
+    assert not any("tau=4" in c for c in rows)
+
+
 def test_tail_decomposition_gives_weight_ste_before_prob_ste():
     """tab:taildecomp's order: the Weight-STE decomposition, then the Prob-STE one (the Prob runs listed
     first here)."""
