@@ -71,6 +71,9 @@ def test_ops_table_reports_the_override_error_itself(capsys):
         cli.main(["ops", "--T", "2", "--operators", "lerp-k4[range_grad=p1]", "--range-grad", "detach"]) == 2
     )
     assert "sets range_grad=p1, --range-grad says detach" in _one_error_line(capsys)
+    for name, flag in (("lerp-k4[range_grad=full]", "detach"), ("lerp-k4[range_grad=detach]", "full")):
+        assert cli.main(["ops", "--T", "2", "--operators", name, "--range-grad", flag]) == 2  # was silent
+        assert f"--range-grad says {flag}" in _one_error_line(capsys)
     assert cli.main(["ops", "--T", "2", "--operators", " , "]) == 2
     assert "--operators names no operator" in _one_error_line(capsys)
 

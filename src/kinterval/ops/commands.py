@@ -107,9 +107,10 @@ def split_operators(text: str) -> list[str]:
 def _spec(name: str, range_grad: str | None) -> OperatorSpec:
     """A table operator: its full name (as the table prints it), with --range-grad for K-interval ones."""
     spec = OperatorSpec.from_full_name(name)  # the parse error itself (unknown name, tau out of range, ...)
-    if range_grad is None or range_grad == "full" or not spec.is_kinterval:  # baselines have no range_grad
+    if range_grad is None or not spec.is_kinterval:  # baselines have no range_grad
         return spec
-    if spec.range_grad not in ("full", range_grad):
+    named = "range_grad" in name.partition("[")[2].lower()  # "[range_grad=full]" is a choice, too
+    if named and spec.range_grad != range_grad:
         raise ValueError(
             f"operator {name!r} sets range_grad={spec.range_grad}, --range-grad says {range_grad}"
         )
@@ -150,7 +151,8 @@ def run(args) -> int:
     names = split_operators(args.operators) if args.operators is not None else DEFAULT_OPERATORS
     if not names:
         raise ValueError(f"--operators names no operator, got {args.operators!r}")
-    specs = [_spec(name, range_grad) for name in names]  # every name, before the (large) tensors
+    # every name, before the (large) tensors; a name's own range_grad stands where the flag is not given
+    specs = [_spec(name, range_grad if args.range_grad is not None else None) for name in names]
     if args.json is not None:  # before the tensors, not after
         atomic.check_target(args.json)
     T, scale, seed = args.T or 128, args.scale or 6.0, check_seed(args.seed or 0, "--seed")
