@@ -236,7 +236,7 @@ def test_huge_k_or_tau_is_rejected_with_the_bounds(name, overrides):
         OperatorSpec.parse(name, **overrides)
 
 
-@pytest.mark.parametrize("full", ["fwm-prob-k4[tau=abc]", "fwm-prob-k4[tau]"])
+@pytest.mark.parametrize("full", ["fwm-prob-k4[tau=abc]", "fwm-prob-k4[tau]", "fwm-prob-k4[tau=5_0]"])
 def test_full_name_with_a_non_numeric_tau_is_a_named_error(full):
     with pytest.raises(ValueError, match=r"tau must be a number.*valid forms"):
         OperatorSpec.from_full_name(full)

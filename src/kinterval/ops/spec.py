@@ -206,6 +206,8 @@ class OperatorSpec:
             overrides[key.strip()] = value.strip()
         if "tau" in overrides:
             try:
+                if "_" in overrides["tau"]:  # Python's float("5_0") is 50: a typo must not be read as a tau
+                    raise ValueError
                 overrides["tau"] = float(overrides["tau"])
             except ValueError:
                 tau = overrides["tau"]
