@@ -438,6 +438,9 @@ def test_tables_order_conditions_as_the_paper(tmp_path):
     build_report([tmp_path / "ci", tmp_path / "B"], tmp_path / "rep")
     want = ["softmax", "lerp-k4", "lerp-k16", "minmax-weight-k4", "minmax-prob-k4", "fwm-weight-k4"]
     assert sorted(want[::-1], key=operator_order) == want
+    # every family of the catalog has its place (LERP's FWM / resolved calibrations after LERP), none unknown
+    fams = ["lerp-k4", "fwm-lerp-k4", "resolved-lerp-k4", "minmax-weight-k4", "resolved-prob-k4", "zeta-k4"]
+    assert sorted(fams[::-1], key=operator_order) == fams
     for name in ("geometry.md", "clip.md", "cross_setting.md", "delta.md"):
         got = _conditions(tmp_path / "rep" / name)
         assert "lerp-k4" in got and "lerp-k16" in got, name

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from kinterval.ops import OperatorSpec
+from kinterval.ops.catalog import FAMILY_FORMS
 from kinterval.report.results import Key, Point
 from kinterval.stats import (
     bh_q,
@@ -360,16 +361,9 @@ def _row_from_pairs(contrast: str, pairs: list[Pair], key: Key | None = None, **
 
 
 # The paper's order of operator families (tab:seedend, tab:endpoints): softmax, the exponential baselines
-# (no K), LERP, the four factorial cells, resolved calibration; an unknown family after them.
-FAMILY_ORDER = (
-    "lerp",
-    "minmax-weight",
-    "minmax-prob",
-    "fwm-weight",
-    "fwm-prob",
-    "resolved-weight",
-    "resolved-prob",
-)
+# (no K), LERP (and its FWM / resolved calibrations), the four factorial cells, resolved calibration: the
+# catalog's order, so that a family the catalog gains is never sorted as unknown.
+FAMILY_ORDER = tuple(form.removesuffix("-k{K}") for form in FAMILY_FORMS)
 
 
 def operator_order(name: str) -> tuple:
