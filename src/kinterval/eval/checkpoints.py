@@ -16,7 +16,7 @@ __all__ = [
     "list_checkpoints",
     "pick_device",
     "select_checkpoints",
-    "state_sha256",
+    "state_file_sha256",
     "trained_operator",
 ]
 
@@ -42,7 +42,10 @@ def select_checkpoints(run_dir: str | Path, which: str | int | Path = "all") -> 
     return ckpts
 
 
-def state_sha256(path: str | Path) -> str:
+def state_file_sha256(path: str | Path) -> str:
+    """SHA-256 of checkpoint ``path``'s state.json file, byte for byte (what evaluations record as
+    ``checkpoint_state_sha256``); not ``train.checkpoint.state_sha256``, the hash of its content that
+    state.json carries."""
     return hashlib.sha256((Path(path) / "state.json").read_bytes()).hexdigest()
 
 

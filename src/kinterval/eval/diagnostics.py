@@ -25,7 +25,7 @@ from kinterval.eval.checkpoints import (
     evaluation_split,
     pick_device,
     select_checkpoints,
-    state_sha256,
+    state_file_sha256,
 )
 from kinterval.eval.evaluate import applied_numerics, request
 from kinterval.eval.geometry import geometry_probe
@@ -65,7 +65,7 @@ def diagnose_checkpoint(
             out_dir = out_dir.with_name(f"{kind}__as-{safe_operator(spec)}")
     out_dir = Path(out_dir)
     path = out_dir / f"{checkpoint_name(ckpt)}.json"
-    sha = state_sha256(ckpt)
+    sha = state_file_sha256(ckpt)
     stored = read_state(ckpt)
     shards = evaluation_split(data, split, stored, ckpt)
     dev = pick_device(device)  # before the cache: the request holds the device's numerics

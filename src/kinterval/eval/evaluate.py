@@ -27,7 +27,7 @@ from kinterval.eval.checkpoints import (
     evaluation_split,
     pick_device,
     select_checkpoints,
-    state_sha256,
+    state_file_sha256,
     trained_operator,
 )
 from kinterval.eval.nll import document_ids, per_document
@@ -129,7 +129,7 @@ def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
         if not (
             isinstance(s, dict)
             and s.get("summary_version") == SUMMARY_VERSION
-            and s.get("checkpoint_state_sha256") == state_sha256(ckpt)
+            and s.get("checkpoint_state_sha256") == state_file_sha256(ckpt)
             and _answers(s.get("request"), req)
         ):
             return False
@@ -150,7 +150,7 @@ def _refuse_replacing_full(json_path: Path, ckpt: Path, max_blocks: int) -> None
     ``--max-blocks`` look would replace the protocol result that the gate and the report read."""
     try:
         s = read_summary(json_path)
-        full = s["checkpoint_state_sha256"] == state_sha256(ckpt) and s["request"]["max_blocks"] is None
+        full = s["checkpoint_state_sha256"] == state_file_sha256(ckpt) and s["request"]["max_blocks"] is None
     except (ValueError, OSError, KeyError, TypeError):  # none, unreadable or another layout: nothing to keep
         return
     if full:
@@ -252,7 +252,7 @@ def evaluate_checkpoint(
         "step": int(state["step"]),
         "tokens": int(state.get("tokens", 0)),
         "train_passes": train_passes(state, T),
-        "checkpoint_state_sha256": state_sha256(ckpt),
+        "checkpoint_state_sha256": state_file_sha256(ckpt),
         "checkpoint_files": state.get("files", {}),
         "operator_trained": trained_operator(state),
         "operator_used": model.operator,

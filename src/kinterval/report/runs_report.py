@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kinterval.eval.checkpoints import state_sha256
+from kinterval.eval.checkpoints import state_file_sha256
 from kinterval.eval.evaluate import eval_dir, load_result, read_summary, result_paths
 from kinterval.report.build import demo_report
 from kinterval.report.probes import PROBES, compare_pair
@@ -72,7 +72,7 @@ def _evaluated(run: Path, split: str) -> Evaluated:
             f"{run}: its latest checkpoint ({ckpt.name}) has no evaluation on {split}; run {again}"
         )
     summary, arrays = load_result(path)
-    if summary.get("checkpoint_state_sha256") != state_sha256(ckpt):
+    if summary.get("checkpoint_state_sha256") != state_file_sha256(ckpt):
         raise ValueError(f"{path}: an evaluation of other checkpoint bytes than {ckpt}; run {again} again")
     config = summary.get("train_config") or {}
     seed = config.get("seed")
@@ -100,7 +100,7 @@ def _evaluated(run: Path, split: str) -> Evaluated:
 def _current(path: Path, ckpt: Path) -> bool:
     """Whether ``path`` is an evaluation of the checkpoint ``ckpt`` as it is now."""
     try:
-        return path.is_file() and read_summary(path).get("checkpoint_state_sha256") == state_sha256(ckpt)
+        return path.is_file() and read_summary(path).get("checkpoint_state_sha256") == state_file_sha256(ckpt)
     except (OSError, ValueError):
         return False
 
