@@ -132,9 +132,9 @@ class CausalSelfAttention(nn.Module):
                     **({"score_mod": mods} if mods else {}),
                 )
                 if q.dtype == torch.bfloat16 and backend != "triton":
-                    # Only the fused kernel takes bf16 itself (fp32 maths inside). The others compute in fp32
-                    # too but return their input's dtype: given the rounded values as fp32 tensors, their
-                    # output stays fp32 (not rounded to bf16 before c_proj), as the kernel's.
+                    # Only the fused kernel takes bf16 itself (fp32 maths inside, a bf16 output). The others
+                    # compute in fp32 too but return their input's dtype: given the rounded values as fp32
+                    # tensors, their output stays fp32 up to c_proj.
                     q, k, v = q.float(), k.float(), v.float()
                 y = _operator_attention(q, k, v, self.operator, backend, options)
         return self.c_proj(y.to(x.dtype).transpose(1, 2).contiguous().view(B, T, C))
