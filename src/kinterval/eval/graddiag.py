@@ -94,7 +94,8 @@ def full_spec(spec: OperatorSpec) -> OperatorSpec:
 
 
 def decomposition_sums(s, valid, spec: OperatorSpec, u) -> dict[str, float]:
-    """Squared norms of g_full, the three terms and the mode errors for one layer and block."""
+    """Squared norms of g_full, the three terms of dL/ds, eq. (2) (direct, through M, through m) and the mode
+    errors for one layer and block."""
     t = score_grad_terms(s, valid, full_spec(spec), u)
     full = t["self"] + t["M"] + t["m"]
     p1 = project_zero_sum(t["self"], valid)

@@ -109,7 +109,8 @@ def interior_fd(scores, spec, upstream, index: tuple, eps: float = 1e-6, *, caus
 def decompose_score_grad(
     scores: Tensor, upstream: Tensor, spec, *, causal=False, mask=None
 ) -> dict[str, Tensor]:
-    """g_self, g_M, g_m of the local VJP at fixed upstream u = dL/dP (Table S-graddecomp).
+    """g_self, g_M, g_m of the local VJP at fixed upstream u = dL/dP (Table S-graddecomp): the three terms
+    of dL/ds, eq. (2): the direct one and the range terms through ∂w/∂M and ∂w/∂m, eq. (1).
 
     g_full = g_self + g_M + g_m; detach = g_self; max_only = g_self + g_M; min_only = g_self + g_m. The M and
     m terms fall entirely on the arg-max and arg-min keys. ``upstream`` must have the shape of ``scores``

@@ -74,7 +74,8 @@ def project_zero_sum(grad: Tensor, valid: Tensor) -> Tensor:
 
 
 def extrema_for_grad(ext: RowExtrema, range_grad: str) -> tuple[Tensor, Tensor]:
-    """Which extremum stays on the tape: full keeps both, max_only M, min_only m, detach/p1 neither."""
+    """Which extremum stays on the tape: full keeps both, max_only M, min_only m, detach/p1 neither: which
+    range terms of dL/ds, eq. (2), the backward keeps (those through ∂w/∂M and ∂w/∂m, eq. (1))."""
     M = ext.M if range_grad in ("full", "max_only") else ext.M.detach()
     m = ext.m if range_grad in ("full", "min_only") else ext.m.detach()
     return M, m
