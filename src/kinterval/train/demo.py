@@ -124,5 +124,4 @@ def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
     for r in rows:
         d = r["per_block"] - ref
         r["delta_nll"] = float(d.mean())
-        r["delta_se"] = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
     return rows
