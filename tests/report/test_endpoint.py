@@ -375,6 +375,31 @@ def test_report_geometry_and_width_gap_are_at_the_endpoint(tmp_path):
     assert "lerp-k4-s42 [val] in geometry" in data["unpaired"]
 
 
+def test_report_builds_when_every_seed_of_a_condition_lacks_its_last_evaluation(tmp_path):
+    """One seed (or all) trained to the end but not evaluated there, its geometry probed: the report stopped
+    with an IndexError (no seed left for the endpoint geometry) instead of listing the runs as unpaired."""
+    (tmp_path / "crash.toml").write_text(SUITE)
+    eff = {"softmax": 0.0, "lerp-k4": 0.08, "lerp-k16": 0.02}
+    m = write_results(
+        tmp_path / "crash",
+        tmp_path / "crash.toml",
+        lambda r, f: eff[r["operator"]] * f,
+        geometry=lambda r, f: {"h": f, "span": 10.0 * f},
+    )
+    for run in (r for r in m["runs"] if r["operator"] == "lerp-k4"):
+        last = (
+            tmp_path / "crash" / run["run_dir"] / "eval" / "val" / f"step_{run['checkpoint_steps'][-1]:06d}"
+        )
+        last.with_suffix(".json").unlink()
+        last.with_suffix(".npz").unlink()  # trained to the end (status completed), not evaluated there
+        status = {"status": "completed", "tokens": run["tokens"]}
+        (tmp_path / "crash" / run["run_dir"] / "status.json").write_text(json.dumps(status))
+    build_report(tmp_path / "crash", tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert not any(k.startswith("lerp-k4 ") for k in data["geometry"]) and data["geometry"]
+    assert {"lerp-k4-s7 [val] in geometry", "lerp-k4-s42 [val] in geometry"} <= set(data["unpaired"])
+
+
 def test_the_minmax_weight_over_fwm_prob_claim_has_one_entry_per_arithmetic():
     """The strict and the historical K4 cells side by side: the claim has an entry for each, with its own
     estimate, not the first alone."""

@@ -545,6 +545,8 @@ def final_geometry(
     acc = {k: [p.geometry for p in at_endpoint(ps, "geometry", unpaired)] for k, ps in by_key.items()}
     out = {}
     for k, gs in acc.items():
+        if not gs:  # every seed left out (listed in unpaired): e.g. one seed, not evaluated at its last step
+            continue
         vals = {m: [g[m] for g in gs if g.get(m) is not None and np.isfinite(g[m])] for m in gs[0]}
         out[k] = {m: float(np.mean(v)) for m, v in vals.items() if v}
     return out
