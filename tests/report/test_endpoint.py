@@ -262,6 +262,13 @@ def test_report_lists_the_run_that_stopped_early(tmp_path):
         data["unpaired"]
     )
     assert "lerp-k4-s42 [val] in ΔNLL vs softmax" in (tmp_path / "rep" / "unpaired.md").read_text()
+    # the figures' lines and the rank statistics say so too: the trajectory's last point is seed 7's alone
+    assert data["unpaired"]["lerp-k4-s42 [val] in the ΔNLL trajectory"] == (
+        f"no paired evaluation at {run['tokens']} training tokens: the line's point there is the mean of "
+        "the other seeds"
+    )
+    assert [p["seeds"] for p in data["trajectories"]["lerp-k4 (24.58k, data:val)"]][-2:] == [[7, 42], [7]]
+    assert "lerp-k4 (7) in the rank statistics and widthgap" in data["unpaired"]
 
 
 def test_bh_family_keeps_a_condition_that_lacks_a_seed_at_the_endpoint():

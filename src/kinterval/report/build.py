@@ -33,7 +33,7 @@ from kinterval.report import claims as C
 from kinterval.report import figures as F
 from kinterval.report import tables as T
 from kinterval.report.probes import probe_comparisons
-from kinterval.report.results import Key, load_many
+from kinterval.report.results import Key, Point, load_many
 from kinterval.train.checkpoint import check_outside_runs
 
 
@@ -123,19 +123,23 @@ def _detach_series(det: list, models: bool) -> dict[str, list]:
     return {_label(k, many, models): _traj_points(v) for k, v in by_key.items()}
 
 
-def _mean_geometry(points, models: bool = False) -> dict[str, list[tuple[int, dict]]]:
+def _mean_geometry(
+    points, unpaired: dict[str, str], models: bool = False
+) -> dict[str, list[tuple[int, dict]]]:
     """operator label -> [(tokens, layer-mean geometry averaged over seeds)] for primary evaluations; a
-    supplementary modified-backward run's seed beside its same-seed full twin (fig:e1 b, d)."""
-    acc: dict[Key, dict[int, list[dict]]] = {}
+    supplementary modified-backward run's seed beside its same-seed full twin (fig:e1 b, d). A run without a
+    probe at some of its line's checkpoints goes to ``unpaired`` (``analysis.note_partial_line``)."""
+    acc: dict[Key, dict[int, list[Point]]] = {}
     for k, ps in A.geometry_groups(points).items():
         for p in ps:
-            acc.setdefault(k, {}).setdefault(p.tokens, []).append(p.geometry)
+            acc.setdefault(k, {}).setdefault(p.tokens, []).append(p)
     many = len({k.setting() for k in acc}) > 1
     out = {}
     for k, by_t in acc.items():
+        A.note_partial_line(by_t, "the geometry trajectory", unpaired, "evaluation with a geometry probe")
         series = []
         for t in sorted(by_t):
-            gs = by_t[t]
+            gs = [p.geometry for p in by_t[t]]
             keys = gs[0].keys()
             vals = {m: [g[m] for g in gs if g.get(m) is not None and math.isfinite(g[m])] for m in keys}
             series.append((t, {m: float(np.mean(v)) if v else float("nan") for m, v in vals.items()}))
@@ -501,7 +505,7 @@ def _build(results, out: Path, clean=()) -> None:
         ix.table("ktrend", *T.trend_rows(trends), "K-trend slopes of ΔNLL")
     _seed_figures(rows, fac, ix, data)
     traj = A.trajectories(pairing)
-    geo = _mean_geometry(points, models)
+    geo = _mean_geometry(points, left_out, models)
     det, det_pairing = A.detach_pairs(primary)
     many = len({k.setting() for k in traj}) > 1
     series = {_label(k, many, models): _traj_points(v) for k, v in traj.items()}
@@ -589,7 +593,7 @@ def _build(results, out: Path, clean=()) -> None:
         if gap:
             F.widthgap_figure(gap, out / "widthgap.png", "Endpoint ΔNLL vs native width h and row span")
             ix.figure("widthgap.png", "ΔNLL vs h and span")
-    ranks = A.rank_statistics(rows, geo_end)
+    ranks = A.rank_statistics(rows, geo_end, left_out)
     if any(s.kendall_w is not None or s.spearman_h is not None for s in ranks):
         data["ranks"] = ranks
         ix.table("ranks", *T.rank_rows(ranks), "Rank statistics: ordering over seeds, ΔNLL vs geometry")

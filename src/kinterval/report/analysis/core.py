@@ -486,14 +486,34 @@ def seed_references(pairing: Pairing) -> list[Row]:
 
 
 def trajectories(pairing: Pairing) -> dict[Key, list[Row]]:
-    """key -> one row per evaluated checkpoint (the same rule at every checkpoint)."""
+    """key -> one row per evaluated checkpoint (the same rule at every checkpoint). A run of the line without
+    a pair at some of its checkpoints is listed in ``pairing.unpaired`` (:func:`note_partial_line`)."""
     acc: dict[Key, dict[int, list[Pair]]] = defaultdict(lambda: defaultdict(list))
     for x in pairing.pairs:
         acc[x.point.key][x.point.tokens].append(x)
+    for by_t in acc.values():
+        note_partial_line({t: [x.point for x in xs] for t, xs in by_t.items()}, "the ΔNLL trajectory",
+                          pairing.unpaired)  # fmt: skip
     return {
         k: [_row_from_pairs(f"{k.operator} − {by_t[t][0].control.operator}", by_t[t]) for t in sorted(by_t)]
         for k, by_t in acc.items()
     }
+
+
+def note_partial_line(
+    by_t: dict[int, list[Point]], what: str, unpaired: dict[str, str], item: str = "paired evaluation"
+) -> None:
+    """A figure line's point at a checkpoint is the mean over the seeds there: where one of the line's runs
+    has no item at a checkpoint that others have, the point is of fewer seeds (a run that stopped early, or
+    was not evaluated there). Each such run is listed in ``unpaired`` with the checkpoints it lacks."""
+    runs = {p.seed: p for ps in by_t.values() for p in ps}
+    for seed, p in sorted(runs.items()):
+        missing = [t for t in sorted(by_t) if seed not in {q.seed for q in by_t[t]}]
+        if missing:
+            at = ", ".join(map(str, missing))
+            unpaired[f"{p.run_id} [{p.tag}] in {what}"] = (
+                f"no {item} at {at} training tokens: the line's point there is the mean of the other seeds"
+            )
 
 
 def condition(k: Key) -> str:

@@ -26,12 +26,13 @@ class RankStats:
     spearman_span: tuple[float, float] | None  # (rho, p) against row span
 
 
-def ranked_rows(delta: list[Row]) -> dict[tuple, list[Row]]:
+def ranked_rows(delta: list[Row], unpaired: dict[str, str] | None = None) -> dict[tuple, list[Row]]:
     """Setting -> the ΔNLL rows its rank statistics (and fig:widthgap) use: the designed full-gradient
     conditions with a K (the paper's "25 approximate conditions of a designed grid"; a modified backward such
     as ``range_grad=detach`` is a different experiment, not a grid point) run on the setting's most common
     seed set of several seeds (suite D's five seeds, not a supplementary single-seed run evaluated on the
-    same data), or every such row of a setting with no row of several seeds."""
+    same data), or every such row of a setting with no row of several seeds. A condition left out for its
+    other seed set (e.g. a seed that stopped early) is listed in ``unpaired``, where one is given."""
     by_setting: dict[tuple, list[Row]] = defaultdict(list)
     for r in delta:
         if r.key is not None and designed_full(r.key):
@@ -41,12 +42,20 @@ def ranked_rows(delta: list[Row]) -> dict[tuple, list[Row]]:
         sets = [r.seeds for r in rows if len(r.seeds) >= 2]
         if sets:
             seeds = max(sorted(set(sets)), key=sets.count)
+            for r in rows:
+                if r.seeds != seeds and unpaired is not None:
+                    ids, used = ",".join(map(str, r.seeds)), ",".join(map(str, seeds))
+                    unpaired[f"{r.key.operator} ({ids}) in the rank statistics and widthgap"] = (
+                        f"its ΔNLL row has seeds {ids}; the setting's ranks use seeds {used}"
+                    )
             rows = [r for r in rows if r.seeds == seeds]
         out[setting] = rows
     return out
 
 
-def rank_statistics(delta: list[Row], geometry: dict[Key, dict[str, float]]) -> list[RankStats]:
+def rank_statistics(
+    delta: list[Row], geometry: dict[Key, dict[str, float]], unpaired: dict[str, str] | None = None
+) -> list[RankStats]:
     """Per setting: Kendall's W and pairwise Spearman over the seeds every condition has, and Spearman of the
     condition-mean ΔNLL against final h and span (conditions with geometry). What is undefined is left out,
     not an error: W when every seed ties all conditions, a seed pair's rho when one of the two ties them all,
@@ -54,7 +63,7 @@ def rank_statistics(delta: list[Row], geometry: dict[Key, dict[str, float]]) -> 
     from kinterval.stats import kendall_w, pairwise_spearman, spearman
 
     out = []
-    for setting, rows in ranked_rows(delta).items():
+    for setting, rows in ranked_rows(delta, unpaired).items():
         seeds = list(rows[0].seeds) if len(rows[0].seeds) >= 2 else []
         w, pw = None, ()
         if len(seeds) >= 2 and len(rows) >= 3:
