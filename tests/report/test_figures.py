@@ -258,6 +258,34 @@ def test_colours_follow_the_sorted_labels_whatever_their_order():
     assert list(F.colours(["b", "a"])) == ["a", "b"]
 
 
+def test_a_condition_keeps_its_colour_in_the_k_figure(figs, tmp_path):
+    """kscaling.png coloured its families by their own order (FWM–Prob blue there, brown in the trajectories):
+    a condition's line has one colour in every figure."""
+    from matplotlib.colors import to_hex
+    from synthetic_results import write_results
+
+    from kinterval.report.build import build_report
+
+    eff = lambda r, f: 0.0 if r["operator"] == "softmax" else 0.05 * f  # noqa: E731
+    write_results(tmp_path / "ci", "ci", eff, n_blocks=32)
+    build_report([tmp_path / "ci"], tmp_path / "rep")
+
+    def title(fig):
+        return fig._suptitle.get_text() if fig._suptitle is not None else fig.axes[0].get_title()
+
+    traj = next(f for f in figs if title(f).startswith("ΔNLL vs same-seed softmax"))
+    kfig = next(f for f in figs if title(f).startswith("K scaling"))
+
+    def colours(fig):
+        return {ln.get_label(): to_hex(ln.get_color()) for ax in fig.axes for ln in ax.get_lines()
+                if not ln.get_label().startswith("_")}  # fmt: skip
+
+    in_k, in_traj = colours(kfig), colours(traj)
+    shared = set(in_k) & set(in_traj)
+    assert len(shared) >= 3, (in_k, in_traj)
+    assert {op: in_k[op] for op in shared} == {op: in_traj[op] for op in shared}
+
+
 def test_width_gap_leaves_out_a_condition_without_a_positive_width_on_that_panel_only(figs, tmp_path):
     F.widthgap_figure(
         {"a": (0.5, 20.0, 0.1), "s": (0.0, 8.0, 0.0), "n": (None, 4.0, 0.2)}, tmp_path / "w.png", "t"

@@ -260,12 +260,16 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
     }
 
 
-def _k_figure(primary, rows: list[A.Row], traj, ix: _Index, data: dict) -> None:
+def _k_figure(primary, rows: list[A.Row], traj, ix: _Index, data: dict, colour_of=lambda k: None) -> None:
     """fig:k for the longest-horizon setting (:func:`analysis.k_panels`): ``kscaling.png``; what it plots goes
-    to report.json (``k_figure``); a panel whose runs are absent is drawn "not run" and named in index.md."""
+    to report.json (``k_figure``); a panel whose runs are absent is drawn "not run" and named in index.md.
+    ``colour_of(key)``: a trajectory's colour in the other figures, which its line keeps here."""
     kp = A.k_panels(primary, rows, traj)
     if kp is None:
         return
+    colours = {
+        k.operator: colour_of(k) for k in traj if k.setting() == kp.setting and colour_of(k) is not None
+    }
     where = f"{T.tokens(kp.setting[0])}, {kp.setting[1]}"
     F.k_figure(
         kp.final,
@@ -275,6 +279,7 @@ def _k_figure(primary, rows: list[A.Row], traj, ix: _Index, data: dict) -> None:
         ix.out / "kscaling.png",
         f"K scaling, {where}: endpoint ΔNLL by K, K={kp.K} gap and Nearest − LERP along training",
         K=kp.K,
+        colours=colours,
     )
     ix.figure(
         "kscaling.png", f"endpoint ΔNLL by K and family, K={kp.K} gap and Nearest − LERP along training"
@@ -517,7 +522,7 @@ def _build(results, out: Path, clean=()) -> None:
         )
         ix.figure("trajectories.png", "ΔNLL trajectories")
         data["trajectories"] = {_label(k, True, models): v for k, v in traj.items()}
-    _k_figure(primary, rows, traj, ix, data)
+    _k_figure(primary, rows, traj, ix, data, lambda k: colours.get(_label(k, many, models)))
     if geo:
         F.geometry_figure(
             geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)", colours

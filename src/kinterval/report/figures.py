@@ -408,26 +408,39 @@ def factorial_figure(
 
 
 def k_figure(
-    final: dict, gap: dict, vs_lerp: dict, not_run: dict, path: Path, title: str, K: int = 4
+    final: dict,
+    gap: dict,
+    vs_lerp: dict,
+    not_run: dict,
+    path: Path,
+    title: str,
+    K: int = 4,
+    colours: dict | None = None,
 ) -> Path:
     """fig:k. (a) Endpoint ΔNLL vs softmax by K (log2) and family, at the measured K only, whiskers: the
     95% interval; (b) ΔNLL vs softmax along training of the K = ``K`` conditions with their interval bands;
     (a, b) symlog, linear within ±0.02 nats. (c) Each Nearest condition minus the same-seed LERP at K along
     training with its interval band, linear. ``final``: family -> {K: Row}; ``gap``, ``vs_lerp``: label ->
     [Row per checkpoint]; ``not_run``: panel letter -> why (an empty "not run" panel). A family has one
-    colour in all three panels (a line of (b) or (c) takes its rows' family's colour in (a))."""
+    colour in all three panels (a line of (b) or (c) takes its rows' family's colour in (a)): ``colours``
+    (operator -> colour, the report's map) gives a family the colour of its K = ``K`` condition, as in the
+    other figures; a family without one takes the next of matplotlib's cycle."""
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.0))
     ax = axes[0]
     vals = []
     n = len(final)
-    family_colour = {fam: f"C{j}" for j, fam in enumerate(final)}
+    family_colour = {
+        rows[0].family: (colours or {})[op] for op, rows in gap.items() if rows and op in (colours or {})
+    }
+    for j, fam in enumerate(final):
+        family_colour.setdefault(fam, f"C{j}")
     for j, (fam, by_K) in enumerate(final.items()):
         xs = [K_ * 2 ** (0.04 * (j - (n - 1) / 2)) for K_ in by_K]  # a small offset per family
         for x, row in zip(xs, by_K.values()):
-            _interval(ax, x, row, f"C{j}", label=fam if x == xs[0] else None, points=False)
+            _interval(ax, x, row, family_colour[fam], label=fam if x == xs[0] else None, points=False)
             vals += [row.est.lo, row.est.hi]
         if len(xs) > 1:
-            ax.plot(xs, [r.est.mean for r in by_K.values()], color=f"C{j}", lw=1)
+            ax.plot(xs, [r.est.mean for r in by_K.values()], color=family_colour[fam], lw=1)
     _log2_x(ax, [K_ for by_K in final.values() for K_ in by_K])
     _symlog_y(ax, vals, linthresh=0.02)
     ax.axhline(0, color="k", lw=0.8)
