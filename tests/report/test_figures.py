@@ -193,6 +193,18 @@ def test_trajectory_ticks_read_a_band_between_decades(figs, tmp_path):
     assert tiny.get_yscale() == "linear" and len([t for t in tiny.get_yticks() if -0.004 <= t <= 0.005]) >= 3
 
 
+def test_a_symlog_axis_is_labelled_beyond_its_outermost_value(figs, tmp_path):
+    """A point at -0.028 sat below the last label, -0.02, and read as about -0.0225 on the log part of the
+    axis; the axis now reaches the next 1-2-5 label beyond the data on either side (0.12: 0.2)."""
+    F.trajectory_figure({"a": [(1, 0.0, -0.01, 0.12), (2, -0.028, -0.03, -0.025)]}, tmp_path / "t.png", "t")
+    ax = figs[0].axes[0]
+    figs[0].canvas.draw()
+    lo, hi = ax.get_ylim()
+    assert lo <= -0.05 and hi >= 0.2
+    shown = {t.get_text() for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi}
+    assert {"-0.05", "0.2"} <= shown
+
+
 # --- what each axis says, fixed here rather than read from the module's own tables ---
 
 

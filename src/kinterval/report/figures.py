@@ -71,6 +71,12 @@ def _log_x(ax) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _next_125(x: float) -> float:
+    """The smallest of 1, 2 and 5 times a power of ten that is at least ``x`` > 0."""
+    decade = 10.0 ** math.floor(math.log10(x))
+    return next(m * decade for m in (1.0, 2.0, 5.0, 10.0) if m * decade >= x * (1 - 1e-12))
+
+
 def _symlog_y(ax, values, linthresh: float) -> None:
     """symlog y (linear within ±linthresh), labelled at 1, 2 and 5 per decade (a band reaching 0.05 is read
     at 0.02 and 0.05, not left between the decade ticks 0.01 and 0.1); values that all sit in the linear part
@@ -78,6 +84,14 @@ def _symlog_y(ax, values, linthresh: float) -> None:
     if max((abs(v) for v in values), default=0.0) > linthresh:
         ax.set_yscale("symlog", linthresh=linthresh)
         ax.yaxis.set_major_locator(SymmetricalLogLocator(linthresh=linthresh, base=10, subs=(1.0, 2.0, 5.0)))
+        # the axis reaches the next labelled value beyond the data, so that no point sits past the last
+        # label (-0.028 below a last tick of -0.02 reads as about -0.0225 on a log scale)
+        lo, hi = ax.get_ylim()
+        top, bottom = max(values), min(values)
+        ax.set_ylim(
+            min(lo, -_next_125(-bottom)) if bottom < -linthresh else lo,
+            max(hi, _next_125(top)) if top > linthresh else hi,
+        )
     else:
         ax.yaxis.set_major_locator(MaxNLocator(6, symmetric=False))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
