@@ -72,6 +72,11 @@ def test_spearman_p_small_n_values():
     # n = 5, rho = 0.9: 5 of the 120 pairings reach |rho| >= 0.9 in each tail, p = 10/120 (t approx: 0.037).
     assert spearman([1, 2, 3, 4, 5], [2, 1, 3, 4, 5]).p == pytest.approx(1 / 12)
     assert spearman([1, 2, 3, 4, 5], [1, 2, 3, 4, 5]).p == pytest.approx(2 / 120)
+    # rho = 0 exactly (the mini report's seven conditions): both tails hold the observed pairing's ties,
+    # p = 1; compared as floating rho, ties off by 1e-17 fell out of a tail and p was 0.9968
+    x = [0.0527, -0.0145, -0.0279, 0.1351, 0.0672, 0.0321, 0.0226]
+    r = spearman(x, [9.06, 11.34, 13.22, 12.34, 15.12, 9.22, 14.04])
+    assert r.rho == 0.0 and r.p == 1.0
 
 
 def test_spearman_p_resampled_beyond_enumeration():
