@@ -58,7 +58,7 @@ def spearman(x, y, *, n_resamples: int = SPEARMAN_RESAMPLES, seed: int = 0) -> S
     """Spearman rank correlation rho and its two-sided permutation p.
 
     rho is the Pearson correlation of the (average) ranks, as ``scipy.stats.spearmanr``. p comes from a
-    permutation test of it (``scipy.stats.pearsonr`` on the ranks with ``PermutationMethod``): under H0 every
+    permutation test of it (``scipy.stats.permutation_test`` over the pairings of the ranks): under H0 every
     pairing of the y ranks with the x ranks is equally likely. When all ``n!`` pairings fit within
     ``n_resamples`` (n <= 7 by default) they are enumerated and p is exact (n = 3, rho = 1: p = 1/3).
     Beyond, ``n_resamples`` random pairings drawn with ``seed`` give a deterministic p, the observed pairing
