@@ -72,6 +72,11 @@ def test_an_override_that_changes_only_range_grad_is_noted(monkeypatch, capsys, 
     [
         ({"n_documents": 3, "doc_cluster_mean_nll": 3.25}, "  doc-cluster 3.2500  [evaluated]"),
         ({"n_documents": 1}, "  doc-cluster - (1 document: needs 2)  [evaluated]"),  # printed nothing
+        ({"n_documents": 3, "n_documents_split": 3, "doc_cluster_mean_nll": 3.25}, "3.2500  [evaluated]"),
+        (
+            {"n_documents": 3, "n_documents_split": 5, "doc_cluster_mean_nll": 3.25},
+            "  doc-cluster 3.2500 (3 of the split's 5 documents scored)  [evaluated]",
+        ),
         ({}, "nats/token  [evaluated]"),  # no --doc-clusters
     ],
 )

@@ -489,6 +489,9 @@ def test_document_clusters_on_test_split(tiny_run):
     shards = TokenShards(tiny_run / "data", "test")
     tokens = np.asarray(shards.tokens())
     assert r["n_documents"] == 1 + int((tokens[1 : r["n_blocks"] * 32] == shards.eot).sum())
+    # the split's documents: those wholly in the unscored last partial block are not among n_documents
+    assert r["n_documents_split"] == int((tokens == shards.eot).sum()) + int(tokens[-1] != shards.eot)
+    assert r["n_documents_split"] >= r["n_documents"]
     lo, hi = r["doc_cluster_ci95"]
     assert lo <= r["doc_cluster_mean_nll"] <= hi
     with np.load(eval_dir(tiny_run / "run", "test") / f"{r['checkpoint']}.npz") as z:

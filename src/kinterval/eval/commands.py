@@ -34,6 +34,8 @@ def _eval(args: argparse.Namespace) -> int:
         docs = f"  doc-cluster {r['doc_cluster_mean_nll']:.4f}" if "doc_cluster_mean_nll" in r else ""
         if "n_documents" in r and not docs:  # a cluster bootstrap needs two documents
             docs = f"  doc-cluster - ({r['n_documents']} document{'s' * (r['n_documents'] != 1)}: needs 2)"
+        if r.get("n_documents_split", r.get("n_documents")) != r.get("n_documents"):
+            docs += f" ({r['n_documents']} of the split's {r['n_documents_split']} documents scored)"
         state = "cached" if r["skipped"] else "evaluated"
         print(
             f"{r['checkpoint']}  step {r['step']:>7}  {r['operator_used']}{extra}  {r['split']}  "
