@@ -285,6 +285,30 @@ def test_a_prepare_that_fails_part_way_leaves_the_old_dataset_whole(tmp_path, mo
     TokenShards(out, "train")
 
 
+def test_a_bin_import_that_fails_part_way_leaves_the_old_dataset_whole(tmp_path, monkeypatch):
+    """bin: wrote its copies straight into --out after removing the dataset there: Ctrl-C or a full disk
+    during the copy left an empty folder. It stages them as the other sources do."""
+    from kinterval.data import writer
+
+    src = tmp_path / "tokens"
+    src.mkdir()
+    (np.arange(3000) % 50).astype(np.uint16).tofile(src / "train.bin")
+    out = tmp_path / "d"
+    prepare("synthetic", out, tokens=5_000, seed=0, progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def die(self, ids):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer.ShardWriter, "write", die)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(f"bin:{src}", out, progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    monkeypatch.undo()
+    prepare(f"bin:{src}", out, progress=False)  # and a whole import replaces it
+    assert TokenShards(out, "train").n_tokens == 3000
+
+
 def test_a_bad_row_deep_in_an_hf_stream_leaves_the_old_dataset(tmp_path):
     """Row 2500 of a local jsonl holds a number where the text goes: found after the rows before it were
     written, and the old dataset used to be gone by then."""

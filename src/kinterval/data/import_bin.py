@@ -17,7 +17,7 @@ from kinterval.data.tokenizer import (
     resolve_bpe_file,
     tokenizer_hash,
 )
-from kinterval.data.writer import DTYPE, ShardWriter, clear_outputs, write_meta
+from kinterval.data.writer import DTYPE, ShardWriter, replacing, write_meta
 
 
 def gpt2_tokenizer(bpe_file: str | Path | None = None) -> dict:
@@ -115,15 +115,16 @@ def import_bin(
                 "them and a later prepare of that folder would read both; choose another --out, or "
                 "--reference to wrap the files in place"
             )
-    # Every id is checked (and the documents counted) before clear_outputs removes the dataset in ``out``:
-    # a file of another vocabulary must not cost it.
+    # Every id is checked (and the documents counted) before anything is written: a file of another
+    # vocabulary must not cost the dataset in ``out``. The copies go to a staging folder, which replaces that
+    # dataset only once they are all written (a full disk or Ctrl-C leaves it whole).
     limits = {s: tokens if s == "train" else None for s in files}
     n_docs = {s: _scan_split(g, vocab_size, eot, progress, limits[s]) for s, g in files.items()}
-    clear_outputs(out, files)
-    records = {
-        s: _import_split(out, s, g, vocab_size, copy, shard_tokens, progress, limits[s], n_docs[s])
-        for s, g in files.items()
-    }
+    with replacing(out, files) as stage:
+        records = {
+            s: _import_split(out, stage, s, g, vocab_size, copy, shard_tokens, progress, limits[s], n_docs[s])
+            for s, g in files.items()
+        }
     params = {
         "files": {s: [str(p) for p in g] for s, g in files.items()},
         "copy": copy,
@@ -178,10 +179,11 @@ def _scan_split(group, vocab_size, eot, progress, limit=None) -> int:
     return n_docs
 
 
-def _import_split(out, split, group, vocab_size, copy, shard_tokens, progress, limit, n_docs) -> dict:
-    """Copy or reference the (checked) files of one split; ``limit`` (copy only) keeps its first ``limit``
-    ids. Returns the split record of meta.json (``n_docs`` from ``_scan_split``)."""
-    writer = ShardWriter(out, split, vocab_size, shard_tokens) if copy else None
+def _import_split(out, stage, split, group, vocab_size, copy, shard_tokens, progress, limit, n_docs) -> dict:
+    """Copy (into ``stage``) or reference (by a path relative to ``out``) the (checked) files of one split;
+    ``limit`` (copy only) keeps its first ``limit`` ids. Returns the split record of meta.json (``n_docs``
+    from ``_scan_split``)."""
+    writer = ShardWriter(stage, split, vocab_size, shard_tokens) if copy else None
     shards = []
     for path, ids in _split_ids(group, limit):
         if writer is not None:
