@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -176,10 +177,13 @@ def test_bin_source_applies_the_train_token_cap(tmp_path):
     assert np.array_equal(TokenShards(tmp_path / "capped", "val").tokens(), val)
     small = prepare(f"bin:{src}", tmp_path / "small", tokens=1000, progress=False)["splits"]
     assert (small["train"]["n_tokens"], small["val"]["n_tokens"]) == (1000, 2049)  # a cap below val's size
-    assert (
-        prepare(f"bin:{src}", tmp_path / "all", tokens=10**6, progress=False)["splits"]["train"]["n_tokens"]
-        == 6000
-    )
+    with pytest.warns(UserWarning, match=r"train: 6,000 of 1,000,000 tokens"):  # a cap beyond the files
+        assert (
+            prepare(f"bin:{src}", tmp_path / "all", tokens=10**6, progress=False)["splits"]["train"][
+                "n_tokens"
+            ]
+            == 6000
+        )
     args = ["data", "prepare", "--source", f"bin:{src}", "--out", str(tmp_path / "cli"), "--quiet"]
     assert cli.main([*args, "--tokens", "2500"]) == 0
     assert TokenShards(tmp_path / "cli", "train").n_tokens == 2500
@@ -269,6 +273,23 @@ def test_tokens_caps_only_the_train_split_of_a_text_source(tmp_path):
     assert full["train"]["n_tokens"] > 5 and capped["train"]["n_tokens"] == 5
     for split in ("val", "test"):
         assert capped[split]["n_tokens"] == full[split]["n_tokens"] > 5
+
+
+def test_a_train_budget_beyond_the_source_warns_for_every_source(tmp_path):
+    """An hf: stream that ended before --tokens warned; text: and bin: wrote the smaller train split
+    silently while meta.json recorded the budget."""
+    (tmp_path / "a.txt").write_text("one small document.\n\nand another one.\n")
+    with pytest.warns(
+        UserWarning, match=r"text source ended before every budget was met \(train: \d+ of 1,000"
+    ):
+        prepare(f"text:{tmp_path / 'a.txt'}", tmp_path / "t", tokens=1000, progress=False)
+    (tmp_path / "bins").mkdir()
+    np.arange(300, dtype=np.uint16).tofile(tmp_path / "bins" / "train.bin")
+    with pytest.warns(UserWarning, match=r"files ended before every budget was met \(train: 300 of 1,000"):
+        prepare(f"bin:{tmp_path / 'bins'}", tmp_path / "b", tokens=1000, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a budget the source meets: no warning
+        prepare(f"bin:{tmp_path / 'bins'}", tmp_path / "b", tokens=200, progress=False)
 
 
 def test_preparing_over_a_dataset_removes_the_splits_it_does_not_write(tmp_path):

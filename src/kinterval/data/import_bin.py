@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,9 @@ def import_bin(
             s: _import_split(out, stage, s, g, vocab_size, copy, shard_tokens, progress, limits[s], n_docs[s])
             for s, g in files.items()
         }
+    if tokens is not None and records["train"]["n_tokens"] < tokens:  # as a stream that ends first
+        warnings.warn(f"the {source} files ended before every budget was met (train: "
+                      f"{records['train']['n_tokens']:,} of {tokens:,} tokens)", stacklevel=2)  # fmt: skip
     params = {
         "files": {s: [str(p) for p in g] for s, g in files.items()},
         "copy": copy,

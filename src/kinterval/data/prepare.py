@@ -92,6 +92,9 @@ def _text_like(
         cap = limit if split == "train" else None
         with tqdm(desc=f"{name} {split}", unit="tok", disable=not progress) as bar:
             records[split] = _write(writer, _encoded(enc, docs_by_split[split]), cap, EOT, bar)
+        if cap is not None and records[split]["n_tokens"] < cap:  # as a stream that ends first (_stream)
+            warnings.warn(f"the {name} source ended before every budget was met ({split}: "
+                          f"{records[split]['n_tokens']:,} of {cap:,} tokens)", stacklevel=3)  # fmt: skip
     return records, {"name": "gpt2", "sha256": tokenizer_hash(bpe_file)}
 
 
