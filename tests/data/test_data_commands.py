@@ -33,7 +33,8 @@ def test_prepare_passes_each_flag(monkeypatch, tmp_path):
 
 
 def test_prepare_defaults_are_the_documented_ones(monkeypatch, tmp_path):
-    """docs/data.md: --block-size 1024 (printed block counts), --shard-tokens 100M, seed 0, copy, progress,
+    """docs/data.md: --block-size 1024 (printed block counts), --shard-tokens 100M, no seed (prepare's
+    synthetic default 0), copy, progress,
     the source's own splits, c4's default document count; progress bars on a terminal."""
     import sys
 
@@ -41,7 +42,7 @@ def test_prepare_defaults_are_the_documented_ones(monkeypatch, tmp_path):
     calls = record(monkeypatch)
     assert cli.main(["data", "prepare", "--source", "synthetic", "--out", str(tmp_path / "o")]) == 0
     _, _, kw = calls["prepare"]
-    assert kw == {"tokens": None, "seed": 0, "bpe_file": None, "shard_tokens": 100_000_000, "copy": True,
+    assert kw == {"tokens": None, "seed": None, "bpe_file": None, "shard_tokens": 100_000_000, "copy": True,
                   "progress": True, "split": None, "documents": None, "hf_config": None, "hf_split": None,
                   "text_field": None}  # fmt: skip
     assert calls["T"] == 1024

@@ -477,6 +477,21 @@ def test_a_bpe_file_with_the_synthetic_source_is_refused(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+def test_a_seed_with_another_source_than_synthetic_is_refused(tmp_path, capsys):
+    """--seed 7 with a text: source gave byte-identical shards and recorded nothing (the CLI's default 0
+    could not tell a given seed from none)."""
+    from kinterval import cli
+
+    (tmp_path / "a.txt").write_text("one document.\n")
+    with pytest.raises(ValueError, match="--seed applies to the synthetic source only"):
+        prepare(f"text:{tmp_path / 'a.txt'}", tmp_path / "t", seed=7, progress=False)
+    args = ["data", "prepare", "--source", f"text:{tmp_path / 'a.txt'}", "--out", str(tmp_path / "t")]
+    assert cli.main([*args, "--seed", "0"]) == 2
+    assert "--seed applies to the synthetic source only" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+    assert cli.main([*args, "--quiet"]) == 0
+
+
 def test_import_bin_argument_bounds_aliases_all_zero_files_and_document_counts(tmp_path):
     """A train cap of 0 tokens and an eot equal to the vocabulary size are refused; a shard writer takes at
     most 65536 ids; ``x.validation.bin`` is the val split; a file of zeros is uint16 (not a wider file); the

@@ -92,7 +92,7 @@ def register(subparsers) -> None:
     p.add_argument("--source", required=True, help=f"one of: {', '.join(SOURCES)}")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--tokens", type=int, default=None, help="train-token budget (synthetic: exact size)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic generator seed (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="synthetic only: the generator seed (default 0)")
     p.add_argument(
         "--bpe-file", default=None, help="GPT-2 ranks file (gpt2.tiktoken) for offline tokenization"
     )

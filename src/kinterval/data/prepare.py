@@ -169,7 +169,7 @@ def prepare(
     out: str | Path,
     *,
     tokens: int | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     bpe_file: str | Path | None = None,
     shard_tokens: int = 100_000_000,
     splits: Iterable[str] = sources.SPLITS,
@@ -186,13 +186,13 @@ def prepare(
 
     ``tokens`` caps the train split (synthetic: its exact size, default 2M; fineweb-edu: the streamed
     budget, default 3B; bin:DIR: its first ``tokens`` ids, copied only), and is an error where no train split
-    is written (``ptb``, ``c4``, ``split`` other than train); ``val_tokens`` caps fineweb-edu's
-    held-out split. ``seed`` drives the synthetic generator only; ``copy=False`` makes ``bin:DIR`` reference
-    its files instead of copying them. ``split`` (``text:PATH`` only) puts every document into that one split;
-    ``documents`` is the number of C4 validation documents (default 302). ``ptb`` writes ``test`` and ``c4``
-    writes ``val`` whatever ``splits`` says. ``hf:PATH`` only: ``hf_config`` (the dataset's configuration),
-    ``hf_split`` (the split streamed, default ``train``), ``text_field`` (default ``text``); ``split`` works
-    for it as for ``text:PATH``.
+    is written (``ptb``, ``c4``, ``split`` other than train); ``val_tokens`` caps fineweb-edu's held-out
+    split. ``seed`` drives the synthetic generator only (default 0; an error with another source);
+    ``copy=False`` makes ``bin:DIR`` reference its files instead of copying them. ``split`` (``text:PATH``
+    only) puts every document into that one split; ``documents`` is the number of C4 validation documents
+    (default 302). ``ptb`` writes ``test`` and ``c4`` writes ``val`` whatever ``splits`` says. ``hf:PATH``
+    only: ``hf_config`` (the dataset's configuration), ``hf_split`` (the split streamed, default
+    ``train``), ``text_field`` (default ``text``); ``split`` works for it as for ``text:PATH``.
     """
     out = Path(out)
     splits = tuple(dict.fromkeys(sources.SPLIT_ALIASES.get(s, s) for s in splits))
@@ -204,6 +204,9 @@ def prepare(
     # Checked before clear_outputs, which removes a previous dataset in ``out``: bad input must not cost it.
     if isinstance(shard_tokens, bool) or not isinstance(shard_tokens, int) or shard_tokens < 1:
         raise ValueError(f"shard_tokens must be positive, got {shard_tokens!r}")
+    if seed is not None and source != "synthetic":  # nothing else draws: a given seed would go unused
+        raise ValueError(f"--seed applies to the synthetic source only, got --source {source}")
+    seed = 0 if seed is None else seed
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     kind, _, path = source.partition(":")
