@@ -116,6 +116,8 @@ def test_bad_input_is_refused_before_the_old_dataset_goes(tmp_path, capsys):
         (["--source", f"hf:{tmp_path / 'ds'}", "--hf-config", "nope"], "BuilderConfig 'nope' not found"),
         (["--source", f"hf:{tmp_path / 'empty'}"], "holds no row"),
         (["--source", f"hf:{tmp_path / 'f.xyz'}"], "a data file must end in one of .jsonl"),
+        # a data file has one split: another name was recorded as its split and changed nothing
+        (["--source", f"hf:{tmp_path / 'blank' / 'a.jsonl'}", "--hf-split", "val"], "a data file is one"),
         (["--source", "hf:"], "needs a path after 'hf:'"),
         (["--source", "synthetic", "--text-field", "text"], "--text-field applies to an hf:PATH source only"),
         (["--source", f"text:{tmp_path / 'ds'}", "--hf-split", "train"], "--hf-split applies to an hf:PATH"),

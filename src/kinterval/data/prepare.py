@@ -308,6 +308,11 @@ def prepare(
                     f"--out {out} lies inside the source folder {path}: datasets would read the dataset "
                     "written there as data files of the source; choose an --out outside it"
                 )
+            if hf_split != "train" and Path(path).is_file():  # load_dataset would call the file that split
+                raise ValueError(
+                    f"hf:{path}: --hf-split names a split of a dataset; a data file is one split (leave "
+                    "--hf-split out)"
+                )
             rows = sources.stream_hf(path, hf_config, hf_split)  # the Hub, before the old dataset goes
             route = sources.hf_router(text_field, split)
             # Read up to the first row that a split takes (a missing or non-text field, a split with no row
