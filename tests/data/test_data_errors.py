@@ -210,6 +210,8 @@ def test_empty_text_sources_are_named(tmp_path, content):
         (lambda m: m.update(dtype="int32"), "'dtype' is 'int32': shards are read as little-endian uint16"),
         (lambda m: m.update(byteorder="big"), "'byteorder' is 'big': shards are read as little-endian"),
         (lambda m: m.pop("dtype"), "'dtype' is None"),
+        # GPT-2 ids with another eot: every document boundary moved (--doc-clusters, overlap), unnoticed
+        (lambda m: m["tokenizer"].update(name="gpt2"), "GPT-2 tokens have vocab_size 50257 and eot 50256"),
     ],
 )
 def test_malformed_meta_is_named(ds, edit, problem):
@@ -492,6 +494,9 @@ def test_a_seed_with_another_source_than_synthetic_is_refused(tmp_path, capsys):
     assert cli.main([*args, "--quiet"]) == 0
 
 
+TOY = {"name": "toy", "sha256": None}
+
+
 def test_import_bin_argument_bounds_aliases_all_zero_files_and_document_counts(tmp_path):
     """A train cap of 0 tokens and an eot equal to the vocabulary size are refused; a shard writer takes at
     most 65536 ids; ``x.validation.bin`` is the val split; a file of zeros is uint16 (not a wider file); the
@@ -511,8 +516,15 @@ def test_import_bin_argument_bounds_aliases_all_zero_files_and_document_counts(t
     files = {"train": raw / "x.train.bin"}
     for kw, says in (({"tokens": 0}, "tokens must be a positive integer"), ({"eot": 10}, "need 0 <= eot <")):
         with pytest.raises(ValueError, match=says):
-            import_bin(files, tmp_path / "o", **{"vocab_size": 10, "eot": 9, **kw}, progress=False)
+            import_bin(
+                files, tmp_path / "o", **{"vocab_size": 10, "eot": 9, **kw}, tokenizer=TOY, progress=False
+            )
     with pytest.raises(ValueError, match="does not fit the uint16"):
         ShardWriter(tmp_path / "o", "train", vocab_size=(1 << 16) + 1)
-    meta = import_bin(find_bin_files(raw), tmp_path / "o", vocab_size=10, eot=9, progress=False)
+    with pytest.raises(ValueError, match="GPT-2 tokens have vocab_size 50257 and eot 50256, got 10, 9"):
+        import_bin(find_bin_files(raw), tmp_path / "o", vocab_size=10, eot=9, progress=False)
+    meta = import_bin(
+        find_bin_files(raw), tmp_path / "o", vocab_size=10, eot=9, tokenizer=TOY, progress=False
+    )
     assert meta["splits"]["train"]["n_documents"] == 10 and meta["splits"]["val"]["n_tokens"] == 32
+    assert TokenShards(tmp_path / "o", "train").eot == 9  # readable: the loader takes a toy tokenizer's eot

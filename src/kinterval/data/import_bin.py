@@ -94,6 +94,11 @@ def import_bin(
             f"need 0 <= eot < vocab_size <= 65536 (uint16 ids), got eot {eot}, vocab_size {vocab_size}"
         )
     tokenizer = tokenizer or gpt2_tokenizer()  # a missing or wrong ranks file must not cost ``out`` either
+    if tokenizer.get("name") == "gpt2" and (vocab_size, eot) != (GPT2_VOCAB, EOT):  # the loader refuses it
+        raise ValueError(
+            f"GPT-2 tokens have vocab_size {GPT2_VOCAB} and eot {EOT}, got {vocab_size}, {eot}: pass the "
+            "tokenizer record of these ids (tokenizer={'name': ...})"
+        )
     files = {
         sources.SPLIT_ALIASES.get(s, s): [Path(p) for p in (f if isinstance(f, list) else [f])]
         for s, f in files.items()
