@@ -123,6 +123,24 @@ def test_copying_model_has_positive_induction_gain():
     assert probes_in_order == sorted(probes_in_order) and [r["metric"] for r in table].count("gain") == 4
 
 
+def test_score_is_the_mean_target_nll_and_accuracy_over_every_scored_token():
+    """App. C.3: probe C's second copy is scored per token. score() checked against log_softmax by hand on a
+    random model, for samples of every probe (C scores L tokens; A and B one, where mean and last agree)."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=160, vocab_size=V), "softmax").eval()
+    samples, _ = probes.all_samples(2, V, 150, seed=0, copies=2)
+    picked = [next(s for s in samples if s.probe == p) for p in "ABC"]
+    assert len(picked[2].score_pos) > 1
+    for s, row in zip(picked, probes.score(model, picked)):
+        seq = torch.tensor([s.tokens])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(seq[:, :-1])[0].double(), -1)[0]
+        nll = [-float(logp[p, s.tokens[p + 1]]) for p in s.score_pos]
+        hit = [float(int(logp[p].argmax()) == s.tokens[p + 1]) for p in s.score_pos]
+        assert row["nll"] == pytest.approx(np.mean(nll), rel=1e-5) and row["n_scored"] == len(nll)
+        assert row["acc"] == pytest.approx(np.mean(hit))
+
+
 def make_run(root, operator="fwm-prob-k4", block=160, vocab=V):
     torch.manual_seed(0)
     cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=block, vocab_size=vocab)
