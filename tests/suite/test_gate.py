@@ -13,7 +13,7 @@ import pytest
 
 from kinterval.cli import main
 from kinterval.stats import block_bootstrap_ci, block_length
-from kinterval.suite.gate import RECORD, gate
+from kinterval.suite.gate import RECORD, gate, sha256_file
 from kinterval.suite.runner import run_suite
 from tiny_suite import tiny_suite
 
@@ -331,9 +331,30 @@ def test_full_gate_checks_the_document_count_against_the_document_arrays(suite_d
     d = _copy(suite_dir, tmp_path)
     summary = evaluate_checkpoint(_ckpt(d), doc_clusters=True, force=True, device="cpu")
     assert summary["n_documents"] >= 2 and gate(d, write_record=False).ok
+    kept = _eval(d).read_bytes()
     _edit_json(_eval(d), lambda s: s.update(n_documents=s["n_documents"] + 5))
     (err,) = gate(d, write_record=False).errors
     assert f"the summary says n_documents {summary['n_documents'] + 5}" in err, err
+    # the document-cluster mean and interval against the arrays (no test edited them before)
+    for edit in (
+        lambda s: s.update(doc_cluster_mean_nll=s["doc_cluster_mean_nll"] + 1e-3),
+        lambda s: s.update(doc_cluster_ci95=[s["doc_cluster_ci95"][0], s["doc_cluster_ci95"][1] + 1e-3]),
+    ):
+        _eval(d).write_bytes(kept)
+        _edit_json(_eval(d), edit)
+        (err,) = gate(d, write_record=False).errors
+        assert "doc_cluster_mean_nll / doc_cluster_ci95 differ from the document arrays" in err, err
+    # a document array gone from the NPZ (its recorded hash updated, so that only the arrays tell)
+    _eval(d).write_bytes(kept)
+    npz = _eval(d).with_suffix(".npz")
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files if k != "doc_tokens"}
+    np.savez(npz, **arrays)
+    _edit_json(_eval(d), lambda s: s.update(npz_sha256=sha256_file(npz)))
+    errors = gate(d, write_record=False).errors
+    assert any(
+        "document clusters recorded without all of doc_ids, doc_nll, doc_tokens" in e for e in errors
+    ), errors
 
 
 def test_a_summary_from_before_the_recorded_block_is_an_error_that_says_re_evaluate(suite_dir, tmp_path):
