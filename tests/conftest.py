@@ -25,6 +25,7 @@ if _workers > 1:
 if os.environ.get("CI"):
     import datasets  # noqa: F401
     import lm_eval  # noqa: F401
+    import tensorboard  # noqa: F401
     import transformers  # noqa: F401
     import triton  # noqa: F401
 
