@@ -18,7 +18,6 @@ from torch import Tensor
 
 from kinterval.model.gpt import CausalSelfAttention
 from kinterval.model.numerics import attention_inputs
-from kinterval.ops.api import modified_scores, with_sinks
 
 
 def attention_scores(module: CausalSelfAttention, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -33,12 +32,17 @@ def attention_scores(module: CausalSelfAttention, x: Tensor) -> tuple[Tensor, Te
     if module.n_kv_head != module.n_head:
         k, v = (t.repeat_interleave(module.n_head // module.n_kv_head, dim=1) for t in (k, v))
     with torch.autocast(device_type=x.device.type, enabled=False):
-        qk = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
         i = torch.arange(T, device=x.device)
-        valid = (i[None, :] <= i[:, None]).expand(qk.shape)
-        s, _ = modified_scores(qk, valid, module.softcap, None)  # the operator's own softcap
-        if module.sinks is not None:  # key T: the head's sink (the operator's own rule: valid unless -inf)
-            s, valid = with_sinks(s, valid, module.sinks.view(1, -1, 1, 1))
+        valid = (i[None, :] <= i[:, None]).expand(s.shape)
+        # The operator's own rules (ops.api.modified_scores and with_sinks, written out here so that this
+        # module also runs beside the operator code a suite sitting pins): the softcap c tanh(s / c), and the
+        # sink as key T, valid unless it is -inf (tests/model/test_attention_options.py holds the two to it).
+        if module.softcap is not None:
+            s = module.softcap * torch.tanh(s / module.softcap)
+        if module.sinks is not None:
+            sink = module.sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)
+            s, valid = torch.cat([s, sink], -1), torch.cat([valid, ~torch.isneginf(sink)], -1)
             v = torch.cat([v, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], -2)
     return q, k, v, s, valid
 
