@@ -575,3 +575,22 @@ def test_a_paper_suite_on_another_corpus_is_warned_of(tmp_path, data, capsys):
     assert corpus_note(load_suite("D"), same) is None
     runner.prepare_data(load_suite("D"), tmp_path / "out", data)
     assert "kinterval suite: warning: suite D's corpus is WikiText-103" in capsys.readouterr().err
+
+
+def test_a_suite_prepares_a_text_data_source_and_refuses_a_seed_for_it(tmp_path):
+    """The runner passed [data] seed (default 0) to every prepare, which refuses a seed for any source but
+    synthetic: a suite on text: data stopped before it prepared anything. A seed there is refused at load."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(40):
+        (docs / f"d{i}.txt").write_text(f"document {i} says something about attention and softmax.\n")
+    body = (
+        'name = "t"\nprotocol = "tiny-cpu"\nseeds = [1]\ncheckpoints = 1\n'
+        f'[data]\nsource = "text:{docs}"\n{{seed}}[[group]]\noperators = ["softmax"]\n'
+    )
+    (tmp_path / "t.toml").write_text(body.format(seed=""))
+    data = runner.prepare_data(load_suite(tmp_path / "t.toml"), tmp_path / "out", None)
+    assert json.loads((data / "meta.json").read_text())["source"] == f"text:{docs}"
+    (tmp_path / "t.toml").write_text(body.format(seed="seed = 3\n"))
+    with pytest.raises(ValueError, match=r"\[data\]: seed applies to the synthetic source only"):
+        load_suite(tmp_path / "t.toml")

@@ -198,6 +198,9 @@ def load_suite(name: str | Path) -> Suite:
         raise ValueError(f"{path}: unknown suite field(s) {sorted(unknown)}; known: {sorted(SUITE_KEYS)}")
     _check_fields(path, "", d, SUITE_FIELDS, ("name", "protocol", "seeds", "checkpoints", "group"))
     _check_fields(path, "[data]: ", d.get("data", {}), DATA_FIELDS)
+    if "seed" in d.get("data", {}) and d["data"].get("source") != "synthetic":  # as data prepare's --seed
+        raise ValueError(f"{path}: [data]: seed applies to the synthetic source only, got source "
+                         f"{d['data'].get('source')!r}")  # fmt: skip
     _check_fields(path, "[eval]: ", d.get("eval", {}), EVAL_FIELDS)
     _check_overrides(path, "[overrides]", d["protocol"], flatten(d.get("overrides", {})))
     runs: list[RunSpec] = []

@@ -91,7 +91,7 @@ def prepare_data(suite: Suite, out: Path, data: str | Path | None) -> Path:
             suite.data["source"],
             target,
             tokens=suite.data.get("tokens"),
-            seed=suite.data.get("seed", 0),
+            seed=suite.data.get("seed"),  # synthetic only (its default 0); refused with another source
             progress=False,
         )
     return target
