@@ -203,6 +203,7 @@ def test_a_symlog_axis_is_labelled_beyond_its_outermost_value(figs, tmp_path):
     assert lo <= -0.05 and hi >= 0.2
     shown = {t.get_text() for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi}
     assert {"-0.05", "0.2"} <= shown
+    F._symlog_y(figs[0].axes[0], [float("inf"), -0.03, float("nan")], linthresh=0.02)  # no OverflowError
 
 
 # --- what each axis says, fixed here rather than read from the module's own tables ---

@@ -81,6 +81,7 @@ def _symlog_y(ax, values, linthresh: float) -> None:
     """symlog y (linear within ±linthresh), labelled at 1, 2 and 5 per decade (a band reaching 0.05 is read
     at 0.02 and 0.05, not left between the decade ticks 0.01 and 0.1); values that all sit in the linear part
     get a plain linear axis, which is the same scale there, with evenly spaced ticks."""
+    values = [v for v in values if math.isfinite(v)]  # a non-finite value has no place on the axis
     if max((abs(v) for v in values), default=0.0) > linthresh:
         ax.set_yscale("symlog", linthresh=linthresh)
         ax.yaxis.set_major_locator(SymmetricalLogLocator(linthresh=linthresh, base=10, subs=(1.0, 2.0, 5.0)))
