@@ -214,8 +214,10 @@ CALLER_STATES = {
 @pytest.mark.parametrize("enabled", [True, False])
 @pytest.mark.parametrize("state", sorted(CALLER_STATES))
 def test_tf32_context_restores_every_caller_state(state, enabled):
-    """Whatever mix of torch's legacy and new precision APIs the caller used, the block leaves every setting
-    as it found it, a getter that raised before included (it raises again, and reads nothing new)."""
+    """After any one of these caller settings (legacy or new API), the block leaves every setting as it found
+    it, a getter that raised before included (it raises again). Where the caller's own mix makes the legacy
+    precision unreadable, torch's default is what can be restored: after a legacy set_float32_matmul_precision
+    followed by a new-API setting, the effective fp32_precision values come back, a legacy getter may not."""
     b = torch.backends
 
     def reset():
