@@ -285,10 +285,9 @@ def evaluate_checkpoint(
         ids, doc_sum, doc_n = per_document(tok, document_ids(tokens, shards.eot, nll.size, T))
         arrays.update(doc_ids=ids, doc_nll=doc_sum, doc_tokens=doc_n)
         summary["n_documents"] = int(ids.size)
-        # the split's documents (each ends with EOT): those wholly in the unscored tail (the last partial
-        # block, or beyond max_blocks) have no scored token and are not among n_documents
-        eots = int(np.count_nonzero(np.asarray(tokens) == shards.eot))
-        summary["n_documents_split"] = eots + int(len(tokens) > 0 and int(tokens[-1]) != shards.eot)
+        # the documents of the split's targets (tokens[1:], counted as n_documents counts those of the scored
+        # ones): those wholly in the unscored tail (the last partial block, or beyond max_blocks) are the rest
+        summary["n_documents_split"] = 1 + int(np.count_nonzero(np.asarray(tokens[1:-1]) == shards.eot))
         if ids.size >= 2:
             ci = cluster_bootstrap_ci(doc_sum / doc_n, ids, weights=doc_n)
             summary["doc_cluster_mean_nll"] = ci.mean
