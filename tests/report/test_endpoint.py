@@ -268,7 +268,7 @@ def test_report_lists_the_run_that_stopped_early(tmp_path):
         "the other seeds"
     )
     assert [p["seeds"] for p in data["trajectories"]["lerp-k4 (24.58k, data:val)"]][-2:] == [[7, 42], [7]]
-    assert "lerp-k4 (7) in the rank statistics and widthgap" in data["unpaired"]
+    assert "lerp-k4 (7; 24576 tokens, data:val, val) in the rank statistics and widthgap" in data["unpaired"]
 
 
 def test_bh_family_keeps_a_condition_that_lacks_a_seed_at_the_endpoint():

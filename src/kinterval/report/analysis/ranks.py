@@ -45,7 +45,10 @@ def ranked_rows(delta: list[Row], unpaired: dict[str, str] | None = None) -> dic
             for r in rows:
                 if r.seeds != seeds and unpaired is not None:
                     ids, used = ",".join(map(str, r.seeds)), ",".join(map(str, seeds))
-                    unpaired[f"{r.key.operator} ({ids}) in the rank statistics and widthgap"] = (
+                    where = (
+                        f"{setting[0]} tokens, {setting[1].split(' ')[0]}, {setting[2]}"  # budget, data, tag
+                    )
+                    unpaired[f"{r.key.operator} ({ids}; {where}) in the rank statistics and widthgap"] = (
                         f"its ΔNLL row has seeds {ids}; the setting's ranks use seeds {used}"
                     )
             rows = [r for r in rows if r.seeds == seeds]
