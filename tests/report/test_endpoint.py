@@ -360,15 +360,21 @@ def test_final_geometry_averages_the_finite_values_of_the_seeds():
     assert geo == {"h": 2.0}
 
 
-def test_report_geometry_and_width_gap_are_at_the_endpoint(tmp_path):
+def _results_with_geometry(tmp_path) -> dict:
+    """SUITE's results with an evaluation and a geometry probe at every checkpoint (h = f, span = 10 f at the
+    fraction f of training); returns the manifest."""
     (tmp_path / "crash.toml").write_text(SUITE)
     eff = {"softmax": 0.0, "lerp-k4": 0.08, "lerp-k16": 0.02}
-    m = write_results(
+    return write_results(
         tmp_path / "crash",
         tmp_path / "crash.toml",
         lambda r, f: eff[r["operator"]] * f,
         geometry=lambda r, f: {"h": f, "span": 10.0 * f},
     )
+
+
+def test_report_geometry_and_width_gap_are_at_the_endpoint(tmp_path):
+    m = _results_with_geometry(tmp_path)
     (run,) = [r for r in m["runs"] if r["run_id"] == "lerp-k4-s42"]
     last = f"step_{run['checkpoint_steps'][-1]:06d}"
     run_dir = tmp_path / "crash" / run["run_dir"]
@@ -385,14 +391,7 @@ def test_report_geometry_and_width_gap_are_at_the_endpoint(tmp_path):
 def test_report_builds_when_every_seed_of_a_condition_lacks_its_last_evaluation(tmp_path):
     """One seed (or all) trained to the end but not evaluated there, its geometry probed: the report stopped
     with an IndexError (no seed left for the endpoint geometry) instead of listing the runs as unpaired."""
-    (tmp_path / "crash.toml").write_text(SUITE)
-    eff = {"softmax": 0.0, "lerp-k4": 0.08, "lerp-k16": 0.02}
-    m = write_results(
-        tmp_path / "crash",
-        tmp_path / "crash.toml",
-        lambda r, f: eff[r["operator"]] * f,
-        geometry=lambda r, f: {"h": f, "span": 10.0 * f},
-    )
+    m = _results_with_geometry(tmp_path)
     for run in (r for r in m["runs"] if r["operator"] == "lerp-k4"):
         last = (
             tmp_path / "crash" / run["run_dir"] / "eval" / "val" / f"step_{run['checkpoint_steps'][-1]:06d}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +14,11 @@ from kinterval.data.tokenizer import (
     GPT2_BPE_SHA256,
     GPT2_VOCAB,
     file_sha256,
+    gpt2_ids_problem,
     resolve_bpe_file,
     tokenizer_hash,
 )
-from kinterval.data.writer import DTYPE, ShardWriter, replacing, write_meta
+from kinterval.data.writer import DTYPE, ShardWriter, replacing, warn_short, write_meta
 
 
 def gpt2_tokenizer(bpe_file: str | Path | None = None) -> dict:
@@ -94,11 +94,8 @@ def import_bin(
             f"need 0 <= eot < vocab_size <= 65536 (uint16 ids), got eot {eot}, vocab_size {vocab_size}"
         )
     tokenizer = tokenizer or gpt2_tokenizer()  # a missing or wrong ranks file must not cost ``out`` either
-    if tokenizer.get("name") == "gpt2" and (vocab_size, eot) != (GPT2_VOCAB, EOT):  # the loader refuses it
-        raise ValueError(
-            f"GPT-2 tokens have vocab_size {GPT2_VOCAB} and eot {EOT}, got {vocab_size}, {eot}: pass the "
-            "tokenizer record of these ids (tokenizer={'name': ...})"
-        )
+    if problem := gpt2_ids_problem(tokenizer.get("name"), vocab_size, eot):  # the loader would refuse it
+        raise ValueError(f"{problem}: pass the tokenizer record of these ids (tokenizer={{'name': ...}})")
     files = {
         sources.SPLIT_ALIASES.get(s, s): [Path(p) for p in (f if isinstance(f, list) else [f])]
         for s, f in files.items()
@@ -131,9 +128,8 @@ def import_bin(
             s: _import_split(out, stage, s, g, vocab_size, copy, shard_tokens, progress, limits[s], n_docs[s])
             for s, g in files.items()
         }
-    if tokens is not None and records["train"]["n_tokens"] < tokens:  # as a stream that ends first
-        warnings.warn(f"the {source} files ended before every budget was met (train: "
-                      f"{records['train']['n_tokens']:,} of {tokens:,} tokens)", stacklevel=2)  # fmt: skip
+    if tokens is not None:
+        warn_short(f"{source} files", {"train": (records["train"]["n_tokens"], tokens)}, stacklevel=2)
     params = {
         "files": {s: [str(p) for p in g] for s, g in files.items()},
         "copy": copy,

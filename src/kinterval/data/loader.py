@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from kinterval.data.sources import SPLIT_ALIASES
-from kinterval.data.tokenizer import EOT, GPT2_VOCAB, file_sha256
+from kinterval.data.tokenizer import file_sha256, gpt2_ids_problem
 from kinterval.data.writer import DTYPE, FORMAT_VERSION
 
 DTYPE_TEXT = "little-endian uint16"
@@ -60,10 +60,8 @@ def _meta_problem(meta: dict) -> str | None:
         return f"'eot' {meta['eot']} must be below 'vocab_size' {meta['vocab_size']}"
     if not isinstance(meta.get("tokenizer"), dict) or not isinstance(meta["tokenizer"].get("name"), str):
         return "'tokenizer' must be an object with a 'name'"
-    if meta["tokenizer"]["name"] == "gpt2" and (meta["vocab_size"], meta["eot"]) != (GPT2_VOCAB, EOT):
-        # another eot would move every document boundary (--doc-clusters, overlap) without a word
-        got = f"{meta['vocab_size']}, {meta['eot']}"
-        return f"GPT-2 tokens have vocab_size {GPT2_VOCAB} and eot {EOT}, got {got}"
+    if problem := gpt2_ids_problem(meta["tokenizer"]["name"], meta["vocab_size"], meta["eot"]):
+        return problem
     if not isinstance(meta.get("splits"), dict):
         return "'splits' must be an object"
     for split, rec in meta["splits"].items():

@@ -12,7 +12,6 @@ is always complete.
 from __future__ import annotations
 
 import itertools
-import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from kinterval.data.tokenizer import (
     gpt2_encoding,
     tokenizer_hash,
 )
-from kinterval.data.writer import ShardWriter, check_replaceable, replacing, write_meta
+from kinterval.data.writer import ShardWriter, check_replaceable, replacing, warn_short, write_meta
 
 SOURCES = ("synthetic", "wikitext103", "fineweb-edu", "ptb", "c4", "hf:PATH", "text:PATH", "bin:DIR")
 SYNTHETIC_TRAIN_TOKENS = 2_000_000
@@ -92,9 +91,8 @@ def _text_like(
         cap = limit if split == "train" else None
         with tqdm(desc=f"{name} {split}", unit="tok", disable=not progress) as bar:
             records[split] = _write(writer, _encoded(enc, docs_by_split[split]), cap, EOT, bar)
-        if cap is not None and records[split]["n_tokens"] < cap:  # as a stream that ends first (_stream)
-            warnings.warn(f"the {name} source ended before every budget was met ({split}: "
-                          f"{records[split]['n_tokens']:,} of {cap:,} tokens)", stacklevel=3)  # fmt: skip
+        if cap is not None:
+            warn_short(f"{name} source", {split: (records[split]["n_tokens"], cap)})
     return records, {"name": "gpt2", "sha256": tokenizer_hash(bpe_file)}
 
 
@@ -125,11 +123,7 @@ def _stream(out, budget, rows, route, shard_tokens, bpe_file, progress, name) ->
             if _stream_batch(enc, routed, writers, budget, n_docs, bar) and capped:
                 break
         else:
-            short = [f"{s}: {writers[s].n_tokens:,} of {b:,} tokens" for s, b in capped.items()
-                     if writers[s].n_tokens < b]  # fmt: skip
-            if short:
-                warnings.warn(f"the {name} stream ended before every budget was met ({'; '.join(short)})",
-                              stacklevel=3)  # fmt: skip
+            warn_short(f"{name} stream", {s: (writers[s].n_tokens, b) for s, b in capped.items()})
     records = {
         s: {"n_tokens": w.n_tokens, "n_documents": n_docs[s], "shards": w.close()} for s, w in writers.items()
     }

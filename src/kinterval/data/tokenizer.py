@@ -26,6 +26,14 @@ BPE_ENV_VAR = "KINTERVAL_BPE_FILE"
 PACKAGED_BPE_FILE = Path(__file__).with_name("gpt2.tiktoken")
 
 
+def gpt2_ids_problem(tokenizer_name, vocab_size: int, eot: int) -> str | None:
+    """What is wrong with a dataset that says its ids are GPT-2's (None when nothing): another vocabulary size
+    or end-of-text id would move every document boundary (--doc-clusters, overlap) without a word."""
+    if tokenizer_name == "gpt2" and (vocab_size, eot) != (GPT2_VOCAB, EOT):
+        return f"GPT-2 tokens have vocab_size {GPT2_VOCAB} and eot {EOT}, got {vocab_size}, {eot}"
+    return None
+
+
 def resolve_bpe_file(bpe_file: str | Path | None = None) -> Path | None:
     """The ranks file to use, or None when only tiktoken's own registry is left."""
     if bpe_file is not None:

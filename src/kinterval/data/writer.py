@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -94,6 +95,15 @@ class ShardWriter:
         if self._f is not None:
             self._finish()
         return self.shards
+
+
+def warn_short(source: str, short: dict[str, tuple[int, int]], stacklevel: int = 3) -> None:
+    """Warn that ``source`` ended before a split's token budget was met: ``short``, split -> (tokens
+    written, budget), those below their budget only (every source says it the same way)."""
+    short = {s: (n, b) for s, (n, b) in short.items() if n < b}
+    if short:
+        said = "; ".join(f"{s}: {n:,} of {b:,} tokens" for s, (n, b) in short.items())
+        warnings.warn(f"the {source} ended before every budget was met ({said})", stacklevel=stacklevel + 1)
 
 
 def write_json_atomic(path: str | Path, obj: dict) -> None:
