@@ -937,9 +937,20 @@ def test_printed_table_keeps_wide_numbers_apart():
            "p": 0.25, "q": 0.25, "mark": "", "margin_status": None}  # fmt: skip
     head, _, line = format_compare([row]).splitlines()
     assert line.split() == ["kinterval_tiny_ppl", "loglikelihood", "o_fwm", "4", "-401.2724", "-12345.2541",
-                            "-11944.0000", "[-20000.5000,", "-3000.2500]", "0.2500", "0.2500"]  # fmt: skip
+                            "-11944.0000", "[-20000.5000,", "-3000.2500]", "0.250", "0.250"]  # fmt: skip
     for name, value in (("base", "-401.2724"), ("cond", "-12345.2541"), ("diff", "-11944.0000")):
         assert head.rindex(name) + len(name) == line.index(value) + len(value)  # right-aligned under its name
+
+
+def test_printed_table_never_reads_a_p_or_q_of_zero():
+    """The permutation p has a positive floor (here 1/20001): it printed "0.0000" for p and q."""
+    from kinterval.eval.downstream_compare import format_compare
+
+    row = {"task": "piqa", "metric": "acc", "condition": "c", "n": 500, "baseline": 0.6, "value": 0.5,
+           "diff": -0.1, "lo": -0.113, "hi": -0.0865, "p": 1 / 20001, "q": 2 / 20001, "mark": "*",
+           "margin_status": None}  # fmt: skip
+    head, _, line = format_compare([row]).splitlines()
+    assert line.split()[-2:] == ["<0.001", "<0.001*"], line
 
 
 def test_docs_name_the_metric_of_each_task_of_the_papers_table():

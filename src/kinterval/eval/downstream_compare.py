@@ -25,7 +25,7 @@ from kinterval.eval.downstream import (
     effective_fewshot,
     warn_unknown_numerics,
 )
-from kinterval.stats.format import num
+from kinterval.stats.format import num, prob
 
 # ---------------------------------------------------------------------- paired comparison
 MARGIN = 0.01  # nats: the pre-declared practical-equivalence margin, NLL-type metrics only (App. C.3)
@@ -525,7 +525,7 @@ def format_compare(rows: list[dict]) -> str:
     w = {k: max([width] + [len(str(r[k])) + 1 for r in rows]) for k, width in
          (("task", 24), ("metric", 12), ("condition", 20))}  # fmt: skip
     cells = [(f"{r['n']}", f"{r['baseline']:.4f}", f"{r['value']:.4f}", num(r["diff"]),
-              interval_text(r["lo"], r["hi"], signed=True), f"{r['p']:.4f}", f"{r['q']:.4f}")
+              interval_text(r["lo"], r["hi"], signed=True), prob(r["p"]), prob(r["q"]))
              for r in rows]  # fmt: skip
     names = ("n", "base", "cond", "diff", "95% CI", "p", "q")
     nw = [max([least, *(len(c[i]) + 1 for c in cells)]) for i, least in enumerate((6, 9, 9, 10, 22, 8, 8))]
