@@ -10,6 +10,10 @@ def _report(args) -> int:
 
     if args.runs:
         return _runs(args)
+    if args.downstream:
+        return _downstream(args)
+    if args.nll_from:
+        raise ValueError("--nll-from is for --downstream")
     if args.split is not None:
         raise ValueError(
             "--split is for --runs (a suite folder's report reads the split its suite evaluates)"
@@ -48,6 +52,16 @@ def _runs(args) -> int:
     return 0
 
 
+def _downstream(args) -> int:
+    from kinterval.report.downstream import downstream_report
+
+    if args.dirs or args.clean_blocks or args.split is not None:
+        raise ValueError("--downstream takes downstream-compare --json files instead of suite folders")
+    path = downstream_report(args.downstream, Path(args.out or "report"), nll_from=args.nll_from)
+    print(f"report written: {path}")
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="tables (Markdown + LaTeX) and figures from suite result files")
     p.add_argument(
@@ -61,6 +75,19 @@ def register(subparsers) -> None:
         metavar="RUN",
         help="instead of suites: run folders of `kinterval train`, each evaluated at its latest checkpoint "
         "(`kinterval eval`); ΔNLL vs the one softmax run among them",
+    )
+    p.add_argument(
+        "--downstream",
+        nargs="+",
+        metavar="FILE",
+        help="instead of suites: `kinterval downstream-compare --json` files: the pp table (tab:stagec), the "
+        "heat map (fig:heat) and the BLiMP / LAMBADA intervals (fig:downstream)",
+    )
+    p.add_argument(
+        "--nll-from",
+        metavar="REPORT",
+        help="with --downstream: a `kinterval report` folder whose ΔNLL vs softmax orders and labels the "
+        "conditions named as its operators",
     )
     p.add_argument("--split", default=None, help="with --runs: the evaluated split (default: val)")
     p.add_argument("--out", default=None, help="output folder (default: DIR/report; with --runs: report)")
