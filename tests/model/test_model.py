@@ -26,6 +26,25 @@ def test_analytic_count_matches_meta_model(name):
     assert model.num_params(include_positions=False) == count_params(cfg, include_positions=False)
 
 
+@pytest.mark.parametrize("operator", ["fwm-prob-k4", "softmax", "sdpa"])
+def test_a_meta_model_traces_its_shapes_and_to_empty_keeps_the_embedding_tied(operator):
+    """Built under torch.device("meta"), the model raised in its forward (the id check read values, the
+    attention asked meta for autocast); after to_empty its two embedding ends were two matrices."""
+    sinks = operator != "sdpa"  # sdpa takes no sinks
+    cfg = preset("tiny", vocab_size=97, block_size=16, n_kv_head=2, rope_theta=1e4, attn_sinks=sinks)
+    with torch.device("meta"):
+        model = GPT(cfg, operator)
+    logits, loss = model(
+        torch.zeros(2, 8, dtype=torch.long, device="meta"), torch.zeros(2, 8, dtype=torch.long, device="meta")
+    )
+    assert logits.shape == (2, 8, cfg.padded_vocab_size) and logits.is_meta and loss.shape == ()
+    n = model.num_params()
+    model.to_empty(device="cpu")
+    assert model.lm_head.weight is model.transformer.wte.weight and model.num_params() == n
+    model.to(torch.float64)  # other conversions keep it tied too
+    assert model.lm_head.weight is model.transformer.wte.weight
+
+
 def test_paper_sizes():
     cfg_1b = preset("gpt2-1b", vocab_size=50257, vocab_multiple=1)
     n_1b = count_params(cfg_1b, include_positions=False)

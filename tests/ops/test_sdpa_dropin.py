@@ -355,6 +355,40 @@ def test_meta_tensors_propagate_shapes(backend, op):
     assert (out.device.type, out.shape, out.dtype) == ("meta", want.shape, want.dtype)
     out.sum().backward()
     assert [x.grad.shape for x in (q, k, v)] == [q.shape, k.shape, v.shape]
+    with pytest.raises(
+        ValueError, match="attn_mask is on meta and q on cpu"
+    ):  # not "Cannot copy out of meta"
+        kinterval_attention(
+            *_qkv(Tq=5, Tk=7), op, attn_mask=torch.ones(7, dtype=torch.bool, device="meta"), enable_gqa=True
+        )
+
+
+@pytest.mark.parametrize("kind", ["bool", "-inf", "bias"])
+def test_fake_tensors_and_export_trace_every_kind_of_mask(kind):
+    """A float attn_mask (even SDPA's 0/-inf) raised DataDependentOutputException under FakeTensorMode and
+    torch.export: split_mask read its values to drop an all-zero bias."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q, k, v = _qkv(Tq=3, Tk=5, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    drop = torch.rand(3, 5, generator=gen) > 0.5
+    drop[:, 0] = False  # every row keeps a key
+    mask = {"bool": ~drop, "-inf": torch.zeros(3, 5).masked_fill(drop, float("-inf")),
+            "bias": torch.randn(3, 5, generator=gen)}[kind]  # fmt: skip
+    with FakeTensorMode(allow_non_fake_inputs=True) as fake:
+        out = kinterval_attention(*(fake.from_tensor(x) for x in (q, k, v)), "fwm-prob-k4",
+                                  attn_mask=fake.from_tensor(mask), enable_gqa=True)  # fmt: skip
+    assert out.shape == q.shape
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v, m):
+            return kinterval_attention(
+                q, k, v, "fwm-prob-k4", attn_mask=m, backend="closed_form", enable_gqa=True
+            )
+
+    exported = torch.export.export(Attend(), (q, k, v, mask))
+    want = kinterval_attention(q, k, v, "fwm-prob-k4", attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(exported.module()(q, k, v, mask), want, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

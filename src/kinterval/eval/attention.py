@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from kinterval.model import SDPA, CausalSelfAttention
+from kinterval.model.numerics import autocast_off
 from kinterval.model.scores import attention_scores
 from kinterval.ops import OperatorSpec
 
@@ -50,7 +51,7 @@ def patched_attention(model: torch.nn.Module, fn: ProbsFn) -> Iterator[None]:
         def forward(self, x: Tensor) -> Tensor:
             B, T, C = x.shape
             q, k, v, s, valid = qkv_scores(self, x)
-            with torch.autocast(device_type=x.device.type, enabled=False):
+            with autocast_off(x.device.type):
                 y = torch.matmul(fn(idx, s, valid, q, k), v)
             return self.c_proj(y.to(x.dtype).transpose(1, 2).contiguous().view(B, T, C))
 

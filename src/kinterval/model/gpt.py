@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from kinterval.model.config import ModelConfig
-from kinterval.model.numerics import attention_inputs
+from kinterval.model.numerics import attention_inputs, autocast_off
 from kinterval.ops import BACKENDS, OperatorSpec, kinterval_attention, resolve_backend
 
 SDPA = "sdpa"  # PyTorch's fused softmax attention, the reference baseline for speed and correctness
@@ -115,7 +115,7 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.heads(x)
         # Attention runs outside autocast on inputs of numerics.attention_dtype (model/numerics.py).
-        with torch.autocast(device_type=x.device.type, enabled=False):
+        with autocast_off(x.device.type):
             q, k, v = attention_inputs(self.attention_dtype, q, k, v, native=True)
             if self.operator == SDPA:  # with bf16 inputs: SDPA's flash kernel on a GPU
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True, **self.options())
@@ -197,6 +197,15 @@ class GPT(nn.Module):
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
+    def _apply(self, fn, recurse=True):
+        # to_empty (after building under torch.device("meta")) gives each module its own new parameter: the
+        # two ends of the tied embedding would come back as two matrices, trained apart. Tied again here.
+        tied = self.lm_head.weight is self.transformer.wte.weight
+        out = super()._apply(fn, recurse)
+        if tied and self.lm_head.weight is not self.transformer.wte.weight:
+            self.lm_head.weight = self.transformer.wte.weight
+        return out
+
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
@@ -222,7 +231,7 @@ class GPT(nn.Module):
     def _check_ids(self, what: str, ids: torch.Tensor) -> None:
         """Ids outside [0, vocab_size) are a ValueError; ids up to the padded table would embed (or be scored)
         silently. Off CUDA only: there the check would cost a host sync per training step."""
-        if ids.device.type == "cuda" or not ids.numel():
+        if ids.device.type in ("cuda", "meta") or not ids.numel():  # meta: no values to check
             return
         lo, hi = ids.aminmax()
         if lo < 0 or hi >= self.config.vocab_size:

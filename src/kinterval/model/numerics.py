@@ -63,10 +63,16 @@ def autocast(numerics: NumericsConfig, device: torch.device | str) -> contextlib
     switches off a caller's own autocast too, so that the run's numerics hold whoever calls."""
     dtype, device_type = autocast_applied(numerics, device), torch.device(device).type
     if dtype == "none":
-        if not torch.amp.is_autocast_available(device_type):  # e.g. meta: no autocast to switch off
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=device_type, enabled=False)
+        return autocast_off(device_type)
     return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
+
+
+def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
+    """``torch.autocast(device_type, enabled=False)``, or a no-op on a device without autocast (meta: a model
+    built under ``torch.device("meta")`` traces its shapes)."""
+    if not torch.amp.is_autocast_available(device_type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, enabled=False)
 
 
 def attention_inputs(attention_dtype: str, *xs: Tensor, native: bool = False) -> tuple[Tensor, ...]:

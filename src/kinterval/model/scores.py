@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from kinterval.model.gpt import CausalSelfAttention
-from kinterval.model.numerics import attention_inputs
+from kinterval.model.numerics import attention_inputs, autocast_off
 
 
 def attention_scores(module: CausalSelfAttention, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -31,7 +31,7 @@ def attention_scores(module: CausalSelfAttention, x: Tensor) -> tuple[Tensor, Te
     q, k, v = attention_inputs(module.attention_dtype, q, k, v)  # fp32 tensors (bf16-rounded values if set)
     if module.n_kv_head != module.n_head:
         k, v = (t.repeat_interleave(module.n_head // module.n_kv_head, dim=1) for t in (k, v))
-    with torch.autocast(device_type=x.device.type, enabled=False):
+    with autocast_off(x.device.type):
         s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
         i = torch.arange(T, device=x.device)
         valid = (i[None, :] <= i[:, None]).expand(s.shape)

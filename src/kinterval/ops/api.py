@@ -16,6 +16,7 @@ from contextvars import ContextVar
 import numpy as np
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake  # no public name: torch.export and FakeTensorMode use it
 
 from kinterval.ops.autocast import matmul_outside_autocast, outside_autocast
 from kinterval.ops.backends import BACKENDS, resolve_backend
@@ -74,9 +75,14 @@ def split_mask(mask: Tensor | None, what: str = "mask") -> tuple[Tensor | None, 
     bias = torch.where(blocked, 0.0, mask)
     if mask.requires_grad and torch.is_grad_enabled():
         return ~blocked, bias  # a learned bias that is 0 now (e.g. zero-initialised) still gets its gradient
-    if mask.device.type == "meta" or not torch.any(bias != 0):
-        bias = None
+    if mask.device.type == "meta" or (not shapes_only(mask) and not torch.any(bias != 0)):
+        bias = None  # (a fake mask keeps its bias: it has no values to look at, and adding 0 is exact)
     return ~blocked, bias
+
+
+def shapes_only(t: Tensor) -> bool:
+    """A tensor with no values to read: on the meta device, or fake (``FakeTensorMode``, ``torch.export``)."""
+    return t.device.type == "meta" or is_fake(t)
 
 
 MASK_LIKE_BIAS = -1e4  # a bias at or below this looks like a mask written as a large negative number
@@ -87,7 +93,7 @@ def warn_mask_like_bias(bias: Tensor | None, spec: OperatorSpec, what: str = "at
     lowest -65504 in an fp32 mask): such entries are added to the scores, not masked, and the calibration sees
     them (MinMax's m then spans the whole row, and the keys above share the top buckets). Softmax and the
     exponential baselines give such keys ~0 weight, as SDPA does: no warning. One host sync."""
-    if bias is None or not spec.is_kinterval or bias.device.type == "meta" or bias.numel() == 0:
+    if bias is None or not spec.is_kinterval or shapes_only(bias) or bias.numel() == 0:
         return
     low = bias.min()
     if low <= MASK_LIKE_BIAS:
@@ -374,6 +380,9 @@ def kinterval_attention(
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     scale = float(scale)
+    if isinstance(mask, Tensor) and mask.is_meta and not q.is_meta:  # a meta mask has no values to copy
+        what = "attn_mask" if attn_mask is not None else "mask"
+        raise ValueError(f"{what} is on {mask.device} and q on {q.device}: give both on one device")
     mask, bias = split_mask(mask, "attn_mask" if attn_mask is not None else "mask")
     warn_mask_like_bias(bias, spec, "attn_mask" if attn_mask is not None else "mask")
     softcap = check_softcap(softcap)
