@@ -1396,3 +1396,37 @@ def test_printed_table_gives_a_small_difference_in_two_significant_digits():
            "margin_status": None}  # fmt: skip
     _, _, line = format_compare([row]).splitlines()
     assert "+3.0e-05" in line and "[+2.0e-05, +0.0001]" in line
+
+
+def test_doc_ids_of_mixed_types_pair_and_other_ids_are_refused(tmp_path):
+    """Integer and string doc_ids in one file (hand-made files) stopped with a TypeError from sorting."""
+    from kinterval.eval.downstream_compare import downstream_compare
+
+    for name, vals in (("base", [1, 0, 1]), ("cond", [0, 0, 1])):
+        (tmp_path / name).mkdir()
+        lines = [{"doc_id": i, "target": "0", "metrics": {"acc": v}} for i, v in zip([0, "x1", 2], vals)]
+        (tmp_path / name / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (row,) = downstream_compare(tmp_path / "base", {"c": tmp_path / "cond"}, **FAST)
+    assert (row["n"], row["diff"]) == (3, pytest.approx(-1 / 3))
+    (tmp_path / "cond" / "t.jsonl").write_text(json.dumps({"doc_id": [0], "metrics": {"acc": 1}}) + "\n")
+    with pytest.raises(
+        ValueError, match=r"t.jsonl, line 1: doc_id must be an integer or a string, got \[0\]"
+    ):
+        downstream_compare(tmp_path / "base", {"c": tmp_path / "cond"}, **FAST)
+
+
+def test_json_is_written_when_the_reader_of_the_table_leaves(folders, tmp_path):
+    """``downstream-compare ... --json F | head -1``: the table's printing stopped at the closed pipe before
+    the file was written (exit 141, no F)."""
+    import subprocess
+    import sys
+
+    base, conds = folders
+    args = [f"{name}={path}" for name, path in conds.items()]
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, "-m", "kinterval", "downstream-compare", str(base), *args, "--json", str(out),
+           "--resamples", "100", "--permutations", "200"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc.stdout.close()  # the reader is gone before the first line
+    assert proc.wait(timeout=300) == 141
+    assert json.loads(out.read_text())

@@ -423,6 +423,19 @@ def test_drawn_tokens_never_hold_eot_and_a_distance_that_just_fits_is_kept():
     block of PREFIX + d + 1 tokens (the model input is the sample minus its last token)."""
 
     assert not (probes._draw(np.random.default_rng(0), 50257, 1_000_000) == probes.EOT).any()
+    # a smaller vocabulary's EOT is its last id (the synthetic corpus's), the separator of probe C: it was
+    # drawn as a random token there (42 of 240 probe A/B samples held it)
+    from kinterval.data.synthetic import EOT as SYNTHETIC_EOT
+    from kinterval.data.synthetic import VOCAB_SIZE
+
+    assert probes.eot_of(VOCAB_SIZE) == SYNTHETIC_EOT and probes.eot_of(50257) == probes.EOT
+    drawn = probes._draw(np.random.default_rng(0), VOCAB_SIZE, 100_000)
+    assert not (drawn == SYNTHETIC_EOT).any() and (drawn == SYNTHETIC_EOT - 1).any()
+    a, _ = probes.induction_samples(3, VOCAB_SIZE, 300)
+    b, _ = probes.retrieval_samples(3, VOCAB_SIZE, 300)
+    assert not any(SYNTHETIC_EOT in s.tokens for s in a + b)
+    c, _ = probes.copy_samples(3, VOCAB_SIZE, 300)
+    assert all(s.tokens.count(SYNTHETIC_EOT) == 1 for s in c)
     samples, skipped = probes.induction_samples(1, 50257, probes.PREFIX + 64 + 1, distances=(64, 65))
     assert skipped == [65] and {s.param for s in samples} == {64}
     assert all(len(s.tokens) - 1 == probes.PREFIX + 64 + 1 for s in samples)

@@ -126,6 +126,8 @@ def test_any_run_takes_ids_and_refuses_text_without_gpt2_vocabulary(softmax_run,
         # torch took a negative seed silently and refused 2^64 with "Overflow when unpacking long long"
         (["--prompt-ids", "1", "--seed", "-1"], "seed must be an integer from 0 to 4294967295"),
         (["--prompt-ids", "1", "--seed", str(2**64)], "seed must be an integer from 0 to 4294967295"),
+        # the library's message named its unset value (None), while the option's "no cut" is 0
+        (["--prompt-ids", "1", "--top-k", "-3"], "--top-k must be an integer >= 0 (0: no top-k cut), got -3"),
     ):
         assert main(["sample", "--run", run, "--device", "cpu", *argv]) == 2, argv
         err = capsys.readouterr().err

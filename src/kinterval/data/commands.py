@@ -63,6 +63,15 @@ def _overlap(args: argparse.Namespace) -> int:
     o = split_overlap(args.data, args.split, args.against, args.against_data, args.n)
     other = f"{args.against_data or args.data} {args.against}"
     d = o.to_dict()
+    blocks = {}
+    if args.block_size is not None:
+        cover = o.block_coverage(args.block_size)
+        blocks = {"block_size": args.block_size, "block_coverage": [round(float(c), 6) for c in cover]}
+    if args.json:  # before the lines: `... | head` stops the printing, never the file
+        where = {"data": str(args.data), "split": o.split}
+        where.update(against_data=str(args.against_data or args.data), against=args.against)
+        record = {**where, "shards_sha256": list(o.shards_sha256), **d, **blocks}
+        atomic.write_json(args.json, record)  # a kill leaves the old file or the new one, never half
     print(f"{o.n}-gram overlap of {args.data} {args.split} ({o.tokens:,} tokens, {d['documents']} documents) "
           f"with {other} ({o.against_tokens:,} tokens)")  # fmt: skip
     print(f"windows of {o.n} tokens within a document: {o.windows:,}; also in {args.against}: {o.found:,} "
@@ -70,17 +79,9 @@ def _overlap(args: argparse.Namespace) -> int:
     print(f"tokens inside such a window: {o.covered:,} ({o.token_share:.1%})")
     print(f"documents with such a token: {d['documents_touched']} of {d['documents']}; with more than half "
           f"of their tokens: {d['documents_over_half']}")  # fmt: skip
-    blocks = {}
     if args.block_size is not None:
-        cover = o.block_coverage(args.block_size)
-        blocks = {"block_size": args.block_size, "block_coverage": [round(float(c), 6) for c in cover]}
         print(f"blocks of {args.block_size} tokens (as `kinterval eval` scores them) with no target inside "
               f"such a window: {int((cover == 0).sum()):,} of {cover.size:,}")  # fmt: skip
-    if args.json:
-        where = {"data": str(args.data), "split": o.split}
-        where.update(against_data=str(args.against_data or args.data), against=args.against)
-        record = {**where, "shards_sha256": list(o.shards_sha256), **d, **blocks}
-        atomic.write_json(args.json, record)  # a kill leaves the old file or the new one, never half
     return 0
 
 

@@ -237,6 +237,8 @@ def _sample(args: argparse.Namespace) -> int:
 
     if args.tokens < 0:  # generate() names its parameter, max_new_tokens
         raise ValueError(f"--tokens must be an integer >= 0, got {args.tokens}")
+    if args.top_k < 0:  # sample_run's own message names its unset value (None), not this option's 0
+        raise ValueError(f"--top-k must be an integer >= 0 (0: no top-k cut), got {args.top_k}")
     ids = None
     if args.prompt_ids is not None:
         try:

@@ -115,14 +115,14 @@ def _compare(args) -> int:
     rows = downstream_compare(
         args.baseline, conditions, margin=args.margin, nll_metrics=args.nll_metrics, **kw
     )
+    if args.json:  # before the table: `... | head` stops the printing, never the file
+        atomic.write_text(args.json, json.dumps(rows, indent=1, allow_nan=False) + "\n")
     print(format_compare(rows))
     print("* BH q < 0.05 within task x metric over the conditions; ° CI excludes 0 but q >= 0.05")
     if kw["groups"]:
         print()
         print(format_group_summary(group_summary(rows, primary)))
         print("per group: condition x task comparisons on each task's primary metric (--primary)")
-    if args.json:
-        atomic.write_text(args.json, json.dumps(rows, indent=1, allow_nan=False) + "\n")
     return 0
 
 
@@ -151,10 +151,13 @@ def _probes_compare(args) -> int:
     conditions = dict(_condition(c) for c in args.conditions)
     if len(conditions) != len(args.conditions):  # one would silently replace the other in --json
         raise ValueError(f"condition names must be distinct: {args.conditions}")
-    out = {}
-    for name, folder in conditions.items():
-        res = compare_probes(folder, args.reference, n_resamples=args.resamples, seed=args.seed)
-        out[name] = res
+    out = {
+        name: compare_probes(folder, args.reference, n_resamples=args.resamples, seed=args.seed)
+        for name, folder in conditions.items()
+    }
+    if args.json:  # before the table: `... | head` stops the printing, never the file
+        atomic.write_text(args.json, json.dumps(out, indent=1) + "\n")
+    for name, res in out.items():
         print(f"{name} ({res['operator']}) - reference ({res['reference_operator']})")
         for r in res["deltas"]:
             mark = "  tab:probeab" * in_probeab(r)
@@ -163,8 +166,6 @@ def _probes_compare(args) -> int:
         for r in res["slopes"]:
             print(f"  {r['probe']} {r['metric']:<5} {r['condition']:<18} slope vs log2 {r['params']}: "
                   f"{num(r['slope'])} {interval_text(r['lo'], r['hi'], signed=True)}")  # fmt: skip
-    if args.json:
-        atomic.write_text(args.json, json.dumps(out, indent=1) + "\n")
     return 0
 
 

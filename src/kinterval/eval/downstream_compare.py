@@ -56,6 +56,11 @@ def _task_files(folder: Path) -> dict[str, Path]:
     return files
 
 
+def doc_order(doc_id) -> tuple:
+    """Items in doc_id order, integer ids (lm-eval's) before string ones (hand-made files may mix them)."""
+    return (isinstance(doc_id, str), doc_id)
+
+
 def _per_item(folder) -> dict[str, dict]:
     """task -> {doc_id: (target, {metric: float})}: scalar metrics, plus the item total ``loglikelihood`` of
     rolling (perplexity) tasks. lm-eval's per-item ``perplexity`` (loglikelihood tasks, e.g. LAMBADA) is the
@@ -85,6 +90,9 @@ def _per_item(folder) -> dict[str, dict]:
                 raise ValueError(f"{path}, line {n}: not a JSON record ({err})") from None
             if not isinstance(rec, dict) or "doc_id" not in rec:  # e.g. a probes samples.jsonl
                 raise ValueError(f"{path}, line {n}: not a per-item result record (no doc_id)")
+            doc = rec["doc_id"]
+            if isinstance(doc, bool) or not isinstance(doc, (int, str)):
+                raise ValueError(f"{path}, line {n}: doc_id must be an integer or a string, got {doc!r}")
             if "filtered_resps" in rec:  # an lm-eval logged sample
                 rec = _item(rec)
             if not isinstance(rec.get("metrics"), dict):
@@ -472,7 +480,7 @@ def downstream_compare(
     families = {}  # (task, metric) -> rows, one per condition
 
     def task_rows(task, metrics, base_items, cond_items):  # cond_items: one {doc_id: ...} per condition
-        ids = sorted(base_items)
+        ids = sorted(base_items, key=doc_order)
         for m in metrics:
             xb = np.array([base_items[i][1][m] for i in ids])
             families[(task, m)] = [
@@ -487,7 +495,7 @@ def downstream_compare(
         if "blimp" in base:
             raise ValueError("task 'blimp' is both a result file and the BLiMP macro-average row")
         for m in sorted(set.intersection(*(set(_metrics(t, base[t])) for t in paradigms))):
-            keys = [(t, i) for t in paradigms for i in sorted(base[t])]
+            keys = [(t, i) for t in paradigms for i in sorted(base[t], key=doc_order)]
             w = np.array([1.0 / len(base[t]) for t, _ in keys])  # each paradigm weighs 1
             xb = np.array([base[t][i][1][m] for t, i in keys])
             rows = []

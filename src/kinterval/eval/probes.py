@@ -41,7 +41,13 @@ N_PAIRS = (16, 32, 64)
 SEGMENT_LENGTHS = (32, 64, 128)
 COPIES = 300  # probe C samples per segment length L (paper App. C.3: 300 per L, 900 in total)
 PREFIX = 16  # random tokens before the first structure, so nothing starts at position 0
-EOT = 50256
+EOT = 50256  # GPT-2's end of text
+
+
+def eot_of(vocab: int) -> int:
+    """The end-of-text id probes leave out of their random tokens and put between the two copies of probe C:
+    GPT-2's 50256 when the vocabulary holds it, else its last id (the synthetic corpus's EOT)."""
+    return EOT if vocab > EOT else vocab - 1
 
 
 @dataclass
@@ -60,8 +66,8 @@ def _rng(seed: int, probe: str, family: int) -> np.random.Generator:
 
 
 def _draw(rng, vocab: int, n: int, exclude=()) -> np.ndarray:
-    """n tokens uniform over [0, vocab) minus ``exclude`` (EOT is always excluded)."""
-    bad = np.array(sorted(set(exclude) | {EOT}))
+    """n tokens uniform over [0, vocab) minus ``exclude`` (EOT, :func:`eot_of`, is always excluded)."""
+    bad = np.array(sorted(set(exclude) | {eot_of(vocab)}))
     out = rng.integers(0, vocab, size=n)
     while True:
         redo = np.isin(out, bad)
@@ -71,7 +77,7 @@ def _draw(rng, vocab: int, n: int, exclude=()) -> np.ndarray:
 
 
 def _distinct(rng, vocab: int, n: int) -> np.ndarray:
-    return rng.choice(np.setdiff1d(np.arange(vocab), [EOT]), size=n, replace=False)
+    return rng.choice(np.setdiff1d(np.arange(vocab), [eot_of(vocab)]), size=n, replace=False)
 
 
 def induction_samples(n_families: int, vocab: int, block: int, distances=DISTANCES, seed: int = 0):
@@ -117,7 +123,7 @@ def retrieval_samples(n_families: int, vocab: int, block: int, n_pairs=N_PAIRS, 
 def copy_samples(n_families: int, vocab: int, block: int, lengths=SEGMENT_LENGTHS, seed: int = 0):
     """Probe C samples (one copy task per family and segment length: ``n_families`` samples per L) and the
     lengths skipped."""
-    sep = EOT if vocab > EOT else vocab - 1
+    sep = eot_of(vocab)
     fits = [L for L in lengths if PREFIX + 2 * L <= block]  # input PREFIX + 2L: the last token is a target
     samples = []
     for f in range(n_families):

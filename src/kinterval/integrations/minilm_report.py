@@ -192,10 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         result = run(families, args.ks)
     except ImportError as err:  # a package it needs (the weights, transformers) is not installed: one line
         p.error(str(err))
+    if args.json:  # before the table: `... | head` stops the printing, never the file
+        atomic.write_text(args.json, json.dumps(result, indent=2))
     print(f"{result['n_sentences']} sentences (up to {result['max_tokens']} tokens); mean cosine (min)\n")
     print(markdown(result, args.ks))
-    if args.json:
-        atomic.write_text(args.json, json.dumps(result, indent=2))
     return 0
 
 

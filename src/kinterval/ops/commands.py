@@ -175,10 +175,10 @@ def run(args) -> int:
         table.add_row(
             spec.full_name, f"{tv.mean():.4f}", f"{tv.max():.4f}", f"{median(rho):.1e}", f"{rho.max():.1e}"
         )
-    print(table)
-    if args.json is not None:
+    if args.json is not None:  # before the table: `... | head` stops the printing, never the file
         setting = {"T": T, "scale": scale, "seed": seed, "range_grad": range_grad, "dtype": "float32"}
         atomic.write_json(args.json, {"setting": setting, "rows": rows})
+    print(table)
     return 0
 
 
@@ -210,11 +210,11 @@ def _consistency(args) -> int:
         Ks=args.K,
         operators=names,
     )
+    if args.json is not None:  # before the tables: `... | head` stops the printing, never the file
+        atomic.write_json(args.json, result)
     print(_summary_table(result))
     print()
     print(_rows_table(result))
-    if args.json is not None:
-        atomic.write_json(args.json, result)
     return 0
 
 
