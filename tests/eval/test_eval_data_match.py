@@ -115,3 +115,19 @@ def test_the_training_data_folder_is_checked_before_it_is_the_default(
     assert "gpt2: the val split holds no block of 32+1 tokens (0 tokens)" in err and "(--split)" in err, err
     argv[argv.index("val")] = "train"
     assert main(argv) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_shard_that_is_not_what_meta_json_lists_is_refused(gpt2_run, tmp_path, capsys, command):
+    """One token changed in a held-out shard (sizes and vocabulary intact) was scored with exit 0, and the
+    result stored under meta.json's shard hashes; after a restore, `eval` served that result as cached."""
+    data = tmp_path / "heldout"
+    shutil.copytree(gpt2_run / "heldout", data)
+    (shard,) = data.glob("val_*.bin")
+    raw = bytearray(shard.read_bytes())
+    raw[0] ^= 1  # token 0 stays below the vocabulary size
+    shard.write_bytes(bytes(raw))
+    argv = [command, "--run", str(gpt2_run / "run"), "--data", str(data), "--split", "val", "--device", "cpu"]
+    assert main(argv + ["--out", str(tmp_path / "out")] + COMMANDS[command]) == 2
+    err = capsys.readouterr().err
+    assert f"{shard.name}: sha256 does not match meta.json" in err and not (tmp_path / "out").exists(), err

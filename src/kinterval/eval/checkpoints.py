@@ -52,8 +52,10 @@ def state_file_sha256(path: str | Path) -> str:
 def evaluation_split(data: str | Path | None, split: str, state: dict, ckpt: str | Path) -> TokenShards:
     """The split every evaluation command reads: of ``data``, or without it of the folder the checkpoint was
     trained on (:func:`~kinterval.train.checkpoint.trained_data_dir`, checked against its training data); data
-    of another tokenizer than the training data's, or a split without one block, is a ``ValueError``."""
-    shards = TokenShards(data if data is not None else trained_data_dir(state, ckpt), split)
+    of another tokenizer than the training data's, a shard whose bytes are not those meta.json lists (its
+    sha256: a result is stored and reused under those hashes), or a split without one block, is a
+    ``ValueError``."""
+    shards = TokenShards(data if data is not None else trained_data_dir(state, ckpt), split, verify=True)
     shards.check_matches(state)
     shards.require_blocks(int(state["model_config"]["block_size"]))
     return shards
