@@ -297,6 +297,32 @@ def test_a_summary_without_a_request_is_not_current(tiny_run, tmp_path):
     assert again["skipped"] is False and again["request"] == first["request"]
 
 
+def test_a_summary_whose_numbers_are_not_its_arrays_is_redone_and_refused(tiny_run, tmp_path):
+    """An edited mean_nll beside intact arrays was served as cached ("mean NLL 4.0000 [cached]"); an NPZ
+    swapped in with the summary's npz_sha256 removed was read as the checkpoint's; a damaged summary stopped
+    `report --runs` with a traceback."""
+    from kinterval.eval.evaluate import load_result, read_summary
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    first = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    js = tmp_path / f"{ckpt.name}.json"
+    good = js.read_text()
+    js.write_text(json.dumps(dict(json.loads(good), mean_nll=4.0)))
+    again = evaluate_checkpoint(ckpt, out_dir=tmp_path, max_blocks=2)
+    assert again["skipped"] is False and again["mean_nll"] == first["mean_nll"]
+    with pytest.raises(ValueError, match="block count or mean NLL differs"):  # the report's reader
+        js.write_text(json.dumps({k: v for k, v in dict(json.loads(good), mean_nll=4.0).items()
+                                  if k != "npz_sha256"}))  # fmt: skip
+        load_result(js)
+    bad = (("[]", "a JSON object expected"), (good[:100], "not a readable evaluation summary"),
+           (json.dumps(dict(json.loads(good), step=float("nan"))), "no integer step"),
+           (json.dumps(dict(json.loads(good), mean_nll=None)), "no finite mean_nll"))  # fmt: skip
+    for text, said in bad:
+        js.write_text(text)
+        with pytest.raises(ValueError, match=said):
+            read_summary(js)
+
+
 @pytest.mark.parametrize("kind", ["geometry", "graddiag"])
 def test_a_cached_diagnostic_answers_only_the_same_request(tiny_run, tmp_path, kind):
     """The diagnostics cache was keyed on the checkpoint hash and --as only: --blocks 4, --split test or

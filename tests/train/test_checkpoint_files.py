@@ -124,13 +124,13 @@ def test_a_save_after_a_kill_clears_the_leftovers_of_the_killed_save(tmp_path, m
 
 
 def test_a_tensor_file_without_a_recorded_sha256_is_refused(tmp_path):
-    """docs §4: each tensor file is checked against the sha256 in state.json; a state.json (without its own
-    hash) that records none for a file cannot vouch for it."""
+    """docs §4: each tensor file is checked against the sha256 in state.json; a state.json (its own hash
+    made to fit) that records none for a file cannot vouch for it."""
     msd, state = tiny_state()
     ck = save_checkpoint(tmp_path, 1, msd, {}, state)
     files = json.loads((ck / "state.json").read_text())["files"]
     del files["optimizer.safetensors"]
-    edit_state(ck, rehash=False, files=files)
+    edit_state(ck, files=files)  # its own hash recomputed: only the files entry can tell
     with pytest.raises(CheckpointError, match=r"records no sha256 for optimizer\.safetensors"):
         load_checkpoint(ck)
 
@@ -162,7 +162,7 @@ def test_an_optimizer_structure_naming_a_missing_tensor_is_a_checkpoint_error(tm
     msd, state = tiny_state()
     ck = save_checkpoint(tmp_path, 1, msd, {"state": {0: {"exp_avg": torch.ones(2)}}}, state)
     structure = {"state": {"__int_keys__": {"0": {"exp_avg": {"__tensor__": "state.0.exp_avg_sq"}}}}}
-    edit_state(ck, rehash=False, optimizer_structure=structure)
+    edit_state(ck, optimizer_structure=structure)
     with pytest.raises(CheckpointError, match="optimizer_structure does not match the tensors"):
         load_checkpoint(ck)
 

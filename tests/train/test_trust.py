@@ -202,17 +202,36 @@ def _volatile(row):
 
 
 # ---------------------------------------------------------------------- 5. state.json
-@pytest.mark.parametrize("edit", ["step", "step_unhashed", "step_and_folder"])
+@pytest.mark.parametrize("hashed", [False, True])
+def test_an_edited_state_json_is_refused_with_its_hash_removed_too(runs, tmp_path, hashed):
+    """An edit no other check sees (the operator a run was trained with): its hash differs; removing the
+    hash field switched the check off."""
+    from kinterval.train.checkpoint import read_state
+
+    run = copy_run(runs, "killed", tmp_path)
+    ck = run / "checkpoints" / "step_000004"
+    state = json.loads((ck / "state.json").read_text())
+    state["config"]["operator"]["name"] = "lerp-k4"
+    if not hashed:
+        del state["state_sha256"]
+    (ck / "state.json").write_text(json.dumps(state))
+    read_state(ck)  # without verify: the folder's own listing reads it
+    with pytest.raises(CheckpointError, match="state.json was modified"):
+        read_state(ck, verify=True)
+
+
+@pytest.mark.parametrize("edit", ["step", "step_rehashed", "step_and_folder"])
 def test_edited_state_step_is_refused(runs, tmp_path, edit):
+    from kinterval.train.checkpoint import state_sha256
+
     cfg, _ = runs
     run = copy_run(runs, "killed", tmp_path)
     ck = run / "checkpoints" / "step_000004"
     state = json.loads((ck / "state.json").read_text())
     state["step"] = 2
-    match = "state.json was modified"
-    if edit != "step":
-        del state["state_sha256"]
-        match = "folder name says 4"
+    match = "folder name says 4"  # the step's own check comes before the hash's
+    if edit != "step":  # its hash recomputed: the step still disagrees with the folder and the optimizer
+        state["state_sha256"] = state_sha256(state)
     if edit == "step_and_folder":  # a consistent-looking forgery: only the optimizer's counters disagree
         shutil.rmtree(run / "checkpoints" / "step_000002")
         ck = ck.rename(run / "checkpoints" / "step_000002")

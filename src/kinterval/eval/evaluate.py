@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
 from pathlib import Path
 
@@ -61,7 +62,27 @@ def result_paths(out_dir: str | Path, ckpt: str | Path) -> tuple[Path, Path]:
 
 
 def read_summary(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())
+    """An evaluation summary, checked as far as every reader relies on it: a JSON object with an integer
+    ``step`` >= 0, a finite ``mean_nll`` and a ``request`` object; else a ``ValueError`` naming the file (a
+    torn, edited or foreign file)."""
+    path = Path(path)
+    try:
+        s = json.loads(path.read_bytes())
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(f"{path}: not a readable evaluation summary ({err})") from None
+    if not isinstance(s, dict):
+        raise ValueError(f"{path}: not an evaluation summary (a JSON object expected)")
+    step, nll = s.get("step"), s.get("mean_nll")
+    problem = (
+        "no integer step >= 0" if isinstance(step, bool) or not isinstance(step, int) or step < 0
+        else "no finite mean_nll" if isinstance(nll, bool) or not isinstance(nll, (int, float))
+        or not math.isfinite(nll)
+        else "no request object" if not isinstance(s.get("request"), dict)
+        else None
+    )  # fmt: skip
+    if problem:
+        raise ValueError(f"{path}: not an evaluation summary ({problem}): evaluate the checkpoint again")
+    return s
 
 
 def applied_numerics(numerics: NumericsConfig, device: torch.device) -> dict:
@@ -135,14 +156,23 @@ def _is_current(json_path: Path, npz_path: Path, ckpt: Path, req: dict) -> bool:
             return False
     except (ValueError, OSError):  # a torn or unreadable summary (JSONDecodeError is a ValueError)
         return False
+    return arrays_problem(npz_path, s) is None
+
+
+def arrays_problem(npz: Path, summary: dict) -> str | None:
+    """Why the NPZ ``npz`` is not the one ``summary`` was written with, or None: its ``npz_sha256`` (when
+    recorded: older summaries lack it) and, in any case, the block count and mean NLL the summary states (an
+    edited ``mean_nll`` beside intact arrays)."""
+    if "npz_sha256" in summary and atomic.sha256_file(npz) != summary["npz_sha256"]:
+        return "its npz_sha256 differs"
     try:
-        if "npz_sha256" in s:
-            return atomic.sha256_file(npz_path) == s["npz_sha256"]
-        with np.load(npz_path, allow_pickle=False) as z:
+        with np.load(npz, allow_pickle=False) as z:
             nll = z["nll"]
-        return nll.size == s.get("n_blocks") and float(nll.mean()) == s.get("mean_nll")  # as written
-    except Exception:  # an unreadable NPZ (torn, not an archive, no "nll"): evaluate again
-        return False
+    except Exception as err:  # torn, not an archive, no "nll"
+        return f"unreadable: {err!r}"
+    if nll.size != summary.get("n_blocks") or float(nll.mean()) != summary.get("mean_nll"):  # as written
+        return "its block count or mean NLL differs from the summary's"
+    return None
 
 
 def _refuse_replacing_full(json_path: Path, ckpt: Path, max_blocks: int) -> None:
@@ -321,14 +351,15 @@ def evaluate_run(run_dir: str | Path, *, checkpoint: str | int = "all", **kwargs
 
 
 def check_arrays(json_path: str | Path, summary: dict) -> None:
-    """``ValueError`` unless the NPZ beside ``json_path`` is the one its summary was written with (its
-    ``npz_sha256``; summaries written before that was recorded are not checked here). An edited or swapped
-    NPZ would otherwise be read as that checkpoint's per-block NLL."""
+    """``ValueError`` unless the NPZ beside ``json_path`` is the one its summary was written with
+    (:func:`arrays_problem`). An edited or swapped NPZ would otherwise be read as that checkpoint's
+    per-block NLL."""
     npz = Path(json_path).with_suffix(".npz")
-    if "npz_sha256" in summary and atomic.sha256_file(npz) != summary["npz_sha256"]:
+    problem = arrays_problem(npz, summary)
+    if problem:
         raise ValueError(
-            f"{npz}: not the arrays {Path(json_path).name} was written with (its npz_sha256 differs): an "
-            "edited or swapped file; evaluate the checkpoint again (`kinterval eval ... --force`)"
+            f"{npz}: not the arrays {Path(json_path).name} was written with ({problem}): an edited or "
+            "swapped file; evaluate the checkpoint again (`kinterval eval ... --force`)"
         )
 
 

@@ -345,7 +345,8 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def read_state(path: str | Path, *, verify: bool = False) -> dict:
     """A checkpoint's state.json, checked: format, entries, its step against the folder name; with ``verify``
-    also its own sha256 (``state_sha256``, when recorded: an edited state.json is refused)."""
+    also its own sha256 (``state_sha256``, which every checkpoint of this format records: an edited
+    state.json, or one whose hash was removed, is refused)."""
     path = Path(path)
     state_file = path / "state.json"
     if not state_file.is_file():
@@ -361,10 +362,6 @@ def read_state(path: str | Path, *, verify: bool = False) -> dict:
             f"checkpoint {path}: unknown format {state.get('format')!r} "
             f"v{state.get('format_version')!r}, expected {FORMAT} v{FORMAT_VERSION}"
         )
-    if verify and "state_sha256" in state and state["state_sha256"] != state_sha256(state):
-        raise CheckpointError(
-            f"checkpoint {path}: state.json was modified (its content differs from state_sha256)"
-        )
     step, named = state.get("step"), checkpoint_step(path)
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise CheckpointError(f"checkpoint {path}: state.json has no valid step ({step!r})")
@@ -376,6 +373,10 @@ def read_state(path: str | Path, *, verify: bool = False) -> dict:
     for key, kind in entries:
         if not isinstance(state.get(key), kind):
             raise CheckpointError(f"checkpoint {path}: state.json lacks a valid {key!r} entry")
+    if verify and state.get("state_sha256") != state_sha256(state):  # last: the errors above say more
+        raise CheckpointError(
+            f"checkpoint {path}: state.json was modified (its content differs from state_sha256)"
+        )
     return state
 
 
