@@ -141,6 +141,20 @@ def test_bad_bin_files(tmp_path):
         import_bin({"train": tmp_path / "gone.bin"}, tmp_path / "o", progress=False)
 
 
+@pytest.mark.parametrize("link", ["dangling", "loop"])
+def test_a_split_file_that_is_a_broken_link_is_named_not_dropped(tmp_path, capsys, link):
+    """A val.bin that was a dangling symlink (or a loop) was left out silently: the dataset had no val
+    split, exit 0 (a val.bin folder was refused)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    np.arange(100, dtype="<u2").tofile(src / "train.bin")
+    (src / "val.bin").symlink_to(
+        tmp_path / "unmounted" / "val.bin" if link == "dangling" else src / "val.bin"
+    )
+    assert main(["data", "prepare", "--source", f"bin:{src}", "--out", str(tmp_path / "out")]) == 2
+    assert "token file not found" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 def test_import_refuses_to_overwrite_its_source(tmp_path):
     src = tmp_path / "train_0000.bin"
     np.array([1, 2, 3], dtype="<u2").tofile(src)
@@ -528,3 +542,12 @@ def test_import_bin_argument_bounds_aliases_all_zero_files_and_document_counts(t
     )
     assert meta["splits"]["train"]["n_documents"] == 10 and meta["splits"]["val"]["n_tokens"] == 32
     assert TokenShards(tmp_path / "o", "train").eot == 9  # readable: the loader takes a toy tokenizer's eot
+
+
+def test_a_meta_json_of_bytes_that_are_not_text_is_a_named_error(ds):
+    """A meta.json holding non-UTF-8 bytes stopped `eval` and `data overlap` with a UnicodeDecodeError."""
+    from kinterval.data.loader import read_meta
+
+    (ds / "meta.json").write_bytes(b'{"format_version": \xff\xfe}')
+    with pytest.raises(ValueError, match=r"meta\.json: not valid JSON"):
+        read_meta(ds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
@@ -39,6 +40,9 @@ def find_bin_files(directory: str | Path) -> dict[str, list[Path]]:
     if not directory.is_dir():
         raise FileNotFoundError(f"bin source directory not found: {directory}")
     found: dict[str, list[Path]] = {}
+    entries = list(
+        directory.iterdir()
+    )  # a dangling symlink too (glob leaves it out): an error later, by name
     for split in sources.SPLITS:
         names = [split] + [a for a, s in sources.SPLIT_ALIASES.items() if s == split]
         files = sorted(
@@ -46,7 +50,8 @@ def find_bin_files(directory: str | Path) -> dict[str, list[Path]]:
                 p
                 for n in names
                 for pat in (f"*.{n}.bin", f"{n}.bin", f"{n}_*.bin")
-                for p in directory.glob(pat)
+                for p in entries
+                if fnmatch.fnmatchcase(p.name, pat)
             },
             key=lambda p: sources.natural_key(p.name),
         )

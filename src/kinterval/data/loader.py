@@ -30,8 +30,8 @@ def read_meta(root: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found (prepare the dataset with `kinterval data prepare`)")
     try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        meta = json.loads(path.read_bytes())
+    except ValueError as err:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not text
         raise ValueError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{path}: malformed meta.json (a JSON object expected)")
