@@ -1033,3 +1033,18 @@ def test_the_report_refuses_evaluation_files_swapped_or_edited(results_dir, tmp_
     np.savez(npz, **{**arrays, "nll": arrays["nll"] + 0.5})
     with pytest.raises(ValueError, match="not the arrays step_000016.json was written with"):
         load_results(d)
+
+
+def test_a_torn_status_is_one_error_and_a_damaged_environment_log_is_named(suite_dir, tmp_path):
+    """A torn status.json was also blamed on the intact metrics.jsonl (two errors, one at the wrong file);
+    a damaged environment.jsonl passed the gate, and the report then refused the folder."""
+    d = _copy(suite_dir, tmp_path)
+    status = d / "runs" / RUN / "status.json"
+    status.write_text(status.read_text()[:12])
+    errors = gate(d).errors
+    assert len(errors) == 1 and "status.json: unreadable" in errors[0], errors
+    status.write_text((suite_dir / "runs" / RUN / "status.json").read_text())
+    env = d / "runs" / RUN / "environment.jsonl"
+    env.write_text(env.read_text() + '{"device": "x"}\n')
+    (error,) = gate(d).errors
+    assert f"runs/{RUN}/environment.jsonl, line 2: not a session record" in error, error

@@ -47,6 +47,15 @@ def test_a_line_with_a_stray_byte_or_a_non_object_is_refused(tmp_path):
         (b'{"step": 2, "clipped": 1}', "'clipped' is 1, not true or false"),
         (b'{"event": "validation", "step": 2, "val_loss": {}}', "'val_loss' is \\{\\}, not a number"),
         (b'{"step": 2, "tr`in_loss": 2.4}', "unknown field 'tr`in_loss'"),  # a damaged key: its value unread
+        # json reads a bare NaN as a float: it passed the gate, and the report printed "nan"
+        (
+            b'{"step": 2, "train_loss": NaN}',
+            "'train_loss' is a bare nan \\(the trainer writes non-finite values as text\\)",
+        ),
+        (
+            b'{"step": 2, "grad_norm": -Infinity}',
+            "'grad_norm' is a bare -inf \\(the trainer writes non-finite values as text\\)",
+        ),
     ],
 )
 def test_a_row_whose_known_fields_have_the_wrong_type_is_refused_by_its_line(tmp_path, line, says):

@@ -61,6 +61,7 @@ import numpy as np
 from kinterval import atomic
 from kinterval.atomic import sha256_file
 from kinterval.data.loader import TokenShards
+from kinterval.environment import ENVIRONMENT_FILE, read_environment
 from kinterval.eval.geometry import METRICS as GEOMETRY
 from kinterval.stats import block_bootstrap_ci, block_length, cluster_bootstrap_ci
 from kinterval.suite.manifest import (
@@ -401,6 +402,7 @@ class _Gate:
                     if f"{rid}/step_{s:06d}" in self.record["checkpoints"]
                 ]
             self._check_metrics(run_dir, trusted, _log_every(r))
+            self._check_environment(run_dir)
             exp = self.expected.get(rid, r)
             for step in steps:
                 self.jobs += 1
@@ -443,10 +445,13 @@ class _Gate:
         rel = self.rel(path)
         try:
             rows = read_metrics(run_dir)
-            st = json.loads((run_dir / "status.json").read_text()) if path.is_file() else {}
         except (OSError, ValueError) as err:
             self.errs.add(self.subject(rel), f"{rel}: {str(err).removeprefix(f'{path}: ')}")
             return
+        try:
+            st = _read_status(run_dir) or {}
+        except (OSError, ValueError):  # named once, at its cause, by _check_status
+            st = {}
         # the trainer logs a completed run's last step, and a stopped run's non-finite step as an event
         finished = status_trusted and isinstance(st, dict) and st.get("status") in ("completed", STOPPED)
         n = st.get("step") if finished else None
@@ -463,6 +468,15 @@ class _Gate:
                 f"{rel}: {len(missing)} logged step(s) missing below its last row (step {last}), the first "
                 f"{missing[0]} (a row every {every} steps)",
             )
+
+    def _check_environment(self, run_dir: Path) -> None:
+        """The run's environment.jsonl, read as the report's hardware table reads it."""
+        path = run_dir / ENVIRONMENT_FILE
+        try:
+            read_environment(path)
+        except (OSError, ValueError) as err:
+            rel = self.rel(path)
+            self.errs.add(self.subject(rel), f"{rel}{str(err).removeprefix(str(path))}")
 
     def _check_job(self, r: dict, exp: dict, run_dir: Path, eval_dir: Path, step: int) -> None:
         rid, name = r["run_id"], f"step_{step:06d}"

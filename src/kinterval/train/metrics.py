@@ -126,8 +126,8 @@ _KNOWN = {*_INTS, *_NUMBERS, "clipped", "event", "row_span_layers"}
 
 def _bad_field(row: dict) -> str | None:
     """What is wrong with a row (None: nothing): a field the trainer does not write (a damaged key would
-    leave its value unread); integers must be integers, numbers numbers (or None, or a non-finite float as
-    :func:`_jsonable` writes it), ``clipped`` a boolean."""
+    leave its value unread); integers must be integers, numbers finite numbers (or None, or a non-finite
+    float as :func:`_jsonable` writes it, a string), ``clipped`` a boolean."""
     unknown = sorted(set(row) - _KNOWN)
     if unknown:
         return f"unknown field {unknown[0]!r}"
@@ -141,6 +141,8 @@ def _bad_field(row: dict) -> str | None:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return f"{key!r} is {v!r}, not a number"
+        if not math.isfinite(v):  # a bare NaN/Infinity (json reads them): the trainer writes "nan", "inf"
+            return f"{key!r} is a bare {v!r} (the trainer writes non-finite values as text)"
     if "clipped" in row and not isinstance(row["clipped"], bool):
         return f"'clipped' is {row['clipped']!r}, not true or false"
     return None
