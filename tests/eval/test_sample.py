@@ -27,6 +27,16 @@ def last_logits(model, idx):
         return model(idx[:, -model.config.block_size :])[0][:, -1, :].float()
 
 
+@pytest.mark.parametrize("temperature", [0, 1.0])
+def test_non_finite_logits_are_refused_not_sampled(temperature):
+    """A checkpoint of NaN weights printed token 0s greedily and stopped in torch.multinomial otherwise."""
+    model = tiny()
+    with torch.no_grad():
+        model.lm_head.weight[3, 0] = float("nan")
+    with pytest.raises(ValueError, match="logits hold NaN or infinite values"):
+        generate(model, torch.zeros(1, 4, dtype=torch.long), 2, temperature=temperature)
+
+
 def test_temperature_zero_and_top_one_are_greedy_and_the_context_is_cropped():
     model = tiny()
     idx = torch.randint(0, 64, (2, 20))  # longer than block_size 16

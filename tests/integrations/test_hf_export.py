@@ -342,3 +342,17 @@ def test_a_padded_embedding_table_is_cut_to_the_vocabulary(tmp_path):
     from transformers import GPT2LMHeadModel
 
     assert GPT2LMHeadModel.from_pretrained(out).transformer.wte.weight.shape == (100, 32)
+
+
+def test_a_checkpoint_of_non_finite_weights_is_refused(tmp_path, capsys):
+    """A diverged run's NaN weights were exported without a word."""
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=64, vocab_size=50257)
+    model = GPT(cfg, "softmax", "closed_form")
+    with torch.no_grad():
+        model.transformer.h[0].attn.c_attn.weight[0, 0] = float("nan")
+    state = {"step": 1, "config": {"operator": {"name": "softmax", "backend": "closed_form"}},
+             "model_config": cfg.to_dict()}  # fmt: skip
+    save_checkpoint(tmp_path / "run", 1, model.state_dict(), {}, state)
+    refused(
+        capsys, tmp_path / "run", tmp_path / "hf", r"weights are not finite \(transformer\.h\.0\.attn\.c_attn"
+    )

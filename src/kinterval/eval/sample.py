@@ -42,6 +42,11 @@ def generate(
     for _ in range(max_new_tokens):
         logits, _ = model(idx[:, -model.config.block_size :], last_only=True)
         logits = logits[:, -1, :].float()
+        if not torch.isfinite(logits).all():  # greedy would print token 0s, multinomial raise deep inside
+            raise ValueError(
+                "the model's logits hold NaN or infinite values (its weights are not finite: a checkpoint "
+                "of a diverged run?); nothing to sample"
+            )
         if temperature == 0:
             nxt = logits.argmax(dim=-1, keepdim=True)
         else:

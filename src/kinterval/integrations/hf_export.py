@@ -69,6 +69,10 @@ def export_hf(run, out, checkpoint="latest") -> Path:
             f"{run}: the model sets {named}, which a transformers GPT-2 does not have; "
             "export-hf takes GPT-2-shaped runs only"
         )
+    bad = [name for name, t in model.state_dict().items() if t.is_floating_point() and not t.isfinite().all()]
+    if bad:  # a diverged run's last checkpoint: an export would only move its NaNs elsewhere
+        raise ValueError(f"{run}: the checkpoint's weights are not finite ({', '.join(bad[:3])}); export an "
+                         "earlier checkpoint (--checkpoint STEP)")  # fmt: skip
     # the plain "kinterval" name runs config.kinterval_operator: registered for every operator and override
     impl = "sdpa" if model.operator == "sdpa" else hf.PREFIX
     config = GPT2Config(
