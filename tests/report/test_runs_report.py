@@ -359,3 +359,10 @@ def test_a_stopped_run_is_compared_at_its_last_evaluated_checkpoint(runs, tmp_pa
         f.unlink()
     assert main(["report", "--runs", str(runs / "soft"), str(run), "--out", str(tmp_path / "rep2")]) == 2
     assert "none of its checkpoints is evaluated on val" in capsys.readouterr().err
+
+
+def test_an_unreadable_status_is_named_not_read_as_a_run_that_did_not_stop(runs, tmp_path, capsys):
+    run = shutil.copytree(runs / "lerp", tmp_path / "lerp")
+    (run / "status.json").write_text('{"status": "nonfinite_lo')
+    assert main(["report", "--runs", str(runs / "soft"), str(run), "--out", str(tmp_path / "rep")]) == 2
+    assert f"{run / 'status.json'}: unreadable" in capsys.readouterr().err

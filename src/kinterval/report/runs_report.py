@@ -42,11 +42,16 @@ class Evaluated:
 
 
 def _stopped_at(run: Path) -> int | None:
-    """The step of the non-finite loss that stopped the run (its ``status.json``), else None."""
+    """The step of the non-finite loss that stopped the run (its ``status.json``), else None (also without a
+    status.json: a run still training); an unreadable one is a ``ValueError`` naming it (it may say that the
+    run stopped, and which checkpoints hold finite weights)."""
+    path = run / "status.json"
     try:
-        return stopped_step(json.loads((run / "status.json").read_text()))
-    except (OSError, ValueError):
+        return stopped_step(json.loads(path.read_bytes()))
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: unreadable ({err})") from None
 
 
 def _evaluated(run: Path, split: str) -> Evaluated:
