@@ -139,3 +139,26 @@ def test_a_substitution_evaluation_enters_the_ordering_once_by_its_delta_vs_soft
         and o.heldout == pytest.approx((0.07,))
         and o.in_domain == pytest.approx((0.05,))
     )
+
+
+def test_held_out_evaluations_without_a_control_are_listed_not_dropped():
+    """Softmax evaluated on PTB at an earlier checkpoint than the conditions: every PTB row vanished from
+    heldout.md, with nothing in unpaired.md."""
+    from dataclasses import replace
+
+    pts = _points({"lerp-k4": 0.1}, {"lerp-k4": halves(0.1, 0.0), "lerp-k16": halves(0.2, 0.0)})
+    pts = [replace(p, tokens=500) if p.operator == "softmax" and not p.primary else p for p in pts]
+    unpaired: dict[str, str] = {}
+    assert A.heldout_table(pts, unpaired) == []
+    assert set(unpaired) == {"lerp-k4-s7 [test__ptb] vs softmax", "lerp-k16-s7 [test__ptb] vs softmax"}
+    assert "softmax seed 7 has no evaluation at 1000 tokens" in unpaired["lerp-k4-s7 [test__ptb] vs softmax"]
+
+
+def test_a_softmax_run_not_evaluated_at_its_endpoint_is_listed_not_an_index_error():
+    """The softmax reference row of a run with no evaluation at its last checkpoint raised IndexError."""
+    from dataclasses import replace
+
+    pts = [replace(p, reached=2000) if p.operator == "softmax" else p for p in _points({"lerp-k4": 0.1}, {})]
+    unpaired: dict[str, str] = {}
+    assert A.softmax_rows(pts, unpaired=unpaired) == []
+    assert list(unpaired) == ["softmax-s7 [val] in the softmax reference"]

@@ -435,7 +435,7 @@ def _build(results, out: Path, clean=()) -> None:
     pairing = A.softmax_pairs(primary)
     rows = A.delta_table(pairing)
     data["delta"] = rows
-    refs = A.softmax_rows(primary)
+    refs = A.softmax_rows(primary, unpaired=left_out)
     # a one-seed row beside a softmax of several seeds is paired with its own seed's softmax, not the seed
     # mean: that softmax gets a row too, so that NLL - NLL reads as the row's ΔNLL
     ref_seeds = {ref.key.setting(): ref.seeds for ref in refs}

@@ -444,10 +444,13 @@ class ReferenceRow:
     per_seed: tuple[float, ...]
 
 
-def softmax_rows(points: list[Point], seeds: dict[tuple, set[int]] | None = None) -> list[ReferenceRow]:
+def softmax_rows(
+    points: list[Point], seeds: dict[tuple, set[int]] | None = None, unpaired: dict[str, str] | None = None
+) -> list[ReferenceRow]:
     """The reference runs (softmax, sdpa) of each key at its endpoint (:func:`at_endpoint`; a run stopped
-    early is left out, as in the ΔNLL rows). ``seeds``: setting -> seeds gives instead one row per seed for
-    those seeds only (the controls of :func:`seed_references`)."""
+    early, or not evaluated at its last checkpoint, is left out, as in the ΔNLL rows, and listed in
+    ``unpaired``; a key none of whose runs is left has no row). ``seeds``: setting -> seeds gives instead one
+    row per seed for those seeds only (the controls of :func:`seed_references`)."""
     groups: dict[Key, list[Point]] = defaultdict(list)
     for p in points:
         if not (p.primary and p.is_reference):
@@ -458,7 +461,10 @@ def softmax_rows(points: list[Point], seeds: dict[tuple, set[int]] | None = None
             groups[replace(p.key, seed=p.seed)].append(p)
     rows = []
     for k, ps in groups.items():
-        ps = sorted(at_endpoint(ps, "the softmax reference", {}), key=lambda p: p.seed)
+        ps = sorted(at_endpoint(ps, "the softmax reference", {} if unpaired is None else unpaired),
+                    key=lambda p: p.seed)  # fmt: skip
+        if not ps:
+            continue
         nll = tuple(p.mean for p in ps)
         sd = float(np.std(nll, ddof=1)) if len(nll) > 1 else None
         rows.append(ReferenceRow(k, tuple(p.seed for p in ps), ps[0].tokens, float(np.mean(nll)), sd, nll))

@@ -18,6 +18,7 @@ from kinterval.report.analysis.core import (
     Row,
     _control_tags,
     _index,
+    _left_out,
     _row_from_pairs,
     _sort_key,
     apply_bh,
@@ -36,6 +37,8 @@ def _heldout_groups(points: list[Point], unpaired: dict[str, str] | None) -> dic
         return {}
     refs = [p for p in points if p.is_reference]
     pairing = softmax_pairs(others + [p for p in refs if p.primary] + [p for p in refs if not p.primary])
+    for run, why in pairing.unpaired.items():  # evaluations with no control at all (only held-out ones here)
+        _left_out(unpaired, run, why)
     by_key: dict[Key, list[Pair]] = defaultdict(list)
     for x in pairing.pairs:
         if not x.point.primary:
@@ -53,7 +56,6 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
     ``unpaired``; ``ValueError`` when it is None). With document clusters (C4) the per-document differences
     get a document-cluster bootstrap (token-weighted); BH q within each corpus and forward mode (tag), the
     paper's family of conditions per corpus and mode (App. C.3)."""
-    from kinterval.stats import cluster_bootstrap_ci
 
     groups = _heldout_groups(points, unpaired)
     rows = []
@@ -73,22 +75,28 @@ def heldout_table(points: list[Point], unpaired: dict[str, str] | None = None) -
                 )
         a, b = ps[0].point.docs, ps[0].control.docs
         if len(ps) == 1 and a and b:
-            d = a["doc_nll"] / a["doc_tokens"] - b["doc_nll"] / b["doc_tokens"]
-            try:
-                c = cluster_bootstrap_ci(
-                    d, a["doc_ids"], weights=a["doc_tokens"], n_resamples=N_RESAMPLES, name="documents"
-                )
-            except ValueError as e:
-                x = ps[0].point
-                raise ValueError(
-                    f"{r.contrast} [{x.tag}], {x.run_id}: no document-cluster interval ({e}); evaluate "
-                    "more blocks (--max-blocks) or more seeds"
-                ) from None
-            r.est = Estimate(c.mean, c.lo, c.hi, "document-cluster bootstrap", 1, (c.mean,), c.se, p=c.p)
+            r.est = _documents(a, b, f"{r.contrast} [{ps[0].point.tag}], {ps[0].point.run_id}")
         rows.append(r)
     rows.sort(key=_sort_key)
     apply_bh(rows)
     return rows + _substitution_rows(points, unpaired)
+
+
+def _documents(a: dict, b: dict, what: str) -> Estimate:
+    """One seed's a − b per document (token-weighted NLL of each document, C4's unit: App. C.3) with its
+    document-cluster bootstrap; the two evaluations hold the same documents."""
+    from kinterval.stats import cluster_bootstrap_ci
+
+    d = a["doc_nll"] / a["doc_tokens"] - b["doc_nll"] / b["doc_tokens"]
+    try:
+        c = cluster_bootstrap_ci(
+            d, a["doc_ids"], weights=a["doc_tokens"], n_resamples=N_RESAMPLES, name="documents"
+        )
+    except ValueError as e:
+        raise ValueError(
+            f"{what}: no document-cluster interval ({e}); evaluate more blocks (--max-blocks) or more seeds"
+        ) from None
+    return Estimate(c.mean, c.lo, c.hi, "document-cluster bootstrap", 1, (c.mean,), c.se, p=c.p)
 
 
 SUBSTITUTED = "substituted − native forward"  # tab:subst "diff": another operator on the same weights
@@ -137,13 +145,18 @@ def _substitution_rows(points: list[Point], unpaired: dict[str, str] | None) -> 
         base = _control_tags(k.tag)[-1]
         audit = _forward(_through(ps[0])) == _forward(OperatorSpec.from_full_name(k.operator))
         contrast = AUDIT if audit else SUBSTITUTED
-        per_seed, tokens = {}, 0
+        per_seed, tokens, docs = {}, 0, []
         for p in at_endpoint(ps, contrast, unpaired):
             native = idx.get((*p.identity, base, p.tokens))
             if native is not None and native.nll.size == p.nll.size:
                 per_seed[p.seed], tokens = (native.nll - p.nll if audit else p.nll - native.nll), p.tokens
+                docs.append((native.docs, p.docs) if audit else (p.docs, native.docs))
         if per_seed:
-            r = Row(contrast, k, tuple(sorted(per_seed)), estimate(per_seed), tokens)
+            est = estimate(per_seed)
+            (a, b), *more = docs
+            if not more and a and b and np.array_equal(a["doc_ids"], b["doc_ids"]):  # as heldout_table's rows
+                est = _documents(a, b, f"{contrast} [{k.tag}], {k.operator}")
+            r = Row(contrast, k, tuple(sorted(per_seed)), est, tokens)
             r.max_abs = float(max(np.abs(d).max() for d in per_seed.values()))
             rows.append(r)
     return rows
