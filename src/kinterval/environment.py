@@ -69,8 +69,12 @@ def read_environment(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         return []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a session log (bytes that are not text: {err})") from None
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -131,3 +132,8 @@ def test_a_shard_that_is_not_what_meta_json_lists_is_refused(gpt2_run, tmp_path,
     assert main(argv + ["--out", str(tmp_path / "out")] + COMMANDS[command]) == 2
     err = capsys.readouterr().err
     assert f"{shard.name}: sha256 does not match meta.json" in err and not (tmp_path / "out").exists(), err
+    meta = json.loads((data / "meta.json").read_text())
+    del meta["splits"]["val"]["shards"][0]["sha256"]  # a hand-made meta.json: named, not a KeyError
+    (data / "meta.json").write_text(json.dumps(meta))
+    assert main(argv + ["--out", str(tmp_path / "out")] + COMMANDS[command]) == 2
+    assert "meta.json records no sha256 for it" in capsys.readouterr().err

@@ -316,7 +316,9 @@ def test_a_summary_whose_numbers_are_not_its_arrays_is_redone_and_refused(tiny_r
         load_result(js)
     bad = (("[]", "a JSON object expected"), (good[:100], "not a readable evaluation summary"),
            (json.dumps(dict(json.loads(good), step=float("nan"))), "no integer step"),
-           (json.dumps(dict(json.loads(good), mean_nll=None)), "no finite mean_nll"))  # fmt: skip
+           (json.dumps(dict(json.loads(good), mean_nll=None)), "no finite mean_nll"),
+           (json.dumps(dict(json.loads(good), tokens="abc")), "no integer tokens"),
+           (json.dumps(dict(json.loads(good), operator_used=None)), "no operator_used"))  # fmt: skip
     for text, said in bad:
         js.write_text(text)
         with pytest.raises(ValueError, match=said):

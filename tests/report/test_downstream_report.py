@@ -67,17 +67,20 @@ def test_the_table_is_pp_on_each_tasks_primary_metric_starred_by_q(compared, tmp
     assert "report written" in capsys.readouterr().out
     lines = (out / "stagec.md").read_text().splitlines()
     head = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert head == ["condition", "ΔNLL", "lambada_openai", "piqa", "blimp"]  # arc_easy: no acc_norm row
-    body = {c.strip("| ").split(" | ")[0]: [x.strip() for x in c.strip("|").split("|")] for c in lines[4:]}
+    assert head == ["group", "condition", "ΔNLL", "lambada_openai", "piqa", "blimp"]  # arc_easy: no acc_norm
+    cells = [[x.strip() for x in c.strip("|").split("|")] for c in lines[4:]]
+    body = {c[1]: c for c in cells}
     assert list(body)[1:] == ["same", "mild", "worst"]  # ΔNLL order
+    assert [body[c][0] for c in ("same", "mild", "worst")] == ["near", "near", "large"]
     for cond in ("same", "mild", "worst"):
-        for j, task in enumerate(head[2:], start=2):
+        for j, task in enumerate(head[3:], start=3):
             want = "acc_norm" if task == "piqa" else "acc"
             (r,) = [r for r in rows if (r["task"], r["metric"], r["condition"]) == (task, want, cond)]
-            assert body[cond][j] == f"{100 * r['diff']:+.1f}" + ("*" if r["q"] < 0.05 else ""), (cond, task)
-    assert body["worst"][1] == "+0.900" and "*" in body["worst"][2] and body["same"][2] == "+0.0"
+            mark = "*" if r["q"] < 0.05 else "°" if r["lo"] > 0 or r["hi"] < 0 else ""  # the paper's symbols
+            assert body[cond][j] == f"{100 * r['diff']:+.1f}{mark}", (cond, task)
+    assert body["worst"][2] == "+0.900" and "*" in body["worst"][3] and body["same"][3] == "+0.0"
     base = {r["task"]: r["baseline"] for r in rows}
-    assert body["softmax (accuracy, %)"][2:] == [f"{100 * base[t]:.1f}" for t in head[2:]]
+    assert body["softmax (accuracy, %)"][3:] == [f"{100 * base[t]:.1f}" for t in head[3:]]
     index = (out / "index.md").read_text()
     assert "Not shown (no primary-metric row): arc_easy." in index
     assert "![fig:heat](heat.png)" in index and "![fig:downstream](downstream.png)" in index
@@ -132,7 +135,16 @@ def test_nll_from_takes_the_largest_budget_and_refuses_two_models(tmp_path):
     rows.append({"contrast": "a − softmax", "key": {"operator": "a", "model": "n"}, "tokens": 100,
                  "est": {"mean": 0.2}})  # fmt: skip
     (tmp_path / "report.json").write_text(json.dumps({"delta": rows}))
-    with pytest.raises(ValueError, match="several models"):
+    with pytest.raises(ValueError, match="several models or data"):
         nll_of(tmp_path)
     with pytest.raises(ValueError, match="not a `kinterval report`"):
         nll_of(tmp_path / "none")
+
+
+def test_a_cell_carries_the_papers_marks():
+    """tab:stagec: * BH q < 0.05, ° a CI that excludes 0 with q >= 0.05 (the report printed * only)."""
+    from kinterval.report.downstream import cell_text
+
+    row = {"diff": -0.0133, "q": 0.186, "lo": -0.0267, "hi": -0.0033}
+    assert cell_text({**row, "mark": "°"}) == "-1.3°" and cell_text({**row, "mark": ""}) == "-1.3"
+    assert cell_text({**row, "q": 0.01}) == "-1.3*" and cell_text(None) == "–"

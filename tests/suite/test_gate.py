@@ -1031,7 +1031,9 @@ def test_the_report_refuses_evaluation_files_swapped_or_edited(results_dir, tmp_
     with np.load(npz) as z:
         arrays = {k: z[k] for k in z.files}
     np.savez(npz, **{**arrays, "nll": arrays["nll"] + 0.5})
-    with pytest.raises(ValueError, match="not the arrays step_000016.json was written with"):
+    with pytest.raises(
+        ValueError, match=r"step_000016.json and step_000016.npz beside it disagree \(its npz"
+    ):
         load_results(d)
 
 
@@ -1048,3 +1050,6 @@ def test_a_torn_status_is_one_error_and_a_damaged_environment_log_is_named(suite
     env.write_text(env.read_text() + '{"device": "x"}\n')
     (error,) = gate(d).errors
     assert f"runs/{RUN}/environment.jsonl, line 2: not a session record" in error, error
+    env.write_bytes(env.read_bytes() + b"\xff\xfe\n")  # not text: one line naming the file, not a traceback
+    (error,) = gate(d).errors
+    assert f"runs/{RUN}/environment.jsonl: not a session log (bytes that are not text" in error, error

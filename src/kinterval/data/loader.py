@@ -114,6 +114,9 @@ class TokenShards:
         if size != shard["bytes"] or size != shard["n_tokens"] * DTYPE.itemsize:
             said = f"{shard['bytes']} bytes and {shard['n_tokens']} tokens of {DTYPE.itemsize} bytes"
             raise ValueError(f"{path}: {size} bytes, meta.json says {said} (truncated or corrupt shard)")
+        if verify and not shard.get("sha256"):
+            raise ValueError(f"{path}: meta.json records no sha256 for it, so its bytes cannot be checked "
+                             "(`kinterval data prepare` records one for every shard)")  # fmt: skip
         if verify and file_sha256(path) != shard["sha256"]:
             raise ValueError(f"{path}: sha256 does not match meta.json (corrupt shard)")
         if size:  # cheap vocabulary check on both ends of the shard

@@ -62,9 +62,9 @@ def result_paths(out_dir: str | Path, ckpt: str | Path) -> tuple[Path, Path]:
 
 
 def read_summary(path: str | Path) -> dict:
-    """An evaluation summary, checked as far as every reader relies on it: a JSON object with an integer
-    ``step`` >= 0, a finite ``mean_nll`` and a ``request`` object; else a ``ValueError`` naming the file (a
-    torn, edited or foreign file)."""
+    """An evaluation summary, checked as far as every reader relies on it: a JSON object with integers
+    ``step`` and ``tokens`` >= 0, a finite ``mean_nll``, a ``request`` object and an ``operator_used`` name;
+    else a ``ValueError`` naming the file (a torn, edited or foreign file)."""
     path = Path(path)
     try:
         s = json.loads(path.read_bytes())
@@ -72,12 +72,18 @@ def read_summary(path: str | Path) -> dict:
         raise ValueError(f"{path}: not a readable evaluation summary ({err})") from None
     if not isinstance(s, dict):
         raise ValueError(f"{path}: not an evaluation summary (a JSON object expected)")
-    step, nll = s.get("step"), s.get("mean_nll")
+
+    def count(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+    nll = s.get("mean_nll")
     problem = (
-        "no integer step >= 0" if isinstance(step, bool) or not isinstance(step, int) or step < 0
+        "no integer step >= 0" if not count(s.get("step"))
+        else "no integer tokens >= 0" if not count(s.get("tokens"))
         else "no finite mean_nll" if isinstance(nll, bool) or not isinstance(nll, (int, float))
         or not math.isfinite(nll)
         else "no request object" if not isinstance(s.get("request"), dict)
+        else "no operator_used name" if not isinstance(s.get("operator_used"), str)
         else None
     )  # fmt: skip
     if problem:
@@ -358,8 +364,8 @@ def check_arrays(json_path: str | Path, summary: dict) -> None:
     problem = arrays_problem(npz, summary)
     if problem:
         raise ValueError(
-            f"{npz}: not the arrays {Path(json_path).name} was written with ({problem}): an edited or "
-            "swapped file; evaluate the checkpoint again (`kinterval eval ... --force`)"
+            f"{json_path} and {npz.name} beside it disagree ({problem}): one of them was edited or swapped; "
+            "evaluate the checkpoint again (`kinterval eval ... --force`)"
         )
 
 

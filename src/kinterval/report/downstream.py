@@ -64,8 +64,8 @@ def read_rows(files) -> list[dict]:
 
 def nll_of(report_json) -> dict[str, float]:
     """Operator -> training-domain ΔNLL vs softmax from a ``kinterval report`` folder's ``report.json`` (its
-    ``delta`` rows; an operator with rows at several budgets: the largest budget's). Rows of several models at
-    that budget are ambiguous: a ValueError."""
+    ``delta`` rows; an operator with rows at several budgets: the largest budget's). Rows of several models or
+    data at that budget are ambiguous: a ValueError."""
     path = Path(report_json)
     path = path / "report.json" if path.is_dir() else path
     try:
@@ -83,11 +83,10 @@ def nll_of(report_json) -> dict[str, float]:
             best[op][1].append(r)
     out = {}
     for op, (_, rs) in best.items():
-        if len({r["key"].get("model") for r in rs}) > 1:
-            models = ", ".join(sorted(str(r["key"].get("model")) for r in rs))
-            raise ValueError(
-                f"{path}: {op} has ΔNLL rows of several models ({models}): report one model's suites"
-            )
+        settings = sorted({f"{r['key'].get('model')}, {r['key'].get('data')}" for r in rs})
+        if len(settings) > 1:
+            raise ValueError(f"{path}: {op} has ΔNLL rows of several models or data ({'; '.join(settings)}) "
+                             "at its largest budget: report one setting's suites")  # fmt: skip
         out[op] = rs[0]["est"]["mean"]
     return out
 
@@ -128,9 +127,14 @@ def grid(rows: list[dict], nll: dict[str, float] | None = None) -> dict:
 
 
 def cell_text(row: dict | None) -> str:
+    """The pp difference with tab:stagec's mark: ``*`` BH q < 0.05, ``°`` 95% CI excludes 0 but q >= 0.05
+    (downstream-compare's ``mark``)."""
     if row is None:
         return "–"
-    return f"{row['diff'] * PP:+.1f}" + ("*" if row["q"] < STAR_Q else "")
+    mark = row.get("mark")
+    if mark is None:  # rows without it: the star alone
+        mark = "*" if row["q"] < STAR_Q else ""
+    return f"{row['diff'] * PP:+.1f}{mark}"
 
 
 def row_label(c: str, g: dict) -> str:
@@ -141,19 +145,20 @@ def row_label(c: str, g: dict) -> str:
 def table_rows(g: dict) -> tuple[list[str], list[list[str]]]:
     """tab:stagec: a row per condition (ΔNLL beside it where known), a column per configuration; the first
     row is softmax's accuracy in %."""
-    headers = ["condition", "ΔNLL", *g["tasks"]]
-    rows = [["softmax (accuracy, %)", "", *(f"{g['baseline'][t] * PP:.1f}" for t in g["tasks"])]]
+    grouped = bool(g["groups"])  # the pre-declared groups (--group) as a first column
+    headers = ["group"] * grouped + ["condition", "ΔNLL", *g["tasks"]]
+    base = [f"{g['baseline'][t] * PP:.1f}" for t in g["tasks"]]
+    rows = [[""] * grouped + ["softmax (accuracy, %)", "", *base]]
     for c in g["conditions"]:
         d = g["dnll"][c]
-        rows.append(
-            [c, "" if d is None else f"{d:+.3f}", *(cell_text(g["cells"].get((c, t))) for t in g["tasks"])]
-        )
+        cells = [cell_text(g["cells"].get((c, t))) for t in g["tasks"]]
+        rows.append([g["groups"].get(c, "")] * grouped + [c, "" if d is None else f"{d:+.3f}", *cells])
     return headers, rows
 
 
 def heat_figure(g: dict, path: Path, title: str) -> Path:
     """fig:heat: pp differences, one panel per pre-declared group (one panel without groups), each on its
-    own symmetric colour scale (to the next 1-2-5 value of its largest |pp|); a star marks q < 0.05."""
+    own symmetric colour scale (to the next 1-2-5 value of its largest |pp|); marks as :func:`cell_text`."""
     order = list(dict.fromkeys(g["groups"].get(c, "") for c in g["conditions"]))
     panels = [[c for c in g["conditions"] if g["groups"].get(c, "") == grp] for grp in order]
     tasks = g["tasks"]
@@ -230,7 +235,8 @@ def downstream_report(files, out, nll_from=None) -> Path:
             "",
             f"From {', '.join(Path(f).name for f in files)} (`kinterval downstream-compare --json`). Cells: "
             "condition − softmax in percentage points on each task's primary metric (mean paired difference "
-            f"per item); * BH q < {STAR_Q} within the task x metric family of its downstream-compare call.",
+            f"per item); * BH q < {STAR_Q} within the task x metric family of its downstream-compare call, "
+            "° the 95% paired bootstrap CI excludes 0 but q >= 0.05.",
             "",
         ]
         unlabelled = [c for c in g["conditions"] if g["dnll"][c] is None]

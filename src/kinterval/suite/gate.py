@@ -475,8 +475,9 @@ class _Gate:
         try:
             read_environment(path)
         except (OSError, ValueError) as err:
-            rel = self.rel(path)
-            self.errs.add(self.subject(rel), f"{rel}{str(err).removeprefix(str(path))}")
+            rel, said = self.rel(path), str(err)
+            said = rel + said.removeprefix(str(path)) if said.startswith(str(path)) else f"{rel}: {said}"
+            self.errs.add(self.subject(rel), said)
 
     def _check_job(self, r: dict, exp: dict, run_dir: Path, eval_dir: Path, step: int) -> None:
         rid, name = r["run_id"], f"step_{step:06d}"

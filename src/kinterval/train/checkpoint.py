@@ -345,8 +345,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def read_state(path: str | Path, *, verify: bool = False) -> dict:
     """A checkpoint's state.json, checked: format, entries, its step against the folder name; with ``verify``
-    also its own sha256 (``state_sha256``, which every checkpoint of this format records: an edited
-    state.json, or one whose hash was removed, is refused)."""
+    also its own sha256 (``state_sha256``, when recorded: an edited state.json is refused)."""
     path = Path(path)
     state_file = path / "state.json"
     if not state_file.is_file():
@@ -373,7 +372,9 @@ def read_state(path: str | Path, *, verify: bool = False) -> dict:
     for key, kind in entries:
         if not isinstance(state.get(key), kind):
             raise CheckpointError(f"checkpoint {path}: state.json lacks a valid {key!r} entry")
-    if verify and state.get("state_sha256") != state_sha256(state):  # last: the errors above say more
+    # last: the errors above say more. Checkpoints of kinterval versions before state_sha256 (the same format
+    # version) have none: they are not checked here (their tensor files are, against the recorded sha256s)
+    if verify and "state_sha256" in state and state["state_sha256"] != state_sha256(state):
         raise CheckpointError(
             f"checkpoint {path}: state.json was modified (its content differs from state_sha256)"
         )
