@@ -76,7 +76,7 @@ def test_a_non_finite_per_block_nll_names_its_file(tmp_path):
         nll = z["nll"].copy()
     nll[5] = np.inf
     np.savez(npz, nll=nll)
-    with pytest.raises(ValueError, match=rf"{npz.stem}.json and {npz.name} beside it disagree \(its block"):
+    with pytest.raises(ValueError, match=rf"{npz.stem}.json and {npz} disagree \(its block"):
         load_results(tmp_path / "ci")
 
 

@@ -364,8 +364,8 @@ def check_arrays(json_path: str | Path, summary: dict) -> None:
     problem = arrays_problem(npz, summary)
     if problem:
         raise ValueError(
-            f"{json_path} and {npz.name} beside it disagree ({problem}): one of them was edited or swapped; "
-            "evaluate the checkpoint again (`kinterval eval ... --force`)"
+            f"{json_path} and {npz} disagree ({problem}): one of them was edited or swapped; evaluate the "
+            "checkpoint again (`kinterval eval ... --force`)"
         )
 
 
