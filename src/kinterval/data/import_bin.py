@@ -40,9 +40,8 @@ def find_bin_files(directory: str | Path) -> dict[str, list[Path]]:
     if not directory.is_dir():
         raise FileNotFoundError(f"bin source directory not found: {directory}")
     found: dict[str, list[Path]] = {}
-    entries = list(
-        directory.iterdir()
-    )  # a dangling symlink too (glob leaves it out): an error later, by name
+    # every entry, a dangling symlink too (glob leaves it out): import_bin then names it as not found
+    entries = list(directory.iterdir())
     for split in sources.SPLITS:
         names = [split] + [a for a, s in sources.SPLIT_ALIASES.items() if s == split]
         files = sorted(
