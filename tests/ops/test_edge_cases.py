@@ -177,11 +177,21 @@ def test_tied_extrema_split_gradient_evenly():
     from kinterval.ops.closed_form import score_grad_terms
 
     valid = valid_mask(s.shape, s.device, causal=False, mask=None)
-    t = score_grad_terms(
-        s, valid, OperatorSpec.parse("lerp-k4"), torch.linspace(-1, 1, 5, dtype=torch.float64)[None]
-    )
-    assert t["M"][0, 0] == t["M"][0, 1] != 0 and (t["M"][0, 2:] == 0).all()
-    assert t["m"][0, 2] == t["m"][0, 3] != 0 and t["m"][0, [0, 1, 4]].abs().sum() == 0
+    from kinterval.ops.formulas import grid, lerp_weight, normalize
+    from kinterval.ops.reference import place
+
+    spec, g = OperatorSpec.parse("lerp-k4"), torch.linspace(-1, 1, 5, dtype=torch.float64)[None]
+    t = score_grad_terms(s, valid, spec, g)
+    # dL/dM and dL/dm of the row, by autograd with M and m as leaves of the paper's LERP weights
+    M = torch.tensor([[3.0]], dtype=torch.float64, requires_grad=True)
+    m = torch.tensor([[-2.0]], dtype=torch.float64, requires_grad=True)
+    L = (g * normalize(place(lerp_weight(gr := grid(s, valid, spec, M, m)), gr))).sum()
+    dM, dm = torch.autograd.grad(L, (M, m))
+    assert dM.abs() > 1e-3 and dm.abs() > 1e-3
+    # each of the two tied keys takes half (Table S1: ties split evenly), the other keys nothing
+    torch.testing.assert_close(t["M"][0, :2], (dM[0] / 2).expand(2), rtol=1e-12, atol=0)
+    torch.testing.assert_close(t["m"][0, 2:4], (dm[0] / 2).expand(2), rtol=1e-12, atol=0)
+    assert (t["M"][0, 2:] == 0).all() and t["m"][0, [0, 1, 4]].abs().sum() == 0
 
 
 def test_fwm_tail_keys_get_zero_weight_and_gradient():

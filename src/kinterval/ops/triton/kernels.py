@@ -43,8 +43,9 @@ AUTOTUNE = os.environ.get("KINTERVAL_TRITON_AUTOTUNE", "1") != "0"
 # dQ 64x32/8 warps 107 against 128x32/8 warps 53; dK/dV 137 against 64x32/4 warps 70). So the defaults keep
 # 64 rows per warpgroup; ptxas shows no spills for them at D = 64 and <= 132 B at D = 128 (TF32 dQ).
 # dK/dV's dV += P^T dO and dK += dS^T q take the key block (BLOCK_N) as their rows: with 32 keys they run on
-# mma.sync (HMMA, with LDSM transposes), with 64 on wgmma like the other two dots. Its last two candidates
-# do that and issue 10-35% fewer instructions per score (bf16 D = 64, 128 x 64 / 8 warps / 1 stage:
+# mma.sync (HMMA, with LDSM transposes), with 64 on wgmma like the other two dots (but 32 x 64 / 4 warps stays
+# on mma.sync, and 64 x 64 / 8 / 2 issues more per score: softmax 25.5). Its last two candidates issue 10-35%
+# fewer instructions per score (bf16 D = 64, 128 x 64 / 8 warps / 1 stage:
 # softmax 16.4 -> 12.1, minmax-weight-k4 35.6 -> 29.2; TF32 D = 64: 37.6 -> 24.3, 59.0 -> 42.0) with no
 # spills at D <= 128 (TF32 D = 128: 320 KB of shared memory, more than an H100 has: skipped). Their speed is
 # unmeasured, so neither is the default: autotuning decides. dQ's 128 x 64 / 8 / 1 (all its dots are wgmma
