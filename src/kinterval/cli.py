@@ -191,7 +191,35 @@ def _run(args, flags: dict[str, str] | None = None) -> int:
             raise
         print(f"kinterval {args.command}: error: {system_error_message(err)}", file=sys.stderr)
         return 1
+    except RuntimeError as err:
+        if not is_out_of_memory(err):
+            raise
+        print(f"kinterval {args.command}: error: {out_of_memory_message(err, args.command)}", file=sys.stderr)
+        return 1
     return int(result or 0)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """torch's allocation failures: ``torch.OutOfMemoryError`` (CUDA) and the CPU allocator's RuntimeError."""
+    return isinstance(err, RuntimeError) and (
+        type(err).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(err)
+    )
+
+
+def out_of_memory_message(err: BaseException, command: str = "") -> str:
+    """One line for an allocation failure: the size torch tried to allocate, where, and what to lower."""
+    text = str(err)
+    where = "the GPU" if "CUDA" in text or type(err).__name__ == "OutOfMemoryError" else "the CPU"
+    size = re.search(r"[Tt]ried to allocate (\d+) bytes", text)
+    tried = f"{int(size[1]) / 2**30:.2f} GiB" if size else None
+    if tried is None and (size := re.search(r"[Tt]ried to allocate ([\d.]+ [KMGT]?i?B)", text)):
+        tried = size[1]
+    advice = (
+        "lower --block-size or --micro-batch (the checkpoints written so far are kept: --resume continues)"
+        if command == "train"
+        else "lower the batch or sequence sizes"
+    )
+    return f"out of memory on {where}" + (f" (tried to allocate {tried})" if tried else "") + f": {advice}"
 
 
 # A file system that refuses a read or write: not a bug (no traceback) and not bad input (exit 1, not 2)

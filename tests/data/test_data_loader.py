@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -184,3 +186,23 @@ def test_check_matches_accepts_another_corpus_of_the_same_tokenizer(prepared, tm
     for state in ({"config": {"operator": {"name": "softmax"}}}, {"identity": None}, {"identity": {}},
                   {"identity": {"data.identity": None}}):  # fmt: skip
         val.check_matches(state)
+
+
+def test_locate_names_the_shard_of_a_split_position_and_load_batch_uses_it(prepared):
+    """A bad id mid-split is named by its shard file and its token there (a split of several shards is one
+    array to the sampler)."""
+    shards = TokenShards(prepared, "train")
+    sizes = [int(s["n_tokens"]) for s in shards.meta["splits"]["train"]["shards"]]
+    assert len(sizes) >= 2
+    assert shards.locate(0) == f"{shards.paths[0]} (token 0 of that file)"
+    assert shards.locate(sizes[0] + 5) == f"{shards.paths[1]} (token 5 of that file)"
+    with pytest.raises(ValueError, match="past the end"):
+        shards.locate(sum(sizes))
+    tokens = np.array(shards.tokens())
+    tokens[sizes[0] + 5] = 9999  # past the synthetic vocabulary of 512
+    with pytest.raises(
+        ValueError, match=rf"9999 >= vocab_size 512 at {re.escape(str(shards.paths[1]))} \(token 5 "
+    ):
+        load_batch(tokens, np.array([0, sizes[0]]), 32, 512, shards.locate)
+    with pytest.raises(ValueError, match=rf"at token {sizes[0] + 5:,} of the split"):
+        load_batch(tokens, np.array([sizes[0]]), 32, 512)

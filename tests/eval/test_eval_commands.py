@@ -2,6 +2,7 @@
 parameter, with the documented defaults (mutation audit, benchmarks/results/mutation-2026-11-24/cli_glue.md).
 """
 
+import json
 from pathlib import Path
 
 import pytest
@@ -235,6 +236,8 @@ def test_tau_screen_of_a_run_not_trained_with_softmax_warns_on_stderr(tmp_path, 
     out, err = capsys.readouterr()
     assert "warning" not in out and out.splitlines()[-1] == f"written to {tmp_path / 'ts'}"
     assert err.startswith("kinterval tau-screen: warning: ") and "trained with lerp-k4" in err
+    # the record keeps it too: App. C.3's screen is of softmax checkpoints
+    assert json.loads((tmp_path / "ts" / "stage1.json").read_text())["trained_operator"] == "lerp-k4"
 
 
 @pytest.mark.parametrize("tty", [False, True])

@@ -5,7 +5,10 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -402,22 +405,110 @@ def test_block_size_longer_than_the_data_is_refused_up_front(make_config, tmp_pa
 def test_block_size_beyond_device_memory_is_refused_before_allocating(make_config, tmp_path, monkeypatch):
     monkeypatch.setattr(trainer_module, "device_memory", lambda device: 2**30)  # a 1 GiB machine
     cfg = make_config(**{"model.block_size": 20_000, "operator.backend": "closed_form"})
-    # 2 layers * 4 sequences * 2 heads * 20000^2 * 4 bytes = 23.8 GiB
-    with pytest.raises(ValueError, match=r"model\.block_size 20000: .* 23\.8 GiB, more than the 1\.0 GiB"):
+    # (2 per layer * 2 layers + 6 at once) * 4 sequences * 2 heads * 20000^2 * 4 bytes = 119.2 GiB
+    with pytest.raises(
+        ValueError, match=r"model\.block_size 20000: .* 10 x .* 119\.2 GiB, more than the 1\.0 GiB"
+    ):
         train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize(("operator", "backend"), [("sdpa", "auto"), ("softmax", "closed_form")])
-def test_unfused_attention_off_cuda_is_checked_against_memory(make_config, monkeypatch, operator, backend):
-    """check_fits (docs/training.md §2): only a fused kernel (triton, or sdpa on CUDA) skips the bound; sdpa
-    on the CPU keeps its probabilities like the other backends, so it is refused the same way. (check_fits
-    is called directly: a run that were not refused would allocate the 23.8 GiB.)"""
+@pytest.mark.parametrize(("operator", "matrices"), [("softmax", 10), ("bf16-exp", 10), ("lerp-k4", 20)])
+def test_unfused_attention_is_checked_against_memory(make_config, monkeypatch, operator, matrices):
+    """check_fits (docs/training.md): the bound counts the T x T matrices an unfused operator holds, more for
+    a K-interval operator than for a baseline. (check_fits is called directly: a run that were not refused
+    would allocate them.)"""
     monkeypatch.setattr(trainer_module, "device_memory", lambda device: 2**30)
-    cfg = make_config(**{"model.block_size": 20_000, "operator.name": operator, "operator.backend": backend})
-    with pytest.raises(ValueError, match=r"model\.block_size 20000: .* 23\.8 GiB, more than the 1\.0 GiB"):
+    cfg = make_config(
+        **{"model.block_size": 20_000, "operator.name": operator, "operator.backend": "closed_form"}
+    )
+    need = matrices * 4 * 2 * 20_000**2 * 4 / 2**30
+    with pytest.raises(ValueError, match=rf"{matrices} x .* = {need:.1f} GiB, more than the 1\.0 GiB"):
         trainer_module.check_fits(cfg, cfg.model_config(512), 60_000, torch.device("cpu"))
-    small = make_config(**{"operator.name": operator, "operator.backend": backend})  # T = 32: 32 KiB
+    small = make_config(**{"operator.name": operator, "operator.backend": "closed_form"})  # T = 32: 0.6 MiB
     trainer_module.check_fits(small, small.model_config(512), 60_000, torch.device("cpu"))
+
+
+def test_sdpa_keeps_no_t_by_t_matrix_so_it_is_not_bounded(make_config, monkeypatch):
+    """PyTorch's SDPA runs flash attention on the CPU too (a 16384-token CPU training step of the tiny model
+    peaks at 0.7 GiB, where one layer's probabilities would be 4 GiB): check_fits does not bound it."""
+    monkeypatch.setattr(trainer_module, "device_memory", lambda device: 2**30)
+    cfg = make_config(**{"model.block_size": 20_000, "operator.name": "sdpa"})
+    trainer_module.check_fits(cfg, cfg.model_config(512), 60_000, torch.device("cpu"))
+
+
+MEMORY_STEP = """
+import sys, torch
+from kinterval.model.config import ModelConfig
+from kinterval.model.gpt import GPT
+
+def peak():  # this process's peak resident memory in bytes (ru_maxrss would start at the parent's at exec)
+    line = next(x for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+torch.set_num_threads(1)
+cfg = ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=1024, vocab_size=512)
+model = GPT(cfg, sys.argv[1], backend="closed_form")
+def step(T):
+    x = torch.randint(0, 512, (1, T))
+    model(x, x)[1].backward()
+step(64)  # the allocator's and the model's own memory
+before = peak()
+step(1024)
+print((peak() - before) / (2 * 1024**2 * 4))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM from /proc/self/status")
+@pytest.mark.parametrize(("operator", "kind"), [("softmax", "baseline"), ("lerp-k4", "kinterval")])
+def test_the_memory_bound_is_below_a_real_step_and_not_far_below(operator, kind):
+    """check_fits's count of T x T matrices is a lower bound of what one training step (2 layers, 1 sequence,
+    T = 1024, closed_form on the CPU) adds to the process's peak memory, within a factor 3 of it: a bound
+    above it would refuse runs that fit, one far below lets runs through that the machine kills."""
+    out = subprocess.run([sys.executable, "-c", MEMORY_STEP, operator], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    grown = float(out.stdout)  # in (1, 2, 1024, 1024) fp32 matrices
+    bound = trainer_module.KEPT_PER_LAYER * 2 + trainer_module.AT_ONCE[kind]
+    assert bound <= grown <= 3 * bound, (bound, grown)
+
+
+def test_running_out_of_memory_mid_run_is_one_line_and_keeps_the_checkpoints(
+    data_dir, tmp_path, monkeypatch, capsys
+):
+    """An allocation the machine refuses (here a real 1 TiB request to torch's CPU allocator at step 6, as a
+    block size past the bound would make) ends `kinterval train` with one line and exit status 1, not a
+    traceback; the checkpoints written before it stay, and --resume finishes the run."""
+    real, calls = trainer_module.accumulate_gradients, []
+
+    def allocate_at_step_6(*args, **kw):
+        calls.append(1)
+        if len(calls) == 6:
+            torch.empty(2**40, dtype=torch.uint8)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(trainer_module, "accumulate_gradients", allocate_at_step_6)
+    flags = ["--data", str(data_dir), "--model", "tiny", "--block-size", "32", "--tokens", "2048",
+             "--micro-batch", "4", "--accum", "2", "--device", "cpu", "--set", "model.n_embd=32",
+             "--set", "checkpoint.count=4", "--out", str(tmp_path / "run")]  # fmt: skip
+    assert main(["train", *flags]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kinterval train: error: out of memory on the CPU (tried to allocate 1024.00 GiB)")
+    assert "--resume" in err and "Traceback" not in err and err.count("\n") == 1
+    assert latest_checkpoint(tmp_path / "run").name == "step_000004"
+    monkeypatch.setattr(trainer_module, "accumulate_gradients", real)
+    assert main(["train", *flags, "--resume"]) == 0
+    assert latest_checkpoint(tmp_path / "run").name == "step_000008"
+
+
+def test_out_of_memory_messages_name_the_device_and_size():
+    from kinterval.cli import out_of_memory_message
+
+    cuda = torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity"
+    )
+    assert out_of_memory_message(cuda, "eval") == (
+        "out of memory on the GPU (tried to allocate 2.00 GiB): lower the batch or sequence sizes"
+    )
 
 
 def test_a_val_split_without_a_block_is_refused_before_any_step(make_config, tmp_path, monkeypatch):
@@ -564,10 +655,16 @@ def test_a_bad_token_id_in_the_middle_of_a_shard_is_refused_where_the_model_does
     ids[-100:] = 0
     ids.flush()
     monkeypatch.setattr(GPT, "_check_ids", lambda self, what, ids: None)  # as on CUDA
-    with pytest.raises(
-        ValueError, match=rf"token id {meta['vocab_size'] + 3} >= vocab_size {meta['vocab_size']}"
-    ):
+    with pytest.raises(ValueError) as info:
         train(make_config(**{"data.dir": str(data)}), tmp_path / "run")
+    # the message names the shard file and a token of it that holds the bad id
+    said = re.fullmatch(
+        rf"token id {meta['vocab_size'] + 3} >= vocab_size {meta['vocab_size']} at {re.escape(str(shard))} "
+        r"\(token ([\d,]+) of that file\) \(a corrupt shard.*",
+        str(info.value),
+    )
+    assert said, str(info.value)
+    assert ids[int(said[1].replace(",", ""))] == meta["vocab_size"] + 3
 
 
 # ---------------------------------------------------------------------- one process per run folder

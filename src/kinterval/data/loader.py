@@ -7,6 +7,7 @@ Validation block ``k`` of length ``T`` is ``x = data[kT:kT+T]``, ``y = data[kT+1
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,14 @@ class TokenShards:
             else:
                 self._tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=DTYPE)
         return self._tokens
+
+    def locate(self, position: int) -> str:
+        """The shard file that holds token ``position`` of the split, and the token's index in that file."""
+        for path, shard in zip(self.paths, self.meta["splits"][self.split]["shards"]):
+            if position < shard["n_tokens"]:
+                return f"{path} (token {position:,} of that file)"
+            position -= shard["n_tokens"]
+        raise ValueError(f"token {position} is past the end of the {self.split} split")
 
     def check_vocab(self, model_vocab_size: int) -> None:
         if self.vocab_size > model_vocab_size:
@@ -289,12 +298,17 @@ class SequenceSampler:
 
 
 def load_batch(
-    tokens: np.ndarray, offsets: np.ndarray, T: int, vocab_size: int | None = None
+    tokens: np.ndarray,
+    offsets: np.ndarray,
+    T: int,
+    vocab_size: int | None = None,
+    locate: Callable[[int], str] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences at ``offsets``: x = tokens[o:o+T], y = tokens[o+1:o+T+1]; int64 tensors of shape (n, T).
 
     With ``vocab_size`` the ids of the batch are checked against it here, on the host: opening a split checks
     only both ends of each shard, and on CUDA an id in the padding rows of the embedding would train silently.
+    ``locate`` (``TokenShards.locate``) names the file of a bad id.
     """
     check_tokens(tokens)  # the dtype and shape only
     offsets = np.asarray(offsets, dtype=np.int64)
@@ -302,9 +316,11 @@ def load_batch(
         raise ValueError(f"offsets out of range for {len(tokens)} tokens with T={T}")
     ids = np.asarray(tokens[offsets[:, None] + np.arange(T + 1)])
     if vocab_size is not None and ids.size and int(ids.max()) >= vocab_size:
-        where = int(offsets[int(np.argmax(ids.max(axis=1)))])
+        row, col = np.unravel_index(int(np.argmax(ids)), ids.shape)
+        position = int(offsets[row]) + int(col)
+        where = locate(position) if locate else f"token {position:,} of the split"
         raise ValueError(
-            f"token id {int(ids.max())} >= vocab_size {vocab_size} in the sequence at offset {where} "
+            f"token id {int(ids.max())} >= vocab_size {vocab_size} at {where} "
             "(a corrupt shard, or data of another vocabulary: `data.verify = true` checks the shard hashes)"
         )
     buf = torch.from_numpy(ids.astype(np.int64))

@@ -189,6 +189,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
         record = {
             **screens[st.name],
             "stage": st.name,
+            "trained_operator": getattr(model.operator, "full_name", model.operator),  # App. C.3: softmax
             **screen_numerics(model),  # device and the numerics, as an evaluation summary names them
             "nll": res.nll,
             "contrasts": contrasts(res, n_resamples=args.resamples),  # each condition - softmax [CI]

@@ -132,7 +132,7 @@ class Trainer:
                             f"{type(info).__name__}")  # fmt: skip
         self.cfg, self.out, self.info = cfg.validate(), Path(out), info
         shards = TokenShards(cfg.data.dir, "train", verify=cfg.data.verify)
-        self.tokens = shards.tokens()
+        self.tokens, self.locate = shards.tokens(), shards.locate
         self.model_cfg = cfg.model_config(shards.vocab_size)
         shards.check_vocab(self.model_cfg.vocab_size)
         self.plan = make_plan(cfg, info.world_size)
@@ -317,6 +317,7 @@ class Trainer:
                 self.model_cfg.numerics,
                 info.device,
                 self.model_cfg.vocab_size,
+                self.locate,
             )
         train_loss = D.mean_across(loss_sum, info).item()
         grad_norm = clip_gradients(self.model, cfg.optim.grad_clip)
@@ -635,12 +636,21 @@ def passes_note(plan: Plan, n_tokens: int, data_dir: str) -> str | None:
     )
 
 
+# Lower bounds on an unfused attention's memory, in (micro_batch, n_head, T, T) fp32 matrices: peak RSS of
+# one CPU training step (closed_form, T = 1024 and 2048, 1 and 4 layers) grows by about 2.7 of them a layer
+# (kept for the backward) plus about 8 at once for a baseline and 22 for a K-interval operator (one layer's
+# scores, grid, weights and slopes in its forward and backward).
+KEPT_PER_LAYER = 2
+AT_ONCE = {"baseline": 6, "kinterval": 16}
+
+
 def check_fits(cfg: TrainConfig, model_cfg, n_tokens: int, device: torch.device) -> None:
     """Refuse, before allocating, a block size the data or the device cannot hold.
 
-    The train split must hold one window of T+1 tokens. Without a fused kernel (backends other than triton,
-    and sdpa off CUDA) every layer keeps its (micro_batch, n_head, T, T) fp32 probabilities for the backward,
-    so ``n_layer * micro_batch * n_head * T^2 * 4`` bytes is a lower bound on the activation memory.
+    The train split must hold one window of T+1 tokens. Without a fused kernel (backends other than triton)
+    the attention materializes (micro_batch, n_head, T, T) fp32 matrices: ``KEPT_PER_LAYER`` a layer for the
+    backward and ``AT_ONCE`` more while a layer runs, a lower bound on the activation memory. PyTorch's
+    SDPA keeps none (flash or memory-efficient kernels on CUDA, flash on the CPU).
     """
     T, mb = cfg.block_size, cfg.schedule.micro_batch
     if T + 1 > n_tokens:
@@ -650,20 +660,18 @@ def check_fits(cfg: TrainConfig, model_cfg, n_tokens: int, device: torch.device)
         )
     op = parse_operator(cfg.operator.name)
     if op == SDPA:
-        fused = device.type == "cuda"
-    else:  # the attention runs in fp32 (the paper's numerics)
-        fused = resolve_backend(op, device, torch.float32, backend=cfg.operator.backend) == "triton"
-
-    if fused:
         return
-    need = model_cfg.n_layer * mb * model_cfg.n_head * T * T * 4
+    # the attention runs in fp32 (the paper's numerics)
+    if resolve_backend(op, device, torch.float32, backend=cfg.operator.backend) == "triton":
+        return
+    matrices = KEPT_PER_LAYER * model_cfg.n_layer + AT_ONCE["kinterval" if op.is_kinterval else "baseline"]
+    need = matrices * mb * model_cfg.n_head * T * T * 4
     have = device_memory(device)
     if have and need > have:
         raise ValueError(
-            f"model.block_size {T}: the attention probabilities kept for the backward alone need "
-            f"n_layer*micro_batch*n_head*T^2*4 = {need / 2**30:.1f} GiB, more than the "
-            f"{have / 2**30:.1f} GiB of {device}; lower --block-size or --micro-batch "
-            "(or use the triton backend on CUDA)"
+            f"model.block_size {T}: the attention's T x T matrices alone need at least {matrices} x "
+            f"micro_batch*n_head*T^2*4 bytes = {need / 2**30:.1f} GiB, more than the {have / 2**30:.1f} GiB "
+            f"of {device}; lower --block-size or --micro-batch (or use the triton backend on CUDA)"
         )
 
 
@@ -685,16 +693,19 @@ def rank_offsets(
     return sampler.offsets(step * seqs_per_step + rank * per_rank, per_rank)
 
 
-def accumulate_gradients(model, tokens, offsets, mb, T, numerics, device, vocab_size=None) -> torch.Tensor:
+def accumulate_gradients(
+    model, tokens, offsets, mb, T, numerics, device, vocab_size=None, locate=None
+) -> torch.Tensor:
     """Forward/backward the sequences at ``offsets`` in micro-batches of ``mb``; gradients of their mean loss.
-    Each micro-batch's ids are checked against ``vocab_size`` on the host (see :func:`load_batch`).
+    Each micro-batch's ids are checked against ``vocab_size`` on the host (see :func:`load_batch`; ``locate``
+    names the file of a bad id).
 
     Returns that mean loss (detached). The gradient all-reduce of DDP/FSDP2 runs only on the last micro-batch.
     """
     n = len(offsets)
     loss_sum = torch.zeros((), device=device)
     for j in range(0, n, mb):
-        x, y = load_batch(tokens, offsets[j : j + mb], T, vocab_size)
+        x, y = load_batch(tokens, offsets[j : j + mb], T, vocab_size, locate)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with D.grad_sync(model, j + mb >= n):  # DDP's no_sync must hold the backward too
             with autocast(numerics, device):
