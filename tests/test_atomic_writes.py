@@ -17,10 +17,10 @@ from kinterval import atomic
 def test_the_temporary_file_is_hidden_beside_its_target_and_gone_after_the_write(tmp_path):
     """No reader's pattern (``step_*.json``, ``*.npz``) may match the file being written."""
     target = tmp_path / "step_000001.json"
-    assert atomic.temp_path(target) == tmp_path / ".step_000001.json.tmp"
+    assert atomic.temp_path(target) == tmp_path / f".step_000001.json.{os.getpid()}.tmp"
     seen = []
     atomic.write_with(target, lambda fh: (seen.extend(p.name for p in tmp_path.iterdir()), fh.write(b"x")))
-    assert seen == [".step_000001.json.tmp"]
+    assert seen == [f".step_000001.json.{os.getpid()}.tmp"] and atomic.is_temp(seen[0])
     assert [p.name for p in tmp_path.iterdir()] == [target.name] and target.read_bytes() == b"x"
 
 
@@ -158,3 +158,47 @@ def test_data_prepare_and_report_take_their_folders_lock(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     build.demo_report({"softmax": rng.random(40), "lerp-k4": rng.random(40)}, out)
     assert (out / "index.md").is_file() and not (out / build.LOCK).exists()
+
+
+def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
+    """Two processes writing one result (two evaluations of a run at once) wrote through the same
+    ``.NAME.tmp``: one truncated the other's, a torn mix could be renamed into place and the other's rename
+    failed. Each writer has its own now; the last rename wins, whole."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "summary.json"
+    code = (
+        "import sys; from kinterval import atomic\n"
+        "for i in range(300): atomic.write_bytes(sys.argv[1], sys.argv[2].encode() * 20000)"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(target), c]) for c in "ab"]
+    assert [p.wait() for p in procs] == [0, 0]
+    assert target.read_bytes() in (b"a" * 20000, b"b" * 20000)
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_the_next_write_removes_temporary_files_of_killed_writers_only(tmp_path):
+    target = tmp_path / "a[1].json"  # a glob character in the name
+    dead = subprocess_pid_gone()
+    for name in (
+        f".a[1].json.{dead}.tmp",
+        ".a[1].json.tmp",
+        f".a[1].json.{os.getppid()}.tmp",
+        f".b.{dead}.tmp",
+    ):
+        (tmp_path / name).write_bytes(b"half")
+    atomic.write_text(target, "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f".a[1].json.{os.getppid()}.tmp", f".b.{dead}.tmp", "a[1].json"]  # a live writer's, another file's
+    )
+
+
+def subprocess_pid_gone() -> int:
+    """The pid of a process that has exited."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid

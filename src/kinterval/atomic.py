@@ -1,8 +1,10 @@
 """Atomic writes of result files: a killed run leaves the old file or the new one, never a torn one.
 
-Each file is written to a temporary file in its own folder (``.<name>.tmp``: hidden, and no reader's pattern
-matches it; a kill leaves it behind, and the next write of the same file replaces it), flushed and fsynced,
-and then renamed over the final path with :func:`os.replace`. A result of several files needs an order on
+Each file is written to a temporary file in its own folder (``.<name>.<pid>.tmp``: hidden, no reader's
+pattern matches it, and two processes writing one file never share it: the last rename wins, whole), flushed
+and fsynced, and then renamed over the final path with :func:`os.replace`. A kill leaves the temporary file
+behind; the next write of the same file removes those of processes no longer running, and readers of a
+folder (the gate, the merge) pass over them (:func:`is_temp`). A result of several files needs an order on
 top of this (delete the file that marks the set as complete first, write it last); the callers say theirs.
 
 No kinterval imports: every layer may use it.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -36,9 +39,34 @@ def system_error_message(err: OSError) -> str:
 
 
 def temp_path(path: str | Path) -> Path:
-    """The temporary file :func:`write_with` writes ``path`` through."""
+    """The temporary file :func:`write_with` writes ``path`` through in this process."""
     path = Path(path)
-    return path.with_name(f".{path.name}.tmp")
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def is_temp(name: str) -> bool:
+    """Whether a file name is one of :func:`temp_path`'s (or an older kinterval's ``.<name>.tmp``)."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temps(path: str | Path) -> None:
+    """Remove the temporary files of ``path`` left by killed writers (their process is gone)."""
+    path = Path(path)
+    for p in path.parent.glob(f".{glob.escape(path.name)}.*tmp"):
+        pid = p.name[len(path.name) + 2 : -len(".tmp")].rstrip(".")
+        if pid == "" or (pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid))):
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 @contextlib.contextmanager
@@ -69,6 +97,7 @@ def write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
+        remove_stale_temps(path)
     except BaseException:
         with contextlib.suppress(OSError):  # a read-only folder refuses even this; the first error tells
             tmp.unlink(missing_ok=True)

@@ -191,7 +191,7 @@ def _run(args, flags: dict[str, str] | None = None) -> int:
             raise
         print(f"kinterval {args.command}: error: {system_error_message(err)}", file=sys.stderr)
         return 1
-    except RuntimeError as err:
+    except (RuntimeError, MemoryError) as err:
         if not is_out_of_memory(err):
             raise
         print(f"kinterval {args.command}: error: {out_of_memory_message(err, args.command)}", file=sys.stderr)
@@ -200,25 +200,43 @@ def _run(args, flags: dict[str, str] | None = None) -> int:
 
 
 def is_out_of_memory(err: BaseException) -> bool:
-    """torch's allocation failures: ``torch.OutOfMemoryError`` (CUDA) and the CPU allocator's RuntimeError."""
-    return isinstance(err, RuntimeError) and (
-        type(err).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(err)
+    """An allocation the machine refused: ``torch.OutOfMemoryError`` (CUDA), the CPU allocator's RuntimeError,
+    a CUDA "out of memory" error, or Python's and numpy's ``MemoryError``."""
+    text = str(err)
+    return isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError)
+        and (
+            type(err).__name__ == "OutOfMemoryError"
+            or "can't allocate memory" in text
+            or "CUDA error: out of memory" in text
+        )
     )
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} bytes" if unit == "bytes" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError
 
 
 def out_of_memory_message(err: BaseException, command: str = "") -> str:
-    """One line for an allocation failure: the size torch tried to allocate, where, and what to lower."""
+    """One line for an allocation failure: the size that could not be allocated, where, and what to do."""
     text = str(err)
-    where = "the GPU" if "CUDA" in text or type(err).__name__ == "OutOfMemoryError" else "the CPU"
+    gpu = "CUDA" in text or type(err).__name__ == "OutOfMemoryError"
     size = re.search(r"[Tt]ried to allocate (\d+) bytes", text)
-    tried = f"{int(size[1]) / 2**30:.2f} GiB" if size else None
-    if tried is None and (size := re.search(r"[Tt]ried to allocate ([\d.]+ [KMGT]?i?B)", text)):
-        tried = size[1]
+    tried = _size(int(size[1])) if size else None
+    if tried is None and (size := re.search(r"(?:[Tt]ried to|Unable to) allocate ([\d.]+ [KMGT]?i?B)", text)):
+        tried = size[1].replace(". ", " ")  # numpy's "256. TiB"
     advice = (
-        "lower --block-size or --micro-batch (the checkpoints written so far are kept: --resume continues)"
+        "lower --micro-batch and raise --accum by the same factor (the same tokens per step; a resumed run "
+        "keeps its block size), or give --block-size a smaller value in a new run; the checkpoints written "
+        "so far are kept and --resume continues from the newest"
         if command == "train"
-        else "lower the batch or sequence sizes"
+        else "this command needs more memory than is free on the device"
     )
+    where = "the GPU" if gpu else "the CPU"
     return f"out of memory on {where}" + (f" (tried to allocate {tried})" if tried else "") + f": {advice}"
 
 

@@ -196,8 +196,11 @@ def test_locate_names_the_shard_of_a_split_position_and_load_batch_uses_it(prepa
     assert len(sizes) >= 2
     assert shards.locate(0) == f"{shards.paths[0]} (token 0 of that file)"
     assert shards.locate(sizes[0] + 5) == f"{shards.paths[1]} (token 5 of that file)"
-    with pytest.raises(ValueError, match="past the end"):
-        shards.locate(sum(sizes))
+    for outside in (sum(sizes), sum(sizes) + 7, -1):
+        with pytest.raises(
+            ValueError, match=rf"token {outside} is outside the train split of {sum(sizes)} tokens"
+        ):
+            shards.locate(outside)
     tokens = np.array(shards.tokens())
     tokens[sizes[0] + 5] = 9999  # past the synthetic vocabulary of 512
     with pytest.raises(

@@ -172,26 +172,33 @@ def test_fwm_equal_scores_all_at_top_grid_value():
 
 
 def test_tied_extrema_split_gradient_evenly():
-    s, _ = _case("ties at both ends", torch.float64)
+    """Table S1: tied extrema split the calibration gradient evenly. Row 0 ties two keys at each end, row 1
+    three at the max and none at the min; each tied key's term is dL/dM (dL/dm) over the row's tie count,
+    with dL/dM, dL/dm from autograd with M and m as leaves of the paper's LERP weights."""
     from kinterval.ops.api import valid_mask
     from kinterval.ops.closed_form import score_grad_terms
-
-    valid = valid_mask(s.shape, s.device, causal=False, mask=None)
     from kinterval.ops.formulas import grid, lerp_weight, normalize
     from kinterval.ops.reference import place
 
-    spec, g = OperatorSpec.parse("lerp-k4"), torch.linspace(-1, 1, 5, dtype=torch.float64)[None]
+    s = torch.tensor([[3.0, 3.0, -2.0, -2.0, 0.5], [4.0, 1.0, 4.0, -1.0, 4.0]], dtype=torch.float64)
+    valid = valid_mask(s.shape, s.device, causal=False, mask=None)
+    spec = OperatorSpec.parse("lerp-k4")
+    g = torch.stack([torch.linspace(-1, 1, 5), torch.tensor([0.3, -1.0, 0.7, 0.2, -0.4])]).double()
     t = score_grad_terms(s, valid, spec, g)
-    # dL/dM and dL/dm of the row, by autograd with M and m as leaves of the paper's LERP weights
-    M = torch.tensor([[3.0]], dtype=torch.float64, requires_grad=True)
-    m = torch.tensor([[-2.0]], dtype=torch.float64, requires_grad=True)
+    M = s.amax(-1, keepdim=True).requires_grad_()
+    m = s.amin(-1, keepdim=True).requires_grad_()
     L = (g * normalize(place(lerp_weight(gr := grid(s, valid, spec, M, m)), gr))).sum()
-    dM, dm = torch.autograd.grad(L, (M, m))
-    assert dM.abs() > 1e-3 and dm.abs() > 1e-3
-    # each of the two tied keys takes half (Table S1: ties split evenly), the other keys nothing
-    torch.testing.assert_close(t["M"][0, :2], (dM[0] / 2).expand(2), rtol=1e-12, atol=0)
-    torch.testing.assert_close(t["m"][0, 2:4], (dm[0] / 2).expand(2), rtol=1e-12, atol=0)
-    assert (t["M"][0, 2:] == 0).all() and t["m"][0, [0, 1, 4]].abs().sum() == 0
+    dM, dm = (d[:, 0] for d in torch.autograd.grad(L, (M, m)))
+    assert (dM.abs() > 1e-3).all() and (dm.abs() > 1e-3).all()
+    for row, (is_max, is_min) in enumerate([([0, 1], [2, 3]), ([0, 2, 4], [3])]):
+        want_M = torch.zeros(5, dtype=torch.float64).index_fill(
+            0, torch.tensor(is_max), dM[row] / len(is_max)
+        )
+        want_m = torch.zeros(5, dtype=torch.float64).index_fill(
+            0, torch.tensor(is_min), dm[row] / len(is_min)
+        )
+        torch.testing.assert_close(t["M"][row], want_M, rtol=1e-12, atol=0)
+        torch.testing.assert_close(t["m"][row], want_m, rtol=1e-12, atol=0)
 
 
 def test_fwm_tail_keys_get_zero_weight_and_gradient():

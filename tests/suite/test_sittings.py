@@ -406,3 +406,41 @@ def test_skip_gated_says_what_it_skips():
         "--skip-gated res: 1 runs signed off there, not run again",
         "nothing to run: every selected run is signed off in res",
     ]
+
+
+def test_a_second_merge_into_one_folder_stops_at_once_and_temp_files_stay_out(sittings, tmp_path, capsys):
+    """Two merges into one DST built their folders from DST as it was, and the later rename dropped the
+    earlier one's runs (both said "merged"). The second now stops at once, naming the first. A temporary file
+    a killed write left in a sitting (``.NAME.<pid>.tmp``) is neither signed off by the gate nor merged."""
+    from kinterval import atomic
+
+    root, *_ = sittings
+    res = tmp_path / "res"
+    shutil.copytree(root / "res1", res)
+    with atomic.exclusive(tmp_path / ".res.merge.lock", "busy", remove=True):  # a merge in progress
+        assert main(["suite", "merge", str(root / "s2"), str(res)]) == 2
+    assert "is being merged into by pid" in capsys.readouterr().err
+    assert gate(res, results_only=True).not_run == ["lerp-k4-s7", "lerp-k4-s42"]  # left as it was
+    s2 = tmp_path / "s2"
+    shutil.copytree(root / "s2", s2)
+    eval_dir = next((s2 / "runs" / "lerp-k4-s7" / "eval").iterdir())
+    (eval_dir / ".step_000002.npz.4242.tmp").write_bytes(b"half")
+    assert gate(s2, partial=True).ok
+    assert not any(atomic.is_temp(f) for f in json.loads((s2 / RECORD).read_text())["files"])
+    merge(s2, res)
+    assert not [p for p in res.rglob("*") if atomic.is_temp(p.name)]
+    assert not (tmp_path / ".res.merge.lock").exists()
+
+
+def test_a_second_suite_run_of_one_folder_stops_at_once(sittings, tmp_path, capsys):
+    """A second `suite run` of a folder reported the first's run in training as failed (a traceback log the
+    merge then copied) and evaluated its finished runs at the same time; it now stops at once."""
+    from kinterval import atomic
+    from kinterval.suite.runner import SUITE_LOCK
+
+    root, suite, *_ = sittings
+    out = tmp_path / "s"
+    with atomic.exclusive(out / SUITE_LOCK, "busy", remove=True):
+        argv = ["suite", "run", str(suite), "--out", str(out), "--only", "softmax", "--threads", "1"]
+        assert main(argv) == 2
+    assert "is being run by pid" in capsys.readouterr().err and not (out / "runs").exists()

@@ -330,7 +330,7 @@ def test_files_and_folders_are_fsynced_before_their_renames(tmp_path, monkeypatc
     msd, state = tiny_state()
     save_checkpoint(tmp_path, 1, msd, {}, state)
     root = str(tmp_path / "checkpoints")
-    tmp, latest_tmp = f"{root}/.tmp-step_000001", f"{root}/.LATEST.tmp"  # kinterval.atomic's temporary file
+    tmp, latest_tmp = f"{root}/.tmp-step_000001", f"{root}/.LATEST.{os.getpid()}.tmp"  # kinterval.atomic's
     order = {e: i for i, e in enumerate(events)}
     for f in (*C.FILES, "state.json"):
         assert order[("fsync", f"{tmp}/{f}")] < order[("replace", tmp)]
@@ -429,6 +429,21 @@ def test_unfused_attention_is_checked_against_memory(make_config, monkeypatch, o
     trainer_module.check_fits(small, small.model_config(512), 60_000, torch.device("cpu"))
 
 
+def test_with_activation_checkpointing_the_bound_keeps_one_layer(make_config, monkeypatch):
+    """A checkpointed layer keeps only its input: the bound counts the kept matrices of the one layer being
+    recomputed (2 + 16 for lerp-k4), not 2 a layer; it refused 16-layer runs that fit."""
+    monkeypatch.setattr(trainer_module, "device_memory", lambda device: 2**30)
+    cfg = make_config(**{"model.block_size": 20_000, "model.n_layer": 16, "operator.name": "lerp-k4",
+                         "operator.backend": "closed_form", "activation_checkpointing": True})  # fmt: skip
+    need = 18 * 4 * 2 * 20_000**2 * 4 / 2**30
+    with pytest.raises(ValueError, match=rf"18 x .* = {need:.1f} GiB") as info:
+        trainer_module.check_fits(cfg, cfg.model_config(512), 60_000, torch.device("cpu"))
+    assert "--activation-checkpointing" not in str(info.value)
+    cfg = make_config(**{"model.block_size": 20_000, "model.n_layer": 16, "operator.name": "lerp-k4"})
+    with pytest.raises(ValueError, match=r"48 x .*--micro-batch, --activation-checkpointing"):
+        trainer_module.check_fits(cfg, cfg.model_config(512), 60_000, torch.device("cpu"))
+
+
 def test_sdpa_keeps_no_t_by_t_matrix_so_it_is_not_bounded(make_config, monkeypatch):
     """PyTorch's SDPA runs flash attention on the CPU too (a 16384-token CPU training step of the tiny model
     peaks at 0.7 GiB, where one layer's probabilities would be 4 GiB): check_fits does not bound it."""
@@ -501,14 +516,21 @@ def test_running_out_of_memory_mid_run_is_one_line_and_keeps_the_checkpoints(
 
 
 def test_out_of_memory_messages_name_the_device_and_size():
-    from kinterval.cli import out_of_memory_message
+    from kinterval.cli import is_out_of_memory, out_of_memory_message
 
     cuda = torch.OutOfMemoryError(
         "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity"
     )
     assert out_of_memory_message(cuda, "eval") == (
-        "out of memory on the GPU (tried to allocate 2.00 GiB): lower the batch or sequence sizes"
+        "out of memory on the GPU (tried to allocate 2.00 GiB): this command needs more memory than is "
+        "free on the device"
     )
+    small = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 256 bytes")
+    assert out_of_memory_message(small).startswith("out of memory on the CPU (tried to allocate 256 bytes): ")
+    with pytest.raises(MemoryError) as info:
+        np.ones(2**50)  # numpy's own: "Unable to allocate 8. PiB ..." (no PiB: the size is kept as said)
+    assert is_out_of_memory(info.value) and "out of memory on the CPU" in out_of_memory_message(info.value)
+    assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
 
 
 def test_a_val_split_without_a_block_is_refused_before_any_step(make_config, tmp_path, monkeypatch):

@@ -138,11 +138,12 @@ class TokenShards:
 
     def locate(self, position: int) -> str:
         """The shard file that holds token ``position`` of the split, and the token's index in that file."""
+        index = position
         for path, shard in zip(self.paths, self.meta["splits"][self.split]["shards"]):
-            if position < shard["n_tokens"]:
-                return f"{path} (token {position:,} of that file)"
-            position -= shard["n_tokens"]
-        raise ValueError(f"token {position} is past the end of the {self.split} split")
+            if 0 <= index < shard["n_tokens"]:
+                return f"{path} (token {index:,} of that file)"
+            index -= shard["n_tokens"]
+        raise ValueError(f"token {position} is outside the {self.split} split of {self.n_tokens} tokens")
 
     def check_vocab(self, model_vocab_size: int) -> None:
         if self.vocab_size > model_vocab_size:

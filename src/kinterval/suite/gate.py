@@ -126,13 +126,16 @@ class GateReport:
 
 def result_files(out: str | Path, runs: list[str] | None = None) -> list[str]:
     """Paths (relative, posix) of a suite folder's result files: the manifest and every file of the run
-    folders (of ``runs`` only, when given) except their checkpoints."""
+    folders (of ``runs`` only, when given) except their checkpoints and the temporary files of writes a kill
+    cut short (``atomic.is_temp``)."""
     out = Path(out)
     files = [n for n in (MANIFEST, MANIFEST_TSV) if (out / n).is_file()]
     if (out / "runs").is_dir():
         for p in sorted((out / "runs").rglob("*")):
             rel = p.relative_to(out)
-            if p.is_file() and rel.parts[2:3] != ("checkpoints",) and (runs is None or rel.parts[1] in runs):
+            if atomic.is_temp(p.name) or not p.is_file():
+                continue
+            if rel.parts[2:3] != ("checkpoints",) and (runs is None or rel.parts[1] in runs):
                 files.append(rel.as_posix())
     return files
 

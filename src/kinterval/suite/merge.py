@@ -28,6 +28,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kinterval import atomic
 from kinterval.atomic import sha256_file
 from kinterval.suite.gate import RECORD, gate, run_of, write_record
 from kinterval.suite.manifest import MANIFEST, MANIFEST_TSV, read_manifest
@@ -117,7 +118,7 @@ def _copy_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
         dirs[:] = sorted(d for d in dirs if d not in skip)
         here = dst / Path(root).relative_to(src)
         here.mkdir(parents=True, exist_ok=here != dst)
-        for name in sorted(f for f in files if f not in skip):
+        for name in sorted(f for f in files if f not in skip and not atomic.is_temp(f)):
             _copy_file(Path(root) / name, here / name)
 
 
@@ -128,10 +129,18 @@ def replaced_folder(dst: str | Path) -> Path:
 
 
 def merge(src: str | Path, dst: str | Path) -> MergeResult:
-    """Merge the runs SRC's ``gate.json`` signs off into the results folder DST (see the module docstring)."""
+    """Merge the runs SRC's ``gate.json`` signs off into the results folder DST (see the module docstring).
+    One merge into DST at a time: a second one stops at once, naming the first (both would build their
+    folder from DST as it was, and the later rename would drop the earlier one's runs)."""
     src, dst = Path(src), Path(dst).resolve()  # resolved: DST may be "." (its name makes the work folders)
     if src.resolve() == dst:
         raise ValueError(f"{src}: source and destination are the same folder")
+    busy = f"{dst} is being merged into by {{who}}: merge again once it is done"
+    with atomic.exclusive(dst.with_name(f".{dst.name}.merge.lock"), busy, remove=True):
+        return _merge(src, dst)
+
+
+def _merge(src: Path, dst: Path) -> MergeResult:
     old = replaced_folder(dst)  # DST while the merged folder takes its place
     if old.is_dir():
         if dst.exists():  # the last merge finished but for removing it

@@ -22,6 +22,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from kinterval import atomic
 from kinterval.atomic import SYSTEM_ERRNOS
 from kinterval.suite.definition import Suite, load_suite, select
 from kinterval.suite.manifest import (
@@ -459,17 +460,24 @@ def run_suite(
     check_data_given(suite, out, data)  # a missing --data is named first
     if not slurm:  # before init_suite writes the manifest or prepares (downloads) the suite's data
         check_auto_has_gpu(runs, device)
-    manifest = init_suite(name, out, data)
-    if done is not None:
-        ids = skip_signed_off(manifest, ids, skip_gated, *done, log)
-        if not ids:
-            return {}
-    log(f"suite {manifest['suite']}: {len(ids)} of {manifest['n_runs']} runs -> {out}")
-    if slurm:
-        return submit_slurm(out, ids, slurm_args or {}, log, executor, device=device, threads=threads)
-    if gpus and gpus > 0:
-        return _run_gpus(out, ids, gpus, log, per_gpu=per_gpu, device=device, threads=threads)
-    return {rid: _run_isolated(out, rid, device, log) for rid in ids}
+    # One `suite run` of a folder at a time: a second one would find the first's runs in training (each run
+    # refuses a second trainer) and evaluate its finished ones at the same time.
+    busy = f"{out} is being run by {{who}}: one `kinterval suite run` of a suite folder at a time"
+    with atomic.exclusive(out / SUITE_LOCK, busy, remove=True):
+        manifest = init_suite(name, out, data)
+        if done is not None:
+            ids = skip_signed_off(manifest, ids, skip_gated, *done, log)
+            if not ids:
+                return {}
+        log(f"suite {manifest['suite']}: {len(ids)} of {manifest['n_runs']} runs -> {out}")
+        if slurm:
+            return submit_slurm(out, ids, slurm_args or {}, log, executor, device=device, threads=threads)
+        if gpus and gpus > 0:
+            return _run_gpus(out, ids, gpus, log, per_gpu=per_gpu, device=device, threads=threads)
+        return {rid: _run_isolated(out, rid, device, log) for rid in ids}
+
+
+SUITE_LOCK = ".suite-run.lock"
 
 
 def _run_isolated(out: Path, rid: str, device: str | None, log) -> str:

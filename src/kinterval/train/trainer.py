@@ -639,7 +639,8 @@ def passes_note(plan: Plan, n_tokens: int, data_dir: str) -> str | None:
 # Lower bounds on an unfused attention's memory, in (micro_batch, n_head, T, T) fp32 matrices: peak RSS of
 # one CPU training step (closed_form, T = 1024 and 2048, 1 and 4 layers) grows by about 2.7 of them a layer
 # (kept for the backward) plus about 8 at once for a baseline and 22 for a K-interval operator (one layer's
-# scores, grid, weights and slopes in its forward and backward).
+# scores, grid, weights and slopes in its forward and backward). With activation checkpointing a layer keeps
+# only its input; the kept matrices are those of the one layer being recomputed.
 KEPT_PER_LAYER = 2
 AT_ONCE = {"baseline": 6, "kinterval": 16}
 
@@ -649,7 +650,8 @@ def check_fits(cfg: TrainConfig, model_cfg, n_tokens: int, device: torch.device)
 
     The train split must hold one window of T+1 tokens. Without a fused kernel (backends other than triton)
     the attention materializes (micro_batch, n_head, T, T) fp32 matrices: ``KEPT_PER_LAYER`` a layer for the
-    backward and ``AT_ONCE`` more while a layer runs, a lower bound on the activation memory. PyTorch's
+    backward (of one layer with activation checkpointing) and ``AT_ONCE`` more while a layer runs, a lower
+    bound on the activation memory. PyTorch's
     SDPA keeps none (flash or memory-efficient kernels on CUDA, flash on the CPU).
     """
     T, mb = cfg.block_size, cfg.schedule.micro_batch
@@ -664,14 +666,16 @@ def check_fits(cfg: TrainConfig, model_cfg, n_tokens: int, device: torch.device)
     # the attention runs in fp32 (the paper's numerics)
     if resolve_backend(op, device, torch.float32, backend=cfg.operator.backend) == "triton":
         return
-    matrices = KEPT_PER_LAYER * model_cfg.n_layer + AT_ONCE["kinterval" if op.is_kinterval else "baseline"]
+    layers_kept = 1 if cfg.activation_checkpointing else model_cfg.n_layer
+    matrices = KEPT_PER_LAYER * layers_kept + AT_ONCE["kinterval" if op.is_kinterval else "baseline"]
     need = matrices * mb * model_cfg.n_head * T * T * 4
     have = device_memory(device)
     if have and need > have:
+        hint = "" if cfg.activation_checkpointing else ", --activation-checkpointing"
         raise ValueError(
             f"model.block_size {T}: the attention's T x T matrices alone need at least {matrices} x "
             f"micro_batch*n_head*T^2*4 bytes = {need / 2**30:.1f} GiB, more than the {have / 2**30:.1f} GiB "
-            f"of {device}; lower --block-size or --micro-batch (or use the triton backend on CUDA)"
+            f"of {device}; lower --block-size or --micro-batch{hint} (or use the triton backend on CUDA)"
         )
 
 
