@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,7 +11,9 @@ import torch
 
 from kinterval.data import (
     SequenceSampler,
+    ShardedTokens,
     TokenShards,
+    check_tokens,
     data_passes,
     decode_tokens,
     get_block,
@@ -134,7 +139,7 @@ def test_token_shards_memmap_and_concatenation(prepared):
     train = TokenShards(prepared, "train", verify=True)
     assert len(train.meta["splits"]["train"]["shards"]) == 3
     whole = train.tokens()
-    assert whole.shape == (30_000,) and not isinstance(whole, np.memmap)
+    assert whole.shape == (30_000,) and isinstance(whole, ShardedTokens)
     parts = [np.fromfile(prepared / f"train_{k:04d}.bin", dtype="<u2") for k in range(3)]
     assert np.array_equal(whole, np.concatenate(parts))
     assert train.split == "train" and train.vocab_size == 512 and train.eot == 511 and len(train) == 30_000
@@ -209,3 +214,75 @@ def test_locate_names_the_shard_of_a_split_position_and_load_batch_uses_it(prepa
         load_batch(tokens, np.array([0, sizes[0]]), 32, 512, shards.locate)
     with pytest.raises(ValueError, match=rf"at token {sizes[0] + 5:,} of the split"):
         load_batch(tokens, np.array([sizes[0]]), 32, 512)
+
+
+def test_sharded_tokens_index_as_their_concatenation():
+    """A split of several shards is a view over their memmaps, not a copy in memory (2 bytes a token in
+    every process: 6 GB for a 3B-token train split): every index form the loaders use gives the ids of the
+    concatenation, across shard boundaries too."""
+    rng = np.random.default_rng(0)
+    parts = [rng.integers(0, 60_000, n).astype(np.uint16) for n in (7, 1, 20, 5)]
+    whole, view = np.concatenate(parts), ShardedTokens(parts)
+    assert len(view) == view.size == 33 and view.shape == (33,) and view.dtype == np.uint16 and view.ndim == 1
+    for a, b in [(0, 33), (3, 9), (7, 8), (6, 28), (27, 33), (10, 10), (12, 4), (-5, None), (None, -30)]:
+        assert np.array_equal(view[a:b], whole[a:b]), (a, b)
+    assert np.array_equal(view[1:30:4], whole[1:30:4]) and np.array_equal(view[::-3], whole[::-3])
+    for i in (0, 6, 7, 8, 27, 32, -1, -33):
+        got = view[i]
+        assert got == whole[i] and isinstance(got, np.uint16), i
+    index = rng.integers(-33, 33, (4, 9))
+    assert np.array_equal(view[index], whole[index])
+    assert int(view.min()) == whole.min() and int(view.max()) == whole.max()
+    assert view.tolist() == whole.tolist() and np.array_equal(np.asarray(view, np.int64), whole)
+    # numpy functions and operators see the whole split (never an object comparison's silent False)
+    assert np.array_equal(view == whole[3], whole == whole[3]) and np.sum(view == whole[3]) >= 1
+    assert np.array_equal(view + 1, whole + 1) and np.array_equal(np.cumsum(view), np.cumsum(whole))
+    assert np.shares_memory(view[8:20], parts[2])  # inside one shard: that shard's ids, not a copy
+    for bad in (33, -34, np.array([0, 33])):
+        with pytest.raises(IndexError, match="out of range for 33 tokens"):
+            view[bad]
+    with pytest.raises(IndexError, match="integers, slices and integer arrays"):
+        view[np.array([1.0])]
+    check_tokens(view, 60_000)
+    with pytest.raises(ValueError, match="outside the model's vocabulary"):
+        check_tokens(view, int(whole.max()))
+    offsets = np.array([0, 5, 21])
+    x, y = load_batch(view, offsets, 10)
+    assert torch.equal(x, load_batch(whole, offsets, 10)[0]) and torch.equal(
+        y, load_batch(whole, offsets, 10)[1]
+    )
+    assert all(torch.equal(a, b) for a, b in zip(get_block(view, 2, 10), get_block(whole, 2, 10)))
+    with pytest.raises(ValueError, match="non-empty 1-D arrays of one dtype"):
+        ShardedTokens([parts[0], parts[1].astype(np.int32)])
+
+
+def _rss_anon_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    pytest.skip("no RssAnon in /proc/self/status")
+
+
+def test_a_split_of_several_shards_is_not_read_into_memory(prepared, tmp_path):
+    """Opening and sampling a 3-shard split of 60M tokens (120 MB) holds a few pages of it in the process's
+    own memory, not the split (its memmaps' pages are the page cache's, shared between ranks)."""
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("needs Linux /proc to read the process's anonymous memory")
+    big = tmp_path / "big"
+    shutil.copytree(prepared, big)
+    meta = json.loads((big / "meta.json").read_text())
+    split = meta["splits"]["train"]
+    for shard in split["shards"]:
+        ids = (np.arange(20_000_000, dtype=np.uint32) % 511).astype(np.uint16)
+        ids.tofile(big / shard["file"])
+        shard.update(n_tokens=ids.size, bytes=ids.nbytes, sha256=None)
+    split["n_tokens"] = 60_000_000
+    (big / "meta.json").write_text(json.dumps(meta))
+    del ids
+    before = _rss_anon_kib()
+    train = TokenShards(big, "train")
+    tokens = train.tokens()
+    x, _ = load_batch(tokens, SequenceSampler(len(tokens), 1024, 0).offsets(0, 64), 1024, 512, train.locate)
+    grown = _rss_anon_kib() - before
+    assert x.shape == (64, 1024) and len(tokens) == 60_000_000
+    assert grown < 40_000, f"{grown} KiB more anonymous memory: the split was read into memory"

@@ -3,7 +3,9 @@
 from kinterval.data.import_bin import import_bin
 from kinterval.data.loader import (
     SequenceSampler,
+    ShardedTokens,
     TokenShards,
+    check_tokens,
     data_passes,
     decode_tokens,
     get_block,
@@ -18,7 +20,9 @@ __all__ = [
     "EOT",
     "GPT2_VOCAB",
     "SequenceSampler",
+    "ShardedTokens",
     "TokenShards",
+    "check_tokens",
     "data_passes",
     "decode_tokens",
     "get_block",

@@ -82,6 +82,77 @@ def _meta_problem(meta: dict) -> str | None:
     return None
 
 
+class ShardedTokens(np.lib.mixins.NDArrayOperatorsMixin):
+    """A read-only 1-D view of several token arrays (a split's shard memmaps) as one, end to end.
+
+    Indexing reads only the ids it asks for: an integer gives one id, a slice or an integer array a new
+    ndarray (a slice inside one shard: a view of that shard's memmap). ``len``, ``dtype``, ``shape``, ``min``
+    and ``max`` work as on an array. ``np.asarray(view)``, numpy functions and operators (``view == eot``)
+    work on the whole split read into memory, so leave them to code that needs every id at once."""
+
+    ndim = 1
+
+    def __init__(self, parts: list[np.ndarray]):
+        if not parts or any(p.ndim != 1 or p.dtype != parts[0].dtype or p.size == 0 for p in parts):
+            raise ValueError("ShardedTokens takes one or more non-empty 1-D arrays of one dtype")
+        self.parts = parts
+        self.dtype = parts[0].dtype
+        self.starts = np.cumsum([0] + [p.size for p in parts])  # part j holds ids starts[j] .. starts[j+1]-1
+        self.size = int(self.starts[-1])
+        self.shape = (self.size,)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.size)
+            if step != 1:
+                return self[np.arange(start, stop, step)]
+            pieces = [
+                p[max(start - a, 0) : min(stop - a, p.size)]
+                for p, a in zip(self.parts, self.starts[:-1].tolist())
+                if a < stop and a + p.size > start
+            ]
+            return pieces[0] if len(pieces) == 1 else np.concatenate(pieces) if pieces else self.parts[0][:0]
+        if isinstance(key, (int, np.integer)):
+            return self[np.asarray(key)][()]
+        index = np.asarray(key)
+        if not np.issubdtype(index.dtype, np.integer):
+            raise IndexError(f"a token view takes integers, slices and integer arrays, got {index.dtype}")
+        index = np.where(index < 0, index + self.size, index)
+        if index.size and (index.min() < 0 or index.max() >= self.size):
+            raise IndexError(f"index out of range for {self.size} tokens")
+        part = np.searchsorted(self.starts, index, side="right") - 1
+        out = np.empty(index.shape, self.dtype)
+        for j in np.unique(part).tolist():
+            at = part == j
+            out[at] = self.parts[j][index[at] - self.starts[j]]
+        return out
+
+    def min(self):
+        return min(p.min() for p in self.parts)
+
+    def max(self):
+        return max(p.max() for p in self.parts)
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a view of several shards cannot become an array without a copy")
+        whole = np.concatenate(self.parts)
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(np.asarray(x) if isinstance(x, ShardedTokens) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def tolist(self) -> list[int]:
+        return np.asarray(self).tolist()
+
+    def __repr__(self) -> str:
+        return f"ShardedTokens({len(self.parts)} parts, {self.size} tokens, {self.dtype})"
+
+
 class TokenShards:
     """One split of a prepared dataset (validated against meta.json)."""
 
@@ -126,14 +197,16 @@ class TokenShards:
             if top >= self.vocab_size:
                 raise ValueError(f"{path}: token id {top} >= vocab_size {self.vocab_size} (wrong vocabulary)")
 
-    def tokens(self) -> np.ndarray:
-        """1-D uint16 array of the whole split (a read-only memmap when there is one shard)."""
+    def tokens(self) -> np.ndarray | ShardedTokens:
+        """The whole split as 1-D uint16 ids, read from the files as they are indexed: a read-only memmap
+        when there is one shard, a :class:`ShardedTokens` view of the shards end to end when there are
+        several (nothing is read into memory until indexed)."""
         if self._tokens is None:
             parts = [np.memmap(p, dtype=DTYPE, mode="r") for p in self.paths if p.stat().st_size]
             if len(parts) == 1:
                 self._tokens = parts[0]
             else:
-                self._tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=DTYPE)
+                self._tokens = ShardedTokens(parts) if parts else np.zeros(0, dtype=DTYPE)
         return self._tokens
 
     def locate(self, position: int) -> str:
@@ -239,7 +312,7 @@ def check_tokens(tokens, vocab_size: int | None = None) -> None:
     """``tokens`` is a 1-D numpy array of integer token ids (no float ids silently truncated); with
     ``vocab_size`` every id is also in ``[0, vocab_size)``. The dtype check costs nothing; the id range is
     one pass over the array, so check an array once, not per block."""
-    dtype = tokens.dtype if isinstance(tokens, np.ndarray) else None
+    dtype = tokens.dtype if isinstance(tokens, (np.ndarray, ShardedTokens)) else None
     if dtype is None or tokens.ndim != 1 or not np.issubdtype(dtype, np.integer):
         got = f"{dtype} array of shape {tokens.shape}" if dtype is not None else type(tokens).__name__
         raise ValueError(f"tokens must be a 1-D numpy array of integer token ids, got {got}")
