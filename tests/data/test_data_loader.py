@@ -14,10 +14,12 @@ from kinterval.data import (
     ShardedTokens,
     TokenShards,
     check_tokens,
+    count_id,
     data_passes,
     decode_tokens,
     get_block,
     load_batch,
+    loader,
     n_blocks,
     prepare,
 )
@@ -286,3 +288,57 @@ def test_a_split_of_several_shards_is_not_read_into_memory(prepared, tmp_path):
     grown = _rss_anon_kib() - before
     assert x.shape == (64, 1024) and len(tokens) == 60_000_000
     assert grown < 40_000, f"{grown} KiB more anonymous memory: the split was read into memory"
+
+
+def test_a_tuple_index_is_one_index_as_on_a_1d_array():
+    view, whole = _view([7, 1, 20])
+    with pytest.raises(IndexError, match="too many indices"):
+        view[(0, 1)]  # not ids 0 and 1 (numpy: too many indices)
+    got = view[(9,)]
+    assert got == whole[9] and np.shape(got) == () and isinstance(got, np.uint16)
+    assert np.array_equal(view[(slice(2, 12),)], whole[2:12])
+    got = view[np.array(9)]  # a 0-d integer array: one id, as numpy gives
+    assert got == whole[9] and isinstance(got, np.uint16)
+    with pytest.raises(IndexError, match="integers, slices and integer arrays"):
+        view[True]
+
+
+def _view(sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    parts = [rng.integers(0, 512, n).astype(np.uint16) for n in sizes]
+    return ShardedTokens(parts), np.concatenate(parts)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.uint64])
+def test_every_integer_index_dtype_reads_the_concatenation(dtype):
+    """Index arrays of any integer dtype, on a split longer than the dtype holds (an int8 index plus the
+    split's length, or a uint64 one minus a shard's start, must not overflow or turn into floats)."""
+    view, whole = _view([100, 1, 150, 70_000])
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -len(whole)), min(info.max, len(whole) - 1)
+    index = np.random.default_rng(1).integers(lo, hi + 1, (3, 50)).astype(dtype)
+    assert np.array_equal(view[index], whole[index])
+    assert view[dtype(5)] == whole[dtype(5)]
+    if info.max >= len(whole):
+        with pytest.raises(IndexError, match="out of range"):
+            view[np.array([len(whole)], dtype)]
+
+
+def test_whole_split_passes_read_in_chunks(monkeypatch):
+    """check_tokens and count_id read a split in chunks (a view of several shards is never copied whole):
+    an id is found in any chunk, and not past ``stop``."""
+    monkeypatch.setattr(loader, "CHUNK_TOKENS", 5)
+    view, whole = _view([7, 1, 20, 5])
+    for start, stop in [(0, None), (1, 32), (3, 17), (6, 6), (0, 100)]:
+        want = int(np.count_nonzero(whole[start:stop] == whole[3]))
+        assert (
+            count_id(view, int(whole[3]), start, stop) == count_id(whole, int(whole[3]), start, stop) == want
+        )
+    bad = whole.copy()
+    bad[23] = 600
+    for tokens in (bad, ShardedTokens([bad[:7], bad[7:8], bad[8:28], bad[28:]])):
+        check_tokens(tokens, 512, stop=23)  # the bad id is the 24th
+        with pytest.raises(ValueError, match="id 600 is outside the model's vocabulary"):
+            check_tokens(tokens, 512, stop=24)
+        with pytest.raises(ValueError, match="id 600 is outside"):
+            check_tokens(tokens, 512)

@@ -19,6 +19,7 @@ from kinterval.data.writer import DTYPE, FORMAT_VERSION
 
 DTYPE_TEXT = "little-endian uint16"
 
+CHUNK_TOKENS = 1 << 24  # ids a pass over a whole split reads at a time (32 MiB of uint16)
 VOCAB_CHECK_TOKENS = 1_000_000  # ids checked at each end of every shard when a split is opened (training
 # checks every batch it loads as well)
 
@@ -115,20 +116,27 @@ class ShardedTokens(np.lib.mixins.NDArrayOperatorsMixin):
                 if a < stop and a + p.size > start
             ]
             return pieces[0] if len(pieces) == 1 else np.concatenate(pieces) if pieces else self.parts[0][:0]
-        if isinstance(key, (int, np.integer)):
-            return self[np.asarray(key)][()]
+        if isinstance(key, tuple):  # a 1-D array takes one index: (i,) is i, (i, j) is too many
+            if len(key) != 1:
+                raise IndexError(f"too many indices for a 1-D token view: {len(key)} were given")
+            return self[key[0]]
+        if isinstance(key, (bool, np.bool_)):
+            raise IndexError("a token view takes integers, slices and integer arrays, got bool")
         index = np.asarray(key)
         if not np.issubdtype(index.dtype, np.integer):
             raise IndexError(f"a token view takes integers, slices and integer arrays, got {index.dtype}")
-        index = np.where(index < 0, index + self.size, index)
-        if index.size and (index.min() < 0 or index.max() >= self.size):
+        if index.size and (
+            index.max() >= self.size or (index.dtype.kind == "i" and index.min() < -self.size)
+        ):
             raise IndexError(f"index out of range for {self.size} tokens")
+        index = index.astype(np.int64)  # any integer dtype: int8 + size or uint64 - start would not fit
+        index[index < 0] += self.size
         part = np.searchsorted(self.starts, index, side="right") - 1
         out = np.empty(index.shape, self.dtype)
-        for j in np.unique(part).tolist():
+        for j in np.flatnonzero(np.bincount(part.ravel(), minlength=len(self.parts))).tolist():
             at = part == j
             out[at] = self.parts[j][index[at] - self.starts[j]]
-        return out
+        return out[()] if out.ndim == 0 else out  # an integer (or 0-d array) index: one id, as numpy gives
 
     def min(self):
         return min(p.min() for p in self.parts)
@@ -308,22 +316,36 @@ def first_blocks(n_tokens: int, T: int, blocks: int) -> int:
     return n
 
 
-def check_tokens(tokens, vocab_size: int | None = None) -> None:
-    """``tokens`` is a 1-D numpy array of integer token ids (no float ids silently truncated); with
-    ``vocab_size`` every id is also in ``[0, vocab_size)``. The dtype check costs nothing; the id range is
-    one pass over the array, so check an array once, not per block."""
+def check_tokens(tokens, vocab_size: int | None = None, stop: int | None = None) -> None:
+    """``tokens`` is a 1-D numpy array (or :class:`ShardedTokens` view) of integer token ids (no float ids
+    silently truncated); with ``vocab_size`` every id of ``tokens[:stop]`` is also in ``[0, vocab_size)``.
+    The dtype check costs nothing; the id range is one pass, in chunks of ``CHUNK_TOKENS`` ids (a view of
+    several shards is never copied whole), so check an array once, not per block."""
     dtype = tokens.dtype if isinstance(tokens, (np.ndarray, ShardedTokens)) else None
     if dtype is None or tokens.ndim != 1 or not np.issubdtype(dtype, np.integer):
         got = f"{dtype} array of shape {tokens.shape}" if dtype is not None else type(tokens).__name__
         raise ValueError(f"tokens must be a 1-D numpy array of integer token ids, got {got}")
-    if vocab_size is not None and len(tokens):
-        lo, hi = int(tokens.min()), int(tokens.max())
+    stop = len(tokens) if stop is None else min(stop, len(tokens))
+    if vocab_size is None or stop <= 0:
+        return
+    for start in range(0, stop, CHUNK_TOKENS):
+        chunk = tokens[start : min(start + CHUNK_TOKENS, stop)]
+        lo, hi = int(chunk.min()), int(chunk.max())
         if lo < 0 or hi >= vocab_size:
             bad = lo if lo < 0 else hi
             raise ValueError(
                 f"tokens: id {bad} is outside the model's vocabulary [0, {vocab_size}) "
                 "(data prepared with another tokenizer?)"
             )
+
+
+def count_id(tokens, token_id: int, start: int = 0, stop: int | None = None) -> int:
+    """How many ids of ``tokens[start:stop]`` equal ``token_id``, read in chunks of ``CHUNK_TOKENS`` ids."""
+    stop = len(tokens) if stop is None else min(stop, len(tokens))
+    return sum(
+        int(np.count_nonzero(tokens[a : min(a + CHUNK_TOKENS, stop)] == token_id))
+        for a in range(max(start, 0), stop, CHUNK_TOKENS)
+    )
 
 
 def get_block(tokens: np.ndarray, k: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -388,7 +410,9 @@ def load_batch(
     offsets = np.asarray(offsets, dtype=np.int64)
     if offsets.size and (offsets.min() < 0 or offsets.max() + T + 1 > len(tokens)):
         raise ValueError(f"offsets out of range for {len(tokens)} tokens with T={T}")
-    ids = np.asarray(tokens[offsets[:, None] + np.arange(T + 1)])
+    ids = np.empty((offsets.size, T + 1), dtype=tokens.dtype)
+    for row, o in enumerate(offsets.tolist()):  # one contiguous read a sequence (a gather is 5x slower)
+        ids[row] = tokens[o : o + T + 1]
     if vocab_size is not None and ids.size and int(ids.max()) >= vocab_size:
         row, col = np.unravel_index(int(np.argmax(ids)), ids.shape)
         position = int(offsets[row]) + int(col)

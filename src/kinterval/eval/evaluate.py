@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from kinterval import atomic
-from kinterval.data.loader import TokenShards, data_passes, n_blocks
+from kinterval.data.loader import TokenShards, count_id, data_passes, n_blocks
 from kinterval.environment import device_name
 from kinterval.eval.checkpoints import (
     checkpoint_name,
@@ -323,7 +323,7 @@ def evaluate_checkpoint(
         summary["n_documents"] = int(ids.size)
         # the documents of the split's targets (tokens[1:], counted as n_documents counts those of the scored
         # ones): those wholly in the unscored tail (the last partial block, or beyond max_blocks) are the rest
-        summary["n_documents_split"] = 1 + int(np.count_nonzero(np.asarray(tokens[1:-1]) == shards.eot))
+        summary["n_documents_split"] = 1 + count_id(tokens, shards.eot, 1, len(tokens) - 1)
         if ids.size >= 2:
             ci = cluster_bootstrap_ci(doc_sum / doc_n, ids, weights=doc_n)
             summary["doc_cluster_mean_nll"] = ci.mean

@@ -49,7 +49,7 @@ def token_nll(
     n = n_blocks(len(tokens), T) if max_blocks is None else min(max_blocks, n_blocks(len(tokens), T))
     if n == 0:
         raise ValueError(f"the split holds no block of {T}+1 tokens ({len(tokens)} tokens)")
-    check_tokens(tokens[: n * T + 1], model.config.vocab_size)  # once, the ids the blocks read
+    check_tokens(tokens, model.config.vocab_size, stop=n * T + 1)  # once, the ids the blocks read
     out = np.empty((n, T), dtype=np.float64)
     # the fp32 NLLs stay on the device and come back FLUSH blocks at a time: one host sync per FLUSH blocks,
     # not per block, so that the host queues the next blocks while the device runs (the same values)
