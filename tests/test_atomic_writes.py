@@ -202,3 +202,93 @@ def subprocess_pid_gone() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def test_is_temp_names_only_hidden_tmp_files():
+    """The gate and the merge pass over exactly the temporary files of writes (and older ``.NAME.tmp``):
+    a hidden file or a ``.tmp`` file of the run's own is a result file like any other."""
+    assert atomic.is_temp(atomic.temp_path("a/step_000001.json").name) and atomic.is_temp(".x.json.tmp")
+    for name in ("notes.tmp", ".hidden", ".x.json", "x.json.1.tmp"):
+        assert not atomic.is_temp(name), name
+
+
+def test_a_writer_of_another_user_counts_as_alive(tmp_path, monkeypatch):
+    """``os.kill(pid, 0)`` refuses (EPERM) a process of another user: it is running, and its temporary
+    file is kept."""
+    (tmp_path / ".a.json.4242.tmp").write_bytes(b"half")
+    real_kill = os.kill
+
+    def kill(pid, sig):
+        if pid == 4242:
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+        return real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", kill)
+    atomic.write_text(tmp_path / "a.json", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".a.json.4242.tmp", "a.json"]
+
+
+def test_temporary_files_of_other_files_with_a_longer_name_are_kept(tmp_path):
+    """``.a.json.*tmp`` also matches the temporary files of ``a.json.bak`` (older ``.a.json.bak.tmp``) and of
+    ``a.json.5.json``: they are not this file's, and the write neither fails on them nor removes them."""
+    dead = subprocess_pid_gone()
+    others = [".a.json.bak.tmp", f".a.json.5.json.{dead}.tmp"]
+    for name in others:
+        (tmp_path / name).write_bytes(b"half")
+    atomic.write_text(tmp_path / "a.json", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*others, "a.json"])
+
+
+def test_exclusive_refuses_a_lock_file_removed_between_its_open_and_its_lock(tmp_path, monkeypatch):
+    """With ``remove``, the last holder removes the lock file: a process that opened it just before holds
+    a file no longer at the path once it locks it, so a third process could lock a new one at once. It is
+    refused, naming the holder the file names."""
+    import fcntl
+
+    lock = tmp_path / ".x.lock"
+    lock.write_text("pid 1 on host\n")
+    real = fcntl.flock
+
+    def removed_first(fh, op):  # the holder finishes (and removes the file) after this open
+        lock.unlink(missing_ok=True)
+        return real(fh, op)
+
+    monkeypatch.setattr(fcntl, "flock", removed_first)
+    with pytest.raises(ValueError, match=r"^pid 1 on host holds it$"):
+        with atomic.exclusive(lock, "{who} holds it", remove=True):
+            pass
+
+
+def test_exclusive_removes_the_folders_it_made_unless_the_caller_wrote_there(tmp_path):
+    lock = tmp_path / "a" / "b" / ".x.lock"
+    with atomic.exclusive(lock, "busy", remove=True):
+        assert lock.is_file()
+    assert list(tmp_path.iterdir()) == []
+    with atomic.exclusive(lock, "busy", remove=True):
+        (lock.parent / "out.txt").write_text("x")
+    assert [p.name for p in lock.parent.iterdir()] == ["out.txt"]
+
+
+def test_exclusive_goes_on_unlocked_on_a_file_system_without_locks(tmp_path, monkeypatch):
+    import fcntl
+
+    def no_locks(fh, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    ran = []
+    with atomic.exclusive(tmp_path / ".x.lock", "busy", remove=True):
+        ran.append(1)
+    assert ran == [1] and not (tmp_path / ".x.lock").exists()
+
+
+def test_exclusive_names_a_holder_that_wrote_nothing_yet_another_process(tmp_path):
+    """The holder writes its pid just after it locks: a second process in between reads an empty file."""
+    import fcntl
+
+    lock = tmp_path / ".x.lock"
+    with open(lock, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ValueError, match=r"^another process holds it$"):
+            with atomic.exclusive(lock, "{who} holds it"):
+                pass

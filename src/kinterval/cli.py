@@ -227,8 +227,9 @@ def out_of_memory_message(err: BaseException, command: str = "") -> str:
     gpu = "CUDA" in text or type(err).__name__ == "OutOfMemoryError"
     size = re.search(r"[Tt]ried to allocate (\d+) bytes", text)
     tried = _size(int(size[1])) if size else None
-    if tried is None and (size := re.search(r"(?:[Tt]ried to|Unable to) allocate ([\d.]+ [KMGT]?i?B)", text)):
-        tried = size[1].replace(". ", " ")  # numpy's "256. TiB"
+    said = re.search(r"(?:[Tt]ried to|Unable to) allocate ([\d.]+ [KMGTPE]?i?B)", text)
+    if tried is None and said:
+        tried = said[1].replace(". ", " ")  # numpy's "256. TiB"
     advice = (
         "lower --micro-batch and raise --accum by the same factor (the same tokens per step; a resumed run "
         "keeps its block size), or give --block-size a smaller value in a new run; the checkpoints written "

@@ -342,3 +342,23 @@ def test_whole_split_passes_read_in_chunks(monkeypatch):
             check_tokens(tokens, 512, stop=24)
         with pytest.raises(ValueError, match="id 600 is outside"):
             check_tokens(tokens, 512)
+
+
+def test_sharded_tokens_slices_ending_at_a_shard_boundary_are_views_and_guards_hold():
+    """A slice that ends (or starts) at a shard boundary is still a view of that one shard; an integer of
+    numpy's types is one id; an empty index array gives no ids; the view refuses to become an array without
+    a copy and takes no empty or 2-D part."""
+    parts = [np.arange(n, dtype=np.uint16) + 100 * k for k, n in enumerate((7, 1, 20, 5))]
+    whole, view = np.concatenate(parts), ShardedTokens(parts)
+    for a, b, part in [(0, 7, 0), (3, 7, 0), (7, 8, 1), (8, 28, 2), (10, 28, 2), (28, 33, 3)]:
+        got = view[a:b]
+        assert np.array_equal(got, whole[a:b]) and np.shares_memory(got, parts[part]), (a, b)
+    for i in (np.int64(8), np.uint16(8), np.int32(-1)):
+        got = view[i]
+        assert got == whole[i] and isinstance(got, np.uint16) and np.ndim(got) == 0, i
+    assert view[np.array([], dtype=np.int64)].shape == (0,)
+    with pytest.raises(ValueError, match="without a copy"):
+        np.asarray(view, copy=False)
+    for bad in ([], [parts[0], parts[0][:0]], [parts[0], np.zeros((2, 2), np.uint16)]):
+        with pytest.raises(ValueError, match="non-empty 1-D arrays of one dtype"):
+            ShardedTokens(bad)

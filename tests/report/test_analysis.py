@@ -11,7 +11,13 @@ import pytest
 
 from kinterval.report import analysis as A
 from kinterval.report.results import Point
-from kinterval.stats import block_bootstrap_ci, label_single_seed, permutation_p_exact, seed_summary
+from kinterval.stats import (
+    block_bootstrap_ci,
+    k_trend_slopes,
+    label_single_seed,
+    permutation_p_exact,
+    seed_summary,
+)
 
 N = 48
 
@@ -773,3 +779,17 @@ def test_a_one_seed_detach_run_has_its_same_seed_full_twin_beside_it_in_the_geom
     assert by == {"lerp-k4": 2.5, "lerp-k4, seed 7": 3.0, "lerp-k4[range_grad=detach], seed 7": 9.0}
     # a twin of that one seed only needs no second row
     assert len(A.final_geometry([pts[0], pts[2]], {})) == 2
+
+
+def test_k_trend_weights_are_correctly_rounded_on_every_cpu():
+    """The slope weights' denominator sum (x - mean x)^2 is correctly rounded (math.fsum), not a BLAS dot
+    whose order of additions (and FMA) depends on the CPU: for K = 4, 16, 32 a dot gives 4.666666666666666 on
+    one machine and 4.666666666666667 on another, and the committed mini report moved in its last digits."""
+    base, one = np.zeros(64), np.eye(64)[0]  # ΔNLL 1 in block 0 at K = 4, else 0: every sum is exact
+    pts = [point("softmax", 7, base)] + [point(f"lerp-k{K}", 7, one * (K == 4)) for K in (4, 16, 32)]
+    (row,) = A.k_trends(A.softmax_pairs(pts))
+    x = np.log2([4, 16, 32])
+    xc = x - x.mean()
+    assert row.est.mean == xc[0] / 4.666666666666667 / 64
+    slopes = k_trend_slopes([4, 16, 32], np.eye(3)[:2])
+    assert slopes.slopes.tolist() == [xc[0] / 4.666666666666667, xc[1] / 4.666666666666667]

@@ -528,8 +528,11 @@ def test_out_of_memory_messages_name_the_device_and_size():
     small = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 256 bytes")
     assert out_of_memory_message(small).startswith("out of memory on the CPU (tried to allocate 256 bytes): ")
     with pytest.raises(MemoryError) as info:
-        np.ones(2**50)  # numpy's own: "Unable to allocate 8. PiB ..." (no PiB: the size is kept as said)
-    assert is_out_of_memory(info.value) and "out of memory on the CPU" in out_of_memory_message(info.value)
+        np.ones(2**50)  # numpy's own: "Unable to allocate 8.00 PiB ..."
+    assert is_out_of_memory(info.value)
+    assert out_of_memory_message(info.value).startswith(
+        "out of memory on the CPU (tried to allocate 8.00 PiB): "
+    )
     assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
 
 
@@ -741,3 +744,59 @@ def test_a_state_json_without_its_configs_is_one_error_line(runs, tmp_path, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"kinterval {command}: error: checkpoint {ck}: " in err, err
     assert f"lacks a valid '{key}' entry" in err
+
+
+def test_the_memory_bound_skips_fused_kernels_and_devices_of_unknown_memory(make_config, monkeypatch):
+    """The triton backend keeps no T x T matrix, and a device whose memory is unknown (device_memory None)
+    bounds nothing: neither is refused, however long the block."""
+    cfg = make_config(
+        **{"model.block_size": 20_000, "operator.name": "lerp-k4", "operator.backend": "closed_form"}
+    )
+    monkeypatch.setattr(trainer_module, "device_memory", lambda device: None)
+    trainer_module.check_fits(cfg, cfg.model_config(512), 60_000, torch.device("cpu"))
+    monkeypatch.setattr(trainer_module, "device_memory", lambda device: 2**30)
+    monkeypatch.setattr(trainer_module, "resolve_backend", lambda *a, **kw: "triton")
+    trainer_module.check_fits(cfg, cfg.model_config(512), 60_000, torch.device("cpu"))
+
+
+def test_an_out_of_memory_error_of_any_kind_is_recognised():
+    """torch's CUDA OutOfMemoryError (whatever its text), a CUDA runtime "out of memory" error and a
+    MemoryError are allocation failures; other RuntimeErrors are not. The GPU is named for torch's error
+    without "CUDA" in its text (MPS) and for the CUDA runtime's; numpy's older "256. TiB" reads "256 TiB";
+    1024 bytes are 1.00 KiB."""
+    from kinterval.cli import is_out_of_memory, out_of_memory_message
+
+    assert is_out_of_memory(torch.OutOfMemoryError("Tried to allocate 20.00 MiB"))  # no "CUDA" in it
+    assert is_out_of_memory(RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be ..."))
+    assert is_out_of_memory(MemoryError())
+    assert not is_out_of_memory(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    mps = torch.OutOfMemoryError("MPS backend out of memory. Tried to allocate 20.00 MiB on private pool.")
+    assert out_of_memory_message(mps).startswith("out of memory on the GPU (tried to allocate 20.00 MiB): ")
+    cuda_runtime = RuntimeError("CUDA error: out of memory\nCompile with `TORCH_USE_CUDA_DSA` ...")
+    assert out_of_memory_message(cuda_runtime).startswith("out of memory on the GPU: ")
+    old_numpy = MemoryError("Unable to allocate 256. TiB for an array with shape (2**45,)")
+    assert out_of_memory_message(old_numpy).startswith(
+        "out of memory on the CPU (tried to allocate 256 TiB): "
+    )
+    kib = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1024 bytes")
+    assert out_of_memory_message(kib).startswith("out of memory on the CPU (tried to allocate 1.00 KiB): ")
+
+
+def test_the_command_line_reports_a_memory_error_and_keeps_other_runtime_errors(capsys):
+    """A MemoryError (numpy's) is one line with exit 1, as torch's allocation failure; a RuntimeError that is
+    no allocation failure is a bug and keeps its traceback."""
+    from types import SimpleNamespace
+
+    from kinterval.cli import _run
+
+    def numpy_oom(args):
+        np.ones(2**50)
+
+    assert _run(SimpleNamespace(command="eval", func=numpy_oom)) == 1
+    assert capsys.readouterr().err.startswith("kinterval eval: error: out of memory on the CPU")
+
+    def bug(args):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    with pytest.raises(RuntimeError, match="mat1 and mat2"):
+        _run(SimpleNamespace(command="eval", func=bug))

@@ -5,6 +5,7 @@ A contrast ``sum_c a_c NLL_c`` is computed per block (or per seed) and then aver
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -86,8 +87,10 @@ def k_trend_slopes(K_values, delta_nll, *, level: float = 0.95) -> KTrend:
     xc = x - x.mean()
     if not np.any(xc):
         raise ValueError("need at least two distinct K values")
-    # OLS slope per row: sum_k (x_k - xbar) y_k / sum_k (x_k - xbar)^2 (centering y is unnecessary).
-    slopes = d @ xc / (xc @ xc)
+    # OLS slope per row: sum_k (x_k - xbar) y_k / sum_k (x_k - xbar)^2 (centering y is unnecessary). Sums,
+    # not BLAS products: a BLAS kernel's order of additions depends on the CPU, and a committed report must
+    # regenerate to the last digit on any machine.
+    slopes = (d * xc).sum(axis=1) / math.fsum(xc * xc)
     return KTrend(slopes=slopes, summary=seed_summary(slopes, level=level))
 
 

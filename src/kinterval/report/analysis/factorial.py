@@ -4,6 +4,7 @@ panels of fig:k."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -237,7 +238,7 @@ def k_trends(pairing: Pairing) -> list[Row]:
             continue
         by_seed = {s: v for s, v in all_seeds.items() if set(Ks) <= set(v)}
         xc = np.log2(Ks) - np.log2(Ks).mean()
-        c = xc / (xc @ xc)
+        c = xc / math.fsum(xc * xc)  # correctly rounded, not a BLAS dot: the same last digit on every CPU
         per_seed = {s: sum(ck * by_seed[s][k].d for ck, k in zip(c, Ks)) for s in by_seed}
         rows.append(
             Row(
