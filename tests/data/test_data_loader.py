@@ -235,6 +235,10 @@ def test_sharded_tokens_index_as_their_concatenation():
     index = rng.integers(-33, 33, (4, 9))
     assert np.array_equal(view[index], whole[index])
     assert int(view.min()) == whole.min() and int(view.max()) == whole.max()
+    assert (
+        np.min(view) == whole.min() and np.max(view) == whole.max() and np.amax(view, axis=0) == whole.max()
+    )
+    assert view.max(keepdims=True).tolist() == [whole.max()]
     assert view.tolist() == whole.tolist() and np.array_equal(np.asarray(view, np.int64), whole)
     # numpy functions and operators see the whole split (never an object comparison's silent False)
     assert np.array_equal(view == whole[3], whole == whole[3]) and np.sum(view == whole[3]) >= 1

@@ -138,11 +138,15 @@ class ShardedTokens(np.lib.mixins.NDArrayOperatorsMixin):
             out[at] = self.parts[j][index[at] - self.starts[j]]
         return out[()] if out.ndim == 0 else out  # an integer (or 0-d array) index: one id, as numpy gives
 
-    def min(self):
-        return min(p.min() for p in self.parts)
+    def min(self, axis=None, out=None, **kwargs):  # np.min(view) calls view.min(axis=None, out=None)
+        if axis is None and out is None and not kwargs:
+            return min(p.min() for p in self.parts)
+        return np.asarray(self).min(axis=axis, out=out, **kwargs)
 
-    def max(self):
-        return max(p.max() for p in self.parts)
+    def max(self, axis=None, out=None, **kwargs):
+        if axis is None and out is None and not kwargs:
+            return max(p.max() for p in self.parts)
+        return np.asarray(self).max(axis=axis, out=out, **kwargs)
 
     def __array__(self, dtype=None, copy=None):
         if copy is False:
