@@ -18,8 +18,8 @@ from kinterval.suite.runner import run_suite
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("suite_ci")]  # one worker builds the module fixture
 
 
-@pytest.fixture(scope="module")
-def ci_dir(tmp_path_factory):
+@pytest.fixture(scope="session")  # not "module": a worker that runs another module's test between two of
+def ci_dir(tmp_path_factory):  # these tears a module fixture down, and the suite (~65 s) ran twice
     out = tmp_path_factory.mktemp("ci_suite") / "ci"
     t0 = time.perf_counter()
     res = run_suite("ci", out, threads=1, log=lambda *_: None)
