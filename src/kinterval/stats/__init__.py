@@ -19,6 +19,7 @@ from .contrasts import (
     contrast,
     factorial_2x2,
     k_trend_slopes,
+    k_trend_weights,
     label_single_seed,
 )
 from .ranks import SpearmanResult, kendall_w, pairwise_spearman, spearman
@@ -40,6 +41,7 @@ __all__ = [
     "factorial_2x2",
     "family_bootstrap_ci",
     "k_trend_slopes",
+    "k_trend_weights",
     "kendall_w",
     "label_single_seed",
     "paired_bootstrap_ci",

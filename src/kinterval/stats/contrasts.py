@@ -72,6 +72,18 @@ class KTrend:
     summary: SeedSummary
 
 
+def k_trend_weights(K_values) -> np.ndarray:
+    """The OLS slope weights ``c_k = (x_k - mean x) / sum_j (x_j - mean x)^2``, ``x = log2 K``: the slope of
+    ``y`` against ``log2 K`` is ``sum_k c_k y_k``. The denominator is correctly rounded (``math.fsum``), not a
+    BLAS dot, whose order of additions (and FMA) depends on the CPU: a committed report must regenerate to
+    the last digit on any machine."""
+    x = np.log2(np.asarray(K_values, dtype=np.float64))
+    xc = x - x.mean()
+    if not np.any(xc):
+        raise ValueError("need at least two distinct K values")
+    return xc / math.fsum(xc * xc)
+
+
 def k_trend_slopes(K_values, delta_nll, *, level: float = 0.95) -> KTrend:
     """Least-squares slope of ``delta_nll[seed, k]`` against ``log2(K_values[k])``, fitted per seed.
 
@@ -83,14 +95,9 @@ def k_trend_slopes(K_values, delta_nll, *, level: float = 0.95) -> KTrend:
     d = finite_2d(delta_nll, "delta_nll", min_rows=2, min_cols=2)
     if d.shape[1] != K.size:
         raise ValueError(f"delta_nll has {d.shape[1]} columns but there are {K.size} K values")
-    x = np.log2(K)
-    xc = x - x.mean()
-    if not np.any(xc):
-        raise ValueError("need at least two distinct K values")
-    # OLS slope per row: sum_k (x_k - xbar) y_k / sum_k (x_k - xbar)^2 (centering y is unnecessary). Sums,
-    # not BLAS products: a BLAS kernel's order of additions depends on the CPU, and a committed report must
-    # regenerate to the last digit on any machine.
-    slopes = (d * xc).sum(axis=1) / math.fsum(xc * xc)
+    # OLS slope per row: sum_k c_k y_k (centering y is unnecessary); a numpy sum, not a BLAS product (see
+    # k_trend_weights)
+    slopes = (d * k_trend_weights(K)).sum(axis=1)
     return KTrend(slopes=slopes, summary=seed_summary(slopes, level=level))
 
 

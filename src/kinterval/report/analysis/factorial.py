@@ -4,7 +4,6 @@ panels of fig:k."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ from kinterval.report.analysis.core import (
     trajectories,
 )
 from kinterval.report.results import Key, Point
-from kinterval.stats import FACTORIAL_WEIGHTS
+from kinterval.stats import FACTORIAL_WEIGHTS, k_trend_weights
 
 FACTORIAL = {
     "mm_w": ("minmax", "weight"),
@@ -237,8 +236,7 @@ def k_trends(pairing: Pairing) -> list[Row]:
         if len(Ks) < 2:
             continue
         by_seed = {s: v for s, v in all_seeds.items() if set(Ks) <= set(v)}
-        xc = np.log2(Ks) - np.log2(Ks).mean()
-        c = xc / math.fsum(xc * xc)  # correctly rounded, not a BLAS dot: the same last digit on every CPU
+        c = k_trend_weights(Ks)
         per_seed = {s: sum(ck * by_seed[s][k].d for ck, k in zip(c, Ks)) for s in by_seed}
         rows.append(
             Row(
