@@ -18,6 +18,7 @@ import torch.utils.checkpoint
 from kinterval.model.config import ModelConfig
 from kinterval.model.numerics import attention_inputs, autocast_off
 from kinterval.ops import BACKENDS, OperatorSpec, kinterval_attention, resolve_backend
+from kinterval.ops.graph_break import outside_graph
 
 SDPA = "sdpa"  # PyTorch's fused softmax attention, the reference baseline for speed and correctness
 ATTENTION_BACKENDS = BACKENDS  # "auto" = kinterval.ops.resolve_backend
@@ -59,7 +60,7 @@ def rotary(x: torch.Tensor, theta: float) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-@torch.compiler.disable
+@outside_graph
 def _operator_attention(q, k, v, operator: OperatorSpec, backend: str, options: dict) -> torch.Tensor:
     """The K-interval operator, always eager: under :func:`compile_blocks` torch.compile stops here (a graph
     break), so that the operator's numerics are those of its backend, compiled model or not."""

@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from kinterval.ops.api import kinterval_attention
 from kinterval.ops.backends import BACKENDS
+from kinterval.ops.graph_break import outside_graph
 from kinterval.ops.spec import OperatorSpec, as_spec
 
 _SDPA = torch._C._nn.scaled_dot_product_attention  # what the mode sees (F's attribute is swapped in blocks)
@@ -199,13 +200,13 @@ class replace_sdpa(TorchFunctionMode):  # noqa: N801 - used as a context manager
         return out.reshape(*lead, *out.shape[-3:])
 
 
-@torch.compiler.disable
+@outside_graph
 def _run_eagerly(func, args, kwargs):
     """``func(*args, **kwargs)`` outside torch.compile's graph (a graph break)."""
     return func(*args, **kwargs)
 
 
-@torch.compiler.disable
+@outside_graph
 def _count(mode: replace_sdpa) -> None:
     """``mode.calls += 1`` outside torch.compile's graph (a graph break): traced, the count would be a
     guard, and every call of a compiled model would recompile it (eager past torch's recompile limit)."""

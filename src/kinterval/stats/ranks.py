@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from scipy import stats
 
 from ._checks import check_positive_int, finite_1d, finite_2d, make_rng
+
+# scipy.stats is imported where it is used (about half a second to load: see seeds.py)
 
 
 def kendall_w(scores) -> float:
@@ -21,6 +22,8 @@ def kendall_w(scores) -> float:
     """
     x = finite_2d(scores, "scores", min_rows=2, min_cols=2)
     m, n = x.shape
+    from scipy import stats
+
     ranks = stats.rankdata(x, axis=1)
     rank_sums = ranks.sum(axis=0)
     s = np.sum((rank_sums - rank_sums.mean()) ** 2)
@@ -51,6 +54,8 @@ def _ranks(x, y) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"x and y must have the same length, got {x.size} and {y.size}")
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         raise ValueError("Spearman correlation is undefined for a constant input")
+    from scipy import stats
+
     return stats.rankdata(x), stats.rankdata(y)  # average ranks for ties
 
 
@@ -68,6 +73,8 @@ def spearman(x, y, *, n_resamples: int = SPEARMAN_RESAMPLES, seed: int = 0) -> S
     """
     rx, ry = _ranks(x, y)
     n_resamples = check_positive_int(n_resamples, "n_resamples")
+    from scipy import stats
+
     # The test statistic is 4 sum(rx ry), an integer (average ranks are multiples of 1/2) and, with the
     # margins fixed, an increasing function of rho: pairings that tie the observed rho tie it exactly.
     # (pearsonr's own permutation test compares floating rho values, and a tie off by 1e-17 dropped out of
@@ -88,5 +95,7 @@ def pairwise_spearman(scores) -> np.ndarray:
     """Spearman rho between every pair of seeds (rows of ``scores[n_seeds, n_conditions]``), pairs i < j."""
     x = finite_2d(scores, "scores", min_rows=2, min_cols=3)
     # rho only (no permutation test per pair); a constant row is refused as in spearman.
+    from scipy import stats
+
     rho = [stats.spearmanr(*_ranks(x[i], x[j])).statistic for i, j in combinations(range(x.shape[0]), 2)]
     return np.array(rho)

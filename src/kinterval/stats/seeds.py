@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from ._checks import check_level, check_positive_int, finite_1d, make_rng
+
+# scipy.stats is imported where it is used: it takes about half a second to load, which every ``kinterval``
+# command would pay (they import this module's table formatting) whether it tests anything or not.
 
 MAX_EXACT_N = 20  # 2^20 sign assignments
 
@@ -39,6 +41,8 @@ def seed_summary(diffs, *, level: float = 0.95) -> SeedSummary:
     # Equal differences have SD 0 and their value as mean exactly (np.mean/np.std of 3 x 0.1 round to
     # 0.10000000000000002 and 1.7e-17, which a table would print as a non-zero SD).
     mean, sd = (d[0], 0.0) if d.min() == d.max() else (d.mean(), d.std(ddof=1))
+    from scipy import stats
+
     half = stats.t.ppf(0.5 + level / 2, df=n - 1) * sd / np.sqrt(n)
     return SeedSummary(float(mean), float(sd), float(mean - half), float(mean + half), n, n - 1, level)
 
