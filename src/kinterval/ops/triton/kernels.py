@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 
 import triton
 import triton.language as tl
@@ -283,10 +284,78 @@ def _patch_interpreter_minmax() -> None:
     builder.create_minnumf, builder.create_maxnumf = create_minnumf, create_maxnumf
 
 
+def _patch_interpreter_speed() -> None:
+    """Interpreter shim for speed only: the same values, a third less time. Triton 3.6's interpreter patches
+    ``triton.language`` (every builtin of tl, tl.tensor and tl.math, or of tl.core, whichever of the two
+    modules the function's globals name, found with ``inspect.getmembers``) at each launch, and again at each
+    call of a ``@triton.jit`` helper inside it; here a helper's call inside a launch skips the patch when the
+    modules its globals name are patched already (the kernel's ``tl``; the first helper of Triton's own
+    ``standard.py`` patches ``tl.core``). ``_get_np_dtype`` builds a 19-entry dict at each of its calls; here
+    it is looked up once per type. And a ``tl.reduce`` with a combine function of its own runs it in Python
+    once per element: the row maxima's ``_max_nan`` is ``np.max`` here (NaN if any operand is NaN, as the
+    interpreter's ``tl.maximum(..., propagate_nan=ALL)``, ``np.maximum``). No effect on GPU."""
+    try:
+        import numpy as np
+        from triton.runtime import interpreter as interp
+    except ImportError:  # pragma: no cover
+        return
+    executor = getattr(interp, "GridExecutor", None)
+    patch_lang, np_dtype = getattr(interp, "_patch_lang", None), getattr(interp, "_get_np_dtype", None)
+    if None in (executor, patch_lang, np_dtype) or getattr(patch_lang, "_kinterval_shim", False):
+        return
+    state = threading.local()  # per thread: the modules the launch under way has patched (None: no launch)
+
+    def langs(fn) -> frozenset:  # what _patch_lang patches for fn: tl and/or tl.core, named in its globals
+        return frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is tl.core)
+
+    def patched_lang(fn):
+        done, needs = getattr(state, "patched", None), langs(fn)
+        if done is not None and needs <= done:  # inside a launch that patched these modules already
+            return interp._LangPatchScope()
+        scope = patch_lang(fn)
+        if done is not None:
+            state.patched = done | needs
+        return scope
+
+    launch = executor.__call__
+
+    def patched_launch(self, *args, **kwargs):
+        outer, state.patched = getattr(state, "patched", None), frozenset()
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            state.patched = outer
+
+    dtypes = {}
+
+    def get_np_dtype(tt_dtype):
+        try:
+            return dtypes[tt_dtype]
+        except KeyError:
+            dtypes[tt_dtype] = found = np_dtype(tt_dtype)
+            return found
+        except TypeError:  # pragma: no cover - an unhashable type
+            return np_dtype(tt_dtype)
+
+    reduce_ops = interp.ReduceOps
+    apply_impl = reduce_ops.apply_impl
+
+    def patched_apply_impl(self, input):
+        if self.combine_fn is _max_nan and len(input) == 1:
+            return self.min_max(input[0], val_reduce_op=np.max)
+        return apply_impl(self, input)
+
+    patched_lang._kinterval_shim = True
+    interp._patch_lang, interp._get_np_dtype = patched_lang, get_np_dtype
+    reduce_ops.apply_impl = patched_apply_impl
+    executor.__call__ = functools.wraps(launch)(patched_launch)
+
+
 if INTERPRET:
     _patch_interpreter_index()
     _patch_interpreter_fma()
     _patch_interpreter_minmax()
+    _patch_interpreter_speed()
 
 
 # Interior tiles (in bounds, left of the causal diagonal, no user mask) can run an unmasked copy of each loop
