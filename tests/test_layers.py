@@ -19,6 +19,7 @@ LAYER = {
     "atomic": -1,  # file writes that a kill cannot tear: no kinterval imports, usable by every layer
     "arglists": -1,  # command-line number lists: no kinterval imports, for every layer's commands
     "environment": -1,  # the machine a run or evaluation ran on: no kinterval imports, for every layer
+    "graph_break": -1,  # torch.compiler.disable applied at the first call: no kinterval imports
     "ops": 0,
     "data": 0,
     "stats": 0,

@@ -15,10 +15,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
+from kinterval.graph_break import outside_graph
 from kinterval.model.config import ModelConfig
 from kinterval.model.numerics import attention_inputs, autocast_off
 from kinterval.ops import BACKENDS, OperatorSpec, kinterval_attention, resolve_backend
-from kinterval.ops.graph_break import outside_graph
 
 SDPA = "sdpa"  # PyTorch's fused softmax attention, the reference baseline for speed and correctness
 ATTENTION_BACKENDS = BACKENDS  # "auto" = kinterval.ops.resolve_backend

@@ -1,6 +1,6 @@
 """The K-interval operator family: names, reference maths, closed-form backward, fused kernels, diagnostics.
 
-``ops`` imports nothing from the rest of kinterval.
+``ops`` imports nothing from the rest of kinterval but the top-level ``graph_break`` helper.
 """
 
 from kinterval.ops.api import attention_probs, dot_precision, kinterval_attention

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from kinterval.graph_break import outside_graph
 from kinterval.ops.api import kinterval_attention
 from kinterval.ops.backends import BACKENDS
-from kinterval.ops.graph_break import outside_graph
 from kinterval.ops.spec import OperatorSpec, as_spec
 
 _SDPA = torch._C._nn.scaled_dot_product_attention  # what the mode sees (F's attribute is swapped in blocks)

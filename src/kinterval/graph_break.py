@@ -1,4 +1,5 @@
-"""``outside_graph``: ``torch.compiler.disable`` for functions defined at import time, applied lazily.
+"""``outside_graph``: ``torch.compiler.disable`` for functions defined at import time, applied lazily
+(no kinterval imports: the operators and the model both use it).
 
 ``@torch.compiler.disable`` imports ``torch._dynamo`` when the decorated module is imported: a second or
 more of start-up in every process that imports the operators or the model (each ``kinterval`` command, each

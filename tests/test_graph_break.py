@@ -1,11 +1,11 @@
-"""``outside_graph``: torch.compiler.disable applied at the first call (kinterval/ops/graph_break.py)."""
+"""``outside_graph``: torch.compiler.disable applied at the first call (kinterval/graph_break.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from kinterval.ops.graph_break import outside_graph
+from kinterval.graph_break import outside_graph
 
 
 @pytest.mark.parametrize("first_call", ["compiled", "eager"])
