@@ -15,6 +15,8 @@ from kinterval.report import figures as F
 from kinterval.report.analysis import Estimate, Row
 from kinterval.report.build import build_report
 
+pytestmark = pytest.mark.xdist_group("kfigures")  # one worker builds the module fixtures
+
 SUITE = """
 name = "kfig"
 title = "kfig: 2x2 at K=4 and 16, LERP K=4/16, three seeds"
