@@ -349,6 +349,58 @@ def _patch_interpreter_speed() -> None:
     interp._patch_lang, interp._get_np_dtype = patched_lang, get_np_dtype
     reduce_ops.apply_impl = patched_apply_impl
     executor.__call__ = functools.wraps(launch)(patched_launch)
+    _lazy_tuple_types()
+    _shared_block_types(interp.InterpreterBuilder)
+
+
+def _lazy_tuple_types() -> None:
+    """``tl.tuple`` (which ``triton.language`` builds for every tensor's shape, every block type's shape and
+    every normalized tuple: ~12 per interpreted operation) derives its type from its values at construction,
+    and the type's name, a string of every member type, with it; the interpreter reads few of them. Here the
+    type is derived at its first read, from the same values (only ``_setitem`` changes them, and it sets the
+    type anew)."""
+    tup = tl.core.tuple
+    init = tup.__init__
+
+    def lazy_init(self, args, type=None):
+        if type is not None:
+            return init(self, args, type)
+        self.values = [i for i in args]
+
+    def get_type(self):
+        found = self.__dict__.get("_kinterval_type")
+        if found is None:
+            found = self.__dict__["_kinterval_type"] = tl.core._type_for_tuple_values(self.values)
+        return found
+
+    def set_type(self, value):
+        self.__dict__["_kinterval_type"] = value
+
+    tup.__init__, tup.type = lazy_init, property(get_type, set_type)
+
+
+def _shared_block_types(builder) -> None:
+    """One ``tl.block_type`` per (element type, shape), not a new one (shape checks, name string) for every
+    interpreted operation's result: block types are never changed after construction, and compare by value."""
+    made = {}
+
+    def block_type(dtype, shape):
+        key = (dtype, tuple(shape))
+        try:
+            return made[key]
+        except KeyError:
+            made[key] = found = tl.block_type(dtype, shape)
+            return found
+        except TypeError:  # an unhashable element type (pointers)
+            return tl.block_type(dtype, shape)
+
+    def get_block_ty(self, dtype, shape):
+        return block_type(dtype, shape)
+
+    def with_element_ty(self, scalar_ty):
+        return block_type(scalar_ty, self.shape)
+
+    builder.get_block_ty, tl.block_type.with_element_ty = get_block_ty, with_element_ty
 
 
 if INTERPRET:
