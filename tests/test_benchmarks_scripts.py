@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -87,23 +89,37 @@ def test_more_than_eight_files_come_back_as_one_archive(tmp_path):
     assert "session.tar.gz" not in files and "bench_quick.err" in files  # 8 or fewer: as they are
 
 
-def test_the_two_test_shares_are_the_whole_file_once():
+def test_the_two_test_shares_are_the_whole_file_once(request, monkeypatch):
     """tests-1 and tests-2 (KINTERVAL_TEST_SHARD=1/2, 2/2) split a test file too long for one command: every
-    test in exactly one share; a bad share is a usage error."""
+    test in exactly one share; a bad share is a usage error. The hook is called here on stand-in items; one
+    real collection shows that pytest applies it."""
+    conftest = ROOT / "tests" / "conftest.py"
+    hooks = next(
+        p for p in request.config.pluginmanager.get_plugins() if getattr(p, "__file__", "") == str(conftest)
+    )
+    deselected = []
+    config = SimpleNamespace(hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
 
-    def collected(shard):
-        # without CI: the collecting process need not import the dev extras the CI guard checks (4 s each)
-        env = {k: v for k, v in os.environ.items() if k != "CI"} | {"KINTERVAL_TEST_SHARD": shard}
-        cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-        cmd.append("tests/test_paper_constants.py")
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        return r.returncode, [x for x in r.stdout.splitlines() if "::" in x]
+    def share(shard, n=7):
+        monkeypatch.setenv("KINTERVAL_TEST_SHARD", shard)
+        items = list(range(n))
+        hooks.pytest_collection_modifyitems(config, items)
+        return items
 
-    _, whole = collected("")
-    (_, one), (_, two) = collected("1/2"), collected("2/2")
-    assert len(whole) >= 2 and sorted(one + two) == sorted(whole) and not set(one) & set(two)
-    rc, _ = collected("3/2")
-    assert rc == 4  # pytest's usage error
+    one, two = share("1/2"), share("2/2")
+    assert one == [0, 2, 4, 6] and two == [1, 3, 5] and sorted(deselected) == list(range(7))
+    assert share("3/3", 2) == [] and share("1/1") == list(range(7))
+    for bad in ("3/2", "0/2", "1", "a/b"):
+        with pytest.raises(pytest.UsageError, match="KINTERVAL_TEST_SHARD must be i/n"):
+            share(bad)
+    # without CI: the collecting process need not import the dev extras the CI guard checks (4 s)
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"KINTERVAL_TEST_SHARD": "2/2"}
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    r = subprocess.run(
+        [*cmd, "tests/test_paper_constants.py"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    tests = [x for x in r.stdout.splitlines() if "::" in x]
+    assert r.returncode == 0 and tests and re.search(r"\d+/\d+ tests collected \(\d+ deselected\)", r.stdout)
 
 
 def test_throughput_table_starts_with_versions_and_commit(tmp_path, capsys):
