@@ -1378,6 +1378,30 @@ def test_unsplit_loops_match(name, monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="the interpreter's speed shims (kernels._patch_interpreter_speed)")
+def test_interpreter_tuples_and_block_types_keep_their_values():
+    """The speed shims derive a ``tl.tuple``'s type at its first read and share one ``tl.block_type`` per
+    element type and shape: the types are those Triton would build, also after ``_setitem``."""
+    derive = tl.core._type_for_tuple_values
+    t = tl.core.tuple([1, 2.0, tl.float32])
+    assert t.type == derive([1, 2.0, tl.float32]) and str(t.type) == str(derive([1, 2.0, tl.float32]))
+    t._setitem(0, tl.int8)
+    assert t.type == derive([tl.int8, 2.0, tl.float32]) and t.type != derive([1, 2.0, tl.float32])
+    assert tl.core.tuple([3], derive([4])).type == derive([4])  # a given type is kept
+    a = tl.block_type(tl.float32, [16, 32]).with_element_ty(tl.int32)
+    b = tl.block_type(tl.float16, [16, 32]).with_element_ty(tl.int32)
+    assert (
+        a is b
+        and a == tl.block_type(tl.int32, [16, 32])
+        and a.numel == 512
+        and a.name == tl.block_type(tl.int32, [16, 32]).name
+    )
+    c = a.with_element_ty(tl.int16)
+    assert c != a and list(c.shape) == [16, 32] and c.element_ty == tl.int16
+    p = a.with_element_ty(tl.pointer_type(tl.float32))  # unhashable: built anew
+    assert p == tl.block_type(tl.pointer_type(tl.float32), [16, 32])
+
+
 def test_autotune_space_and_pruning(monkeypatch):
     """Pure Python: the candidate lists, the choice of list by dot precision (fp32 "ieee" runs the FMA list),
     the head-dim pruning and KINTERVAL_TRITON_AUTOTUNE=0 (first fit, shared memory included)."""

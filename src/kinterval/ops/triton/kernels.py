@@ -14,6 +14,7 @@ switches once (``kernel_flags``).
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import threading
 
@@ -359,7 +360,13 @@ def _lazy_tuple_types() -> None:
     and the type's name, a string of every member type, with it; the interpreter reads few of them. Here the
     type is derived at its first read, from the same values (only ``_setitem`` changes them, and it sets the
     type anew)."""
-    tup = tl.core.tuple
+    tup, derive = getattr(tl.core, "tuple", None), getattr(tl.core, "_type_for_tuple_values", None)
+    if (
+        tup is None
+        or derive is None
+        or list(inspect.signature(tup.__init__).parameters) != ["self", "args", "type"]
+    ):
+        return  # another Triton's tuple: left as it is
     init = tup.__init__
 
     def lazy_init(self, args, type=None):
@@ -370,7 +377,7 @@ def _lazy_tuple_types() -> None:
     def get_type(self):
         found = self.__dict__.get("_kinterval_type")
         if found is None:
-            found = self.__dict__["_kinterval_type"] = tl.core._type_for_tuple_values(self.values)
+            found = self.__dict__["_kinterval_type"] = derive(self.values)
         return found
 
     def set_type(self, value):
@@ -382,6 +389,8 @@ def _lazy_tuple_types() -> None:
 def _shared_block_types(builder) -> None:
     """One ``tl.block_type`` per (element type, shape), not a new one (shape checks, name string) for every
     interpreted operation's result: block types are never changed after construction, and compare by value."""
+    if not hasattr(builder, "get_block_ty") or not hasattr(tl.block_type, "with_element_ty"):
+        return  # another Triton's interpreter: left as it is
     made = {}
 
     def block_type(dtype, shape):
