@@ -483,17 +483,21 @@ def test_check_refuses_a_corpus_the_sitting_could_not_read(checkout):
     assert rc == 0 and said in log and "ready: run" in log, log
     packed = checkout / ".corpus" / "docs" / "docs.train.bin.xz"
     whole = packed.read_bytes()
+    packed.write_bytes(whole[: len(whole) // 2])
+    rc, log, _ = _script(checkout, "check", "quick")
+    assert rc == 2 and "docs.train.bin.xz: EOFError" in log and "not ready" in log, log
+    # the other refusals of the same function, sourced from the script (check's refusal path is shown above)
+    source = "source <(sed -n '/^corpus() {/,/^}/p' benchmarks/gpu_mini.sh) && corpus check"
+    env = dict(os.environ, PY=sys.executable, CORPUS=".corpus/docs")
     for bad, said in (
-        (whole[: len(whole) // 2], "docs.train.bin.xz: EOFError"),
         (lzma.compress(b"\x01\x02\x03"), "docs.train.bin.xz: 3 bytes decompressed, not whole uint16 tokens"),
+        (whole, "docs.train.bin.xz and .corpus/docs/docs.train.bin both: keep one"),
     ):
         packed.write_bytes(bad)
-        rc, log, _ = _script(checkout, "check", "quick")
-        assert rc == 2 and said in log and "not ready" in log, log
-    packed.write_bytes(whole)
-    shutil.copy2(checkout / "raw" / "docs.train.bin", packed.parent)
-    rc, log, _ = _script(checkout, "check", "quick")
-    assert rc == 2 and "docs.train.bin.xz and " in log and "both: keep one" in log, log
+        if bad is whole:
+            shutil.copy2(checkout / "raw" / "docs.train.bin", packed.parent)
+        proc = subprocess.run(["bash", "-c", source], cwd=checkout, env=env, capture_output=True, text=True)
+        assert proc.returncode == 1 and said in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_check_without_the_corpus_says_so_and_nothing_about_ignoring(checkout):
