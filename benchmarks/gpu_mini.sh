@@ -260,8 +260,8 @@ def last_step(rid):
     try:
         steps = json.loads((run / "run_config.json").read_text())["plan"]["steps"]
         with open(run / "metrics.jsonl", "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 8192))
-            rows = fh.read().decode(errors="replace").splitlines()[1:]  # the first may be cut
+            start = fh.seek(max(0, fh.seek(0, os.SEEK_END) - 8192))
+            rows = fh.read().decode(errors="replace").splitlines()[1 if start else 0 :]  # a row the seek cut
     except (OSError, ValueError, KeyError):
         return None, None
     for row in reversed(rows):

@@ -61,6 +61,7 @@ PAIR = """
 [[group]]
 name = "pair"
 operators = ["softmax", "lerp-k4"]
+overrides = {"schedule.tokens" = 4_096}  # training long enough for the wave guard to look
 """
 SEEDS = """
 [[group]]
@@ -286,6 +287,19 @@ def _wave_guard(root, deadline, t_start, after=100):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
+
+
+def test_the_wave_guard_reads_a_short_log_from_its_first_row(checkout):
+    """The guard reads the last 8 KiB of a run's metrics log and drops the first line there, which the seek
+    may have cut; a shorter log is read from its start, and its first row counts."""
+    run = checkout / ".mini" / "g" / "runs" / "a-s1"
+    run.mkdir(parents=True)
+    (run / "run_config.json").write_text(json.dumps({"plan": {"steps": 10}}))
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "tokens": 256}) + "\n")
+    (checkout / ".mini" / "g.log").write_text("a-s1: started on GPU 0 (log x)\n")
+    _wave_guard(checkout, time.time() + 1000, time.time())
+    samples = json.loads((checkout / ".mini" / "guard.json").read_text())["samples"]
+    assert [step for _, step in samples["a-s1"]] == [1], samples
 
 
 def test_the_wave_guard_stops_the_run_with_the_most_training_left(checkout):
