@@ -294,7 +294,8 @@ def _patch_interpreter_speed() -> None:
     ``standard.py`` patches ``tl.core``). ``_get_np_dtype`` builds a 19-entry dict at each of its calls; here
     it is looked up once per type. And a ``tl.reduce`` with a combine function of its own runs it in Python
     once per element: the row maxima's ``_max_nan`` is ``np.max`` here (NaN if any operand is NaN, as the
-    interpreter's ``tl.maximum(..., propagate_nan=ALL)``, ``np.maximum``). No effect on GPU."""
+    interpreter's ``tl.maximum(..., propagate_nan=ALL)``, ``np.maximum``). Then ``_lazy_tuple_types`` and
+    ``_shared_block_types``: Triton's type bookkeeping, built once or when read. No effect on GPU."""
     try:
         import numpy as np
         from triton.runtime import interpreter as interp
