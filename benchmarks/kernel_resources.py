@@ -31,6 +31,35 @@ TILE_KIND = {"infer": "fwd"}  # the candidate list a kernel name autotunes over
 HEADS = 32  # q heads of the compiled launch (B = 16, T = 1024: _meta_launch)
 
 
+def nvidia_tool(name: str, arch: int = 90) -> str:
+    """The path of the CUDA tool ``name`` (ptxas, nvdisasm) that the installed Triton itself runs for
+    ``arch``: Triton 3.9 assembles sm_90 with its newer ``ptxas-blackwell``, whose PTX ISA version the
+    bundled ``ptxas`` does not read; before that, ``ptxas``."""
+    import triton
+    from triton import knobs
+
+    if name == "ptxas":
+        try:
+            from triton.backends.nvidia.compiler import get_ptxas
+
+            return get_ptxas(arch).path
+        except (ImportError, AttributeError, TypeError):  # an older Triton: the bundled ptxas
+            pass
+    tool = getattr(knobs.nvidia, name, None)
+    if tool is not None and tool.path:
+        return tool.path
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def _run_tool(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run a CUDA tool, or a RuntimeError with what it said: a table of "None" registers or an empty loop
+    count would read as a result."""
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(cmd[0])} failed (exit {res.returncode}): {res.stderr.strip()}")
+    return res
+
+
 def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> dict:
     """The loops of the kernel's SASS (nvdisasm) and what they issue. The kernels are bound by instruction
     issue, so instructions per score are their cost model.
@@ -40,12 +69,9 @@ def sass_loop_stats(cubin: bytes, scores_per_thread: float) -> dict:
     of the longest loop, total and per score; ``opcodes``, that loop's opcodes (``FFMA``, ``ISETP``, ...;
     predicates and modifiers dropped) with their counts; and ``sass``, a hash of the whole instruction
     stream (equal hashes: a code change left the machine code identical)."""
-    import triton
-
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
-    txt = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True).stdout
+    txt = _run_tool([nvidia_tool("nvdisasm"), "-c", f.name]).stdout
     os.unlink(f.name)
     addr, label, code = {}, None, []  # label -> address of its first instruction; (address, text)
     for line in txt.splitlines():
@@ -184,14 +210,11 @@ def compile_one(
     t0 = time.perf_counter()
     out = triton.compile(src, target=target, options=options.__dict__)
     secs = time.perf_counter() - t0
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(out.asm["ptx"])
-    res = subprocess.run(
-        [ptxas, "-v", f"-arch={arch}", f.name, "-o", os.devnull], capture_output=True, text=True
-    )
-    os.unlink(f.name)
+    res = _run_tool([nvidia_tool("ptxas", target.arch), "-v", f"-arch={arch}", f.name, "-o", os.devnull])
     log = res.stdout + res.stderr
+    os.unlink(f.name)
     regs = re.search(r"Used (\d+) registers", log)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     smem = out.metadata.shared
