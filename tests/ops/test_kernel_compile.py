@@ -114,11 +114,50 @@ def test_forward_flags_non_finite_rows_in_machine_code():
         assert int(r[14]) > 0 and int(r[15]) > 0, r
 
 
+@pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
+def test_the_launches_ask_for_fma_contraction():
+    """Every launch asks for FMA contraction itself (``Launch``): the machine code the GPU tests passed with
+    and the instruction counts stay what they are when Triton's default turns it off (Triton 3.9 warns that
+    3.10 will; TRITON_DEFAULT_FP_FUSION=0 is that default now). Without the request the dQ kernel's SASS
+    differs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    code = (
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(TOOL.parent)!r})\n"
+        "import kernel_resources as t\n"
+        "from kinterval.ops import OperatorSpec\n"
+        "spec, cfg = OperatorSpec.from_full_name('softmax'), t.launch_configs('dq', 'bf16', 64)[0]\n"
+        "for default in ('1', '0'):\n"
+        "    os.environ['TRITON_DEFAULT_FP_FUSION'] = default\n"
+        "    print(t.compile_one('dq', spec, 'bf16', 64, cfg, 'sm_90a')['sass'])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    fused, default_off = res.stdout.split()
+    assert fused == default_off
+
+
 def _tool():
     spec = importlib.util.spec_from_file_location("kernel_resources", TOOL)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_resource_tool_runs_the_ptxas_triton_runs_and_stops_when_it_fails():
+    """Triton 3.9 assembles sm_90 with its newer ptxas-blackwell; the bundled ptxas cannot read that PTX and
+    exits 255, which the table once showed as "None" registers. The tool asks Triton which ptxas it runs for
+    an arch, and a tool that fails stops it with what the tool said."""
+    pytest.importorskip("triton")
+    tool = _tool()
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+    except ImportError:
+        pytest.skip("this Triton has no get_ptxas")
+    assert tool.nvidia_tool("ptxas", 90) == get_ptxas(90).path
+    with pytest.raises(RuntimeError, match=r"failed \(exit 1\): Unsupported .version 9.4"):
+        tool._run_tool([sys.executable, "-c", "import sys; sys.exit('Unsupported .version 9.4')"])
 
 
 def test_dtype_modes_of_the_resource_tool():
