@@ -18,12 +18,20 @@ TOOL = ROOT / "benchmarks" / "kernel_resources.py"
 OPS = "softmax,minmax-prob-k4[arithmetic=historical],fwm-weight-k4[range_grad=p1],resolved-prob-k4"
 
 
+def _tool():
+    spec = importlib.util.spec_from_file_location("kernel_resources", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _ptxas() -> bool:
+    """Whether the ptxas that Triton runs for sm_90 is there (Triton 3.9: ptxas-blackwell)."""
     try:
-        import triton
+        import triton  # noqa: F401
     except ImportError:
         return False
-    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").is_file()
+    return Path(_tool().nvidia_tool("ptxas", 90)).is_file()
 
 
 def _split_dots() -> str:
@@ -136,13 +144,6 @@ def test_the_launches_ask_for_fma_contraction():
     assert res.returncode == 0, res.stderr[-3000:]
     fused, default_off = res.stdout.split()
     assert fused == default_off
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("kernel_resources", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_resource_tool_runs_the_ptxas_triton_runs_and_stops_when_it_fails():
