@@ -52,6 +52,49 @@ def test_closed_form_matches_autograd_float64(form):
     assert worst < 1e-9
 
 
+class _ClampOpenBounds(torch.autograd.Function):
+    """torch.clamp with torch 2.14's derivative: 0 at the bounds (torch 2.13 gave 1 there)."""
+
+    @staticmethod
+    def forward(ctx, x, lo=None, hi=None):
+        ctx.save_for_backward(x)
+        ctx.lo, ctx.hi = lo, hi
+        return _TORCH_CLAMP(x, lo, hi)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        inside = torch.ones_like(x, dtype=torch.bool)
+        if ctx.lo is not None:
+            inside &= x > ctx.lo
+        if ctx.hi is not None:
+            inside &= x < ctx.hi
+        return grad * inside, None, None
+
+
+_TORCH_CLAMP = torch.Tensor.clamp
+
+
+@pytest.mark.parametrize("name", ["fwm-weight-k4[range_grad=detach]", "fwm-lerp-k3", "fwm-prob-k4[tau=2]"])
+def test_fwm_gradient_does_not_depend_on_the_clamp_derivative_at_its_bounds(monkeypatch, name):
+    """FWM's clip z~ = clip(z, -tau, 0) has derivative 1 on every kept key, the arg-max key (z = 0) and a key
+    exactly at -tau included. torch.clamp's derivative at its bounds changed in torch 2.14 (1 -> 0): the
+    reference must give the same gradient under either, equal to the closed form's."""
+    spec = OperatorSpec.from_full_name(name)
+    gen = torch.Generator().manual_seed(5)
+    s = torch.randn(3, 9, generator=gen, dtype=torch.float64)
+    s[:, 3] = s.amax(-1) - spec.tau  # a key exactly at z = -tau (M is the row max of the other keys)
+    up = torch.randn(s.shape, generator=gen, dtype=torch.float64)
+    P, g = run(s, spec, up, "reference")
+    assert (g[:, 3] != 0).all()  # the key at -tau is kept and has a gradient
+    monkeypatch.setattr(torch.Tensor, "clamp", lambda x, lo=None, hi=None: _ClampOpenBounds.apply(x, lo, hi))
+    P_open, g_open = run(s, spec, up, "reference")
+    monkeypatch.undo()
+    assert torch.equal(P, P_open) and torch.equal(g, g_open), (g - g_open).abs().max()
+    _, g_cf = run(s, spec, up, "closed_form")
+    torch.testing.assert_close(g_cf, g, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("form", FAMILY_FORMS)
 @pytest.mark.parametrize("K", (1, 3, 4, 16))
 def test_reference_matches_independent_paper_transcription(form, K):

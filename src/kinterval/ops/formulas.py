@@ -141,7 +141,7 @@ def grid(s: Tensor, valid: Tensor, spec: OperatorSpec, M: Tensor, m: Tensor) -> 
         h = torch.full_like(M, tau / K)
         b0 = -tau
         if spec.calibration == "fwm":
-            z_in = z.clamp(-tau, 0)  # z~ = clip(z, -tau, 0)
+            z_in = _clip_fwm(z, tau)  # z~ = clip(z, -tau, 0)
             r = torch.floor((z_in + tau) / h).clamp(0, K - 1)
             keep = valid & (z >= -tau)  # zero tail for z < -tau
         else:  # resolved: the grid continues below -tau with negative indices; nothing is truncated
@@ -166,6 +166,14 @@ def grid(s: Tensor, valid: Tensor, spec: OperatorSpec, M: Tensor, m: Tensor) -> 
         ones,
         K,
     )
+
+
+def _clip_fwm(z: Tensor, tau: float) -> Tensor:
+    """FWM's z~ = clip(z, -tau, 0) with derivative 1 on the closed interval [-tau, 0] (every kept key: the
+    arg-max key at z = 0 and a key exactly at -tau too, App. A "as implemented") and 0 outside it (the zero
+    tail). Not ``torch.clamp``'s own derivative: at its bounds that is 1 up to torch 2.13 and 0 from 2.14 on,
+    which would move the reference's gradient with the torch version."""
+    return torch.where((z >= -tau) & (z <= 0), z, z.clamp(-tau, 0))
 
 
 def _grid_point(b: Tensor, top: Tensor) -> Tensor:

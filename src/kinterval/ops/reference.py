@@ -12,7 +12,8 @@ Conventions "as implemented" (App. A, Table S1):
 * ``t_raw = (z - b_r)/h`` lies in [0, 1] by construction of ``r``; the clamp on ``t`` only removes rounding
   excursions (e.g. 1 + 1ulp at the arg-max key), so its derivative is the interval's interior one (the
   paper's Delta on every kept key). The gradient then never depends on the last bit of ``t_raw``;
-* FWM's clamp of ``z`` to [-tau, 0] is ``torch.clamp`` (identity on every kept key);
+* FWM's clip of ``z`` to [-tau, 0] has derivative 1 on every kept key, the bounds included
+  (``formulas._clip_fwm``; not ``torch.clamp``'s, which changed at the bounds in torch 2.14);
 * a fully masked row gives all-zero probabilities and zero gradient.
 """
 
