@@ -26,5 +26,7 @@ for kernel in ("fwd", "dq", "dkdv", "fused"):
             sys.exit(f"{version}: {len(keys) - len(ratios)} {kernel} rows missing")
         spills = sum(rows[k]["spill"] not in ("0/0",) for k in keys)
         spills0 = sum(base[k]["spill"] not in ("0/0",) for k in keys)
-        print(f"| {kernel} | {version} | {len(keys)} | {statistics.median(ratios):.3f} "
-              f"({min(ratios):.2f}-{max(ratios):.2f}) | {spills} ({spills0}) |")
+        print(
+            f"| {kernel} | {version} | {len(keys)} | {statistics.median(ratios):.3f} "
+            f"({min(ratios):.2f}-{max(ratios):.2f}) | {spills} ({spills0}) |"
+        )
