@@ -627,11 +627,11 @@ def test_the_table_has_the_same_precision_column(bench, capsys, tmp_path):
 def test_outputs_start_with_versions_and_commit(bench, capsys, tmp_path):
     """Table (stdout) and CSV begin with '# ' lines: what measured them (benchmarks/provenance.py, tested in
     tests/test_benchmarks_scripts.py) and the command line, so that a table found later can be traced."""
-    import provenance  # benchmarks/ is on sys.path once the script has written its header
-
     out_csv = tmp_path / "bench.csv"
     argv = ["--smoke", "--ops", "softmax", "--no-flex", "--err-t", "0", "--csv", str(out_csv)]
     assert bench.main(argv) == 0
+    import provenance  # benchmarks/ is on sys.path once the script has written its header
+
     what = provenance.provenance(torch.device("cpu"), cpu="CPU (Triton interpreter: timings meaningless)")
     for text in (capsys.readouterr().out, out_csv.read_text()):
         first, second = text.splitlines()[:2]
