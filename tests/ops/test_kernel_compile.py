@@ -45,7 +45,7 @@ def _split_dots() -> str:
         return "tf32x3"
 
 
-@pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
+@pytest.mark.skipif(not _ptxas(), reason="needs triton with the ptxas it runs for sm_90 (Linux)")
 @pytest.mark.parametrize(
     ("ops", "dtypes", "masks", "gqa", "sinks"),
     [
@@ -103,7 +103,7 @@ def test_kernels_compile_for_sm90(ops, dtypes, masks, gqa, sinks):
         assert sass not in (by[kernel, "tf32x3"][11], by[kernel, "ieee"][11]), kernel
 
 
-@pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
+@pytest.mark.skipif(not _ptxas(), reason="needs triton with the ptxas it runs for sm_90 (Linux)")
 def test_forward_flags_non_finite_rows_in_machine_code():
     """The forward's non-finite-row check survives the compiler: fma(s, 0, s) stays an FFMA with the zero
     register (folding it to s would need fast-math) and the row max is the NaN-propagating FMNMX.NAN. The
@@ -122,7 +122,7 @@ def test_forward_flags_non_finite_rows_in_machine_code():
         assert int(r[14]) > 0 and int(r[15]) > 0, r
 
 
-@pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
+@pytest.mark.skipif(not _ptxas(), reason="needs triton with the ptxas it runs for sm_90 (Linux)")
 def test_the_launches_ask_for_fma_contraction():
     """Every launch asks for FMA contraction itself (``Launch``): the machine code the GPU tests passed with
     and the instruction counts stay what they are when Triton's default turns it off (Triton 3.9 warns that
@@ -250,7 +250,7 @@ def test_an_unknown_dtype_mode_stops_before_the_table():
     assert "| kernel |" not in res.stdout
 
 
-@pytest.mark.skipif(not _ptxas(), reason="needs triton with its bundled ptxas (Linux)")
+@pytest.mark.skipif(not _ptxas(), reason="needs triton with the ptxas it runs for sm_90 (Linux)")
 def test_the_resource_tool_compiles_tiles_given_by_hand():
     """--configs with tiles (the table's BMxBN/warps/stages form) compiles exactly those, candidates or not;
     a malformed one stops the tool before the table, naming the form it takes."""
