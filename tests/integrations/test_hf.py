@@ -775,6 +775,37 @@ def test_mixed_q_k_v_dtypes_go_to_the_promoted_dtype_outside_autocast():
     assert out.dtype == torch.bfloat16 and torch.equal(out, ref)
 
 
+@pytest.mark.parametrize("output_attentions", [False, True])
+def test_fp32_q_k_v_under_autocast_go_to_the_autocast_dtype_as_sdpa(output_attentions, monkeypatch):
+    """Under autocast sdpa runs fp32 q, k, v in the autocast dtype (it is on autocast's lower-precision list),
+    and so does the drop-in, not only when the three dtypes differ: transformers 5.20's Llama hands all three
+    in fp32 in training (its KV cache starts fp32 and promotes k, v at the concatenation), where 5.25 hands
+    v in bf16. Forward and gradients equal the drop-in's on bf16 q, k, v; a float64 input stays float64, as
+    autocast leaves it."""
+    monkeypatch.setattr(hf, "_attentions_requested", lambda: output_attentions)
+    impl = AttentionInterface()["kinterval-fwm-prob-k4"]
+    module = torch.nn.Module()
+    module.is_causal = True
+    g = torch.Generator().manual_seed(0)
+    base = [torch.randn(1, 2, 5, 8, generator=g) for _ in range(3)]
+    dout = torch.randn(1, 5, 2, 8, generator=g)
+    runs = []
+    for cast in (lambda x: x, lambda x: x.bfloat16()):
+        leaves = [x.clone().requires_grad_() for x in base]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, _ = impl(module, *(cast(x) for x in leaves), None)
+        out.float().backward(dout)
+        runs.append((out, [x.grad for x in leaves]))
+    (out, grads), (ref, ref_grads) = runs
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ref)
+    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
+    q64 = base[0].double()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out64, _ = impl(module, q64, q64, q64, None)
+    assert out64.dtype == torch.float64
+    assert torch.equal(out64, kinterval_attention(q64, q64, q64, "fwm-prob-k4", causal=True).transpose(1, 2))
+
+
 def _llava(impl, operator=None):
     """A tiny random-init Llava (CLIP vision tower, Llama text model) built offline from its config."""
     from transformers import AutoModelForImageTextToText, CLIPVisionConfig, LlavaConfig

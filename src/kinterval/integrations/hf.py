@@ -148,14 +148,15 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
         raise ValueError("pass the attention sinks as s_aux or as sinks, not both")
     sinks = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
     softcap, position_bias = kwargs.get("softcap"), kwargs.get("position_bias")
-    if not query.dtype == key.dtype == value.dtype:
-        # RoPE multiplies 16-bit q, k by fp32 cos/sin, so under autocast q, k arrive fp32 and v bf16. As
-        # torch's sdpa does under autocast, all three go to the autocast dtype; else to the promoted dtype.
-        device = query.device.type
-        if torch.is_autocast_enabled(device):
-            dtype = torch.get_autocast_dtype(device)
-        else:
-            dtype = torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
+    if torch.is_autocast_enabled(query.device.type):
+        # As torch's sdpa under autocast (on its lower-precision list): every input but a float64 one goes to
+        # the autocast dtype. RoPE multiplies 16-bit q, k by fp32 cos/sin, so q, k arrive fp32 and v bf16;
+        # a KV cache whose empty start is fp32 promotes k, v to fp32 at its concatenation (transformers 5.20
+        # builds one in training): all of them run in the autocast dtype, as sdpa runs them.
+        dtype = torch.get_autocast_dtype(query.device.type)
+        query, key, value = (x if x.dtype == torch.float64 else x.to(dtype) for x in (query, key, value))
+    if not query.dtype == key.dtype == value.dtype:  # outside autocast: to their promoted dtype
+        dtype = torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
         query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     gqa = query.shape[1] != key.shape[1]  # grouped-query attention: fewer k/v heads
     is_causal = kwargs.get("is_causal")
