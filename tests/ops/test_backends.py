@@ -18,6 +18,27 @@ def suite_operators() -> list[OperatorSpec]:
     return [OperatorSpec.from_full_name(op) for op in sorted(ops)]
 
 
+@pytest.fixture
+def triton_installed(monkeypatch):
+    """The dispatcher's answers as where triton is installed, whether or not it is here (a CPU-only macOS
+    install has none: the dev extra asks for it on Linux only)."""
+    from kinterval.ops import backends
+
+    monkeypatch.setattr(backends, "_triton_importable", lambda: True)
+
+
+def test_without_triton_auto_never_picks_it_and_an_explicit_choice_says_so(monkeypatch):
+    from kinterval.ops import backends
+
+    monkeypatch.setattr(backends, "_triton_importable", lambda: False)
+    for spec in suite_operators():
+        assert resolve_backend(spec, "cuda", torch.bfloat16) == "closed_form"
+    why = r"'triton' cannot run .*: triton is not installed; backend 'closed_form' can"
+    with pytest.raises(ValueError, match=why):
+        resolve_backend("lerp-k4", "cuda", torch.bfloat16, backend="triton")
+
+
+@pytest.mark.usefixtures("triton_installed")
 def test_every_suite_operator_resolves_to_a_supporting_backend():
     specs = suite_operators()
     historical = [s for s in specs if s.arithmetic == "historical"]
@@ -31,6 +52,7 @@ def test_every_suite_operator_resolves_to_a_supporting_backend():
         assert resolve_backend(spec, "cpu", torch.float32) == "closed_form"
 
 
+@pytest.mark.usefixtures("triton_installed")
 def test_triton_answer_follows_triton_supports(monkeypatch):
     spec = OperatorSpec.parse("minmax-weight-k4", arithmetic="historical")
     import kinterval.ops.triton as kt
@@ -41,6 +63,7 @@ def test_triton_answer_follows_triton_supports(monkeypatch):
     assert resolve_backend(OperatorSpec.parse("lerp-k4"), "cuda", torch.float32) == "closed_form"
 
 
+@pytest.mark.usefixtures("triton_installed")
 def test_float64_on_cuda_never_picks_triton():
     for spec in suite_operators():
         assert resolve_backend(spec, "cuda", torch.float64) == "closed_form"
@@ -54,6 +77,7 @@ def test_closed_form_and_reference_support_everything():
             assert CLOSED_FORM.supports(spec, dev, torch.float64) and REFERENCE.supports(spec, dev)
 
 
+@pytest.mark.usefixtures("triton_installed")
 def test_unsupported_explicit_choice_names_spec_backend_and_alternative(monkeypatch):
     spec = OperatorSpec.parse("fwm-prob-k4", arithmetic="historical")
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # the kernels implement every operator, but not on a CPU
@@ -70,6 +94,7 @@ def test_unsupported_explicit_choice_names_spec_backend_and_alternative(monkeypa
     assert resolve_backend("lerp-k4", "cuda", torch.float32, probs=True) == "closed_form"
 
 
+@pytest.mark.usefixtures("triton_installed")
 def test_triton_off_cuda_only_in_the_interpreter(monkeypatch):
     spec = OperatorSpec.parse("lerp-k4")
     monkeypatch.setenv("TRITON_INTERPRET", "0")

@@ -175,6 +175,7 @@ def test_dtype_modes_of_the_resource_tool():
         tool.dtype_and_precision("fp8")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_the_resource_tool_compiles_the_tiles_the_launcher_keeps():
     """The head-dim limits of the launcher's pruner hold in the tool: above D = 64 the FMA ("ieee") list keeps
     tiles of at most 512 scores (its --configs first is 32 x 16, not the 64 x 32 of D = 64), above D = 128 the
@@ -195,6 +196,7 @@ def test_the_resource_tool_compiles_the_tiles_the_launcher_keeps():
     assert K._tile(tool.launch_configs("fwd", "ieee", 128)[0])[:2] == (32, 16)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_gqa_reaches_the_compiled_launch(monkeypatch):
     """--gqa G builds the launch the kernels get for grouped-query attention: k and v with HEADS / G heads,
     G in the kernels' shape argument; G must divide HEADS."""
@@ -239,6 +241,7 @@ def test_gqa_reaches_the_compiled_launch(monkeypatch):
         tool.main(["--gqa", "3"])
 
 
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_an_unknown_dtype_mode_stops_before_the_table():
     """A bad mode after good ones stops the tool before it prints the table or compiles anything."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
