@@ -107,3 +107,12 @@ def import_with_broken(tmp_path):
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
 
     return run
+
+
+@pytest.fixture
+def triton_installed(monkeypatch):
+    """The backend dispatcher answers as where triton is installed, whether or not it is here (a CPU-only
+    macOS install has none: the dev extra asks for it on Linux only)."""
+    from kinterval.ops import backends
+
+    monkeypatch.setattr(backends, "_triton_importable", lambda: True)

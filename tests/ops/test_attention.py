@@ -105,13 +105,13 @@ def test_fully_masked_rows_give_zero_output_and_gradients():
     assert (out[:, :, 2] == 0).all() and torch.isfinite(q.grad).all() and (q.grad[:, :, 2] == 0).all()
 
 
+@pytest.mark.usefixtures("triton_installed")  # the kernels are faked below
 def test_dot_precision_reaches_the_triton_backend(monkeypatch):
     """``dot_precision`` sets the triton backend's fp32 dot precision where the call gives none; an explicit
     precision wins; the setting ends with the block; an unknown value raises."""
-    from kinterval.ops import backends, dot_precision
+    from kinterval.ops import dot_precision
     from kinterval.ops import triton as tri
 
-    monkeypatch.setattr(backends, "_triton_importable", lambda: True)  # the kernels are faked below
     seen = []
 
     def fake(q, k, v, spec, *, causal, mask, scale, precision):

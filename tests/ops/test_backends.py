@@ -18,15 +18,6 @@ def suite_operators() -> list[OperatorSpec]:
     return [OperatorSpec.from_full_name(op) for op in sorted(ops)]
 
 
-@pytest.fixture
-def triton_installed(monkeypatch):
-    """The dispatcher's answers as where triton is installed, whether or not it is here (a CPU-only macOS
-    install has none: the dev extra asks for it on Linux only)."""
-    from kinterval.ops import backends
-
-    monkeypatch.setattr(backends, "_triton_importable", lambda: True)
-
-
 def test_without_triton_auto_never_picks_it_and_an_explicit_choice_says_so(monkeypatch):
     from kinterval.ops import backends
 

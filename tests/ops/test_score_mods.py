@@ -185,13 +185,13 @@ def test_bad_arguments_are_value_errors():
         kinterval_attention(q, k, v, "softmax", attn_mask=torch.zeros(3, T), **kw)
 
 
+@pytest.mark.usefixtures("triton_installed")
 def test_backends_apply_them_or_say_why_not(monkeypatch):
     """The fused kernels apply every score modification (an additive bias, a softcap, attention sinks): auto
     picks them on CUDA for any of them (True: all three) and closed_form on the CPU; an explicit triton
     backend takes them. A float mask that only masks is not a bias."""
     from kinterval.ops import backends
 
-    monkeypatch.setattr(backends, "_triton_importable", lambda: True)  # the answer without triton installed
     for spec in catalog.all_specs():
         want = "triton" if backends.TRITON.supports(spec, "cuda", torch.bfloat16) else "closed_form"
         for mods in (True, "bias", ("bias", "sinks"), ("softcap", "bias"), "sinks", "softcap", ()):
@@ -267,6 +267,7 @@ def test_a_zero_bias_that_requires_grad_gets_its_gradient():
         assert split_mask(torch.zeros(T, T, requires_grad=True))[1] is None
 
 
+@pytest.mark.usefixtures("triton_installed")
 def test_a_backend_without_a_modification_is_passed_over_or_named(monkeypatch):
     """Every backend applies every modification today; the dispatcher still holds one that lacks some (a
     new backend) to them: auto passes it over for a call that needs one (True: all three; False, or the
@@ -275,7 +276,6 @@ def test_a_backend_without_a_modification_is_passed_over_or_named(monkeypatch):
 
     from kinterval.ops import backends
 
-    monkeypatch.setattr(backends, "_triton_importable", lambda: True)
     lacking = replace(backends.TRITON, score_mods=frozenset({"bias", "softcap"}))
     monkeypatch.setitem(backends.REGISTRY, "triton", lacking)
     on = ("fwm-prob-k4", "cuda", torch.bfloat16)

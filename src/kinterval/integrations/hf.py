@@ -155,7 +155,7 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
         # builds one in training): all of them run in the autocast dtype, as sdpa runs them.
         dtype = torch.get_autocast_dtype(query.device.type)
         query, key, value = (x if x.dtype == torch.float64 else x.to(dtype) for x in (query, key, value))
-    if not query.dtype == key.dtype == value.dtype:  # outside autocast: to their promoted dtype
+    if not query.dtype == key.dtype == value.dtype:  # outside autocast, or a float64 among them: promoted
         dtype = torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
         query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     gqa = query.shape[1] != key.shape[1]  # grouped-query attention: fewer k/v heads
