@@ -10,6 +10,7 @@ from kinterval.model.numerics import attention_inputs
 from kinterval.model.scores import attention_scores
 from kinterval.ops import kinterval_attention
 from kinterval.train.config import TrainConfig, shipped_configs
+from triton_gate import skip_without_kernels
 
 KINTERVAL_OPS = ("fwm-prob-k4", "minmax-weight-k4", "lerp-k4")
 
@@ -122,7 +123,7 @@ class Spy:
 def test_triton_backend_gets_the_attention_dtype(monkeypatch, attention_dtype, want, autocast_on_cpu):
     """The fused kernel gets bf16 q, k, v exactly with the bf16 option. Under bf16 autocast the projections
     are bf16, and the paper's policy widens them to fp32 first (the kernel then runs fp32/TF32 dots)."""
-    pytest.importorskip("triton")
+    skip_without_kernels()
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # lets the triton backend take CPU tensors (the spy runs)
     spy = Spy()
     monkeypatch.setattr(triton_pkg, "triton_attention", spy)
@@ -140,7 +141,7 @@ def test_triton_backend_gets_the_attention_dtype(monkeypatch, attention_dtype, w
 def test_fused_kernel_with_bf16_inputs_tracks_the_emulation(operator):
     """The real kernel (CPU interpreter without a GPU) on bf16 inputs against the closed_form emulation: the
     same up to the kernel's own bf16 roundings (weights before P v, the output)."""
-    pytest.importorskip("triton")
+    skip_without_kernels()
     device = "cuda" if torch.cuda.is_available() else "cpu"  # tests/conftest.py sets TRITON_INTERPRET on CPU
     out = {}
     for backend in ("triton", "closed_form"):

@@ -12,6 +12,7 @@ from kinterval.eval.attention import patched_attention
 from kinterval.model import GPT, ModelConfig, NumericsConfig, count_params, preset
 from kinterval.model.scores import attention_scores
 from kinterval.ops.reference import reference_probs
+from triton_gate import skip_without_kernels
 
 OPTIONS = {
     "gqa": dict(n_kv_head=2),
@@ -237,7 +238,7 @@ def test_the_attention_layer_built_on_its_own_checks_its_config():
 def test_the_fused_kernels_run_the_options(operator, attention_dtype):
     """backend="triton" (the CPU interpreter without a GPU) against closed_form, every option at once:
     the kernels read each k/v head in place and apply the softcap and the sinks themselves."""
-    pytest.importorskip("triton")
+    skip_without_kernels()
     device = "cuda" if torch.cuda.is_available() else "cpu"  # tests/conftest.py sets TRITON_INTERPRET on CPU
     cfg = preset(
         "tiny", vocab_size=97, block_size=12, n_embd=32, n_head=4, **OPTIONS["all"],

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kinterval.model import GPT, eval_precision, preset, train_precision
+from triton_gate import skip_without_kernels
 
 CFG = preset("tiny", vocab_size=97, block_size=24)
 T = 24
@@ -48,7 +49,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 def _model(operator, backend):
     if backend == "triton":
-        pytest.importorskip("triton")
+        skip_without_kernels()
     torch.manual_seed(0)
     model = GPT(CFG, operator, "auto" if operator == "sdpa" else backend)
     with torch.no_grad():  # larger weights than the init: wide score rows, several grid intervals per row

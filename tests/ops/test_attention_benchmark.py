@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[triton]')")
+from triton_gate import skip_without_kernels
+
+skip_without_kernels(module=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 NEW_COLUMNS = ("x flex", "err vs fp64", "torch fp32 err", "torch same-precision err")

@@ -11,6 +11,7 @@ from kinterval.ops import OperatorSpec, attention_probs, kinterval_attention, re
 from kinterval.ops.backends import CLOSED_FORM, REFERENCE, REGISTRY, TRITON
 from kinterval.ops.triton import triton_supports
 from kinterval.suite.definition import load_suite, shipped_suites
+from triton_gate import skip_without_kernels
 
 
 def suite_operators() -> list[OperatorSpec]:
@@ -21,7 +22,7 @@ def suite_operators() -> list[OperatorSpec]:
 def test_without_triton_auto_never_picks_it_and_an_explicit_choice_says_so(monkeypatch):
     from kinterval.ops import backends
 
-    monkeypatch.setattr(backends, "_triton_importable", lambda: False)
+    monkeypatch.setattr(backends, "triton_problem", lambda: "triton is not installed")
     for spec in suite_operators():
         assert resolve_backend(spec, "cuda", torch.bfloat16) == "closed_form"
     why = r"'triton' cannot run .*: triton is not installed; backend 'closed_form' can"
@@ -163,10 +164,8 @@ def test_auto_sends_a_value_head_dim_of_its_own_to_the_kernels(monkeypatch):
     materializes P). Here on CPU tensors the kernels run in Triton's interpreter (tests/conftest.py)."""
     import kinterval.ops.api as api
     import kinterval.ops.triton as tri
-    from kinterval.ops.backends import _triton_importable
 
-    if not _triton_importable():
-        pytest.skip("triton is not installed")
+    skip_without_kernels()
     assert resolve_backend("fwm-prob-k4", "cuda", torch.float32) == "triton"
     real, real_kernels = api.resolve_backend, tri.triton_attention
     monkeypatch.setattr(
@@ -215,3 +214,32 @@ def test_the_operators_run_outside_autocast(monkeypatch):
             kinterval_attention(q, k, v, "minmax-weight-k4", causal=True, backend=backend).sum().backward()
     assert {name for name, _ in seen} == {"reference_probs", "closed_form_grad"}
     assert not any(on for _, on in seen), seen
+
+
+@pytest.mark.parametrize(
+    "version, problem",
+    [
+        ("3.2.0", "triton 3.2.0 is older than 3.6, the oldest the fused kernels run on"),
+        ("3.5.1", "triton 3.5.1 is older than 3.6"),
+        ("3.6.0", None),
+        ("3.7.0rc1", None),
+        ("3.10.0+git1a2b", None),
+    ],
+)
+def test_a_triton_older_than_the_kernels_need_is_named_and_auto_passes_over_it(monkeypatch, version, problem):
+    """torch 2.6 to 2.9 bring Triton 3.2 to 3.5, older than the kernels are tested with (under 3.2 they cannot
+    even be defined without a GPU: its autotuner asks for a driver). The dispatcher reads the installed
+    version without importing triton: "auto" then takes closed_form, and an explicit "triton" says why not."""
+    from kinterval.ops import backends
+
+    monkeypatch.setattr(backends.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(backends.importlib.metadata, "version", lambda name: version)
+    got = backends.triton_problem.__wrapped__()
+    if problem is None:
+        assert got is None
+        return
+    assert got.startswith(problem)
+    monkeypatch.setattr(backends, "triton_problem", lambda: got)
+    assert resolve_backend("lerp-k4", "cuda", torch.bfloat16) == "closed_form"
+    with pytest.raises(ValueError, match=rf"'triton' cannot run .*: triton {re.escape(version)} is older"):
+        resolve_backend("lerp-k4", "cuda", torch.bfloat16, backend="triton")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from triton_gate import needs_kernels, skip_without_kernels
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "benchmarks" / "kernel_resources.py"
 OPS = "softmax,minmax-prob-k4[arithmetic=historical],fwm-weight-k4[range_grad=p1],resolved-prob-k4"
@@ -150,7 +152,7 @@ def test_the_resource_tool_runs_the_ptxas_triton_runs_and_stops_when_it_fails():
     """Triton 3.9 assembles sm_90 with its newer ptxas-blackwell; the bundled ptxas cannot read that PTX and
     exits 255, which the table once showed as "None" registers. The tool asks Triton which ptxas it runs for
     an arch, and a tool that fails stops it with what the tool said."""
-    pytest.importorskip("triton")
+    skip_without_kernels()
     tool = _tool()
     try:
         from triton.backends.nvidia.compiler import get_ptxas
@@ -175,7 +177,7 @@ def test_dtype_modes_of_the_resource_tool():
         tool.dtype_and_precision("fp8")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 def test_the_resource_tool_compiles_the_tiles_the_launcher_keeps():
     """The head-dim limits of the launcher's pruner hold in the tool: above D = 64 the FMA ("ieee") list keeps
     tiles of at most 512 scores (its --configs first is 32 x 16, not the 64 x 32 of D = 64), above D = 128 the
@@ -196,7 +198,7 @@ def test_the_resource_tool_compiles_the_tiles_the_launcher_keeps():
     assert K._tile(tool.launch_configs("fwd", "ieee", 128)[0])[:2] == (32, 16)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 def test_gqa_reaches_the_compiled_launch(monkeypatch):
     """--gqa G builds the launch the kernels get for grouped-query attention: k and v with HEADS / G heads,
     G in the kernels' shape argument; G must divide HEADS."""
@@ -241,7 +243,7 @@ def test_gqa_reaches_the_compiled_launch(monkeypatch):
         tool.main(["--gqa", "3"])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 def test_an_unknown_dtype_mode_stops_before_the_table():
     """A bad mode after good ones stops the tool before it prints the table or compiles anything."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

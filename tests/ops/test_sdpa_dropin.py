@@ -4,14 +4,13 @@ float64 SDPA or an explicit computation."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from kinterval.ops import attention_probs, kinterval_attention
+from triton_gate import needs_kernels
 
 KINTERVAL_OPS = ["lerp-k4", "minmax-weight-k4", "fwm-prob-k4"]
 BACKENDS = ["reference", "closed_form"]
@@ -75,7 +74,7 @@ def test_enable_gqa_equals_explicitly_repeated_heads(backend, op, causal):
     _assert_all_close(got, (out, dq, *fold), atol=1e-12)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 @pytest.mark.parametrize("op", ["softmax", "fwm-prob-k4"])
 def test_enable_gqa_in_the_fused_kernels(op):
     """The triton backend (its CPU interpreter without CUDA) gives what it gives on repeated k/v, and the
@@ -301,7 +300,7 @@ def test_dropout_asks_auto_for_a_backend_that_forms_the_probabilities(monkeypatc
     assert asked == [True, False]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 @pytest.mark.parametrize("Tq, Tk", [(3, 5), (5, 3)])
 def test_is_causal_with_a_mask_in_the_fused_kernels(Tq, Tk):
     """The triton backend (its CPU interpreter without CUDA) gets is_causal with Tq != Tk as an explicit

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
 from kinterval.ops import OperatorSpec, attention_probs, kinterval_attention
 from kinterval.ops.catalog import all_specs
+from triton_gate import needs_kernels
 
 
 @pytest.mark.parametrize(
@@ -444,7 +443,7 @@ def test_a_float64_span_overflow_does_not_advise_float64(backend):
     assert "scale the scores down" in str(err.value)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 @pytest.mark.parametrize("op", ["lerp-k4", "minmax-prob-k4", "resolved-lerp-k4", "resolved-weight-k4"])
 def test_the_fused_kernel_gives_a_nan_row_where_the_score_span_overflows(op):
     """Resolved, fused: s - M = -inf on a valid key gave x = NaN, and the GPU's minNum/maxNum clamps dropped

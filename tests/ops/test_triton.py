@@ -52,7 +52,9 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: run the kernels in the CPU interpreter
 
-pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[triton]')")
+from triton_gate import skip_without_kernels  # noqa: E402
+
+skip_without_kernels(module=True)
 
 _kernels = sys.modules.get("kinterval.ops.triton.kernels")
 if _kernels is not None and not HAS_CUDA and not _kernels.INTERPRET:  # pragma: no cover

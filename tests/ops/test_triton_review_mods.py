@@ -14,7 +14,9 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: run the kernels in the CPU interpreter
 
-pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[triton]')")
+from triton_gate import skip_without_kernels  # noqa: E402
+
+skip_without_kernels(module=True)
 
 from kinterval.ops import kinterval_attention  # noqa: E402
 from kinterval.ops.triton import triton_attention  # noqa: E402

@@ -11,8 +11,10 @@ the Hugging Face integration, the lm-eval adapter, the benchmarks) goes through 
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,9 +42,31 @@ class Backend:
         return self.why_not(as_spec(spec), torch.device(device), dtype) is None
 
 
+# The oldest Triton the fused kernels are tested with: the GPU tests ran 3.6, the interpreter tests 3.6 to 3.9
+# (under 3.2 the kernels cannot even be defined without a GPU: its autotuner asks for a driver). PyPI's torch
+# wheels pin their Triton, 3.6 or newer from torch 2.10 on; an older one installed beside it is passed over.
+MIN_TRITON = (3, 6)
+
+
 @lru_cache(maxsize=1)
-def _triton_importable() -> bool:
-    return importlib.util.find_spec("triton") is not None
+def triton_problem() -> str | None:
+    """Why the fused kernels cannot run in this environment (None: they can): triton missing or too old.
+    Reads the installed version without importing triton (a slow import)."""
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed"
+    try:
+        version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout on the path: trust it
+        return None
+    if _release(version) < MIN_TRITON:
+        need = ".".join(map(str, MIN_TRITON))  # torch 2.10 and later bring it
+        return f"triton {version} is older than {need}, the oldest the fused kernels run on"
+    return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(3, 6, 0) from "3.6.0", "3.6.0+git1234" or "3.7.0rc1"."""
+    return tuple(int(re.match(r"\d*", part).group() or 0) for part in version.split("+")[0].split(".")[:3])
 
 
 def _interpreted() -> bool:
@@ -53,8 +77,8 @@ def _interpreted() -> bool:
 def _triton_why_not(spec: OperatorSpec, device: torch.device, dtype: torch.dtype | None) -> str | None:
     from kinterval.ops.triton import triton_supports, unsupported_reason  # pure Python: no triton import
 
-    if not _triton_importable():
-        return "triton is not installed"
+    if (problem := triton_problem()) is not None:
+        return problem
     if device.type != "cuda" and not (device.type == "cpu" and _interpreted()):
         return f"the fused kernels need a CUDA device, got {device.type}"
     if dtype == torch.float64:
