@@ -69,6 +69,27 @@ def test_autocast_does_not_reach_the_operator():
     torch.testing.assert_close(out, kinterval_attention(q, k, v, "minmax-prob-k4", causal=True))
 
 
+def test_leaving_autocast_on_cpu_or_cuda_asks_torch_nothing_compile_cannot_trace(monkeypatch):
+    """torch.compile of torch 2.11 and older cannot trace ``torch.amp.is_autocast_available``: its graph
+    break inside the operator's autocast-off region made each call of a compiled model recompile (19 graphs
+    for 10 calls in tests/ops/test_sdpa_mode.py's compile-once test, under torch 2.10 and 2.11). For cpu and
+    cuda the operator and the model answer without it; other devices still ask."""
+    from kinterval.model.numerics import autocast_off
+    from kinterval.ops.autocast import outside_autocast
+
+    asked = []
+    monkeypatch.setattr(torch.amp, "is_autocast_available", lambda device: asked.append(device) or False)
+    for device in ("cpu", "cuda"):
+        assert isinstance(outside_autocast(device), torch.autocast)
+        assert isinstance(autocast_off(device), torch.autocast)
+    assert asked == []
+    outside_autocast("meta"), autocast_off("meta")
+    assert asked == ["meta", "meta"]
+    q, k, v = _qkv(dtype=torch.float32)
+    kinterval_attention(q, k, v, "lerp-k4", causal=True)
+    assert asked == ["meta", "meta"]
+
+
 @pytest.mark.parametrize("backend", ["reference", "closed_form"])
 def test_a_backward_called_inside_autocast_stays_in_float32(backend):
     """Autograd replays a matmul's backward under the autocast of the thread calling .backward(): inside

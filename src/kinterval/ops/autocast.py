@@ -15,7 +15,9 @@ __all__ = ["matmul_outside_autocast", "outside_autocast"]
 
 def outside_autocast(device_type: str) -> AbstractContextManager:
     """``torch.autocast(device_type, enabled=False)``, or a no-op for devices without autocast (meta)."""
-    if torch.amp.is_autocast_available(device_type):
+    # cpu and cuda answered in Python: torch.compile of torch 2.11 and older cannot trace
+    # is_autocast_available, and its graph break here made each call of a compiled model recompile
+    if device_type in ("cpu", "cuda") or torch.amp.is_autocast_available(device_type):
         return torch.autocast(device_type, enabled=False)
     return nullcontext()
 
