@@ -1,6 +1,5 @@
 """The Hugging Face drop-in: tiny random-init GPT-2, Llama (GQA) and BERT models from config, no download."""
 
-import importlib.util
 import inspect
 import os
 import subprocess
@@ -27,6 +26,7 @@ from kinterval.integrations import hf  # noqa: E402
 from kinterval.ops import OperatorSpec, dot_precision, kinterval_attention  # noqa: E402
 from kinterval.ops.api import split_mask  # noqa: E402
 from kinterval.ops.catalog import FAMILY_FORMS  # noqa: E402
+from triton_gate import needs_kernels  # noqa: E402
 
 V, T = 128, 12
 CONFIGS = {
@@ -254,10 +254,20 @@ def test_missing_transformers_gives_one_line_hint():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode != 0
     assert (
-        "ImportError: kinterval.integrations.hf needs transformers >= 5.0: pip install 'kinterval[hf]'\n"
+        "ImportError: kinterval.integrations.hf needs transformers >= 5.20: pip install 'kinterval[hf]'\n"
         in (res.stderr)
     )
     assert "During handling" not in res.stderr
+
+
+def test_a_transformers_older_than_the_drop_in_needs_is_refused_at_import():
+    """Before 5.20 T5 and UMT5 ignore attn_implementation and would run softmax: the import names the
+    version found and the one needed."""
+    code = "import transformers; transformers.__version__ = '5.19.0'\nimport kinterval.integrations.hf"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode != 0
+    want = "ImportError: kinterval.integrations.hf needs transformers >= 5.20, found 5.19.0: pip install -U"
+    assert want in res.stderr
 
 
 def test_a_broken_transformers_install_keeps_its_cause(import_with_broken):
@@ -1038,7 +1048,7 @@ def test_without_attentions_or_dropout_the_fused_path_runs(monkeypatch):
             model(ids, attention_mask=am, output_attentions=True)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 def test_grouped_query_llama_hands_its_kv_heads_to_the_kernels_uncopied(monkeypatch):
     """A grouped-query Llama (4 q heads on 2 k/v heads) under the triton backend: the kernels (their CPU
     interpreter without CUDA) get k and v with their 2 heads and ``enable_gqa``, and the logits and the
@@ -1079,7 +1089,7 @@ def test_grouped_query_llama_hands_its_kv_heads_to_the_kernels_uncopied(monkeypa
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 def test_an_mla_model_runs_the_kernels_with_its_own_value_head_dim(monkeypatch):
     """DeepSeek-V3's multi-head latent attention passes v with its own head dim (here D = 16, Dv = 8): the
     triton backend (its CPU interpreter without CUDA) runs it, and the logits and gradients equal the closed
@@ -1119,7 +1129,7 @@ def test_an_mla_model_runs_the_kernels_with_its_own_value_head_dim(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-6)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 @pytest.mark.parametrize("kind", ["gpt_oss", "gemma2"])
 def test_sinks_and_softcap_run_on_the_kernels(kind, monkeypatch):
     """gpt-oss's learned attention sinks (s_aux) and Gemma 2's logit softcap under the triton backend (its CPU
@@ -1169,7 +1179,7 @@ def test_sinks_and_softcap_run_on_the_kernels(kind, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-6)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_kernels
 def test_t5_position_bias_runs_on_the_kernels_with_its_gradient(monkeypatch):
     """T5's learned relative position bias under the triton backend (its CPU interpreter without CUDA): it
     reaches the kernels as a score bias, and the logits and every gradient (the relative_attention_bias

@@ -103,5 +103,5 @@ def test_missing_transformers_is_one_error_line_naming_the_extra():
     last = res.stderr.strip().splitlines()[-1]
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert last.endswith(
-        "error: kinterval.integrations.hf needs transformers >= 5.0: pip install 'kinterval[hf]'"
+        "error: kinterval.integrations.hf needs transformers >= 5.20: pip install 'kinterval[hf]'"
     )  # noqa: E501

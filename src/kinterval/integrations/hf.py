@@ -49,14 +49,27 @@ from kinterval.ops.api import (
 from kinterval.ops.autocast import matmul_outside_autocast
 from kinterval.ops.spec import BASELINES
 
+# The oldest transformers the drop-in is tested with: before 5.20, T5 and UMT5 compute attention in their own
+# code (they ignore attn_implementation and would run softmax), and 5.0 returns no output_attentions.
+MIN_TRANSFORMERS = "5.20"
+
 try:
     from transformers import AttentionInterface, PretrainedConfig
+    from transformers import __version__ as _transformers_version
 except ImportError as err:  # a missing transformers gets the hint; a broken one keeps its cause
     missing = isinstance(err, ModuleNotFoundError) and err.name == "transformers"
     raise ImportError(
-        "kinterval.integrations.hf needs transformers >= 5.0: pip install 'kinterval[hf]'"
+        f"kinterval.integrations.hf needs transformers >= {MIN_TRANSFORMERS}: pip install 'kinterval[hf]'"
         + ("" if missing else f" (importing it failed: {err})")
     ) from (None if missing else err)
+
+from packaging.version import Version  # noqa: E402 - a dependency of transformers
+
+if Version(_transformers_version) < Version(MIN_TRANSFORMERS):
+    raise ImportError(
+        f"kinterval.integrations.hf needs transformers >= {MIN_TRANSFORMERS}, found {_transformers_version}: "
+        "pip install -U 'kinterval[hf]'"
+    )
 
 try:  # transformers 5: the collector behind output_attentions=True (None when nothing is collected)
     from transformers.utils.output_capturing import _active_collector
