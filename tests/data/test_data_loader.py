@@ -362,7 +362,10 @@ def test_sharded_tokens_slices_ending_at_a_shard_boundary_are_views_and_guards_h
         assert got == whole[i] and isinstance(got, np.uint16) and np.ndim(got) == 0, i
     assert view[np.array([], dtype=np.int64)].shape == (0,)
     with pytest.raises(ValueError, match="without a copy"):
-        np.asarray(view, copy=False)
+        view.__array__(copy=False)  # what numpy 2's np.asarray(view, copy=False) asks (numpy 1 has no copy=)
+    if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
+        with pytest.raises(ValueError, match="without a copy"):
+            np.asarray(view, copy=False)
     for bad in ([], [parts[0], parts[0][:0]], [parts[0], np.zeros((2, 2), np.uint16)]):
         with pytest.raises(ValueError, match="non-empty 1-D arrays of one dtype"):
             ShardedTokens(bad)
