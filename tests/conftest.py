@@ -29,6 +29,11 @@ if os.environ.get("CI"):
     import transformers  # noqa: F401
     import triton  # noqa: F401
 
+    from kinterval.ops.backends import triton_problem
+
+    if triton_problem() is not None:  # the kernel tests would skip (tests/triton_gate.py)
+        raise RuntimeError(f"CI needs a triton the fused kernels run on: {triton_problem()}")
+
     _shared = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tokenizers", "gpt2.tiktoken")
     if not os.path.isfile(_shared):
         raise RuntimeError(f"CI needs ../shared beside the clone ({_shared} is missing)")

@@ -47,6 +47,7 @@ from kinterval.ops.api import (
     working_dtype,
 )
 from kinterval.ops.autocast import matmul_outside_autocast
+from kinterval.ops.backends import version_tuple
 from kinterval.ops.spec import BASELINES
 
 # The oldest transformers the drop-in is tested with: before 5.20, T5 and UMT5 compute attention in their own
@@ -63,9 +64,7 @@ except ImportError as err:  # a missing transformers gets the hint; a broken one
         + ("" if missing else f" (importing it failed: {err})")
     ) from (None if missing else err)
 
-from packaging.version import Version  # noqa: E402 - a dependency of transformers
-
-if Version(_transformers_version) < Version(MIN_TRANSFORMERS):
+if version_tuple(_transformers_version) < version_tuple(MIN_TRANSFORMERS):
     raise ImportError(
         f"kinterval.integrations.hf needs transformers >= {MIN_TRANSFORMERS}, found {_transformers_version}: "
         "pip install -U 'kinterval[hf]'"

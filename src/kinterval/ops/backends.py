@@ -58,14 +58,14 @@ def triton_problem() -> str | None:
         version = importlib.metadata.version("triton")
     except importlib.metadata.PackageNotFoundError:  # a source checkout on the path: trust it
         return None
-    if _release(version) < MIN_TRITON:
+    if version_tuple(version) < MIN_TRITON:
         need = ".".join(map(str, MIN_TRITON))  # torch 2.10 and later bring it
         return f"triton {version} is older than {need}, the oldest the fused kernels run on"
     return None
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """(3, 6, 0) from "3.6.0", "3.6.0+git1234" or "3.7.0rc1"."""
+def version_tuple(version: str) -> tuple[int, ...]:
+    """(3, 6, 0) from "3.6.0", "3.6.0+git1234" or "3.7.0rc1": a release to compare with a lower bound."""
     return tuple(int(re.match(r"\d*", part).group() or 0) for part in version.split("+")[0].split(".")[:3])
 
 
