@@ -1309,10 +1309,12 @@ def test_replace_sdpa_with_gradient_checkpointing():
         return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
     model = make("gpt2", "sdpa").train()
-    model.gradient_checkpointing_enable()
+    # transformers 5.23 names it activation checkpointing; 5.25 deprecates the older name
+    prefix = "activation" if hasattr(model, "activation_checkpointing_enable") else "gradient"
+    getattr(model, f"{prefix}_checkpointing_enable")()
     with replace_sdpa("fwm-prob-k4"):
         got = grads(model)
-    model.gradient_checkpointing_disable()
+    getattr(model, f"{prefix}_checkpointing_disable")()
     model.set_attn_implementation("kinterval-fwm-prob-k4")
     want = grads(model)
     assert len(got) == len(want) > 0
