@@ -1876,6 +1876,74 @@ def test_gpu_large_split_dots(name, precision, shape):
     check(name, q, k, v, do, causal=True, precision=precision, atol=1e-5)
 
 
+@triton.jit
+def _split_kernel(X, HI, MID, LO, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + offs, mask=offs < n, other=1.0)
+    hi, lo = _kernels_module._tf32_split(x)
+    tl.store(HI + offs, hi, mask=offs < n)
+    tl.store(LO + offs, lo, mask=offs < n)
+    b_hi, b_mid, b_lo = _kernels_module._bf16_split3(x)
+    tl.store(HI + n + offs, b_hi.to(tl.float32), mask=offs < n)
+    tl.store(MID + offs, b_mid.to(tl.float32), mask=offs < n)
+    tl.store(LO + n + offs, b_lo.to(tl.float32), mask=offs < n)
+
+
+def _split_inputs():
+    """fp32 normals over 60 binades, both signs, and the rounding cases of the TF32 split: values exactly
+    halfway between two TF32 numbers (ties), just below and above them, and values that round up into the
+    next binade."""
+    g = torch.Generator().manual_seed(0)
+    n = 1 << 13
+    x = (torch.rand(n, generator=g) + 1) * 2.0 ** torch.randint(-30, 30, (n,), generator=g).float()
+    x = x * (torch.randint(0, 2, (n,), generator=g) * 2 - 1)
+    base = x[:512].view(torch.int32) & ~0x1FFF  # TF32 numbers
+    edges = [base | 0x1000, (base | 0x1000) - 1, (base | 0x1000) + 1, base | 0x1FFF]
+    near_two = torch.tensor([2 - 2.0**-23, 2 - 2.0**-12, -(2 - 2.0**-23)]).view(torch.int32)
+    return torch.cat([x, *(e.view(torch.float32) for e in edges), near_two.view(torch.float32)])
+
+
+def test_split_dot_parts_are_exact():
+    """The split dots' parts (kernels._tf32_split, _bf16_split3), against float64 arithmetic: the TF32 high
+    part is x rounded to 10 fraction bits to nearest, ties away from zero (PTX's cvt.rna.tf32.f32, which
+    Triton's own tf32x3 uses), and the low part is the exact rest; the bf16 parts are bf16 numbers, the first
+    x rounded to bf16 (to nearest even), each next one the rounding of the rest, and the three sum to x
+    exactly."""
+    x = _split_inputs().to(DEVICE)
+    n = x.numel()
+    hi, mid, lo = (torch.full((2 * n,), float("nan"), device=DEVICE) for _ in range(3))
+    _split_kernel[(triton.cdiv(n, 1 << 12),)](x, hi, mid, lo, n, BLOCK=1 << 12)
+    x64 = x.double().cpu()
+    t_hi, t_lo = hi[:n].double().cpu(), lo[:n].double().cpu()
+    m, e = torch.frexp(x64)  # |x| = |m| 2^e, |m| in [1/2, 1): a TF32 ulp is 2^(e - 11)
+    ulp = torch.ldexp(torch.ones_like(x64), e - 11)
+    want = torch.sign(x64) * torch.floor(x64.abs() / ulp + 0.5) * ulp
+    assert torch.equal(t_hi, want), f"{int((t_hi != want).sum())} of {n} TF32 high parts differ"
+    assert torch.equal(t_hi + t_lo, x64)
+    assert (hi[:n].cpu().view(torch.int32) & 0x1FFF == 0).all()
+    b_hi, b_mid, b_lo = hi[n:].cpu(), mid[:n].cpu(), lo[n:].cpu()
+    for part in (b_hi, b_mid, b_lo):
+        assert torch.equal(part.to(torch.bfloat16).float(), part)
+    assert torch.equal(b_hi, x.cpu().to(torch.bfloat16).float())
+    assert torch.equal(b_mid, (x64 - b_hi.double()).float().to(torch.bfloat16).float())
+    assert torch.equal(b_hi.double() + b_mid.double() + b_lo.double(), x64)
+
+
+@pytest.mark.parametrize("bwd", ["split", "fused"])
+@pytest.mark.parametrize("precision", ["tf32x3", "bf16x6"])
+@pytest.mark.parametrize("name", ["softmax", "lerp-k4", "minmax-weight-k4", "fwm-prob-k4"])
+def test_interpreter_split_dots(name, precision, bwd, request):
+    """The split dots are the kernels' own code (kernels._dot_tf32x3, _dot_bf16x6), so the interpreter runs
+    them too: every dot of the forward and of both backward kernels (or the fused one) at the fp32 bound
+    against float64. The interpreter multiplies the parts in fp32 without truncating the TF32 low parts, so
+    this checks the parts and the products the dots keep (one left out is a 2^-9 or 2^-12 error), not the
+    tensor cores' rounding (test_gpu_large_split_dots)."""
+    fused = request.getfixturevalue("fused_bwd") if bwd == "fused" else None
+    q, k, v, do = make_inputs(1, 2, 23, 37, 16, seed=11)
+    check(name, q, k, v, do, causal=True, precision=precision)
+    assert fused is None or fused, "the fused backward did not run"
+
+
 def evaluation_errors(precision, D, T=1024, H=8, kernel=triton_attention):
     """{operator: (kernel error, torch fp32 error)} of the forward at ``precision``: max |out - out64| over
     the rows that are not flip-prone (kinterval.ops.flips), B = 1, causal, TF32 off (the benchmark's error

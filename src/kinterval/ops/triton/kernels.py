@@ -535,11 +535,84 @@ _INTERP = tl.constexpr(INTERPRET)
 
 @triton.jit
 def _dot(a, b, PREC: tl.constexpr):
-    """tl.dot with fp32 accumulation; the interpreter mis-multiplies bf16, so it gets fp32 copies there."""
-    if _INTERP:
+    """tl.dot with fp32 accumulation; the interpreter mis-multiplies bf16, so it gets fp32 copies there. The
+    split dots are the kernels' own (``_dot_tf32x3``, ``_dot_bf16x6``), in the interpreter too."""
+    if PREC == "tf32x3":
+        return _dot_tf32x3(a, b)
+    elif PREC == "bf16x6":
+        return _dot_bf16x6(a, b)
+    elif _INTERP:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     else:
         return tl.dot(a, b, input_precision=PREC)
+
+
+# The split dots (fp32 inputs, near-fp32 products on the tensor cores). Triton's own input_precision="tf32x3"
+# and "bf16x6" compute the same parts and products in the same order, then zero the NaNs of the sum of the
+# small products before the largest product is added (so that an infinite operand gives inf rather than the
+# NaN of inf - inf in its small part): a compare and a select per output element of every dot, which the
+# kernels pay per score in QK^T and D / BLOCK_N times per score in each P V-like dot (and ptxas expands the
+# PTX cvt.rna.tf32.f32 of the TF32 split with a compare of its own per element). Without them the results
+# are Triton's bit for bit wherever the inputs are finite; an infinite or NaN operand makes its products NaN
+# (a valid key's infinite v: O is NaN, not inf). The kernels make a row with a non-finite score NaN anyway.
+
+
+@triton.jit
+def _tf32_split(x):
+    """x = hi + lo: hi is x rounded to TF32 (10 fraction bits, to nearest with ties away from zero: PTX's
+    cvt.rna.tf32.f32 for every x but NaN), lo = x - hi, exact. On the bits: add half a TF32 ulp to the
+    magnitude and clear the 13 low bits (a carry into the exponent is the rounding up to the next binade)."""
+    bits = x.to(tl.int32, bitcast=True)
+    hi = ((bits + 0x1000) & -0x2000).to(tl.float32, bitcast=True)
+    return hi, x - hi
+
+
+@triton.jit
+def _dot_tf32x3(a, b):
+    """a b in split TF32: a_lo b_hi + a_hi b_lo + a_hi b_hi, three TF32 products accumulated in fp32 in that
+    order (``_tf32_split``; a_lo b_lo, under 2^-22 |a| |b|, is left out, and the tensor cores read a_lo and
+    b_lo truncated to TF32)."""
+    a_hi, a_lo = _tf32_split(a)
+    b_hi, b_lo = _tf32_split(b)
+    d = tl.dot(a_lo, b_hi, input_precision="tf32")
+    d = tl.dot(a_hi, b_lo, d, input_precision="tf32")
+    return tl.dot(a_hi, b_hi, d, input_precision="tf32")
+
+
+@triton.jit
+def _bf16_split3(x):
+    """x = hi + mid + lo (up to x's bits below lo's): each part the bf16 rounding (to nearest even) of what
+    the parts before it leave; the residuals are exact in fp32."""
+    hi = _cast(x, tl.bfloat16)
+    r = x - hi.to(tl.float32)
+    mid = _cast(r, tl.bfloat16)
+    lo = _cast(r - mid.to(tl.float32), tl.bfloat16)
+    return hi, mid, lo
+
+
+@triton.jit
+def _bf16_dot(a, b, d):
+    """d + a b for bf16 parts (fp32 copies in the interpreter, which mis-multiplies bf16; their products are
+    exact in fp32)."""
+    if _INTERP:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), d, input_precision="ieee")
+    else:
+        return tl.dot(a, b, d)
+
+
+@triton.jit
+def _dot_bf16x6(a, b):
+    """a b from three bf16 parts per operand (``_bf16_split3``): the six largest of the nine products,
+    mid mid + lo hi + hi lo + mid hi + hi mid + hi hi, accumulated in fp32 in that order (Triton's order;
+    the three left out are under 2^-24 |a| |b|)."""
+    a_hi, a_mid, a_lo = _bf16_split3(a)
+    b_hi, b_mid, b_lo = _bf16_split3(b)
+    d = _bf16_dot(a_mid, b_mid, None)
+    d = _bf16_dot(a_lo, b_hi, d)
+    d = _bf16_dot(a_hi, b_lo, d)
+    d = _bf16_dot(a_mid, b_hi, d)
+    d = _bf16_dot(a_hi, b_mid, d)
+    return _bf16_dot(a_hi, b_hi, d)
 
 
 @triton.jit
