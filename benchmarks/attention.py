@@ -285,17 +285,11 @@ def main(argv=None) -> int:
                             wanted and T in compile_ts and mode in compile_modes and D in compile_ds
                         )
                         t_row = time.perf_counter()
-                        try:
-                            row = _measure(bench, spec, sets, causal, precision, on_gpu, T <= args.ref_max_t,
-                                           run_compiled, triton_attention, kinterval_attention,
-                                           mods)  # fmt: skip
-                            # after the tiles were read: these launch the kernel at the error shape
-                            row.update(zip(ERROR_COLUMNS, errors.kernel(spec, mode, D, triton_attention)))
-                        except ValueError as err:  # a split dot an older Triton cannot compile
-                            if precision not in _split_dots():
-                                raise
-                            _note(notes, f"{precision} rows: triton_attention refused it ({err})")
-                            row = {}
+                        row = _measure(bench, spec, sets, causal, precision, on_gpu, T <= args.ref_max_t,
+                                       run_compiled, triton_attention, kinterval_attention,
+                                       mods)  # fmt: skip
+                        # after the tiles were read: these launch the kernel at the error shape
+                        row.update(zip(ERROR_COLUMNS, errors.kernel(spec, mode, D, triton_attention)))
                         rows.append(_finish(row, label, mode, shape, flops, sdpa, flex_ms))
                         print(
                             f"{_fmt_row(rows[-1])}  [{time.perf_counter() - t_row:.0f} s]",
@@ -395,25 +389,13 @@ def _compile_worker(job):
         mods["sinks"] = _sinks(q.shape[1], q.dtype, q.device).requires_grad_()
     if bias:
         mods["bias"] = _bias(bias, q.shape[1], q.shape[2], q.device)
-    try:
-        for bwd in bwds:  # each backward kernel timed (KINTERVAL_TRITON_BWD is read at each backward)
-            os.environ["KINTERVAL_TRITON_BWD"] = bwd
-            triton_attention(q, k, v, name, causal=causal, precision=precision, **mods).backward(do)
-        with torch.no_grad():  # the inference forward ("fwd ms"): Prob-STE compiles its own
-            triton_attention(q, k, v, name, causal=causal, precision=precision, **mods)
-    except ValueError:  # a precision this triton_attention refuses: the timing process says so
-        if precision not in _split_dots():
-            raise
+    for bwd in bwds:  # each backward kernel timed (KINTERVAL_TRITON_BWD is read at each backward)
+        os.environ["KINTERVAL_TRITON_BWD"] = bwd
+        triton_attention(q, k, v, name, causal=causal, precision=precision, **mods).backward(do)
+    with torch.no_grad():  # the inference forward ("fwd ms"): Prob-STE compiles its own
+        triton_attention(q, k, v, name, causal=causal, precision=precision, **mods)
     torch.cuda.synchronize()
     return name
-
-
-def _split_dots() -> tuple[str, ...]:
-    """The split-dot precisions (tf32x3, bf16x6): an older Triton may not compile them, and their rows then
-    show why instead of failing the run."""
-    from kinterval.ops.triton.kernels import SPLIT_DOTS
-
-    return SPLIT_DOTS
 
 
 def _forget_tiles() -> None:

@@ -36,24 +36,13 @@ def _ptxas() -> bool:
     return Path(_tool().nvidia_tool("ptxas", 90)).is_file()
 
 
-def _split_dots() -> str:
-    """The split-dot precisions this Triton compiles (bf16x6 is newer than tf32x3)."""
-    try:
-        from kinterval.ops.triton.autograd import cuda_dot_precisions
-        from kinterval.ops.triton.kernels import SPLIT_DOTS
-
-        return ",".join(p for p in SPLIT_DOTS if p in cuda_dot_precisions())
-    except ImportError:
-        return "tf32x3"
-
-
 @pytest.mark.skipif(not _ptxas(), reason="needs triton with the ptxas it runs for sm_90 (Linux)")
 @pytest.mark.parametrize(
     ("ops", "dtypes", "masks", "gqa", "sinks"),
     [
         (OPS, "bf16", "causal", 1, False),
         ("minmax-weight-k4", "bf16", "mask", 1, False),
-        ("lerp-k32[range_grad=detach]", f"tf32,ieee,{_split_dots()}", "causal", 1, False),
+        ("lerp-k32[range_grad=detach]", "tf32,ieee,tf32x3,bf16x6", "causal", 1, False),
         ("minmax-prob-k4", "bf16", "causal", 4, False),  # grouped-query attention: k/v head h // 4
         ("softmax,fwm-prob-k4[range_grad=p1]", "bf16", "causal", 1, True),  # attention sinks: no fused kernel
         ("softmax,minmax-weight-k4", "bf16", "causal", 1, "softcap"),  # a softcap (every kernel)

@@ -1536,44 +1536,17 @@ def test_resolve_precision(monkeypatch):
     assert tri_autograd.resolve_precision(torch.float32, "tf32x3") == "tf32x3"
     assert tri_autograd.resolve_precision(torch.bfloat16, "tf32x3") == "ieee"
     assert tri_autograd.resolve_precision(torch.bfloat16, "bf16x6") == "ieee"
-    # bf16x6 is newer than the other dots: a Triton whose CUDA backend lacks it is named, not miscompiled
+    # the split dots are the kernels' own code: on a GPU as in the interpreter, whatever Triton's own
+    # input precisions are
     monkeypatch.setattr(tri_autograd, "INTERPRET", False)
-    if "bf16x6" in tri_autograd.cuda_dot_precisions():
-        assert tri_autograd.resolve_precision(torch.float32, "bf16x6") == "bf16x6"
-    monkeypatch.setattr(tri_autograd, "cuda_dot_precisions", lambda: ("tf32", "tf32x3", "ieee"))
-    with pytest.raises(ValueError, match=r"precision 'bf16x6' needs a Triton .* offers \('tf32', 'tf32x3'"):
-        tri_autograd.resolve_precision(torch.float32, "bf16x6")
-    assert tri_autograd.resolve_precision(torch.float32, "tf32x3") == "tf32x3"
+    for precision in ("tf32x3", "bf16x6"):
+        assert tri_autograd.resolve_precision(torch.float32, precision) == precision
     monkeypatch.undo()
     expected = "tf32" if tf32_enabled() else "ieee"
     assert tri_autograd.resolve_precision(torch.float32, None) == expected
     assert tri_autograd.resolve_precision(torch.bfloat16, "tf32") == "ieee"
     with pytest.raises(ValueError, match="precision"):
         tri_autograd.resolve_precision(torch.float32, "fp64")
-
-
-def test_resolve_precision_asks_triton_only_for_compiled_fp32_dots(monkeypatch):
-    """The Triton check refuses a split dot only where it would be compiled: fp32 inputs outside the
-    interpreter. The interpreter multiplies in fp32 whatever the precision, and bf16/fp16 inputs ignore the
-    flag (their native dots), so neither is refused by a Triton whose CUDA backend lacks bf16x6."""
-    monkeypatch.setattr(tri_autograd, "cuda_dot_precisions", lambda: ("tf32", "tf32x3", "ieee"))
-    monkeypatch.setattr(tri_autograd, "INTERPRET", True)
-    assert tri_autograd.resolve_precision(torch.float32, "bf16x6") == "bf16x6"
-    monkeypatch.setattr(tri_autograd, "INTERPRET", False)
-    for dtype in (torch.bfloat16, torch.float16):
-        assert tri_autograd.resolve_precision(dtype, "bf16x6") == "ieee"
-    with pytest.raises(ValueError, match="needs a Triton"):
-        tri_autograd.resolve_precision(torch.float32, "bf16x6")
-
-
-def test_cuda_dot_precisions_are_the_installed_tritons(monkeypatch):
-    """cuda_dot_precisions reads Triton's CUDA backend, not a fixed list: an older Triton that offers neither
-    split dot is seen as such."""
-    from triton.backends.nvidia.compiler import CUDAOptions
-
-    assert {"tf32", "tf32x3", "ieee"} <= set(tri_autograd.cuda_dot_precisions())
-    monkeypatch.setattr(CUDAOptions, "allowed_dot_input_precisions", ("ieee", "tf32"))
-    assert tri_autograd.cuda_dot_precisions() == ("ieee", "tf32")
 
 
 # -------------------------------------------------------------------------------------- support matrix

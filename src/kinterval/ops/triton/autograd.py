@@ -55,27 +55,16 @@ def resolve_precision(dtype: torch.dtype, precision: str | None) -> str:
     TF32 products carrying the low bits), "bf16x6" (each operand split into three bf16 parts, six bf16
     products; near-fp32 accuracy on the tensor cores like tf32x3, at the same tensor-core time) or "ieee"
     (fp32 FMA dots); default: "tf32" if TF32 is on for fp32 matmuls (``tf32_enabled``) else "ieee".
-    bf16/fp16 inputs use their native tensor-core dots with fp32 accumulation (the flag is ignored)."""
+    bf16/fp16 inputs use their native tensor-core dots with fp32 accumulation (the flag is ignored). The
+    split dots are the kernels' own (kernels._dot_tf32x3, _dot_bf16x6), built of TF32 and bf16 dots that
+    every supported Triton compiles."""
     if precision not in (None, *PRECISIONS):
         raise ValueError(f"unknown precision {precision!r}; choose None or one of {PRECISIONS}")
     if dtype != torch.float32:
         return "ieee"
     if precision is None:
         return "tf32" if tf32_enabled() else "ieee"
-    if not INTERPRET and precision not in cuda_dot_precisions():
-        raise ValueError(
-            f"precision {precision!r} needs a Triton whose CUDA backend compiles it; Triton "
-            f"{triton.__version__} offers {cuda_dot_precisions()}"
-        )
     return precision
-
-
-def cuda_dot_precisions() -> tuple[str, ...]:
-    """The fp32 dot precisions (tl.dot's ``input_precision``) the installed Triton compiles for NVIDIA GPUs;
-    "bf16x6" is newer than the others. The interpreter multiplies in fp32 whatever the precision."""
-    from triton.backends.nvidia.compiler import CUDAOptions
-
-    return tuple(CUDAOptions.allowed_dot_input_precisions)
 
 
 def operator_constants(spec: OperatorSpec) -> tuple[dict, float, float]:

@@ -77,12 +77,12 @@ CANDIDATES_FMA = {
 }
 # fp32 inputs with split-TF32 dots ("tf32x3", three tensor-core products per dot) hold about twice the
 # registers of TF32: on the tiles above the fwm-prob-k4 forward spills 0.4 KB (D = 64, 128x64/8 warps) and
-# dK/dV 0.4-1 KB. ptxas (sm_90a, D = 64, softmax / fwm-prob-k4 / minmax-weight-k4): these defaults spill
-# nothing but 20 B in softmax's dK/dV. At D = 128 every candidate spills (forward 8 B-0.9 KB, dQ 0.3-0.8 KB,
-# dK/dV 1-2 KB), and the 128-row dQ and the 128x64 forward need more shared memory than an H100 has
-# (autotuning skips them; the defaults fit). Not timed: autotuning picks among them. The bf16x6 dots (three
-# bf16 parts per operand, six products) use the same list: their defaults spill nothing at D = 64 either, and
-# at D = 128 the forward spills less than tf32x3's (fwm-prob-k4 0.75 KB against 1 KB).
+# dK/dV 0.4-1 KB. ptxas (sm_90a, D = 64, the core operators): these defaults spill at most 8 B (MinMax's dQ).
+# At D = 128 the defaults spill too (forward up to 1 KB, dQ 0.4-0.8 KB, dK/dV 1.5-1.7 KB), and the 128-row dQ
+# and the 128x64 forward need more shared memory than an H100 has (autotuning skips them; the defaults fit).
+# Not timed: autotuning picks among them. The bf16x6 dots (three bf16 parts per operand, six products) use
+# the same list: their defaults spill at most 4 B at D = 64, and at D = 128 the forward spills less than
+# tf32x3's (fwm-prob-k4 0.8 KB against 1.0 KB).
 CANDIDATES_TF32X3 = {
     "fwd": [(128, 32, 8, 2), (64, 32, 4, 2), (64, 32, 4, 1), (128, 64, 8, 2)],
     "dq": [(64, 16, 4, 2), (128, 32, 8, 2), (64, 32, 4, 2), (32, 32, 4, 2)],
