@@ -548,13 +548,14 @@ def _dot(a, b, PREC: tl.constexpr):
 
 
 # The split dots (fp32 inputs, near-fp32 products on the tensor cores). Triton's own input_precision="tf32x3"
-# and "bf16x6" compute the same parts and products in the same order, then zero the NaNs of the sum of the
-# small products before the largest product is added (so that an infinite operand gives inf rather than the
-# NaN of inf - inf in its small part): a compare and a select per output element of every dot, which the
-# kernels pay per score in QK^T and D / BLOCK_N times per score in each P V-like dot (and ptxas expands the
-# PTX cvt.rna.tf32.f32 of the TF32 split with a compare of its own per element). Without them the results
-# are Triton's bit for bit wherever the inputs are finite; an infinite or NaN operand makes its products NaN
-# (a valid key's infinite v: O is NaN, not inf). The kernels make a row with a non-finite score NaN anyway.
+# and "bf16x6" (3.6 to 3.9, their TTGIR) compute the same parts and products in the same order, then zero
+# the NaNs of the sum of the small products before the largest product is added (so that an infinite operand
+# gives inf rather than the NaN of inf - inf in its small part): a compare and a select per output element of
+# every dot, which the kernels pay per score in QK^T and D / BLOCK_N times per score in each P V-like dot (and
+# ptxas expands the PTX cvt.rna.tf32.f32 of the TF32 split with a compare of its own per element). Without
+# them the results are Triton's bit for bit wherever the inputs are finite; an infinite or NaN operand makes
+# its products NaN (a valid key's infinite v: O is NaN, not inf). The kernels make a row with a non-finite
+# score NaN anyway.
 
 
 @triton.jit
@@ -581,8 +582,9 @@ def _dot_tf32x3(a, b):
 
 @triton.jit
 def _bf16_split3(x):
-    """x = hi + mid + lo (up to x's bits below lo's): each part the bf16 rounding (to nearest even) of what
-    the parts before it leave; the residuals are exact in fp32."""
+    """x = hi + mid + lo, exactly for |x| above 2^-110 (24 significant bits in 8 + 8 + 8; smaller x loses
+    lo's bits to bf16's subnormals): each part the bf16 rounding (to nearest even) of what the parts before
+    it leave; the residuals are exact in fp32."""
     hi = _cast(x, tl.bfloat16)
     r = x - hi.to(tl.float32)
     mid = _cast(r, tl.bfloat16)
@@ -603,8 +605,8 @@ def _bf16_dot(a, b, d):
 @triton.jit
 def _dot_bf16x6(a, b):
     """a b from three bf16 parts per operand (``_bf16_split3``): the six largest of the nine products,
-    mid mid + lo hi + hi lo + mid hi + hi mid + hi hi, accumulated in fp32 in that order (Triton's order;
-    the three left out are under 2^-24 |a| |b|)."""
+    mid mid + lo hi + hi lo + mid hi + hi mid + hi hi, accumulated in fp32 in that order (Triton's for
+    input_precision="bf16x6"; the three left out are under 2^-24 |a| |b|)."""
     a_hi, a_mid, a_lo = _bf16_split3(a)
     b_hi, b_mid, b_lo = _bf16_split3(b)
     d = _bf16_dot(a_mid, b_mid, None)
