@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import types
@@ -216,10 +217,51 @@ def test_run_one_checks_threads_and_device(tmp_path, capsys):
     assert "--device must be one of" in capsys.readouterr().err
 
 
+FAKE_SBATCH = """#!/bin/sh
+# records its arguments and the script it was given (the last one), then answers as sbatch does
+echo "$@" >> "$SBATCH_LOG"
+for a; do last=$a; done
+cp "$last" "$SBATCH_LOG.script"
+echo "Submitted batch job 4242"
+"""
+
+
+def test_slurm_submission_through_submitit_with_a_fake_sbatch(tmp_path, data, monkeypatch, capsys):
+    """The CLI's --slurm through the real submitit (the slurm extra; the others use a fake executor) against
+    an sbatch that only records: one job array, a GPU per job for a GPU protocol, the partition and time the
+    command line gives, and each run's job id read back from sbatch's answer."""
+    pytest.importorskip("submitit")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(FAKE_SBATCH)
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")  # submitit only looks for it
+    for tool in ("sbatch", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SBATCH_LOG", str(tmp_path / "sbatch.log"))
+    out = tmp_path / "out"
+    argv = ["suite", "run", str(suite_file(tmp_path, "124m-100m")), "--out", str(out), "--data", str(data)]
+    assert main([*argv, "--slurm", "--slurm-partition", "gpu", "--slurm-time", "90"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "softmax-s1: submitted (slurm job 4242_" in printed
+        and "lerp-k4-s1: submitted (slurm job 4242_" in printed
+    )
+    assert len((tmp_path / "sbatch.log").read_text().splitlines()) == 1  # one submission: the array
+    script = (tmp_path / "sbatch.log.script").read_text()
+    for line in ("--array=0-1", "--gpus-per-node=1", "--partition=gpu", "--time=90", "--job-name=kinterval",
+                 "--nodes=1", "--ntasks-per-node=1"):  # fmt: skip
+        assert f"#SBATCH {line}" in script, line
+
+
 def test_slurm_without_slurm_is_an_error_not_a_local_run(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "submitit", types.SimpleNamespace(SlurmExecutor=None))
     monkeypatch.setattr("shutil.which", lambda name: None)
-    with pytest.raises(ValueError, match="no Slurm on this machine"):
+    with pytest.raises(ValueError, match=r"no Slurm on this machine \(sbatch and srun not found\)"):
+        runner._slurm_executor(tmp_path)
+    # submitit's executor refuses a machine without srun (a RuntimeError of its own): named here first
+    monkeypatch.setattr("shutil.which", lambda name: None if name == "srun" else f"/usr/bin/{name}")
+    with pytest.raises(ValueError, match=r"no Slurm on this machine \(srun not found\)"):
         runner._slurm_executor(tmp_path)
 
 

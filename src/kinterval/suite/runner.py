@@ -647,8 +647,10 @@ def _slurm_executor(out: Path):
         import submitit
     except ImportError as err:
         raise ValueError("--slurm needs submitit: pip install 'kinterval[slurm]'") from err
-    if shutil.which("sbatch") is None:
+    missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]  # submitit needs both
+    if missing:
         raise ValueError(
-            "--slurm: no Slurm on this machine (sbatch not found); run without --slurm to train here"
+            f"--slurm: no Slurm on this machine ({' and '.join(missing)} not found); run without --slurm to "
+            "train here"
         )
     return submitit.SlurmExecutor(folder=str(out / "slurm" / "%j"))
