@@ -8,13 +8,13 @@ Error bound (FlashAttention convention): err(kernel vs ref64) <= 2 * err(torch a
 ref64) + atol, where "torch" is the reference backend at the kernel's input dtype (fp32 with the same TF32
 setting on GPU; the interpreter computes every dot in fp32) and, for bf16/fp16, also a low-precision
 baseline, whichever errs more. For softmax that baseline is PyTorch's native low-precision attention maths
-(scores and P @ V in the low dtype, operator in fp32), as FlashAttention's own tests do. For the K-interval
-operators and the rounded-exp baselines it is the kernels' own 16-bit arithmetic in PyTorch
-(``_lowp_kernel_arith``: 16-bit products accumulated in fp32, the grid in fp32, P and dS rounded to 16
-bits before their products): scores rounded to 16 bits move keys across grid boundaries, and the native
-baseline then errs by O(0.1-1), which bounds nothing. ref64 is the reference backend on float64 copies of
-the same inputs. The bound holds for the relative Frobenius error (systematic errors) and for the max error
-(localized errors).
+(scores and P @ V in the low dtype, operator in fp32), as FlashAttention's own tests do, or the kernels' own
+arithmetic below where that errs more. For the K-interval operators and the rounded-exp baselines it is the
+kernels' own 16-bit arithmetic in PyTorch (``_lowp_kernel_arith``: 16-bit products accumulated in fp32, the
+grid in fp32, P and dS rounded to 16 bits before their products, the backward's D_i = dO_i . O_i from the
+kernels' O): scores rounded to 16 bits move keys across grid boundaries, and the native baseline then errs
+by O(0.1-1), which bounds nothing. ref64 is the reference backend on float64 copies of the same inputs. The
+bound holds for the relative Frobenius error (systematic errors) and for the max error (localized errors).
 
 Flip-prone rows (kinterval.ops.flips). Unlike softmax, the operator is discontinuous in the scores: interval
 boundaries (Delta jumps), the Nearest forward's midpoints, FWM's tail cut and near-ties of the row max/min
@@ -40,6 +40,7 @@ scores) are used only where exact ties are the point (the tie convention).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -66,7 +67,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from grid_flips import emulated_kernel, flip_rows, to_tf32  # noqa: E402
 
-from kinterval.ops import OperatorSpec, kinterval_attention  # noqa: E402
+from kinterval.ops import OperatorSpec, formulas, kinterval_attention, reference  # noqa: E402
 from kinterval.ops.api import valid_mask, with_sinks  # noqa: E402
 from kinterval.ops.reference import reference_probs  # noqa: E402
 from kinterval.ops.tf32 import tf32 as tf32_switch  # noqa: E402
@@ -189,22 +190,67 @@ class _RoundGrad(torch.autograd.Function):
         return g.to(ctx.dtype).to(g.dtype), None
 
 
+@contextlib.contextmanager
+def _normalizations():
+    """Record (W, P, with a gradient) of every ``normalize(w)`` the reference calls: the row sums and
+    probabilities of the forward weights and of the operator's Jacobian point."""
+    calls, plain = [], formulas.normalize
+
+    def normalize(w):
+        P = plain(w)
+        calls.append((w.sum(-1, keepdim=True), P, w.requires_grad))  # W carries w's gradient
+        return P
+
+    formulas.normalize, reference.normalize = normalize, normalize
+    try:
+        yield calls
+    finally:
+        formulas.normalize, reference.normalize = plain, plain
+
+
 def _lowp_kernel_arith(q, k, v, spec, causal, mask, scale, sinks=None, softcap=None, bias=None):
     """The kernels' 16-bit arithmetic in PyTorch, the low-precision baseline of the K-interval operators:
     products of the 16-bit inputs accumulated in fp32 (the scores and g = dO vᵀ, as the tensor cores form
-    them), the grid and the operator in fp32, P rounded to q's dtype before P V and dS before dSᵀ Q and dS K,
-    the results rounded to q's dtype. Scores rounded to 16 bits (``_lowp_torch``) move keys across grid
-    boundaries and midpoints: that baseline's error is O(0.1-1) and bounded nothing (a dq 30% off passed)."""
+    them), the grid and the operator in fp32, the weights w rounded to q's dtype before the P V dot, which
+    is then divided by W (historical Prob-STE: its P, formed per key), dS rounded before dSᵀ Q and dS K, the
+    results rounded to q's dtype. Scores rounded to 16 bits (``_lowp_torch``) move keys across grid
+    boundaries and midpoints: that baseline's error is O(0.1-1) and bounded nothing (a dq 30% off passed).
+
+    The backward's row scalar D_i = dO_i . O^at_i comes from the kernels' O^at: the output (softmax, LERP,
+    Weight-STE), or for Prob-STE O^L (w^L rounded before its dot, divided by W^L, kept in fp32). Autograd
+    forms <g>_P at the exact Jacobian point instead, so D_i = <g>_P + e_i with e_i = dO_i . (O^at_i -
+    P^at_i v), and the kernels' gamma = (g - D)/W is the reference's less e_i/W_i on every key. The term
+    u_i (W_i / sg(W_i) - 1) added to the output, 0 in value, with u_i = -(O^at_i - P^at_i v), gives exactly
+    that gradient: d(dO_i . u_i W_i / sg(W_i))/dw_ij = -e_i/W_i. It moves what is not rounded to 16 bits after
+    gamma most: the gradients of a score bias and of the sinks (docs/kernels.md, Backward)."""
     dt = q.dtype
+    Tk = v.shape[-2]
     s = _RoundGrad.apply(torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale, dt)
     if softcap is not None:
         s = softcap * torch.tanh(s / softcap)
     if bias is not None:
         s = s + bias.float()
     valid = valid_mask(s.shape, s.device, causal=causal, mask=mask)
-    P = _probs_with_sinks(s, valid, spec, None if sinks is None else sinks.float())
-    P = P + (P.to(dt).float() - P).detach()  # rounded in the forward; dL/dP = dO vᵀ stays fp32
-    return torch.matmul(P, v.float()).to(dt)
+    with _normalizations() as calls:
+        P = _probs_with_sinks(s, valid, spec, None if sinks is None else sinks.float())
+    ((W_at, P_at),) = [(W, P) for W, P, grad in calls if grad]  # the Jacobian point: one with a gradient
+    P_at = P_at.detach()[..., :Tk]  # without the sinks' column
+    prob_ste = tri_autograd.operator_constants(spec)[0]["JACOBIAN_AT_PL"]
+    W_at = torch.where(W_at > 0, W_at, 1.0)  # with its gradient: the D term below
+
+    def rounded(P, W):  # w = P W rounded to q's dtype, over W: what the kernels' P V dot multiplies by
+        return (P * W).to(dt).float() / W
+
+    if prob_ste and spec.arithmetic == "historical":
+        P_fwd = P.detach().to(dt).float()  # its forward P, formed per key (App. C.2), rounded itself
+    else:
+        W_fwd = calls[-1][0] if prob_ste else W_at  # Prob-STE's forward normalizes w^N last (no gradient)
+        P_fwd = rounded(P.detach(), torch.where(W_fwd > 0, W_fwd, 1.0).detach())
+    P = P + (P_fwd - P).detach()  # rounded in the forward; dL/dP = dO vᵀ stays fp32
+    out = torch.matmul(P, v.float())
+    o_at = torch.matmul(rounded(P_at, W_at.detach()), v.float()) if prob_ste else out.detach().to(dt).float()
+    out = out - (o_at - torch.matmul(P_at, v.float())) * (W_at / W_at.detach() - 1.0)
+    return out.to(dt)
 
 
 def _diff(x, ref, skip=None):
@@ -216,9 +262,12 @@ def _diff(x, ref, skip=None):
 
 
 def _errs(x, ref, skip=None):
-    """(max abs error, relative Frobenius error) of x against the float64 reference."""
+    """(max abs error, relative Frobenius error) of x against the float64 reference. A reference that is
+    exactly 0 (the keys' gradient where every row has one key: P = 1 whatever the score) has no scale to be
+    relative to: the Frobenius error is then absolute, as the max bound's scale max(1, max |ref|) is."""
     d = _diff(x, ref, skip)
-    return d.abs().max().item(), (d.norm() / ref.norm().clamp_min(1e-300)).item()
+    norm = ref.norm()
+    return d.abs().max().item(), (d.norm() / (norm if norm > 0 else 1.0)).item()
 
 
 def _where(x, ref, skip=None):
@@ -317,17 +366,20 @@ def check(
     ref64 = [x.cpu() for x in ref64]
     with tf32_switch(HAS_CUDA and tf32):
         ref_t = _grads(reference, *dev, sinks=sinks_d, bias=bias_d)
-        lowp = None
-        if dtype in (torch.bfloat16, torch.float16):  # module doc: the low-precision baseline
-            lowp_fn = _lowp_torch if spec.kind == "softmax" else _lowp_kernel_arith
-            lowp = _grads(
-                lambda a, b, c, *s, bias=None: lowp_fn(
-                    a, rep(b), rep(c), spec, causal, mask_d, scale_, *s, softcap=softcap, bias=bias
-                ),
-                *dev,
-                sinks=sinks_d,
-                bias=bias_d,
-            )
+        lowp = []
+        if dtype in (torch.bfloat16, torch.float16):  # module doc: the low-precision baselines
+            fns = (_lowp_torch, _lowp_kernel_arith) if spec.kind == "softmax" else (_lowp_kernel_arith,)
+            lowp = [
+                _grads(
+                    lambda a, b, c, *s, bias=None, fn=fn: fn(
+                        a, rep(b), rep(c), spec, causal, mask_d, scale_, *s, softcap=softcap, bias=bias
+                    ),
+                    *dev,
+                    sinks=sinks_d,
+                    bias=bias_d,
+                )
+                for fn in fns
+            ]
 
     names = (*NAMES, *(["dsinks"] if sinks is not None else []))
     names += ("dbias",) if bias is not None and bias.requires_grad else ()
@@ -341,7 +393,7 @@ def check(
         assert torch.isfinite(x).all(), f"{name}: non-finite values (unwritten or NaN) in the kernel result"
         ref = ref64[i]
         skip = flips if name == "out" else None  # the gradients of flip-prone rows are zero by construction
-        others = [ref_t[i]] + ([lowp[i]] if lowp is not None else [])
+        others = [ref_t[i]] + [x[i] for x in lowp]
         err, fro = _errs(x, ref, skip)
         err_t = max(_errs(y, ref, skip)[0] for y in others)
         fro_t = max(_errs(y, ref, skip)[1] for y in others)
@@ -774,6 +826,10 @@ CASES = {
     "tq_1": ("minmax-weight-k4", 1, 2, 1, 40, 16, True, None, False),
     # Tk - Tq = 1: the last row of a 16-row query block sees one key of the next key tile, alone
     "causal_last_key_alone": ("lerp-k4", 1, 2, 16, 17, 16, True, None, False),
+    # one key: P = 1 in every row and O = v. The gradients of q and k are 0 in the reference; in the kernel
+    # too, as FWM's arg-max term (G_M = -S1) cancels the self term exactly. (Without that term, as in
+    # softmax, dS = g - D is a rounding of g: docs/kernels.md, Backward; a zero reference has no scale.)
+    "tk_1": ("fwm-lerp-k4", 2, 2, 20, 1, 16, False, None, False),
 }
 
 
@@ -1308,6 +1364,35 @@ def test_tie_convention(name):
 
 
 # ----------------------------------------------------------------------------------- dtypes, precision
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_low_precision_baseline_forms_d_from_the_rounded_output(dtype):
+    """``_lowp_kernel_arith`` models the kernels' D_i = dO_i . O_i with O rounded to 16 bits: its score-bias
+    gradient (dL/ds itself) is (g - D)/W Delta for LERP without the range terms, with g = dO v^T in fp32 and
+    D from the rounded output, and it differs from the exact-D value (<g>_P) by more than rounding."""
+    from kinterval.ops.formulas import lerp_slope, lerp_weight, row_extrema
+
+    spec = OperatorSpec.from_full_name("lerp-k4[range_grad=detach]")
+    q, k, v, do = make_inputs(1, 2, 9, 13, 16, seed=5, dtype=dtype)
+    bias = (torch.randn(1, 2, 9, 13, generator=torch.Generator().manual_seed(6)) * 0.5).requires_grad_()
+    out = _lowp_kernel_arith(q, k, v, spec, False, None, 0.25, bias=bias)
+    (got,) = torch.autograd.grad(out, bias, do)
+
+    s = torch.matmul(q.float(), k.float().transpose(-2, -1)) * 0.25 + bias.detach()
+    valid = torch.ones_like(s, dtype=torch.bool)
+    ext = row_extrema(s, valid)
+    gr = formulas.grid(s, valid, spec, ext.M, ext.m)
+    wL = reference.place(lerp_weight(gr), gr)
+    W = wL.sum(-1, keepdim=True)
+    P = wL.to(dtype).float() / W  # the weights rounded before the P V dot, normalized after it
+    o = torch.matmul(P, v.float()).to(dtype)
+    g = torch.matmul(do.float(), v.float().transpose(-2, -1))
+    D = (do.float() * o.float()).sum(-1, keepdim=True)
+    want = (g - D) / W * lerp_slope(gr)
+    exact_d = (g - (wL / W * g).sum(-1, keepdim=True)) / W * lerp_slope(gr)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert (got - exact_d).abs().max() > 100 * (got - want).abs().max()
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     "name",
