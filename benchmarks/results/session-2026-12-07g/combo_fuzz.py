@@ -1,0 +1,86 @@
+"""Random combinations of the kernels' options in Triton's interpreter, each held to the bound of the kernel
+tests (tests/ops/test_triton.py ``check``): operator (core, other K, historical, a range_grad), dtype and
+fp32 dot precision, batch, grouped heads, Tq, Tk, D, a value head dim of its own, masking, sinks, softcap and
+a score bias with or without its gradient.
+
+    python benchmarks/results/session-2026-12-07g/combo_fuzz.py SEED N     # N cases from SEED
+    KINTERVAL_TRITON_BWD=fused python .../combo_fuzz.py SEED N              # the one-kernel backward
+
+One line a case ("ok" or "FAIL" with check's message), then the number of failures. CPU only."""
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+TESTS = Path(__file__).resolve().parents[3] / "tests"
+sys.path[:0] = [str(TESTS / "ops"), str(TESTS)]
+
+import test_triton as tt  # noqa: E402
+import torch  # noqa: E402
+
+from kinterval.ops.triton import autograd as tri_autograd  # noqa: E402
+
+tri_autograd.POISON_OUTPUTS = True  # every output starts as NaN: a finite result proves it was written
+OPS = tt.CORE_OPS + tt.OTHER_K + tt.HISTORICAL_OPS
+
+
+def case(seed0: int, i: int):
+    rnd = random.Random(seed0 * 1000 + i)
+    op = rnd.choice(OPS)
+    if rnd.random() < 0.3 and "-k" in op and "[" not in op and "exp" not in op:
+        op += f"[range_grad={rnd.choice(tt.RANGE_GRADS)}]"
+    dtype = rnd.choice([torch.float32, torch.float32, torch.bfloat16, torch.float16])
+    precision = rnd.choice([None, "ieee", "tf32x3", "bf16x6"]) if dtype == torch.float32 else None
+    Hk = rnd.choice([1, 2])
+    H = Hk * rnd.choice([1, 1, 2, 3])
+    Tk, Tq = rnd.randint(1, 45), rnd.randint(1, 45)
+    masking = rnd.choice(["causal", "mask", "none"])
+    if masking == "causal" and Tq > Tk:
+        Tq = Tk
+    D = rnd.choice([8, 16, 24, 32, 40])
+    Dv = rnd.choice([D, D, 8, 16])
+    sinks = rnd.random() < 0.3
+    softcap = rnd.choice([None, None, 5.0, 30.0])
+    bias = rnd.choice([0, 0, 1, 2])
+    B = rnd.choice([1, 2])
+    desc = (
+        f"#{i} {op} {dtype} prec={precision} B{B} H{H}/{Hk} Tq{Tq} Tk{Tk} D{D} Dv{Dv} {masking} "
+        f"sinks={sinks} softcap={softcap} bias={bias}"
+    )
+    q, k, v, do = tt.make_inputs(B, H, Tq, Tk, D, seed=seed0 * 1000 + i, dtype=dtype)
+    k = k[:, :Hk].contiguous()
+    g = torch.Generator().manual_seed(i)
+    v = torch.randn(B, Hk, Tk, Dv, generator=g).to(dtype)
+    do = torch.randn(B, H, Tq, Dv, generator=g).to(dtype)
+    mask = torch.rand(B, 1, Tq, Tk, generator=g) < 0.7 if masking == "mask" else None
+    kw = dict(causal=masking == "causal", mask=mask, precision=precision)
+    if sinks:
+        kw["sinks"] = torch.linspace(-2, 2, H).to(dtype)
+    if softcap:
+        kw["softcap"] = softcap
+    if bias:
+        kw["bias"] = (torch.randn(1, H, Tq, Tk, generator=g) * 0.5).requires_grad_(bias == 2)
+    return desc, op, (q, k, v, do), kw
+
+
+def main() -> int:
+    seed0, n = int(sys.argv[1]), int(sys.argv[2])
+    fails = 0
+    for i in range(n):
+        desc, op, tensors, kw = case(seed0, i)
+        t0 = time.time()
+        try:
+            tt.check(op, *tensors, **kw)
+            print("ok  ", desc, f"{time.time() - t0:.0f}s", flush=True)
+        except Exception as e:
+            fails += 1
+            print("FAIL", desc, type(e).__name__, str(e)[:600], flush=True)
+    print("fails", fails)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
