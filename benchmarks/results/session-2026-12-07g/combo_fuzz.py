@@ -5,6 +5,8 @@ a score bias with or without its gradient.
 
     python benchmarks/results/session-2026-12-07g/combo_fuzz.py SEED N     # N cases from SEED
     KINTERVAL_TRITON_BWD=fused python .../combo_fuzz.py SEED N              # the one-kernel backward
+    python .../combo_fuzz.py SEED N --tiles   # each kernel on a random production (BLOCK_M, BLOCK_N), and
+                                              # Tq, Tk drawn up to BLOCK_M + 20 and Tq + BLOCK_N + 20
 
 One line a case ("ok" or "FAIL" with check's message), then the number of failures. CPU only."""
 
@@ -18,6 +20,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 TESTS = Path(__file__).resolve().parents[3] / "tests"
 sys.path[:0] = [str(TESTS / "ops"), str(TESTS)]
 
+import pytest  # noqa: E402
 import test_triton as tt  # noqa: E402
 import torch  # noqa: E402
 
@@ -27,8 +30,14 @@ tri_autograd.POISON_OUTPUTS = True  # every output starts as NaN: a finite resul
 OPS = tt.CORE_OPS + tt.OTHER_K + tt.HISTORICAL_OPS
 
 
-def case(seed0: int, i: int):
+def case(seed0: int, i: int, tiles: bool = False):
     rnd = random.Random(seed0 * 1000 + i)
+    configs = None
+    if tiles:  # the interpreter otherwise runs one 16 x 16 tile; every production default is rectangular
+        configs = {}
+        for kind in tt._kernels_module.KERNELS:
+            bm, bn = rnd.choice(tt.PRODUCTION_TILES)
+            configs[kind] = tt.triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4, num_stages=1)
     op = rnd.choice(OPS)
     if rnd.random() < 0.3 and "-k" in op and "[" not in op and "exp" not in op:
         op += f"[range_grad={rnd.choice(tt.RANGE_GRADS)}]"
@@ -37,6 +46,11 @@ def case(seed0: int, i: int):
     Hk = rnd.choice([1, 2])
     H = Hk * rnd.choice([1, 1, 2, 3])
     Tk, Tq = rnd.randint(1, 45), rnd.randint(1, 45)
+    if tiles:
+        bm = max(c.kwargs["BLOCK_M"] for c in configs.values())
+        bn = max(c.kwargs["BLOCK_N"] for c in configs.values())
+        Tq = rnd.randint(1, bm + 20)
+        Tk = rnd.randint(1, Tq + bn + 20)
     masking = rnd.choice(["causal", "mask", "none"])
     if masking == "causal" and Tq > Tk:
         Tq = Tk
@@ -46,9 +60,15 @@ def case(seed0: int, i: int):
     softcap = rnd.choice([None, None, 5.0, 30.0])
     bias = rnd.choice([0, 0, 1, 2])
     B = rnd.choice([1, 2])
+    tiles_desc = (
+        ""
+        if configs is None
+        else " "
+        + ",".join(f"{kind} {c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}" for kind, c in configs.items())
+    )
     desc = (
         f"#{i} {op} {dtype} prec={precision} B{B} H{H}/{Hk} Tq{Tq} Tk{Tk} D{D} Dv{Dv} {masking} "
-        f"sinks={sinks} softcap={softcap} bias={bias}"
+        f"sinks={sinks} softcap={softcap} bias={bias}{tiles_desc}"
     )
     q, k, v, do = tt.make_inputs(B, H, Tq, Tk, D, seed=seed0 * 1000 + i, dtype=dtype)
     k = k[:, :Hk].contiguous()
@@ -63,17 +83,21 @@ def case(seed0: int, i: int):
         kw["softcap"] = softcap
     if bias:
         kw["bias"] = (torch.randn(1, H, Tq, Tk, generator=g) * 0.5).requires_grad_(bias == 2)
-    return desc, op, (q, k, v, do), kw
+    return desc, op, (q, k, v, do), kw, configs
 
 
 def main() -> int:
     seed0, n = int(sys.argv[1]), int(sys.argv[2])
+    tiles = "--tiles" in sys.argv[3:]
     fails = 0
     for i in range(n):
-        desc, op, tensors, kw = case(seed0, i)
+        desc, op, tensors, kw, configs = case(seed0, i, tiles)
         t0 = time.time()
         try:
-            tt.check(op, *tensors, **kw)
+            with pytest.MonkeyPatch.context() as mp:
+                if configs is not None:
+                    tt._use_tiles(mp, configs)
+                tt.check(op, *tensors, **kw)
             print("ok  ", desc, f"{time.time() - t0:.0f}s", flush=True)
         except Exception as e:
             fails += 1
