@@ -7,6 +7,7 @@ a score bias with or without its gradient.
     KINTERVAL_TRITON_BWD=fused python .../combo_fuzz.py SEED N              # the one-kernel backward
     python .../combo_fuzz.py SEED N --tiles   # each kernel on a random production (BLOCK_M, BLOCK_N), and
                                               # Tq, Tk drawn up to BLOCK_M + 20 and Tq + BLOCK_N + 20
+    python .../combo_fuzz.py SEED N --wide    # D from 48, 64, 72, 96, 128 (the kernels' D > 64 branches)
 
 One line a case ("ok" or "FAIL" with check's message), then the number of failures. CPU only."""
 
@@ -30,7 +31,7 @@ tri_autograd.POISON_OUTPUTS = True  # every output starts as NaN: a finite resul
 OPS = tt.CORE_OPS + tt.OTHER_K + tt.HISTORICAL_OPS
 
 
-def case(seed0: int, i: int, tiles: bool = False):
+def case(seed0: int, i: int, tiles: bool = False, wide: bool = False):
     rnd = random.Random(seed0 * 1000 + i)
     configs = None
     if tiles:  # the interpreter otherwise runs one 16 x 16 tile; every production default is rectangular
@@ -54,7 +55,7 @@ def case(seed0: int, i: int, tiles: bool = False):
     masking = rnd.choice(["causal", "mask", "none"])
     if masking == "causal" and Tq > Tk:
         Tq = Tk
-    D = rnd.choice([8, 16, 24, 32, 40])
+    D = rnd.choice([48, 64, 72, 96, 128] if wide else [8, 16, 24, 32, 40])
     Dv = rnd.choice([D, D, 8, 16])
     sinks = rnd.random() < 0.3
     softcap = rnd.choice([None, None, 5.0, 30.0])
@@ -88,10 +89,10 @@ def case(seed0: int, i: int, tiles: bool = False):
 
 def main() -> int:
     seed0, n = int(sys.argv[1]), int(sys.argv[2])
-    tiles = "--tiles" in sys.argv[3:]
+    tiles, wide = "--tiles" in sys.argv[3:], "--wide" in sys.argv[3:]
     fails = 0
     for i in range(n):
-        desc, op, tensors, kw, configs = case(seed0, i, tiles)
+        desc, op, tensors, kw, configs = case(seed0, i, tiles, wide)
         t0 = time.time()
         try:
             with pytest.MonkeyPatch.context() as mp:
