@@ -8,6 +8,8 @@ a score bias with or without its gradient.
     python .../combo_fuzz.py SEED N --tiles   # each kernel on a random production (BLOCK_M, BLOCK_N), and
                                               # Tq, Tk drawn up to BLOCK_M + 20 and Tq + BLOCK_N + 20
     python .../combo_fuzz.py SEED N --wide    # D from 48, 64, 72, 96, 128 (the kernels' D > 64 branches)
+    python .../combo_fuzz.py SEED N --variety # K from 1 to 1024, tau from 0.5 to 100, dyadic inputs (exact
+                                              # scores, no tied extrema), rows of equal or tiny or wide spans
 
 One line a case ("ok" or "FAIL" with check's message), then the number of failures. CPU only."""
 
@@ -31,7 +33,7 @@ tri_autograd.POISON_OUTPUTS = True  # every output starts as NaN: a finite resul
 OPS = tt.CORE_OPS + tt.OTHER_K + tt.HISTORICAL_OPS
 
 
-def case(seed0: int, i: int, tiles: bool = False, wide: bool = False):
+def case(seed0: int, i: int, tiles: bool = False, wide: bool = False, variety: bool = False):
     rnd = random.Random(seed0 * 1000 + i)
     configs = None
     if tiles:  # the interpreter otherwise runs one 16 x 16 tile; every production default is rectangular
@@ -40,6 +42,13 @@ def case(seed0: int, i: int, tiles: bool = False, wide: bool = False):
             bm, bn = rnd.choice(tt.PRODUCTION_TILES)
             configs[kind] = tt.triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4, num_stages=1)
     op = rnd.choice(OPS)
+    if variety and "-k" in op:  # another K, and for FWM and resolved another tau
+        base, _, extra = op.partition("[")
+        base = base.rsplit("-k", 1)[0] + f"-k{rnd.choice([1, 2, 3, 5, 7, 32, 64, 256, 1024])}"
+        overrides = [extra.rstrip("]")] if extra else []
+        if base.startswith(("fwm", "resolved")) and rnd.random() < 0.7:
+            overrides.append(f"tau={rnd.choice([0.5, 2.0, 6.0, 20.0, 100.0])}")
+        op = base + (f"[{','.join(overrides)}]" if overrides else "")
     if rnd.random() < 0.3 and "-k" in op and "[" not in op and "exp" not in op:
         op += f"[range_grad={rnd.choice(tt.RANGE_GRADS)}]"
     dtype = rnd.choice([torch.float32, torch.float32, torch.bfloat16, torch.float16])
@@ -71,7 +80,13 @@ def case(seed0: int, i: int, tiles: bool = False, wide: bool = False):
         f"#{i} {op} {dtype} prec={precision} B{B} H{H}/{Hk} Tq{Tq} Tk{Tk} D{D} Dv{Dv} {masking} "
         f"sinks={sinks} softcap={softcap} bias={bias}{tiles_desc}"
     )
-    q, k, v, do = tt.make_inputs(B, H, Tq, Tk, D, seed=seed0 * 1000 + i, dtype=dtype)
+    dyadic = variety and rnd.random() < 0.3
+    q, k, v, do = tt.make_inputs(B, H, Tq, Tk, D, seed=seed0 * 1000 + i, dtype=dtype, dyadic=dyadic)
+    if variety and not dyadic:  # equal scores (degenerate MinMax rows), a tiny span, or a wide one
+        factor = rnd.choice([1.0, 1.0, 0.0, 1e-4, 30.0])
+        q = q * factor
+        desc += f" q*{factor:g}"
+    desc += " dyadic" if dyadic else ""
     k = k[:, :Hk].contiguous()
     g = torch.Generator().manual_seed(i)
     v = torch.randn(B, Hk, Tk, Dv, generator=g).to(dtype)
@@ -89,10 +104,10 @@ def case(seed0: int, i: int, tiles: bool = False, wide: bool = False):
 
 def main() -> int:
     seed0, n = int(sys.argv[1]), int(sys.argv[2])
-    tiles, wide = "--tiles" in sys.argv[3:], "--wide" in sys.argv[3:]
+    tiles, wide, variety = ("--" + f in sys.argv[3:] for f in ("tiles", "wide", "variety"))
     fails = 0
     for i in range(n):
-        desc, op, tensors, kw, configs = case(seed0, i, tiles, wide)
+        desc, op, tensors, kw, configs = case(seed0, i, tiles, wide, variety)
         t0 = time.time()
         try:
             with pytest.MonkeyPatch.context() as mp:
