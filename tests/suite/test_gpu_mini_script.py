@@ -29,8 +29,8 @@ from kinterval.train.checkpoint import ops_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
-    any(shutil.which(t) is None for t in ("bash", "git", "pgrep", "pkill", "tar")),
-    reason="needs bash, git, pgrep, pkill and tar",
+    any(shutil.which(t) is None for t in ("bash", "git", "pgrep", "tar")),
+    reason="needs bash, git, pgrep and tar",
 )
 
 SUITE = """
@@ -158,16 +158,20 @@ def _cwd(pid: str) -> Path:
         return Path("/")
 
 
+def _runs_of(checkout: Path, out: str) -> list[str]:
+    """The pids of the suite's training runs writing to ``out`` from this checkout, not another clone's (two
+    test suites on one machine run the same suite names)."""
+    found = subprocess.run(["pgrep", "-f", "--", f"--out {out}"], capture_output=True, text=True).stdout
+    return [pid for pid in found.split() if _cwd(pid).is_relative_to(checkout.resolve())]
+
+
 def test_the_deadline_stops_the_suite_and_a_failed_preflight_is_marked(checkout):
     # the deadline leaves the run time to start (the corpus is prepared first: a few seconds here)
     rc, log, seconds = _script(checkout, "sitting", "long", deadline=30, preflight="test_bad.py")
     # nothing finished before the deadline: nothing comes back, and the call says so (exit code 1)
     assert rc == 1 and "deadline: stopping the suite" in log and "nothing to bring back" in log, log
     assert seconds < 30 + 120, log  # the 100M-token run would take hours
-    found = subprocess.run(["pgrep", "-f", "--", "--out .mini/long"], capture_output=True, text=True).stdout
-    left = [
-        pid for pid in found.split() if _cwd(pid).is_relative_to(checkout.resolve())
-    ]  # not another clone's
+    left = _runs_of(checkout, ".mini/long")
     assert left == [], f"a run of the suite outlived the deadline: {left}"
     # a failed preflight does not stop the suite; it is marked at once, beside the results
     assert "kernel preflight FAILED (the suite goes on)" in log, log
@@ -204,7 +208,8 @@ def test_a_call_cut_short_by_the_machine_still_brings_back_every_finished_run(ch
     assert tarball.exists(), f"no run packed in {time.monotonic() - t0:.0f} s (script rc {proc.poll()})"
     proc.kill()  # the machine's limit, right after the first run was packed
     proc.wait()
-    subprocess.run(["pkill", "-f", "--", "--out .mini/cut"], check=False)  # what the machine's end does
+    for pid in _runs_of(checkout, ".mini/cut"):  # what the machine's end does (this clone's runs only)
+        subprocess.run(["kill", pid], check=False)
     back = sorted(p.name for p in (checkout / "out").iterdir())
     # what a device call brings back: at most 8 plain files, names of letters, digits, '.', '_' and '-'
     assert back == ["cut_results.tar.gz", "env.txt", "gate.txt", "preflight.txt", "sitting.log"], back
