@@ -2,30 +2,21 @@
 float64 reference; see test_triton.py): the operator (core, other K, historical, a range_grad), the dtype and
 fp32 dot precision, batch, grouped k/v heads, Tq, Tk, D, a value head dim of its own, causal or a random
 mask or none, attention sinks, a softcap, a score bias with or without its gradient, and the one-kernel
-backward. The other tests vary one or two options at a time; these reach their interactions. Rows have 8
-keys or more: with one key the reference's dq and dk are exactly 0 and the kernels' a rounding of g − D,
-which no relative bound can hold (docs/kernels.md, Backward).
+backward. The other tests vary one or two options at a time; these reach their interactions. Tq and Tk
+are 8 or more, and a random mask leaves every row 2 keys: where every row has one key, the reference's dq
+and dk are exactly 0 and the kernels' a rounding of g − D, which no relative bound can hold
+(docs/kernels.md, Backward).
 
-On a machine without CUDA the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set below and
-in tests/conftest.py before triton is imported)."""
+On a machine without CUDA the kernels run in Triton's CPU interpreter (tests/conftest.py sets
+``TRITON_INTERPRET=1``); importing test_triton skips this module where the kernels cannot run."""
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
 import torch
-
-HAS_CUDA = torch.cuda.is_available()
-if not HAS_CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: run the kernels in the CPU interpreter
-
-from triton_gate import skip_without_kernels  # noqa: E402
-
-skip_without_kernels(module=True)
-
-from test_triton import (  # noqa: E402
+from test_triton import (
     CORE_OPS,
     HISTORICAL_OPS,
     OTHER_K,
