@@ -100,10 +100,11 @@ def _match(condition: str, nll: dict[str, float]) -> float | None:
 
 
 def grid(rows: list[dict], nll: dict[str, float] | None = None) -> dict:
-    """The table's shape: ``conditions`` (ΔNLL order where known, the rest after them in file order),
-    ``tasks`` (configurations in file order), ``cells`` {(condition, task): row}, ``baseline`` {task:
-    softmax accuracy}, ``dnll`` {condition: ΔNLL or None}, ``skipped`` (tasks with no row on their primary
-    metric, e.g. perplexity-only), ``groups`` {condition: group} when the rows carry pre-declared groups."""
+    """The table's shape: ``conditions`` (ΔNLL order, largest first, where known, the rest after them in
+    file order), ``tasks`` (configurations in file order), ``cells`` {(condition, task): row}, ``baseline``
+    {task: softmax accuracy}, ``dnll`` {condition: ΔNLL or None}, ``skipped`` (tasks with no row on their
+    primary metric, e.g. perplexity-only), ``groups`` {condition: group} when the rows carry pre-declared
+    groups."""
     tasks, conditions, cells, baseline, skipped = [], [], {}, {}, []
     for r in rows:
         task = r["task"]
@@ -119,7 +120,8 @@ def grid(rows: list[dict], nll: dict[str, float] | None = None) -> dict:
         baseline.setdefault(task, r["baseline"])
     skipped = [t for t in skipped if t not in tasks]
     dnll = {c: (_match(c, nll) if nll else None) for c in conditions}
-    known = sorted((c for c in conditions if dnll[c] is not None), key=lambda c: dnll[c])
+    # tab:stagec: rows by ΔNLL, the largest gap first (stable: ties keep the files' order)
+    known = sorted((c for c in conditions if dnll[c] is not None), key=lambda c: -dnll[c])
     conditions = known + [c for c in conditions if dnll[c] is None]
     groups = {c: r["group"] for (c, _), r in cells.items() if "group" in r}
     return {"conditions": conditions, "tasks": tasks, "cells": cells, "baseline": baseline, "dnll": dnll,
@@ -190,7 +192,7 @@ def forest_tasks(g: dict) -> list[str]:
 
 def downstream_figure(g: dict, path: Path, title: str) -> Path:
     """fig:downstream: per configuration of :func:`forest_tasks`, each condition's pp difference with its
-    95% paired bootstrap CI, rows in ΔNLL order (top: smallest)."""
+    95% paired bootstrap CI, rows in ΔNLL order (top: the largest gap, as tab:stagec)."""
     tasks = forest_tasks(g)
     conds = g["conditions"]
     fig, axes = F.plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks) + 1.5, 0.32 * len(conds) + 1.6),
