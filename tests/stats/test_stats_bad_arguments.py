@@ -11,6 +11,7 @@ from kinterval.stats import (
     contrast,
     family_bootstrap_ci,
     k_trend_slopes,
+    k_trend_weights,
     kendall_w,
     label_single_seed,
     paired_bootstrap_ci,
@@ -67,6 +68,13 @@ X = np.arange(40.0)
         (lambda: k_trend_slopes([0, 8], [[0.1, 0.2], [0.1, 0.3]]), "K values must be positive"),
         (lambda: k_trend_slopes([-4, 8], [[0.1, 0.2], [0.1, 0.3]]), "K values must be positive"),
         (lambda: k_trend_slopes([4, 8], [[0.1, 0.2]]), "delta_nll"),
+        # The slope weights alone: log2 of K <= 0 or of a non-number would give NaN weights.
+        (lambda: k_trend_weights([0, 8]), "K values must be positive"),
+        (lambda: k_trend_weights([-4, 8]), "K values must be positive"),
+        (lambda: k_trend_weights([4, np.nan]), "K_values"),
+        (lambda: k_trend_weights([4, np.inf]), "K_values"),
+        (lambda: k_trend_weights(["4", "x"]), "K_values"),
+        (lambda: k_trend_weights([4]), "K_values needs at least 2"),
         (lambda: kendall_w([[1.0], [2.0]]), "scores"),
         (lambda: pairwise_spearman([[1.0, 2.0], [2.0, 1.0]]), "scores"),
         # Not a mapping, or ids numpy cannot sort: a ValueError naming it, not a TypeError from numpy.

@@ -77,7 +77,10 @@ def k_trend_weights(K_values) -> np.ndarray:
     ``y`` against ``log2 K`` is ``sum_k c_k y_k``. The denominator is correctly rounded (``math.fsum``), not a
     BLAS dot, whose order of additions (and FMA) depends on the CPU: a committed report must regenerate to
     the last digit on any machine."""
-    x = np.log2(np.asarray(K_values, dtype=np.float64))
+    K = finite_1d(K_values, "K_values", min_size=2)
+    if np.any(K <= 0):
+        raise ValueError("K values must be positive")
+    x = np.log2(K)
     xc = x - x.mean()
     if not np.any(xc):
         raise ValueError("need at least two distinct K values")
