@@ -412,6 +412,43 @@ def test_widthgap_plots_the_rows_of_the_rank_statistics(tmp_path, monkeypatch):
     assert sorted(seen) == sorted(ranks["conditions"]) and not any("range_grad" in c for c in seen)
 
 
+def test_within_run_spearman_of_span_against_the_gap_along_training(tmp_path):
+    """App. D's within-run Spearman of row span against the NLL gap over one run's checkpoints (the paper:
+    about 0.9 for its 250M MinMax-Weight run), per seed: the gap grows along training (lerp-k16's shrinks);
+    a span that moves with it gives +1, against it -1 (seed 42 of fwm-prob-k4 falls, seed 7 grows), a
+    constant span none. The per-seed ΔNLL and span are paired by checkpoint, not by training time."""
+    falls = {"lerp-k4"}
+
+    def geo(r, f):
+        if r["operator"] == "minmax-prob-k4":
+            return {"span": 20.0, "h": 5.0}
+        down = r["operator"] in falls or (r["operator"] == "fwm-prob-k4" and r["seed"] == 42)
+        return {"span": 20.0 - 10 * f if down else 20.0 + 100 * f, "h": 1.0}
+
+    write_results(
+        tmp_path / "ci",
+        "ci",
+        lambda r, f: {"softmax": 0.0, "lerp-k16": 0.2 * (1.1 - f)}.get(r["operator"], 0.2 * f),
+        n_blocks=32,
+        noise=0.001,
+        geometry=geo,
+        runs=lambda r: r["operator"] != "fwm-weight-k4" or r["seed"] == 7,
+    )
+    build_report([tmp_path / "ci"], tmp_path / "rep")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    rho = {w["key"]["operator"]: (tuple(w["seeds"]), tuple(w["rho"])) for w in data["within_run"]}
+    assert rho["lerp-k4"] == rho["lerp-k16"] == ((7, 42), (-1.0, -1.0))
+    assert rho["minmax-weight-k4"] == ((7, 42), (1.0, 1.0))
+    assert rho["fwm-prob-k4"] == ((7, 42), (1.0, -1.0))
+    assert rho["minmax-prob-k4"] == ((7, 42), (None, None))  # a constant span ranks nothing
+    assert rho["fwm-weight-k4"] == ((7,), (1.0,))
+    assert rho["lerp-k4[range_grad=detach]"] == ((7,), (1.0,))
+    # 3 checkpoints: the exact two-sided permutation p of rho = +-1 is 2/3! = 1/3
+    assert all(p in (None, 1 / 3) for w in data["within_run"] for p in w["p"])
+    table = (tmp_path / "rep" / "within_run.md").read_text()
+    assert "| fwm-prob-k4 | " in table and "+1.000 (0.333), -1.000 (0.333)" in table
+
+
 def test_ranks_table_without_geometry_still_gives_kendall_w(tmp_path):
     """No geometry probes: no Spearman against h or span, but ranks.md still gives the seeds' ordering."""
     write_results(tmp_path / "ci", "ci", lambda r, f: EFFECT[r["operator"]] * f, n_blocks=32)

@@ -522,6 +522,15 @@ def _build(results, out: Path, clean=()) -> None:
         )
         ix.figure("trajectories.png", "ΔNLL trajectories")
         data["trajectories"] = {_label(k, True, models): v for k, v in traj.items()}
+    within = A.within_run_spearman(traj, points)
+    if within:
+        data["within_run"] = within
+        ix.table(
+            "within_run",
+            *T.within_run_rows(within),
+            "Within-run Spearman of row span (layer mean) against ΔNLL vs same-seed softmax over each run's "
+            "checkpoints with a geometry probe (App. D; descriptive)",
+        )
     _k_figure(primary, rows, traj, ix, data, lambda k: colours.get(_label(k, many, models)))
     if geo:
         F.geometry_figure(

@@ -473,6 +473,29 @@ def rank_rows(stats) -> tuple[list[str], list[list[str]]]:
     ]
 
 
+def within_run_rows(stats) -> tuple[list[str], list[list[str]]]:
+    """Within-run Spearman of row span against ΔNLL along training, per seed
+    (``analysis.within_run_spearman``; "-" where fewer than 3 checkpoints have both, or one is constant)."""
+    heads, cells = _data_model([s.key for s in stats])
+    headers = ["Condition", "Budget", *heads, "Eval", "Seed ids", "Checkpoints", "Spearman span vs ΔNLL (p)"]
+
+    def rho(r, p):
+        return "-" if r is None else f"{r:+.3f} ({p:.3g})"
+
+    return headers, [
+        [
+            condition(s.key),
+            tokens(s.key.budget),
+            *cells(s.key),
+            s.key.tag,
+            ",".join(map(str, s.seeds)),
+            ", ".join(map(str, s.checkpoints)),
+            ", ".join(rho(r, p) for r, p in zip(s.rho, s.p)),
+        ]
+        for s in stats
+    ]
+
+
 def _data_model(keys) -> tuple[list[str], callable]:
     """The data and model columns of rows keyed by condition keys, each where the rows hold several."""
     return _varying(keys, {"Data": lambda k: k.data, "Model": lambda k: k.model})

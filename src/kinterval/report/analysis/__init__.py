@@ -86,7 +86,13 @@ from kinterval.report.analysis.heldout import (
     split_half,
 )
 from kinterval.report.analysis.options import OPTION_FIELDS, OptionEffect, option_effects
-from kinterval.report.analysis.ranks import RankStats, rank_statistics, ranked_rows
+from kinterval.report.analysis.ranks import (
+    RankStats,
+    WithinRun,
+    rank_statistics,
+    ranked_rows,
+    within_run_spearman,
+)
 from kinterval.report.analysis.records import (
     CLIP_TAIL,
     FIT_TAIL,
@@ -138,6 +144,7 @@ __all__ = [
     "StrictRow",
     "VS_LERP",
     "ValidationPair",
+    "WithinRun",
     "apply_bh",
     "at_endpoint",
     "clean_blocks",
@@ -180,5 +187,6 @@ __all__ = [
     "note_partial_line",
     "trajectories",
     "validation_pairs",
+    "within_run_spearman",
     "process_seconds",
 ]
