@@ -1,5 +1,7 @@
 """The Trainer driven by hand, as docs/training.md shows, is the run that ``train`` makes."""
 
+import math
+
 import pytest
 import torch
 
@@ -338,3 +340,22 @@ def test_validate_without_eval_every_names_the_setting(make_config, tmp_path):
             trainer.validate()
     finally:
         trainer.close()
+
+
+def test_validation_at_one_position_logs_the_loss_and_no_span(make_config, tmp_path):
+    """T = 1: no row has two keys, so the validation row has no row span ("nan" in the file) and the loss
+    is still logged; it was a ZeroDivisionError after the first checkpoints."""
+    cfg = make_config(
+        **{"model.block_size": 1, "log.eval_every": 2, "schedule.tokens": 64, "schedule.warmup_tokens": 8}
+    )
+    trainer = Trainer(cfg, tmp_path / "run", D.setup(cfg.device))
+    try:
+        trainer.open_records()
+        trainer.step()
+        row = trainer.validate()
+    finally:
+        trainer.close()
+    assert math.isfinite(row["val_loss"]) and math.isnan(row["row_span"])
+    assert all(math.isnan(s) for s in row["row_span_layers"])
+    (logged,) = [r for r in read_metrics(tmp_path / "run") if r.get("event") == "validation"]
+    assert logged["row_span"] == "nan" and logged["val_loss"] == row["val_loss"]

@@ -392,7 +392,8 @@ class Trainer:
         finally:
             for h in handles:
                 h.remove()
-        spans = [s / c for s, c in zip(sums, counts)]
+        # T = 1: no row has two keys, so there is no span to log ("nan" in the file), only the loss
+        spans = [s / c if c else float("nan") for s, c in zip(sums, counts)]
         row = {
             "event": "validation",
             "step": self.done,
