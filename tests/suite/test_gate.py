@@ -635,6 +635,30 @@ def test_full_gate_refuses_a_log_with_a_hole(suite_dir, tmp_path, capsys):
     assert not (d / RECORD).exists()
 
 
+def test_full_gate_follows_a_log_every_changed_on_resume(suite_dir, tmp_path, capsys):
+    """A run resumed by hand with another --log-every logs the change (event log_every): the gate expects
+    each stretch's own rows. It took the manifest's cadence for the whole log and called the steps the
+    new cadence skips missing; a hole after the change is still an error."""
+    d = _copy(suite_dir, tmp_path)
+    (d / RECORD).unlink()
+    log = d / "runs" / RUN / "metrics.jsonl"
+    rows = [json.loads(r) for r in log.read_text().splitlines()]
+    steps = [r["step"] for r in rows if "event" not in r]
+    every, at, last = steps[1] - steps[0], steps[1], steps[-1]
+    assert last > at + 3 * every  # the changed stretch holds several rows
+    kept = [r for r in rows if r["step"] <= at or r["step"] % (2 * every) == 0 or r["step"] == last]
+    change = {"event": "log_every", "step": at, "every": 2 * every, "was_every": every}
+    kept.insert(kept.index(next(r for r in kept if r["step"] > at)), change)
+    log.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    assert main(["suite", "gate", str(d)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    hole = next(r["step"] for r in kept if r["step"] > at and "event" not in r)
+    log.write_text("".join(json.dumps(r) + "\n" for r in kept if r["step"] != hole))
+    assert main(["suite", "gate", str(d)]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ERROR")]
+    assert len(lines) == 1 and f"missing below its last row (step {last}), the first {hole}" in lines[0]
+
+
 def test_results_only_reads_each_run_log_even_when_the_record_signs_it_off(results_dir, tmp_path):
     """A gate.json written by the old gate holds the corrupt log's hash: the bytes match, the log is still
     one error."""

@@ -189,6 +189,42 @@ def test_a_log_without_the_checkpoint_steps_row_is_warned_of_on_resume(runs, tmp
         assert len(said) == 1 and lost in said[0] and steps in said[0] and "logs from step 5 on" in said[0]
 
 
+def test_a_resume_with_another_log_every_is_no_lost_row(runs, tmp_path):
+    """log.every may change on resume: the resumed session logs the change (event log_every, the cadence
+    before and after), and the next resume, or a suite's gate, expects each stretch's own rows. It warned
+    that the steps the earlier cadence skipped were lost from the log. A session that started from a
+    checkpoint is redone, its cadence row with it, when the run resumes from that checkpoint again."""
+    import warnings
+
+    from kinterval.train.metrics import LOG_EVERY, missing_steps
+
+    cfg, _ = runs
+    run = copy_run(runs, "killed", tmp_path)  # every step logged, checkpoint at step 4
+    every3 = cfg.override({"log.every": 3})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(Killed):
+            train(every3, run, resume=True, on_step=kill_at(7))  # checkpoint at 6
+        assert train(every3, run, resume=True).status == "completed"
+    assert not [str(w.message) for w in caught if "lost from the log" in str(w.message)]
+    rows = read_metrics(run)
+    change = [r for r in rows if r.get("event") == LOG_EVERY]
+    assert change == [{"event": LOG_EVERY, "step": 4, "every": 3, "was_every": 1}]
+    assert [r["step"] for r in train_rows(run)] == [1, 2, 3, 4, 6, 8]  # the last step is always logged
+    assert missing_steps(rows, 1, 8) == []
+    assert missing_steps([r for r in rows if r["step"] != 3], 1, 8) == [3]  # a hole is still found
+    assert missing_steps([r for r in rows if r["step"] != 6], 1, 8) == [6]
+    # from step 4 again, with the first cadence: the session that logged the change is redone
+    shutil.rmtree(run / "checkpoints" / "step_000006")
+    shutil.rmtree(run / "checkpoints" / "step_000008")
+    (run / "checkpoints" / "LATEST").unlink(missing_ok=True)
+    (run / "status.json").unlink()
+    assert train(cfg, run, resume=True).status == "completed"
+    rows = read_metrics(run)
+    assert not [r for r in rows if r.get("event") == LOG_EVERY]
+    assert [r["step"] for r in train_rows(run)] == list(range(1, 9)) and missing_steps(rows, 1, 8) == []
+
+
 def test_corrupt_metrics_line_in_the_middle_is_refused(runs, tmp_path):
     cfg, _ = runs
     run = copy_run(runs, "killed", tmp_path)

@@ -40,7 +40,12 @@ class MetricsLog:
         self._open_tb(step)
         if not self.path.is_file():
             return
-        keep = [row for row in _parse(self.path) if row.get("step", 0) <= step]
+        # a cadence row at ``step`` belongs to a session that started from this checkpoint: it is redone too
+        keep = [
+            row
+            for row in _parse(self.path)
+            if row.get("step", 0) < step or (row.get("step", 0) == step and row.get("event") != LOG_EVERY)
+        ]
         atomic.write_text(self.path, "".join(json.dumps(row) + "\n" for row in keep))
         if self.tb is not None and step > 0:
             for row in keep:
@@ -88,9 +93,29 @@ def last_logged_step(rows: list[dict]) -> int | None:
 def missing_steps(rows: list[dict], every: int, through: int) -> list[int]:
     """The steps up to ``through`` that the trainer logs (every ``every``-th, :func:`kinterval.train.loop
     .train`) and ``rows`` lack: a log deleted or cut short before a resume leaves such a hole, and the
-    statistics read from the log (clip fractions, largest gradient norm) would leave those steps out."""
+    statistics read from the log (clip fractions, largest gradient norm) would leave those steps out.
+    ``every``: the log's cadence. A session resumed with another ``log.every`` logged a :data:`LOG_EVERY`
+    row at its first step, with the cadence before (``was_every``) and after it (``every``); where the log
+    holds such rows, they give every stretch's cadence, the first session's included."""
     logged = {r["step"] for r in rows if "event" not in r and isinstance(r.get("step"), int)}
-    return sorted(set(range(every, through + 1, every)) - logged)
+    changes = sorted(
+        (r["step"], r["every"], r["was_every"])
+        for r in rows
+        if r.get("event") == LOG_EVERY
+        and all(_whole(r.get(k)) and r[k] >= 0 for k in ("step", "every", "was_every"))
+        and min(r["every"], r["was_every"]) >= 1
+    )
+    if changes:
+        every = changes[0][2]  # the first session's cadence
+    bounds = [(0, every), *((t, c) for t, c, _ in changes), (through, None)]
+    want = set()
+    for (start, cadence), (end, _) in zip(bounds, bounds[1:]):
+        want.update(s for s in range(start + 1, min(end, through) + 1) if s % cadence == 0)
+    return sorted(want - logged)
+
+
+def _whole(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _parse(path: Path) -> list[dict]:
@@ -117,8 +142,12 @@ def _parse(path: Path) -> list[dict]:
     return rows
 
 
+# The event of a session resumed with another log.every than the checkpoint's session: its step (the
+# checkpoint's), the new cadence ``every`` and the one before, ``was_every``
+LOG_EVERY = "log_every"
+
 # The fields the trainer writes, by kind; readers (resume, report, gate) compare and sum them
-_INTS = ("step", "tokens", "val_blocks", "peak_mem")
+_INTS = ("step", "tokens", "val_blocks", "peak_mem", "every", "was_every")
 _NUMBERS = ("train_loss", "lr", "grad_norm", "clipped_frac", "tokens_per_s", "val_loss", "row_span")
 _NONFINITE = ("nan", "inf", "-inf")  # how :func:`_jsonable` writes non-finite floats
 _KNOWN = {*_INTS, *_NUMBERS, "clipped", "event", "row_span_layers"}

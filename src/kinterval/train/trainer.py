@@ -55,7 +55,7 @@ from kinterval.train.checkpoint import (
 )
 from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
-from kinterval.train.metrics import MetricsLog, missing_steps, read_metrics, write_status
+from kinterval.train.metrics import LOG_EVERY, MetricsLog, missing_steps, read_metrics, write_status
 from kinterval.train.optim import build_optimizer
 from kinterval.train.schedule import Plan, make_plan
 
@@ -248,6 +248,10 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.log.truncate_after(self.done)  # rows past the checkpoint are redone
         self._check_log_reaches_checkpoint()
+        if self.done and self._resumed_every and self.cfg.log.every != self._resumed_every:
+            # the log's cadence changes here: what missing_steps (and a suite's gate) expect from now on
+            change = {"every": self.cfg.log.every, "was_every": self._resumed_every}
+            self.log.write({"event": LOG_EVERY, "step": self.done, **change})
         if self.done and not self.cfg.log.tensorboard and (self.out / "tensorboard").is_dir():
             print(
                 f"kinterval train: warning: {self.out / 'tensorboard'} holds an earlier session's events, "
