@@ -531,11 +531,17 @@ def test_bad_registry_names_are_value_errors():
 def test_a_canonical_name_is_reserved_for_its_operator():
     """register("kinterval-fwm-prob-k4", "lerp-k4") bound the canonical name of FWM-Prob to LERP, and every
     model asking for "kinterval-fwm-prob-k4" (or attn_implementation_name, which reuses it) silently ran
-    LERP; the canonical name of the operator itself, and its "@backend" form, still register."""
+    LERP; nor to another backend of its operator. The canonical name of the operator itself, and its
+    "@backend" form, still register."""
     with pytest.raises(ValueError, match="'kinterval-fwm-prob-k4' is the canonical name of another operator"):
         hf.register("kinterval-fwm-prob-k4", "lerp-k4")
     with pytest.raises(ValueError, match="canonical name of another operator"):
         hf.register("kinterval-lerp-k4@reference", "lerp-k4", backend="closed_form")
+    # nor to another backend: every model asking for "kinterval-fwm-prob-k4" ran the reference backend
+    with pytest.raises(ValueError, match="registers as 'kinterval-fwm-prob-k4@reference'"):
+        hf.register("kinterval-fwm-prob-k4", "fwm-prob-k4", backend="reference")
+    with pytest.raises(ValueError, match="registers as 'kinterval-fwm-prob-k4'$"):
+        hf.register("kinterval-fwm-prob-k4@auto", "fwm-prob-k4")
     assert hf.register("kinterval-lerp-k4", "lerp-k4") == "kinterval-lerp-k4"
     assert (
         hf.register("kinterval-lerp-k4@reference", "lerp-k4", backend="reference")
@@ -896,7 +902,7 @@ def test_a_model_with_its_own_attention_code_gets_a_mask_it_can_add_and_a_warnin
     with pytest.warns(UserWarning, match="BloomConfig: this model computes attention in its own code"):
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kinterval-softmax").eval()
         model.load_state_dict(eager.state_dict())
-        hf._own_attention.cache_clear()  # warn at this forward even if an earlier test built a Bloom
+        hf._OWN_ATTENTION.clear()  # warn at this forward even if an earlier test built a Bloom
         ids, am = batch("left")
         with torch.no_grad():
             got, want = model(ids, attention_mask=am).logits, eager(ids, attention_mask=am).logits
@@ -1412,3 +1418,22 @@ def test_a_position_bias_over_an_empty_static_cache_is_cut_with_the_keys():
     s = s.masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), float("-inf"))
     want = (torch.softmax(s, -1) @ v[:, :, :4]).transpose(1, 2)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-14)
+
+
+def test_inference_compiles_as_one_graph(monkeypatch):
+    """Under torch.compile without gradients, the mask builder and the attention call trace whole
+    (fullgraph=True), first call included, with the eager logits: the mask builder's check of the model's
+    own-attention code imported its modeling module, a graph break that fullgraph refused."""
+    import torch._dynamo
+
+    monkeypatch.setattr(hf, "_OWN_ATTENTION", {})  # nothing known from an eager call before
+    model = make("llama", hf.attn_implementation_name("fwm-prob-k4", backend="reference")).float().eval()
+    ids, am = batch("left")
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            got = torch.compile(model, fullgraph=True, backend="eager")(ids, attention_mask=am).logits
+            want = model(ids, attention_mask=am).logits
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

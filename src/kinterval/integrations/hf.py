@@ -29,10 +29,11 @@ within their sequence, as flash attention does (sdpa and eager ignore these argu
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from collections import Counter
 from contextlib import contextmanager
-from functools import cache, lru_cache
+from functools import lru_cache
 
 import torch
 
@@ -271,18 +272,23 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
     return out.to(q.dtype), P
 
 
-@cache
+_OWN_ATTENTION: dict[type, bool] = {}  # _own_attention's answers: a dict look-up traces without a graph break
+
+
 def _own_attention(config_class: type) -> bool:
     """Whether the transformers model of ``config_class`` computes attention in its own code instead of
     through ``AttentionInterface``: its modeling module does not read ``ALL_ATTENTION_FUNCTIONS`` (Bloom, MPT,
     XGLM, GPT-NeoX-Japanese, ...). Warns once per class. False where the module is not found (remote code)."""
+    if config_class in _OWN_ATTENTION:
+        return _OWN_ATTENTION[config_class]
     module = config_class.__module__.replace(".configuration_", ".modeling_")
     try:
         own = module != config_class.__module__ and not hasattr(
-            importlib.import_module(module), "ALL_ATTENTION_FUNCTIONS"
+            sys.modules.get(module) or importlib.import_module(module), "ALL_ATTENTION_FUNCTIONS"
         )
     except Exception:  # noqa: BLE001 - a module that cannot be imported here: assume the interface
-        return False
+        own = False
+    _OWN_ATTENTION[config_class] = own
     if own:
         warnings.warn(
             f"{config_class.__name__}: this model computes attention in its own code, not through "
@@ -331,14 +337,13 @@ def register(
         # registering over "sdpa" would silently run kinterval in every model that asks for sdpa
         raise ValueError(f"{name!r} is one of transformers' own attention implementations; pick another name")
     spec = OperatorSpec.parse(_parse(operator) if isinstance(operator, str) else operator, **overrides)
-    canonical = f"{PREFIX}-{spec.full_name}"
-    if name and name.startswith(f"{PREFIX}-") and name not in (canonical, f"{canonical}@{backend}"):
-        # "kinterval-fwm-prob-k4" bound to another operator would silently run it in every model that asks
-        # for the canonical name (attn_implementation_name reuses the registration)
+    canonical = f"{PREFIX}-{spec.full_name}" + ("" if backend == "auto" else f"@{backend}")
+    if name and name.startswith(f"{PREFIX}-") and name != canonical:
+        # "kinterval-fwm-prob-k4" bound to another operator, or to another backend, would silently run it in
+        # every model that asks for the canonical name (attn_implementation_name reuses the registration)
         raise ValueError(
-            f"{name!r} is the canonical name of another operator; {spec.full_name} with backend {backend!r} "
-            f"registers as {canonical!r}"
-            + ("" if backend == "auto" else f" or {canonical + '@' + backend!r}")
+            f"{name!r} is the canonical name of another operator or backend; {spec.full_name} with backend "
+            f"{backend!r} registers as {canonical!r}"
         )
     return _install(name or canonical, spec, backend)
 
