@@ -636,3 +636,51 @@ def test_a_suite_prepares_a_text_data_source_and_refuses_a_seed_for_it(tmp_path)
     (tmp_path / "t.toml").write_text(body.format(seed="seed = 3\n"))
     with pytest.raises(ValueError, match=r"\[data\]: seed applies to the synthetic source only"):
         load_suite(tmp_path / "t.toml")
+
+
+def test_an_interrupted_gpus_sitting_stops_its_children(tmp_path, monkeypatch):
+    """A SIGINT sent to the `suite run --gpus N` process alone (`kill -INT`, a scheduler) ended it with
+    "interrupted" and left its run-one children training with no parent, holding their GPUs; the folder's
+    lock went with the parent. The children now get SIGINT too (and stop as on Ctrl-C), or SIGKILL after
+    the grace period, and the parent re-raises once they are gone."""
+    import subprocess
+    import sys
+    import time
+
+    real, real_sleep = subprocess.Popen, time.sleep
+    started = []
+    child = (
+        "import sys, time\n"
+        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(130)\n"
+        "sys.exit(0)\n"
+    )
+
+    def popen(cmd, **kw):
+        ignores = cmd[-1] == "stubborn"  # a child that ignores SIGINT: killed after the grace period
+        code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if ignores else "") + child
+        proc = real([sys.executable, "-c", code, cmd[-1]], stdout=kw.get("stdout"), stderr=kw.get("stderr"))
+        started.append(proc)
+        return proc
+
+    class Interrupt:
+        calls = 0
+
+        def __call__(self, seconds):
+            Interrupt.calls += 1
+            if Interrupt.calls == 1 and len(started) == 2:  # both children started: Ctrl-C here
+                raise KeyboardInterrupt
+            return real_sleep(min(seconds, 0.1))
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    monkeypatch.setattr(runner.time, "sleep", Interrupt())
+    stop = runner._stop_children
+    monkeypatch.setattr(runner, "_stop_children", lambda running, log: stop(running, log, grace=3.0))
+    logs = []
+    with pytest.raises(KeyboardInterrupt):
+        runner._run_gpus(tmp_path, ["polite", "stubborn", "never"], 2, logs.append)
+    assert [p.args[-1] for p in started] == ["polite", "stubborn"]  # the third never started
+    assert all(p.poll() is not None for p in started)  # none left running
+    assert started[0].returncode == 130 and started[1].returncode == -9
+    assert (
+        "polite: interrupted (SIGINT)" in logs and "stubborn: still running 3 s after SIGINT: killed" in logs
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -574,10 +575,20 @@ def _run_gpus(
 ) -> dict:
     """One child process per run (``suite run-one``, with ``device`` and ``threads`` when given), at most
     ``per_gpu`` of them on each GPU at a time."""
-    from kinterval.train.trainer import EXIT_NONFINITE  # run-one's exit status for a stopped run
-
     options = [*(["--device", device] if device else []), *(["--threads", str(threads)] if threads else [])]
     pending, running, done = list(ids), {}, {}
+    try:
+        _schedule(out, pending, running, done, gpus, per_gpu, options, log)
+    except BaseException:  # Ctrl-C, or a SIGINT sent to this process alone: the children stop too
+        _stop_children(running, log)
+        raise
+    return done
+
+
+def _schedule(out: Path, pending, running, done, gpus, per_gpu, options, log) -> None:
+    """:func:`_run_gpus`' loop: start runs on free GPUs, collect finished ones, until none is left."""
+    from kinterval.train.trainer import EXIT_NONFINITE  # run-one's exit status for a stopped run
+
     while pending or running:
         load = [list(running.values()).count(g) for g in range(gpus)]
         free = [g for slot in range(per_gpu) for g in range(gpus) if load[g] <= slot]  # least loaded first
@@ -604,7 +615,30 @@ def _run_gpus(
                 )
                 done.update(dict.fromkeys(pending, NOT_STARTED))
                 pending.clear()
-    return done
+
+
+def _stop_children(running: dict, log, grace: float = 120.0) -> None:
+    """Stop the ``run-one`` children of an interrupted ``--gpus`` sitting. Ctrl-C in a terminal reaches them
+    with this process (its process group); a SIGINT sent to this process alone (``kill -INT``, a scheduler)
+    left them training with no parent, holding their GPUs and the folder, whose lock went with this
+    process. A child still running after a moment gets SIGINT (it stops as on Ctrl-C: its checkpoints
+    stay), then SIGKILL after ``grace`` seconds; either way its run resumes from its last checkpoint."""
+    live = [p for p in running if p.poll() is None]
+    deadline = time.monotonic() + 2.0  # the group's own Ctrl-C: a second SIGINT could cut its clean-up
+    while live and time.monotonic() < deadline:
+        time.sleep(0.1)
+        live = [p for p in live if p.poll() is None]
+    for proc in live:
+        log(f"{proc.args[-1]}: interrupted (SIGINT)")
+        proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + grace
+    for proc in live:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log(f"{proc.args[-1]}: still running {grace:.0f} s after SIGINT: killed")
+            proc.kill()
+            proc.wait()
 
 
 def submit_slurm(
