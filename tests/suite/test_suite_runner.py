@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import types
@@ -684,3 +685,32 @@ def test_an_interrupted_gpus_sitting_stops_its_children(tmp_path, monkeypatch):
     assert (
         "polite: interrupted (SIGINT)" in logs and "stubborn: still running 3 s after SIGINT: killed" in logs
     )
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"), [("tokens = 20_000", "tokens 20000 (now 30000)"), ("", "seed 0 (now 1)")]
+)
+def test_an_edited_data_section_is_refused_in_a_folder_that_has_run(tmp_path, edit, says):
+    """The suite's own [data] (no --data) edited after a run: the folder's data stayed as prepared, every
+    run was "cached, ok", and the manifest embedded the edited file, so it named data that no run used.
+    A suite's own data folder that is gone is prepared again, where a resume said "--data ... is not a
+    prepared data folder" (no --data was given) and pointed at a command that made other data."""
+    from tiny_suite import tiny_suite
+
+    group = '[[group]]\nname = "softmax"\noperators = ["softmax"]\n'
+    path = tmp_path / "tiny.toml"
+    path.write_text(tiny_suite(group))
+    out = tmp_path / "out"
+    init_suite(path, out)
+    before = (out / "manifest.json").read_text()
+    changed = "tokens = 30_000" if edit else "tokens = 20_000\nseed = 1"
+    path.write_text(tiny_suite(group).replace("tokens = 20_000", changed))
+    with pytest.raises(
+        ValueError, match=re.escape(f"prepared from another [data] section of suite tiny: {says}")
+    ):
+        init_suite(path, out)
+    assert (out / "manifest.json").read_text() == before  # nothing written
+    path.write_text(tiny_suite(group))
+    shutil.rmtree(out / "data")
+    init_suite(path, out)  # the same [data], prepared again
+    assert json.loads((out / "data" / "meta.json").read_text())["params"]["tokens"] == 20_000

@@ -99,6 +99,30 @@ def prepare_data(suite: Suite, out: Path, data: str | Path | None) -> Path:
     return target
 
 
+def check_own_data(suite: Suite, data_dir: Path) -> None:
+    """``OUT/data``, prepared from the suite's ``[data]`` in an earlier run, holds what that section says now:
+    a suite file whose ``[data]`` was edited since (another source, token count or seed) trained on the old
+    data and recorded the new settings in the manifest."""
+    meta = json.loads((data_dir / "meta.json").read_text())
+    source = suite.data["source"]
+    want = {
+        "source": source,
+        "tokens": suite.data.get("tokens"),
+        "seed": suite.data.get("seed", 0 if source == "synthetic" else None),  # data prepare's default
+    }
+    got = {
+        "source": meta.get("source"),
+        "tokens": (meta.get("params") or {}).get("tokens"),
+        "seed": meta.get("seed"),
+    }
+    if diffs := [f"{k} {got[k]!r} (now {v!r})" for k, v in want.items() if got[k] != v]:
+        raise ValueError(
+            f"{data_dir} was prepared from another [data] section of suite {suite.name}: {', '.join(diffs)}; "
+            "run the suite file as it is now into another --out; continue this folder with the file it began "
+            f"with; or, if no run has trained on it yet, remove {data_dir} and run again"
+        )
+
+
 def init_suite(name: str | Path, out: str | Path, data: str | Path | None = None) -> dict:
     """Load the suite, prepare its data and write (or refresh) the manifest. On a resume without ``data`` the
     manifest's data folder is used (a relative one lies in ``out``, wherever ``out`` has been moved)."""
@@ -107,9 +131,19 @@ def init_suite(name: str | Path, out: str | Path, data: str | Path | None = None
     previous = read_manifest(out) if (out / MANIFEST).is_file() else None
     if previous and previous["suite"] != suite.name:
         raise ValueError(f"{out} holds suite {previous['suite']}, not {suite.name}")
+    own = data is None and bool(suite.data.get("source"))  # the suite's own [data], prepared into OUT/data
     if data is None and (previous or {}).get("data_dir"):
         data = resolve_data_dir(out, previous["data_dir"])
+        if own and Path(data).resolve() == (out / "data").resolve():
+            data = None  # prepared again if it is gone; check_resume compares the shard hashes
+        elif not (Path(data) / "meta.json").is_file():
+            raise ValueError(
+                f"{out}'s manifest names the data folder {data}, which is not a prepared data folder (no "
+                "meta.json): pass --data DIR, the data the suite began with"
+            )
     data_dir = prepare_data(suite, out, data)
+    if own and data_dir == (out / "data").resolve():
+        check_own_data(suite, data_dir)
     manifest = build_manifest(suite, out, data_dir, previous=previous)
     if previous:
         check_resume(out, previous, manifest, data_dir)
