@@ -68,6 +68,13 @@ def test_run_passes_its_flags_and_exits_1_when_a_run_failed(monkeypatch, capsys)
     assert main(["suite", "run", "mini", "--out", "O", "--skip-gated", "R"]) == 0
     out = capsys.readouterr().out
     assert "nothing ran in O: the runs are signed off in R; gate it there" in out and "next:" not in out
+    result.update(a="completed")  # a folder with a space: the command to paste keeps it one argument
+    assert main(["suite", "run", "mini", "--out", "else where/O"]) == 0
+    assert capsys.readouterr().out.endswith("next: kinterval suite gate 'else where/O'\n")
+    # a time limit Slurm would refuse: refused here, before anything is written (it was a submitit traceback)
+    seen.clear()
+    assert main(["suite", "run", "mini", "--out", "O", "--slurm", "--slurm-time", "-5"]) == 2
+    assert "--slurm-time must be a number of minutes >= 1, got -5" in capsys.readouterr().err and not seen
 
 
 def test_run_one_exits_1_unless_the_run_completed(monkeypatch):

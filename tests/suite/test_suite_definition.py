@@ -163,8 +163,11 @@ def test_bad_suite_files(tmp_path):
     )
     with pytest.raises(ValueError, match="placeholder"):
         load_suite(bad)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="unknown suite 'no-such-suite': not a .toml file"):
         load_suite("no-such-suite")
+    # a suite file's path that names no file: said so, not "not a .toml file"
+    with pytest.raises(FileNotFoundError, match=r"suite file '.*gone\.toml' not found"):
+        load_suite(tmp_path / "gone.toml")
 
 
 GOOD = 'name="x"\nprotocol="tiny-cpu"\nseeds=[1]\ncheckpoints=2\n'

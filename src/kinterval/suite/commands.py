@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 
 def _list(args) -> int:
     from kinterval.suite.definition import load_suite, shipped_suites
@@ -31,6 +33,8 @@ def _run(args) -> int:
     from kinterval.suite.manifest import STOPPED
     from kinterval.suite.runner import run_suite
 
+    if args.slurm_time is not None and args.slurm_time < 1:  # before the manifest and data are written
+        raise ValueError(f"--slurm-time must be a number of minutes >= 1, got {args.slurm_time}")
     slurm_args = {"partition": args.slurm_partition, "time": args.slurm_time}
     res = run_suite(
         args.name,
@@ -59,10 +63,11 @@ def _run(args) -> int:
     if not res:  # --skip-gated: every selected run is signed off there, nothing ran here
         print(f"nothing ran in {args.out}: the runs are signed off in {args.skip_gated}; gate it there")
         return 0
+    out = shlex.quote(str(args.out))  # a command to paste: a folder with a space stays one argument
     if args.only or args.skip_gated:  # a part of the suite: a plain gate counts the rest as errors
-        print(f"next: kinterval suite gate {args.out} --partial (without --partial once every run has run)")
+        print(f"next: kinterval suite gate {out} --partial (without --partial once every run has run)")
     else:
-        print(f"next: kinterval suite gate {args.out}")
+        print(f"next: kinterval suite gate {out}")
     return 1 if bad else 0
 
 

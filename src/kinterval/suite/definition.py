@@ -161,6 +161,8 @@ def suite_path(name: str | Path) -> Path:
     shipped = resources.files("kinterval") / "suite" / "suites" / f"{name}.toml"
     if shipped.is_file():
         return Path(str(shipped))
+    if path.suffix == ".toml":  # a suite file's path that names no file
+        raise FileNotFoundError(f"suite file {str(name)!r} not found (shipped suites: {shipped_suites()})")
     raise FileNotFoundError(
         f"unknown suite {str(name)!r}: not a .toml file and not shipped ({shipped_suites()})"
     )
