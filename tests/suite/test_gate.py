@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,6 +262,9 @@ def test_full_gate_cross_checks_summaries_and_manifest(suite_dir, tmp_path, tamp
     tamper(d)
     rep = gate(d)
     assert len(rep.errors) == 1, rep.errors
+    if tamper is edit_mean_nll:  # the summary was edited: the line names it, beside its arrays
+        js = _eval(d).relative_to(d).as_posix()
+        assert rep.errors[0].startswith(f"{js} disagrees with {Path(js).with_suffix('.npz').name}: mean_nll")
 
 
 @pytest.mark.parametrize("tamper", SUMMARY_TAMPERINGS, ids=lambda f: f.__name__)

@@ -146,9 +146,8 @@ def run_of(rel: str) -> str | None:
     return parts[1] if len(parts) > 2 and parts[0] == "runs" else None
 
 
-def summary_problem(s: dict, arrays: dict) -> str | None:
-    """What in an evaluation summary disagrees with its per-block arrays (None when nothing): the block count,
-    ``mean_nll``, the block-bootstrap CI and, with document clusters, the document count, mean and CI."""
+def array_problem(arrays: dict) -> str | None:
+    """What is wrong with an evaluation's per-block arrays alone (None when nothing)."""
     nll = arrays.get("nll")
     if nll is None:
         return "no 'nll' array"
@@ -156,6 +155,14 @@ def summary_problem(s: dict, arrays: dict) -> str | None:
         return f"'nll' is not a non-empty 1-D float array (shape {nll.shape}, {nll.dtype})"
     if not np.all(np.isfinite(nll)):
         return "'nll' holds non-finite values"
+    return None
+
+
+def summary_problem(s: dict, arrays: dict) -> str | None:
+    """What in an evaluation summary disagrees with its per-block arrays (None when nothing), arrays that
+    :func:`array_problem` passed: the block count, ``mean_nll``, the block-bootstrap CI and, with document
+    clusters, the document count, mean and CI."""
+    nll = arrays["nll"]
     if nll.size != s.get("n_blocks"):
         return f"{nll.size} blocks in 'nll', the summary says n_blocks {s.get('n_blocks')!r}"
     if not _close(s.get("mean_nll"), float(nll.mean())):
@@ -644,12 +651,15 @@ class _Gate:
         except _UNREADABLE as err:
             self.errs.add(subj, f"{self.rel(npz)}: unreadable ({type(err).__name__}: {err}) [{job}]")
             return None
+        if problem := array_problem(arrays):
+            self.errs.add(subj, f"{self.rel(npz)}: {problem} [{job}]")
+            return None
         try:
             problem = summary_problem(s, arrays)
         except (TypeError, ValueError) as err:
             problem = f"summary fields malformed ({err})"
-        if problem:
-            self.errs.add(subj, f"{self.rel(npz)}: {problem} [{job}]")
+        if problem:  # the summary or its arrays: either may be the edited one
+            self.errs.add(subj, f"{self.rel(js)} disagrees with {npz.name}: {problem} [{job}]")
             return None
         return s, arrays["nll"]
 
