@@ -396,3 +396,46 @@ def test_a_trajectory_line_takes_its_colour_from_the_map_not_from_the_cycle(figs
                         colours=colours)  # fmt: skip
     got = {ln.get_label(): to_rgba(ln.get_color()) for ln in figs[0].axes[0].lines if ln.get_label() in "bc"}
     assert got == {"b": to_rgba(colours["b"]), "c": to_rgba(colours["c"])}
+
+
+def test_colours_stay_distinct_beyond_twenty_conditions():
+    """Suite D's grid with its softmax and detach rows is over 20 labels: tab20 repeated, and fwm-prob-k4
+    drew in minmax-weight-k32's colour. 60 stay distinct (tab20, tab20b, tab20c)."""
+    labels = [f"c{i:02d}" for i in range(60)]
+    assert len(set(F.colours(labels).values())) == 60
+    assert len(set(F.colours(labels[:7]).values())) == 7
+
+
+def test_a_symlog_axis_keeps_zero_in_view_when_the_values_have_one_sign(figs, tmp_path):
+    """fig:2x2 (d) asks whether Prob − Weight is below 0: with every value below -0.02 the fixed symlog
+    limits (-0.1, -0.0055) left the zero line out of the panel."""
+    F.trajectory_figure({"a": [(1, -0.09, -0.1, -0.08), (2, -0.03, -0.035, -0.025)]}, tmp_path / "t.png", "t")
+    lo, hi = figs[0].axes[0].get_ylim()
+    assert lo <= -0.1 and hi >= 0.01
+    F.trajectory_figure({"b": [(1, 0.09, 0.08, 0.1), (2, 0.03, 0.025, 0.035)]}, tmp_path / "u.png", "t")
+    lo, hi = figs[1].axes[0].get_ylim()
+    assert lo <= -0.01 and hi >= 0.1
+
+
+def test_a_log_axis_within_one_decade_gets_more_than_one_label(figs, tmp_path):
+    """widthgap's span axis from 9 to 15 was labelled "10" alone (1, 2, 5 per decade)."""
+    F.widthgap_figure({"a": (0.5, 9.1, 0.1), "b": (2.0, 15.0, -0.05)}, tmp_path / "w.png", "t")
+    figs[0].canvas.draw()
+    ax = figs[0].axes[1]
+    lo, hi = ax.get_xlim()
+    shown = [t.get_text() for t in ax.get_xticklabels() if lo <= t.get_position()[0] <= hi and t.get_text()]
+    assert len(shown) >= 3, shown
+    assert [ax.get_title(loc="left") for ax in figs[0].axes[:2]] == ["(a)", "(b)"]
+
+
+def test_the_factorial_families_take_the_reports_colours(figs, tmp_path):
+    """fig:2x2 (c) drew each family in the cycle's next colour (LERP green there, red in kscaling.png)."""
+
+    def row(m):
+        return Row("x", None, (1,), Estimate(m, m - 0.01, m + 0.01, "t (n-1 df)", 2, (m, m)))
+
+    fams = {"lerp": {4: row(0.05), 16: row(-0.01)}, "minmax-weight": {4: row(0.1)}}
+    F.factorial_figure({}, fams, tmp_path / "f.png", "t", family_colours={"lerp": (1.0, 0.0, 0.0, 1.0)})
+    ax = [a for a in figs[0].axes if a.get_title() == "all families"][0]
+    lerp = [line for line in ax.lines if len(line.get_xdata()) == 2][0]
+    assert lerp.get_color() == (1.0, 0.0, 0.0, 1.0) and lerp.get_linestyle() == "-"

@@ -159,7 +159,9 @@ def _cross_columns(settings: list[tuple], points) -> dict[str, tuple]:
     return {T.cross_column(s, name): s for name, s in named}
 
 
-def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -> None:
+def _seed_figures(
+    rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict, colour_of=lambda k: None
+) -> None:
     """fig:seeds and fig:2x2 (c, d) for the setting with the most seeds (suite D when given), fig:2x2 (a, b)
     for the one-seed setting with the most K carrying the four factorial cells, then the longest horizon
     (suite B when given; without one, the same setting as (c, d)): ``seeds.png`` and ``factorial2x2.png``;
@@ -237,7 +239,11 @@ def _seed_figures(rows: list[A.Row], fac: list[A.Row], ix: _Index, data: dict) -
     title = f"Calibration x surrogate, {where(setting, arith, n)}"
     if ab != (setting, arith):
         title = f"Calibration x surrogate: cells {where(*ab, n_ab)}; by K {where(setting, arith, n)}"
-    F.factorial_figure(cells, families, ix.out / "factorial2x2.png", title, surrogate)
+    # (c): a family in the colour of its K = 4 condition (else its first K) in the other figures
+    family_colours = {
+        f: colour_of(by_K.get(4, next(iter(by_K.values()))).key) for f, by_K in families.items()
+    }
+    F.factorial_figure(cells, families, ix.out / "factorial2x2.png", title, surrogate, family_colours)
     ix.figure("factorial2x2.png", "2x2 factorial cells, ΔNLL by K per family, surrogate effect by K")
     data["factorial_cells"] = {
         "setting": ab[0],
@@ -508,7 +514,6 @@ def _build(results, out: Path, clean=()) -> None:
     if trends:
         data["k_trends"] = trends
         ix.table("ktrend", *T.trend_rows(trends), "K-trend slopes of ΔNLL")
-    _seed_figures(rows, fac, ix, data)
     traj = A.trajectories(pairing)
     geo = _mean_geometry(points, left_out, models)
     det, det_pairing = A.detach_pairs(primary)
@@ -516,6 +521,11 @@ def _build(results, out: Path, clean=()) -> None:
     series = {_label(k, many, models): _traj_points(v) for k, v in traj.items()}
     det_series = _detach_series(det, models)
     colours = F.colours([*series, *geo, *det_series])  # a condition's one colour in every figure
+
+    def colour_of(k: Key):
+        return colours.get(_label(k, many, models))
+
+    _seed_figures(rows, fac, ix, data, colour_of)
     if traj:
         F.trajectory_figure(
             series, out / "trajectories.png", "ΔNLL vs same-seed softmax along training", colours=colours
@@ -531,7 +541,7 @@ def _build(results, out: Path, clean=()) -> None:
             "Within-run Spearman of row span (layer mean) against ΔNLL vs same-seed softmax over each run's "
             "checkpoints with a geometry probe (App. D; descriptive)",
         )
-    _k_figure(primary, rows, traj, ix, data, lambda k: colours.get(_label(k, many, models)))
+    _k_figure(primary, rows, traj, ix, data, colour_of)
     if geo:
         F.geometry_figure(
             geo, out / "geometry.png", "Layer-mean geometry along training (mean over seeds)", colours
@@ -569,7 +579,10 @@ def _build(results, out: Path, clean=()) -> None:
         series = {f"{_label(replace(v.key, seed=None), many, models)}, seed {v.seed}": v for v in val}
         data["validation"] = [dict(_json_default(v), diff=v.diff) for v in val]
         F.validation_figure(
-            series, out / "validation.png", "Logged validation loss and row span along training"
+            series,
+            out / "validation.png",
+            "Logged validation loss and row span along training",
+            {label: colour_of(replace(v.key, seed=None)) for label, v in series.items()},
         )
         ix.figure("validation.png", "logged validation loss and row span, modified vs full")
     if val_skipped:

@@ -213,6 +213,9 @@ def downstream_figure(g: dict, path: Path, title: str) -> Path:
         ax.grid(alpha=0.3, axis="x")
     axes[0, 0].set_yticks(range(len(conds)), [row_label(c, g) for c in conds], fontsize=7)
     axes[0, 0].invert_yaxis()
+    marks = [F.plt.Line2D([], [], marker="o", ls="", ms=4, color=c, label=t)
+             for c, t in (("#c44e52", f"BH q < {STAR_Q:g}"), ("#4c72b0", f"q ≥ {STAR_Q:g}"))]  # fmt: skip
+    axes[0, -1].legend(handles=marks, fontsize=7, frameon=False, loc="lower right")
     return F._save(fig, path, title, panels=axes[0] if len(tasks) > 1 else ())
 
 

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import (  # noqa: E402
+    FixedLocator,
     FuncFormatter,
     LogLocator,
     MaxNLocator,
@@ -49,13 +50,17 @@ def _save(fig, path: Path, title: str | None = None, *, bottom=0.0, top=0.95, pa
 
 
 def colours(labels) -> dict[str, tuple]:
-    """label -> colour, one per label in sorted order: matplotlib's default ten (tab10), tab20 beyond ten
-    labels (repeating beyond twenty). The report passes one such map to every figure with a line per
-    condition, so that a condition keeps its colour from figure to figure (softmax, in the geometry figure
-    only, keeps its colour out of the others)."""
+    """label -> colour, one per label in sorted order: matplotlib's default ten (tab10); beyond ten labels
+    tab20, then tab20b and tab20c (60 colours: suite D's 25 conditions with the others of a report; they
+    repeat only beyond 60). The report passes one such map to every figure with a line per condition, so
+    that a condition keeps its colour from figure to figure (softmax, in the geometry figure only, keeps its
+    colour out of the others)."""
     names = sorted(set(labels))
-    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+    if len(names) <= 10:
+        palette = [plt.get_cmap("tab10")(i) for i in range(10)]
+    else:
+        palette = [plt.get_cmap(m)(i) for m in ("tab20", "tab20b", "tab20c") for i in range(20)]
+    return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
 def _legend(ax, n: int) -> None:
@@ -64,9 +69,18 @@ def _legend(ax, n: int) -> None:
 
 
 def _log_x(ax) -> None:
-    """Log x axis labelled at 1, 2, 5 per decade in plain numbers (no crowded minor labels)."""
+    """Log x axis labelled at 1, 2, 5 per decade in plain numbers (no crowded minor labels); where that
+    labels fewer than two values in view (spans of 9 to 15: 10 alone), at evenly spaced round values."""
     ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    lo, hi = ax.get_xlim()
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1) if 0 < lo < hi else ()
+    labelled = [m * 10.0**e for e in decades for m in (1, 2, 5) if lo <= m * 10.0**e <= hi]
+    if decades and len(labelled) < 2:
+        ax.xaxis.set_major_locator(
+            FixedLocator([t for t in MaxNLocator(5).tick_values(lo, hi) if lo <= t <= hi])
+        )
+    else:
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
 
@@ -89,9 +103,11 @@ def _symlog_y(ax, values, linthresh: float) -> None:
         # label (-0.028 below a last tick of -0.02 reads as about -0.0225 on a log scale)
         lo, hi = ax.get_ylim()
         top, bottom = max(values), min(values)
+        # 0, the reference of every ΔNLL axis, stays in view (with half the linear band beyond it) when all
+        # values have one sign: the fixed limits would otherwise leave the zero line out
         ax.set_ylim(
-            min(lo, -_next_125(-bottom)) if bottom < -linthresh else lo,
-            max(hi, _next_125(top)) if top > linthresh else hi,
+            min(lo, -_next_125(-bottom)) if bottom < -linthresh else min(lo, -linthresh / 2),
+            max(hi, _next_125(top)) if top > linthresh else max(hi, linthresh / 2),
         )
     else:
         ax.yaxis.set_major_locator(MaxNLocator(6, symmetric=False))
@@ -156,7 +172,7 @@ def geometry_figure(
             ax.set_yscale("log")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="lower center", frameon=False, ncol=ncol)
-    return _save(fig, path, title, bottom=legend_h / (4 + legend_h))
+    return _save(fig, path, title, bottom=legend_h / (4 + legend_h), panels=axes)
 
 
 def endpoint_figure(
@@ -191,21 +207,23 @@ def widthgap_figure(points: dict[str, tuple[float, float, float]], path: Path, t
         ax.set_xlabel(label)
         ax.set_ylabel("endpoint ΔNLL vs softmax (nats/token)")
         ax.grid(alpha=0.3, which="both")
-    return _save(fig, path, title)
+    return _save(fig, path, title, panels=axes)
 
 
-def validation_figure(pairs, path: Path, title: str) -> Path:
+def validation_figure(pairs, path: Path, title: str, colours: dict | None = None) -> Path:
     """fig:detach (a, b), fig:detachextra, fig:e1 (a, c): (a) logged validation loss minus the same-seed
     softmax run's (absolute loss when a pair has no softmax run), (b) logged layer-mean row span (log) and
     (c) the validation-loss difference modified − full (symlog, linear within ±0.02 nats) along training
-    tokens. One colour per pair; solid: the modified backward, dashed: its same-seed full-gradient twin.
+    tokens. One colour per pair (``colours``: label -> the modified run's colour in the report's other
+    figures); solid: the modified backward, dashed: its same-seed full-gradient twin.
     ``pairs``: label -> :class:`~kinterval.report.analysis.ValidationPair`."""
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
     minus = all(getattr(v, "minus_softmax", None) is not None for v in pairs.values())
     diffs = []
     for label, v in sorted(pairs.items()):
         own, full = v.minus_softmax if minus else (v.val_loss, v.control_val_loss)
-        c = axes[0].plot(v.tokens, own, marker="o", ms=3, lw=1.2, label=label)[0].get_color()
+        c = (colours or {}).get(label)
+        c = axes[0].plot(v.tokens, own, marker="o", ms=3, lw=1.2, label=label, color=c)[0].get_color()
         axes[0].plot(v.tokens, full, ls="--", lw=1.0, color=c)
         axes[1].plot(v.tokens, v.row_span, marker="o", ms=3, lw=1.2, color=c)
         axes[1].plot(v.tokens, v.control_row_span, ls="--", lw=1.0, color=c)
@@ -342,6 +360,7 @@ def factorial_figure(
     path: Path,
     title: str,
     surrogate: dict[str, dict] | None = None,
+    family_colours: dict[str, tuple] | None = None,
 ) -> Path:
     """fig:2x2. One panel per K: endpoint ΔNLL vs softmax of the four cells by surrogate placement
     (Weight-STE filled, Prob-STE hollow), one line per calibration, 95% intervals; dotted: LERP at the same K.
@@ -349,7 +368,8 @@ def factorial_figure(
     dashed, the others filled and solid); last, panel (d): the surrogate effect Prob −
     Weight vs K (log2) under each calibration, paired by seed, with its interval (symlog y). A panel with
     nothing to show says "not run" and why. ``cells``: K -> cell (``mm_w``, ..., ``lerp``) -> Row;
-    ``families``: family -> {K: Row}; ``surrogate``: calibration (``MinMax``, ``FWM``) -> {K: Row}."""
+    ``families``: family -> {K: Row}; ``surrogate``: calibration (``MinMax``, ``FWM``) -> {K: Row};
+    ``family_colours``: a family's colour in the report's other figures (the next of the cycle without)."""
     Ks = sorted(cells)
     fig, axes = plt.subplots(1, len(Ks) + 2, figsize=(3.2 * len(Ks) + 9, 4.4), squeeze=False)
     for ax, K in zip(axes[0], Ks):
@@ -387,11 +407,12 @@ def factorial_figure(
         for j, (fam, by_K) in enumerate(sorted(families.items())):
             ks, prob = sorted(by_K), "-prob" in fam  # the caption's styles: Prob-STE hollow and dashed
             xs = [K * 2 ** (0.05 * (j - 2)) for K in ks]
+            colour = (family_colours or {}).get(fam) or f"C{j}"
             for x, K in zip(xs, ks):
                 label = fam if K == ks[0] else None
-                _interval(ax, x, by_K[K], f"C{j}", fill=not prob, label=label, points=False)
+                _interval(ax, x, by_K[K], colour, fill=not prob, label=label, points=False)
                 vals += [by_K[K].est.lo, by_K[K].est.hi]
-            ax.plot(xs, [by_K[K].est.mean for K in ks], color=f"C{j}", lw=1, ls="--" if prob else "-")
+            ax.plot(xs, [by_K[K].est.mean for K in ks], color=colour, lw=1, ls="--" if prob else "-")
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         _symlog_y(ax, vals, linthresh=0.02)
@@ -419,7 +440,7 @@ def factorial_figure(
         ax.set_ylabel("Prob − Weight (nats/token), paired by seed")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, frameon=False)
-    return _save(fig, path, title, top=0.93)
+    return _save(fig, path, title, top=0.93, panels=axes[0])
 
 
 def k_figure(
