@@ -190,3 +190,14 @@ def test_split_overlap_reads_the_named_splits_and_records_the_checked_shards(tmp
     (other / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="different tokenizers"):
         split_overlap(tmp_path / "syn", against_data=other, n=4)
+    # a shard whose bytes no longer match meta.json: refused, as every evaluation refuses it (the result
+    # recorded meta.json's hash beside coverage computed from the other bytes)
+    for split in ("val", "train"):
+        bad = tmp_path / f"bad_{split}"
+        shutil.copytree(tmp_path / "syn", bad)
+        shard = bad / json.loads((bad / "meta.json").read_text())["splits"][split]["shards"][0]["file"]
+        ids = np.fromfile(shard, dtype=np.uint16)
+        ids[:50] = ids[100:150]
+        ids.tofile(shard)
+        with pytest.raises(ValueError, match="sha256 does not match meta.json"):
+            split_overlap(bad, n=4)

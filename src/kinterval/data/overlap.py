@@ -145,8 +145,10 @@ def split_overlap(
     """:func:`ngram_overlap` of a prepared folder's ``split`` with its ``against`` split, or with the
     ``against`` split of ``against_data`` (another folder of the same tokenizer: held-out corpora against a
     training corpus)."""
-    checked = TokenShards(data, split)
-    other = TokenShards(against_data if against_data is not None else data, against)
+    # the shards' bytes checked against meta.json, as every evaluation checks them: the result records the
+    # split's shard hashes, by which `report --clean-blocks` matches it to evaluations of the same data
+    checked = TokenShards(data, split, verify=True)
+    other = TokenShards(against_data if against_data is not None else data, against, verify=True)
     if against_data is not None:
         mine, theirs = checked.meta["tokenizer"], other.meta["tokenizer"]
         same = (checked.vocab_size, checked.eot, mine.get("name"), mine.get("sha256")) == (
