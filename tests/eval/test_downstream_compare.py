@@ -461,6 +461,15 @@ def test_downstream_and_probes_write_to_run_command_operator_by_default(monkeypa
     assert args.func(args) == 0 and seen["out"] == str(run / "downstream" / "softmax")
     args = parse(["probes", "--run", str(run)])
     assert args.func(args) == 0 and seen["out"] == str(run / "probes" / "native")
+    # --run given as a checkpoint folder: the run's folder, as eval and geometry write (it wrote inside the
+    # checkpoint, where report and results-only copies never look)
+    ck = run / "checkpoints" / "step_000004"
+    ck.mkdir(parents=True)
+    (ck / "state.json").write_text("{}")
+    args = parse(["probes", "--run", str(ck)])
+    assert args.func(args) == 0 and seen["out"] == str(run / "probes" / "native")
+    args = parse(["downstream", "--run", str(ck), "--tasks", "a"])
+    assert args.func(args) == 0 and seen["out"] == str(run / "downstream" / "native")
 
 
 def test_probes_compare_cli_passes_resamples_and_seed(monkeypatch, tmp_path):

@@ -3,6 +3,7 @@
 
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -471,6 +472,12 @@ def test_a_stage_screened_with_other_options_is_not_replaced_silently(tmp_path, 
     nearest = json.loads((diag / "tau_screen" / "stage1.json").read_text())
     lerp = json.loads((diag / "tau_screen__lerp" / "stage1.json").read_text())
     assert (nearest["reconstruction"], lerp["reconstruction"]) == ("nearest", "lerp")
+    # --run given as the checkpoint folder: the run's diagnostics folder too, not one inside the checkpoint
+    (ck,) = (tmp_path / "run" / "checkpoints").glob("step_*")
+    shutil.rmtree(diag / "tau_screen")
+    at_ck = [str(ck) if a == str(tmp_path / "run") else a for a in run_default]
+    assert main([*at_ck, "--stages", "1", "--taus", "8"]) == 0
+    assert (diag / "tau_screen" / "stage1.json").is_file() and not (ck / "diagnostics").exists()
 
 
 def test_stage3_rows_give_tau_star_where_a_k_prefers_another_tau():

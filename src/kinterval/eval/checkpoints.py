@@ -42,6 +42,14 @@ def select_checkpoints(run_dir: str | Path, which: str | int | Path = "all") -> 
     return ckpts
 
 
+def run_folder(run: str | Path) -> Path:
+    """The run folder of a ``--run`` argument: itself, or for a checkpoint folder (``RUN/checkpoints/
+    step_N``, which ``--run`` also takes) its run, where every measurement's own output goes by default
+    (``RUN/eval``, ``RUN/diagnostics``, ``RUN/probes``, ``RUN/downstream``), never inside a checkpoint."""
+    run = Path(run)
+    return run.parent.parent if (run / "state.json").is_file() else run
+
+
 def state_file_sha256(path: str | Path) -> str:
     """SHA-256 of checkpoint ``path``'s state.json file, byte for byte (what evaluations record as
     ``checkpoint_state_sha256``); not ``train.checkpoint.state_sha256``, the hash of its content that

@@ -112,7 +112,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     from kinterval import atomic
     from kinterval.data.loader import n_blocks
-    from kinterval.eval.checkpoints import evaluation_split, pick_device, select_checkpoints
+    from kinterval.eval.checkpoints import evaluation_split, pick_device, run_folder, select_checkpoints
     from kinterval.eval.tau_screen import (
         PAPER_STAGES,
         Stage,
@@ -157,7 +157,7 @@ def _tau_screen(args: argparse.Namespace) -> int:
     state = read_state(ckpt)
     shards = evaluation_split(args.data, args.split, state, ckpt)  # checked before the model loads
     default = "tau_screen" if args.reconstruction == "nearest" else f"tau_screen__{args.reconstruction}"
-    out = Path(args.out) if args.out else Path(args.run) / "diagnostics" / default
+    out = Path(args.out) if args.out else run_folder(args.run) / "diagnostics" / default
     info = shards.meta["splits"][shards.split]
     data = {"split": shards.split, "shards_sha256": [x.get("sha256") for x in info["shards"]]}  # by content
     screens = {st.name: {"checkpoint": str(ckpt), **data, "tail": st.tail, "K": list(st.K),

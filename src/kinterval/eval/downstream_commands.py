@@ -8,7 +8,6 @@ The work is done in :mod:`kinterval.eval.downstream` (lm-eval on a checkpoint, p
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from kinterval import atomic
 
@@ -45,7 +44,9 @@ from kinterval.stats.format import num
 # ---------------------------------------------------------------------- CLI
 def _downstream(args) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    out = args.out or str(Path(args.run) / "downstream" / (args.operator or "native"))
+    from kinterval.eval.checkpoints import run_folder
+
+    out = args.out or str(run_folder(args.run) / "downstream" / (args.operator or "native"))
     summary = run_downstream(args.run, tasks, out=out, limit=args.limit, operator=args.operator,
                              include_path=args.include_path, checkpoint=args.checkpoint, device=args.device,
                              batch_size=args.batch_size, num_fewshot=args.num_fewshot,
@@ -127,9 +128,10 @@ def _compare(args) -> int:
 
 
 def _probes(args) -> int:
+    from kinterval.eval.checkpoints import run_folder
     from kinterval.eval.probes import in_probeab, interval_text, run_probes
 
-    out = args.out or str(Path(args.run) / "probes" / (args.operator or "native"))
+    out = args.out or str(run_folder(args.run) / "probes" / (args.operator or "native"))
     summary = run_probes(args.run, out=out, checkpoint=args.checkpoint, operator=args.operator,
                          families=args.families, copies=args.copies, device=args.device, seed=args.seed,
                          batch_size=args.batch_size)  # fmt: skip
