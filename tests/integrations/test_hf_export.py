@@ -356,3 +356,26 @@ def test_a_checkpoint_of_non_finite_weights_is_refused(tmp_path, capsys):
     refused(
         capsys, tmp_path / "run", tmp_path / "hf", r"weights are not finite \(transformer\.h\.0\.attn\.c_attn"
     )
+
+
+def test_a_re_export_cut_short_leaves_the_earlier_export_whole(tmp_path, monkeypatch):
+    """A re-export wrote config.json, then the weights, in place: cut short at the weights, the folder held
+    the new operator's config beside the old weights and README, and still looked like a finished export.
+    It is now written beside the folder and put in its place whole."""
+    import transformers.modeling_utils as mu
+
+    run_a, run_b = make_run(tmp_path / "a", "softmax", 0), make_run(tmp_path / "b", "fwm-prob-k4", 1)
+    out = tmp_path / "hf"
+    assert cli.main(["export-hf", "--run", str(run_a), "--out", str(out)]) == 0
+    before = snapshot(out)
+
+    def cut(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mu, "safe_save_file", cut)
+    assert cli.main(["export-hf", "--run", str(run_b), "--out", str(out)]) == 130  # Ctrl-C's exit
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "hf"]  # no staging folder left
+    monkeypatch.undo()
+    assert cli.main(["export-hf", "--run", str(run_b), "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["kinterval_operator"] == "fwm-prob-k4"

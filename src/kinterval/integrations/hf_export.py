@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -89,38 +90,47 @@ def export_hf(run, out, checkpoint="latest") -> Path:
     missing, unexpected = hf_model.load_state_dict(gpt2_state_dict(model), strict=False)
     if set(missing) - {"lm_head.weight"} or unexpected:  # lm_head is tied to wte, nothing else may be left
         raise RuntimeError(f"GPT-2 weight mapping incomplete: missing {missing}, unexpected {unexpected}")
-    hf_model.save_pretrained(out)
-    for name in TOKENIZER_FILES:  # an earlier export's tokenizer must not outlive a re-export
-        (out / name).unlink(missing_ok=True)
+    # Written whole into a hidden folder beside ``out``, then put in its place: a re-export cut short (a
+    # kill, a full disk) leaves the earlier export as it was, never its config beside the other weights
+    stage, old = out.parent / f".{out.name}.export-tmp", out.parent / f".{out.name}.export-old"
+    for leftover in (stage, old):  # of an export killed before
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        _write_export(hf_model, stage, out.name, state, model.operator, impl, gpt2_bpe, cfg)
+        if out.exists():
+            out.rename(old)
+        stage.rename(out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if old.exists() and not out.exists():  # cut between the two renames: the earlier export back
+            old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def _write_export(hf_model, folder: Path, name: str, state: dict, operator: str, impl: str, gpt2_bpe, cfg):
+    """The export's files in ``folder``; its README names the folder as ``name``."""
+    hf_model.save_pretrained(folder)
     if gpt2_bpe:
-        gpt2_tokenizer(cfg.block_size).save_pretrained(out)
+        gpt2_tokenizer(cfg.block_size).save_pretrained(folder)
     tokenizer_note = (
         "The tokenizer is GPT-2's BPE (tiktoken's `gpt2`, 50257 tokens), saved in this folder: "
-        f'`AutoTokenizer.from_pretrained("{out.name}")`.'
+        f'`AutoTokenizer.from_pretrained("{name}")`.'
         if gpt2_bpe
         else f"The vocabulary has {cfg.vocab_size} token ids, not GPT-2's 50257: the run was trained on "
         "token ids that are not GPT-2 BPE text (e.g. the synthetic corpus), so no text tokenizer goes with "
         "it; feed it ids from the same source."
     )
-    (out / "README.md").write_text(
+    (folder / "README.md").write_text(
         README.format(
-            name=out.name,
+            name=name,
             step=state.get("step"),
-            operator=model.operator,
+            operator=operator,
             impl=impl,
             tokenizer_note=tokenizer_note,
         )  # fmt: skip
     )
-    return out
-
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-)
 
 
 def gpt2_tokenizer(max_length: int):
