@@ -60,6 +60,16 @@ def test_each_run_against_the_softmax_run_with_its_seed_and_a_note(runs, capsys)
     [
         (["--runs", "lerp", "fwm"], "exactly one softmax (or sdpa) run as the control; found none"),
         (["--runs", "soft", "lerp", "--split", "test"], "has no evaluation on test; run `kinterval eval"),
+        # an evaluation tag: the command to run gives --operator and --data, not the tag as --split (which
+        # eval refuses: unknown split)
+        (
+            ["--runs", "soft", "lerp", "--split", "val__op-softmax"],
+            "--checkpoint latest --split val --operator softmax`",
+        ),
+        (
+            ["--runs", "soft", "lerp", "--split", "test__ptb"],
+            "--split test --data DIR/ptb` (DIR/ptb: the data",
+        ),
         (["--runs", "soft", "lerp", "lerp"], "lerp is given twice (as lerp and lerp)"),
         (["--runs", "soft", "./soft", "lerp"], "soft is given twice (as soft and ./soft)"),
         (["soft", "--runs", "lerp"], "--runs takes run folders instead of suite folders"),

@@ -89,7 +89,12 @@ def register(subparsers) -> None:
         help="with --downstream: a `kinterval report` folder whose ΔNLL vs softmax orders and labels the "
         "conditions named as its operators",
     )
-    p.add_argument("--split", default=None, help="with --runs: the evaluated split (default: val)")
+    p.add_argument(
+        "--split",
+        default=None,
+        help="with --runs: the evaluated split, or an evaluation tag of RUN/eval/ (val__op-softmax, "
+        "test__ptb; default: val)",
+    )
     p.add_argument("--out", default=None, help="output folder (default: DIR/report; with --runs: report)")
     p.add_argument(
         "--clean-blocks",

@@ -54,6 +54,21 @@ def _stopped_at(run: Path) -> int | None:
         raise ValueError(f"{path}: unreadable ({err})") from None
 
 
+def _eval_command(run, tag: str, checkpoint: str | None = "latest") -> str:
+    """The `kinterval eval` that writes the evaluation folder ``RUN/eval/TAG`` (``--split`` takes a tag,
+    ``SPLIT[__DATA][__op-OPERATOR]``): the split as ``--split``; the other parts name the ``--data`` folder
+    and the ``--operator`` the tag was made with."""
+    split, *rest = tag.split("__")
+    ck = "" if checkpoint is None else f" --checkpoint {checkpoint}"
+    cmd = f"`kinterval eval --run {run}{ck} --split {split}"
+    data = [p for p in rest if not p.startswith("op-")]
+    ops = [p.removeprefix("op-") for p in rest if p.startswith("op-")]
+    cmd += "".join(f" --data DIR/{d}" for d in data) + "".join(f" --operator {o}" for o in ops) + "`"
+    if data:
+        cmd += f" (DIR/{data[0]}: the data folder named {data[0]} that the tag {tag} was evaluated on)"
+    return cmd
+
+
 def _evaluated(run: Path, split: str) -> Evaluated:
     """The run's evaluation of its latest checkpoint on ``split`` (refused when missing or stale) and the
     mean NLL of every checkpoint evaluated there. A run stopped by a non-finite loss: its latest checkpoint
@@ -66,12 +81,12 @@ def _evaluated(run: Path, split: str) -> Evaluated:
         if not done:
             raise ValueError(
                 f"{run}: stopped by a non-finite loss at step {stopped}, and none of its checkpoints is "
-                f"evaluated on {split}: run `kinterval eval --run {run} --split {split}` (it evaluates every "
+                f"evaluated on {split}: run {_eval_command(run, split, None)} (it evaluates every "
                 "checkpoint up to the first whose NLL is not finite)"
             )
         ckpt = done[-1]
     _, path = result_paths(folder, ckpt)
-    again = f"`kinterval eval --run {run} --checkpoint latest --split {split}`"
+    again = _eval_command(run, split)
     if not path.is_file():
         raise ValueError(
             f"{run}: its latest checkpoint ({ckpt.name}) has no evaluation on {split}; run {again}"
