@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 import shutil
 import warnings
 
@@ -405,6 +406,14 @@ def test_missing_or_empty_result_folders_and_no_condition_are_named_errors(folde
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"no per-item result files \(\*.jsonl\) in .*empty"):
         downstream_compare(base, tmp_path / "empty", **FAST)
+    # lm_eval --output_path OUT writes into OUT/<model name>/: the error names that folder
+    inner = tmp_path / "lme" / "my__model"
+    inner.mkdir(parents=True)
+    (inner / "samples_piqa_2026-01-01T00-00-00.000000.jsonl").write_text("")
+    with pytest.raises(
+        ValueError, match=rf"lm-eval wrote its files one level down: pass {re.escape(str(inner))}$"
+    ):
+        downstream_compare(base, tmp_path / "lme", **FAST)
     with pytest.raises(ValueError, match="needs at least one condition"):
         downstream_compare(base, {}, **FAST)
 

@@ -52,7 +52,12 @@ def _task_files(folder: Path) -> dict[str, Path]:
             )
         files[task] = path
     if not files:
-        raise ValueError(f"no per-item result files (*.jsonl) in {folder}")
+        # lm_eval --output_path DIR writes into DIR/<model name>/: name the folder to pass
+        inner = sorted(d for d in folder.iterdir() if d.is_dir() and any(d.glob("samples_*.jsonl")))
+        hint = (
+            f"; lm-eval wrote its files one level down: pass {', or '.join(map(str, inner))}" if inner else ""
+        )
+        raise ValueError(f"no per-item result files (*.jsonl) in {folder}{hint}")
     return files
 
 
