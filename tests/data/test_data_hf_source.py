@@ -65,6 +65,15 @@ def test_a_data_file_a_text_field_and_one_split(tmp_path):
     assert split_ids(tmp_path / "out", "val") == expected([texts[0], texts[3]])
 
 
+def test_a_data_file_named_like_a_glob_pattern_is_that_file(tmp_path):
+    """hf:d[1].jsonl read d1.jsonl's rows (datasets globs data_files)."""
+    write_jsonl(tmp_path / "d[1].jsonl", [{"text": "The real one."}])
+    write_jsonl(tmp_path / "d1.jsonl", [{"text": "Another file."}])
+    prepare(f"hf:{tmp_path / 'd[1].jsonl'}", tmp_path / "out", split="train", bpe_file=PACKAGED_BPE_FILE,
+            progress=False)  # fmt: skip
+    assert split_ids(tmp_path / "out", "train") == expected(["The real one."])
+
+
 def test_tokens_caps_train_and_stops_reading(tmp_path, monkeypatch):
     """--tokens: train cut at exactly N tokens, and the stream is not read to its end (a Hub dataset may hold
     billions of tokens)."""

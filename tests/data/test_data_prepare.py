@@ -79,6 +79,22 @@ def test_datasets_route_matches_plain_reader(text_dir, tmp_path, monkeypatch):
     assert sum(len(v) for v in by_hf.values()) == 300 and by_hf["val"] and by_hf["test"]
 
 
+def test_file_names_with_glob_characters_are_those_files(tmp_path):
+    """datasets reads data_files as glob patterns: "notes[1].txt" read notes1.txt, and a folder holding
+    both gave notes1.txt's text twice and lost the other; both routes now read each file as named."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "notes[1].txt").write_text("first\n")
+    (folder / "notes1.txt").write_text("one\n")
+    (folder / "a*b?.txt").write_text("star\n")
+    (folder / "aXbY.txt").write_text("other\n")
+    docs = sources.text_documents(folder)
+    assert sorted(d for v in docs.values() for d in v) == ["first\n", "one\n", "other\n", "star\n"]
+    assert docs == sources.text_documents(folder, use_datasets=False)
+    single = sources.text_documents(folder / "notes[1].txt")
+    assert [d for v in single.values() for d in v] == ["first\n"]
+
+
 def test_prepare_text_writes_shards_meta_and_eot(text_dir, tmp_path):
     out = tmp_path / "prepared"
     meta = prepare(f"text:{text_dir}", out, bpe_file=PACKAGED_BPE_FILE, progress=False)

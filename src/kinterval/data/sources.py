@@ -23,6 +23,7 @@ Split rules (all deterministic, documented in docs/data.md):
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import itertools
 import os
@@ -122,7 +123,7 @@ def stream_hf(path: str, config: str | None = None, split: str = "train"):
         if config is not None:  # the packaged builder would take any name, and it would change nothing
             raise ValueError(f"hf:{path}: --hf-config names a dataset's configuration; a data file has none")
         args = (HF_FILE_BUILDERS[suffix], None)
-        kw["data_files"] = {split: path}
+        kw["data_files"] = {split: glob.escape(str(path))}  # datasets globs it: d[1].jsonl is that file
     try:
         with datasets_offline() if local else contextlib.nullcontext():
             rows = _from_disk(path, config, split) if saved else _from_hub(*args, **kw)
@@ -364,7 +365,8 @@ def _read_datasets(files: list[Path], paragraphs: bool) -> list[str]:
         try:
             ds = datasets.load_dataset(
                 "text",
-                data_files={"train": [str(f) for f in files]},
+                # datasets reads data_files as glob patterns: notes[1].txt would read notes1.txt
+                data_files={"train": [glob.escape(str(f)) for f in files]},
                 sample_by=mode,
                 encoding="utf-8-sig",  # a file's leading byte-order mark (Windows editors) is no text
                 split="train",
