@@ -524,3 +524,13 @@ def test_a_single_file_splits_its_paragraphs_by_name_and_index(tmp_path, use_dat
         keys = sorted((i for i in range(60) if sources.md5_split(f"one.txt#{i}") == split),
                       key=lambda i: sources.md5_int(f"one.txt#{i}"))  # fmt: skip
         assert [d.strip() for d in docs[split]] == [paragraphs[i] for i in keys], split
+
+
+def test_a_broken_link_in_a_text_folder_is_named(tmp_path):
+    """A link whose target is gone was skipped in silence: a document lost without a word."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "a.txt").write_text("kept\n")
+    (folder / "b.txt").symlink_to(tmp_path / "gone.txt")
+    with pytest.raises(FileNotFoundError, match=r"b\.txt: a link to a file that does not exist \(1 such\)"):
+        sources.text_documents(folder)

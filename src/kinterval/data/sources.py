@@ -297,14 +297,11 @@ def list_text_files(root: Path, exclude: Path | None = None) -> list[Path]:
     if root.is_file():
         return [root]
     skip = exclude.resolve() if exclude is not None else None
+    visible = [p for p in root.rglob("*") if not any(s.startswith(".") for s in p.relative_to(root).parts)]
+    if broken := [p for p in visible if p.is_symlink() and not p.exists()]:  # a document lost in silence
+        raise FileNotFoundError(f"{broken[0]}: a link to a file that does not exist ({len(broken)} such)")
     files = sorted(
-        (
-            p
-            for p in root.rglob("*")
-            if p.is_file()
-            and not any(s.startswith(".") for s in p.relative_to(root).parts)
-            and not (skip is not None and p.resolve().is_relative_to(skip))
-        ),
+        (p for p in visible if p.is_file() and not (skip is not None and p.resolve().is_relative_to(skip))),
         key=lambda p: natural_key(p.relative_to(root).as_posix()),
     )
     texts = [p for p in files if p.suffix.lower() in TEXT_SUFFIXES]
