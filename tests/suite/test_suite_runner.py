@@ -650,27 +650,34 @@ def test_an_interrupted_gpus_sitting_stops_its_children(tmp_path, monkeypatch):
 
     real, real_sleep = subprocess.Popen, time.sleep
     started = []
-    child = (
-        "import sys, time\n"
-        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(130)\n"
+    child = (  # says when it is inside its try (a SIGINT during start-up would be another test)
+        "import pathlib, sys, time\n"
+        "try:\n    pathlib.Path(sys.argv[1]).touch()\n    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n    sys.exit(130)\n"
         "sys.exit(0)\n"
     )
 
     def popen(cmd, **kw):
         ignores = cmd[-1] == "stubborn"  # a child that ignores SIGINT: killed after the grace period
         code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if ignores else "") + child
-        proc = real([sys.executable, "-c", code, cmd[-1]], stdout=kw.get("stdout"), stderr=kw.get("stderr"))
+        ready = tmp_path / f"{cmd[-1]}.ready"
+        proc = real([sys.executable, "-c", code, str(ready), cmd[-1]], stdout=kw.get("stdout"),
+                    stderr=kw.get("stderr"))  # fmt: skip
         started.append(proc)
         return proc
 
     class Interrupt:
-        calls = 0
+        sent, deadline = False, time.monotonic() + 120
 
         def __call__(self, seconds):
-            Interrupt.calls += 1
-            if Interrupt.calls == 1 and len(started) == 2:  # both children started: Ctrl-C here
+            ready = len(started) == 2 and all(
+                (tmp_path / f"{n}.ready").exists() for n in ("polite", "stubborn")
+            )
+            if not Interrupt.sent and ready:  # both children running: Ctrl-C here
+                Interrupt.sent = True
                 raise KeyboardInterrupt
-            return real_sleep(min(seconds, 0.1))
+            assert time.monotonic() < Interrupt.deadline, "the children never started"
+            return real_sleep(min(seconds, 0.05))
 
     monkeypatch.setattr(runner.subprocess, "Popen", popen)
     monkeypatch.setattr(runner.time, "sleep", Interrupt())
