@@ -658,8 +658,10 @@ def test_an_interrupted_gpus_sitting_stops_its_children(tmp_path, monkeypatch):
     )
 
     def popen(cmd, **kw):
-        ignores = cmd[-1] == "stubborn"  # a child that ignores SIGINT: killed after the grace period
-        code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if ignores else "") + child
+        # a child that ignores SIGINT is killed after the grace period; the other takes it as Python does
+        # by default (set here: a pytest-xdist worker ignores SIGINT, and its children inherit that)
+        handler = "signal.SIG_IGN" if cmd[-1] == "stubborn" else "signal.default_int_handler"
+        code = f"import signal; signal.signal(signal.SIGINT, {handler})\n" + child
         ready = tmp_path / f"{cmd[-1]}.ready"
         proc = real([sys.executable, "-c", code, str(ready), cmd[-1]], stdout=kw.get("stdout"),
                     stderr=kw.get("stderr"))  # fmt: skip
