@@ -102,7 +102,7 @@ def missing_steps(rows: list[dict], every: int, through: int) -> list[int]:
         (r["step"], r["every"], r["was_every"])
         for r in rows
         if r.get("event") == LOG_EVERY
-        and all(_whole(r.get(k)) and r[k] >= 0 for k in ("step", "every", "was_every"))
+        and all(_whole(r.get(k)) for k in ("step", "every", "was_every"))
         and min(r["every"], r["was_every"]) >= 1
     )
     if changes:
