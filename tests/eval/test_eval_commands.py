@@ -277,3 +277,12 @@ def test_a_probe_on_data_of_a_larger_vocabulary_is_one_line_naming_both(
     err = capsys.readouterr().err.strip()
     assert "data vocab_size 512 > model vocab_size 64" in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "run" / "diagnostics").exists()
+
+
+def test_an_evaluation_tag_parses_back_into_its_parts():
+    """report --runs reads a tag back into the eval options that made it (its hint for a missing one)."""
+    from kinterval.eval.evaluate import eval_tag, parse_eval_tag
+
+    assert parse_eval_tag(eval_tag("val")) == ("val", [], [])
+    assert parse_eval_tag(eval_tag("test", "/data/ptb", "lerp-k4")) == ("test", ["ptb"], ["lerp-k4"])
+    assert parse_eval_tag(eval_tag("val", None, "softmax")) == ("val", [], ["softmax"])

@@ -52,6 +52,13 @@ def eval_tag(split: str = "val", data: str | Path | None = None, operator: str |
     return "__".join(parts)
 
 
+def parse_eval_tag(tag: str) -> tuple[str, list[str], list[str]]:
+    """The parts of an :func:`eval_tag`: the split, the data folder names and the operators (in their
+    file-name form, :func:`~kinterval.model.safe_operator`)."""
+    split, *rest = tag.split("__")
+    return split, [p for p in rest if not p.startswith("op-")], [p[3:] for p in rest if p.startswith("op-")]
+
+
 def eval_dir(run_dir: str | Path, split: str = "val", data=None, operator=None) -> Path:
     return Path(run_dir) / "eval" / eval_tag(split, data, operator)
 

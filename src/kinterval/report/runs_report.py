@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from kinterval.eval.checkpoints import state_file_sha256
-from kinterval.eval.evaluate import eval_dir, load_result, read_summary, result_paths
+from kinterval.eval.evaluate import eval_dir, load_result, parse_eval_tag, read_summary, result_paths
 from kinterval.report.build import demo_report
 from kinterval.report.probes import PROBES, compare_pair
 from kinterval.report.results import NOT_PROTOCOL, REFERENCES, train_data_hash
@@ -58,11 +58,9 @@ def _eval_command(run, tag: str, checkpoint: str | None = "latest") -> str:
     """The `kinterval eval` that writes the evaluation folder ``RUN/eval/TAG`` (``--split`` takes a tag,
     ``SPLIT[__DATA][__op-OPERATOR]``): the split as ``--split``; the other parts name the ``--data`` folder
     and the ``--operator`` the tag was made with."""
-    split, *rest = tag.split("__")
+    split, data, ops = parse_eval_tag(tag)
     ck = "" if checkpoint is None else f" --checkpoint {checkpoint}"
     cmd = f"`kinterval eval --run {run}{ck} --split {split}"
-    data = [p for p in rest if not p.startswith("op-")]
-    ops = [p.removeprefix("op-") for p in rest if p.startswith("op-")]
     cmd += "".join(f" --data DIR/{d}" for d in data) + "".join(f" --operator {o}" for o in ops) + "`"
     if data:
         cmd += f" (DIR/{data[0]}: the data folder named {data[0]} that the tag {tag} was evaluated on)"
