@@ -148,3 +148,28 @@ def test_a_cell_carries_the_papers_marks():
     row = {"diff": -0.0133, "q": 0.186, "lo": -0.0267, "hi": -0.0033}
     assert cell_text({**row, "mark": "°"}) == "-1.3°" and cell_text({**row, "mark": ""}) == "-1.3"
     assert cell_text({**row, "q": 0.01}) == "-1.3*" and cell_text(None) == "–"
+
+
+def test_heat_panels_may_share_and_leave_out_conditions_as_the_papers_do(compared, tmp_path, capsys):
+    """fig:heat's panels are (a) the matched K=4 conditions and (b) the near-baseline group: a subset of the
+    conditions each, which may overlap; by default one panel per --group."""
+    c = str(compared / "c.json")
+    assert main(["report", "--downstream", c, "--out", str(tmp_path / "d")]) == 0
+    data = json.loads((tmp_path / "d" / "report.json").read_text())
+    assert data["heat_panels"] == {"large": ["worst"], "near": ["same", "mild"]}
+    panels = ["--heat-panel", "matched K=4=mild,worst", "--heat-panel", "near=mild, same"]
+    assert main(["report", "--downstream", c, *panels, "--out", str(tmp_path / "p")]) == 0
+    data = json.loads((tmp_path / "p" / "report.json").read_text())
+    assert data["heat_panels"] == {"matched K=4": ["worst", "mild"], "near": ["same", "mild"]}  # table order
+    assert (tmp_path / "p" / "heat.png").stat().st_size > 0
+    capsys.readouterr()
+    for bad, said in ((["near=same,gone"], "gone not among the compared conditions"),
+                      (["near"], "expected LABEL=CONDITION"), (["near="], "expected LABEL=CONDITION"),
+                      (["=same"], "expected LABEL=CONDITION"),
+                      (["a=same", "a=mild"], "'a' is given twice")):  # fmt: skip
+        args = [x for b in bad for x in ("--heat-panel", b)]
+        assert main(["report", "--downstream", c, *args, "--out", str(tmp_path / "bad")]) == 2
+        assert said in capsys.readouterr().err
+        assert not (tmp_path / "bad").exists()
+    assert main(["report", str(tmp_path), "--heat-panel", "a=same"]) == 2
+    assert "--heat-panel are for --downstream" in capsys.readouterr().err

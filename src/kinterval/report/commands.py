@@ -12,8 +12,8 @@ def _report(args) -> int:
         return _runs(args)
     if args.downstream:
         return _downstream(args)
-    if args.nll_from:
-        raise ValueError("--nll-from is for --downstream")
+    if args.nll_from or args.heat_panel:
+        raise ValueError("--nll-from and --heat-panel are for --downstream")
     if args.split is not None:
         raise ValueError(
             "--split is for --runs (a suite folder's report reads the split its suite evaluates)"
@@ -57,7 +57,9 @@ def _downstream(args) -> int:
 
     if args.dirs or args.clean_blocks or args.split is not None:
         raise ValueError("--downstream takes downstream-compare --json files instead of suite folders")
-    path = downstream_report(args.downstream, Path(args.out or "report"), nll_from=args.nll_from)
+    path = downstream_report(
+        args.downstream, Path(args.out or "report"), nll_from=args.nll_from, heat_panel=args.heat_panel
+    )
     print(f"report written: {path}")
     return 0
 
@@ -88,6 +90,13 @@ def register(subparsers) -> None:
         metavar="REPORT",
         help="with --downstream: a `kinterval report` folder whose ΔNLL vs softmax orders and labels the "
         "conditions named as its operators",
+    )
+    p.add_argument(
+        "--heat-panel",
+        action="append",
+        metavar="LABEL=COND,COND",
+        help="with --downstream: one panel of the heat map (fig:heat) with these conditions, repeatable; "
+        "panels may share conditions and leave some out (default: one panel per downstream-compare --group)",
     )
     p.add_argument(
         "--split",

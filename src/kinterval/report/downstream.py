@@ -158,11 +158,36 @@ def table_rows(g: dict) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def heat_figure(g: dict, path: Path, title: str) -> Path:
-    """fig:heat: pp differences, one panel per pre-declared group (one panel without groups), each on its
+def heat_panels(g: dict, chosen: list[str] | None = None) -> dict[str, list[str]]:
+    """fig:heat's panels {label: conditions in the table's order}: one per pre-declared group (one panel
+    without groups), or the ``chosen`` "LABEL=COND,COND,..." panels, which may leave conditions out and share
+    them (the paper's: (a) the matched K=4 conditions, (b) the near-baseline group)."""
+    if not chosen:
+        order = list(dict.fromkeys(g["groups"].get(c, "") for c in g["conditions"]))
+        return {grp: [c for c in g["conditions"] if g["groups"].get(c, "") == grp] for grp in order}
+    panels = {}
+    for text in chosen:
+        label, sep, names = text.rpartition("=")  # condition names hold no "=" (downstream-compare NAME=DIR)
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        if not sep or not label.strip() or not wanted:
+            raise ValueError(f"--heat-panel {text!r}: expected LABEL=CONDITION[,CONDITION...]")
+        if label.strip() in panels:
+            raise ValueError(f"--heat-panel {label.strip()!r} is given twice")
+        unknown = [n for n in wanted if n not in g["conditions"]]
+        if unknown:
+            raise ValueError(
+                f"--heat-panel {label.strip()!r}: {', '.join(unknown)} not among the compared conditions "
+                f"({', '.join(g['conditions'])})"
+            )
+        panels[label.strip()] = [c for c in g["conditions"] if c in wanted]
+    return panels
+
+
+def heat_figure(g: dict, path: Path, title: str, panels: dict[str, list[str]] | None = None) -> Path:
+    """fig:heat: pp differences, one panel per entry of ``panels`` (default :func:`heat_panels`), each on its
     own symmetric colour scale (to the next 1-2-5 value of its largest |pp|); marks as :func:`cell_text`."""
-    order = list(dict.fromkeys(g["groups"].get(c, "") for c in g["conditions"]))
-    panels = [[c for c in g["conditions"] if g["groups"].get(c, "") == grp] for grp in order]
+    panels = panels if panels is not None else heat_panels(g)
+    order, panels = list(panels), list(panels.values())
     tasks = g["tasks"]
     heights = [len(p) + 1.5 for p in panels]
     fig, axes = F.plt.subplots(
@@ -219,11 +244,12 @@ def downstream_figure(g: dict, path: Path, title: str) -> Path:
     return F._save(fig, path, title, panels=axes[0] if len(tasks) > 1 else ())
 
 
-def downstream_report(files, out, nll_from=None) -> Path:
+def downstream_report(files, out, nll_from=None, heat_panel: list[str] | None = None) -> Path:
     """``stagec.md``/``.tex``, ``heat.png``, ``downstream.png`` (when BLiMP or LAMBADA is among the
     configurations), ``report.json`` and ``index.md`` into ``out``, built and published as
     :func:`kinterval.report.build.build_report` does. ``nll_from``: a ``kinterval report`` folder (or its
-    report.json) whose ΔNLL vs softmax orders and labels the conditions named as its operators."""
+    report.json) whose ΔNLL vs softmax orders and labels the conditions named as its operators.
+    ``heat_panel``: fig:heat's panels as "LABEL=COND,COND,..." (:func:`heat_panels`)."""
     rows = read_rows(files)
     g = grid(rows, nll_of(nll_from) if nll_from else None)
     if not g["tasks"]:
@@ -231,6 +257,7 @@ def downstream_report(files, out, nll_from=None) -> Path:
             "no configuration on its primary metric (acc_norm for hellaswag, piqa, arc_easy; acc otherwise) "
             f"in {', '.join(map(str, files))}"
         )
+    panels = heat_panels(g, heat_panel)  # checked before anything is written
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with _building(out) as work:
@@ -250,7 +277,7 @@ def downstream_report(files, out, nll_from=None) -> Path:
         if g["skipped"]:
             ix.lines += [f"Not shown (no primary-metric row): {', '.join(g['skipped'])}.", ""]
         ix.table("stagec", *table_rows(g), "Downstream accuracy minus softmax, pp (tab:stagec)")
-        heat_figure(g, work / "heat.png", "Downstream accuracy differences from softmax (pp)")
+        heat_figure(g, work / "heat.png", "Downstream accuracy differences from softmax (pp)", panels)
         ix.figure("heat.png", "fig:heat")
         forest = forest_tasks(g)
         if forest:
@@ -268,6 +295,7 @@ def downstream_report(files, out, nll_from=None) -> Path:
             "baseline": g["baseline"],
             "dnll": g["dnll"],
             "skipped": g["skipped"],
+            "heat_panels": panels,
             "cells": [g["cells"][k] for k in g["cells"]],
         }
         (work / "report.json").write_text(strict_json(data) + "\n")
