@@ -430,3 +430,12 @@ def test_the_model_label_names_the_attention_options_that_are_set():
     assert model_label({"model": {**both, "rope_theta": 5e5}}) == "6L 6H d384 2KV softcap30 sinks rope500000"
     assert model_label({"model": {"preset": "tiny", "attn_softcap": 2.5}}) == "2L 2H d64 softcap2.5"
     assert model_label({"model": {"preset": "tiny", "rope_theta": 1e4}}) == "2L 2H d64 rope10000"
+
+
+def test_the_cross_setting_columns_follow_the_papers_order_b_a_c_d(tmp_path):
+    """tab:cross's columns are B (124M@250M), A (124M@2.5B), C (1B@100M), D (five seeds): not by name."""
+    for suite in ("C", "A", "B"):
+        write_results(tmp_path / suite, suite, _planted(0.1), n_blocks=32, runs=lambda r: r["operator"] in K4)
+    build_report([tmp_path / s for s in ("A", "B", "C")], tmp_path / "rep")
+    columns = list(json.loads((tmp_path / "rep" / "report.json").read_text())["cross_setting"]["columns"])
+    assert [c.split(":")[0] for c in columns] == ["B", "A", "C"]

@@ -147,15 +147,26 @@ def _mean_geometry(
     return out
 
 
+CROSS_ORDER = ("B", "A", "C", "D")  # tab:cross's columns: 124M@250M, 124M@2.5B, 1B@100M, five seeds
+
+
 def _cross_columns(settings: list[tuple], points) -> dict[str, tuple]:
-    """Cross-setting column label -> setting, ordered by suite: each setting named by the suites of its
-    conditions (``C``, ``D + supplementary``) and its model, budget, data and tag (tab:cross,
-    tab:crossfull)."""
+    """Cross-setting column label -> setting: each setting named by the suites of its conditions (``C``,
+    ``D + supplementary``) and its model, budget, data and tag (tab:cross, tab:crossfull); the paper's suites
+    in its order (B, A, C, D), the others after them by name."""
     suites: dict[tuple, set[str]] = {}
     for p in points:
         if not p.is_reference:
             suites.setdefault(p.key.setting(), set()).add(p.suite)
-    named = sorted((" + ".join(sorted(suites.get(s, ()))), s) for s in settings)
+
+    def rank(name: str) -> int:
+        return min(
+            (CROSS_ORDER.index(n) for n in name.split(" + ") if n in CROSS_ORDER), default=len(CROSS_ORDER)
+        )
+
+    named = sorted(
+        ((" + ".join(sorted(suites.get(s, ()))), s) for s in settings), key=lambda x: (rank(x[0]), x)
+    )
     return {T.cross_column(s, name): s for name, s in named}
 
 
