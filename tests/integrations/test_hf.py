@@ -1437,3 +1437,17 @@ def test_inference_compiles_as_one_graph(monkeypatch):
     finally:
         torch._dynamo.reset()
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("attentions", [False, True])
+def test_a_model_built_on_the_meta_device_runs_as_with_sdpa(attentions):
+    """A model built under ``torch.device("meta")`` (shape checks, deferred initialization) runs its forward
+    with the drop-in as with sdpa: meta has no autocast to ask about."""
+    ids = torch.zeros(1, 5, dtype=torch.long, device="meta")
+    shapes = {}
+    for impl in ("sdpa", "kinterval-fwm-prob-k4"):
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(CONFIGS["llama"](), attn_implementation=impl)
+        out = model(ids, output_attentions=attentions)
+        shapes[impl] = (out.logits.shape, out.logits.device.type)
+    assert shapes["kinterval-fwm-prob-k4"] == shapes["sdpa"] == ((1, 5, V), "meta")

@@ -149,3 +149,27 @@ def test_dot_precision_reaches_the_triton_backend(monkeypatch):
     with pytest.raises(ValueError, match="precision"):
         with dot_precision("fp64"):
             pass
+
+
+@pytest.mark.parametrize("kind", ["0/-inf", "bias"])
+def test_a_float_mask_compiles_as_one_graph(kind):
+    """Without gradients, a float attn_mask (0/-inf, or T5's position bias with -inf) traces whole under
+    torch.compile(fullgraph=True), with the eager values: the bias-or-mask check (a host sync) and the
+    fake-tensor test are not traced (Dynamo refused ``is_fake``)."""
+    import torch._dynamo
+
+    q, k, v = _qkv(dtype=torch.float32)
+    keep = torch.rand(2, 1, 7, 7, generator=torch.Generator().manual_seed(2)) > 0.3
+    mask = torch.zeros(2, 1, 7, 7) if kind == "0/-inf" else torch.randn(2, 1, 7, 7)
+    mask = mask.masked_fill(~keep, float("-inf"))
+
+    def f(q, k, v, m):
+        return kinterval_attention(q, k, v, "lerp-k4", backend="closed_form", attn_mask=m)
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            got = torch.compile(f, backend="eager", fullgraph=True)(q, k, v, mask)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, f(q, k, v, mask), rtol=0, atol=0)

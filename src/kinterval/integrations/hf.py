@@ -47,7 +47,7 @@ from kinterval.ops.api import (
     warn_mask_like_bias,
     working_dtype,
 )
-from kinterval.ops.autocast import matmul_outside_autocast
+from kinterval.ops.autocast import autocast_dtype, matmul_outside_autocast, outside_autocast
 from kinterval.ops.backends import version_tuple
 from kinterval.ops.spec import BASELINES
 
@@ -161,12 +161,11 @@ def _attention(name: str, module, query, key, value, attention_mask, scaling=Non
         raise ValueError("pass the attention sinks as s_aux or as sinks, not both")
     sinks = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
     softcap, position_bias = kwargs.get("softcap"), kwargs.get("position_bias")
-    if torch.is_autocast_enabled(query.device.type):
+    if (dtype := autocast_dtype(query.device.type)) is not None:
         # As torch's sdpa under autocast (on its lower-precision list): every input but a float64 one goes to
         # the autocast dtype. RoPE multiplies 16-bit q, k by fp32 cos/sin, so q, k arrive fp32 and v bf16;
         # a KV cache whose empty start is fp32 promotes k, v to fp32 at its concatenation (transformers 5.20
         # builds one in training): all of them run in the autocast dtype, as sdpa runs them.
-        dtype = torch.get_autocast_dtype(query.device.type)
         query, key, value = (x if x.dtype == torch.float64 else x.to(dtype) for x in (query, key, value))
     if not query.dtype == key.dtype == value.dtype:  # outside autocast, or a float64 among them: promoted
         dtype = torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
@@ -249,7 +248,7 @@ def _explicit_attention(q, k, v, spec, causal, mask, scale, p, backend, softcap=
     valid, bias = split_mask(mask, "attention mask")
     warn_mask_like_bias(bias, spec, "attention mask")
     softcap = check_softcap(softcap)
-    with torch.autocast(device_type=q.device.type, enabled=False):
+    with outside_autocast(q.device.type):
         wd = working_dtype(q.dtype)  # float32, float64 for a float64 model, as kinterval_attention
         qk = matmul_outside_autocast(q.to(wd), k.to(wd).transpose(-2, -1)) * scale
         # a row with a non-finite q k^T on a key it attends is NaN, as on the fused path

@@ -81,8 +81,9 @@ def split_mask(mask: Tensor | None, what: str = "mask") -> tuple[Tensor | None, 
 
 
 def shapes_only(t: Tensor) -> bool:
-    """A tensor with no values to read: on the meta device, or fake (``FakeTensorMode``, ``torch.export``)."""
-    return t.device.type == "meta" or is_fake(t)
+    """A tensor with no values to read: on the meta device, fake (``FakeTensorMode``, ``torch.export``), or
+    being traced by ``torch.compile`` (which cannot trace ``is_fake``; asked first)."""
+    return t.device.type == "meta" or torch.compiler.is_compiling() or is_fake(t)
 
 
 MASK_LIKE_BIAS = -1e4  # a bias at or below this looks like a mask written as a large negative number

@@ -10,16 +10,28 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-__all__ = ["matmul_outside_autocast", "outside_autocast"]
+__all__ = ["autocast_dtype", "matmul_outside_autocast", "outside_autocast"]
 
 
 def outside_autocast(device_type: str) -> AbstractContextManager:
     """``torch.autocast(device_type, enabled=False)``, or a no-op for devices without autocast (meta)."""
-    # cpu and cuda answered in Python: torch.compile of torch 2.11 and older cannot trace
-    # is_autocast_available, and its graph break here made each call of a compiled model recompile
-    if device_type in ("cpu", "cuda") or torch.amp.is_autocast_available(device_type):
+    if _has_autocast(device_type):
         return torch.autocast(device_type, enabled=False)
     return nullcontext()
+
+
+def _has_autocast(device_type: str) -> bool:
+    # cpu and cuda answered in Python: torch.compile of torch 2.11 and older cannot trace
+    # is_autocast_available, and its graph break here made each call of a compiled model recompile
+    return device_type in ("cpu", "cuda") or torch.amp.is_autocast_available(device_type)
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype of the autocast region enabled for ``device_type``; None outside one, and for devices
+    without autocast (meta)."""
+    if _has_autocast(device_type) and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
 
 
 class _MatmulOutsideAutocast(torch.autograd.Function):
