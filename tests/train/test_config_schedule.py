@@ -194,6 +194,9 @@ def test_checkpoint_steps():
     assert checkpoint_steps(10, 0) == (10,)
     assert checkpoint_steps(10, 0, save_every=3) == (3, 6, 9, 10)
     assert checkpoint_steps(12, 0, save_every=4) == (4, 8, 12)
+    # more checkpoints than steps: every step, at once (a count of 1e12 looped over every mark)
+    assert checkpoint_steps(4, 10**12) == (1, 2, 3, 4) and checkpoint_steps(7, 7) == tuple(range(1, 8))
+    assert checkpoint_steps(7, 6) == (1, 2, 4, 5, 6, 7)
 
 
 def test_a_larger_micro_batch_on_one_process_is_warned_of_its_other_batch():

@@ -1,6 +1,8 @@
 """CLI glue of ``kinterval train``: each flag sets its documented config field, ``--set`` parses TOML values
 (mutation audit, benchmarks/results/mutation-2026-11-24/cli_glue.md)."""
 
+import os
+
 import pytest
 
 from kinterval.cli import build_parser
@@ -106,6 +108,10 @@ def test_threads_sets_torchs_threads_and_auto_on_a_cpu_warns_for_a_large_model(m
     assert "warning" not in capsys.readouterr().err
     assert main(["train", "--data", "D", "--out", "O", "--threads", "0"]) == 2
     assert "--threads must be an integer >= 1" in capsys.readouterr().err
+    for huge in ("1000000000000", "100000"):  # torch overflowed on the first (a traceback)
+        assert main(["train", "--data", "D", "--out", "O", "--threads", huge]) == 2
+        assert f"--threads must be at most {max(64, 4 * (os.cpu_count() or 1))}" in capsys.readouterr().err
+    assert seen == [3]
 
 
 class _Done:

@@ -429,6 +429,16 @@ def test_training_time_adds_up_over_the_sessions_of_a_run(runs, tmp_path):
 
 
 # ---------------------------------------------------------------------- 9. block size
+def test_a_step_larger_than_the_token_budget_is_refused_up_front(make_config, tmp_path):
+    """The steps are rounded up, so a step of more tokens than the run's budget (--accum 1e12) trained that
+    whole step: 2.5e11 times the tokens asked for, after an allocation the size of the step."""
+    cfg = make_config(**{"schedule.accum": 10**12})
+    with pytest.raises(ValueError, match=r"one optimizer step trains [\d,]+ tokens .* accum 1000000000000 .*"
+                       r"more than the run's [\d,]+: lower --accum"):  # fmt: skip
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_block_size_longer_than_the_data_is_refused_up_front(make_config, tmp_path):
     with pytest.raises(ValueError, match=r"model\.block_size 100000 needs 100001 tokens.*has 6\d{4}"):
         train(make_config(**{"model.block_size": 100_000}), tmp_path / "run")

@@ -161,6 +161,11 @@ def set_threads(threads: int | None) -> None:
     if threads is not None:
         if threads < 1:
             raise ValueError(f"--threads must be an integer >= 1, got {threads}")
+        cpus = os.cpu_count() or 1
+        if threads > max(64, 4 * cpus):  # torch would overflow, or start that many OpenMP threads
+            raise ValueError(
+                f"--threads must be at most {max(64, 4 * cpus)} on this machine ({cpus} CPUs), got {threads}"
+            )
         import torch
 
         torch.set_num_threads(threads)

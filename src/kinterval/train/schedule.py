@@ -57,11 +57,26 @@ def checkpoint_steps(steps: int, count: int, save_every: int = 0) -> tuple[int, 
 
     The i-th is ``i * steps / count`` rounded half up, in integers: suite A's fifth of twenty (step 4768.5
     of 19,074) is step 4769, 625.1M tokens, the checkpoint the paper resumed from (App. C.1)."""
-    marks = {(2 * i * steps + count) // (2 * count) for i in range(1, count + 1)} if count else set()
+    if count >= steps:  # marks closer than a step apart: every step (without looping over all count)
+        marks = set(range(1, steps + 1))
+    else:
+        marks = {(2 * i * steps + count) // (2 * count) for i in range(1, count + 1)} if count else set()
     marks.add(steps)
     if save_every:
         marks |= set(range(save_every, steps + 1, save_every))
     return tuple(sorted(m for m in marks if m >= 1))
+
+
+def check_step_within_budget(cfg, plan: Plan, world_size: int) -> None:
+    """A run whose one optimizer step holds more tokens than its budget would train that one whole step
+    (the steps are rounded up): refused, naming the factors."""
+    s = cfg.schedule
+    if plan.tokens_per_step > s.tokens:
+        raise ValueError(
+            f"one optimizer step trains {plan.tokens_per_step:,} tokens ({world_size} process(es) x accum "
+            f"{s.accum} x micro-batch {s.micro_batch} x {plan.block_size} tokens), more than the run's "
+            f"{s.tokens:,}: lower --accum or --micro-batch, or raise --tokens"
+        )
 
 
 def make_plan(cfg, world_size: int) -> Plan:

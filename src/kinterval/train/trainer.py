@@ -57,7 +57,7 @@ from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
 from kinterval.train.metrics import LOG_EVERY, MetricsLog, missing_steps, read_metrics, write_status
 from kinterval.train.optim import build_optimizer
-from kinterval.train.schedule import Plan, make_plan
+from kinterval.train.schedule import Plan, check_step_within_budget, make_plan
 
 # Fields that change how a run executes but not what it computes (up to float rounding); a resume may
 # change them. Everything else in the config must match the checkpoint.
@@ -138,6 +138,7 @@ class Trainer:
         self.plan = make_plan(cfg, info.world_size)
         self.identity = identity(cfg, self.plan, data_identity(shards))
         check_fits(cfg, self.model_cfg, len(self.tokens), info.device)
+        check_step_within_budget(cfg, self.plan, info.world_size)
         if info.is_main and (note := protocol_batch_note(cfg, self.plan)):
             print(f"kinterval train: warning: {note}", file=sys.stderr)
         self.passes = data_passes(self.plan.total_tokens, len(self.tokens), self.plan.block_size)
