@@ -105,3 +105,5 @@ def test_cli_prints_the_table_and_writes_json(data_dir, tmp_path, capsys):
     assert lines[3].split() == ["native", "0", "0", "True"]
     res = json.loads(out.read_text())
     assert res["designs"]["native"]["qk"] == 0.0 and res["designs"]["fp32"]["qk"] > 0
+    assert main([*argv, "--set", "seed=8"]) == 2  # --set and --seed disagree: refused, as train refuses it
+    assert "--seed 7 and --set seed=8 set one field to two values" in capsys.readouterr().err

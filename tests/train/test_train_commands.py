@@ -28,11 +28,35 @@ def test_each_flag_sets_its_own_field():
 
 
 def test_set_parses_toml_values_and_needs_field_equals_value():
-    cfg = config("--set", "optim.beta2=0.99", "--set", "data.dir=corpus", "--set", " log.eval_blocks = 4")
-    assert (cfg.optim.beta2, cfg.data.dir, cfg.log.eval_blocks) == (0.99, "corpus", 4)
+    cfg = config(
+        "--set", "optim.beta2=0.99", "--set", "operator.name=lerp-k4", "--set", " log.eval_blocks = 4"
+    )
+    assert (cfg.optim.beta2, cfg.operator.name, cfg.log.eval_blocks) == (0.99, "lerp-k4", 4)
     assert isinstance(cfg.optim.beta2, float) and isinstance(cfg.log.eval_blocks, int)
     with pytest.raises(ValueError, match=r"--set expects FIELD=VALUE, got 'optim.beta2'"):
         config("--set", "optim.beta2")
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [(["--lr", "0.001", "--set", "optim.lr=0.002"], "--lr 0.001 and --set optim.lr=0.002"),
+     (["--micro-batch", "4", "--set", "schedule.micro_batch=8"],
+      "--micro-batch 4 and --set schedule.micro_batch=8"),
+     (["--compile", "--set", "compile=false"], "--compile and --set compile=False"),
+     (["--no-progress", "--set", "log.progress=true"], "--no-progress and --set log.progress=True")],
+)  # fmt: skip
+def test_a_flag_and_set_that_disagree_on_one_field_are_refused(flags, said):
+    """``--lr 0.001 --set optim.lr=0.002`` trained at 0.002 without a word: which one won was nowhere said."""
+    with pytest.raises(ValueError, match=f"{said} set one field to two values; give one"):
+        config(*flags)
+    assert config("--lr", "0.001", "--set", "optim.lr=0.001").optim.lr == 0.001  # agreeing: one value
+
+
+def test_an_unknown_model_is_refused_before_the_presets_note(capsys):
+    """``--model bogus`` first printed "--model bogus takes the preset's shape", as if it were a preset."""
+    with pytest.raises(ValueError, match=r"--model must be one of \[.*'tiny'\], got 'bogus'"):
+        config("--config", "tiny-cpu", "--model", "bogus")
+    assert "takes the preset's shape" not in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ audit fixes (seed range, demo --tokens)

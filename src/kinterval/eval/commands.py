@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 from kinterval.arglists import Extend, check_no_empty_item, numbers
-from kinterval.train.commands import parse_sets, set_threads
+from kinterval.train.commands import set_threads, with_sets
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -402,8 +402,14 @@ def _fp8_backward(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     if args.json:
         atomic.check_target(args.json)
-    cfg = TrainConfig.from_toml(args.config).override({"data.dir": args.data, "seed": args.seed})
-    cfg = cfg.override({**parse_sets(args.set), "device": args.device}).validate()
+    given = {
+        "data.dir": ("--data", args.data),
+        "seed": ("--seed", args.seed),
+        "device": ("--device", args.device),
+    }
+    flags = {field: f"{flag} {value}" for field, (flag, value) in given.items()}
+    overrides = with_sets({field: value for field, (_, value) in given.items()}, flags, args.set)
+    cfg = TrainConfig.from_toml(args.config).override(overrides).validate()
     res = fp8_backward_check(cfg, args.micro_batches)
     print(f"fp8-exp at seed {res['seed']} on {res['device']}, first step, {res['micro_batches']} "
           f"micro-batches ({res['sequences']} sequences)")  # fmt: skip

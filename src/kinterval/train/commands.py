@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from kinterval.train.config import TrainConfig, shipped_configs
+from kinterval.train.config import PRESETS, TrainConfig, flatten, shipped_configs
 
 try:
     import tomllib
@@ -117,6 +117,8 @@ PRESET_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_multiple")
 def config_from_args(args) -> TrainConfig:
     cfg = TrainConfig.from_toml(args.config) if args.config else TrainConfig()
     if args.model is not None:
+        if args.model not in PRESETS:  # before the note below, which would name it as a preset
+            raise ValueError(f"--model must be one of {sorted(PRESETS)}, got {args.model!r}")
         dropped = {f: getattr(cfg.model, f) for f in PRESET_FIELDS if getattr(cfg.model, f) is not None}
         if dropped:
             d = cfg.to_dict()
@@ -129,16 +131,26 @@ def config_from_args(args) -> TrainConfig:
                     fields,
                 )
     overrides = {field: getattr(args, dest) for dest, field in FLAG_FIELDS.items()}
-    if args.tensorboard:
-        overrides["log.tensorboard"] = True
-    if args.compile:
-        overrides["compile"] = True
-    if args.activation_checkpointing:
-        overrides["activation_checkpointing"] = True
-    if args.no_progress:
-        overrides["log.progress"] = False
-    overrides.update(parse_sets(args.set))
-    return cfg.override(overrides).validate()
+    flags = {field: f"--{dest.replace('_', '-')} {overrides[field]}" for dest, field in FLAG_FIELDS.items()}
+    for flag, field, value in (("--tensorboard", "log.tensorboard", True), ("--compile", "compile", True),
+                               ("--activation-checkpointing", "activation_checkpointing", True),
+                               ("--no-progress", "log.progress", False)):  # fmt: skip
+        if getattr(args, flag[2:].replace("-", "_")):
+            overrides[field], flags[field] = value, flag
+    return cfg.override(with_sets(overrides, flags, args.set)).validate()
+
+
+def with_sets(overrides: dict, flags: dict, sets: list[str]) -> dict:
+    """``overrides`` {field: a flag's value or None} with the ``--set`` items added; a flag and a --set that
+    give one field two values are a ValueError naming both (``flags`` {field: the flag as given})."""
+    out = dict(overrides)
+    for field, value in flatten(parse_sets(sets)).items():
+        if out.get(field) is not None and out[field] != value:
+            raise ValueError(
+                f"{flags[field]} and --set {field}={value!r} set one field to two values; give one"
+            )
+        out[field] = value
+    return out
 
 
 def parse_sets(items: list[str]) -> dict:
