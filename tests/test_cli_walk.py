@@ -35,6 +35,16 @@ def test_an_empty_path_is_refused_before_any_work(tmp_path, monkeypatch, capsys,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_empty_value_is_refused_not_taken_for_the_default(tmp_path, monkeypatch, capsys):
+    """``ops --range-grad ""`` printed the range_grad full table, as if the flag were not given."""
+    monkeypatch.chdir(tmp_path)
+    for argv, name in ((["ops", "--range-grad", ""], "--range-grad"), (["eval", "--run", "r", "--split", " "],
+                       "--split"), (["suite", "show", ""], "name")):  # fmt: skip
+        assert cli.main(argv) == 2
+        assert capsys.readouterr().err == f"kinterval {argv[0]}: error: argument {name}: an empty value\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 # Every argument that names a file or folder, per command: each must be refused when given as "".
 PATH_ARGUMENTS_OF = {
     ("ops",): {"json"},
@@ -56,17 +66,18 @@ PATH_ARGUMENTS_OF = {
     ("suite", "run-one"): {"out"},
     ("suite", "gate"): {"dir"},
     ("suite", "merge"): {"dst", "src"},
-    ("report",): {"runs", "dirs", "clean_blocks", "out"},
+    ("report",): {"runs", "dirs", "clean_blocks", "out", "downstream", "nll_from"},
     ("demo",): {"out"},
 }
 
 
 def test_every_path_argument_of_every_command_is_refused_empty():
     """Each command's file and folder arguments (a positional one, one of several values too) given as ""
-    are named by empty_path_argument; a path argument missing from cli.PATH_ARGUMENTS would be read as the
-    current folder."""
+    are named by empty_argument as empty paths; a path argument missing from cli.PATH_ARGUMENTS would be read
+    as the current folder. Every other text argument but --prompt is refused as an empty value (`ops
+    --range-grad ""` ran range_grad full)."""
     root = cli.build_parser()
-    seen = {}
+    seen, values, allowed = {}, 0, set()
     for path, parser in _commands(root):
         if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
             continue
@@ -83,12 +94,19 @@ def test_every_path_argument_of_every_command_is_refused_empty():
                 continue
             before = getattr(namespace, action.dest)
             setattr(namespace, action.dest, ["a", ""] if action.nargs in ("+", "*") else "")
-            if cli.empty_path_argument(root, namespace) == ("/".join(action.option_strings) or action.dest):
+            said = cli.empty_argument(root, namespace)
+            name = "/".join(action.option_strings) or action.dest
+            if said == f"argument {name}: an empty path; give a file or folder":
                 refused.add(action.dest)
+            elif said == f"argument {name}: an empty value":
+                values += 1
+            elif action.type in (None, str):
+                allowed.add(action.dest)
             setattr(namespace, action.dest, before)
         if refused:
             seen[path[1:]] = refused
     assert seen == PATH_ARGUMENTS_OF
+    assert allowed == {"prompt"} and values > 50
 
 
 def _commands(parser, path=("kinterval",)):

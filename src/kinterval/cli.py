@@ -98,8 +98,12 @@ def input_error_message(err: BaseException, flags: dict[str, str] | None = None)
 # the current folder, where a command wrote its outputs, trained or looked for a dataset.
 PATH_ARGUMENTS = {
     "out", "run", "data", "dir", "dirs", "runs", "json", "config", "bpe_file", "include_path", "against_data",
-    "clean_blocks", "skip_gated", "src", "dst", "baseline", "conditions", "reference",
+    "clean_blocks", "skip_gated", "src", "dst", "baseline", "conditions", "reference", "downstream",
+    "nll_from",
 }  # fmt: skip
+# Every other text argument given as "" would mostly fall back to its default without a word (`--range-grad
+# ""` ran `full`); these take "" as a value of its own (`--prompt ""`: the end-of-text token).
+EMPTY_ALLOWED = {"prompt"}
 
 
 def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
@@ -109,14 +113,18 @@ def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     return parser
 
 
-def empty_path_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
-    """The name of the first argument of the chosen (sub)command that names a path and was given as "", or
-    None."""
+def empty_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The error for the first text argument of the chosen (sub)command given as "" (blank), or None."""
     parser = chosen_parser(parser, args)
     for action in parser._actions:
-        value = getattr(args, action.dest, None) if action.dest in PATH_ARGUMENTS else None
-        if "" in (value if isinstance(value, list) else [value]):
-            return "/".join(action.option_strings) or action.dest
+        if action.dest in EMPTY_ALLOWED or action.type not in (None, str):
+            continue
+        value = getattr(args, action.dest, None)
+        if any(isinstance(v, str) and not v.strip() for v in (value if isinstance(value, list) else [value])):
+            name = "/".join(action.option_strings) or action.dest
+            if action.dest in PATH_ARGUMENTS:
+                return f"argument {name}: an empty path; give a file or folder"
+            return f"argument {name}: an empty value"
     return None
 
 
@@ -155,11 +163,8 @@ def _main(argv: list[str] | None) -> int:
         args.lm_eval_args = rest
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if empty := empty_path_argument(parser, args):  # "" would name the current folder
-        print(
-            f"kinterval {args.command}: error: argument {empty}: an empty path; give a file or folder",
-            file=sys.stderr,
-        )
+    if empty := empty_argument(parser, args):  # "" would name the current folder, or the default
+        print(f"kinterval {args.command}: error: {empty}", file=sys.stderr)
         return 2
     with warnings.catch_warnings():
         warnings.showwarning = warning_lines(args.command)

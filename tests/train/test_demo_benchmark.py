@@ -60,7 +60,8 @@ def run_benchmark(monkeypatch, capsys, *args) -> list[list[str]]:
     "flags, message",
     [(["--tokens", "0"], "tokens must be a positive integer"), (["--threads", "-1"], "threads must be"),
      (["--operators", "softmax,bogus"], "unknown operator name 'bogus'"),
-     (["--operators", ""], "--operators names no operator"), (["--operators", " , "], "names no operator"),
+     (["--operators", ""], "argument --operators: an empty value"),
+     (["--operators", " , "], "names no operator"),
      (["--operators", "fwm-prob-k4,FWM-Prob-K4"], "names fwm-prob-k4 more than once"),
      (["--operators", "softmax,softmax"], "names softmax more than once"),
      # a comma inside [...] separates overrides, not names (as in kinterval ops --operators)
