@@ -551,3 +551,14 @@ def test_a_meta_json_of_bytes_that_are_not_text_is_a_named_error(ds):
     (ds / "meta.json").write_bytes(b'{"format_version": \xff\xfe}')
     with pytest.raises(ValueError, match=r"meta\.json: not valid JSON"):
         read_meta(ds)
+
+
+def test_a_dataset_path_that_is_a_file_is_named_as_such(tmp_path):
+    """``--against-data FILE`` said "dataset directory not found" of a path that exists."""
+    (tmp_path / "afile").write_text("x")
+    from kinterval.data.loader import read_meta
+
+    with pytest.raises(ValueError, match=r"afile is not a folder \(a dataset folder of `kinterval data"):
+        read_meta(tmp_path / "afile")
+    with pytest.raises(FileNotFoundError, match="dataset directory not found"):
+        read_meta(tmp_path / "none")

@@ -27,6 +27,8 @@ VOCAB_CHECK_TOKENS = 1_000_000  # ids checked at each end of every shard when a 
 def read_meta(root: str | Path) -> dict:
     root = Path(root)
     if not root.is_dir():
+        if root.exists():  # a file (or a path under one), not a missing folder
+            raise ValueError(f"{root} is not a folder (a dataset folder of `kinterval data prepare`)")
         raise FileNotFoundError(f"dataset directory not found: {root}")
     path = root / "meta.json"
     if not path.is_file():
