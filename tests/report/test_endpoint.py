@@ -495,3 +495,32 @@ def test_load_results_reads_how_far_each_run_trained(tmp_path):
     r0 = m["runs"][0]
     assert reached.pop(r0["run_id"]) == 5 * r0["tokens"] // r0["steps"]
     assert set(reached.values()) == {int(r0["tokens"])}
+
+
+def test_a_row_whose_runs_all_stop_short_of_their_budget_is_left_out_not_shown_as_the_endpoint():
+    """A report of a suite still training (or of runs that stopped) took each row's endpoint as the largest
+    count its own runs reached: a lone run at 500 of its 1000 tokens filled the endpoint ΔNLL, geometry and
+    training-fit rows with its half-budget values, unmarked. Those rows now leave it out and say why; a
+    claim, which names its tokens ("500 of 1000 tokens"), keeps it."""
+    pts = runs({"softmax": 0.0, "lerp-k4": 0.05}, crashed={("lerp-k4", 7), ("lerp-k4", 42)})
+    pairing = A.softmax_pairs(pts)
+    assert A.delta_table(pairing) == []
+    why = "not trained to its endpoint: its last checkpoint is at 500 of 1000 training tokens"
+    assert pairing.unpaired == {f"lerp-k4-s{s} [val] in ΔNLL vs softmax": why for s in (7, 42)}
+    rows, skipped = A.train_fit(pairing, {})
+    assert rows == [] and skipped == {
+        f"lerp-k4-s{s} vs softmax-s{s}": "its last paired evaluation is at 500 of 1000 training tokens, not "
+        "the endpoint"
+        for s in (7, 42)
+    }
+    geo = [dataclasses.replace(p, geometry={"span": float(p.tokens)}) for p in pts]
+    unpaired: dict[str, str] = {}
+    assert [k.operator for k in A.final_geometry(geo, unpaired)] == ["softmax"]
+    assert unpaired == {f"lerp-k4-s{s} [val] in geometry": why for s in (7, 42)}
+    # the clip table reads the whole log: a run still training is left out; one trained to the end but not
+    # yet evaluated there, or stopped by a non-finite loss, is in
+    log = [{"step": 1, "clipped_frac": 0.5, "grad_norm": 1.0, "train_loss": 3.0}]
+    logs = {("", p.run_id): log for p in pts}
+    assert [r.key.operator for r in A.clip_fractions(pts, logs)] == ["softmax"]
+    done = [dataclasses.replace(p, reached=1000) if p.operator == "lerp-k4" else p for p in pts]
+    assert [r.key.operator for r in A.clip_fractions(done, logs)] == ["softmax", "lerp-k4"]

@@ -254,14 +254,17 @@ def _left_out(unpaired: dict[str, str] | None, run: str, reason: str) -> None:
     unpaired.setdefault(run, reason)
 
 
-def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=lambda x: x) -> list:
+def at_endpoint(
+    items, what: str, unpaired: dict[str, str] | None = None, run=lambda x: x, early: bool = False
+) -> list:
     """The items (points, or pairs with ``run=lambda x: x.point``) of one row or contrast at its endpoint: the
     largest training-token count any of them reached (evaluated, or its last checkpoint: ``Point.reached``, so
     that a run trained to the end but not yet evaluated there does not move the row to an earlier
     checkpoint). Each run (model, operator, seed, budget, data, tag)
     without an item there is left out, so that a crashed run's earlier checkpoint never joins the endpoint,
     and is listed in ``unpaired`` as "RUN [tag] in WHAT" -> reason (``ValueError`` when ``unpaired`` is
-    None)."""
+    None). Where no run reached its budget (still training, or stopped), every run is left out, unless
+    ``early``: then the row is at the largest count reached, which the caller names."""
     items = list(items)
     if not items:
         return []
@@ -270,6 +273,20 @@ def at_endpoint(items, what: str, unpaired: dict[str, str] | None = None, run=la
     for x in items:
         p = run(x)
         by_run[(*p.identity, p.tag)].append(x)
+    if not early and end < max(run(x).budget for x in items):
+        # no run of the row trained to its budget (the tokens of its last planned checkpoint): still training,
+        # or stopped; a table row at an earlier checkpoint would pass for the endpoint (``early``: the caller
+        # names the tokens it is at, as a claim's "500 of 1000 tokens")
+        for xs in by_run.values():
+            p = max((run(x) for x in xs), key=lambda p: max(p.tokens, p.reached))
+            why = (
+                f"not trained to its endpoint: its last checkpoint is at {max(p.tokens, p.reached)} of "
+                f"{p.budget} training tokens"
+            )
+            if p.stopped is not None:
+                why = f"stopped by a non-finite loss at step {p.stopped[0]} ({p.stopped[1]} tokens); {why}"
+            _left_out(unpaired, f"{p.run_id} [{p.tag}] in {what}", why)
+        return []
     out = []
     for xs in by_run.values():
         hit = next((x for x in xs if run(x).tokens == end), None)

@@ -61,6 +61,8 @@ def clip_fractions(points: list[Point], logs: dict[tuple, list[dict]]) -> list[C
     ``log.every`` steps."""
     acc: dict[Key, dict[int, dict]] = defaultdict(dict)
     for p in final([p for p in points if p.primary]):
+        if p.stopped is None and max(p.tokens, p.reached) < p.budget:  # still training: its log is partial
+            continue
         rows = [r for r in logs.get((p.folder, p.run_id), []) if "clipped_frac" in r]
         if rows:
             acc[p.key][p.seed] = _run_clip_stats(sorted(rows, key=lambda r: r.get("step", 0)))
@@ -248,6 +250,11 @@ def train_fit(pairing: Pairing, logs: dict[tuple, list[dict]]) -> tuple[list[Fit
     for x in final(pairing.pairs, lambda x: x.point):
         p, c = x.point, x.control
         if not p.primary or p.run_id == c.run_id:
+            continue
+        if p.tokens < p.budget:  # still training, stopped, or not yet evaluated at its last checkpoint
+            skipped[f"{p.run_id} vs {c.run_id}"] = (
+                f"its last paired evaluation is at {p.tokens} of {p.budget} training tokens, not the endpoint"
+            )
             continue
         own = _train_losses(logs.get((p.folder, p.run_id), []))
         ctrl = _train_losses(logs.get((c.folder, c.run_id), []))
