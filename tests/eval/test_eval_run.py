@@ -884,3 +884,39 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_the_evaluation(
     ckpt = list_checkpoints(tiny_run / "run")[-1]
     with pytest.raises(NotADirectoryError):
         evaluate_checkpoint(ckpt, data=tiny_run / "data", out_dir=tmp_path / "file" / "sub")
+
+
+def test_a_result_written_by_a_concurrent_command_is_not_replaced_either(tiny_run, tmp_path, monkeypatch):
+    """The never-replace checks ran before the computation only: an `eval --max-blocks 2` (or a `geometry
+    --blocks 2`) started beside a full evaluation (a `--blocks 1` probe) passed its check before the other
+    wrote, and replaced its result when it finished, exit 0. The check runs again before writing."""
+    import kinterval.eval.diagnostics as D
+    import kinterval.eval.evaluate as E
+
+    ckpt = list_checkpoints(tiny_run / "run")[-1]
+    out = tmp_path / "out"
+    nll, done = E.token_nll, []
+
+    def beside(model, tokens, T, max_blocks=None, **kw):  # the other command finishes while this one runs
+        if not done:
+            done.append(None)  # the nested call computes as usual
+            done[0] = evaluate_checkpoint(ckpt, out_dir=out)
+        return nll(model, tokens, T, max_blocks=max_blocks, **kw)
+
+    monkeypatch.setattr(E, "token_nll", beside)
+    with pytest.raises(ValueError, match="every block; --max-blocks 2 would replace it"):
+        evaluate_checkpoint(ckpt, out_dir=out, max_blocks=2)
+    assert evaluate_checkpoint(ckpt, out_dir=out) == dict(done[0], skipped=True)
+
+    probe, geo = [], D.geometry_probe
+
+    def beside_geo(model, tokens, blocks, spec=None):
+        if not probe:
+            probe.append(None)
+            probe[0] = D.diagnose_checkpoint(ckpt, "geometry", blocks=1, out_dir=out / "g", device="cpu")
+        return geo(model, tokens, blocks=blocks, spec=spec)
+
+    monkeypatch.setattr(D, "geometry_probe", beside_geo)
+    with pytest.raises(ValueError, match=r"for 1 block, not for the options given"):
+        D.diagnose_checkpoint(ckpt, "geometry", blocks=2, out_dir=out / "g", device="cpu")
+    assert json.loads((out / "g" / f"{ckpt.name}.json").read_text())["n_blocks"] == 1

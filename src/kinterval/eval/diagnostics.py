@@ -99,6 +99,11 @@ def diagnose_checkpoint(
         **applied_numerics(model.config.numerics, dev),
         request=req,
     )
+    # again before writing: a result of another request that a concurrent command wrote meanwhile (its check
+    # above passed beside ours) is not replaced either
+    old = None if force or replace_other else _stored(path)
+    if old is not None and old.get("checkpoint_state_sha256") == sha and old.get("request") != req:
+        _refuse_other_request(path, kind, old.get("request"), req)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(path, res)  # a full disk leaves no partial file in the run folder (the gate hashes all)
     return dict(res, skipped=False, path=str(path))

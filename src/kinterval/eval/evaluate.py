@@ -335,6 +335,8 @@ def evaluate_checkpoint(
             ci = cluster_bootstrap_ci(doc_sum / doc_n, ids, weights=doc_n)
             summary["doc_cluster_mean_nll"] = ci.mean
             summary["doc_cluster_ci95"] = [ci.lo, ci.hi]
+    if not force and max_blocks is not None:  # again: an evaluation of every block written meanwhile (a
+        _refuse_replacing_full(json_path, ckpt, max_blocks)  # concurrent command) is not replaced either
     out_dir.mkdir(parents=True, exist_ok=True)
     # The JSON marks a finished evaluation: the old one goes before the NPZ is replaced and the new one is
     # written last, each atomically, and it records the NPZ's sha256 (checked by _is_current). A kill at any
