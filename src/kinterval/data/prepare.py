@@ -12,6 +12,7 @@ is always complete.
 from __future__ import annotations
 
 import itertools
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -69,6 +70,12 @@ def _synthetic(out, splits, tokens, shard_tokens, seed, progress) -> tuple[dict,
     train = SYNTHETIC_TRAIN_TOKENS if tokens is None else tokens
     sizes = {"train": train, "val": max(train // 20, SYNTHETIC_MIN_EVAL_TOKENS)}
     sizes["test"] = sizes["val"]
+    need, free = 2 * sum(sizes[s] for s in splits), shutil.disk_usage(out).free  # uint16: 2 bytes a token
+    if need > free:  # known before the first token: say so now, not after filling the disk
+        raise ValueError(
+            f"--tokens {train:,}: the synthetic splits take {need / 2**30:.1f} GiB, and {Path(out).parent} "
+            f"has {free / 2**30:.1f} GiB free"
+        )
     records = {}
     for split in splits:
         # Each split is its own stream (seed, index): val/test never repeat train documents' randomness.
