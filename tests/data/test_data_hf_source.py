@@ -277,8 +277,10 @@ def test_a_null_id_is_keyed_by_the_stream_index(tmp_path):
 def test_an_empty_hf_flag_is_refused_not_read_as_its_default(tmp_path, capsys, flag):
     write_jsonl(tmp_path / "ds" / "a.jsonl", docs(5))
     argv = ["data", "prepare", "--source", f"hf:{tmp_path / 'ds'}", flag, " ", "--out", str(tmp_path / "o")]
-    assert main(argv) == 2
-    assert f"{flag} must name something, got ' '" in capsys.readouterr().err
+    assert main(argv) == 2  # the command line refuses every blank value
+    assert f"argument {flag}: an empty value" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=f"{flag} must name something, got ' '"):  # and so does prepare
+        prepare(f"hf:{tmp_path / 'ds'}", tmp_path / "o", **{flag[2:].replace("-", "_"): " "}, progress=False)
 
 
 def test_a_folder_saved_with_save_to_disk_is_read_with_load_from_disk(tmp_path, capsys):
