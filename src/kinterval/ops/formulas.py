@@ -154,7 +154,7 @@ def grid(s: Tensor, valid: Tensor, spec: OperatorSpec, M: Tensor, m: Tensor) -> 
     t_raw = (z_in - b_r) / h
     t = _RoundingClamp.apply(t_raw, 0, 1)
     E_r, E_r1 = torch.exp(_grid_point(b_r, r == K)), torch.exp(_grid_point(b_r1, r + 1 == K))
-    if spec.calibration == "minmax":
+    if spec.calibration == "minmax" and h.requires_grad:  # (closed_form's forward runs without autograd)
         E_r, E_r1 = _derivative_through(E_r, (r - K) * h), _derivative_through(E_r1, (r + 1 - K) * h)
     return Grid(z, h, b0, r, t_raw, t, E_r, E_r1, keep, ones, K)
 
