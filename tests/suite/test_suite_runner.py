@@ -214,6 +214,8 @@ def test_slurm_jobs_get_device_and_threads(tmp_path, data, monkeypatch):
 def test_run_one_checks_threads_and_device(tmp_path, capsys):
     assert main(["suite", "run-one", "--out", str(tmp_path), "--threads", "0", "r"]) == 2
     assert "--threads must be an integer >= 1" in capsys.readouterr().err
+    assert main(["suite", "run-one", "--out", str(tmp_path), "--threads", "1000000", "r"]) == 2  # segfaulted
+    assert "--threads must be at most" in capsys.readouterr().err
     assert main(["suite", "run-one", "--out", str(tmp_path), "--device", "tpu", "r"]) == 2
     assert "--device must be one of" in capsys.readouterr().err
 

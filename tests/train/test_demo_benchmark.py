@@ -59,6 +59,7 @@ def run_benchmark(monkeypatch, capsys, *args) -> list[list[str]]:
 @pytest.mark.parametrize(
     "flags, message",
     [(["--tokens", "0"], "tokens must be a positive integer"), (["--threads", "-1"], "threads must be"),
+     (["--threads", "1000000"], "--threads must be at most"),
      (["--operators", "softmax,bogus"], "unknown operator name 'bogus'"),
      (["--operators", ""], "argument --operators: an empty value"),
      (["--operators", " , "], "names no operator"),

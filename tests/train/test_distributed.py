@@ -179,3 +179,12 @@ def test_tensorboard_missing_on_rank_0_stops_every_rank(data_dir, tmp_path):
     assert "log.tensorboard needs the tensorboard package" in proc.stderr, proc.stderr[-3000:]
     assert "rank 0 stopped before training" in proc.stderr, proc.stderr[-3000:]
     assert "[rank1]: Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", ["mps", "xpu", "meta"])
+def test_pick_device_refuses_a_device_kinterval_does_not_run_on(name):
+    """``--device mps`` (sample, tau-screen, downstream, probes) was torch's RuntimeError, a traceback."""
+    from kinterval.train.distributed import pick_device
+
+    with pytest.raises(ValueError, match=f"device '{name}': kinterval runs on cpu or cuda"):
+        pick_device(name)

@@ -294,6 +294,10 @@ def check_device_threads(device: str | None, threads: int | None) -> None:
         raise ValueError(f"--device must be one of {list(DEVICES)}, got {device!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
+    if threads is not None:
+        from kinterval.train.commands import check_threads_bound
+
+        check_threads_bound(threads)
 
 
 def _devices(runs, device: str | None) -> set[str]:

@@ -167,17 +167,23 @@ def parse_sets(items: list[str]) -> dict:
     return out
 
 
+def check_threads_bound(threads: int) -> None:
+    """At most max(64, 4 x this machine's CPUs): torch overflowed above 2^63, and starting a million OpenMP
+    threads crashed the process."""
+    cpus = os.cpu_count() or 1
+    if threads > max(64, 4 * cpus):
+        raise ValueError(
+            f"--threads must be at most {max(64, 4 * cpus)} on this machine ({cpus} CPUs), got {threads}"
+        )
+
+
 def set_threads(threads: int | None) -> None:
     """``--threads N`` of train and the evaluation commands: torch's CPU threads for this process (tiny CPU
     models run fastest on 1); None keeps torch's default."""
     if threads is not None:
         if threads < 1:
             raise ValueError(f"--threads must be an integer >= 1, got {threads}")
-        cpus = os.cpu_count() or 1
-        if threads > max(64, 4 * cpus):  # torch would overflow, or start that many OpenMP threads
-            raise ValueError(
-                f"--threads must be at most {max(64, 4 * cpus)} on this machine ({cpus} CPUs), got {threads}"
-            )
+        check_threads_bound(threads)
         import torch
 
         torch.set_num_threads(threads)

@@ -18,6 +18,7 @@ from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
 from kinterval.model import operator_name
 from kinterval.ops.seeds import check_seed
+from kinterval.train.commands import check_threads_bound
 from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
 from kinterval.train.load import load_run
@@ -59,6 +60,8 @@ def run_demo(
     """
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
         raise ValueError(f"threads must be an integer >= 0 (0 or None: torch's setting), got {threads!r}")
+    if threads:
+        check_threads_bound(threads)
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)

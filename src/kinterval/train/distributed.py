@@ -51,6 +51,8 @@ def pick_device(name: str | torch.device) -> torch.device:
         device = torch.device(name)
     except (RuntimeError, TypeError):
         raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):  # mps, xpu, ...: torch names them, kinterval does not run there
+        raise ValueError(f"device {str(name)!r}: kinterval runs on cpu or cuda (auto, cpu, cuda or cuda:N)")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(name)!r} requested but CUDA is not available")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
