@@ -105,14 +105,20 @@ def write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     return path
 
 
-def check_target(path: str | Path, flag: str = "--json") -> None:
+def check_target(path: str | Path, flag: str = "--json", inputs=()) -> None:
     """``ValueError`` (one line naming ``flag``) when a file cannot be written at ``path``: a folder stands
-    there, or its folder does not exist. Commands call it before their work, not after."""
+    there, or its folder does not exist, or it lies in one of the ``inputs`` (folders the command reads,
+    whose files it would replace). Commands call it before their work, not after."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path}: is a directory; give a file name")
     if not path.parent.is_dir():
+        if any(p.is_file() for p in path.parents):
+            raise ValueError(f"{flag} {path}: a part of this path is a file")
         raise ValueError(f"{flag} {path}: the folder {path.parent} does not exist")
+    for folder in inputs:
+        if Path(folder).is_dir() and path.resolve().is_relative_to(Path(folder).resolve()):
+            raise ValueError(f"{flag} {path}: inside {folder}, an input of this command; write it elsewhere")
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:

@@ -820,25 +820,35 @@ def test_downstream_limit_keeps_lm_evals_fraction():
 @pytest.mark.parametrize(
     "command, bad",
     [(c, b) for c in ("downstream-compare", "probes-compare")
-     for b in ("json-dir", "json-no-folder", "seed-neg", "seed-huge", "resamples-0", "resamples-neg")]
+     for b in ("json-dir", "json-no-folder", "seed-neg", "seed-huge", "resamples-0", "resamples-neg",
+               "json-in-base", "json-in-condition", "json-under-file")]
     + [("downstream-compare", "perm-0")],  # probes-compare has no --permutations
 )  # fmt: skip
 def test_compare_json_target_and_seed_are_checked_before_the_table(folders, tmp_path, capsys, command, bad):
     """``--json DIR`` failed with IsADirectoryError after the table was printed, ``--seed -1`` ended in a
     numpy traceback and ``--permutations 0`` / ``--resamples -5`` were "n must be a positive integer" /
-    "n_resamples must be ..."; each is now one line naming the flag, before anything is printed."""
+    "n_resamples must be ..."; each is now one line naming the flag, before anything is printed. A --json
+    inside a folder the command reads replaced its record (``--json BASE/results.json``, exit 0), and one
+    under a file was "the folder ... does not exist"."""
     from kinterval.cli import main
 
     base, conds = folders
+    (tmp_path / "afile").write_text("x")
+    kept = {p: p.read_bytes() for p in (*base.iterdir(), *conds["big"].iterdir()) if p.is_file()}
     flags = {"json-dir": ["--json", str(tmp_path)], "json-no-folder": ["--json", str(tmp_path / "no" / "r")],
              "seed-neg": ["--seed", "-1"], "seed-huge": ["--seed", str(2**32)],
              "resamples-0": ["--resamples", "0"], "resamples-neg": ["--resamples", "-5"],
-             "perm-0": ["--permutations", "0"]}[bad]  # fmt: skip
+             "perm-0": ["--permutations", "0"], "json-under-file": ["--json", str(tmp_path / "afile" / "r")],
+             "json-in-base": ["--json", str(next(iter(kept)))],
+             "json-in-condition": ["--json", str(conds["big"] / "c.json")]}[bad]  # fmt: skip
+    said = {"json-in-base": "an input of this command", "json-in-condition": "an input of this command",
+            "json-under-file": "a part of this path is a file"}.get(bad, "")  # fmt: skip
     capsys.readouterr()
     assert main([command, str(base), str(conds["big"]), *flags]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"kinterval {command}: error: ") and flags[0] in err, err
-    assert not (tmp_path / "no").exists()
+    assert said in err and not (tmp_path / "no").exists()
+    assert all(p.read_bytes() == b for p, b in kept.items()) and not (conds["big"] / "c.json").exists()
 
 
 def test_results_record_each_tasks_fewshot_and_compare_refuses_other_shots(fake_downstream, tmp_path, capsys):

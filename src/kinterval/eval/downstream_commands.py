@@ -99,8 +99,12 @@ def _check_compare_args(args) -> None:
         n = getattr(args, flag, 1)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"--{flag} must be a positive integer, got {n!r}")
-    if args.json:
-        atomic.check_target(args.json)
+    if args.json:  # never into a folder it reads: its records would be replaced
+        inputs = [
+            getattr(args, "baseline", None) or args.reference,
+            *(_condition(c)[1] for c in args.conditions),
+        ]
+        atomic.check_target(args.json, inputs=inputs)
 
 
 def _compare(args) -> int:
