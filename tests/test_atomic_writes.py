@@ -75,8 +75,12 @@ def test_an_error_naming_the_temporary_file_names_the_target(tmp_path, monkeypat
 
 def test_a_target_whose_folder_is_a_file_is_refused(tmp_path):
     (tmp_path / "afile").write_text("x")
-    with pytest.raises(ValueError, match=r"^--json .*x\.json: the folder .*afile does not exist$"):
+    with pytest.raises(
+        ValueError, match=r"^--json .*x\.json: a part of this path is a file$"
+    ):  # not "no folder"
         atomic.check_target(tmp_path / "afile" / "x.json")
+    with pytest.raises(ValueError, match=r"^--json .*x\.json: the folder .*none does not exist$"):
+        atomic.check_target(tmp_path / "none" / "x.json")
 
 
 def test_json_text_and_hashes_are_the_documented_bytes(tmp_path):
