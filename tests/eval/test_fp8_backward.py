@@ -107,3 +107,5 @@ def test_cli_prints_the_table_and_writes_json(data_dir, tmp_path, capsys):
     assert res["designs"]["native"]["qk"] == 0.0 and res["designs"]["fp32"]["qk"] > 0
     assert main([*argv, "--set", "seed=8"]) == 2  # --set and --seed disagree: refused, as train refuses it
     assert "--seed 7 and --set seed=8 set one field to two values" in capsys.readouterr().err
+    assert main([*argv, "--set", "operator.name=softmax"]) == 2  # was replaced by fp8-exp without a word
+    assert "--set operator.name: the check runs FP8-exp" in capsys.readouterr().err

@@ -173,3 +173,6 @@ def test_heat_panels_may_share_and_leave_out_conditions_as_the_papers_do(compare
         assert not (tmp_path / "bad").exists()
     assert main(["report", str(tmp_path), "--heat-panel", "a=same"]) == 2
     assert "--heat-panel are for --downstream" in capsys.readouterr().err
+    for flags in (["--heat-panel", "a=same"], ["--nll-from", "x"], ["--downstream", c]):  # were dropped
+        assert main(["report", "--runs", str(tmp_path), *flags]) == 2
+        assert "--runs takes no --downstream, --nll-from or --heat-panel" in capsys.readouterr().err

@@ -50,11 +50,10 @@ def test_run_passes_its_flags_and_exits_1_when_a_run_failed(monkeypatch, capsys)
         runner, "run_suite", lambda name, out, **k: seen.update(k, name=name, out=out) or result
     )
     argv = ["suite", "run", "mini", "--out", "O", "--data", "D", "--only", "x*", "--gpus", "2",
-            "--per-gpu", "3", "--slurm-partition", "gpu", "--slurm-time", "90", "--device", "cpu",
-            "--threads", "1", "--skip-gated", "R"]  # fmt: skip
+            "--per-gpu", "3", "--device", "cpu", "--threads", "1", "--skip-gated", "R"]  # fmt: skip
     assert main(argv) == 1
     assert seen == {"name": "mini", "out": "O", "data": "D", "only": ["x*"], "gpus": 2, "per_gpu": 3,
-                    "slurm": False, "slurm_args": {"partition": "gpu", "time": 90}, "device": "cpu",
+                    "slurm": False, "slurm_args": {"partition": None, "time": None}, "device": "cpu",
                     "threads": 1, "skip_gated": "R"}  # fmt: skip
     out = capsys.readouterr().out
     assert "1 of 2 runs ok; failed: ['b']" in out
@@ -75,6 +74,12 @@ def test_run_passes_its_flags_and_exits_1_when_a_run_failed(monkeypatch, capsys)
     seen.clear()
     assert main(["suite", "run", "mini", "--out", "O", "--slurm", "--slurm-time", "-5"]) == 2
     assert "--slurm-time must be a number of minutes >= 1, got -5" in capsys.readouterr().err and not seen
+    main(["suite", "run", "mini", "--out", "O", "--slurm", "--slurm-partition", "gpu", "--slurm-time", "90"])
+    assert seen["slurm"] is True and seen["slurm_args"] == {"partition": "gpu", "time": 90}
+    seen.clear()
+    for flag, value in (("--slurm-time", "90"), ("--slurm-partition", "gpu")):  # ignored without --slurm
+        assert main(["suite", "run", "mini", "--out", "O", flag, value]) == 2
+        assert f"{flag} is for --slurm" in capsys.readouterr().err and not seen
 
 
 def test_run_one_exits_1_unless_the_run_completed(monkeypatch):

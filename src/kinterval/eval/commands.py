@@ -409,6 +409,10 @@ def _fp8_backward(args: argparse.Namespace) -> int:
     }
     flags = {field: f"{flag} {value}" for field, (flag, value) in given.items()}
     overrides = with_sets({field: value for field, (_, value) in given.items()}, flags, args.set)
+    if overrides.get("operator.name") is not None:  # was silently replaced by fp8-exp
+        raise ValueError(
+            "--set operator.name: the check runs FP8-exp under its two backward designs, no other"
+        )
     cfg = TrainConfig.from_toml(args.config).override(overrides).validate()
     res = fp8_backward_check(cfg, args.micro_batches)
     print(f"fp8-exp at seed {res['seed']} on {res['device']}, first step, {res['micro_batches']} "

@@ -31,6 +31,8 @@ def _runs(args) -> int:
 
     if args.dirs or args.clean_blocks:
         raise ValueError("--runs takes run folders instead of suite folders, and no --clean-blocks")
+    if args.downstream or args.nll_from or args.heat_panel:  # not silently dropped
+        raise ValueError("--runs takes no --downstream, --nll-from or --heat-panel (a separate report)")
     from kinterval.stats.format import num
 
     rep = runs_report(args.runs, Path(args.out or "report"), split=args.split or "val")

@@ -35,6 +35,10 @@ def _run(args) -> int:
 
     if args.slurm_time is not None and args.slurm_time < 1:  # before the manifest and data are written
         raise ValueError(f"--slurm-time must be a number of minutes >= 1, got {args.slurm_time}")
+    if not args.slurm and (
+        given := [f for f in ("slurm_time", "slurm_partition") if getattr(args, f) is not None]
+    ):
+        raise ValueError(f"--{given[0].replace('_', '-')} is for --slurm (the runs start here without it)")
     slurm_args = {"partition": args.slurm_partition, "time": args.slurm_time}
     res = run_suite(
         args.name,
