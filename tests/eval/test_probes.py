@@ -778,3 +778,15 @@ def test_compare_refuses_an_output_without_samples_naming_the_block_size(tmp_pat
         (tmp_path / name / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(ValueError, match=r"ref/samples.jsonl holds no samples .*block_size 32"):
         probes.compare_probes(tmp_path / "cond", tmp_path / "ref", n_resamples=20)
+
+
+def test_a_run_folder_as_out_is_refused(tmp_path, capsys):
+    """``probes --out RUN`` wrote samples.jsonl and summary.json among the run's own files."""
+    from kinterval.cli import main
+
+    run = make_run(tmp_path / "run", block=32)
+    before = sorted(p.name for p in run.iterdir())
+    argv = ["probes", "--run", str(run), "--families", "10", "--copies", "5", "--device", "cpu"]
+    assert main([*argv, "--out", str(run)]) == 2
+    assert "is a kinterval run folder" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == before

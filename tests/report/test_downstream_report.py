@@ -173,6 +173,14 @@ def test_heat_panels_may_share_and_leave_out_conditions_as_the_papers_do(compare
         assert not (tmp_path / "bad").exists()
     assert main(["report", str(tmp_path), "--heat-panel", "a=same"]) == 2
     assert "--heat-panel are for --downstream" in capsys.readouterr().err
+    run = tmp_path / "run"  # a training run's folder: the report's files would mix with its own
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run_config.json").write_text("{}")
+    assert main(["report", "--downstream", c, "--out", str(run)]) == 2
+    assert "is a kinterval run folder" in capsys.readouterr().err and sorted(run.iterdir()) == [
+        run / "checkpoints",
+        run / "run_config.json",
+    ]
     for flags in (["--heat-panel", "a=same"], ["--nll-from", "x"], ["--downstream", c]):  # were dropped
         assert main(["report", "--runs", str(tmp_path), *flags]) == 2
         assert "--runs takes no --downstream, --nll-from or --heat-panel" in capsys.readouterr().err

@@ -233,3 +233,14 @@ def test_skip_gated_refuses_a_results_folder_of_another_version_of_the_suite(gat
         ValueError, match=rf"--skip-gated {src}: its manifest differs from this suite folder's in runs"
     ):
         run_suite(other, tmp_path / "s", skip_gated=src, threads=1, log=lambda *_: None)
+
+
+def test_a_dataset_folder_as_out_is_refused(gated, tmp_path, no_training, capsys):
+    """``suite run S --out DATA`` wrote manifest.json and runs/ beside the shards of a prepared dataset."""
+    src, suite = gated
+    data = tmp_path / "data"
+    shutil.copytree(src / "data", data)
+    before = _tree(data)
+    assert main(["suite", "run", str(suite), "--out", str(data), "--threads", "1"]) == 2
+    assert f"--out {data} is a prepared dataset (it holds meta.json)" in capsys.readouterr().err
+    assert _tree(data) == before

@@ -56,6 +56,17 @@ def run_benchmark(monkeypatch, capsys, *args) -> list[list[str]]:
     ]
 
 
+def test_demo_refuses_a_dataset_suite_or_run_folder_as_out(tmp_path, capsys):
+    """``demo --out DATA`` (or a suite or a run folder) put the demo's data/ and runs/ in with its files."""
+    for name, said in (("meta.json", "is a prepared dataset"), ("manifest.json", "is a suite folder"),
+                       ("run_config.json", "is a kinterval run folder")):  # fmt: skip
+        out = tmp_path / name.split(".")[0]
+        out.mkdir()
+        (out / name).write_text("{}")
+        assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 2
+        assert said in capsys.readouterr().err and [p.name for p in out.iterdir()] == [name]
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [(["--tokens", "0"], "tokens must be a positive integer"), (["--threads", "-1"], "threads must be"),

@@ -8,6 +8,7 @@ The work is done in :mod:`kinterval.eval.downstream` (lm-eval on a checkpoint, p
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from kinterval import atomic
 
@@ -134,8 +135,13 @@ def _compare(args) -> int:
 def _probes(args) -> int:
     from kinterval.eval.checkpoints import run_folder
     from kinterval.eval.probes import in_probeab, interval_text, run_probes
+    from kinterval.train.checkpoint import enclosing_run
 
     out = args.out or str(run_folder(args.run) / "probes" / (args.operator or "native"))
+    if (run := enclosing_run(out)) and run[0] == Path(out).resolve():  # RUN/probes/NAME is the place
+        raise ValueError(
+            f"--out {out} is {run[1]}: its samples would mix with its files; give RUN/probes/NAME"
+        )
     summary = run_probes(args.run, out=out, checkpoint=args.checkpoint, operator=args.operator,
                          families=args.families, copies=args.copies, device=args.device, seed=args.seed,
                          batch_size=args.batch_size)  # fmt: skip

@@ -22,6 +22,7 @@ import numpy as np
 from kinterval.eval.downstream_compare import BLIMP_PREFIX, primary_metric
 from kinterval.report import figures as F
 from kinterval.report.build import _building, _Index, _publish, strict_json
+from kinterval.train.checkpoint import check_outside_runs
 
 PP = 100.0  # accuracy fractions to percentage points
 STAR_Q = 0.05
@@ -258,6 +259,7 @@ def downstream_report(files, out, nll_from=None, heat_panel: list[str] | None = 
             f"in {', '.join(map(str, files))}"
         )
     panels = heat_panels(g, heat_panel)  # checked before anything is written
+    check_outside_runs(out, "the report's files would mix with the run's")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with _building(out) as work:

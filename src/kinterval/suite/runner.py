@@ -278,6 +278,10 @@ def check_not_results_folder(out: Path) -> None:
     or copied without its checkpoints), which ``suite run`` would train again over its results, nor a training
     run or checkpoint folder, or lie inside one, whose files the suite's would mix with."""
     check_outside_runs(out, "the suite's files would mix with the run's")
+    if (out / "meta.json").is_file():  # `--out DATA`: the suite's manifest and runs beside the shards
+        raise ValueError(
+            f"--out {out} is a prepared dataset (it holds meta.json); give the suite its own folder"
+        )
     runs = out / "runs"
     if not (out / MANIFEST).is_file() or any(runs.glob("*/checkpoints/step_*")):
         return

@@ -18,6 +18,7 @@ from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
 from kinterval.model import operator_name
 from kinterval.ops.seeds import check_seed
+from kinterval.train.checkpoint import check_outside_runs
 from kinterval.train.commands import check_threads_bound
 from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
@@ -87,6 +88,10 @@ def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
     if out is None:
         out = Path(tempfile.mkdtemp(prefix="kinterval-demo-"))
     out = Path(out)
+    check_outside_runs(out, "the demo's data and runs would mix with the run's")
+    for name, what in (("meta.json", "a prepared dataset"), ("manifest.json", "a suite folder")):
+        if (out / name).is_file():  # its runs/ and data/ would go in beside that folder's own
+            raise ValueError(f"--out {out} is {what} (it holds {name}); give the demo a folder of its own")
     data = out / "data"
     if not (data / "meta.json").is_file():
         prepare("synthetic", data, tokens=sizes["data_tokens"], seed=seed, progress=progress)
