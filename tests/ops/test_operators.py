@@ -420,7 +420,7 @@ def test_the_reference_minmax_gradient_keeps_its_precision_at_wide_spans(scale, 
     """Autograd of b_r = b0 + r h summed O(1) paths of M and m that cancel into the nodes of the O(1/h) ones:
     the reference's MinMax–Weight gradient lost eps * h relative (1.4e-5 at scores of 1e12 in float64,
     `ops verify --scale 1e12` failed 12 checks; 1.6e-5 at 1e3 in float32). It now agrees with the closed
-    form of eq. (1) to rounding at every scale, and its float32 error is the closed form's."""
+    form of eq. (1), calibration_grad, to rounding at every scale; its float32 error is the closed form's."""
     from kinterval.ops import verify
 
     spec = OperatorSpec.parse("minmax-weight-k4", range_grad=range_grad)
