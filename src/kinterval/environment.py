@@ -1,4 +1,5 @@
-"""The machine a run or an evaluation ran on: :func:`device_name` and :func:`environment`.
+"""The machine a run or an evaluation ran on: :func:`device_name` and :func:`environment`; and what it can
+take: :func:`check_threads_bound`.
 
 A training session appends :func:`environment` to its run's ``environment.jsonl``; an evaluation records
 :func:`device_name` in its summary. No kinterval imports: every layer may use it.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import platform
 from pathlib import Path
 
@@ -15,6 +17,16 @@ import torch
 
 ENVIRONMENT_FILE = "environment.jsonl"  # in a run folder: one line per training session
 CPUINFO = "/proc/cpuinfo"  # Linux: the processor's model name
+
+
+def check_threads_bound(threads: int) -> None:
+    """``--threads`` at most max(64, 4 x this machine's CPUs): torch overflowed above 2^63, and starting a
+    million OpenMP threads crashed the process."""
+    cpus = os.cpu_count() or 1
+    if threads > max(64, 4 * cpus):
+        raise ValueError(
+            f"--threads must be at most {max(64, 4 * cpus)} on this machine ({cpus} CPUs), got {threads}"
+        )
 
 
 def device_name(device: torch.device) -> str:

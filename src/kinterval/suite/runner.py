@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kinterval import atomic
 from kinterval.atomic import SYSTEM_ERRNOS
+from kinterval.environment import check_threads_bound
 from kinterval.suite.definition import Suite, load_suite, select
 from kinterval.suite.manifest import (
     MANIFEST,
@@ -37,7 +38,13 @@ from kinterval.suite.manifest import (
     stopped_step,
     write_manifest,
 )
-from kinterval.train.checkpoint import CheckpointError, check_outside_runs, latest_checkpoint, read_state
+from kinterval.train.checkpoint import (
+    CheckpointError,
+    check_not_other_folder,
+    check_outside_runs,
+    latest_checkpoint,
+    read_state,
+)
 from kinterval.train.config import DEVICES
 
 _HOW = "make one with `kinterval data prepare --source bin:DIR|text:FILE|synthetic --out DIR`"
@@ -278,10 +285,7 @@ def check_not_results_folder(out: Path) -> None:
     or copied without its checkpoints), which ``suite run`` would train again over its results, nor a training
     run or checkpoint folder, or lie inside one, whose files the suite's would mix with."""
     check_outside_runs(out, "the suite's files would mix with the run's")
-    if (out / "meta.json").is_file():  # `--out DATA`: the suite's manifest and runs beside the shards
-        raise ValueError(
-            f"--out {out} is a prepared dataset (it holds meta.json); give the suite its own folder"
-        )
+    check_not_other_folder(out, "the suite", own=MANIFEST)  # `--out DATA`: runs/ beside the shards
     runs = out / "runs"
     if not (out / MANIFEST).is_file() or any(runs.glob("*/checkpoints/step_*")):
         return
@@ -299,8 +303,6 @@ def check_device_threads(device: str | None, threads: int | None) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
     if threads is not None:
-        from kinterval.train.commands import check_threads_bound
-
         check_threads_bound(threads)
 
 

@@ -293,6 +293,18 @@ def check_outside_runs(out: str | Path, why: str) -> None:
         raise ValueError(f"--out {out} {where} {kind}: {why}; give a folder outside any run")
 
 
+# Files that mark a folder as another command's: an --out there would mix its files with that folder's.
+FOLDER_MARKS = {"meta.json": "a prepared dataset", "manifest.json": "a suite folder"}
+
+
+def check_not_other_folder(out: str | Path, who: str, own: str | None = None) -> None:
+    """``ValueError`` when ``out`` is a prepared dataset or a suite folder (:data:`FOLDER_MARKS`; ``own``: the
+    mark of ``who``'s own kind, which it may write into)."""
+    for name, what in FOLDER_MARKS.items():
+        if name != own and (Path(out) / name).is_file():
+            raise ValueError(f"--out {out} is {what} (it holds {name}); give {who} a folder of its own")
+
+
 def checkpoint_step(path: str | Path) -> int | None:
     """The step a checkpoint folder's name says (``step_NNNNNN`` or its ``.old-`` copy), else None."""
     m = STEP_NAME.fullmatch(Path(path).name.removeprefix(OLD_PREFIX))

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from kinterval.environment import check_threads_bound
 from kinterval.train.config import PRESETS, TrainConfig, flatten, shipped_configs
 
 try:
@@ -165,16 +166,6 @@ def parse_sets(items: list[str]) -> dict:
         except tomllib.TOMLDecodeError:
             out[key.strip()] = value  # bare strings
     return out
-
-
-def check_threads_bound(threads: int) -> None:
-    """At most max(64, 4 x this machine's CPUs): torch overflowed above 2^63, and starting a million OpenMP
-    threads crashed the process."""
-    cpus = os.cpu_count() or 1
-    if threads > max(64, 4 * cpus):
-        raise ValueError(
-            f"--threads must be at most {max(64, 4 * cpus)} on this machine ({cpus} CPUs), got {threads}"
-        )
 
 
 def set_threads(threads: int | None) -> None:

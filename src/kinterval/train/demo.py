@@ -16,10 +16,10 @@ import torch
 
 from kinterval.data.loader import TokenShards
 from kinterval.data.prepare import prepare
+from kinterval.environment import check_threads_bound
 from kinterval.model import operator_name
 from kinterval.ops.seeds import check_seed
-from kinterval.train.checkpoint import check_outside_runs
-from kinterval.train.commands import check_threads_bound
+from kinterval.train.checkpoint import check_not_other_folder, check_outside_runs
 from kinterval.train.config import TrainConfig
 from kinterval.train.evaluate import evaluate_nll
 from kinterval.train.load import load_run
@@ -89,9 +89,7 @@ def _run(out, tokens, operators, quick, seed, progress) -> list[dict]:
         out = Path(tempfile.mkdtemp(prefix="kinterval-demo-"))
     out = Path(out)
     check_outside_runs(out, "the demo's data and runs would mix with the run's")
-    for name, what in (("meta.json", "a prepared dataset"), ("manifest.json", "a suite folder")):
-        if (out / name).is_file():  # its runs/ and data/ would go in beside that folder's own
-            raise ValueError(f"--out {out} is {what} (it holds {name}); give the demo a folder of its own")
+    check_not_other_folder(out, "the demo")  # its runs/ and data/ would go in beside that folder's own
     data = out / "data"
     if not (data / "meta.json").is_file():
         prepare("synthetic", data, tokens=sizes["data_tokens"], seed=seed, progress=progress)
